@@ -1,0 +1,1297 @@
+/*
+data.c — the training data: Megatron's indexed datasets, the GPT sample index, and the
+`preprocess` tool that writes them.
+
+What lives here, in reading order:
+  - reading a Megatron mmap indexed dataset (`PREFIX.bin` tokens, `PREFIX.idx` index), the
+    tokens memory-mapped and never copied, every field of the index checked on open;
+  - writing one (Megatron's MMapIndexedDatasetBuilder), to temporary names then renamed;
+  - the byte-level tokenizer, Megatron's --split, and numpy's legacy RandomState;
+  - the GPT sample index exactly as Megatron's GPTDataset builds it, so that the same files,
+    seed, sequence length and sample count give the same samples in the same order;
+  - blending several datasets by weight (Megatron's BlendableDataset);
+  - with PREPROCESS_MAIN defined: the `preprocess` program.
+
+Rules it keeps: plain C that is also valid C++ (train.c is compiled by nvcc too); no
+library beyond libc and POSIX; a function that can fail on bad input returns non-zero and
+writes one line, "error: <file>: <what is wrong>", into the caller's err buffer; nothing
+here exits. The public functions are `static inline` only so that a program including this
+file and using part of it compiles without unused-function warnings.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+// ----------------------------------------------------------------------------
+// errors
+
+#if defined(__GNUC__)
+#define DATA_PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#else
+#define DATA_PRINTF_LIKE(f, a)
+#endif
+
+// write "error: ..." into err (if given) and return 1, so callers can `return data_error(...)`
+static int data_error(char* err, size_t errlen, const char* fmt, ...) DATA_PRINTF_LIKE(3, 4);
+static int data_error(char* err, size_t errlen, const char* fmt, ...) {
+    if (err == NULL || errlen == 0) return 1;
+    int n = snprintf(err, errlen, "error: ");
+    if (n >= 0 && (size_t)n < errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return 1;
+}
+
+// ----------------------------------------------------------------------------
+// the token types of the .bin file (Megatron's dtype codes)
+
+enum { DTYPE_UINT8 = 1, DTYPE_INT8 = 2, DTYPE_INT16 = 3, DTYPE_INT32 = 4, DTYPE_INT64 = 5,
+       DTYPE_FLOAT64 = 6, DTYPE_FLOAT32 = 7, DTYPE_UINT16 = 8 };
+
+typedef struct {
+    int code, itemsize;
+    const char* name;
+    int64_t min, max;   // the token ids it can hold
+} TokenDtype;
+
+static const TokenDtype TOKEN_DTYPES[] = {
+    {DTYPE_UINT8, 1, "uint8", 0, 255},
+    {DTYPE_INT8, 1, "int8", -128, 127},
+    {DTYPE_INT16, 2, "int16", -32768, 32767},
+    {DTYPE_INT32, 4, "int32", INT32_MIN, INT32_MAX},
+    {DTYPE_INT64, 8, "int64", INT64_MIN, INT64_MAX},
+    {DTYPE_UINT16, 2, "uint16", 0, 65535},
+};
+enum { NUM_TOKEN_DTYPES = sizeof(TOKEN_DTYPES) / sizeof(TOKEN_DTYPES[0]) };
+
+// NULL for codes that are not token types (Megatron's 6 float64 and 7 float32 included)
+static const TokenDtype* token_dtype(int code) {
+    for (int i = 0; i < NUM_TOKEN_DTYPES; i++)
+        if (TOKEN_DTYPES[i].code == code) return &TOKEN_DTYPES[i];
+    return NULL;
+}
+
+// one little-endian token at p; memcpy because .bin offsets need not be aligned
+static int64_t token_at(const uint8_t* p, int code) {
+    switch (code) {
+    case DTYPE_UINT8: return *p;
+    case DTYPE_INT8: return (int8_t)*p;
+    case DTYPE_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case DTYPE_UINT16: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case DTYPE_INT32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case DTYPE_INT64: { int64_t v; memcpy(&v, p, 8); return v; }
+    }
+    return -1;
+}
+
+// ----------------------------------------------------------------------------
+// reading an indexed dataset
+//
+// PREFIX.idx, little-endian, no padding (Megatron's MMapIndexedDataset.Index):
+//   9 bytes magic "MMIDIDX\0\0", uint64 version = 1, uint8 dtype code,
+//   uint64 N (items), uint64 D (entries of doc_idx),
+//   int32 sizes[N]      tokens in each item,
+//   int64 pointers[N]   byte offset of each item in PREFIX.bin,
+//   int64 doc_idx[D]    first item of each document, then N.
+// PREFIX.bin: the items' tokens back to back.
+//
+// The arrays start at byte 34 and are therefore not aligned for int32/int64 reads, so we
+// copy the (small) index into malloc'd arrays; the (large) .bin is only ever mmap'd.
+// This code assumes a little-endian host, as Megatron's numpy reader does in practice.
+
+static const char IDX_MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
+enum { IDX_HEADER_BYTES = 34 };
+
+typedef struct {
+    char path_prefix[4096];
+    int dtype_code, itemsize;
+    int64_t num_items;         // entries of sizes/pointers ("sentences")
+    int64_t num_docs;          // entries of doc_idx - 1
+    int64_t num_tokens;        // sum of sizes
+    const int32_t* sizes;      // [num_items]   our aligned copies of the .idx arrays
+    const int64_t* pointers;   // [num_items]
+    const int64_t* doc_idx;    // [num_docs+1]
+    const uint8_t* bin;        // mmap of PREFIX.bin (NULL when it is empty)
+    size_t bin_bytes;
+} IndexedDataset;
+
+static inline void indexed_dataset_close(IndexedDataset* ds) {
+    if (ds->bin) munmap((void*)ds->bin, ds->bin_bytes);
+    free((void*)ds->sizes);       // the const views point at memory we own
+    free((void*)ds->pointers);
+    free((void*)ds->doc_idx);
+    memset(ds, 0, sizeof *ds);
+}
+
+// read exactly n bytes at offset, or fail
+static int read_at(int fd, void* buf, size_t n, off_t offset) {
+    uint8_t* p = (uint8_t*)buf;
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n, offset);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return 1;
+        p += got; n -= (size_t)got; offset += got;
+    }
+    return 0;
+}
+
+// the header: magic, version, dtype, counts, and that the counts match the file's size
+static int check_idx_header(IndexedDataset* ds, const char* path, const uint8_t* h, int64_t file_bytes,
+                            uint64_t* n_items, uint64_t* n_doc_idx, char* err, size_t errlen) {
+    uint64_t version, n, d;
+    memcpy(&version, h + 9, 8);
+    memcpy(&n, h + 18, 8);
+    memcpy(&d, h + 26, 8);
+    int code = h[17];
+    if (memcmp(h, IDX_MAGIC, sizeof IDX_MAGIC) != 0)
+        return data_error(err, errlen, "%s: bad magic (expected MMIDIDX)", path);
+    if (version != 1)
+        return data_error(err, errlen, "%s: unsupported version %llu (expected 1)", path, (unsigned long long)version);
+    if (code == DTYPE_FLOAT64 || code == DTYPE_FLOAT32)
+        return data_error(err, errlen, "%s: dtype code %d is a float type, not token ids", path, code);
+    const TokenDtype* dt = token_dtype(code);
+    if (dt == NULL) return data_error(err, errlen, "%s: unknown dtype code %d", path, code);
+    // bound the counts by the file size before multiplying, so nothing can overflow
+    uint64_t size = (uint64_t)file_bytes;
+    if (n > size / 12 || d > size / 8 || (uint64_t)IDX_HEADER_BYTES + 12 * n + 8 * d != size)
+        return data_error(err, errlen, "%s: %lld bytes, but its header (%llu items, %llu doc_idx entries) needs %llu",
+                          path, (long long)file_bytes, (unsigned long long)n, (unsigned long long)d,
+                          (unsigned long long)(n > size || d > size ? 0 : IDX_HEADER_BYTES + 12 * n + 8 * d));
+    if (d < 1) return data_error(err, errlen, "%s: empty doc_idx (expected at least the entry 0)", path);
+    ds->dtype_code = code;
+    ds->itemsize = dt->itemsize;
+    *n_items = n;
+    *n_doc_idx = d;
+    return 0;
+}
+
+// doc_idx starts at 0, never decreases, and ends at the number of items
+static int check_doc_idx(const IndexedDataset* ds, const char* path, char* err, size_t errlen) {
+    const int64_t* d = ds->doc_idx;
+    if (d[0] != 0) return data_error(err, errlen, "%s: doc_idx[0] is %lld (expected 0)", path, (long long)d[0]);
+    for (int64_t i = 1; i <= ds->num_docs; i++)
+        if (d[i] < d[i - 1])
+            return data_error(err, errlen, "%s: doc_idx decreases at entry %lld (%lld after %lld)", path,
+                              (long long)i, (long long)d[i], (long long)d[i - 1]);
+    if (d[ds->num_docs] != ds->num_items)
+        return data_error(err, errlen, "%s: doc_idx ends at %lld (expected the number of items, %lld)", path,
+                          (long long)d[ds->num_docs], (long long)ds->num_items);
+    return 0;
+}
+
+static int read_idx(IndexedDataset* ds, const char* path, char* err, size_t errlen) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return data_error(err, errlen, "%s: %s", path, strerror(errno));
+    struct stat st;
+    uint8_t header[IDX_HEADER_BYTES];
+    uint64_t n = 0, d = 0;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) rc = data_error(err, errlen, "%s: %s", path, strerror(errno));
+    else if (st.st_size < IDX_HEADER_BYTES)
+        rc = data_error(err, errlen, "%s: %lld bytes, too short for the %d-byte header", path, (long long)st.st_size,
+                        IDX_HEADER_BYTES);
+    else if (read_at(fd, header, IDX_HEADER_BYTES, 0)) rc = data_error(err, errlen, "%s: read failed", path);
+    if (rc == 0) rc = check_idx_header(ds, path, header, (int64_t)st.st_size, &n, &d, err, errlen);
+    if (rc == 0) {
+        ds->num_items = (int64_t)n;
+        ds->num_docs = (int64_t)d - 1;
+        int32_t* sizes = (int32_t*)malloc(4 * n + 1);
+        int64_t* pointers = (int64_t*)malloc(8 * n + 1);
+        int64_t* doc_idx = (int64_t*)malloc(8 * d);
+        ds->sizes = sizes; ds->pointers = pointers; ds->doc_idx = doc_idx;
+        if (!sizes || !pointers || !doc_idx) rc = data_error(err, errlen, "%s: out of memory for the index", path);
+        else if (read_at(fd, sizes, 4 * n, IDX_HEADER_BYTES) || read_at(fd, pointers, 8 * n, IDX_HEADER_BYTES + 4 * n) ||
+                 read_at(fd, doc_idx, 8 * d, IDX_HEADER_BYTES + 12 * n))
+            rc = data_error(err, errlen, "%s: read failed", path);
+    }
+    close(fd);
+    if (rc == 0) rc = check_doc_idx(ds, path, err, errlen);
+    return rc;
+}
+
+static int map_bin(IndexedDataset* ds, const char* path, char* err, size_t errlen) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return data_error(err, errlen, "%s: %s", path, strerror(errno));
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) rc = data_error(err, errlen, "%s: %s", path, strerror(errno));
+    else if (st.st_size > 0) {   // mmap of 0 bytes is an error; an empty .bin is legal
+        void* p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) rc = data_error(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
+        else { ds->bin = (const uint8_t*)p; ds->bin_bytes = (size_t)st.st_size; }
+    }
+    close(fd);
+    return rc;
+}
+
+// every item lies inside the .bin, in order: after this, no read can leave the mapping
+static int check_items(IndexedDataset* ds, const char* path, char* err, size_t errlen) {
+    int64_t bin_bytes = (int64_t)ds->bin_bytes, prev = 0;
+    ds->num_tokens = 0;
+    for (int64_t i = 0; i < ds->num_items; i++) {
+        int64_t ptr = ds->pointers[i], size = ds->sizes[i], bytes = size * ds->itemsize;
+        if (size < 0) return data_error(err, errlen, "%s: item %lld has negative size %lld", path, (long long)i, (long long)size);
+        if (ptr < prev)
+            return data_error(err, errlen, "%s: pointers decrease at item %lld (%lld after %lld)", path, (long long)i,
+                              (long long)ptr, (long long)prev);
+        if (ptr > bin_bytes || bytes > bin_bytes - ptr)
+            return data_error(err, errlen, "%s: item %lld (bytes %lld..%lld) lies outside the %lld-byte file", path,
+                              (long long)i, (long long)ptr, (long long)(ptr + bytes), (long long)bin_bytes);
+        prev = ptr;
+        ds->num_tokens += size;
+    }
+    return 0;
+}
+
+// open PREFIX.idx and PREFIX.bin; on failure ds is left closed and err says why
+static inline int indexed_dataset_open(IndexedDataset* ds, const char* prefix, char* err, size_t errlen) {
+    memset(ds, 0, sizeof *ds);
+    const uint16_t one = 1;
+    uint8_t first_byte;
+    memcpy(&first_byte, &one, 1);
+    if (first_byte != 1) return data_error(err, errlen, "%s: this reader needs a little-endian host", prefix);
+    if (strlen(prefix) + 5 > sizeof ds->path_prefix) return data_error(err, errlen, "%s: path too long", prefix);
+    strcpy(ds->path_prefix, prefix);
+    char path[sizeof ds->path_prefix];
+    snprintf(path, sizeof path, "%s.idx", prefix);
+    int rc = read_idx(ds, path, err, errlen);
+    snprintf(path, sizeof path, "%s.bin", prefix);
+    if (rc == 0) rc = map_bin(ds, path, err, errlen);
+    if (rc == 0) rc = check_items(ds, path, err, errlen);
+    if (rc != 0) indexed_dataset_close(ds);
+    return rc;
+}
+
+// token `pos` of item `item`; -1 if (item, pos) is out of range
+static inline int64_t indexed_dataset_token(const IndexedDataset* ds, int64_t item, int64_t pos) {
+    if (item < 0 || item >= ds->num_items || pos < 0 || pos >= ds->sizes[item]) return -1;
+    return token_at(ds->bin + ds->pointers[item] + pos * ds->itemsize, ds->dtype_code);
+}
+
+// smallest and largest token id in the whole dataset; 1 (and 0, 0) if it holds no token
+static inline int indexed_dataset_max_token(const IndexedDataset* ds, int64_t* min_id, int64_t* max_id) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 64) reduction(min : lo) reduction(max : hi)
+#endif
+    for (int64_t i = 0; i < ds->num_items; i++) {
+        const uint8_t* p = ds->bin + ds->pointers[i];
+        for (int64_t j = 0; j < ds->sizes[i]; j++) {
+            int64_t t = token_at(p + j * ds->itemsize, ds->dtype_code);
+            if (t < lo) lo = t;
+            if (t > hi) hi = t;
+        }
+    }
+    *min_id = ds->num_tokens ? lo : 0;
+    *max_id = ds->num_tokens ? hi : 0;
+    return ds->num_tokens ? 0 : 1;
+}
+
+// ----------------------------------------------------------------------------
+// writing an indexed dataset (Megatron's MMapIndexedDatasetBuilder)
+//
+// Tokens stream into PREFIX.bin.tmp as documents arrive; sizes and doc_idx stay in memory
+// and go to PREFIX.idx.tmp at the end. Both are fsync'd before either is renamed, so an
+// existing dataset is never replaced by a half-written one. (Two renames are not one atomic
+// step: a crash between them leaves a new .bin beside the old .idx, which the reader's
+// checks will usually refuse.)
+
+typedef struct {
+    char bin_path[4112], idx_path[4112], bin_tmp[4112], idx_tmp[4112];
+    FILE* bin;
+    int dtype_code, itemsize;
+    int32_t* sizes; int64_t num_items, cap_items;
+    int64_t* doc_idx; int64_t num_doc_idx, cap_doc_idx;
+    int64_t item_tokens;    // tokens appended to the item that is still open
+    int64_t num_tokens;
+} IndexedDatasetBuilder;
+
+// grow an array to hold `need` elements; NULL (and the old array untouched) if out of memory
+static void* grow_array(void* p, int64_t* cap, int64_t need, size_t elem) {
+    if (need <= *cap) return p;
+    int64_t new_cap = *cap * 2 > need ? *cap * 2 : need + 1024;
+    void* q = realloc(p, (size_t)new_cap * elem);
+    if (q != NULL) *cap = new_cap;
+    return q;
+}
+
+// throw away the temporary files and the memory (after an error, or to give up)
+static inline void builder_abort(IndexedDatasetBuilder* b) {
+    if (b->bin) fclose(b->bin);
+    if (b->bin_tmp[0]) unlink(b->bin_tmp);
+    if (b->idx_tmp[0]) unlink(b->idx_tmp);
+    free(b->sizes);
+    free(b->doc_idx);
+    memset(b, 0, sizeof *b);
+}
+
+static inline int builder_open(IndexedDatasetBuilder* b, const char* prefix, int dtype_code, char* err, size_t errlen) {
+    memset(b, 0, sizeof *b);
+    const TokenDtype* dt = token_dtype(dtype_code);
+    if (dt == NULL) return data_error(err, errlen, "%s: dtype code %d is not a token type", prefix, dtype_code);
+    if (strlen(prefix) + 9 > sizeof b->bin_path) return data_error(err, errlen, "%s: path too long", prefix);
+    snprintf(b->bin_path, sizeof b->bin_path, "%s.bin", prefix);
+    snprintf(b->idx_path, sizeof b->idx_path, "%s.idx", prefix);
+    snprintf(b->bin_tmp, sizeof b->bin_tmp, "%s.bin.tmp", prefix);
+    b->dtype_code = dtype_code;
+    b->itemsize = dt->itemsize;
+    b->bin = fopen(b->bin_tmp, "wb");
+    if (b->bin == NULL) {
+        int rc = data_error(err, errlen, "%s: %s", b->bin_tmp, strerror(errno));
+        b->bin_tmp[0] = 0;   // not ours to delete
+        builder_abort(b);
+        return rc;
+    }
+    b->doc_idx = (int64_t*)grow_array(NULL, &b->cap_doc_idx, 1, sizeof(int64_t));
+    if (b->doc_idx == NULL) { builder_abort(b); return data_error(err, errlen, "%s: out of memory", prefix); }
+    b->doc_idx[b->num_doc_idx++] = 0;   // Megatron's doc_idx starts as [0]
+    return 0;
+}
+
+// append tokens to the open item (a document may arrive in pieces); all or nothing
+static int builder_append_tokens(IndexedDatasetBuilder* b, const int64_t* tokens, int64_t n, char* err, size_t errlen) {
+    const TokenDtype* dt = token_dtype(b->dtype_code);
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < dt->min || tokens[i] > dt->max)
+            return data_error(err, errlen, "%s: token id %lld does not fit dtype %s", b->bin_path, (long long)tokens[i],
+                              dt->name);
+    if (n > INT32_MAX - b->item_tokens)   // sizes are int32 in the .idx
+        return data_error(err, errlen, "%s: a document of more than %d tokens", b->bin_path, INT32_MAX);
+    uint8_t buf[1 << 14];
+    int64_t per_buf = (int64_t)sizeof buf / b->itemsize;
+    for (int64_t i = 0; i < n; i += per_buf) {
+        int64_t m = n - i < per_buf ? n - i : per_buf;
+        for (int64_t j = 0; j < m; j++) {   // narrow to the dtype (little-endian host: low bytes first)
+            int64_t t = tokens[i + j];
+            memcpy(buf + j * b->itemsize, &t, (size_t)b->itemsize);
+        }
+        if (fwrite(buf, (size_t)b->itemsize, (size_t)m, b->bin) != (size_t)m)
+            return data_error(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
+    }
+    b->item_tokens += n;
+    b->num_tokens += n;
+    return 0;
+}
+
+// close the open item and end the document after it (add_item's size + end_document)
+static int builder_end_document(IndexedDatasetBuilder* b, char* err, size_t errlen) {
+    int32_t* sizes = (int32_t*)grow_array(b->sizes, &b->cap_items, b->num_items + 1, sizeof(int32_t));
+    if (sizes == NULL) return data_error(err, errlen, "%s: out of memory", b->idx_path);
+    b->sizes = sizes;
+    int64_t* doc_idx = (int64_t*)grow_array(b->doc_idx, &b->cap_doc_idx, b->num_doc_idx + 1, sizeof(int64_t));
+    if (doc_idx == NULL) return data_error(err, errlen, "%s: out of memory", b->idx_path);
+    b->doc_idx = doc_idx;
+    b->sizes[b->num_items++] = (int32_t)b->item_tokens;
+    b->doc_idx[b->num_doc_idx++] = b->num_items;
+    b->item_tokens = 0;
+    return 0;
+}
+
+// one document of one item, as tools/preprocess_data.py writes it: add_item + end_document
+static inline int builder_add_document(IndexedDatasetBuilder* b, const int64_t* tokens, int64_t n, char* err, size_t errlen) {
+    if (builder_append_tokens(b, tokens, n, err, errlen)) return 1;
+    return builder_end_document(b, err, errlen);
+}
+
+// flush, fsync and close; 1 on any failure
+static int close_synced(FILE* f) {
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    return (fclose(f) != 0) || bad;
+}
+
+static int write_idx(const IndexedDatasetBuilder* b, FILE* f) {
+    const uint64_t version = 1, n = (uint64_t)b->num_items, d = (uint64_t)b->num_doc_idx;
+    const uint8_t code = (uint8_t)b->dtype_code;
+    int bad = fwrite(IDX_MAGIC, 1, 9, f) != 9 || fwrite(&version, 8, 1, f) != 1 || fwrite(&code, 1, 1, f) != 1 ||
+              fwrite(&n, 8, 1, f) != 1 || fwrite(&d, 8, 1, f) != 1;
+    if (n > 0) bad = bad || fwrite(b->sizes, 4, n, f) != n;
+    int64_t address = 0;   // pointers: each item starts where the previous one ended
+    for (int64_t i = 0; i < b->num_items && !bad; i++) {
+        bad = fwrite(&address, 8, 1, f) != 1;
+        address += (int64_t)b->sizes[i] * b->itemsize;
+    }
+    return bad || fwrite(b->doc_idx, 8, d, f) != d;
+}
+
+// make the renames themselves durable
+static void fsync_parent_dir(const char* path) {
+    char dir[4112];
+    snprintf(dir, sizeof dir, "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (slash == NULL) strcpy(dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) { fsync(fd); close(fd); }
+}
+
+static inline int builder_finish(IndexedDatasetBuilder* b, char* err, size_t errlen) {
+    if (b->bin == NULL) return data_error(err, errlen, "builder_finish: the builder is not open");
+    int rc = 0;
+    if (b->item_tokens != 0) rc = data_error(err, errlen, "%s: the last document was never ended", b->bin_path);
+    FILE* bin = b->bin;
+    b->bin = NULL;
+    if (close_synced(bin) && rc == 0) rc = data_error(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
+    snprintf(b->idx_tmp, sizeof b->idx_tmp, "%s.tmp", b->idx_path);
+    FILE* idx = rc ? NULL : fopen(b->idx_tmp, "wb");
+    if (rc == 0 && idx == NULL) rc = data_error(err, errlen, "%s: %s", b->idx_tmp, strerror(errno));
+    if (rc == 0) {
+        int bad = write_idx(b, idx);
+        if (close_synced(idx) || bad) rc = data_error(err, errlen, "%s: write failed: %s", b->idx_tmp, strerror(errno));
+    }
+    if (rc == 0 && (rename(b->bin_tmp, b->bin_path) != 0 || rename(b->idx_tmp, b->idx_path) != 0))
+        rc = data_error(err, errlen, "%s: rename failed: %s", b->idx_path, strerror(errno));
+    if (rc == 0) { fsync_parent_dir(b->idx_path); b->bin_tmp[0] = b->idx_tmp[0] = 0; }
+    builder_abort(b);   // frees memory; on failure also deletes the temporaries
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// the byte-level tokenizer: a token is a byte, plus one end-of-document token
+
+enum { BYTE_VOCAB_SIZE = 257, BYTE_EOD = 256 };
+
+// ----------------------------------------------------------------------------
+// train / valid / test split (Megatron's get_train_valid_test_split_)
+//
+// "969,30,1" (or "969/30/1", or fewer numbers padded with 0) splits num_docs documents into
+// [bounds[0], bounds[1]) train, [bounds[1], bounds[2]) valid, [bounds[2], bounds[3]) test.
+// Megatron passes the number of *items* (sizes.shape[0]) here, not len(doc_idx) - 1: the
+// GPT path treats every item as a document. A range with end <= begin is empty (Megatron
+// then builds no dataset for it). Like Python, round() rounds halves to even.
+
+static int64_t round_half_even(double x) {   // x >= 0
+    int64_t r = (int64_t)x;
+    double frac = x - (double)r;             // exact for doubles
+    if (frac > 0.5 || (frac == 0.5 && (r & 1))) r++;
+    return r;
+}
+
+static inline int split_documents(const char* split, int64_t num_docs, int64_t bounds[4], char* err, size_t errlen) {
+    char sep = strchr(split, ',') ? ',' : strchr(split, '/') ? '/' : 0;
+    double w[3] = {0, 0, 0};
+    int count = 0;
+    for (const char* p = split;; count++) {
+        char* end;
+        double v = strtod(p, &end);
+        while (*end == ' ' || *end == '\t') end++;
+        if (end == p || !(v >= 0 && v <= 1e300) || (*end != 0 && *end != sep))
+            return data_error(err, errlen, "--split %s: expected up to 3 non-negative numbers separated by , or /", split);
+        if (count < 3) w[count] = v;   // Megatron keeps the first three
+        if (*end == 0) break;
+        p = end + 1;
+    }
+    double sum = w[0] + w[1] + w[2];
+    if (!(sum > 0)) return data_error(err, errlen, "--split %s: the weights add up to 0", split);
+    bounds[0] = 0;
+    for (int i = 0; i < 3; i++) bounds[i + 1] = bounds[i] + round_half_even(w[i] / sum * (double)num_docs);
+    int64_t diff = bounds[3] - num_docs;   // rounding may overshoot: shift every boundary back
+    for (int i = 1; i < 4; i++) bounds[i] -= diff;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// numpy's legacy RandomState: MT19937 seeded with init_genrand, and its shuffle
+//
+// np.random.RandomState(seed) with an integer seed runs the reference init_genrand(seed)
+// (numpy's mt19937_seed); RandomState.shuffle is Fisher-Yates from the end, drawing j in
+// [0, i] by masked rejection sampling (numpy's random_interval).
+
+enum { MT_N = 624, MT_M = 397 };
+
+typedef struct {
+    uint32_t state[MT_N];
+    int pos;
+} MT19937;
+
+static void mt19937_seed(MT19937* r, uint32_t seed) {
+    r->state[0] = seed;
+    for (int i = 1; i < MT_N; i++)
+        r->state[i] = 1812433253u * (r->state[i - 1] ^ (r->state[i - 1] >> 30)) + (uint32_t)i;
+    r->pos = MT_N;
+}
+
+static uint32_t mt19937_next32(MT19937* r) {
+    if (r->pos >= MT_N) {   // regenerate the whole state
+        for (int i = 0; i < MT_N; i++) {
+            uint32_t y = (r->state[i] & 0x80000000u) | (r->state[(i + 1) % MT_N] & 0x7fffffffu);
+            r->state[i] = r->state[(i + MT_M) % MT_N] ^ (y >> 1) ^ ((y & 1) ? 0x9908b0dfu : 0);
+        }
+        r->pos = 0;
+    }
+    uint32_t y = r->state[r->pos++];   // tempering
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    y ^= y >> 18;
+    return y;
+}
+
+// uniform in [0, max]: draw under the smallest all-ones mask >= max until it fits
+static uint64_t random_interval(MT19937* r, uint64_t max) {
+    if (max == 0) return 0;
+    uint64_t mask = max, v;
+    for (int s = 1; s <= 32; s *= 2) mask |= mask >> s;
+    if (max <= 0xffffffffu) {
+        do v = mt19937_next32(r) & mask; while (v > max);
+    } else {   // numpy's next_uint64 for MT19937: high word drawn first
+        do { uint64_t hi = mt19937_next32(r); v = ((hi << 32) | mt19937_next32(r)) & mask; } while (v > max);
+    }
+    return v;
+}
+
+static void shuffle_int32(MT19937* r, int32_t* x, int64_t n) {
+    for (int64_t i = n - 1; i >= 1; i--) {
+        int64_t j = (int64_t)random_interval(r, (uint64_t)i);
+        int32_t t = x[i]; x[i] = x[j]; x[j] = t;
+    }
+}
+
+static void shuffle_int64(MT19937* r, int64_t* x, int64_t n) {
+    for (int64_t i = n - 1; i >= 1; i--) {
+        int64_t j = (int64_t)random_interval(r, (uint64_t)i);
+        int64_t t = x[i]; x[i] = x[j]; x[j] = t;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the GPT sample index (Megatron's GPTDataset, _build_index_mappings)
+//
+// Documents [doc_begin, doc_end) are *items* of the dataset, as in Megatron's GPT path
+// (documents = np.arange(start, stop) over sizes, get(doc) reads item doc); the .idx
+// doc_idx is not used for sampling. Three arrays define the samples:
+//   doc_idx     the documents of every epoch, epochs concatenated, shuffled;
+//   sample_idx  where sample k starts in the stream of documents in doc_idx order:
+//               (index into doc_idx, token offset in that document); sample k runs to
+//               the start of sample k+1 inclusive, so seq_length+1 tokens;
+//   shuffle_idx the order in which samples are served.
+// One RandomState(seed) shuffles doc_idx, then shuffle_idx.
+
+typedef struct {
+    const IndexedDataset* ds;
+    int seq_length;
+    int64_t num_samples;          // len(dataset) = rows of sample_idx - 1 (Megatron builds them all)
+    int32_t* doc_idx; int64_t doc_idx_len;
+    int32_t* sample_idx;          // [num_samples+1][2]
+    int64_t* shuffle_idx;         // [num_samples] (uint32 in Megatron's .npy when it fits; same values)
+    int64_t doc_begin, doc_end;
+    int64_t tokens_per_epoch;
+    int num_epochs;
+    int separate_last_epoch;
+} GPTDataset;
+
+static inline void gpt_dataset_free(GPTDataset* g) {
+    free(g->doc_idx);
+    free(g->sample_idx);
+    free(g->shuffle_idx);
+    memset(g, 0, sizeof *g);
+}
+
+// Megatron's _num_epochs loops E = 1, 2, ... until (E*T - 1) // seq_length >= num_samples;
+// that is the smallest E >= 1 with E*T >= num_samples*seq_length + 1.
+static int64_t num_epochs_needed(int64_t tokens_per_epoch, int seq_length, int64_t num_samples) {
+    int64_t need = num_samples * seq_length + 1;
+    int64_t e = need / tokens_per_epoch + (need % tokens_per_epoch != 0);
+    return e < 1 ? 1 : e;
+}
+
+// If the last epoch contributes less than 80% of an epoch's samples, Megatron shuffles it
+// apart from the others (so its few samples are not spread over the whole run), and keeps
+// the samples of the full epochs first in shuffle_idx. Returns the samples of the first
+// E-1 epochs through *first_samples.
+static int separate_last_epoch(const GPTDataset* g, int64_t num_samples, int64_t* first_samples) {
+    if (g->num_epochs == 1) return 0;
+    int64_t from_full = ((int64_t)(g->num_epochs - 1) * g->tokens_per_epoch - 1) / g->seq_length;
+    int64_t last_epoch_samples = num_samples - from_full;
+    int64_t per_epoch = (g->tokens_per_epoch - 1) / g->seq_length;
+    *first_samples = from_full;
+    // (Megatron also asserts last_epoch_samples <= per_epoch; where that fails it would
+    // stop, and the rule below gives "not separate", which is what we do.)
+    return last_epoch_samples < (int64_t)(0.80 * (double)per_epoch);
+}
+
+// E copies of the documents; with separation the first E-1 and the last are shuffled apart
+static void build_doc_idx(GPTDataset* g, MT19937* rng) {
+    int64_t n = g->doc_end - g->doc_begin;
+    for (int64_t i = 0; i < g->doc_idx_len; i++) g->doc_idx[i] = (int32_t)(g->doc_begin + i % n);
+    if (!g->separate_last_epoch) {
+        shuffle_int32(rng, g->doc_idx, g->doc_idx_len);
+    } else {
+        shuffle_int32(rng, g->doc_idx, g->doc_idx_len - n);
+        shuffle_int32(rng, g->doc_idx + g->doc_idx_len - n, n);
+    }
+}
+
+// helpers.cpp build_sample_idx: walk the document stream seq_length tokens at a time
+static int build_sample_idx(GPTDataset* g) {
+    const int32_t* sizes = g->ds->sizes;
+    int64_t d = 0, offset = 0;   // position: index into doc_idx, token offset in that document
+    g->sample_idx[0] = 0;
+    g->sample_idx[1] = 0;
+    for (int64_t k = 1; k <= g->num_samples; k++) {
+        int64_t remaining = g->seq_length + 1;
+        while (remaining != 0) {
+            if (d >= g->doc_idx_len) return 1;   // cannot happen: the epochs hold enough tokens
+            int64_t doc_length = sizes[g->doc_idx[d]] - offset;
+            remaining -= doc_length;
+            if (remaining <= 0) {   // the sample ends inside this document, on its last token
+                offset += remaining + doc_length - 1;
+                remaining = 0;
+            } else {
+                d++;
+                offset = 0;
+            }
+        }
+        g->sample_idx[2 * k] = (int32_t)d;
+        g->sample_idx[2 * k + 1] = (int32_t)offset;
+    }
+    return 0;
+}
+
+// Megatron's _build_shuffle_idx: [0, first) shuffled, then [first, total) shuffled
+static void build_shuffle_idx(GPTDataset* g, MT19937* rng, int64_t first) {
+    for (int64_t i = 0; i < g->num_samples; i++) g->shuffle_idx[i] = i;
+    shuffle_int64(rng, g->shuffle_idx, first);
+    if (first < g->num_samples) shuffle_int64(rng, g->shuffle_idx + first, g->num_samples - first);
+}
+
+static int check_gpt_args(const IndexedDataset* ds, int64_t doc_begin, int64_t doc_end, int seq_length, uint64_t seed,
+                          int64_t num_samples, char* err, size_t errlen) {
+    const char* p = ds->path_prefix;
+    if (doc_begin < 0 || doc_end > ds->num_items || doc_begin >= doc_end || doc_end > INT32_MAX)
+        return data_error(err, errlen, "%s: document range [%lld, %lld) is empty or outside [0, %lld)", p,
+                          (long long)doc_begin, (long long)doc_end, (long long)ds->num_items);
+    if (seq_length < 2) return data_error(err, errlen, "seq_length %d: Megatron needs at least 2", seq_length);
+    if (seed > 0xffffffffu) return data_error(err, errlen, "seed %llu: numpy's RandomState takes 0..2^32-1", (unsigned long long)seed);
+    if (num_samples < 0 || num_samples > (INT64_MAX - 1) / seq_length)
+        return data_error(err, errlen, "%lld samples: out of range", (long long)num_samples);
+    return 0;
+}
+
+static inline int gpt_dataset_build(GPTDataset* g, const IndexedDataset* ds, int64_t doc_begin, int64_t doc_end,
+                                    int seq_length, uint64_t seed, int64_t num_samples_requested, char* err, size_t errlen) {
+    memset(g, 0, sizeof *g);
+    if (check_gpt_args(ds, doc_begin, doc_end, seq_length, seed, num_samples_requested, err, errlen)) return 1;
+    const char* p = ds->path_prefix;
+    g->ds = ds; g->seq_length = seq_length; g->doc_begin = doc_begin; g->doc_end = doc_end;
+    for (int64_t i = doc_begin; i < doc_end; i++) g->tokens_per_epoch += ds->sizes[i];
+    if (g->tokens_per_epoch < 2)
+        return data_error(err, errlen, "%s: documents [%lld, %lld) hold %lld tokens, too few for a sample", p,
+                          (long long)doc_begin, (long long)doc_end, (long long)g->tokens_per_epoch);
+    int64_t epochs = num_epochs_needed(g->tokens_per_epoch, seq_length, num_samples_requested);
+    if (epochs > INT32_MAX / (doc_end - doc_begin))   // Megatron keeps doc_idx positions in int32
+        return data_error(err, errlen, "%s: %lld samples of %d tokens need %lld epochs: too many", p,
+                          (long long)num_samples_requested, seq_length, (long long)epochs);
+    g->num_epochs = (int)epochs;
+    g->num_samples = (epochs * g->tokens_per_epoch - 1) / seq_length;
+    if (g->num_samples < 1) return data_error(err, errlen, "%s: too few tokens for one sample of %d", p, seq_length + 1);
+    int64_t first = g->num_samples;
+    g->separate_last_epoch = separate_last_epoch(g, num_samples_requested, &first);
+    g->doc_idx_len = epochs * (doc_end - doc_begin);
+    g->doc_idx = (int32_t*)malloc((size_t)g->doc_idx_len * sizeof(int32_t));
+    g->sample_idx = (int32_t*)malloc((size_t)(g->num_samples + 1) * 2 * sizeof(int32_t));
+    g->shuffle_idx = (int64_t*)malloc((size_t)g->num_samples * sizeof(int64_t));
+    if (!g->doc_idx || !g->sample_idx || !g->shuffle_idx) {
+        gpt_dataset_free(g);
+        return data_error(err, errlen, "%s: out of memory for the sample index", p);
+    }
+    MT19937 rng;
+    mt19937_seed(&rng, (uint32_t)seed);
+    build_doc_idx(g, &rng);
+    if (build_sample_idx(g)) { gpt_dataset_free(g); return data_error(err, errlen, "%s: sample index overran", p); }
+    build_shuffle_idx(g, &rng, first);
+    return 0;
+}
+
+// sample i (taken modulo num_samples): seq_length+1 tokens of the document stream
+static inline void gpt_dataset_get(const GPTDataset* g, int64_t i, int* tokens_out) {
+    const IndexedDataset* ds = g->ds;
+    i %= g->num_samples;
+    if (i < 0) i += g->num_samples;
+    int64_t j = g->shuffle_idx[i];
+    int64_t d = g->sample_idx[2 * j], offset = g->sample_idx[2 * j + 1];
+    int64_t need = g->seq_length + 1, got = 0;
+    for (; got < need && d < g->doc_idx_len; d++, offset = 0) {
+        int64_t item = g->doc_idx[d], take = ds->sizes[item] - offset;
+        if (take > need - got) take = need - got;
+        const uint8_t* p = ds->bin + ds->pointers[item] + offset * ds->itemsize;
+        for (int64_t t = 0; t < take; t++) tokens_out[got + t] = (int)token_at(p + t * ds->itemsize, ds->dtype_code);
+        got += take;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// blending several datasets by weight (Megatron's BlendableDataset)
+//
+// With --data-path W1 P1 W2 P2 ..., Megatron normalizes the weights, asks dataset k for
+// ceil(N * w_k * 1.005) samples (0.5% spare), and then serves sample s from the dataset
+// whose share so far lags its weight the most (helpers.cpp build_blending_indices).
+
+static double numpy_sum(const double* a, int64_t n) {   // np.sum's pairwise order, for exact weights
+    if (n < 8) {
+        double s = 0.;
+        for (int64_t i = 0; i < n; i++) s += a[i];
+        return s;
+    }
+    if (n <= 128) {
+        double r[8];
+        int64_t i;
+        for (int k = 0; k < 8; k++) r[k] = a[k];
+        for (i = 8; i < n - n % 8; i += 8)
+            for (int k = 0; k < 8; k++) r[k] += a[i + k];
+        double s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) s += a[i];
+        return s;
+    }
+    int64_t half = n / 2;
+    half -= half % 8;
+    return numpy_sum(a, half) + numpy_sum(a + half, n - half);
+}
+
+// weights -> normalized weights (in place) and each dataset's sample count for num_samples
+static inline int blend_weights(double* weights, int n, int64_t num_samples, int64_t* per_dataset, char* err, size_t errlen) {
+    double sum = 0.0;
+    for (int k = 0; k < n; k++) {
+        if (!(weights[k] >= 0)) return data_error(err, errlen, "--data-path: weight %g is negative", weights[k]);
+        sum += weights[k];
+    }
+    if (!(sum > 0) || n < 1 || n > 254) return data_error(err, errlen, "--data-path: need 1..254 datasets with weights adding up to more than 0");
+    for (int k = 0; k < n; k++) {
+        weights[k] /= sum;
+        double x = (double)num_samples * weights[k] * 1.005;
+        int64_t c = (int64_t)x;
+        per_dataset[k] = c + ((double)c < x);   // math.ceil
+    }
+    return 0;
+}
+
+typedef struct {
+    int num_datasets;
+    int64_t size;
+    uint8_t* dataset_index;          // [size] which dataset serves sample s
+    int64_t* dataset_sample_index;   // [size] and which of its samples
+} BlendIndex;
+
+static inline void blend_free(BlendIndex* b) {
+    free(b->dataset_index);
+    free(b->dataset_sample_index);
+    memset(b, 0, sizeof *b);
+}
+
+// size = total samples (Megatron-DeepSpeed: the sum of the datasets' lengths)
+static inline int blend_build(BlendIndex* b, const double* weights, int n, int64_t size, char* err, size_t errlen) {
+    memset(b, 0, sizeof *b);
+    double w[256];
+    if (n < 1 || n > 254) return data_error(err, errlen, "--data-path: %d datasets (1..254 allowed)", n);
+    memcpy(w, weights, (size_t)n * sizeof(double));
+    double sum = numpy_sum(w, n);   // BlendableDataset normalizes once more, with np.sum
+    if (!(sum > 0)) return data_error(err, errlen, "--data-path: weights add up to 0");
+    for (int k = 0; k < n; k++) w[k] /= sum;
+    b->num_datasets = n; b->size = size;
+    b->dataset_index = (uint8_t*)malloc((size_t)size + 1);
+    b->dataset_sample_index = (int64_t*)malloc((size_t)size * sizeof(int64_t) + 1);
+    int64_t* served = (int64_t*)calloc((size_t)n, sizeof(int64_t));
+    if (!b->dataset_index || !b->dataset_sample_index || !served) {
+        free(served); blend_free(b);
+        return data_error(err, errlen, "--data-path: out of memory for the blending index");
+    }
+    for (int64_t s = 0; s < size; s++) {
+        double at = s > 1 ? (double)s : 1.0;
+        int best = 0;
+        double best_error = w[0] * at - (double)served[0];
+        for (int k = 1; k < n; k++) {
+            double error = w[k] * at - (double)served[k];
+            if (error > best_error) { best_error = error; best = k; }
+        }
+        b->dataset_index[s] = (uint8_t)best;
+        b->dataset_sample_index[s] = served[best]++;
+    }
+    free(served);
+    return 0;
+}
+
+#if defined(PREPROCESS_MAIN) || defined(DATA_TESTING)
+// ----------------------------------------------------------------------------
+// preprocess: text in, .bin/.idx out (Megatron's tools/preprocess_data.py, byte-level)
+//
+// ./preprocess --input FILE [FILE ...] --output-prefix PREFIX [--json-keys KEY [KEY ...]]
+//              [--append-eod] [--tokenizer-type bytes|ids] [--vocab-size N] [--dtype NAME]
+//              [--workers N]          or          ./preprocess --inspect PREFIX
+// Sources of documents: a whole input file (bytes, no --json-keys); one line (ids); or with
+// --json-keys, one string per key and JSON line. Output per key: PREFIX_KEY_document.bin/.idx
+// (key "text" without --json-keys). As preprocess_data.py: a document with no tokens is
+// skipped, and --append-eod adds the end-of-document token to the others. The ids tokenizer
+// is Megatron's NullTokenizer: whitespace-separated ids below --vocab-size N, EOD = N.
+#include <time.h>
+
+enum { PREPROCESS_MAX_KEYS = 16, PREPROCESS_BATCH_LINES = 4096 };
+
+typedef struct {
+    const char* inputs[1024]; int num_inputs;
+    const char* output_prefix;
+    const char* keys[PREPROCESS_MAX_KEYS]; int num_keys;
+    int json, ids, append_eod, dtype_code, workers;
+    int64_t vocab_size;   // ids: --vocab-size (0: largest id in the data + 1)
+    const char* inspect;
+} PreprocessArgs;
+
+typedef struct { uint8_t* data; size_t len, cap; } ByteBuf;
+typedef struct { int64_t* data; int64_t len, cap; } TokenBuf;
+
+// the preprocess program may stop on out-of-memory (the library functions above never do)
+static void* realloc_or_exit(void* p, size_t n) {
+    void* q = realloc(p, n);
+    if (q == NULL) { fprintf(stderr, "error: preprocess: out of memory\n"); exit(2); }
+    return q;
+}
+
+static void bytes_push(ByteBuf* v, const void* p, size_t n) {
+    if (v->len + n > v->cap) {
+        v->cap = (v->len + n) * 2 + 64;
+        v->data = (uint8_t*)realloc_or_exit(v->data, v->cap);
+    }
+    memcpy(v->data + v->len, p, n);
+    v->len += n;
+}
+
+static void tokens_push(TokenBuf* v, int64_t t) {
+    if (v->len == v->cap) {
+        v->cap = v->cap * 2 + 64;
+        v->data = (int64_t*)realloc_or_exit(v->data, (size_t)v->cap * sizeof(int64_t));
+    }
+    v->data[v->len++] = t;
+}
+
+// ----------------------------------------------------------------------------
+// a small JSON reader: enough to pull string fields out of one JSON object per line
+
+static const char* json_ws(const char* p, const char* end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
+    return p;
+}
+
+static void utf8_put(ByteBuf* out, uint32_t cp) {
+    uint8_t b[4];
+    size_t n;
+    if (cp < 0x80) { b[0] = (uint8_t)cp; n = 1; }
+    else if (cp < 0x800) { b[0] = (uint8_t)(0xc0 | cp >> 6); b[1] = (uint8_t)(0x80 | (cp & 63)); n = 2; }
+    else if (cp < 0x10000) {
+        b[0] = (uint8_t)(0xe0 | cp >> 12); b[1] = (uint8_t)(0x80 | (cp >> 6 & 63)); b[2] = (uint8_t)(0x80 | (cp & 63)); n = 3;
+    } else {
+        b[0] = (uint8_t)(0xf0 | cp >> 18); b[1] = (uint8_t)(0x80 | (cp >> 12 & 63));
+        b[2] = (uint8_t)(0x80 | (cp >> 6 & 63)); b[3] = (uint8_t)(0x80 | (cp & 63)); n = 4;
+    }
+    bytes_push(out, b, n);
+}
+
+static int hex4(const char* p, const char* end, uint32_t* v) {
+    *v = 0;
+    if (end - p < 4) return 1;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return 1;
+        *v = *v * 16 + (uint32_t)d;
+    }
+    return 0;
+}
+
+// the string at *pp (just past its opening quote) decoded to UTF-8 bytes into out (may
+// be NULL: skip); a surrogate pair becomes one code point, a lone surrogate U+FFFD
+static const char* json_string(const char** pp, const char* end, ByteBuf* out) {
+    const char* p = *pp;
+    for (;;) {
+        if (p >= end) return "unterminated string";
+        unsigned char c = (unsigned char)*p++;
+        if (c == '"') break;
+        if (c < 0x20) return "control character inside a string";
+        if (c != '\\') { if (out) bytes_push(out, &c, 1); continue; }
+        if (p >= end) return "unterminated string";
+        char e = *p++;
+        static const char escapes[] = "\"\\/bfnrt", decoded[] = "\"\\/\b\f\n\r\t";
+        const char* simple = e ? strchr(escapes, e) : NULL;
+        if (simple != NULL) {
+            if (out) bytes_push(out, &decoded[simple - escapes], 1);
+        } else if (e == 'u') {
+            uint32_t cp, lo;
+            if (hex4(p, end, &cp)) return "bad \\u escape";
+            p += 4;
+            if (cp >= 0xd800 && cp < 0xdc00 && end - p >= 6 && p[0] == '\\' && p[1] == 'u' && !hex4(p + 2, end, &lo) &&
+                lo >= 0xdc00 && lo < 0xe000) {
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                p += 6;
+            } else if (cp >= 0xd800 && cp < 0xe000) {
+                cp = 0xfffd;
+            }
+            if (out) utf8_put(out, cp);
+        } else {
+            return "bad escape in a string";
+        }
+    }
+    *pp = p;
+    return NULL;
+}
+
+// skip a number, true/false/null, or a nested object/array (brackets counted, strings skipped)
+static const char* json_skip_value(const char** pp, const char* end) {
+    const char* p = *pp;
+    int depth = 0;
+    do {
+        if (p >= end) return "unexpected end of line";
+        char c = *p++;
+        if (c == '"') {
+            const char* why = json_string(&p, end, NULL);
+            if (why) return why;
+        } else if (c == '{' || c == '[') depth++;
+        else if (c == '}' || c == ']') depth--;
+        else if (depth == 0) {   // a scalar: runs to the next delimiter
+            while (p < end && !strchr(",}] \t\r\n", *p)) p++;
+        }
+        if (depth < 0) return "unbalanced brackets";
+    } while (depth > 0);
+    *pp = p;
+    return NULL;
+}
+
+// out[k] = the string value of keys[k] in the object on this line; NULL or why not
+static const char* json_find_keys(const char* p, const char* end, const char* const* keys, int n, ByteBuf* out) {
+    int found[PREPROCESS_MAX_KEYS] = {0};
+    ByteBuf key;
+    memset(&key, 0, sizeof key);
+    const char* why = NULL;
+    p = json_ws(p, end);
+    if (p >= end || *p++ != '{') return "expected a JSON object";
+    for (p = json_ws(p, end); !why && p < end && *p != '}';) {
+        key.len = 0;
+        if (*p++ != '"' || (why = json_string(&p, end, &key)) != NULL) { why = why ? why : "expected a key"; break; }
+        p = json_ws(p, end);
+        if (p >= end || *p++ != ':') { why = "expected ':'"; break; }
+        p = json_ws(p, end);
+        int k = 0;
+        while (k < n && !(strlen(keys[k]) == key.len && memcmp(keys[k], key.data, key.len) == 0)) k++;
+        if (k < n && p < end && *p == '"') { p++; out[k].len = 0; why = json_string(&p, end, &out[k]); found[k] = 1; }
+        else if (k < n) why = "value is not a string";
+        else why = json_skip_value(&p, end);
+        p = json_ws(p, end);
+        if (!why && p < end && *p == ',') p = json_ws(p + 1, end);
+        else if (!why && (p >= end || *p != '}')) why = "expected ',' or '}'";
+    }
+    if (!why && p >= end) why = "unterminated object";
+    for (int k = 0; k < n && !why; k++)
+        if (!found[k]) why = "a key given by --json-keys is missing";
+    free(key.data);
+    return why;
+}
+
+// ----------------------------------------------------------------------------
+// preprocess: tokenizing, and the input files
+
+// text -> tokens (+ EOD when the document is not empty); why says what is wrong
+static int tokenize(const PreprocessArgs* a, const uint8_t* text, size_t n, TokenBuf* out, char* why, size_t whylen) {
+    out->len = 0;
+    if (!a->ids) {
+        for (size_t i = 0; i < n; i++) tokens_push(out, text[i]);
+    } else {
+        for (size_t i = 0; i < n;) {
+            while (i < n && strchr(" \t\r\n\v\f", text[i]) && text[i]) i++;
+            if (i == n) break;
+            int64_t v = 0;
+            size_t start = i;
+            while (i < n && text[i] >= '0' && text[i] <= '9' && v < (INT64_MAX - 9) / 10) v = v * 10 + (text[i++] - '0');
+            if (i == start || (i < n && !strchr(" \t\r\n\v\f", text[i]))) {
+                snprintf(why, whylen, "not a token id (expected a non-negative integer) at byte %zu", start);
+                return 1;
+            }
+            if (a->vocab_size > 0 && v >= a->vocab_size) {
+                snprintf(why, whylen, "token id %lld is not below --vocab-size %lld", (long long)v, (long long)a->vocab_size);
+                return 1;
+            }
+            tokens_push(out, v);
+        }
+    }
+    if (out->len > 0 && a->append_eod) tokens_push(out, a->ids ? a->vocab_size : (int64_t)BYTE_EOD);
+    return 0;
+}
+
+// one line of input and what it becomes (lines are tokenized in parallel, written in order)
+typedef struct {
+    char* text; size_t len;
+    int64_t line_no;
+    TokenBuf docs[PREPROCESS_MAX_KEYS];
+    int failed; char why[200];
+} Line;
+
+static void encode_line(const PreprocessArgs* a, Line* L) {
+    ByteBuf text[PREPROCESS_MAX_KEYS];
+    memset(text, 0, sizeof text);
+    int n = a->json ? a->num_keys : 1;
+    const char* bad = NULL;
+    const char* s = json_ws(L->text, L->text + L->len);
+    if (s == L->text + L->len) n = 0;   // a blank line: nothing to encode
+    else if (a->json) bad = json_find_keys(L->text, L->text + L->len, a->keys, n, text);
+    else bytes_push(&text[0], L->text, L->len);
+    if (bad) { snprintf(L->why, sizeof L->why, "%s", bad); L->failed = 1; }
+    for (int k = 0; k < n && !L->failed; k++)
+        L->failed = tokenize(a, text[k].data, text[k].len, &L->docs[k], L->why, sizeof L->why);
+    for (int k = 0; k < PREPROCESS_MAX_KEYS; k++) free(text[k].data);
+}
+
+// where documents go: the builders (one per key), or, in a dry run, only the largest id
+typedef struct {
+    IndexedDatasetBuilder builders[PREPROCESS_MAX_KEYS];
+    int dry;
+    int64_t max_id, docs, tokens, bytes;
+} Sink;
+
+static int sink_document(Sink* s, int k, const TokenBuf* t, char* err, size_t errlen) {
+    if (t->len == 0) return 0;   // preprocess_data.py skips documents without tokens
+    s->docs++;
+    s->tokens += t->len;
+    for (int64_t i = 0; i < t->len; i++)
+        if (t->data[i] > s->max_id) s->max_id = t->data[i];
+    return s->dry ? 0 : builder_add_document(&s->builders[k], t->data, t->len, err, errlen);
+}
+
+// a whole file is one document of bytes, streamed
+static int preprocess_file(const PreprocessArgs* a, const char* path, Sink* s, char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return data_error(err, errlen, "%s: %s", path, strerror(errno));
+    uint8_t buf[1 << 13];
+    int64_t tokens[1 << 13];
+    int64_t total = 0;
+    size_t n;
+    int rc = 0;
+    while (rc == 0 && (n = fread(buf, 1, sizeof buf, f)) > 0) {
+        for (size_t i = 0; i < n; i++) tokens[i] = buf[i];
+        rc = builder_append_tokens(&s->builders[0], tokens, (int64_t)n, err, errlen);
+        total += (int64_t)n;
+    }
+    if (rc == 0 && ferror(f)) rc = data_error(err, errlen, "%s: read failed", path);
+    fclose(f);
+    s->bytes += total;
+    if (rc || total == 0) return rc;
+    if (a->append_eod) { tokens[0] = BYTE_EOD; rc = builder_append_tokens(&s->builders[0], tokens, 1, err, errlen); }
+    s->docs++;
+    s->tokens += total + a->append_eod;
+    return rc ? rc : builder_end_document(&s->builders[0], err, errlen);
+}
+
+// line by line: read a batch, encode it on --workers threads, write it in order
+static int preprocess_lines(const PreprocessArgs* a, const char* path, Sink* s, char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return data_error(err, errlen, "%s: %s", path, strerror(errno));
+    Line* batch = (Line*)calloc(PREPROCESS_BATCH_LINES, sizeof(Line));
+    int64_t line_no = 0;
+    int rc = batch ? 0 : data_error(err, errlen, "%s: out of memory", path);
+    while (rc == 0) {
+        int n = 0;
+        size_t cap = 0;
+        ssize_t len;
+        while (n < PREPROCESS_BATCH_LINES && (len = getline(&batch[n].text, &cap, f)) >= 0) {
+            batch[n].len = (size_t)len;
+            batch[n].line_no = ++line_no;
+            s->bytes += len;
+            n++;
+            cap = 0;
+        }
+        if (n == 0) break;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 16) num_threads(a->workers)
+#endif
+        for (int i = 0; i < n; i++) encode_line(a, &batch[i]);
+        for (int i = 0; i < n; i++) {
+            Line* L = &batch[i];
+            if (rc == 0 && L->failed) rc = data_error(err, errlen, "%s:%lld: %s", path, (long long)L->line_no, L->why);
+            for (int k = 0; k < PREPROCESS_MAX_KEYS; k++) {
+                if (rc == 0 && L->docs[k].len) rc = sink_document(s, k, &L->docs[k], err, errlen);
+                free(L->docs[k].data);
+            }
+            free(L->text);
+            memset(L, 0, sizeof *L);
+        }
+    }
+    if (rc == 0 && ferror(f)) rc = data_error(err, errlen, "%s: read failed", path);
+    if (batch) free(batch[0].text);   // getline's buffer after end of file
+    free(batch);
+    fclose(f);
+    return rc;
+}
+
+static int preprocess_inputs(const PreprocessArgs* a, Sink* s, char* err, size_t errlen) {
+    for (int i = 0; i < a->num_inputs; i++) {
+        int rc = a->json || a->ids ? preprocess_lines(a, a->inputs[i], s, err, errlen)
+                                   : preprocess_file(a, a->inputs[i], s, err, errlen);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// preprocess: flags and main
+
+static int parse_int_flag(const char* flag, const char* v, int64_t lo, int64_t* out, char* err, size_t errlen) {
+    char* end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (*v == 0 || *end != 0 || errno || x < lo) return data_error(err, errlen, "%s %s: expected an integer >= %lld", flag, v, (long long)lo);
+    *out = x;
+    return 0;
+}
+
+static int preprocess_parse(int argc, char** argv, PreprocessArgs* a, char* err, size_t errlen) {
+    memset(a, 0, sizeof *a);
+    a->workers = 1;
+    for (int i = 1; i < argc; i++) {
+        const char* f = argv[i];
+        int has_value = i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0;
+        int64_t v = 0;
+        int rc = 0;
+        static const char* with_value[] = {"--input", "--json-keys", "--output-prefix", "--inspect", "--workers",
+                                           "--vocab-size", "--tokenizer-type", "--dtype"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(f, with_value[k]);
+        if (!strcmp(f, "--append-eod")) { a->append_eod = 1; continue; }
+        if (!known) return data_error(err, errlen, "%s: unknown flag (see --help)", f);
+        if (!has_value) return data_error(err, errlen, "%s: missing value", f);
+        if (!strcmp(f, "--input") || !strcmp(f, "--json-keys")) {
+            int is_input = f[2] == 'i';
+            for (; i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0; i++) {
+                if (is_input && a->num_inputs < 1024) a->inputs[a->num_inputs++] = argv[i + 1];
+                else if (!is_input && a->num_keys < PREPROCESS_MAX_KEYS) a->keys[a->num_keys++] = argv[i + 1];
+                else return data_error(err, errlen, "%s: too many values", f);
+            }
+            a->json |= !is_input;
+            continue;
+        }
+        const char* value = argv[++i];
+        if (!strcmp(f, "--output-prefix")) a->output_prefix = value;
+        else if (!strcmp(f, "--inspect")) a->inspect = value;
+        else if (!strcmp(f, "--workers")) { rc = parse_int_flag(f, value, 1, &v, err, errlen); a->workers = (int)v; }
+        else if (!strcmp(f, "--vocab-size")) { rc = parse_int_flag(f, value, 1, &v, err, errlen); a->vocab_size = v; }
+        else if (!strcmp(f, "--tokenizer-type")) {
+            if (strcmp(value, "bytes") && strcmp(value, "ids"))
+                return data_error(err, errlen, "--tokenizer-type %s: expected bytes or ids", value);
+            a->ids = !strcmp(value, "ids");
+        } else if (!strcmp(f, "--dtype")) {
+            for (int k = 0; k < NUM_TOKEN_DTYPES; k++)
+                if (!strcmp(value, TOKEN_DTYPES[k].name)) a->dtype_code = TOKEN_DTYPES[k].code;
+            if (!a->dtype_code) return data_error(err, errlen, "--dtype %s: expected uint8, int8, int16, uint16, int32 or int64", value);
+        }
+        if (rc) return rc;
+    }
+    if (a->inspect) return 0;
+    if (a->num_inputs == 0 || a->output_prefix == NULL)
+        return data_error(err, errlen, "--input and --output-prefix are required (see --help)");
+    if (a->ids && a->append_eod && a->vocab_size == 0)
+        return data_error(err, errlen, "--append-eod with --tokenizer-type ids needs --vocab-size N (EOD is N)");
+    if (a->num_keys == 0) a->keys[a->num_keys++] = "text";
+    for (int i = 0; i < a->num_inputs; i++) {
+        struct stat st;
+        if (stat(a->inputs[i], &st) != 0) return data_error(err, errlen, "%s: %s", a->inputs[i], strerror(errno));
+    }
+    return 0;
+}
+
+static int preprocess_inspect(const char* prefix, char* err, size_t errlen) {
+    IndexedDataset ds;
+    if (indexed_dataset_open(&ds, prefix, err, errlen)) return 1;
+    int64_t lo, hi;
+    indexed_dataset_max_token(&ds, &lo, &hi);
+    printf("%s: dtype %s, %lld documents, %lld items, %lld tokens, min token id %lld, max token id %lld\n", prefix,
+           token_dtype(ds.dtype_code)->name, (long long)ds.num_docs, (long long)ds.num_items, (long long)ds.num_tokens,
+           (long long)lo, (long long)hi);
+    indexed_dataset_close(&ds);
+    return 0;
+}
+
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// the dtype Megatron's best_fitting_dtype picks, unless --dtype forces one
+static int preprocess_dtype(PreprocessArgs* a, char* err, size_t errlen) {
+    if (a->dtype_code) return 0;
+    int64_t vocab = BYTE_VOCAB_SIZE;
+    if (a->ids && a->vocab_size) vocab = a->vocab_size + 1;   // NullTokenizer: ids + EOD
+    else if (a->ids) {   // no vocabulary given: one dry pass finds the largest id
+        Sink* dry = (Sink*)calloc(1, sizeof(Sink));
+        if (dry == NULL) return data_error(err, errlen, "out of memory");
+        dry->dry = 1;
+        dry->max_id = -1;
+        int rc = preprocess_inputs(a, dry, err, errlen);
+        vocab = dry->max_id + 1;
+        free(dry);
+        if (rc) return rc;
+    }
+    a->dtype_code = vocab < 65500 ? DTYPE_UINT16 : DTYPE_INT32;
+    return 0;
+}
+
+static int preprocess_run(PreprocessArgs* a, char* err, size_t errlen) {
+    if (preprocess_dtype(a, err, errlen)) return 1;
+    Sink* s = (Sink*)calloc(1, sizeof(Sink));
+    if (s == NULL) return data_error(err, errlen, "out of memory");
+    double t0 = seconds_now();
+    int rc = 0, opened = 0;
+    char prefix[4096];
+    for (; rc == 0 && opened < a->num_keys; opened++) {
+        snprintf(prefix, sizeof prefix, "%s_%s_document", a->output_prefix, a->keys[opened]);
+        rc = builder_open(&s->builders[opened], prefix, a->dtype_code, err, errlen);
+    }
+    if (rc == 0) rc = preprocess_inputs(a, s, err, errlen);
+    for (int k = 0; k < opened; k++) {
+        int64_t docs = s->builders[k].num_items, tokens = s->builders[k].num_tokens;
+        if (rc == 0) rc = builder_finish(&s->builders[k], err, errlen);
+        else builder_abort(&s->builders[k]);
+        if (rc == 0)
+            printf("preprocess: %s_%s_document.bin/.idx: dtype %s, %lld documents, %lld tokens\n", a->output_prefix,
+                   a->keys[k], token_dtype(a->dtype_code)->name, (long long)docs, (long long)tokens);
+    }
+    double dt = seconds_now() - t0, mb = (double)s->bytes / 1e6;
+    if (rc == 0)
+        printf("preprocess: %d input file(s), %.2f MB in %.2f s (%.1f MB/s)\n", a->num_inputs, mb, dt, dt > 0 ? mb / dt : 0.0);
+    free(s);
+    return rc;
+}
+
+static const char* PREPROCESS_USAGE =
+    "usage: preprocess --input FILE [FILE ...] --output-prefix PREFIX [--json-keys KEY [KEY ...]]\n"
+    "                  [--append-eod] [--tokenizer-type bytes|ids] [--vocab-size N] [--dtype NAME] [--workers N]\n"
+    "       preprocess --inspect PREFIX\n"
+    "Writes PREFIX_KEY_document.bin/.idx (KEY: text unless --json-keys) in Megatron's mmap format.\n"
+    "  bytes (default): token = byte 0..255, end of document 256; each input file is one document,\n"
+    "                   or with --json-keys each JSON line's KEY string is one document\n"
+    "  ids:             whitespace-separated token ids, one document per line (or per JSON string);\n"
+    "                   --vocab-size N: ids must be below N, and the end-of-document id is N\n"
+    "  --dtype:         uint8 int8 int16 uint16 int32 int64 (default: uint16 if the vocabulary < 65500, else int32)\n";
+
+// returns the exit status: 0, or 2 after printing one error line
+static int preprocess_main(int argc, char** argv) {
+    PreprocessArgs a;
+    char err[8192];
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(PREPROCESS_USAGE, stdout); return 0; }
+    if (argc < 2) { fputs(PREPROCESS_USAGE, stderr); return 2; }
+    int rc = preprocess_parse(argc, argv, &a, err, sizeof err);
+    if (rc == 0) rc = a.inspect ? preprocess_inspect(a.inspect, err, sizeof err) : preprocess_run(&a, err, sizeof err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    return rc ? 2 : 0;
+}
+
+#ifdef PREPROCESS_MAIN
+int main(int argc, char** argv) { return preprocess_main(argc, argv); }
+#endif
+#endif // PREPROCESS_MAIN || DATA_TESTING

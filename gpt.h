@@ -1,0 +1,551 @@
+/*
+gpt.h — the model: a GPT-2-family decoder, as one pipeline stage of one tensor-parallel rank.
+
+What lives here:
+  - the config (Megatron's names), and the padded vocabulary;
+  - the tensor table: one descriptor per parameter tensor, built from the config, saying
+    its name, its whole shape, how tensor parallelism splits it, which layer (so which
+    pipeline stage) it belongs to, and where this rank's slice sits in the flat buffers;
+  - initialization as a pure function of (seed, tensor name, element index in the whole
+    tensor), so every parallel layout starts from the very same weights;
+  - the activation arena: everything a micro-batch keeps from its forward to its backward,
+    one "slot" per micro-batch in flight, sized once at start;
+  - forward and backward of one micro-batch through this stage.
+
+Rules it keeps: the model calls the kernels of kernels.cuh by their common names and the
+three tensor-parallel reductions of parallel.h; it never allocates after gpt_build().
+*/
+#pragma once
+#include <stdint.h>
+
+// ----------------------------------------------------------------------------
+// what the model needs from parallel.h (defined there)
+// Megatron's conjugate operators (Shoeybi et al. 2019, §3, Fig. 3) both reduce with one
+// all-reduce over the tensor-parallel group: f is the identity forward and this all-reduce
+// backward (in front of a column-parallel layer), g is this all-reduce forward and the
+// identity backward (behind a row-parallel layer). With one tensor rank these do nothing.
+
+static void tensor_parallel_all_reduce(floatX* x, size_t n);
+static void tensor_parallel_all_reduce_floats(float* x, size_t n);
+static void tensor_parallel_all_reduce_max(float* x, size_t n);
+
+// ----------------------------------------------------------------------------
+// config
+
+typedef struct {
+    int num_layers;
+    int hidden_size;
+    int num_attention_heads;
+    int ffn_hidden_size;
+    int seq_length;
+    int max_position_embeddings;
+    int vocab_size;                    // the tokenizer's vocabulary
+    int make_vocab_size_divisible_by;
+    int padded_vocab_size;             // vocab_size rounded up (see padded_vocab_size())
+    int embed_layernorm;               // BLOOM's LayerNorm right after the embedding
+    float init_method_std;
+    uint64_t seed;
+} GPTConfig;
+
+// Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP, so
+// that every tensor-parallel rank holds an equal slice and matmuls get friendly shapes.
+static int padded_vocab_size(int vocab_size, int divisible_by, int tensor_parallel_size) {
+    int multiple = divisible_by * tensor_parallel_size;
+    return CEIL_DIV(vocab_size, multiple) * multiple;
+}
+
+// ----------------------------------------------------------------------------
+// the tensor table
+
+enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS };
+
+typedef struct {
+    char name[128];       // Megatron's parameter name
+    int layer;            // -1: embedding, 0..L-1: a transformer layer, L: final LayerNorm
+    int rows, cols;       // whole (unsharded) shape; a vector has cols == 1
+    int split_axis;       // -1: replicated over tensor ranks, 0: rows split, 1: columns split
+    int weight_decay;     // matrices and embeddings decay; biases and LayerNorm do not
+    int init;             // INIT_NORMAL with init_std, or constant ones / zeros
+    float init_std;
+    int valid_rows;       // rows below this are real; above are vocabulary padding (zero)
+    int row_start, local_rows, col_start, local_cols;   // this rank's slice
+    size_t offset, numel; // the slice in the rank's flat parameter / gradient buffers
+} TensorDesc;
+
+// indices into the tensor table of one transformer layer's tensors
+typedef struct {
+    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+} LayerTensors;
+
+// ----------------------------------------------------------------------------
+// activations
+
+typedef struct {
+    floatX *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fch_gelu, *res3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+} LayerActivations;
+
+// everything one micro-batch keeps from its forward until its backward on this stage
+typedef struct {
+    int* tokens;          // [B*T] inputs (first stage)
+    int* targets;         // [B*T] next tokens (last stage)
+    floatX* input;        // [B*T, C] stage input: embedding output, or received from the previous stage
+    floatX* embed_ln;     // [B*T, C] output of the embedding LayerNorm (if any)
+    float *embed_ln_mean, *embed_ln_rstd;
+    LayerActivations* layers;
+    floatX* lnf;          // [B*T, C] final LayerNorm output (last stage)
+    float *lnf_mean, *lnf_rstd;
+} MicroBatchActivations;
+
+// ----------------------------------------------------------------------------
+// the model of one rank
+
+typedef struct GPT {
+    GPTConfig cfg;
+    int B, T;                          // micro-batch size, sequence length
+    int tp_rank, tp_size;
+    int first_layer, num_local_layers; // the layers this pipeline stage holds
+    int is_first_stage, is_last_stage;
+    // per tensor-rank sizes
+    int heads_local, hidden_local, ffn_local;        // hidden_local = heads_local * head size
+    int vocab_start, vocab_local, vocab_valid_local; // rows of the word embedding held here
+    // tensor table and flat buffers
+    TensorDesc* tensors;
+    int num_tensors;
+    int wte, wpe, lne_w, lne_b, lnf_w, lnf_b;        // table indices (-1: not on this stage)
+    LayerTensors* layer_tensors;                     // [num_local_layers]
+    size_t num_params;                               // elements in this rank's flat buffers
+    floatX* params;                                  // what the kernels read
+    float* master;                                   // fp32 master weights (== params on the CPU)
+    float* grads;                                    // fp32 gradients, accumulated over micro-batches
+    // activation arena
+    int num_slots;                                   // micro-batches in flight (1F1B: up to PP)
+    MicroBatchActivations* slots;
+    floatX* logits;                                  // [B*T, vocab_local], last stage, one micro-batch at a time
+    float *ce_max, *ce_sums, *losses, *host_losses;
+    floatX *dres, *dbuf_a, *dbuf_b;                  // backward scratch, reused layer after layer
+    floatX* att_scratch;
+    void* arena;
+    size_t arena_bytes;
+    size_t slot_bytes;                               // activation bytes of one micro-batch in flight
+} GPT;
+
+static floatX* param_of(const GPT* m, int id) { return id < 0 ? NULL : m->params + m->tensors[id].offset; }
+static float* grad_of(const GPT* m, int id) { return id < 0 ? NULL : m->grads + m->tensors[id].offset; }
+
+static int add_tensor(GPT* m, int capacity, const char* name, int layer, int rows, int cols,
+                      int split_axis, int init, float init_std) {
+    if (m->num_tensors >= capacity) {
+        fprintf(stderr, "error: tensor table overflow\n");
+        exit(1);
+    }
+    TensorDesc* t = &m->tensors[m->num_tensors];
+    memset(t, 0, sizeof(*t));
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->layer = layer;
+    t->rows = rows;
+    t->cols = cols;
+    t->split_axis = split_axis;
+    t->weight_decay = cols > 1;   // Megatron: no decay on biases and LayerNorm (1-d tensors)
+    t->init = init;
+    t->init_std = init_std;
+    t->valid_rows = rows;
+    t->row_start = split_axis == 0 ? m->tp_rank * (rows / m->tp_size) : 0;
+    t->local_rows = split_axis == 0 ? rows / m->tp_size : rows;
+    t->col_start = split_axis == 1 ? m->tp_rank * (cols / m->tp_size) : 0;
+    t->local_cols = split_axis == 1 ? cols / m->tp_size : cols;
+    t->numel = (size_t)t->local_rows * t->local_cols;
+    t->offset = m->num_params;
+    m->num_params += t->numel;
+    return m->num_tensors++;
+}
+
+static int add_layernorm(GPT* m, int capacity, const char* prefix, int layer, int C, int* bias_id) {
+    char name[128];
+    snprintf(name, sizeof(name), "%s.weight", prefix);
+    int w = add_tensor(m, capacity, name, layer, C, 1, -1, INIT_ONES, 0.0f);
+    snprintf(name, sizeof(name), "%s.bias", prefix);
+    *bias_id = add_tensor(m, capacity, name, layer, C, 1, -1, INIT_ZEROS, 0.0f);
+    return w;
+}
+
+// a linear layer [out, in] and its bias [out]; split_axis 0 = column-parallel (output
+// features split, bias split too), 1 = row-parallel (input features split, bias replicated)
+static int add_linear(GPT* m, int capacity, const char* prefix, int layer, int out, int in,
+                      int split_axis, float std, int* bias_id) {
+    char name[128];
+    snprintf(name, sizeof(name), "%s.weight", prefix);
+    int w = add_tensor(m, capacity, name, layer, out, in, split_axis, INIT_NORMAL, std);
+    snprintf(name, sizeof(name), "%s.bias", prefix);
+    *bias_id = add_tensor(m, capacity, name, layer, out, 1, split_axis == 0 ? 0 : -1, INIT_ZEROS, 0.0f);
+    return w;
+}
+
+// The one list of the model's tensors, in canonical order: embedding, layers, final norm.
+// Output projections get GPT-2's scaled init, std / sqrt(2 * num_layers) (Radford et al.
+// 2019, §2.3; Megatron's scaled_init_method_normal).
+static void build_tensor_table(GPT* m) {
+    const GPTConfig* c = &m->cfg;
+    int C = c->hidden_size, L = c->num_layers;
+    int capacity = 8 + 12 * m->num_local_layers;
+    m->tensors = (TensorDesc*)callocCheck(capacity, sizeof(TensorDesc));
+    m->layer_tensors = (LayerTensors*)callocCheck(m->num_local_layers, sizeof(LayerTensors));
+    m->wte = m->wpe = m->lne_w = m->lne_b = m->lnf_w = m->lnf_b = -1;
+    float std = c->init_method_std, out_std = c->init_method_std / sqrtf(2.0f * L);
+    // the word embedding sits on the first stage, and (tied) as the output layer on the last
+    if (m->is_first_stage || m->is_last_stage) {
+        m->wte = add_tensor(m, capacity, "language_model.embedding.word_embeddings.weight", -1,
+                            c->padded_vocab_size, C, 0, INIT_NORMAL, std);
+        m->tensors[m->wte].valid_rows = c->vocab_size;
+    }
+    if (m->is_first_stage) {
+        m->wpe = add_tensor(m, capacity, "language_model.embedding.position_embeddings.weight", -1,
+                            c->max_position_embeddings, C, -1, INIT_NORMAL, std);
+        if (c->embed_layernorm)
+            m->lne_w = add_layernorm(m, capacity, "language_model.embedding.layernorm", -1, C, &m->lne_b);
+    }
+    for (int i = 0; i < m->num_local_layers; i++) {
+        int l = m->first_layer + i;
+        LayerTensors* t = &m->layer_tensors[i];
+        char p[96];
+        snprintf(p, sizeof(p), "language_model.encoder.layers.%d.input_layernorm", l);
+        t->ln1_w = add_layernorm(m, capacity, p, l, C, &t->ln1_b);
+        snprintf(p, sizeof(p), "language_model.encoder.layers.%d.self_attention.query_key_value", l);
+        t->qkv_w = add_linear(m, capacity, p, l, 3 * C, C, 0, std, &t->qkv_b);
+        snprintf(p, sizeof(p), "language_model.encoder.layers.%d.self_attention.dense", l);
+        t->proj_w = add_linear(m, capacity, p, l, C, C, 1, out_std, &t->proj_b);
+        snprintf(p, sizeof(p), "language_model.encoder.layers.%d.post_attention_layernorm", l);
+        t->ln2_w = add_layernorm(m, capacity, p, l, C, &t->ln2_b);
+        snprintf(p, sizeof(p), "language_model.encoder.layers.%d.mlp.dense_h_to_4h", l);
+        t->fc_w = add_linear(m, capacity, p, l, c->ffn_hidden_size, C, 0, std, &t->fc_b);
+        snprintf(p, sizeof(p), "language_model.encoder.layers.%d.mlp.dense_4h_to_h", l);
+        t->fcproj_w = add_linear(m, capacity, p, l, C, c->ffn_hidden_size, 1, out_std, &t->fcproj_b);
+    }
+    if (m->is_last_stage)
+        m->lnf_w = add_layernorm(m, capacity, "language_model.encoder.final_layernorm", L, C, &m->lnf_b);
+}
+
+// ----------------------------------------------------------------------------
+// initialization: a pure function of (seed, tensor name, element index)
+// A counter-based generator (SplitMix64's finalizer as a hash) turns the triple into two
+// uniforms, Box-Muller turns them into a normal. No state is carried from one element to
+// the next, so any slice of any tensor can be initialized alone, identically in every layout.
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t hash_name(const char* s) {  // FNV-1a
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static float normal_at(uint64_t seed, uint64_t tensor_key, uint64_t index) {
+    uint64_t r1 = splitmix64(seed ^ splitmix64(tensor_key ^ splitmix64(index)));
+    uint64_t r2 = splitmix64(r1);
+    double u1 = ((r1 >> 11) + 0.5) * (1.0 / 9007199254740992.0);   // (0, 1), 53 bits
+    double u2 = (r2 >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+static void init_tensor_slice(const TensorDesc* t, uint64_t seed, float* out) {
+    uint64_t key = hash_name(t->name);
+    for (int r = 0; r < t->local_rows; r++) {
+        int row = t->row_start + r;
+        for (int c = 0; c < t->local_cols; c++) {
+            size_t whole_index = (size_t)row * t->cols + (t->col_start + c);
+            float v = 0.0f;
+            if (t->init == INIT_ONES) v = 1.0f;
+            else if (t->init == INIT_NORMAL && row < t->valid_rows) v = t->init_std * normal_at(seed, key, whole_index);
+            out[(size_t)r * t->local_cols + c] = v;
+        }
+    }
+}
+
+static void gpt_init_params(GPT* m) {
+    for (int i = 0; i < m->num_tensors; i++) {
+        const TensorDesc* t = &m->tensors[i];
+        float* host = (float*)mallocCheck(t->numel * sizeof(float));
+        init_tensor_slice(t, m->cfg.seed, host);
+        floats_to_dev_floatX(m->params + t->offset, host, t->numel);
+        if ((void*)m->master != (void*)m->params) host_to_dev(m->master + t->offset, host, t->numel * sizeof(float));
+        free(host);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the activation arena
+// Laid out twice: once with no base to add up its size, once to hand out the pointers.
+
+typedef struct {
+    char* base;
+    size_t used;
+} Arena;
+
+static void* arena_take(Arena* a, size_t bytes) {
+    size_t start = a->used;
+    a->used += CEIL_DIV(bytes, (size_t)256) * 256;   // keep every buffer 256-byte aligned
+    return a->base ? a->base + start : NULL;
+}
+#define TAKE(arena, type, count) ((type*)arena_take((arena), (size_t)(count) * sizeof(type)))
+
+static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
+    size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
+    size_t Cl = m->hidden_local, Fl = m->ffn_local, NHl = m->heads_local;
+    s->tokens = TAKE(a, int, N);
+    s->targets = TAKE(a, int, N);
+    s->input = TAKE(a, floatX, N * C);
+    if (m->is_first_stage && m->cfg.embed_layernorm) {
+        s->embed_ln = TAKE(a, floatX, N * C);
+        s->embed_ln_mean = TAKE(a, float, N);
+        s->embed_ln_rstd = TAKE(a, float, N);
+    }
+    for (int i = 0; i < m->num_local_layers; i++) {
+        LayerActivations* L = &s->layers[i];
+        L->ln1 = TAKE(a, floatX, N * C);
+        L->ln1_mean = TAKE(a, float, N);
+        L->ln1_rstd = TAKE(a, float, N);
+        L->qkv = TAKE(a, floatX, N * 3 * Cl);
+        L->atty = TAKE(a, floatX, N * Cl);
+        L->att = TAKE(a, floatX, (size_t)m->B * NHl * m->T * m->T);
+        L->res2 = TAKE(a, floatX, N * C);
+        L->ln2 = TAKE(a, floatX, N * C);
+        L->ln2_mean = TAKE(a, float, N);
+        L->ln2_rstd = TAKE(a, float, N);
+        L->fch = TAKE(a, floatX, N * Fl);
+        L->fch_gelu = TAKE(a, floatX, N * Fl);
+        L->res3 = TAKE(a, floatX, N * C);
+    }
+    if (m->is_last_stage) {
+        s->lnf = TAKE(a, floatX, N * C);
+        s->lnf_mean = TAKE(a, float, N);
+        s->lnf_rstd = TAKE(a, float, N);
+    }
+}
+
+static void layout_arena(GPT* m, Arena* a) {
+    size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
+    size_t Cl = m->hidden_local, Fl = m->ffn_local;
+    for (int s = 0; s < m->num_slots; s++) {
+        size_t before = a->used;
+        layout_slot(m, a, &m->slots[s]);
+        m->slot_bytes = a->used - before;
+    }
+    size_t widest = Fl > 3 * Cl ? Fl : 3 * Cl;
+    widest = widest > C ? widest : C;
+    m->dres = TAKE(a, floatX, N * C);
+    m->dbuf_a = TAKE(a, floatX, N * widest);
+    m->dbuf_b = TAKE(a, floatX, N * widest);
+    m->att_scratch = TAKE(a, floatX, attention_scratch_elements(m->B, m->T, m->heads_local, C / m->cfg.num_attention_heads));
+    if (m->is_last_stage) {
+        m->logits = TAKE(a, floatX, N * m->vocab_local);
+        m->ce_max = TAKE(a, float, N);
+        m->ce_sums = TAKE(a, float, 2 * N);
+        m->losses = TAKE(a, float, N);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// build: the tensor table, the flat buffers and the arena of one rank
+
+static void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
+                      int pp_rank, int pp_size, int num_slots) {
+    memset(m, 0, sizeof(*m));
+    m->cfg = *cfg;
+    m->B = B;
+    m->T = T;
+    m->tp_rank = tp_rank;
+    m->tp_size = tp_size;
+    int per_stage = cfg->num_layers / pp_size;
+    m->first_layer = pp_rank * per_stage;
+    m->num_local_layers = per_stage;
+    m->is_first_stage = pp_rank == 0;
+    m->is_last_stage = pp_rank == pp_size - 1;
+    m->heads_local = cfg->num_attention_heads / tp_size;
+    m->hidden_local = m->heads_local * (cfg->hidden_size / cfg->num_attention_heads);
+    m->ffn_local = cfg->ffn_hidden_size / tp_size;
+    m->vocab_local = cfg->padded_vocab_size / tp_size;
+    m->vocab_start = tp_rank * m->vocab_local;
+    int valid = cfg->vocab_size - m->vocab_start;
+    m->vocab_valid_local = valid < 0 ? 0 : (valid > m->vocab_local ? m->vocab_local : valid);
+
+    build_tensor_table(m);
+    m->params = (floatX*)dev_malloc(m->num_params * sizeof(floatX));
+    m->master = sizeof(floatX) == sizeof(float) ? (float*)m->params : (float*)dev_malloc(m->num_params * sizeof(float));
+    m->grads = (float*)dev_malloc(m->num_params * sizeof(float));
+    dev_zero(m->grads, m->num_params * sizeof(float));
+    gpt_init_params(m);
+
+    m->num_slots = num_slots;
+    m->slots = (MicroBatchActivations*)callocCheck(num_slots, sizeof(MicroBatchActivations));
+    for (int s = 0; s < num_slots; s++)
+        m->slots[s].layers = (LayerActivations*)callocCheck(m->num_local_layers, sizeof(LayerActivations));
+    Arena sizing = {NULL, 0};
+    layout_arena(m, &sizing);
+    m->arena_bytes = sizing.used;
+    m->arena = dev_malloc(m->arena_bytes);
+    Arena real = {(char*)m->arena, 0};
+    layout_arena(m, &real);
+    m->host_losses = (float*)mallocCheck((size_t)B * T * sizeof(float));
+}
+
+static void gpt_free(GPT* m) {
+    dev_free(m->arena);
+    if ((void*)m->master != (void*)m->params) dev_free(m->master);
+    dev_free(m->params);
+    dev_free(m->grads);
+    for (int s = 0; s < m->num_slots; s++) free(m->slots[s].layers);
+    free(m->slots);
+    free(m->tensors);
+    free(m->layer_tensors);
+    free(m->host_losses);
+}
+
+// ----------------------------------------------------------------------------
+// forward
+
+// the input of local layer i: the previous layer's output, or the stage's input
+static floatX* layer_input(const MicroBatchActivations* s, int i) {
+    if (i > 0) return s->layers[i - 1].res3;
+    return s->embed_ln ? s->embed_ln : s->input;
+}
+
+static floatX* stage_output(const GPT* m, const MicroBatchActivations* s) {
+    return layer_input(s, m->num_local_layers);
+}
+
+// word embedding (vocab-parallel, summed over tensor ranks) + position embedding
+static void embedding_forward(GPT* m, MicroBatchActivations* s) {
+    int N = m->B * m->T, C = m->cfg.hidden_size;
+    const floatX* wpe = m->tp_rank == 0 ? param_of(m, m->wpe) : NULL;   // added once
+    encoder_forward(s->input, s->tokens, param_of(m, m->wte), wpe, N, m->T, C, m->vocab_start, m->vocab_local);
+    tensor_parallel_all_reduce(s->input, (size_t)N * C);
+    if (m->cfg.embed_layernorm)
+        layernorm_forward(s->embed_ln, s->embed_ln_mean, s->embed_ln_rstd, s->input,
+                          param_of(m, m->lne_w), param_of(m, m->lne_b), N, C);
+}
+
+// Row-parallel linear (Megatron's RowParallelLinear) followed by the residual add:
+// out = x + g(inp @ W^T) + b. The bias is added by tensor rank 0 only, before the sum.
+static void row_parallel_residual_forward(GPT* m, floatX* out, const floatX* inp, int w, int b,
+                                          const floatX* x, int in_local) {
+    int N = m->B * m->T, C = m->cfg.hidden_size;
+    matmul_forward(out, inp, param_of(m, w), m->tp_rank == 0 ? param_of(m, b) : NULL, N, in_local, C);
+    tensor_parallel_all_reduce(out, (size_t)N * C);   // g
+    residual_forward(out, out, x, (size_t)N * C);
+}
+
+static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
+    int B = m->B, T = m->T, N = B * T, C = m->cfg.hidden_size;
+    int Cl = m->hidden_local, Fl = m->ffn_local;
+    const LayerTensors* t = &m->layer_tensors[i];
+    LayerActivations* L = &s->layers[i];
+    const floatX* x = layer_input(s, i);
+    // attention: res2 = x + proj(attention(qkv(ln1(x))))
+    layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, param_of(m, t->ln1_w), param_of(m, t->ln1_b), N, C);
+    matmul_forward(L->qkv, L->ln1, param_of(m, t->qkv_w), param_of(m, t->qkv_b), N, C, 3 * Cl);   // f, column-parallel
+    attention_forward(L->atty, L->att, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local);
+    row_parallel_residual_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, x, Cl);
+    // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
+    layernorm_forward(L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, param_of(m, t->ln2_w), param_of(m, t->ln2_b), N, C);
+    matmul_forward(L->fch, L->ln2, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, Fl);   // f, column-parallel
+    gelu_forward(L->fch_gelu, L->fch, (size_t)N * Fl);
+    row_parallel_residual_forward(m, L->res3, L->fch_gelu, t->fcproj_w, t->fcproj_b, L->res2, Fl);
+}
+
+// final LayerNorm, logits with the tied word embedding, and the vocab-parallel softmax
+// statistics; leaves the logits in place for the backward
+static void head_forward(GPT* m, MicroBatchActivations* s) {
+    int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local;
+    layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(m, s),
+                      param_of(m, m->lnf_w), param_of(m, m->lnf_b), N, C);
+    matmul_forward(m->logits, s->lnf, param_of(m, m->wte), NULL, N, C, V);   // f, column-parallel
+    crossentropy_row_max(m->ce_max, m->logits, N, V, m->vocab_valid_local);
+    tensor_parallel_all_reduce_max(m->ce_max, N);
+    crossentropy_row_sums(m->ce_sums, m->logits, m->ce_max, s->targets, N, V, m->vocab_valid_local, m->vocab_start);
+    tensor_parallel_all_reduce_floats(m->ce_sums, 2 * (size_t)N);
+    crossentropy_forward(m->losses, m->ce_max, m->ce_sums, N);
+}
+
+// Forward of the micro-batch in `slot` through this stage. The first stage reads the
+// slot's tokens, the others its input (received from the previous stage). On the last
+// stage returns the mean loss over the micro-batch's tokens (else 0).
+static double gpt_forward(GPT* m, int slot) {
+    MicroBatchActivations* s = &m->slots[slot];
+    if (m->is_first_stage) embedding_forward(m, s);
+    for (int i = 0; i < m->num_local_layers; i++) block_forward(m, s, i);
+    if (!m->is_last_stage) return 0.0;
+    head_forward(m, s);
+    int N = m->B * m->T;
+    dev_to_host(m->host_losses, m->losses, (size_t)N * sizeof(float));
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) sum += m->host_losses[n];
+    return sum / N;
+}
+
+// ----------------------------------------------------------------------------
+// backward
+// m->dres carries the gradient of the residual stream down through the layers: it holds
+// the gradient of a layer's output when the layer's backward starts, and of its input
+// when it ends.
+
+static void head_backward(GPT* m, MicroBatchActivations* s, float dloss) {
+    int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local;
+    crossentropy_backward(m->logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, m->vocab_valid_local, m->vocab_start);
+    matmul_backward(m->dbuf_a, grad_of(m, m->wte), NULL, m->logits, s->lnf, param_of(m, m->wte), N, C, V);
+    tensor_parallel_all_reduce(m->dbuf_a, (size_t)N * C);   // f's backward
+    dev_zero(m->dres, (size_t)N * C * sizeof(floatX));
+    layernorm_backward(m->dres, grad_of(m, m->lnf_w), grad_of(m, m->lnf_b), m->dbuf_a, stage_output(m, s),
+                       param_of(m, m->lnf_w), s->lnf_mean, s->lnf_rstd, N, C);
+}
+
+static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
+    int B = m->B, T = m->T, N = B * T, C = m->cfg.hidden_size;
+    int Cl = m->hidden_local, Fl = m->ffn_local;
+    const LayerTensors* t = &m->layer_tensors[i];
+    LayerActivations* L = &s->layers[i];
+    floatX *da = m->dbuf_a, *db = m->dbuf_b;
+    // MLP
+    matmul_backward(da, grad_of(m, t->fcproj_w), grad_of(m, t->fcproj_b), m->dres, L->fch_gelu, param_of(m, t->fcproj_w), N, Fl, C);
+    gelu_backward(da, L->fch, da, (size_t)N * Fl);
+    matmul_backward(db, grad_of(m, t->fc_w), grad_of(m, t->fc_b), da, L->ln2, param_of(m, t->fc_w), N, C, Fl);
+    tensor_parallel_all_reduce(db, (size_t)N * C);   // f's backward
+    layernorm_backward(m->dres, grad_of(m, t->ln2_w), grad_of(m, t->ln2_b), db, L->res2, param_of(m, t->ln2_w),
+                       L->ln2_mean, L->ln2_rstd, N, C);
+    // attention
+    matmul_backward(da, grad_of(m, t->proj_w), grad_of(m, t->proj_b), m->dres, L->atty, param_of(m, t->proj_w), N, Cl, C);
+    attention_backward(db, m->att_scratch, da, L->qkv, L->att, B, T, m->heads_local, Cl / m->heads_local);
+    matmul_backward(da, grad_of(m, t->qkv_w), grad_of(m, t->qkv_b), db, L->ln1, param_of(m, t->qkv_w), N, C, 3 * Cl);
+    tensor_parallel_all_reduce(da, (size_t)N * C);   // f's backward
+    layernorm_backward(m->dres, grad_of(m, t->ln1_w), grad_of(m, t->ln1_b), da, layer_input(s, i),
+                       param_of(m, t->ln1_w), L->ln1_mean, L->ln1_rstd, N, C);
+}
+
+static void embedding_backward(GPT* m, MicroBatchActivations* s) {
+    int N = m->B * m->T, C = m->cfg.hidden_size;
+    const floatX* d = m->dres;
+    if (m->cfg.embed_layernorm) {
+        dev_zero(m->dbuf_a, (size_t)N * C * sizeof(floatX));
+        layernorm_backward(m->dbuf_a, grad_of(m, m->lne_w), grad_of(m, m->lne_b), m->dres, s->input,
+                           param_of(m, m->lne_w), s->embed_ln_mean, s->embed_ln_rstd, N, C);
+        d = m->dbuf_a;
+    }
+    // every tensor rank holds the whole gradient of the (replicated) embedding output, so
+    // each computes the same position-embedding gradient and its own word-embedding rows
+    encoder_backward(grad_of(m, m->wte), grad_of(m, m->wpe), d, s->tokens, N, m->T, C, m->vocab_start, m->vocab_local);
+}
+
+// Backward of the micro-batch in `slot`, right after its forward on the last stage (the
+// logits are shared by all slots). On other stages m->dres must hold the gradient of the
+// stage's output (received from the next stage); afterwards it holds the gradient of the
+// stage's input (to send to the previous stage). dloss is d(loss)/d(each token's loss).
+static void gpt_backward(GPT* m, int slot, float dloss) {
+    MicroBatchActivations* s = &m->slots[slot];
+    if (m->is_last_stage) head_backward(m, s, dloss);
+    for (int i = m->num_local_layers - 1; i >= 0; i--) block_backward(m, s, i);
+    if (m->is_first_stage) embedding_backward(m, s);
+}

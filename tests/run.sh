@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# `make test`: builds every test program into tests/build, runs each, and adds up their
+# PASS / FAIL lines into one final line "N passed, M failed". A program that crashes or
+# exits non-zero without failing a check counts as one failure more.
+set -u
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+B=tests/build
+mkdir -p $B
+CFLAGS="-std=gnu11 -O2 -march=native -fopenmp -Wall -Wextra -Werror"
+BLAS=${BLAS:-"$(pkg-config --cflags --libs openblas) -DUSE_BLAS"}   # make test passes the build's choice
+FIXTURE=../shared/fixtures/megatron/corpus_u16
+
+# a small corpus for the training tests (text every Debian machine ships)
+scripts/make_corpus.sh $B/corpus.jsonl > /dev/null
+./preprocess --input $B/corpus.jsonl --json-keys text --append-eod --output-prefix $B/corpus > /dev/null
+
+build() {  # name, command...
+    local name=$1; shift
+    if ! "$@" > $B/$name.build.log 2>&1; then
+        echo "FAIL build $name:"; cat $B/$name.build.log
+        return 1
+    fi
+}
+build test_kernels gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels -lm
+build test_kernels_blas gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels_blas $BLAS -lm
+build test_data gcc $CFLAGS -O1 -g -fsanitize=address tests/test_data.c -o $B/test_data -lm
+build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_model $BLAS -lm
+
+passed=0; failed=0
+run() {  # label, command...
+    local label=$1; shift
+    echo "== $label"
+    "$@" > $B/$label.log 2>&1
+    local status=$?
+    grep -E '^(PASS|FAIL)' $B/$label.log
+    local p f
+    p=$(grep -c '^PASS' $B/$label.log); f=$(grep -c '^FAIL' $B/$label.log)
+    if [ $status -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "FAIL $label exited with status $status:"; tail -20 $B/$label.log
+        f=1
+    fi
+    passed=$((passed + p)); failed=$((failed + f))
+}
+run kernels $B/test_kernels
+run kernels_blas $B/test_kernels_blas
+run data $B/test_data $FIXTURE
+run model $B/test_model $B/corpus_text_document
+run cli bash tests/test_cli.sh $B/corpus_text_document
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

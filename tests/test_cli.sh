@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# tests/test_cli.sh DATA_PREFIX — the trainer as a user runs it: bad input ends with one
+# clear line naming the flag or file and exit status 2 before anything is allocated; two
+# runs with the same seed print the same log lines (timings aside).
+set -u
+data=${1:?usage: test_cli.sh DATA_PREFIX}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; }
+
+base="--data-path $data --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --train-iters 2 --eval-iters 1 --split 90,10,0"
+
+# expect_error NAME NEEDLE ARGS...: exit 2, exactly one line on stderr, containing NEEDLE
+expect_error() {
+    local name=$1 needle=$2; shift 2
+    ./train_cpu "$@" > "$tmp/out" 2> "$tmp/err"
+    local status=$? lines
+    lines=$(wc -l < "$tmp/err")
+    if [ $status -eq 2 ] && [ "$lines" -eq 1 ] && grep -qF -- "$needle" "$tmp/err"; then ok "$name"
+    else bad "$name" "status $status, $lines stderr line(s): $(head -c 300 "$tmp/err")"; fi
+}
+
+expect_error "unknown flag" "--bogus" $base --bogus 3
+expect_error "missing value at the end" "--lr" $base --lr
+expect_error "flag where a value belongs" "--lr" $base --lr --seed 3
+expect_error "value that is not a number" "--hidden-size" $base --hidden-size wide
+expect_error "hidden size not divisible by heads" "--num-attention-heads" $base --hidden-size 30 --num-attention-heads 4
+expect_error "global batch not divisible by micro batch" "--global-batch-size" $base --micro-batch-size 4 --global-batch-size 10
+expect_error "seq-length above max-position-embeddings" "--max-position-embeddings" $base --max-position-embeddings 8
+expect_error "neither --train-iters nor --train-samples" "--train-samples" --data-path "$data"
+expect_error "both --train-iters and --train-samples" "--train-samples" $base --train-samples 100
+expect_error "unknown lr decay style" "--lr-decay-style" $base --lr-decay-style exponential
+expect_error "missing --data-path" "--data-path" --train-iters 2
+expect_error "data file missing" "$tmp/nothing" $base --data-path "$tmp/nothing"
+printf 'not an index at all' > "$tmp/junk.idx"; printf 'xx' > "$tmp/junk.bin"
+expect_error "data file that is not a Megatron index" "$tmp/junk.idx" $base --data-path "$tmp/junk"
+expect_error "token ids above --vocab-size" "--vocab-size" $base --vocab-size 100
+expect_error "ramp-up not divisible by micro batch" "--rampup-batch-size" --data-path "$data" --train-samples 64 \
+    --micro-batch-size 4 --global-batch-size 16 --rampup-batch-size 6 2 32
+
+if ./train_cpu --help > "$tmp/help" 2>&1 && grep -q -- "--num-layers" "$tmp/help"; then ok "--help lists the flags"
+else bad "--help lists the flags" "$(head -3 "$tmp/help")"; fi
+
+# same seed, same log lines (everything but the timing fields)
+strip_timing() { grep -E '^ iteration|lm loss value' "$1" | sed -E 's/elapsed time per iteration \(ms\): [0-9.]+//; s/samples per second: [0-9.]+//; s/TFLOPs: [0-9.]+//'; }
+run="--data-path $data --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 32 --micro-batch-size 2 --global-batch-size 4 --train-iters 8 --log-interval 1 --eval-interval 4 --eval-iters 2 --split 90,10,0 --lr 1e-3"
+./train_cpu $run > "$tmp/a" 2>&1; ./train_cpu $run > "$tmp/b" 2>&1
+if [ "$(strip_timing "$tmp/a" | wc -l)" -ge 8 ] && diff <(strip_timing "$tmp/a") <(strip_timing "$tmp/b") > /dev/null; then
+    ok "two runs with the same seed print identical losses"
+else bad "two runs with the same seed print identical losses" "$(diff <(strip_timing "$tmp/a") <(strip_timing "$tmp/b") | head -5; tail -3 "$tmp/a")"; fi
+if grep -qE '^ iteration +8/ +8 \| consumed samples: +32 \|.*lm loss: [0-9.E+-]+ \| grad norm' "$tmp/a"; then ok "log line in Megatron's shape"
+else bad "log line in Megatron's shape" "$(grep iteration "$tmp/a" | tail -1)"; fi

@@ -1,0 +1,743 @@
+/*
+tests/test_kernels.c — the plain-C kernels of kernels.cuh against the math.
+
+Every forward op is compared with an independent reference written here in double
+precision, straight from the formula; every backward op with central finite differences
+of that double reference, for the scalar loss L = sum(out * R) with a fixed random R.
+AdamW is compared with torch.optim.AdamW's update written out by hand. Sizes are awkward on
+purpose (37 rows, 45 channels, 29 outputs, 11 positions, 3 heads of 7) and the vocabulary
+is padded and split as a vocab-parallel run splits it.
+
+Tolerances are relative to the largest magnitude of the expected array (so that entries
+that happen to be near zero need no tolerance of their own); each is stated where it is
+used, with why. fp32 has unit roundoff u = 2^-24 ~ 6e-8; a sum of K terms is off by at most
+~K u of the sum of the terms' magnitudes.
+
+  gcc -std=gnu11 -O2 -fopenmp -Wall -Wextra -Werror tests/test_kernels.c -o test_kernels -lm
+  gcc -std=gnu11 -O2 -fopenmp -Wall -Wextra -Werror -DUSE_BLAS tests/test_kernels.c \
+      -o test_kernels_blas -lopenblas -lm
+  gcc -std=gnu11 -g -O1 -fsanitize=address -fopenmp -Wall -Wextra -Werror tests/test_kernels.c \
+      -o test_kernels_asan -lm
+Add -DVERBOSE to print every measured error beside its tolerance.
+*/
+#include "../kernels.cuh"
+#include "test.h"
+
+// ----------------------------------------------------------------------------
+// random numbers (splitmix64) and buffers
+
+static uint64_t rng_state = 1234;
+
+static uint64_t splitmix64(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rand_uniform(float lo, float hi) { return lo + (hi - lo) * (float)((splitmix64() >> 40) / 16777216.0); }
+static int rand_int(int n) { return (int)(splitmix64() % (uint64_t)n); }
+
+// every buffer of a test comes from here and is freed together at the test's end
+#define MAX_BUFFERS 128
+static void* buffers[MAX_BUFFERS];
+static int n_buffers = 0;
+
+static void* new_buffer(size_t bytes) {
+    if (n_buffers == MAX_BUFFERS) { fprintf(stderr, "test_kernels: too many buffers\n"); exit(1); }
+    return buffers[n_buffers++] = callocCheck(bytes, 1);
+}
+static float* new_floats(size_t n) { return (float*)new_buffer(n * sizeof(float)); }
+static double* new_doubles(size_t n) { return (double*)new_buffer(n * sizeof(double)); }
+static void free_buffers(void) { while (n_buffers > 0) free(buffers[--n_buffers]); }
+
+static float* random_floats(size_t n, float lo, float hi) {
+    float* x = new_floats(n);
+    for (size_t i = 0; i < n; i++) x[i] = rand_uniform(lo, hi);
+    return x;
+}
+static float* filled_floats(size_t n, float value) {
+    float* x = new_floats(n);
+    for (size_t i = 0; i < n; i++) x[i] = value;
+    return x;
+}
+static double* doubles_of(const float* x, size_t n) {
+    double* d = new_doubles(n);
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+static float* copy_floats(const float* x, size_t n) {
+    float* y = new_floats(n);
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+static double dot(const double* a, const double* b, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+// ----------------------------------------------------------------------------
+// the two shared helpers: compare arrays, finite differences
+
+// got - base (base: the value an accumulating output started from, or NULL) against want.
+// The error is max |got - base - want| / max |want|; any non-finite value fails.
+static void expect_close(const char* name, const float* got, const float* base, const double* want,
+                         size_t n, double tol) {
+    double err = 0.0, scale = 0.0;
+    size_t worst = 0, nonfinite = 0;
+    for (size_t i = 0; i < n; i++) {
+        double g = (double)got[i] - (base ? (double)base[i] : 0.0);
+        if (fabs(want[i]) > scale) scale = fabs(want[i]);
+        if (!isfinite(g)) {
+            if (nonfinite++ == 0) worst = i;  // report the first one
+            err = INFINITY;
+        } else if (nonfinite == 0 && fabs(g - want[i]) > err) {
+            err = fabs(g - want[i]);
+            worst = i;
+        }
+    }
+    double rel = err / (scale > 0.0 ? scale : 1.0);
+    check(rel <= tol, name, "max |error| %.3g at [%zu] (got %.9g, want %.9g) = %.3g of max |want| %.3g, tolerance %.1g"
+          " (%zu non-finite)", err, worst, (double)got[worst] - (base ? base[worst] : 0.0f), want[worst], rel,
+          scale, tol, nonfinite);
+#ifdef VERBOSE
+    printf("     relative error %.2g (tolerance %.1g)\n", rel, tol);
+#endif
+}
+
+// the exact check: two float arrays bit-identical
+static void expect_identical(const char* name, const float* a, const float* b, size_t n) {
+    check(memcmp(a, b, n * sizeof(float)) == 0, name, "the arrays differ");
+}
+
+// Backward checks. The central difference (L(x+h) - L(x-h)) / 2h on the double reference is
+// good to ~1e-9 (truncation h^2 L''' / 6, roundoff 1e-16 |L| / h), so what is left is the
+// kernel's fp32 arithmetic, 1e-7..1e-6 of the gradient's scale: 1e-4 is two decades of margin
+// for reductions of up to a few hundred terms, while a wrong or missing term shows as O(1e-2).
+#define FD_H 1e-4
+#define FD_TOL 1e-4
+
+typedef double (*loss_fn)(const void* ctx);
+
+// dL/dx[i] for every i; the loss reads x through ctx; x is left as it was
+static void finite_diff(double* grad, double* x, size_t n, loss_fn loss, const void* ctx) {
+    for (size_t i = 0; i < n; i++) {
+        double x0 = x[i];
+        x[i] = x0 + FD_H;
+        double up = loss(ctx);
+        x[i] = x0 - FD_H;
+        double down = loss(ctx);
+        x[i] = x0;
+        grad[i] = (up - down) / (2.0 * FD_H);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// encoder: out[n] = wte[token[n] - vocab_start] (zero outside this rank's rows) + wpe[n % T]
+
+typedef struct { const int* tokens; double *wte, *wpe, *R, *out; int N, T, C, vocab_start, vocab_local; } EncoderCase;
+
+static void ref_encoder(double* out, const int* tokens, const double* wte, const double* wpe,
+                        int N, int T, int C, int vocab_start, int vocab_local) {
+    for (int n = 0; n < N; n++) {
+        int row = tokens[n] - vocab_start;
+        int held = row >= 0 && row < vocab_local;
+        for (int c = 0; c < C; c++)
+            out[n * C + c] = (held ? wte[row * C + c] : 0.0) + (wpe ? wpe[(n % T) * C + c] : 0.0);
+    }
+}
+static double encoder_loss(const void* p) {
+    const EncoderCase* e = p;
+    ref_encoder(e->out, e->tokens, e->wte, e->wpe, e->N, e->T, e->C, e->vocab_start, e->vocab_local);
+    return dot(e->out, e->R, (size_t)e->N * e->C);
+}
+
+static void test_encoder(int vocab_start, int vocab_local, int with_wpe) {
+    const int N = 37, T = 11, C = 45, V = 56;
+    char name[128];
+    int tokens[37];
+    for (int n = 0; n < N; n++) tokens[n] = rand_int(V);
+    // the slice's edges, and the rows just outside it
+    tokens[0] = vocab_start; tokens[1] = vocab_start + vocab_local - 1;
+    tokens[2] = vocab_start > 0 ? vocab_start - 1 : 0; tokens[3] = (vocab_start + vocab_local) % V;
+    float* wte = random_floats((size_t)vocab_local * C, -1, 1);
+    float* wpe = with_wpe ? random_floats((size_t)T * C, -1, 1) : NULL;
+    float* R = random_floats((size_t)N * C, -1, 1);
+    EncoderCase e = {tokens, doubles_of(wte, (size_t)vocab_local * C), wpe ? doubles_of(wpe, (size_t)T * C) : NULL,
+                     doubles_of(R, (size_t)N * C), new_doubles((size_t)N * C), N, T, C, vocab_start, vocab_local};
+    const char* tag = with_wpe ? "" : ", wpe NULL";
+
+    // one fp32 add per element: off by at most u ~ 6e-8 of the result
+    float* out = new_floats((size_t)N * C);
+    encoder_forward_cpu(out, tokens, wte, wpe, N, T, C, vocab_start, vocab_local);
+    encoder_loss(&e);
+    snprintf(name, sizeof name, "encoder_forward (vocab %d+%d of %d%s)", vocab_start, vocab_local, V, tag);
+    expect_close(name, out, NULL, e.out, (size_t)N * C, 1e-7);
+
+    float* dwte = new_floats((size_t)vocab_local * C);
+    float* dwpe = wpe ? new_floats((size_t)T * C) : NULL;
+    encoder_backward_cpu(dwte, dwpe, R, tokens, N, T, C, vocab_start, vocab_local);
+    double* fd = new_doubles((size_t)vocab_local * C);
+    finite_diff(fd, e.wte, (size_t)vocab_local * C, encoder_loss, &e);
+    snprintf(name, sizeof name, "encoder_backward dwte (vocab %d+%d%s)", vocab_start, vocab_local, tag);
+    expect_close(name, dwte, NULL, fd, (size_t)vocab_local * C, FD_TOL);
+    if (wpe) {
+        double* fd_wpe = new_doubles((size_t)T * C);
+        finite_diff(fd_wpe, e.wpe, (size_t)T * C, encoder_loss, &e);
+        snprintf(name, sizeof name, "encoder_backward dwpe (vocab %d+%d)", vocab_start, vocab_local);
+        expect_close(name, dwpe, NULL, fd_wpe, (size_t)T * C, FD_TOL);
+    }
+    // gradients accumulate: a second call adds the same again. Each element is a sum of at
+    // most ceil(N/T) = 4 terms, so doubling it is exact to a few u: 1e-6.
+    double* twice = doubles_of(dwte, (size_t)vocab_local * C);
+    for (int i = 0; i < vocab_local * C; i++) twice[i] *= 2.0;
+    encoder_backward_cpu(dwte, dwpe, R, tokens, N, T, C, vocab_start, vocab_local);
+    snprintf(name, sizeof name, "encoder_backward accumulates: second call doubles dwte (vocab %d+%d%s)",
+             vocab_start, vocab_local, tag);
+    expect_close(name, dwte, NULL, twice, (size_t)vocab_local * C, 1e-6);
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
+// residual
+
+static void test_residual(void) {
+    const size_t n = 37 * 45;
+    float* a = random_floats(n, -1, 1);
+    float* b = random_floats(n, -1, 1);
+    float* out = new_floats(n);
+    double* want = new_doubles(n);
+    for (size_t i = 0; i < n; i++) want[i] = (double)a[i] + (double)b[i];
+    residual_forward_cpu(out, a, b, n);
+    expect_close("residual_forward", out, NULL, want, n, 1e-7);  // one rounding: <= u
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
+// LayerNorm: out = (x - mean) / sqrt(var + 1e-5) * weight + bias, var biased (divides by C)
+
+typedef struct { double *inp, *weight, *bias, *R, *out, *mean, *rstd; int N, C; } LayerNormCase;
+
+static void ref_layernorm(double* out, double* mean, double* rstd, const double* inp, const double* weight,
+                          const double* bias, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const double* x = inp + n * C;
+        double m = 0.0, var = 0.0;
+        for (int c = 0; c < C; c++) m += x[c] / C;
+        for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m) / C;
+        double s = 1.0 / sqrt(var + 1e-5);
+        for (int c = 0; c < C; c++) out[n * C + c] = (x[c] - m) * s * weight[c] + bias[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+static double layernorm_loss(const void* p) {
+    const LayerNormCase* l = p;
+    ref_layernorm(l->out, l->mean, l->rstd, l->inp, l->weight, l->bias, l->N, l->C);
+    return dot(l->out, l->R, (size_t)l->N * l->C);
+}
+
+static void test_layernorm(void) {
+    const int N = 37, C = 45;
+    const size_t NC = (size_t)N * C;
+    float* inp = random_floats(NC, 1, 4);  // a mean far from 0 and a spread of ~1
+    float* weight = random_floats(C, 0.5f, 1.5f);
+    float* bias = random_floats(C, -1, 1);
+    float* R = random_floats(NC, -1, 1);
+    LayerNormCase l = {doubles_of(inp, NC), doubles_of(weight, C), doubles_of(bias, C), doubles_of(R, NC),
+                       new_doubles(NC), new_doubles(N), new_doubles(N), N, C};
+    float *out = new_floats(NC), *mean = new_floats(N), *rstd = new_floats(N);
+    layernorm_forward_cpu(out, mean, rstd, inp, weight, bias, N, C);
+    layernorm_loss(&l);
+    // mean and rstd: summed in double, rounded once to fp32 (u); out: a handful of fp32
+    // operations on |xhat| <= ~2, so ~1e-7 of max |out|; 1e-6 and 1e-5 leave a decade
+    expect_close("layernorm_forward mean", mean, NULL, l.mean, N, 1e-6);
+    expect_close("layernorm_forward rstd", rstd, NULL, l.rstd, N, 1e-6);
+    expect_close("layernorm_forward out", out, NULL, l.out, NC, 1e-5);
+
+    // dinp adds into the residual stream's gradient; dweight and dbias accumulate: pre-fill
+    // all three with known values and check what was added
+    float* dinp0 = random_floats(NC, -1, 1);
+    float* dweight0 = random_floats(C, -1, 1);
+    float* dbias0 = random_floats(C, -1, 1);
+    float* dinp = copy_floats(dinp0, NC);
+    float* dweight = copy_floats(dweight0, C);
+    float* dbias = copy_floats(dbias0, C);
+    layernorm_backward_cpu(dinp, dweight, dbias, R, inp, weight, mean, rstd, N, C);
+    double *fd_inp = new_doubles(NC), *fd_weight = new_doubles(C), *fd_bias = new_doubles(C);
+    finite_diff(fd_inp, l.inp, NC, layernorm_loss, &l);
+    finite_diff(fd_weight, l.weight, C, layernorm_loss, &l);
+    finite_diff(fd_bias, l.bias, C, layernorm_loss, &l);
+    expect_close("layernorm_backward dinp (added to what was there)", dinp, dinp0, fd_inp, NC, FD_TOL);
+    expect_close("layernorm_backward dweight (accumulated)", dweight, dweight0, fd_weight, C, FD_TOL);
+    expect_close("layernorm_backward dbias (accumulated)", dbias, dbias0, fd_bias, C, FD_TOL);
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
+// matmul: out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias[OC]
+
+typedef struct { double *inp, *weight, *bias, *R, *out; int N, C, OC; } MatmulCase;
+
+static void ref_matmul(double* out, const double* inp, const double* weight, const double* bias, int N, int C, int OC) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = bias ? bias[o] : 0.0;
+            for (int c = 0; c < C; c++) s += inp[n * C + c] * weight[o * C + c];
+            out[n * OC + o] = s;
+        }
+}
+static double matmul_loss(const void* p) {
+    const MatmulCase* m = p;
+    ref_matmul(m->out, m->inp, m->weight, m->bias, m->N, m->C, m->OC);
+    return dot(m->out, m->R, (size_t)m->N * m->OC);
+}
+
+typedef void (*matmul_forward_fn)(float*, const float*, const float*, const float*, int, int, int);
+typedef void (*matmul_backward_fn)(float*, float*, float*, const float*, const float*, const float*, int, int, int);
+
+static void test_matmul(void) {
+    const int N = 37, C = 45, OC = 29;
+    const size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
+    float* inp = random_floats(NC, -1, 1);
+    float* weight = random_floats(OCC, -1, 1);
+    float* bias = random_floats(OC, -1, 1);
+    float* R = random_floats(NOC, -1, 1);
+    MatmulCase m = {doubles_of(inp, NC), doubles_of(weight, OCC), doubles_of(bias, OC), doubles_of(R, NOC),
+                    new_doubles(NOC), N, C, OC};
+    double* want_nobias = new_doubles(NOC);
+    ref_matmul(want_nobias, m.inp, m.weight, NULL, N, C, OC);
+    double *fd_inp = new_doubles(NC), *fd_weight = new_doubles(OCC), *fd_bias = new_doubles(OC);
+    finite_diff(fd_inp, m.inp, NC, matmul_loss, &m);
+    finite_diff(fd_weight, m.weight, OCC, matmul_loss, &m);
+    finite_diff(fd_bias, m.bias, OC, matmul_loss, &m);
+    matmul_loss(&m);  // leaves the forward with bias in m.out
+
+    const char* fwd_names[2] = {"matmul_forward_reference", "matmul_forward_cpu"};
+    const char* bwd_names[2] = {"matmul_backward_reference", "matmul_backward_cpu"};
+    matmul_forward_fn fwd[2] = {matmul_forward_reference, matmul_forward_cpu};
+    matmul_backward_fn bwd[2] = {matmul_backward_reference, matmul_backward_cpu};
+    char name[128];
+    for (int k = 0; k < 2; k++) {
+        for (int with_bias = 1; with_bias >= 0; with_bias--) {
+            const char* tag = with_bias ? "with bias" : "bias NULL";
+            // dot products of C = 45 terms in fp32 (any order, BLAS too): <= 45 u of the sum
+            // of |terms|, which is ~2x max |out| here: ~5e-6 worst case, typically 1e-7
+            float* out = filled_floats(NOC, NAN);
+            fwd[k](out, inp, weight, with_bias ? bias : NULL, N, C, OC);
+            snprintf(name, sizeof name, "%s (%s)", fwd_names[k], tag);
+            expect_close(name, out, NULL, with_bias ? m.out : want_nobias, NOC, 1e-5);
+
+            // dinp is overwritten (pre-filled with NaN), dweight and dbias accumulate
+            float* dinp = filled_floats(NC, NAN);
+            float* dweight0 = random_floats(OCC, -1, 1);
+            float* dbias0 = random_floats(OC, -1, 1);
+            float* dweight = copy_floats(dweight0, OCC);
+            float* dbias = copy_floats(dbias0, OC);
+            bwd[k](dinp, dweight, with_bias ? dbias : NULL, R, inp, weight, N, C, OC);
+            snprintf(name, sizeof name, "%s dinp (overwritten; %s)", bwd_names[k], tag);
+            expect_close(name, dinp, NULL, fd_inp, NC, FD_TOL);
+            snprintf(name, sizeof name, "%s dweight (accumulated; %s)", bwd_names[k], tag);
+            expect_close(name, dweight, dweight0, fd_weight, OCC, FD_TOL);
+            if (with_bias) {
+                snprintf(name, sizeof name, "%s dbias (accumulated)", bwd_names[k]);
+                expect_close(name, dbias, dbias0, fd_bias, OC, FD_TOL);
+            }
+        }
+    }
+    // the helper the BLAS path uses for dbias: column sums of 37 rows added into out
+    float* sums = copy_floats(bias, OC);
+    double* want = new_doubles(OC);
+    for (int o = 0; o < OC; o++)
+        for (int n = 0; n < N; n++) want[o] += R[n * OC + o];
+    column_sums_add_cpu(sums, R, N, OC);
+    expect_close("column_sums_add_cpu (accumulated)", sums, bias, want, OC, 1e-5);  // 37-term fp32 sums
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
+// causal self-attention. qkv[b, t] holds the heads one after another, each as [q | k | v];
+// out[b, t] the heads side by side; att[b, h, t, t2] the softmax probabilities.
+
+typedef struct { double *qkv, *R, *out, *att; int B, T, NH, HS; } AttentionCase;
+
+static size_t qkv_at(int b, int t, int h, int part, int T, int NH, int HS) {
+    size_t token = (size_t)b * T + t;
+    return token * (3 * NH * HS) + (size_t)h * 3 * HS + (size_t)part * HS;
+}
+
+static void ref_attention(double* out, double* att, const double* qkv, int B, int T, int NH, int HS) {
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double* q = qkv + qkv_at(b, t, h, 0, T, NH, HS);
+                double p[T], max = -INFINITY, sum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const double* k = qkv + qkv_at(b, t2, h, 1, T, NH, HS);
+                    p[t2] = 0.0;
+                    for (int i = 0; i < HS; i++) p[t2] += q[i] * k[i] / sqrt((double)HS);
+                    if (p[t2] > max) max = p[t2];
+                }
+                for (int t2 = 0; t2 <= t; t2++) sum += (p[t2] = exp(p[t2] - max));
+                double* a = att + (((size_t)b * NH + h) * T + t) * T;
+                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? p[t2] / sum : 0.0;
+                double* o = out + ((size_t)b * T + t) * NH * HS + (size_t)h * HS;
+                for (int i = 0; i < HS; i++) {
+                    o[i] = 0.0;
+                    for (int t2 = 0; t2 <= t; t2++) o[i] += a[t2] * qkv[qkv_at(b, t2, h, 2, T, NH, HS) + i];
+                }
+            }
+}
+static double attention_loss(const void* p) {
+    const AttentionCase* a = p;
+    ref_attention(a->out, a->att, a->qkv, a->B, a->T, a->NH, a->HS);
+    return dot(a->out, a->R, (size_t)a->B * a->T * a->NH * a->HS);
+}
+
+// one of q, k, v (part 0, 1, 2) of every token and head, as a dense array
+static void gather_part(double* dst, const float* fsrc, const double* dsrc, int part, int B, int T, int NH, int HS) {
+    size_t j = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++)
+                for (int i = 0; i < HS; i++, j++) {
+                    size_t at = qkv_at(b, t, h, part, T, NH, HS) + i;
+                    dst[j] = fsrc ? fsrc[at] : dsrc[at];
+                }
+}
+
+static void test_attention(void) {
+    const int B = 2, T = 11, NH = 3, HS = 7;
+    const size_t n_qkv = (size_t)B * T * 3 * NH * HS, n_out = (size_t)B * T * NH * HS, n_att = (size_t)B * NH * T * T;
+    float* qkv = random_floats(n_qkv, -1.5f, 1.5f);
+    float* R = random_floats(n_out, -1, 1);
+    AttentionCase a = {doubles_of(qkv, n_qkv), doubles_of(R, n_out), new_doubles(n_out), new_doubles(n_att),
+                       B, T, NH, HS};
+    attention_loss(&a);
+
+    // through the name the trainer calls (no scratch on the CPU build)
+    check(attention_scratch_elements(B, T, NH, HS) == 0, "attention_scratch_elements is 0 on the CPU", "it is not");
+    float* out = filled_floats(n_out, NAN);
+    float* att = filled_floats(n_att, NAN);
+    attention_forward(out, att, NULL, qkv, B, T, NH, HS);
+    // scores: 7-term fp32 dot products; softmax over <= 11 terms; then an 11-term weighted
+    // sum: each step a few u, all told ~1e-6 of the scale; 1e-5 leaves a decade
+    expect_close("attention_forward out", out, NULL, a.out, n_out, 1e-5);
+    expect_close("attention_forward att", att, NULL, a.att, n_att, 1e-5);
+    size_t above = 0;
+    double worst_row = 0.0;
+    for (int r = 0; r < B * NH * T; r++) {
+        int t = r % T;
+        double s = 0.0;
+        for (int t2 = 0; t2 < T; t2++) {
+            s += att[(size_t)r * T + t2];
+            above += t2 > t && att[(size_t)r * T + t2] != 0.0f;
+        }
+        if (fabs(s - 1.0) > worst_row) worst_row = fabs(s - 1.0);
+    }
+    check(above == 0, "attention_forward att is exactly 0 above the diagonal", "%zu non-zero entries", above);
+    // each probability is rounded once or twice and their sum was divided by an fp32 sum of
+    // <= 11 terms: within ~(2T + 2) u ~ 1.5e-6 of 1
+    check(worst_row <= 2e-6, "attention_forward att rows sum to 1", "worst |sum - 1| = %.3g", worst_row);
+
+    float* dqkv = filled_floats(n_qkv, NAN);  // overwritten: pre-filled with NaN
+    attention_backward(dqkv, NULL, R, qkv, att, B, T, NH, HS);
+    double* fd = new_doubles(n_qkv);
+    finite_diff(fd, a.qkv, n_qkv, attention_loss, &a);
+    const char* names[3] = {"attention_backward dq (overwritten)", "attention_backward dk (overwritten)",
+                            "attention_backward dv (overwritten)"};
+    double *want = new_doubles(n_out), *got = new_doubles(n_out);
+    float* got_f = new_floats(n_out);
+    for (int part = 0; part < 3; part++) {
+        gather_part(want, NULL, fd, part, B, T, NH, HS);
+        gather_part(got, dqkv, NULL, part, B, T, NH, HS);
+        for (size_t i = 0; i < n_out; i++) got_f[i] = (float)got[i];
+        expect_close(names[part], got_f, NULL, want, n_out, FD_TOL);
+    }
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+
+typedef struct { double *inp, *R, *out; size_t n; } GeluCase;
+
+static double ref_gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double gelu_loss(const void* p) {
+    const GeluCase* g = p;
+    for (size_t i = 0; i < g->n; i++) g->out[i] = ref_gelu(g->inp[i]);
+    return dot(g->out, g->R, g->n);
+}
+
+static void test_gelu(void) {
+    const size_t n = 37 * 45;
+    float* inp = random_floats(n, -5, 5);
+    float* R = random_floats(n, -1, 1);
+    GeluCase g = {doubles_of(inp, n), doubles_of(R, n), new_doubles(n), n};
+    gelu_loss(&g);
+    float* out = new_floats(n);
+    gelu_forward_cpu(out, inp, n);
+    // tanhf and a few products: a few u of each value (|out| <= 5): 1e-6 of max |out|
+    expect_close("gelu_forward", out, NULL, g.out, n, 1e-6);
+
+    float* dinp = filled_floats(n, NAN);
+    gelu_backward_cpu(dinp, inp, R, n);
+    double* fd = new_doubles(n);
+    finite_diff(fd, g.inp, n, gelu_loss, &g);
+    expect_close("gelu_backward", dinp, NULL, fd, n, FD_TOL);
+    float* inplace = copy_floats(R, n);  // the trainer's call: dinp is dout's buffer
+    gelu_backward_cpu(inplace, inp, inplace, n);
+    expect_identical("gelu_backward in place (dinp == dout) gives the same bits", inplace, dinp, n);
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
+// cross-entropy: loss[n] = logsumexp over the real vocabulary of logits[n] - logits[n][target]
+// The vocabulary has 50 real columns padded to 56 (divisible by 4 x TP for TP = 2); a
+// vocab-parallel run gives each of 2 ranks 28 columns, the second rank's last 6 padding.
+
+typedef struct { double* logits; const int* targets; int N, V, valid; double dloss; } CrossEntropyCase;
+
+static double ref_crossentropy(const double* l, int target, int valid) {
+    double max = -INFINITY, sum = 0.0;
+    for (int v = 0; v < valid; v++) max = l[v] > max ? l[v] : max;
+    for (int v = 0; v < valid; v++) sum += exp(l[v] - max);
+    return log(sum) + max - l[target];
+}
+static double crossentropy_loss(const void* p) {  // dloss * sum of the row losses
+    const CrossEntropyCase* c = p;
+    double s = 0.0;
+    for (int n = 0; n < c->N; n++) s += ref_crossentropy(c->logits + (size_t)n * c->V, c->targets[n], c->valid);
+    return c->dloss * s;
+}
+
+// how many of the padding columns [valid, V) of N rows are not exactly 0
+static size_t nonzero_padding(const float* x, int N, int V, int valid) {
+    size_t bad = 0;
+    for (int n = 0; n < N; n++)
+        for (int v = valid; v < V; v++) bad += x[(size_t)n * V + v] != 0.0f;
+    return bad;
+}
+
+static void test_crossentropy(void) {
+    enum { N = 37, VOCAB = 50, V = 56, TP = 2, VL = V / TP };
+    const float dloss = 0.37f, huge = 1e30f;
+    int targets[N];
+    for (int n = 0; n < N; n++) targets[n] = rand_int(VOCAB);
+    targets[0] = 0; targets[1] = VOCAB - 1; targets[2] = VL - 1; targets[3] = VL;  // the slices' edges
+    float* logits = random_floats((size_t)N * V, -4, 4);  // padding columns hold random values too
+    CrossEntropyCase ce = {doubles_of(logits, (size_t)N * V), targets, N, V, VOCAB, dloss};
+    double* want = new_doubles(N);
+    for (int n = 0; n < N; n++) want[n] = ref_crossentropy(ce.logits + (size_t)n * V, targets[n], VOCAB);
+    double* fd = new_doubles((size_t)N * V);  // padding columns: the loss ignores them, so fd is 0 there
+    finite_diff(fd, ce.logits, (size_t)N * V, crossentropy_loss, &ce);
+
+    // one rank holding the whole (padded) vocabulary
+    float *row_max = new_floats(N), *sums = new_floats(2 * N), *losses = new_floats(N);
+    crossentropy_row_max_cpu(row_max, logits, N, V, VOCAB);
+    crossentropy_row_sums_cpu(sums, logits, row_max, targets, N, V, VOCAB, 0);
+    crossentropy_forward_cpu(losses, row_max, sums, N);
+    double* want_sums = new_doubles(2 * N);
+    int max_ok = 1, target_ok = 1;
+    for (int n = 0; n < N; n++) {
+        float m = -INFINITY;
+        for (int v = 0; v < VOCAB; v++) m = fmaxf(m, logits[n * V + v]);
+        max_ok &= row_max[n] == m;
+        target_ok &= sums[N + n] == logits[n * V + targets[n]];
+        for (int v = 0; v < VOCAB; v++) want_sums[n] += exp((double)logits[n * V + v] - row_max[n]);
+    }
+    check(max_ok, "crossentropy_row_max is the max over the real columns", "a row differs");
+    check(target_ok, "crossentropy_row_sums holds the target's logit", "a row differs");
+    // 50-term fp32 sums of exps in (0, 1]: <= 50 u ~ 3e-6 of the sum
+    expect_close("crossentropy_row_sums sum of exp", sums, NULL, want_sums, N, 1e-5);
+    // log of that sum: ~3e-6 absolute on losses of ~4 (plus their own rounding)
+    expect_close("crossentropy_forward loss = logsumexp - target logit", losses, NULL, want, N, 1e-5);
+
+    // padding columns set to huge values change nothing, and get a zero gradient
+    float* padded = copy_floats(logits, (size_t)N * V);
+    for (int n = 0; n < N; n++)
+        for (int v = VOCAB; v < V; v++) padded[n * V + v] = huge;
+    float *losses2 = new_floats(N), *row_max2 = new_floats(N), *sums2 = new_floats(2 * N);
+    crossentropy_row_max_cpu(row_max2, padded, N, V, VOCAB);
+    crossentropy_row_sums_cpu(sums2, padded, row_max2, targets, N, V, VOCAB, 0);
+    crossentropy_forward_cpu(losses2, row_max2, sums2, N);
+    expect_identical("crossentropy_forward ignores padding columns (set to 1e30)", losses2, losses, N);
+    crossentropy_backward_cpu(padded, row_max2, sums2, targets, dloss, N, V, VOCAB, 0);
+    expect_close("crossentropy_backward dlogits = dloss (softmax - onehot)", padded, NULL, fd, (size_t)N * V, FD_TOL);
+    check(nonzero_padding(padded, N, V, VOCAB) == 0, "crossentropy_backward padding columns are exactly 0",
+          "%zu are not", nonzero_padding(padded, N, V, VOCAB));
+
+    // vocab-parallel over TP = 2 ranks, with the two all-reduces done by hand:
+    // row_max -> max over ranks -> row_sums -> sum over ranks -> forward / backward
+    float *slice[TP], *rank_max[TP], *rank_sums[TP];
+    int start[TP], valid[TP];
+    float *global_max = filled_floats(N, -INFINITY), *global_sums = new_floats(2 * N);
+    for (int r = 0; r < TP; r++) {
+        start[r] = r * VL;
+        valid[r] = VOCAB - start[r] < VL ? VOCAB - start[r] : VL;
+        slice[r] = new_floats((size_t)N * VL);
+        for (int n = 0; n < N; n++)
+            for (int v = 0; v < VL; v++) slice[r][n * VL + v] = v < valid[r] ? logits[n * V + start[r] + v] : huge;
+        rank_max[r] = new_floats(N);
+        rank_sums[r] = new_floats(2 * N);
+        crossentropy_row_max_cpu(rank_max[r], slice[r], N, VL, valid[r]);
+        for (int n = 0; n < N; n++) global_max[n] = fmaxf(global_max[n], rank_max[r][n]);
+    }
+    check(memcmp(global_max, row_max, N * sizeof(float)) == 0, "crossentropy_row_max vocab-parallel: max over ranks",
+          "differs from one rank's");
+    for (int r = 0; r < TP; r++) {
+        crossentropy_row_sums_cpu(rank_sums[r], slice[r], global_max, targets, N, VL, valid[r], start[r]);
+        for (int i = 0; i < 2 * N; i++) global_sums[i] += rank_sums[r][i];
+    }
+    // exactly one rank holds each target and the others add 0: the target logit is exact
+    check(memcmp(global_sums + N, sums + N, N * sizeof(float)) == 0,
+          "crossentropy_row_sums vocab-parallel: target logit from exactly one rank", "differs");
+    float* tp_losses = new_floats(N);
+    crossentropy_forward_cpu(tp_losses, global_max, global_sums, N);
+    expect_close("crossentropy_forward vocab-parallel (TP=2)", tp_losses, NULL, want, N, 1e-5);
+    char name[128];
+    double* want_slice = new_doubles((size_t)N * VL);
+    for (int r = 0; r < TP; r++) {
+        crossentropy_backward_cpu(slice[r], global_max, global_sums, targets, dloss, N, VL, valid[r], start[r]);
+        for (int n = 0; n < N; n++)
+            for (int v = 0; v < VL; v++) want_slice[n * VL + v] = fd[n * V + start[r] + v];
+        snprintf(name, sizeof name, "crossentropy_backward vocab-parallel rank %d (vocab_start %d, valid %d of %d)",
+                 r, start[r], valid[r], VL);
+        expect_close(name, slice[r], NULL, want_slice, (size_t)N * VL, FD_TOL);
+    }
+    check(nonzero_padding(slice[1], N, VL, valid[1]) == 0,
+          "crossentropy_backward vocab-parallel padding columns are exactly 0", "%zu are not",
+          nonzero_padding(slice[1], N, VL, valid[1]));
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
+// AdamW, from the torch.optim.AdamW documentation, one element at a time in double:
+//   theta -= lr * wd * theta                      (decoupled weight decay, on the old theta)
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+//   theta -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+
+static void ref_adamw(double* p, double* m, double* v, double grad, double lr, double b1, double b2, double eps,
+                      double wd, double grad_scale, int t) {
+    double g = grad * grad_scale;
+    *p -= lr * wd * *p;
+    *m = b1 * *m + (1.0 - b1) * g;
+    *v = b2 * *v + (1.0 - b2) * g * g;
+    double m_hat = *m / (1.0 - pow(b1, t)), v_hat = *v / (1.0 - pow(b2, t));
+    *p -= lr * m_hat / (sqrt(v_hat) + eps);
+}
+
+static void test_adamw(float weight_decay, int same_buffer) {
+    enum { n = 7 };
+    const float lr = 0.1f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, grad_scale = 0.5f;
+    float master[n], param_buf[n], grad[n], m[n] = {0}, v[n] = {0};
+    double p_want[n], m_want[n], v_want[n];
+    for (int i = 0; i < n; i++) {
+        master[i] = rand_uniform(-1, 1);
+        grad[i] = rand_uniform(-3, 3);
+        param_buf[i] = NAN;
+        p_want[i] = master[i], m_want[i] = v_want[i] = 0.0;
+    }
+    // element 0 by hand: g = 2 * 0.5 = 1 at every step, so m_hat = v_hat = 1 and the step is
+    // lr * 1/(1 + eps): theta = 1 * (1 - lr wd) - 0.1, then that * (1 - lr wd) - 0.1
+    master[0] = 1.0f, grad[0] = 2.0f, p_want[0] = 1.0;
+    const double by_hand[2] = {1.0 - 0.1 * weight_decay - 0.1,
+                               (1.0 - 0.1 * weight_decay - 0.1) * (1.0 - 0.1 * weight_decay) - 0.1};
+    float* param = same_buffer ? master : param_buf;
+    char name[128];
+    const char* tag = same_buffer ? "master == param" : "separate param";
+    for (int step = 1; step <= 2; step++) {
+        adamw_update_cpu(master, param, grad, m, v, n, lr, b1, b2, eps, weight_decay, grad_scale, step);
+        for (int i = 0; i < n; i++)  // the float hyperparameters, exactly as the kernel got them
+            ref_adamw(&p_want[i], &m_want[i], &v_want[i], grad[i], lr, b1, b2, eps, weight_decay, grad_scale, step);
+        // m, v: three fp32 roundings; theta (|theta| ~ 1, steps of ~lr): the update is ~8 fp32
+        // operations incl. 1 - b^t, then one rounding of theta: all within ~5e-7 of max |theta|
+        snprintf(name, sizeof name, "adamw_update step %d wd=%g (%s): m", step, weight_decay, tag);
+        expect_close(name, m, NULL, m_want, n, 1e-6);
+        snprintf(name, sizeof name, "adamw_update step %d wd=%g (%s): v", step, weight_decay, tag);
+        expect_close(name, v, NULL, v_want, n, 1e-6);
+        snprintf(name, sizeof name, "adamw_update step %d wd=%g (%s): master", step, weight_decay, tag);
+        expect_close(name, master, NULL, p_want, n, 1e-6);
+        snprintf(name, sizeof name, "adamw_update step %d wd=%g (%s): by hand %.6g", step, weight_decay, tag,
+                 by_hand[step - 1]);
+        check(fabs(master[0] - by_hand[step - 1]) <= 1e-6, name, "got %.9g", master[0]);
+        snprintf(name, sizeof name, "adamw_update step %d wd=%g (%s): param == master", step, weight_decay, tag);
+        expect_identical(name, param, master, n);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// sum of squares, for the gradient norm
+
+static void test_sum_squares(void) {
+    const size_t n = 3 * SUM_CHUNK + 123;  // several chunks, the last one short
+    float* x = random_floats(n, -2, 2);
+    double want = 5.0;  // *acc starts from 5: the kernel adds into it
+    for (size_t i = 0; i < n; i++) want += (double)x[i] * (double)x[i];
+    double acc = 5.0;
+    sum_squares_cpu(&acc, x, n);
+    // exact squares of floats summed in double, in another order: ~n * 1e-16 relative
+    check(fabs(acc - want) <= 1e-12 * want, "sum_squares accumulates into *acc (vs double sum)",
+          "got %.17g, want %.17g", acc, want);
+#ifdef _OPENMP
+    int threads = omp_get_max_threads();
+    double one = 0.0, two = 0.0;
+    omp_set_num_threads(1);
+    sum_squares_cpu(&one, x, n);
+    omp_set_num_threads(2);
+    sum_squares_cpu(&two, x, n);
+    omp_set_num_threads(threads);
+    check(memcmp(&one, &two, sizeof(double)) == 0, "sum_squares is bit-identical with 1 and 2 threads",
+          "%.17g vs %.17g", one, two);
+#endif
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
+// "device" memory on the CPU build is host memory: a round trip keeps every bit
+
+static void test_device_memory(void) {
+    const size_t n = 45;
+    kernels_init(0);
+    float* host = random_floats(n, -1, 1);
+    float* back = filled_floats(n, NAN);
+    float* dev = (float*)dev_malloc(n * sizeof(float));
+    host_to_dev(dev, host, n * sizeof(float));
+    dev_to_host(back, dev, n * sizeof(float));
+    int ok = memcmp(back, host, n * sizeof(float)) == 0;
+    floats_to_dev_floatX(dev, host, n);
+    dev_floatX_to_floats(back, dev, n);
+    ok &= memcmp(back, host, n * sizeof(float)) == 0;
+    dev_zero(dev, n * sizeof(float));
+    dev_to_host(back, dev, n * sizeof(float));
+    dev_free(dev);
+    check(ok, "dev_* round trips keep every bit", "a round trip changed the data");
+    expect_identical("dev_zero zeroes", back, new_floats(n), n);
+    free_buffers();
+}
+
+int main(void) {
+    printf("test_kernels: %s kernels%s\n", PRECISION_NAME,
+#ifdef USE_BLAS
+           ", matmul through BLAS"
+#else
+           ", matmul as plain loops"
+#endif
+    );
+    test_device_memory();
+    test_encoder(0, 56, 1);   // one rank, the whole padded vocabulary
+    test_encoder(20, 17, 0);  // a vocab-parallel slice; wpe added by another rank
+    test_encoder(20, 17, 1);
+    test_residual();
+    test_layernorm();
+    test_matmul();
+    test_attention();
+    test_gelu();
+    test_crossentropy();
+    for (int same = 1; same >= 0; same--) {
+        test_adamw(0.0f, same);
+        test_adamw(0.1f, same);
+    }
+    test_sum_squares();
+    return tests_summary();
+}

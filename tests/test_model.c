@@ -1,0 +1,327 @@
+/*
+tests/test_model.c — the model and the training step, through the trainer's own functions.
+
+  - whole-model gradient check: the backward pass against central finite differences of
+    the forward loss, one random direction per tensor;
+  - LR and batch-size schedules at chosen sample counts against Megatron's formulas;
+  - an optimizer step with clipping against AdamW computed by hand;
+  - a tiny model overfits one fixed batch;
+  - two trainers with the same seed give bit-identical losses.
+usage: test_model DATA_PREFIX   (a small dataset made by ./preprocess)
+*/
+#define TESTING
+#include "../train.c"
+#include "test.h"
+
+static uint64_t rng_state = 42;
+static float randn(void) {
+    rng_state = splitmix64(rng_state);
+    return normal_at(7, 11, rng_state);
+}
+
+static GPTConfig tiny_config(int embed_layernorm) {
+    GPTConfig c;
+    memset(&c, 0, sizeof(c));
+    c.num_layers = 2;
+    c.hidden_size = 16;
+    c.num_attention_heads = 2;
+    c.ffn_hidden_size = 40;
+    c.seq_length = 7;
+    c.max_position_embeddings = 9;
+    c.vocab_size = 37;
+    c.make_vocab_size_divisible_by = 16;
+    c.padded_vocab_size = padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by, 1);
+    c.embed_layernorm = embed_layernorm;
+    c.init_method_std = 0.3f;   // large enough that every path carries gradient
+    c.seed = 5;
+    return c;
+}
+
+static void random_batch(GPT* m, int vocab) {
+    int N = m->B * m->T;
+    for (int i = 0; i < N; i++) {
+        rng_state = splitmix64(rng_state);
+        m->slots[0].tokens[i] = (int)(rng_state % vocab);
+        m->slots[0].targets[i] = (int)((rng_state >> 20) % vocab);
+    }
+}
+
+static double loss_and_grads(GPT* m) {
+    dev_zero(m->grads, m->num_params * sizeof(float));
+    double loss = gpt_forward(m, 0);
+    gpt_backward(m, 0, 1.0f / (m->B * m->T));
+    return loss;
+}
+
+// Directional derivative of the loss along u (one tensor's slice, |u| = 1), by central
+// differences: (L(p + h u) - L(p - h u)) / 2h, against the backward's g . u.
+// The direction mixes the tensor's own gradient with noise, so a gradient that is wrong in
+// size or in direction shows. Error budget: the loss is summed in double from fp32 token
+// losses (relative round-off ~1e-7, so ~1e-6 absolute over a 2e-3 step -> ~5e-4 on the
+// derivative), plus the h^2 truncation term; the derivative itself is ~1e-2 .. 1.
+static void gradient_check(int embed_layernorm) {
+    GPTConfig c = tiny_config(embed_layernorm);
+    GPT m;
+    gpt_build(&m, &c, 3, c.seq_length, 0, 1, 0, 1, 1);
+    random_batch(&m, c.vocab_size);
+    loss_and_grads(&m);
+    float* g = (float*)mallocCheck(m.num_params * sizeof(float));
+    memcpy(g, m.grads, m.num_params * sizeof(float));
+    const float h = 1e-3f;
+    for (int i = 0; i < m.num_tensors; i++) {
+        const TensorDesc* t = &m.tensors[i];
+        float* p = m.params + t->offset;
+        float* u = (float*)mallocCheck(t->numel * sizeof(float));
+        double gnorm = 0.0, rnorm = 0.0, unorm = 0.0, analytic = 0.0;
+        for (size_t k = 0; k < t->numel; k++) gnorm += (double)g[t->offset + k] * g[t->offset + k];
+        for (size_t k = 0; k < t->numel; k++) {
+            u[k] = randn();
+            rnorm += (double)u[k] * u[k];
+        }
+        for (size_t k = 0; k < t->numel; k++) {
+            u[k] = (float)(u[k] / sqrt(rnorm) + (gnorm > 0 ? g[t->offset + k] / sqrt(gnorm) : 0.0));
+            unorm += (double)u[k] * u[k];
+        }
+        for (size_t k = 0; k < t->numel; k++) {
+            u[k] = (float)(u[k] / sqrt(unorm));
+            analytic += (double)g[t->offset + k] * u[k];
+        }
+        float* saved = (float*)mallocCheck(t->numel * sizeof(float));
+        memcpy(saved, p, t->numel * sizeof(float));
+        for (size_t k = 0; k < t->numel; k++) p[k] = saved[k] + h * u[k];
+        double up = gpt_forward(&m, 0);
+        for (size_t k = 0; k < t->numel; k++) p[k] = saved[k] - h * u[k];
+        double down = gpt_forward(&m, 0);
+        memcpy(p, saved, t->numel * sizeof(float));
+        double numeric = (up - down) / (2.0 * h);
+        double err = fabs(numeric - analytic);
+        char name[160];
+        snprintf(name, sizeof(name), "model gradient %s%s", t->name, embed_layernorm ? " (embedding LayerNorm)" : "");
+        check(err <= 1e-3 + 1e-2 * fabs(analytic), name, "backward %.6e vs finite differences %.6e (error %.2e)",
+              analytic, numeric, err);
+        free(u);
+        free(saved);
+    }
+    free(g);
+    gpt_free(&m);
+}
+
+// padded vocabulary rows stay zero and get no gradient; the loss ignores them
+static void padding_is_inert(void) {
+    GPTConfig c = tiny_config(0);
+    GPT m;
+    gpt_build(&m, &c, 2, c.seq_length, 0, 1, 0, 1, 1);
+    random_batch(&m, c.vocab_size);
+    double before = loss_and_grads(&m);
+    const TensorDesc* wte = &m.tensors[m.wte];
+    float* rows = m.params + wte->offset + (size_t)c.vocab_size * c.hidden_size;
+    float* grads = m.grads + wte->offset + (size_t)c.vocab_size * c.hidden_size;
+    size_t n = (size_t)(c.padded_vocab_size - c.vocab_size) * c.hidden_size;
+    double gsum = 0.0, psum = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        gsum += fabs(grads[k]);
+        psum += fabs(rows[k]);
+        rows[k] = 100.0f;   // huge logits in the padding must change nothing
+    }
+    double after = gpt_forward(&m, 0);
+    check(n > 0 && gsum == 0.0 && psum == 0.0, "padded vocabulary rows are zero and get no gradient",
+          "%zu padded values, |param| sum %g, |grad| sum %g", n, psum, gsum);
+    check(before == after, "padded vocabulary rows do not touch the loss", "loss %.9g became %.9g", before, after);
+    gpt_free(&m);
+}
+
+// the same element of the same tensor gets the same initial value whatever the slice
+static void init_is_layout_free(void) {
+    GPTConfig c = tiny_config(0);
+    c.padded_vocab_size = padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by, 2);
+    GPT whole, half;
+    gpt_build(&whole, &c, 1, c.seq_length, 0, 1, 0, 1, 1);
+    gpt_build(&half, &c, 1, c.seq_length, 1, 2, 0, 1, 1);   // tensor rank 1 of 2 builds its slices
+    int same = 1, compared = 0;
+    for (int i = 0; i < half.num_tensors; i++) {
+        const TensorDesc* h = &half.tensors[i];
+        const TensorDesc* w = &whole.tensors[i];
+        for (int r = 0; r < h->local_rows; r++)
+            for (int col = 0; col < h->local_cols; col++) {
+                float a = half.params[h->offset + (size_t)r * h->local_cols + col];
+                float b = whole.params[w->offset + (size_t)(h->row_start + r) * w->cols + h->col_start + col];
+                same &= a == b;
+                compared++;
+            }
+    }
+    check(same && compared > 0, "initialization is a function of (seed, tensor, element)",
+          "a tensor-parallel slice differs from the same elements of the whole tensor");
+    gpt_free(&whole);
+    gpt_free(&half);
+}
+
+// ----------------------------------------------------------------------------
+// schedules, with expected values worked out by hand from Megatron's formulas
+
+static void lr_schedule(void) {
+    LRSchedule s = {1e-3f, 1e-4f, 100, 1000, "linear"};
+    struct { const char* style; long long at; double want; } cases[] = {
+        {"linear", 0, 0.0},            // warm-up starts at 0
+        {"linear", 50, 5e-4},          // 1e-3 * 50 / 100
+        {"linear", 100, 1e-3},         // end of warm-up (<= warm-up: still the warm-up formula)
+        {"linear", 550, 5.5e-4},       // ratio 450/900 = 0.5: 1e-4 + 0.5 * 9e-4
+        {"linear", 1000, 1e-4},
+        {"linear", 5000, 1e-4},        // past the decay: min-lr
+        {"cosine", 550, 5.5e-4},       // 0.5 (cos(pi/2) + 1) = 0.5
+        {"cosine", 325, 8.6819805e-4}, // ratio 0.25: 1e-4 + 0.5 (cos(pi/4) + 1) * 9e-4
+        {"constant", 50, 5e-4},        // constant still warms up
+        {"constant", 5000, 1e-3},
+        {"inverse-square-root", 400, 5e-4},   // 1e-3 * sqrt(100) / sqrt(400)
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        s.style = cases[i].style;
+        double got = learning_rate(&s, cases[i].at);
+        char name[96];
+        snprintf(name, sizeof(name), "learning rate %s at %lld samples", cases[i].style, cases[i].at);
+        check(fabs(got - cases[i].want) <= 1e-6 * cases[i].want + 1e-12, name, "got %.9g, want %.9g", got, cases[i].want);
+    }
+}
+
+static void iteration_based_lr_lengths(void) {
+    Args a;
+    set_defaults(&a);
+    a.train_iters = 100;
+    a.global_batch_size = 32;
+    a.lr_warmup_iters = 10;
+    LRSchedule s = make_lr_schedule(&a, 100);
+    check(s.warmup_steps == 320 && s.decay_steps == 3200, "iteration flags become sample counts (x global batch)",
+          "warm-up %lld, decay %lld samples; want 320 and 3200", s.warmup_steps, s.decay_steps);
+    a.lr_warmup_iters = 0;
+    a.lr_warmup_fraction = 0.1f;
+    s = make_lr_schedule(&a, 100);
+    check(s.warmup_steps == 320, "--lr-warmup-fraction of the decay length", "warm-up %lld, want 320", s.warmup_steps);
+}
+
+static void batch_rampup(void) {
+    // start 4, increment 4, over 96 samples, to 16: three increments, one every 32 samples
+    BatchSchedule b = {4, 16, 4, 4, 96};
+    long long at[] = {0, 31, 32, 63, 64, 95, 96, 97, 100000};
+    int want[] = {4, 4, 8, 8, 12, 12, 16, 16, 16};
+    int ok = 1;
+    for (int i = 0; i < 9; i++) ok &= current_global_batch_size(&b, at[i]) == want[i];
+    check(ok, "batch-size ramp-up by consumed samples", "a ramp value differs from Megatron's formula");
+    // 8 steps of 4 (to 32), 4 of 8 (to 64), 3 of 12 (to 100 > 96), then (1000 - 100) // 16 = 56
+    int iters = train_iters_for_samples(&b, 1000);
+    check(iters == 71, "train iterations for --train-samples with ramp-up", "got %d, want 71", iters);
+    BatchSchedule flat = {4, 16, 0, 0, 0};
+    check(train_iters_for_samples(&flat, 1000) == 62, "train iterations for --train-samples", "want 1000 // 16 = 62");
+}
+
+// ----------------------------------------------------------------------------
+// optimizer step with clipping, against AdamW by hand (one parameter of each decay group)
+
+static void optimizer_with_clipping(void) {
+    GPTConfig c = tiny_config(0);
+    GPT m;
+    gpt_build(&m, &c, 1, c.seq_length, 0, 1, 0, 1, 1);
+    AdamWState s;
+    adamw_init(&s, &m);
+    for (size_t k = 0; k < m.num_params; k++) m.grads[k] = 0.0f;
+    const TensorDesc* w = &m.tensors[m.layer_tensors[0].qkv_w];   // decays
+    const TensorDesc* b = &m.tensors[m.layer_tensors[0].qkv_b];   // does not
+    m.grads[w->offset] = 3.0f;
+    m.grads[b->offset] = 4.0f;   // global norm 5
+    float pw = m.params[w->offset], pb = m.params[b->offset];
+    AdamWConfig cfg = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    int skipped = 0;
+    float norm = optimizer_step(&m, &s, &cfg, 0.01f, &skipped);
+    // clip to 1: scale 1 / (5 + 1e-6); the first Adam step moves by lr * g / (|g| + eps') = lr
+    double scale = 1.0 / (5.0 + 1e-6);
+    double gw = 3.0 * scale, gb = 4.0 * scale;
+    double mw = 0.1 * gw, vw = 0.05 * gw * gw;
+    double want_w = pw - 0.01 * ((mw / 0.1) / (sqrt(vw / 0.05) + 1e-8) + 0.1 * pw);
+    double mb = 0.1 * gb, vb = 0.05 * gb * gb;
+    double want_b = pb - 0.01 * ((mb / 0.1) / (sqrt(vb / 0.05) + 1e-8));
+    check(fabs(norm - 5.0) < 1e-6, "global gradient norm", "got %.9g, want 5", norm);
+    check(fabs(m.params[w->offset] - want_w) < 1e-6 && fabs(m.params[b->offset] - want_b) < 1e-6,
+          "AdamW step with clipping and decay groups", "weight %.9g (want %.9g), bias %.9g (want %.9g)",
+          m.params[w->offset], want_w, m.params[b->offset], want_b);
+    check(fabs(s.m[w->offset] - mw) < 1e-7 && fabs(s.v[b->offset] - vb) < 1e-7, "Adam moments after one step",
+          "m %.9g (want %.9g), v %.9g (want %.9g)", s.m[w->offset], mw, s.v[b->offset], vb);
+    m.grads[w->offset] = NAN;
+    optimizer_step(&m, &s, &cfg, 0.01f, &skipped);
+    check(skipped && s.step == 1, "a step with a non-finite gradient norm is skipped", "skipped %d, step %d", skipped, s.step);
+    adamw_free(&s);
+    gpt_free(&m);
+}
+
+// ----------------------------------------------------------------------------
+// training
+
+static void overfit_one_batch(void) {
+    GPTConfig c = tiny_config(0);
+    c.init_method_std = 0.02f;
+    GPT m;
+    gpt_build(&m, &c, 4, c.seq_length, 0, 1, 0, 1, 1);
+    AdamWState s;
+    adamw_init(&s, &m);
+    AdamWConfig cfg = {0.9f, 0.95f, 1e-8f, 0.0f, 1.0f};
+    random_batch(&m, c.vocab_size);
+    double first = 0.0, last = 0.0;
+    for (int step = 0; step < 300; step++) {
+        last = loss_and_grads(&m);
+        if (step == 0) first = last;
+        int skipped;
+        optimizer_step(&m, &s, &cfg, 3e-3f, &skipped);
+    }
+    // log(37) = 3.61 at the start; 28 random (token -> target) pairs are learnable exactly
+    check(first > 3.0 && last < 0.05, "a tiny model overfits one fixed batch", "loss %.4f -> %.4f", first, last);
+    adamw_free(&s);
+    gpt_free(&m);
+}
+
+static void same_seed_same_losses(const char* data_prefix) {
+    const char* argv[] = {"train", "--data-path", data_prefix, "--num-layers", "2", "--hidden-size", "32",
+                          "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2",
+                          "--global-batch-size", "8", "--train-iters", "6", "--lr", "1e-3", "--lr-warmup-iters", "2",
+                          "--split", "90,10,0", "--eval-iters", "1", "--seed", "7"};
+    int argc = (int)(sizeof(argv) / sizeof(argv[0]));
+    float losses[2][6], norms[2][6];
+    for (int run = 0; run < 2; run++) {
+        Trainer* t = (Trainer*)callocCheck(1, sizeof(Trainer));
+        trainer_setup(t, argc, (char**)argv);
+        for (int i = 0; i < 6; i++) {
+            StepResult r = train_step(t);
+            losses[run][i] = r.loss;
+            norms[run][i] = r.grad_norm;
+        }
+        trainer_free(t);
+        free(t);
+    }
+    check(memcmp(losses[0], losses[1], sizeof(losses[0])) == 0 && memcmp(norms[0], norms[1], sizeof(norms[0])) == 0,
+          "two runs with the same seed give bit-identical losses and norms", "first losses %.9g vs %.9g",
+          losses[0][0], losses[1][0]);
+    check(losses[0][5] < losses[0][0], "the loss goes down over six steps", "%.4f -> %.4f", losses[0][0], losses[0][5]);
+    // the whole run: training, evaluation and the summary, as main() runs it
+    Trainer* t = (Trainer*)callocCheck(1, sizeof(Trainer));
+    trainer_setup(t, argc, (char**)argv);
+    trainer_run(t);
+    check(t->iteration == 6 && t->consumed_samples == 48, "a whole run trains --train-iters steps",
+          "iteration %d, consumed samples %lld", t->iteration, t->consumed_samples);
+    trainer_free(t);
+    free(t);
+}
+
+int main(int argc, char** argv) {
+    grid_start(&argc, &argv);
+    grid_build(1, 1);
+    gradient_check(0);
+    gradient_check(1);
+    padding_is_inert();
+    init_is_layout_free();
+    lr_schedule();
+    iteration_based_lr_lengths();
+    batch_rampup();
+    optimizer_with_clipping();
+    overfit_one_batch();
+    if (argc > 1) same_seed_same_losses(argv[1]);
+    else check(0, "same seed, same losses", "usage: test_model DATA_PREFIX");
+    int status = tests_summary();
+    grid_finish();
+    return status;
+}

@@ -1,0 +1,821 @@
+/*
+train.c — the gridgpt trainer: flags, setup, the training loop, schedules, logging,
+evaluation and sampling.
+
+One source, two builds: gcc compiles it with the plain-C kernels and MPI (train_cpu); nvcc
+compiles it as CUDA with cuBLAS and NCCL (train_gpu). Flags, log lines and files are the
+same in both, and follow Megatron-LM's names so that its users feel at home.
+
+Reading order: flags -> config checks -> schedules -> data -> step -> main.
+*/
+#include "kernels.cuh"
+#include "gpt.h"
+#include "parallel.h"
+#include "data.c"
+#include <sys/resource.h>
+#include <time.h>
+
+// ----------------------------------------------------------------------------
+// flags
+
+typedef struct {
+    // model
+    int num_layers, hidden_size, num_attention_heads, ffn_hidden_size;
+    int seq_length, max_position_embeddings, vocab_size, make_vocab_size_divisible_by;
+    int embed_layernorm;
+    float init_method_std;
+    int seed;
+    // parallelism
+    int tensor_model_parallel_size, pipeline_model_parallel_size;
+    // batch and length of training
+    int micro_batch_size, global_batch_size;
+    int rampup_batch_size[3];          // start, increment, samples; start 0 = no ramp-up
+    int train_iters;
+    long long train_samples;
+    // learning rate
+    float lr, min_lr, lr_warmup_fraction;
+    const char* lr_decay_style;
+    long long lr_warmup_samples, lr_decay_samples;
+    int lr_warmup_iters, lr_decay_iters;
+    // optimizer
+    float adam_beta1, adam_beta2, adam_eps, weight_decay, clip_grad;
+    // data and evaluation
+    const char* data_path[64];         // [weight] prefix [weight prefix ...]
+    int data_path_count;
+    const char* split;
+    int eval_interval, eval_iters;
+    int unigram_baseline;
+    // logging and sampling
+    int log_interval;
+    int generate_tokens;
+    const char* generate_prompt;
+    float temperature;
+    int help;
+} Args;
+
+typedef enum { FLAG_INT, FLAG_LONG, FLAG_FLOAT, FLAG_STRING, FLAG_SWITCH, FLAG_INT3, FLAG_LIST } FlagKind;
+
+typedef struct {
+    const char* name;
+    FlagKind kind;
+    void* dest;
+    const char* help;
+} Flag;
+
+static void set_defaults(Args* a) {
+    memset(a, 0, sizeof(*a));
+    a->num_layers = 4;
+    a->hidden_size = 256;
+    a->num_attention_heads = 4;
+    a->seq_length = 128;
+    a->make_vocab_size_divisible_by = 128;
+    a->init_method_std = 0.02f;
+    a->seed = 1234;
+    a->tensor_model_parallel_size = 1;
+    a->pipeline_model_parallel_size = 1;
+    a->micro_batch_size = 4;
+    a->lr = 1e-4f;
+    a->lr_decay_style = "linear";
+    a->adam_beta1 = 0.9f;
+    a->adam_beta2 = 0.999f;
+    a->adam_eps = 1e-8f;
+    a->weight_decay = 0.01f;
+    a->clip_grad = 1.0f;
+    a->split = "969,30,1";
+    a->eval_interval = 1000;
+    a->eval_iters = 100;
+    a->log_interval = 100;
+    a->temperature = 1.0f;
+}
+
+// Megatron-LM's flag names and defaults (where Megatron has no default, a small model)
+static int flag_table(Args* a, Flag* f) {
+    Flag all[] = {
+        {"--num-layers", FLAG_INT, &a->num_layers, "transformer layers (4)"},
+        {"--hidden-size", FLAG_INT, &a->hidden_size, "model width (256)"},
+        {"--num-attention-heads", FLAG_INT, &a->num_attention_heads, "attention heads (4)"},
+        {"--ffn-hidden-size", FLAG_INT, &a->ffn_hidden_size, "MLP width (4 x hidden)"},
+        {"--seq-length", FLAG_INT, &a->seq_length, "tokens per sample (128)"},
+        {"--max-position-embeddings", FLAG_INT, &a->max_position_embeddings, "position table size (seq-length)"},
+        {"--vocab-size", FLAG_INT, &a->vocab_size, "vocabulary (default: largest token id in the data + 1)"},
+        {"--make-vocab-size-divisible-by", FLAG_INT, &a->make_vocab_size_divisible_by, "pad vocabulary to a multiple of this x TP (128)"},
+        {"--embed-layernorm", FLAG_SWITCH, &a->embed_layernorm, "LayerNorm after the embedding (BLOOM)"},
+        {"--init-method-std", FLAG_FLOAT, &a->init_method_std, "std of the normal init (0.02)"},
+        {"--seed", FLAG_INT, &a->seed, "seed of init and data order (1234)"},
+        {"--tensor-model-parallel-size", FLAG_INT, &a->tensor_model_parallel_size, "TP (1)"},
+        {"--pipeline-model-parallel-size", FLAG_INT, &a->pipeline_model_parallel_size, "PP (1)"},
+        {"--micro-batch-size", FLAG_INT, &a->micro_batch_size, "samples per micro-batch (4)"},
+        {"--global-batch-size", FLAG_INT, &a->global_batch_size, "samples per step (micro-batch x DP)"},
+        {"--rampup-batch-size", FLAG_INT3, a->rampup_batch_size, "START INCREMENT SAMPLES: ramp the global batch up"},
+        {"--train-iters", FLAG_INT, &a->train_iters, "steps to train"},
+        {"--train-samples", FLAG_LONG, &a->train_samples, "samples to train (instead of --train-iters)"},
+        {"--lr", FLAG_FLOAT, &a->lr, "peak learning rate (1e-4)"},
+        {"--min-lr", FLAG_FLOAT, &a->min_lr, "final learning rate (0)"},
+        {"--lr-decay-style", FLAG_STRING, &a->lr_decay_style, "constant | linear | cosine | inverse-square-root (linear)"},
+        {"--lr-warmup-samples", FLAG_LONG, &a->lr_warmup_samples, "warm-up length in samples"},
+        {"--lr-warmup-iters", FLAG_INT, &a->lr_warmup_iters, "warm-up length in steps"},
+        {"--lr-warmup-fraction", FLAG_FLOAT, &a->lr_warmup_fraction, "warm-up as a fraction of the decay length"},
+        {"--lr-decay-samples", FLAG_LONG, &a->lr_decay_samples, "decay length in samples (train samples)"},
+        {"--lr-decay-iters", FLAG_INT, &a->lr_decay_iters, "decay length in steps (train iters)"},
+        {"--adam-beta1", FLAG_FLOAT, &a->adam_beta1, "(0.9)"},
+        {"--adam-beta2", FLAG_FLOAT, &a->adam_beta2, "(0.999)"},
+        {"--adam-eps", FLAG_FLOAT, &a->adam_eps, "(1e-8)"},
+        {"--weight-decay", FLAG_FLOAT, &a->weight_decay, "decoupled decay of matrices and embeddings (0.01)"},
+        {"--clip-grad", FLAG_FLOAT, &a->clip_grad, "clip the global gradient norm to this (1.0; 0 = off)"},
+        {"--data-path", FLAG_LIST, a->data_path, "[WEIGHT] PREFIX [...]: Megatron .bin/.idx dataset(s)"},
+        {"--split", FLAG_STRING, &a->split, "train,valid,test document split (969,30,1)"},
+        {"--eval-interval", FLAG_INT, &a->eval_interval, "steps between evaluations (1000)"},
+        {"--eval-iters", FLAG_INT, &a->eval_iters, "global batches per evaluation (100)"},
+        {"--unigram-baseline", FLAG_SWITCH, &a->unigram_baseline, "report the data's order-0 entropy next to the loss"},
+        {"--log-interval", FLAG_INT, &a->log_interval, "steps between log lines (100)"},
+        {"--generate-tokens", FLAG_INT, &a->generate_tokens, "sample this many tokens after training (0)"},
+        {"--generate-prompt", FLAG_STRING, &a->generate_prompt, "text the sample starts from (byte-level data)"},
+        {"--temperature", FLAG_FLOAT, &a->temperature, "sampling temperature (1.0)"},
+        {"--help", FLAG_SWITCH, &a->help, "print this list"},
+    };
+    int n = (int)(sizeof(all) / sizeof(all[0]));
+    if (f) memcpy(f, all, sizeof(all));
+    return n;
+}
+
+static void print_usage(Args* a) {
+    Flag flags[64];
+    int n = flag_table(a, flags);
+    printf("usage: train_cpu|train_gpu [flags]   (mpirun -np N for several ranks)\n");
+    for (int i = 0; i < n; i++) printf("  %-32s %s\n", flags[i].name, flags[i].help);
+}
+
+static long long parse_integer(const char* flag, const char* s) {
+    char* end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0') config_error("%s expects an integer, got '%s'", flag, s);
+    return v;
+}
+
+static float parse_float(const char* flag, const char* s) {
+    char* end = NULL;
+    float v = strtof(s, &end);
+    if (end == s || *end != '\0' || !isfinite(v)) config_error("%s expects a number, got '%s'", flag, s);
+    return v;
+}
+
+static void parse_flags(Args* a, int argc, char** argv) {
+    Flag flags[64];
+    int n = flag_table(a, flags);
+    for (int i = 1; i < argc; i++) {
+        const Flag* f = NULL;
+        for (int k = 0; k < n; k++)
+            if (strcmp(argv[i], flags[k].name) == 0) f = &flags[k];
+        if (!f) config_error("unknown flag '%s' (see --help)", argv[i]);
+        if (f->kind == FLAG_SWITCH) {
+            *(int*)f->dest = 1;
+            continue;
+        }
+        int values = f->kind == FLAG_INT3 ? 3 : 1;
+        if (i + values >= argc) config_error("%s expects %s", f->name, values == 3 ? "three integers" : "a value");
+        const char* v = argv[++i];
+        if (strncmp(v, "--", 2) == 0) config_error("%s expects a value, got the flag '%s'", f->name, v);
+        switch (f->kind) {
+        case FLAG_INT: *(int*)f->dest = (int)parse_integer(f->name, v); break;
+        case FLAG_LONG: *(long long*)f->dest = parse_integer(f->name, v); break;
+        case FLAG_FLOAT: *(float*)f->dest = parse_float(f->name, v); break;
+        case FLAG_STRING: *(const char**)f->dest = v; break;
+        case FLAG_INT3:
+            for (int k = 0; k < 3; k++) ((int*)f->dest)[k] = (int)parse_integer(f->name, argv[i + k]);
+            i += 2;
+            break;
+        case FLAG_LIST:   // every value up to the next flag
+            a->data_path_count = 0;
+            for (; i < argc && strncmp(argv[i], "--", 2) != 0; i++) {
+                if (a->data_path_count == 64) config_error("%s takes at most 64 values", f->name);
+                a->data_path[a->data_path_count++] = argv[i];
+            }
+            i--;
+            break;
+        case FLAG_SWITCH: break;
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// config checks: every one before any allocation, one line each, exit status 2
+
+static void check_positive(const char* flag, long long v) {
+    if (v <= 0) config_error("%s must be positive, got %lld", flag, v);
+}
+
+static void check_args(Args* a) {
+    check_positive("--num-layers", a->num_layers);
+    check_positive("--hidden-size", a->hidden_size);
+    check_positive("--num-attention-heads", a->num_attention_heads);
+    check_positive("--seq-length", a->seq_length);
+    check_positive("--micro-batch-size", a->micro_batch_size);
+    check_positive("--make-vocab-size-divisible-by", a->make_vocab_size_divisible_by);
+    check_positive("--log-interval", a->log_interval);
+    check_positive("--tensor-model-parallel-size", a->tensor_model_parallel_size);
+    check_positive("--pipeline-model-parallel-size", a->pipeline_model_parallel_size);
+    if (a->ffn_hidden_size == 0) a->ffn_hidden_size = 4 * a->hidden_size;
+    check_positive("--ffn-hidden-size", a->ffn_hidden_size);
+    if (a->max_position_embeddings == 0) a->max_position_embeddings = a->seq_length;
+    if (a->hidden_size % a->num_attention_heads != 0)
+        config_error("--hidden-size %d is not divisible by --num-attention-heads %d", a->hidden_size, a->num_attention_heads);
+    if (a->seq_length > a->max_position_embeddings)
+        config_error("--seq-length %d exceeds --max-position-embeddings %d", a->seq_length, a->max_position_embeddings);
+    if (a->init_method_std <= 0.0f) config_error("--init-method-std must be positive, got %g", a->init_method_std);
+    if (a->data_path_count == 0) config_error("--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one)");
+    // parallel layout
+    int model_parallel = a->tensor_model_parallel_size * a->pipeline_model_parallel_size;
+    if (grid.world_size % model_parallel != 0)
+        config_error("world size %d is not a multiple of tensor x pipeline parallel size %d", grid.world_size, model_parallel);
+    if (grid.world_size != 1 || model_parallel != 1)
+        config_error("this trainer runs on one process for now (world size 1, TP 1, PP 1); got world size %d, TP %d, PP %d",
+                     grid.world_size, a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
+    int dp = grid.world_size / model_parallel;
+    // batch
+    if (a->global_batch_size == 0) a->global_batch_size = a->micro_batch_size * dp;
+    check_positive("--global-batch-size", a->global_batch_size);
+    if (a->global_batch_size % (a->micro_batch_size * dp) != 0)
+        config_error("--global-batch-size %d is not divisible by --micro-batch-size %d x data-parallel size %d",
+                     a->global_batch_size, a->micro_batch_size, dp);
+    // length of training: iterations or samples, not both (Megatron's rule)
+    if ((a->train_iters > 0) == (a->train_samples > 0))
+        config_error("give exactly one of --train-iters and --train-samples");
+    if (a->train_iters < 0 || a->train_samples < 0) config_error("--train-iters / --train-samples must be positive");
+    if (a->train_iters > 0 && (a->lr_warmup_samples || a->lr_decay_samples || a->rampup_batch_size[0]))
+        config_error("--train-iters goes with --lr-warmup-iters / --lr-decay-iters and no --rampup-batch-size (use --train-samples)");
+    if (a->train_samples > 0 && (a->lr_warmup_iters || a->lr_decay_iters))
+        config_error("--train-samples goes with --lr-warmup-samples / --lr-decay-samples, not the -iters forms");
+    if (a->lr_warmup_fraction != 0.0f && (a->lr_warmup_iters || a->lr_warmup_samples))
+        config_error("give --lr-warmup-fraction or --lr-warmup-iters/--lr-warmup-samples, not both");
+    const char* styles[] = {"constant", "linear", "cosine", "inverse-square-root"};
+    int style_ok = 0;
+    for (int i = 0; i < 4; i++) style_ok |= strcmp(a->lr_decay_style, styles[i]) == 0;
+    if (!style_ok) config_error("--lr-decay-style must be constant, linear, cosine or inverse-square-root, got '%s'", a->lr_decay_style);
+    if (a->lr < 0.0f || a->min_lr < 0.0f || a->min_lr > a->lr)
+        config_error("--lr %g and --min-lr %g must satisfy 0 <= min-lr <= lr", a->lr, a->min_lr);
+    if (a->adam_beta1 < 0.0f || a->adam_beta1 >= 1.0f || a->adam_beta2 < 0.0f || a->adam_beta2 >= 1.0f)
+        config_error("--adam-beta1 and --adam-beta2 must be in [0, 1)");
+    if (a->adam_eps <= 0.0f) config_error("--adam-eps must be positive");
+    if (a->eval_interval <= 0 || a->eval_iters < 0) config_error("--eval-interval must be positive and --eval-iters not negative");
+    if (a->generate_tokens < 0) config_error("--generate-tokens must not be negative");
+    if (a->temperature <= 0.0f) config_error("--temperature must be positive");
+}
+
+// ----------------------------------------------------------------------------
+// batch-size ramp-up (Megatron's RampupBatchsizeNumMicroBatches)
+// The global batch grows from START by INCREMENT, one increment every
+// SAMPLES / ((global - START) / INCREMENT) consumed samples, and is the full global batch
+// once more than SAMPLES samples are consumed. It changes the number of micro-batches.
+
+typedef struct {
+    int micro_batch_times_dp, global_batch_size;
+    int start, increment;
+    long long rampup_samples;   // 0: no ramp-up
+} BatchSchedule;
+
+static int current_global_batch_size(const BatchSchedule* b, long long consumed_samples) {
+    if (b->rampup_samples == 0 || consumed_samples > b->rampup_samples) return b->global_batch_size;
+    int num_increments = (b->global_batch_size - b->start) / b->increment;
+    double samples_per_increment = (double)b->rampup_samples / num_increments;
+    int steps = (int)(consumed_samples / samples_per_increment);
+    return b->start + steps * b->increment;
+}
+
+static void check_rampup(const Args* a, const BatchSchedule* b) {
+    if (b->rampup_samples == 0) return;
+    if (b->start <= 0 || b->increment <= 0 || b->rampup_samples <= 0)
+        config_error("--rampup-batch-size expects three positive integers START INCREMENT SAMPLES");
+    if (b->start > b->global_batch_size || (b->global_batch_size - b->start) % b->increment != 0)
+        config_error("--rampup-batch-size: global batch %d minus start %d is not a multiple of the increment %d",
+                     b->global_batch_size, b->start, b->increment);
+    for (int g = b->start; g <= b->global_batch_size; g += b->increment)
+        if (g % b->micro_batch_times_dp != 0)
+            config_error("--rampup-batch-size: batch size %d on the ramp is not divisible by micro-batch %d x data-parallel size %d",
+                         g, a->micro_batch_size, b->micro_batch_times_dp / a->micro_batch_size);
+}
+
+// Megatron's update_train_iters: the steps that --train-samples takes, counting the ramp
+static int train_iters_for_samples(const BatchSchedule* b, long long train_samples) {
+    if (b->rampup_samples == 0) return (int)(train_samples / b->global_batch_size);
+    long long consumed = 0;
+    int iters = 0;
+    while (consumed <= b->rampup_samples) {
+        consumed += current_global_batch_size(b, consumed);
+        iters++;
+    }
+    long long rest = train_samples - consumed;   // Python's floor division, as Megatron
+    iters += (int)(rest >= 0 ? rest / b->global_batch_size : -((-rest + b->global_batch_size - 1) / b->global_batch_size));
+    return iters;
+}
+
+// ----------------------------------------------------------------------------
+// learning-rate schedule (Megatron's OptimizerParamScheduler.get_lr), by consumed samples:
+// linear warm-up from 0, then the decay style down to min-lr at the end of the decay.
+
+typedef struct {
+    float max_lr, min_lr;
+    long long warmup_steps, decay_steps;   // in samples
+    const char* style;
+} LRSchedule;
+
+static float learning_rate(const LRSchedule* s, long long num_steps) {
+    if (s->warmup_steps > 0 && num_steps <= s->warmup_steps)
+        return s->max_lr * (float)((double)num_steps / (double)s->warmup_steps);
+    if (strcmp(s->style, "constant") == 0) return s->max_lr;
+    if (strcmp(s->style, "inverse-square-root") == 0) {
+        double warmup = s->warmup_steps > 1 ? (double)s->warmup_steps : 1.0;
+        double steps = num_steps > 1 ? (double)num_steps : 1.0;
+        double lr = s->max_lr * sqrt(warmup) / sqrt(steps);
+        return (float)(lr > s->min_lr ? lr : s->min_lr);
+    }
+    if (num_steps > s->decay_steps) return s->min_lr;
+    double ratio = (double)(num_steps - s->warmup_steps) / (double)(s->decay_steps - s->warmup_steps);
+    double coeff = strcmp(s->style, "linear") == 0 ? 1.0 - ratio : 0.5 * (cos(M_PI * ratio) + 1.0);
+    return (float)(s->min_lr + coeff * (s->max_lr - s->min_lr));
+}
+
+// Megatron's get_optimizer_param_scheduler: lengths in samples from either flag family
+static LRSchedule make_lr_schedule(const Args* a, int train_iters) {
+    LRSchedule s;
+    s.max_lr = a->lr;
+    s.min_lr = a->min_lr;
+    s.style = a->lr_decay_style;
+    if (a->train_iters > 0) {
+        long long decay_iters = a->lr_decay_iters > 0 ? a->lr_decay_iters : train_iters;
+        s.decay_steps = decay_iters * a->global_batch_size;
+        s.warmup_steps = a->lr_warmup_fraction > 0.0f ? (long long)(a->lr_warmup_fraction * s.decay_steps)
+                                                      : (long long)a->lr_warmup_iters * a->global_batch_size;
+    } else {
+        s.decay_steps = a->lr_decay_samples > 0 ? a->lr_decay_samples : a->train_samples;
+        s.warmup_steps = a->lr_warmup_fraction > 0.0f ? (long long)(a->lr_warmup_fraction * s.decay_steps)
+                                                      : a->lr_warmup_samples;
+    }
+    if (s.decay_steps <= 0) config_error("the learning-rate decay length must be positive");
+    if (s.warmup_steps >= s.decay_steps && strcmp(s.style, "constant") != 0 && strcmp(s.style, "inverse-square-root") != 0)
+        config_error("the learning-rate warm-up (%lld samples) must be shorter than the decay (%lld samples)",
+                     s.warmup_steps, s.decay_steps);
+    return s;
+}
+
+// ----------------------------------------------------------------------------
+// data: Megatron's split of the documents, one GPT sample index per split, and the
+// pretraining sampler's order: a global batch is micro_batch x DP consecutive samples
+// per micro-batch step, this rank taking its micro_batch slice, all from consumed samples.
+
+typedef struct {
+    IndexedDataset ds;
+    GPTDataset split[3];          // train, valid, test
+    int has_split[3];
+    int64_t bounds[4];
+} Data;
+
+typedef struct {
+    const GPTDataset* dataset;
+    long long consumed;           // samples consumed before this step
+    int micro_batch_size, dp_size, dp_rank, seq_length;
+    int* host_sample;             // [seq_length + 1]
+    int* host_tokens;             // [micro_batch_size * seq_length]
+    int* host_targets;
+} Loader;
+
+static void load_micro_batch(void* ctx, int micro_batch, int* tokens, int* targets) {
+    Loader* l = (Loader*)ctx;
+    int T = l->seq_length;
+    long long first = l->consumed + (long long)micro_batch * l->micro_batch_size * l->dp_size
+                    + (long long)l->dp_rank * l->micro_batch_size;
+    for (int b = 0; b < l->micro_batch_size; b++) {
+        gpt_dataset_get(l->dataset, first + b, l->host_sample);
+        memcpy(l->host_tokens + (size_t)b * T, l->host_sample, T * sizeof(int));
+        memcpy(l->host_targets + (size_t)b * T, l->host_sample + 1, T * sizeof(int));
+    }
+    host_to_dev(tokens, l->host_tokens, (size_t)l->micro_batch_size * T * sizeof(int));
+    host_to_dev(targets, l->host_targets, (size_t)l->micro_batch_size * T * sizeof(int));
+}
+
+static Loader make_loader(const GPTDataset* d, const Args* a) {
+    Loader l;
+    memset(&l, 0, sizeof(l));
+    l.dataset = d;
+    l.micro_batch_size = a->micro_batch_size;
+    l.dp_size = grid.dp_size;
+    l.dp_rank = grid.dp_rank;
+    l.seq_length = a->seq_length;
+    l.host_sample = (int*)mallocCheck((a->seq_length + 1) * sizeof(int));
+    l.host_tokens = (int*)mallocCheck((size_t)a->micro_batch_size * a->seq_length * sizeof(int));
+    l.host_targets = (int*)mallocCheck((size_t)a->micro_batch_size * a->seq_length * sizeof(int));
+    return l;
+}
+
+static void free_loader(Loader* l) {
+    free(l->host_sample);
+    free(l->host_tokens);
+    free(l->host_targets);
+}
+
+static void open_data(Data* d, Args* a, long long samples[3]) {
+    char err[512];
+    if (a->data_path_count != 1)
+        config_error("--data-path takes one prefix for now (blending of several datasets comes with the full data pipeline)");
+    if (indexed_dataset_open(&d->ds, a->data_path[0], err, sizeof(err)) != 0) config_error("%s", err);
+    int64_t min_id = 0, max_id = 0;
+    indexed_dataset_max_token(&d->ds, &min_id, &max_id);
+    if (a->vocab_size == 0) a->vocab_size = (int)(max_id + 1);
+    if (min_id < 0 || max_id >= a->vocab_size)
+        config_error("%s: token ids span [%lld, %lld] but --vocab-size is %d", a->data_path[0],
+                     (long long)min_id, (long long)max_id, a->vocab_size);
+    if (split_documents(a->split, d->ds.num_items, d->bounds, err, sizeof(err)) != 0) config_error("--split: %s", err);
+    const char* names[3] = {"train", "valid", "test"};
+    for (int k = 0; k < 3; k++) {
+        if (samples[k] == 0 || d->bounds[k + 1] <= d->bounds[k]) {
+            if (samples[k] > 0 && k < 2)
+                config_error("--split %s leaves the %s split of %s without documents (%lld documents in all)",
+                             a->split, names[k], a->data_path[0], (long long)d->ds.num_items);
+            continue;
+        }
+        if (gpt_dataset_build(&d->split[k], &d->ds, d->bounds[k], d->bounds[k + 1], a->seq_length,
+                              (uint64_t)a->seed, samples[k], err, sizeof(err)) != 0)
+            config_error("%s", err);
+        d->has_split[k] = 1;
+    }
+}
+
+static void close_data(Data* d) {
+    for (int k = 0; k < 3; k++)
+        if (d->has_split[k]) gpt_dataset_free(&d->split[k]);
+    indexed_dataset_close(&d->ds);
+}
+
+// order-0 entropy of the train split's tokens, in nats: the loss of a model that knows
+// only how often each token occurs, and no context
+static double unigram_entropy(const Data* d, int vocab) {
+    double* counts = (double*)callocCheck(vocab, sizeof(double));
+    double total = 0.0;
+    for (int64_t doc = d->bounds[0]; doc < d->bounds[1]; doc++) {
+        for (int64_t i = 0; i < d->ds.sizes[doc]; i++) counts[indexed_dataset_token(&d->ds, doc, i)] += 1.0;
+        total += d->ds.sizes[doc];
+    }
+    double h = 0.0;
+    for (int v = 0; v < vocab; v++)
+        if (counts[v] > 0) h -= counts[v] / total * log(counts[v] / total);
+    free(counts);
+    return h;
+}
+
+// ----------------------------------------------------------------------------
+// measures
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Model FLOPs of one training step of global batch Bg (Narayanan et al. 2021, §5.1, without
+// activation recomputation): a forward pass costs 2 FLOPs per multiply-add,
+//   per layer: 2 B s (3h^2 + h^2 + 2 h F)  (QKV, projection, MLP)  +  4 B s^2 h  (scores, values)
+//   logits:    2 B s h V
+// and the backward twice the forward. For F = 4h this is 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+static double flops_per_step(const GPTConfig* c, int global_batch) {
+    double B = global_batch, s = c->seq_length, h = c->hidden_size, F = c->ffn_hidden_size;
+    double l = c->num_layers, V = c->padded_vocab_size;
+    double forward = l * (2.0 * B * s * (4.0 * h * h + 2.0 * h * F) + 4.0 * B * s * s * h) + 2.0 * B * s * h * V;
+    return 3.0 * forward;
+}
+
+static double peak_rss_gib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / (1024.0 * 1024.0);   // ru_maxrss is in KiB on Linux
+}
+
+// ----------------------------------------------------------------------------
+// evaluation: eval_iters global batches of a split, continuing where the last one ended
+
+static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch) {
+    int num_micro = global_batch / (l->micro_batch_size * l->dp_size);
+    double sum = 0.0;
+    for (int it = 0; it < eval_iters; it++) {
+        sum += forward_only(m, num_micro, load_micro_batch, l);
+        l->consumed += global_batch;
+    }
+    double loss = sum / (eval_iters > 0 ? eval_iters : 1);
+    all_reduce(&grid.dp, &loss, 1, AS_DOUBLE, REDUCE_SUM);
+    return (float)(loss / grid.dp_size);
+}
+
+static void print_eval(const char* what, float loss) {
+    if (grid.world_rank != 0) return;
+    char line[256];
+    int n = snprintf(line, sizeof(line), " %s | lm loss value: %.6E | lm loss PPL: %.6E | ", what, loss, exp(loss));
+    for (int i = 0; i < n; i++) putchar('-');
+    printf("\n%s\n", line);
+    for (int i = 0; i < n; i++) putchar('-');
+    printf("\n");
+    fflush(stdout);
+}
+
+// ----------------------------------------------------------------------------
+// the trainer
+
+typedef struct {
+    Args args;
+    GPTConfig cfg;
+    GPT model;
+    AdamWConfig adam;
+    AdamWState opt;
+    BatchSchedule batch;
+    LRSchedule lr;
+    int train_iters;
+    Data data;
+    Loader train, valid, test;
+    int iteration;
+    long long consumed_samples;     // samples trained on so far (the data position)
+    long long scheduler_samples;    // samples of successful updates (drives the LR, as Megatron)
+} Trainer;
+
+typedef struct {
+    float loss, grad_norm, lr;
+    int global_batch, skipped, nan_loss;
+} StepResult;
+
+static void print_setup(const Trainer* t) {
+    if (grid.world_rank != 0) return;
+    const GPTConfig* c = &t->cfg;
+    const GPT* m = &t->model;
+    double mib = 1024.0 * 1024.0;
+    size_t p = m->num_params;
+    size_t master = sizeof(floatX) == sizeof(float) ? 0 : p * sizeof(float);
+    printf("gridgpt %s build, %s, %d rank(s): %d OpenMP thread(s) per rank\n",
+#ifdef __CUDACC__
+           "GPU",
+#else
+           "CPU",
+#endif
+           PRECISION_NAME, grid.world_size,
+#ifdef _OPENMP
+           omp_get_max_threads()
+#else
+           1
+#endif
+    );
+    printf("model: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded to %d)%s\n", c->num_layers,
+           c->hidden_size, c->num_attention_heads, c->ffn_hidden_size, c->seq_length, c->vocab_size,
+           c->padded_vocab_size, c->embed_layernorm ? ", embedding LayerNorm" : "");
+    printf("data: %s, %lld documents, split %s -> train [%lld, %lld) valid [%lld, %lld) test [%lld, %lld)\n",
+           t->args.data_path[0], (long long)t->data.ds.num_items, t->args.split, (long long)t->data.bounds[0],
+           (long long)t->data.bounds[1], (long long)t->data.bounds[1], (long long)t->data.bounds[2],
+           (long long)t->data.bounds[2], (long long)t->data.bounds[3]);
+    printf("training: %d iterations, micro-batch %d, global batch %d%s\n", t->train_iters, t->args.micro_batch_size,
+           t->args.global_batch_size, t->batch.rampup_samples ? " (ramped up)" : "");
+    printf("memory per rank: parameters %zu (%.1f MiB), gradients %.1f MiB, optimizer state %.1f MiB, "
+           "activations %.1f MiB (%.1f MiB per micro-batch in flight)\n",
+           p, p * sizeof(floatX) / mib, p * sizeof(float) / mib, (2 * p * sizeof(float) + master) / mib,
+           m->arena_bytes / mib, m->slot_bytes / mib);
+    fflush(stdout);
+}
+
+static void trainer_setup(Trainer* t, int argc, char** argv) {
+    memset(t, 0, sizeof(*t));
+    Args* a = &t->args;
+    set_defaults(a);
+    parse_flags(a, argc, argv);
+    if (a->help) {
+        if (grid.world_rank == 0) print_usage(a);
+        MPI_Finalize();
+        exit(0);
+    }
+    check_args(a);
+    // schedules
+    BatchSchedule* b = &t->batch;
+    b->micro_batch_times_dp = a->micro_batch_size * (grid.world_size / (a->tensor_model_parallel_size * a->pipeline_model_parallel_size));
+    b->global_batch_size = a->global_batch_size;
+    b->start = a->rampup_batch_size[0];
+    b->increment = a->rampup_batch_size[1];
+    b->rampup_samples = a->rampup_batch_size[2];
+    if (b->start || b->increment || b->rampup_samples) {
+        if (b->rampup_samples == 0) b->rampup_samples = -1;   // make check_rampup complain
+        check_rampup(a, b);
+    }
+    t->train_iters = a->train_iters > 0 ? a->train_iters : train_iters_for_samples(b, a->train_samples);
+    if (t->train_iters <= 0) config_error("--train-samples %lld is less than one global batch", a->train_samples);
+    t->lr = make_lr_schedule(a, t->train_iters);
+    // data: Megatron's sample counts per split
+    long long eval_batches = (long long)(t->train_iters / a->eval_interval + 1) * a->eval_iters;
+    long long samples[3] = {a->train_iters > 0 ? (long long)a->train_iters * a->global_batch_size : a->train_samples,
+                            eval_batches * a->global_batch_size, (long long)a->eval_iters * a->global_batch_size};
+    open_data(&t->data, a, samples);
+    // model
+    GPTConfig* c = &t->cfg;
+    c->num_layers = a->num_layers;
+    c->hidden_size = a->hidden_size;
+    c->num_attention_heads = a->num_attention_heads;
+    c->ffn_hidden_size = a->ffn_hidden_size;
+    c->seq_length = a->seq_length;
+    c->max_position_embeddings = a->max_position_embeddings;
+    c->vocab_size = a->vocab_size;
+    c->make_vocab_size_divisible_by = a->make_vocab_size_divisible_by;
+    c->padded_vocab_size = padded_vocab_size(a->vocab_size, a->make_vocab_size_divisible_by, a->tensor_model_parallel_size);
+    c->embed_layernorm = a->embed_layernorm;
+    c->init_method_std = a->init_method_std;
+    c->seed = (uint64_t)a->seed;
+    // every check has passed: build the grid and allocate
+    if (!grid.ready) grid_build(a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
+    kernels_init(grid.local_rank);
+    gpt_build(&t->model, c, a->micro_batch_size, a->seq_length, grid.tp_rank, grid.tp_size, grid.pp_rank, grid.pp_size, 1);
+    t->adam.beta1 = a->adam_beta1;
+    t->adam.beta2 = a->adam_beta2;
+    t->adam.eps = a->adam_eps;
+    t->adam.weight_decay = a->weight_decay;
+    t->adam.clip_grad = a->clip_grad;
+    adamw_init(&t->opt, &t->model);
+    t->train = make_loader(&t->data.split[0], a);
+    t->valid = make_loader(&t->data.split[1], a);
+    t->test = make_loader(&t->data.split[2], a);
+    print_setup(t);
+}
+
+static void trainer_free(Trainer* t) {
+    free_loader(&t->train);
+    free_loader(&t->valid);
+    free_loader(&t->test);
+    adamw_free(&t->opt);
+    gpt_free(&t->model);
+    close_data(&t->data);
+}
+
+// One training step: the micro-batches of the current global batch, forward and backward,
+// then the optimizer at the learning rate of the samples consumed so far.
+static StepResult train_step(Trainer* t) {
+    StepResult r;
+    memset(&r, 0, sizeof(r));
+    r.global_batch = current_global_batch_size(&t->batch, t->consumed_samples);
+    int num_micro = r.global_batch / t->batch.micro_batch_times_dp;
+    dev_zero(t->model.grads, t->model.num_params * sizeof(float));
+    t->train.consumed = t->consumed_samples;
+    r.loss = forward_backward_no_pipelining(&t->model, num_micro, load_micro_batch, &t->train);
+    r.nan_loss = !isfinite(r.loss);
+    float lr = learning_rate(&t->lr, t->scheduler_samples);
+    r.grad_norm = optimizer_step(&t->model, &t->opt, &t->adam, lr, &r.skipped);
+    t->consumed_samples += r.global_batch;
+    if (!r.skipped) t->scheduler_samples += r.global_batch;
+    t->iteration++;
+    r.lr = learning_rate(&t->lr, t->scheduler_samples);   // Megatron logs the rate set for the next step
+    return r;
+}
+
+// Megatron's log line, with averages over the steps since the last one
+typedef struct {
+    int steps, skipped, nan_loss;
+    double loss_sum, seconds;
+    long long samples;
+} LogWindow;
+
+static void log_step(const Trainer* t, const StepResult* r, LogWindow* w) {
+    if (grid.world_rank != 0) return;
+    double ms = 1000.0 * w->seconds / w->steps;
+    double flops = flops_per_step(&t->cfg, r->global_batch);
+    double loss = w->steps > w->nan_loss ? w->loss_sum / (w->steps - w->nan_loss) : NAN;
+    printf(" iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |"
+           " learning rate: %.6E | global batch size: %5d | lm loss: %.6E | grad norm: %.3f |"
+           " number of skipped iterations: %3d | number of nan iterations: %3d |"
+           " samples per second: %.3f | TFLOPs: %.3f |\n",
+           t->iteration, t->train_iters, t->consumed_samples, ms, r->lr, r->global_batch, loss, r->grad_norm,
+           w->skipped, w->nan_loss, w->samples / w->seconds, flops / (ms / 1000.0) / 1e12 / grid.world_size);
+    fflush(stdout);
+}
+
+// ----------------------------------------------------------------------------
+// sampling: feed the context, draw the next token from softmax(logits / temperature)
+
+static uint64_t sample_state;
+static double uniform01(void) {
+    sample_state = splitmix64(sample_state);
+    return (sample_state >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static int sample_next(const float* logits, int V, float temperature) {
+    double maxv = -INFINITY, sum = 0.0;
+    for (int v = 0; v < V; v++) maxv = logits[v] > maxv ? logits[v] : maxv;
+    for (int v = 0; v < V; v++) sum += exp((logits[v] - maxv) / temperature);
+    double u = uniform01() * sum, acc = 0.0;
+    for (int v = 0; v < V; v++) {
+        acc += exp((logits[v] - maxv) / temperature);
+        if (acc >= u) return v;
+    }
+    return V - 1;
+}
+
+static void print_token(int token, int vocab) {
+    if (vocab > BYTE_VOCAB_SIZE) printf("%d ", token);
+    else if (token == BYTE_EOD) printf("\n<|endoftext|>\n");
+    else putchar(token);
+}
+
+// Sampling reuses the training arena: row 0 of the micro-batch holds the context window.
+static void generate(Trainer* t) {
+    GPT* m = &t->model;
+    int T = m->T, V = t->cfg.vocab_size;
+    int* ctx = (int*)callocCheck((size_t)m->B * T, sizeof(int));
+    float* logits = (float*)mallocCheck((size_t)m->vocab_local * sizeof(float));
+    const char* prompt = t->args.generate_prompt ? t->args.generate_prompt : "";
+    int len = 0;
+    if (V <= BYTE_VOCAB_SIZE)
+        for (const char* p = prompt; *p && len < T; p++) ctx[len++] = (unsigned char)*p;
+    if (len == 0) ctx[len++] = V > BYTE_EOD ? BYTE_EOD : 0;   // start of a document
+    sample_state = (uint64_t)t->args.seed;
+    printf("---------- sample (%d tokens, temperature %.2f) ----------\n%s", t->args.generate_tokens,
+           t->args.temperature, prompt);
+    for (int i = 0; i < t->args.generate_tokens; i++) {
+        host_to_dev(m->slots[0].tokens, ctx, (size_t)m->B * T * sizeof(int));
+        host_to_dev(m->slots[0].targets, ctx, (size_t)m->B * T * sizeof(int));
+        gpt_forward(m, 0);
+        dev_floatX_to_floats(logits, m->logits + (size_t)(len - 1) * m->vocab_local, m->vocab_local);
+        int next = sample_next(logits, V, t->args.temperature);
+        print_token(next, V);
+        if (len == T) {   // slide the window
+            memmove(ctx, ctx + 1, (T - 1) * sizeof(int));
+            len--;
+        }
+        ctx[len++] = next;
+    }
+    printf("\n------------------------------------------------------\n");
+    free(ctx);
+    free(logits);
+}
+
+// ----------------------------------------------------------------------------
+// the run
+
+static void run_evaluation(Trainer* t, const char* what) {
+    if (t->args.eval_iters == 0 || !t->data.has_split[1]) return;
+    float loss = evaluate(&t->model, &t->valid, t->args.eval_iters, t->args.global_batch_size);
+    print_eval(what, loss);
+}
+
+static void trainer_run(Trainer* t) {
+    LogWindow w;
+    memset(&w, 0, sizeof(w));
+    double start = now_seconds(), train_seconds = 0.0, last_loss = NAN;
+    long long tokens_start = t->consumed_samples;
+    while (t->iteration < t->train_iters) {
+        double t0 = now_seconds();
+        StepResult r = train_step(t);
+        double dt = now_seconds() - t0;
+        train_seconds += dt;
+        w.steps++;
+        w.seconds += dt;
+        w.samples += r.global_batch;
+        w.skipped += r.skipped;
+        w.nan_loss += r.nan_loss;
+        if (!r.nan_loss) w.loss_sum += r.loss;
+        last_loss = r.loss;
+        if (t->iteration % t->args.log_interval == 0 || t->iteration == t->train_iters) {
+            log_step(t, &r, &w);
+            memset(&w, 0, sizeof(w));
+        }
+        if (t->iteration % t->args.eval_interval == 0 && t->iteration < t->train_iters) {
+            char what[64];
+            snprintf(what, sizeof(what), "validation loss at iteration %d", t->iteration);
+            run_evaluation(t, what);
+        }
+    }
+    run_evaluation(t, "validation loss at the end of training");
+    float valid_loss = NAN;
+    if (t->args.eval_iters > 0 && t->data.has_split[1]) {
+        t->valid.consumed = 0;   // the summary's figure: the first eval_iters batches, always the same
+        valid_loss = evaluate(&t->model, &t->valid, t->args.eval_iters, t->args.global_batch_size);
+    }
+    if (t->args.eval_iters > 0 && t->data.has_split[2]) {
+        float test_loss = evaluate(&t->model, &t->test, t->args.eval_iters, t->args.global_batch_size);
+        print_eval("test loss at the end of training", test_loss);
+    }
+    if (grid.world_rank == 0) {
+        long long samples = t->consumed_samples - tokens_start;
+        double tokens = (double)samples * t->cfg.seq_length;
+        printf("summary: %d iterations, %lld samples (%.0f tokens) in %.1f s of training (%.1f s in all): "
+               "%.0f tokens/s, %.1f ms per iteration; final lm loss %.4f; peak memory %.2f GiB\n",
+               t->iteration, samples, tokens, train_seconds, now_seconds() - start,
+               train_seconds > 0 ? tokens / train_seconds : 0.0, t->iteration ? 1000.0 * train_seconds / t->iteration : 0.0,
+               last_loss, peak_rss_gib());
+        if (t->args.unigram_baseline) {
+            double h = unigram_entropy(&t->data, t->cfg.vocab_size);
+            printf("validation loss %.4f nats/token vs unigram (order-0) entropy of the train split %.4f nats/token: "
+                   "%.1f%% of it\n", valid_loss, h, 100.0 * valid_loss / h);
+        }
+        fflush(stdout);
+        if (t->args.generate_tokens > 0) generate(t);
+    }
+}
+
+#ifndef TESTING
+int main(int argc, char** argv) {
+    grid_start(&argc, &argv);
+    Trainer* t = (Trainer*)callocCheck(1, sizeof(Trainer));
+    trainer_setup(t, argc, argv);
+    trainer_run(t);
+    trainer_free(t);
+    free(t);
+    grid_finish();
+    return 0;
+}
+#endif
