@@ -53,6 +53,12 @@ static int data_error(char* err, size_t errlen, const char* fmt, ...) {
     return 1;
 }
 
+// dst = a followed by b; 1 if that does not fit
+static int join_path(char* dst, size_t size, const char* a, const char* b) {
+    int n = snprintf(dst, size, "%s%s", a, b);
+    return n < 0 || (size_t)n >= size;
+}
+
 // ----------------------------------------------------------------------------
 // the token types of the .bin file (Megatron's dtype codes)
 
@@ -261,12 +267,11 @@ static inline int indexed_dataset_open(IndexedDataset* ds, const char* prefix, c
     uint8_t first_byte;
     memcpy(&first_byte, &one, 1);
     if (first_byte != 1) return data_error(err, errlen, "%s: this reader needs a little-endian host", prefix);
-    if (strlen(prefix) + 5 > sizeof ds->path_prefix) return data_error(err, errlen, "%s: path too long", prefix);
-    strcpy(ds->path_prefix, prefix);
     char path[sizeof ds->path_prefix];
-    snprintf(path, sizeof path, "%s.idx", prefix);
+    if (join_path(ds->path_prefix, sizeof ds->path_prefix, prefix, "") || join_path(path, sizeof path, prefix, ".idx"))
+        return data_error(err, errlen, "%s: path too long", prefix);
     int rc = read_idx(ds, path, err, errlen);
-    snprintf(path, sizeof path, "%s.bin", prefix);
+    join_path(path, sizeof path, prefix, ".bin");
     if (rc == 0) rc = map_bin(ds, path, err, errlen);
     if (rc == 0) rc = check_items(ds, path, err, errlen);
     if (rc != 0) indexed_dataset_close(ds);
@@ -308,7 +313,7 @@ static inline int indexed_dataset_max_token(const IndexedDataset* ds, int64_t* m
 // checks will usually refuse.)
 
 typedef struct {
-    char bin_path[4112], idx_path[4112], bin_tmp[4112], idx_tmp[4112];
+    char bin_path[4096], idx_path[4096], bin_tmp[4096], idx_tmp[4096];
     FILE* bin;
     int dtype_code, itemsize;
     int32_t* sizes; int64_t num_items, cap_items;
@@ -340,10 +345,9 @@ static inline int builder_open(IndexedDatasetBuilder* b, const char* prefix, int
     memset(b, 0, sizeof *b);
     const TokenDtype* dt = token_dtype(dtype_code);
     if (dt == NULL) return data_error(err, errlen, "%s: dtype code %d is not a token type", prefix, dtype_code);
-    if (strlen(prefix) + 9 > sizeof b->bin_path) return data_error(err, errlen, "%s: path too long", prefix);
-    snprintf(b->bin_path, sizeof b->bin_path, "%s.bin", prefix);
-    snprintf(b->idx_path, sizeof b->idx_path, "%s.idx", prefix);
-    snprintf(b->bin_tmp, sizeof b->bin_tmp, "%s.bin.tmp", prefix);
+    if (join_path(b->bin_path, sizeof b->bin_path, prefix, ".bin") || join_path(b->idx_path, sizeof b->idx_path, prefix, ".idx") ||
+        join_path(b->bin_tmp, sizeof b->bin_tmp, prefix, ".bin.tmp"))
+        return data_error(err, errlen, "%s: path too long", prefix);
     b->dtype_code = dtype_code;
     b->itemsize = dt->itemsize;
     b->bin = fopen(b->bin_tmp, "wb");
@@ -426,8 +430,8 @@ static int write_idx(const IndexedDatasetBuilder* b, FILE* f) {
 
 // make the renames themselves durable
 static void fsync_parent_dir(const char* path) {
-    char dir[4112];
-    snprintf(dir, sizeof dir, "%s", path);
+    char dir[4096];
+    join_path(dir, sizeof dir, path, "");
     char* slash = strrchr(dir, '/');
     if (slash == NULL) strcpy(dir, ".");
     else if (slash == dir) dir[1] = 0;
@@ -443,7 +447,7 @@ static inline int builder_finish(IndexedDatasetBuilder* b, char* err, size_t err
     FILE* bin = b->bin;
     b->bin = NULL;
     if (close_synced(bin) && rc == 0) rc = data_error(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
-    snprintf(b->idx_tmp, sizeof b->idx_tmp, "%s.tmp", b->idx_path);
+    join_path(b->idx_tmp, sizeof b->idx_tmp, b->idx_path, ".tmp");   // fits: bin_tmp did
     FILE* idx = rc ? NULL : fopen(b->idx_tmp, "wb");
     if (rc == 0 && idx == NULL) rc = data_error(err, errlen, "%s: %s", b->idx_tmp, strerror(errno));
     if (rc == 0) {
@@ -1105,6 +1109,7 @@ static int preprocess_lines(const PreprocessArgs* a, const char* path, Sink* s, 
             n++;
             cap = 0;
         }
+        if (n < PREPROCESS_BATCH_LINES) { free(batch[n].text); batch[n].text = NULL; }   // getline's, at end of file
         if (n == 0) break;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 16) num_threads(a->workers)
@@ -1122,7 +1127,6 @@ static int preprocess_lines(const PreprocessArgs* a, const char* path, Sink* s, 
         }
     }
     if (rc == 0 && ferror(f)) rc = data_error(err, errlen, "%s: read failed", path);
-    if (batch) free(batch[0].text);   // getline's buffer after end of file
     free(batch);
     fclose(f);
     return rc;

@@ -552,5 +552,737 @@ static size_t attention_scratch_elements(int B, int T, int NH, int HS) {
 // CUDA versions
 // ============================================================================
 #ifdef __CUDACC__
-#include "kernels_gpu_draft.cuh"
+/*
+kernels_gpu_draft.cuh — the CUDA versions of the kernels in kernels.cuh (GPU build only).
+
+Included at the end of kernels.cuh under `#ifdef __CUDACC__`; every name the trainer calls
+is defined here with the argument order of its `<op>_cpu` reference, activations and
+parameters in floatX (bf16), parameter gradients, statistics, losses and optimizer state in
+float. Rules kept so that tests can run this code on a CPU emulator:
+  - every kernel is launched through LAUNCH(), 1-D grids only, a fixed block size per op;
+  - kernels are plain `__global__ void` C functions; warp shuffles and shared memory appear
+    only in the reduction helpers below;
+  - every CUDA and cuBLAS call goes through cudaCheck() / cublasCheck();
+  - all math is fp32 (fp64 for the gradient norm), bf16 only in memory;
+  - reductions run in a fixed order (same result every run), except encoder_backward's
+    word-embedding gradient, which adds with atomics (rows of repeated tokens collide).
+Everything runs on the default stream, as the NCCL calls in parallel.h do.
+*/
+#pragma once
+
+// ----------------------------------------------------------------------------
+// checking helpers and the launch macro
+
+static void cuda_check_(cudaError_t err, const char* file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "error: CUDA at %s:%d: %s\n", file, line, cudaGetErrorString(err));
+        exit(1);
+    }
+}
+#define cudaCheck(call) cuda_check_((call), __FILE__, __LINE__)
+
+static void cublas_check_(cublasStatus_t status, const char* file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuBLAS status %d at %s:%d: %s\n", (int)status, file, line,
+                cublasGetStatusString(status));
+        exit(1);
+    }
+}
+#define cublasCheck(call) cublas_check_((call), __FILE__, __LINE__)
+
+// The one place a kernel is launched (a test build may define its own LAUNCH first). Grids
+// are 1-D; a launch over nothing (grid 0, e.g. an empty tensor) is skipped, not an error.
+// Everything runs on the default stream (0), as cuBLAS and NCCL do here.
+#ifndef LAUNCH
+#define LAUNCH(kernel, grid, block, shmem, ...)                               \
+    do {                                                                      \
+        unsigned int launch_grid_ = (unsigned int)(grid);                     \
+        if (launch_grid_ > 0) {                                               \
+            kernel<<<launch_grid_, (block), (shmem), 0>>>(__VA_ARGS__);       \
+            cudaCheck(cudaGetLastError());                                    \
+        }                                                                     \
+    } while (0)
+#endif
+
+// block sizes, one per kind of kernel
+#define ELEMENTWISE_BLOCK 256  // one thread per element
+#define ROW_BLOCK 256          // one warp per row, so ROW_BLOCK / 32 rows per block
+#define ROWS_PER_BLOCK (ROW_BLOCK / 32)
+#define COLUMN_BLOCK 512       // 32 columns per block, its 16 warps split the rows
+#define SUM_SQUARES_BLOCK 256
+#define SUM_SQUARES_MAX_BLOCKS 1024  // partial sums of sum_squares, combined in order
+
+static cublasHandle_t cublas_handle;
+static double* sum_squares_partials;  // [SUM_SQUARES_MAX_BLOCKS], allocated once
+
+static void kernels_init(int local_device) {
+    cudaCheck(cudaSetDevice(local_device));
+    cublasCheck(cublasCreate(&cublas_handle));
+    // default math: bf16 inputs with fp32 compute already use the tensor cores; we do not
+    // opt into TF32 or any reduced-precision accumulation
+    cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH));
+    cublasCheck(cublasSetStream(cublas_handle, 0));
+    cudaCheck(cudaMalloc((void**)&sum_squares_partials, SUM_SQUARES_MAX_BLOCKS * sizeof(double)));
+}
+
+// ----------------------------------------------------------------------------
+// reduction helpers: the only code that touches warp shuffles and shared memory
+// (blocks are whole warps, at most 32 of them)
+
+// Butterfly sum: every lane ends with the same total (a + b == b + a exactly).
+__device__ float warp_reduce_sum(float val) {
+    for (int offset = 16; offset > 0; offset /= 2) val += __shfl_xor_sync(0xffffffffu, val, offset);
+    return val;
+}
+
+__device__ float warp_reduce_max(float val) {
+    for (int offset = 16; offset > 0; offset /= 2) val = fmaxf(val, __shfl_xor_sync(0xffffffffu, val, offset));
+    return val;
+}
+
+__device__ double warp_reduce_sum_double(double val) {
+    for (int offset = 16; offset > 0; offset /= 2) val += __shfl_xor_sync(0xffffffffu, val, offset);
+    return val;
+}
+
+// Sum over the whole block; every thread gets the total. All threads must call it.
+__device__ double block_reduce_sum_double(double val) {
+    __shared__ double warp_sums[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    val = warp_reduce_sum_double(val);
+    __syncthreads();  // an earlier call's readers are done with warp_sums
+    if (lane == 0) warp_sums[warp] = val;
+    __syncthreads();
+    val = lane < warps ? warp_sums[lane] : 0.0;
+    return warp_reduce_sum_double(val);
+}
+
+// For blocks where lane l of every warp holds a partial sum of column l: adds the warps'
+// partials in warp order. The totals are valid in warp 0 (lane l: column l). All threads
+// must call it.
+__device__ float block_sum_columns(float val) {
+    __shared__ float partials[32][32];  // [warp][lane]
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    __syncthreads();  // an earlier call's readers are done with partials
+    partials[warp][lane] = val;
+    __syncthreads();
+    float sum = 0.0f;
+    if (warp == 0) {
+        for (int w = 0; w < warps; w++) sum += partials[w][lane];
+    }
+    return sum;
+}
+
+// ----------------------------------------------------------------------------
+// device memory
+
+static void* dev_malloc(size_t bytes) {
+    void* p = NULL;
+    cudaCheck(cudaMalloc(&p, bytes));
+    return p;
+}
+static void dev_free(void* p) { cudaCheck(cudaFree(p)); }
+static void dev_zero(void* p, size_t bytes) { cudaCheck(cudaMemset(p, 0, bytes)); }
+static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes) {
+    cudaCheck(cudaMemcpy(host_dst, dev_src, bytes, cudaMemcpyDeviceToHost));
+}
+static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) {
+    cudaCheck(cudaMemcpy(dev_dst, host_src, bytes, cudaMemcpyHostToDevice));
+}
+
+// float <-> bf16 conversions go through a host staging buffer of this many elements
+#define CONVERT_CHUNK ((size_t)1 << 20)
+
+static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) {
+    floatX* staging = (floatX*)mallocCheck(CONVERT_CHUNK * sizeof(floatX));
+    for (size_t i0 = 0; i0 < n; i0 += CONVERT_CHUNK) {
+        size_t count = n - i0 < CONVERT_CHUNK ? n - i0 : CONVERT_CHUNK;
+        for (size_t i = 0; i < count; i++) staging[i] = __float2bfloat16(host_src[i0 + i]);
+        host_to_dev(dev_dst + i0, staging, count * sizeof(floatX));
+    }
+    free(staging);
+}
+
+static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) {
+    floatX* staging = (floatX*)mallocCheck(CONVERT_CHUNK * sizeof(floatX));
+    for (size_t i0 = 0; i0 < n; i0 += CONVERT_CHUNK) {
+        size_t count = n - i0 < CONVERT_CHUNK ? n - i0 : CONVERT_CHUNK;
+        dev_to_host(staging, dev_src + i0, count * sizeof(floatX));
+        for (size_t i = 0; i < count; i++) host_dst[i0 + i] = __bfloat162float(staging[i]);
+    }
+    free(staging);
+}
+
+// ----------------------------------------------------------------------------
+// embedding: out[n] = wte[token[n]] + wpe[n % T], vocab-parallel (see encoder_forward_cpu)
+
+__global__ void encoder_forward_kernel(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
+                                       int N, int T, int C, int vocab_start, int vocab_local) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * C) return;
+    int n = (int)(idx / C), c = (int)(idx % C);
+    int local = tokens[n] - vocab_start;
+    float val = (local >= 0 && local < vocab_local) ? __bfloat162float(wte[(size_t)local * C + c]) : 0.0f;
+    if (wpe != NULL) val += __bfloat162float(wpe[(size_t)(n % T) * C + c]);
+    out[idx] = __float2bfloat16(val);
+}
+
+// one thread per element of dout; tokens repeat, so rows of dwte are added with atomics
+__global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* tokens,
+                                            int N, int C, int vocab_start, int vocab_local) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * C) return;
+    int n = (int)(idx / C), c = (int)(idx % C);
+    int local = tokens[n] - vocab_start;
+    if (local >= 0 && local < vocab_local) atomicAdd(&dwte[(size_t)local * C + c], __bfloat162float(dout[idx]));
+}
+
+// one thread per element of dwpe, summing the rows n = t, t + T, t + 2T, ... in order
+__global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int N, int T, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)T * C) return;
+    int t = (int)(idx / C), c = (int)(idx % C);
+    float sum = 0.0f;
+    for (int n = t; n < N; n += T) sum += __bfloat162float(dout[(size_t)n * C + c]);
+    dwpe[idx] += sum;
+}
+
+static void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
+                            int N, int T, int C, int vocab_start, int vocab_local) {
+    size_t n = (size_t)N * C;
+    LAUNCH(encoder_forward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+           out, tokens, wte, wpe, N, T, C, vocab_start, vocab_local);
+}
+
+static void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* tokens,
+                             int N, int T, int C, int vocab_start, int vocab_local) {
+    size_t n = (size_t)N * C;
+    LAUNCH(encoder_backward_wte_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+           dwte, dout, tokens, N, C, vocab_start, vocab_local);
+    if (dwpe != NULL) {
+        LAUNCH(encoder_backward_wpe_kernel, CEIL_DIV((size_t)T * C, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+               dwpe, dout, N, T, C);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// residual add: out = a + b (out may be a or b)
+
+__global__ void residual_forward_kernel(floatX* out, const floatX* a, const floatX* b, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+
+static void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
+    LAUNCH(residual_forward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, a, b, n);
+}
+
+// ----------------------------------------------------------------------------
+// LayerNorm: one warp per row; the parameter gradients by a column kernel
+
+// In the warp-per-row kernels, warp w of block b owns row b * ROWS_PER_BLOCK + w and its
+// lanes stride along the row. A warp past the last row leaves as a whole, so the shuffles
+// of the other warps still see all 32 lanes.
+__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                         const floatX* weight, const floatX* bias, int N, int C) {
+    int lane = threadIdx.x % 32;
+    int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    const floatX* x = inp + (size_t)n * C;
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += 32) sum += __bfloat162float(x[c]);
+    float m = warp_reduce_sum(sum) / C;
+    float var = 0.0f;  // two passes: the variance of (x - m), as the reference
+    for (int c = lane; c < C; c += 32) {
+        float d = __bfloat162float(x[c]) - m;
+        var += d * d;
+    }
+    float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + LAYERNORM_EPS);
+    floatX* o = out + (size_t)n * C;
+    for (int c = lane; c < C; c += 32) {
+        float xhat = (__bfloat162float(x[c]) - m) * s;
+        o[c] = __float2bfloat16(xhat * __bfloat162float(weight[c]) + __bfloat162float(bias[c]));
+    }
+    if (lane == 0) {
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+// dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight; one warp per row
+__global__ void layernorm_backward_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
+                                          const floatX* weight, const float* mean, const float* rstd,
+                                          int N, int C) {
+    int lane = threadIdx.x % 32;
+    int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    const floatX* x = inp + (size_t)n * C;
+    const floatX* d = dout + (size_t)n * C;
+    float m = mean[n], s = rstd[n];
+    float g_sum = 0.0f, gx_sum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float g = __bfloat162float(d[c]) * __bfloat162float(weight[c]);
+        g_sum += g;
+        gx_sum += g * ((__bfloat162float(x[c]) - m) * s);
+    }
+    float g_mean = warp_reduce_sum(g_sum) / C;
+    float gx_mean = warp_reduce_sum(gx_sum) / C;
+    floatX* di = dinp + (size_t)n * C;
+    for (int c = lane; c < C; c += 32) {
+        float g = __bfloat162float(d[c]) * __bfloat162float(weight[c]);
+        float xhat = (__bfloat162float(x[c]) - m) * s;
+        di[c] = __float2bfloat16(__bfloat162float(di[c]) + s * (g - g_mean - xhat * gx_mean));
+    }
+}
+
+// In the column kernels, block b owns columns 32b .. 32b + 31: lane l takes column 32b + l,
+// warp w the rows w, w + warps, ..., and block_sum_columns adds the warps' partials in order.
+__global__ void layernorm_param_grads_kernel(float* dweight, float* dbias, const floatX* dout,
+                                             const floatX* inp, const float* mean, const float* rstd,
+                                             int N, int C) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    int c = blockIdx.x * 32 + lane;
+    float dw = 0.0f, db = 0.0f;
+    if (c < C) {
+        for (int n = warp; n < N; n += warps) {
+            float d = __bfloat162float(dout[(size_t)n * C + c]);
+            dw += d * ((__bfloat162float(inp[(size_t)n * C + c]) - mean[n]) * rstd[n]);
+            db += d;
+        }
+    }
+    dw = block_sum_columns(dw);  // every thread calls these: they synchronize the block
+    db = block_sum_columns(db);
+    if (warp == 0 && c < C) {
+        dweight[c] += dw;
+        dbias[c] += db;
+    }
+}
+
+static void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
+                              const floatX* weight, const floatX* bias, int N, int C) {
+    LAUNCH(layernorm_forward_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0,
+           out, mean, rstd, inp, weight, bias, N, C);
+}
+
+static void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+                               const floatX* inp, const floatX* weight, const float* mean,
+                               const float* rstd, int N, int C) {
+    LAUNCH(layernorm_backward_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0,
+           dinp, dout, inp, weight, mean, rstd, N, C);
+    LAUNCH(layernorm_param_grads_kernel, CEIL_DIV(C, 32), COLUMN_BLOCK, 0,
+           dweight, dbias, dout, inp, mean, rstd, N, C);
+}
+
+// ----------------------------------------------------------------------------
+// linear layer: out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias[OC], through cuBLAS
+//
+// cuBLAS is column-major. A row-major [R, K] array read column-major is its transpose, a
+// [K, R] matrix with leading dimension K. So every product below is written for the
+// transposes: out^T = W inp^T, and so on. (transa, transb, m, n, k) describe
+// C[m, n] = op(A)[m, k] @ op(B)[k, n] in that column-major view.
+
+// out[n, :] = bias, for the forward GEMM to add its product onto (beta = 1)
+__global__ void fill_rows_kernel(floatX* out, const floatX* bias, int N, int OC) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < (size_t)N * OC) out[idx] = bias[idx % OC];
+}
+
+// out[o] += sum over rows of x[n, o]: the bias gradient (see the column kernels above)
+__global__ void column_sums_kernel(float* out, const floatX* x, int N, int OC) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    int o = blockIdx.x * 32 + lane;
+    float sum = 0.0f;
+    if (o < OC) {
+        for (int n = warp; n < N; n += warps) sum += __bfloat162float(x[(size_t)n * OC + o]);
+    }
+    sum = block_sum_columns(sum);
+    if (warp == 0 && o < OC) out[o] += sum;
+}
+
+// C = A op B + beta C with bf16 A and B, fp32 compute; C is bf16 or fp32 (Ctype)
+static void gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                 const floatX* A, int lda, const floatX* B, int ldb, float beta,
+                 void* C, cudaDataType_t Ctype, int ldc) {
+    const float alpha = 1.0f;
+    cublasCheck(cublasGemmEx(cublas_handle, transa, transb, m, n, k, &alpha, A, CUDA_R_16BF, lda,
+                             B, CUDA_R_16BF, ldb, &beta, C, Ctype, ldc, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
+}
+
+static void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                           int N, int C, int OC) {
+    float beta = 0.0f;
+    if (bias != NULL) {
+        LAUNCH(fill_rows_kernel, CEIL_DIV((size_t)N * OC, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+               out, bias, N, OC);
+        beta = 1.0f;
+    }
+    // out^T [OC, N] = W [OC, C] @ inp^T [C, N]. Column-major, weight is a [C, OC] array
+    // (lda = C), so op = T gives W; inp is a [C, N] array (ldb = C), op = N; out is [OC, N]
+    // (ldc = OC).
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, CUDA_R_16BF, OC);
+}
+
+static void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+                            const floatX* inp, const floatX* weight, int N, int C, int OC) {
+    // dinp = dout @ W:  dinp^T [C, N] = W^T [C, OC] @ dout^T [OC, N]. Column-major, weight
+    // is already W^T as a [C, OC] array (op = N, lda = C); dout is a [OC, N] array (op = N,
+    // ldb = OC); dinp is [C, N] (ldc = C).
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 0.0f, dinp, CUDA_R_16BF, C);
+    // dweight += dout^T @ inp:  dweight^T [C, OC] = inp^T [C, N] @ dout [N, OC]. inp is a
+    // [C, N] array (op = N, lda = C); dout is a [OC, N] array, op = T gives [N, OC]
+    // (ldb = OC); dweight is an fp32 [C, OC] array (ldc = C), beta = 1 accumulates.
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C);
+    if (dbias != NULL) {
+        LAUNCH(column_sums_kernel, CEIL_DIV(OC, 32), COLUMN_BLOCK, 0, dbias, dout, N, OC);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// causal self-attention
+// qkv[B, T, NH, 3, HS] is staged into q, k, v [B, NH, T, HS], so that one (b, h) pair is a
+// contiguous [T, HS] matrix and cuBLAS can run all B * NH of them as one strided batch.
+// The scores q k^T are kept in fp32 for the softmax; the probabilities go to att in bf16.
+// The full T x T products are computed; the softmax zeroes what the causal mask hides.
+
+// scratch: 7 head-major [B, NH, T, HS] bf16 arrays, [B, NH, T, T] fp32 scores and bf16
+// dscores; each region starts on a SCRATCH_ALIGN boundary, whatever scratch's alignment
+#define SCRATCH_ALIGN 256
+#define ATTENTION_SCRATCH_REGIONS 9
+
+typedef struct {
+    floatX *q, *k, *v;     // [B, NH, T, HS]
+    floatX* y;             // forward: att @ v; backward: dout; [B, NH, T, HS]
+    floatX *dq, *dk, *dv;  // backward only, [B, NH, T, HS]
+    float* scores;         // forward: q k^T; backward: datt; [B, NH, T, T]
+    floatX* dscores;       // backward only, [B, NH, T, T]
+} AttentionScratch;
+
+static size_t attention_scratch_elements(int B, int T, int NH, int HS) {
+    size_t S = (size_t)B * NH * T * HS, P = (size_t)B * NH * T * T;
+    size_t bytes = 7 * S * sizeof(floatX) + P * sizeof(float) + P * sizeof(floatX);
+    return CEIL_DIV(bytes + ATTENTION_SCRATCH_REGIONS * SCRATCH_ALIGN, sizeof(floatX));
+}
+
+// the next region of `bytes` after *cursor, rounded up to SCRATCH_ALIGN
+static void* scratch_take(char** cursor, size_t bytes) {
+    uintptr_t p = ((uintptr_t)*cursor + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
+    *cursor = (char*)p + bytes;
+    return (void*)p;
+}
+
+static AttentionScratch attention_scratch(floatX* scratch, int B, int T, int NH, int HS) {
+    size_t S = (size_t)B * NH * T * HS, P = (size_t)B * NH * T * T;
+    char* cursor = (char*)scratch;
+    AttentionScratch s;
+    s.q = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
+    s.k = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
+    s.v = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
+    s.y = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
+    s.dq = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
+    s.dk = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
+    s.dv = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
+    s.scores = (float*)scratch_take(&cursor, P * sizeof(float));
+    s.dscores = (floatX*)scratch_take(&cursor, P * sizeof(floatX));
+    return s;
+}
+
+// For element idx of a head-major [B, NH, T, HS] array: its row (b * T + t) * NH + h in the
+// token-major layouts. out[N, NH * HS] has that element at row * HS + i, and qkv (see
+// qkv_index) at row * 3 * HS + which * HS + i, with i = idx % HS.
+__device__ size_t token_major_row(size_t idx, int T, int NH, int HS) {
+    size_t r = idx / HS;
+    int t = (int)(r % T);
+    r /= T;
+    int h = (int)(r % NH);
+    size_t b = r / NH;
+    return (b * T + t) * NH + h;
+}
+
+// qkv -> q, k, v (head-major)
+__global__ void permute_qkv_kernel(floatX* q, floatX* k, floatX* v, const floatX* qkv, int B, int T, int NH, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * NH * T * HS) return;
+    const floatX* src = qkv + token_major_row(idx, T, NH, HS) * 3 * HS + idx % HS;
+    q[idx] = src[0];
+    k[idx] = src[HS];
+    v[idx] = src[2 * HS];
+}
+
+// dq, dk, dv (head-major) -> dqkv; writes every element of dqkv
+__global__ void unpermute_qkv_kernel(floatX* dqkv, const floatX* dq, const floatX* dk, const floatX* dv,
+                                     int B, int T, int NH, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * NH * T * HS) return;
+    floatX* dst = dqkv + token_major_row(idx, T, NH, HS) * 3 * HS + idx % HS;
+    dst[0] = dq[idx];
+    dst[HS] = dk[idx];
+    dst[2 * HS] = dv[idx];
+}
+
+// [N, NH * HS] (token-major) -> [B, NH, T, HS] (head-major)
+__global__ void permute_heads_kernel(floatX* heads, const floatX* tokens, int B, int T, int NH, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * NH * T * HS) return;
+    heads[idx] = tokens[token_major_row(idx, T, NH, HS) * HS + idx % HS];
+}
+
+// [B, NH, T, HS] (head-major) -> [N, NH * HS] (token-major)
+__global__ void unpermute_heads_kernel(floatX* tokens, const floatX* heads, int B, int T, int NH, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * NH * T * HS) return;
+    tokens[token_major_row(idx, T, NH, HS) * HS + idx % HS] = heads[idx];
+}
+
+// One warp per row (b, h, t) of the scores: att = softmax(scale * scores) over t2 <= t,
+// exactly 0 for t2 > t. rows = B * NH * T.
+__global__ void attention_softmax_kernel(floatX* att, const float* scores, float scale, int rows, int T) {
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (row >= rows) return;
+    int t = row % T;
+    const float* s = scores + (size_t)row * T;
+    floatX* a = att + (size_t)row * T;
+    float maxval = -INFINITY;
+    for (int t2 = lane; t2 <= t; t2 += 32) maxval = fmaxf(maxval, s[t2] * scale);
+    maxval = warp_reduce_max(maxval);  // finite: t2 = 0 is always visible
+    float sum = 0.0f;
+    for (int t2 = lane; t2 <= t; t2 += 32) sum += expf(s[t2] * scale - maxval);
+    float inv_sum = 1.0f / warp_reduce_sum(sum);
+    for (int t2 = lane; t2 < T; t2 += 32) {
+        a[t2] = __float2bfloat16(t2 <= t ? expf(s[t2] * scale - maxval) * inv_sum : 0.0f);
+    }
+}
+
+// One warp per row: dscores = scale * p * (datt - sum_j p_j datt_j) over t2 <= t, 0 above.
+__global__ void attention_softmax_backward_kernel(floatX* dscores, const floatX* att, const float* datt,
+                                                  float scale, int rows, int T) {
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (row >= rows) return;
+    int t = row % T;
+    const floatX* a = att + (size_t)row * T;
+    const float* da = datt + (size_t)row * T;
+    floatX* ds = dscores + (size_t)row * T;
+    float dot = 0.0f;
+    for (int t2 = lane; t2 <= t; t2 += 32) dot += __bfloat162float(a[t2]) * da[t2];
+    dot = warp_reduce_sum(dot);
+    for (int t2 = lane; t2 < T; t2 += 32) {
+        ds[t2] = __float2bfloat16(t2 <= t ? scale * __bfloat162float(a[t2]) * (da[t2] - dot) : 0.0f);
+    }
+}
+
+// The batched form of gemm(): B * NH independent products, matrix i of A, B and C at
+// A + i * strideA and so on (strides in elements). C is fp32 or bf16 (Ctype), beta = 0.
+static void gemm_batched(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                         const floatX* A, int lda, long long strideA, const floatX* B, int ldb,
+                         long long strideB, void* C, cudaDataType_t Ctype, int ldc, long long strideC,
+                         int batch) {
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasCheck(cublasGemmStridedBatchedEx(cublas_handle, transa, transb, m, n, k, &alpha,
+                                           A, CUDA_R_16BF, lda, strideA, B, CUDA_R_16BF, ldb, strideB,
+                                           &beta, C, Ctype, ldc, strideC, batch,
+                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// Per (b, h), row-major: q, k, v, y, dy, dq, dk, dv are [T, HS] (column-major: [HS, T],
+// ld HS); scores, att, datt, dscores are [T, T] (column-major: their transpose, ld T).
+// Each product is written for the transposes, as in the linear layer above.
+
+static void attention_forward(floatX* out, floatX* att, floatX* scratch, const floatX* qkv,
+                              int B, int T, int NH, int HS) {
+    AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
+    size_t n = (size_t)B * NH * T * HS;
+    long long sTH = (long long)T * HS, sTT = (long long)T * T;
+    LAUNCH(permute_qkv_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, s.q, s.k, s.v, qkv, B, T, NH, HS);
+    // scores = q k^T:  scores^T [T, T] = k [T, HS] @ q^T [HS, T]; k is an [HS, T] array,
+    // op = T gives k; q is an [HS, T] array = q^T, op = N
+    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, s.k, HS, sTH, s.q, HS, sTH, s.scores, CUDA_R_32F, T, sTT, B * NH);
+    LAUNCH(attention_softmax_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0,
+           att, s.scores, 1.0f / sqrtf((float)HS), B * NH * T, T);
+    // y = att v:  y^T [HS, T] = v^T [HS, T] @ att^T [T, T]; both arrays are already these
+    // transposes, op = N, N
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, s.v, HS, sTH, att, T, sTT, s.y, CUDA_R_16BF, HS, sTH, B * NH);
+    LAUNCH(unpermute_heads_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, s.y, B, T, NH, HS);
+}
+
+static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout, const floatX* qkv,
+                               const floatX* att, int B, int T, int NH, int HS) {
+    AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
+    size_t n = (size_t)B * NH * T * HS;
+    long long sTH = (long long)T * HS, sTT = (long long)T * T;
+    floatX* dy = s.y;
+    float* datt = s.scores;
+    // scratch is shared by all layers: stage this layer's q, k, v again
+    LAUNCH(permute_qkv_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, s.q, s.k, s.v, qkv, B, T, NH, HS);
+    LAUNCH(permute_heads_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dy, dout, B, T, NH, HS);
+    // datt = dy v^T:  datt^T [T, T] = v [T, HS] @ dy^T [HS, T] (as the scores)
+    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, s.v, HS, sTH, dy, HS, sTH, datt, CUDA_R_32F, T, sTT, B * NH);
+    // dv = att^T dy:  dv^T [HS, T] = dy^T [HS, T] @ att [T, T]; the att array is att^T,
+    // op = T gives att
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, dy, HS, sTH, att, T, sTT, s.dv, CUDA_R_16BF, HS, sTH, B * NH);
+    LAUNCH(attention_softmax_backward_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0,
+           s.dscores, att, datt, 1.0f / sqrtf((float)HS), B * NH * T, T);
+    // dq = dscores k (the scale is in dscores):  dq^T [HS, T] = k^T [HS, T] @ dscores^T [T, T]
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, s.k, HS, sTH, s.dscores, T, sTT, s.dq, CUDA_R_16BF, HS, sTH, B * NH);
+    // dk = dscores^T q:  dk^T [HS, T] = q^T [HS, T] @ dscores [T, T]; op = T on dscores^T
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, s.q, HS, sTH, s.dscores, T, sTT, s.dk, CUDA_R_16BF, HS, sTH, B * NH);
+    LAUNCH(unpermute_qkv_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dqkv, s.dq, s.dk, s.dv, B, T, NH, HS);
+}
+
+// ----------------------------------------------------------------------------
+// GELU, tanh approximation (see gelu_forward_cpu)
+
+__global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = __bfloat162float(inp[i]);
+    out[i] = __float2bfloat16(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
+}
+
+// dinp may be dout: each thread reads its element of dout before writing dinp's
+__global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = __bfloat162float(inp[i]);
+    float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
+    float sech2 = 1.0f - th * th;
+    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = __float2bfloat16(grad * __bfloat162float(dout[i]));
+}
+
+static void gelu_forward(floatX* out, const floatX* inp, size_t n) {
+    LAUNCH(gelu_forward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, inp, n);
+}
+
+static void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
+    LAUNCH(gelu_backward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dinp, inp, dout, n);
+}
+
+// ----------------------------------------------------------------------------
+// cross-entropy, vocab-parallel (see crossentropy_row_max_cpu): one warp per row for the
+// reductions, one thread per row or per logit for the rest
+
+__global__ void crossentropy_row_max_kernel(float* row_max, const floatX* logits, int N, int V, int valid) {
+    int lane = threadIdx.x % 32;
+    int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    const floatX* l = logits + (size_t)n * V;
+    float m = -INFINITY;
+    for (int v = lane; v < valid; v += 32) m = fmaxf(m, __bfloat162float(l[v]));
+    m = warp_reduce_max(m);
+    if (lane == 0) row_max[n] = m;
+}
+
+__global__ void crossentropy_row_sums_kernel(float* sums, const floatX* logits, const float* row_max,
+                                             const int* targets, int N, int V, int valid, int vocab_start) {
+    int lane = threadIdx.x % 32;
+    int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    const floatX* l = logits + (size_t)n * V;
+    float s = 0.0f;
+    for (int v = lane; v < valid; v += 32) s += expf(__bfloat162float(l[v]) - row_max[n]);
+    s = warp_reduce_sum(s);
+    if (lane == 0) {
+        int local = targets[n] - vocab_start;
+        sums[n] = s;
+        sums[N + n] = (local >= 0 && local < valid) ? __bfloat162float(l[local]) : 0.0f;
+    }
+}
+
+__global__ void crossentropy_forward_kernel(float* losses, const float* row_max, const float* sums, int N) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N) losses[n] = logf(sums[n]) + row_max[n] - sums[N + n];
+}
+
+// one thread per logit: dlogits = dloss * (softmax - onehot(target)), in place
+__global__ void crossentropy_backward_kernel(floatX* logits, const float* row_max, const float* sums,
+                                             const int* targets, float dloss, int N, int V, int valid,
+                                             int vocab_start) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * V) return;
+    int n = (int)(idx / V), v = (int)(idx % V);
+    float p = v < valid ? expf(__bfloat162float(logits[idx]) - row_max[n]) / sums[n] : 0.0f;
+    float onehot = v == targets[n] - vocab_start ? 1.0f : 0.0f;
+    logits[idx] = __float2bfloat16((p - onehot) * dloss);
+}
+
+static void crossentropy_row_max(float* row_max, const floatX* logits, int N, int V, int valid) {
+    LAUNCH(crossentropy_row_max_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0, row_max, logits, N, V, valid);
+}
+
+static void crossentropy_row_sums(float* sums, const floatX* logits, const float* row_max,
+                                  const int* targets, int N, int V, int valid, int vocab_start) {
+    LAUNCH(crossentropy_row_sums_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0,
+           sums, logits, row_max, targets, N, V, valid, vocab_start);
+}
+
+static void crossentropy_forward(float* losses, const float* row_max, const float* sums, int N) {
+    LAUNCH(crossentropy_forward_kernel, CEIL_DIV(N, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, losses, row_max, sums, N);
+}
+
+static void crossentropy_backward(floatX* logits, const float* row_max, const float* sums,
+                                  const int* targets, float dloss, int N, int V, int valid, int vocab_start) {
+    LAUNCH(crossentropy_backward_kernel, CEIL_DIV((size_t)N * V, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+           logits, row_max, sums, targets, dloss, N, V, valid, vocab_start);
+}
+
+// ----------------------------------------------------------------------------
+// AdamW (see adamw_update_cpu): the fp32 master is updated, param gets its bf16 rounding
+
+__global__ void adamw_kernel(float* master, floatX* param, const float* grad, float* m, float* v, size_t n,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, float bias_correction1, float bias_correction2) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = grad[i] * grad_scale;
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float update = (mi / bias_correction1) / (sqrtf(vi / bias_correction2) + eps);
+    float p = master[i] - lr * (update + weight_decay * master[i]);
+    master[i] = p;
+    param[i] = __float2bfloat16(p);
+}
+
+static void adamw_update(float* master, floatX* param, const float* grad, float* m, float* v,
+                         size_t n, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, float grad_scale, int step) {
+    // in double, as PyTorch: 1 - 0.999^t loses digits in float
+    float bias_correction1 = (float)(1.0 - pow(beta1, step));
+    float bias_correction2 = (float)(1.0 - pow(beta2, step));
+    LAUNCH(adamw_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, master, param, grad, m, v, n,
+           lr, beta1, beta2, eps, weight_decay, grad_scale, bias_correction1, bias_correction2);
+}
+
+// ----------------------------------------------------------------------------
+// sum of squares, for the global gradient norm: *acc += sum x[i]^2 in fp64. The grid is a
+// function of n alone and the partials are added in block order, so the result does not
+// change from run to run.
+
+// block b sums the elements b * blockDim + j + k * (gridDim * blockDim) into partials[b]
+__global__ void sum_squares_partial_kernel(double* partials, const float* x, size_t n) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    double s = 0.0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) s += (double)x[i] * x[i];
+    s = block_reduce_sum_double(s);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+// one block: *acc += partials[0] + ... + partials[count - 1]
+__global__ void sum_squares_final_kernel(double* acc, const double* partials, int count) {
+    double s = 0.0;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
+    s = block_reduce_sum_double(s);
+    if (threadIdx.x == 0) *acc += s;
+}
+
+static void sum_squares(double* acc, const float* x, size_t n) {
+    size_t blocks = CEIL_DIV(n, (size_t)SUM_SQUARES_BLOCK);
+    if (blocks > SUM_SQUARES_MAX_BLOCKS) blocks = SUM_SQUARES_MAX_BLOCKS;
+    if (blocks == 0) return;
+    LAUNCH(sum_squares_partial_kernel, blocks, SUM_SQUARES_BLOCK, 0, sum_squares_partials, x, n);
+    LAUNCH(sum_squares_final_kernel, 1, SUM_SQUARES_BLOCK, 0, acc, sum_squares_partials, (int)blocks);
+}
 #endif
