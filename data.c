@@ -15,7 +15,7 @@ What lives here, in reading order:
 Rules it keeps: plain C that is also valid C++ (train.c is compiled by nvcc too); no
 library beyond libc and POSIX; a function that can fail on bad input returns non-zero and
 writes one line, "error: <file>: <what is wrong>", into the caller's err buffer; nothing
-here exits. The public functions are `static inline` only so that a program including this
+here exits (only the preprocess program does, when out of memory). The public functions are `static inline` only so that a program including this
 file and using part of it compiles without unused-function warnings.
 */
 #include <errno.h>
@@ -264,16 +264,14 @@ static int check_items(IndexedDataset* ds, const char* path, char* err, size_t e
 static inline int indexed_dataset_open(IndexedDataset* ds, const char* prefix, char* err, size_t errlen) {
     memset(ds, 0, sizeof *ds);
     const uint16_t one = 1;
-    uint8_t first_byte;
-    memcpy(&first_byte, &one, 1);
-    if (first_byte != 1) return data_error(err, errlen, "%s: this reader needs a little-endian host", prefix);
-    char path[sizeof ds->path_prefix];
-    if (join_path(ds->path_prefix, sizeof ds->path_prefix, prefix, "") || join_path(path, sizeof path, prefix, ".idx"))
+    if (*(const uint8_t*)&one != 1) return data_error(err, errlen, "%s: this reader needs a little-endian host", prefix);
+    char idx_path[sizeof ds->path_prefix], bin_path[sizeof ds->path_prefix];
+    if (join_path(ds->path_prefix, sizeof ds->path_prefix, prefix, "") ||
+        join_path(idx_path, sizeof idx_path, prefix, ".idx") || join_path(bin_path, sizeof bin_path, prefix, ".bin"))
         return data_error(err, errlen, "%s: path too long", prefix);
-    int rc = read_idx(ds, path, err, errlen);
-    join_path(path, sizeof path, prefix, ".bin");
-    if (rc == 0) rc = map_bin(ds, path, err, errlen);
-    if (rc == 0) rc = check_items(ds, path, err, errlen);
+    int rc = read_idx(ds, idx_path, err, errlen);
+    if (rc == 0) rc = map_bin(ds, bin_path, err, errlen);
+    if (rc == 0) rc = check_items(ds, bin_path, err, errlen);
     if (rc != 0) indexed_dataset_close(ds);
     return rc;
 }
@@ -291,6 +289,7 @@ static inline int indexed_dataset_max_token(const IndexedDataset* ds, int64_t* m
 #pragma omp parallel for schedule(dynamic, 64) reduction(min : lo) reduction(max : hi)
 #endif
     for (int64_t i = 0; i < ds->num_items; i++) {
+        if (ds->sizes[i] == 0) continue;   // (an empty .bin has no mapping at all)
         const uint8_t* p = ds->bin + ds->pointers[i];
         for (int64_t j = 0; j < ds->sizes[i]; j++) {
             int64_t t = token_at(p + j * ds->itemsize, ds->dtype_code);
@@ -346,14 +345,14 @@ static inline int builder_open(IndexedDatasetBuilder* b, const char* prefix, int
     const TokenDtype* dt = token_dtype(dtype_code);
     if (dt == NULL) return data_error(err, errlen, "%s: dtype code %d is not a token type", prefix, dtype_code);
     if (join_path(b->bin_path, sizeof b->bin_path, prefix, ".bin") || join_path(b->idx_path, sizeof b->idx_path, prefix, ".idx") ||
-        join_path(b->bin_tmp, sizeof b->bin_tmp, prefix, ".bin.tmp"))
+        join_path(b->bin_tmp, sizeof b->bin_tmp, prefix, ".bin.tmp") || join_path(b->idx_tmp, sizeof b->idx_tmp, prefix, ".idx.tmp"))
         return data_error(err, errlen, "%s: path too long", prefix);
     b->dtype_code = dtype_code;
     b->itemsize = dt->itemsize;
     b->bin = fopen(b->bin_tmp, "wb");
     if (b->bin == NULL) {
         int rc = data_error(err, errlen, "%s: %s", b->bin_tmp, strerror(errno));
-        b->bin_tmp[0] = 0;   // not ours to delete
+        b->bin_tmp[0] = b->idx_tmp[0] = 0;   // not ours to delete
         builder_abort(b);
         return rc;
     }
@@ -431,7 +430,7 @@ static int write_idx(const IndexedDatasetBuilder* b, FILE* f) {
 // make the renames themselves durable
 static void fsync_parent_dir(const char* path) {
     char dir[4096];
-    join_path(dir, sizeof dir, path, "");
+    if (join_path(dir, sizeof dir, path, "")) return;
     char* slash = strrchr(dir, '/');
     if (slash == NULL) strcpy(dir, ".");
     else if (slash == dir) dir[1] = 0;
@@ -447,7 +446,6 @@ static inline int builder_finish(IndexedDatasetBuilder* b, char* err, size_t err
     FILE* bin = b->bin;
     b->bin = NULL;
     if (close_synced(bin) && rc == 0) rc = data_error(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
-    join_path(b->idx_tmp, sizeof b->idx_tmp, b->idx_path, ".tmp");   // fits: bin_tmp did
     FILE* idx = rc ? NULL : fopen(b->idx_tmp, "wb");
     if (rc == 0 && idx == NULL) rc = data_error(err, errlen, "%s: %s", b->idx_tmp, strerror(errno));
     if (rc == 0) {
@@ -583,7 +581,7 @@ static void shuffle_int64(MT19937* r, int64_t* x, int64_t n) {
 // One RandomState(seed) shuffles doc_idx, then shuffle_idx.
 
 typedef struct {
-    const IndexedDataset* ds;
+    const IndexedDataset* ds;     // not owned: keep it open while this is used
     int seq_length;
     int64_t num_samples;          // len(dataset) = rows of sample_idx - 1 (Megatron builds them all)
     int32_t* doc_idx; int64_t doc_idx_len;
@@ -619,10 +617,11 @@ static int separate_last_epoch(const GPTDataset* g, int64_t num_samples, int64_t
     int64_t from_full = ((int64_t)(g->num_epochs - 1) * g->tokens_per_epoch - 1) / g->seq_length;
     int64_t last_epoch_samples = num_samples - from_full;
     int64_t per_epoch = (g->tokens_per_epoch - 1) / g->seq_length;
-    *first_samples = from_full;
     // (Megatron also asserts last_epoch_samples <= per_epoch; where that fails it would
     // stop, and the rule below gives "not separate", which is what we do.)
-    return last_epoch_samples < (int64_t)(0.80 * (double)per_epoch);
+    if (last_epoch_samples >= (int64_t)(0.80 * (double)per_epoch)) return 0;
+    *first_samples = from_full;
+    return 1;
 }
 
 // E copies of the documents; with separation the first E-1 and the last are shuffled apart
@@ -976,22 +975,28 @@ static const char* json_find_keys(const char* p, const char* end, const char* co
     const char* why = NULL;
     p = json_ws(p, end);
     if (p >= end || *p++ != '{') return "expected a JSON object";
-    for (p = json_ws(p, end); !why && p < end && *p != '}';) {
+    p = json_ws(p, end);
+    int done = p < end && *p == '}';   // {}
+    if (done) p++;
+    while (!done && !why) {            // "key": value, ... }
         key.len = 0;
-        if (*p++ != '"' || (why = json_string(&p, end, &key)) != NULL) { why = why ? why : "expected a key"; break; }
+        if (p >= end || *p++ != '"') { why = "expected a key"; break; }
+        if ((why = json_string(&p, end, &key)) != NULL) break;
         p = json_ws(p, end);
         if (p >= end || *p++ != ':') { why = "expected ':'"; break; }
         p = json_ws(p, end);
         int k = 0;
         while (k < n && !(strlen(keys[k]) == key.len && memcmp(keys[k], key.data, key.len) == 0)) k++;
-        if (k < n && p < end && *p == '"') { p++; out[k].len = 0; why = json_string(&p, end, &out[k]); found[k] = 1; }
-        else if (k < n) why = "value is not a string";
-        else why = json_skip_value(&p, end);
+        if (k == n) why = json_skip_value(&p, end);
+        else if (p < end && *p == '"') { p++; out[k].len = 0; found[k] = 1; why = json_string(&p, end, &out[k]); }
+        else why = "value is not a string";
         p = json_ws(p, end);
-        if (!why && p < end && *p == ',') p = json_ws(p + 1, end);
-        else if (!why && (p >= end || *p != '}')) why = "expected ',' or '}'";
+        if (why) break;
+        if (p < end && *p == ',') p = json_ws(p + 1, end);
+        else if (p < end && *p == '}') { p++; done = 1; }
+        else why = "expected ',' or '}'";
     }
-    if (!why && p >= end) why = "unterminated object";
+    if (!why && json_ws(p, end) != end) why = "extra characters after the object";
     for (int k = 0; k < n && !why; k++)
         if (!found[k]) why = "a key given by --json-keys is missing";
     free(key.data);
@@ -1001,28 +1006,27 @@ static const char* json_find_keys(const char* p, const char* end, const char* co
 // ----------------------------------------------------------------------------
 // preprocess: tokenizing, and the input files
 
+static int is_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
+
 // text -> tokens (+ EOD when the document is not empty); why says what is wrong
 static int tokenize(const PreprocessArgs* a, const uint8_t* text, size_t n, TokenBuf* out, char* why, size_t whylen) {
     out->len = 0;
-    if (!a->ids) {
-        for (size_t i = 0; i < n; i++) tokens_push(out, text[i]);
-    } else {
-        for (size_t i = 0; i < n;) {
-            while (i < n && strchr(" \t\r\n\v\f", text[i]) && text[i]) i++;
-            if (i == n) break;
-            int64_t v = 0;
-            size_t start = i;
-            while (i < n && text[i] >= '0' && text[i] <= '9' && v < (INT64_MAX - 9) / 10) v = v * 10 + (text[i++] - '0');
-            if (i == start || (i < n && !strchr(" \t\r\n\v\f", text[i]))) {
-                snprintf(why, whylen, "not a token id (expected a non-negative integer) at byte %zu", start);
-                return 1;
-            }
-            if (a->vocab_size > 0 && v >= a->vocab_size) {
-                snprintf(why, whylen, "token id %lld is not below --vocab-size %lld", (long long)v, (long long)a->vocab_size);
-                return 1;
-            }
-            tokens_push(out, v);
+    for (size_t i = 0; i < n && !a->ids; i++) tokens_push(out, text[i]);
+    for (size_t i = 0; i < n && a->ids;) {   // Megatron's NullTokenizer: int() of each word
+        while (i < n && is_space(text[i])) i++;
+        if (i == n) break;
+        int64_t v = 0;
+        size_t start = i;
+        while (i < n && text[i] >= '0' && text[i] <= '9' && v < (INT64_MAX - 9) / 10) v = v * 10 + (text[i++] - '0');
+        if (i == start || (i < n && !is_space(text[i]))) {
+            snprintf(why, whylen, "not a token id (expected a non-negative integer) at byte %zu", start);
+            return 1;
         }
+        if (a->vocab_size > 0 && v >= a->vocab_size) {
+            snprintf(why, whylen, "token id %lld is not below --vocab-size %lld", (long long)v, (long long)a->vocab_size);
+            return 1;
+        }
+        tokens_push(out, v);
     }
     if (out->len > 0 && a->append_eod) tokens_push(out, a->ids ? a->vocab_size : (int64_t)BYTE_EOD);
     return 0;
@@ -1055,13 +1059,11 @@ static void encode_line(const PreprocessArgs* a, Line* L) {
 typedef struct {
     IndexedDatasetBuilder builders[PREPROCESS_MAX_KEYS];
     int dry;
-    int64_t max_id, docs, tokens, bytes;
+    int64_t max_id, bytes;
 } Sink;
 
 static int sink_document(Sink* s, int k, const TokenBuf* t, char* err, size_t errlen) {
     if (t->len == 0) return 0;   // preprocess_data.py skips documents without tokens
-    s->docs++;
-    s->tokens += t->len;
     for (int64_t i = 0; i < t->len; i++)
         if (t->data[i] > s->max_id) s->max_id = t->data[i];
     return s->dry ? 0 : builder_add_document(&s->builders[k], t->data, t->len, err, errlen);
@@ -1086,8 +1088,6 @@ static int preprocess_file(const PreprocessArgs* a, const char* path, Sink* s, c
     s->bytes += total;
     if (rc || total == 0) return rc;
     if (a->append_eod) { tokens[0] = BYTE_EOD; rc = builder_append_tokens(&s->builders[0], tokens, 1, err, errlen); }
-    s->docs++;
-    s->tokens += total + a->append_eod;
     return rc ? rc : builder_end_document(&s->builders[0], err, errlen);
 }
 
@@ -1200,9 +1200,13 @@ static int preprocess_parse(int argc, char** argv, PreprocessArgs* a, char* err,
     if (a->ids && a->append_eod && a->vocab_size == 0)
         return data_error(err, errlen, "--append-eod with --tokenizer-type ids needs --vocab-size N (EOD is N)");
     if (a->num_keys == 0) a->keys[a->num_keys++] = "text";
-    for (int i = 0; i < a->num_inputs; i++) {
+    for (int k = 0; k < a->num_keys; k++)
+        for (int j = 0; j < k; j++)
+            if (!strcmp(a->keys[j], a->keys[k])) return data_error(err, errlen, "--json-keys: %s given twice", a->keys[k]);
+    for (int i = 0; i < a->num_inputs; i++) {   // fail before writing anything
         struct stat st;
         if (stat(a->inputs[i], &st) != 0) return data_error(err, errlen, "%s: %s", a->inputs[i], strerror(errno));
+        if (S_ISDIR(st.st_mode)) return data_error(err, errlen, "%s: is a directory", a->inputs[i]);
     }
     return 0;
 }
@@ -1251,9 +1255,10 @@ static int preprocess_run(PreprocessArgs* a, char* err, size_t errlen) {
     double t0 = seconds_now();
     int rc = 0, opened = 0;
     char prefix[4096];
-    for (; rc == 0 && opened < a->num_keys; opened++) {
-        snprintf(prefix, sizeof prefix, "%s_%s_document", a->output_prefix, a->keys[opened]);
-        rc = builder_open(&s->builders[opened], prefix, a->dtype_code, err, errlen);
+    for (; rc == 0 && opened < a->num_keys; opened++) {   // Megatron's names: PREFIX_KEY_document
+        int n = snprintf(prefix, sizeof prefix, "%s_%s_document", a->output_prefix, a->keys[opened]);
+        rc = n < 0 || (size_t)n >= sizeof prefix ? data_error(err, errlen, "%s: path too long", a->output_prefix)
+                                                 : builder_open(&s->builders[opened], prefix, a->dtype_code, err, errlen);
     }
     if (rc == 0) rc = preprocess_inputs(a, s, err, errlen);
     for (int k = 0; k < opened; k++) {
@@ -1283,7 +1288,7 @@ static const char* PREPROCESS_USAGE =
     "  --dtype:         uint8 int8 int16 uint16 int32 int64 (default: uint16 if the vocabulary < 65500, else int32)\n";
 
 // returns the exit status: 0, or 2 after printing one error line
-static int preprocess_main(int argc, char** argv) {
+static inline int preprocess_main(int argc, char** argv) {
     PreprocessArgs a;
     char err[8192];
     for (int i = 1; i < argc; i++)

@@ -155,20 +155,26 @@ static void grid_finish(void) {
 }
 
 // ----------------------------------------------------------------------------
-// collectives: one wrapper per operation; a group of one returns at once
+// collectives on device buffers: one wrapper per operation; a group of one returns at once
 
-typedef enum { AS_FLOATX, AS_FLOAT, AS_DOUBLE } Elem;
+typedef enum { AS_FLOATX, AS_FLOAT } Elem;
 typedef enum { REDUCE_SUM, REDUCE_MAX } Reduction;
 
 static void all_reduce(Group* g, void* buf, size_t n, Elem elem, Reduction op) {
     if (g->size == 1) return;
 #ifdef __CUDACC__
-    ncclDataType_t type = elem == AS_FLOATX ? ncclBfloat16 : elem == AS_FLOAT ? ncclFloat : ncclDouble;
+    ncclDataType_t type = elem == AS_FLOATX ? ncclBfloat16 : ncclFloat;
     ncclCheck(ncclAllReduce(buf, buf, n, type, op == REDUCE_SUM ? ncclSum : ncclMax, g->nccl, 0));
 #else
-    MPI_Datatype type = elem == AS_DOUBLE ? MPI_DOUBLE : MPI_FLOAT;   // floatX is float here
-    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, type, op == REDUCE_SUM ? MPI_SUM : MPI_MAX, g->mpi));
+    (void)elem;   // floatX is float on the CPU build
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, op == REDUCE_SUM ? MPI_SUM : MPI_MAX, g->mpi));
 #endif
+}
+
+// host scalars (a norm, a loss) go over MPI in both builds: NCCL reads device memory only
+static void all_reduce_host(Group* g, double* x, int n, Reduction op) {
+    if (g->size == 1) return;
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, op == REDUCE_SUM ? MPI_SUM : MPI_MAX, g->mpi));
 }
 
 static void tensor_parallel_all_reduce(floatX* x, size_t n) { all_reduce(&grid.tp, x, n, AS_FLOATX, REDUCE_SUM); }
@@ -241,7 +247,7 @@ static float global_grad_norm(GPT* model, AdamWState* s) {
     sum_squares(s->norm_acc, model->grads, model->num_params);
     double sq = 0.0;
     dev_to_host(&sq, s->norm_acc, sizeof(double));
-    all_reduce(&grid.model_parallel, &sq, 1, AS_DOUBLE, REDUCE_SUM);
+    all_reduce_host(&grid.model_parallel, &sq, 1, REDUCE_SUM);
     return (float)sqrt(sq);
 }
 

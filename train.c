@@ -499,7 +499,7 @@ static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch) {
         l->consumed += global_batch;
     }
     double loss = sum / (eval_iters > 0 ? eval_iters : 1);
-    all_reduce(&grid.dp, &loss, 1, AS_DOUBLE, REDUCE_SUM);
+    all_reduce_host(&grid.dp, &loss, 1, REDUCE_SUM);
     return (float)(loss / grid.dp_size);
 }
 
@@ -746,10 +746,11 @@ static void generate(Trainer* t) {
 // ----------------------------------------------------------------------------
 // the run
 
-static void run_evaluation(Trainer* t, const char* what) {
-    if (t->args.eval_iters == 0 || !t->data.has_split[1]) return;
+static float run_evaluation(Trainer* t, const char* what) {
+    if (t->args.eval_iters == 0 || !t->data.has_split[1]) return NAN;
     float loss = evaluate(&t->model, &t->valid, t->args.eval_iters, t->args.global_batch_size);
     print_eval(what, loss);
+    return loss;
 }
 
 static void trainer_run(Trainer* t) {
@@ -779,12 +780,7 @@ static void trainer_run(Trainer* t) {
             run_evaluation(t, what);
         }
     }
-    run_evaluation(t, "validation loss at the end of training");
-    float valid_loss = NAN;
-    if (t->args.eval_iters > 0 && t->data.has_split[1]) {
-        t->valid.consumed = 0;   // the summary's figure: the first eval_iters batches, always the same
-        valid_loss = evaluate(&t->model, &t->valid, t->args.eval_iters, t->args.global_batch_size);
-    }
+    float valid_loss = run_evaluation(t, "validation loss at the end of training");
     if (t->args.eval_iters > 0 && t->data.has_split[2]) {
         float test_loss = evaluate(&t->model, &t->test, t->args.eval_iters, t->args.global_batch_size);
         print_eval("test loss at the end of training", test_loss);

@@ -415,8 +415,10 @@ static void test_attention(void) {
                        B, T, NH, HS};
     attention_loss(&a);
 
-    // through the name the trainer calls (no scratch on the CPU build)
-    check(attention_scratch_elements(B, T, NH, HS) == 0, "attention_scratch_elements is 0 on the CPU", "it is not");
+    // through the name the trainer calls; the CPU backward keeps one datt row per (b, h)
+    size_t n_scratch = attention_scratch_elements(B, T, NH, HS);
+    check(n_scratch == (size_t)B * NH * T, "attention_scratch_elements is B*NH*T on the CPU", "it is %zu", n_scratch);
+    float* scratch = filled_floats(n_scratch, NAN);
     float* out = filled_floats(n_out, NAN);
     float* att = filled_floats(n_att, NAN);
     attention_forward(out, att, NULL, qkv, B, T, NH, HS);
@@ -441,7 +443,7 @@ static void test_attention(void) {
     check(worst_row <= 2e-6, "attention_forward att rows sum to 1", "worst |sum - 1| = %.3g", worst_row);
 
     float* dqkv = filled_floats(n_qkv, NAN);  // overwritten: pre-filled with NaN
-    attention_backward(dqkv, NULL, R, qkv, att, B, T, NH, HS);
+    attention_backward(dqkv, scratch, R, qkv, att, B, T, NH, HS);
     double* fd = new_doubles(n_qkv);
     finite_diff(fd, a.qkv, n_qkv, attention_loss, &a);
     const char* names[3] = {"attention_backward dq (overwritten)", "attention_backward dk (overwritten)",
