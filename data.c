@@ -14,9 +14,10 @@ What lives here, in reading order:
 
 Rules it keeps: plain C that is also valid C++ (train.c is compiled by nvcc too); no
 library beyond libc and POSIX; a function that can fail on bad input returns non-zero and
-writes one line, "error: <file>: <what is wrong>", into the caller's err buffer; nothing
-here exits (only the preprocess program does, when out of memory). The public functions are `static inline` only so that a program including this
-file and using part of it compiles without unused-function warnings.
+writes one line, "<file>: <what is wrong>", into the caller's err buffer (the caller
+prints it after its "error: "); nothing here exits (only the preprocess program does, when
+out of memory). The public functions are `static inline` only so that a program including
+this file and using part of it compiles without unused-function warnings.
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,17 +40,14 @@ file and using part of it compiles without unused-function warnings.
 #define DATA_PRINTF_LIKE(f, a)
 #endif
 
-// write "error: ..." into err (if given) and return 1, so callers can `return data_error(...)`
+// write the message into err (if given) and return 1, so callers can `return data_error(...)`
 static int data_error(char* err, size_t errlen, const char* fmt, ...) DATA_PRINTF_LIKE(3, 4);
 static int data_error(char* err, size_t errlen, const char* fmt, ...) {
     if (err == NULL || errlen == 0) return 1;
-    int n = snprintf(err, errlen, "error: ");
-    if (n >= 0 && (size_t)n < errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
     return 1;
 }
 
@@ -1296,7 +1294,7 @@ static inline int preprocess_main(int argc, char** argv) {
     if (argc < 2) { fputs(PREPROCESS_USAGE, stderr); return 2; }
     int rc = preprocess_parse(argc, argv, &a, err, sizeof err);
     if (rc == 0) rc = a.inspect ? preprocess_inspect(a.inspect, err, sizeof err) : preprocess_run(&a, err, sizeof err);
-    if (rc) fprintf(stderr, "%s\n", err);
+    if (rc) fprintf(stderr, "error: %s\n", err);
     return rc ? 2 : 0;
 }
 

@@ -423,7 +423,7 @@ static void open_data(Data* d, Args* a, long long samples[3]) {
     if (min_id < 0 || max_id >= a->vocab_size)
         config_error("%s: token ids span [%lld, %lld] but --vocab-size is %d", a->data_path[0],
                      (long long)min_id, (long long)max_id, a->vocab_size);
-    if (split_documents(a->split, d->ds.num_items, d->bounds, err, sizeof(err)) != 0) config_error("--split: %s", err);
+    if (split_documents(a->split, d->ds.num_items, d->bounds, err, sizeof(err)) != 0) config_error("%s", err);
     const char* names[3] = {"train", "valid", "test"};
     for (int k = 0; k < 3; k++) {
         if (samples[k] == 0 || d->bounds[k + 1] <= d->bounds[k]) {

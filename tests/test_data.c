@@ -1,0 +1,667 @@
+/*
+tests/test_data.c — data.c against real Megatron files.
+
+The fixture (argv[1], default ../shared/fixtures/megatron/corpus_u16 from the repository
+root) was written and indexed by Megatron's own code; its README.txt describes every file.
+Checks: the corpus reads back as docs.json lists it; doc_idx / sample_idx / shuffle_idx and
+the first samples equal Megatron's; more sample indexes (several epochs, a separated last
+epoch) equal tests/data/gpt_index_cases.txt (made with numpy's RandomState by
+tests/data/gen_gpt_index.py); the builder writes the fixture byte for byte; corrupted
+copies are refused with a message; --split and blending follow Megatron's formulas; and the
+preprocess program turns text, JSON lines and ids into datasets.
+
+    gcc -std=gnu11 -O1 -g -fsanitize=address -Wall -Wextra tests/test_data.c -o /tmp/test_data -lm
+    /tmp/test_data ../shared/fixtures/megatron/corpus_u16 [tests/data/gpt_index_cases.txt]
+
+(run from the repository root, or from tests/; argv[2] names the cases file elsewhere)
+*/
+#define DATA_TESTING
+#include "../data.c"
+#include "test.h"
+
+#include <dirent.h>
+
+static char FIXTURE[4096];   // fixture directory
+static char TMP[4096];       // scratch directory, removed at the end
+static char err[8192];
+
+// ----------------------------------------------------------------------------
+// file helpers
+
+static uint8_t* slurp(const char* path, size_t* len) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t* data = (uint8_t*)malloc((size_t)n + 1);
+    *len = fread(data, 1, (size_t)n, f);
+    data[*len] = 0;
+    fclose(f);
+    return data;
+}
+
+static void spit(const char* path, const void* data, size_t len) {
+    FILE* f = fopen(path, "wb");
+    if (f == NULL) { perror(path); exit(2); }
+    fwrite(data, 1, len, f);
+    fclose(f);
+}
+
+static void spit_text(const char* path, const char* text) { spit(path, text, strlen(text)); }
+
+static int same_file(const char* a, const char* b) {
+    size_t la = 0, lb = 0;
+    uint8_t *da = slurp(a, &la), *db = slurp(b, &lb);
+    int same = da && db && la == lb && memcmp(da, db, la) == 0;
+    free(da);
+    free(db);
+    return same;
+}
+
+static int exists(const char* path) { return access(path, F_OK) == 0; }
+
+// every integer in a text file (whitespace separated), up to max
+static int64_t read_ints(const char* path, int64_t* out, int64_t max) {
+    size_t len;
+    char* text = (char*)slurp(path, &len);
+    if (text == NULL) return -1;
+    int64_t n = 0;
+    for (char *p = text, *end; n < max; p = end) {
+        long long v = strtoll(p, &end, 10);
+        if (end == p) break;
+        out[n++] = v;
+    }
+    free(text);
+    return n;
+}
+
+static const char* fixture(const char* name) {
+    static char path[8192];
+    snprintf(path, sizeof path, "%s/%s", FIXTURE, name);
+    return path;
+}
+
+static const char* scratch(const char* name) {
+    static char path[16][8192];   // a few live at once
+    static int k = 0;
+    k = (k + 1) % 16;
+    snprintf(path[k], sizeof path[k], "%s/%s", TMP, name);
+    return path[k];
+}
+
+// ----------------------------------------------------------------------------
+// docs.json: the documents' token ids, parsed simply ("docs": [[...], [...], ...])
+
+enum { NUM_DOCS = 40, NUM_TOKENS = 6263 };
+static int64_t doc_tokens[NUM_TOKENS];
+static int64_t doc_start[NUM_DOCS + 1];
+
+static int load_docs_json(void) {
+    size_t len;
+    char* text = (char*)slurp(fixture("docs.json"), &len);
+    if (text == NULL) return 1;
+    char* p = strstr(text, "\"docs\"");
+    int d = -1, n = 0;
+    for (p = p ? strchr(p, '[') + 1 : text + len; *p && d < NUM_DOCS; p++) {
+        if (*p == '[') doc_start[++d] = n;
+        else if (*p == ']') { if (d == NUM_DOCS - 1) { d++; break; } }
+        else if (*p >= '0' && *p <= '9' && n < NUM_TOKENS) { doc_tokens[n++] = strtoll(p, &p, 10); p--; }
+    }
+    doc_start[NUM_DOCS] = n;
+    free(text);
+    return d == NUM_DOCS && n == NUM_TOKENS ? 0 : 1;
+}
+
+// ----------------------------------------------------------------------------
+// reading the fixture
+
+static void test_read_fixture(void) {
+    IndexedDataset ds;
+    int rc = indexed_dataset_open(&ds, fixture("corpus_u16"), err, sizeof err);
+    check(rc == 0, "open_fixture", "%s", err);
+    if (rc) return;
+    check(ds.dtype_code == 8 && ds.itemsize == 2 && ds.num_items == NUM_DOCS && ds.num_docs == NUM_DOCS &&
+              ds.num_tokens == NUM_TOKENS && ds.bin_bytes == 2 * NUM_TOKENS,
+          "fixture_header", "dtype %d, %lld items, %lld docs, %lld tokens", ds.dtype_code, (long long)ds.num_items,
+          (long long)ds.num_docs, (long long)ds.num_tokens);
+    int bad = 0;
+    for (int64_t i = 0; i <= NUM_DOCS; i++) bad += ds.doc_idx[i] != i;
+    check(bad == 0, "fixture_doc_idx_is_one_item_per_document", "%d entries differ from 0..40", bad);
+    int64_t first_bad = -1;
+    for (int d = 0; d < NUM_DOCS && first_bad < 0; d++) {
+        if (ds.sizes[d] != doc_start[d + 1] - doc_start[d]) first_bad = d;
+        for (int64_t t = 0; t < ds.sizes[d] && first_bad < 0; t++)
+            if (indexed_dataset_token(&ds, d, t) != doc_tokens[doc_start[d] + t]) first_bad = d;
+    }
+    check(first_bad < 0, "fixture_tokens_equal_docs_json", "document %lld differs", (long long)first_bad);
+    check(indexed_dataset_token(&ds, 40, 0) == -1 && indexed_dataset_token(&ds, 5, 1) == -1 &&
+              indexed_dataset_token(&ds, -1, 0) == -1,
+          "token_out_of_range_is_minus_one", "got a token outside the dataset");
+    int64_t lo = -5, hi = -5;
+    rc = indexed_dataset_max_token(&ds, &lo, &hi);
+    check(rc == 0 && lo == 0 && hi == 50256, "min_max_token", "rc %d, min %lld, max %lld", rc, (long long)lo, (long long)hi);
+    indexed_dataset_close(&ds);
+    check(ds.bin == NULL && ds.sizes == NULL, "close_clears", "fields left after close");
+}
+
+// ----------------------------------------------------------------------------
+// the GPT sample index against Megatron's files
+
+static void test_gpt_fixture(void) {
+    IndexedDataset ds;
+    if (indexed_dataset_open(&ds, fixture("corpus_u16"), err, sizeof err)) { check(0, "gpt_fixture_open", "%s", err); return; }
+    GPTDataset g;
+    int rc = gpt_dataset_build(&g, &ds, 0, NUM_DOCS, 32, 1234, 100, err, sizeof err);
+    check(rc == 0, "gpt_build", "%s", err);
+    if (rc) { indexed_dataset_close(&ds); return; }
+    check(g.num_samples == 195 && g.num_epochs == 1 && g.separate_last_epoch == 0 && g.doc_idx_len == 40,
+          "gpt_counts", "%lld samples, %d epochs, separate %d", (long long)g.num_samples, g.num_epochs, g.separate_last_epoch);
+
+    static int64_t want[1024];
+    const char* stem = "corpus_u16_train_indexmap_100ns_32sl_1234s_";
+    char name[256];
+    snprintf(name, sizeof name, "%sdoc_idx.txt", stem);
+    int64_t n = read_ints(fixture(name), want, 1024), bad = n != g.doc_idx_len;
+    for (int64_t i = 0; i < n && !bad; i++) bad = want[i] != g.doc_idx[i];
+    check(!bad, "gpt_doc_idx_equals_megatron", "differs (%lld entries in the file)", (long long)n);
+    snprintf(name, sizeof name, "%ssample_idx.txt", stem);
+    n = read_ints(fixture(name), want, 1024), bad = n != 2 * (g.num_samples + 1);
+    for (int64_t i = 0; i < n && !bad; i++) bad = want[i] != g.sample_idx[i];
+    check(!bad, "gpt_sample_idx_equals_megatron", "differs (%lld numbers in the file)", (long long)n);
+    snprintf(name, sizeof name, "%sshuffle_idx.txt", stem);
+    n = read_ints(fixture(name), want, 1024), bad = n != g.num_samples;
+    for (int64_t i = 0; i < n && !bad; i++) bad = want[i] != g.shuffle_idx[i];
+    check(!bad, "gpt_shuffle_idx_equals_megatron", "differs (%lld entries in the file)", (long long)n);
+
+    int sample[33];
+    snprintf(name, sizeof name, "%ssamples_first5.txt", stem);
+    n = read_ints(fixture(name), want, 1024), bad = n != 5 * 33;
+    for (int i = 0; i < 5 && !bad; i++) {
+        gpt_dataset_get(&g, i, sample);
+        for (int t = 0; t < 33; t++) bad |= sample[t] != want[33 * i + t];
+    }
+    check(!bad, "gpt_first5_samples_equal_megatron", "differ");
+
+    // every sample is the window [j*32, j*32+33) of the documents concatenated in doc_idx order
+    static int64_t stream[NUM_TOKENS];
+    int64_t len = 0;
+    for (int d = 0; d < NUM_DOCS; d++)
+        for (int64_t t = doc_start[g.doc_idx[d]]; t < doc_start[g.doc_idx[d] + 1]; t++) stream[len++] = doc_tokens[t];
+    bad = 0;
+    for (int64_t i = 0; i < g.num_samples && !bad; i++) {
+        gpt_dataset_get(&g, i, sample);
+        for (int t = 0; t < 33; t++) bad |= sample[t] != stream[g.shuffle_idx[i] * 32 + t];
+        if (bad) bad = i + 1;
+    }
+    check(!bad, "gpt_all_samples_are_stream_windows", "sample %lld differs", (long long)bad - 1);
+    int again[33];
+    gpt_dataset_get(&g, 195, sample);
+    gpt_dataset_get(&g, 0, again);
+    bad = memcmp(sample, again, sizeof sample) != 0;
+    gpt_dataset_get(&g, -1, sample);
+    gpt_dataset_get(&g, 194, again);
+    bad |= memcmp(sample, again, sizeof sample) != 0;
+    check(!bad, "gpt_get_wraps_modulo_len", "sample 195 != 0 or -1 != 194");
+    gpt_dataset_free(&g);
+
+    check(gpt_dataset_build(&g, &ds, 10, 10, 32, 1, 10, err, sizeof err) != 0, "gpt_refuses_empty_range", "accepted");
+    check(gpt_dataset_build(&g, &ds, 0, 41, 32, 1, 10, err, sizeof err) != 0, "gpt_refuses_range_past_end", "accepted");
+    check(gpt_dataset_build(&g, &ds, 0, 40, 1, 1, 10, err, sizeof err) != 0, "gpt_refuses_seq_length_1", "accepted");
+    check(gpt_dataset_build(&g, &ds, 0, 40, 32, 1ull << 32, 10, err, sizeof err) != 0 && strstr(err, "seed"),
+          "gpt_refuses_seed_over_32_bits", "accepted");
+    check(gpt_dataset_build(&g, &ds, 5, 6, 32, 1, 10, err, sizeof err) != 0, "gpt_refuses_one_token", "accepted");
+    indexed_dataset_close(&ds);
+}
+
+// more cases, including several epochs and a separated last epoch (tests/data/gen_gpt_index.py)
+static int64_t* read_array(char** p, const char* label, int64_t* n) {
+    char* at = strstr(*p, label);
+    if (at == NULL) return NULL;
+    *n = strtoll(at + strlen(label), p, 10);
+    int64_t* a = (int64_t*)malloc((size_t)(*n + 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < *n; i++) a[i] = strtoll(*p, p, 10);
+    return a;
+}
+
+static void test_gpt_cases(const char* cases_path) {
+    size_t len;
+    char* text = (char*)slurp(cases_path, &len);
+    check(text != NULL, "gpt_cases_file", "cannot read %s", cases_path);
+    if (text == NULL) return;
+    IndexedDataset ds;
+    if (indexed_dataset_open(&ds, fixture("corpus_u16"), err, sizeof err)) { check(0, "gpt_cases_open", "%s", err); free(text); return; }
+    char* p = text;
+    while ((p = strstr(p, "case ")) != NULL) {
+        char name[128], full[160];
+        long long b, e, seq, seed, ns, epochs, separate;
+        if (sscanf(p, "case %127s %lld %lld %lld %lld %lld %lld %lld", name, &b, &e, &seq, &seed, &ns, &epochs, &separate) != 8) break;
+        p++;
+        int64_t nd = 0, nsi = 0, nsh = 0;
+        int64_t* d = read_array(&p, "doc_idx ", &nd);
+        int64_t* s = read_array(&p, "sample_idx ", &nsi);
+        int64_t* sh = read_array(&p, "shuffle_idx ", &nsh);
+        GPTDataset g;
+        snprintf(full, sizeof full, "gpt_case_%s", name);
+        int rc = gpt_dataset_build(&g, &ds, b, e, (int)seq, (uint64_t)seed, ns, err, sizeof err);
+        int bad = rc != 0 || !d || !s || !sh;
+        if (!bad) bad = g.num_epochs != epochs || g.separate_last_epoch != separate || g.doc_idx_len != nd ||
+                        2 * (g.num_samples + 1) != nsi || g.num_samples != nsh;
+        for (int64_t i = 0; !bad && i < nd; i++) bad = g.doc_idx[i] != d[i];
+        for (int64_t i = 0; !bad && i < nsi; i++) bad = g.sample_idx[i] != s[i];
+        for (int64_t i = 0; !bad && i < nsh; i++) bad = g.shuffle_idx[i] != sh[i];
+        check(!bad, full, rc ? err : "differs from numpy (epochs %d, separate %d)", g.num_epochs, g.separate_last_epoch);
+        if (rc == 0) gpt_dataset_free(&g);
+        free(d); free(s); free(sh);
+    }
+    indexed_dataset_close(&ds);
+    free(text);
+}
+
+// ----------------------------------------------------------------------------
+// writing
+
+static int write_fixture_docs(const char* prefix, int dtype_code) {
+    IndexedDatasetBuilder b;
+    if (builder_open(&b, prefix, dtype_code, err, sizeof err)) return 1;
+    for (int d = 0; d < NUM_DOCS; d++)
+        if (builder_add_document(&b, doc_tokens + doc_start[d], doc_start[d + 1] - doc_start[d], err, sizeof err)) {
+            builder_abort(&b);
+            return 1;
+        }
+    return builder_finish(&b, err, sizeof err);
+}
+
+static void test_builder(void) {
+    char prefix[8192], name[8300];
+    snprintf(prefix, sizeof prefix, "%s", scratch("copy"));
+    int rc = write_fixture_docs(prefix, DTYPE_UINT16);
+    check(rc == 0, "builder_writes_fixture", "%s", err);
+    snprintf(name, sizeof name, "%s.bin", prefix);
+    int bin_same = same_file(name, fixture("corpus_u16.bin"));
+    snprintf(name, sizeof name, "%s.idx", prefix);
+    check(bin_same && same_file(name, fixture("corpus_u16.idx")), "builder_byte_identical_to_megatron",
+          ".bin %s, .idx differs", bin_same ? "same" : "differs");
+    snprintf(name, sizeof name, "%s.bin.tmp", prefix);
+    int tmp_left = exists(name);
+    snprintf(name, sizeof name, "%s.idx.tmp", prefix);
+    check(!tmp_left && !exists(name), "builder_leaves_no_temporaries", "a .tmp file is left");
+
+    // every token dtype reads back what was written (int8/uint8 with tokens that fit)
+    const int codes[] = {DTYPE_UINT8, DTYPE_INT8, DTYPE_INT16, DTYPE_INT32, DTYPE_INT64, DTYPE_UINT16};
+    for (int c = 0; c < 6; c++) {
+        const TokenDtype* dt = token_dtype(codes[c]);
+        int64_t toks[] = {dt->min, dt->max, 0, 1, dt->min / 2, dt->max / 3};
+        IndexedDatasetBuilder b;
+        IndexedDataset ds;
+        snprintf(prefix, sizeof prefix, "%s_%s", scratch("dtype"), dt->name);
+        rc = builder_open(&b, prefix, codes[c], err, sizeof err) || builder_add_document(&b, toks, 6, err, sizeof err) ||
+             builder_add_document(&b, toks, 0, err, sizeof err) || builder_add_document(&b, toks + 2, 3, err, sizeof err) ||
+             builder_finish(&b, err, sizeof err) || indexed_dataset_open(&ds, prefix, err, sizeof err);
+        int bad = rc || ds.num_items != 3 || ds.sizes[1] != 0 || ds.dtype_code != codes[c];
+        for (int t = 0; t < 6 && !bad; t++) bad = indexed_dataset_token(&ds, 0, t) != toks[t];
+        for (int t = 0; t < 3 && !bad; t++) bad = indexed_dataset_token(&ds, 2, t) != toks[2 + t];
+        snprintf(name, sizeof name, "builder_roundtrip_%s", dt->name);
+        check(!bad, name, rc ? err : "read back differs");
+        if (!rc) indexed_dataset_close(&ds);
+    }
+
+    // a token that does not fit is refused; giving up leaves an existing dataset untouched
+    IndexedDatasetBuilder b;
+    snprintf(prefix, sizeof prefix, "%s", scratch("copy"));
+    int64_t big[] = {1, 70000}, neg[] = {-1};
+    rc = builder_open(&b, prefix, DTYPE_UINT16, err, sizeof err);
+    int refused = rc == 0 && builder_add_document(&b, big, 2, err, sizeof err) != 0 && strstr(err, "70000");
+    refused = refused && builder_add_document(&b, neg, 1, err, sizeof err) != 0;
+    check(refused, "builder_refuses_token_outside_dtype", "accepted (%s)", err);
+    builder_add_document(&b, big, 1, err, sizeof err);
+    builder_abort(&b);
+    snprintf(name, sizeof name, "%s.bin", prefix);
+    int kept = same_file(name, fixture("corpus_u16.bin"));
+    snprintf(name, sizeof name, "%s.idx", prefix);
+    kept = kept && same_file(name, fixture("corpus_u16.idx"));
+    snprintf(name, sizeof name, "%s.bin.tmp", prefix);
+    check(kept && !exists(name), "builder_abort_keeps_old_dataset", "old files changed or temporary left");
+    check(builder_open(&b, scratch("no/such/dir/x"), DTYPE_UINT16, err, sizeof err) != 0 && strstr(err, "no/such/dir"),
+          "builder_reports_unwritable_path", "%s", err);
+    check(builder_open(&b, scratch("f"), DTYPE_FLOAT32, err, sizeof err) != 0, "builder_refuses_float_dtype", "accepted");
+}
+
+// ----------------------------------------------------------------------------
+// corrupted copies of the fixture are refused, with a message naming the file
+
+// a copy of the fixture's two files in memory, to be damaged
+typedef struct {
+    uint8_t *idx, *bin;
+    size_t idx_len, bin_len;
+} Files;
+typedef void (*Corruption)(Files* f);
+
+static void put64(uint8_t* p, int64_t v) { memcpy(p, &v, 8); }
+static int64_t get64(const uint8_t* p) { int64_t v; memcpy(&v, p, 8); return v; }
+enum { SIZES_AT = 34, POINTERS_AT = 34 + 4 * 40, DOC_IDX_AT = 34 + 12 * 40 };
+
+static void bad_magic(Files* f) { f->idx[0] = 'X'; }
+static void bad_version(Files* f) { f->idx[9] = 2; }
+static void float_dtype(Files* f) { f->idx[17] = DTYPE_FLOAT32; }
+static void unknown_dtype(Files* f) { f->idx[17] = 99; }
+static void truncated_idx(Files* f) { f->idx_len -= 1; }
+static void idx_shorter_than_header(Files* f) { f->idx_len = 20; }
+static void huge_count(Files* f) { put64(f->idx + 18, INT64_MAX); }
+static void truncated_bin(Files* f) { f->bin_len -= 1; }
+static void empty_bin(Files* f) { f->bin_len = 0; }
+static void pointer_out_of_range(Files* f) { put64(f->idx + POINTERS_AT + 8 * 39, 1000000); }
+static void pointers_decrease(Files* f) { put64(f->idx + POINTERS_AT + 8 * 3, get64(f->idx + POINTERS_AT + 8 * 2) - 2); }
+static void negative_size(Files* f) { int32_t v = -1; memcpy(f->idx + SIZES_AT + 4 * 7, &v, 4); }
+static void doc_idx_decreases(Files* f) {
+    put64(f->idx + DOC_IDX_AT + 8 * 5, 6);
+    put64(f->idx + DOC_IDX_AT + 8 * 6, 5);
+}
+static void doc_idx_not_from_zero(Files* f) { put64(f->idx + DOC_IDX_AT, 1); }
+static void doc_idx_short_of_items(Files* f) { put64(f->idx + DOC_IDX_AT + 8 * 40, 39); }
+
+static void test_corruptions(void) {
+    static const struct { const char* name; Corruption corrupt; const char* file; const char* says; } cases[] = {
+        {"bad_magic", bad_magic, ".idx", "bad magic"},
+        {"bad_version", bad_version, ".idx", "version 2"},
+        {"float_dtype", float_dtype, ".idx", "dtype code 7"},
+        {"unknown_dtype", unknown_dtype, ".idx", "dtype code 99"},
+        {"truncated_idx", truncated_idx, ".idx", "841 bytes"},
+        {"idx_shorter_than_header", idx_shorter_than_header, ".idx", "header"},
+        {"huge_item_count", huge_count, ".idx", "header"},
+        {"truncated_bin", truncated_bin, ".bin", "outside"},
+        {"empty_bin", empty_bin, ".bin", "outside"},
+        {"pointer_out_of_range", pointer_out_of_range, ".bin", "item 39"},
+        {"pointers_decrease", pointers_decrease, ".bin", "decrease"},
+        {"negative_size", negative_size, ".bin", "negative"},
+        {"doc_idx_decreases", doc_idx_decreases, ".idx", "doc_idx decreases"},
+        {"doc_idx_not_from_zero", doc_idx_not_from_zero, ".idx", "doc_idx[0]"},
+        {"doc_idx_short_of_items", doc_idx_short_of_items, ".idx", "doc_idx ends"},
+    };
+    size_t idx_len0, bin_len0;
+    uint8_t* idx0 = slurp(fixture("corpus_u16.idx"), &idx_len0);
+    uint8_t* bin0 = slurp(fixture("corpus_u16.bin"), &bin_len0);
+    if (!idx0 || !bin0) { check(0, "corrupt_read_fixture", "cannot read the fixture"); free(idx0); free(bin0); return; }
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        Files f = {(uint8_t*)malloc(idx_len0), (uint8_t*)malloc(bin_len0), idx_len0, bin_len0};
+        memcpy(f.idx, idx0, idx_len0);
+        memcpy(f.bin, bin0, bin_len0);
+        cases[c].corrupt(&f);
+        char prefix[8192], path[8300], name[200];
+        snprintf(prefix, sizeof prefix, "%s", scratch(cases[c].name));
+        snprintf(path, sizeof path, "%s.idx", prefix);
+        spit(path, f.idx, f.idx_len);
+        snprintf(path, sizeof path, "%s.bin", prefix);
+        spit(path, f.bin, f.bin_len);
+        IndexedDataset ds;
+        err[0] = 0;
+        int rc = indexed_dataset_open(&ds, prefix, err, sizeof err);
+        snprintf(path, sizeof path, "%s%s", prefix, cases[c].file);
+        snprintf(name, sizeof name, "refuses_%s", cases[c].name);
+        check(rc != 0 && strstr(err, path) && strstr(err, cases[c].says) && ds.bin == NULL,
+              name, rc ? "message \"%s\"" : "accepted%s", err);
+        if (rc == 0) indexed_dataset_close(&ds);
+        free(f.idx);
+        free(f.bin);
+    }
+    free(idx0);
+    free(bin0);
+    IndexedDataset ds;
+    check(indexed_dataset_open(&ds, scratch("missing"), err, sizeof err) != 0 && strstr(err, "missing.idx"),
+          "refuses_missing_files", "%s", err);
+}
+
+// random damage to the .idx: whatever opens must be safe to read in full (run under ASan)
+static void test_random_corruptions(void) {
+    size_t idx_len, bin_len;
+    uint8_t* idx0 = slurp(fixture("corpus_u16.idx"), &idx_len);
+    uint8_t* bin = slurp(fixture("corpus_u16.bin"), &bin_len);
+    if (!idx0 || !bin) { check(0, "random_corruptions", "cannot read the fixture"); free(idx0); free(bin); return; }
+    char prefix[8192], path[8300];
+    snprintf(prefix, sizeof prefix, "%s", scratch("fuzz"));
+    snprintf(path, sizeof path, "%s.bin", prefix);
+    spit(path, bin, bin_len);
+    snprintf(path, sizeof path, "%s.idx", prefix);
+    uint64_t x = 88172645463325252ull;   // xorshift64: the same damage every run
+    int opened = 0, tries = 400;
+    int64_t sum = 0;
+    for (int k = 0; k < tries; k++) {
+        uint8_t idx[1024];
+        memcpy(idx, idx0, idx_len);
+        for (int flips = 0; flips < 1 + k % 3; flips++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            idx[34 + x % (idx_len - 34)] = (uint8_t)(x >> 32);   // damage the arrays, not the magic
+        }
+        spit(path, idx, k % 7 == 0 ? idx_len - (x % 16) : idx_len);
+        IndexedDataset ds;
+        if (indexed_dataset_open(&ds, prefix, err, sizeof err) != 0) continue;
+        opened++;
+        for (int64_t i = 0; i < ds.num_items; i++)
+            for (int64_t t = 0; t < ds.sizes[i]; t++) sum += indexed_dataset_token(&ds, i, t);
+        int64_t lo, hi;
+        indexed_dataset_max_token(&ds, &lo, &hi);
+        GPTDataset g;
+        if (ds.num_items > 0 && gpt_dataset_build(&g, &ds, 0, ds.num_items, 16, 3, 50, err, sizeof err) == 0) {
+            int sample[17];
+            for (int64_t i = 0; i < g.num_samples; i++) gpt_dataset_get(&g, i, sample);
+            gpt_dataset_free(&g);
+        }
+        indexed_dataset_close(&ds);
+    }
+    check(opened > 0 && sum >= 0, "random_corruptions_read_safely", "no damaged copy opened (of %d)", tries);
+    free(idx0);
+    free(bin);
+}
+
+// ----------------------------------------------------------------------------
+// --split and blending, against Megatron's formulas worked by hand
+
+static void test_splits(void) {
+    static const struct { const char* split; int64_t n; int64_t want[4]; } cases[] = {
+        {"969,30,1", 40, {0, 39, 40, 40}},        // 38.76 -> 39, 1.2 -> 1, 0.04 -> 0
+        {"969/30/1", 1000, {0, 969, 999, 1000}},
+        {"100", 7, {0, 7, 7, 7}},                 // one number: padded with 0, 0
+        {"1,1,1", 10, {0, 4, 7, 10}},             // 3 + 3 + 3 = 9, one short: every boundary +1
+        {"80,20", 5, {0, 4, 5, 5}},
+        {"1,1", 5, {0, 3, 5, 5}},                 // 2.5 rounds to 2 (half to even), then +1
+        {"1,1,2", 6, {0, 1, 3, 6}},               // 1.5 -> 2, 1.5 -> 2, 3: one over, every boundary -1
+        {"0,1,1", 3, {0, -1, 1, 3}},              // Megatron's own result; train is empty
+        {"969, 30, 1", 12345, {0, 11963, 12333, 12345}},
+        {"1,2,3,4", 10, {0, 2, 5, 10}},           // only the first three count
+        {"949,50,1", 1001, {0, 950, 1000, 1001}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t b[4] = {-9, -9, -9, -9};
+        int rc = split_documents(cases[c].split, cases[c].n, b, err, sizeof err);
+        char name[128];
+        snprintf(name, sizeof name, "split_%s_of_%lld", cases[c].split, (long long)cases[c].n);
+        check(rc == 0 && memcmp(b, cases[c].want, sizeof b) == 0, name, "got %lld %lld %lld %lld (%s)", (long long)b[0],
+              (long long)b[1], (long long)b[2], (long long)b[3], rc ? err : "");
+    }
+    int64_t b[4];
+    const char* bad[] = {"", "a,b", "0,0,0", "1,-1", "1,,2", "969,30,1,", "nan"};
+    int refused = 1;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) refused &= split_documents(bad[i], 10, b, err, sizeof err) != 0;
+    check(refused, "split_refuses_bad_strings", "one was accepted");
+}
+
+static void test_blending(void) {
+    double w[3] = {5, 3, 2};
+    int64_t per[3];
+    int rc = blend_weights(w, 3, 1000, per, err, sizeof err);
+    check(rc == 0 && per[0] == 503 && per[1] == 302 && per[2] == 201, "blend_samples_per_dataset",
+          "got %lld %lld %lld", (long long)per[0], (long long)per[1], (long long)per[2]);   // ceil(1000 * w * 1.005)
+    BlendIndex bi;
+    rc = blend_build(&bi, w, 3, 20, err, sizeof err);
+    // worked by hand: at each sample the dataset whose share lags its weight most
+    const uint8_t want_d[20] = {0, 1, 2, 0, 1, 0, 2, 0, 1, 0, 0, 1, 2, 0, 1, 0, 2, 0, 1, 0};
+    const int64_t want_s[20] = {0, 0, 0, 1, 1, 2, 1, 3, 2, 4, 5, 3, 2, 6, 4, 7, 3, 8, 5, 9};
+    check(rc == 0 && memcmp(bi.dataset_index, want_d, 20) == 0 && memcmp(bi.dataset_sample_index, want_s, sizeof want_s) == 0,
+          "blend_index_equals_megatron", "differs");
+    if (rc == 0) blend_free(&bi);
+    double zero[2] = {0, 0};
+    check(blend_weights(zero, 2, 10, per, err, sizeof err) != 0, "blend_refuses_zero_weights", "accepted");
+}
+
+// ----------------------------------------------------------------------------
+// the preprocess program
+
+// run preprocess_main on a NULL-terminated argument list, its stdout silenced and its
+// stderr captured into err
+static int run_preprocess(const char** args) {
+    char* argv[32] = {(char*)"preprocess"};
+    int argc = 1;
+    while (argc < 31 && args[argc - 1]) { argv[argc] = (char*)args[argc - 1]; argc++; }
+    char captured[8300];
+    snprintf(captured, sizeof captured, "%s", scratch("stderr.txt"));
+    fflush(stdout);
+    fflush(stderr);
+    int out = dup(1), errfd = dup(2);
+    int null_fd = open("/dev/null", O_WRONLY), cap = open(captured, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(null_fd, 1);
+    dup2(cap, 2);
+    int rc = preprocess_main(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(out, 1);
+    dup2(errfd, 2);
+    close(out); close(errfd); close(null_fd); close(cap);
+    size_t len;
+    char* text = (char*)slurp(captured, &len);
+    snprintf(err, sizeof err, "%s", text ? text : "");
+    free(text);
+    return rc;
+}
+#define PP(...) run_preprocess((const char*[]){__VA_ARGS__, NULL})
+
+// the dataset at prefix holds exactly these documents (each a list ending in -9)
+static int holds(const char* prefix, int dtype_code, const int64_t* docs, char* why, size_t whylen) {
+    IndexedDataset ds;
+    if (indexed_dataset_open(&ds, prefix, why, whylen)) return 0;
+    int64_t d = 0, ok = ds.dtype_code == dtype_code;
+    if (!ok) snprintf(why, whylen, "dtype %d", ds.dtype_code);
+    for (const int64_t* p = docs; ok && *p != -10; d++) {
+        int64_t n = 0;
+        while (p[n] != -9) n++;
+        ok = d < ds.num_items && ds.sizes[d] == n;
+        for (int64_t t = 0; ok && t < n; t++) ok = indexed_dataset_token(&ds, d, t) == p[t];
+        if (!ok) snprintf(why, whylen, "document %lld differs", (long long)d);
+        p += n + 1;
+    }
+    if (ok && d != ds.num_docs) { ok = 0; snprintf(why, whylen, "%lld documents, expected %lld", (long long)ds.num_docs, (long long)d); }
+    indexed_dataset_close(&ds);
+    return (int)ok;
+}
+
+static void test_preprocess(void) {
+    char why[512] = "";
+    const char* jsonl =
+        "{\"id\": 1, \"title\": \"\", \"text\": \"h\\u00e9llo \\\"q\\\" \\\\ \\n\", \"meta\": {\"a\": [1, \"x}\"], \"b\": null}}\n"
+        "{\"other\": true, \"text\": \"\\ud83d\\ude00\\ud800!\", \"title\": \"T\"}\n"
+        "\n"
+        "{\"text\": \"\", \"title\": \"\"}\n"
+        "  {\"title\": \"ab\",\"text\":\"ab\"}  \r\n";
+    spit(scratch("in.jsonl"), jsonl, strlen(jsonl));
+    int rc = PP("--input", scratch("in.jsonl"), "--output-prefix", scratch("j"), "--json-keys", "text", "title", "--append-eod");
+    const int64_t want_text[] = {'h', 0xc3, 0xa9, 'l', 'l', 'o', ' ', '"', 'q', '"', ' ', '\\', ' ', '\n', 256, -9,
+                                 0xf0, 0x9f, 0x98, 0x80, 0xef, 0xbf, 0xbd, '!', 256, -9, 'a', 'b', 256, -9, -10};
+    const int64_t want_title[] = {'T', 256, -9, 'a', 'b', 256, -9, -10};
+    check(rc == 0 && holds(scratch("j_text_document"), DTYPE_UINT16, want_text, why, sizeof why), "preprocess_json_lines",
+          "rc %d: %s %s", rc, err, why);
+    check(rc == 0 && holds(scratch("j_title_document"), DTYPE_UINT16, want_title, why, sizeof why), "preprocess_json_second_key",
+          "%s", why);
+
+    spit(scratch("a.txt"), "hi\n", 3);
+    spit(scratch("empty.txt"), "", 0);
+    spit(scratch("b.txt"), "\xff" "z", 2);
+    rc = PP("--input", scratch("a.txt"), scratch("empty.txt"), scratch("b.txt"), "--output-prefix", scratch("t"), "--workers", "3");
+    const int64_t want_files[] = {'h', 'i', '\n', -9, 255, 'z', -9, -10};
+    check(rc == 0 && holds(scratch("t_text_document"), DTYPE_UINT16, want_files, why, sizeof why), "preprocess_file_per_document",
+          "rc %d: %s %s", rc, err, why);
+    rc = PP("--input", scratch("a.txt"), "--output-prefix", scratch("t8"), "--dtype", "int32");
+    const int64_t want_a[] = {'h', 'i', '\n', -9, -10};
+    check(rc == 0 && holds(scratch("t8_text_document"), DTYPE_INT32, want_a, why, sizeof why), "preprocess_dtype_flag", "%s %s", err, why);
+
+    spit_text(scratch("ids.txt"), "1 2 3\n\n70000\t5\n");
+    rc = PP("--input", scratch("ids.txt"), "--output-prefix", scratch("i"), "--tokenizer-type", "ids");
+    const int64_t want_ids[] = {1, 2, 3, -9, 70000, 5, -9, -10};   // largest id 70000: vocabulary >= 65500, so int32
+    check(rc == 0 && holds(scratch("i_text_document"), DTYPE_INT32, want_ids, why, sizeof why), "preprocess_ids_int32", "%s %s", err, why);
+    spit_text(scratch("ids2.txt"), "1 2\n3\n");
+    rc = PP("--input", scratch("ids2.txt"), "--output-prefix", scratch("i2"), "--tokenizer-type", "ids", "--vocab-size", "10",
+            "--append-eod");
+    const int64_t want_ids2[] = {1, 2, 10, -9, 3, 10, -9, -10};   // NullTokenizer: EOD = vocab size
+    check(rc == 0 && holds(scratch("i2_text_document"), DTYPE_UINT16, want_ids2, why, sizeof why), "preprocess_ids_eod", "%s %s", err, why);
+
+    spit_text(scratch("bad.jsonl"), "{\"text\": \"ok\"}\n{\"text\": 5}\n");
+    spit_text(scratch("nokey.jsonl"), "{\"body\": \"x\"}\n");
+    spit_text(scratch("badids.txt"), "1 x2\n");
+    spit_text(scratch("extra.jsonl"), "{\"text\": \"a\"} {\"text\": \"b\"}\n");
+    static const struct { const char* name; const char* args[8]; const char* says; } bad[] = {
+        {"unknown_flag", {"--frobnicate", "1"}, "--frobnicate"},
+        {"missing_value", {"--input", "x", "--output-prefix"}, "--output-prefix"},
+        {"missing_file", {"--input", "/no/such/file", "--output-prefix", "x"}, "/no/such/file"},
+        {"bad_dtype", {"--input", "x", "--output-prefix", "x", "--dtype", "float32"}, "float32"},
+        {"bad_json_value", {"--input", "bad.jsonl", "--output-prefix", "bj", "--json-keys", "text"}, "bad.jsonl:2"},
+        {"missing_json_key", {"--input", "nokey.jsonl", "--output-prefix", "bk", "--json-keys", "text"}, "nokey.jsonl:1"},
+        {"json_extra_data", {"--input", "extra.jsonl", "--output-prefix", "bx", "--json-keys", "text"}, "extra.jsonl:1"},
+        {"bad_ids", {"--input", "badids.txt", "--output-prefix", "bi", "--tokenizer-type", "ids"}, "badids.txt:1"},
+        {"eod_without_vocab", {"--input", "ids2.txt", "--output-prefix", "be", "--tokenizer-type", "ids", "--append-eod"}, "--vocab-size"},
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        const char* a[9] = {NULL};
+        char paths[8][8300];
+        for (int i = 0; i < 8; i++) {   // file arguments live in the scratch directory
+            const char* v = bad[c].args[i];
+            int is_file = v && i > 0 && (!strcmp(bad[c].args[i - 1], "--input") || !strcmp(bad[c].args[i - 1], "--output-prefix"));
+            snprintf(paths[i], sizeof paths[i], "%s", v && is_file && v[0] != '/' ? scratch(v) : v ? v : "");
+            a[i] = v ? paths[i] : NULL;
+        }
+        rc = run_preprocess(a);
+        char name[128];
+        snprintf(name, sizeof name, "preprocess_refuses_%s", bad[c].name);
+        int one_line = strchr(err, '\n') == err + strlen(err) - 1;
+        check(rc == 2 && strncmp(err, "error: ", 7) == 0 && strstr(err, bad[c].says) && one_line, name, "rc %d, \"%s\"", rc, err);
+    }
+    char leftover[8300];
+    snprintf(leftover, sizeof leftover, "%s.bin.tmp", scratch("bj_text_document"));
+    int left = exists(leftover);
+    snprintf(leftover, sizeof leftover, "%s.bin", scratch("bj_text_document"));
+    check(!left && !exists(leftover), "preprocess_failure_leaves_no_files", "output or temporary left behind");
+
+    char prefix[8300];
+    snprintf(prefix, sizeof prefix, "%s", fixture("corpus_u16"));
+    rc = PP("--inspect", prefix);
+    check(rc == 0, "preprocess_inspect", "rc %d: %s", rc, err);
+}
+
+// ----------------------------------------------------------------------------
+
+static void remove_scratch(void) {
+    DIR* d = opendir(TMP);
+    if (d == NULL) return;
+    for (struct dirent* e; (e = readdir(d)) != NULL;)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink(scratch(e->d_name));
+    closedir(d);
+    rmdir(TMP);
+}
+
+int main(int argc, char** argv) {
+    snprintf(FIXTURE, sizeof FIXTURE, "%s", argc > 1 ? argv[1] : "../shared/fixtures/megatron/corpus_u16");
+    // tests/data/ sits beside this file; find it from the program's working directory
+    const char* cases = argc > 2 ? argv[2] : exists("tests/data/gpt_index_cases.txt") ? "tests/data/gpt_index_cases.txt"
+                                                                                       : "data/gpt_index_cases.txt";
+    snprintf(TMP, sizeof TMP, "/tmp/test_data_XXXXXX");
+    if (mkdtemp(TMP) == NULL) { perror("mkdtemp"); return 2; }
+    check(load_docs_json() == 0, "load_docs_json", "cannot parse %s", fixture("docs.json"));
+    test_read_fixture();
+    test_gpt_fixture();
+    test_gpt_cases(cases);
+    test_builder();
+    test_corruptions();
+    test_random_corruptions();
+    test_splits();
+    test_blending();
+    test_preprocess();
+    remove_scratch();
+    return tests_summary();
+}
