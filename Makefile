@@ -35,7 +35,9 @@ ifneq ($(BLAS_LIBS),)
   BLAS_LIBS += $(BLAS_RPATH)
 endif
 
-CFLAGS   := -std=gnu11 -O3 -march=$(CPU_ARCH) -fopenmp $(WARN)
+# -fno-math-errno: sqrtf/expf need not set errno, so loops that call them vectorize
+# (AdamW's loop ran 5x slower without it); results are unchanged
+CFLAGS   := -std=gnu11 -O3 -march=$(CPU_ARCH) -fopenmp -fno-math-errno $(WARN)
 LDLIBS   := $(BLAS_LIBS) -lm
 
 MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)

@@ -254,6 +254,7 @@ static float normal_at(uint64_t seed, uint64_t tensor_key, uint64_t index) {
 
 static void init_tensor_slice(const TensorDesc* t, uint64_t seed, float* out) {
     uint64_t key = hash_name(t->name);
+    #pragma omp parallel for   // each value depends on its index only: any split is exact
     for (int r = 0; r < t->local_rows; r++) {
         int row = t->row_start + r;
         for (int c = 0; c < t->local_cols; c++) {

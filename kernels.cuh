@@ -329,6 +329,7 @@ static void attention_forward_cpu(float* out, float* att, const float* qkv, int 
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, HS);
                     float s = 0.0f;
+                    #pragma omp simd reduction(+ : s)   // lets the dot product use vector lanes
                     for (int i = 0; i < HS; i++) s += q[i] * k[i];
                     a[t2] = s * scale;
                     if (a[t2] > maxval) maxval = a[t2];
@@ -375,6 +376,7 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float* v = qkv + qkv_index(b, t2, h, 2, T, NH, HS);
                     float s = 0.0f;
+                    #pragma omp simd reduction(+ : s)
                     for (int i = 0; i < HS; i++) s += dout_row[i] * v[i];
                     datt[t2] = s;
                     p_dot_datt += a[t2] * s;
@@ -517,10 +519,14 @@ static void sum_squares_cpu(double* acc, const float* x, size_t n) {
     double* partial = (double*)mallocCheck(chunks * sizeof(double));
     #pragma omp parallel for
     for (size_t k = 0; k < chunks; k++) {
-        size_t i1 = (k + 1) * SUM_CHUNK < n ? (k + 1) * SUM_CHUNK : n;
-        double s = 0.0;
-        for (size_t i = k * SUM_CHUNK; i < i1; i++) s += (double)x[i] * x[i];
-        partial[k] = s;
+        size_t i0 = k * SUM_CHUNK, i1 = (k + 1) * SUM_CHUNK < n ? (k + 1) * SUM_CHUNK : n;
+        // 16 running sums (element i goes to sum i % 16), added in order at the end: the
+        // same result every time, and the adds no longer wait on each other
+        double s[16] = {0};
+        for (size_t i = i0; i < i1; i++) s[(i - i0) % 16] += (double)x[i] * x[i];
+        double total = 0.0;
+        for (int j = 0; j < 16; j++) total += s[j];
+        partial[k] = total;
     }
     double total = 0.0;
     for (size_t k = 0; k < chunks; k++) total += partial[k];

@@ -8,7 +8,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 B=tests/build
 mkdir -p $B
-CFLAGS="-std=gnu11 -O2 -march=native -fopenmp -Wall -Wextra -Werror"
+CFLAGS="-std=gnu11 -O2 -march=native -fopenmp -fno-math-errno -Wall -Wextra -Werror"
 BLAS=${BLAS:-"$(pkg-config --cflags --libs openblas) -DUSE_BLAS"}   # make test passes the build's choice
 FIXTURE=../shared/fixtures/megatron/corpus_u16
 

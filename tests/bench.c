@@ -1,0 +1,471 @@
+/*
+tests/bench.c — how fast the CPU build trains one shape, and how much memory it takes.
+
+usage: bench SHAPE     SHAPE is 124M (GPT-2 124M) or small; tests/bench.sh runs one
+                       process per shape, so that each peak RSS is its own.
+
+What it measures, through the trainer's own functions (no dataset: one batch of random
+token ids from a fixed seed, below the vocabulary):
+  - the step, as train_step runs it with one micro-batch: dev_zero(grads),
+    forward_backward_no_pipelining, optimizer_step (AdamW with gradient clipping);
+    a few warm-up steps, then the median and the minimum of N timed steps;
+  - throughput: tokens per second, and GFLOP/s of the model FLOPs that train.c's
+    flops_per_step() counts (Narayanan et al. 2021);
+  - memory: peak RSS (getrusage ru_maxrss) against the budget: (parameters + gradients +
+    two Adam moments) x 4 bytes + the activation arena (the model's arena_bytes);
+  - where the time goes: more steps with gpt_forward, gpt_backward and optimizer_step
+    timed apart, and every kernel call timed. For the kernels this file includes
+    kernels.cuh first and, on the CPU build where each kernel name is a macro, points each
+    name at a wrapper here; then it includes train.c, so the trainer's own code calls the
+    wrappers. A wrapper only reads the clock while `profiling` is on (the phase steps),
+    never during the timed steps.
+The reference points printed beside our figures were measured by others on this 2-core
+machine class, not by this program.
+*/
+#ifdef __CUDACC__
+#error "tests/bench.c measures the CPU build"
+#endif
+#define TESTING
+#include "../kernels.cuh"
+#include <time.h>
+
+// ----------------------------------------------------------------------------
+// kernel timing: one entry per kernel (per role, for the matmuls)
+
+typedef struct {
+    char name[64];
+    double seconds, flops;
+    long calls;
+} KernelStat;
+
+#define MAX_KERNEL_STATS 64
+static KernelStat kernel_stats[MAX_KERNEL_STATS];
+static int num_kernel_stats;
+static int profiling;               // time kernel calls (phase steps only)
+static int model_hidden, model_ffn; // to name a matmul by its role
+
+static double bench_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void record_kernel(const char* name, double flops, double seconds) {
+    KernelStat* s = NULL;
+    for (int i = 0; i < num_kernel_stats && !s; i++)
+        if (strcmp(kernel_stats[i].name, name) == 0) s = &kernel_stats[i];
+    if (!s) {
+        if (num_kernel_stats == MAX_KERNEL_STATS) return;
+        s = &kernel_stats[num_kernel_stats++];
+        snprintf(s->name, sizeof(s->name), "%s", name);
+    }
+    s->seconds += seconds;
+    s->flops += flops;
+    s->calls++;
+}
+
+#define TIMED(name, flops, call)                                                 \
+    do {                                                                         \
+        double t0_ = profiling ? bench_clock() : 0.0;                            \
+        call;                                                                    \
+        if (profiling) record_kernel((name), (flops), bench_clock() - t0_);     \
+    } while (0)
+
+// Megatron's names of the linear layers, told apart by their shapes (one tensor rank)
+static const char* matmul_role(int in, int out, int has_bias) {
+    if (!has_bias) return "logits";
+    if (out == 3 * model_hidden) return "query_key_value";
+    if (in == model_ffn) return "dense_4h_to_h";
+    if (out == model_ffn) return "dense_h_to_4h";
+    return "dense (attention)";
+}
+
+static const char* matmul_name(char* buf, size_t len, const char* op, int N, int in, int out, int has_bias) {
+    snprintf(buf, len, "%s %s %dx%d->%d", op, matmul_role(in, out, has_bias), N, in, out);
+    return buf;
+}
+
+// ----------------------------------------------------------------------------
+// the wrappers: the matmuls are named by their role and shape
+
+static void bench_matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                                 int N, int C, int OC) {
+    char name[64] = "";
+    if (profiling) matmul_name(name, sizeof(name), "matmul_forward", N, C, OC, bias != NULL);
+    TIMED(name, 2.0 * N * C * OC, matmul_forward_cpu(out, inp, weight, bias, N, C, OC));
+}
+
+static void bench_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, int N, int C, int OC) {
+    char name[64] = "";
+    if (profiling) matmul_name(name, sizeof(name), "matmul_backward", N, C, OC, dbias != NULL);
+    TIMED(name, 4.0 * N * C * OC, matmul_backward_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC));
+}
+
+// The other kernels keep the trainer's arguments untouched: NAME(...) becomes a timed
+// NAME_cpu(...), as kernels.cuh maps them (attention_forward drops its scratch argument,
+// as kernels.cuh does on the CPU build). Attention's model FLOPs as flops_per_step counts
+// them: 4 B T^2 C forward, twice that backward.
+static double attention_flops;   // forward, per call
+
+#undef matmul_forward
+#undef matmul_backward
+#undef attention_forward
+#undef attention_backward
+#undef encoder_forward
+#undef encoder_backward
+#undef residual_forward
+#undef layernorm_forward
+#undef layernorm_backward
+#undef gelu_forward
+#undef gelu_backward
+#undef crossentropy_row_max
+#undef crossentropy_row_sums
+#undef crossentropy_forward
+#undef crossentropy_backward
+#undef adamw_update
+#undef sum_squares
+#define matmul_forward bench_matmul_forward
+#define matmul_backward bench_matmul_backward
+#define attention_forward(out, att, scratch, ...) \
+    TIMED("attention_forward", attention_flops, attention_forward_cpu(out, att, __VA_ARGS__))
+#define attention_backward(...) TIMED("attention_backward", 2.0 * attention_flops, attention_backward_cpu(__VA_ARGS__))
+#define encoder_forward(...) TIMED("encoder_forward", 0.0, encoder_forward_cpu(__VA_ARGS__))
+#define encoder_backward(...) TIMED("encoder_backward", 0.0, encoder_backward_cpu(__VA_ARGS__))
+#define residual_forward(...) TIMED("residual_forward", 0.0, residual_forward_cpu(__VA_ARGS__))
+#define layernorm_forward(...) TIMED("layernorm_forward", 0.0, layernorm_forward_cpu(__VA_ARGS__))
+#define layernorm_backward(...) TIMED("layernorm_backward", 0.0, layernorm_backward_cpu(__VA_ARGS__))
+#define gelu_forward(...) TIMED("gelu_forward", 0.0, gelu_forward_cpu(__VA_ARGS__))
+#define gelu_backward(...) TIMED("gelu_backward", 0.0, gelu_backward_cpu(__VA_ARGS__))
+#define crossentropy_row_max(...) TIMED("crossentropy_row_max", 0.0, crossentropy_row_max_cpu(__VA_ARGS__))
+#define crossentropy_row_sums(...) TIMED("crossentropy_row_sums", 0.0, crossentropy_row_sums_cpu(__VA_ARGS__))
+#define crossentropy_forward(...) TIMED("crossentropy_forward", 0.0, crossentropy_forward_cpu(__VA_ARGS__))
+#define crossentropy_backward(...) TIMED("crossentropy_backward", 0.0, crossentropy_backward_cpu(__VA_ARGS__))
+#define adamw_update(...) TIMED("adamw_update", 0.0, adamw_update_cpu(__VA_ARGS__))
+#define sum_squares(...) TIMED("sum_squares", 0.0, sum_squares_cpu(__VA_ARGS__))
+
+// the trainer's own main path (trainer_setup, trainer_run, ...) is not called here
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "../train.c"
+#pragma GCC diagnostic pop
+
+// ----------------------------------------------------------------------------
+// the shapes, and what others measured for them on this 2-core machine class
+
+typedef struct {
+    const char* name;
+    int layers, hidden, heads, vocab, max_positions, micro_batch, seq;
+    int warmup, timed, profiled;    // steps
+    double llmc_ms, torch_ms;       // others' step times: llm.c's CPU trainer, PyTorch + OpenBLAS
+} Shape;
+
+static const Shape shapes[] = {
+    // GPT-2 124M: 1024 positions, as GPT-2 (124,475,904 parameters with the padded vocabulary)
+    {"124M", 12, 768, 12, 50304, 1024, 4, 64, 3, 10, 5, 5300.0, 2000.0},
+    {"small", 4, 256, 4, 256, 64, 4, 64, 5, 50, 20, 150.0, 60.0},
+};
+
+#define PEAK_GFLOPS 230.0   // two cores of this machine class, FMA (others' figure)
+
+static const Shape* shape_named(const char* name) {
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        if (name && strcmp(shapes[i].name, name) == 0) return &shapes[i];
+    fprintf(stderr, "usage: bench 124M|small\n");
+    exit(2);
+}
+
+static GPTConfig shape_config(const Shape* s) {
+    GPTConfig c;
+    memset(&c, 0, sizeof(c));
+    c.num_layers = s->layers;
+    c.hidden_size = s->hidden;
+    c.num_attention_heads = s->heads;
+    c.ffn_hidden_size = 4 * s->hidden;
+    c.seq_length = s->seq;
+    c.max_position_embeddings = s->max_positions;
+    c.vocab_size = s->vocab;
+    c.make_vocab_size_divisible_by = 128;
+    c.padded_vocab_size = padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by, 1);
+    c.init_method_std = 0.02f;
+    c.seed = 1234;
+    return c;
+}
+
+// ----------------------------------------------------------------------------
+// the bench: a model, its optimizer and one random batch
+
+#define MAX_WARMUP 8
+
+typedef struct {
+    const Shape* shape;
+    GPTConfig cfg;
+    GPT model;
+    AdamWConfig adam;
+    AdamWState opt;
+    int *tokens, *targets;   // host copies of the batch
+    double build_seconds;
+    double warmup_seconds[MAX_WARMUP];
+    float first_loss, last_loss;
+} Bench;
+
+static void random_batch(Bench* b) {
+    int n = b->shape->micro_batch * b->shape->seq;
+    b->tokens = (int*)mallocCheck(n * sizeof(int));
+    b->targets = (int*)mallocCheck(n * sizeof(int));
+    uint64_t state = 20240601;
+    for (int i = 0; i < n; i++) {
+        state = splitmix64(state);
+        b->tokens[i] = (int)(state % (uint64_t)b->cfg.vocab_size);
+        b->targets[i] = (int)((state >> 32) % (uint64_t)b->cfg.vocab_size);
+    }
+}
+
+// the LoadMicroBatch of forward_backward_no_pipelining: the same batch every time
+static void load_random_batch(void* ctx, int micro_batch, int* tokens, int* targets) {
+    (void)micro_batch;
+    Bench* b = (Bench*)ctx;
+    size_t bytes = (size_t)b->model.B * b->model.T * sizeof(int);
+    host_to_dev(tokens, b->tokens, bytes);
+    host_to_dev(targets, b->targets, bytes);
+}
+
+static void bench_setup(Bench* b, const Shape* s) {
+    memset(b, 0, sizeof(*b));
+    b->shape = s;
+    b->cfg = shape_config(s);
+    model_hidden = b->cfg.hidden_size;
+    model_ffn = b->cfg.ffn_hidden_size;
+    attention_flops = 4.0 * s->micro_batch * s->seq * s->seq * s->hidden;
+    double t0 = bench_clock();
+    gpt_build(&b->model, &b->cfg, s->micro_batch, s->seq, 0, 1, 0, 1, 1);
+    b->build_seconds = bench_clock() - t0;
+    AdamWConfig adam = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};   // beta1, beta2, eps, weight decay, clip
+    b->adam = adam;
+    adamw_init(&b->opt, &b->model);
+    random_batch(b);
+}
+
+static void bench_free(Bench* b) {
+    adamw_free(&b->opt);
+    gpt_free(&b->model);
+    free(b->tokens);
+    free(b->targets);
+}
+
+#define BENCH_LR 1e-4f
+
+// one training step as train_step runs it, with one micro-batch
+static float train_step_once(Bench* b) {
+    int skipped = 0;
+    dev_zero(b->model.grads, b->model.num_params * sizeof(float));
+    float loss = forward_backward_no_pipelining(&b->model, 1, load_random_batch, b);
+    optimizer_step(&b->model, &b->opt, &b->adam, BENCH_LR, &skipped);
+    return loss;
+}
+
+// ----------------------------------------------------------------------------
+// timing
+
+static int compare_doubles(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of_sorted(const double* v, int n) {
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double median(double* v, int n) {
+    qsort(v, n, sizeof(double), compare_doubles);
+    return median_of_sorted(v, n);
+}
+
+// warm-up, then times[] of the timed steps, sorted
+static void time_steps(Bench* b, double* times) {
+    for (int i = 0; i < b->shape->warmup; i++) {
+        double t0 = bench_clock();
+        float loss = train_step_once(b);
+        if (i < MAX_WARMUP) b->warmup_seconds[i] = bench_clock() - t0;
+        if (i == 0) b->first_loss = loss;
+    }
+    for (int i = 0; i < b->shape->timed; i++) {
+        double t0 = bench_clock();
+        b->last_loss = train_step_once(b);
+        times[i] = bench_clock() - t0;
+    }
+    qsort(times, b->shape->timed, sizeof(double), compare_doubles);
+}
+
+enum { PHASE_ZERO, PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER, NUM_PHASES };
+static const char* phase_names[NUM_PHASES] = {"zero grads (dev_zero)", "forward (gpt_forward)",
+                                              "backward (gpt_backward)", "optimizer (optimizer_step)"};
+
+// the same step cut at its phases, kernels timed; phases[p][step] in seconds
+static void profile_steps(Bench* b, double* phases[NUM_PHASES]) {
+    GPT* m = &b->model;
+    int skipped = 0;
+    profiling = 1;
+    for (int i = 0; i < b->shape->profiled; i++) {
+        double t[NUM_PHASES + 1];
+        t[0] = bench_clock();
+        dev_zero(m->grads, m->num_params * sizeof(float));
+        load_random_batch(b, 0, m->slots[0].tokens, m->slots[0].targets);
+        t[1] = bench_clock();
+        gpt_forward(m, 0);
+        t[2] = bench_clock();
+        gpt_backward(m, 0, 1.0f / ((float)m->B * m->T));
+        t[3] = bench_clock();
+        optimizer_step(m, &b->opt, &b->adam, BENCH_LR, &skipped);
+        t[4] = bench_clock();
+        for (int p = 0; p < NUM_PHASES; p++) phases[p][i] = t[p + 1] - t[p];
+    }
+    profiling = 0;
+}
+
+// ----------------------------------------------------------------------------
+// report
+
+static double rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;   // KiB on Linux
+}
+
+static void print_header(const Bench* b) {
+    const GPTConfig* c = &b->cfg;
+    printf("== %s: %d layers, hidden %d, %d heads, ffn %d, vocab %d (padded %d), positions %d, "
+           "micro-batch %d, seq %d, %s\n", b->shape->name, c->num_layers, c->hidden_size, c->num_attention_heads,
+           c->ffn_hidden_size, c->vocab_size, c->padded_vocab_size, c->max_position_embeddings, b->model.B,
+           b->model.T, PRECISION_NAME);
+    printf("   %zu parameters, %d OpenMP thread(s), sgemm: %s; gpt_build (init) took %.2f s\n",
+           b->model.num_params, omp_get_max_threads(),
+#ifdef USE_BLAS
+           "OpenBLAS",
+#else
+           "none (plain-C matmuls)",
+#endif
+           b->build_seconds);
+}
+
+static void print_step(const Bench* b, const double* sorted_times) {
+    const Shape* s = b->shape;
+    double med = median_of_sorted(sorted_times, s->timed), min = sorted_times[0];
+    double flops = flops_per_step(&b->cfg, b->model.B);
+    int tokens = b->model.B * b->model.T;
+    printf("step (zero grads + forward + backward + AdamW with clipping, 1 micro-batch), %d warm-up + %d timed:\n",
+           s->warmup, s->timed);
+    printf("   step time         median %9.1f ms   min %9.1f ms   max %9.1f ms\n", 1e3 * med, 1e3 * min,
+           1e3 * sorted_times[s->timed - 1]);
+    printf("   warm-up steps    ");
+    for (int i = 0; i < s->warmup && i < MAX_WARMUP; i++) printf(" %.1f", 1e3 * b->warmup_seconds[i]);
+    printf(" ms (the first one touches the activation arena)\n");
+    printf("   tokens/s          median %9.0f      best %8.0f      (%d tokens per step)\n", tokens / med,
+           tokens / min, tokens);
+    printf("   model FLOPs       %.3f GFLOP per step (train.c flops_per_step: 3 x forward, Narayanan et al. 2021)\n",
+           flops / 1e9);
+    printf("   achieved          median %9.1f GFLOP/s   best %6.1f GFLOP/s   (%.0f%% of the ~%.0f GFLOP/s FMA peak)\n",
+           flops / med / 1e9, flops / min / 1e9, 100.0 * flops / med / 1e9 / PEAK_GFLOPS, PEAK_GFLOPS);
+    printf("   loss (sanity)     %.4f at the first warm-up step -> %.4f at the last timed step (same batch)\n",
+           b->first_loss, b->last_loss);
+}
+
+static void print_reference(const Bench* b, const double* sorted_times) {
+    const Shape* s = b->shape;
+    double med_ms = 1e3 * median_of_sorted(sorted_times, s->timed);
+    printf("reference points (measured by others on this 2-core machine class, not by this bench):\n");
+    printf("   llm.c CPU trainer       ~%6.0f ms per step   -> ours is %.2fx its speed\n", s->llmc_ms,
+           s->llmc_ms / med_ms);
+    printf("   PyTorch + OpenBLAS      ~%6.0f ms per step   -> ours is %.2fx its speed\n", s->torch_ms,
+           s->torch_ms / med_ms);
+    printf("   2 cores peak near %.0f GFLOP/s (FMA); OpenBLAS sgemm reaches about 170-200 GFLOP/s on these sizes\n",
+           PEAK_GFLOPS);
+}
+
+static void print_memory(const Bench* b, double rss_start, double rss_built) {
+    const GPT* m = &b->model;
+    double mib = 1024.0 * 1024.0, tensor = m->num_params * sizeof(float) / mib, arena = m->arena_bytes / mib;
+    double budget = 4.0 * tensor + arena, peak = rss_mib();
+    printf("memory (this process only):\n");
+    printf("   peak RSS          %9.1f MiB   (getrusage ru_maxrss)\n", peak);
+    printf("   budget            %9.1f MiB = parameters %.1f + gradients %.1f + Adam m %.1f + Adam v %.1f"
+           " + activations %.1f (arena_bytes)\n", budget, tensor, tensor, tensor, tensor, arena);
+    printf("   peak / budget     %9.3f       (target <= 1.2 for 124M)\n", peak / budget);
+    printf("   peak RSS so far:  %.1f MiB after MPI start, %.1f MiB after gpt_build + adamw_init, %.1f MiB at the end\n",
+           rss_start, rss_built, peak);
+}
+
+static double mean(const double* v, int n) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += v[i];
+    return sum / n;
+}
+
+// returns the mean step of these steps, which the kernel table divides by
+static double print_phases(const Bench* b, double* phases[NUM_PHASES]) {
+    int n = b->shape->profiled;
+    double med[NUM_PHASES], avg[NUM_PHASES], med_sum = 0.0, avg_sum = 0.0;
+    for (int p = 0; p < NUM_PHASES; p++) {
+        avg_sum += avg[p] = mean(phases[p], n);
+        med_sum += med[p] = median(phases[p], n);
+    }
+    printf("phases (%d more steps, cut at the phases, kernels timed):\n", n);
+    printf("   %-28s %9s %9s %7s\n", "phase", "median ms", "mean ms", "% mean");
+    for (int p = 0; p < NUM_PHASES; p++)
+        printf("   %-28s %9.2f %9.2f %6.1f%%\n", phase_names[p], 1e3 * med[p], 1e3 * avg[p], 100.0 * avg[p] / avg_sum);
+    printf("   %-28s %9.2f %9.2f\n", "step", 1e3 * med_sum, 1e3 * avg_sum);
+    return avg_sum;
+}
+
+static int compare_stats(const void* a, const void* b) {
+    double x = ((const KernelStat*)a)->seconds, y = ((const KernelStat*)b)->seconds;
+    return (x < y) - (x > y);
+}
+
+static void print_kernels(const Bench* b, double step_seconds) {
+    int n = b->shape->profiled;
+    double sum = 0.0;
+    qsort(kernel_stats, num_kernel_stats, sizeof(KernelStat), compare_stats);
+    printf("kernels by time (mean per step over the same %d steps; %% of the mean step):\n", n);
+    printf("   %-46s %9s %7s %6s %9s\n", "kernel", "ms", "% step", "calls", "GFLOP/s");
+    for (int i = 0; i < num_kernel_stats; i++) {
+        const KernelStat* s = &kernel_stats[i];
+        char rate[32] = "-";
+        if (s->flops > 0.0) snprintf(rate, sizeof(rate), "%.1f", s->flops / s->seconds / 1e9);
+        printf("   %-46s %9.2f %6.1f%% %6ld %9s\n", s->name, 1e3 * s->seconds / n, 100.0 * s->seconds / n / step_seconds,
+               s->calls / n, rate);
+        sum += s->seconds / n;
+    }
+    printf("   %-46s %9.2f %6.1f%%\n", "all kernels", 1e3 * sum, 100.0 * sum / step_seconds);
+    printf("   %-46s %9.2f %6.1f%%\n", "outside kernels (memsets, copies, glue)", 1e3 * (step_seconds - sum),
+           100.0 * (step_seconds - sum) / step_seconds);
+}
+
+// ----------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+    grid_start(&argc, &argv);
+    grid_build(1, 1);
+    const Shape* s = shape_named(argc > 1 ? argv[1] : NULL);
+    double rss_start = rss_mib();
+    Bench* b = (Bench*)callocCheck(1, sizeof(Bench));
+    bench_setup(b, s);
+    double rss_built = rss_mib();
+    double* times = (double*)callocCheck(s->timed, sizeof(double));
+    time_steps(b, times);
+    double* phases[NUM_PHASES];
+    for (int p = 0; p < NUM_PHASES; p++) phases[p] = (double*)callocCheck(s->profiled, sizeof(double));
+    profile_steps(b, phases);
+    print_header(b);
+    print_step(b, times);
+    print_memory(b, rss_start, rss_built);
+    print_reference(b, times);
+    print_kernels(b, print_phases(b, phases));
+    fflush(stdout);
+    for (int p = 0; p < NUM_PHASES; p++) free(phases[p]);
+    free(times);
+    bench_free(b);
+    free(b);
+    grid_finish();
+    return 0;
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `make bench`: the CPU build's step time, throughput, memory and time breakdown for GPT-2
+# 124M and a small shape. Builds tests/build/bench (tests/bench.c) with the flags the
+# Makefile gives train_cpu (plus -Werror), then runs each shape in a process of its own with
+# 2 OpenMP threads, so that each peak RSS is that shape's alone. About a minute on 2 cores.
+# BLAS="cflags libs" overrides the detected OpenBLAS (as in tests/run.sh); BLAS=none
+# builds with the plain-C matmuls.
+set -eu
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=2
+B=tests/build
+mkdir -p $B
+
+# the Makefile's BLAS detection: OpenBLAS's OpenMP flavour, loaded by rpath
+blas_flags() {   # runs in a subshell: the export stays there
+    local dir
+    dir=/usr/lib/$(${CC:-gcc} -print-multiarch)/openblas-openmp
+    if [ -f "$dir/pkgconfig/openblas.pc" ]; then export PKG_CONFIG_PATH=$dir/pkgconfig; else dir=""; fi
+    pkg-config --exists openblas 2>/dev/null || return 0
+    echo "$(pkg-config --cflags openblas) -DUSE_BLAS $(pkg-config --libs openblas)${dir:+ -Wl,-rpath,$dir}"
+}
+BLAS=${BLAS:-$(blas_flags)}
+[ "$BLAS" = none ] && BLAS=""
+
+CFLAGS="-std=gnu11 -O3 -march=${CPU_ARCH:-native} -fopenmp -fno-math-errno -Wall -Wextra -Werror"   # as the Makefile builds train_cpu
+if ! ${MPICC:-mpicc} $CFLAGS tests/bench.c -o $B/bench $BLAS -lm > $B/bench.build.log 2>&1; then
+    echo "FAIL build bench:"; cat $B/bench.build.log
+    exit 1
+fi
+
+echo "gridgpt CPU benchmark — $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; OMP_NUM_THREADS=$OMP_NUM_THREADS"
+echo "build:   ${MPICC:-mpicc} $CFLAGS $BLAS"
+echo "BLAS:    $(ldd $B/bench | grep -o '/[^ ]*blas[^ ]*' | head -1 || true)"
+echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15-min load average before; anything else running on these cores shows in the times)"
+echo
+status=0
+for shape in 124M small; do
+    $B/bench $shape || { echo "FAIL bench $shape exited with status $?"; status=1; }
+    echo
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+exit $status
