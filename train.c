@@ -711,11 +711,12 @@ static void print_token(int token, int vocab) {
     else putchar(token);
 }
 
-// Sampling reuses the training arena: row 0 of the micro-batch holds the context window.
+// Sampling reuses the training arena for one sequence of the context's length: the model
+// runs on m->B x m->T tokens, and any smaller shape fits the arena (it is set back after).
 static void generate(Trainer* t) {
     GPT* m = &t->model;
-    int T = m->T, V = t->cfg.vocab_size;
-    int* ctx = (int*)callocCheck((size_t)m->B * T, sizeof(int));
+    int B = m->B, T = m->T, V = t->cfg.vocab_size;
+    int* ctx = (int*)callocCheck(T, sizeof(int));
     float* logits = (float*)mallocCheck((size_t)m->vocab_local * sizeof(float));
     const char* prompt = t->args.generate_prompt ? t->args.generate_prompt : "";
     int len = 0;
@@ -726,8 +727,10 @@ static void generate(Trainer* t) {
     printf("---------- sample (%d tokens, temperature %.2f) ----------\n%s", t->args.generate_tokens,
            t->args.temperature, prompt);
     for (int i = 0; i < t->args.generate_tokens; i++) {
-        host_to_dev(m->slots[0].tokens, ctx, (size_t)m->B * T * sizeof(int));
-        host_to_dev(m->slots[0].targets, ctx, (size_t)m->B * T * sizeof(int));
+        m->B = 1;
+        m->T = len;
+        host_to_dev(m->slots[0].tokens, ctx, len * sizeof(int));
+        host_to_dev(m->slots[0].targets, ctx, len * sizeof(int));
         gpt_forward(m, 0);
         dev_floatX_to_floats(logits, m->logits + (size_t)(len - 1) * m->vocab_local, m->vocab_local);
         int next = sample_next(logits, V, t->args.temperature);
@@ -739,6 +742,8 @@ static void generate(Trainer* t) {
         ctx[len++] = next;
     }
     printf("\n------------------------------------------------------\n");
+    m->B = B;
+    m->T = T;
     free(ctx);
     free(logits);
 }
