@@ -72,6 +72,13 @@ typedef float floatX;
 #define PRECISION_NAME "fp32"
 #endif
 
+// the few functions both the CPU loops and the CUDA kernels call
+#ifdef __CUDACC__
+#define HOST_DEVICE __host__ __device__
+#else
+#define HOST_DEVICE
+#endif
+
 static void* dev_malloc(size_t bytes);
 static void dev_free(void* p);
 static void dev_zero(void* p, size_t bytes);
@@ -490,21 +497,37 @@ static void crossentropy_backward_cpu(float* logits, const float* row_max, const
 // master is the fp32 copy that is updated; param gets the new value in floatX (on the CPU
 // build they are the same buffer).
 
+// the constants of one step; bias corrections in double, as PyTorch (1 - 0.999^t loses
+// digits in float)
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay, grad_scale, bias_correction1, bias_correction2;
+} AdamWStep;
+
+static AdamWStep adamw_step(float lr, float beta1, float beta2, float eps, float weight_decay,
+                            float grad_scale, int step) {
+    AdamWStep s = {lr, beta1, beta2, eps, weight_decay, grad_scale,
+                   (float)(1.0 - pow(beta1, step)), (float)(1.0 - pow(beta2, step))};
+    return s;
+}
+
+// one element, the same on both builds: updates m and v, returns the new master value
+HOST_DEVICE static inline float adamw_element(float master, float grad, float* m, float* v, AdamWStep s) {
+    float g = grad * s.grad_scale;
+    float mi = s.beta1 * *m + (1.0f - s.beta1) * g;
+    float vi = s.beta2 * *v + (1.0f - s.beta2) * g * g;
+    *m = mi;
+    *v = vi;
+    float update = (mi / s.bias_correction1) / (sqrtf(vi / s.bias_correction2) + s.eps);
+    return master - s.lr * (update + s.weight_decay * master);
+}
+
 static void adamw_update_cpu(float* master, float* param, const float* grad, float* m, float* v,
                              size_t n, float lr, float beta1, float beta2, float eps,
                              float weight_decay, float grad_scale, int step) {
-    // in double, as PyTorch: 1 - 0.999^t loses digits in float
-    float bias_correction1 = (float)(1.0 - pow(beta1, step));
-    float bias_correction2 = (float)(1.0 - pow(beta2, step));
-    #pragma omp parallel for
+    AdamWStep s = adamw_step(lr, beta1, beta2, eps, weight_decay, grad_scale, step);
+    #pragma omp parallel for firstprivate(s)   // a private copy: its fields stay in registers
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float update = (mi / bias_correction1) / (sqrtf(vi / bias_correction2) + eps);
-        float p = master[i] - lr * (update + weight_decay * master[i]);
+        float p = adamw_element(master[i], grad[i], &m[i], &v[i], s);
         master[i] = p;
         param[i] = p;
     }
@@ -1247,17 +1270,10 @@ static void crossentropy_backward(floatX* logits, const float* row_max, const fl
 // AdamW (see adamw_update_cpu): the fp32 master is updated, param gets its bf16 rounding
 
 __global__ void adamw_kernel(float* master, floatX* param, const float* grad, float* m, float* v, size_t n,
-                             float lr, float beta1, float beta2, float eps, float weight_decay,
-                             float grad_scale, float bias_correction1, float bias_correction2) {
+                             AdamWStep s) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float g = grad[i] * grad_scale;
-    float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float update = (mi / bias_correction1) / (sqrtf(vi / bias_correction2) + eps);
-    float p = master[i] - lr * (update + weight_decay * master[i]);
+    float p = adamw_element(master[i], grad[i], &m[i], &v[i], s);
     master[i] = p;
     param[i] = __float2bfloat16(p);
 }
@@ -1265,11 +1281,8 @@ __global__ void adamw_kernel(float* master, floatX* param, const float* grad, fl
 static void adamw_update(float* master, floatX* param, const float* grad, float* m, float* v,
                          size_t n, float lr, float beta1, float beta2, float eps,
                          float weight_decay, float grad_scale, int step) {
-    // in double, as PyTorch: 1 - 0.999^t loses digits in float
-    float bias_correction1 = (float)(1.0 - pow(beta1, step));
-    float bias_correction2 = (float)(1.0 - pow(beta2, step));
-    LAUNCH(adamw_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, master, param, grad, m, v, n,
-           lr, beta1, beta2, eps, weight_decay, grad_scale, bias_correction1, bias_correction2);
+    AdamWStep s = adamw_step(lr, beta1, beta2, eps, weight_decay, grad_scale, step);
+    LAUNCH(adamw_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, master, param, grad, m, v, n, s);
 }
 
 // ----------------------------------------------------------------------------
