@@ -41,7 +41,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 $trainer --data-path runs/corpus/licenses_text_document --split 90,10,0 \
     --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 \
-    --micro-batch-size 16 --global-batch-size 16 --train-iters 300 \
-    --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine --lr-warmup-iters 30 --weight-decay 0.1 \
-    --adam-beta2 0.95 --clip-grad 1.0 --log-interval 25 --eval-interval 100 --eval-iters 10 \
-    --unigram-baseline --generate-tokens 300 --generate-prompt "This License" --temperature 0.8 "$@"
+    --micro-batch-size 8 --global-batch-size 8 --train-iters 1000 \
+    --lr 2e-3 --min-lr 2e-4 --lr-decay-style cosine --lr-warmup-iters 50 --weight-decay 0.1 \
+    --adam-beta2 0.95 --clip-grad 1.0 --log-interval 100 --eval-interval 250 --eval-iters 20 \
+    --unigram-baseline --generate-tokens 400 --generate-prompt "This License" --temperature 0.8 "$@"
