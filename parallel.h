@@ -51,17 +51,23 @@ static const char* grid_name(char* buf, size_t len) {
     return buf;
 }
 
-// A failure on one rank ends the whole job, and says where it happened.
-static void fail(const char* fmt, ...) {
-    char where[96] = "";
-    if (grid.ready) grid_name(where, sizeof(where));
-    fprintf(stderr, "error: [rank %d on %s %s] ", grid.world_rank, grid.host, where);
-    va_list ap;
-    va_start(ap, fmt);
+// the one error line: "error: " + where (may be empty) + the message
+static void print_error(const char* where, const char* fmt, va_list ap) {
+    fprintf(stderr, "error: %s", where);
     vfprintf(stderr, fmt, ap);
-    va_end(ap);
     fprintf(stderr, "\n");
     fflush(stderr);
+}
+
+// A failure on one rank ends the whole job, and says where it happened.
+static void fail(const char* fmt, ...) {
+    char name[96] = "", where[512];
+    if (grid.ready) grid_name(name, sizeof(name));
+    snprintf(where, sizeof(where), "[rank %d on %s %s] ", grid.world_rank, grid.host, name);
+    va_list ap;
+    va_start(ap, fmt);
+    print_error(where, fmt, ap);
+    va_end(ap);
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }
@@ -70,13 +76,10 @@ static void fail(const char* fmt, ...) {
 // verdict, so each exits with status 2 on its own; rank 0 says why in one line.
 static void config_error(const char* fmt, ...) {
     if (grid.world_rank == 0) {
-        fprintf(stderr, "error: ");
         va_list ap;
         va_start(ap, fmt);
-        vfprintf(stderr, fmt, ap);
+        print_error("", fmt, ap);
         va_end(ap);
-        fprintf(stderr, "\n");
-        fflush(stderr);
     }
     MPI_Finalize();
     exit(2);
