@@ -68,6 +68,7 @@ typedef struct {
     int init;             // INIT_NORMAL with init_std, or constant ones / zeros
     float init_std;
     int valid_rows;       // rows below this are real; above are vocabulary padding (zero)
+    int tied_copy;        // the last stage's copy of the word embedding (PP > 1)
     int row_start, local_rows, col_start, local_cols;   // this rank's slice
     size_t offset, numel; // the slice in the rank's flat parameter / gradient buffers
 } TensorDesc;
@@ -114,9 +115,9 @@ typedef struct GPT {
     int num_tensors;
     int wte, wpe, lne_w, lne_b, lnf_w, lnf_b;        // table indices (-1: not on this stage)
     LayerTensors* layer_tensors;                     // [num_local_layers]
-    size_t num_params;                               // elements in this rank's flat buffers
+    size_t num_params;                               // elements of this rank's tensors
+    size_t num_params_padded;                        // the flat buffers' length: a multiple of DP (ZeRO shards)
     floatX* params;                                  // what the kernels read
-    float* master;                                   // fp32 master weights (== params on the CPU)
     float* grads;                                    // fp32 gradients, accumulated over micro-batches
     // activation arena
     int num_slots;                                   // micro-batches in flight (1F1B: up to PP)
@@ -197,6 +198,7 @@ static void build_tensor_table(GPT* m) {
         m->wte = add_tensor(m, capacity, "language_model.embedding.word_embeddings.weight", -1,
                             c->padded_vocab_size, C, 0, INIT_NORMAL, std);
         m->tensors[m->wte].valid_rows = c->vocab_size;
+        m->tensors[m->wte].tied_copy = !m->is_first_stage;
     }
     if (m->is_first_stage) {
         m->wpe = add_tensor(m, capacity, "language_model.embedding.position_embeddings.weight", -1,
@@ -273,7 +275,6 @@ static void gpt_init_params(GPT* m) {
         float* host = (float*)mallocCheck(t->numel * sizeof(float));
         init_tensor_slice(t, m->cfg.seed, host);
         floats_to_dev_floatX(m->params + t->offset, host, t->numel);
-        if ((void*)m->master != (void*)m->params) host_to_dev(m->master + t->offset, host, t->numel * sizeof(float));
         free(host);
     }
 }
@@ -352,9 +353,11 @@ static void layout_arena(GPT* m, Arena* a) {
 
 // ----------------------------------------------------------------------------
 // build: the tensor table, the flat buffers and the arena of one rank
+// num_slots: micro-batches in flight (the pipeline depth for 1F1B); pad_multiple: the flat
+// buffers are padded with zeros to a multiple of it (the data-parallel size, for ZeRO).
 
 static void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
-                      int pp_rank, int pp_size, int num_slots) {
+                      int pp_rank, int pp_size, int num_slots, int pad_multiple) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->B = B;
@@ -375,10 +378,11 @@ static void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, i
     m->vocab_valid_local = valid < 0 ? 0 : (valid > m->vocab_local ? m->vocab_local : valid);
 
     build_tensor_table(m);
-    m->params = (floatX*)dev_malloc(m->num_params * sizeof(floatX));
-    m->master = sizeof(floatX) == sizeof(float) ? (float*)m->params : (float*)dev_malloc(m->num_params * sizeof(float));
-    m->grads = (float*)dev_malloc(m->num_params * sizeof(float));
-    dev_zero(m->grads, m->num_params * sizeof(float));
+    m->num_params_padded = CEIL_DIV(m->num_params, (size_t)pad_multiple) * pad_multiple;
+    m->params = (floatX*)dev_malloc(m->num_params_padded * sizeof(floatX));
+    m->grads = (float*)dev_malloc(m->num_params_padded * sizeof(float));
+    dev_zero(m->params, m->num_params_padded * sizeof(floatX));
+    dev_zero(m->grads, m->num_params_padded * sizeof(float));
     gpt_init_params(m);
 
     m->num_slots = num_slots;
@@ -396,7 +400,6 @@ static void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, i
 
 static void gpt_free(GPT* m) {
     dev_free(m->arena);
-    if ((void*)m->master != (void*)m->params) dev_free(m->master);
     dev_free(m->params);
     dev_free(m->grads);
     for (int s = 0; s < m->num_slots; s++) free(m->slots[s].layers);

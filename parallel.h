@@ -28,11 +28,12 @@ Rules it keeps: one wrapper per collective; nobody else computes a rank by hand.
 
 // one communication group: its MPI communicator and, on the GPU build, its NCCL twin
 typedef struct {
-    MPI_Comm mpi;
+    MPI_Comm mpi;             // MPI_COMM_NULL where this rank is not a member
     int size, rank;
 #ifdef __CUDACC__
     ncclComm_t nccl;
 #endif
+    double bytes_sent;        // bytes this rank sent in the group (ring algorithms), for --log-comm
 } Group;
 
 typedef struct {
@@ -40,7 +41,10 @@ typedef struct {
     char host[256];
     int tp_size, pp_size, dp_size;
     int tp_rank, pp_rank, dp_rank;
-    Group tp, dp, pp, model_parallel;         // model_parallel: all ranks with the same dp
+    Group world;
+    Group tp, dp, pp;                         // same (dp, pp) / same (tp, pp) / same (tp, dp)
+    Group model_parallel;                     // all ranks with the same dp
+    Group embedding;                          // first and last stage of a pipeline (PP > 1)
     int ready;                                // groups built
 } Topology;
 
@@ -114,8 +118,11 @@ static void grid_start(int* argc, char*** argv) {
     MPI_Comm_free(&local);
 }
 
+// color MPI_UNDEFINED: this rank is not in the group
 static void group_make(Group* g, int color, int key) {
+    memset(g, 0, sizeof(*g));
     mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, color, key, &g->mpi));
+    if (g->mpi == MPI_COMM_NULL) return;
     MPI_Comm_size(g->mpi, &g->size);
     MPI_Comm_rank(g->mpi, &g->rank);
 #ifdef __CUDACC__
@@ -126,28 +133,31 @@ static void group_make(Group* g, int color, int key) {
 #endif
 }
 
-// Coordinates from the rank (Megatron's order) and one communicator per group. The caller
-// has checked that world size is a multiple of tp_size * pp_size.
+// Coordinates from the rank (Megatron's order: TP fastest, then DP, then PP) and one
+// communicator per group. The caller has checked that world size is a multiple of TP x PP.
 static void grid_build(int tp_size, int pp_size) {
     grid.tp_size = tp_size;
     grid.pp_size = pp_size;
     grid.dp_size = grid.world_size / (tp_size * pp_size);
-    int r = grid.world_rank;
-    grid.tp_rank = r % tp_size;
-    grid.dp_rank = (r / tp_size) % grid.dp_size;
-    grid.pp_rank = r / (tp_size * grid.dp_size);
-    int TP = tp_size, DP = grid.dp_size;
+    int r = grid.world_rank, TP = tp_size, DP = grid.dp_size, PP = pp_size;
+    grid.tp_rank = r % TP;
+    grid.dp_rank = (r / TP) % DP;
+    grid.pp_rank = r / (TP * DP);
+    group_make(&grid.world, 0, r);
     group_make(&grid.tp, grid.dp_rank + DP * grid.pp_rank, grid.tp_rank);
     group_make(&grid.dp, grid.tp_rank + TP * grid.pp_rank, grid.dp_rank);
     group_make(&grid.pp, grid.tp_rank + TP * grid.dp_rank, grid.pp_rank);
     group_make(&grid.model_parallel, grid.dp_rank, grid.tp_rank + TP * grid.pp_rank);
+    int embedding_stage = PP > 1 && (grid.pp_rank == 0 || grid.pp_rank == PP - 1);
+    group_make(&grid.embedding, embedding_stage ? grid.tp_rank + TP * grid.dp_rank : MPI_UNDEFINED, grid.pp_rank);
     grid.ready = 1;
 }
 
 static void grid_finish(void) {
     if (grid.ready) {
-        Group* groups[] = {&grid.tp, &grid.dp, &grid.pp, &grid.model_parallel};
-        for (int i = 0; i < 4; i++) {
+        Group* groups[] = {&grid.world, &grid.tp, &grid.dp, &grid.pp, &grid.model_parallel, &grid.embedding};
+        for (int i = 0; i < 6; i++) {
+            if (groups[i]->mpi == MPI_COMM_NULL) continue;
 #ifdef __CUDACC__
             ncclCommDestroy(groups[i]->nccl);
 #endif
@@ -159,24 +169,53 @@ static void grid_finish(void) {
 
 // ----------------------------------------------------------------------------
 // collectives on device buffers: one wrapper per operation; a group of one returns at once
+// Each counts the bytes this rank sends as the ring algorithms do (Patarasuk & Yuan 2009):
+// an all-reduce sends 2 (g-1)/g of the buffer, a reduce-scatter or all-gather (g-1)/g.
 
 typedef enum { AS_FLOATX, AS_FLOAT } Elem;
 typedef enum { REDUCE_SUM, REDUCE_MAX } Reduction;
 
-static void all_reduce(Group* g, void* buf, size_t n, Elem elem, Reduction op) {
-    if (g->size == 1) return;
+static size_t elem_bytes(Elem e) { return e == AS_FLOATX ? sizeof(floatX) : sizeof(float); }
+
 #ifdef __CUDACC__
-    ncclDataType_t type = elem == AS_FLOATX ? ncclBfloat16 : ncclFloat;
-    ncclCheck(ncclAllReduce(buf, buf, n, type, op == REDUCE_SUM ? ncclSum : ncclMax, g->nccl, 0));
+static ncclDataType_t nccl_type(Elem e) { return e == AS_FLOATX ? ncclBfloat16 : ncclFloat; }
+#endif
+
+static void all_reduce(Group* g, void* buf, size_t n, Elem elem, Reduction op) {
+    if (g->size <= 1) return;
+    g->bytes_sent += 2.0 * (g->size - 1) / g->size * n * elem_bytes(elem);
+#ifdef __CUDACC__
+    ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(elem), op == REDUCE_SUM ? ncclSum : ncclMax, g->nccl, 0));
 #else
     (void)elem;   // floatX is float on the CPU build
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, op == REDUCE_SUM ? MPI_SUM : MPI_MAX, g->mpi));
 #endif
 }
 
+// out[shard] = sum over the group of in[rank * shard .. +shard): fp32 gradients
+static void reduce_scatter(Group* g, const float* in, float* out, size_t shard) {
+    g->bytes_sent += (double)(g->size - 1) * shard * sizeof(float);
+#ifdef __CUDACC__
+    ncclCheck(ncclReduceScatter(in, out, shard, ncclFloat, ncclSum, g->nccl, 0));
+#else
+    mpiCheck(MPI_Reduce_scatter_block(in, out, (int)shard, MPI_FLOAT, MPI_SUM, g->mpi));
+#endif
+}
+
+// in place: every rank's shard buf[rank * shard .. +shard) is copied to all the others
+static void all_gather(Group* g, floatX* buf, size_t shard) {
+    if (g->size <= 1) return;
+    g->bytes_sent += (double)(g->size - 1) * shard * sizeof(floatX);
+#ifdef __CUDACC__
+    ncclCheck(ncclAllGather(buf + g->rank * shard, buf, shard, ncclBfloat16, g->nccl, 0));
+#else
+    mpiCheck(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, MPI_FLOAT, g->mpi));
+#endif
+}
+
 // host scalars (a norm, a loss) go over MPI in both builds: NCCL reads device memory only
 static void all_reduce_host(Group* g, double* x, int n, Reduction op) {
-    if (g->size == 1) return;
+    if (g->size <= 1) return;
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, op == REDUCE_SUM ? MPI_SUM : MPI_MAX, g->mpi));
 }
 
@@ -185,79 +224,226 @@ static void tensor_parallel_all_reduce_floats(float* x, size_t n) { all_reduce(&
 static void tensor_parallel_all_reduce_max(float* x, size_t n) { all_reduce(&grid.tp, x, n, AS_FLOAT, REDUCE_MAX); }
 
 // ----------------------------------------------------------------------------
-// the schedule of one step
-// With one pipeline stage (Megatron's forward_backward_no_pipelining) each micro-batch
-// runs forward then backward, its gradients adding into the one gradient buffer. The loss
-// of the step is the mean over all tokens of all micro-batches, so each token's loss
-// enters the gradient with weight 1 / (tokens per micro-batch x micro-batches).
+// point-to-point between pipeline neighbours
+// One exchange posts a send and/or a receive and waits for both (on the GPU, one NCCL
+// group), so a stage that sends forward while its neighbour sends backward never waits on
+// itself. A neighbour of -1 (beyond the first or last stage) means nothing to do, so the
+// schedule below needs no first/last-stage branches.
 
-typedef void (*LoadMicroBatch)(void* ctx, int micro_batch, int* tokens, int* targets);
-
-static float forward_backward_no_pipelining(GPT* m, int num_micro_batches, LoadMicroBatch load, void* ctx) {
-    float dloss = 1.0f / ((float)m->B * m->T * num_micro_batches);
-    double loss_sum = 0.0;
-    for (int i = 0; i < num_micro_batches; i++) {
-        load(ctx, i, m->slots[0].tokens, m->slots[0].targets);
-        loss_sum += gpt_forward(m, 0);
-        gpt_backward(m, 0, dloss);
-    }
-    return (float)(loss_sum / num_micro_batches);
+static void pipeline_exchange(const floatX* send, int send_to, floatX* recv, int recv_from, size_t n) {
+    Group* g = &grid.pp;
+    if (send_to < 0) send = NULL;
+    if (recv_from < 0) recv = NULL;
+    if (!send && !recv) return;
+    if (send) g->bytes_sent += (double)n * sizeof(floatX);
+#ifdef __CUDACC__
+    ncclCheck(ncclGroupStart());
+    if (send) ncclCheck(ncclSend(send, n, ncclBfloat16, send_to, g->nccl, 0));
+    if (recv) ncclCheck(ncclRecv(recv, n, ncclBfloat16, recv_from, g->nccl, 0));
+    ncclCheck(ncclGroupEnd());
+#else
+    MPI_Request req[2];
+    int k = 0;
+    if (send) mpiCheck(MPI_Isend(send, (int)n, MPI_FLOAT, send_to, 0, g->mpi, &req[k++]));
+    if (recv) mpiCheck(MPI_Irecv(recv, (int)n, MPI_FLOAT, recv_from, 0, g->mpi, &req[k++]));
+    mpiCheck(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+#endif
 }
 
-// forward only, for evaluation: the mean loss over the micro-batches
-static float forward_only(GPT* m, int num_micro_batches, LoadMicroBatch load, void* ctx) {
-    double loss_sum = 0.0;
-    for (int i = 0; i < num_micro_batches; i++) {
-        load(ctx, i, m->slots[0].tokens, m->slots[0].targets);
-        loss_sum += gpt_forward(m, 0);
-    }
-    return (float)(loss_sum / num_micro_batches);
+static int next_stage(void) { return grid.pp_rank + 1 < grid.pp_size ? grid.pp_rank + 1 : -1; }
+static int prev_stage(void) { return grid.pp_rank - 1; }
+
+static void recv_forward(floatX* x, size_t n) { pipeline_exchange(NULL, -1, x, prev_stage(), n); }
+static void send_forward(const floatX* x, size_t n) { pipeline_exchange(x, next_stage(), NULL, -1, n); }
+static void recv_backward(floatX* dx, size_t n) { pipeline_exchange(NULL, -1, dx, next_stage(), n); }
+static void send_backward(const floatX* dx, size_t n) { pipeline_exchange(dx, prev_stage(), NULL, -1, n); }
+static void send_forward_recv_backward(const floatX* x, floatX* dx, size_t n) {
+    pipeline_exchange(x, next_stage(), dx, next_stage(), n);
+}
+static void send_backward_recv_forward(const floatX* dx, floatX* x, size_t n) {
+    pipeline_exchange(dx, prev_stage(), x, prev_stage(), n);
 }
 
 // ----------------------------------------------------------------------------
-// optimizer: AdamW over this rank's flat buffers, with global-norm gradient clipping
+// the schedule of one step: 1F1B (PipeDream-flush; Narayanan et al. 2021, Fig. 4)
+// Stage p of P runs min(P - p - 1, M) warm-up forwards, then alternates one forward and
+// one backward, then drains the backwards it still owes. A stage never holds more than P
+// micro-batches' activations, whatever the number of micro-batches M. With one stage it
+// is simply forward, backward, forward, backward, ... (Megatron's no-pipelining schedule).
+// Each token's loss enters the gradient with weight dloss = 1 / (tokens in the global
+// batch), so summing gradients over micro-batches and data-parallel ranks gives the mean.
+
+typedef void (*LoadMicroBatch)(void* ctx, int micro_batch, int* tokens, int* targets);
+
+typedef struct {
+    GPT* model;
+    LoadMicroBatch load;
+    void* ctx;
+    float dloss;
+    double loss_sum;     // last stage: sum of the micro-batches' mean losses
+    int in_flight, max_in_flight;
+} Schedule;
+
+static size_t hidden_elems(const GPT* m) { return (size_t)m->B * m->T * m->cfg.hidden_size; }
+static MicroBatchActivations* slot_of(const Schedule* s, int micro) { return &s->model->slots[micro % s->model->num_slots]; }
+
+static void forward_step(Schedule* s, int micro) {
+    GPT* m = s->model;
+    MicroBatchActivations* a = slot_of(s, micro);
+    if (m->is_first_stage || m->is_last_stage) s->load(s->ctx, micro, a->tokens, a->targets);
+    s->loss_sum += gpt_forward(m, micro % m->num_slots);
+    if (++s->in_flight > s->max_in_flight) s->max_in_flight = s->in_flight;
+}
+
+static void backward_step(Schedule* s, int micro) {
+    gpt_backward(s->model, micro % s->model->num_slots, s->dloss);
+    s->in_flight--;
+}
+
+static void run_1f1b(Schedule* s, int M) {
+    GPT* m = s->model;
+    size_t n = hidden_elems(m);
+    int warmup = grid.pp_size - grid.pp_rank - 1;
+    if (warmup > M) warmup = M;
+    int steady = M - warmup, fwd = 0, bwd = 0;
+    // warm-up
+    for (int i = 0; i < warmup; i++, fwd++) {
+        recv_forward(slot_of(s, fwd)->input, n);
+        forward_step(s, fwd);
+        send_forward(stage_output(m, slot_of(s, fwd)), n);
+    }
+    // steady 1F1B
+    if (steady > 0) recv_forward(slot_of(s, fwd)->input, n);
+    for (int i = 0; i < steady; i++, fwd++, bwd++) {
+        forward_step(s, fwd);
+        send_forward_recv_backward(stage_output(m, slot_of(s, fwd)), m->dres, n);
+        backward_step(s, bwd);
+        if (i == steady - 1) send_backward(m->dres, n);
+        else send_backward_recv_forward(m->dres, slot_of(s, fwd + 1)->input, n);
+    }
+    // cool-down
+    for (int i = 0; i < warmup; i++, bwd++) {
+        recv_backward(m->dres, n);
+        backward_step(s, bwd);
+        send_backward(m->dres, n);
+    }
+}
+
+// forward only, for evaluation
+static void run_forward_only(Schedule* s, int M) {
+    size_t n = hidden_elems(s->model);
+    for (int i = 0; i < M; i++) {
+        recv_forward(slot_of(s, i)->input, n);
+        forward_step(s, i);
+        s->in_flight--;
+        send_forward(stage_output(s->model, slot_of(s, i)), n);
+    }
+}
+
+// The mean loss of the step, known on every rank: the last stage's sum, over the pipeline
+// (other stages add 0) and averaged over data-parallel ranks.
+static float step_loss(const Schedule* s, int M) {
+    double loss = s->model->is_last_stage ? s->loss_sum / M : 0.0;
+    all_reduce_host(&grid.pp, &loss, 1, REDUCE_SUM);
+    all_reduce_host(&grid.dp, &loss, 1, REDUCE_SUM);
+    return (float)(loss / grid.dp_size);
+}
+
+// ----------------------------------------------------------------------------
+// optimizer: ZeRO-1 AdamW (Rajbhandari et al. 2020, stage 1)
+// Every rank keeps the whole model of its (tp, pp) slot in floatX and its fp32 gradients,
+// but the fp32 master weights and the Adam moments only for its 1/DP shard of the flat
+// buffer (padded to a multiple of DP). A step: reduce-scatter the gradients (each rank gets
+// the summed gradient of its shard), the global norm over all shards, AdamW on the shard,
+// all-gather the updated parameters.
 
 typedef struct {
     float beta1, beta2, eps, weight_decay, clip_grad;
 } AdamWConfig;
 
 typedef struct {
-    float* m;      // first moment, fp32
-    float* v;      // second moment, fp32
-    int step;      // updates applied so far
-    double* norm_acc;   // device scalar for the gradient norm
+    size_t shard_start, shard_size;  // this rank's part of the padded flat buffer
+    float* master;       // fp32 master weights of the shard (on the CPU build: the params themselves)
+    float* grad;         // summed gradient of the shard (the gradient buffer itself when DP = 1)
+    float* m;            // first moment, fp32, shard
+    float* v;            // second moment, fp32, shard
+    int step;            // updates applied so far
+    double* norm_acc;    // device scalar for the gradient norm
 } AdamWState;
 
 static void adamw_init(AdamWState* s, const GPT* model) {
-    size_t bytes = model->num_params * sizeof(float);
+    memset(s, 0, sizeof(*s));
+    s->shard_size = model->num_params_padded / grid.dp_size;
+    s->shard_start = grid.dp_rank * s->shard_size;
+    size_t bytes = s->shard_size * sizeof(float);
     s->m = (float*)dev_malloc(bytes);
     s->v = (float*)dev_malloc(bytes);
     dev_zero(s->m, bytes);
     dev_zero(s->v, bytes);
-    s->step = 0;
+    s->grad = grid.dp_size == 1 ? model->grads : (float*)dev_malloc(bytes);
+    if (sizeof(floatX) == sizeof(float)) {
+        s->master = (float*)model->params + s->shard_start;
+    } else {   // as Megatron: the fp32 main params start as copies of the bf16 params
+        float* host = (float*)mallocCheck(bytes);
+        dev_floatX_to_floats(host, model->params + s->shard_start, s->shard_size);
+        s->master = (float*)dev_malloc(bytes);
+        host_to_dev(s->master, host, bytes);
+        free(host);
+    }
     s->norm_acc = (double*)dev_malloc(sizeof(double));
 }
 
-static void adamw_free(AdamWState* s) {
+static void adamw_free(AdamWState* s, const GPT* model) {
     dev_free(s->m);
     dev_free(s->v);
+    if (s->grad != model->grads) dev_free(s->grad);
+    if (sizeof(floatX) != sizeof(float)) dev_free(s->master);
     dev_free(s->norm_acc);
 }
 
-// L2 norm of the whole model's gradient, every parameter counted once
+// optimizer state bytes of this rank (moments, and the fp32 master where it is a copy)
+static size_t adamw_state_bytes(const AdamWState* s) {
+    return s->shard_size * sizeof(float) * (sizeof(floatX) == sizeof(float) ? 2 : 3);
+}
+
+// [lo, hi): the part of tensor t inside this rank's shard (empty when lo >= hi)
+static void shard_part(const AdamWState* s, const TensorDesc* t, size_t* lo, size_t* hi) {
+    size_t a = t->offset, b = t->offset + t->numel, c = s->shard_start, d = s->shard_start + s->shard_size;
+    *lo = a > c ? a : c;
+    *hi = b < d ? b : d;
+}
+
+// A parameter is counted once in the norm: a tensor replicated over tensor ranks only on
+// tensor rank 0, and the tied embedding only on the first stage.
+static int counts_in_norm(const GPT* m, const TensorDesc* t) {
+    if (t->split_axis < 0 && m->tp_rank != 0) return 0;
+    return !t->tied_copy;
+}
+
 static float global_grad_norm(GPT* model, AdamWState* s) {
     dev_zero(s->norm_acc, sizeof(double));
-    sum_squares(s->norm_acc, model->grads, model->num_params);
+    for (int i = 0; i < model->num_tensors; i++) {
+        size_t lo, hi;
+        shard_part(s, &model->tensors[i], &lo, &hi);
+        if (lo < hi && counts_in_norm(model, &model->tensors[i]))
+            sum_squares(s->norm_acc, s->grad + (lo - s->shard_start), hi - lo);
+    }
     double sq = 0.0;
     dev_to_host(&sq, s->norm_acc, sizeof(double));
-    all_reduce_host(&grid.model_parallel, &sq, 1, REDUCE_SUM);
+    all_reduce_host(&grid.world, &sq, 1, REDUCE_SUM);
     return (float)sqrt(sq);
 }
 
-// One optimizer step: norm, clipping (Megatron's clip_grad_norm: scale by
-// clip / (norm + 1e-6) when that is below 1), AdamW per tensor with its decay. A step whose
-// gradient norm is not finite is skipped. Returns the norm before clipping.
+// Gradients of the whole step are in model->grads. Tied embedding, reduce-scatter, norm,
+// clipping (Megatron's clip_grad_norm: scale by clip / (norm + 1e-6) when below 1), AdamW
+// on the shard with each tensor's decay, all-gather. A step whose gradient norm is not
+// finite is skipped. Returns the norm before clipping.
 static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, float lr, int* skipped) {
+    if (grid.embedding.size > 1) {   // the two copies of the tied embedding get the sum
+        const TensorDesc* wte = &model->tensors[model->wte];
+        all_reduce(&grid.embedding, model->grads + wte->offset, wte->numel, AS_FLOAT, REDUCE_SUM);
+    }
+    if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size);
     float norm = global_grad_norm(model, s);
     *skipped = !isfinite(norm);
     if (*skipped) return norm;
@@ -269,9 +455,13 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
     s->step++;
     for (int i = 0; i < model->num_tensors; i++) {
         const TensorDesc* t = &model->tensors[i];
-        size_t o = t->offset;
-        adamw_update(model->master + o, model->params + o, model->grads + o, s->m + o, s->v + o, t->numel, lr,
-                     cfg->beta1, cfg->beta2, cfg->eps, t->weight_decay ? cfg->weight_decay : 0.0f, scale, s->step);
+        size_t lo, hi;
+        shard_part(s, t, &lo, &hi);
+        if (lo >= hi) continue;
+        size_t k = lo - s->shard_start;
+        adamw_update(s->master + k, model->params + lo, s->grad + k, s->m + k, s->v + k, hi - lo, lr, cfg->beta1,
+                     cfg->beta2, cfg->eps, t->weight_decay ? cfg->weight_decay : 0.0f, scale, s->step);
     }
+    all_gather(&grid.dp, model->params, s->shard_size);
     return norm;
 }

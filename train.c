@@ -224,13 +224,19 @@ static void check_args(Args* a) {
     if (a->init_method_std <= 0.0f) config_error("--init-method-std must be positive, got %g", a->init_method_std);
     if (a->data_path_count == 0) config_error("--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one)");
     // parallel layout
-    int model_parallel = a->tensor_model_parallel_size * a->pipeline_model_parallel_size;
-    if (grid.world_size % model_parallel != 0)
-        config_error("world size %d is not a multiple of tensor x pipeline parallel size %d", grid.world_size, model_parallel);
-    if (grid.world_size != 1 || model_parallel != 1)
-        config_error("this trainer runs on one process for now (world size 1, TP 1, PP 1); got world size %d, TP %d, PP %d",
-                     grid.world_size, a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
-    int dp = grid.world_size / model_parallel;
+    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size;
+    if (grid.world_size % (TP * PP) != 0)
+        config_error("world size %d is not a multiple of --tensor-model-parallel-size %d x --pipeline-model-parallel-size %d",
+                     grid.world_size, TP, PP);
+    if (a->num_attention_heads % TP != 0)
+        config_error("--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d", a->num_attention_heads, TP);
+    if (a->ffn_hidden_size % TP != 0)
+        config_error("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", a->ffn_hidden_size, TP);
+    if (a->num_layers % PP != 0)
+        config_error("--num-layers %d is not divisible by --pipeline-model-parallel-size %d", a->num_layers, PP);
+    if (a->generate_tokens > 0 && TP * PP != 1)
+        config_error("--generate-tokens samples on one model-parallel rank: it needs tensor and pipeline parallel size 1");
+    int dp = grid.world_size / (TP * PP);
     // batch
     if (a->global_batch_size == 0) a->global_batch_size = a->micro_batch_size * dp;
     check_positive("--global-batch-size", a->global_batch_size);
@@ -495,12 +501,12 @@ static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch) {
     int num_micro = global_batch / (l->micro_batch_size * l->dp_size);
     double sum = 0.0;
     for (int it = 0; it < eval_iters; it++) {
-        sum += forward_only(m, num_micro, load_micro_batch, l);
+        Schedule s = {m, load_micro_batch, l, 0.0f, 0.0, 0, 0};
+        run_forward_only(&s, num_micro);
+        sum += step_loss(&s, num_micro);
         l->consumed += global_batch;
     }
-    double loss = sum / (eval_iters > 0 ? eval_iters : 1);
-    all_reduce_host(&grid.dp, &loss, 1, REDUCE_SUM);
-    return (float)(loss / grid.dp_size);
+    return (float)(sum / (eval_iters > 0 ? eval_iters : 1));
 }
 
 static void print_eval(const char* what, float loss) {
@@ -536,41 +542,59 @@ typedef struct {
 typedef struct {
     float loss, grad_norm, lr;
     int global_batch, skipped, nan_loss;
+    int max_in_flight;   // most micro-batches whose activations this stage held at once
 } StepResult;
 
-static void print_setup(const Trainer* t) {
-    if (grid.world_rank != 0) return;
-    const GPTConfig* c = &t->cfg;
+// Per rank: parameters, gradients, optimizer state and activations, gathered to rank 0
+static void print_memory(const Trainer* t) {
     const GPT* m = &t->model;
-    double mib = 1024.0 * 1024.0;
-    size_t p = m->num_params;
-    size_t master = sizeof(floatX) == sizeof(float) ? 0 : p * sizeof(float);
-    printf("gridgpt %s build, %s, %d rank(s): %d OpenMP thread(s) per rank\n",
+    double mine[5] = {(double)m->num_params, (double)m->num_params_padded * sizeof(floatX),
+                      (double)m->num_params_padded * sizeof(float), (double)adamw_state_bytes(&t->opt),
+                      (double)m->arena_bytes};
+    double* all = (double*)mallocCheck(5 * sizeof(double) * grid.world_size);
+    mpiCheck(MPI_Gather(mine, 5, MPI_DOUBLE, all, 5, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    if (grid.world_rank == 0) {
+        double mib = 1024.0 * 1024.0;
+        printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations "
+               "(%d micro-batch slot(s) of %.1f MiB + backward scratch)\n", m->num_slots, m->slot_bytes / mib);
+        for (int r = 0; r < grid.world_size; r++) {
+            const double* x = all + 5 * r;
+            printf("  rank %3d: %.0f parameters: %9.1f | %9.1f | %9.1f | %9.1f\n", r, x[0], x[1] / mib, x[2] / mib,
+                   x[3] / mib, x[4] / mib);
+        }
+    }
+    free(all);
+}
+
+static void print_setup(const Trainer* t) {
+    const GPTConfig* c = &t->cfg;
+    if (grid.world_rank == 0) {
+        char name[96];
+        printf("gridgpt %s build, %s, %d rank(s) as TP %d x PP %d x DP %d, %d OpenMP thread(s) per rank; rank 0 is %s\n",
 #ifdef __CUDACC__
-           "GPU",
+               "GPU",
 #else
-           "CPU",
+               "CPU",
 #endif
-           PRECISION_NAME, grid.world_size,
+               PRECISION_NAME, grid.world_size, grid.tp_size, grid.pp_size, grid.dp_size,
 #ifdef _OPENMP
-           omp_get_max_threads()
+               omp_get_max_threads(),
 #else
-           1
+               1,
 #endif
-    );
-    printf("model: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded to %d)%s\n", c->num_layers,
-           c->hidden_size, c->num_attention_heads, c->ffn_hidden_size, c->seq_length, c->vocab_size,
-           c->padded_vocab_size, c->embed_layernorm ? ", embedding LayerNorm" : "");
-    printf("data: %s, %lld documents, split %s -> train [%lld, %lld) valid [%lld, %lld) test [%lld, %lld)\n",
-           t->args.data_path[0], (long long)t->data.ds.num_items, t->args.split, (long long)t->data.bounds[0],
-           (long long)t->data.bounds[1], (long long)t->data.bounds[1], (long long)t->data.bounds[2],
-           (long long)t->data.bounds[2], (long long)t->data.bounds[3]);
-    printf("training: %d iterations, micro-batch %d, global batch %d%s\n", t->train_iters, t->args.micro_batch_size,
-           t->args.global_batch_size, t->batch.rampup_samples ? " (ramped up)" : "");
-    printf("memory per rank: parameters %zu (%.1f MiB), gradients %.1f MiB, optimizer state %.1f MiB, "
-           "activations %.1f MiB (%.1f MiB per micro-batch in flight)\n",
-           p, p * sizeof(floatX) / mib, p * sizeof(float) / mib, (2 * p * sizeof(float) + master) / mib,
-           m->arena_bytes / mib, m->slot_bytes / mib);
+               grid_name(name, sizeof(name)));
+        printf("model: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded to %d)%s\n", c->num_layers,
+               c->hidden_size, c->num_attention_heads, c->ffn_hidden_size, c->seq_length, c->vocab_size,
+               c->padded_vocab_size, c->embed_layernorm ? ", embedding LayerNorm" : "");
+        printf("data: %s, %lld documents, split %s -> train [%lld, %lld) valid [%lld, %lld) test [%lld, %lld)\n",
+               t->args.data_path[0], (long long)t->data.ds.num_items, t->args.split, (long long)t->data.bounds[0],
+               (long long)t->data.bounds[1], (long long)t->data.bounds[1], (long long)t->data.bounds[2],
+               (long long)t->data.bounds[2], (long long)t->data.bounds[3]);
+        printf("training: %d iterations, micro-batch %d, global batch %d%s\n", t->train_iters, t->args.micro_batch_size,
+               t->args.global_batch_size, t->batch.rampup_samples ? " (ramped up)" : "");
+        fflush(stdout);
+    }
+    print_memory(t);
     fflush(stdout);
 }
 
@@ -621,7 +645,8 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     // every check has passed: build the grid and allocate
     if (!grid.ready) grid_build(a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
     kernels_init(grid.local_rank);
-    gpt_build(&t->model, c, a->micro_batch_size, a->seq_length, grid.tp_rank, grid.tp_size, grid.pp_rank, grid.pp_size, 1);
+    gpt_build(&t->model, c, a->micro_batch_size, a->seq_length, grid.tp_rank, grid.tp_size, grid.pp_rank, grid.pp_size,
+              grid.pp_size, grid.dp_size);
     t->adam.beta1 = a->adam_beta1;
     t->adam.beta2 = a->adam_beta2;
     t->adam.eps = a->adam_eps;
@@ -638,7 +663,7 @@ static void trainer_free(Trainer* t) {
     free_loader(&t->train);
     free_loader(&t->valid);
     free_loader(&t->test);
-    adamw_free(&t->opt);
+    adamw_free(&t->opt, &t->model);
     gpt_free(&t->model);
     close_data(&t->data);
 }
@@ -648,11 +673,15 @@ static void trainer_free(Trainer* t) {
 static StepResult train_step(Trainer* t) {
     StepResult r;
     memset(&r, 0, sizeof(r));
+    GPT* m = &t->model;
     r.global_batch = current_global_batch_size(&t->batch, t->consumed_samples);
     int num_micro = r.global_batch / t->batch.micro_batch_times_dp;
-    dev_zero(t->model.grads, t->model.num_params * sizeof(float));
+    dev_zero(m->grads, m->num_params_padded * sizeof(float));
     t->train.consumed = t->consumed_samples;
-    r.loss = forward_backward_no_pipelining(&t->model, num_micro, load_micro_batch, &t->train);
+    Schedule s = {m, load_micro_batch, &t->train, 1.0f / ((float)m->T * r.global_batch), 0.0, 0, 0};
+    run_1f1b(&s, num_micro);
+    r.loss = step_loss(&s, num_micro);
+    r.max_in_flight = s.max_in_flight;
     r.nan_loss = !isfinite(r.loss);
     float lr = learning_rate(&t->lr, t->scheduler_samples);
     r.grad_norm = optimizer_step(&t->model, &t->opt, &t->adam, lr, &r.skipped);

@@ -7,7 +7,7 @@ usage: bench SHAPE     SHAPE is 124M (GPT-2 124M) or small; tests/bench.sh runs 
 What it measures, through the trainer's own functions (no dataset: one batch of random
 token ids from a fixed seed, below the vocabulary):
   - the step, as train_step runs it with one micro-batch: dev_zero(grads),
-    forward_backward_no_pipelining, optimizer_step (AdamW with gradient clipping);
+    run_1f1b (one stage: forward then backward), optimizer_step (AdamW with gradient clipping);
     a few warm-up steps, then the median and the minimum of N timed steps;
   - throughput: tokens per second, and GFLOP/s of the model FLOPs that train.c's
     flops_per_step() counts (Narayanan et al. 2021);
@@ -221,7 +221,7 @@ static void random_batch(Bench* b) {
     }
 }
 
-// the LoadMicroBatch of forward_backward_no_pipelining: the same batch every time
+// the LoadMicroBatch of the schedule: the same batch every time
 static void load_random_batch(void* ctx, int micro_batch, int* tokens, int* targets) {
     (void)micro_batch;
     Bench* b = (Bench*)ctx;
@@ -238,7 +238,7 @@ static void bench_setup(Bench* b, const Shape* s) {
     model_ffn = b->cfg.ffn_hidden_size;
     attention_flops = 4.0 * s->micro_batch * s->seq * s->seq * s->hidden;
     double t0 = bench_clock();
-    gpt_build(&b->model, &b->cfg, s->micro_batch, s->seq, 0, 1, 0, 1, 1);
+    gpt_build(&b->model, &b->cfg, s->micro_batch, s->seq, 0, 1, 0, 1, 1, 1);
     b->build_seconds = bench_clock() - t0;
     AdamWConfig adam = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};   // beta1, beta2, eps, weight decay, clip
     b->adam = adam;
@@ -247,7 +247,7 @@ static void bench_setup(Bench* b, const Shape* s) {
 }
 
 static void bench_free(Bench* b) {
-    adamw_free(&b->opt);
+    adamw_free(&b->opt, &b->model);
     gpt_free(&b->model);
     free(b->tokens);
     free(b->targets);
@@ -258,10 +258,12 @@ static void bench_free(Bench* b) {
 // one training step as train_step runs it, with one micro-batch
 static float train_step_once(Bench* b) {
     int skipped = 0;
-    dev_zero(b->model.grads, b->model.num_params * sizeof(float));
-    float loss = forward_backward_no_pipelining(&b->model, 1, load_random_batch, b);
-    optimizer_step(&b->model, &b->opt, &b->adam, BENCH_LR, &skipped);
-    return loss;
+    GPT* m = &b->model;
+    dev_zero(m->grads, m->num_params_padded * sizeof(float));
+    Schedule s = {m, load_random_batch, b, 1.0f / ((float)m->B * m->T), 0.0, 0, 0};
+    run_1f1b(&s, 1);
+    optimizer_step(m, &b->opt, &b->adam, BENCH_LR, &skipped);
+    return (float)s.loss_sum;
 }
 
 // ----------------------------------------------------------------------------
@@ -382,7 +384,7 @@ static void print_reference(const Bench* b, const double* sorted_times) {
            PEAK_GFLOPS);
 }
 
-static void print_memory(const Bench* b, double rss_start, double rss_built) {
+static void print_bench_memory(const Bench* b, double rss_start, double rss_built) {
     const GPT* m = &b->model;
     double mib = 1024.0 * 1024.0, tensor = m->num_params * sizeof(float) / mib, arena = m->arena_bytes / mib;
     double budget = 4.0 * tensor + arena, peak = rss_mib();
@@ -458,7 +460,7 @@ int main(int argc, char** argv) {
     profile_steps(b, phases);
     print_header(b);
     print_step(b, times);
-    print_memory(b, rss_start, rss_built);
+    print_bench_memory(b, rss_start, rss_built);
     print_reference(b, times);
     print_kernels(b, print_phases(b, phases));
     fflush(stdout);

@@ -62,7 +62,7 @@ static double loss_and_grads(GPT* m) {
 static void gradient_check(int embed_layernorm) {
     GPTConfig c = tiny_config(embed_layernorm);
     GPT m;
-    gpt_build(&m, &c, 3, c.seq_length, 0, 1, 0, 1, 1);
+    gpt_build(&m, &c, 3, c.seq_length, 0, 1, 0, 1, 1, 1);
     random_batch(&m, c.vocab_size);
     loss_and_grads(&m);
     float* g = (float*)mallocCheck(m.num_params * sizeof(float));
@@ -110,7 +110,7 @@ static void gradient_check(int embed_layernorm) {
 static void padding_is_inert(void) {
     GPTConfig c = tiny_config(0);
     GPT m;
-    gpt_build(&m, &c, 2, c.seq_length, 0, 1, 0, 1, 1);
+    gpt_build(&m, &c, 2, c.seq_length, 0, 1, 0, 1, 1, 1);
     random_batch(&m, c.vocab_size);
     double before = loss_and_grads(&m);
     const TensorDesc* wte = &m.tensors[m.wte];
@@ -135,8 +135,8 @@ static void init_is_layout_free(void) {
     GPTConfig c = tiny_config(0);
     c.padded_vocab_size = padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by, 2);
     GPT whole, half;
-    gpt_build(&whole, &c, 1, c.seq_length, 0, 1, 0, 1, 1);
-    gpt_build(&half, &c, 1, c.seq_length, 1, 2, 0, 1, 1);   // tensor rank 1 of 2 builds its slices
+    gpt_build(&whole, &c, 1, c.seq_length, 0, 1, 0, 1, 1, 1);
+    gpt_build(&half, &c, 1, c.seq_length, 1, 2, 0, 1, 1, 1);   // tensor rank 1 of 2 builds its slices
     int same = 1, compared = 0;
     for (int i = 0; i < half.num_tensors; i++) {
         const TensorDesc* h = &half.tensors[i];
@@ -218,7 +218,7 @@ static void batch_rampup(void) {
 static void optimizer_with_clipping(void) {
     GPTConfig c = tiny_config(0);
     GPT m;
-    gpt_build(&m, &c, 1, c.seq_length, 0, 1, 0, 1, 1);
+    gpt_build(&m, &c, 1, c.seq_length, 0, 1, 0, 1, 1, 1);
     AdamWState s;
     adamw_init(&s, &m);
     for (size_t k = 0; k < m.num_params; k++) m.grads[k] = 0.0f;
@@ -246,7 +246,7 @@ static void optimizer_with_clipping(void) {
     m.grads[w->offset] = NAN;
     optimizer_step(&m, &s, &cfg, 0.01f, &skipped);
     check(skipped && s.step == 1, "a step with a non-finite gradient norm is skipped", "skipped %d, step %d", skipped, s.step);
-    adamw_free(&s);
+    adamw_free(&s, &m);
     gpt_free(&m);
 }
 
@@ -257,7 +257,7 @@ static void overfit_one_batch(void) {
     GPTConfig c = tiny_config(0);
     c.init_method_std = 0.02f;
     GPT m;
-    gpt_build(&m, &c, 4, c.seq_length, 0, 1, 0, 1, 1);
+    gpt_build(&m, &c, 4, c.seq_length, 0, 1, 0, 1, 1, 1);
     AdamWState s;
     adamw_init(&s, &m);
     AdamWConfig cfg = {0.9f, 0.95f, 1e-8f, 0.0f, 1.0f};
@@ -271,7 +271,7 @@ static void overfit_one_batch(void) {
     }
     // log(37) = 3.61 at the start; 28 random (token -> target) pairs are learnable exactly
     check(first > 3.0 && last < 0.05, "a tiny model overfits one fixed batch", "loss %.4f -> %.4f", first, last);
-    adamw_free(&s);
+    adamw_free(&s, &m);
     gpt_free(&m);
 }
 
