@@ -12,6 +12,8 @@ Reading order: flags -> config checks -> schedules -> data -> step -> main.
 #include "gpt.h"
 #include "parallel.h"
 #include "data.c"
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -47,6 +49,8 @@ typedef struct {
     int unigram_baseline;
     // logging and sampling
     int log_interval;
+    int log_comm;
+    const char* save_weights;
     int generate_tokens;
     const char* generate_prompt;
     float temperature;
@@ -128,6 +132,8 @@ static int flag_table(Args* a, Flag* f) {
         {"--eval-iters", FLAG_INT, &a->eval_iters, "global batches per evaluation (100)"},
         {"--unigram-baseline", FLAG_SWITCH, &a->unigram_baseline, "report the data's order-0 entropy next to the loss"},
         {"--log-interval", FLAG_INT, &a->log_interval, "steps between log lines (100)"},
+        {"--log-comm", FLAG_SWITCH, &a->log_comm, "log the bytes each group's communication sent per step"},
+        {"--save-weights", FLAG_STRING, &a->save_weights, "FILE: write the trained weights, whole tensors in canonical order, fp32"},
         {"--generate-tokens", FLAG_INT, &a->generate_tokens, "sample this many tokens after training (0)"},
         {"--generate-prompt", FLAG_STRING, &a->generate_prompt, "text the sample starts from (byte-level data)"},
         {"--temperature", FLAG_FLOAT, &a->temperature, "sampling temperature (1.0)"},
@@ -543,7 +549,15 @@ typedef struct {
     float loss, grad_norm, lr;
     int global_batch, skipped, nan_loss;
     int max_in_flight;   // most micro-batches whose activations this stage held at once
+    double comm[4];      // bytes this rank sent in the step: tp, dp, pp, embedding groups
 } StepResult;
+
+static void comm_counters(double out[4]) {
+    out[0] = grid.tp.bytes_sent;
+    out[1] = grid.dp.bytes_sent;
+    out[2] = grid.pp.bytes_sent;
+    out[3] = grid.embedding.bytes_sent;
+}
 
 // Per rank: parameters, gradients, optimizer state and activations, gathered to rank 0
 static void print_memory(const Trainer* t) {
@@ -676,6 +690,8 @@ static StepResult train_step(Trainer* t) {
     GPT* m = &t->model;
     r.global_batch = current_global_batch_size(&t->batch, t->consumed_samples);
     int num_micro = r.global_batch / t->batch.micro_batch_times_dp;
+    double before[4], after[4];
+    comm_counters(before);
     dev_zero(m->grads, m->num_params_padded * sizeof(float));
     t->train.consumed = t->consumed_samples;
     Schedule s = {m, load_micro_batch, &t->train, 1.0f / ((float)m->T * r.global_batch), 0.0, 0, 0};
@@ -689,6 +705,8 @@ static StepResult train_step(Trainer* t) {
     if (!r.skipped) t->scheduler_samples += r.global_batch;
     t->iteration++;
     r.lr = learning_rate(&t->lr, t->scheduler_samples);   // Megatron logs the rate set for the next step
+    comm_counters(after);
+    for (int k = 0; k < 4; k++) r.comm[k] = after[k] - before[k];
     return r;
 }
 
@@ -699,7 +717,19 @@ typedef struct {
     long long samples;
 } LogWindow;
 
+// --log-comm: the bytes sent in each group in the last step, the most any rank sent
+static void log_comm(const StepResult* r) {
+    double most[4];
+    mpiCheck(MPI_Reduce(r->comm, most, 4, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+    if (grid.world_rank != 0) return;
+    double mib = 1024.0 * 1024.0;
+    printf(" communication per step (MiB sent by the busiest rank, ring algorithms): tensor-parallel %.3f |"
+           " data-parallel %.3f | pipeline %.3f | embedding %.3f |\n", most[0] / mib, most[1] / mib, most[2] / mib,
+           most[3] / mib);
+}
+
 static void log_step(const Trainer* t, const StepResult* r, LogWindow* w) {
+    if (t->args.log_comm) log_comm(r);
     if (grid.world_rank != 0) return;
     double ms = 1000.0 * w->seconds / w->steps;
     double flops = flops_per_step(&t->cfg, r->global_batch);
@@ -711,6 +741,60 @@ static void log_step(const Trainer* t, const StepResult* r, LogWindow* w) {
            t->iteration, t->train_iters, t->consumed_samples, ms, r->lr, r->global_batch, loss, r->grad_norm,
            w->skipped, w->nan_loss, w->samples / w->seconds, flops / (ms / 1000.0) / 1e12 / grid.world_size);
     fflush(stdout);
+}
+
+// ----------------------------------------------------------------------------
+// the canonical layout of the weights: every tensor whole, in the tensor table's order of a
+// single-process model, fp32, the vocabulary without its padding rows. Whatever the layout
+// (TP, PP, DP) that trained them, each rank writes only its own slices into their places, so
+// the file is the same for every layout (checkpoints build on it).
+
+// the canonical table: the model as one process holds it (no memory is allocated)
+static GPT canonical_table(const GPTConfig* c) {
+    GPT whole;
+    memset(&whole, 0, sizeof(whole));
+    whole.cfg = *c;
+    whole.tp_size = 1;
+    whole.num_local_layers = c->num_layers;
+    whole.is_first_stage = whole.is_last_stage = 1;
+    build_tensor_table(&whole);
+    return whole;
+}
+
+// bytes of tensor t in the canonical file
+static size_t canonical_bytes(const TensorDesc* t) { return (size_t)t->valid_rows * t->cols * sizeof(float); }
+
+static void write_weights_canonical(const GPT* m, const char* path) {
+    GPT whole = canonical_table(&m->cfg);
+    if (grid.world_rank == 0) {   // create it empty before anyone writes
+        FILE* f = fopen(path, "wb");
+        if (!f) fail("cannot write %s", path);
+        fclose(f);
+    }
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+    int fd = open(path, O_WRONLY);
+    if (fd < 0) fail("cannot open %s", path);
+    size_t offset = 0;
+    for (int w = 0; w < whole.num_tensors; w++) {
+        const TensorDesc* c = &whole.tensors[w];
+        for (int i = 0; i < m->num_tensors && grid.dp_rank == 0; i++) {
+            const TensorDesc* t = &m->tensors[i];
+            if (strcmp(t->name, c->name) != 0 || t->tied_copy) continue;
+            float* host = (float*)mallocCheck(t->numel * sizeof(float));
+            dev_floatX_to_floats(host, m->params + t->offset, t->numel);
+            for (int r = 0; r < t->local_rows && t->row_start + r < t->valid_rows; r++) {
+                size_t at = offset + ((size_t)(t->row_start + r) * t->cols + t->col_start) * sizeof(float);
+                if (pwrite(fd, host + (size_t)r * t->local_cols, t->local_cols * sizeof(float), at) < 0)
+                    fail("writing %s: %s", path, strerror(errno));
+            }
+            free(host);
+        }
+        offset += canonical_bytes(c);
+    }
+    close(fd);
+    free(whole.tensors);
+    free(whole.layer_tensors);
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
 }
 
 // ----------------------------------------------------------------------------
@@ -787,7 +871,10 @@ static float run_evaluation(Trainer* t, const char* what) {
     return loss;
 }
 
-static void trainer_run(Trainer* t) {
+// on_step, if given, sees every step's result (the tests record runs through it)
+typedef void (*StepHook)(const Trainer* t, const StepResult* r, void* ctx);
+
+static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     LogWindow w;
     memset(&w, 0, sizeof(w));
     double start = now_seconds(), train_seconds = 0.0, last_loss = NAN;
@@ -796,6 +883,7 @@ static void trainer_run(Trainer* t) {
         double t0 = now_seconds();
         StepResult r = train_step(t);
         double dt = now_seconds() - t0;
+        if (on_step) on_step(t, &r, ctx);
         train_seconds += dt;
         w.steps++;
         w.seconds += dt;
@@ -815,6 +903,7 @@ static void trainer_run(Trainer* t) {
         }
     }
     float valid_loss = run_evaluation(t, "validation loss at the end of training");
+    if (t->args.save_weights) write_weights_canonical(&t->model, t->args.save_weights);
     if (t->args.eval_iters > 0 && t->data.has_split[2]) {
         float test_loss = evaluate(&t->model, &t->test, t->args.eval_iters, t->args.global_batch_size);
         print_eval("test loss at the end of training", test_loss);
@@ -842,7 +931,7 @@ int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     Trainer* t = (Trainer*)callocCheck(1, sizeof(Trainer));
     trainer_setup(t, argc, argv);
-    trainer_run(t);
+    trainer_run(t, NULL, NULL);
     trainer_free(t);
     free(t);
     grid_finish();

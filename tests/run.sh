@@ -27,6 +27,7 @@ build test_kernels gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels -lm
 build test_kernels_blas gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels_blas $BLAS -lm
 build test_data gcc $CFLAGS -O1 -g -fsanitize=address tests/test_data.c -o $B/test_data -lm
 build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_model $BLAS -lm
+build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lm
 
 passed=0; failed=0
 run() {  # label, command...
@@ -48,6 +49,7 @@ run kernels_blas $B/test_kernels_blas
 run data $B/test_data $FIXTURE
 run model $B/test_model $B/corpus_text_document
 run cli bash tests/test_cli.sh $B/corpus_text_document
+run parallel bash tests/test_parallel.sh $B/corpus_text_document
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -300,7 +300,7 @@ static void same_seed_same_losses(const char* data_prefix) {
     // the whole run: training, evaluation and the summary, as main() runs it
     Trainer* t = (Trainer*)callocCheck(1, sizeof(Trainer));
     trainer_setup(t, argc, (char**)argv);
-    trainer_run(t);
+    trainer_run(t, NULL, NULL);
     check(t->iteration == 6 && t->consumed_samples == 48, "a whole run trains --train-iters steps",
           "iteration %d, consumed samples %lld", t->iteration, t->consumed_samples);
     trainer_free(t);

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# tests/test_parallel.sh DATA_PREFIX — every parallel layout trains exactly like one process.
+# A tiny model with gradient accumulation and batch-size ramp-up trains 22 steps under each
+# (TP, PP, DP) layout; losses and grad norms at every step and the final weights must match
+# the (1,1,1) run within 1e-5 relative (tests/test_parallel.c records and compares). Also:
+# the same layout twice is bit-identical, optimizer state shrinks as 1/DP, the communication
+# counters match the ring formulas, and a grid that does not fit is refused.
+set -u
+data=${1:?usage: test_parallel.sh DATA_PREFIX}
+B=tests/build/parallel
+mkdir -p $B
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN="mpirun --oversubscribe --bind-to none"
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; }
+
+# 4 layers (PP up to 4), 4 heads (TP up to 4); ramp 8 -> 16 over 64 samples: 9 ramp steps,
+# then (288 - 80) / 16 = 13 full ones; 1 to 8 micro-batches per step depending on DP
+flags="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+       --micro-batch-size 2 --global-batch-size 16 --rampup-batch-size 8 8 64 --train-samples 288
+       --lr 3e-3 --lr-warmup-samples 32 --lr-decay-style cosine --min-lr 3e-4 --weight-decay 0.1
+       --split 90,10,0 --eval-interval 10 --eval-iters 1 --log-interval 100 --seed 11 --log-comm"
+
+record() {  # name tp pp dp
+    local name=$1 tp=$2 pp=$3 dp=$4
+    $MPIRUN -np $((tp * pp * dp)) $B/../test_parallel $B/$name $flags \
+        --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp > $B/$name.log 2>&1
+    local status=$?
+    grep -E '^(PASS|FAIL)' $B/$name.log | sed "s/^\(PASS\|FAIL\) /\1 $name: /"
+    [ $status -eq 0 ] || bad "$name run" "exit status $status: $(grep -m1 error $B/$name.log)"
+}
+
+record ref 1 1 1
+for layout in "2 1 1" "4 1 1" "1 2 1" "1 4 1" "1 1 2" "1 1 4" "2 2 1" "2 1 2" "1 2 2" "2 2 2"; do
+    set -- $layout
+    name="tp$1-pp$2-dp$3"
+    record $name $1 $2 $3
+    $B/../test_parallel --compare $B/ref $B/$name "($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
+done
+
+# the same layout twice: the same bits
+record again 2 2 2
+if cmp -s $B/tp2-pp2-dp2.steps $B/again.steps && cmp -s $B/tp2-pp2-dp2.weights $B/again.weights; then
+    ok "(2,2,2) twice with the same seed: bit-identical losses, norms and weights"
+else bad "(2,2,2) twice with the same seed" "the recordings differ"; fi
+
+info() { awk -v k="$2" '$1 == k { print $2 }' $B/$1.info; }
+# ZeRO-1: the optimizer state of a rank is 1/DP of the (padded) whole
+o1=$(info ref optimizer_bytes); o2=$(info tp1-pp1-dp2 optimizer_bytes); o4=$(info tp1-pp1-dp4 optimizer_bytes)
+p2=$(info tp1-pp1-dp2 params_padded); p4=$(info tp1-pp1-dp4 params_padded)
+if [ "$o2" -eq $((p2 / 2 * 8)) ] && [ "$o4" -eq $((p4 / 4 * 8)) ] && [ "$o2" -lt "$o1" ] && [ "$o4" -lt "$o2" ]; then
+    ok "optimizer state per rank shrinks as 1/DP ($o1, $o2, $o4 bytes for DP 1, 2, 4)"
+else bad "optimizer state per rank shrinks as 1/DP" "$o1, $o2, $o4 bytes; padded params $p2, $p4"; fi
+
+# data-parallel bytes per step: reduce-scatter of fp32 gradients + all-gather of parameters,
+# (DP - 1) / DP of the buffer each on a ring
+for dp in 2 4; do
+    got=$(info tp1-pp1-dp$dp comm_dp); p=$(info tp1-pp1-dp$dp params_padded)
+    want=$(( 2 * (dp - 1) * (p / dp) * 4 ))
+    if [ "$got" = "$want" ]; then ok "DP $dp: bytes sent per step = ring reduce-scatter + all-gather ($want)"
+    else bad "DP $dp: bytes sent per step" "counted $got, ring formula $want"; fi
+done
+# pipeline bytes per step on stage 0: one activation per micro-batch (8 in a full step at DP 1)
+got=$(info tp1-pp2-dp1 comm_pp); h=$(info tp1-pp2-dp1 hidden_bytes)
+if [ "$got" = "$((8 * h))" ]; then ok "PP 2: stage 0 sends micro-batches x activation size per step ($got)"
+else bad "PP 2: stage 0 bytes per step" "counted $got, want 8 x $h"; fi
+
+# a grid that does not fit is refused before anything is allocated, exit status 2
+expect_refusal() {  # name needle np flags...
+    local name=$1 needle=$2 np=$3; shift 3
+    $MPIRUN -np $np ./train_cpu --data-path $data --train-iters 2 "$@" > $B/refusal.out 2> $B/refusal.err
+    local status=$?
+    if [ $status -eq 2 ] && grep -qF -- "$needle" $B/refusal.err; then ok "$name"
+    else bad "$name" "status $status: $(head -c 300 $B/refusal.err)"; fi
+}
+expect_refusal "world size not a multiple of TP x PP" "world size 3" 3 --tensor-model-parallel-size 2
+expect_refusal "heads not divisible by TP" "--num-attention-heads" 3 --num-attention-heads 4 --tensor-model-parallel-size 3
+expect_refusal "layers not divisible by PP" "--num-layers" 3 --num-layers 4 --pipeline-model-parallel-size 3
+expect_refusal "global batch not divisible by micro-batch x DP" "--global-batch-size" 4 --micro-batch-size 2 --global-batch-size 12
