@@ -658,7 +658,12 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     c->seed = (uint64_t)a->seed;
     // every check has passed: build the grid and allocate
     if (!grid.ready) grid_build(a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
-    kernels_init(grid.local_rank);
+#ifdef __CUDACC__
+    int gpus = 0;
+    cudaCheck(cudaGetDeviceCount(&gpus));
+    if (grid.local_rank >= gpus) fail("%d or more ranks on this host but %d GPU(s) visible: one GPU per rank", grid.local_rank + 1, gpus);
+#endif
+    kernels_init(grid.local_rank);   // ranks on one host take distinct GPUs
     gpt_build(&t->model, c, a->micro_batch_size, a->seq_length, grid.tp_rank, grid.tp_size, grid.pp_rank, grid.pp_size,
               grid.pp_size, grid.dp_size);
     t->adam.beta1 = a->adam_beta1;

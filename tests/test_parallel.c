@@ -9,6 +9,8 @@ hold it against the single-process run.
       FAIL lines for what only the live grid can check: replicated tensors identical on every
       tensor rank, the two copies of the tied embedding identical, at most PP micro-batches in
       flight.
+  test_parallel --fail-rank R OUT [flags]          the same, but world rank R fails after step 2
+      (the whole job must end, naming the rank, its host and grid coordinates)
   test_parallel --compare REF RUN NAME              PASS / FAIL: RUN's losses and grad norms
       within 1e-5 relative of REF's at every step, its weights within 1e-5 (per tensor,
       max |difference| / max |reference|).
@@ -62,6 +64,7 @@ typedef struct {
     FILE* steps;
     int most_in_flight, fewest_micro;
     double comm_last[4];
+    int fail_rank;   // this world rank fails after step 2 (-1: none), to test fail()
 } Recording;
 
 static void record_step(const Trainer* t, const StepResult* r, void* ctx) {
@@ -71,14 +74,15 @@ static void record_step(const Trainer* t, const StepResult* r, void* ctx) {
     int micro = r->global_batch / t->batch.micro_batch_times_dp;
     if (micro < rec->fewest_micro) rec->fewest_micro = micro;
     for (int k = 0; k < 4; k++) rec->comm_last[k] = r->comm[k];
+    if (rec->fail_rank == grid.world_rank && t->iteration == 2) fail("injected failure after step 2 (test)");
 }
 
-static int record(const char* out, int argc, char** argv) {
+static int record(const char* out, int fail_rank, int argc, char** argv) {
     Trainer* t = (Trainer*)callocCheck(1, sizeof(Trainer));
     trainer_setup(t, argc, argv);
     char path[4096];
     snprintf(path, sizeof(path), "%s.steps", out);
-    Recording rec = {grid.world_rank == 0 ? fopen(path, "w") : NULL, 0, 1 << 30, {0, 0, 0, 0}};
+    Recording rec = {grid.world_rank == 0 ? fopen(path, "w") : NULL, 0, 1 << 30, {0, 0, 0, 0}, fail_rank};
     trainer_run(t, record_step, &rec);
     FILE* steps = rec.steps;
     int most_in_flight = rec.most_in_flight, fewest_micro = rec.fewest_micro;
@@ -238,8 +242,10 @@ int main(int argc, char** argv) {
         c.vocab_size = c.padded_vocab_size = a.vocab_size;
         c.embed_layernorm = a.embed_layernorm;
         compare(argv[2], argv[3], argv[4], &c);
+    } else if (argc >= 4 && strcmp(argv[1], "--fail-rank") == 0) {
+        record(argv[3], atoi(argv[2]), argc - 3, argv + 3);
     } else if (argc >= 2) {
-        record(argv[1], argc - 1, argv + 1);
+        record(argv[1], -1, argc - 1, argv + 1);
     } else {
         check(0, "test_parallel", "usage: test_parallel OUT [flags] | --compare REF RUN NAME [flags]");
     }

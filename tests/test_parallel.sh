@@ -65,6 +65,15 @@ got=$(info tp1-pp2-dp1 comm_pp); h=$(info tp1-pp2-dp1 hidden_bytes)
 if [ "$got" = "$((8 * h))" ]; then ok "PP 2: stage 0 sends micro-batches x activation size per step ($got)"
 else bad "PP 2: stage 0 bytes per step" "counted $got, want 8 x $h"; fi
 
+# a rank that fails ends the whole job, saying where, and nobody hangs
+host=$(hostname)
+timeout 120 $MPIRUN -np 8 $B/../test_parallel --fail-rank 5 $B/failing $flags \
+    --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 > $B/failing.log 2>&1
+status=$?
+if [ $status -ne 0 ] && [ $status -ne 124 ] && grep -qF "rank 5 on $host TP(1)-PP(1)-DP(0)-Rank(5)" $B/failing.log; then
+    ok "a failing rank ends the whole job with its rank, host and coordinates (status $status)"
+else bad "a failing rank ends the whole job" "status $status (124 = hung): $(grep -m1 error $B/failing.log)"; fi
+
 # a grid that does not fit is refused before anything is allocated, exit status 2
 expect_refusal() {  # name needle np flags...
     local name=$1 needle=$2 np=$3; shift 3
