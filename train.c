@@ -884,6 +884,7 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     memset(&w, 0, sizeof(w));
     double start = now_seconds(), train_seconds = 0.0, last_loss = NAN;
     long long tokens_start = t->consumed_samples;
+    int in_flight = 0;   // most micro-batches any stage held at once (1F1B: at most PP)
     while (t->iteration < t->train_iters) {
         double t0 = now_seconds();
         StepResult r = train_step(t);
@@ -897,6 +898,7 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
         w.nan_loss += r.nan_loss;
         if (!r.nan_loss) w.loss_sum += r.loss;
         last_loss = r.loss;
+        in_flight = r.max_in_flight > in_flight ? r.max_in_flight : in_flight;
         if (t->iteration % t->args.log_interval == 0 || t->iteration == t->train_iters) {
             log_step(t, &r, &w);
             memset(&w, 0, sizeof(w));
@@ -913,14 +915,16 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
         float test_loss = evaluate(&t->model, &t->test, t->args.eval_iters, t->args.global_batch_size);
         print_eval("test loss at the end of training", test_loss);
     }
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &in_flight, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (grid.world_rank == 0) {
         long long samples = t->consumed_samples - tokens_start;
         double tokens = (double)samples * t->cfg.seq_length;
         printf("summary: %d iterations, %lld samples (%.0f tokens) in %.1f s of training (%.1f s in all): "
-               "%.0f tokens/s, %.1f ms per iteration; final lm loss %.4f; peak memory %.2f GiB\n",
+               "%.0f tokens/s, %.1f ms per iteration; final lm loss %.4f; peak memory %.2f GiB (rank 0); "
+               "at most %d micro-batch(es) in flight on a pipeline stage\n",
                t->iteration, samples, tokens, train_seconds, now_seconds() - start,
                train_seconds > 0 ? tokens / train_seconds : 0.0, t->iteration ? 1000.0 * train_seconds / t->iteration : 0.0,
-               last_loss, peak_rss_gib());
+               last_loss, peak_rss_gib(), in_flight);
         if (t->args.unigram_baseline) {
             double h = unigram_entropy(&t->data, t->cfg.vocab_size);
             printf("validation loss %.4f nats/token vs unigram (order-0) entropy of the train split %.4f nats/token: "
