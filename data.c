@@ -9,8 +9,11 @@ What lives here, in reading order:
   - the byte-level tokenizer, Megatron's --split, and numpy's legacy RandomState;
   - the GPT sample index exactly as Megatron's GPTDataset builds it, so that the same files,
     seed, sequence length and sample count give the same samples in the same order;
-  - blending several datasets by weight (Megatron's BlendableDataset);
-  - with PREPROCESS_MAIN defined: the `preprocess` program.
+  - its cache on disk: the three index arrays as .npy files, np.save's bytes, keyed by a
+    hash of every input, checked before use;
+  - blending several datasets by weight (Megatron's BlendableDataset), and DataSplits: the
+    whole --data-path / --split setup of a run in one object (what the trainer uses);
+  - with PREPROCESS_MAIN defined: the `preprocess` program (also --inspect, --print-samples).
 
 Rules it keeps: plain C that is also valid C++ (train.c is compiled by nvcc too); no
 library beyond libc and POSIX; a function that can fail on bad input returns non-zero and
@@ -21,6 +24,7 @@ this file and using part of it compiles without unused-function warnings.
 */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -584,18 +588,34 @@ typedef struct {
     int64_t num_samples;          // len(dataset) = rows of sample_idx - 1 (Megatron builds them all)
     int32_t* doc_idx; int64_t doc_idx_len;
     int32_t* sample_idx;          // [num_samples+1][2]
-    int64_t* shuffle_idx;         // [num_samples] (uint32 in Megatron's .npy when it fits; same values)
+    int64_t* shuffle_idx;         // [num_samples] as gpt_dataset_build makes it, or from an int64 cache file;
+    const uint32_t* shuffle_idx_u32;   // or this, from a cache file in Megatron's usual uint32 (one is NULL)
     int64_t doc_begin, doc_end;
     int64_t tokens_per_epoch;
     int num_epochs;
     int separate_last_epoch;
+    // gpt_dataset_open_cached only: the arrays live in these read-only mappings of the cache
+    // files (NULL: malloc'd), whose names are cache_stem + "_doc_idx.npy" etc.
+    void* maps[3]; size_t map_bytes[3];
+    int built;                    // 1: this call built the cache; 0: found it
+    char cache_stem[4096];
 } GPTDataset;
 
+// mapped (from the cache) or malloc'd (gpt_dataset_build), never both
 static inline void gpt_dataset_free(GPTDataset* g) {
-    free(g->doc_idx);
-    free(g->sample_idx);
-    free(g->shuffle_idx);
+    if (g->maps[0] || g->maps[1] || g->maps[2]) {
+        for (int k = 0; k < 3; k++)
+            if (g->maps[k]) munmap(g->maps[k], g->map_bytes[k]);
+    } else {
+        free(g->doc_idx);
+        free(g->sample_idx);
+        free(g->shuffle_idx);
+    }
     memset(g, 0, sizeof *g);
+}
+
+static int64_t shuffle_at(const GPTDataset* g, int64_t i) {
+    return g->shuffle_idx ? g->shuffle_idx[i] : (int64_t)g->shuffle_idx_u32[i];
 }
 
 // Megatron's _num_epochs loops E = 1, 2, ... until (E*T - 1) // seq_length >= num_samples;
@@ -680,8 +700,10 @@ static int check_gpt_args(const IndexedDataset* ds, int64_t doc_begin, int64_t d
     return 0;
 }
 
-static inline int gpt_dataset_build(GPTDataset* g, const IndexedDataset* ds, int64_t doc_begin, int64_t doc_end,
-                                    int seq_length, uint64_t seed, int64_t num_samples_requested, char* err, size_t errlen) {
+// the shape of the index for these inputs, without building it: tokens per epoch, epochs,
+// samples, separation of the last epoch (*first: the samples shuffled before it)
+static int gpt_plan(GPTDataset* g, const IndexedDataset* ds, int64_t doc_begin, int64_t doc_end, int seq_length,
+                    uint64_t seed, int64_t num_samples_requested, int64_t* first, char* err, size_t errlen) {
     memset(g, 0, sizeof *g);
     if (check_gpt_args(ds, doc_begin, doc_end, seq_length, seed, num_samples_requested, err, errlen)) return 1;
     const char* p = ds->path_prefix;
@@ -697,9 +719,17 @@ static inline int gpt_dataset_build(GPTDataset* g, const IndexedDataset* ds, int
     g->num_epochs = (int)epochs;
     g->num_samples = (epochs * g->tokens_per_epoch - 1) / seq_length;
     if (g->num_samples < 1) return data_error(err, errlen, "%s: too few tokens for one sample of %d", p, seq_length + 1);
-    int64_t first = g->num_samples;
-    g->separate_last_epoch = separate_last_epoch(g, num_samples_requested, &first);
+    *first = g->num_samples;
+    g->separate_last_epoch = separate_last_epoch(g, num_samples_requested, first);
     g->doc_idx_len = epochs * (doc_end - doc_begin);
+    return 0;
+}
+
+static inline int gpt_dataset_build(GPTDataset* g, const IndexedDataset* ds, int64_t doc_begin, int64_t doc_end,
+                                    int seq_length, uint64_t seed, int64_t num_samples_requested, char* err, size_t errlen) {
+    int64_t first = 0;
+    if (gpt_plan(g, ds, doc_begin, doc_end, seq_length, seed, num_samples_requested, &first, err, errlen)) return 1;
+    const char* p = ds->path_prefix;
     g->doc_idx = (int32_t*)malloc((size_t)g->doc_idx_len * sizeof(int32_t));
     g->sample_idx = (int32_t*)malloc((size_t)(g->num_samples + 1) * 2 * sizeof(int32_t));
     g->shuffle_idx = (int64_t*)malloc((size_t)g->num_samples * sizeof(int64_t));
@@ -720,7 +750,7 @@ static inline void gpt_dataset_get(const GPTDataset* g, int64_t i, int* tokens_o
     const IndexedDataset* ds = g->ds;
     i %= g->num_samples;
     if (i < 0) i += g->num_samples;
-    int64_t j = g->shuffle_idx[i];
+    int64_t j = shuffle_at(g, i);
     int64_t d = g->sample_idx[2 * j], offset = g->sample_idx[2 * j + 1];
     int64_t need = g->seq_length + 1, got = 0;
     for (; got < need && d < g->doc_idx_len; d++, offset = 0) {
@@ -730,6 +760,279 @@ static inline void gpt_dataset_get(const GPTDataset* g, int64_t i, int* tokens_o
         for (int64_t t = 0; t < take; t++) tokens_out[got + t] = (int)token_at(p + t * ds->itemsize, ds->dtype_code);
         got += take;
     }
+}
+
+// ----------------------------------------------------------------------------
+// .npy files (numpy's format), for the index cache
+//
+// "\x93NUMPY", version 1.0, a uint16 header length, then an ASCII header such as
+//     {'descr': '<i4', 'fortran_order': False, 'shape': (196, 2), }
+// padded with spaces and ending in '\n' so that the data starts at a multiple of 64 bytes,
+// then the array in C order. npy_write writes what np.save writes (numpy >= 1.23 also leaves
+// room for shape[0] to grow to 21 digits); npy_map reads versions 1.0 and 2.0 (a uint32
+// header length) from any writer, and maps the file rather than reading it.
+
+typedef struct {
+    char descr[8];                // '<i4', '<u4', '<i8', ...
+    int ndim;                     // 1 or 2
+    int64_t shape[2];
+    const void* data;             // inside the mapping
+    void* map; size_t map_bytes;
+} NpyArray;
+
+// the value after 'key': in the header dictionary, or NULL
+static const char* npy_value(const char* header, const char* key) {
+    char quoted[32];
+    snprintf(quoted, sizeof quoted, "'%s':", key);
+    const char* p = strstr(header, quoted);
+    if (p == NULL) return NULL;
+    for (p += strlen(quoted); *p == ' '; p++) {}
+    return p;
+}
+
+// the header of the file's n bytes at p: magic, version, descr, fortran_order, shape, and
+// that the data fills the rest of the file exactly, aligned for its type
+static int npy_parse(NpyArray* a, const uint8_t* p, size_t n, char* why, size_t whylen) {
+    if (n < 12 || memcmp(p, "\x93NUMPY", 6) != 0) return data_error(why, whylen, "not a .npy file (bad magic)");
+    if ((p[6] != 1 && p[6] != 2) || p[7] != 0) return data_error(why, whylen, "unsupported .npy version %d.%d", p[6], p[7]);
+    size_t start = p[6] == 1 ? 10 : 12;
+    size_t hlen = p[8] | (size_t)p[9] << 8 | (p[6] == 2 ? (size_t)p[10] << 16 | (size_t)p[11] << 24 : 0);
+    char h[4096];
+    if (hlen >= sizeof h || start + hlen > n) return data_error(why, whylen, "header of %zu bytes is too long or truncated", hlen);
+    memcpy(h, p + start, hlen);
+    h[hlen] = 0;
+    const char* descr = npy_value(h, "descr");
+    const char* fortran = npy_value(h, "fortran_order");
+    const char* shape = npy_value(h, "shape");
+    if (hlen == 0 || h[hlen - 1] != '\n' || !descr || !fortran || !shape || *descr != '\'' || *shape != '(')
+        return data_error(why, whylen, "malformed header \"%.80s\"", h);
+    int k = 0;
+    for (descr++; k < 7 && descr[k] != '\'' && descr[k]; k++) a->descr[k] = descr[k];
+    a->descr[k] = 0;
+    if (strncmp(fortran, "False", 5) != 0) return data_error(why, whylen, "fortran_order is not False");
+    for (shape++;;) {   // "(n,)" or "(n, m)"
+        while (*shape == ' ' || *shape == ',') shape++;
+        if (*shape == ')') break;
+        char* end;
+        long long v = strtoll(shape, &end, 10);
+        if (end == shape || v < 0 || a->ndim == 2) return data_error(why, whylen, "bad shape in \"%.80s\"", h);
+        a->shape[a->ndim++] = v;
+        shape = end;
+    }
+    int itemsize = a->descr[0] == '<' && (a->descr[2] == '4' || a->descr[2] == '8') && !a->descr[3] ? a->descr[2] - '0' : 0;
+    size_t offset = start + hlen, bytes = (size_t)itemsize;
+    for (int i = 0; i < a->ndim; i++)   // compared with the file size before multiplying: no overflow
+        bytes = a->shape[i] && bytes > (n + 1) / (size_t)a->shape[i] ? n + 1 : bytes * (size_t)a->shape[i];
+    if (a->ndim == 0 || itemsize == 0 || offset % (size_t)itemsize || bytes != n - offset)
+        return data_error(why, whylen, "descr '%s', shape (%lld, %lld): does not match the %zu bytes of data", a->descr,
+                          (long long)a->shape[0], (long long)a->shape[1], n - offset);
+    a->data = p + offset;
+    return 0;
+}
+
+static int npy_map(NpyArray* a, const char* path, char* why, size_t whylen) {
+    memset(a, 0, sizeof *a);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return data_error(why, whylen, "%s: %s", path, strerror(errno));
+    struct stat st;
+    void* p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && st.st_size > 0) p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return data_error(why, whylen, "%s: empty, or cannot be mapped", path);
+    a->map = p;
+    a->map_bytes = (size_t)st.st_size;
+    char reason[512];
+    if (npy_parse(a, (const uint8_t*)p, a->map_bytes, reason, sizeof reason) == 0) return 0;
+    munmap(p, a->map_bytes);
+    memset(a, 0, sizeof *a);
+    return data_error(why, whylen, "%s: %s", path, reason);
+}
+
+// np.save's bytes, to a temporary name that is renamed over path once complete
+static int npy_write(const char* path, const char* descr, int64_t rows, int64_t cols, const void* data, size_t itemsize,
+                     char* err, size_t errlen) {
+    char h[256], tmp[4200];
+    int n = cols ? snprintf(h, 128, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld, %lld), }", descr, (long long)rows, (long long)cols)
+                 : snprintf(h, 128, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld,), }", descr, (long long)rows);
+    char digits[32];
+    n += snprintf(h + n, 32, "%*s", 21 - snprintf(digits, sizeof digits, "%lld", (long long)rows), "");
+    int total = (10 + n + 1) / 64 * 64 + 64;   // numpy pads 1..64 spaces (64 when already aligned)
+    memset(h + n, ' ', (size_t)(total - 11 - n));
+    h[total - 11] = '\n';
+    uint8_t prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)(total - 10), (uint8_t)((total - 10) >> 8)};
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());   // unique per process: concurrent builders never share one
+    FILE* f = fopen(tmp, "wb");
+    if (f == NULL) return data_error(err, errlen, "%s: %s (--data-cache-path names a writable directory)", tmp, strerror(errno));
+    size_t count = (size_t)rows * (size_t)(cols ? cols : 1);
+    int bad = fwrite(prefix, 1, 10, f) != 10 || fwrite(h, 1, (size_t)(total - 10), f) != (size_t)(total - 10) ||
+              fwrite(data, itemsize, count, f) != count;
+    if (close_synced(f) || bad || rename(tmp, path) != 0) {
+        int rc = data_error(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
+        unlink(tmp);
+        return rc;
+    }
+    fsync_parent_dir(path);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the index cache: the three arrays as .npy files beside the data (or in a cache directory)
+//
+// Megatron saves doc_idx (int32), sample_idx (int32, [n+1][2]) and shuffle_idx (uint32, or
+// int64 from 2^32-1 samples on) with np.save as
+//     PREFIX_NAME_indexmap_{num_samples}ns_{seq_length}sl_{seed}s_{doc_idx,sample_idx,shuffle_idx}.npy
+// and trusts any file of that name. That name does not capture the document range, so a
+// changed --split (or a dataset rewritten in place) silently reuses a stale index. We write
+// the same files, which np.load and Megatron read, under the same name plus a hash:
+//     PREFIX_NAME_indexmap_{num_samples}ns_{seq_length}sl_{seed}s_{HASH}_doc_idx.npy ...
+// HASH (16 hex digits) covers every input of the arrays: the .idx file's size and its sizes
+// array, the document range, seq_length, seed and num_samples (not the tokens: the arrays do
+// not depend on them). Files are written under a temporary name and renamed, so a reader
+// sees a whole file or none; and a file that is there is still checked before it is used
+// (check_cached_index), and rebuilt, never trusted, when it fails.
+
+enum { DATA_NO_CACHE = 2 };   // returned when may_build is 0 and there is no valid cache
+
+static uint64_t hash_mix(uint64_t h, uint64_t v) {   // FNV-1a's step on whole words, high bits folded back
+    h = (h ^ v) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+// the HASH of the cache's file names: every input of the index arrays
+static uint64_t index_hash(const GPTDataset* g, uint64_t seed, int64_t num_samples) {
+    const IndexedDataset* ds = g->ds;
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = hash_mix(h, (uint64_t)(IDX_HEADER_BYTES + 12 * ds->num_items + 8 * (ds->num_docs + 1)));   // the .idx file's size
+    for (int64_t i = 0; i < ds->num_items; i++) h = hash_mix(h, (uint32_t)ds->sizes[i]);
+    const int64_t inputs[5] = {g->doc_begin, g->doc_end, g->seq_length, (int64_t)seed, num_samples};
+    for (int i = 0; i < 5; i++) h = hash_mix(h, (uint64_t)inputs[i]);
+    h ^= h >> 33;   // MurmurHash3's finalizer, so that any input changes every digit
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+// g->cache_stem = PREFIX (or CACHE_DIR/basename of PREFIX) + _NAME_indexmap_..._HASH; 1 if too long
+static int cache_stem(GPTDataset* g, const char* cache_dir, const char* name, uint64_t seed, int64_t num_samples) {
+    const char* base = strrchr(g->ds->path_prefix, '/');
+    base = cache_dir && base ? base + 1 : g->ds->path_prefix;
+    int n = snprintf(g->cache_stem, sizeof g->cache_stem, "%s%s%s_%s_indexmap_%lldns_%dsl_%llus_%016llx", cache_dir ? cache_dir : "",
+                     cache_dir ? "/" : "", base, name, (long long)num_samples, g->seq_length, (unsigned long long)seed,
+                     (unsigned long long)index_hash(g, seed, num_samples));
+    return n < 0 || (size_t)n + 20 >= sizeof g->cache_stem;   // room for "_shuffle_idx.npy"
+}
+
+static const char* const INDEX_FILES[3] = {"doc_idx", "sample_idx", "shuffle_idx"};
+
+static void cache_path(char* out, size_t size, const GPTDataset* g, int k) {
+    snprintf(out, size, "%s_%s.npy", g->cache_stem, INDEX_FILES[k]);
+}
+
+// The arrays are what gpt_dataset_build makes for g's inputs, as far as one linear pass can
+// tell: the planned lengths; every doc_idx entry inside the document range; row k of
+// sample_idx exactly at token k*seq_length of the document stream, its offset inside its
+// document (so no sample reads past the stream or outside a document); every shuffle_idx
+// entry a sample. Only the shuffled order itself is taken on trust.
+static int check_cached_index(const GPTDataset* g, char* why, size_t whylen) {
+    char path[4200];
+    const int32_t* sizes = g->ds->sizes;
+    cache_path(path, sizeof path, g, 0);
+    for (int64_t i = 0; i < g->doc_idx_len; i++)
+        if (g->doc_idx[i] < g->doc_begin || g->doc_idx[i] >= g->doc_end)
+            return data_error(why, whylen, "%s: doc_idx[%lld] = %d is outside documents [%lld, %lld)", path, (long long)i,
+                              g->doc_idx[i], (long long)g->doc_begin, (long long)g->doc_end);
+    cache_path(path, sizeof path, g, 1);
+    int64_t d = 0, start = 0;   // start: stream position of document doc_idx[d]
+    for (int64_t k = 0; k <= g->num_samples; k++) {
+        int64_t dk = g->sample_idx[2 * k], off = g->sample_idx[2 * k + 1];
+        if (dk < d || dk >= g->doc_idx_len)
+            return data_error(why, whylen, "%s: row %lld points at doc_idx entry %lld (expected %lld..%lld)", path,
+                              (long long)k, (long long)dk, (long long)d, (long long)g->doc_idx_len - 1);
+        for (; d < dk; d++) start += sizes[g->doc_idx[d]];
+        if (off < 0 || (off >= sizes[g->doc_idx[d]] && k > 0) || start + off != k * g->seq_length)
+            return data_error(why, whylen, "%s: row %lld (%lld, %lld) is not token %lld of the documents", path,
+                              (long long)k, (long long)dk, (long long)off, (long long)k * g->seq_length);
+    }
+    cache_path(path, sizeof path, g, 2);
+    for (int64_t i = 0; i < g->num_samples; i++)
+        if (shuffle_at(g, i) < 0 || shuffle_at(g, i) >= g->num_samples)
+            return data_error(why, whylen, "%s: entry %lld = %lld is not a sample (0..%lld)", path, (long long)i,
+                              (long long)shuffle_at(g, i), (long long)g->num_samples - 1);
+    return 0;
+}
+
+// map the three files into g (planned, with its stem) and check them; on failure g keeps the
+// mappings made so far, for gpt_dataset_free
+static int load_index(GPTDataset* g, char* why, size_t whylen) {
+    NpyArray a[3];
+    char path[4200];
+    for (int k = 0; k < 3; k++) {
+        cache_path(path, sizeof path, g, k);
+        if (npy_map(&a[k], path, why, whylen)) return 1;
+        g->maps[k] = a[k].map;
+        g->map_bytes[k] = a[k].map_bytes;
+        int64_t want = k == 0 ? g->doc_idx_len : k == 1 ? g->num_samples + 1 : g->num_samples;
+        int ok = a[k].ndim == (k == 1 ? 2 : 1) && a[k].shape[0] == want && (k != 1 || a[k].shape[1] == 2) &&
+                 (k == 2 ? !strcmp(a[k].descr, "<u4") || !strcmp(a[k].descr, "<i8") : !strcmp(a[k].descr, "<i4"));
+        if (!ok)
+            return data_error(why, whylen, "%s: descr '%s', shape (%lld, %lld); expected %s of %lld rows", path, a[k].descr,
+                              (long long)a[k].shape[0], (long long)a[k].shape[1], k == 2 ? "<u4 or <i8" : "<i4", (long long)want);
+    }
+    g->doc_idx = (int32_t*)a[0].data;   // read-only mappings: nothing writes through these
+    g->sample_idx = (int32_t*)a[1].data;
+    if (!strcmp(a[2].descr, "<i8")) g->shuffle_idx = (int64_t*)a[2].data;
+    else g->shuffle_idx_u32 = (const uint32_t*)a[2].data;
+    return check_cached_index(g, why, whylen);
+}
+
+static int write_index(const GPTDataset* g, const GPTDataset* built, char* err, size_t errlen) {
+    char path[4200];
+    cache_path(path, sizeof path, g, 0);
+    int rc = npy_write(path, "<i4", built->doc_idx_len, 0, built->doc_idx, 4, err, errlen);
+    cache_path(path, sizeof path, g, 1);
+    if (rc == 0) rc = npy_write(path, "<i4", built->num_samples + 1, 2, built->sample_idx, 4, err, errlen);
+    cache_path(path, sizeof path, g, 2);
+    int64_t n = built->num_samples;
+    if (rc) return rc;
+    if (n >= 0xfffffffell) return npy_write(path, "<i8", n, 0, built->shuffle_idx, 8, err, errlen);   // as Megatron
+    uint32_t* narrow = (uint32_t*)malloc((size_t)n * 4);   // Megatron's dtype below 2^32-1 samples
+    if (narrow == NULL) return data_error(err, errlen, "%s: out of memory", path);
+    for (int64_t i = 0; i < n; i++) narrow[i] = (uint32_t)built->shuffle_idx[i];
+    rc = npy_write(path, "<u4", n, 0, narrow, 4, err, errlen);
+    free(narrow);
+    return rc;
+}
+
+// gpt_dataset_build's dataset, through the cache in cache_dir (NULL: beside the data). A
+// valid cache is mapped; else with may_build the index is built, written and then mapped like
+// one found (so every rank reads the same files the same way), and without it DATA_NO_CACHE
+// is returned with the reason. The trainer calls this with may_build on one rank, waits at a
+// barrier, then calls it without on the others.
+static inline int gpt_dataset_open_cached(GPTDataset* g, const IndexedDataset* ds, const char* name, int64_t doc_begin,
+                                          int64_t doc_end, int seq_length, uint64_t seed, int64_t num_samples,
+                                          const char* cache_dir, int may_build, char* err, size_t errlen) {
+    int64_t first = 0;
+    if (gpt_plan(g, ds, doc_begin, doc_end, seq_length, seed, num_samples, &first, err, errlen)) return 1;
+    if (cache_stem(g, cache_dir, name, seed, num_samples))
+        return data_error(err, errlen, "%s: index cache path too long", cache_dir ? cache_dir : ds->path_prefix);
+    GPTDataset plan = *g;
+    char why[1024];
+    if (load_index(g, why, sizeof why) == 0) return 0;
+    gpt_dataset_free(g);
+    if (!may_build) {
+        data_error(err, errlen, "%s (no valid index cache, and this process may not build it)", why);
+        return DATA_NO_CACHE;
+    }
+    GPTDataset built;
+    if (gpt_dataset_build(&built, ds, doc_begin, doc_end, seq_length, seed, num_samples, err, errlen)) return 1;
+    int rc = write_index(&plan, &built, err, errlen);
+    gpt_dataset_free(&built);
+    *g = plan;
+    if (rc == 0 && load_index(g, why, sizeof why) != 0) rc = data_error(err, errlen, "%s (just written)", why);
+    if (rc) gpt_dataset_free(g);
+    g->built = rc == 0;
+    return rc;
 }
 
 // ----------------------------------------------------------------------------
@@ -822,6 +1125,227 @@ static inline int blend_build(BlendIndex* b, const double* weights, int n, int64
     return 0;
 }
 
+// ----------------------------------------------------------------------------
+// token statistics: order-0 (unigram) entropy
+
+// counts[t - lo] += 1 for each token t of documents [begin, end) with lo <= t < lo + n;
+// returns how many were counted
+static int64_t count_tokens(const IndexedDataset* ds, int64_t begin, int64_t end, double* counts, int64_t lo, int64_t n) {
+    int64_t counted = 0;
+    for (int64_t doc = begin; doc < end; doc++)
+        for (int64_t i = 0; i < ds->sizes[doc]; i++) {
+            int64_t t = token_at(ds->bin + ds->pointers[doc] + i * ds->itemsize, ds->dtype_code) - lo;
+            if (t >= 0 && t < n) { counts[t] += 1.0; counted++; }
+        }
+    return counted;
+}
+
+// -sum p log p (nats) of the distribution proportional to counts
+static double entropy_nats(const double* counts, int64_t n) {
+    double total = 0.0, h = 0.0;
+    for (int64_t v = 0; v < n; v++) total += counts[v];
+    for (int64_t v = 0; v < n; v++)
+        if (counts[v] > 0) h -= counts[v] / total * log(counts[v] / total);
+    return h;
+}
+
+// ----------------------------------------------------------------------------
+// the datasets of a run: --data-path, --split and blending in one object
+// (Megatron's build_train_valid_test_datasets)
+//
+// --data-path P: split k is P's GPTDataset over the k-th range of --split, asked for
+// num_samples[k] samples: Megatron's single-dataset path, exactly.
+// --data-path W1 P1 W2 P2 ...: each prefix is split the same way and its k-th dataset asked
+// for ceil(num_samples[k] * w * 1.005) samples (blend_weights); split k is the
+// BlendableDataset over them, of size the sum of their lengths, as Megatron-DeepSpeed (and
+// Megatron-LM until 2023, which later passes num_samples[k] as the size: the first
+// num_samples[k] samples are the same either way). Megatron takes this path for a single
+// "W P" pair too, so that the margin changes its sample count; so do we.
+// A split is there when samples are asked of it and every prefix has documents for it. A
+// prefix without documents for a split that is asked for is an error for train and valid;
+// the test split is then just absent (where Megatron would stop on an assertion).
+
+typedef struct {
+    IndexedDataset ds;
+    double weight;                // normalized; 1 without weights
+    int64_t bounds[4];            // split k: documents [bounds[k], bounds[k+1])
+    int64_t requested[3];         // samples asked of split k's GPTDataset
+    GPTDataset split[3];
+} DataPrefix;
+
+typedef struct {
+    int num_prefixes, weighted;   // weighted: --data-path came as WEIGHT PREFIX pairs (blended)
+    DataPrefix* prefix;           // [num_prefixes]
+    int has[3];                   // train, valid, test
+    int64_t num_samples[3];       // length of each split that is there
+    BlendIndex blend[3];          // weighted only
+    char split[64];               // --split, for the print-out
+} DataSplits;
+
+static const char* const SPLIT_NAMES[3] = {"train", "valid", "test"};
+
+static inline void data_splits_close(DataSplits* d) {
+    for (int i = 0; i < d->num_prefixes; i++) {
+        for (int k = 0; k < 3; k++) gpt_dataset_free(&d->prefix[i].split[k]);
+        indexed_dataset_close(&d->prefix[i].ds);
+    }
+    for (int k = 0; k < 3; k++) blend_free(&d->blend[k]);
+    free(d->prefix);
+    memset(d, 0, sizeof *d);
+}
+
+// "P", or "W1 P1 W2 P2 ...": allocate the prefixes; raw weights into w
+static int parse_data_path(DataSplits* d, const char* const* v, int count, double* w, char* err, size_t errlen) {
+    d->weighted = count > 1;
+    int n = d->weighted ? count / 2 : count;
+    if (count < 1 || (d->weighted && count % 2) || n > 254)
+        return data_error(err, errlen, "--data-path: %d values; expected PREFIX, or WEIGHT PREFIX pairs (at most 254)", count);
+    for (int i = 0; i < n && d->weighted; i++) {
+        char* end;
+        w[i] = strtod(v[2 * i], &end);
+        if (end == v[2 * i] || *end || !(w[i] >= 0 && w[i] < 1e300))
+            return data_error(err, errlen, "--data-path: '%s' is not a weight (expected WEIGHT PREFIX pairs, weights >= 0)", v[2 * i]);
+    }
+    d->prefix = (DataPrefix*)calloc((size_t)n, sizeof(DataPrefix));
+    if (d->prefix == NULL) return data_error(err, errlen, "--data-path: out of memory");
+    d->num_prefixes = n;
+    return 0;
+}
+
+// open the prefixes, split them, and work out the sample counts and which splits are there
+static int plan_splits(DataSplits* d, const char* const* v, const double* raw, const int64_t num_samples[3], char* err, size_t errlen) {
+    for (int i = 0; i < d->num_prefixes; i++) {
+        DataPrefix* p = &d->prefix[i];
+        if (indexed_dataset_open(&p->ds, v[d->weighted ? 2 * i + 1 : i], err, errlen) ||
+            split_documents(d->split, p->ds.num_items, p->bounds, err, errlen))
+            return 1;
+    }
+    for (int k = 0; k < 3; k++) {
+        double w[256];
+        int64_t per[256];
+        for (int i = 0; i < d->num_prefixes; i++) { w[i] = d->weighted ? raw[i] : 1.0; per[i] = num_samples[k]; }
+        if (d->weighted && blend_weights(w, d->num_prefixes, num_samples[k], per, err, errlen)) return 1;   // normalizes w
+        d->has[k] = num_samples[k] > 0;
+        for (int i = 0; i < d->num_prefixes; i++) {
+            DataPrefix* p = &d->prefix[i];
+            p->weight = w[i];
+            p->requested[k] = per[i];
+            if (!d->has[k] || p->bounds[k + 1] > p->bounds[k]) continue;
+            if (k == 2) { d->has[k] = 0; continue; }
+            return data_error(err, errlen, "%s: --split %s leaves the %s split without documents (%lld documents in all), "
+                              "but %lld %s samples are asked for", p->ds.path_prefix, d->split, SPLIT_NAMES[k],
+                              (long long)p->ds.num_items, (long long)num_samples[k], SPLIT_NAMES[k]);
+        }
+    }
+    return 0;
+}
+
+// Returns 0; DATA_NO_CACHE when may_build is 0 and an index cache is missing or invalid;
+// 1 on any other error. err names the file and what is wrong.
+static inline int data_splits_open(DataSplits* d, const char* const* data_path, int count, const char* split, int seq_length,
+                                   uint64_t seed, const int64_t num_samples[3], const char* cache_dir, int may_build,
+                                   char* err, size_t errlen) {
+    memset(d, 0, sizeof *d);
+    double raw[256] = {0};
+    if (snprintf(d->split, sizeof d->split, "%s", split) >= (int)sizeof d->split)
+        return data_error(err, errlen, "--split %s: too long", split);
+    int rc = parse_data_path(d, data_path, count, raw, err, errlen);
+    if (rc == 0) rc = plan_splits(d, data_path, raw, num_samples, err, errlen);
+    for (int k = 0; k < 3 && rc == 0; k++) {
+        if (!d->has[k]) continue;
+        double w[256];
+        int64_t size = 0;
+        for (int i = 0; i < d->num_prefixes && rc == 0; i++) {
+            DataPrefix* p = &d->prefix[i];
+            rc = gpt_dataset_open_cached(&p->split[k], &p->ds, SPLIT_NAMES[k], p->bounds[k], p->bounds[k + 1], seq_length,
+                                         seed, p->requested[k], cache_dir, may_build, err, errlen);
+            size += p->split[k].num_samples;
+            w[i] = p->weight;
+        }
+        if (rc == 0 && d->weighted) rc = blend_build(&d->blend[k], w, d->num_prefixes, size, err, errlen);
+        d->num_samples[k] = size;
+    }
+    if (rc) data_splits_close(d);
+    return rc;
+}
+
+static inline int data_splits_has(const DataSplits* d, int split) { return split >= 0 && split < 3 && d->has[split]; }
+
+// sample i (modulo the split's length) of split 0 train, 1 valid, 2 test, which must be there
+// (data_splits_has): seq_length+1 tokens
+static inline void data_splits_get(const DataSplits* d, int split, int64_t i, int* tokens) {
+    if (!d->weighted) { gpt_dataset_get(&d->prefix[0].split[split], i, tokens); return; }
+    const BlendIndex* b = &d->blend[split];
+    i %= b->size;
+    if (i < 0) i += b->size;
+    gpt_dataset_get(&d->prefix[b->dataset_index[i]].split[split], b->dataset_sample_index[i], tokens);
+}
+
+// the largest token id of all prefixes into *max_id_out; with vocab_size > 0, an id outside
+// [0, vocab_size) is an error that names the file, the document and the position
+static inline int data_splits_check_vocab(const DataSplits* d, int vocab_size, int64_t* max_id_out, char* err, size_t errlen) {
+    *max_id_out = 0;
+    for (int i = 0; i < d->num_prefixes; i++) {
+        const IndexedDataset* ds = &d->prefix[i].ds;
+        int64_t lo, hi;
+        if (indexed_dataset_max_token(ds, &lo, &hi)) continue;   // no tokens
+        if (hi > *max_id_out) *max_id_out = hi;
+        if (lo >= 0 && (vocab_size <= 0 || hi < vocab_size)) continue;
+        for (int64_t doc = 0; doc < ds->num_items; doc++)   // the rare bad file: find the first culprit
+            for (int64_t t = 0; t < ds->sizes[doc]; t++) {
+                int64_t id = indexed_dataset_token(ds, doc, t);
+                if (id < 0 || (vocab_size > 0 && id >= vocab_size))
+                    return data_error(err, errlen, "%s.bin: document %lld, token %lld: id %lld is outside the vocabulary [0, %d)",
+                                      ds->path_prefix, (long long)doc, (long long)t, (long long)id, vocab_size);
+            }
+    }
+    return 0;
+}
+
+// order-0 entropy (nats per token) of the train split: of the mixture that blending serves,
+// sum_k w_k * (token frequencies of prefix k's train documents); ids >= vocab_size ignored
+static inline double data_splits_unigram_entropy(const DataSplits* d, int vocab_size) {
+    double* mix = (double*)calloc((size_t)vocab_size, sizeof(double));
+    double* counts = (double*)malloc((size_t)vocab_size * sizeof(double));
+    double h = NAN;
+    for (int i = 0; i < d->num_prefixes && mix && counts; i++) {
+        const DataPrefix* p = &d->prefix[i];
+        memset(counts, 0, (size_t)vocab_size * sizeof(double));
+        int64_t n = p->bounds[1] > p->bounds[0] ? count_tokens(&p->ds, p->bounds[0], p->bounds[1], counts, 0, vocab_size) : 0;
+        for (int v = 0; v < vocab_size && n > 0; v++) mix[v] += p->weight * counts[v] / (double)n;
+    }
+    if (mix && counts) h = entropy_nats(mix, vocab_size);
+    free(mix);
+    free(counts);
+    return h;
+}
+
+// what the trainer prints at start-up: each prefix's split, each split's samples and index cache
+static inline void data_splits_print(const DataSplits* d, FILE* f) {
+    for (int i = 0; i < d->num_prefixes; i++) {
+        const DataPrefix* p = &d->prefix[i];
+        const int64_t* b = p->bounds;
+        fprintf(f, "data: %s", p->ds.path_prefix);
+        if (d->weighted) fprintf(f, " (weight %.4f)", p->weight);
+        fprintf(f, ": %lld documents, split %s -> train [%lld, %lld) valid [%lld, %lld) test [%lld, %lld)\n",
+                (long long)p->ds.num_items, d->split, (long long)b[0], (long long)b[1], (long long)b[1], (long long)b[2],
+                (long long)b[2], (long long)b[3]);
+        for (int k = 0; k < 3; k++) {
+            const GPTDataset* g = &p->split[k];
+            if (!d->has[k]) continue;
+            fprintf(f, "data:   %s: %lld samples asked, %lld in %d epoch(s)%s; index %s %s_*.npy\n", SPLIT_NAMES[k],
+                    (long long)p->requested[k], (long long)g->num_samples, g->num_epochs,
+                    g->separate_last_epoch ? " (last one shuffled apart)" : "", g->built ? "built into" : "loaded from",
+                    g->cache_stem);
+        }
+    }
+    fprintf(f, "data: samples per split:");
+    for (int k = 0; k < 3; k++)
+        if (d->has[k]) fprintf(f, " %s %lld", SPLIT_NAMES[k], (long long)d->num_samples[k]);
+        else fprintf(f, " %s none", SPLIT_NAMES[k]);
+    fprintf(f, "%s\n", d->weighted ? " (blended)" : "");
+}
+
 #if defined(PREPROCESS_MAIN) || defined(DATA_TESTING)
 // ----------------------------------------------------------------------------
 // preprocess: text in, .bin/.idx out (Megatron's tools/preprocess_data.py, byte-level)
@@ -829,6 +1353,7 @@ static inline int blend_build(BlendIndex* b, const double* weights, int n, int64
 // ./preprocess --input FILE [FILE ...] --output-prefix PREFIX [--json-keys KEY [KEY ...]]
 //              [--append-eod] [--tokenizer-type bytes|ids] [--vocab-size N] [--dtype NAME]
 //              [--workers N]          or          ./preprocess --inspect PREFIX
+//              or ./preprocess --print-samples --data-path ... (see PREPROCESS_USAGE)
 // Sources of documents: a whole input file (bytes, no --json-keys); one line (ids); or with
 // --json-keys, one string per key and JSON line. Output per key: PREFIX_KEY_document.bin/.idx
 // (key "text" without --json-keys). As preprocess_data.py: a document with no tokens is
@@ -842,9 +1367,14 @@ typedef struct {
     const char* inputs[1024]; int num_inputs;
     const char* output_prefix;
     const char* keys[PREPROCESS_MAX_KEYS]; int num_keys;
-    int json, ids, append_eod, dtype_code, workers;
-    int64_t vocab_size;   // ids: --vocab-size (0: largest id in the data + 1)
+    int json, ids, append_eod, dtype_code;
+    int64_t workers, vocab_size;   // ids: --vocab-size (0: largest id in the data + 1)
     const char* inspect;
+    // --print-samples: the trainer's --data-path, --split, --seq-length, --seed, --data-cache-path
+    int print_samples, which;                    // which: 0 train, 1 valid, 2 test
+    const char* data_path[512]; int num_data_path;
+    const char* split; const char* cache_dir;
+    int64_t seq_length, seed, num_samples, first;   // first < 0: all num_samples
 } PreprocessArgs;
 
 typedef struct { uint8_t* data; size_t len, cap; } ByteBuf;
@@ -1151,47 +1681,81 @@ static int parse_int_flag(const char* flag, const char* v, int64_t lo, int64_t* 
     return 0;
 }
 
+// a flag that takes a list of values: where they go, and how many fit
+static const char** list_flag(PreprocessArgs* a, const char* f, int** count, int* cap) {
+    if (!strcmp(f, "--input")) { *count = &a->num_inputs; *cap = 1024; return a->inputs; }
+    if (!strcmp(f, "--json-keys")) { *count = &a->num_keys; *cap = PREPROCESS_MAX_KEYS; a->json = 1; return a->keys; }
+    if (!strcmp(f, "--data-path") || !strcmp(f, "--print-samples")) { *count = &a->num_data_path; *cap = 512; return a->data_path; }
+    return NULL;
+}
+
+static const char* const VALUE_FLAGS[] = {"--output-prefix", "--inspect", "--split", "--data-cache-path", "--which",
+                                          "--tokenizer-type", "--dtype", "--workers", "--vocab-size", "--seq-length",
+                                          "--seed", "--num-samples", "--first"};
+
+// one of VALUE_FLAGS and its value: 0, or 1 with err set
+static int value_flag(PreprocessArgs* a, const char* f, const char* value, char* err, size_t errlen) {
+    const struct { const char* name; int64_t lo; int64_t* at; } ints[] = {
+        {"--workers", 1, &a->workers}, {"--vocab-size", 1, &a->vocab_size}, {"--seq-length", 2, &a->seq_length},
+        {"--seed", 0, &a->seed}, {"--num-samples", 1, &a->num_samples}, {"--first", 0, &a->first}};
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+        if (!strcmp(f, ints[k].name)) return parse_int_flag(f, value, ints[k].lo, ints[k].at, err, errlen);
+    if (!strcmp(f, "--output-prefix")) a->output_prefix = value;
+    else if (!strcmp(f, "--inspect")) a->inspect = value;
+    else if (!strcmp(f, "--split")) a->split = value;
+    else if (!strcmp(f, "--data-cache-path")) a->cache_dir = value;
+    else if (!strcmp(f, "--which")) {
+        for (a->which = 0; a->which < 3 && strcmp(value, SPLIT_NAMES[a->which]); a->which++) {}
+        if (a->which == 3) return data_error(err, errlen, "--which %s: expected train, valid or test", value);
+    } else if (!strcmp(f, "--tokenizer-type")) {
+        if (strcmp(value, "bytes") && strcmp(value, "ids"))
+            return data_error(err, errlen, "--tokenizer-type %s: expected bytes or ids", value);
+        a->ids = !strcmp(value, "ids");
+    } else if (!strcmp(f, "--dtype")) {
+        for (int k = 0; k < NUM_TOKEN_DTYPES; k++)
+            if (!strcmp(value, TOKEN_DTYPES[k].name)) a->dtype_code = TOKEN_DTYPES[k].code;
+        if (!a->dtype_code) return data_error(err, errlen, "--dtype %s: expected uint8, int8, int16, uint16, int32 or int64", value);
+    }
+    return 0;
+}
+
+static int check_print_samples(const PreprocessArgs* a, char* err, size_t errlen) {
+    if (a->num_data_path == 0 || a->seq_length == 0 || a->num_samples == 0)
+        return data_error(err, errlen, "--print-samples needs --data-path [WEIGHT] PREFIX ..., --seq-length and --num-samples");
+    if (a->seed > 0xffffffffll) return data_error(err, errlen, "--seed %lld: numpy's RandomState takes 0..2^32-1", (long long)a->seed);
+    if (a->seq_length > (1 << 30)) return data_error(err, errlen, "--seq-length %lld: too long", (long long)a->seq_length);
+    return 0;
+}
+
 static int preprocess_parse(int argc, char** argv, PreprocessArgs* a, char* err, size_t errlen) {
     memset(a, 0, sizeof *a);
     a->workers = 1;
+    a->seed = 1234;   // Megatron's defaults
+    a->split = "969, 30, 1";
+    a->first = -1;
     for (int i = 1; i < argc; i++) {
         const char* f = argv[i];
-        int has_value = i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0;
-        int64_t v = 0;
-        int rc = 0;
-        static const char* with_value[] = {"--input", "--json-keys", "--output-prefix", "--inspect", "--workers",
-                                           "--vocab-size", "--tokenizer-type", "--dtype"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= !strcmp(f, with_value[k]);
+        int* count;
+        int cap;
+        const char** list = list_flag(a, f, &count, &cap);
         if (!strcmp(f, "--append-eod")) { a->append_eod = 1; continue; }
-        if (!known) return data_error(err, errlen, "%s: unknown flag (see --help)", f);
-        if (!has_value) return data_error(err, errlen, "%s: missing value", f);
-        if (!strcmp(f, "--input") || !strcmp(f, "--json-keys")) {
-            int is_input = f[2] == 'i';
+        a->print_samples |= !strcmp(f, "--print-samples");
+        if (list) {   // the values up to the next flag (--print-samples may have none)
+            int before = *count;
             for (; i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0; i++) {
-                if (is_input && a->num_inputs < 1024) a->inputs[a->num_inputs++] = argv[i + 1];
-                else if (!is_input && a->num_keys < PREPROCESS_MAX_KEYS) a->keys[a->num_keys++] = argv[i + 1];
-                else return data_error(err, errlen, "%s: too many values", f);
+                if (*count == cap) return data_error(err, errlen, "%s: too many values", f);
+                list[(*count)++] = argv[i + 1];
             }
-            a->json |= !is_input;
+            if (*count == before && !a->print_samples) return data_error(err, errlen, "%s: missing value", f);
             continue;
         }
-        const char* value = argv[++i];
-        if (!strcmp(f, "--output-prefix")) a->output_prefix = value;
-        else if (!strcmp(f, "--inspect")) a->inspect = value;
-        else if (!strcmp(f, "--workers")) { rc = parse_int_flag(f, value, 1, &v, err, errlen); a->workers = (int)v; }
-        else if (!strcmp(f, "--vocab-size")) { rc = parse_int_flag(f, value, 1, &v, err, errlen); a->vocab_size = v; }
-        else if (!strcmp(f, "--tokenizer-type")) {
-            if (strcmp(value, "bytes") && strcmp(value, "ids"))
-                return data_error(err, errlen, "--tokenizer-type %s: expected bytes or ids", value);
-            a->ids = !strcmp(value, "ids");
-        } else if (!strcmp(f, "--dtype")) {
-            for (int k = 0; k < NUM_TOKEN_DTYPES; k++)
-                if (!strcmp(value, TOKEN_DTYPES[k].name)) a->dtype_code = TOKEN_DTYPES[k].code;
-            if (!a->dtype_code) return data_error(err, errlen, "--dtype %s: expected uint8, int8, int16, uint16, int32 or int64", value);
-        }
-        if (rc) return rc;
+        int known = 0;
+        for (size_t k = 0; k < sizeof VALUE_FLAGS / sizeof VALUE_FLAGS[0]; k++) known |= !strcmp(f, VALUE_FLAGS[k]);
+        if (!known) return data_error(err, errlen, "%s: unknown flag (see --help)", f);
+        if (i + 1 == argc || strncmp(argv[i + 1], "--", 2) == 0) return data_error(err, errlen, "%s: missing value", f);
+        if (value_flag(a, f, argv[++i], err, errlen)) return 1;
     }
+    if (a->print_samples) return check_print_samples(a, err, errlen);
     if (a->inspect) return 0;
     if (a->num_inputs == 0 || a->output_prefix == NULL)
         return data_error(err, errlen, "--input and --output-prefix are required (see --help)");
@@ -1214,11 +1778,41 @@ static int preprocess_inspect(const char* prefix, char* err, size_t errlen) {
     if (indexed_dataset_open(&ds, prefix, err, errlen)) return 1;
     int64_t lo, hi;
     indexed_dataset_max_token(&ds, &lo, &hi);
-    printf("%s: dtype %s, %lld documents, %lld items, %lld tokens, min token id %lld, max token id %lld\n", prefix,
+    printf("%s: dtype %s, %lld documents, %lld items, %lld tokens, min token id %lld, max token id %lld", prefix,
            token_dtype(ds.dtype_code)->name, (long long)ds.num_docs, (long long)ds.num_items, (long long)ds.num_tokens,
            (long long)lo, (long long)hi);
+    double* counts = hi - lo < (1 << 26) ? (double*)calloc((size_t)(hi - lo + 1), sizeof(double)) : NULL;
+    if (counts) {   // (not for ids spread over more than 2^26 values)
+        count_tokens(&ds, 0, ds.num_items, counts, lo, hi - lo + 1);
+        printf(", unigram entropy %.4f nats/token", entropy_nats(counts, hi - lo + 1));
+    }
+    printf("\n");
+    free(counts);
     indexed_dataset_close(&ds);
     return 0;
+}
+
+// the first --first samples of a split, one line of seq_length+1 ids each, alone on stdout
+static int preprocess_print_samples(const PreprocessArgs* a, char* err, size_t errlen) {
+    int64_t samples[3] = {0, 0, 0};
+    samples[a->which] = a->num_samples;
+    DataSplits d;
+    int rc = data_splits_open(&d, a->data_path, a->num_data_path, a->split, (int)a->seq_length, (uint64_t)a->seed,
+                              samples, a->cache_dir, 1, err, errlen);
+    if (rc) return rc;
+    data_splits_print(&d, stderr);
+    int64_t n = a->first < 0 ? a->num_samples : a->first < d.num_samples[a->which] ? a->first : d.num_samples[a->which];
+    int* tokens = (int*)malloc((size_t)(a->seq_length + 1) * sizeof(int));
+    if (!d.has[a->which]) rc = data_error(err, errlen, "--split %s leaves the %s split without documents", a->split, SPLIT_NAMES[a->which]);
+    else if (tokens == NULL) rc = data_error(err, errlen, "out of memory");
+    for (int64_t i = 0; i < n && rc == 0; i++) {
+        data_splits_get(&d, a->which, i, tokens);
+        for (int64_t t = 0; t <= a->seq_length; t++) printf("%d%c", tokens[t], t == a->seq_length ? '\n' : ' ');
+    }
+    if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) rc = data_error(err, errlen, "stdout: write failed");
+    free(tokens);
+    data_splits_close(&d);
+    return rc;
 }
 
 static double seconds_now(void) {
@@ -1278,12 +1872,17 @@ static const char* PREPROCESS_USAGE =
     "usage: preprocess --input FILE [FILE ...] --output-prefix PREFIX [--json-keys KEY [KEY ...]]\n"
     "                  [--append-eod] [--tokenizer-type bytes|ids] [--vocab-size N] [--dtype NAME] [--workers N]\n"
     "       preprocess --inspect PREFIX\n"
+    "       preprocess --print-samples --data-path [WEIGHT] PREFIX [...] --seq-length S --num-samples K [--seed 1234]\n"
+    "                  [--split 969,30,1] [--which train|valid|test] [--first F] [--data-cache-path DIR]\n"
     "Writes PREFIX_KEY_document.bin/.idx (KEY: text unless --json-keys) in Megatron's mmap format.\n"
     "  bytes (default): token = byte 0..255, end of document 256; each input file is one document,\n"
     "                   or with --json-keys each JSON line's KEY string is one document\n"
     "  ids:             whitespace-separated token ids, one document per line (or per JSON string);\n"
     "                   --vocab-size N: ids must be below N, and the end-of-document id is N\n"
-    "  --dtype:         uint8 int8 int16 uint16 int32 int64 (default: uint16 if the vocabulary < 65500, else int32)\n";
+    "  --dtype:         uint8 int8 int16 uint16 int32 int64 (default: uint16 if the vocabulary < 65500, else int32)\n"
+    "--inspect prints dtype, counts, the id range and the order-0 entropy. --print-samples prints the first F\n"
+    "(default K) samples of a split as the trainer sees them, one line of S+1 token ids each, with K samples asked\n"
+    "of that split; the index cache goes beside the data unless --data-cache-path.\n";
 
 // returns the exit status: 0, or 2 after printing one error line
 static inline int preprocess_main(int argc, char** argv) {
@@ -1293,7 +1892,9 @@ static inline int preprocess_main(int argc, char** argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(PREPROCESS_USAGE, stdout); return 0; }
     if (argc < 2) { fputs(PREPROCESS_USAGE, stderr); return 2; }
     int rc = preprocess_parse(argc, argv, &a, err, sizeof err);
-    if (rc == 0) rc = a.inspect ? preprocess_inspect(a.inspect, err, sizeof err) : preprocess_run(&a, err, sizeof err);
+    if (rc == 0) rc = a.print_samples ? preprocess_print_samples(&a, err, sizeof err)
+                      : a.inspect     ? preprocess_inspect(a.inspect, err, sizeof err)
+                                      : preprocess_run(&a, err, sizeof err);
     if (rc) fprintf(stderr, "error: %s\n", err);
     return rc ? 2 : 0;
 }

@@ -45,6 +45,7 @@ typedef struct {
     const char* data_path[64];         // [weight] prefix [weight prefix ...]
     int data_path_count;
     const char* split;
+    const char* data_cache_path;
     int eval_interval, eval_iters;
     int unigram_baseline;
     // logging and sampling
@@ -128,6 +129,7 @@ static int flag_table(Args* a, Flag* f) {
         {"--clip-grad", FLAG_FLOAT, &a->clip_grad, "clip the global gradient norm to this (1.0; 0 = off)"},
         {"--data-path", FLAG_LIST, a->data_path, "[WEIGHT] PREFIX [...]: Megatron .bin/.idx dataset(s)"},
         {"--split", FLAG_STRING, &a->split, "train,valid,test document split (969,30,1)"},
+        {"--data-cache-path", FLAG_STRING, &a->data_cache_path, "DIR for the sample-index cache (next to the data)"},
         {"--eval-interval", FLAG_INT, &a->eval_interval, "steps between evaluations (1000)"},
         {"--eval-iters", FLAG_INT, &a->eval_iters, "global batches per evaluation (100)"},
         {"--unigram-baseline", FLAG_SWITCH, &a->unigram_baseline, "report the data's order-0 entropy next to the loss"},
@@ -375,14 +377,8 @@ static LRSchedule make_lr_schedule(const Args* a, int train_iters) {
 // per micro-batch step, this rank taking its micro_batch slice, all from consumed samples.
 
 typedef struct {
-    IndexedDataset ds;
-    GPTDataset split[3];          // train, valid, test
-    int has_split[3];
-    int64_t bounds[4];
-} Data;
-
-typedef struct {
-    const GPTDataset* dataset;
+    const DataSplits* data;
+    int split;                    // 0 train, 1 valid, 2 test
     long long consumed;           // samples consumed before this step
     int micro_batch_size, dp_size, dp_rank, seq_length;
     int* host_sample;             // [seq_length + 1]
@@ -396,7 +392,7 @@ static void load_micro_batch(void* ctx, int micro_batch, int* tokens, int* targe
     long long first = l->consumed + (long long)micro_batch * l->micro_batch_size * l->dp_size
                     + (long long)l->dp_rank * l->micro_batch_size;
     for (int b = 0; b < l->micro_batch_size; b++) {
-        gpt_dataset_get(l->dataset, first + b, l->host_sample);
+        data_splits_get(l->data, l->split, first + b, l->host_sample);
         memcpy(l->host_tokens + (size_t)b * T, l->host_sample, T * sizeof(int));
         memcpy(l->host_targets + (size_t)b * T, l->host_sample + 1, T * sizeof(int));
     }
@@ -404,10 +400,11 @@ static void load_micro_batch(void* ctx, int micro_batch, int* tokens, int* targe
     host_to_dev(targets, l->host_targets, (size_t)l->micro_batch_size * T * sizeof(int));
 }
 
-static Loader make_loader(const GPTDataset* d, const Args* a) {
+static Loader make_loader(const DataSplits* d, int split, const Args* a) {
     Loader l;
     memset(&l, 0, sizeof(l));
-    l.dataset = d;
+    l.data = d;
+    l.split = split;
     l.micro_batch_size = a->micro_batch_size;
     l.dp_size = grid.dp_size;
     l.dp_rank = grid.dp_rank;
@@ -424,53 +421,28 @@ static void free_loader(Loader* l) {
     free(l->host_targets);
 }
 
-static void open_data(Data* d, Args* a, long long samples[3]) {
-    char err[512];
-    if (a->data_path_count != 1)
-        config_error("--data-path takes one prefix for now (blending of several datasets comes with the full data pipeline)");
-    if (indexed_dataset_open(&d->ds, a->data_path[0], err, sizeof(err)) != 0) config_error("%s", err);
-    int64_t min_id = 0, max_id = 0;
-    indexed_dataset_max_token(&d->ds, &min_id, &max_id);
+// Rank 0 builds the sample indexes (or finds them cached) and writes the cache; the others
+// then map the same cache files. Also settles the vocabulary: --vocab-size, or the largest
+// token id + 1, and every id must lie below it.
+static void open_data(DataSplits* d, Args* a, const long long samples[3]) {
+    char err[1024];
+    int64_t want[3] = {samples[0], samples[1], samples[2]};
+    int rc = 0;
+    if (grid.world_rank == 0)
+        rc = data_splits_open(d, a->data_path, a->data_path_count, a->split, a->seq_length, (uint64_t)a->seed, want,
+                              a->data_cache_path, 1, err, sizeof(err));
+    mpiCheck(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (rc) config_error("%s", err);   // rank 0 says why
+    if (grid.world_rank != 0) {
+        rc = data_splits_open(d, a->data_path, a->data_path_count, a->split, a->seq_length, (uint64_t)a->seed, want,
+                              a->data_cache_path, 0, err, sizeof(err));
+        if (rc == DATA_NO_CACHE) fail("%s (the index cache must be visible to every rank: see --data-cache-path)", err);
+        if (rc) fail("%s", err);
+    }
+    int64_t max_id = 0;
+    if (data_splits_check_vocab(d, a->vocab_size, &max_id, err, sizeof(err)))
+        config_error("%s (--vocab-size %d)", err, a->vocab_size);
     if (a->vocab_size == 0) a->vocab_size = (int)(max_id + 1);
-    if (min_id < 0 || max_id >= a->vocab_size)
-        config_error("%s: token ids span [%lld, %lld] but --vocab-size is %d", a->data_path[0],
-                     (long long)min_id, (long long)max_id, a->vocab_size);
-    if (split_documents(a->split, d->ds.num_items, d->bounds, err, sizeof(err)) != 0) config_error("%s", err);
-    const char* names[3] = {"train", "valid", "test"};
-    for (int k = 0; k < 3; k++) {
-        if (samples[k] == 0 || d->bounds[k + 1] <= d->bounds[k]) {
-            if (samples[k] > 0 && k < 2)
-                config_error("--split %s leaves the %s split of %s without documents (%lld documents in all)",
-                             a->split, names[k], a->data_path[0], (long long)d->ds.num_items);
-            continue;
-        }
-        if (gpt_dataset_build(&d->split[k], &d->ds, d->bounds[k], d->bounds[k + 1], a->seq_length,
-                              (uint64_t)a->seed, samples[k], err, sizeof(err)) != 0)
-            config_error("%s", err);
-        d->has_split[k] = 1;
-    }
-}
-
-static void close_data(Data* d) {
-    for (int k = 0; k < 3; k++)
-        if (d->has_split[k]) gpt_dataset_free(&d->split[k]);
-    indexed_dataset_close(&d->ds);
-}
-
-// order-0 entropy of the train split's tokens, in nats: the loss of a model that knows
-// only how often each token occurs, and no context
-static double unigram_entropy(const Data* d, int vocab) {
-    double* counts = (double*)callocCheck(vocab, sizeof(double));
-    double total = 0.0;
-    for (int64_t doc = d->bounds[0]; doc < d->bounds[1]; doc++) {
-        for (int64_t i = 0; i < d->ds.sizes[doc]; i++) counts[indexed_dataset_token(&d->ds, doc, i)] += 1.0;
-        total += d->ds.sizes[doc];
-    }
-    double h = 0.0;
-    for (int v = 0; v < vocab; v++)
-        if (counts[v] > 0) h -= counts[v] / total * log(counts[v] / total);
-    free(counts);
-    return h;
 }
 
 // ----------------------------------------------------------------------------
@@ -538,7 +510,7 @@ typedef struct {
     BatchSchedule batch;
     LRSchedule lr;
     int train_iters;
-    Data data;
+    DataSplits data;
     Loader train, valid, test;
     int iteration;
     long long consumed_samples;     // samples trained on so far (the data position)
@@ -600,10 +572,7 @@ static void print_setup(const Trainer* t) {
         printf("model: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d (padded to %d)%s\n", c->num_layers,
                c->hidden_size, c->num_attention_heads, c->ffn_hidden_size, c->seq_length, c->vocab_size,
                c->padded_vocab_size, c->embed_layernorm ? ", embedding LayerNorm" : "");
-        printf("data: %s, %lld documents, split %s -> train [%lld, %lld) valid [%lld, %lld) test [%lld, %lld)\n",
-               t->args.data_path[0], (long long)t->data.ds.num_items, t->args.split, (long long)t->data.bounds[0],
-               (long long)t->data.bounds[1], (long long)t->data.bounds[1], (long long)t->data.bounds[2],
-               (long long)t->data.bounds[2], (long long)t->data.bounds[3]);
+        data_splits_print(&t->data, stdout);
         printf("training: %d iterations, micro-batch %d, global batch %d%s\n", t->train_iters, t->args.micro_batch_size,
                t->args.global_batch_size, t->batch.rampup_samples ? " (ramped up)" : "");
         fflush(stdout);
@@ -672,9 +641,9 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     t->adam.weight_decay = a->weight_decay;
     t->adam.clip_grad = a->clip_grad;
     adamw_init(&t->opt, &t->model);
-    t->train = make_loader(&t->data.split[0], a);
-    t->valid = make_loader(&t->data.split[1], a);
-    t->test = make_loader(&t->data.split[2], a);
+    t->train = make_loader(&t->data, 0, a);
+    t->valid = make_loader(&t->data, 1, a);
+    t->test = make_loader(&t->data, 2, a);
     print_setup(t);
 }
 
@@ -684,7 +653,7 @@ static void trainer_free(Trainer* t) {
     free_loader(&t->test);
     adamw_free(&t->opt, &t->model);
     gpt_free(&t->model);
-    close_data(&t->data);
+    data_splits_close(&t->data);
 }
 
 // One training step: the micro-batches of the current global batch, forward and backward,
@@ -870,7 +839,7 @@ static void generate(Trainer* t) {
 // the run
 
 static float run_evaluation(Trainer* t, const char* what) {
-    if (t->args.eval_iters == 0 || !t->data.has_split[1]) return NAN;
+    if (t->args.eval_iters == 0 || !data_splits_has(&t->data, 1)) return NAN;
     float loss = evaluate(&t->model, &t->valid, t->args.eval_iters, t->args.global_batch_size);
     print_eval(what, loss);
     return loss;
@@ -911,7 +880,7 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     }
     float valid_loss = run_evaluation(t, "validation loss at the end of training");
     if (t->args.save_weights) write_weights_canonical(&t->model, t->args.save_weights);
-    if (t->args.eval_iters > 0 && t->data.has_split[2]) {
+    if (t->args.eval_iters > 0 && data_splits_has(&t->data, 2)) {
         float test_loss = evaluate(&t->model, &t->test, t->args.eval_iters, t->args.global_batch_size);
         print_eval("test loss at the end of training", test_loss);
     }
@@ -926,7 +895,7 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
                train_seconds > 0 ? tokens / train_seconds : 0.0, t->iteration ? 1000.0 * train_seconds / t->iteration : 0.0,
                last_loss, peak_rss_gib(), in_flight);
         if (t->args.unigram_baseline) {
-            double h = unigram_entropy(&t->data, t->cfg.vocab_size);
+            double h = data_splits_unigram_entropy(&t->data, t->cfg.vocab_size);
             printf("validation loss %.4f nats/token vs unigram (order-0) entropy of the train split %.4f nats/token: "
                    "%.1f%% of it\n", valid_loss, h, 100.0 * valid_loss / h);
         }

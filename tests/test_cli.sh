@@ -35,7 +35,7 @@ expect_error "missing --data-path" "--data-path" --train-iters 2
 expect_error "data file missing" "$tmp/nothing" $base --data-path "$tmp/nothing"
 printf 'not an index at all' > "$tmp/junk.idx"; printf 'xx' > "$tmp/junk.bin"
 expect_error "data file that is not a Megatron index" "$tmp/junk.idx" $base --data-path "$tmp/junk"
-expect_error "token ids above --vocab-size" "--vocab-size" $base --vocab-size 100
+expect_error "token ids above --vocab-size, named with file and document" "corpus_text_document.bin: document 0, token 34: id 112 is outside the vocabulary [0, 100) (--vocab-size 100)" $base --vocab-size 100
 expect_error "ramp-up not divisible by micro batch" "--rampup-batch-size" --data-path "$data" --train-samples 64 \
     --micro-batch-size 4 --global-batch-size 16 --rampup-batch-size 6 2 32
 
@@ -57,3 +57,8 @@ else bad "log line in Megatron's shape" "$(grep iteration "$tmp/a" | tail -1)"; 
 sample=$(sed -n '/^---------- sample/,/^-------------------/p' "$tmp/gen" | sed '1d;$d')
 if [ "${sample:0:3}" = "The" ] && [ "$(printf '%s' "$sample" | wc -c)" -ge 40 ]; then ok "sampling prints the prompt and new tokens"
 else bad "sampling prints the prompt and new tokens" "$(tail -5 "$tmp/gen")"; fi
+
+# blending: two weighted prefixes (the same corpus twice) train through Megatron's blending path
+if ./train_cpu $base --data-path 0.3 "$data" 0.7 "$data" > "$tmp/blend" 2>&1 && grep -q "weight 0.3000" "$tmp/blend" && grep -qE '^ iteration +2/' "$tmp/blend"; then
+    ok "training on a weighted blend of two datasets"
+else bad "training on a weighted blend of two datasets" "$(grep -m1 error "$tmp/blend")"; fi

@@ -7,8 +7,12 @@ Checks: the corpus reads back as docs.json lists it; doc_idx / sample_idx / shuf
 the first samples equal Megatron's; more sample indexes (several epochs, a separated last
 epoch) equal tests/data/gpt_index_cases.txt (made with numpy's RandomState by
 tests/data/gen_gpt_index.py); the builder writes the fixture byte for byte; corrupted
-copies are refused with a message; --split and blending follow Megatron's formulas; and the
-preprocess program turns text, JSON lines and ids into datasets.
+copies are refused with a message; --split and blending follow Megatron's formulas; the
+index cache reads Megatron's .npy files and writes them byte for byte, round-trips, is not
+used when stale and is refused or rebuilt when damaged; DataSplits (--data-path with weights,
+--split, blending) serves Megatron's samples, checks the vocabulary and computes the unigram
+entropy; and the preprocess program turns text, JSON lines and ids into datasets, inspects
+them, and prints samples (--print-samples) equal to Megatron's.
 
     gcc -std=gnu11 -O1 -g -fsanitize=address -Wall -Wextra tests/test_data.c -o /tmp/test_data -lm
     /tmp/test_data ../shared/fixtures/megatron/corpus_u16 [tests/data/gpt_index_cases.txt]
@@ -504,10 +508,383 @@ static void test_blending(void) {
 }
 
 // ----------------------------------------------------------------------------
+// the index cache: .npy files, round trip, stale and damaged caches
+
+static const char* MEGATRON_NPY[3] = {"corpus_u16_train_indexmap_100ns_32sl_1234s_doc_idx.npy",
+                                      "corpus_u16_train_indexmap_100ns_32sl_1234s_sample_idx.npy",
+                                      "corpus_u16_train_indexmap_100ns_32sl_1234s_shuffle_idx.npy"};
+
+// a and b hold the same index (b may come from the cache, with a uint32 shuffle_idx)
+static int same_index(const GPTDataset* a, const GPTDataset* b) {
+    int same = a->num_samples == b->num_samples && a->doc_idx_len == b->doc_idx_len && a->num_epochs == b->num_epochs &&
+               a->separate_last_epoch == b->separate_last_epoch &&
+               memcmp(a->doc_idx, b->doc_idx, (size_t)a->doc_idx_len * 4) == 0 &&
+               memcmp(a->sample_idx, b->sample_idx, (size_t)(a->num_samples + 1) * 8) == 0;
+    for (int64_t i = 0; same && i < a->num_samples; i++) same = shuffle_at(a, i) == shuffle_at(b, i);
+    return same;
+}
+
+// Megatron's own .npy files parse, equal our arrays, and our writer reproduces them byte for byte
+static void test_npy_fixture(void) {
+    IndexedDataset ds;
+    GPTDataset g;
+    if (indexed_dataset_open(&ds, fixture("corpus_u16"), err, sizeof err) ||
+        gpt_dataset_build(&g, &ds, 0, NUM_DOCS, 32, 1234, 100, err, sizeof err)) {
+        check(0, "npy_fixture_setup", "%s", err);
+        return;
+    }
+    NpyArray a[3];
+    const char* want_descr[3] = {"<i4", "<i4", "<u4"};
+    const int64_t want_rows[3] = {40, 196, 195};
+    int bad = 0;
+    for (int k = 0; k < 3; k++) {
+        if (npy_map(&a[k], fixture(MEGATRON_NPY[k]), err, sizeof err)) { check(0, "npy_reads_megatron_files", "%s", err); return; }
+        bad |= strcmp(a[k].descr, want_descr[k]) || a[k].ndim != (k == 1 ? 2 : 1) || a[k].shape[0] != want_rows[k];
+    }
+    check(!bad, "npy_reads_megatron_headers", "descr or shape differs");
+    const uint32_t* shuffle = (const uint32_t*)a[2].data;
+    bad = memcmp(a[0].data, g.doc_idx, 40 * 4) || memcmp(a[1].data, g.sample_idx, 196 * 8);
+    for (int i = 0; i < 195; i++) bad |= shuffle[i] != g.shuffle_idx[i];
+    check(!bad, "npy_megatron_arrays_equal_ours", "differ");
+    for (int k = 0; k < 3; k++) munmap(a[k].map, a[k].map_bytes);
+
+    uint32_t narrow[195];
+    for (int i = 0; i < 195; i++) narrow[i] = (uint32_t)g.shuffle_idx[i];
+    int rc = npy_write(scratch("d.npy"), "<i4", 40, 0, g.doc_idx, 4, err, sizeof err) ||
+             npy_write(scratch("s.npy"), "<i4", 196, 2, g.sample_idx, 4, err, sizeof err) ||
+             npy_write(scratch("h.npy"), "<u4", 195, 0, narrow, 4, err, sizeof err);
+    check(rc == 0 && same_file(scratch("d.npy"), fixture(MEGATRON_NPY[0])) &&
+              same_file(scratch("s.npy"), fixture(MEGATRON_NPY[1])) && same_file(scratch("h.npy"), fixture(MEGATRON_NPY[2])),
+          "npy_write_is_byte_identical_to_np_save", "%s", rc ? err : "bytes differ");
+    gpt_dataset_free(&g);
+    indexed_dataset_close(&ds);
+}
+
+static int count_scratch_files(const char* part) {
+    DIR* d = opendir(TMP);
+    int n = 0;
+    for (struct dirent* e; d && (e = readdir(d)) != NULL;) n += strstr(e->d_name, part) != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+// gpt_dataset_open_cached for a train split of seq_length 32
+static int open_cached(GPTDataset* g, const IndexedDataset* ds, int64_t b, int64_t e, uint64_t seed, int64_t ns,
+                       const char* dir, int may_build) {
+    return gpt_dataset_open_cached(g, ds, "train", b, e, 32, seed, ns, dir, may_build, err, sizeof err);
+}
+
+static void test_cache_roundtrip(void) {
+    // a writable copy of the fixture, so the cache can go beside the data (cache_dir NULL)
+    IndexedDataset ds;
+    GPTDataset ref, g, h;
+    if (write_fixture_docs(scratch("cached"), DTYPE_UINT16) || indexed_dataset_open(&ds, scratch("cached"), err, sizeof err) ||
+        gpt_dataset_build(&ref, &ds, 0, NUM_DOCS, 32, 1234, 100, err, sizeof err)) {
+        check(0, "cache_setup", "%s", err);
+        return;
+    }
+    int rc = open_cached(&g, &ds, 0, NUM_DOCS, 1234, 100, NULL, 0);
+    check(rc == DATA_NO_CACHE && strstr(err, "doc_idx.npy") && strstr(err, "may not build"), "cache_missing_refused_without_build",
+          "rc %d: %s", rc, err);
+    rc = open_cached(&g, &ds, 0, NUM_DOCS, 1234, 100, NULL, 1);
+    char stem[8300];
+    snprintf(stem, sizeof stem, "%s_train_indexmap_100ns_32sl_1234s_", scratch("cached"));
+    check(rc == 0 && g.built && g.maps[0] && strncmp(g.cache_stem, stem, strlen(stem)) == 0 && strlen(g.cache_stem) == strlen(stem) + 16,
+          "cache_built_beside_data_with_hash_in_name", "rc %d (%s), stem %s", rc, err, g.cache_stem);
+    check(rc == 0 && same_index(&ref, &g) && g.shuffle_idx_u32 && !g.shuffle_idx, "cache_built_equals_gpt_build", "differs");
+    check(count_scratch_files(".tmp") == 0 && count_scratch_files("cached_train_indexmap") == 3, "cache_writes_three_files_no_temporaries",
+          "%d temporaries, %d cache files", count_scratch_files(".tmp"), count_scratch_files("cached_train_indexmap"));
+    rc = open_cached(&h, &ds, 0, NUM_DOCS, 1234, 100, NULL, 0);
+    int same = rc == 0 && !h.built && same_index(&ref, &h);
+    int s1[33], s2[33];
+    for (int64_t i = 0; same && i < ref.num_samples; i++) {
+        gpt_dataset_get(&ref, i, s1);
+        gpt_dataset_get(&h, i, s2);
+        same = memcmp(s1, s2, sizeof s1) == 0;
+    }
+    check(same, "cache_loaded_without_build_is_identical", "rc %d: %s", rc, err);
+    gpt_dataset_free(&h);
+    // Megatron writes shuffle_idx as int64 from 2^32-1 samples on: such a file reads too
+    char path[8300];
+    snprintf(path, sizeof path, "%s_shuffle_idx.npy", g.cache_stem);
+    gpt_dataset_free(&g);
+    rc = npy_write(path, "<i8", ref.num_samples, 0, ref.shuffle_idx, 8, err, sizeof err) ||
+         open_cached(&h, &ds, 0, NUM_DOCS, 1234, 100, NULL, 0);
+    check(rc == 0 && h.shuffle_idx && !h.shuffle_idx_u32 && same_index(&ref, &h), "cache_reads_int64_shuffle_idx", "rc %d: %s", rc, err);
+    gpt_dataset_free(&h);
+
+    // a stale cache is never used: other seed, document range or sample count -> another name
+    static const struct { const char* name; int64_t b, e; uint64_t seed; int64_t ns; } stale[] = {
+        {"cache_other_seed_not_used", 0, NUM_DOCS, 1235, 100},
+        {"cache_other_split_not_used", 0, 39, 1234, 100},
+        {"cache_other_split_start_not_used", 1, NUM_DOCS, 1234, 100},
+        {"cache_other_num_samples_not_used", 0, NUM_DOCS, 1234, 101},
+    };
+    for (size_t c = 0; c < sizeof stale / sizeof stale[0]; c++) {
+        rc = open_cached(&g, &ds, stale[c].b, stale[c].e, stale[c].seed, stale[c].ns, NULL, 0);
+        int refused = rc == DATA_NO_CACHE;
+        rc = open_cached(&g, &ds, stale[c].b, stale[c].e, stale[c].seed, stale[c].ns, NULL, 1);
+        gpt_dataset_build(&h, &ds, stale[c].b, stale[c].e, 32, stale[c].seed, stale[c].ns, err, sizeof err);
+        check(refused && rc == 0 && g.built && same_index(&h, &g), stale[c].name, "refused %d, rc %d: %s", refused, rc, err);
+        gpt_dataset_free(&g);
+        gpt_dataset_free(&h);
+    }
+    // the same dataset rewritten in place with one document a token shorter: the cache is stale
+    indexed_dataset_close(&ds);
+    IndexedDatasetBuilder b;
+    rc = builder_open(&b, scratch("cached"), DTYPE_UINT16, err, sizeof err);
+    for (int d = 0; d < NUM_DOCS && rc == 0; d++)
+        rc = builder_add_document(&b, doc_tokens + doc_start[d], doc_start[d + 1] - doc_start[d] - (d == 7), err, sizeof err);
+    rc = rc || builder_finish(&b, err, sizeof err) || indexed_dataset_open(&ds, scratch("cached"), err, sizeof err);
+    check(rc == 0 && open_cached(&g, &ds, 0, NUM_DOCS, 1234, 100, NULL, 0) == DATA_NO_CACHE, "cache_of_rewritten_dataset_not_used",
+          "the old index was accepted");
+    gpt_dataset_free(&g);
+    gpt_dataset_free(&ref);
+    indexed_dataset_close(&ds);
+}
+
+// damage one byte range of a cache file: what is written at offset (a negative length truncates)
+typedef struct { const char* name; int file; long offset; const char* bytes; int len; const char* says; } Damage;
+
+static void test_cache_damage(void) {
+    IndexedDataset ds;
+    GPTDataset ref, g;
+    if (indexed_dataset_open(&ds, fixture("corpus_u16"), err, sizeof err) ||
+        gpt_dataset_build(&ref, &ds, 0, NUM_DOCS, 32, 1234, 100, err, sizeof err)) {
+        check(0, "cache_damage_setup", "%s", err);
+        return;
+    }
+    const int32_t forty = 40, big = 1000, off = 500;
+    const uint32_t ns = 195;
+    const Damage cases[] = {   // the fixture's .npy headers are 128 bytes
+        {"truncated", 0, 0, NULL, -4, "does not match"},
+        {"empty", 1, 0, NULL, -2000, "empty"},
+        {"bad_magic", 1, 0, "\x93NUMPZ", 6, "bad magic"},
+        {"bad_version", 2, 6, "\x03", 1, "version 3.0"},
+        {"bad_descr", 0, 23, "8", 1, "does not match"},          // '<i4' -> '<i8'
+        {"fortran_order", 0, 44, "True ", 5, "fortran_order"},
+        {"bad_shape", 2, 63, "6", 1, "does not match"},           // (195,) -> (196,)
+        {"doc_idx_out_of_range", 0, 128 + 4 * 3, (const char*)&forty, 4, "outside documents [0, 40)"},
+        {"sample_idx_row_out_of_order", 1, 128 + 8 * 100, (const char*)&big, 4, "row 100"},
+        {"sample_idx_offset_past_document", 1, 128 + 8 * 50 + 4, (const char*)&off, 4, "row 50"},
+        {"shuffle_idx_out_of_range", 2, 128 + 4 * 194, (const char*)&ns, 4, "entry 194 = 195"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const Damage* dm = &cases[c];
+        char name[128], path[8300];
+        int rc = open_cached(&g, &ds, 0, NUM_DOCS, 1234, 100, TMP, 1);   // a valid cache first
+        snprintf(path, sizeof path, "%s_%s.npy", g.cache_stem, INDEX_FILES[dm->file]);
+        gpt_dataset_free(&g);
+        size_t len = 0;
+        uint8_t* bytes = slurp(path, &len);
+        if (rc || bytes == NULL) { check(0, "cache_damage_setup", "%s", err); free(bytes); continue; }
+        if (dm->len < 0) len = (long)len + dm->len > 0 ? len + dm->len : 0;
+        else memcpy(bytes + dm->offset, dm->bytes, (size_t)dm->len);
+        spit(path, bytes, len);
+        free(bytes);
+        rc = open_cached(&g, &ds, 0, NUM_DOCS, 1234, 100, TMP, 0);
+        snprintf(name, sizeof name, "cache_%s_refused", dm->name);
+        check(rc == DATA_NO_CACHE && strstr(err, path) && strstr(err, dm->says), name, "rc %d: %s", rc, err);
+        gpt_dataset_free(&g);
+        rc = open_cached(&g, &ds, 0, NUM_DOCS, 1234, 100, TMP, 1);
+        snprintf(name, sizeof name, "cache_%s_rebuilt", dm->name);
+        check(rc == 0 && g.built && same_index(&ref, &g) && same_file(path, fixture(MEGATRON_NPY[dm->file])), name, "rc %d: %s", rc, err);
+        gpt_dataset_free(&g);
+    }
+    gpt_dataset_free(&ref);
+    indexed_dataset_close(&ds);
+}
+
+// random damage to the cache files: whatever is accepted must be safe to read in full (ASan)
+static void test_cache_random_damage(void) {
+    IndexedDataset ds;
+    GPTDataset g;
+    uint8_t* good[3] = {NULL, NULL, NULL};
+    size_t len[3] = {0, 0, 0};
+    char path[3][8300];
+    int rc = indexed_dataset_open(&ds, fixture("corpus_u16"), err, sizeof err) || open_cached(&g, &ds, 0, NUM_DOCS, 1234, 100, TMP, 1);
+    for (int k = 0; k < 3 && rc == 0; k++) {
+        snprintf(path[k], sizeof path[k], "%s_%s.npy", g.cache_stem, INDEX_FILES[k]);
+        good[k] = slurp(path[k], &len[k]);
+    }
+    gpt_dataset_free(&g);
+    uint64_t x = 2463534242ull;   // xorshift64: the same damage every run
+    int accepted = 0, tries = 300, sample[33];
+    for (int t = 0; t < tries && rc == 0; t++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        int k = (int)(x % 3);
+        uint8_t* bytes = (uint8_t*)malloc(len[k]);
+        memcpy(bytes, good[k], len[k]);
+        for (int flips = 0; flips < 1 + t % 3; flips++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            size_t at = t % 2 ? 8 + x % 120 : 128 + x % (len[k] - 128);   // the header, or the data
+            bytes[at] = (uint8_t)(x >> 40);
+        }
+        spit(path[k], bytes, t % 5 == 0 ? len[k] - x % 9 : len[k]);
+        free(bytes);
+        if (open_cached(&g, &ds, 0, NUM_DOCS, 1234, 100, TMP, 0) == 0) {
+            accepted++;
+            for (int64_t i = 0; i < g.num_samples; i++) gpt_dataset_get(&g, i, sample);
+        }
+        gpt_dataset_free(&g);
+        spit(path[k], good[k], len[k]);
+    }
+    check(rc == 0 && accepted < tries, "cache_random_damage_read_safely", "rc %d, %d of %d damaged caches accepted", rc, accepted, tries);
+    for (int k = 0; k < 3; k++) free(good[k]);
+    indexed_dataset_close(&ds);
+}
+
+// ----------------------------------------------------------------------------
+// DataSplits: --data-path, --split and blending together
+
+// order-0 entropy of the mixture sum_k w[k] * (token frequencies of documents [b[k], e[k]))
+static double entropy_of_docs(int n, const double* w, const int* b, const int* e) {
+    static double p[50257];
+    memset(p, 0, sizeof p);
+    for (int k = 0; k < n; k++) {
+        int64_t total = doc_start[e[k]] - doc_start[b[k]];
+        for (int64_t t = doc_start[b[k]]; t < doc_start[e[k]]; t++) p[doc_tokens[t]] += w[k] / (double)total;
+    }
+    double h = 0;
+    for (int v = 0; v < 50257; v++)
+        if (p[v] > 0) h -= p[v] * log(p[v]);
+    return h;
+}
+
+static int open_splits(DataSplits* d, const char** path, int count, const char* split, int seq, int64_t n0, int64_t n1, int64_t n2) {
+    const int64_t ns[3] = {n0, n1, n2};
+    return data_splits_open(d, path, count, split, seq, 1234, ns, TMP, 1, err, sizeof err);
+}
+
+static void test_data_splits_single(void) {
+    DataSplits d;
+    char prefix[8300];
+    snprintf(prefix, sizeof prefix, "%s", fixture("corpus_u16"));   // fixture() reuses its buffer
+    const char* one[] = {prefix};
+    int rc = open_splits(&d, one, 1, "100,0,0", 32, 100, 0, 0);
+    static int64_t want[5 * 33];
+    int64_t n = read_ints(fixture("corpus_u16_train_indexmap_100ns_32sl_1234s_samples_first5.txt"), want, 5 * 33);
+    int bad = rc != 0 || n != 5 * 33 || d.weighted || !data_splits_has(&d, 0) || data_splits_has(&d, 1) ||
+              data_splits_has(&d, 2) || d.num_samples[0] != 195;
+    int sample[33];
+    for (int i = 0; i < 5 && !bad; i++) {
+        data_splits_get(&d, 0, i, sample);
+        for (int t = 0; t < 33; t++) bad |= sample[t] != want[33 * i + t];
+    }
+    check(!bad, "splits_single_prefix_is_megatron_gpt_dataset", "rc %d: %s", rc, err);
+    int64_t max_id = -1;
+    rc = data_splits_check_vocab(&d, 50257, &max_id, err, sizeof err);
+    check(rc == 0 && max_id == 50256, "vocab_check_passes", "rc %d, max %lld: %s", rc, (long long)max_id, err);
+    // the first document holding an id >= 50000, from docs.json
+    int first_doc = -1, first_pos = -1;
+    for (int doc = 0; doc < NUM_DOCS && first_doc < 0; doc++)
+        for (int64_t t = doc_start[doc]; t < doc_start[doc + 1] && first_doc < 0; t++)
+            if (doc_tokens[t] >= 50000) { first_doc = doc; first_pos = (int)(t - doc_start[doc]); }
+    char says[64];
+    snprintf(says, sizeof says, "corpus_u16.bin: document %d, token %d:", first_doc, first_pos);
+    rc = data_splits_check_vocab(&d, 50000, &max_id, err, sizeof err);
+    check(rc != 0 && strstr(err, says) && strstr(err, "[0, 50000)"), "vocab_check_names_file_and_document", "rc %d: %s (want %s)", rc, err, says);
+    const int b[1] = {0}, e[1] = {NUM_DOCS};
+    const double w[1] = {1.0};
+    double h = data_splits_unigram_entropy(&d, 50257), want_h = entropy_of_docs(1, w, b, e);
+    check(fabs(h - want_h) < 1e-9, "unigram_entropy_of_train_split", "%.9f, expected %.9f", h, want_h);
+    data_splits_close(&d);
+
+    rc = open_splits(&d, one, 1, "100,0,0", 32, 100, 10, 0);
+    check(rc == 1 && strstr(err, "corpus_u16") && strstr(err, "valid split without documents"), "splits_empty_valid_is_an_error",
+          "rc %d: %s", rc, err);
+    rc = open_splits(&d, one, 1, "969,30,1", 32, 100, 20, 5);   // 40 documents: train [0, 39) valid [39, 40) test none
+    check(rc == 0 && data_splits_has(&d, 0) && data_splits_has(&d, 1) && !data_splits_has(&d, 2) && d.prefix[0].bounds[1] == 39,
+          "splits_empty_test_is_absent", "rc %d: %s", rc, err);
+    if (rc == 0) data_splits_close(&d);
+    const int64_t ns[3] = {100, 0, 0};
+    char dir[8300];
+    snprintf(dir, sizeof dir, "%s", scratch("nowhere"));
+    rc = data_splits_open(&d, one, 1, "100,0,0", 32, 99, ns, dir, 0, err, sizeof err);
+    check(rc == DATA_NO_CACHE, "splits_without_cache_and_build_say_so", "rc %d: %s", rc, err);
+}
+
+static void test_data_splits_blend(void) {
+    // a second dataset: the fixture's documents 20..39
+    IndexedDatasetBuilder b;
+    int rc = builder_open(&b, scratch("half"), DTYPE_UINT16, err, sizeof err);
+    for (int doc = 20; doc < NUM_DOCS && rc == 0; doc++)
+        rc = builder_add_document(&b, doc_tokens + doc_start[doc], doc_start[doc + 1] - doc_start[doc], err, sizeof err);
+    if (rc || builder_finish(&b, err, sizeof err)) { check(0, "blend_setup", "%s", err); return; }
+    char half[8300], full[8300];
+    snprintf(half, sizeof half, "%s", scratch("half"));
+    snprintf(full, sizeof full, "%s", fixture("corpus_u16"));
+    const char* path[] = {"0.3", full, "0.7", half};
+    DataSplits d;
+    rc = open_splits(&d, path, 4, "100,0,0", 16, 50, 0, 0);
+    check(rc == 0 && d.weighted && d.num_prefixes == 2 && fabs(d.prefix[0].weight - 0.3) < 1e-15 &&
+              d.prefix[0].requested[0] == 16 && d.prefix[1].requested[0] == 36,   // ceil(50 * w * 1.005)
+          "blend_weights_and_per_dataset_samples", "rc %d: %s", rc, err);
+    if (rc) return;
+    // each prefix's dataset is the plain GPTDataset for its count; the blend spans all of them
+    IndexedDataset ds[2];
+    GPTDataset g[2];
+    rc = indexed_dataset_open(&ds[0], full, err, sizeof err) || indexed_dataset_open(&ds[1], half, err, sizeof err) ||
+         gpt_dataset_build(&g[0], &ds[0], 0, 40, 16, 1234, 16, err, sizeof err) ||
+         gpt_dataset_build(&g[1], &ds[1], 0, 20, 16, 1234, 36, err, sizeof err);
+    check(rc == 0 && same_index(&g[0], &d.prefix[0].split[0]) && same_index(&g[1], &d.prefix[1].split[0]) &&
+              d.num_samples[0] == g[0].num_samples + g[1].num_samples && d.blend[0].size == d.num_samples[0],
+          "blend_datasets_are_plain_gpt_datasets", "rc %d: %s", rc, err);
+    // worked by hand: at each sample the dataset whose share lags 0.3 / 0.7 the most
+    const uint8_t want_d[10] = {1, 0, 1, 1, 0, 1, 1, 0, 1, 1};
+    const int64_t want_s[10] = {0, 0, 1, 2, 1, 3, 4, 2, 5, 6};
+    int bad = memcmp(d.blend[0].dataset_index, want_d, 10) || memcmp(d.blend[0].dataset_sample_index, want_s, sizeof want_s);
+    int s1[17], s2[17];
+    for (int i = 0; i < 10 && !bad; i++) {
+        data_splits_get(&d, 0, i, s1);
+        gpt_dataset_get(&g[want_d[i]], want_s[i], s2);
+        bad = memcmp(s1, s2, sizeof s1) != 0;
+    }
+    check(!bad && rc == 0, "blend_sample_order_equals_hand_computed", "differs");
+    const int eb[2] = {0, 20}, ee[2] = {NUM_DOCS, NUM_DOCS};
+    const double w[2] = {0.3, 0.7};
+    double h = data_splits_unigram_entropy(&d, 50257), want_h = entropy_of_docs(2, w, eb, ee);
+    check(fabs(h - want_h) < 1e-9, "unigram_entropy_of_blend", "%.9f, expected %.9f", h, want_h);
+    for (int k = 0; k < 2 && rc == 0; k++) { gpt_dataset_free(&g[k]); indexed_dataset_close(&ds[k]); }
+    data_splits_close(&d);
+
+    // one weighted pair still goes through blending: the 0.5% margin, the same order
+    const char* pair[] = {"1", full};
+    rc = open_splits(&d, pair, 2, "100,0,0", 32, 100, 0, 0);
+    static int64_t want[5 * 33];
+    read_ints(fixture("corpus_u16_train_indexmap_100ns_32sl_1234s_samples_first5.txt"), want, 5 * 33);
+    bad = rc || !d.weighted || d.prefix[0].requested[0] != 101;
+    int sample[33];
+    for (int i = 0; i < 5 && !bad; i++) {
+        data_splits_get(&d, 0, i, sample);
+        for (int t = 0; t < 33; t++) bad |= sample[t] != want[33 * i + t];
+    }
+    check(!bad, "blend_of_one_pair", "rc %d: %s", rc, err);
+    if (rc == 0) data_splits_close(&d);
+
+    static const struct { const char* name; const char* v[4]; int n; const char* says; } malformed[] = {
+        {"odd_count", {"0.5", "a", "b"}, 3, "3 values"},
+        {"not_a_weight", {"x", "a", "1", "b"}, 4, "'x' is not a weight"},
+        {"negative_weight", {"-1", "a", "1", "b"}, 4, "'-1' is not a weight"},
+        {"zero_weights", {"0", "a", "0", "b"}, 4, "adding up"},
+        {"empty", {NULL}, 0, "0 values"},
+    };
+    for (size_t c = 0; c < sizeof malformed / sizeof malformed[0]; c++) {
+        const char* v[4];
+        for (int i = 0; i < 4; i++)   // "a", "b": real prefixes
+            v[i] = malformed[c].v[i] && strchr("ab", malformed[c].v[i][0]) ? full : malformed[c].v[i];
+        char name[128];
+        snprintf(name, sizeof name, "data_path_refuses_%s", malformed[c].name);
+        rc = open_splits(&d, v, malformed[c].n, "100,0,0", 32, 100, 0, 0);
+        check(rc == 1 && strstr(err, malformed[c].says) && d.prefix == NULL, name, "rc %d: %s", rc, err);
+    }
+}
+
+// ----------------------------------------------------------------------------
 // the preprocess program
 
-// run preprocess_main on a NULL-terminated argument list, its stdout silenced and its
-// stderr captured into err
+// run preprocess_main on a NULL-terminated argument list, its stdout captured into
+// scratch("stdout.txt") and its stderr into err
 static int run_preprocess(const char** args) {
     char* argv[32] = {(char*)"preprocess"};
     int argc = 1;
@@ -517,15 +894,16 @@ static int run_preprocess(const char** args) {
     fflush(stdout);
     fflush(stderr);
     int out = dup(1), errfd = dup(2);
-    int null_fd = open("/dev/null", O_WRONLY), cap = open(captured, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(null_fd, 1);
+    int out_fd = open(scratch("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int cap = open(captured, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out_fd, 1);
     dup2(cap, 2);
     int rc = preprocess_main(argc, argv);
     fflush(stdout);
     fflush(stderr);
     dup2(out, 1);
     dup2(errfd, 2);
-    close(out); close(errfd); close(null_fd); close(cap);
+    close(out); close(errfd); close(out_fd); close(cap);
     size_t len;
     char* text = (char*)slurp(captured, &len);
     snprintf(err, sizeof err, "%s", text ? text : "");
@@ -631,7 +1009,42 @@ static void test_preprocess(void) {
     char prefix[8300];
     snprintf(prefix, sizeof prefix, "%s", fixture("corpus_u16"));
     rc = PP("--inspect", prefix);
-    check(rc == 0, "preprocess_inspect", "rc %d: %s", rc, err);
+    size_t len;
+    char* out = (char*)slurp(scratch("stdout.txt"), &len);
+    const char* at = out ? strstr(out, "unigram entropy ") : NULL;
+    const int b[1] = {0}, e[1] = {NUM_DOCS};
+    const double w[1] = {1.0};
+    double h = at ? atof(at + 16) : -1, want_h = entropy_of_docs(1, w, b, e);
+    check(rc == 0 && strstr(out, "max token id 50256") && fabs(h - want_h) < 1e-4, "preprocess_inspect_with_entropy",
+          "rc %d, \"%s\" (entropy %.4f expected)", rc, out ? out : err, want_h);
+    free(out);
+}
+
+// --print-samples prints Megatron's samples, and nothing else, on stdout
+static void test_print_samples(void) {
+    char prefix[8300];
+    snprintf(prefix, sizeof prefix, "%s", fixture("corpus_u16"));
+    const char* megatron = fixture("corpus_u16_train_indexmap_100ns_32sl_1234s_samples_first5.txt");
+    int rc = PP("--print-samples", "--data-path", prefix, "--seq-length", "32", "--seed", "1234", "--num-samples", "100",
+                "--split", "100,0,0", "--first", "5", "--data-cache-path", TMP);
+    check(rc == 0 && same_file(scratch("stdout.txt"), megatron), "print_samples_equal_megatron", "rc %d: %s", rc, err);
+    rc = PP("--print-samples", prefix, "--seq-length", "32", "--num-samples", "100", "--split", "100/0/0", "--first", "5",
+            "--data-cache-path", TMP);   // the short form, default seed
+    check(rc == 0 && same_file(scratch("stdout.txt"), megatron), "print_samples_short_form", "rc %d: %s", rc, err);
+    rc = PP("--print-samples", "--data-path", "1", prefix, "--seq-length", "32", "--num-samples", "100", "--split", "100,0,0",
+            "--data-cache-path", TMP);
+    size_t len;
+    char* out = (char*)slurp(scratch("stdout.txt"), &len);
+    int lines = 0;
+    for (size_t i = 0; out && i < len; i++) lines += out[i] == '\n';
+    check(rc == 0 && lines == 100 && out && strncmp(out, "18044 11600 ", 12) == 0, "print_samples_all_k_by_default",
+          "rc %d, %d lines: %s", rc, lines, err);
+    free(out);
+    rc = PP("--print-samples", "--data-path", prefix, "--num-samples", "100");
+    check(rc == 2 && strstr(err, "--seq-length"), "print_samples_needs_seq_length", "rc %d: %s", rc, err);
+    rc = PP("--print-samples", "--data-path", prefix, "--seq-length", "32", "--num-samples", "10", "--split", "100,0,0",
+            "--which", "valid", "--data-cache-path", TMP);
+    check(rc == 2 && strstr(err, "valid split without documents"), "print_samples_empty_split", "rc %d: %s", rc, err);
 }
 
 // ----------------------------------------------------------------------------
@@ -661,7 +1074,14 @@ int main(int argc, char** argv) {
     test_random_corruptions();
     test_splits();
     test_blending();
+    test_npy_fixture();
+    test_cache_roundtrip();
+    test_cache_damage();
+    test_cache_random_damage();
+    test_data_splits_single();
+    test_data_splits_blend();
     test_preprocess();
+    test_print_samples();
     remove_scratch();
     return tests_summary();
 }
