@@ -12,9 +12,12 @@ Reading order: flags -> config checks -> schedules -> data -> step -> main.
 #include "gpt.h"
 #include "parallel.h"
 #include "data.c"
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 // ----------------------------------------------------------------------------
@@ -51,7 +54,10 @@ typedef struct {
     // logging and sampling
     int log_interval;
     int log_comm;
-    const char* save_weights;
+    // checkpoints
+    const char *save, *load;
+    int save_interval, exit_interval, exit_duration_in_mins, keep_last;
+    int no_load_optim, no_load_rng, finetune;
     int generate_tokens;
     const char* generate_prompt;
     float temperature;
@@ -135,7 +141,15 @@ static int flag_table(Args* a, Flag* f) {
         {"--unigram-baseline", FLAG_SWITCH, &a->unigram_baseline, "report the data's order-0 entropy next to the loss"},
         {"--log-interval", FLAG_INT, &a->log_interval, "steps between log lines (100)"},
         {"--log-comm", FLAG_SWITCH, &a->log_comm, "log the bytes each group's communication sent per step"},
-        {"--save-weights", FLAG_STRING, &a->save_weights, "FILE: write the trained weights, whole tensors in canonical order, fp32"},
+        {"--save", FLAG_STRING, &a->save, "DIR: save checkpoints here"},
+        {"--load", FLAG_STRING, &a->load, "DIR: resume from its latest checkpoint (any layout)"},
+        {"--save-interval", FLAG_INT, &a->save_interval, "steps between checkpoints (0: only at the end)"},
+        {"--exit-interval", FLAG_INT, &a->exit_interval, "save and exit when the iteration is a multiple of this"},
+        {"--exit-duration-in-mins", FLAG_INT, &a->exit_duration_in_mins, "save and exit after this many minutes"},
+        {"--keep-last", FLAG_INT, &a->keep_last, "keep only the newest N checkpoints (0: all)"},
+        {"--no-load-optim", FLAG_SWITCH, &a->no_load_optim, "load weights and counters, not the optimizer state"},
+        {"--no-load-rng", FLAG_SWITCH, &a->no_load_rng, "use this run's --seed, not the checkpoint's"},
+        {"--finetune", FLAG_SWITCH, &a->finetune, "load weights only; iteration and data position start at 0"},
         {"--generate-tokens", FLAG_INT, &a->generate_tokens, "sample this many tokens after training (0)"},
         {"--generate-prompt", FLAG_STRING, &a->generate_prompt, "text the sample starts from (byte-level data)"},
         {"--temperature", FLAG_FLOAT, &a->temperature, "sampling temperature (1.0)"},
@@ -515,6 +529,8 @@ typedef struct {
     int iteration;
     long long consumed_samples;     // samples trained on so far (the data position)
     long long scheduler_samples;    // samples of successful updates (drives the LR, as Megatron)
+    int last_saved;                 // iteration of the last checkpoint this run wrote (-1: none)
+    long long valid_consumed_at_load;
 } Trainer;
 
 typedef struct {
@@ -529,6 +545,458 @@ static void comm_counters(double out[4]) {
     out[1] = grid.dp.bytes_sent;
     out[2] = grid.pp.bytes_sent;
     out[3] = grid.embedding.bytes_sent;
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints: one canonical layout, whatever the grid
+// A checkpoint is a directory DIR/iter_0000100/ with
+//   metadata.txt  the run's counters, the model config, the sections and one line per tensor
+//                 (name, whole shape, offset in its section, CRC-32 of each section's bytes);
+//   tensors.bin   three sections back to back: the fp32 master weights, Adam's first and
+//                 second moments; in each, every tensor whole, row-major, in the order of the
+//                 tensor table of a one-process model, the vocabulary without padding rows.
+// Each rank writes and reads only its own slices: the part of each tensor inside its ZeRO
+// shard, at the tensor's place in the file (MPI-IO, so any number of hosts can share the
+// file). Nothing is written in place: a save goes to iter_0000100.tmp/, is synced, renamed,
+// and latest_checkpointed_iteration.txt (Megatron's name) is replaced last, so a crash in
+// the middle of a save leaves the previous checkpoint as it was.
+
+static const char* const SECTION_NAMES[3] = {"weight", "exp_avg", "exp_avg_sq"};
+
+// CRC-32 as zlib computes it (reflected polynomial 0xEDB88320); start with crc = 0
+static uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
+    static uint32_t table[256];
+    if (table[1] == 0)
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+    const uint8_t* p = (const uint8_t*)data;
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+// the canonical table: the model as one process holds it (no memory is allocated)
+static GPT canonical_table(const GPTConfig* c) {
+    GPT whole;
+    memset(&whole, 0, sizeof(whole));
+    whole.cfg = *c;
+    whole.tp_size = 1;
+    whole.num_local_layers = c->num_layers;
+    whole.is_first_stage = whole.is_last_stage = 1;
+    build_tensor_table(&whole);
+    return whole;
+}
+
+static size_t canonical_bytes(const TensorDesc* t) { return (size_t)t->valid_rows * t->cols * sizeof(float); }
+
+// where each tensor of the table sits in a section, and the section's size
+typedef struct {
+    GPT whole;
+    size_t* offset;        // [whole.num_tensors]
+    size_t section_bytes;
+} CanonicalLayout;
+
+static CanonicalLayout canonical_layout(const GPTConfig* c) {
+    CanonicalLayout L;
+    L.whole = canonical_table(c);
+    L.offset = (size_t*)mallocCheck(L.whole.num_tensors * sizeof(size_t));
+    L.section_bytes = 0;
+    for (int i = 0; i < L.whole.num_tensors; i++) {
+        L.offset[i] = L.section_bytes;
+        L.section_bytes += canonical_bytes(&L.whole.tensors[i]);
+    }
+    return L;
+}
+
+static void free_layout(CanonicalLayout* L) {
+    free(L->whole.tensors);
+    free(L->whole.layer_tensors);
+    free(L->offset);
+}
+
+static int canonical_index(const CanonicalLayout* L, const char* name) {
+    for (int i = 0; i < L->whole.num_tensors; i++)
+        if (strcmp(L->whole.tensors[i].name, name) == 0) return i;
+    return -1;
+}
+
+// Walk the part of local tensor t inside [lo, hi) of the flat buffer, as runs that are
+// contiguous in the canonical file: fn(run's flat index, run length, canonical byte offset
+// within the section). Padding rows of the vocabulary are skipped.
+typedef void (*RunFn)(void* ctx, size_t flat, size_t n, size_t file_offset);
+
+static void for_each_run(const TensorDesc* t, size_t tensor_offset, size_t lo, size_t hi, RunFn fn, void* ctx) {
+    for (size_t f = lo; f < hi;) {
+        size_t e = f - t->offset;
+        size_t r = e / t->local_cols, c = e % t->local_cols;
+        size_t n = t->local_cols - c < hi - f ? t->local_cols - c : hi - f;
+        size_t row = t->row_start + r;
+        if (row < (size_t)t->valid_rows)
+            fn(ctx, f, n, tensor_offset + (row * t->cols + t->col_start + c) * sizeof(float));
+        f += n;
+    }
+}
+
+typedef struct {
+    MPI_File file;
+    size_t section_base;       // byte offset of the section in tensors.bin
+    float* host;               // the shard's values of this section, on the host
+    size_t host_start;         // flat index of host[0]
+    int reading;
+} RunIO;
+
+static void run_io(void* ctx, size_t flat, size_t n, size_t file_offset) {
+    RunIO* io = (RunIO*)ctx;
+    float* p = io->host + (flat - io->host_start);
+    MPI_Offset at = (MPI_Offset)(io->section_base + file_offset);
+    if (io->reading) mpiCheck(MPI_File_read_at(io->file, at, p, (int)n, MPI_FLOAT, MPI_STATUS_IGNORE));
+    else mpiCheck(MPI_File_write_at(io->file, at, p, (int)n, MPI_FLOAT, MPI_STATUS_IGNORE));
+}
+
+// Does this rank write tensor t? Each element once: not the tied copy of the last stage, a
+// tensor replicated over tensor ranks only from tensor rank 0 (their values are identical).
+static int writes_tensor(const GPT* m, const TensorDesc* t) {
+    return !t->tied_copy && (t->split_axis >= 0 || m->tp_rank == 0);
+}
+
+// the three shard arrays of this rank on the host: master weights, m, v
+static void shard_to_host(const AdamWState* s, float* host[3]) {
+    const float* dev[3] = {s->master, s->m, s->v};
+    for (int k = 0; k < 3; k++) {
+        host[k] = (float*)mallocCheck(s->shard_size * sizeof(float));
+        dev_to_host(host[k], dev[k], s->shard_size * sizeof(float));
+    }
+}
+
+// read (reading = 1) or write the shard's parts of every local tensor in all three sections
+static void shard_io(Trainer* t, const CanonicalLayout* L, MPI_File f, float* host[3], int reading, int sections) {
+    const GPT* m = &t->model;
+    for (int k = 0; k < sections; k++) {
+        RunIO io = {f, k * L->section_bytes, host[k], t->opt.shard_start, reading};
+        for (int i = 0; i < m->num_tensors; i++) {
+            const TensorDesc* tensor = &m->tensors[i];
+            if (!reading && !writes_tensor(m, tensor)) continue;
+            size_t lo, hi;
+            shard_part(&t->opt, tensor, &lo, &hi);
+            if (lo < hi) for_each_run(tensor, L->offset[canonical_index(L, tensor->name)], lo, hi, run_io, &io);
+        }
+    }
+}
+
+// CRC-32 of every tensor in every section, each rank reading its share of the tensors back
+static void section_checksums(const CanonicalLayout* L, MPI_File f, uint32_t* crc /* [num_tensors][3] */) {
+    int n = L->whole.num_tensors;
+    memset(crc, 0, 3 * n * sizeof(uint32_t));
+    for (int i = grid.world_rank; i < n; i += grid.world_size) {
+        size_t bytes = canonical_bytes(&L->whole.tensors[i]);
+        uint8_t* buf = (uint8_t*)mallocCheck(bytes);
+        for (int k = 0; k < 3; k++) {
+            MPI_Offset at = (MPI_Offset)(k * L->section_bytes + L->offset[i]);
+            mpiCheck(MPI_File_read_at(f, at, buf, (int)bytes, MPI_BYTE, MPI_STATUS_IGNORE));
+            crc[3 * i + k] = crc32_update(0, buf, bytes);
+        }
+        free(buf);
+    }
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, crc, 3 * n, MPI_UINT32_T, MPI_BOR, MPI_COMM_WORLD));
+}
+
+static void write_metadata(const Trainer* t, const CanonicalLayout* L, const uint32_t* crc, const char* path) {
+    FILE* f = fopen(path, "w");
+    if (!f) fail("cannot write %s: %s", path, strerror(errno));
+    const GPTConfig* c = &t->cfg;
+    fprintf(f, "gridgpt-checkpoint 1\niteration %d\nconsumed_samples %lld\nscheduler_samples %lld\noptimizer_step %d\n"
+            "consumed_valid_samples %lld\n", t->iteration, t->consumed_samples, t->scheduler_samples, t->opt.step,
+            t->valid.consumed);
+    fprintf(f, "config num_layers %d\nconfig hidden_size %d\nconfig num_attention_heads %d\nconfig ffn_hidden_size %d\n"
+            "config seq_length %d\nconfig max_position_embeddings %d\nconfig vocab_size %d\n"
+            "config make_vocab_size_divisible_by %d\nconfig embed_layernorm %d\nconfig init_method_std %.9g\n"
+            "config seed %llu\n", c->num_layers, c->hidden_size, c->num_attention_heads, c->ffn_hidden_size,
+            c->seq_length, c->max_position_embeddings, c->vocab_size, c->make_vocab_size_divisible_by,
+            c->embed_layernorm, c->init_method_std, (unsigned long long)c->seed);
+    for (int k = 0; k < 3; k++) fprintf(f, "section %s %zu %zu\n", SECTION_NAMES[k], k * L->section_bytes, L->section_bytes);
+    for (int i = 0; i < L->whole.num_tensors; i++) {
+        const TensorDesc* d = &L->whole.tensors[i];
+        fprintf(f, "tensor %s %d %d %zu %08x %08x %08x\n", d->name, d->valid_rows, d->cols, L->offset[i],
+                crc[3 * i], crc[3 * i + 1], crc[3 * i + 2]);
+    }
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) fail("writing %s: %s", path, strerror(errno));
+    fclose(f);
+}
+
+static void sync_dir(const char* path) {
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+// write `text` to path through a temporary file and a rename
+static void replace_file(const char* path, const char* text) {
+    char tmp[4608];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* f = fopen(tmp, "w");
+    if (!f || fputs(text, f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0) fail("cannot write %s: %s", tmp, strerror(errno));
+    fclose(f);
+    if (rename(tmp, path) != 0) fail("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+}
+
+static void iter_dir(char* out, size_t len, const char* dir, int iteration) {
+    snprintf(out, len, "%s/iter_%07d", dir, iteration);
+}
+
+// --keep-last N: remove all but the N newest iter_* directories (rank 0, after a save)
+static void rotate_checkpoints(const char* dir, int keep) {
+    int iters[4096], n = 0;
+    DIR* d = opendir(dir);
+    if (!d) return;
+    for (struct dirent* e; (e = readdir(d)) != NULL && n < 4096;) {
+        int it;
+        char rest;
+        if (sscanf(e->d_name, "iter_%d%c", &it, &rest) == 1) iters[n++] = it;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++) {
+        int newer = 0;
+        for (int j = 0; j < n; j++) newer += iters[j] > iters[i];
+        if (newer < keep) continue;
+        char path[4200], cmd[8600];
+        iter_dir(path, sizeof(path), dir, iters[i]);
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+        if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", path);
+    }
+}
+
+static void checkpoint_save(Trainer* t, const char* dir) {
+    double t0 = now_seconds();
+    char final_dir[4200], tmp_dir[4300], path[4400];
+    iter_dir(final_dir, sizeof(final_dir), dir, t->iteration);
+    snprintf(tmp_dir, sizeof(tmp_dir), "%s.tmp", final_dir);
+    if (grid.world_rank == 0) {
+        mkdir(dir, 0755);
+        snprintf(path, sizeof(path), "rm -rf '%s'", tmp_dir);   // a crashed earlier attempt
+        if (system(path) != 0 || mkdir(tmp_dir, 0755) != 0) fail("cannot create %s: %s", tmp_dir, strerror(errno));
+    }
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+    CanonicalLayout L = canonical_layout(&t->cfg);
+    snprintf(path, sizeof(path), "%s/tensors.bin", tmp_dir);
+    MPI_File f;
+    mpiCheck(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &f));
+    mpiCheck(MPI_File_set_size(f, (MPI_Offset)(3 * L.section_bytes)));
+    float* host[3];
+    shard_to_host(&t->opt, host);
+    shard_io(t, &L, f, host, 0, 3);
+    mpiCheck(MPI_File_sync(f));
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+    uint32_t* crc = (uint32_t*)mallocCheck(3 * L.whole.num_tensors * sizeof(uint32_t));
+    section_checksums(&L, f, crc);
+    mpiCheck(MPI_File_close(&f));
+    if (grid.world_rank == 0) {
+        snprintf(path, sizeof(path), "%s/metadata.txt", tmp_dir);
+        write_metadata(t, &L, crc, path);
+        sync_dir(tmp_dir);
+        if (rename(tmp_dir, final_dir) != 0) fail("cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
+        sync_dir(dir);
+        char text[32];
+        snprintf(text, sizeof(text), "%d\n", t->iteration);
+        snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
+        replace_file(path, text);
+        sync_dir(dir);
+        if (t->args.keep_last > 0) rotate_checkpoints(dir, t->args.keep_last);
+        double s = now_seconds() - t0, gb = 3.0 * L.section_bytes / 1e9;
+        printf("saved checkpoint %s: %.3f GB in %.2f s (%.2f GB/s)\n", final_dir, gb, s, gb / s);
+        fflush(stdout);
+    }
+    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
+    for (int k = 0; k < 3; k++) free(host[k]);
+    free(crc);
+    free_layout(&L);
+}
+
+// ---- loading
+
+typedef struct {
+    int iteration, optimizer_step;
+    long long consumed_samples, scheduler_samples, consumed_valid_samples;
+    GPTConfig cfg;
+    int num_tensors;
+    char (*names)[128];
+    uint32_t (*crc)[3];
+} CheckpointMeta;
+
+static void free_meta(CheckpointMeta* m) {
+    free(m->names);
+    free(m->crc);
+}
+
+// metadata.txt, or a config error naming the file and the line
+static void read_metadata(const char* path, CheckpointMeta* m) {
+    memset(m, 0, sizeof(*m));
+    FILE* f = fopen(path, "r");
+    if (!f) config_error("checkpoint %s: %s", path, strerror(errno));
+    char line[512], key[160], name[128];
+    int version = 0, lineno = 0, cap = 0;
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        long long v = 0;
+        double d = 0;
+        unsigned c0, c1, c2;
+        int rows, cols;
+        size_t off;
+        if (sscanf(line, "gridgpt-checkpoint %d", &version) == 1) continue;
+        if (sscanf(line, "iteration %d", &m->iteration) == 1) continue;
+        if (sscanf(line, "optimizer_step %d", &m->optimizer_step) == 1) continue;
+        if (sscanf(line, "consumed_samples %lld", &m->consumed_samples) == 1) continue;
+        if (sscanf(line, "scheduler_samples %lld", &m->scheduler_samples) == 1) continue;
+        if (sscanf(line, "consumed_valid_samples %lld", &m->consumed_valid_samples) == 1) continue;
+        if (sscanf(line, "section %159s", key) == 1) continue;   // the offsets follow from the tensor lines
+        if (sscanf(line, "tensor %127s %d %d %zu %x %x %x", name, &rows, &cols, &off, &c0, &c1, &c2) == 7) {
+            if (m->num_tensors == cap) {
+                cap = cap ? 2 * cap : 64;
+                m->names = (char(*)[128])realloc(m->names, cap * sizeof(*m->names));
+                m->crc = (uint32_t(*)[3])realloc(m->crc, cap * sizeof(*m->crc));
+            }
+            snprintf(m->names[m->num_tensors], 128, "%s", name);
+            m->crc[m->num_tensors][0] = c0;
+            m->crc[m->num_tensors][1] = c1;
+            m->crc[m->num_tensors][2] = c2;
+            m->num_tensors++;
+            continue;
+        }
+        if (sscanf(line, "config %159s %lf", key, &d) == 2) {
+            v = (long long)d;
+            GPTConfig* c = &m->cfg;
+            if (!strcmp(key, "num_layers")) c->num_layers = (int)v;
+            else if (!strcmp(key, "hidden_size")) c->hidden_size = (int)v;
+            else if (!strcmp(key, "num_attention_heads")) c->num_attention_heads = (int)v;
+            else if (!strcmp(key, "ffn_hidden_size")) c->ffn_hidden_size = (int)v;
+            else if (!strcmp(key, "seq_length")) c->seq_length = (int)v;
+            else if (!strcmp(key, "max_position_embeddings")) c->max_position_embeddings = (int)v;
+            else if (!strcmp(key, "vocab_size")) c->vocab_size = (int)v;
+            else if (!strcmp(key, "make_vocab_size_divisible_by")) c->make_vocab_size_divisible_by = (int)v;
+            else if (!strcmp(key, "embed_layernorm")) c->embed_layernorm = (int)v;
+            else if (!strcmp(key, "init_method_std")) c->init_method_std = (float)d;
+            else if (!strcmp(key, "seed")) c->seed = (uint64_t)v;
+            continue;
+        }
+        config_error("checkpoint %s: line %d is not understood: %s", path, lineno, line);
+    }
+    fclose(f);
+    if (version != 1) config_error("checkpoint %s: not a gridgpt checkpoint of format 1", path);
+}
+
+// The model config must be the checkpoint's: one clear error naming the first field that
+// differs. (Sequence length and vocabulary padding may change: the layout does not depend on them.)
+static void check_config_matches(const char* path, const GPTConfig* saved, const GPTConfig* now) {
+    struct { const char* flag; int saved, now; } fields[] = {
+        {"--num-layers", saved->num_layers, now->num_layers},
+        {"--hidden-size", saved->hidden_size, now->hidden_size},
+        {"--num-attention-heads", saved->num_attention_heads, now->num_attention_heads},
+        {"--ffn-hidden-size", saved->ffn_hidden_size, now->ffn_hidden_size},
+        {"--max-position-embeddings", saved->max_position_embeddings, now->max_position_embeddings},
+        {"--vocab-size", saved->vocab_size, now->vocab_size},
+        {"--embed-layernorm", saved->embed_layernorm, now->embed_layernorm},
+    };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        if (fields[i].saved != fields[i].now)
+            config_error("checkpoint %s has %s %d, this run %d", path, fields[i].flag, fields[i].saved, fields[i].now);
+}
+
+// the directory of the latest checkpoint in dir, or "" when there is none (a fresh start)
+static void latest_checkpoint(const char* dir, char* out, size_t len) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
+    out[0] = '\0';
+    FILE* f = fopen(path, "r");
+    if (!f) return;
+    int it = -1;
+    int ok = fscanf(f, "%d", &it) == 1 && it >= 0;
+    fclose(f);
+    if (!ok) config_error("%s: expected an iteration number", path);
+    iter_dir(out, len, dir, it);
+}
+
+static void verify_checksums(const char* dir, const CheckpointMeta* meta, const CanonicalLayout* L, int sections) {
+    char path[4300];
+    snprintf(path, sizeof(path), "%s/tensors.bin", dir);
+    MPI_File f;
+    if (MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &f) != MPI_SUCCESS)
+        config_error("checkpoint %s: cannot open", path);
+    MPI_Offset size = 0;
+    MPI_File_get_size(f, &size);
+    if ((size_t)size != 3 * L->section_bytes)
+        config_error("checkpoint %s: %lld bytes, expected %zu (truncated?)", path, (long long)size, 3 * L->section_bytes);
+    if (meta->num_tensors != L->whole.num_tensors)
+        config_error("checkpoint %s/metadata.txt: %d tensors, the model has %d", dir, meta->num_tensors, L->whole.num_tensors);
+    uint32_t* crc = (uint32_t*)mallocCheck(3 * L->whole.num_tensors * sizeof(uint32_t));
+    section_checksums(L, f, crc);
+    MPI_File_close(&f);
+    for (int i = 0; i < L->whole.num_tensors; i++) {
+        if (strcmp(meta->names[i], L->whole.tensors[i].name) != 0)
+            config_error("checkpoint %s/metadata.txt: tensor %d is %s, expected %s", dir, i, meta->names[i], L->whole.tensors[i].name);
+        for (int k = 0; k < sections; k++)
+            if (crc[3 * i + k] != meta->crc[i][k])
+                config_error("checkpoint %s: tensor %s (%s) fails its checksum (%08x, expected %08x)", path,
+                             meta->names[i], SECTION_NAMES[k], crc[3 * i + k], meta->crc[i][k]);
+    }
+    free(crc);
+}
+
+// every local tensor's rows from the weight section into the (floatX) parameters
+static void load_params(Trainer* t, const CanonicalLayout* L, MPI_File f) {
+    GPT* m = &t->model;
+    for (int i = 0; i < m->num_tensors; i++) {
+        const TensorDesc* d = &m->tensors[i];
+        float* host = (float*)callocCheck(d->numel, sizeof(float));   // padding rows stay zero
+        RunIO io = {f, 0, host, d->offset, 1};
+        for_each_run(d, L->offset[canonical_index(L, d->name)], d->offset, d->offset + d->numel, run_io, &io);
+        floats_to_dev_floatX(m->params + d->offset, host, d->numel);
+        free(host);
+    }
+}
+
+// Resume from --load DIR (its latest checkpoint). Reads the checkpoint's counters and
+// verifies every checksum; loads the parameters, and unless --no-load-optim / --finetune the
+// optimizer shard (master weights and moments) of this rank.
+static void checkpoint_load(Trainer* t, const char* ckpt, const CheckpointMeta* meta) {
+    double t0 = now_seconds();
+    const Args* a = &t->args;
+    int with_optim = !a->no_load_optim && !a->finetune;
+    CanonicalLayout L = canonical_layout(&t->cfg);
+    verify_checksums(ckpt, meta, &L, with_optim ? 3 : 1);
+    char path[4300];
+    snprintf(path, sizeof(path), "%s/tensors.bin", ckpt);
+    MPI_File f;
+    mpiCheck(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &f));
+    load_params(t, &L, f);
+    float* host[3];
+    shard_to_host(&t->opt, host);   // current values: the padding of the flat buffer stays as it is
+    shard_io(t, &L, f, host, 1, with_optim ? 3 : 1);
+    size_t bytes = t->opt.shard_size * sizeof(float);
+    if (sizeof(floatX) != sizeof(float)) host_to_dev(t->opt.master, host[0], bytes);   // the CPU's master is the params
+    if (with_optim) {
+        host_to_dev(t->opt.m, host[1], bytes);
+        host_to_dev(t->opt.v, host[2], bytes);
+    }
+    for (int k = 0; k < 3; k++) free(host[k]);
+    mpiCheck(MPI_File_close(&f));
+    if (!a->finetune) {
+        t->iteration = meta->iteration;
+        t->consumed_samples = meta->consumed_samples;
+        t->scheduler_samples = meta->scheduler_samples;
+        t->valid_consumed_at_load = meta->consumed_valid_samples;
+        if (with_optim) t->opt.step = meta->optimizer_step;
+    }
+    if (grid.world_rank == 0) {
+        double s = now_seconds() - t0, gb = (with_optim ? 3.0 : 1.0) * L.section_bytes / 1e9;
+        printf("loaded checkpoint %s (iteration %d%s): %.3f GB in %.2f s (%.2f GB/s)\n", ckpt, meta->iteration,
+               a->finetune ? ", weights only: --finetune" : with_optim ? "" : ", without optimizer state", gb, s, gb / s);
+        fflush(stdout);
+    }
+    free_layout(&L);
 }
 
 // Per rank: parameters, gradients, optimizer state and activations, gathered to rank 0
@@ -610,6 +1078,21 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     long long eval_batches = (long long)(t->train_iters / a->eval_interval + 1) * a->eval_iters;
     long long samples[3] = {a->train_iters > 0 ? (long long)a->train_iters * a->global_batch_size : a->train_samples,
                             eval_batches * a->global_batch_size, (long long)a->eval_iters * a->global_batch_size};
+    // a checkpoint to resume from: its counters and config are read before anything else
+    char ckpt[4300] = "";
+    CheckpointMeta meta;
+    memset(&meta, 0, sizeof(meta));
+    if (a->load) {
+        latest_checkpoint(a->load, ckpt, sizeof(ckpt));
+        if (ckpt[0]) {
+            char path[4400];
+            snprintf(path, sizeof(path), "%s/metadata.txt", ckpt);
+            read_metadata(path, &meta);
+            if (!a->no_load_rng && !a->finetune) a->seed = (int)meta.cfg.seed;   // the data order goes on
+        } else if (grid.world_rank == 0) {
+            printf("no checkpoint in %s (no latest_checkpointed_iteration.txt): starting from scratch\n", a->load);
+        }
+    }
     open_data(&t->data, a, samples);
     // model
     GPTConfig* c = &t->cfg;
@@ -625,6 +1108,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     c->embed_layernorm = a->embed_layernorm;
     c->init_method_std = a->init_method_std;
     c->seed = (uint64_t)a->seed;
+    if (ckpt[0]) check_config_matches(ckpt, &meta.cfg, c);
     // every check has passed: build the grid and allocate
     if (!grid.ready) grid_build(a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
 #ifdef __CUDACC__
@@ -641,8 +1125,14 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     t->adam.weight_decay = a->weight_decay;
     t->adam.clip_grad = a->clip_grad;
     adamw_init(&t->opt, &t->model);
+    t->last_saved = -1;
+    if (ckpt[0]) {
+        checkpoint_load(t, ckpt, &meta);
+        free_meta(&meta);
+    }
     t->train = make_loader(&t->data, 0, a);
     t->valid = make_loader(&t->data, 1, a);
+    t->valid.consumed = t->valid_consumed_at_load;
     t->test = make_loader(&t->data, 2, a);
     print_setup(t);
 }
@@ -715,60 +1205,6 @@ static void log_step(const Trainer* t, const StepResult* r, LogWindow* w) {
            t->iteration, t->train_iters, t->consumed_samples, ms, r->lr, r->global_batch, loss, r->grad_norm,
            w->skipped, w->nan_loss, w->samples / w->seconds, flops / (ms / 1000.0) / 1e12 / grid.world_size);
     fflush(stdout);
-}
-
-// ----------------------------------------------------------------------------
-// the canonical layout of the weights: every tensor whole, in the tensor table's order of a
-// single-process model, fp32, the vocabulary without its padding rows. Whatever the layout
-// (TP, PP, DP) that trained them, each rank writes only its own slices into their places, so
-// the file is the same for every layout (checkpoints build on it).
-
-// the canonical table: the model as one process holds it (no memory is allocated)
-static GPT canonical_table(const GPTConfig* c) {
-    GPT whole;
-    memset(&whole, 0, sizeof(whole));
-    whole.cfg = *c;
-    whole.tp_size = 1;
-    whole.num_local_layers = c->num_layers;
-    whole.is_first_stage = whole.is_last_stage = 1;
-    build_tensor_table(&whole);
-    return whole;
-}
-
-// bytes of tensor t in the canonical file
-static size_t canonical_bytes(const TensorDesc* t) { return (size_t)t->valid_rows * t->cols * sizeof(float); }
-
-static void write_weights_canonical(const GPT* m, const char* path) {
-    GPT whole = canonical_table(&m->cfg);
-    if (grid.world_rank == 0) {   // create it empty before anyone writes
-        FILE* f = fopen(path, "wb");
-        if (!f) fail("cannot write %s", path);
-        fclose(f);
-    }
-    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
-    int fd = open(path, O_WRONLY);
-    if (fd < 0) fail("cannot open %s", path);
-    size_t offset = 0;
-    for (int w = 0; w < whole.num_tensors; w++) {
-        const TensorDesc* c = &whole.tensors[w];
-        for (int i = 0; i < m->num_tensors && grid.dp_rank == 0; i++) {
-            const TensorDesc* t = &m->tensors[i];
-            if (strcmp(t->name, c->name) != 0 || t->tied_copy) continue;
-            float* host = (float*)mallocCheck(t->numel * sizeof(float));
-            dev_floatX_to_floats(host, m->params + t->offset, t->numel);
-            for (int r = 0; r < t->local_rows && t->row_start + r < t->valid_rows; r++) {
-                size_t at = offset + ((size_t)(t->row_start + r) * t->cols + t->col_start) * sizeof(float);
-                if (pwrite(fd, host + (size_t)r * t->local_cols, t->local_cols * sizeof(float), at) < 0)
-                    fail("writing %s: %s", path, strerror(errno));
-            }
-            free(host);
-        }
-        offset += canonical_bytes(c);
-    }
-    close(fd);
-    free(whole.tensors);
-    free(whole.layer_tensors);
-    mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
 }
 
 // ----------------------------------------------------------------------------
@@ -845,6 +1281,36 @@ static float run_evaluation(Trainer* t, const char* what) {
     return loss;
 }
 
+// SIGTERM and SIGUSR1 (what SLURM sends before a time limit) ask for a save and an exit
+// after the current step
+static volatile sig_atomic_t stop_requested = 0;
+static void request_stop(int sig) { (void)sig; stop_requested = 1; }
+
+static void save_checkpoint_once(Trainer* t) {
+    if (!t->args.save || t->last_saved == t->iteration) return;
+    checkpoint_save(t, t->args.save);
+    t->last_saved = t->iteration;
+}
+
+// After a step: save at --save-interval; save and stop on a signal, at --exit-interval or
+// after --exit-duration-in-mins. Every rank takes the same decision (a signal may reach
+// only some ranks, clocks differ). Returns 1 to stop.
+static int after_step(Trainer* t, double start) {
+    const Args* a = &t->args;
+    int stop = stop_requested || (a->exit_interval > 0 && t->iteration % a->exit_interval == 0) ||
+               (a->exit_duration_in_mins > 0 && now_seconds() - start > 60.0 * a->exit_duration_in_mins);
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (stop || (a->save_interval > 0 && t->iteration % a->save_interval == 0)) save_checkpoint_once(t);
+    if (stop && grid.world_rank == 0) {
+        printf("stopping at iteration %d (%s)%s\n", t->iteration,
+               stop_requested ? "signal" : a->exit_interval > 0 && t->iteration % a->exit_interval == 0 ? "--exit-interval"
+                                                                                                    : "--exit-duration-in-mins",
+               a->save ? ", checkpoint saved" : "");
+        fflush(stdout);
+    }
+    return stop;
+}
+
 // on_step, if given, sees every step's result (the tests record runs through it)
 typedef void (*StepHook)(const Trainer* t, const StepResult* r, void* ctx);
 
@@ -854,6 +1320,8 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     double start = now_seconds(), train_seconds = 0.0, last_loss = NAN;
     long long tokens_start = t->consumed_samples;
     int in_flight = 0;   // most micro-batches any stage held at once (1F1B: at most PP)
+    signal(SIGTERM, request_stop);
+    signal(SIGUSR1, request_stop);
     while (t->iteration < t->train_iters) {
         double t0 = now_seconds();
         StepResult r = train_step(t);
@@ -877,9 +1345,10 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
             snprintf(what, sizeof(what), "validation loss at iteration %d", t->iteration);
             run_evaluation(t, what);
         }
+        if (after_step(t, start)) return;
     }
+    save_checkpoint_once(t);
     float valid_loss = run_evaluation(t, "validation loss at the end of training");
-    if (t->args.save_weights) write_weights_canonical(&t->model, t->args.save_weights);
     if (t->args.eval_iters > 0 && data_splits_has(&t->data, 2)) {
         float test_loss = evaluate(&t->model, &t->test, t->args.eval_iters, t->args.global_batch_size);
         print_eval("test loss at the end of training", test_loss);

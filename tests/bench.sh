@@ -40,5 +40,20 @@ for shape in 124M small; do
     $B/bench $shape || { echo "FAIL bench $shape exited with status $?"; status=1; }
     echo
 done
+
+# ----------------------------------------------------------------------------
+# the data pipeline (tests/bench_data.c): sample index build, micro-batch fetch, preprocess
+# MB/s. Its corpus (1e8 tokens) and text inputs (2 x 200 MB) are written once into
+# $B/bench_data/ and reused: about 30 s on 2 cores, 6 s more the first time.
+D=$B/bench_data
+mkdir -p $D
+if ! { make -s preprocess && ${CC:-gcc} $CFLAGS tests/bench_data.c -o $D/bench_data; } > $D/bench_data.build.log 2>&1; then
+    echo "FAIL build bench_data:"; cat $D/bench_data.build.log
+    status=1
+else
+    echo "data pipeline benchmark"
+    $D/bench_data $D ./preprocess || { echo "FAIL bench_data exited with status $?"; status=1; }
+    echo
+fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $status

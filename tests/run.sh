@@ -50,6 +50,7 @@ run data $B/test_data $FIXTURE
 run model $B/test_model $B/corpus_text_document
 run cli bash tests/test_cli.sh $B/corpus_text_document
 run parallel bash tests/test_parallel.sh $B/corpus_text_document
+run checkpoint bash tests/test_checkpoint.sh $B/corpus_text_document
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

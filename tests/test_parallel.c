@@ -4,7 +4,8 @@ hold it against the single-process run.
 
   mpirun -np N test_parallel OUT [trainer flags]   trains with the trainer's own functions and
       writes OUT.steps (per step: loss, grad norm, global batch, in full precision),
-      OUT.weights (the final weights in the canonical layout) and OUT.info (optimizer bytes
+      OUT.ckpt/ (the final checkpoint: its first section is the weights in the canonical
+      layout, whatever the grid) and OUT.info (optimizer bytes
       per rank, most micro-batches in flight, bytes sent per step in each group); prints PASS /
       FAIL lines for what only the live grid can check: replicated tensors identical on every
       tensor rank, the two copies of the tied embedding identical, at most PP micro-batches in
@@ -80,7 +81,9 @@ static void record_step(const Trainer* t, const StepResult* r, void* ctx) {
 static int record(const char* out, int fail_rank, int argc, char** argv) {
     Trainer* t = (Trainer*)callocCheck(1, sizeof(Trainer));
     trainer_setup(t, argc, argv);
-    char path[4096];
+    char path[4096], ckpt[4096];
+    snprintf(ckpt, sizeof(ckpt), "%s.ckpt", out);
+    t->args.save = ckpt;   // trainer_run saves at the end
     snprintf(path, sizeof(path), "%s.steps", out);
     Recording rec = {grid.world_rank == 0 ? fopen(path, "w") : NULL, 0, 1 << 30, {0, 0, 0, 0}, fail_rank};
     trainer_run(t, record_step, &rec);
@@ -88,8 +91,6 @@ static int record(const char* out, int fail_rank, int argc, char** argv) {
     int most_in_flight = rec.most_in_flight, fewest_micro = rec.fewest_micro;
     double* comm_sum = rec.comm_last;
     if (steps) fclose(steps);
-    snprintf(path, sizeof(path), "%s.weights", out);
-    write_weights_canonical(&t->model, path);
 
     int replicated = sum_over_world(replicated_tensors_differ(&t->model));
     int tied = sum_over_world(tied_copies_differ(&t->model));
@@ -133,18 +134,21 @@ static int read_steps(const char* prefix, double* loss, double* norm, int max) {
     return n;
 }
 
-static float* read_weights(const char* prefix, size_t* n) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s.weights", prefix);
+// the weight section of the run's final checkpoint: `n` floats at the start of tensors.bin
+static float* read_weights(const char* prefix, size_t n) {
+    char dir[4096], path[4400];
+    snprintf(dir, sizeof(dir), "%s.ckpt", prefix);
+    latest_checkpoint(dir, path, sizeof(path));
+    strcat(path, "/tensors.bin");
     FILE* f = fopen(path, "rb");
     if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f) / sizeof(float);
-    fseek(f, 0, SEEK_SET);
-    float* w = (float*)mallocCheck(*n * sizeof(float) + 1);
-    size_t got = fread(w, sizeof(float), *n, f);
+    float* w = (float*)mallocCheck(n * sizeof(float) + 1);
+    size_t got = fread(w, sizeof(float), n, f);
     fclose(f);
-    if (got != *n) *n = 0;
+    if (got != n) {
+        free(w);
+        return NULL;
+    }
     return w;
 }
 
@@ -162,13 +166,15 @@ static int is_key_bias(const TensorDesc* t, size_t k, int head_size) {
 
 // weights per tensor of the canonical layout (needs the config: rebuilt from the flags)
 static void compare_weights(const char* ref, const char* run, const char* name, const GPTConfig* c) {
-    size_t na = 0, nb = 0;
-    float* a = read_weights(run, &na);
-    float* b = read_weights(ref, &nb);
+    CanonicalLayout layout = canonical_layout(c);
+    size_t na = layout.section_bytes / sizeof(float);
+    free_layout(&layout);
+    float* a = read_weights(run, na);
+    float* b = read_weights(ref, na);
     char label[256];
     snprintf(label, sizeof(label), "%s: final weights match one process within 1e-5", name);
-    if (!a || !b || na != nb || na == 0) {
-        check(0, label, "weights files missing or of different sizes (%zu vs %zu floats)", na, nb);
+    if (!a || !b) {
+        check(0, label, "a checkpoint is missing or short (%zu floats expected)", na);
         free(a);
         free(b);
         return;

@@ -23,6 +23,7 @@ flags="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 32 --num-
 
 record() {  # name tp pp dp
     local name=$1 tp=$2 pp=$3 dp=$4
+    rm -rf $B/$name.ckpt
     $MPIRUN -np $((tp * pp * dp)) $B/../test_parallel $B/$name $flags \
         --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp > $B/$name.log 2>&1
     local status=$?
@@ -40,8 +41,8 @@ done
 
 # the same layout twice: the same bits
 record again 2 2 2
-if cmp -s $B/tp2-pp2-dp2.steps $B/again.steps && cmp -s $B/tp2-pp2-dp2.weights $B/again.weights; then
-    ok "(2,2,2) twice with the same seed: bit-identical losses, norms and weights"
+if cmp -s $B/tp2-pp2-dp2.steps $B/again.steps && cmp -s $B/tp2-pp2-dp2.ckpt/iter_0000022/tensors.bin $B/again.ckpt/iter_0000022/tensors.bin; then
+    ok "(2,2,2) twice with the same seed: bit-identical losses, norms, weights and optimizer state"
 else bad "(2,2,2) twice with the same seed" "the recordings differ"; fi
 
 info() { awk -v k="$2" '$1 == k { print $2 }' $B/$1.info; }

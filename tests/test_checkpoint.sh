@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# tests/test_checkpoint.sh DATA_PREFIX — checkpoints survive anything.
+#   exact resume: stop at step 10, resume, and steps 11-20 are bit-identical to one
+#   uninterrupted run; resumed under other layouts they match within 1e-5; a kill -9 in the
+#   middle of a save leaves the previous checkpoint loadable; a truncated or bit-flipped
+#   checkpoint and a different model config are refused naming the file, tensor or field;
+#   SIGTERM saves and exits 0; --keep-last rotates; --finetune and --no-load-optim load.
+set -u
+data=${1:?usage: test_checkpoint.sh DATA_PREFIX}
+B=tests/build/checkpoint
+rm -rf $B && mkdir -p $B
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN="mpirun --oversubscribe --bind-to none"
+REC=tests/build/test_parallel   # records every step's loss and norm in full precision
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; }
+
+flags="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+       --micro-batch-size 2 --global-batch-size 16 --train-iters 20 --lr 3e-3 --lr-warmup-iters 4
+       --lr-decay-style cosine --min-lr 3e-4 --weight-decay 0.1 --split 90,10,0 --eval-interval 5
+       --eval-iters 1 --log-interval 100 --seed 5"
+run() {  # name tp pp dp [extra flags]
+    local name=$1 tp=$2 pp=$3 dp=$4; shift 4
+    $MPIRUN -np $((tp * pp * dp)) $REC $B/$name $flags --tensor-model-parallel-size $tp \
+        --pipeline-model-parallel-size $pp "$@" > $B/$name.log 2>&1 || echo "FAIL $name: exit status $? $(grep -m1 error $B/$name.log)"
+}
+
+# steps A[i] vs B[i] for the iterations both have: max relative difference of loss and norm
+worst() { awk 'NR == FNR { l[$1] = $2; g[$1] = $3; next } ($1 in l) { n++
+    d = ($2 - l[$1]) / l[$1]; if (d < 0) d = -d; if (d > w) w = d
+    d = ($3 - g[$1]) / g[$1]; if (d < 0) d = -d; if (d > w) w = d } END { printf "%d %.3g\n", n, w }' "$1" "$2"; }
+
+run full 1 1 1
+run first 1 1 1 --exit-interval 10
+run second 1 1 1 --load $B/first.ckpt
+if [ "$(cat $B/first.steps $B/second.steps | wc -l)" -eq 20 ] && cat $B/first.steps $B/second.steps | cmp -s - $B/full.steps; then
+    ok "stop at step 10 and resume: bit-identical to 20 uninterrupted steps"
+else bad "stop at step 10 and resume" "$(diff <(cat $B/first.steps $B/second.steps) $B/full.steps | head -4)"; fi
+
+run first222 2 2 2 --exit-interval 10
+for layout in "1 1 1" "4 1 2" "1 2 4"; do
+    set -- $layout
+    name="from222-tp$1-pp$2-dp$3"
+    run $name $1 $2 $3 --load $B/first222.ckpt
+    read n w <<< "$(worst $B/full.steps $B/$name.steps)"
+    if [ "$n" -eq 10 ] && awk -v w="$w" 'BEGIN { exit !(w <= 1e-5) }'; then
+        ok "saved at (2,2,2), resumed at ($1,$2,$3): steps 11-20 within 1e-5 of one process (worst $w)"
+    else bad "saved at (2,2,2), resumed at ($1,$2,$3)" "$n steps compared, worst relative difference $w"; fi
+done
+
+# corruption: a truncated file, a flipped bit, a different model
+expect_refusal() {  # name needle flags...
+    local name=$1 needle=$2; shift 2
+    ./train_cpu $flags "$@" > $B/refusal.out 2> $B/refusal.err
+    local status=$?
+    if [ $status -eq 2 ] && [ "$(wc -l < $B/refusal.err)" -eq 1 ] && grep -qF -- "$needle" $B/refusal.err; then ok "$name"
+    else bad "$name" "status $status: $(head -c 300 $B/refusal.err)"; fi
+}
+ck=$B/first.ckpt/iter_0000010
+cp -r $B/first.ckpt $B/flipped.ckpt
+# flip one bit in the middle of the first layer's QKV weight (its offset is on its metadata line)
+off=$(awk '$2 == "language_model.encoder.layers.0.self_attention.query_key_value.weight" { print $5 + 100 }' $ck/metadata.txt)
+f=$B/flipped.ckpt/iter_0000010/tensors.bin
+byte=$(od -An -tu1 -j$off -N1 $f | tr -d ' ')
+printf "$(printf '\\x%02x' $((byte ^ 4)))" | dd of=$f bs=1 seek=$off conv=notrunc 2>/dev/null
+cmp -s $f $ck/tensors.bin && bad "flipping a bit" "the copy did not change"
+expect_refusal "a flipped bit is refused, naming the file and the tensor" \
+    "tensors.bin: tensor language_model.encoder.layers.0.self_attention.query_key_value.weight (weight) fails its checksum" \
+    --load $B/flipped.ckpt
+cp -r $B/first.ckpt $B/truncated.ckpt
+truncate -s -1000 $B/truncated.ckpt/iter_0000010/tensors.bin
+expect_refusal "a truncated checkpoint is refused, naming the file" "truncated.ckpt/iter_0000010/tensors.bin" --load $B/truncated.ckpt
+expect_refusal "a different model config is refused, naming the field" "has --hidden-size 32, this run 64" \
+    --load $B/first.ckpt --hidden-size 64
+mkdir -p $B/broken.ckpt && echo "last Tuesday" > $B/broken.ckpt/latest_checkpointed_iteration.txt
+expect_refusal "a broken latest_checkpointed_iteration.txt is refused" "latest_checkpointed_iteration.txt: expected an iteration number" \
+    --load $B/broken.ckpt
+
+# --finetune: the weights only, the iteration starts at 0; --no-load-optim: a fresh optimizer
+./train_cpu $flags --load $B/first.ckpt --finetune --train-iters 3 --lr-warmup-iters 1 --log-interval 1 > $B/finetune.log 2>&1
+if grep -q "weights only" $B/finetune.log && grep -qE '^ iteration +1/ +3 \| consumed samples: +16 ' $B/finetune.log; then
+    ok "--finetune loads the weights and starts at iteration 0"
+else bad "--finetune" "$(grep -m1 -E 'error|iteration' $B/finetune.log)"; fi
+./train_cpu $flags --load $B/first.ckpt --no-load-optim --log-interval 1 > $B/nooptim.log 2>&1
+if grep -q "without optimizer state" $B/nooptim.log && grep -qE '^ iteration +11/ +20 ' $B/nooptim.log; then
+    ok "--no-load-optim resumes at the checkpoint's iteration with a fresh optimizer"
+else bad "--no-load-optim" "$(grep -m1 -E 'error|iteration' $B/nooptim.log)"; fi
+
+# --keep-last 2 with a save every 3 steps: iter 18 and the final 20 remain
+./train_cpu $flags --save $B/rotate.ckpt --save-interval 3 --keep-last 2 > $B/rotate.log 2>&1
+kept=$(ls $B/rotate.ckpt | grep '^iter_' | tr '\n' ' ')
+if [ "$kept" = "iter_0000018 iter_0000020 " ] && [ "$(cat $B/rotate.ckpt/latest_checkpointed_iteration.txt)" = 20 ]; then
+    ok "--keep-last 2 keeps the two newest checkpoints"
+else bad "--keep-last 2" "kept: $kept"; fi
+
+# SIGTERM (as SLURM sends before a time limit): finish the step, save, exit 0
+long="$flags --train-iters 100000 --eval-interval 100000"
+./train_cpu $long --save $B/term.ckpt > $B/term.log 2>&1 &
+pid=$!
+sleep 2
+kill -TERM $pid
+wait $pid
+status=$?
+it=$(cat $B/term.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
+if [ $status -eq 0 ] && [ -n "$it" ] && grep -q "stopping at iteration $it (signal), checkpoint saved" $B/term.log; then
+    ok "SIGTERM saves the checkpoint of the current step and exits 0 (iteration $it)"
+else bad "SIGTERM saves and exits 0" "status $status, latest '$it': $(tail -2 $B/term.log)"; fi
+
+# kill -9 in the middle of a save: a model whose checkpoint (~150 MB) takes far longer to
+# write than a step, saved every step, killed at a random moment until a kill lands inside a
+# save (its .tmp directory is left behind); the previous checkpoint must still load and train
+big="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8
+     --micro-batch-size 1 --global-batch-size 1 --train-iters 100000 --eval-iters 0 --log-interval 1000 --split 90,10,0"
+caught=0
+for attempt in 1 2 3 4 5 6; do
+    rm -rf $B/kill.ckpt
+    ./train_cpu $big --save $B/kill.ckpt --save-interval 1 > $B/kill.log 2>&1 &
+    pid=$!
+    sleep $(awk -v a=$attempt 'BEGIN { print 2.0 + 0.37 * a }')
+    kill -9 $pid
+    wait $pid 2>/dev/null
+    if ls -d $B/kill.ckpt/iter_*.tmp > /dev/null 2>&1 && [ -f $B/kill.ckpt/latest_checkpointed_iteration.txt ]; then caught=1; break; fi
+done
+if [ $caught -eq 1 ]; then
+    it=$(cat $B/kill.ckpt/latest_checkpointed_iteration.txt)
+    ./train_cpu $big --load $B/kill.ckpt --train-iters $((it + 2)) > $B/kill_resume.log 2>&1
+    status=$?
+    if [ $status -eq 0 ] && grep -q "loaded checkpoint .*iter_$(printf %07d $it)" $B/kill_resume.log; then
+        ok "kill -9 during a save: the previous checkpoint (iteration $it) loads and the run goes on"
+    else bad "kill -9 during a save" "resume status $status: $(grep -m1 error $B/kill_resume.log)"; fi
+else bad "kill -9 during a save" "no kill landed inside a save in 6 attempts"; fi
