@@ -625,35 +625,46 @@ static int canonical_index(const CanonicalLayout* L, const char* name) {
 
 // Walk the part of local tensor t inside [lo, hi) of the flat buffer, as runs that are
 // contiguous in the canonical file: fn(run's flat index, run length, canonical byte offset
-// within the section). Padding rows of the vocabulary are skipped.
+// within the section). A slice of whole rows is contiguous across rows; a column slice is
+// one run per row. Runs stop before the vocabulary's padding rows and at RUN_MAX elements.
+#define RUN_MAX ((size_t)1 << 20)
 typedef void (*RunFn)(void* ctx, size_t flat, size_t n, size_t file_offset);
 
 static void for_each_run(const TensorDesc* t, size_t tensor_offset, size_t lo, size_t hi, RunFn fn, void* ctx) {
+    size_t cols = t->local_cols;
     for (size_t f = lo; f < hi;) {
-        size_t e = f - t->offset;
-        size_t r = e / t->local_cols, c = e % t->local_cols;
-        size_t n = t->local_cols - c < hi - f ? t->local_cols - c : hi - f;
-        size_t row = t->row_start + r;
-        if (row < (size_t)t->valid_rows)
-            fn(ctx, f, n, tensor_offset + (row * t->cols + t->col_start + c) * sizeof(float));
+        size_t e = f - t->offset, row = t->row_start + e / cols, c = e % cols;
+        if (row >= (size_t)t->valid_rows) break;   // the rest is padding
+        size_t n = cols == (size_t)t->cols ? (t->valid_rows - row) * cols - c : cols - c;
+        n = n < hi - f ? n : hi - f;
+        n = n < RUN_MAX ? n : RUN_MAX;
+        fn(ctx, f, n, tensor_offset + (row * t->cols + t->col_start + c) * sizeof(float));
         f += n;
     }
 }
 
+// one run between the file and a float array in device memory, through a host buffer of
+// RUN_MAX floats: a save or load never holds more of the model than that on the host
 typedef struct {
     MPI_File file;
     size_t section_base;       // byte offset of the section in tensors.bin
-    float* host;               // the shard's values of this section, on the host
-    size_t host_start;         // flat index of host[0]
+    float* dev;                // the array (device memory) ...
+    size_t dev_start;          // ... whose element 0 is this flat index
+    float* bounce;             // [RUN_MAX] on the host
     int reading;
 } RunIO;
 
 static void run_io(void* ctx, size_t flat, size_t n, size_t file_offset) {
     RunIO* io = (RunIO*)ctx;
-    float* p = io->host + (flat - io->host_start);
+    float* p = io->dev + (flat - io->dev_start);
     MPI_Offset at = (MPI_Offset)(io->section_base + file_offset);
-    if (io->reading) mpiCheck(MPI_File_read_at(io->file, at, p, (int)n, MPI_FLOAT, MPI_STATUS_IGNORE));
-    else mpiCheck(MPI_File_write_at(io->file, at, p, (int)n, MPI_FLOAT, MPI_STATUS_IGNORE));
+    if (io->reading) {
+        mpiCheck(MPI_File_read_at(io->file, at, io->bounce, (int)n, MPI_FLOAT, MPI_STATUS_IGNORE));
+        host_to_dev(p, io->bounce, n * sizeof(float));
+    } else {
+        dev_to_host(io->bounce, p, n * sizeof(float));
+        mpiCheck(MPI_File_write_at(io->file, at, io->bounce, (int)n, MPI_FLOAT, MPI_STATUS_IGNORE));
+    }
 }
 
 // Does this rank write tensor t? Each element once: not the tied copy of the last stage, a
@@ -662,20 +673,15 @@ static int writes_tensor(const GPT* m, const TensorDesc* t) {
     return !t->tied_copy && (t->split_axis >= 0 || m->tp_rank == 0);
 }
 
-// the three shard arrays of this rank on the host: master weights, m, v
-static void shard_to_host(const AdamWState* s, float* host[3]) {
-    const float* dev[3] = {s->master, s->m, s->v};
-    for (int k = 0; k < 3; k++) {
-        host[k] = (float*)mallocCheck(s->shard_size * sizeof(float));
-        dev_to_host(host[k], dev[k], s->shard_size * sizeof(float));
-    }
-}
-
-// read (reading = 1) or write the shard's parts of every local tensor in all three sections
-static void shard_io(Trainer* t, const CanonicalLayout* L, MPI_File f, float* host[3], int reading, int sections) {
+// read (reading = 1) or write the shard's parts of every local tensor: the master weights,
+// and with all three sections the Adam moments
+static void shard_io(Trainer* t, const CanonicalLayout* L, MPI_File f, int reading, int sections) {
     const GPT* m = &t->model;
+    float* arrays[3] = {t->opt.master, t->opt.m, t->opt.v};
+    float* bounce = (float*)mallocCheck(RUN_MAX * sizeof(float));
     for (int k = 0; k < sections; k++) {
-        RunIO io = {f, k * L->section_bytes, host[k], t->opt.shard_start, reading};
+        if (reading && k == 0 && sizeof(floatX) == sizeof(float)) continue;   // CPU: the master is the params, loaded
+        RunIO io = {f, k * L->section_bytes, arrays[k], t->opt.shard_start, bounce, reading};
         for (int i = 0; i < m->num_tensors; i++) {
             const TensorDesc* tensor = &m->tensors[i];
             if (!reading && !writes_tensor(m, tensor)) continue;
@@ -684,6 +690,7 @@ static void shard_io(Trainer* t, const CanonicalLayout* L, MPI_File f, float* ho
             if (lo < hi) for_each_run(tensor, L->offset[canonical_index(L, tensor->name)], lo, hi, run_io, &io);
         }
     }
+    free(bounce);
 }
 
 // CRC-32 of every tensor in every section, each rank reading its share of the tensors back
@@ -786,9 +793,7 @@ static void checkpoint_save(Trainer* t, const char* dir) {
     MPI_File f;
     mpiCheck(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &f));
     mpiCheck(MPI_File_set_size(f, (MPI_Offset)(3 * L.section_bytes)));
-    float* host[3];
-    shard_to_host(&t->opt, host);
-    shard_io(t, &L, f, host, 0, 3);
+    shard_io(t, &L, f, 0, 3);
     mpiCheck(MPI_File_sync(f));
     mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
     uint32_t* crc = (uint32_t*)mallocCheck(3 * L.whole.num_tensors * sizeof(uint32_t));
@@ -811,7 +816,6 @@ static void checkpoint_save(Trainer* t, const char* dir) {
         fflush(stdout);
     }
     mpiCheck(MPI_Barrier(MPI_COMM_WORLD));
-    for (int k = 0; k < 3; k++) free(host[k]);
     free(crc);
     free_layout(&L);
 }
@@ -946,16 +950,19 @@ static void verify_checksums(const char* dir, const CheckpointMeta* meta, const 
 }
 
 // every local tensor's rows from the weight section into the (floatX) parameters
+// (one tensor's slice at a time passes through host memory)
 static void load_params(Trainer* t, const CanonicalLayout* L, MPI_File f) {
     GPT* m = &t->model;
+    float* bounce = (float*)mallocCheck(RUN_MAX * sizeof(float));
     for (int i = 0; i < m->num_tensors; i++) {
         const TensorDesc* d = &m->tensors[i];
         float* host = (float*)callocCheck(d->numel, sizeof(float));   // padding rows stay zero
-        RunIO io = {f, 0, host, d->offset, 1};
+        RunIO io = {f, 0, host, d->offset, bounce, 1};   // the "device" array here is this host one
         for_each_run(d, L->offset[canonical_index(L, d->name)], d->offset, d->offset + d->numel, run_io, &io);
         floats_to_dev_floatX(m->params + d->offset, host, d->numel);
         free(host);
     }
+    free(bounce);
 }
 
 // Resume from --load DIR (its latest checkpoint). Reads the checkpoint's counters and
@@ -972,16 +979,7 @@ static void checkpoint_load(Trainer* t, const char* ckpt, const CheckpointMeta* 
     MPI_File f;
     mpiCheck(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &f));
     load_params(t, &L, f);
-    float* host[3];
-    shard_to_host(&t->opt, host);   // current values: the padding of the flat buffer stays as it is
-    shard_io(t, &L, f, host, 1, with_optim ? 3 : 1);
-    size_t bytes = t->opt.shard_size * sizeof(float);
-    if (sizeof(floatX) != sizeof(float)) host_to_dev(t->opt.master, host[0], bytes);   // the CPU's master is the params
-    if (with_optim) {
-        host_to_dev(t->opt.m, host[1], bytes);
-        host_to_dev(t->opt.v, host[2], bytes);
-    }
-    for (int k = 0; k < 3; k++) free(host[k]);
+    shard_io(t, &L, f, 1, with_optim ? 3 : 1);
     mpiCheck(MPI_File_close(&f));
     if (!a->finetune) {
         t->iteration = meta->iteration;

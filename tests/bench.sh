@@ -55,5 +55,26 @@ else
     $D/bench_data $D ./preprocess || { echo "FAIL bench_data exited with status $?"; status=1; }
     echo
 fi
+# ----------------------------------------------------------------------------
+# checkpoints of GPT-2 124M (weights, Adam's two moments: ~1.5 GB), saved and loaded by
+# ./train_cpu itself, which prints seconds and GB/s (the save includes reading the file back
+# for the checksums, the load verifying them)
+K=$B/bench_ckpt
+mkdir -p $K
+if [ ! -f $K/corpus_text_document.idx ]; then
+    scripts/make_corpus.sh $K/corpus.jsonl > /dev/null
+    ./preprocess --input $K/corpus.jsonl --json-keys text --append-eod --output-prefix $K/corpus > /dev/null
+fi
+rm -rf $K/ckpt
+gpt2="--data-path $K/corpus_text_document --vocab-size 50304 --num-layers 12 --hidden-size 768 --num-attention-heads 12
+      --max-position-embeddings 1024 --seq-length 64 --micro-batch-size 4 --global-batch-size 4 --train-iters 1
+      --eval-iters 0 --split 100,0,0 --log-interval 1"
+echo "checkpoints, GPT-2 124M (one rank)"
+./train_cpu $gpt2 --save $K/ckpt | grep -E "^saved checkpoint" | sed 's/^/    /' || status=1
+./train_cpu $gpt2 --load $K/ckpt | grep -E "^loaded checkpoint" | sed 's/^/    /' || status=1
+echo "    on disk: $(du -sh $K/ckpt | cut -f1); page cache: a warm read, the load above is not a cold-disk figure"
+rm -rf $K/ckpt
+echo
+
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $status
