@@ -527,10 +527,11 @@ static void mt19937_seed(MT19937* r, uint32_t seed) {
 }
 
 static uint32_t mt19937_next32(MT19937* r) {
-    if (r->pos >= MT_N) {   // regenerate the whole state
+    if (r->pos >= MT_N) {   // regenerate the whole state (indices mod MT_N, without the divisions)
         for (int i = 0; i < MT_N; i++) {
-            uint32_t y = (r->state[i] & 0x80000000u) | (r->state[(i + 1) % MT_N] & 0x7fffffffu);
-            r->state[i] = r->state[(i + MT_M) % MT_N] ^ (y >> 1) ^ ((y & 1) ? 0x9908b0dfu : 0);
+            int next = i + 1 < MT_N ? i + 1 : 0, far = i + MT_M < MT_N ? i + MT_M : i + MT_M - MT_N;
+            uint32_t y = (r->state[i] & 0x80000000u) | (r->state[next] & 0x7fffffffu);
+            r->state[i] = r->state[far] ^ (y >> 1) ^ ((y & 1) ? 0x9908b0dfu : 0);
         }
         r->pos = 0;
     }
@@ -555,17 +556,34 @@ static uint64_t random_interval(MT19937* r, uint64_t max) {
     return v;
 }
 
+// The swaps of a big shuffle wait on memory (x[j] lies anywhere in hundreds of MB), and each
+// draw waits on the one before. Drawing a block of j's first, then prefetching their
+// elements, lets the cache misses overlap; the draws depend only on i, so the permutation is
+// the same (measured: the 1e8-element document shuffle of the benchmark 5.0 s -> ~2.5 s).
+#define SHUFFLE_BLOCK 256
+
+// j for i, i-1, ... (at most SHUFFLE_BLOCK of them, down to 1); returns how many
+static int draw_block(MT19937* r, int64_t i, int64_t* j) {
+    int m = i < SHUFFLE_BLOCK ? (int)i : SHUFFLE_BLOCK;
+    for (int k = 0; k < m; k++) j[k] = (int64_t)random_interval(r, (uint64_t)(i - k));
+    return m;
+}
+
 static void shuffle_int32(MT19937* r, int32_t* x, int64_t n) {
-    for (int64_t i = n - 1; i >= 1; i--) {
-        int64_t j = (int64_t)random_interval(r, (uint64_t)i);
-        int32_t t = x[i]; x[i] = x[j]; x[j] = t;
+    int64_t j[SHUFFLE_BLOCK];
+    for (int64_t i = n - 1; i >= 1;) {
+        int m = draw_block(r, i, j);
+        for (int k = 0; k < m; k++) __builtin_prefetch(&x[j[k]], 1);
+        for (int k = 0; k < m; k++, i--) { int32_t t = x[i]; x[i] = x[j[k]]; x[j[k]] = t; }
     }
 }
 
 static void shuffle_int64(MT19937* r, int64_t* x, int64_t n) {
-    for (int64_t i = n - 1; i >= 1; i--) {
-        int64_t j = (int64_t)random_interval(r, (uint64_t)i);
-        int64_t t = x[i]; x[i] = x[j]; x[j] = t;
+    int64_t j[SHUFFLE_BLOCK];
+    for (int64_t i = n - 1; i >= 1;) {
+        int m = draw_block(r, i, j);
+        for (int k = 0; k < m; k++) __builtin_prefetch(&x[j[k]], 1);
+        for (int k = 0; k < m; k++, i--) { int64_t t = x[i]; x[i] = x[j[k]]; x[j[k]] = t; }
     }
 }
 
