@@ -58,6 +58,7 @@ typedef struct {
     const char *save, *load;
     int save_interval, exit_interval, exit_duration_in_mins, keep_last;
     int no_load_optim, no_load_rng, finetune;
+    const char* export_hf;
     int generate_tokens;
     const char* generate_prompt;
     float temperature;
@@ -150,6 +151,7 @@ static int flag_table(Args* a, Flag* f) {
         {"--no-load-optim", FLAG_SWITCH, &a->no_load_optim, "load weights and counters, not the optimizer state"},
         {"--no-load-rng", FLAG_SWITCH, &a->no_load_rng, "use this run's --seed, not the checkpoint's"},
         {"--finetune", FLAG_SWITCH, &a->finetune, "load weights only; iteration and data position start at 0"},
+        {"--export-hf", FLAG_STRING, &a->export_hf, "OUT: write --load's latest checkpoint as a Hugging Face GPT-2, then exit"},
         {"--generate-tokens", FLAG_INT, &a->generate_tokens, "sample this many tokens after training (0)"},
         {"--generate-prompt", FLAG_STRING, &a->generate_prompt, "text the sample starts from (byte-level data)"},
         {"--temperature", FLAG_FLOAT, &a->temperature, "sampling temperature (1.0)"},
@@ -822,74 +824,158 @@ static void checkpoint_save(Trainer* t, const char* dir) {
 
 // ---- loading
 
+// ---- reading metadata.txt (the loader and the Hugging Face export share it)
+
 typedef struct {
+    char name[128];
+    int rows, cols;
+    size_t offset;        // in each section
+    uint32_t crc[3];      // CRC-32 of the tensor's bytes in each section
+} CkptTensor;
+
+typedef struct {
+    char bin_path[4300];
     int iteration, optimizer_step;
     long long consumed_samples, scheduler_samples, consumed_valid_samples;
     GPTConfig cfg;
+    size_t section_offset[3], section_bytes[3];
     int num_tensors;
-    char (*names)[128];
-    uint32_t (*crc)[3];
+    CkptTensor* tensors;
 } CheckpointMeta;
 
-static void free_meta(CheckpointMeta* m) {
-    free(m->names);
-    free(m->crc);
+static int meta_error(char* err, size_t errlen, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
 }
 
-// metadata.txt, or a config error naming the file and the line
-static void read_metadata(const char* path, CheckpointMeta* m) {
+static void checkpoint_meta_free(CheckpointMeta* m) {
+    free(m->tensors);
+    m->tensors = NULL;
+}
+
+// config keys a reader needs (the others are optional)
+static const char* const CKPT_REQUIRED[] = {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+                                            "max_position_embeddings", "vocab_size", "embed_layernorm"};
+
+static void meta_config_line(GPTConfig* c, const char* key, const char* value, unsigned* seen) {
+    int* ints[] = {&c->num_layers, &c->hidden_size, &c->num_attention_heads, &c->ffn_hidden_size,
+                   &c->max_position_embeddings, &c->vocab_size, &c->embed_layernorm};
+    for (int k = 0; k < 7; k++)
+        if (!strcmp(key, CKPT_REQUIRED[k])) {
+            *ints[k] = atoi(value);
+            *seen |= 1u << k;
+            return;
+        }
+    if (!strcmp(key, "seq_length")) c->seq_length = atoi(value);
+    else if (!strcmp(key, "make_vocab_size_divisible_by")) c->make_vocab_size_divisible_by = atoi(value);
+    else if (!strcmp(key, "init_method_std")) c->init_method_std = (float)atof(value);
+    else if (!strcmp(key, "seed")) c->seed = strtoull(value, NULL, 10);
+}
+
+// one line of metadata.txt into m; 1 if it is not understood
+static int meta_line(CheckpointMeta* m, const char* line, unsigned* seen, int* version, int* cap) {
+    char word[64], key[128], value[64];
+    if (sscanf(line, "%63s", word) != 1) return 0;
+    if (!strcmp(word, "gridgpt-checkpoint")) return sscanf(line, "%*s %d", version) != 1;
+    if (!strcmp(word, "iteration")) return sscanf(line, "%*s %d", &m->iteration) != 1;
+    if (!strcmp(word, "optimizer_step")) return sscanf(line, "%*s %d", &m->optimizer_step) != 1;
+    if (!strcmp(word, "consumed_samples")) return sscanf(line, "%*s %lld", &m->consumed_samples) != 1;
+    if (!strcmp(word, "scheduler_samples")) return sscanf(line, "%*s %lld", &m->scheduler_samples) != 1;
+    if (!strcmp(word, "consumed_valid_samples")) return sscanf(line, "%*s %lld", &m->consumed_valid_samples) != 1;
+    if (!strcmp(word, "config")) {
+        if (sscanf(line, "%*s %127s %63s", key, value) != 2) return 1;
+        meta_config_line(&m->cfg, key, value, seen);
+        return 0;
+    }
+    if (!strcmp(word, "section")) {
+        size_t off, bytes;
+        if (sscanf(line, "%*s %127s %zu %zu", key, &off, &bytes) != 3) return 1;
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(key, SECTION_NAMES[k])) {
+                m->section_offset[k] = off;
+                m->section_bytes[k] = bytes;
+                *seen |= 1u << (8 + k);
+            }
+        return 0;
+    }
+    if (!strcmp(word, "tensor")) {
+        if (m->num_tensors == *cap) {
+            *cap = *cap ? 2 * *cap : 64;
+            m->tensors = (CkptTensor*)realloc(m->tensors, *cap * sizeof(CkptTensor));
+            if (!m->tensors) malloc_check_failed(*cap * sizeof(CkptTensor), __FILE__, __LINE__);
+        }
+        CkptTensor* t = &m->tensors[m->num_tensors];
+        if (sscanf(line, "%*s %127s %d %d %zu %x %x %x", t->name, &t->rows, &t->cols, &t->offset, &t->crc[0], &t->crc[1],
+                   &t->crc[2]) != 7)
+            return 1;
+        m->num_tensors++;
+        return 0;
+    }
+    return 1;
+}
+
+// Read DIR/metadata.txt and check it against the tensor table of the config it declares
+// (names, order, shapes) and the size of DIR/tensors.bin. 0, or -1 with a line in err.
+static int checkpoint_meta_read(const char* dir, CheckpointMeta* m, char* err, size_t errlen) {
     memset(m, 0, sizeof(*m));
+    snprintf(m->bin_path, sizeof(m->bin_path), "%s/tensors.bin", dir);
+    char path[4300], line[1024];
+    snprintf(path, sizeof(path), "%s/metadata.txt", dir);
     FILE* f = fopen(path, "r");
-    if (!f) config_error("checkpoint %s: %s", path, strerror(errno));
-    char line[512], key[160], name[128];
+    if (!f) return meta_error(err, errlen, "checkpoint %s: %s", path, strerror(errno));
     int version = 0, lineno = 0, cap = 0;
+    unsigned seen = 0;
     while (fgets(line, sizeof(line), f)) {
         lineno++;
-        long long v = 0;
-        double d = 0;
-        unsigned c0, c1, c2;
-        int rows, cols;
-        size_t off;
-        if (sscanf(line, "gridgpt-checkpoint %d", &version) == 1) continue;
-        if (sscanf(line, "iteration %d", &m->iteration) == 1) continue;
-        if (sscanf(line, "optimizer_step %d", &m->optimizer_step) == 1) continue;
-        if (sscanf(line, "consumed_samples %lld", &m->consumed_samples) == 1) continue;
-        if (sscanf(line, "scheduler_samples %lld", &m->scheduler_samples) == 1) continue;
-        if (sscanf(line, "consumed_valid_samples %lld", &m->consumed_valid_samples) == 1) continue;
-        if (sscanf(line, "section %159s", key) == 1) continue;   // the offsets follow from the tensor lines
-        if (sscanf(line, "tensor %127s %d %d %zu %x %x %x", name, &rows, &cols, &off, &c0, &c1, &c2) == 7) {
-            if (m->num_tensors == cap) {
-                cap = cap ? 2 * cap : 64;
-                m->names = (char(*)[128])realloc(m->names, cap * sizeof(*m->names));
-                m->crc = (uint32_t(*)[3])realloc(m->crc, cap * sizeof(*m->crc));
-            }
-            snprintf(m->names[m->num_tensors], 128, "%s", name);
-            m->crc[m->num_tensors][0] = c0;
-            m->crc[m->num_tensors][1] = c1;
-            m->crc[m->num_tensors][2] = c2;
-            m->num_tensors++;
-            continue;
+        if (meta_line(m, line, &seen, &version, &cap)) {
+            fclose(f);
+            line[strcspn(line, "\n")] = '\0';
+            return meta_error(err, errlen, "checkpoint %s: line %d is not understood: %s", path, lineno, line);
         }
-        if (sscanf(line, "config %159s %lf", key, &d) == 2) {
-            v = (long long)d;
-            GPTConfig* c = &m->cfg;
-            if (!strcmp(key, "num_layers")) c->num_layers = (int)v;
-            else if (!strcmp(key, "hidden_size")) c->hidden_size = (int)v;
-            else if (!strcmp(key, "num_attention_heads")) c->num_attention_heads = (int)v;
-            else if (!strcmp(key, "ffn_hidden_size")) c->ffn_hidden_size = (int)v;
-            else if (!strcmp(key, "seq_length")) c->seq_length = (int)v;
-            else if (!strcmp(key, "max_position_embeddings")) c->max_position_embeddings = (int)v;
-            else if (!strcmp(key, "vocab_size")) c->vocab_size = (int)v;
-            else if (!strcmp(key, "make_vocab_size_divisible_by")) c->make_vocab_size_divisible_by = (int)v;
-            else if (!strcmp(key, "embed_layernorm")) c->embed_layernorm = (int)v;
-            else if (!strcmp(key, "init_method_std")) c->init_method_std = (float)d;
-            else if (!strcmp(key, "seed")) c->seed = (uint64_t)v;
-            continue;
-        }
-        config_error("checkpoint %s: line %d is not understood: %s", path, lineno, line);
     }
     fclose(f);
-    if (version != 1) config_error("checkpoint %s: not a gridgpt checkpoint of format 1", path);
+    if (version != 1) return meta_error(err, errlen, "checkpoint %s: not a gridgpt checkpoint of format 1", path);
+    for (int k = 0; k < 7; k++)
+        if (!(seen & (1u << k))) return meta_error(err, errlen, "checkpoint %s: no `config %s` line", path, CKPT_REQUIRED[k]);
+    for (int k = 0; k < 3; k++)
+        if (!(seen & (1u << (8 + k)))) return meta_error(err, errlen, "checkpoint %s: no `section %s` line", path, SECTION_NAMES[k]);
+    GPTConfig* c = &m->cfg;
+    if (c->num_layers < 1 || c->hidden_size < 1 || c->num_attention_heads < 1 || c->hidden_size % c->num_attention_heads ||
+        c->ffn_hidden_size < 1 || c->max_position_embeddings < 1 || c->vocab_size < 1)
+        return meta_error(err, errlen, "checkpoint %s: the model config is not valid", path);
+    if (c->make_vocab_size_divisible_by < 1) c->make_vocab_size_divisible_by = 1;
+    c->padded_vocab_size = padded_vocab_size(c->vocab_size, c->make_vocab_size_divisible_by, 1);
+    if (c->seq_length < 1) c->seq_length = c->max_position_embeddings;
+    // the tensor lines must be the table of that config: same names, order, whole shapes
+    GPT whole = canonical_table(c);
+    int status = 0;
+    if (m->num_tensors != whole.num_tensors)
+        status = meta_error(err, errlen, "checkpoint %s: %d tensors, the model of its config has %d", path,
+                            m->num_tensors, whole.num_tensors);
+    for (int i = 0; i < whole.num_tensors && status == 0; i++) {
+        const TensorDesc* d = &whole.tensors[i];
+        const CkptTensor* t = &m->tensors[i];
+        if (strcmp(t->name, d->name) != 0)
+            status = meta_error(err, errlen, "checkpoint %s: tensor %d is %s, expected %s", path, i, t->name, d->name);
+        else if (t->rows != d->valid_rows || t->cols != d->cols)
+            status = meta_error(err, errlen, "checkpoint %s: tensor %s is [%d, %d], expected [%d, %d]", path, t->name,
+                                t->rows, t->cols, d->valid_rows, d->cols);
+        else if (t->offset + (size_t)t->rows * t->cols * sizeof(float) > m->section_bytes[0])
+            status = meta_error(err, errlen, "checkpoint %s: tensor %s lies outside its section", path, t->name);
+    }
+    free(whole.tensors);
+    free(whole.layer_tensors);
+    if (status != 0) return status;
+    struct stat st;
+    size_t end = m->section_offset[2] + m->section_bytes[2];
+    if (stat(m->bin_path, &st) != 0) return meta_error(err, errlen, "checkpoint %s: %s", m->bin_path, strerror(errno));
+    if ((size_t)st.st_size != end)
+        return meta_error(err, errlen, "checkpoint %s: %lld bytes, expected %zu (truncated?)", m->bin_path,
+                          (long long)st.st_size, end);
+    return 0;
 }
 
 // The model config must be the checkpoint's: one clear error naming the first field that
@@ -923,29 +1009,19 @@ static void latest_checkpoint(const char* dir, char* out, size_t len) {
     iter_dir(out, len, dir, it);
 }
 
-static void verify_checksums(const char* dir, const CheckpointMeta* meta, const CanonicalLayout* L, int sections) {
-    char path[4300];
-    snprintf(path, sizeof(path), "%s/tensors.bin", dir);
+// every tensor's CRC-32 in the sections to be loaded, each rank checking its share
+static void verify_checksums(const CheckpointMeta* meta, const CanonicalLayout* L, int sections) {
     MPI_File f;
-    if (MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &f) != MPI_SUCCESS)
-        config_error("checkpoint %s: cannot open", path);
-    MPI_Offset size = 0;
-    MPI_File_get_size(f, &size);
-    if ((size_t)size != 3 * L->section_bytes)
-        config_error("checkpoint %s: %lld bytes, expected %zu (truncated?)", path, (long long)size, 3 * L->section_bytes);
-    if (meta->num_tensors != L->whole.num_tensors)
-        config_error("checkpoint %s/metadata.txt: %d tensors, the model has %d", dir, meta->num_tensors, L->whole.num_tensors);
+    if (MPI_File_open(MPI_COMM_WORLD, meta->bin_path, MPI_MODE_RDONLY, MPI_INFO_NULL, &f) != MPI_SUCCESS)
+        config_error("checkpoint %s: cannot open", meta->bin_path);
     uint32_t* crc = (uint32_t*)mallocCheck(3 * L->whole.num_tensors * sizeof(uint32_t));
     section_checksums(L, f, crc);
     MPI_File_close(&f);
-    for (int i = 0; i < L->whole.num_tensors; i++) {
-        if (strcmp(meta->names[i], L->whole.tensors[i].name) != 0)
-            config_error("checkpoint %s/metadata.txt: tensor %d is %s, expected %s", dir, i, meta->names[i], L->whole.tensors[i].name);
+    for (int i = 0; i < L->whole.num_tensors; i++)
         for (int k = 0; k < sections; k++)
-            if (crc[3 * i + k] != meta->crc[i][k])
-                config_error("checkpoint %s: tensor %s (%s) fails its checksum (%08x, expected %08x)", path,
-                             meta->names[i], SECTION_NAMES[k], crc[3 * i + k], meta->crc[i][k]);
-    }
+            if (crc[3 * i + k] != meta->tensors[i].crc[k])
+                config_error("checkpoint %s: tensor %s (%s) fails its checksum (%08x, expected %08x)", meta->bin_path,
+                             meta->tensors[i].name, SECTION_NAMES[k], crc[3 * i + k], meta->tensors[i].crc[k]);
     free(crc);
 }
 
@@ -973,11 +1049,9 @@ static void checkpoint_load(Trainer* t, const char* ckpt, const CheckpointMeta* 
     const Args* a = &t->args;
     int with_optim = !a->no_load_optim && !a->finetune;
     CanonicalLayout L = canonical_layout(&t->cfg);
-    verify_checksums(ckpt, meta, &L, with_optim ? 3 : 1);
-    char path[4300];
-    snprintf(path, sizeof(path), "%s/tensors.bin", ckpt);
+    verify_checksums(meta, &L, with_optim ? 3 : 1);
     MPI_File f;
-    mpiCheck(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &f));
+    mpiCheck(MPI_File_open(MPI_COMM_WORLD, meta->bin_path, MPI_MODE_RDONLY, MPI_INFO_NULL, &f));
     load_params(t, &L, f);
     shard_io(t, &L, f, 1, with_optim ? 3 : 1);
     mpiCheck(MPI_File_close(&f));
@@ -995,6 +1069,241 @@ static void checkpoint_load(Trainer* t, const char* ckpt, const CheckpointMeta* 
         fflush(stdout);
     }
     free_layout(&L);
+}
+
+// ----------------------------------------------------------------------------
+// Hugging Face export: a checkpoint's weights as transformers' GPT2LMHeadModel
+// export_hf(DIR/iter_0000100, OUT) reads metadata.txt and the weight section of tensors.bin
+// (one tensor at a time, each verified against its CRC-32) and writes OUT/config.json and
+// OUT/model.safetensors, loadable with GPT2LMHeadModel.from_pretrained(OUT). Our tensors map
+// one to one onto GPT-2's, in the same order; three things change on the way:
+//   - GPT-2's projections are Conv1D layers, whose weight is [in, out]: the transpose of
+//     our Linear [out, in] (c_attn, attn.c_proj, c_fc, mlp.c_proj);
+//   - our QKV rows are grouped per head, [q|k|v] of head 0, then of head 1, ... (Megatron's
+//     layout, see qkv_index in kernels.cuh), GPT-2's columns are [all q | all k | all v];
+//   - the LM head is tied to the word embedding (tie_word_embeddings), so as transformers'
+//     save_pretrained does, lm_head.weight is not stored.
+// safetensors: 8 bytes little-endian length of a JSON header, the header (padded with
+// spaces to a multiple of 8), then the tensors' bytes back to back in the header's order.
+// The embedding LayerNorm (--embed-layernorm, BLOOM's) has no place in GPT-2: refused.
+// tensor i of the weight section into out (rows * cols floats), verified against its CRC
+static int ckpt_read_tensor(const CheckpointMeta* ck, FILE* bin, int i, float* out, char* err, size_t errlen) {
+    const CkptTensor* t = &ck->tensors[i];
+    size_t bytes = (size_t)t->rows * t->cols * sizeof(float);
+    if (fseeko(bin, (off_t)(ck->section_offset[0] + t->offset), SEEK_SET) != 0 || fread(out, 1, bytes, bin) != bytes)
+        return meta_error(err, errlen, "checkpoint %s: cannot read tensor %s", ck->bin_path, t->name);
+    uint32_t crc = crc32_update(0, out, bytes);
+    if (crc != t->crc[0])
+        return meta_error(err, errlen, "checkpoint %s: tensor %s (weight) fails its checksum (%08x, expected %08x)",
+                          ck->bin_path, t->name, crc, t->crc[0]);
+    return 0;
+}
+
+// one tensor of the export: where it comes from and how it changes on the way
+typedef struct {
+    char name[96];   // transformers' name
+    int src;         // index in the checkpoint's tensor table
+    int transpose;   // Linear [out, in] -> Conv1D [in, out]
+    int qkv;         // reorder our per-head [q|k|v] rows into GPT-2's [all q | all k | all v]
+    int rows, cols;  // the exported shape; cols == 0 for a vector
+} HfTensor;
+
+// GPT-2's row r of the fused QKV output (r = which * C + h * HS + d) is our row
+// qkv_index(0, 0, h, which, 1, NH, HS) + d, i.e. h * 3 * HS + which * HS + d
+static int hf_qkv_source_row(int r, int C, int NH) {
+    int HS = C / NH, which = r / C, h = (r % C) / HS, d = r % HS;
+    return (int)qkv_index(0, 0, h, which, 1, NH, HS) + d;
+}
+
+static void hf_transform(const HfTensor* h, const CkptTensor* t, const float* src, float* dst, int C, int NH) {
+    for (int r = 0; r < t->rows; r++) {
+        const float* row = src + (size_t)(h->qkv ? hf_qkv_source_row(r, C, NH) : r) * t->cols;
+        for (int c = 0; c < t->cols; c++) {
+            if (h->transpose) dst[(size_t)c * t->rows + r] = row[c];
+            else dst[(size_t)r * t->cols + c] = row[c];
+        }
+    }
+}
+
+// the export's tensors in GPT2LMHeadModel's state_dict order (which is also ours)
+static int hf_tensor_list(const GPTConfig* c, HfTensor* out) {
+    GPT whole = canonical_table(c);
+    int n = 0;
+    struct { const char* suffix; int transpose, qkv; } layer_names[12] = {
+        {"ln_1.weight", 0, 0}, {"ln_1.bias", 0, 0}, {"attn.c_attn.weight", 1, 1}, {"attn.c_attn.bias", 0, 1},
+        {"attn.c_proj.weight", 1, 0}, {"attn.c_proj.bias", 0, 0}, {"ln_2.weight", 0, 0}, {"ln_2.bias", 0, 0},
+        {"mlp.c_fc.weight", 1, 0}, {"mlp.c_fc.bias", 0, 0}, {"mlp.c_proj.weight", 1, 0}, {"mlp.c_proj.bias", 0, 0}};
+    struct { const char* name; int src; } fixed[4] = {
+        {"transformer.wte.weight", whole.wte}, {"transformer.wpe.weight", whole.wpe},
+        {"transformer.ln_f.weight", whole.lnf_w}, {"transformer.ln_f.bias", whole.lnf_b}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(out[n].name, sizeof(out[n].name), "%s", fixed[k].name);
+        out[n++].src = fixed[k].src;
+    }
+    for (int l = 0; l < c->num_layers; l++) {
+        const LayerTensors* t = &whole.layer_tensors[l];
+        int ids[12] = {t->ln1_w, t->ln1_b, t->qkv_w, t->qkv_b, t->proj_w, t->proj_b,
+                       t->ln2_w, t->ln2_b, t->fc_w, t->fc_b, t->fcproj_w, t->fcproj_b};
+        for (int k = 0; k < 12; k++) {
+            snprintf(out[n].name, sizeof(out[n].name), "transformer.h.%d.%s", l, layer_names[k].suffix);
+            out[n].src = ids[k];
+            out[n].transpose = layer_names[k].transpose;
+            out[n++].qkv = layer_names[k].qkv;
+        }
+    }
+    for (int k = 2; k < 4; k++) {
+        snprintf(out[n].name, sizeof(out[n].name), "%s", fixed[k].name);
+        out[n++].src = fixed[k].src;
+    }
+    for (int i = 0; i < n; i++) {
+        const TensorDesc* d = &whole.tensors[out[i].src];
+        out[i].rows = out[i].transpose ? d->cols : d->valid_rows;
+        out[i].cols = d->cols == 1 ? 0 : out[i].transpose ? d->valid_rows : d->cols;
+    }
+    free(whole.tensors);
+    free(whole.layer_tensors);
+    return n;
+}
+
+// flush, sync, close and rename tmp to path; on failure remove tmp
+static int hf_commit_file(FILE* f, const char* tmp, const char* path, char* err, size_t errlen) {
+    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (ok && rename(tmp, path) == 0) return 0;
+    int e = errno;
+    remove(tmp);
+    return meta_error(err, errlen, "cannot write %s: %s", path, strerror(e));
+}
+
+static int hf_write_config(const GPTConfig* c, const char* out_dir, char* err, size_t errlen) {
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof(path), "%s/config.json", out_dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* f = fopen(tmp, "w");
+    if (!f) return meta_error(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    // bos/eos: the end-of-document token is the vocabulary's last id for GPT-2's BPE (50256),
+    // our byte tokenizer (256) and the ids tokenizer run with --vocab-size N+1 (N)
+    fprintf(f,
+            "{\n"
+            "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+            "  \"model_type\": \"gpt2\",\n"
+            "  \"vocab_size\": %d,\n"
+            "  \"n_positions\": %d,\n"
+            "  \"n_embd\": %d,\n"
+            "  \"n_layer\": %d,\n"
+            "  \"n_head\": %d,\n"
+            "  \"n_inner\": %d,\n"
+            "  \"activation_function\": \"gelu_new\",\n"
+            "  \"layer_norm_epsilon\": 1e-05,\n"
+            "  \"initializer_range\": %g,\n"
+            "  \"resid_pdrop\": 0.0,\n"
+            "  \"embd_pdrop\": 0.0,\n"
+            "  \"attn_pdrop\": 0.0,\n"
+            "  \"scale_attn_weights\": true,\n"
+            "  \"scale_attn_by_inverse_layer_idx\": false,\n"
+            "  \"reorder_and_upcast_attn\": false,\n"
+            "  \"tie_word_embeddings\": true,\n"
+            "  \"bos_token_id\": %d,\n"
+            "  \"eos_token_id\": %d,\n"
+            "  \"use_cache\": true,\n"
+            "  \"torch_dtype\": \"float32\"\n"
+            "}\n",
+            c->vocab_size, c->max_position_embeddings, c->hidden_size, c->num_layers, c->num_attention_heads,
+            c->ffn_hidden_size, c->init_method_std > 0 ? c->init_method_std : 0.02f, c->vocab_size - 1, c->vocab_size - 1);
+    return hf_commit_file(f, tmp, path, err, errlen);
+}
+
+static int hf_write_safetensors(const CheckpointMeta* ck, const char* out_dir, char* err, size_t errlen) {
+    const GPTConfig* c = &ck->cfg;
+    int capacity = 4 + 12 * c->num_layers;
+    HfTensor* list = (HfTensor*)callocCheck(capacity, sizeof(HfTensor));
+    int n = hf_tensor_list(c, list);
+    // the header: each tensor's dtype, shape and byte range in the data that follows
+    size_t header_cap = 64 + (size_t)n * 256, len = 0, data = 0, largest = 0, largest_changed = 1;
+    char* header = (char*)mallocCheck(header_cap);
+    len += snprintf(header + len, header_cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < n; i++) {
+        const HfTensor* h = &list[i];
+        size_t numel = (size_t)h->rows * (h->cols ? h->cols : 1), bytes = numel * sizeof(float);
+        char shape[48];
+        if (h->cols) snprintf(shape, sizeof(shape), "%d,%d", h->rows, h->cols);
+        else snprintf(shape, sizeof(shape), "%d", h->rows);
+        len += snprintf(header + len, header_cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                        h->name, shape, data, data + bytes);
+        data += bytes;
+        largest = numel > largest ? numel : largest;
+        if ((h->transpose || h->qkv) && numel > largest_changed) largest_changed = numel;
+    }
+    len += snprintf(header + len, header_cap - len, "}");
+    while (len % 8) header[len++] = ' ';   // the data starts 8-byte aligned, as safetensors writes it
+    uint8_t len_le[8];
+    for (int b = 0; b < 8; b++) len_le[b] = (uint8_t)((uint64_t)len >> (8 * b));
+    // the data, one tensor at a time
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof(path), "%s/model.safetensors", out_dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    float* src = (float*)mallocCheck(largest * sizeof(float));
+    float* dst = (float*)mallocCheck(largest_changed * sizeof(float));
+    FILE* bin = fopen(ck->bin_path, "rb");
+    FILE* f = bin ? fopen(tmp, "wb") : NULL;
+    int status = 0;
+    if (!bin) status = meta_error(err, errlen, "checkpoint %s: %s", ck->bin_path, strerror(errno));
+    else if (!f) status = meta_error(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    else if (fwrite(len_le, 1, 8, f) != 8 || fwrite(header, 1, len, f) != len)
+        status = meta_error(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    for (int i = 0; i < n && status == 0; i++) {
+        const HfTensor* h = &list[i];
+        const CkptTensor* t = &ck->tensors[h->src];
+        size_t numel = (size_t)t->rows * t->cols;
+        status = ckpt_read_tensor(ck, bin, h->src, src, err, errlen);
+        if (status != 0) break;
+        const float* out = src;   // a tensor that changes on the way goes through dst
+        if (h->transpose || h->qkv) {
+            hf_transform(h, t, src, dst, c->hidden_size, c->num_attention_heads);
+            out = dst;
+        }
+        if (fwrite(out, sizeof(float), numel, f) != numel)
+            status = meta_error(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    }
+    if (bin) fclose(bin);
+    if (f && status == 0) status = hf_commit_file(f, tmp, path, err, errlen);
+    else if (f) {
+        fclose(f);
+        remove(tmp);
+    }
+    free(src);
+    free(dst);
+    free(header);
+    free(list);
+    return status;
+}
+
+// Export the checkpoint in checkpoint_iter_dir (a DIR/iter_NNNNNNN directory) as a
+// transformers GPT2LMHeadModel in out_dir (created if missing): config.json and
+// model.safetensors, each written under a .tmp name and renamed. Returns 0, or -1 with a
+// one-line reason in err (a missing or malformed file, a tensor failing its checksum, a
+// model GPT-2 cannot express). Reads one tensor at a time: memory is the largest tensor
+// (the word embedding) plus the largest transposed one. Only the weight section is read;
+// the optimizer state is left alone.
+static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, char* err, size_t errlen) {
+    const uint32_t one = 1;
+    if (*(const uint8_t*)&one != 1)
+        return meta_error(err, errlen, "export_hf: fp32 is copied as is, so a little-endian host is needed");
+    CheckpointMeta ck;
+    if (checkpoint_meta_read(checkpoint_iter_dir, &ck, err, errlen) != 0) {
+        checkpoint_meta_free(&ck);
+        return -1;
+    }
+    int status = 0;
+    if (ck.cfg.embed_layernorm)
+        status = meta_error(err, errlen, "checkpoint %s has an embedding LayerNorm (--embed-layernorm): GPT2LMHeadModel has "
+                          "none, so it cannot be exported as GPT-2", checkpoint_iter_dir);
+    else if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+        status = meta_error(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
+    if (status == 0) status = hf_write_safetensors(&ck, out_dir, err, errlen);
+    if (status == 0) status = hf_write_config(&ck.cfg, out_dir, err, errlen);
+    checkpoint_meta_free(&ck);
+    return status;
 }
 
 // Per rank: parameters, gradients, optimizer state and activations, gathered to rank 0
@@ -1047,6 +1356,22 @@ static void print_setup(const Trainer* t) {
     fflush(stdout);
 }
 
+// --load DIR --export-hf OUT: no data, no model, just the file conversion (on rank 0)
+static void export_and_exit(const Args* a) {
+    char ckpt[4300], err[4600];
+    if (!a->load) config_error("--export-hf needs --load DIR (the checkpoint to export)");
+    latest_checkpoint(a->load, ckpt, sizeof(ckpt));
+    if (!ckpt[0]) config_error("--load %s: no latest_checkpointed_iteration.txt, nothing to export", a->load);
+    if (grid.world_rank == 0) {
+        double t0 = now_seconds();
+        if (export_hf(ckpt, a->export_hf, err, sizeof(err)) != 0) config_error("%s", err);
+        printf("exported %s as a Hugging Face GPT2LMHeadModel to %s (config.json, model.safetensors) in %.2f s\n", ckpt,
+               a->export_hf, now_seconds() - t0);
+    }
+    MPI_Finalize();
+    exit(0);
+}
+
 static void trainer_setup(Trainer* t, int argc, char** argv) {
     memset(t, 0, sizeof(*t));
     Args* a = &t->args;
@@ -1057,6 +1382,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
         MPI_Finalize();
         exit(0);
     }
+    if (a->export_hf) export_and_exit(a);
     check_args(a);
     // schedules
     BatchSchedule* b = &t->batch;
@@ -1083,9 +1409,8 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     if (a->load) {
         latest_checkpoint(a->load, ckpt, sizeof(ckpt));
         if (ckpt[0]) {
-            char path[4400];
-            snprintf(path, sizeof(path), "%s/metadata.txt", ckpt);
-            read_metadata(path, &meta);
+            char err[4600];
+            if (checkpoint_meta_read(ckpt, &meta, err, sizeof(err)) != 0) config_error("%s", err);
             if (!a->no_load_rng && !a->finetune) a->seed = (int)meta.cfg.seed;   // the data order goes on
         } else if (grid.world_rank == 0) {
             printf("no checkpoint in %s (no latest_checkpointed_iteration.txt): starting from scratch\n", a->load);
@@ -1126,7 +1451,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     t->last_saved = -1;
     if (ckpt[0]) {
         checkpoint_load(t, ckpt, &meta);
-        free_meta(&meta);
+        checkpoint_meta_free(&meta);
     }
     t->train = make_loader(&t->data, 0, a);
     t->valid = make_loader(&t->data, 1, a);

@@ -35,7 +35,7 @@ run() {  # label, command...
     echo "== $label"
     "$@" > $B/$label.log 2>&1
     local status=$?
-    grep -E '^(PASS|FAIL)' $B/$label.log
+    grep -E '^(PASS|FAIL|SKIP)' $B/$label.log
     local p f
     p=$(grep -c '^PASS' $B/$label.log); f=$(grep -c '^FAIL' $B/$label.log)
     if [ $status -ne 0 ] && [ "$f" -eq 0 ]; then
@@ -51,6 +51,7 @@ run model $B/test_model $B/corpus_text_document
 run cli bash tests/test_cli.sh $B/corpus_text_document
 run parallel bash tests/test_parallel.sh $B/corpus_text_document
 run checkpoint bash tests/test_checkpoint.sh $B/corpus_text_document
+run hf bash tests/test_hf.sh $B/corpus_text_document
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

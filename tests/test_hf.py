@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""tests/test_hf.py — the Hugging Face export against transformers (run by tests/test_hf.sh).
+
+usage: test_hf.py LABEL EXPORT_DIR CKPT_ITER_DIR OUR_LOGITS TOKEN...
+
+  - every tensor's CRC-32 in the checkpoint's metadata.txt is zlib's (so crc32_update is
+    zlib-compatible), for all three sections;
+  - model.safetensors holds exactly GPT2LMHeadModel's tensors, each equal bit for bit to the
+    checkpoint tensor it comes from, transposed (Conv1D) and with the QKV columns regrouped
+    from our per-head [q|k|v] into GPT-2's [all q | all k | all v], computed here in numpy
+    independently of the C code;
+  - GPT2LMHeadModel.from_pretrained loads it with no missing, unexpected or mismatched keys,
+    and lm_head is tied to wte;
+  - the logits of the same tokens (fp32, eager attention) match ours (OUR_LOGITS, written by
+    tests/hf_logits --logits) within fp32 round-off.
+
+Tolerance: both sides compute in fp32 but sum in different orders (OpenBLAS / our loops vs
+torch's kernels) and use different exp / tanh; each op is then good to a few ulp, i.e.
+~1e-7 relative, and through a few layers the error stays ~1e-6 of the logits' scale.
+Measured (transformers 5.23, torch 2.15, CPU): 8e-7 of max |logit| for this test's model,
+at most 4e-6 for larger ones (4 layers x 128 wide x 64 tokens; GPT-2 124M's shape). We allow
+1e-4 x max(1, max |logit|): 25x the worst seen, and 10^4 below what a layout mistake gives
+(without the QKV regrouping the logits differ by 7.7, more than their own size).
+"""
+import json
+import os
+import struct
+import sys
+import zlib
+
+import numpy as np
+import torch
+from transformers import GPT2LMHeadModel
+
+label, export_dir, ckpt_dir, our_logits_path = sys.argv[1:5]
+tokens = [int(t) for t in sys.argv[5:]]
+failures = 0
+
+
+def check(ok, name, why=""):
+    global failures
+    if ok:
+        print(f"PASS {label}: {name}")
+    else:
+        failures += 1
+        print(f"FAIL {label}: {name}: {why}")
+    sys.stdout.flush()
+
+
+# ---- the checkpoint, read by hand as README.md describes it
+config, sections, tensors = {}, {}, []
+with open(os.path.join(ckpt_dir, "metadata.txt")) as f:
+    for line in f:
+        w = line.split()
+        if not w:
+            continue
+        if w[0] == "config":
+            config[w[1]] = float(w[2])
+        elif w[0] == "section":
+            sections[w[1]] = (int(w[2]), int(w[3]))
+        elif w[0] == "tensor":
+            tensors.append((w[1], int(w[2]), int(w[3]), int(w[4]), [int(c, 16) for c in w[5:8]]))
+blob = open(os.path.join(ckpt_dir, "tensors.bin"), "rb").read()
+ours = {}
+bad_crc = []
+for name, rows, cols, off, crcs in tensors:
+    for (sec_name, crc) in zip(("weight", "exp_avg", "exp_avg_sq"), crcs):
+        base, _ = sections[sec_name]
+        raw = blob[base + off: base + off + 4 * rows * cols]
+        if zlib.crc32(raw) != crc:
+            bad_crc.append(f"{name} ({sec_name})")
+        if sec_name == "weight":
+            ours[name] = np.frombuffer(raw, dtype="<f4").reshape(rows, cols)
+check(not bad_crc, f"the {3 * len(tensors)} CRC-32s in metadata.txt are zlib's", ", ".join(bad_crc[:3]))
+
+L, C, NH = int(config["num_layers"]), int(config["hidden_size"]), int(config["num_attention_heads"])
+HS = C // NH
+
+
+def qkv_to_gpt2(w):  # our rows h*3*HS + which*HS + d -> GPT-2's rows which*C + h*HS + d
+    return w.reshape(NH, 3, HS, -1).transpose(1, 0, 2, 3).reshape(3 * C, -1)
+
+
+expected = {"transformer.wte.weight": ours["language_model.embedding.word_embeddings.weight"],
+            "transformer.wpe.weight": ours["language_model.embedding.position_embeddings.weight"],
+            "transformer.ln_f.weight": ours["language_model.encoder.final_layernorm.weight"][:, 0],
+            "transformer.ln_f.bias": ours["language_model.encoder.final_layernorm.bias"][:, 0]}
+for l in range(L):
+    p, h = f"language_model.encoder.layers.{l}.", f"transformer.h.{l}."
+    vec = lambda n: ours[p + n][:, 0]
+    expected.update({
+        h + "ln_1.weight": vec("input_layernorm.weight"), h + "ln_1.bias": vec("input_layernorm.bias"),
+        h + "attn.c_attn.weight": qkv_to_gpt2(ours[p + "self_attention.query_key_value.weight"]).T,
+        h + "attn.c_attn.bias": qkv_to_gpt2(ours[p + "self_attention.query_key_value.bias"])[:, 0],
+        h + "attn.c_proj.weight": ours[p + "self_attention.dense.weight"].T,
+        h + "attn.c_proj.bias": vec("self_attention.dense.bias"),
+        h + "ln_2.weight": vec("post_attention_layernorm.weight"), h + "ln_2.bias": vec("post_attention_layernorm.bias"),
+        h + "mlp.c_fc.weight": ours[p + "mlp.dense_h_to_4h.weight"].T, h + "mlp.c_fc.bias": vec("mlp.dense_h_to_4h.bias"),
+        h + "mlp.c_proj.weight": ours[p + "mlp.dense_4h_to_h.weight"].T, h + "mlp.c_proj.bias": vec("mlp.dense_4h_to_h.bias"),
+    })
+
+# ---- model.safetensors, read by hand (the format's whole definition is these few lines)
+st_path = os.path.join(export_dir, "model.safetensors")
+raw = open(st_path, "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+header = json.loads(raw[8:8 + n])
+meta = header.pop("__metadata__", None)
+check(meta == {"format": "pt"} and n % 8 == 0, "safetensors header: __metadata__ {format: pt}, 8-byte aligned",
+      f"{meta}, length {n}")
+check(set(header) == set(expected), "safetensors holds exactly GPT2LMHeadModel's tensors (lm_head tied, not stored)",
+      f"extra {sorted(set(header) - set(expected))[:3]}, missing {sorted(set(expected) - set(header))[:3]}")
+spans = sorted(v["data_offsets"] for v in header.values())
+contiguous = spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:])) and spans[-1][1] == len(raw) - 8 - n
+check(contiguous, "tensors' byte ranges are contiguous and fill the file")
+wrong = []
+for name, want in expected.items():
+    if name not in header:
+        continue
+    e = header[name]
+    a, b = e["data_offsets"]
+    got = np.frombuffer(raw[8 + n + a: 8 + n + b], dtype="<f4")
+    if e["dtype"] != "F32" or list(e["shape"]) != list(want.shape) or got.size != want.size or \
+            not np.array_equal(got.reshape(want.shape), want):
+        wrong.append(f"{name} {e['shape']} vs {list(want.shape)}")
+check(not wrong, "every tensor equals its checkpoint tensor bit for bit (Conv1D transpose, QKV regrouped)",
+      "; ".join(wrong[:3]))
+
+# ---- transformers
+try:
+    model, info = GPT2LMHeadModel.from_pretrained(export_dir, output_loading_info=True, attn_implementation="eager")
+except Exception as e:  # noqa: BLE001 - any refusal is the failure to report
+    check(False, "GPT2LMHeadModel.from_pretrained loads the export", f"{type(e).__name__}: {e}")
+    sys.exit(1)
+model = model.float().eval()
+problems = {k: v for k, v in info.items() if v}
+check(not problems, "GPT2LMHeadModel.from_pretrained: no missing, unexpected or mismatched keys", str(problems))
+check(model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(), "lm_head is tied to wte")
+cfg = model.config
+check((cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_inner, cfg.n_positions, cfg.vocab_size) ==
+      (L, C, NH, int(config["ffn_hidden_size"]), int(config["max_position_embeddings"]), int(config["vocab_size"]))
+      and cfg.activation_function == "gelu_new" and cfg.layer_norm_epsilon == 1e-5,
+      "config.json: shapes, gelu_new, eps 1e-5", str(cfg))
+
+with torch.no_grad():
+    theirs = model(torch.tensor([tokens])).logits[0].double().numpy()
+mine = np.loadtxt(our_logits_path, ndmin=2)
+if mine.shape != theirs.shape:
+    check(False, "logits", f"shapes differ: ours {mine.shape}, transformers {theirs.shape}")
+else:
+    diff = np.abs(mine - theirs).max()
+    scale = max(1.0, np.abs(theirs).max())
+    tol = 1e-4 * scale
+    check(diff <= tol, f"logits of {len(tokens)} tokens match transformers: max |diff| {diff:.3g}, "
+          f"max |logit| {np.abs(theirs).max():.3g}, tolerance {tol:.3g}, "
+          f"relative {diff / scale:.3g}", f"max |diff| {diff:.3g} > {tol:.3g}")
+sys.exit(1 if failures else 0)

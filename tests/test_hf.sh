@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# tests/test_hf.sh [DATA_PREFIX] — the Hugging Face export (issue 5, item 6).
+#   Everywhere: tests/hf_logits writes a checkpoint of a randomized small model, exports it,
+#   and the export's layout is checked with shell tools (safetensors header: names, shapes,
+#   byte ranges; the word embedding's bytes; config.json fields); corrupt, truncated and
+#   embedding-LayerNorm checkpoints are refused naming the file and tensor.
+#   Where Python has torch and transformers: tests/test_hf.py loads the export with
+#   GPT2LMHeadModel and compares its logits with our forward pass (else one SKIP line).
+#   With DATA_PREFIX: the same for a checkpoint that ./train_cpu saved from a 2-rank
+#   tensor-parallel run, so the export reads what the trainer really writes.
+set -u
+cd "$(dirname "$0")/.."
+B=tests/build/hf
+rm -rf $B && mkdir -p $B
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
+failed=0
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+
+CFLAGS="-std=gnu11 -O2 -march=native -fopenmp -fno-math-errno -Wall -Wextra -Werror"
+BLAS=${BLAS:-"$(pkg-config --cflags --libs openblas 2>/dev/null) -DUSE_BLAS"}
+H=tests/build/hf_logits
+if ! mpicc $CFLAGS tests/hf_logits.c -o $H $BLAS -lm > $B/build.log 2>&1; then
+    bad "build hf_logits" "$(head -20 $B/build.log)"; exit 1
+fi
+
+# the model of the synthetic checkpoint: 2 layers, hidden 32, 4 heads, ffn 96 (not 4 x 32,
+# so n_inner matters), 20 positions, vocab 257 padded to 384 (the padding is not exported)
+L=2 C=32 NH=4 F=96 P=20 V=257
+TOKENS="0 256 17 42 99 3 200 128 5 77 13 255 1 64 31 180 9 250 111 7"   # P of them, both ends of the vocab
+
+# ---- the export's layout, without Python
+# expected "name shape" lines, GPT2LMHeadModel's names, Conv1D weights as [in, out]
+expected_tensors() {  # L C F P V
+    local l
+    echo "transformer.wte.weight [$5,$2]"
+    echo "transformer.wpe.weight [$4,$2]"
+    for ((l = 0; l < $1; l++)); do
+        echo "transformer.h.$l.ln_1.weight [$2]"; echo "transformer.h.$l.ln_1.bias [$2]"
+        echo "transformer.h.$l.attn.c_attn.weight [$2,$((3 * $2))]"; echo "transformer.h.$l.attn.c_attn.bias [$((3 * $2))]"
+        echo "transformer.h.$l.attn.c_proj.weight [$2,$2]"; echo "transformer.h.$l.attn.c_proj.bias [$2]"
+        echo "transformer.h.$l.ln_2.weight [$2]"; echo "transformer.h.$l.ln_2.bias [$2]"
+        echo "transformer.h.$l.mlp.c_fc.weight [$2,$3]"; echo "transformer.h.$l.mlp.c_fc.bias [$3]"
+        echo "transformer.h.$l.mlp.c_proj.weight [$3,$2]"; echo "transformer.h.$l.mlp.c_proj.bias [$2]"
+    done
+    echo "transformer.ln_f.weight [$2]"; echo "transformer.ln_f.bias [$2]"
+}
+
+check_layout() {  # label OUT CKPT_ITER_DIR L C NH F P V
+    local label=$1 out=$2 ck=$3 st=$2/model.safetensors
+    local n size
+    n=$(od -An -tu8 -N8 $st | tr -d ' ')
+    size=$(stat -c %s $st)
+    tail -c +9 $st | head -c $n > $B/header.json
+    # each tensor's entry as our writer spells it; any other "dtype" would be counted apart
+    grep -o '"[^"]*":{"dtype":"F32","shape":\[[0-9,]*\],"data_offsets":\[[0-9]*,[0-9]*\]}' $B/header.json |
+        sed 's/^"\([^"]*\)":{"dtype":"F32","shape":\(\[[0-9,]*\]\),"data_offsets":\[\([0-9]*\),\([0-9]*\)\]}$/\1 \2 \3 \4/' > $B/entries
+    local dtypes
+    dtypes=$(grep -o '"dtype"' $B/header.json | wc -l)
+    # byte ranges: contiguous from 0, 4 bytes per element, ending where the file ends
+    local ranges
+    ranges=$(awk -v end=$((size - 8 - n)) '{ k = split(substr($2, 2, length($2) - 2), d, ","); numel = 1
+            for (i = 1; i <= k; i++) numel *= d[i]
+            if ($3 != at || $4 - $3 != 4 * numel) bad++; at = $4 }
+            END { print (bad == 0 && at == end && NR > 0) ? "ok" : "bad" }' at=0 $B/entries)
+    if [ $((n % 8)) -eq 0 ] && head -c 31 $B/header.json | grep -qF '{"__metadata__":{"format":"pt"}' &&
+       [ "$dtypes" -eq "$(wc -l < $B/entries)" ] && [ "$ranges" = ok ] &&
+       diff <(cut -d' ' -f1,2 $B/entries) <(expected_tensors $4 $5 $7 $8 $9) > $B/layout.diff; then
+        ok "$label: model.safetensors: header parses, $(wc -l < $B/entries) tensors with GPT-2's names and shapes, contiguous byte ranges"
+    else bad "$label: model.safetensors layout" "header $n bytes, $dtypes dtypes, ranges $ranges; $(head -c 300 $B/layout.diff 2>/dev/null)"; fi
+    # the word embedding is copied as it is: its bytes equal the checkpoint's
+    local wte_bytes=$((4 * $9 * $5)) wte_off
+    wte_off=$(awk '$1 == "section" && $2 == "weight" { s = $3 } $1 == "tensor" && $2 ~ /word_embeddings/ { print s + $5 }' $ck/metadata.txt)
+    if cmp -s <(tail -c +$((9 + n)) $st | head -c $wte_bytes) <(tail -c +$((wte_off + 1)) $ck/tensors.bin | head -c $wte_bytes); then
+        ok "$label: transformer.wte.weight is the checkpoint's word embedding byte for byte (vocabulary padding left out)"
+    else bad "$label: transformer.wte.weight" "differs from the checkpoint's bytes"; fi
+    local missing=""
+    for field in '"model_type": "gpt2"' "\"vocab_size\": $9" "\"n_positions\": $8" "\"n_embd\": $5" "\"n_layer\": $4" \
+                 "\"n_head\": $6" "\"n_inner\": $7" '"activation_function": "gelu_new"' '"layer_norm_epsilon": 1e-05' \
+                 '"tie_word_embeddings": true' '"resid_pdrop": 0.0' '"embd_pdrop": 0.0' '"attn_pdrop": 0.0'; do
+        grep -qF "$field" $out/config.json || missing="$missing $field"
+    done
+    if [ -z "$missing" ]; then ok "$label: config.json has GPT-2's fields for this model"
+    else bad "$label: config.json" "missing$missing"; fi
+}
+
+# transformers' logits against ours, or one SKIP line
+have_transformers=yes
+python3 -c "import torch, transformers, numpy" > /dev/null 2>&1 || have_transformers=no
+[ $have_transformers = yes ] || echo "SKIP hf export check: python transformers not installed (pip install torch transformers)"
+compare_logits() {  # label OUT CKPT_ITER_DIR TOKENS...
+    local label=$1 out=$2 ck=$3; shift 3
+    [ $have_transformers = yes ] || return 0
+    if ! $H --logits $ck "$@" > $B/$label.logits 2> $B/$label.logits.err; then
+        bad "$label: our logits" "$(cat $B/$label.logits.err)"; return
+    fi
+    python3 tests/test_hf.py "$label" $out $ck $B/$label.logits "$@" > $B/$label.py.out 2> $B/$label.py.err
+    local status=$?
+    cat $B/$label.py.out
+    failed=$((failed + $(grep -c '^FAIL' $B/$label.py.out)))
+    if [ $status -ne 0 ] && ! grep -q '^FAIL' $B/$label.py.out; then
+        bad "$label: tests/test_hf.py" "exit status $status: $(tail -3 $B/$label.py.err)"
+    fi
+}
+
+# ---- a synthetic checkpoint: every parameter randomized, LayerNorm and biases included
+ck=$($H --make-checkpoint $B/ck --perturb 0.3 2> $B/make.err)
+if [ -z "$ck" ] || [ ! -f $ck/tensors.bin ]; then bad "make a checkpoint" "$(cat $B/make.err)"; exit 1; fi
+if $H --export $ck $B/out > $B/export.log 2>&1 && [ -f $B/out/config.json ] && [ -f $B/out/model.safetensors ] &&
+   [ -z "$(ls $B/out | grep -v '^config.json$\|^model.safetensors$')" ]; then
+    ok "export writes config.json and model.safetensors (no temporary files left)"
+else bad "export" "$(cat $B/export.log; ls $B/out 2>&1)"; fi
+check_layout synthetic $B/out $ck $L $C $NH $F $P $V
+compare_logits synthetic $B/out $ck $TOKENS
+
+# ---- refusals: one line naming the file and tensor, exit status 2, no model.safetensors left
+expect_refusal() {  # name needle ckpt
+    local name=$1 needle=$2 from=$3
+    rm -rf $B/refused
+    $H --export $from $B/refused > $B/refusal.out 2> $B/refusal.err
+    local status=$?
+    if [ $status -eq 2 ] && [ "$(wc -l < $B/refusal.err)" -eq 1 ] && grep -qF -- "$needle" $B/refusal.err &&
+       [ ! -e $B/refused/model.safetensors ] && [ ! -e $B/refused/model.safetensors.tmp ]; then ok "$name"
+    else bad "$name" "status $status: $(head -c 300 $B/refusal.err)"; fi
+}
+flip_byte() {  # file offset: xor one bit
+    local b
+    b=$(od -An -tu1 -j $2 -N1 $1 | tr -d ' ')
+    printf "\\$(printf %03o $((b ^ 4)))" | dd of=$1 bs=1 seek=$2 conv=notrunc status=none
+}
+tensor_offset() {  # ckpt section tensor-name-pattern: byte offset of the tensor's 5th element in tensors.bin
+    awk -v sec=$2 -v pat=$3 '$1 == "section" && $2 == sec { s = $3 } $1 == "tensor" && $2 ~ pat { print s + $5 + 16; exit }' $1/metadata.txt
+}
+
+cp -r $B/ck $B/flipped
+flip_byte $B/flipped/iter_0000100/tensors.bin $(tensor_offset $ck weight 'layers.1.self_attention.query_key_value.weight')
+expect_refusal "a flipped bit in the weights is refused naming tensors.bin and the tensor" \
+    "tensors.bin: tensor language_model.encoder.layers.1.self_attention.query_key_value.weight (weight) fails its checksum" \
+    $B/flipped/iter_0000100
+
+cp -r $B/ck $B/truncated
+truncate -s 100000 $B/truncated/iter_0000100/tensors.bin
+expect_refusal "a truncated tensors.bin is refused" "truncated" $B/truncated/iter_0000100
+
+cp -r $B/ck $B/badmeta
+sed -i 's/^tensor language_model.encoder.final_layernorm.bias 32 1/tensor language_model.encoder.final_layernorm.bias 31 1/' \
+    $B/badmeta/iter_0000100/metadata.txt
+expect_refusal "a tensor of the wrong shape in metadata.txt is refused naming it" \
+    "tensor language_model.encoder.final_layernorm.bias is [31, 1], expected [32, 1]" $B/badmeta/iter_0000100
+
+eln=$($H --make-checkpoint $B/eln --embed-layernorm 2> /dev/null)
+expect_refusal "a model with an embedding LayerNorm is refused (GPT-2 has none)" "--embed-layernorm" $eln
+
+# only the weights are read: a flipped bit in Adam's moments does not change the export
+cp -r $B/ck $B/moments
+flip_byte $B/moments/iter_0000100/tensors.bin $(tensor_offset $ck exp_avg_sq 'word_embeddings')
+if $H --export $B/moments/iter_0000100 $B/out_moments > /dev/null 2>&1 && cmp -s $B/out/model.safetensors $B/out_moments/model.safetensors; then
+    ok "only the weight section is read: the optimizer state does not touch the export"
+else bad "export reads only the weights" "the export failed or differs"; fi
+
+# ---- a checkpoint the trainer wrote (2 tensor-parallel ranks, so the vocabulary padding
+# is 2 x 128 and every matrix was written in two slices)
+data=${1:-}
+if [ -n "$data" ] && [ -x ./train_cpu ]; then
+    mpirun --oversubscribe --bind-to none -np 2 ./train_cpu --data-path $data --vocab-size $V --num-layers $L \
+        --hidden-size $C --num-attention-heads $NH --ffn-hidden-size $F --seq-length $P --micro-batch-size 2 \
+        --global-batch-size 8 --train-iters 6 --lr 1e-2 --split 90,10,0 --eval-interval 100 --eval-iters 1 \
+        --log-interval 100 --seed 5 --tensor-model-parallel-size 2 --save $B/trained --save-interval 6 > $B/train.log 2>&1
+    tck=$B/trained/iter_0000006
+    if [ -f $tck/metadata.txt ] && ./train_cpu --load $B/trained --export-hf $B/out_trained > $B/export_trained.log 2>&1 &&
+       grep -q "exported $tck" $B/export_trained.log; then
+        ok "train_cpu --load --export-hf: a checkpoint saved by train_cpu (TP=2, 6 steps)"
+        check_layout trained $B/out_trained $tck $L $C $NH $F $P $V
+        compare_logits trained $B/out_trained $tck $TOKENS
+    else bad "export of a checkpoint saved by train_cpu" "$(tail -3 $B/train.log; cat $B/export_trained.log)"; fi
+fi
+[ $failed -eq 0 ]
