@@ -1,12 +1,13 @@
 /*
 train.c — the gridgpt trainer: flags, setup, the training loop, schedules, logging,
-evaluation and sampling.
+evaluation, checkpoints (any grid saves, any grid loads), the Hugging Face export, sampling.
 
 One source, two builds: gcc compiles it with the plain-C kernels and MPI (train_cpu); nvcc
 compiles it as CUDA with cuBLAS and NCCL (train_gpu). Flags, log lines and files are the
 same in both, and follow Megatron-LM's names so that its users feel at home.
 
-Reading order: flags -> config checks -> schedules -> data -> step -> main.
+Reading order: flags -> config checks -> schedules -> data -> the trainer -> checkpoints ->
+Hugging Face export -> setup -> step -> log -> sampling -> the run -> main.
 */
 #include "kernels.cuh"
 #include "gpt.h"
