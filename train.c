@@ -566,18 +566,28 @@ static void comm_counters(double out[4]) {
 
 static const char* const SECTION_NAMES[3] = {"weight", "exp_avg", "exp_avg_sq"};
 
-// CRC-32 as zlib computes it (reflected polynomial 0xEDB88320); start with crc = 0
+// CRC-32 as zlib computes it (reflected polynomial 0xEDB88320); start with crc = 0.
+// "Slicing by 8" (Kounavis & Berry 2005): eight tables let the loop take 8 bytes per step
+// instead of one, the same result ~4x faster (checkpoints checksum gigabytes).
 static uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
-    static uint32_t table[256];
-    if (table[1] == 0)
+    static uint32_t table[8][256];
+    if (table[0][1] == 0) {
         for (uint32_t i = 0; i < 256; i++) {
             uint32_t c = i;
             for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
+            table[0][i] = c;
         }
+        for (int s = 1; s < 8; s++)   // table[s][i]: byte i followed by s zero bytes
+            for (int i = 0; i < 256; i++) table[s][i] = (table[s - 1][i] >> 8) ^ table[0][table[s - 1][i] & 0xFF];
+    }
     const uint8_t* p = (const uint8_t*)data;
     crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+    for (; n >= 8; n -= 8, p += 8) {
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        crc = table[7][lo & 0xFF] ^ table[6][(lo >> 8) & 0xFF] ^ table[5][(lo >> 16) & 0xFF] ^ table[4][lo >> 24] ^
+              table[3][p[4]] ^ table[2][p[5]] ^ table[1][p[6]] ^ table[0][p[7]];
+    }
+    for (; n > 0; n--, p++) crc = table[0][(crc ^ *p) & 0xFF] ^ (crc >> 8);
     return ~crc;
 }
 

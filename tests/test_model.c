@@ -307,8 +307,23 @@ static void same_seed_same_losses(const char* data_prefix) {
     free(t);
 }
 
+// CRC-32's standard check value (zlib, IEEE 802.3): "123456789" -> cbf43926; also across the
+// 8-byte steps of the sliced loop, and continued over two calls
+static void crc32_check_value(void) {
+    const char* s = "123456789";
+    uint32_t whole = crc32_update(0, s, 9);
+    char long_text[45];
+    for (int i = 0; i < 45; i++) long_text[i] = (char)('a' + i % 26);
+    uint32_t once = crc32_update(0, long_text, 45), twice = crc32_update(crc32_update(0, long_text, 19), long_text + 19, 26);
+    uint32_t bytewise = 0;
+    for (int i = 0; i < 45; i++) bytewise = crc32_update(bytewise, long_text + i, 1);
+    check(whole == 0xCBF43926u && once == twice && once == bytewise, "CRC-32 check value and incremental use",
+          "crc(\"123456789\") = %08x (want cbf43926), %08x / %08x / %08x", whole, once, twice, bytewise);
+}
+
 int main(int argc, char** argv) {
     grid_start(&argc, &argv);
+    crc32_check_value();
     grid_build(1, 1);
     gradient_check(0);
     gradient_check(1);
