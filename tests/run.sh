@@ -52,6 +52,7 @@ run cli bash tests/test_cli.sh $B/corpus_text_document
 run parallel bash tests/test_parallel.sh $B/corpus_text_document
 run checkpoint bash tests/test_checkpoint.sh $B/corpus_text_document
 run hf bash tests/test_hf.sh $B/corpus_text_document
+run emu_kernels bash tests/test_emu.sh
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
