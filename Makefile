@@ -2,6 +2,7 @@
 #   make          the trainer that fits this machine (GPU build if a GPU is visible, else CPU)
 #   make cpu      ./train_cpu: C11 + OpenMP + MPI, plain-C kernels, OpenBLAS sgemm if installed
 #   make gpu      ./train_gpu: nvcc compiles train.c as CUDA; cuBLAS, NCCL, MPI
+#   make emu      ./train_emu: the GPU code path on a CPU emulation of CUDA (tests/emu/)
 #   make test     every test; ends with "N passed, M failed"
 #   make bench    CPU step time, throughput and memory for GPT-2 124M and a small shape
 #   make run      the main job: set up, build, make a corpus, train, evaluate, sample
@@ -57,12 +58,19 @@ endif
 
 cpu: train_cpu
 gpu: train_gpu
+emu: train_emu
 
 train_cpu: $(SOURCES)
 	$(MPICC) $(CFLAGS) $(BLAS_FLAGS) train.c -o $@ $(LDLIBS)
 
 train_gpu: $(SOURCES)
 	$(NVCC) $(NVCCFLAGS) train.c -o $@ -lcublas -lcublasLt -lnccl $(MPI_LIBS)
+
+# the GPU code path (bf16, CUDA kernels, cuBLAS, NCCL) compiled by g++ against the CPU
+# emulation of CUDA in tests/emu/: runs anywhere, slowly; tests/test_emu_train.sh compares it
+train_emu: $(SOURCES) $(wildcard tests/emu/*.h)
+	mpicxx -std=c++20 -O2 -Wall -Wextra -Wno-unused-function $(if $(filter 1,$(WERROR)),-Werror) -fopenmp -x c++ \
+	    -D__CUDACC__ -DOMPI_SKIP_MPICXX -Itests/emu train.c -o $@ -lm
 
 preprocess: data.c
 	$(CC) $(CFLAGS) -DPREPROCESS_MAIN -x c data.c -o $@ -lm
@@ -80,6 +88,6 @@ run:
 	bash scripts/run.sh
 
 clean:
-	rm -rf train_cpu train_gpu preprocess tests/build
+	rm -rf train_cpu train_gpu train_emu preprocess tests/build
 
-.PHONY: default cpu gpu test bench run clean
+.PHONY: default cpu gpu emu test bench run clean

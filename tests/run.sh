@@ -53,6 +53,7 @@ run parallel bash tests/test_parallel.sh $B/corpus_text_document
 run checkpoint bash tests/test_checkpoint.sh $B/corpus_text_document
 run hf bash tests/test_hf.sh $B/corpus_text_document
 run emu_kernels bash tests/test_emu.sh
+run emu_train bash tests/test_emu_train.sh $B/corpus_text_document
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -1,0 +1,235 @@
+/*
+tests/emu/nccl.h — the NCCL calls gridgpt makes, emulated over MPI (tests only).
+
+Every call is synchronous; the stream argument is ignored. Buffers must lie inside one
+emulated device allocation (NCCL reads device memory only), as cuda_runtime.h checks.
+
+Communicators. An ncclUniqueId carries the world rank of the process that made it and a
+serial number (how many ids that process has made). ncclCommInitRank(comm, n, id, r) must
+build an MPI communicator of exactly the n callers holding that id, ordered by r, without
+involving any other process (NCCL's init is collective over the clique only; parallel.h's
+embedding group leaves some ranks out). So the members meet at the id's maker over
+MPI_COMM_WORLD, point to point, with the serial number as tag: each sends (r, world rank)
+to the maker, the maker (always member r = 0 here, as NCCL's examples and parallel.h do,
+but not required: it only has to be a member) answers with the world ranks in order of r,
+and all call MPI_Comm_create_group, which is collective over the members only. Tags start
+at EMU_NCCL_TAG so that they stay clear of anything else sent on MPI_COMM_WORLD.
+
+Reductions: ncclBfloat16 is summed (or max-ed) in fp32 and rounded once to bf16 (real
+NCCL rounds after each ring step; either is within bf16 rounding of the exact sum for the
+group sizes tested). ncclFloat and ncclDouble reduce in their own type.
+Grouped ncclSend/ncclRecv between ncclGroupStart and ncclGroupEnd are posted together as
+MPI_Isend/MPI_Irecv at ncclGroupEnd and waited for with MPI_Waitall, so neighbours that
+send to each other in one group do not deadlock. Outside a group a send or receive is a
+group of its own.
+What it cannot show: real NCCL transport, its ring/tree rounding order, overlap with
+kernels on streams.
+*/
+#pragma once
+#include <mpi.h>
+#include <stdint.h>
+#include <string.h>
+#include <vector>
+#include "cuda_bf16.h"
+#include "cuda_runtime.h"
+
+typedef enum {
+    ncclSuccess = 0,
+    ncclUnhandledCudaError = 1,
+    ncclSystemError = 2,
+    ncclInternalError = 3,
+    ncclInvalidArgument = 4,
+    ncclInvalidUsage = 5,
+} ncclResult_t;
+
+typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3 } ncclRedOp_t;
+typedef enum { ncclInt32 = 2, ncclFloat32 = 7, ncclFloat = 7, ncclFloat64 = 8, ncclDouble = 8, ncclBfloat16 = 9 } ncclDataType_t;
+
+#define NCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+    char internal[NCCL_UNIQUE_ID_BYTES];
+} ncclUniqueId;
+
+struct EmuNcclComm {
+    MPI_Comm mpi;
+    int size, rank;
+};
+typedef EmuNcclComm* ncclComm_t;
+
+#define EMU_NCCL_TAG 30000
+
+struct EmuNcclOp {
+    bool send;
+    void* buf;
+    size_t bytes;
+    int peer;
+    ncclComm_t comm;
+};
+inline int emu_nccl_group_depth = 0;
+inline std::vector<EmuNcclOp> emu_nccl_group_ops;
+inline int emu_nccl_ids_made = 0;
+
+static const char* ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error (emulated: an MPI call failed)";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    }
+    return "unknown result code";
+}
+
+static size_t emu_nccl_size(ncclDataType_t t) {
+    switch (t) {
+    case ncclInt32: return 4;
+    case ncclFloat: return 4;
+    case ncclDouble: return 8;
+    case ncclBfloat16: return 2;
+    }
+    return 0;
+}
+
+static ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+    int world_rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    int tag_ub = 32767;  // the least MPI_TAG_UB the standard allows
+    if (EMU_NCCL_TAG + emu_nccl_ids_made > tag_ub) return ncclInternalError;
+    memset(id, 0, sizeof(*id));
+    int fields[2] = {world_rank, emu_nccl_ids_made++};
+    memcpy(id->internal, fields, sizeof(fields));
+    return ncclSuccess;
+}
+
+static ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+    int fields[2], world_rank;
+    memcpy(fields, id.internal, sizeof(fields));
+    int maker = fields[0], tag = EMU_NCCL_TAG + fields[1];
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    if (nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    std::vector<int> members(nranks, -1);
+    if (world_rank == maker) {
+        members[rank] = world_rank;
+        for (int i = 1; i < nranks; i++) {
+            int msg[2];
+            if (MPI_Recv(msg, 2, MPI_INT, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE) != MPI_SUCCESS) return ncclSystemError;
+            if (msg[0] < 0 || msg[0] >= nranks || members[msg[0]] != -1) return ncclInvalidUsage;  // two callers with one rank
+            members[msg[0]] = msg[1];
+        }
+        for (int i = 0; i < nranks; i++)
+            if (members[i] != world_rank && MPI_Send(members.data(), nranks, MPI_INT, members[i], tag, MPI_COMM_WORLD) != MPI_SUCCESS)
+                return ncclSystemError;
+    } else {
+        int msg[2] = {rank, world_rank};
+        if (MPI_Send(msg, 2, MPI_INT, maker, tag, MPI_COMM_WORLD) != MPI_SUCCESS) return ncclSystemError;
+        if (MPI_Recv(members.data(), nranks, MPI_INT, maker, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE) != MPI_SUCCESS) return ncclSystemError;
+    }
+    MPI_Group world_group, group;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    MPI_Group_incl(world_group, nranks, members.data(), &group);
+    EmuNcclComm* c = new EmuNcclComm;
+    int err = MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &c->mpi);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    if (err != MPI_SUCCESS) return delete c, ncclSystemError;
+    MPI_Comm_size(c->mpi, &c->size);
+    MPI_Comm_rank(c->mpi, &c->rank);
+    if (c->size != nranks || c->rank != rank) return delete c, ncclInternalError;
+    *comm = c;
+    return ncclSuccess;
+}
+
+static ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    if (comm == NULL) return ncclInvalidArgument;
+    MPI_Comm_free(&comm->mpi);
+    delete comm;
+    return ncclSuccess;
+}
+
+static bool emu_nccl_on_device(const void* p, size_t count, ncclDataType_t t) {
+    return count == 0 || emu_is_device_range(p, count * emu_nccl_size(t));
+}
+
+// reduce in place over the communicator: bf16 widened to fp32 and rounded once at the end
+static ncclResult_t emu_nccl_allreduce_inplace(void* buf, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm) {
+    if (op != ncclSum && op != ncclMax) return ncclInvalidArgument;
+    MPI_Op mop = op == ncclSum ? MPI_SUM : MPI_MAX;
+    int err;
+    if (t == ncclBfloat16) {
+        __nv_bfloat16* b = (__nv_bfloat16*)buf;
+        std::vector<float> f(count);
+        for (size_t i = 0; i < count; i++) f[i] = __bfloat162float(b[i]);
+        err = MPI_Allreduce(MPI_IN_PLACE, f.data(), (int)count, MPI_FLOAT, mop, comm->mpi);
+        for (size_t i = 0; i < count; i++) b[i] = __float2bfloat16(f[i]);
+    } else {
+        MPI_Datatype mt = t == ncclFloat ? MPI_FLOAT : t == ncclDouble ? MPI_DOUBLE : MPI_INT;
+        err = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mt, mop, comm->mpi);
+    }
+    return err == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+
+static ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+    if (emu_nccl_size(t) == 0) return ncclInvalidArgument;
+    if (!emu_nccl_on_device(send, count, t) || !emu_nccl_on_device(recv, count, t)) return ncclInvalidArgument;
+    if (send != recv) memmove(recv, send, count * emu_nccl_size(t));
+    return emu_nccl_allreduce_inplace(recv, count, t, op, comm);
+}
+
+// recv[count] = reduction over ranks of send[rank * count .. +count)
+static ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+    size_t es = emu_nccl_size(t);
+    if (es == 0) return ncclInvalidArgument;
+    if (!emu_nccl_on_device(send, count * comm->size, t) || !emu_nccl_on_device(recv, count, t)) return ncclInvalidArgument;
+    std::vector<char> all((const char*)send, (const char*)send + count * comm->size * es);
+    ncclResult_t r = emu_nccl_allreduce_inplace(all.data(), count * comm->size, t, op, comm);
+    if (r != ncclSuccess) return r;
+    memmove(recv, all.data() + comm->rank * count * es, count * es);
+    return ncclSuccess;
+}
+
+// recv[r * count .. +count) = rank r's send; send may be recv + rank * count (in place)
+static ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t) {
+    size_t es = emu_nccl_size(t);
+    if (es == 0) return ncclInvalidArgument;
+    if (!emu_nccl_on_device(send, count, t) || !emu_nccl_on_device(recv, count * comm->size, t)) return ncclInvalidArgument;
+    char* mine = (char*)recv + comm->rank * count * es;
+    if (send != mine) memmove(mine, send, count * es);
+    int err = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)(count * es), MPI_BYTE, comm->mpi);
+    return err == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+
+static ncclResult_t ncclGroupStart(void) {
+    emu_nccl_group_depth++;
+    return ncclSuccess;
+}
+
+static ncclResult_t ncclGroupEnd(void) {
+    if (emu_nccl_group_depth == 0) return ncclInvalidUsage;
+    if (--emu_nccl_group_depth > 0) return ncclSuccess;
+    std::vector<MPI_Request> reqs(emu_nccl_group_ops.size());
+    int err = MPI_SUCCESS;
+    for (size_t i = 0; i < emu_nccl_group_ops.size() && err == MPI_SUCCESS; i++) {
+        EmuNcclOp& o = emu_nccl_group_ops[i];
+        err = o.send ? MPI_Isend(o.buf, (int)o.bytes, MPI_BYTE, o.peer, 0, o.comm->mpi, &reqs[i])
+                     : MPI_Irecv(o.buf, (int)o.bytes, MPI_BYTE, o.peer, 0, o.comm->mpi, &reqs[i]);
+    }
+    if (err == MPI_SUCCESS) err = MPI_Waitall((int)reqs.size(), reqs.data(), MPI_STATUSES_IGNORE);
+    emu_nccl_group_ops.clear();
+    return err == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+
+static ncclResult_t emu_nccl_p2p(bool send, void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm) {
+    if (emu_nccl_size(t) == 0 || peer < 0 || peer >= comm->size) return ncclInvalidArgument;
+    if (!emu_nccl_on_device(buf, count, t)) return ncclInvalidArgument;
+    ncclGroupStart();
+    emu_nccl_group_ops.push_back({send, buf, count * emu_nccl_size(t), peer, comm});
+    return ncclGroupEnd();
+}
+
+static ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
+    return emu_nccl_p2p(true, (void*)buf, count, t, peer, comm);
+}
+static ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
+    return emu_nccl_p2p(false, buf, count, t, peer, comm);
+}
