@@ -4,6 +4,7 @@
 #   make gpu      ./train_gpu: nvcc compiles train.c as CUDA; cuBLAS, NCCL, MPI
 #   make emu      ./train_emu: the GPU code path on a CPU emulation of CUDA (tests/emu/)
 #   make test     every test; ends with "N passed, M failed"
+#   make test-gpu on a GPU machine: the kernel checks and a short training against the CPU build
 #   make bench    CPU step time, throughput and memory for GPT-2 124M and a small shape
 #   make run      the main job: set up, build, make a corpus, train, evaluate, sample
 
@@ -81,6 +82,10 @@ preprocess: data.c
 test: train_cpu preprocess
 	BLAS="$(BLAS_FLAGS) $(BLAS_LIBS)" bash tests/run.sh
 
+# on a machine with NVIDIA GPUs: the kernel checks on the GPU and train_gpu against train_cpu
+test-gpu: train_gpu train_cpu preprocess
+	GENCODE="$(GENCODE)" bash tests/test_gpu.sh
+
 bench: train_cpu
 	bash tests/bench.sh
 
@@ -90,4 +95,4 @@ run:
 clean:
 	rm -rf train_cpu train_gpu train_emu preprocess tests/build
 
-.PHONY: default cpu gpu emu test bench run clean
+.PHONY: default cpu gpu emu test test-gpu bench run clean

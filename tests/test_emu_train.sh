@@ -28,6 +28,12 @@ ok() { echo "PASS $1"; }
 bad() { echo "FAIL $1: $2"; }
 
 mkdir -p tests/build
+# GPU_BINARY=./train_gpu (make test-gpu): the same comparison on a real GPU, nothing built here
+if [ -n "${GPU_BINARY:-}" ]; then
+    BIN=$GPU_BINARY
+    [ -x ./train_cpu ] || make -s cpu > /dev/null
+else
+BIN=tests/build/train_emu
 MPICXX=${MPICXX:-mpicxx}
 # the emulation headers define every runtime call, used or not: hence -Wno-unused-function
 if $MPICXX -std=c++20 -O2 -Wall -Wextra -Wno-unused-function -Werror -fopenmp -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX \
@@ -38,6 +44,7 @@ else
     exit 1
 fi
 [ -x ./train_cpu ] || make -s cpu > /dev/null
+fi
 if [ ! -f "$data.idx" ]; then bad "data" "$data.idx missing (make test builds it)"; exit 1; fi
 
 run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 \
@@ -49,7 +56,7 @@ compare() {
     local name=$1 np=$2 tp=$3 pp=$4 t0 t1
     local args="$run --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp"
     t0=$(date +%s.%N)
-    $MPIRUN -np "$np" tests/build/train_emu $args > "$tmp/emu" 2>&1
+    $MPIRUN -np "$np" $BIN $args > "$tmp/emu" 2>&1
     local s_emu=$?
     t1=$(date +%s.%N)
     $MPIRUN -np "$np" ./train_cpu $args > "$tmp/cpu" 2>&1
@@ -73,5 +80,6 @@ compare() {
     else bad "$name" "${report#* }; emu: $(tail -2 "$tmp/emu" | head -c 300)"; fi
 }
 
-compare "train_emu matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1
-compare "train_emu matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2), NCCL emulated over MPI" 8 2 2
+name=$(basename "$BIN")
+compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1
+compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" 8 2 2
