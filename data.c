@@ -39,14 +39,16 @@ this file and using part of it compiles without unused-function warnings.
 // errors
 
 #if defined(__GNUC__)
-#define DATA_PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
+#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
 #else
-#define DATA_PRINTF_LIKE(f, a)
+#define PRINTF_LIKE(f, a)
 #endif
 
-// write the message into err (if given) and return 1, so callers can `return data_error(...)`
-static int data_error(char* err, size_t errlen, const char* fmt, ...) DATA_PRINTF_LIKE(3, 4);
-static int data_error(char* err, size_t errlen, const char* fmt, ...) {
+// Write the message into err (if given) and return 1, so callers can `return error_line(...)`.
+// Every function of gridgpt that can fail on bad input reports this way (the trainer's config
+// and checkpoint readers too); its caller decides between an input error and a failure.
+static int error_line(char* err, size_t errlen, const char* fmt, ...) PRINTF_LIKE(3, 4);
+static int error_line(char* err, size_t errlen, const char* fmt, ...) {
     if (err == NULL || errlen == 0) return 1;
     va_list ap;
     va_start(ap, fmt);
@@ -163,20 +165,20 @@ static int check_idx_header(IndexedDataset* ds, const char* path, const uint8_t*
     memcpy(&d, h + 26, 8);
     int code = h[17];
     if (memcmp(h, IDX_MAGIC, sizeof IDX_MAGIC) != 0)
-        return data_error(err, errlen, "%s: bad magic (expected MMIDIDX)", path);
+        return error_line(err, errlen, "%s: bad magic (expected MMIDIDX)", path);
     if (version != 1)
-        return data_error(err, errlen, "%s: unsupported version %llu (expected 1)", path, (unsigned long long)version);
+        return error_line(err, errlen, "%s: unsupported version %llu (expected 1)", path, (unsigned long long)version);
     if (code == DTYPE_FLOAT64 || code == DTYPE_FLOAT32)
-        return data_error(err, errlen, "%s: dtype code %d is a float type, not token ids", path, code);
+        return error_line(err, errlen, "%s: dtype code %d is a float type, not token ids", path, code);
     const TokenDtype* dt = token_dtype(code);
-    if (dt == NULL) return data_error(err, errlen, "%s: unknown dtype code %d", path, code);
+    if (dt == NULL) return error_line(err, errlen, "%s: unknown dtype code %d", path, code);
     // bound the counts by the file size before multiplying, so nothing can overflow
     uint64_t size = (uint64_t)file_bytes;
     if (n > size / 12 || d > size / 8 || (uint64_t)IDX_HEADER_BYTES + 12 * n + 8 * d != size)
-        return data_error(err, errlen, "%s: %lld bytes, but its header (%llu items, %llu doc_idx entries) needs %llu",
+        return error_line(err, errlen, "%s: %lld bytes, but its header (%llu items, %llu doc_idx entries) needs %llu",
                           path, (long long)file_bytes, (unsigned long long)n, (unsigned long long)d,
                           (unsigned long long)(n > size || d > size ? 0 : IDX_HEADER_BYTES + 12 * n + 8 * d));
-    if (d < 1) return data_error(err, errlen, "%s: empty doc_idx (expected at least the entry 0)", path);
+    if (d < 1) return error_line(err, errlen, "%s: empty doc_idx (expected at least the entry 0)", path);
     ds->dtype_code = code;
     ds->itemsize = dt->itemsize;
     *n_items = n;
@@ -187,29 +189,29 @@ static int check_idx_header(IndexedDataset* ds, const char* path, const uint8_t*
 // doc_idx starts at 0, never decreases, and ends at the number of items
 static int check_doc_idx(const IndexedDataset* ds, const char* path, char* err, size_t errlen) {
     const int64_t* d = ds->doc_idx;
-    if (d[0] != 0) return data_error(err, errlen, "%s: doc_idx[0] is %lld (expected 0)", path, (long long)d[0]);
+    if (d[0] != 0) return error_line(err, errlen, "%s: doc_idx[0] is %lld (expected 0)", path, (long long)d[0]);
     for (int64_t i = 1; i <= ds->num_docs; i++)
         if (d[i] < d[i - 1])
-            return data_error(err, errlen, "%s: doc_idx decreases at entry %lld (%lld after %lld)", path,
+            return error_line(err, errlen, "%s: doc_idx decreases at entry %lld (%lld after %lld)", path,
                               (long long)i, (long long)d[i], (long long)d[i - 1]);
     if (d[ds->num_docs] != ds->num_items)
-        return data_error(err, errlen, "%s: doc_idx ends at %lld (expected the number of items, %lld)", path,
+        return error_line(err, errlen, "%s: doc_idx ends at %lld (expected the number of items, %lld)", path,
                           (long long)d[ds->num_docs], (long long)ds->num_items);
     return 0;
 }
 
 static int read_idx(IndexedDataset* ds, const char* path, char* err, size_t errlen) {
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return data_error(err, errlen, "%s: %s", path, strerror(errno));
+    if (fd < 0) return error_line(err, errlen, "%s: %s", path, strerror(errno));
     struct stat st;
     uint8_t header[IDX_HEADER_BYTES];
     uint64_t n = 0, d = 0;
     int rc = 0;
-    if (fstat(fd, &st) != 0) rc = data_error(err, errlen, "%s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) rc = error_line(err, errlen, "%s: %s", path, strerror(errno));
     else if (st.st_size < IDX_HEADER_BYTES)
-        rc = data_error(err, errlen, "%s: %lld bytes, too short for the %d-byte header", path, (long long)st.st_size,
+        rc = error_line(err, errlen, "%s: %lld bytes, too short for the %d-byte header", path, (long long)st.st_size,
                         IDX_HEADER_BYTES);
-    else if (read_at(fd, header, IDX_HEADER_BYTES, 0)) rc = data_error(err, errlen, "%s: read failed", path);
+    else if (read_at(fd, header, IDX_HEADER_BYTES, 0)) rc = error_line(err, errlen, "%s: read failed", path);
     if (rc == 0) rc = check_idx_header(ds, path, header, (int64_t)st.st_size, &n, &d, err, errlen);
     if (rc == 0) {
         ds->num_items = (int64_t)n;
@@ -218,10 +220,10 @@ static int read_idx(IndexedDataset* ds, const char* path, char* err, size_t errl
         int64_t* pointers = (int64_t*)malloc(8 * n + 1);
         int64_t* doc_idx = (int64_t*)malloc(8 * d);
         ds->sizes = sizes; ds->pointers = pointers; ds->doc_idx = doc_idx;
-        if (!sizes || !pointers || !doc_idx) rc = data_error(err, errlen, "%s: out of memory for the index", path);
+        if (!sizes || !pointers || !doc_idx) rc = error_line(err, errlen, "%s: out of memory for the index", path);
         else if (read_at(fd, sizes, 4 * n, IDX_HEADER_BYTES) || read_at(fd, pointers, 8 * n, IDX_HEADER_BYTES + 4 * n) ||
                  read_at(fd, doc_idx, 8 * d, IDX_HEADER_BYTES + 12 * n))
-            rc = data_error(err, errlen, "%s: read failed", path);
+            rc = error_line(err, errlen, "%s: read failed", path);
     }
     close(fd);
     if (rc == 0) rc = check_doc_idx(ds, path, err, errlen);
@@ -230,13 +232,13 @@ static int read_idx(IndexedDataset* ds, const char* path, char* err, size_t errl
 
 static int map_bin(IndexedDataset* ds, const char* path, char* err, size_t errlen) {
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return data_error(err, errlen, "%s: %s", path, strerror(errno));
+    if (fd < 0) return error_line(err, errlen, "%s: %s", path, strerror(errno));
     struct stat st;
     int rc = 0;
-    if (fstat(fd, &st) != 0) rc = data_error(err, errlen, "%s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) rc = error_line(err, errlen, "%s: %s", path, strerror(errno));
     else if (st.st_size > 0) {   // mmap of 0 bytes is an error; an empty .bin is legal
         void* p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) rc = data_error(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
+        if (p == MAP_FAILED) rc = error_line(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
         else { ds->bin = (const uint8_t*)p; ds->bin_bytes = (size_t)st.st_size; }
     }
     close(fd);
@@ -249,12 +251,12 @@ static int check_items(IndexedDataset* ds, const char* path, char* err, size_t e
     ds->num_tokens = 0;
     for (int64_t i = 0; i < ds->num_items; i++) {
         int64_t ptr = ds->pointers[i], size = ds->sizes[i], bytes = size * ds->itemsize;
-        if (size < 0) return data_error(err, errlen, "%s: item %lld has negative size %lld", path, (long long)i, (long long)size);
+        if (size < 0) return error_line(err, errlen, "%s: item %lld has negative size %lld", path, (long long)i, (long long)size);
         if (ptr < prev)
-            return data_error(err, errlen, "%s: pointers decrease at item %lld (%lld after %lld)", path, (long long)i,
+            return error_line(err, errlen, "%s: pointers decrease at item %lld (%lld after %lld)", path, (long long)i,
                               (long long)ptr, (long long)prev);
         if (ptr > bin_bytes || bytes > bin_bytes - ptr)
-            return data_error(err, errlen, "%s: item %lld (bytes %lld..%lld) lies outside the %lld-byte file", path,
+            return error_line(err, errlen, "%s: item %lld (bytes %lld..%lld) lies outside the %lld-byte file", path,
                               (long long)i, (long long)ptr, (long long)(ptr + bytes), (long long)bin_bytes);
         prev = ptr;
         ds->num_tokens += size;
@@ -266,11 +268,11 @@ static int check_items(IndexedDataset* ds, const char* path, char* err, size_t e
 static inline int indexed_dataset_open(IndexedDataset* ds, const char* prefix, char* err, size_t errlen) {
     memset(ds, 0, sizeof *ds);
     const uint16_t one = 1;
-    if (*(const uint8_t*)&one != 1) return data_error(err, errlen, "%s: this reader needs a little-endian host", prefix);
+    if (*(const uint8_t*)&one != 1) return error_line(err, errlen, "%s: this reader needs a little-endian host", prefix);
     char idx_path[sizeof ds->path_prefix], bin_path[sizeof ds->path_prefix];
     if (join_path(ds->path_prefix, sizeof ds->path_prefix, prefix, "") ||
         join_path(idx_path, sizeof idx_path, prefix, ".idx") || join_path(bin_path, sizeof bin_path, prefix, ".bin"))
-        return data_error(err, errlen, "%s: path too long", prefix);
+        return error_line(err, errlen, "%s: path too long", prefix);
     int rc = read_idx(ds, idx_path, err, errlen);
     if (rc == 0) rc = map_bin(ds, bin_path, err, errlen);
     if (rc == 0) rc = check_items(ds, bin_path, err, errlen);
@@ -345,21 +347,21 @@ static inline void builder_abort(IndexedDatasetBuilder* b) {
 static inline int builder_open(IndexedDatasetBuilder* b, const char* prefix, int dtype_code, char* err, size_t errlen) {
     memset(b, 0, sizeof *b);
     const TokenDtype* dt = token_dtype(dtype_code);
-    if (dt == NULL) return data_error(err, errlen, "%s: dtype code %d is not a token type", prefix, dtype_code);
+    if (dt == NULL) return error_line(err, errlen, "%s: dtype code %d is not a token type", prefix, dtype_code);
     if (join_path(b->bin_path, sizeof b->bin_path, prefix, ".bin") || join_path(b->idx_path, sizeof b->idx_path, prefix, ".idx") ||
         join_path(b->bin_tmp, sizeof b->bin_tmp, prefix, ".bin.tmp") || join_path(b->idx_tmp, sizeof b->idx_tmp, prefix, ".idx.tmp"))
-        return data_error(err, errlen, "%s: path too long", prefix);
+        return error_line(err, errlen, "%s: path too long", prefix);
     b->dtype_code = dtype_code;
     b->itemsize = dt->itemsize;
     b->bin = fopen(b->bin_tmp, "wb");
     if (b->bin == NULL) {
-        int rc = data_error(err, errlen, "%s: %s", b->bin_tmp, strerror(errno));
+        int rc = error_line(err, errlen, "%s: %s", b->bin_tmp, strerror(errno));
         b->bin_tmp[0] = b->idx_tmp[0] = 0;   // not ours to delete
         builder_abort(b);
         return rc;
     }
     b->doc_idx = (int64_t*)grow_array(NULL, &b->cap_doc_idx, 1, sizeof(int64_t));
-    if (b->doc_idx == NULL) { builder_abort(b); return data_error(err, errlen, "%s: out of memory", prefix); }
+    if (b->doc_idx == NULL) { builder_abort(b); return error_line(err, errlen, "%s: out of memory", prefix); }
     b->doc_idx[b->num_doc_idx++] = 0;   // Megatron's doc_idx starts as [0]
     return 0;
 }
@@ -369,10 +371,10 @@ static int builder_append_tokens(IndexedDatasetBuilder* b, const int64_t* tokens
     const TokenDtype* dt = token_dtype(b->dtype_code);
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < dt->min || tokens[i] > dt->max)
-            return data_error(err, errlen, "%s: token id %lld does not fit dtype %s", b->bin_path, (long long)tokens[i],
+            return error_line(err, errlen, "%s: token id %lld does not fit dtype %s", b->bin_path, (long long)tokens[i],
                               dt->name);
     if (n > INT32_MAX - b->item_tokens)   // sizes are int32 in the .idx
-        return data_error(err, errlen, "%s: a document of more than %d tokens", b->bin_path, INT32_MAX);
+        return error_line(err, errlen, "%s: a document of more than %d tokens", b->bin_path, INT32_MAX);
     uint8_t buf[1 << 14];
     int64_t per_buf = (int64_t)sizeof buf / b->itemsize;
     for (int64_t i = 0; i < n; i += per_buf) {
@@ -382,7 +384,7 @@ static int builder_append_tokens(IndexedDatasetBuilder* b, const int64_t* tokens
             memcpy(buf + j * b->itemsize, &t, (size_t)b->itemsize);
         }
         if (fwrite(buf, (size_t)b->itemsize, (size_t)m, b->bin) != (size_t)m)
-            return data_error(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
+            return error_line(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
     }
     b->item_tokens += n;
     b->num_tokens += n;
@@ -392,10 +394,10 @@ static int builder_append_tokens(IndexedDatasetBuilder* b, const int64_t* tokens
 // close the open item and end the document after it (add_item's size + end_document)
 static int builder_end_document(IndexedDatasetBuilder* b, char* err, size_t errlen) {
     int32_t* sizes = (int32_t*)grow_array(b->sizes, &b->cap_items, b->num_items + 1, sizeof(int32_t));
-    if (sizes == NULL) return data_error(err, errlen, "%s: out of memory", b->idx_path);
+    if (sizes == NULL) return error_line(err, errlen, "%s: out of memory", b->idx_path);
     b->sizes = sizes;
     int64_t* doc_idx = (int64_t*)grow_array(b->doc_idx, &b->cap_doc_idx, b->num_doc_idx + 1, sizeof(int64_t));
-    if (doc_idx == NULL) return data_error(err, errlen, "%s: out of memory", b->idx_path);
+    if (doc_idx == NULL) return error_line(err, errlen, "%s: out of memory", b->idx_path);
     b->doc_idx = doc_idx;
     b->sizes[b->num_items++] = (int32_t)b->item_tokens;
     b->doc_idx[b->num_doc_idx++] = b->num_items;
@@ -442,20 +444,20 @@ static void fsync_parent_dir(const char* path) {
 }
 
 static inline int builder_finish(IndexedDatasetBuilder* b, char* err, size_t errlen) {
-    if (b->bin == NULL) return data_error(err, errlen, "builder_finish: the builder is not open");
+    if (b->bin == NULL) return error_line(err, errlen, "builder_finish: the builder is not open");
     int rc = 0;
-    if (b->item_tokens != 0) rc = data_error(err, errlen, "%s: the last document was never ended", b->bin_path);
+    if (b->item_tokens != 0) rc = error_line(err, errlen, "%s: the last document was never ended", b->bin_path);
     FILE* bin = b->bin;
     b->bin = NULL;
-    if (close_synced(bin) && rc == 0) rc = data_error(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
+    if (close_synced(bin) && rc == 0) rc = error_line(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
     FILE* idx = rc ? NULL : fopen(b->idx_tmp, "wb");
-    if (rc == 0 && idx == NULL) rc = data_error(err, errlen, "%s: %s", b->idx_tmp, strerror(errno));
+    if (rc == 0 && idx == NULL) rc = error_line(err, errlen, "%s: %s", b->idx_tmp, strerror(errno));
     if (rc == 0) {
         int bad = write_idx(b, idx);
-        if (close_synced(idx) || bad) rc = data_error(err, errlen, "%s: write failed: %s", b->idx_tmp, strerror(errno));
+        if (close_synced(idx) || bad) rc = error_line(err, errlen, "%s: write failed: %s", b->idx_tmp, strerror(errno));
     }
     if (rc == 0 && (rename(b->bin_tmp, b->bin_path) != 0 || rename(b->idx_tmp, b->idx_path) != 0))
-        rc = data_error(err, errlen, "%s: rename failed: %s", b->idx_path, strerror(errno));
+        rc = error_line(err, errlen, "%s: rename failed: %s", b->idx_path, strerror(errno));
     if (rc == 0) { fsync_parent_dir(b->idx_path); b->bin_tmp[0] = b->idx_tmp[0] = 0; }
     builder_abort(b);   // frees memory; on failure also deletes the temporaries
     return rc;
@@ -491,13 +493,13 @@ static inline int split_documents(const char* split, int64_t num_docs, int64_t b
         double v = strtod(p, &end);
         while (*end == ' ' || *end == '\t') end++;
         if (end == p || !(v >= 0 && v <= 1e300) || (*end != 0 && *end != sep))
-            return data_error(err, errlen, "--split %s: expected up to 3 non-negative numbers separated by , or /", split);
+            return error_line(err, errlen, "--split %s: expected up to 3 non-negative numbers separated by , or /", split);
         if (count < 3) w[count] = v;   // Megatron keeps the first three
         if (*end == 0) break;
         p = end + 1;
     }
     double sum = w[0] + w[1] + w[2];
-    if (!(sum > 0)) return data_error(err, errlen, "--split %s: the weights add up to 0", split);
+    if (!(sum > 0)) return error_line(err, errlen, "--split %s: the weights add up to 0", split);
     bounds[0] = 0;
     for (int i = 0; i < 3; i++) bounds[i + 1] = bounds[i] + round_half_even(w[i] / sum * (double)num_docs);
     int64_t diff = bounds[3] - num_docs;   // rounding may overshoot: shift every boundary back
@@ -709,12 +711,12 @@ static int check_gpt_args(const IndexedDataset* ds, int64_t doc_begin, int64_t d
                           int64_t num_samples, char* err, size_t errlen) {
     const char* p = ds->path_prefix;
     if (doc_begin < 0 || doc_end > ds->num_items || doc_begin >= doc_end || doc_end > INT32_MAX)
-        return data_error(err, errlen, "%s: document range [%lld, %lld) is empty or outside [0, %lld)", p,
+        return error_line(err, errlen, "%s: document range [%lld, %lld) is empty or outside [0, %lld)", p,
                           (long long)doc_begin, (long long)doc_end, (long long)ds->num_items);
-    if (seq_length < 2) return data_error(err, errlen, "seq_length %d: Megatron needs at least 2", seq_length);
-    if (seed > 0xffffffffu) return data_error(err, errlen, "seed %llu: numpy's RandomState takes 0..2^32-1", (unsigned long long)seed);
+    if (seq_length < 2) return error_line(err, errlen, "seq_length %d: Megatron needs at least 2", seq_length);
+    if (seed > 0xffffffffu) return error_line(err, errlen, "seed %llu: numpy's RandomState takes 0..2^32-1", (unsigned long long)seed);
     if (num_samples < 0 || num_samples > (INT64_MAX - 1) / seq_length)
-        return data_error(err, errlen, "%lld samples: out of range", (long long)num_samples);
+        return error_line(err, errlen, "%lld samples: out of range", (long long)num_samples);
     return 0;
 }
 
@@ -728,15 +730,15 @@ static int gpt_plan(GPTDataset* g, const IndexedDataset* ds, int64_t doc_begin, 
     g->ds = ds; g->seq_length = seq_length; g->doc_begin = doc_begin; g->doc_end = doc_end;
     for (int64_t i = doc_begin; i < doc_end; i++) g->tokens_per_epoch += ds->sizes[i];
     if (g->tokens_per_epoch < 2)
-        return data_error(err, errlen, "%s: documents [%lld, %lld) hold %lld tokens, too few for a sample", p,
+        return error_line(err, errlen, "%s: documents [%lld, %lld) hold %lld tokens, too few for a sample", p,
                           (long long)doc_begin, (long long)doc_end, (long long)g->tokens_per_epoch);
     int64_t epochs = num_epochs_needed(g->tokens_per_epoch, seq_length, num_samples_requested);
     if (epochs > INT32_MAX / (doc_end - doc_begin))   // Megatron keeps doc_idx positions in int32
-        return data_error(err, errlen, "%s: %lld samples of %d tokens need %lld epochs: too many", p,
+        return error_line(err, errlen, "%s: %lld samples of %d tokens need %lld epochs: too many", p,
                           (long long)num_samples_requested, seq_length, (long long)epochs);
     g->num_epochs = (int)epochs;
     g->num_samples = (epochs * g->tokens_per_epoch - 1) / seq_length;
-    if (g->num_samples < 1) return data_error(err, errlen, "%s: too few tokens for one sample of %d", p, seq_length + 1);
+    if (g->num_samples < 1) return error_line(err, errlen, "%s: too few tokens for one sample of %d", p, seq_length + 1);
     *first = g->num_samples;
     g->separate_last_epoch = separate_last_epoch(g, num_samples_requested, first);
     g->doc_idx_len = epochs * (doc_end - doc_begin);
@@ -753,12 +755,12 @@ static inline int gpt_dataset_build(GPTDataset* g, const IndexedDataset* ds, int
     g->shuffle_idx = (int64_t*)malloc((size_t)g->num_samples * sizeof(int64_t));
     if (!g->doc_idx || !g->sample_idx || !g->shuffle_idx) {
         gpt_dataset_free(g);
-        return data_error(err, errlen, "%s: out of memory for the sample index", p);
+        return error_line(err, errlen, "%s: out of memory for the sample index", p);
     }
     MT19937 rng;
     mt19937_seed(&rng, (uint32_t)seed);
     build_doc_idx(g, &rng);
-    if (build_sample_idx(g)) { gpt_dataset_free(g); return data_error(err, errlen, "%s: sample index overran", p); }
+    if (build_sample_idx(g)) { gpt_dataset_free(g); return error_line(err, errlen, "%s: sample index overran", p); }
     build_shuffle_idx(g, &rng, first);
     return 0;
 }
@@ -811,29 +813,29 @@ static const char* npy_value(const char* header, const char* key) {
 // the header of the file's n bytes at p: magic, version, descr, fortran_order, shape, and
 // that the data fills the rest of the file exactly, aligned for its type
 static int npy_parse(NpyArray* a, const uint8_t* p, size_t n, char* why, size_t whylen) {
-    if (n < 12 || memcmp(p, "\x93NUMPY", 6) != 0) return data_error(why, whylen, "not a .npy file (bad magic)");
-    if ((p[6] != 1 && p[6] != 2) || p[7] != 0) return data_error(why, whylen, "unsupported .npy version %d.%d", p[6], p[7]);
+    if (n < 12 || memcmp(p, "\x93NUMPY", 6) != 0) return error_line(why, whylen, "not a .npy file (bad magic)");
+    if ((p[6] != 1 && p[6] != 2) || p[7] != 0) return error_line(why, whylen, "unsupported .npy version %d.%d", p[6], p[7]);
     size_t start = p[6] == 1 ? 10 : 12;
     size_t hlen = p[8] | (size_t)p[9] << 8 | (p[6] == 2 ? (size_t)p[10] << 16 | (size_t)p[11] << 24 : 0);
     char h[4096];
-    if (hlen >= sizeof h || start + hlen > n) return data_error(why, whylen, "header of %zu bytes is too long or truncated", hlen);
+    if (hlen >= sizeof h || start + hlen > n) return error_line(why, whylen, "header of %zu bytes is too long or truncated", hlen);
     memcpy(h, p + start, hlen);
     h[hlen] = 0;
     const char* descr = npy_value(h, "descr");
     const char* fortran = npy_value(h, "fortran_order");
     const char* shape = npy_value(h, "shape");
     if (hlen == 0 || h[hlen - 1] != '\n' || !descr || !fortran || !shape || *descr != '\'' || *shape != '(')
-        return data_error(why, whylen, "malformed header \"%.80s\"", h);
+        return error_line(why, whylen, "malformed header \"%.80s\"", h);
     int k = 0;
     for (descr++; k < 7 && descr[k] != '\'' && descr[k]; k++) a->descr[k] = descr[k];
     a->descr[k] = 0;
-    if (strncmp(fortran, "False", 5) != 0) return data_error(why, whylen, "fortran_order is not False");
+    if (strncmp(fortran, "False", 5) != 0) return error_line(why, whylen, "fortran_order is not False");
     for (shape++;;) {   // "(n,)" or "(n, m)"
         while (*shape == ' ' || *shape == ',') shape++;
         if (*shape == ')') break;
         char* end;
         long long v = strtoll(shape, &end, 10);
-        if (end == shape || v < 0 || a->ndim == 2) return data_error(why, whylen, "bad shape in \"%.80s\"", h);
+        if (end == shape || v < 0 || a->ndim == 2) return error_line(why, whylen, "bad shape in \"%.80s\"", h);
         a->shape[a->ndim++] = v;
         shape = end;
     }
@@ -842,7 +844,7 @@ static int npy_parse(NpyArray* a, const uint8_t* p, size_t n, char* why, size_t 
     for (int i = 0; i < a->ndim; i++)   // compared with the file size before multiplying: no overflow
         bytes = a->shape[i] && bytes > (n + 1) / (size_t)a->shape[i] ? n + 1 : bytes * (size_t)a->shape[i];
     if (a->ndim == 0 || itemsize == 0 || offset % (size_t)itemsize || bytes != n - offset)
-        return data_error(why, whylen, "descr '%s', shape (%lld, %lld): does not match the %zu bytes of data", a->descr,
+        return error_line(why, whylen, "descr '%s', shape (%lld, %lld): does not match the %zu bytes of data", a->descr,
                           (long long)a->shape[0], (long long)a->shape[1], n - offset);
     a->data = p + offset;
     return 0;
@@ -851,19 +853,19 @@ static int npy_parse(NpyArray* a, const uint8_t* p, size_t n, char* why, size_t 
 static int npy_map(NpyArray* a, const char* path, char* why, size_t whylen) {
     memset(a, 0, sizeof *a);
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return data_error(why, whylen, "%s: %s", path, strerror(errno));
+    if (fd < 0) return error_line(why, whylen, "%s: %s", path, strerror(errno));
     struct stat st;
     void* p = MAP_FAILED;
     if (fstat(fd, &st) == 0 && st.st_size > 0) p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
-    if (p == MAP_FAILED) return data_error(why, whylen, "%s: empty, or cannot be mapped", path);
+    if (p == MAP_FAILED) return error_line(why, whylen, "%s: empty, or cannot be mapped", path);
     a->map = p;
     a->map_bytes = (size_t)st.st_size;
     char reason[512];
     if (npy_parse(a, (const uint8_t*)p, a->map_bytes, reason, sizeof reason) == 0) return 0;
     munmap(p, a->map_bytes);
     memset(a, 0, sizeof *a);
-    return data_error(why, whylen, "%s: %s", path, reason);
+    return error_line(why, whylen, "%s: %s", path, reason);
 }
 
 // np.save's bytes, to a temporary name that is renamed over path once complete
@@ -880,12 +882,12 @@ static int npy_write(const char* path, const char* descr, int64_t rows, int64_t 
     uint8_t prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)(total - 10), (uint8_t)((total - 10) >> 8)};
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());   // unique per process: concurrent builders never share one
     FILE* f = fopen(tmp, "wb");
-    if (f == NULL) return data_error(err, errlen, "%s: %s (--data-cache-path names a writable directory)", tmp, strerror(errno));
+    if (f == NULL) return error_line(err, errlen, "%s: %s (--data-cache-path names a writable directory)", tmp, strerror(errno));
     size_t count = (size_t)rows * (size_t)(cols ? cols : 1);
     int bad = fwrite(prefix, 1, 10, f) != 10 || fwrite(h, 1, (size_t)(total - 10), f) != (size_t)(total - 10) ||
               fwrite(data, itemsize, count, f) != count;
     if (close_synced(f) || bad || rename(tmp, path) != 0) {
-        int rc = data_error(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
+        int rc = error_line(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
         unlink(tmp);
         return rc;
     }
@@ -958,24 +960,24 @@ static int check_cached_index(const GPTDataset* g, char* why, size_t whylen) {
     cache_path(path, sizeof path, g, 0);
     for (int64_t i = 0; i < g->doc_idx_len; i++)
         if (g->doc_idx[i] < g->doc_begin || g->doc_idx[i] >= g->doc_end)
-            return data_error(why, whylen, "%s: doc_idx[%lld] = %d is outside documents [%lld, %lld)", path, (long long)i,
+            return error_line(why, whylen, "%s: doc_idx[%lld] = %d is outside documents [%lld, %lld)", path, (long long)i,
                               g->doc_idx[i], (long long)g->doc_begin, (long long)g->doc_end);
     cache_path(path, sizeof path, g, 1);
     int64_t d = 0, start = 0;   // start: stream position of document doc_idx[d]
     for (int64_t k = 0; k <= g->num_samples; k++) {
         int64_t dk = g->sample_idx[2 * k], off = g->sample_idx[2 * k + 1];
         if (dk < d || dk >= g->doc_idx_len)
-            return data_error(why, whylen, "%s: row %lld points at doc_idx entry %lld (expected %lld..%lld)", path,
+            return error_line(why, whylen, "%s: row %lld points at doc_idx entry %lld (expected %lld..%lld)", path,
                               (long long)k, (long long)dk, (long long)d, (long long)g->doc_idx_len - 1);
         for (; d < dk; d++) start += sizes[g->doc_idx[d]];
         if (off < 0 || (off >= sizes[g->doc_idx[d]] && k > 0) || start + off != k * g->seq_length)
-            return data_error(why, whylen, "%s: row %lld (%lld, %lld) is not token %lld of the documents", path,
+            return error_line(why, whylen, "%s: row %lld (%lld, %lld) is not token %lld of the documents", path,
                               (long long)k, (long long)dk, (long long)off, (long long)k * g->seq_length);
     }
     cache_path(path, sizeof path, g, 2);
     for (int64_t i = 0; i < g->num_samples; i++)
         if (shuffle_at(g, i) < 0 || shuffle_at(g, i) >= g->num_samples)
-            return data_error(why, whylen, "%s: entry %lld = %lld is not a sample (0..%lld)", path, (long long)i,
+            return error_line(why, whylen, "%s: entry %lld = %lld is not a sample (0..%lld)", path, (long long)i,
                               (long long)shuffle_at(g, i), (long long)g->num_samples - 1);
     return 0;
 }
@@ -994,7 +996,7 @@ static int load_index(GPTDataset* g, char* why, size_t whylen) {
         int ok = a[k].ndim == (k == 1 ? 2 : 1) && a[k].shape[0] == want && (k != 1 || a[k].shape[1] == 2) &&
                  (k == 2 ? !strcmp(a[k].descr, "<u4") || !strcmp(a[k].descr, "<i8") : !strcmp(a[k].descr, "<i4"));
         if (!ok)
-            return data_error(why, whylen, "%s: descr '%s', shape (%lld, %lld); expected %s of %lld rows", path, a[k].descr,
+            return error_line(why, whylen, "%s: descr '%s', shape (%lld, %lld); expected %s of %lld rows", path, a[k].descr,
                               (long long)a[k].shape[0], (long long)a[k].shape[1], k == 2 ? "<u4 or <i8" : "<i4", (long long)want);
     }
     g->doc_idx = (int32_t*)a[0].data;   // read-only mappings: nothing writes through these
@@ -1015,7 +1017,7 @@ static int write_index(const GPTDataset* g, const GPTDataset* built, char* err, 
     if (rc) return rc;
     if (n >= 0xfffffffell) return npy_write(path, "<i8", n, 0, built->shuffle_idx, 8, err, errlen);   // as Megatron
     uint32_t* narrow = (uint32_t*)malloc((size_t)n * 4);   // Megatron's dtype below 2^32-1 samples
-    if (narrow == NULL) return data_error(err, errlen, "%s: out of memory", path);
+    if (narrow == NULL) return error_line(err, errlen, "%s: out of memory", path);
     for (int64_t i = 0; i < n; i++) narrow[i] = (uint32_t)built->shuffle_idx[i];
     rc = npy_write(path, "<u4", n, 0, narrow, 4, err, errlen);
     free(narrow);
@@ -1033,13 +1035,13 @@ static inline int gpt_dataset_open_cached(GPTDataset* g, const IndexedDataset* d
     int64_t first = 0;
     if (gpt_plan(g, ds, doc_begin, doc_end, seq_length, seed, num_samples, &first, err, errlen)) return 1;
     if (cache_stem(g, cache_dir, name, seed, num_samples))
-        return data_error(err, errlen, "%s: index cache path too long", cache_dir ? cache_dir : ds->path_prefix);
+        return error_line(err, errlen, "%s: index cache path too long", cache_dir ? cache_dir : ds->path_prefix);
     GPTDataset plan = *g;
     char why[1024];
     if (load_index(g, why, sizeof why) == 0) return 0;
     gpt_dataset_free(g);
     if (!may_build) {
-        data_error(err, errlen, "%s (no valid index cache, and this process may not build it)", why);
+        error_line(err, errlen, "%s (no valid index cache, and this process may not build it)", why);
         return DATA_NO_CACHE;
     }
     GPTDataset built;
@@ -1047,7 +1049,7 @@ static inline int gpt_dataset_open_cached(GPTDataset* g, const IndexedDataset* d
     int rc = write_index(&plan, &built, err, errlen);
     gpt_dataset_free(&built);
     *g = plan;
-    if (rc == 0 && load_index(g, why, sizeof why) != 0) rc = data_error(err, errlen, "%s (just written)", why);
+    if (rc == 0 && load_index(g, why, sizeof why) != 0) rc = error_line(err, errlen, "%s (just written)", why);
     if (rc) gpt_dataset_free(g);
     g->built = rc == 0;
     return rc;
@@ -1085,10 +1087,10 @@ static double numpy_sum(const double* a, int64_t n) {   // np.sum's pairwise ord
 static inline int blend_weights(double* weights, int n, int64_t num_samples, int64_t* per_dataset, char* err, size_t errlen) {
     double sum = 0.0;
     for (int k = 0; k < n; k++) {
-        if (!(weights[k] >= 0)) return data_error(err, errlen, "--data-path: weight %g is negative", weights[k]);
+        if (!(weights[k] >= 0)) return error_line(err, errlen, "--data-path: weight %g is negative", weights[k]);
         sum += weights[k];
     }
-    if (!(sum > 0) || n < 1 || n > 254) return data_error(err, errlen, "--data-path: need 1..254 datasets with weights adding up to more than 0");
+    if (!(sum > 0) || n < 1 || n > 254) return error_line(err, errlen, "--data-path: need 1..254 datasets with weights adding up to more than 0");
     for (int k = 0; k < n; k++) {
         weights[k] /= sum;
         double x = (double)num_samples * weights[k] * 1.005;
@@ -1115,10 +1117,10 @@ static inline void blend_free(BlendIndex* b) {
 static inline int blend_build(BlendIndex* b, const double* weights, int n, int64_t size, char* err, size_t errlen) {
     memset(b, 0, sizeof *b);
     double w[256];
-    if (n < 1 || n > 254) return data_error(err, errlen, "--data-path: %d datasets (1..254 allowed)", n);
+    if (n < 1 || n > 254) return error_line(err, errlen, "--data-path: %d datasets (1..254 allowed)", n);
     memcpy(w, weights, (size_t)n * sizeof(double));
     double sum = numpy_sum(w, n);   // BlendableDataset normalizes once more, with np.sum
-    if (!(sum > 0)) return data_error(err, errlen, "--data-path: weights add up to 0");
+    if (!(sum > 0)) return error_line(err, errlen, "--data-path: weights add up to 0");
     for (int k = 0; k < n; k++) w[k] /= sum;
     b->num_datasets = n; b->size = size;
     b->dataset_index = (uint8_t*)malloc((size_t)size + 1);
@@ -1126,7 +1128,7 @@ static inline int blend_build(BlendIndex* b, const double* weights, int n, int64
     int64_t* served = (int64_t*)calloc((size_t)n, sizeof(int64_t));
     if (!b->dataset_index || !b->dataset_sample_index || !served) {
         free(served); blend_free(b);
-        return data_error(err, errlen, "--data-path: out of memory for the blending index");
+        return error_line(err, errlen, "--data-path: out of memory for the blending index");
     }
     for (int64_t s = 0; s < size; s++) {
         double at = s > 1 ? (double)s : 1.0;
@@ -1180,8 +1182,8 @@ static double entropy_nats(const double* counts, int64_t n) {
 // num_samples[k] samples are the same either way). Megatron takes this path for a single
 // "W P" pair too, so that the margin changes its sample count; so do we.
 // A split is there when samples are asked of it and every prefix has documents for it. A
-// prefix without documents for a split that is asked for is an error for train and valid;
-// the test split is then just absent (where Megatron would stop on an assertion).
+// prefix without documents for the train split is an error; a valid or test split without
+// documents is just absent (Megatron builds no dataset for it and does not evaluate).
 
 typedef struct {
     IndexedDataset ds;
@@ -1217,15 +1219,15 @@ static int parse_data_path(DataSplits* d, const char* const* v, int count, doubl
     d->weighted = count > 1;
     int n = d->weighted ? count / 2 : count;
     if (count < 1 || (d->weighted && count % 2) || n > 254)
-        return data_error(err, errlen, "--data-path: %d values; expected PREFIX, or WEIGHT PREFIX pairs (at most 254)", count);
+        return error_line(err, errlen, "--data-path: %d values; expected PREFIX, or WEIGHT PREFIX pairs (at most 254)", count);
     for (int i = 0; i < n && d->weighted; i++) {
         char* end;
         w[i] = strtod(v[2 * i], &end);
         if (end == v[2 * i] || *end || !(w[i] >= 0 && w[i] < 1e300))
-            return data_error(err, errlen, "--data-path: '%s' is not a weight (expected WEIGHT PREFIX pairs, weights >= 0)", v[2 * i]);
+            return error_line(err, errlen, "--data-path: '%s' is not a weight (expected WEIGHT PREFIX pairs, weights >= 0)", v[2 * i]);
     }
     d->prefix = (DataPrefix*)calloc((size_t)n, sizeof(DataPrefix));
-    if (d->prefix == NULL) return data_error(err, errlen, "--data-path: out of memory");
+    if (d->prefix == NULL) return error_line(err, errlen, "--data-path: out of memory");
     d->num_prefixes = n;
     return 0;
 }
@@ -1249,8 +1251,8 @@ static int plan_splits(DataSplits* d, const char* const* v, const double* raw, c
             p->weight = w[i];
             p->requested[k] = per[i];
             if (!d->has[k] || p->bounds[k + 1] > p->bounds[k]) continue;
-            if (k == 2) { d->has[k] = 0; continue; }
-            return data_error(err, errlen, "%s: --split %s leaves the %s split without documents (%lld documents in all), "
+            if (k > 0) { d->has[k] = 0; continue; }
+            return error_line(err, errlen, "%s: --split %s leaves the %s split without documents (%lld documents in all), "
                               "but %lld %s samples are asked for", p->ds.path_prefix, d->split, SPLIT_NAMES[k],
                               (long long)p->ds.num_items, (long long)num_samples[k], SPLIT_NAMES[k]);
         }
@@ -1266,7 +1268,7 @@ static inline int data_splits_open(DataSplits* d, const char* const* data_path, 
     memset(d, 0, sizeof *d);
     double raw[256] = {0};
     if (snprintf(d->split, sizeof d->split, "%s", split) >= (int)sizeof d->split)
-        return data_error(err, errlen, "--split %s: too long", split);
+        return error_line(err, errlen, "--split %s: too long", split);
     int rc = parse_data_path(d, data_path, count, raw, err, errlen);
     if (rc == 0) rc = plan_splits(d, data_path, raw, num_samples, err, errlen);
     for (int k = 0; k < 3 && rc == 0; k++) {
@@ -1313,7 +1315,7 @@ static inline int data_splits_check_vocab(const DataSplits* d, int vocab_size, i
             for (int64_t t = 0; t < ds->sizes[doc]; t++) {
                 int64_t id = indexed_dataset_token(ds, doc, t);
                 if (id < 0 || (vocab_size > 0 && id >= vocab_size))
-                    return data_error(err, errlen, "%s.bin: document %lld, token %lld: id %lld is outside the vocabulary [0, %d)",
+                    return error_line(err, errlen, "%s.bin: document %lld, token %lld: id %lld is outside the vocabulary [0, %d)",
                                       ds->path_prefix, (long long)doc, (long long)t, (long long)id, vocab_size);
             }
     }
@@ -1618,7 +1620,7 @@ static int sink_document(Sink* s, int k, const TokenBuf* t, char* err, size_t er
 // a whole file is one document of bytes, streamed
 static int preprocess_file(const PreprocessArgs* a, const char* path, Sink* s, char* err, size_t errlen) {
     FILE* f = fopen(path, "rb");
-    if (f == NULL) return data_error(err, errlen, "%s: %s", path, strerror(errno));
+    if (f == NULL) return error_line(err, errlen, "%s: %s", path, strerror(errno));
     uint8_t buf[1 << 13];
     int64_t tokens[1 << 13];
     int64_t total = 0;
@@ -1629,7 +1631,7 @@ static int preprocess_file(const PreprocessArgs* a, const char* path, Sink* s, c
         rc = builder_append_tokens(&s->builders[0], tokens, (int64_t)n, err, errlen);
         total += (int64_t)n;
     }
-    if (rc == 0 && ferror(f)) rc = data_error(err, errlen, "%s: read failed", path);
+    if (rc == 0 && ferror(f)) rc = error_line(err, errlen, "%s: read failed", path);
     fclose(f);
     s->bytes += total;
     if (rc || total == 0) return rc;
@@ -1640,10 +1642,10 @@ static int preprocess_file(const PreprocessArgs* a, const char* path, Sink* s, c
 // line by line: read a batch, encode it on --workers threads, write it in order
 static int preprocess_lines(const PreprocessArgs* a, const char* path, Sink* s, char* err, size_t errlen) {
     FILE* f = fopen(path, "rb");
-    if (f == NULL) return data_error(err, errlen, "%s: %s", path, strerror(errno));
+    if (f == NULL) return error_line(err, errlen, "%s: %s", path, strerror(errno));
     Line* batch = (Line*)calloc(PREPROCESS_BATCH_LINES, sizeof(Line));
     int64_t line_no = 0;
-    int rc = batch ? 0 : data_error(err, errlen, "%s: out of memory", path);
+    int rc = batch ? 0 : error_line(err, errlen, "%s: out of memory", path);
     while (rc == 0) {
         int n = 0;
         size_t cap = 0;
@@ -1663,7 +1665,7 @@ static int preprocess_lines(const PreprocessArgs* a, const char* path, Sink* s, 
         for (int i = 0; i < n; i++) encode_line(a, &batch[i]);
         for (int i = 0; i < n; i++) {
             Line* L = &batch[i];
-            if (rc == 0 && L->failed) rc = data_error(err, errlen, "%s:%lld: %s", path, (long long)L->line_no, L->why);
+            if (rc == 0 && L->failed) rc = error_line(err, errlen, "%s:%lld: %s", path, (long long)L->line_no, L->why);
             for (int k = 0; k < PREPROCESS_MAX_KEYS; k++) {
                 if (rc == 0 && L->docs[k].len) rc = sink_document(s, k, &L->docs[k], err, errlen);
                 free(L->docs[k].data);
@@ -1672,7 +1674,7 @@ static int preprocess_lines(const PreprocessArgs* a, const char* path, Sink* s, 
             memset(L, 0, sizeof *L);
         }
     }
-    if (rc == 0 && ferror(f)) rc = data_error(err, errlen, "%s: read failed", path);
+    if (rc == 0 && ferror(f)) rc = error_line(err, errlen, "%s: read failed", path);
     free(batch);
     fclose(f);
     return rc;
@@ -1694,7 +1696,7 @@ static int parse_int_flag(const char* flag, const char* v, int64_t lo, int64_t* 
     char* end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
-    if (*v == 0 || *end != 0 || errno || x < lo) return data_error(err, errlen, "%s %s: expected an integer >= %lld", flag, v, (long long)lo);
+    if (*v == 0 || *end != 0 || errno || x < lo) return error_line(err, errlen, "%s %s: expected an integer >= %lld", flag, v, (long long)lo);
     *out = x;
     return 0;
 }
@@ -1724,24 +1726,24 @@ static int value_flag(PreprocessArgs* a, const char* f, const char* value, char*
     else if (!strcmp(f, "--data-cache-path")) a->cache_dir = value;
     else if (!strcmp(f, "--which")) {
         for (a->which = 0; a->which < 3 && strcmp(value, SPLIT_NAMES[a->which]); a->which++) {}
-        if (a->which == 3) return data_error(err, errlen, "--which %s: expected train, valid or test", value);
+        if (a->which == 3) return error_line(err, errlen, "--which %s: expected train, valid or test", value);
     } else if (!strcmp(f, "--tokenizer-type")) {
         if (strcmp(value, "bytes") && strcmp(value, "ids"))
-            return data_error(err, errlen, "--tokenizer-type %s: expected bytes or ids", value);
+            return error_line(err, errlen, "--tokenizer-type %s: expected bytes or ids", value);
         a->ids = !strcmp(value, "ids");
     } else if (!strcmp(f, "--dtype")) {
         for (int k = 0; k < NUM_TOKEN_DTYPES; k++)
             if (!strcmp(value, TOKEN_DTYPES[k].name)) a->dtype_code = TOKEN_DTYPES[k].code;
-        if (!a->dtype_code) return data_error(err, errlen, "--dtype %s: expected uint8, int8, int16, uint16, int32 or int64", value);
+        if (!a->dtype_code) return error_line(err, errlen, "--dtype %s: expected uint8, int8, int16, uint16, int32 or int64", value);
     }
     return 0;
 }
 
 static int check_print_samples(const PreprocessArgs* a, char* err, size_t errlen) {
     if (a->num_data_path == 0 || a->seq_length == 0 || a->num_samples == 0)
-        return data_error(err, errlen, "--print-samples needs --data-path [WEIGHT] PREFIX ..., --seq-length and --num-samples");
-    if (a->seed > 0xffffffffll) return data_error(err, errlen, "--seed %lld: numpy's RandomState takes 0..2^32-1", (long long)a->seed);
-    if (a->seq_length > (1 << 30)) return data_error(err, errlen, "--seq-length %lld: too long", (long long)a->seq_length);
+        return error_line(err, errlen, "--print-samples needs --data-path [WEIGHT] PREFIX ..., --seq-length and --num-samples");
+    if (a->seed > 0xffffffffll) return error_line(err, errlen, "--seed %lld: numpy's RandomState takes 0..2^32-1", (long long)a->seed);
+    if (a->seq_length > (1 << 30)) return error_line(err, errlen, "--seq-length %lld: too long", (long long)a->seq_length);
     return 0;
 }
 
@@ -1761,32 +1763,32 @@ static int preprocess_parse(int argc, char** argv, PreprocessArgs* a, char* err,
         if (list) {   // the values up to the next flag (--print-samples may have none)
             int before = *count;
             for (; i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0; i++) {
-                if (*count == cap) return data_error(err, errlen, "%s: too many values", f);
+                if (*count == cap) return error_line(err, errlen, "%s: too many values", f);
                 list[(*count)++] = argv[i + 1];
             }
-            if (*count == before && !a->print_samples) return data_error(err, errlen, "%s: missing value", f);
+            if (*count == before && !a->print_samples) return error_line(err, errlen, "%s: missing value", f);
             continue;
         }
         int known = 0;
         for (size_t k = 0; k < sizeof VALUE_FLAGS / sizeof VALUE_FLAGS[0]; k++) known |= !strcmp(f, VALUE_FLAGS[k]);
-        if (!known) return data_error(err, errlen, "%s: unknown flag (see --help)", f);
-        if (i + 1 == argc || strncmp(argv[i + 1], "--", 2) == 0) return data_error(err, errlen, "%s: missing value", f);
+        if (!known) return error_line(err, errlen, "%s: unknown flag (see --help)", f);
+        if (i + 1 == argc || strncmp(argv[i + 1], "--", 2) == 0) return error_line(err, errlen, "%s: missing value", f);
         if (value_flag(a, f, argv[++i], err, errlen)) return 1;
     }
     if (a->print_samples) return check_print_samples(a, err, errlen);
     if (a->inspect) return 0;
     if (a->num_inputs == 0 || a->output_prefix == NULL)
-        return data_error(err, errlen, "--input and --output-prefix are required (see --help)");
+        return error_line(err, errlen, "--input and --output-prefix are required (see --help)");
     if (a->ids && a->append_eod && a->vocab_size == 0)
-        return data_error(err, errlen, "--append-eod with --tokenizer-type ids needs --vocab-size N (EOD is N)");
+        return error_line(err, errlen, "--append-eod with --tokenizer-type ids needs --vocab-size N (EOD is N)");
     if (a->num_keys == 0) a->keys[a->num_keys++] = "text";
     for (int k = 0; k < a->num_keys; k++)
         for (int j = 0; j < k; j++)
-            if (!strcmp(a->keys[j], a->keys[k])) return data_error(err, errlen, "--json-keys: %s given twice", a->keys[k]);
+            if (!strcmp(a->keys[j], a->keys[k])) return error_line(err, errlen, "--json-keys: %s given twice", a->keys[k]);
     for (int i = 0; i < a->num_inputs; i++) {   // fail before writing anything
         struct stat st;
-        if (stat(a->inputs[i], &st) != 0) return data_error(err, errlen, "%s: %s", a->inputs[i], strerror(errno));
-        if (S_ISDIR(st.st_mode)) return data_error(err, errlen, "%s: is a directory", a->inputs[i]);
+        if (stat(a->inputs[i], &st) != 0) return error_line(err, errlen, "%s: %s", a->inputs[i], strerror(errno));
+        if (S_ISDIR(st.st_mode)) return error_line(err, errlen, "%s: is a directory", a->inputs[i]);
     }
     return 0;
 }
@@ -1821,13 +1823,13 @@ static int preprocess_print_samples(const PreprocessArgs* a, char* err, size_t e
     data_splits_print(&d, stderr);
     int64_t n = a->first < 0 ? a->num_samples : a->first < d.num_samples[a->which] ? a->first : d.num_samples[a->which];
     int* tokens = (int*)malloc((size_t)(a->seq_length + 1) * sizeof(int));
-    if (!d.has[a->which]) rc = data_error(err, errlen, "--split %s leaves the %s split without documents", a->split, SPLIT_NAMES[a->which]);
-    else if (tokens == NULL) rc = data_error(err, errlen, "out of memory");
+    if (!d.has[a->which]) rc = error_line(err, errlen, "--split %s leaves the %s split without documents", a->split, SPLIT_NAMES[a->which]);
+    else if (tokens == NULL) rc = error_line(err, errlen, "out of memory");
     for (int64_t i = 0; i < n && rc == 0; i++) {
         data_splits_get(&d, a->which, i, tokens);
         for (int64_t t = 0; t <= a->seq_length; t++) printf("%d%c", tokens[t], t == a->seq_length ? '\n' : ' ');
     }
-    if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) rc = data_error(err, errlen, "stdout: write failed");
+    if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) rc = error_line(err, errlen, "stdout: write failed");
     free(tokens);
     data_splits_close(&d);
     return rc;
@@ -1846,7 +1848,7 @@ static int preprocess_dtype(PreprocessArgs* a, char* err, size_t errlen) {
     if (a->ids && a->vocab_size) vocab = a->vocab_size + 1;   // NullTokenizer: ids + EOD
     else if (a->ids) {   // no vocabulary given: one dry pass finds the largest id
         Sink* dry = (Sink*)calloc(1, sizeof(Sink));
-        if (dry == NULL) return data_error(err, errlen, "out of memory");
+        if (dry == NULL) return error_line(err, errlen, "out of memory");
         dry->dry = 1;
         dry->max_id = -1;
         int rc = preprocess_inputs(a, dry, err, errlen);
@@ -1861,13 +1863,13 @@ static int preprocess_dtype(PreprocessArgs* a, char* err, size_t errlen) {
 static int preprocess_run(PreprocessArgs* a, char* err, size_t errlen) {
     if (preprocess_dtype(a, err, errlen)) return 1;
     Sink* s = (Sink*)calloc(1, sizeof(Sink));
-    if (s == NULL) return data_error(err, errlen, "out of memory");
+    if (s == NULL) return error_line(err, errlen, "out of memory");
     double t0 = seconds_now();
     int rc = 0, opened = 0;
     char prefix[4096];
     for (; rc == 0 && opened < a->num_keys; opened++) {   // Megatron's names: PREFIX_KEY_document
         int n = snprintf(prefix, sizeof prefix, "%s_%s_document", a->output_prefix, a->keys[opened]);
-        rc = n < 0 || (size_t)n >= sizeof prefix ? data_error(err, errlen, "%s: path too long", a->output_prefix)
+        rc = n < 0 || (size_t)n >= sizeof prefix ? error_line(err, errlen, "%s: path too long", a->output_prefix)
                                                  : builder_open(&s->builders[opened], prefix, a->dtype_code, err, errlen);
     }
     if (rc == 0) rc = preprocess_inputs(a, s, err, errlen);

@@ -13,39 +13,155 @@ What lives here:
   - forward and backward of one micro-batch through this stage.
 
 Rules it keeps: the model calls the kernels of kernels.cuh by their common names and the
-three tensor-parallel reductions of parallel.h; it never allocates after gpt_build().
+tensor-parallel operators of parallel.h; it never allocates after gpt_build().
 */
 #pragma once
+#include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 
 // ----------------------------------------------------------------------------
-// what the model needs from parallel.h (defined there)
-// Megatron's conjugate operators (Shoeybi et al. 2019, §3, Fig. 3) both reduce with one
-// all-reduce over the tensor-parallel group: f is the identity forward and this all-reduce
-// backward (in front of a column-parallel layer), g is this all-reduce forward and the
-// identity backward (behind a row-parallel layer). With one tensor rank these do nothing.
+// what the model needs from parallel.h (defined there): Megatron's tensor-parallel operators
+// f and g and the vocab-parallel reductions (with one tensor rank they do nothing), and the
+// one way a rank fails
 
-static void tensor_parallel_all_reduce(floatX* x, size_t n);
-static void tensor_parallel_all_reduce_floats(float* x, size_t n);
-static void tensor_parallel_all_reduce_max(float* x, size_t n);
+static void copy_to_tensor_model_parallel_region_backward(floatX* dx, size_t n);   // f's backward
+static void reduce_from_tensor_model_parallel_region(floatX* x, size_t n);         // g's forward
+static void vocab_parallel_max(float* row_max, size_t n);
+static void vocab_parallel_sum(float* sums, size_t n);
+static void fail(const char* fmt, ...);
 
 // ----------------------------------------------------------------------------
-// config
+// config: each field of the model declared once
+// X(kind, name, default, min, help, checkpoint, hf): the GPTConfig struct, the trainer's flag
+// (--name with '-' for '_', Megatron's), --help, the range check, checkpoint metadata
+// (written, read, compared on load), the Hugging Face config and the start-up print all walk
+// this list, so adding a model option is one line here plus its use.
+//   default: text, parsed like the flag's value (NULL: zero);  min: the smallest value allowed
+//   checkpoint: MATCH = the tensor layout depends on it, a resume must give the same value;
+//               STORED = written for the record, may change on resume
+//   hf: the field's name in transformers' GPT-2 config.json (NULL: none)
+#define GPT_CONFIG_FIELDS(X)                                                                                          \
+    X(INT, num_layers, "4", 1, "transformer layers", MATCH, "n_layer")                                                 \
+    X(INT, hidden_size, "256", 1, "model width", MATCH, "n_embd")                                                      \
+    X(INT, num_attention_heads, "4", 1, "attention heads", MATCH, "n_head")                                            \
+    X(INT, ffn_hidden_size, NULL, 0, "MLP width (0: 4 x hidden)", MATCH, "n_inner")                                    \
+    X(INT, seq_length, "128", 1, "tokens per sample", STORED, NULL)                                                    \
+    X(INT, max_position_embeddings, NULL, 0, "position table size (0: seq-length)", MATCH, "n_positions")              \
+    X(INT, vocab_size, NULL, 0, "vocabulary (0: the largest token id in the data + 1)", MATCH, "vocab_size")           \
+    X(INT, make_vocab_size_divisible_by, "128", 1, "pad the vocabulary to a multiple of this x TP", STORED, NULL)       \
+    X(SWITCH, embed_layernorm, NULL, 0, "LayerNorm after the embedding (BLOOM)", MATCH, NULL)                          \
+    X(FLOAT, init_method_std, "0.02", 0, "std of the normal init", STORED, "initializer_range")                        \
+    X(INT, seed, "1234", 0, "seed of the init and the data order", STORED, NULL)
+
+// the kinds of value a config field holds, and their C types
+typedef enum { FIELD_INT, FIELD_LONG, FIELD_FLOAT, FIELD_SWITCH, FIELD_CHOICE, FIELD_STRING, FIELD_INT3, FIELD_LIST } FieldKind;
+#define MAX_LIST 64
+typedef struct { int v[3]; } IntTriple;
+typedef struct { const char* v[MAX_LIST]; int count; } StringList;
+#define CTYPE_INT int
+#define CTYPE_LONG long long
+#define CTYPE_FLOAT float
+#define CTYPE_SWITCH int
+#define CTYPE_CHOICE int   // the index of the value in the help text's "a | b | c" list
+#define CTYPE_STRING const char*
+#define CTYPE_INT3 IntTriple
+#define CTYPE_LIST StringList
+#define DECLARE_FIELD(kind, name, ...) CTYPE_##kind name;
 
 typedef struct {
-    int num_layers;
-    int hidden_size;
-    int num_attention_heads;
-    int ffn_hidden_size;
-    int seq_length;
-    int max_position_embeddings;
-    int vocab_size;                    // the tokenizer's vocabulary
-    int make_vocab_size_divisible_by;
-    int padded_vocab_size;             // vocab_size rounded up (see padded_vocab_size())
-    int embed_layernorm;               // BLOOM's LayerNorm right after the embedding
-    float init_method_std;
-    uint64_t seed;
+    GPT_CONFIG_FIELDS(DECLARE_FIELD)
+    int padded_vocab_size;   // derived: vocab_size rounded up (see padded_vocab_size())
 } GPTConfig;
+
+typedef enum { MATCH, STORED, NOT_STORED } CheckpointRole;
+
+// one field's descriptor: what every reader and writer of a config walks
+typedef struct {
+    const char* name;
+    FieldKind kind;
+    size_t offset;          // in its struct
+    const char* default_value;
+    double min;
+    const char* help;
+    CheckpointRole checkpoint;
+    const char* hf;
+} ConfigField;
+
+#define DESCRIBE_MODEL_FIELD(kind, name, def, min, help, ckpt, hf) \
+    {#name, FIELD_##kind, offsetof(GPTConfig, name), def, min, help, ckpt, hf},
+static const ConfigField MODEL_FIELDS[] = {GPT_CONFIG_FIELDS(DESCRIBE_MODEL_FIELD)};
+#define NUM_MODEL_FIELDS ((int)(sizeof(MODEL_FIELDS) / sizeof(MODEL_FIELDS[0])))
+
+static void* field_in(const ConfigField* f, void* base) { return (char*)base + f->offset; }
+
+// "--name-with-dashes" of a field
+static const char* flag_of(const ConfigField* f, char* buf, size_t len) {
+    int n = snprintf(buf, len, "--%s", f->name);
+    for (int i = 2; i < n && i < (int)len; i++)
+        if (buf[i] == '_') buf[i] = '-';
+    return buf;
+}
+
+// the k-th name of a choice field's "a | b | c" help text into out; 0 past the end
+static int choice_name(const ConfigField* f, int k, char* out, size_t len) {
+    const char* p = f->help;
+    for (; k > 0 && p; k--) {
+        p = strstr(p, " | ");
+        if (p) p += 3;
+    }
+    if (!p) return 0;
+    snprintf(out, len, "%.*s", (int)strcspn(p, " "), p);
+    return 1;
+}
+
+// Parse one value of a field (not of a list or a triple) from text. 0, or 1 with a line in err.
+static int parse_field(const ConfigField* f, void* base, const char* text, char* err, size_t errlen) {
+    char flag[96], *end = NULL, name[64];
+    flag_of(f, flag, sizeof(flag));
+    void* p = field_in(f, base);
+    errno = 0;
+    if (f->kind == FIELD_INT || f->kind == FIELD_LONG) {
+        long long v = strtoll(text, &end, 10), most = f->kind == FIELD_INT ? INT32_MAX : INT64_MAX;
+        if (end == text || *end || errno || v > most)
+            return error_line(err, errlen, "%s expects an integer up to %lld, got '%s'", flag, most, text);
+        if (v < f->min) return error_line(err, errlen, "%s must be at least %.0f, got %lld", flag, f->min, v);
+        if (f->kind == FIELD_INT) *(int*)p = (int)v;
+        else *(long long*)p = v;
+    } else if (f->kind == FIELD_FLOAT) {
+        float v = strtof(text, &end);
+        if (end == text || *end || !isfinite(v)) return error_line(err, errlen, "%s expects a number, got '%s'", flag, text);
+        if (v < f->min) return error_line(err, errlen, "%s must be at least %g, got %g", flag, f->min, v);
+        *(float*)p = v;
+    } else if (f->kind == FIELD_SWITCH) {
+        *(int*)p = atoi(text) != 0;
+    } else if (f->kind == FIELD_CHOICE) {
+        int k = 0;
+        while (choice_name(f, k, name, sizeof(name)) && strcmp(name, text) != 0) k++;
+        if (!choice_name(f, k, name, sizeof(name)))
+            return error_line(err, errlen, "%s must be one of %s, got '%s'", flag, f->help, text);
+        *(int*)p = k;
+    } else if (f->kind == FIELD_STRING) {
+        *(const char**)p = text;
+    }
+    return 0;
+}
+
+// a field's value as text, as parse_field reads it back (a float in the fewest digits that
+// give the same float)
+static const char* format_field(const ConfigField* f, const void* base, char* out, size_t len) {
+    const void* p = (const char*)base + f->offset;
+    if (f->kind == FIELD_INT || f->kind == FIELD_SWITCH) snprintf(out, len, "%d", *(const int*)p);
+    else if (f->kind == FIELD_LONG) snprintf(out, len, "%lld", *(const long long*)p);
+    else if (f->kind == FIELD_CHOICE) choice_name(f, *(const int*)p, out, len);
+    else if (f->kind == FIELD_STRING) snprintf(out, len, "%s", *(const char* const*)p ? *(const char* const*)p : "");
+    else if (f->kind == FIELD_FLOAT)
+        for (int digits = 6; digits <= 9; digits++) {
+            snprintf(out, len, "%.*g", digits, *(const float*)p);
+            if (strtof(out, NULL) == *(const float*)p) break;
+        }
+    return out;
+}
 
 // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP, so
 // that every tensor-parallel rank holds an equal slice and matmuls get friendly shapes.
@@ -60,7 +176,10 @@ static int padded_vocab_size(int vocab_size, int divisible_by, int tensor_parall
 enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS };
 
 typedef struct {
-    char name[128];       // Megatron's parameter name
+    char name[128];       // Megatron's parameter name (checkpoints use it)
+    char hf_name[96];     // transformers' GPT-2 name ("": GPT-2 has no such tensor)
+    int hf_transpose;     // GPT-2 stores this linear as a Conv1D: [in, out], our [out, in] transposed
+    int hf_qkv;           // rows grouped per head [q|k|v] here, [all q | all k | all v] in GPT-2
     int layer;            // -1: embedding, 0..L-1: a transformer layer, L: final LayerNorm
     int rows, cols;       // whole (unsharded) shape; a vector has cols == 1
     int split_axis;       // -1: replicated over tensor ranks, 0: rows split, 1: columns split
@@ -134,15 +253,26 @@ typedef struct GPT {
 static floatX* param_of(const GPT* m, int id) { return id < 0 ? NULL : m->params + m->tensors[id].offset; }
 static float* grad_of(const GPT* m, int id) { return id < 0 ? NULL : m->grads + m->tensors[id].offset; }
 
-static int add_tensor(GPT* m, int capacity, const char* name, int layer, int rows, int cols,
+// a tensor's two names: ours (Megatron's) and transformers' GPT-2 one, for the export
+typedef struct {
+    char ours[128], hf[96];
+} TensorNames;
+
+static TensorNames names_with_suffix(const TensorNames* n, const char* suffix) {
+    TensorNames out;
+    int a = snprintf(out.ours, sizeof(out.ours), "%s%s", n->ours, suffix);
+    int b = snprintf(out.hf, sizeof(out.hf), "%s%s", n->hf, n->hf[0] ? suffix : "");
+    if (a >= (int)sizeof(out.ours) || b >= (int)sizeof(out.hf)) fail("tensor name too long: %s%s", n->ours, suffix);
+    return out;
+}
+
+static int add_tensor(GPT* m, int capacity, TensorNames names, int layer, int rows, int cols,
                       int split_axis, int init, float init_std) {
-    if (m->num_tensors >= capacity) {
-        fprintf(stderr, "error: tensor table overflow\n");
-        exit(1);
-    }
+    if (m->num_tensors >= capacity) fail("tensor table overflow: more than %d tensors", capacity);
     TensorDesc* t = &m->tensors[m->num_tensors];
     memset(t, 0, sizeof(*t));
-    snprintf(t->name, sizeof(t->name), "%s", name);
+    snprintf(t->name, sizeof(t->name), "%s", names.ours);
+    snprintf(t->hf_name, sizeof(t->hf_name), "%s", names.hf);
     t->layer = layer;
     t->rows = rows;
     t->cols = cols;
@@ -161,70 +291,74 @@ static int add_tensor(GPT* m, int capacity, const char* name, int layer, int row
     return m->num_tensors++;
 }
 
-static int add_layernorm(GPT* m, int capacity, const char* prefix, int layer, int C, int* bias_id) {
-    char name[128];
-    snprintf(name, sizeof(name), "%s.weight", prefix);
-    int w = add_tensor(m, capacity, name, layer, C, 1, -1, INIT_ONES, 0.0f);
-    snprintf(name, sizeof(name), "%s.bias", prefix);
-    *bias_id = add_tensor(m, capacity, name, layer, C, 1, -1, INIT_ZEROS, 0.0f);
+static int add_layernorm(GPT* m, int capacity, TensorNames prefix, int layer, int C, int* bias_id) {
+    int w = add_tensor(m, capacity, names_with_suffix(&prefix, ".weight"), layer, C, 1, -1, INIT_ONES, 0.0f);
+    *bias_id = add_tensor(m, capacity, names_with_suffix(&prefix, ".bias"), layer, C, 1, -1, INIT_ZEROS, 0.0f);
     return w;
 }
 
 // a linear layer [out, in] and its bias [out]; split_axis 0 = column-parallel (output
 // features split, bias split too), 1 = row-parallel (input features split, bias replicated)
-static int add_linear(GPT* m, int capacity, const char* prefix, int layer, int out, int in,
+static int add_linear(GPT* m, int capacity, TensorNames prefix, int layer, int out, int in,
                       int split_axis, float std, int* bias_id) {
-    char name[128];
-    snprintf(name, sizeof(name), "%s.weight", prefix);
-    int w = add_tensor(m, capacity, name, layer, out, in, split_axis, INIT_NORMAL, std);
-    snprintf(name, sizeof(name), "%s.bias", prefix);
-    *bias_id = add_tensor(m, capacity, name, layer, out, 1, split_axis == 0 ? 0 : -1, INIT_ZEROS, 0.0f);
+    int w = add_tensor(m, capacity, names_with_suffix(&prefix, ".weight"), layer, out, in, split_axis, INIT_NORMAL, std);
+    *bias_id = add_tensor(m, capacity, names_with_suffix(&prefix, ".bias"), layer, out, 1, split_axis == 0 ? 0 : -1,
+                          INIT_ZEROS, 0.0f);
+    m->tensors[w].hf_transpose = 1;
     return w;
 }
 
-// The one list of the model's tensors, in canonical order: embedding, layers, final norm.
-// Output projections get GPT-2's scaled init, std / sqrt(2 * num_layers) (Radford et al.
-// 2019, §2.3; Megatron's scaled_init_method_normal).
+// names of a part of transformer layer l
+static TensorNames layer_part(int l, const char* ours, const char* hf) {
+    TensorNames n;
+    snprintf(n.ours, sizeof(n.ours), "language_model.encoder.layers.%d.%s", l, ours);
+    snprintf(n.hf, sizeof(n.hf), "transformer.h.%d.%s", l, hf);
+    return n;
+}
+
+static void add_layer(GPT* m, int capacity, int l, LayerTensors* t) {
+    const GPTConfig* c = &m->cfg;
+    int C = c->hidden_size, F = c->ffn_hidden_size;
+    // output projections: GPT-2's scaled init, std / sqrt(2 * num_layers) (Radford et al.
+    // 2019, §2.3; Megatron's scaled_init_method_normal)
+    float std = c->init_method_std, out_std = c->init_method_std / sqrtf(2.0f * c->num_layers);
+    t->ln1_w = add_layernorm(m, capacity, layer_part(l, "input_layernorm", "ln_1"), l, C, &t->ln1_b);
+    t->qkv_w = add_linear(m, capacity, layer_part(l, "self_attention.query_key_value", "attn.c_attn"), l, 3 * C, C, 0,
+                          std, &t->qkv_b);
+    m->tensors[t->qkv_w].hf_qkv = m->tensors[t->qkv_b].hf_qkv = 1;
+    t->proj_w = add_linear(m, capacity, layer_part(l, "self_attention.dense", "attn.c_proj"), l, C, C, 1, out_std,
+                           &t->proj_b);
+    t->ln2_w = add_layernorm(m, capacity, layer_part(l, "post_attention_layernorm", "ln_2"), l, C, &t->ln2_b);
+    t->fc_w = add_linear(m, capacity, layer_part(l, "mlp.dense_h_to_4h", "mlp.c_fc"), l, F, C, 0, std, &t->fc_b);
+    t->fcproj_w = add_linear(m, capacity, layer_part(l, "mlp.dense_4h_to_h", "mlp.c_proj"), l, C, F, 1, out_std,
+                             &t->fcproj_b);
+}
+
+// The one list of the model's tensors, in canonical order: embedding, layers, final norm
+// (also GPT2LMHeadModel's state_dict order).
 static void build_tensor_table(GPT* m) {
     const GPTConfig* c = &m->cfg;
-    int C = c->hidden_size, L = c->num_layers;
-    int capacity = 8 + 12 * m->num_local_layers;
+    int C = c->hidden_size, capacity = 8 + 12 * m->num_local_layers;
     m->tensors = (TensorDesc*)callocCheck(capacity, sizeof(TensorDesc));
     m->layer_tensors = (LayerTensors*)callocCheck(m->num_local_layers, sizeof(LayerTensors));
     m->wte = m->wpe = m->lne_w = m->lne_b = m->lnf_w = m->lnf_b = -1;
-    float std = c->init_method_std, out_std = c->init_method_std / sqrtf(2.0f * L);
+    float std = c->init_method_std;
     // the word embedding sits on the first stage, and (tied) as the output layer on the last
     if (m->is_first_stage || m->is_last_stage) {
-        m->wte = add_tensor(m, capacity, "language_model.embedding.word_embeddings.weight", -1,
-                            c->padded_vocab_size, C, 0, INIT_NORMAL, std);
+        TensorNames wte = {"language_model.embedding.word_embeddings.weight", "transformer.wte.weight"};
+        m->wte = add_tensor(m, capacity, wte, -1, c->padded_vocab_size, C, 0, INIT_NORMAL, std);
         m->tensors[m->wte].valid_rows = c->vocab_size;
         m->tensors[m->wte].tied_copy = !m->is_first_stage;
     }
     if (m->is_first_stage) {
-        m->wpe = add_tensor(m, capacity, "language_model.embedding.position_embeddings.weight", -1,
-                            c->max_position_embeddings, C, -1, INIT_NORMAL, std);
-        if (c->embed_layernorm)
-            m->lne_w = add_layernorm(m, capacity, "language_model.embedding.layernorm", -1, C, &m->lne_b);
+        TensorNames wpe = {"language_model.embedding.position_embeddings.weight", "transformer.wpe.weight"};
+        TensorNames lne = {"language_model.embedding.layernorm", ""};   // BLOOM's; GPT-2 has none
+        m->wpe = add_tensor(m, capacity, wpe, -1, c->max_position_embeddings, C, -1, INIT_NORMAL, std);
+        if (c->embed_layernorm) m->lne_w = add_layernorm(m, capacity, lne, -1, C, &m->lne_b);
     }
-    for (int i = 0; i < m->num_local_layers; i++) {
-        int l = m->first_layer + i;
-        LayerTensors* t = &m->layer_tensors[i];
-        char p[96];
-        snprintf(p, sizeof(p), "language_model.encoder.layers.%d.input_layernorm", l);
-        t->ln1_w = add_layernorm(m, capacity, p, l, C, &t->ln1_b);
-        snprintf(p, sizeof(p), "language_model.encoder.layers.%d.self_attention.query_key_value", l);
-        t->qkv_w = add_linear(m, capacity, p, l, 3 * C, C, 0, std, &t->qkv_b);
-        snprintf(p, sizeof(p), "language_model.encoder.layers.%d.self_attention.dense", l);
-        t->proj_w = add_linear(m, capacity, p, l, C, C, 1, out_std, &t->proj_b);
-        snprintf(p, sizeof(p), "language_model.encoder.layers.%d.post_attention_layernorm", l);
-        t->ln2_w = add_layernorm(m, capacity, p, l, C, &t->ln2_b);
-        snprintf(p, sizeof(p), "language_model.encoder.layers.%d.mlp.dense_h_to_4h", l);
-        t->fc_w = add_linear(m, capacity, p, l, c->ffn_hidden_size, C, 0, std, &t->fc_b);
-        snprintf(p, sizeof(p), "language_model.encoder.layers.%d.mlp.dense_4h_to_h", l);
-        t->fcproj_w = add_linear(m, capacity, p, l, C, c->ffn_hidden_size, 1, out_std, &t->fcproj_b);
-    }
-    if (m->is_last_stage)
-        m->lnf_w = add_layernorm(m, capacity, "language_model.encoder.final_layernorm", L, C, &m->lnf_b);
+    for (int i = 0; i < m->num_local_layers; i++) add_layer(m, capacity, m->first_layer + i, &m->layer_tensors[i]);
+    TensorNames lnf = {"language_model.encoder.final_layernorm", "transformer.ln_f"};
+    if (m->is_last_stage) m->lnf_w = add_layernorm(m, capacity, lnf, c->num_layers, C, &m->lnf_b);
 }
 
 // ----------------------------------------------------------------------------
@@ -427,7 +561,7 @@ static void embedding_forward(GPT* m, MicroBatchActivations* s) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
     const floatX* wpe = m->tp_rank == 0 ? param_of(m, m->wpe) : NULL;   // added once
     encoder_forward(s->input, s->tokens, param_of(m, m->wte), wpe, N, m->T, C, m->vocab_start, m->vocab_local);
-    tensor_parallel_all_reduce(s->input, (size_t)N * C);
+    reduce_from_tensor_model_parallel_region(s->input, (size_t)N * C);   // g (vocab-parallel embedding)
     if (m->cfg.embed_layernorm)
         layernorm_forward(s->embed_ln, s->embed_ln_mean, s->embed_ln_rstd, s->input,
                           param_of(m, m->lne_w), param_of(m, m->lne_b), N, C);
@@ -439,7 +573,7 @@ static void row_parallel_residual_forward(GPT* m, floatX* out, const floatX* inp
                                           const floatX* x, int in_local) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
     matmul_forward(out, inp, param_of(m, w), m->tp_rank == 0 ? param_of(m, b) : NULL, N, in_local, C);
-    tensor_parallel_all_reduce(out, (size_t)N * C);   // g
+    reduce_from_tensor_model_parallel_region(out, (size_t)N * C);   // g
     residual_forward(out, out, x, (size_t)N * C);
 }
 
@@ -469,9 +603,9 @@ static void head_forward(GPT* m, MicroBatchActivations* s) {
                       param_of(m, m->lnf_w), param_of(m, m->lnf_b), N, C);
     matmul_forward(m->logits, s->lnf, param_of(m, m->wte), NULL, N, C, V);   // f, column-parallel
     crossentropy_row_max(m->ce_max, m->logits, N, V, m->vocab_valid_local);
-    tensor_parallel_all_reduce_max(m->ce_max, N);
+    vocab_parallel_max(m->ce_max, N);
     crossentropy_row_sums(m->ce_sums, m->logits, m->ce_max, s->targets, N, V, m->vocab_valid_local, m->vocab_start);
-    tensor_parallel_all_reduce_floats(m->ce_sums, 2 * (size_t)N);
+    vocab_parallel_sum(m->ce_sums, 2 * (size_t)N);
     crossentropy_forward(m->losses, m->ce_max, m->ce_sums, N);
 }
 
@@ -501,7 +635,7 @@ static void head_backward(GPT* m, MicroBatchActivations* s, float dloss) {
     int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local;
     crossentropy_backward(m->logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, m->vocab_valid_local, m->vocab_start);
     matmul_backward(m->dbuf_a, grad_of(m, m->wte), NULL, m->logits, s->lnf, param_of(m, m->wte), N, C, V);
-    tensor_parallel_all_reduce(m->dbuf_a, (size_t)N * C);   // f's backward
+    copy_to_tensor_model_parallel_region_backward(m->dbuf_a, (size_t)N * C);   // f
     dev_zero(m->dres, (size_t)N * C * sizeof(floatX));
     layernorm_backward(m->dres, grad_of(m, m->lnf_w), grad_of(m, m->lnf_b), m->dbuf_a, stage_output(m, s),
                        param_of(m, m->lnf_w), s->lnf_mean, s->lnf_rstd, N, C);
@@ -517,14 +651,14 @@ static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
     matmul_backward(da, grad_of(m, t->fcproj_w), grad_of(m, t->fcproj_b), m->dres, L->fch_gelu, param_of(m, t->fcproj_w), N, Fl, C);
     gelu_backward(da, L->fch, da, (size_t)N * Fl);
     matmul_backward(db, grad_of(m, t->fc_w), grad_of(m, t->fc_b), da, L->ln2, param_of(m, t->fc_w), N, C, Fl);
-    tensor_parallel_all_reduce(db, (size_t)N * C);   // f's backward
+    copy_to_tensor_model_parallel_region_backward(db, (size_t)N * C);   // f
     layernorm_backward(m->dres, grad_of(m, t->ln2_w), grad_of(m, t->ln2_b), db, L->res2, param_of(m, t->ln2_w),
                        L->ln2_mean, L->ln2_rstd, N, C);
     // attention
     matmul_backward(da, grad_of(m, t->proj_w), grad_of(m, t->proj_b), m->dres, L->atty, param_of(m, t->proj_w), N, Cl, C);
     attention_backward(db, m->att_scratch, da, L->qkv, L->att, B, T, m->heads_local, Cl / m->heads_local);
     matmul_backward(da, grad_of(m, t->qkv_w), grad_of(m, t->qkv_b), db, L->ln1, param_of(m, t->qkv_w), N, C, 3 * Cl);
-    tensor_parallel_all_reduce(da, (size_t)N * C);   // f's backward
+    copy_to_tensor_model_parallel_region_backward(da, (size_t)N * C);   // f
     layernorm_backward(m->dres, grad_of(m, t->ln1_w), grad_of(m, t->ln1_b), da, layer_input(s, i),
                        param_of(m, t->ln1_w), L->ln1_mean, L->ln1_rstd, N, C);
 }

@@ -1,12 +1,17 @@
 /*
 kernels.cuh — every numeric kernel of gridgpt.
 
-Each op is written twice, side by side in spirit and in name:
+Each op is written twice, and the two versions sit side by side, op by op:
   - a plain-C reference, `<op>_cpu`, that states the math in the simplest loops we can write
     (a few OpenMP pragmas, no intrinsics, fp32 with fp64 where a sum needs it);
-  - a CUDA version, `<op>` on the GPU build, in the CUDA section at the end of this file.
+  - right below it, under `#ifdef __CUDACC__`, its CUDA kernels and the launcher `<op>`.
 The rest of the trainer calls `<op>` and does not know which one it got: on the CPU build
-`<op>` is the reference itself (see "the CPU build's kernels" below).
+`<op>` is the reference itself (the `#else` branch of each op's section says so).
+
+Layout: first what every op shares (checking helpers, precision and device memory, and for
+the GPU build the CUDA checks, LAUNCH, block sizes, the cuBLAS handle, the reduction helpers,
+device memory), then one section per op: embedding, residual, LayerNorm, matmul, attention,
+GELU, cross-entropy, AdamW, sum of squares.
 
 Conventions every kernel keeps:
   - Activations and parameters are `floatX` (float on the CPU, bf16 on the GPU); gradients of
@@ -17,9 +22,13 @@ Conventions every kernel keeps:
   - Linear weights are stored [out, in] (Megatron/PyTorch), so a linear layer is
     out[N, OC] = inp[N, C] @ W[OC, C]^T + b.
   - Reductions are deterministic: a fixed split of the work, independent of the thread
-    count, so two runs with the same seed are bit-identical.
-  - CUDA kernels are launched only through LAUNCH(); shared memory and warp shuffles only
-    through the helpers of the CUDA section; every CUDA/cuBLAS call goes through a check.
+    count, so two runs with the same seed are bit-identical. One exception on the GPU:
+    encoder_backward's word-embedding gradient adds with atomics (repeated tokens collide).
+  - CUDA kernels are plain `__global__ void` functions, launched only through LAUNCH()
+    (1-D grids, a fixed block size per op); shared memory and warp shuffles appear only in
+    the reduction helpers; every CUDA/cuBLAS call goes through a check; all math is fp32
+    (fp64 for the gradient norm), bf16 only in memory. So tests can run the CUDA code on a
+    CPU emulation of CUDA (tests/emu/).
 */
 #pragma once
 #include <math.h>
@@ -37,11 +46,13 @@ Conventions every kernel keeps:
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
 // ----------------------------------------------------------------------------
-// checking helpers: print file:line and the library's own message, then stop
+// checking helpers: print file:line and the library's own message, then end the job
+
+// the trainer's one run-time error path: names rank, host and grid, ends the job (defined in parallel.h)
+static void fail(const char* fmt, ...);
 
 static void malloc_check_failed(size_t bytes, const char* file, int line) {
-    fprintf(stderr, "error: out of host memory allocating %zu bytes at %s:%d\n", bytes, file, line);
-    exit(1);
+    fail("out of host memory allocating %zu bytes at %s:%d", bytes, file, line);
 }
 static void* malloc_check_(size_t bytes, const char* file, int line) {
     void* p = malloc(bytes ? bytes : 1);
@@ -99,533 +110,20 @@ static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t 
 static void kernels_init(int local_device) { (void)local_device; }
 #endif
 
-// Deterministic parallel sums: work is cut into chunks of this many elements (rows or
-// columns), whatever the thread count, and the chunks' partial sums are added in order.
-#define SUM_CHUNK 4096
-
-// ============================================================================
-// plain-C references
-// ============================================================================
-// Compiled in every build (the tests hold the CUDA kernels against them), called by the
-// CPU build only: a build that does not call one is not a mistake.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-
 // ----------------------------------------------------------------------------
-// embedding: out[n] = wte[token[n]] + wpe[n % T]
-// Vocab-parallel (Megatron): this rank holds rows [vocab_start, vocab_start + vocab_local)
-// of the word embedding; a token outside that range contributes zeros here and the rows
-// are summed over the tensor-parallel group. wpe is NULL where position embeddings are
-// added elsewhere (only one tensor-parallel rank adds them before that sum).
+// the CUDA build's shared pieces: checks, the launch macro, block sizes, the cuBLAS handle,
+// the reduction helpers, device memory and conversions
 
-static void encoder_forward_cpu(float* out, const int* tokens, const float* wte, const float* wpe,
-                                int N, int T, int C, int vocab_start, int vocab_local) {
-    #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        int local = tokens[n] - vocab_start;
-        const float* w = local >= 0 && local < vocab_local ? wte + (size_t)local * C : NULL;
-        const float* p = wpe ? wpe + (size_t)(n % T) * C : NULL;
-        float* o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++) {
-            o[c] = (w ? w[c] : 0.0f) + (p ? p[c] : 0.0f);
-        }
-    }
-}
-
-static void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, const int* tokens,
-                                 int N, int T, int C, int vocab_start, int vocab_local) {
-    // parallel over column chunks: each thread owns some columns of every row, so no two
-    // threads add into the same element and the order of the adds is fixed
-    int chunks = CEIL_DIV(C, 64);
-    #pragma omp parallel for
-    for (int k = 0; k < chunks; k++) {
-        int c0 = k * 64, c1 = c0 + 64 < C ? c0 + 64 : C;
-        for (int n = 0; n < N; n++) {
-            int local = tokens[n] - vocab_start;
-            const float* d = dout + (size_t)n * C;
-            if (local >= 0 && local < vocab_local) {
-                float* w = dwte + (size_t)local * C;
-                for (int c = c0; c < c1; c++) w[c] += d[c];
-            }
-            if (dwpe) {
-                float* p = dwpe + (size_t)(n % T) * C;
-                for (int c = c0; c < c1; c++) p[c] += d[c];
-            }
-        }
-    }
-}
-
-// ----------------------------------------------------------------------------
-// residual add: out = a + b. Its backward is the identity on both inputs, which the model
-// gets for free by letting one gradient buffer (the residual stream's) flow through.
-
-static void residual_forward_cpu(float* out, const float* a, const float* b, size_t n) {
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
-}
-
-// ----------------------------------------------------------------------------
-// LayerNorm over the last dimension, eps = 1e-5 (Megatron's default)
-
-#define LAYERNORM_EPS 1e-5f
-
-static void layernorm_forward_cpu(float* out, float* mean, float* rstd, const float* inp,
-                                  const float* weight, const float* bias, int N, int C) {
-    #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float* x = inp + (size_t)n * C;
-        double m = 0.0, v = 0.0;
-        for (int c = 0; c < C; c++) m += x[c];
-        m /= C;
-        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        v /= C;
-        float s = (float)(1.0 / sqrt(v + LAYERNORM_EPS));
-        float* o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++) o[c] = ((x[c] - (float)m) * s) * weight[c] + bias[c];
-        mean[n] = (float)m;
-        rstd[n] = s;
-    }
-}
-
-// d(inp) += rstd * (g - mean(g) - xhat * mean(g * xhat)), with g = dout * weight
-static void layernorm_backward_cpu(float* dinp, float* dweight, float* dbias, const float* dout,
-                                   const float* inp, const float* weight, const float* mean,
-                                   const float* rstd, int N, int C) {
-    #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float* x = inp + (size_t)n * C;
-        const float* d = dout + (size_t)n * C;
-        float m = mean[n], s = rstd[n];
-        double g_mean = 0.0, gx_mean = 0.0;
-        for (int c = 0; c < C; c++) {
-            float g = d[c] * weight[c];
-            g_mean += g;
-            gx_mean += g * ((x[c] - m) * s);
-        }
-        g_mean /= C;
-        gx_mean /= C;
-        float* di = dinp + (size_t)n * C;
-        for (int c = 0; c < C; c++) {
-            float xhat = (x[c] - m) * s;
-            di[c] += s * (d[c] * weight[c] - (float)g_mean - xhat * (float)gx_mean);
-        }
-    }
-    // parameter gradients: columns are independent, each summed over rows in order
-    #pragma omp parallel for
-    for (int c = 0; c < C; c++) {
-        float dw = 0.0f, db = 0.0f;
-        for (int n = 0; n < N; n++) {
-            float d = dout[(size_t)n * C + c];
-            dw += d * ((inp[(size_t)n * C + c] - mean[n]) * rstd[n]);
-            db += d;
-        }
-        dweight[c] += dw;
-        dbias[c] += db;
-    }
-}
-
-// ----------------------------------------------------------------------------
-// linear layer: out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias[OC]   (bias may be NULL)
-// The plain loops are the reference; with USE_BLAS the CPU build hands the same products
-// to sgemm, as the GPU build hands them to cuBLAS.
-
-static void matmul_forward_reference(float* out, const float* inp, const float* weight,
-                                     const float* bias, int N, int C, int OC) {
-    #pragma omp parallel for collapse(2)
-    for (int n = 0; n < N; n++) {
-        for (int o = 0; o < OC; o++) {
-            const float* x = inp + (size_t)n * C;
-            const float* w = weight + (size_t)o * C;
-            float acc = bias ? bias[o] : 0.0f;
-            for (int c = 0; c < C; c++) acc += x[c] * w[c];
-            out[(size_t)n * OC + o] = acc;
-        }
-    }
-}
-
-// dinp = dout @ weight;  dweight += dout^T @ inp;  dbias += column sums of dout
-static void matmul_backward_reference(float* dinp, float* dweight, float* dbias, const float* dout,
-                                      const float* inp, const float* weight, int N, int C, int OC) {
-    #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        float* di = dinp + (size_t)n * C;
-        for (int c = 0; c < C; c++) di[c] = 0.0f;
-        for (int o = 0; o < OC; o++) {
-            float d = dout[(size_t)n * OC + o];
-            const float* w = weight + (size_t)o * C;
-            for (int c = 0; c < C; c++) di[c] += d * w[c];
-        }
-    }
-    #pragma omp parallel for
-    for (int o = 0; o < OC; o++) {
-        float* dw = dweight + (size_t)o * C;
-        float db = 0.0f;
-        for (int n = 0; n < N; n++) {
-            float d = dout[(size_t)n * OC + o];
-            const float* x = inp + (size_t)n * C;
-            for (int c = 0; c < C; c++) dw[c] += d * x[c];
-            db += d;
-        }
-        if (dbias) dbias[o] += db;
-    }
-}
-
-// column sums of a [N, OC] matrix added into out[OC]
-static void column_sums_add_cpu(float* out, const float* x, int N, int OC) {
-    // chunks of 64 columns, rows walked in order inside a chunk (contiguous reads)
-    int chunks = CEIL_DIV(OC, 64);
-    #pragma omp parallel for
-    for (int k = 0; k < chunks; k++) {
-        int o0 = k * 64, o1 = o0 + 64 < OC ? o0 + 64 : OC;
-        float s[64] = {0};
-        for (int n = 0; n < N; n++)
-            for (int o = o0; o < o1; o++) s[o - o0] += x[(size_t)n * OC + o];
-        for (int o = o0; o < o1; o++) out[o] += s[o - o0];
-    }
-}
-
-static void matmul_forward_cpu(float* out, const float* inp, const float* weight, const float* bias,
-                               int N, int C, int OC) {
-#ifdef USE_BLAS
-    // start from the bias rows and let sgemm add the product (beta = 1)
-    float beta = 0.0f;
-    if (bias) {
-        #pragma omp parallel for
-        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, OC * sizeof(float));
-        beta = 1.0f;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
-#else
-    matmul_forward_reference(out, inp, weight, bias, N, C, OC);
-#endif
-}
-
-static void matmul_backward_cpu(float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, int N, int C, int OC) {
-#ifdef USE_BLAS
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-    if (dbias) column_sums_add_cpu(dbias, dout, N, OC);
-#else
-    matmul_backward_reference(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-#endif
-}
-
-// ----------------------------------------------------------------------------
-// causal self-attention
-// qkv[N, 3*NH*HS] holds, for each token, the heads one after another and within a head
-// [q | k | v] (Megatron's layout: splitting the rows of the QKV weight into contiguous
-// blocks gives each tensor-parallel rank whole heads). out[N, NH*HS], heads side by side.
-// att[B, NH, T, T] keeps the softmax probabilities for the backward pass.
-
-static size_t qkv_index(int b, int t, int h, int which, int T, int NH, int HS) {
-    return ((size_t)(b * T + t) * NH + h) * 3 * HS + (size_t)which * HS;
-}
-
-static void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int T, int NH, int HS) {
-    const float scale = 1.0f / sqrtf((float)HS);
-    // one (b, h) pair per iteration: every pair has the same triangle of work
-    #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            for (int t = 0; t < T; t++) {
-                const float* q = qkv + qkv_index(b, t, h, 0, T, NH, HS);
-                float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                // scores of the keys at or before t, and their maximum for a stable softmax
-                float maxval = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, HS);
-                    float s = 0.0f;
-                    #pragma omp simd reduction(+ : s)   // lets the dot product use vector lanes
-                    for (int i = 0; i < HS; i++) s += q[i] * k[i];
-                    a[t2] = s * scale;
-                    if (a[t2] > maxval) maxval = a[t2];
-                }
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    a[t2] = expf(a[t2] - maxval);
-                    sum += a[t2];
-                }
-                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
-                // weighted sum of the values
-                float* o = out + ((size_t)(b * T + t) * NH + h) * HS;
-                for (int i = 0; i < HS; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = qkv + qkv_index(b, t2, h, 2, T, NH, HS);
-                    for (int i = 0; i < HS; i++) o[i] += a[t2] * v[i];
-                }
-            }
-        }
-    }
-}
-
-// Backward of out = softmax(q k^T * scale) v. For one query row with probabilities p and
-// datt[t2] = dout . v[t2]:  dscore[t2] = p[t2] * (datt[t2] - sum_j p[j] datt[j]).
-// scratch holds one row of datt per (b, h) pair: B * NH * T floats.
-static void attention_backward_cpu(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                   const float* att, int B, int T, int NH, int HS) {
-    const float scale = 1.0f / sqrtf((float)HS);
-    // one (b, h) pair per iteration: dk and dv of a key gather from every later query
-    #pragma omp parallel for collapse(2)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            float* datt = scratch + ((size_t)b * NH + h) * T;
-            for (int t = 0; t < T; t++) {
-                float* d = dqkv + qkv_index(b, t, h, 0, T, NH, HS);
-                for (int i = 0; i < 3 * HS; i++) d[i] = 0.0f;
-            }
-            for (int t = 0; t < T; t++) {
-                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                const float* dout_row = dout + ((size_t)(b * T + t) * NH + h) * HS;
-                const float* q = qkv + qkv_index(b, t, h, 0, T, NH, HS);
-                float* dq = dqkv + qkv_index(b, t, h, 0, T, NH, HS);
-                float p_dot_datt = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = qkv + qkv_index(b, t2, h, 2, T, NH, HS);
-                    float s = 0.0f;
-                    #pragma omp simd reduction(+ : s)
-                    for (int i = 0; i < HS; i++) s += dout_row[i] * v[i];
-                    datt[t2] = s;
-                    p_dot_datt += a[t2] * s;
-                }
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, HS);
-                    float* dk = dqkv + qkv_index(b, t2, h, 1, T, NH, HS);
-                    float* dv = dqkv + qkv_index(b, t2, h, 2, T, NH, HS);
-                    float dscore = a[t2] * (datt[t2] - p_dot_datt) * scale;
-                    for (int i = 0; i < HS; i++) {
-                        dq[i] += dscore * k[i];
-                        dk[i] += dscore * q[i];
-                        dv[i] += a[t2] * dout_row[i];
-                    }
-                }
-            }
-        }
-    }
-}
-
-// ----------------------------------------------------------------------------
-// GELU, GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-
-#define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)
-
-// tanh(u) = 1 - 2 / (exp(2u) + 1): glibc's tanhf costs several expf calls and took a fifth
-// of a small model's step; this form is exact to float rounding and saturates correctly
-// (exp overflows to inf -> 1, underflows to 0 -> -1).
-static inline float tanh_by_exp(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
-
-static void gelu_forward_cpu(float* out, const float* inp, size_t n) {
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanh_by_exp(GELU_SCALE * (x + 0.044715f * x * x * x)));
-    }
-}
-
-// dinp may be the same buffer as dout
-static void gelu_backward_cpu(float* dinp, const float* inp, const float* dout, size_t n) {
-    #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = tanh_by_exp(u);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = grad * dout[i];
-    }
-}
-
-// ----------------------------------------------------------------------------
-// cross-entropy fused with the softmax, vocab-parallel (Megatron, Shoeybi et al. 2019 §3)
-// Each rank holds the logits of V columns, of which the first `valid` are real vocabulary
-// (the rest is padding: masked out of the softmax, zero gradient). A row's loss needs the
-// maximum, the sum of exponentials and the target's logit over the whole vocabulary, so the
-// work is cut into three steps with a tensor-parallel reduction between them:
-//   row_max -> all-reduce(max) -> row_sums -> all-reduce(sum) -> forward / backward.
-// The softmax itself is never stored: the backward writes dlogits over the logits.
-
-static void crossentropy_row_max_cpu(float* row_max, const float* logits, int N, int V, int valid) {
-    #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float* l = logits + (size_t)n * V;
-        float m = -INFINITY;
-        for (int v = 0; v < valid; v++) m = l[v] > m ? l[v] : m;
-        row_max[n] = m;
-    }
-}
-
-// sums[n] = sum over this rank's valid columns of exp(logit - row_max);
-// sums[N + n] = the target's logit if this rank holds the target's column, else 0
-static void crossentropy_row_sums_cpu(float* sums, const float* logits, const float* row_max,
-                                      const int* targets, int N, int V, int valid, int vocab_start) {
-    #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float* l = logits + (size_t)n * V;
-        float s = 0.0f;
-        for (int v = 0; v < valid; v++) s += expf(l[v] - row_max[n]);
-        int local = targets[n] - vocab_start;
-        sums[n] = s;
-        sums[N + n] = (local >= 0 && local < valid) ? l[local] : 0.0f;
-    }
-}
-
-// loss = log(sum exp(l - max)) + max - l[target]
-static void crossentropy_forward_cpu(float* losses, const float* row_max, const float* sums, int N) {
-    for (int n = 0; n < N; n++) losses[n] = logf(sums[n]) + row_max[n] - sums[N + n];
-}
-
-// dlogits = dloss * (softmax - onehot(target)), written over the logits
-static void crossentropy_backward_cpu(float* logits, const float* row_max, const float* sums,
-                                      const int* targets, float dloss, int N, int V, int valid, int vocab_start) {
-    #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        float* l = logits + (size_t)n * V;
-        int local = targets[n] - vocab_start;
-        float inv_sum = 1.0f / sums[n];
-        for (int v = 0; v < V; v++) {
-            float p = v < valid ? expf(l[v] - row_max[n]) * inv_sum : 0.0f;
-            l[v] = (p - (v == local ? 1.0f : 0.0f)) * dloss;
-        }
-    }
-}
-
-// ----------------------------------------------------------------------------
-// AdamW (Loshchilov & Hutter 2019), as torch.optim.AdamW and Megatron apply it:
-//   g = grad * grad_scale                (grad_scale carries gradient clipping)
-//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
-//   p = p - lr * ( (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd * p )
-// master is the fp32 copy that is updated; param gets the new value in floatX (on the CPU
-// build they are the same buffer).
-
-// the constants of one step; bias corrections in double, as PyTorch (1 - 0.999^t loses
-// digits in float)
-typedef struct {
-    float lr, beta1, beta2, eps, weight_decay, grad_scale, bias_correction1, bias_correction2;
-} AdamWStep;
-
-static AdamWStep adamw_step(float lr, float beta1, float beta2, float eps, float weight_decay,
-                            float grad_scale, int step) {
-    AdamWStep s = {lr, beta1, beta2, eps, weight_decay, grad_scale,
-                   (float)(1.0 - pow(beta1, step)), (float)(1.0 - pow(beta2, step))};
-    return s;
-}
-
-// one element, the same on both builds: updates m and v, returns the new master value
-HOST_DEVICE static inline float adamw_element(float master, float grad, float* m, float* v, AdamWStep s) {
-    float g = grad * s.grad_scale;
-    float mi = s.beta1 * *m + (1.0f - s.beta1) * g;
-    float vi = s.beta2 * *v + (1.0f - s.beta2) * g * g;
-    *m = mi;
-    *v = vi;
-    float update = (mi / s.bias_correction1) / (sqrtf(vi / s.bias_correction2) + s.eps);
-    return master - s.lr * (update + s.weight_decay * master);
-}
-
-static void adamw_update_cpu(float* master, float* param, const float* grad, float* m, float* v,
-                             size_t n, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, float grad_scale, int step) {
-    AdamWStep s = adamw_step(lr, beta1, beta2, eps, weight_decay, grad_scale, step);
-    #pragma omp parallel for firstprivate(s)   // a private copy: its fields stay in registers
-    for (size_t i = 0; i < n; i++) {
-        float p = adamw_element(master[i], grad[i], &m[i], &v[i], s);
-        master[i] = p;
-        param[i] = p;
-    }
-}
-
-// ----------------------------------------------------------------------------
-// sum of squares, for the global gradient norm: *acc += sum x[i]^2, in double, in fixed
-// chunks added in order (so the result does not depend on the number of threads)
-
-static void sum_squares_cpu(double* acc, const float* x, size_t n) {
-    size_t chunks = CEIL_DIV(n, (size_t)SUM_CHUNK);
-    double* partial = (double*)mallocCheck(chunks * sizeof(double));
-    #pragma omp parallel for
-    for (size_t k = 0; k < chunks; k++) {
-        size_t i0 = k * SUM_CHUNK, i1 = (k + 1) * SUM_CHUNK < n ? (k + 1) * SUM_CHUNK : n;
-        // 16 running sums (element i goes to sum i % 16), added in order at the end: the
-        // same result every time, and the adds no longer wait on each other
-        double s[16] = {0};
-        for (size_t i = i0; i < i1; i++) s[(i - i0) % 16] += (double)x[i] * x[i];
-        double total = 0.0;
-        for (int j = 0; j < 16; j++) total += s[j];
-        partial[k] = total;
-    }
-    double total = 0.0;
-    for (size_t k = 0; k < chunks; k++) total += partial[k];
-    free(partial);
-    *acc += total;
-}
-
-#pragma GCC diagnostic pop
-
-// ----------------------------------------------------------------------------
-// the CPU build's kernels are the references
-
-#ifndef __CUDACC__
-#define encoder_forward encoder_forward_cpu
-#define encoder_backward encoder_backward_cpu
-#define residual_forward residual_forward_cpu
-#define layernorm_forward layernorm_forward_cpu
-#define layernorm_backward layernorm_backward_cpu
-#define matmul_forward matmul_forward_cpu
-#define matmul_backward matmul_backward_cpu
-#define attention_forward(out, att, scratch, qkv, B, T, NH, HS) attention_forward_cpu(out, att, qkv, B, T, NH, HS)
-#define attention_backward attention_backward_cpu
-#define gelu_forward gelu_forward_cpu
-#define gelu_backward gelu_backward_cpu
-#define crossentropy_row_max crossentropy_row_max_cpu
-#define crossentropy_row_sums crossentropy_row_sums_cpu
-#define crossentropy_forward crossentropy_forward_cpu
-#define crossentropy_backward crossentropy_backward_cpu
-#define adamw_update adamw_update_cpu
-#define sum_squares sum_squares_cpu
-// the CPU attention's backward keeps one row of datt per (b, h) pair
-static size_t attention_scratch_elements(int B, int T, int NH, int HS) {
-    (void)HS;
-    return (size_t)B * NH * T;
-}
-#endif
-
-// ============================================================================
-// CUDA versions
-// ============================================================================
 #ifdef __CUDACC__
-/*
-kernels_gpu_draft.cuh — the CUDA versions of the kernels in kernels.cuh (GPU build only).
-
-Included at the end of kernels.cuh under `#ifdef __CUDACC__`; every name the trainer calls
-is defined here with the argument order of its `<op>_cpu` reference, activations and
-parameters in floatX (bf16), parameter gradients, statistics, losses and optimizer state in
-float. Rules kept so that tests can run this code on a CPU emulator:
-  - every kernel is launched through LAUNCH(), 1-D grids only, a fixed block size per op;
-  - kernels are plain `__global__ void` C functions; warp shuffles and shared memory appear
-    only in the reduction helpers below;
-  - every CUDA and cuBLAS call goes through cudaCheck() / cublasCheck();
-  - all math is fp32 (fp64 for the gradient norm), bf16 only in memory;
-  - reductions run in a fixed order (same result every run), except encoder_backward's
-    word-embedding gradient, which adds with atomics (rows of repeated tokens collide).
-Everything runs on the default stream, as the NCCL calls in parallel.h do.
-*/
-#pragma once
-
-// ----------------------------------------------------------------------------
-// checking helpers and the launch macro
-
 static void cuda_check_(cudaError_t err, const char* file, int line) {
-    if (err != cudaSuccess) {
-        fprintf(stderr, "error: CUDA at %s:%d: %s\n", file, line, cudaGetErrorString(err));
-        exit(1);
-    }
+    if (err == cudaSuccess) return;
+    fail("CUDA error at %s:%d: %s", file, line, cudaGetErrorString(err));
 }
 #define cudaCheck(call) cuda_check_((call), __FILE__, __LINE__)
 
 static void cublas_check_(cublasStatus_t status, const char* file, int line) {
-    if (status != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "error: cuBLAS status %d at %s:%d: %s\n", (int)status, file, line,
-                cublasGetStatusString(status));
-        exit(1);
-    }
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    fail("cuBLAS error at %s:%d: status %d, %s", file, line, (int)status, cublasGetStatusString(status));
 }
 #define cublasCheck(call) cublas_check_((call), __FILE__, __LINE__)
 
@@ -751,8 +249,61 @@ static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t 
     }
     free(staging);
 }
+#endif
+
+// ============================================================================
+// the ops: each `<op>_cpu` reference, then its CUDA version
+// ============================================================================
+// The references are compiled in every build (the tests hold the CUDA kernels against
+// them) and called by the CPU build only: a build that does not call one is not a mistake.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
 
 // ----------------------------------------------------------------------------
+// embedding: out[n] = wte[token[n]] + wpe[n % T]
+// Vocab-parallel (Megatron): this rank holds rows [vocab_start, vocab_start + vocab_local)
+// of the word embedding; a token outside that range contributes zeros here and the rows
+// are summed over the tensor-parallel group. wpe is NULL where position embeddings are
+// added elsewhere (only one tensor-parallel rank adds them before that sum).
+
+static void encoder_forward_cpu(float* out, const int* tokens, const float* wte, const float* wpe,
+                                int N, int T, int C, int vocab_start, int vocab_local) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        int local = tokens[n] - vocab_start;
+        const float* w = local >= 0 && local < vocab_local ? wte + (size_t)local * C : NULL;
+        const float* p = wpe ? wpe + (size_t)(n % T) * C : NULL;
+        float* o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) {
+            o[c] = (w ? w[c] : 0.0f) + (p ? p[c] : 0.0f);
+        }
+    }
+}
+
+static void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, const int* tokens,
+                                 int N, int T, int C, int vocab_start, int vocab_local) {
+    // parallel over column chunks: each thread owns some columns of every row, so no two
+    // threads add into the same element and the order of the adds is fixed
+    int chunks = CEIL_DIV(C, 64);
+    #pragma omp parallel for
+    for (int k = 0; k < chunks; k++) {
+        int c0 = k * 64, c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int n = 0; n < N; n++) {
+            int local = tokens[n] - vocab_start;
+            const float* d = dout + (size_t)n * C;
+            if (local >= 0 && local < vocab_local) {
+                float* w = dwte + (size_t)local * C;
+                for (int c = c0; c < c1; c++) w[c] += d[c];
+            }
+            if (dwpe) {
+                float* p = dwpe + (size_t)(n % T) * C;
+                for (int c = c0; c < c1; c++) p[c] += d[c];
+            }
+        }
+    }
+}
+
+#ifdef __CUDACC__
 // embedding: out[n] = wte[token[n]] + wpe[n % T], vocab-parallel (see encoder_forward_cpu)
 
 __global__ void encoder_forward_kernel(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
@@ -803,8 +354,21 @@ static void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
                dwpe, dout, N, T, C);
     }
 }
+#else
+#define encoder_forward encoder_forward_cpu
+#define encoder_backward encoder_backward_cpu
+#endif
 
 // ----------------------------------------------------------------------------
+// residual add: out = a + b. Its backward is the identity on both inputs, which the model
+// gets for free by letting one gradient buffer (the residual stream's) flow through.
+
+static void residual_forward_cpu(float* out, const float* a, const float* b, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+#ifdef __CUDACC__
 // residual add: out = a + b (out may be a or b)
 
 __global__ void residual_forward_kernel(floatX* out, const floatX* a, const floatX* b, size_t n) {
@@ -815,8 +379,71 @@ __global__ void residual_forward_kernel(floatX* out, const floatX* a, const floa
 static void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
     LAUNCH(residual_forward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, a, b, n);
 }
+#else
+#define residual_forward residual_forward_cpu
+#endif
 
 // ----------------------------------------------------------------------------
+// LayerNorm over the last dimension, eps = 1e-5 (Megatron's default)
+
+#define LAYERNORM_EPS 1e-5f
+
+static void layernorm_forward_cpu(float* out, float* mean, float* rstd, const float* inp,
+                                  const float* weight, const float* bias, int N, int C) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + (size_t)n * C;
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        v /= C;
+        float s = (float)(1.0 / sqrt(v + LAYERNORM_EPS));
+        float* o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] = ((x[c] - (float)m) * s) * weight[c] + bias[c];
+        mean[n] = (float)m;
+        rstd[n] = s;
+    }
+}
+
+// d(inp) += rstd * (g - mean(g) - xhat * mean(g * xhat)), with g = dout * weight
+static void layernorm_backward_cpu(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const float* inp, const float* weight, const float* mean,
+                                   const float* rstd, int N, int C) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + (size_t)n * C;
+        const float* d = dout + (size_t)n * C;
+        float m = mean[n], s = rstd[n];
+        double g_mean = 0.0, gx_mean = 0.0;
+        for (int c = 0; c < C; c++) {
+            float g = d[c] * weight[c];
+            g_mean += g;
+            gx_mean += g * ((x[c] - m) * s);
+        }
+        g_mean /= C;
+        gx_mean /= C;
+        float* di = dinp + (size_t)n * C;
+        for (int c = 0; c < C; c++) {
+            float xhat = (x[c] - m) * s;
+            di[c] += s * (d[c] * weight[c] - (float)g_mean - xhat * (float)gx_mean);
+        }
+    }
+    // parameter gradients: columns are independent, each summed over rows in order
+    #pragma omp parallel for
+    for (int c = 0; c < C; c++) {
+        float dw = 0.0f, db = 0.0f;
+        for (int n = 0; n < N; n++) {
+            float d = dout[(size_t)n * C + c];
+            dw += d * ((inp[(size_t)n * C + c] - mean[n]) * rstd[n]);
+            db += d;
+        }
+        dweight[c] += dw;
+        dbias[c] += db;
+    }
+}
+
+#ifdef __CUDACC__
 // LayerNorm: one warp per row; the parameter gradients by a column kernel
 
 // In the warp-per-row kernels, warp w of block b owns row b * ROWS_PER_BLOCK + w and its
@@ -911,8 +538,99 @@ static void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const
     LAUNCH(layernorm_param_grads_kernel, CEIL_DIV(C, 32), COLUMN_BLOCK, 0,
            dweight, dbias, dout, inp, mean, rstd, N, C);
 }
+#else
+#define layernorm_forward layernorm_forward_cpu
+#define layernorm_backward layernorm_backward_cpu
+#endif
 
 // ----------------------------------------------------------------------------
+// linear layer: out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias[OC]   (bias may be NULL)
+// The plain loops are the reference; with USE_BLAS the CPU build hands the same products
+// to sgemm, as the GPU build hands them to cuBLAS.
+
+static void matmul_forward_reference(float* out, const float* inp, const float* weight,
+                                     const float* bias, int N, int C, int OC) {
+    #pragma omp parallel for collapse(2)
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OC; o++) {
+            const float* x = inp + (size_t)n * C;
+            const float* w = weight + (size_t)o * C;
+            float acc = bias ? bias[o] : 0.0f;
+            for (int c = 0; c < C; c++) acc += x[c] * w[c];
+            out[(size_t)n * OC + o] = acc;
+        }
+    }
+}
+
+// dinp = dout @ weight;  dweight += dout^T @ inp;  dbias += column sums of dout
+static void matmul_backward_reference(float* dinp, float* dweight, float* dbias, const float* dout,
+                                      const float* inp, const float* weight, int N, int C, int OC) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float* di = dinp + (size_t)n * C;
+        for (int c = 0; c < C; c++) di[c] = 0.0f;
+        for (int o = 0; o < OC; o++) {
+            float d = dout[(size_t)n * OC + o];
+            const float* w = weight + (size_t)o * C;
+            for (int c = 0; c < C; c++) di[c] += d * w[c];
+        }
+    }
+    #pragma omp parallel for
+    for (int o = 0; o < OC; o++) {
+        float* dw = dweight + (size_t)o * C;
+        float db = 0.0f;
+        for (int n = 0; n < N; n++) {
+            float d = dout[(size_t)n * OC + o];
+            const float* x = inp + (size_t)n * C;
+            for (int c = 0; c < C; c++) dw[c] += d * x[c];
+            db += d;
+        }
+        if (dbias) dbias[o] += db;
+    }
+}
+
+// column sums of a [N, OC] matrix added into out[OC]
+static void column_sums_add_cpu(float* out, const float* x, int N, int OC) {
+    // chunks of 64 columns, rows walked in order inside a chunk (contiguous reads)
+    int chunks = CEIL_DIV(OC, 64);
+    #pragma omp parallel for
+    for (int k = 0; k < chunks; k++) {
+        int o0 = k * 64, o1 = o0 + 64 < OC ? o0 + 64 : OC;
+        float s[64] = {0};
+        for (int n = 0; n < N; n++)
+            for (int o = o0; o < o1; o++) s[o - o0] += x[(size_t)n * OC + o];
+        for (int o = o0; o < o1; o++) out[o] += s[o - o0];
+    }
+}
+
+static void matmul_forward_cpu(float* out, const float* inp, const float* weight, const float* bias,
+                               int N, int C, int OC) {
+#ifdef USE_BLAS
+    // start from the bias rows and let sgemm add the product (beta = 1)
+    float beta = 0.0f;
+    if (bias) {
+        #pragma omp parallel for
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, OC * sizeof(float));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+#else
+    matmul_forward_reference(out, inp, weight, bias, N, C, OC);
+#endif
+}
+
+static void matmul_backward_cpu(float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, int N, int C, int OC) {
+#ifdef USE_BLAS
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dbias) column_sums_add_cpu(dbias, dout, N, OC);
+#else
+    matmul_backward_reference(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+#endif
+}
+
+#ifdef __CUDACC__
 // linear layer: out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias[OC], through cuBLAS
 //
 // cuBLAS is column-major. A row-major [R, K] array read column-major is its transpose, a
@@ -976,8 +694,105 @@ static void matmul_backward(floatX* dinp, float* dweight, float* dbias, const fl
         LAUNCH(column_sums_kernel, CEIL_DIV(OC, 32), COLUMN_BLOCK, 0, dbias, dout, N, OC);
     }
 }
+#else
+#define matmul_forward matmul_forward_cpu
+#define matmul_backward matmul_backward_cpu
+#endif
 
 // ----------------------------------------------------------------------------
+// causal self-attention
+// qkv[N, 3*NH*HS] holds, for each token, the heads one after another and within a head
+// [q | k | v] (Megatron's layout: splitting the rows of the QKV weight into contiguous
+// blocks gives each tensor-parallel rank whole heads). out[N, NH*HS], heads side by side.
+// att[B, NH, T, T] keeps the softmax probabilities for the backward pass.
+
+static size_t qkv_index(int b, int t, int h, int which, int T, int NH, int HS) {
+    return ((size_t)(b * T + t) * NH + h) * 3 * HS + (size_t)which * HS;
+}
+
+static void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int T, int NH, int HS) {
+    const float scale = 1.0f / sqrtf((float)HS);
+    // one (b, h) pair per iteration: every pair has the same triangle of work
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const float* q = qkv + qkv_index(b, t, h, 0, T, NH, HS);
+                float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                // scores of the keys at or before t, and their maximum for a stable softmax
+                float maxval = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, HS);
+                    float s = 0.0f;
+                    #pragma omp simd reduction(+ : s)   // lets the dot product use vector lanes
+                    for (int i = 0; i < HS; i++) s += q[i] * k[i];
+                    a[t2] = s * scale;
+                    if (a[t2] > maxval) maxval = a[t2];
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    a[t2] = expf(a[t2] - maxval);
+                    sum += a[t2];
+                }
+                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
+                // weighted sum of the values
+                float* o = out + ((size_t)(b * T + t) * NH + h) * HS;
+                for (int i = 0; i < HS; i++) o[i] = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = qkv + qkv_index(b, t2, h, 2, T, NH, HS);
+                    for (int i = 0; i < HS; i++) o[i] += a[t2] * v[i];
+                }
+            }
+        }
+    }
+}
+
+// Backward of out = softmax(q k^T * scale) v. For one query row with probabilities p and
+// datt[t2] = dout . v[t2]:  dscore[t2] = p[t2] * (datt[t2] - sum_j p[j] datt[j]).
+// scratch holds one row of datt per (b, h) pair: B * NH * T floats.
+static void attention_backward_cpu(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                   const float* att, int B, int T, int NH, int HS) {
+    const float scale = 1.0f / sqrtf((float)HS);
+    // one (b, h) pair per iteration: dk and dv of a key gather from every later query
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            float* datt = scratch + ((size_t)b * NH + h) * T;
+            for (int t = 0; t < T; t++) {
+                float* d = dqkv + qkv_index(b, t, h, 0, T, NH, HS);
+                for (int i = 0; i < 3 * HS; i++) d[i] = 0.0f;
+            }
+            for (int t = 0; t < T; t++) {
+                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                const float* dout_row = dout + ((size_t)(b * T + t) * NH + h) * HS;
+                const float* q = qkv + qkv_index(b, t, h, 0, T, NH, HS);
+                float* dq = dqkv + qkv_index(b, t, h, 0, T, NH, HS);
+                float p_dot_datt = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = qkv + qkv_index(b, t2, h, 2, T, NH, HS);
+                    float s = 0.0f;
+                    #pragma omp simd reduction(+ : s)
+                    for (int i = 0; i < HS; i++) s += dout_row[i] * v[i];
+                    datt[t2] = s;
+                    p_dot_datt += a[t2] * s;
+                }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, HS);
+                    float* dk = dqkv + qkv_index(b, t2, h, 1, T, NH, HS);
+                    float* dv = dqkv + qkv_index(b, t2, h, 2, T, NH, HS);
+                    float dscore = a[t2] * (datt[t2] - p_dot_datt) * scale;
+                    for (int i = 0; i < HS; i++) {
+                        dq[i] += dscore * k[i];
+                        dk[i] += dscore * q[i];
+                        dv[i] += a[t2] * dout_row[i];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#ifdef __CUDACC__
 // causal self-attention
 // qkv[B, T, NH, 3, HS] is staged into q, k, v [B, NH, T, HS], so that one (b, h) pair is a
 // contiguous [T, HS] matrix and cuBLAS can run all B * NH of them as one strided batch.
@@ -1168,8 +983,48 @@ static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout
     gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, s.q, HS, sTH, s.dscores, T, sTT, s.dk, CUDA_R_16BF, HS, sTH, B * NH);
     LAUNCH(unpermute_qkv_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dqkv, s.dq, s.dk, s.dv, B, T, NH, HS);
 }
+#else
+#define attention_forward(out, att, scratch, qkv, B, T, NH, HS) attention_forward_cpu(out, att, qkv, B, T, NH, HS)
+#define attention_backward attention_backward_cpu
+// the CPU attention's backward keeps one row of datt per (b, h) pair
+static size_t attention_scratch_elements(int B, int T, int NH, int HS) {
+    (void)HS;
+    return (size_t)B * NH * T;
+}
+#endif
 
 // ----------------------------------------------------------------------------
+// GELU, GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+
+#define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)
+
+// tanh(u) = 1 - 2 / (exp(2u) + 1): glibc's tanhf costs several expf calls and took a fifth
+// of a small model's step; this form is exact to float rounding and saturates correctly
+// (exp overflows to inf -> 1, underflows to 0 -> -1).
+static inline float tanh_by_exp(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
+
+static void gelu_forward_cpu(float* out, const float* inp, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanh_by_exp(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+
+// dinp may be the same buffer as dout
+static void gelu_backward_cpu(float* dinp, const float* inp, const float* dout, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanh_by_exp(u);
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = grad * dout[i];
+    }
+}
+
+#ifdef __CUDACC__
 // GELU, tanh approximation (see gelu_forward_cpu)
 
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
@@ -1197,8 +1052,66 @@ static void gelu_forward(floatX* out, const floatX* inp, size_t n) {
 static void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
     LAUNCH(gelu_backward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dinp, inp, dout, n);
 }
+#else
+#define gelu_forward gelu_forward_cpu
+#define gelu_backward gelu_backward_cpu
+#endif
 
 // ----------------------------------------------------------------------------
+// cross-entropy fused with the softmax, vocab-parallel (Megatron, Shoeybi et al. 2019 §3)
+// Each rank holds the logits of V columns, of which the first `valid` are real vocabulary
+// (the rest is padding: masked out of the softmax, zero gradient). A row's loss needs the
+// maximum, the sum of exponentials and the target's logit over the whole vocabulary, so the
+// work is cut into three steps with a tensor-parallel reduction between them:
+//   row_max -> all-reduce(max) -> row_sums -> all-reduce(sum) -> forward / backward.
+// The softmax itself is never stored: the backward writes dlogits over the logits.
+
+static void crossentropy_row_max_cpu(float* row_max, const float* logits, int N, int V, int valid) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* l = logits + (size_t)n * V;
+        float m = -INFINITY;
+        for (int v = 0; v < valid; v++) m = l[v] > m ? l[v] : m;
+        row_max[n] = m;
+    }
+}
+
+// sums[n] = sum over this rank's valid columns of exp(logit - row_max);
+// sums[N + n] = the target's logit if this rank holds the target's column, else 0
+static void crossentropy_row_sums_cpu(float* sums, const float* logits, const float* row_max,
+                                      const int* targets, int N, int V, int valid, int vocab_start) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* l = logits + (size_t)n * V;
+        float s = 0.0f;
+        for (int v = 0; v < valid; v++) s += expf(l[v] - row_max[n]);
+        int local = targets[n] - vocab_start;
+        sums[n] = s;
+        sums[N + n] = (local >= 0 && local < valid) ? l[local] : 0.0f;
+    }
+}
+
+// loss = log(sum exp(l - max)) + max - l[target]
+static void crossentropy_forward_cpu(float* losses, const float* row_max, const float* sums, int N) {
+    for (int n = 0; n < N; n++) losses[n] = logf(sums[n]) + row_max[n] - sums[N + n];
+}
+
+// dlogits = dloss * (softmax - onehot(target)), written over the logits
+static void crossentropy_backward_cpu(float* logits, const float* row_max, const float* sums,
+                                      const int* targets, float dloss, int N, int V, int valid, int vocab_start) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float* l = logits + (size_t)n * V;
+        int local = targets[n] - vocab_start;
+        float inv_sum = 1.0f / sums[n];
+        for (int v = 0; v < V; v++) {
+            float p = v < valid ? expf(l[v] - row_max[n]) * inv_sum : 0.0f;
+            l[v] = (p - (v == local ? 1.0f : 0.0f)) * dloss;
+        }
+    }
+}
+
+#ifdef __CUDACC__
 // cross-entropy, vocab-parallel (see crossentropy_row_max_cpu): one warp per row for the
 // reductions, one thread per row or per logit for the rest
 
@@ -1265,8 +1178,58 @@ static void crossentropy_backward(floatX* logits, const float* row_max, const fl
     LAUNCH(crossentropy_backward_kernel, CEIL_DIV((size_t)N * V, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
            logits, row_max, sums, targets, dloss, N, V, valid, vocab_start);
 }
+#else
+#define crossentropy_row_max crossentropy_row_max_cpu
+#define crossentropy_row_sums crossentropy_row_sums_cpu
+#define crossentropy_forward crossentropy_forward_cpu
+#define crossentropy_backward crossentropy_backward_cpu
+#endif
 
 // ----------------------------------------------------------------------------
+// AdamW (Loshchilov & Hutter 2019), as torch.optim.AdamW and Megatron apply it:
+//   g = grad * grad_scale                (grad_scale carries gradient clipping)
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+//   p = p - lr * ( (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd * p )
+// master is the fp32 copy that is updated; param gets the new value in floatX (on the CPU
+// build they are the same buffer).
+
+// the constants of one step; bias corrections in double, as PyTorch (1 - 0.999^t loses
+// digits in float)
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay, grad_scale, bias_correction1, bias_correction2;
+} AdamWStep;
+
+static AdamWStep adamw_step(float lr, float beta1, float beta2, float eps, float weight_decay,
+                            float grad_scale, int step) {
+    AdamWStep s = {lr, beta1, beta2, eps, weight_decay, grad_scale,
+                   (float)(1.0 - pow(beta1, step)), (float)(1.0 - pow(beta2, step))};
+    return s;
+}
+
+// one element, the same on both builds: updates m and v, returns the new master value
+HOST_DEVICE static inline float adamw_element(float master, float grad, float* m, float* v, AdamWStep s) {
+    float g = grad * s.grad_scale;
+    float mi = s.beta1 * *m + (1.0f - s.beta1) * g;
+    float vi = s.beta2 * *v + (1.0f - s.beta2) * g * g;
+    *m = mi;
+    *v = vi;
+    float update = (mi / s.bias_correction1) / (sqrtf(vi / s.bias_correction2) + s.eps);
+    return master - s.lr * (update + s.weight_decay * master);
+}
+
+static void adamw_update_cpu(float* master, float* param, const float* grad, float* m, float* v,
+                             size_t n, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, float grad_scale, int step) {
+    AdamWStep s = adamw_step(lr, beta1, beta2, eps, weight_decay, grad_scale, step);
+    #pragma omp parallel for firstprivate(s)   // a private copy: its fields stay in registers
+    for (size_t i = 0; i < n; i++) {
+        float p = adamw_element(master[i], grad[i], &m[i], &v[i], s);
+        master[i] = p;
+        param[i] = p;
+    }
+}
+
+#ifdef __CUDACC__
 // AdamW (see adamw_update_cpu): the fp32 master is updated, param gets its bf16 rounding
 
 __global__ void adamw_kernel(float* master, floatX* param, const float* grad, float* m, float* v, size_t n,
@@ -1284,8 +1247,39 @@ static void adamw_update(float* master, floatX* param, const float* grad, float*
     AdamWStep s = adamw_step(lr, beta1, beta2, eps, weight_decay, grad_scale, step);
     LAUNCH(adamw_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, master, param, grad, m, v, n, s);
 }
+#else
+#define adamw_update adamw_update_cpu
+#endif
 
 // ----------------------------------------------------------------------------
+// sum of squares, for the global gradient norm: *acc += sum x[i]^2, in double, in fixed
+// chunks added in order (so the result does not depend on the number of threads)
+
+// Deterministic parallel sums: work is cut into chunks of this many elements (rows or
+// columns), whatever the thread count, and the chunks' partial sums are added in order.
+#define SUM_CHUNK 4096
+
+static void sum_squares_cpu(double* acc, const float* x, size_t n) {
+    size_t chunks = CEIL_DIV(n, (size_t)SUM_CHUNK);
+    double* partial = (double*)mallocCheck(chunks * sizeof(double));
+    #pragma omp parallel for
+    for (size_t k = 0; k < chunks; k++) {
+        size_t i0 = k * SUM_CHUNK, i1 = (k + 1) * SUM_CHUNK < n ? (k + 1) * SUM_CHUNK : n;
+        // 16 running sums (element i goes to sum i % 16), added in order at the end: the
+        // same result every time, and the adds no longer wait on each other
+        double s[16] = {0};
+        for (size_t i = i0; i < i1; i++) s[(i - i0) % 16] += (double)x[i] * x[i];
+        double total = 0.0;
+        for (int j = 0; j < 16; j++) total += s[j];
+        partial[k] = total;
+    }
+    double total = 0.0;
+    for (size_t k = 0; k < chunks; k++) total += partial[k];
+    free(partial);
+    *acc += total;
+}
+
+#ifdef __CUDACC__
 // sum of squares, for the global gradient norm: *acc += sum x[i]^2 in fp64. The grid is a
 // function of n alone and the partials are added in block order, so the result does not
 // change from run to run.
@@ -1314,4 +1308,8 @@ static void sum_squares(double* acc, const float* x, size_t n) {
     LAUNCH(sum_squares_partial_kernel, blocks, SUM_SQUARES_BLOCK, 0, sum_squares_partials, x, n);
     LAUNCH(sum_squares_final_kernel, 1, SUM_SQUARES_BLOCK, 0, acc, sum_squares_partials, (int)blocks);
 }
+#else
+#define sum_squares sum_squares_cpu
 #endif
+
+#pragma GCC diagnostic pop

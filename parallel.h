@@ -15,6 +15,7 @@ Rules it keeps: one wrapper per collective; nobody else computes a rank by hand.
 #pragma once
 #include <mpi.h>
 #include <stdarg.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef __CUDACC__
 #include <nccl.h>
@@ -51,6 +52,12 @@ typedef struct {
 } Topology;
 
 static Topology grid;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static const char* grid_name(char* buf, size_t len) {
     snprintf(buf, len, "TP(%d)-PP(%d)-DP(%d)-Rank(%d)", grid.tp_rank, grid.pp_rank, grid.dp_rank, grid.world_rank);
@@ -114,6 +121,10 @@ static void grid_start(int* argc, char*** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &grid.world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &grid.world_size);
     gethostname(grid.host, sizeof(grid.host) - 1);
+    // the world group works from the start (setup's broadcasts); grid_build remakes it with its NCCL twin
+    grid.world.mpi = MPI_COMM_WORLD;
+    grid.world.size = grid.world_size;
+    grid.world.rank = grid.world_rank;
     MPI_Comm local;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, grid.world_rank, MPI_INFO_NULL, &local));
     MPI_Comm_rank(local, &grid.local_rank);
@@ -215,15 +226,81 @@ static void all_gather(Group* g, floatX* buf, size_t shard) {
 #endif
 }
 
-// host scalars (a norm, a loss) go over MPI in both builds: NCCL reads device memory only
+// host values (a norm, a loss, a flag) go over MPI in both builds: NCCL reads device memory only
 static void all_reduce_host(Group* g, double* x, int n, Reduction op) {
     if (g->size <= 1) return;
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, op == REDUCE_SUM ? MPI_SUM : MPI_MAX, g->mpi));
 }
 
-static void tensor_parallel_all_reduce(floatX* x, size_t n) { all_reduce(&grid.tp, x, n, AS_FLOATX, REDUCE_SUM); }
-static void tensor_parallel_all_reduce_floats(float* x, size_t n) { all_reduce(&grid.tp, x, n, AS_FLOAT, REDUCE_SUM); }
-static void tensor_parallel_all_reduce_max(float* x, size_t n) { all_reduce(&grid.tp, x, n, AS_FLOAT, REDUCE_MAX); }
+// the largest of every rank's v (a stop request, a count), known to every rank
+static int max_over_world(int v) {
+    double x = v;
+    all_reduce_host(&grid.world, &x, 1, REDUCE_MAX);
+    return (int)x;
+}
+
+// bitwise or of every rank's words (checksums each computed by one rank, zero elsewhere)
+static void all_reduce_or(Group* g, uint32_t* x, int n) {
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_UINT32_T, MPI_BOR, g->mpi));
+}
+
+static void broadcast_host(Group* g, void* buf, size_t bytes, int root) {
+    mpiCheck(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, g->mpi));
+}
+
+// rank 0 of the group receives every rank's n doubles, in rank order
+static void gather_to_rank0(Group* g, const double* mine, double* all, int n) {
+    mpiCheck(MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, g->mpi));
+}
+
+static void barrier(Group* g) { mpiCheck(MPI_Barrier(g->mpi)); }
+
+// ----------------------------------------------------------------------------
+// Megatron's tensor-parallel operators (Shoeybi et al. 2019, §3, Fig. 3), by Megatron's names
+// f = copy_to_tensor_model_parallel_region: the identity forward (every tensor rank already
+//     holds the whole input of a column-parallel layer), an all-reduce of the input's
+//     gradient backward (each rank computed a part of it);
+// g = reduce_from_tensor_model_parallel_region: an all-reduce forward (the partial outputs of
+//     a row-parallel layer, or of the vocab-parallel embedding, are summed), the identity
+//     backward. With one tensor rank each does nothing. The forward of f and the backward of
+//     g are the identity, so only these two calls appear in gpt.h.
+static void copy_to_tensor_model_parallel_region_backward(floatX* dx, size_t n) {
+    all_reduce(&grid.tp, dx, n, AS_FLOATX, REDUCE_SUM);
+}
+static void reduce_from_tensor_model_parallel_region(floatX* x, size_t n) {
+    all_reduce(&grid.tp, x, n, AS_FLOATX, REDUCE_SUM);
+}
+// vocab-parallel cross-entropy (Megatron's _VocabParallelCrossEntropy): each tensor rank holds
+// a slice of the logits; the row maxima, then the sums of exponentials and target logits, are
+// reduced over the tensor ranks, so no rank ever holds a whole row of logits
+static void vocab_parallel_max(float* row_max, size_t n) { all_reduce(&grid.tp, row_max, n, AS_FLOAT, REDUCE_MAX); }
+static void vocab_parallel_sum(float* sums, size_t n) { all_reduce(&grid.tp, sums, n, AS_FLOAT, REDUCE_SUM); }
+
+// ----------------------------------------------------------------------------
+// files every rank of the world writes and reads at once (MPI-IO): each rank its own ranges
+// (open, set_size, sync and close are collective: every rank calls them together)
+
+static int shared_file_open(const char* path, int writing, MPI_File* f) {
+    int mode = writing ? MPI_MODE_CREATE | MPI_MODE_RDWR : MPI_MODE_RDONLY;
+    return MPI_File_open(grid.world.mpi, path, mode, MPI_INFO_NULL, f) == MPI_SUCCESS ? 0 : -1;
+}
+static void shared_file_set_size(MPI_File f, size_t bytes) { mpiCheck(MPI_File_set_size(f, (MPI_Offset)bytes)); }
+static void shared_file_sync(MPI_File f) { mpiCheck(MPI_File_sync(f)); }
+static void shared_file_close(MPI_File* f) { mpiCheck(MPI_File_close(f)); }
+// reads and writes go in pieces of at most 1 GiB (MPI counts are ints)
+static void shared_file_read(MPI_File f, size_t offset, void* buf, size_t bytes) {
+    for (size_t done = 0, n; done < bytes; done += n) {
+        n = bytes - done < ((size_t)1 << 30) ? bytes - done : (size_t)1 << 30;
+        mpiCheck(MPI_File_read_at(f, (MPI_Offset)(offset + done), (char*)buf + done, (int)n, MPI_BYTE, MPI_STATUS_IGNORE));
+    }
+}
+static void shared_file_write(MPI_File f, size_t offset, const void* buf, size_t bytes) {
+    for (size_t done = 0, n; done < bytes; done += n) {
+        n = bytes - done < ((size_t)1 << 30) ? bytes - done : (size_t)1 << 30;
+        mpiCheck(MPI_File_write_at(f, (MPI_Offset)(offset + done), (const char*)buf + done, (int)n, MPI_BYTE,
+                                   MPI_STATUS_IGNORE));
+    }
+}
 
 // ----------------------------------------------------------------------------
 // point-to-point between pipeline neighbours

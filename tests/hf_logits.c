@@ -7,8 +7,8 @@ tests/hf_logits.c — our side of the Hugging Face export check (tests/test_hf.s
             [--perturb A] [--iteration N]
       builds a one-process model with gpt_build, adds A x N(0, 1) to every parameter
       (LayerNorm gains and all biases included, so that none of them is a trivial 1 or 0),
-      and writes it as a checkpoint DIR/iter_NNNNNNN/ (metadata.txt + tensors.bin, the
-      format train.c saves) with latest_checkpointed_iteration.txt; prints the iter dir.
+      makes up Adam moments, and saves it with checkpoint.h's checkpoint_save (no trainer):
+      DIR/iter_NNNNNNN/ and latest_checkpointed_iteration.txt; prints the iter dir.
   hf_logits --export CKPT_ITER_DIR OUT
       export_hf(): OUT/config.json and OUT/model.safetensors.
   hf_logits --logits CKPT_ITER_DIR TOKEN...
@@ -32,116 +32,56 @@ static void usage_error(const char* why) {
                  "--logits CKPT_ITER_DIR TOKEN...", why);
 }
 
-static int int_arg(int argc, char** argv, int* i) {
-    if (*i + 1 >= argc) usage_error("a flag is missing its value");
-    return atoi(argv[++*i]);
-}
-
 // ----------------------------------------------------------------------------
-// a checkpoint written by hand, in the format of train.c's checkpoint_save
+// a checkpoint of a made-up model, saved through checkpoint.h's interface alone
 
-static void write_section_tensor(FILE* f, const float* x, size_t n, uint32_t* crc) {
-    if (fwrite(x, sizeof(float), n, f) != n) fail("writing tensors.bin: %s", strerror(errno));
-    *crc = crc32_update(0, x, n * sizeof(float));
+// the model flags (gpt.h's list) and --iteration N, --perturb A
+static GPTConfig make_config(int argc, char** argv, int* iteration, float* perturb) {
+    GPTConfig c = {2, 32, 4, 96, 20, 20, 257, 128, 0, 0.02f, 1234, 0};   // ffn not 4 x hidden: the export must carry n_inner
+    char err[256], flag[96];
+    for (int i = 3; i < argc; i++) {
+        const char* f = argv[i];
+        int k = 0;
+        while (k < NUM_MODEL_FIELDS && strcmp(f, flag_of(&MODEL_FIELDS[k], flag, sizeof(flag))) != 0) k++;
+        if (i + 1 >= argc && (k == NUM_MODEL_FIELDS || MODEL_FIELDS[k].kind != FIELD_SWITCH)) usage_error("a flag is missing its value");
+        if (!strcmp(f, "--iteration")) *iteration = atoi(argv[++i]);
+        else if (!strcmp(f, "--perturb")) *perturb = (float)atof(argv[++i]);
+        else if (k == NUM_MODEL_FIELDS) usage_error(f);
+        else if (MODEL_FIELDS[k].kind == FIELD_SWITCH) c.embed_layernorm = 1;
+        else if (parse_field(&MODEL_FIELDS[k], &c, argv[++i], err, sizeof(err))) usage_error(err);
+    }
+    c.seq_length = c.max_position_embeddings;
+    c.padded_vocab_size = padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by, 1);   // 384: 127 padding rows
+    return c;
 }
 
 static void make_checkpoint(int argc, char** argv) {
-    const char* dir = argv[2];
-    GPTConfig c;
-    memset(&c, 0, sizeof(c));
-    c.num_layers = 2;
-    c.hidden_size = 32;
-    c.num_attention_heads = 4;
-    c.ffn_hidden_size = 96;   // not 4 x hidden: the export must carry n_inner
-    c.max_position_embeddings = 20;
-    c.vocab_size = 257;
-    c.make_vocab_size_divisible_by = 128;   // 384 rows, 127 of them padding that is not exported
-    c.init_method_std = 0.02f;
-    c.seed = 1234;
-    float perturb = 0.3f;
     int iteration = 100;
-    for (int i = 3; i < argc; i++) {
-        const char* f = argv[i];
-        if (!strcmp(f, "--seed")) c.seed = (uint64_t)int_arg(argc, argv, &i);
-        else if (!strcmp(f, "--num-layers")) c.num_layers = int_arg(argc, argv, &i);
-        else if (!strcmp(f, "--hidden-size")) c.hidden_size = int_arg(argc, argv, &i);
-        else if (!strcmp(f, "--num-attention-heads")) c.num_attention_heads = int_arg(argc, argv, &i);
-        else if (!strcmp(f, "--ffn-hidden-size")) c.ffn_hidden_size = int_arg(argc, argv, &i);
-        else if (!strcmp(f, "--max-position-embeddings")) c.max_position_embeddings = int_arg(argc, argv, &i);
-        else if (!strcmp(f, "--vocab-size")) c.vocab_size = int_arg(argc, argv, &i);
-        else if (!strcmp(f, "--make-vocab-size-divisible-by")) c.make_vocab_size_divisible_by = int_arg(argc, argv, &i);
-        else if (!strcmp(f, "--iteration")) iteration = int_arg(argc, argv, &i);
-        else if (!strcmp(f, "--embed-layernorm")) c.embed_layernorm = 1;
-        else if (!strcmp(f, "--perturb")) {
-            if (i + 1 >= argc) usage_error("--perturb needs a value");
-            perturb = (float)atof(argv[++i]);
-        } else usage_error(f);
-    }
-    c.seq_length = c.max_position_embeddings;
-    c.padded_vocab_size = padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by, 1);
+    float perturb = 0.3f;
+    GPTConfig c = make_config(argc, argv, &iteration, &perturb);
     GPT m;
     gpt_build(&m, &c, 1, c.seq_length, 0, 1, 0, 1, 1, 1);
-    // perturb every parameter (rows below valid_rows: the padding stays zero), keyed like the init
-    float* params = (float*)mallocCheck(m.num_params * sizeof(float));
-    dev_floatX_to_floats(params, m.params, m.num_params);
+    AdamWState s;
+    adamw_init(&s, &m);   // on the CPU build the master weights are the parameters
+    // perturb every parameter (rows below valid_rows: the padding stays zero), keyed like the
+    // init; made-up moments, so that all three sections are real data
     for (int i = 0; i < m.num_tensors; i++) {
         const TensorDesc* t = &m.tensors[i];
-        float* p = params + t->offset;
-        uint64_t key = hash_name(t->name) ^ 0x5eed;
-        for (size_t k = 0; k < (size_t)t->valid_rows * t->cols; k++) p[k] += perturb * normal_at(c.seed, key, k);
-    }
-    // the sections: the weights, and made-up Adam moments so that all three are real data
-    CanonicalLayout L = canonical_layout(&c);
-    char iter[4200], path[4400];
-    mkdir(dir, 0755);
-    iter_dir(iter, sizeof(iter), dir, iteration);
-    if (mkdir(iter, 0755) != 0 && errno != EEXIST) fail("cannot create %s: %s", iter, strerror(errno));
-    snprintf(path, sizeof(path), "%s/tensors.bin", iter);
-    FILE* f = fopen(path, "wb");
-    if (!f) fail("cannot write %s: %s", path, strerror(errno));
-    uint32_t* crc = (uint32_t*)mallocCheck(3 * L.whole.num_tensors * sizeof(uint32_t));
-    for (int k = 0; k < 3; k++)
-        for (int i = 0; i < m.num_tensors; i++) {
-            const TensorDesc* t = &m.tensors[i];
-            size_t n = (size_t)t->valid_rows * t->cols;
-            if (strcmp(t->name, L.whole.tensors[i].name) != 0) fail("table order differs at %s", t->name);
-            float* x = (float*)mallocCheck(n * sizeof(float));
-            for (size_t e = 0; e < n; e++) {
-                float w = params[t->offset + e];
-                float r = normal_at(c.seed + 1, hash_name(t->name), e);
-                x[e] = k == 0 ? w : k == 1 ? 1e-3f * r : 1e-6f * r * r;
-            }
-            write_section_tensor(f, x, n, &crc[3 * i + k]);
-            free(x);
+        uint64_t key = hash_name(t->name);
+        for (size_t e = 0; e < (size_t)t->valid_rows * t->cols; e++) {
+            float r = normal_at(c.seed + 1, key, e);
+            m.params[t->offset + e] += perturb * normal_at(c.seed, key ^ 0x5eed, e);
+            s.m[t->offset + e] = 1e-3f * r;
+            s.v[t->offset + e] = 1e-6f * r * r;
         }
-    fclose(f);
-    snprintf(path, sizeof(path), "%s/metadata.txt", iter);
-    f = fopen(path, "w");
-    if (!f) fail("cannot write %s: %s", path, strerror(errno));
-    fprintf(f, "gridgpt-checkpoint 1\niteration %d\nconsumed_samples %d\nscheduler_samples %d\noptimizer_step %d\n"
-            "consumed_valid_samples 0\n", iteration, 32 * iteration, 32 * iteration, iteration);
-    fprintf(f, "config num_layers %d\nconfig hidden_size %d\nconfig num_attention_heads %d\nconfig ffn_hidden_size %d\n"
-            "config seq_length %d\nconfig max_position_embeddings %d\nconfig vocab_size %d\n"
-            "config make_vocab_size_divisible_by %d\nconfig embed_layernorm %d\nconfig init_method_std %.9g\n"
-            "config seed %llu\n", c.num_layers, c.hidden_size, c.num_attention_heads, c.ffn_hidden_size, c.seq_length,
-            c.max_position_embeddings, c.vocab_size, c.make_vocab_size_divisible_by, c.embed_layernorm,
-            c.init_method_std, (unsigned long long)c.seed);
-    for (int k = 0; k < 3; k++) fprintf(f, "section %s %zu %zu\n", SECTION_NAMES[k], k * L.section_bytes, L.section_bytes);
-    for (int i = 0; i < L.whole.num_tensors; i++) {
-        const TensorDesc* d = &L.whole.tensors[i];
-        fprintf(f, "tensor %s %d %d %zu %08x %08x %08x\n", d->name, d->valid_rows, d->cols, L.offset[i], crc[3 * i],
-                crc[3 * i + 1], crc[3 * i + 2]);
     }
-    fclose(f);
-    snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
-    f = fopen(path, "w");
-    if (!f) fail("cannot write %s: %s", path, strerror(errno));
-    fprintf(f, "%d\n", iteration);
-    fclose(f);
+    s.step = iteration;
+    Progress p = {iteration, 32LL * iteration, 32LL * iteration, 0};
+    checkpoint_save(argv[2], &m, &s, &p, 0);
+    char iter[4300];
+    iter_dir(iter, sizeof(iter), argv[2], iteration);
     printf("%s\n", iter);
-    free(crc);
-    free(params);
-    free_layout(&L);
+    adamw_free(&s, &m);
     gpt_free(&m);
 }
 

@@ -790,8 +790,11 @@ static void test_data_splits_single(void) {
     check(fabs(h - want_h) < 1e-9, "unigram_entropy_of_train_split", "%.9f, expected %.9f", h, want_h);
     data_splits_close(&d);
 
-    rc = open_splits(&d, one, 1, "100,0,0", 32, 100, 10, 0);
-    check(rc == 1 && strstr(err, "corpus_u16") && strstr(err, "valid split without documents"), "splits_empty_valid_is_an_error",
+    rc = open_splits(&d, one, 1, "100,0,0", 32, 100, 10, 0);   // Megatron: no valid dataset, no evaluation
+    check(rc == 0 && data_splits_has(&d, 0) && !data_splits_has(&d, 1), "splits_empty_valid_is_absent", "rc %d: %s", rc, err);
+    if (rc == 0) data_splits_close(&d);
+    rc = open_splits(&d, one, 1, "0,50,50", 32, 100, 10, 0);
+    check(rc == 1 && strstr(err, "corpus_u16") && strstr(err, "train split without documents"), "splits_empty_train_is_an_error",
           "rc %d: %s", rc, err);
     rc = open_splits(&d, one, 1, "969,30,1", 32, 100, 20, 5);   // 40 documents: train [0, 39) valid [39, 40) test none
     check(rc == 0 && data_splits_has(&d, 0) && data_splits_has(&d, 1) && !data_splits_has(&d, 2) && d.prefix[0].bounds[1] == 39,

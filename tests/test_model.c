@@ -6,7 +6,9 @@ tests/test_model.c — the model and the training step, through the trainer's ow
   - LR and batch-size schedules at chosen sample counts against Megatron's formulas;
   - an optimizer step with clipping against AdamW computed by hand;
   - a tiny model overfits one fixed batch;
-  - two trainers with the same seed give bit-identical losses.
+  - two trainers with the same seed give bit-identical losses;
+  - the config table: flags, defaults, ranges and choices parsed by walking it;
+  - checkpoints saved and loaded through their narrow interface, with no trainer.
 usage: test_model DATA_PREFIX   (a small dataset made by ./preprocess)
 */
 #define TESTING
@@ -159,31 +161,32 @@ static void init_is_layout_free(void) {
 // schedules, with expected values worked out by hand from Megatron's formulas
 
 static void lr_schedule(void) {
-    LRSchedule s = {1e-3f, 1e-4f, 100, 1000, "linear"};
-    struct { const char* style; long long at; double want; } cases[] = {
-        {"linear", 0, 0.0},            // warm-up starts at 0
-        {"linear", 50, 5e-4},          // 1e-3 * 50 / 100
-        {"linear", 100, 1e-3},         // end of warm-up (<= warm-up: still the warm-up formula)
-        {"linear", 550, 5.5e-4},       // ratio 450/900 = 0.5: 1e-4 + 0.5 * 9e-4
-        {"linear", 1000, 1e-4},
-        {"linear", 5000, 1e-4},        // past the decay: min-lr
-        {"cosine", 550, 5.5e-4},       // 0.5 (cos(pi/2) + 1) = 0.5
-        {"cosine", 325, 8.6819805e-4}, // ratio 0.25: 1e-4 + 0.5 (cos(pi/4) + 1) * 9e-4
-        {"constant", 50, 5e-4},        // constant still warms up
-        {"constant", 5000, 1e-3},
-        {"inverse-square-root", 400, 5e-4},   // 1e-3 * sqrt(100) / sqrt(400)
+    LRSchedule s = {1e-3f, 1e-4f, 100, 1000, LR_LINEAR};
+    struct { LRDecayStyle style; long long at; double want; } cases[] = {
+        {LR_LINEAR, 0, 0.0},            // warm-up starts at 0
+        {LR_LINEAR, 50, 5e-4},          // 1e-3 * 50 / 100
+        {LR_LINEAR, 100, 1e-3},         // end of warm-up (<= warm-up: still the warm-up formula)
+        {LR_LINEAR, 550, 5.5e-4},       // ratio 450/900 = 0.5: 1e-4 + 0.5 * 9e-4
+        {LR_LINEAR, 1000, 1e-4},
+        {LR_LINEAR, 5000, 1e-4},        // past the decay: min-lr
+        {LR_COSINE, 550, 5.5e-4},       // 0.5 (cos(pi/2) + 1) = 0.5
+        {LR_COSINE, 325, 8.6819805e-4}, // ratio 0.25: 1e-4 + 0.5 (cos(pi/4) + 1) * 9e-4
+        {LR_CONSTANT, 50, 5e-4},        // constant still warms up
+        {LR_CONSTANT, 5000, 1e-3},
+        {LR_INVERSE_SQRT, 400, 5e-4},   // 1e-3 * sqrt(100) / sqrt(400)
     };
+    const char* names[] = {"constant", "linear", "cosine", "inverse-square-root"};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         s.style = cases[i].style;
         double got = learning_rate(&s, cases[i].at);
         char name[96];
-        snprintf(name, sizeof(name), "learning rate %s at %lld samples", cases[i].style, cases[i].at);
+        snprintf(name, sizeof(name), "learning rate %s at %lld samples", names[cases[i].style], cases[i].at);
         check(fabs(got - cases[i].want) <= 1e-6 * cases[i].want + 1e-12, name, "got %.9g, want %.9g", got, cases[i].want);
     }
 }
 
 static void iteration_based_lr_lengths(void) {
-    Args a;
+    Config a;
     set_defaults(&a);
     a.train_iters = 100;
     a.global_batch_size = 32;
@@ -195,6 +198,41 @@ static void iteration_based_lr_lengths(void) {
     a.lr_warmup_fraction = 0.1f;
     s = make_lr_schedule(&a, 100);
     check(s.warmup_steps == 320, "--lr-warmup-fraction of the decay length", "warm-up %lld, want 320", s.warmup_steps);
+}
+
+// the config table: defaults, every kind of flag, ranges, choices; and each model field
+// written as text and read back (as checkpoint metadata does) gives the same value
+static void config_table(void) {
+    Config a;
+    set_defaults(&a);
+    check(a.model.num_layers == 4 && a.model.init_method_std == 0.02f && a.lr_decay_style == LR_LINEAR &&
+          !strcmp(a.split, "969,30,1") && a.global_batch_size == 0, "defaults come from the table", "num_layers %d",
+          a.model.num_layers);
+    const char* argv[] = {"train", "--num-layers", "3", "--lr", "2e-3", "--lr-decay-style", "cosine", "--embed-layernorm",
+                          "--train-samples", "5000000000", "--rampup-batch-size", "4", "8", "96", "--data-path", "0.3",
+                          "A", "0.7", "B", "--split", "9,1,0"};
+    parse_flags(&a, (int)(sizeof(argv) / sizeof(argv[0])), (char**)argv);
+    check(a.model.num_layers == 3 && a.lr == 2e-3f && a.lr_decay_style == LR_COSINE && a.model.embed_layernorm &&
+          a.train_samples == 5000000000LL && a.rampup_batch_size.v[2] == 96 && a.data_path.count == 4 &&
+          !strcmp(a.data_path.v[3], "B") && !strcmp(a.split, "9,1,0"), "every kind of flag is parsed by walking the table",
+          "num_layers %d, style %d, samples %lld, list %d", a.model.num_layers, a.lr_decay_style, a.train_samples,
+          a.data_path.count);
+    char err[256];
+    const ConfigField* layers = &MODEL_FIELDS[0];
+    check(parse_field(layers, &a.model, "4294967328", err, sizeof(err)) && strstr(err, "--num-layers") &&
+          parse_field(layers, &a.model, "0", err, sizeof(err)) && strstr(err, "at least 1"),
+          "an integer beyond int or below its field's minimum is refused, naming the flag", "%s", err);
+    int same = 1;
+    GPTConfig back;
+    memset(&back, 0, sizeof(back));
+    a.model.init_method_std = 0.0123456789f;
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
+        char text[64];
+        same &= parse_field(&MODEL_FIELDS[k], &back, format_field(&MODEL_FIELDS[k], &a.model, text, sizeof(text)), err,
+                            sizeof(err)) == 0;
+    }
+    same &= memcmp(&back, &a.model, offsetof(GPTConfig, padded_vocab_size)) == 0;
+    check(same, "every model field survives being written as text and read back", "%s", err);
 }
 
 static void batch_rampup(void) {
@@ -301,8 +339,8 @@ static void same_seed_same_losses(const char* data_prefix) {
     Trainer* t = (Trainer*)callocCheck(1, sizeof(Trainer));
     trainer_setup(t, argc, (char**)argv);
     trainer_run(t, NULL, NULL);
-    check(t->iteration == 6 && t->consumed_samples == 48, "a whole run trains --train-iters steps",
-          "iteration %d, consumed samples %lld", t->iteration, t->consumed_samples);
+    check(t->progress.iteration == 6 && t->progress.consumed_samples == 48, "a whole run trains --train-iters steps",
+          "iteration %d, consumed samples %lld", t->progress.iteration, t->progress.consumed_samples);
     trainer_free(t);
     free(t);
 }
@@ -321,6 +359,44 @@ static void crc32_check_value(void) {
           "crc(\"123456789\") = %08x (want cbf43926), %08x / %08x / %08x", whole, once, twice, bytewise);
 }
 
+// checkpoint.h alone: a model and its optimizer state saved, then loaded into a fresh model
+// with the counters, every value back bit for bit; no trainer involved
+static void checkpoint_without_trainer(void) {
+    GPTConfig c = tiny_config(1);
+    GPT m, back;
+    AdamWState s, s_back;
+    gpt_build(&m, &c, 1, c.seq_length, 0, 1, 0, 1, 1, 1);
+    adamw_init(&s, &m);
+    for (int i = 0; i < m.num_tensors; i++)   // the padding rows of the vocabulary stay zero
+        for (size_t k = m.tensors[i].offset; k < m.tensors[i].offset + (size_t)m.tensors[i].valid_rows * m.tensors[i].cols; k++) {
+            m.params[k] += randn();
+            s.m[k] = randn();
+            s.v[k] = fabsf(randn());
+        }
+    s.step = 17;
+    Progress p = {17, 1700, 1600, 40};
+    char dir[] = "/tmp/gridgpt_ckpt_XXXXXX", iter[4300], err[1024];
+    if (!mkdtemp(dir)) fail("mkdtemp: %s", strerror(errno));
+    checkpoint_save(dir, &m, &s, &p, 0);
+    gpt_build(&back, &c, 1, c.seq_length, 0, 1, 0, 1, 1, 1);
+    adamw_init(&s_back, &back);
+    CheckpointMeta meta;
+    latest_checkpoint(dir, iter, sizeof(iter));
+    int rc = checkpoint_meta_read(iter, &meta, err, sizeof(err));
+    if (rc == 0) checkpoint_load(&meta, &back, &s_back, 1);
+    check(rc == 0 && memcmp(m.params, back.params, m.num_params * sizeof(float)) == 0 &&
+          memcmp(s.m, s_back.m, m.num_params * sizeof(float)) == 0 && memcmp(s.v, s_back.v, m.num_params * sizeof(float)) == 0
+          && s_back.step == 17 && meta.progress.consumed_samples == 1700 && meta.progress.consumed_valid_samples == 40 &&
+          memcmp(&meta.cfg, &c, sizeof(c)) == 0, "a checkpoint saved and loaded with no trainer: weights, moments, "
+          "counters and config back bit for bit", "rc %d %s", rc, err);
+    checkpoint_meta_free(&meta);
+    remove_tree(dir);
+    adamw_free(&s, &m);
+    adamw_free(&s_back, &back);
+    gpt_free(&m);
+    gpt_free(&back);
+}
+
 int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     crc32_check_value();
@@ -331,9 +407,11 @@ int main(int argc, char** argv) {
     init_is_layout_free();
     lr_schedule();
     iteration_based_lr_lengths();
+    config_table();
     batch_rampup();
     optimizer_with_clipping();
     overfit_one_batch();
+    checkpoint_without_trainer();
     if (argc > 1) same_seed_same_losses(argv[1]);
     else check(0, "same seed, same losses", "usage: test_model DATA_PREFIX");
     int status = tests_summary();

@@ -70,12 +70,12 @@ typedef struct {
 
 static void record_step(const Trainer* t, const StepResult* r, void* ctx) {
     Recording* rec = (Recording*)ctx;
-    if (rec->steps) fprintf(rec->steps, "%d %.17g %.17g %d\n", t->iteration, r->loss, r->grad_norm, r->global_batch);
+    if (rec->steps) fprintf(rec->steps, "%d %.17g %.17g %d\n", t->progress.iteration, r->loss, r->grad_norm, r->global_batch);
     if (r->max_in_flight > rec->most_in_flight) rec->most_in_flight = r->max_in_flight;
     int micro = r->global_batch / t->batch.micro_batch_times_dp;
     if (micro < rec->fewest_micro) rec->fewest_micro = micro;
     for (int k = 0; k < 4; k++) rec->comm_last[k] = r->comm[k];
-    if (rec->fail_rank == grid.world_rank && t->iteration == 2) fail("injected failure after step 2 (test)");
+    if (rec->fail_rank == grid.world_rank && t->progress.iteration == 2) fail("injected failure after step 2 (test)");
 }
 
 static int record(const char* out, int fail_rank, int argc, char** argv) {
@@ -83,7 +83,7 @@ static int record(const char* out, int fail_rank, int argc, char** argv) {
     trainer_setup(t, argc, argv);
     char path[4096], ckpt[4096];
     snprintf(ckpt, sizeof(ckpt), "%s.ckpt", out);
-    t->args.save = ckpt;   // trainer_run saves at the end
+    t->config.save = ckpt;   // trainer_run saves at the end
     snprintf(path, sizeof(path), "%s.steps", out);
     Recording rec = {grid.world_rank == 0 ? fopen(path, "w") : NULL, 0, 1 << 30, {0, 0, 0, 0}, fail_rank};
     trainer_run(t, record_step, &rec);
@@ -110,7 +110,7 @@ static int record(const char* out, int fail_rank, int argc, char** argv) {
         FILE* info = fopen(path, "w");
         fprintf(info, "optimizer_bytes %zu\nmax_in_flight %d\nparams_padded %zu\nhidden_bytes %zu\n",
                 adamw_state_bytes(&t->opt), worst, t->model.num_params_padded,
-                (size_t)t->model.B * t->model.T * t->cfg.hidden_size * sizeof(floatX));
+                (size_t)t->model.B * t->model.T * t->config.model.hidden_size * sizeof(floatX));
         fprintf(info, "comm_tp %.0f\ncomm_dp %.0f\ncomm_pp %.0f\ncomm_embedding %.0f\n", comm_sum[0], comm_sum[1],
                 comm_sum[2], comm_sum[3]);
         fclose(info);
@@ -209,8 +209,7 @@ static void compare_weights(const char* ref, const char* run, const char* name, 
           worst_name, worst, at, na);
     snprintf(label, sizeof(label), "%s: the key bias (no gradient) stays at rounding-noise level", name);
     check(key_bias <= 1e-3 * key_scale, label, "max |key bias| %.3g vs max |query, value bias| %.3g", key_bias, key_scale);
-    free(whole.tensors);
-    free(whole.layer_tensors);
+    free_table(&whole);
     free(a);
     free(b);
 }
@@ -235,18 +234,13 @@ int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     if (argc >= 5 && strcmp(argv[1], "--compare") == 0) {
         // the config, for the canonical table: the trainer's flags after the three names
-        Args a;
+        Config a;
         set_defaults(&a);
         parse_flags(&a, argc - 4, argv + 4);
-        GPTConfig c;
-        memset(&c, 0, sizeof(c));
-        c.num_layers = a.num_layers;
-        c.hidden_size = a.hidden_size;
-        c.num_attention_heads = a.num_attention_heads;
-        c.ffn_hidden_size = a.ffn_hidden_size ? a.ffn_hidden_size : 4 * a.hidden_size;
-        c.max_position_embeddings = a.max_position_embeddings ? a.max_position_embeddings : a.seq_length;
-        c.vocab_size = c.padded_vocab_size = a.vocab_size;
-        c.embed_layernorm = a.embed_layernorm;
+        GPTConfig c = a.model;
+        if (!c.ffn_hidden_size) c.ffn_hidden_size = 4 * c.hidden_size;
+        if (!c.max_position_embeddings) c.max_position_embeddings = c.seq_length;
+        c.padded_vocab_size = c.vocab_size;
         compare(argv[2], argv[3], argv[4], &c);
     } else if (argc >= 4 && strcmp(argv[1], "--fail-rank") == 0) {
         record(argv[3], atoi(argv[2]), argc - 3, argv + 3);

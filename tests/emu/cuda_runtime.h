@@ -1,7 +1,7 @@
 /*
 tests/emu/cuda_runtime.h — a CPU emulation of the CUDA subset gridgpt uses (tests only).
 
-Compile kernels.cuh's CUDA section with g++ instead of nvcc:
+Compile kernels.cuh's CUDA kernels with g++ instead of nvcc:
     g++ -std=c++20 -x c++ -D__CUDACC__ -Itests/emu ...
 What it covers, and how:
   - LAUNCH(kernel, grid, block, shmem, args...): 1-D grids and blocks, run synchronously.
