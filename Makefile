@@ -3,7 +3,8 @@
 #   make cpu      ./train_cpu: C11 + OpenMP + MPI, plain-C kernels, OpenBLAS sgemm if installed
 #   make gpu      ./train_gpu: nvcc compiles train.c as CUDA; cuBLAS, NCCL, MPI
 #   make emu      ./train_emu: the GPU code path on a CPU emulation of CUDA (tests/emu/)
-#   make test     every test; ends with "N passed, M failed"
+#   make test     installs what is missing, then every test; ends with "N passed, M failed"
+#   make check    every test, installing nothing
 #   make test-gpu on a GPU machine: the kernel checks and a short training against the CPU build
 #   make bench    CPU step time, throughput and memory for GPT-2 124M and a small shape
 #   make run      the main job: set up, build, make a corpus, train, evaluate, sample
@@ -79,7 +80,13 @@ preprocess: data.c
 # ----------------------------------------------------------------------------
 # tests: tests/run.sh builds and runs every test program and script, and adds up the counts
 
-test: train_cpu preprocess
+# `make test` first installs what is missing (scripts/install.sh), then builds and runs in a
+# fresh make, so that the BLAS and MPI flags are read after the install
+test:
+	bash scripts/install.sh
+	$(MAKE) --no-print-directory check
+
+check: train_cpu preprocess
 	BLAS="$(BLAS_FLAGS) $(BLAS_LIBS)" bash tests/run.sh
 
 # on a machine with NVIDIA GPUs: the kernel checks on the GPU and train_gpu against train_cpu
@@ -95,4 +102,4 @@ run:
 clean:
 	rm -rf train_cpu train_gpu train_emu preprocess tests/build
 
-.PHONY: default cpu gpu emu test test-gpu bench run clean
+.PHONY: default cpu gpu emu test check test-gpu bench run clean

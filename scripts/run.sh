@@ -1,30 +1,13 @@
 #!/usr/bin/env bash
 # `make run`: the main job from a fresh clone on a Debian or Ubuntu machine.
-#   1. install what is missing (as root) or print the exact command to run
+#   1. install what is missing (scripts/install.sh: as root; else it prints the command)
 #   2. build the trainer that fits the machine (GPU build if a GPU is visible, else CPU)
 #   3. build the default corpus offline (scripts/make_corpus.sh) and preprocess it
 #   4. train a small byte-level GPT for a few minutes, evaluate, print a sample
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages="build-essential pkg-config libopenmpi-dev openmpi-bin libopenblas-dev"
-missing=""
-command -v gcc >/dev/null || missing="gcc"
-command -v make >/dev/null || missing="$missing make"
-command -v mpicc >/dev/null || missing="$missing mpicc"
-pkg-config --exists openblas 2>/dev/null || missing="$missing openblas"
-if [ -n "$missing" ]; then
-    if [ "$(id -u)" -eq 0 ]; then
-        echo "installing $packages (missing:$missing)"
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages
-    else
-        echo "error: missing:$missing. Install them with:" >&2
-        echo "  sudo apt-get install -y $packages" >&2
-        exit 1
-    fi
-fi
-
+scripts/install.sh
 make -s default
 trainer=./train_cpu
 nvidia-smi -L 2>/dev/null | grep -q GPU && trainer=./train_gpu

@@ -93,6 +93,30 @@ if [ "$kept" = "iter_0000018 iter_0000020 " ] && [ "$(cat $B/rotate.ckpt/latest_
     ok "--keep-last 2 keeps the two newest checkpoints"
 else bad "--keep-last 2" "kept: $kept"; fi
 
+# --train-iters 0 --save: the initial model as iteration 0; resuming from it trains exactly as
+# a fresh run does (the same losses, every digit)
+strip_timing() { grep -E '^ iteration' "$1" | sed -E 's/elapsed time per iteration \(ms\): [0-9.]+//; s/samples per second: [0-9.]+//; s/TFLOPs: [0-9.]+//'; }
+short="$flags --train-iters 6 --log-interval 1"
+./train_cpu $flags --train-iters 0 --save $B/init.ckpt > $B/init.log 2>&1
+./train_cpu $short --load $B/init.ckpt > $B/from_init.log 2>&1
+./train_cpu $short > $B/fresh.log 2>&1
+if [ "$(cat $B/init.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)" = 0 ] && [ "$(strip_timing $B/fresh.log | wc -l)" -eq 6 ] &&
+   grep -q "loaded checkpoint .*iter_0000000" $B/from_init.log && diff <(strip_timing $B/fresh.log) <(strip_timing $B/from_init.log) > /dev/null; then
+    ok "--train-iters 0 --save writes the initial model as iteration 0; resuming from it equals a fresh run"
+else bad "--train-iters 0 --save" "$(grep -m1 error $B/init.log $B/from_init.log; diff <(strip_timing $B/fresh.log) <(strip_timing $B/from_init.log) | head -3)"; fi
+
+# a --save path is a path, never shell text: quotes and a command in it do nothing, and
+# rotation and a crashed attempt's leftover (iter_N.tmp) are removed without a shell
+odd="$B/bob's ck'; touch $B/PWNED; echo '"
+mkdir -p "$odd/iter_0000003.tmp/sub" && touch "$odd/iter_0000003.tmp/sub/left"
+ln -s "$PWD/$B/init.ckpt" "$odd/iter_0000003.tmp/link"   # removing the leftover must not follow it
+./train_cpu $flags --train-iters 6 --save "$odd" --save-interval 3 --keep-last 1 > $B/odd.log 2>&1
+status=$?
+if [ $status -eq 0 ] && [ ! -e $B/PWNED ] && [ "$(ls "$odd")" = "$(printf 'iter_0000006\nlatest_checkpointed_iteration.txt')" ] &&
+   [ -f $B/init.ckpt/latest_checkpointed_iteration.txt ]; then
+    ok "a --save path with quotes and a command: saved there, nothing run, leftovers and old checkpoints removed"
+else bad "a --save path with quotes" "status $status, PWNED $([ -e $B/PWNED ] && echo yes || echo no): $(ls "$odd" 2>&1 | tr '\n' ' ') $(grep -m1 error $B/odd.log)"; fi
+
 # SIGTERM (as SLURM sends before a time limit): finish the step, save, exit 0
 long="$flags --train-iters 100000 --eval-interval 100000"
 ./train_cpu $long --save $B/term.ckpt > $B/term.log 2>&1 &

@@ -62,3 +62,27 @@ else bad "sampling prints the prompt and new tokens" "$(tail -5 "$tmp/gen")"; fi
 if ./train_cpu $base --data-path 0.3 "$data" 0.7 "$data" > "$tmp/blend" 2>&1 && grep -q "weight 0.3000" "$tmp/blend" && grep -qE '^ iteration +2/' "$tmp/blend"; then
     ok "training on a weighted blend of two datasets"
 else bad "training on a weighted blend of two datasets" "$(grep -m1 error "$tmp/blend")"; fi
+
+# a pthread OpenBLAS under several OpenMP threads is named in one warning line; the OpenMP
+# OpenBLAS that make links is silent
+pthread_blas=$(ls /usr/lib/*/openblas-pthread/libopenblas.so.0 2>/dev/null | head -1)
+if [ -z "$pthread_blas" ]; then echo "SKIP pthread OpenBLAS warning: no pthread OpenBLAS installed"
+elif ! mpicc -std=gnu11 -O0 -fopenmp $(pkg-config --cflags openblas) -DUSE_BLAS train.c -o "$tmp/train_pthread" \
+        "$pthread_blas" -lm > "$tmp/build" 2>&1; then bad "pthread OpenBLAS warning" "build: $(head -3 "$tmp/build")"
+else
+    OMP_NUM_THREADS=2 "$tmp/train_pthread" $base > /dev/null 2> "$tmp/pthread.err"
+    OMP_NUM_THREADS=2 ./train_cpu $base > /dev/null 2> "$tmp/openmp.err"
+    if [ "$(grep -c 'warning: linked to the pthread OpenBLAS' "$tmp/pthread.err")" -eq 1 ] && [ ! -s "$tmp/openmp.err" ]; then
+        ok "a pthread OpenBLAS with several OpenMP threads is named in one warning line (not the OpenMP one)"
+    else bad "pthread OpenBLAS warning" "pthread: $(head -c 200 "$tmp/pthread.err") / openmp: $(head -c 200 "$tmp/openmp.err")"; fi
+fi
+
+# an empty valid split: no evaluation and one note (as Megatron), not an error
+if ./train_cpu $base --split 100,0,0 > "$tmp/noval" 2>&1 && grep -q "^note: --split 100,0,0 leaves no validation documents" "$tmp/noval" &&
+   ! grep -q "validation loss" "$tmp/noval"; then ok "an empty valid split skips evaluation with one note"
+else bad "an empty valid split skips evaluation" "$(grep -m1 -E 'error|note' "$tmp/noval")"; fi
+
+# numbers are read as numbers: beyond int, below a field's minimum
+expect_error "an integer beyond int" "--hidden-size expects an integer up to 2147483647" $base --hidden-size 4294967328
+expect_error "a value below the field's minimum" "--weight-decay must be at least 0" $base --weight-decay -1
+expect_error "a list flag with too many values" "--data-path takes at most 64 values" $base --data-path $(seq 1 65)
