@@ -630,9 +630,13 @@ static int hf_write_config(const GPTConfig* c, const char* out_dir, char* err, s
     FILE* f = fopen(tmp, "w");
     if (!f) return error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     fprintf(f, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n");
-    for (int k = 0; k < NUM_MODEL_FIELDS; k++)   // numbers only so far
-        if (MODEL_FIELDS[k].hf)
-            fprintf(f, "  \"%s\": %s,\n", MODEL_FIELDS[k].hf, format_field(&MODEL_FIELDS[k], c, value, sizeof(value)));
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
+        const ConfigField* field = &MODEL_FIELDS[k];
+        int text = field->kind == FIELD_CHOICE || field->kind == FIELD_STRING;   // JSON strings; a switch: true/false
+        format_field(field, c, value, sizeof(value));
+        if (field->kind == FIELD_SWITCH) snprintf(value, sizeof(value), "%s", strcmp(value, "0") ? "true" : "false");
+        if (field->hf) fprintf(f, "  \"%s\": %s%s%s,\n", field->hf, text ? "\"" : "", value, text ? "\"" : "");
+    }
     // bos/eos: the end-of-document token is the vocabulary's last id for GPT-2's BPE (50256),
     // our byte tokenizer (256) and the ids tokenizer run with --vocab-size N+1 (N)
     fprintf(f,

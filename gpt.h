@@ -22,14 +22,12 @@ tensor-parallel operators of parallel.h; it never allocates after gpt_build().
 
 // ----------------------------------------------------------------------------
 // what the model needs from parallel.h (defined there): Megatron's tensor-parallel operators
-// f and g and the vocab-parallel reductions (with one tensor rank they do nothing), and the
-// one way a rank fails
+// f and g and the vocab-parallel reductions (with one tensor rank they do nothing)
 
 static void copy_to_tensor_model_parallel_region_backward(floatX* dx, size_t n);   // f's backward
 static void reduce_from_tensor_model_parallel_region(floatX* x, size_t n);         // g's forward
 static void vocab_parallel_max(float* row_max, size_t n);
 static void vocab_parallel_sum(float* sums, size_t n);
-static void fail(const char* fmt, ...);
 
 // ----------------------------------------------------------------------------
 // config: each field of the model declared once
@@ -56,7 +54,7 @@ static void fail(const char* fmt, ...);
 
 // the kinds of value a config field holds, and their C types
 typedef enum { FIELD_INT, FIELD_LONG, FIELD_FLOAT, FIELD_SWITCH, FIELD_CHOICE, FIELD_STRING, FIELD_INT3, FIELD_LIST } FieldKind;
-#define MAX_LIST 64
+#define MAX_LIST 512   // --data-path: up to 254 WEIGHT PREFIX pairs (data.c)
 typedef struct { int v[3]; } IntTriple;
 typedef struct { const char* v[MAX_LIST]; int count; } StringList;
 #define CTYPE_INT int

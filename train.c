@@ -1,13 +1,14 @@
 /*
-train.c — the gridgpt trainer: flags, setup, the training loop, schedules, logging,
-evaluation, checkpoints (any grid saves, any grid loads), the Hugging Face export, sampling.
+train.c — the gridgpt trainer: the configuration and its flags, setup, the training loop,
+schedules, logging, evaluation, sampling; checkpoints and the Hugging Face export are called
+from checkpoint.h.
 
 One source, two builds: gcc compiles it with the plain-C kernels and MPI (train_cpu); nvcc
 compiles it as CUDA with cuBLAS and NCCL (train_gpu). Flags, log lines and files are the
 same in both, and follow Megatron-LM's names so that its users feel at home.
 
-Reading order: flags -> config checks -> schedules -> data -> the trainer -> checkpoints ->
-Hugging Face export -> setup -> step -> log -> sampling -> the run -> main.
+Reading order: configuration -> config checks -> schedules -> data -> the trainer -> setup ->
+step -> log -> sampling -> the run -> main.
 */
 #include "data.c"
 #include "kernels.cuh"
@@ -428,7 +429,7 @@ static void print_eval(const char* what, float loss) {
 // the trainer
 
 typedef struct {
-    Config config;                  // config.model: the model's
+    Config config;                  // config.model is the model's
     GPT model;
     AdamWConfig adam;
     AdamWState opt;
@@ -495,7 +496,7 @@ static void warn_if_pthread_blas(void) {
 #if defined(USE_BLAS) && defined(_OPENMP)
     if (openblas_get_parallel() == 1 && omp_get_max_threads() > 1)   // 0 sequential, 1 pthreads, 2 OpenMP
         fprintf(stderr, "warning: linked to the pthread OpenBLAS with %d OpenMP threads: they fight for the cores "
-                "(steps ~2x slower); install libopenblas-openmp-dev and rebuild (make clean cpu)\n", omp_get_max_threads());
+                "(make run measured 2.2x slower); install libopenblas-openmp-dev and rebuild (make clean cpu)\n", omp_get_max_threads());
 #endif
 }
 

@@ -37,7 +37,17 @@ static void usage_error(const char* why) {
 
 // the model flags (gpt.h's list) and --iteration N, --perturb A
 static GPTConfig make_config(int argc, char** argv, int* iteration, float* perturb) {
-    GPTConfig c = {2, 32, 4, 96, 20, 20, 257, 128, 0, 0.02f, 1234, 0};   // ffn not 4 x hidden: the export must carry n_inner
+    GPTConfig c;
+    memset(&c, 0, sizeof(c));
+    c.num_layers = 2;
+    c.hidden_size = 32;
+    c.num_attention_heads = 4;
+    c.ffn_hidden_size = 96;   // not 4 x hidden: the export must carry n_inner
+    c.max_position_embeddings = 20;
+    c.vocab_size = 257;
+    c.make_vocab_size_divisible_by = 128;
+    c.init_method_std = 0.02f;
+    c.seed = 1234;
     char err[256], flag[96];
     for (int i = 3; i < argc; i++) {
         const char* f = argv[i];

@@ -85,4 +85,4 @@ else bad "an empty valid split skips evaluation" "$(grep -m1 -E 'error|note' "$t
 # numbers are read as numbers: beyond int, below a field's minimum
 expect_error "an integer beyond int" "--hidden-size expects an integer up to 2147483647" $base --hidden-size 4294967328
 expect_error "a value below the field's minimum" "--weight-decay must be at least 0" $base --weight-decay -1
-expect_error "a list flag with too many values" "--data-path takes at most 64 values" $base --data-path $(seq 1 65)
+expect_error "a list flag with too many values" "--data-path takes at most 512 values" $base --data-path $(seq 1 513)
