@@ -41,7 +41,7 @@ endif
 # -fno-math-errno: sqrtf/expf need not set errno, so loops that call them vectorize
 # (AdamW's loop ran 5x slower without it); results are unchanged
 CFLAGS   := -std=gnu11 -O3 -march=$(CPU_ARCH) -fopenmp -fno-math-errno $(WARN)
-LDLIBS   := $(BLAS_LIBS) -lm
+LDLIBS   := $(BLAS_LIBS) -lz -lm   # zlib: the checkpoints' CRC-32
 
 MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell $(MPICC) --showme:link 2>/dev/null)
@@ -66,13 +66,13 @@ train_cpu: $(SOURCES)
 	$(MPICC) $(CFLAGS) $(BLAS_FLAGS) train.c -o $@ $(LDLIBS)
 
 train_gpu: $(SOURCES)
-	$(NVCC) $(NVCCFLAGS) train.c -o $@ -lcublas -lcublasLt -lnccl $(MPI_LIBS)
+	$(NVCC) $(NVCCFLAGS) train.c -o $@ -lcublas -lcublasLt -lnccl $(MPI_LIBS) -lz
 
 # the GPU code path (bf16, CUDA kernels, cuBLAS, NCCL) compiled by g++ against the CPU
 # emulation of CUDA in tests/emu/: runs anywhere, slowly; tests/test_emu_train.sh compares it
 train_emu: $(SOURCES) $(wildcard tests/emu/*.h)
 	mpicxx -std=c++20 -O2 -Wall -Wextra -Wno-unused-function $(if $(filter 1,$(WERROR)),-Werror) -fopenmp -x c++ \
-	    -D__CUDACC__ -DOMPI_SKIP_MPICXX -Itests/emu train.c -o $@ -lm
+	    -D__CUDACC__ -DOMPI_SKIP_MPICXX -Itests/emu train.c -o $@ -lz -lm
 
 preprocess: data.c
 	$(CC) $(CFLAGS) -DPREPROCESS_MAIN -x c data.c -o $@ -lm

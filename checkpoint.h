@@ -25,6 +25,7 @@ checkpoint_load, export_hf.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 // the run's counters a checkpoint stores, besides the optimizer's step
 typedef struct {
@@ -36,29 +37,12 @@ typedef struct {
 
 static const char* const SECTION_NAMES[3] = {"weight", "exp_avg", "exp_avg_sq"};
 
-// CRC-32 as zlib computes it (reflected polynomial 0xEDB88320); start with crc = 0.
-// "Slicing by 8" (Kounavis & Berry 2005): eight tables let the loop take 8 bytes per step
-// instead of one, the same result ~4x faster (checkpoints checksum gigabytes).
+// CRC-32 (zlib's crc32, start with crc = 0), in pieces: its length argument is 32-bit.
+// zlib's measured 1.6x the speed of a hand-written slicing-by-8 loop here (README).
 static uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
-    static uint32_t table[8][256];
-    if (table[0][1] == 0) {
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            table[0][i] = c;
-        }
-        for (int s = 1; s < 8; s++)   // table[s][i]: byte i followed by s zero bytes
-            for (int i = 0; i < 256; i++) table[s][i] = (table[s - 1][i] >> 8) ^ table[0][table[s - 1][i] & 0xFF];
-    }
-    const uint8_t* p = (const uint8_t*)data;
-    crc = ~crc;
-    for (; n >= 8; n -= 8, p += 8) {
-        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-        crc = table[7][lo & 0xFF] ^ table[6][(lo >> 8) & 0xFF] ^ table[5][(lo >> 16) & 0xFF] ^ table[4][lo >> 24] ^
-              table[3][p[4]] ^ table[2][p[5]] ^ table[1][p[6]] ^ table[0][p[7]];
-    }
-    for (; n > 0; n--, p++) crc = table[0][(crc ^ *p) & 0xFF] ^ (crc >> 8);
-    return ~crc;
+    const Bytef* p = (const Bytef*)data;
+    for (size_t k; n > 0; n -= k, p += k) crc = (uint32_t)crc32(crc, p, (uInt)(k = n < (1u << 30) ? n : (1u << 30)));
+    return crc;
 }
 
 // ----------------------------------------------------------------------------
@@ -152,11 +136,11 @@ static void run_io(void* ctx, size_t flat, size_t n, size_t file_offset) {
     float* p = io->dev + (flat - io->dev_start);
     size_t at = io->section_base + file_offset;
     if (io->reading) {
-        shared_file_read(io->file, at, io->bounce, n * sizeof(float));
+        shared_file_io(io->file, at, io->bounce, n * sizeof(float), 0);
         host_to_dev(p, io->bounce, n * sizeof(float));
     } else {
         dev_to_host(io->bounce, p, n * sizeof(float));
-        shared_file_write(io->file, at, io->bounce, n * sizeof(float));
+        shared_file_io(io->file, at, io->bounce, n * sizeof(float), 1);
     }
 }
 
@@ -194,7 +178,7 @@ static void section_checksums(const CanonicalLayout* L, MPI_File f, uint32_t* cr
         size_t bytes = canonical_bytes(&L->whole.tensors[i]);
         uint8_t* buf = (uint8_t*)mallocCheck(bytes);
         for (int k = 0; k < 3; k++) {
-            shared_file_read(f, k * L->section_bytes + L->offset[i], buf, bytes);
+            shared_file_io(f, k * L->section_bytes + L->offset[i], buf, bytes, 0);
             crc[3 * i + k] = crc32_update(0, buf, bytes);
         }
         free(buf);
@@ -235,14 +219,24 @@ static void sync_dir(const char* path) {
     }
 }
 
+// flush, sync and close f (open on tmp), then rename tmp to path; on failure remove tmp. 0, or 1 with a line in err
+static int commit_file(FILE* f, const char* tmp, const char* path, char* err, size_t errlen) {
+    int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (ok && rename(tmp, path) == 0) return 0;
+    int e = errno;
+    remove(tmp);
+    return error_line(err, errlen, "cannot write %s: %s", path, strerror(e));
+}
+
 // write `text` to path through a temporary file and a rename
 static void replace_file(const char* path, const char* text) {
-    char tmp[4608];
+    char tmp[4608], err[4700];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = fopen(tmp, "w");
-    if (!f || fputs(text, f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0) fail("cannot write %s: %s", tmp, strerror(errno));
-    fclose(f);
-    if (rename(tmp, path) != 0) fail("cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    if (!f) fail("cannot write %s: %s", tmp, strerror(errno));
+    fputs(text, f);
+    if (commit_file(f, tmp, path, err, sizeof(err))) fail("%s", err);
 }
 
 static void iter_dir(char* out, size_t len, const char* dir, int iteration) {
@@ -612,16 +606,6 @@ static void hf_transform(const TensorDesc* d, const float* src, float* dst, int 
     }
 }
 
-// flush, sync, close and rename tmp to path; on failure remove tmp
-static int hf_commit_file(FILE* f, const char* tmp, const char* path, char* err, size_t errlen) {
-    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (ok && rename(tmp, path) == 0) return 0;
-    int e = errno;
-    remove(tmp);
-    return error_line(err, errlen, "cannot write %s: %s", path, strerror(e));
-}
-
 // config.json: the model fields that have a GPT-2 name (gpt.h's list), then GPT-2's constants
 static int hf_write_config(const GPTConfig* c, const char* out_dir, char* err, size_t errlen) {
     char path[4200], tmp[4300], value[64];
@@ -646,7 +630,7 @@ static int hf_write_config(const GPTConfig* c, const char* out_dir, char* err, s
             "  \"tie_word_embeddings\": true,\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"use_cache\": true,\n"
             "  \"torch_dtype\": \"float32\"\n}\n",
             c->vocab_size - 1, c->vocab_size - 1);
-    return hf_commit_file(f, tmp, path, err, errlen);
+    return commit_file(f, tmp, path, err, errlen);
 }
 
 // the safetensors header of the table's tensors, padded to a multiple of 8 (malloc'd)
@@ -714,7 +698,7 @@ static int hf_write_safetensors(const CheckpointMeta* ck, const GPT* whole, cons
     int status = f ? hf_write_tensors(ck, whole, bin, f, tmp, err, errlen)
                    : error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     fclose(bin);
-    if (f && status == 0) status = hf_commit_file(f, tmp, path, err, errlen);
+    if (f && status == 0) status = commit_file(f, tmp, path, err, errlen);
     else if (f) {
         fclose(f);
         remove(tmp);

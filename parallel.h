@@ -287,18 +287,13 @@ static int shared_file_open(const char* path, int writing, MPI_File* f) {
 static void shared_file_set_size(MPI_File f, size_t bytes) { mpiCheck(MPI_File_set_size(f, (MPI_Offset)bytes)); }
 static void shared_file_sync(MPI_File f) { mpiCheck(MPI_File_sync(f)); }
 static void shared_file_close(MPI_File* f) { mpiCheck(MPI_File_close(f)); }
-// reads and writes go in pieces of at most 1 GiB (MPI counts are ints)
-static void shared_file_read(MPI_File f, size_t offset, void* buf, size_t bytes) {
+// bytes at offset to (writing) or from the file, in pieces of at most 1 GiB (MPI counts are ints)
+static void shared_file_io(MPI_File f, size_t offset, void* buf, size_t bytes, int writing) {
     for (size_t done = 0, n; done < bytes; done += n) {
         n = bytes - done < ((size_t)1 << 30) ? bytes - done : (size_t)1 << 30;
-        mpiCheck(MPI_File_read_at(f, (MPI_Offset)(offset + done), (char*)buf + done, (int)n, MPI_BYTE, MPI_STATUS_IGNORE));
-    }
-}
-static void shared_file_write(MPI_File f, size_t offset, const void* buf, size_t bytes) {
-    for (size_t done = 0, n; done < bytes; done += n) {
-        n = bytes - done < ((size_t)1 << 30) ? bytes - done : (size_t)1 << 30;
-        mpiCheck(MPI_File_write_at(f, (MPI_Offset)(offset + done), (const char*)buf + done, (int)n, MPI_BYTE,
-                                   MPI_STATUS_IGNORE));
+        MPI_Offset at = (MPI_Offset)(offset + done);
+        if (writing) mpiCheck(MPI_File_write_at(f, at, (char*)buf + done, (int)n, MPI_BYTE, MPI_STATUS_IGNORE));
+        else mpiCheck(MPI_File_read_at(f, at, (char*)buf + done, (int)n, MPI_BYTE, MPI_STATUS_IGNORE));
     }
 }
 

@@ -7,7 +7,7 @@
 # that libopenblas-dev alone brings starts threads of its own that fight the trainer's OpenMP
 # threads for the cores (measured: make run 2.2x slower, half of it in the kernel).
 set -euo pipefail
-packages="build-essential pkg-config libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev $*"
+packages="build-essential pkg-config libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev zlib1g-dev $*"
 multiarch=$(gcc -print-multiarch 2>/dev/null || dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
 missing=""
 command -v gcc >/dev/null || missing="gcc"
@@ -15,6 +15,7 @@ command -v make >/dev/null || missing="$missing make"
 command -v mpicc >/dev/null || missing="$missing mpicc"
 command -v pkg-config >/dev/null || missing="$missing pkg-config"
 [ -f /usr/lib/$multiarch/openblas-openmp/pkgconfig/openblas.pc ] || missing="$missing openblas-openmp"
+[ -f /usr/include/zlib.h ] || missing="$missing zlib"
 for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then

@@ -24,7 +24,7 @@ BLAS=${BLAS:-$(blas_flags)}
 [ "$BLAS" = none ] && BLAS=""
 
 CFLAGS="-std=gnu11 -O3 -march=${CPU_ARCH:-native} -fopenmp -fno-math-errno -Wall -Wextra -Werror"   # as the Makefile builds train_cpu
-if ! ${MPICC:-mpicc} $CFLAGS tests/bench.c -o $B/bench $BLAS -lm > $B/bench.build.log 2>&1; then
+if ! ${MPICC:-mpicc} $CFLAGS tests/bench.c -o $B/bench $BLAS -lz -lm > $B/bench.build.log 2>&1; then
     echo "FAIL build bench:"; cat $B/bench.build.log
     exit 1
 fi

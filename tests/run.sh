@@ -26,8 +26,8 @@ build() {  # name, command...
 build test_kernels gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels -lm
 build test_kernels_blas gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels_blas $BLAS -lm
 build test_data gcc $CFLAGS -O1 -g -fsanitize=address tests/test_data.c -o $B/test_data -lm
-build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_model $BLAS -lm
-build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lm
+build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_model $BLAS -lz -lm
+build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
 
 passed=0; failed=0
 run() {  # label, command...

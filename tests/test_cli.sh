@@ -68,7 +68,7 @@ else bad "training on a weighted blend of two datasets" "$(grep -m1 error "$tmp/
 pthread_blas=$(ls /usr/lib/*/openblas-pthread/libopenblas.so.0 2>/dev/null | head -1)
 if [ -z "$pthread_blas" ]; then echo "SKIP pthread OpenBLAS warning: no pthread OpenBLAS installed"
 elif ! mpicc -std=gnu11 -O0 -fopenmp $(pkg-config --cflags openblas) -DUSE_BLAS train.c -o "$tmp/train_pthread" \
-        "$pthread_blas" -lm > "$tmp/build" 2>&1; then bad "pthread OpenBLAS warning" "build: $(head -3 "$tmp/build")"
+        "$pthread_blas" -lz -lm > "$tmp/build" 2>&1; then bad "pthread OpenBLAS warning" "build: $(head -3 "$tmp/build")"
 else
     OMP_NUM_THREADS=2 "$tmp/train_pthread" $base > /dev/null 2> "$tmp/pthread.err"
     OMP_NUM_THREADS=2 ./train_cpu $base > /dev/null 2> "$tmp/openmp.err"

@@ -37,7 +37,7 @@ BIN=tests/build/train_emu
 MPICXX=${MPICXX:-mpicxx}
 # the emulation headers define every runtime call, used or not: hence -Wno-unused-function
 if $MPICXX -std=c++20 -O2 -Wall -Wextra -Wno-unused-function -Werror -fopenmp -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX \
-    -Itests/emu train.c -o tests/build/train_emu -lm > "$tmp/build" 2>&1; then
+    -Itests/emu train.c -o tests/build/train_emu -lz -lm > "$tmp/build" 2>&1; then
     ok "train.c builds on its GPU path against tests/emu (warnings as errors)"
 else
     bad "train.c builds on its GPU path against tests/emu" "$(head -20 "$tmp/build")"

@@ -21,7 +21,7 @@ bad() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
 CFLAGS="-std=gnu11 -O2 -march=native -fopenmp -fno-math-errno -Wall -Wextra -Werror"
 BLAS=${BLAS:-"$(pkg-config --cflags --libs openblas 2>/dev/null) -DUSE_BLAS"}
 H=tests/build/hf_logits
-if ! mpicc $CFLAGS tests/hf_logits.c -o $H $BLAS -lm > $B/build.log 2>&1; then
+if ! mpicc $CFLAGS tests/hf_logits.c -o $H $BLAS -lz -lm > $B/build.log 2>&1; then
     bad "build hf_logits" "$(head -20 $B/build.log)"; exit 1
 fi
 
