@@ -86,8 +86,11 @@ check_layout() {  # label OUT CKPT_ITER_DIR L C NH F P V
 }
 
 # transformers' logits against ours, or one SKIP line
-have_transformers=yes
-python3 -c "import torch, transformers, numpy" > /dev/null 2>&1 || have_transformers=no
+# (the first python3 that has them: the one on PATH, or Debian's, where CI installs them)
+have_transformers=no
+for PY in python3 /usr/bin/python3; do
+    $PY -c "import torch, transformers, numpy" > /dev/null 2>&1 && { have_transformers=yes; break; }
+done
 [ $have_transformers = yes ] || echo "SKIP hf export check: python transformers not installed (pip install torch transformers)"
 compare_logits() {  # label OUT CKPT_ITER_DIR TOKENS...
     local label=$1 out=$2 ck=$3; shift 3
@@ -95,7 +98,7 @@ compare_logits() {  # label OUT CKPT_ITER_DIR TOKENS...
     if ! $H --logits $ck "$@" > $B/$label.logits 2> $B/$label.logits.err; then
         bad "$label: our logits" "$(cat $B/$label.logits.err)"; return
     fi
-    python3 tests/test_hf.py "$label" $out $ck $B/$label.logits "$@" > $B/$label.py.out 2> $B/$label.py.err
+    $PY tests/test_hf.py "$label" $out $ck $B/$label.logits "$@" > $B/$label.py.out 2> $B/$label.py.err
     local status=$?
     cat $B/$label.py.out
     failed=$((failed + $(grep -c '^FAIL' $B/$label.py.out)))
