@@ -8,11 +8,6 @@ Each op is written twice, and the two versions sit side by side, op by op:
 The rest of the trainer calls `<op>` and does not know which one it got: on the CPU build
 `<op>` is the reference itself (the `#else` branch of each op's section says so).
 
-Layout: first what every op shares (checking helpers, precision and device memory, and for
-the GPU build the CUDA checks, LAUNCH, block sizes, the cuBLAS handle, the reduction helpers,
-device memory), then one section per op: embedding, residual, LayerNorm, matmul, attention,
-GELU, cross-entropy, AdamW, sum of squares.
-
 Conventions every kernel keeps:
   - Activations and parameters are `floatX` (float on the CPU, bf16 on the GPU); gradients of
     parameters, LayerNorm statistics, losses and optimizer state are always float.
@@ -42,6 +37,11 @@ Conventions every kernel keeps:
 #ifdef USE_BLAS
 #include <cblas.h>
 #endif
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublas_v2.h>
+#endif
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
@@ -67,53 +67,6 @@ static void* calloc_check_(size_t count, size_t size, const char* file, int line
 #define mallocCheck(bytes) malloc_check_((bytes), __FILE__, __LINE__)
 #define callocCheck(count, size) calloc_check_((count), (size), __FILE__, __LINE__)
 
-// ----------------------------------------------------------------------------
-// precision and device memory
-// `floatX` is what activations and parameters are stored in. The dev_* functions are the
-// only place that knows whether "device memory" is GPU memory or plain host memory.
-
-#ifdef __CUDACC__
-#include <cuda_runtime.h>
-#include <cuda_bf16.h>
-#include <cublas_v2.h>
-typedef __nv_bfloat16 floatX;
-#define PRECISION_NAME "bf16 (fp32 master weights, fp32 grads)"
-#else
-typedef float floatX;
-#define PRECISION_NAME "fp32"
-#endif
-
-// the few functions both the CPU loops and the CUDA kernels call
-#ifdef __CUDACC__
-#define HOST_DEVICE __host__ __device__
-#else
-#define HOST_DEVICE
-#endif
-
-static void* dev_malloc(size_t bytes);
-static void dev_free(void* p);
-static void dev_zero(void* p, size_t bytes);
-static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes);
-static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes);
-// float <-> floatX conversions between host float arrays and device floatX arrays
-static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n);
-static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n);
-
-#ifndef __CUDACC__
-static void* dev_malloc(size_t bytes) { return mallocCheck(bytes); }
-static void dev_free(void* p) { free(p); }
-static void dev_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
-static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes) { memcpy(host_dst, dev_src, bytes); }
-static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) { memcpy(dev_dst, host_src, bytes); }
-static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) { memcpy(dev_dst, host_src, n * sizeof(float)); }
-static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
-static void kernels_init(int local_device) { (void)local_device; }
-#endif
-
-// ----------------------------------------------------------------------------
-// the CUDA build's shared pieces: checks, the launch macro, block sizes, the cuBLAS handle,
-// the reduction helpers, device memory and conversions
-
 #ifdef __CUDACC__
 static void cuda_check_(cudaError_t err, const char* file, int line) {
     if (err == cudaSuccess) return;
@@ -126,7 +79,75 @@ static void cublas_check_(cublasStatus_t status, const char* file, int line) {
     fail("cuBLAS error at %s:%d: status %d, %s", file, line, (int)status, cublasGetStatusString(status));
 }
 #define cublasCheck(call) cublas_check_((call), __FILE__, __LINE__)
+#endif
 
+// ----------------------------------------------------------------------------
+// precision and device memory
+// `floatX` is what activations and parameters are stored in. The dev_* functions are the
+// only place that knows whether "device memory" is GPU memory or plain host memory.
+// HOST_DEVICE marks the few functions both the CPU loops and the CUDA kernels call.
+
+#ifndef __CUDACC__
+typedef float floatX;
+#define PRECISION_NAME "fp32"
+#define HOST_DEVICE
+
+static void* dev_malloc(size_t bytes) { return mallocCheck(bytes); }
+static void dev_free(void* p) { free(p); }
+static void dev_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
+static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes) { memcpy(host_dst, dev_src, bytes); }
+static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) { memcpy(dev_dst, host_src, bytes); }
+// float <-> floatX conversions between host float arrays and device floatX arrays
+static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) { memcpy(dev_dst, host_src, n * sizeof(float)); }
+static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
+static void kernels_init(int local_device) { (void)local_device; }
+#else
+typedef __nv_bfloat16 floatX;
+#define PRECISION_NAME "bf16 (fp32 master weights, fp32 grads)"
+#define HOST_DEVICE __host__ __device__
+
+static void* dev_malloc(size_t bytes) {
+    void* p = NULL;
+    cudaCheck(cudaMalloc(&p, bytes));
+    return p;
+}
+static void dev_free(void* p) { cudaCheck(cudaFree(p)); }
+static void dev_zero(void* p, size_t bytes) { cudaCheck(cudaMemset(p, 0, bytes)); }
+static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes) {
+    cudaCheck(cudaMemcpy(host_dst, dev_src, bytes, cudaMemcpyDeviceToHost));
+}
+static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) {
+    cudaCheck(cudaMemcpy(dev_dst, host_src, bytes, cudaMemcpyHostToDevice));
+}
+
+// float <-> bf16 conversions go through a host staging buffer of this many elements
+#define CONVERT_CHUNK ((size_t)1 << 20)
+
+static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) {
+    floatX* staging = (floatX*)mallocCheck(CONVERT_CHUNK * sizeof(floatX));
+    for (size_t i0 = 0; i0 < n; i0 += CONVERT_CHUNK) {
+        size_t count = n - i0 < CONVERT_CHUNK ? n - i0 : CONVERT_CHUNK;
+        for (size_t i = 0; i < count; i++) staging[i] = __float2bfloat16(host_src[i0 + i]);
+        host_to_dev(dev_dst + i0, staging, count * sizeof(floatX));
+    }
+    free(staging);
+}
+
+static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) {
+    floatX* staging = (floatX*)mallocCheck(CONVERT_CHUNK * sizeof(floatX));
+    for (size_t i0 = 0; i0 < n; i0 += CONVERT_CHUNK) {
+        size_t count = n - i0 < CONVERT_CHUNK ? n - i0 : CONVERT_CHUNK;
+        dev_to_host(staging, dev_src + i0, count * sizeof(floatX));
+        for (size_t i = 0; i < count; i++) host_dst[i0 + i] = __bfloat162float(staging[i]);
+    }
+    free(staging);
+}
+#endif
+
+// ----------------------------------------------------------------------------
+// the CUDA build's shared pieces: the launch macro, block sizes, the cuBLAS handle
+
+#ifdef __CUDACC__
 // The one place a kernel is launched (a test build may define its own LAUNCH first). Grids
 // are 1-D; a launch over nothing (grid 0, e.g. an empty tensor) is skipped, not an error.
 // Everything runs on the default stream (0), as cuBLAS and NCCL do here.
@@ -209,46 +230,6 @@ __device__ float block_sum_columns(float val) {
     }
     return sum;
 }
-
-// ----------------------------------------------------------------------------
-// device memory
-
-static void* dev_malloc(size_t bytes) {
-    void* p = NULL;
-    cudaCheck(cudaMalloc(&p, bytes));
-    return p;
-}
-static void dev_free(void* p) { cudaCheck(cudaFree(p)); }
-static void dev_zero(void* p, size_t bytes) { cudaCheck(cudaMemset(p, 0, bytes)); }
-static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes) {
-    cudaCheck(cudaMemcpy(host_dst, dev_src, bytes, cudaMemcpyDeviceToHost));
-}
-static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) {
-    cudaCheck(cudaMemcpy(dev_dst, host_src, bytes, cudaMemcpyHostToDevice));
-}
-
-// float <-> bf16 conversions go through a host staging buffer of this many elements
-#define CONVERT_CHUNK ((size_t)1 << 20)
-
-static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) {
-    floatX* staging = (floatX*)mallocCheck(CONVERT_CHUNK * sizeof(floatX));
-    for (size_t i0 = 0; i0 < n; i0 += CONVERT_CHUNK) {
-        size_t count = n - i0 < CONVERT_CHUNK ? n - i0 : CONVERT_CHUNK;
-        for (size_t i = 0; i < count; i++) staging[i] = __float2bfloat16(host_src[i0 + i]);
-        host_to_dev(dev_dst + i0, staging, count * sizeof(floatX));
-    }
-    free(staging);
-}
-
-static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) {
-    floatX* staging = (floatX*)mallocCheck(CONVERT_CHUNK * sizeof(floatX));
-    for (size_t i0 = 0; i0 < n; i0 += CONVERT_CHUNK) {
-        size_t count = n - i0 < CONVERT_CHUNK ? n - i0 : CONVERT_CHUNK;
-        dev_to_host(staging, dev_src + i0, count * sizeof(floatX));
-        for (size_t i = 0; i < count; i++) host_dst[i0 + i] = __bfloat162float(staging[i]);
-    }
-    free(staging);
-}
 #endif
 
 // ============================================================================
@@ -304,8 +285,6 @@ static void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, co
 }
 
 #ifdef __CUDACC__
-// embedding: out[n] = wte[token[n]] + wpe[n % T], vocab-parallel (see encoder_forward_cpu)
-
 __global__ void encoder_forward_kernel(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
                                        int N, int T, int C, int vocab_start, int vocab_local) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -339,15 +318,13 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int
 
 static void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
                             int N, int T, int C, int vocab_start, int vocab_local) {
-    size_t n = (size_t)N * C;
-    LAUNCH(encoder_forward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+    LAUNCH(encoder_forward_kernel, CEIL_DIV((size_t)N * C, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
            out, tokens, wte, wpe, N, T, C, vocab_start, vocab_local);
 }
 
 static void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* tokens,
                              int N, int T, int C, int vocab_start, int vocab_local) {
-    size_t n = (size_t)N * C;
-    LAUNCH(encoder_backward_wte_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+    LAUNCH(encoder_backward_wte_kernel, CEIL_DIV((size_t)N * C, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
            dwte, dout, tokens, N, C, vocab_start, vocab_local);
     if (dwpe != NULL) {
         LAUNCH(encoder_backward_wpe_kernel, CEIL_DIV((size_t)T * C, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
@@ -360,8 +337,8 @@ static void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
 #endif
 
 // ----------------------------------------------------------------------------
-// residual add: out = a + b. Its backward is the identity on both inputs, which the model
-// gets for free by letting one gradient buffer (the residual stream's) flow through.
+// residual add: out = a + b (out may be a or b). Its backward is the identity on both
+// inputs, which the model gets for free: one gradient buffer (the residual stream's) flows through.
 
 static void residual_forward_cpu(float* out, const float* a, const float* b, size_t n) {
     #pragma omp parallel for
@@ -369,8 +346,6 @@ static void residual_forward_cpu(float* out, const float* a, const float* b, siz
 }
 
 #ifdef __CUDACC__
-// residual add: out = a + b (out may be a or b)
-
 __global__ void residual_forward_kernel(floatX* out, const floatX* a, const floatX* b, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
@@ -451,8 +426,7 @@ static void layernorm_backward_cpu(float* dinp, float* dweight, float* dbias, co
 // of the other warps still see all 32 lanes.
 __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
                                          const floatX* weight, const floatX* bias, int N, int C) {
-    int lane = threadIdx.x % 32;
-    int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (n >= N) return;
     const floatX* x = inp + (size_t)n * C;
     float sum = 0.0f;
@@ -479,8 +453,7 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
 __global__ void layernorm_backward_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
                                           const floatX* weight, const float* mean, const float* rstd,
                                           int N, int C) {
-    int lane = threadIdx.x % 32;
-    int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (n >= N) return;
     const floatX* x = inp + (size_t)n * C;
     const floatX* d = dout + (size_t)n * C;
@@ -793,7 +766,6 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
 }
 
 #ifdef __CUDACC__
-// causal self-attention
 // qkv[B, T, NH, 3, HS] is staged into q, k, v [B, NH, T, HS], so that one (b, h) pair is a
 // contiguous [T, HS] matrix and cuBLAS can run all B * NH of them as one strided batch.
 // The scores q k^T are kept in fp32 for the softmax; the probabilities go to att in bf16.
@@ -829,13 +801,8 @@ static AttentionScratch attention_scratch(floatX* scratch, int B, int T, int NH,
     size_t S = (size_t)B * NH * T * HS, P = (size_t)B * NH * T * T;
     char* cursor = (char*)scratch;
     AttentionScratch s;
-    s.q = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
-    s.k = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
-    s.v = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
-    s.y = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
-    s.dq = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
-    s.dk = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
-    s.dv = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
+    floatX** heads[7] = {&s.q, &s.k, &s.v, &s.y, &s.dq, &s.dk, &s.dv};  // the [B, NH, T, HS] regions, in order
+    for (int i = 0; i < 7; i++) *heads[i] = (floatX*)scratch_take(&cursor, S * sizeof(floatX));
     s.scores = (float*)scratch_take(&cursor, P * sizeof(float));
     s.dscores = (floatX*)scratch_take(&cursor, P * sizeof(floatX));
     return s;
@@ -845,11 +812,8 @@ static AttentionScratch attention_scratch(floatX* scratch, int B, int T, int NH,
 // token-major layouts. out[N, NH * HS] has that element at row * HS + i, and qkv (see
 // qkv_index) at row * 3 * HS + which * HS + i, with i = idx % HS.
 __device__ size_t token_major_row(size_t idx, int T, int NH, int HS) {
-    size_t r = idx / HS;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH);
-    size_t b = r / NH;
+    size_t r = idx / HS, bh = r / T;  // r = (b * NH + h) * T + t, bh = b * NH + h
+    size_t b = bh / NH, h = bh % NH, t = r % T;
     return (b * T + t) * NH + h;
 }
 
@@ -891,8 +855,7 @@ __global__ void unpermute_heads_kernel(floatX* tokens, const floatX* heads, int 
 // One warp per row (b, h, t) of the scores: att = softmax(scale * scores) over t2 <= t,
 // exactly 0 for t2 > t. rows = B * NH * T.
 __global__ void attention_softmax_kernel(floatX* att, const float* scores, float scale, int rows, int T) {
-    int lane = threadIdx.x % 32;
-    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32, row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (row >= rows) return;
     int t = row % T;
     const float* s = scores + (size_t)row * T;
@@ -911,8 +874,7 @@ __global__ void attention_softmax_kernel(floatX* att, const float* scores, float
 // One warp per row: dscores = scale * p * (datt - sum_j p_j datt_j) over t2 <= t, 0 above.
 __global__ void attention_softmax_backward_kernel(floatX* dscores, const floatX* att, const float* datt,
                                                   float scale, int rows, int T) {
-    int lane = threadIdx.x % 32;
-    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32, row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (row >= rows) return;
     int t = row % T;
     const floatX* a = att + (size_t)row * T;
@@ -1025,8 +987,6 @@ static void gelu_backward_cpu(float* dinp, const float* inp, const float* dout, 
 }
 
 #ifdef __CUDACC__
-// GELU, tanh approximation (see gelu_forward_cpu)
-
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -1116,8 +1076,7 @@ static void crossentropy_backward_cpu(float* logits, const float* row_max, const
 // reductions, one thread per row or per logit for the rest
 
 __global__ void crossentropy_row_max_kernel(float* row_max, const floatX* logits, int N, int V, int valid) {
-    int lane = threadIdx.x % 32;
-    int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (n >= N) return;
     const floatX* l = logits + (size_t)n * V;
     float m = -INFINITY;
@@ -1128,8 +1087,7 @@ __global__ void crossentropy_row_max_kernel(float* row_max, const floatX* logits
 
 __global__ void crossentropy_row_sums_kernel(float* sums, const floatX* logits, const float* row_max,
                                              const int* targets, int N, int V, int valid, int vocab_start) {
-    int lane = threadIdx.x % 32;
-    int n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (n >= N) return;
     const floatX* l = logits + (size_t)n * V;
     float s = 0.0f;
@@ -1255,9 +1213,7 @@ static void adamw_update(float* master, floatX* param, const float* grad, float*
 // sum of squares, for the global gradient norm: *acc += sum x[i]^2, in double, in fixed
 // chunks added in order (so the result does not depend on the number of threads)
 
-// Deterministic parallel sums: work is cut into chunks of this many elements (rows or
-// columns), whatever the thread count, and the chunks' partial sums are added in order.
-#define SUM_CHUNK 4096
+#define SUM_CHUNK 4096  // elements per chunk, whatever the thread count
 
 static void sum_squares_cpu(double* acc, const float* x, size_t n) {
     size_t chunks = CEIL_DIV(n, (size_t)SUM_CHUNK);
@@ -1280,9 +1236,8 @@ static void sum_squares_cpu(double* acc, const float* x, size_t n) {
 }
 
 #ifdef __CUDACC__
-// sum of squares, for the global gradient norm: *acc += sum x[i]^2 in fp64. The grid is a
-// function of n alone and the partials are added in block order, so the result does not
-// change from run to run.
+// The grid is a function of n alone and the partials are added in block order, so the
+// result does not change from run to run.
 
 // block b sums the elements b * blockDim + j + k * (gridDim * blockDim) into partials[b]
 __global__ void sum_squares_partial_kernel(double* partials, const float* x, size_t n) {
