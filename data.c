@@ -38,16 +38,10 @@ this file and using part of it compiles without unused-function warnings.
 // ----------------------------------------------------------------------------
 // errors
 
-#if defined(__GNUC__)
-#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
-#else
-#define PRINTF_LIKE(f, a)
-#endif
-
 // Write the message into err (if given) and return 1, so callers can `return error_line(...)`.
 // Every function of gridgpt that can fail on bad input reports this way (the trainer's config
 // and checkpoint readers too); its caller decides between an input error and a failure.
-static int error_line(char* err, size_t errlen, const char* fmt, ...) PRINTF_LIKE(3, 4);
+static int error_line(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 static int error_line(char* err, size_t errlen, const char* fmt, ...) {
     if (err == NULL || errlen == 0) return 1;
     va_list ap;
@@ -105,6 +99,9 @@ static int64_t token_at(const uint8_t* p, int code) {
     return -1;
 }
 
+// the byte-level tokenizer: a token is a byte, plus one end-of-document token
+enum { BYTE_VOCAB_SIZE = 257, BYTE_EOD = 256 };
+
 // ----------------------------------------------------------------------------
 // reading an indexed dataset
 //
@@ -158,7 +155,7 @@ static int read_at(int fd, void* buf, size_t n, off_t offset) {
 
 // the header: magic, version, dtype, counts, and that the counts match the file's size
 static int check_idx_header(IndexedDataset* ds, const char* path, const uint8_t* h, int64_t file_bytes,
-                            uint64_t* n_items, uint64_t* n_doc_idx, char* err, size_t errlen) {
+                            char* err, size_t errlen) {
     uint64_t version, n, d;
     memcpy(&version, h + 9, 8);
     memcpy(&n, h + 18, 8);
@@ -181,8 +178,8 @@ static int check_idx_header(IndexedDataset* ds, const char* path, const uint8_t*
     if (d < 1) return error_line(err, errlen, "%s: empty doc_idx (expected at least the entry 0)", path);
     ds->dtype_code = code;
     ds->itemsize = dt->itemsize;
-    *n_items = n;
-    *n_doc_idx = d;
+    ds->num_items = (int64_t)n;
+    ds->num_docs = (int64_t)d - 1;
     return 0;
 }
 
@@ -205,17 +202,15 @@ static int read_idx(IndexedDataset* ds, const char* path, char* err, size_t errl
     if (fd < 0) return error_line(err, errlen, "%s: %s", path, strerror(errno));
     struct stat st;
     uint8_t header[IDX_HEADER_BYTES];
-    uint64_t n = 0, d = 0;
     int rc = 0;
     if (fstat(fd, &st) != 0) rc = error_line(err, errlen, "%s: %s", path, strerror(errno));
     else if (st.st_size < IDX_HEADER_BYTES)
         rc = error_line(err, errlen, "%s: %lld bytes, too short for the %d-byte header", path, (long long)st.st_size,
                         IDX_HEADER_BYTES);
     else if (read_at(fd, header, IDX_HEADER_BYTES, 0)) rc = error_line(err, errlen, "%s: read failed", path);
-    if (rc == 0) rc = check_idx_header(ds, path, header, (int64_t)st.st_size, &n, &d, err, errlen);
+    if (rc == 0) rc = check_idx_header(ds, path, header, (int64_t)st.st_size, err, errlen);
     if (rc == 0) {
-        ds->num_items = (int64_t)n;
-        ds->num_docs = (int64_t)d - 1;
+        uint64_t n = (uint64_t)ds->num_items, d = (uint64_t)ds->num_docs + 1;
         int32_t* sizes = (int32_t*)malloc(4 * n + 1);
         int64_t* pointers = (int64_t*)malloc(8 * n + 1);
         int64_t* doc_idx = (int64_t*)malloc(8 * d);
@@ -273,9 +268,8 @@ static inline int indexed_dataset_open(IndexedDataset* ds, const char* prefix, c
     if (join_path(ds->path_prefix, sizeof ds->path_prefix, prefix, "") ||
         join_path(idx_path, sizeof idx_path, prefix, ".idx") || join_path(bin_path, sizeof bin_path, prefix, ".bin"))
         return error_line(err, errlen, "%s: path too long", prefix);
-    int rc = read_idx(ds, idx_path, err, errlen);
-    if (rc == 0) rc = map_bin(ds, bin_path, err, errlen);
-    if (rc == 0) rc = check_items(ds, bin_path, err, errlen);
+    int rc = read_idx(ds, idx_path, err, errlen) || map_bin(ds, bin_path, err, errlen) ||
+             check_items(ds, bin_path, err, errlen);
     if (rc != 0) indexed_dataset_close(ds);
     return rc;
 }
@@ -309,18 +303,17 @@ static inline int indexed_dataset_max_token(const IndexedDataset* ds, int64_t* m
 // ----------------------------------------------------------------------------
 // writing an indexed dataset (Megatron's MMapIndexedDatasetBuilder)
 //
-// Tokens stream into PREFIX.bin.tmp as documents arrive; sizes and doc_idx stay in memory
-// and go to PREFIX.idx.tmp at the end. Both are fsync'd before either is renamed, so an
-// existing dataset is never replaced by a half-written one. (Two renames are not one atomic
-// step: a crash between them leaves a new .bin beside the old .idx, which the reader's
-// checks will usually refuse.)
+// Tokens stream into PREFIX.bin.tmp as documents arrive; the sizes stay in memory and go,
+// with the pointers and doc_idx they imply, to PREFIX.idx.tmp at the end. Both are fsync'd
+// before either is renamed, so an existing dataset is never replaced by a half-written one.
+// (Two renames are not one atomic step: a crash between them leaves a new .bin beside the
+// old .idx, which the reader's checks will usually refuse.)
 
 typedef struct {
     char bin_path[4096], idx_path[4096], bin_tmp[4096], idx_tmp[4096];
     FILE* bin;
     int dtype_code, itemsize;
-    int32_t* sizes; int64_t num_items, cap_items;
-    int64_t* doc_idx; int64_t num_doc_idx, cap_doc_idx;
+    int32_t* sizes; int64_t num_items, cap_items;   // one item per document: doc_idx is 0, 1, ..., num_items
     int64_t item_tokens;    // tokens appended to the item that is still open
     int64_t num_tokens;
 } IndexedDatasetBuilder;
@@ -340,7 +333,6 @@ static inline void builder_abort(IndexedDatasetBuilder* b) {
     if (b->bin_tmp[0]) unlink(b->bin_tmp);
     if (b->idx_tmp[0]) unlink(b->idx_tmp);
     free(b->sizes);
-    free(b->doc_idx);
     memset(b, 0, sizeof *b);
 }
 
@@ -356,13 +348,9 @@ static inline int builder_open(IndexedDatasetBuilder* b, const char* prefix, int
     b->bin = fopen(b->bin_tmp, "wb");
     if (b->bin == NULL) {
         int rc = error_line(err, errlen, "%s: %s", b->bin_tmp, strerror(errno));
-        b->bin_tmp[0] = b->idx_tmp[0] = 0;   // not ours to delete
-        builder_abort(b);
+        memset(b, 0, sizeof *b);   // closed, and the temporaries are not ours to delete
         return rc;
     }
-    b->doc_idx = (int64_t*)grow_array(NULL, &b->cap_doc_idx, 1, sizeof(int64_t));
-    if (b->doc_idx == NULL) { builder_abort(b); return error_line(err, errlen, "%s: out of memory", prefix); }
-    b->doc_idx[b->num_doc_idx++] = 0;   // Megatron's doc_idx starts as [0]
     return 0;
 }
 
@@ -379,10 +367,8 @@ static int builder_append_tokens(IndexedDatasetBuilder* b, const int64_t* tokens
     int64_t per_buf = (int64_t)sizeof buf / b->itemsize;
     for (int64_t i = 0; i < n; i += per_buf) {
         int64_t m = n - i < per_buf ? n - i : per_buf;
-        for (int64_t j = 0; j < m; j++) {   // narrow to the dtype (little-endian host: low bytes first)
-            int64_t t = tokens[i + j];
-            memcpy(buf + j * b->itemsize, &t, (size_t)b->itemsize);
-        }
+        for (int64_t j = 0; j < m; j++)   // narrow to the dtype (little-endian host: low bytes first)
+            memcpy(buf + j * b->itemsize, &tokens[i + j], (size_t)b->itemsize);
         if (fwrite(buf, (size_t)b->itemsize, (size_t)m, b->bin) != (size_t)m)
             return error_line(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
     }
@@ -396,11 +382,7 @@ static int builder_end_document(IndexedDatasetBuilder* b, char* err, size_t errl
     int32_t* sizes = (int32_t*)grow_array(b->sizes, &b->cap_items, b->num_items + 1, sizeof(int32_t));
     if (sizes == NULL) return error_line(err, errlen, "%s: out of memory", b->idx_path);
     b->sizes = sizes;
-    int64_t* doc_idx = (int64_t*)grow_array(b->doc_idx, &b->cap_doc_idx, b->num_doc_idx + 1, sizeof(int64_t));
-    if (doc_idx == NULL) return error_line(err, errlen, "%s: out of memory", b->idx_path);
-    b->doc_idx = doc_idx;
     b->sizes[b->num_items++] = (int32_t)b->item_tokens;
-    b->doc_idx[b->num_doc_idx++] = b->num_items;
     b->item_tokens = 0;
     return 0;
 }
@@ -418,7 +400,7 @@ static int close_synced(FILE* f) {
 }
 
 static int write_idx(const IndexedDatasetBuilder* b, FILE* f) {
-    const uint64_t version = 1, n = (uint64_t)b->num_items, d = (uint64_t)b->num_doc_idx;
+    const uint64_t version = 1, n = (uint64_t)b->num_items, d = n + 1;
     const uint8_t code = (uint8_t)b->dtype_code;
     int bad = fwrite(IDX_MAGIC, 1, 9, f) != 9 || fwrite(&version, 8, 1, f) != 1 || fwrite(&code, 1, 1, f) != 1 ||
               fwrite(&n, 8, 1, f) != 1 || fwrite(&d, 8, 1, f) != 1;
@@ -428,7 +410,8 @@ static int write_idx(const IndexedDatasetBuilder* b, FILE* f) {
         bad = fwrite(&address, 8, 1, f) != 1;
         address += (int64_t)b->sizes[i] * b->itemsize;
     }
-    return bad || fwrite(b->doc_idx, 8, d, f) != d;
+    for (int64_t i = 0; i <= b->num_items && !bad; i++) bad = fwrite(&i, 8, 1, f) != 1;   // doc_idx
+    return bad;
 }
 
 // make the renames themselves durable
@@ -462,11 +445,6 @@ static inline int builder_finish(IndexedDatasetBuilder* b, char* err, size_t err
     builder_abort(b);   // frees memory; on failure also deletes the temporaries
     return rc;
 }
-
-// ----------------------------------------------------------------------------
-// the byte-level tokenizer: a token is a byte, plus one end-of-document token
-
-enum { BYTE_VOCAB_SIZE = 257, BYTE_EOD = 256 };
 
 // ----------------------------------------------------------------------------
 // train / valid / test split (Megatron's get_train_valid_test_split_)
@@ -641,9 +619,8 @@ static int64_t shuffle_at(const GPTDataset* g, int64_t i) {
 // Megatron's _num_epochs loops E = 1, 2, ... until (E*T - 1) // seq_length >= num_samples;
 // that is the smallest E >= 1 with E*T >= num_samples*seq_length + 1.
 static int64_t num_epochs_needed(int64_t tokens_per_epoch, int seq_length, int64_t num_samples) {
-    int64_t need = num_samples * seq_length + 1;
-    int64_t e = need / tokens_per_epoch + (need % tokens_per_epoch != 0);
-    return e < 1 ? 1 : e;
+    int64_t need = num_samples * seq_length + 1;   // >= 1, so E >= 1
+    return need / tokens_per_epoch + (need % tokens_per_epoch != 0);
 }
 
 // If the last epoch contributes less than 80% of an epoch's samples, Megatron shuffles it
@@ -666,12 +643,9 @@ static int separate_last_epoch(const GPTDataset* g, int64_t num_samples, int64_t
 static void build_doc_idx(GPTDataset* g, MT19937* rng) {
     int64_t n = g->doc_end - g->doc_begin;
     for (int64_t i = 0; i < g->doc_idx_len; i++) g->doc_idx[i] = (int32_t)(g->doc_begin + i % n);
-    if (!g->separate_last_epoch) {
-        shuffle_int32(rng, g->doc_idx, g->doc_idx_len);
-    } else {
-        shuffle_int32(rng, g->doc_idx, g->doc_idx_len - n);
-        shuffle_int32(rng, g->doc_idx + g->doc_idx_len - n, n);
-    }
+    int64_t first = g->separate_last_epoch ? g->doc_idx_len - n : g->doc_idx_len;
+    shuffle_int32(rng, g->doc_idx, first);
+    if (first < g->doc_idx_len) shuffle_int32(rng, g->doc_idx + first, n);
 }
 
 // helpers.cpp build_sample_idx: walk the document stream seq_length tokens at a time
@@ -1007,19 +981,17 @@ static int load_index(GPTDataset* g, char* why, size_t whylen) {
 }
 
 static int write_index(const GPTDataset* g, const GPTDataset* built, char* err, size_t errlen) {
-    char path[4200];
-    cache_path(path, sizeof path, g, 0);
-    int rc = npy_write(path, "<i4", built->doc_idx_len, 0, built->doc_idx, 4, err, errlen);
-    cache_path(path, sizeof path, g, 1);
-    if (rc == 0) rc = npy_write(path, "<i4", built->num_samples + 1, 2, built->sample_idx, 4, err, errlen);
-    cache_path(path, sizeof path, g, 2);
+    char path[3][4200];
+    for (int k = 0; k < 3; k++) cache_path(path[k], sizeof path[k], g, k);
     int64_t n = built->num_samples;
-    if (rc) return rc;
-    if (n >= 0xfffffffell) return npy_write(path, "<i8", n, 0, built->shuffle_idx, 8, err, errlen);   // as Megatron
+    if (npy_write(path[0], "<i4", built->doc_idx_len, 0, built->doc_idx, 4, err, errlen) ||
+        npy_write(path[1], "<i4", n + 1, 2, built->sample_idx, 4, err, errlen))
+        return 1;
+    if (n >= 0xfffffffell) return npy_write(path[2], "<i8", n, 0, built->shuffle_idx, 8, err, errlen);   // as Megatron
     uint32_t* narrow = (uint32_t*)malloc((size_t)n * 4);   // Megatron's dtype below 2^32-1 samples
-    if (narrow == NULL) return error_line(err, errlen, "%s: out of memory", path);
+    if (narrow == NULL) return error_line(err, errlen, "%s: out of memory", path[2]);
     for (int64_t i = 0; i < n; i++) narrow[i] = (uint32_t)built->shuffle_idx[i];
-    rc = npy_write(path, "<u4", n, 0, narrow, 4, err, errlen);
+    int rc = npy_write(path[2], "<u4", n, 0, narrow, 4, err, errlen);
     free(narrow);
     return rc;
 }
@@ -1093,9 +1065,7 @@ static inline int blend_weights(double* weights, int n, int64_t num_samples, int
     if (!(sum > 0) || n < 1 || n > 254) return error_line(err, errlen, "--data-path: need 1..254 datasets with weights adding up to more than 0");
     for (int k = 0; k < n; k++) {
         weights[k] /= sum;
-        double x = (double)num_samples * weights[k] * 1.005;
-        int64_t c = (int64_t)x;
-        per_dataset[k] = c + ((double)c < x);   // math.ceil
+        per_dataset[k] = (int64_t)ceil((double)num_samples * weights[k] * 1.005);
     }
     return 0;
 }
@@ -1117,17 +1087,16 @@ static inline void blend_free(BlendIndex* b) {
 static inline int blend_build(BlendIndex* b, const double* weights, int n, int64_t size, char* err, size_t errlen) {
     memset(b, 0, sizeof *b);
     double w[256];
+    int64_t served[256] = {0};   // samples taken from each dataset so far
     if (n < 1 || n > 254) return error_line(err, errlen, "--data-path: %d datasets (1..254 allowed)", n);
-    memcpy(w, weights, (size_t)n * sizeof(double));
-    double sum = numpy_sum(w, n);   // BlendableDataset normalizes once more, with np.sum
+    double sum = numpy_sum(weights, n);   // BlendableDataset normalizes once more, with np.sum
     if (!(sum > 0)) return error_line(err, errlen, "--data-path: weights add up to 0");
-    for (int k = 0; k < n; k++) w[k] /= sum;
+    for (int k = 0; k < n; k++) w[k] = weights[k] / sum;
     b->num_datasets = n; b->size = size;
     b->dataset_index = (uint8_t*)malloc((size_t)size + 1);
     b->dataset_sample_index = (int64_t*)malloc((size_t)size * sizeof(int64_t) + 1);
-    int64_t* served = (int64_t*)calloc((size_t)n, sizeof(int64_t));
-    if (!b->dataset_index || !b->dataset_sample_index || !served) {
-        free(served); blend_free(b);
+    if (!b->dataset_index || !b->dataset_sample_index) {
+        blend_free(b);
         return error_line(err, errlen, "--data-path: out of memory for the blending index");
     }
     for (int64_t s = 0; s < size; s++) {
@@ -1141,7 +1110,6 @@ static inline int blend_build(BlendIndex* b, const double* weights, int n, int64
         b->dataset_index[s] = (uint8_t)best;
         b->dataset_sample_index[s] = served[best]++;
     }
-    free(served);
     return 0;
 }
 
@@ -1397,30 +1365,26 @@ typedef struct {
     int64_t seq_length, seed, num_samples, first;   // first < 0: all num_samples
 } PreprocessArgs;
 
-typedef struct { uint8_t* data; size_t len, cap; } ByteBuf;
+typedef struct { uint8_t* data; size_t len; int64_t cap; } ByteBuf;
 typedef struct { int64_t* data; int64_t len, cap; } TokenBuf;
 
-// the preprocess program may stop on out-of-memory (the library functions above never do)
-static void* realloc_or_exit(void* p, size_t n) {
-    void* q = realloc(p, n);
-    if (q == NULL) { fprintf(stderr, "error: preprocess: out of memory\n"); exit(2); }
-    return q;
+// grow_array, but the preprocess program may stop on out-of-memory (the library functions
+// above never do)
+static void* grow_or_exit(void* p, int64_t* cap, int64_t need, size_t elem) {
+    if (need <= *cap) return p;
+    p = grow_array(p, cap, need, elem);
+    if (p == NULL) { fprintf(stderr, "error: preprocess: out of memory\n"); exit(2); }
+    return p;
 }
 
 static void bytes_push(ByteBuf* v, const void* p, size_t n) {
-    if (v->len + n > v->cap) {
-        v->cap = (v->len + n) * 2 + 64;
-        v->data = (uint8_t*)realloc_or_exit(v->data, v->cap);
-    }
+    v->data = (uint8_t*)grow_or_exit(v->data, &v->cap, (int64_t)(v->len + n), 1);
     memcpy(v->data + v->len, p, n);
     v->len += n;
 }
 
 static void tokens_push(TokenBuf* v, int64_t t) {
-    if (v->len == v->cap) {
-        v->cap = v->cap * 2 + 64;
-        v->data = (int64_t*)realloc_or_exit(v->data, (size_t)v->cap * sizeof(int64_t));
-    }
+    v->data = (int64_t*)grow_or_exit(v->data, &v->cap, v->len + 1, sizeof(int64_t));
     v->data[v->len++] = t;
 }
 
@@ -1432,18 +1396,14 @@ static const char* json_ws(const char* p, const char* end) {
     return p;
 }
 
+// code point cp as 1 to 4 bytes of UTF-8: a lead byte, then 6 bits in each continuation byte
 static void utf8_put(ByteBuf* out, uint32_t cp) {
+    static const uint8_t lead[5] = {0, 0, 0xc0, 0xe0, 0xf0};   // the lead byte's marker, by length
+    int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
     uint8_t b[4];
-    size_t n;
-    if (cp < 0x80) { b[0] = (uint8_t)cp; n = 1; }
-    else if (cp < 0x800) { b[0] = (uint8_t)(0xc0 | cp >> 6); b[1] = (uint8_t)(0x80 | (cp & 63)); n = 2; }
-    else if (cp < 0x10000) {
-        b[0] = (uint8_t)(0xe0 | cp >> 12); b[1] = (uint8_t)(0x80 | (cp >> 6 & 63)); b[2] = (uint8_t)(0x80 | (cp & 63)); n = 3;
-    } else {
-        b[0] = (uint8_t)(0xf0 | cp >> 18); b[1] = (uint8_t)(0x80 | (cp >> 12 & 63));
-        b[2] = (uint8_t)(0x80 | (cp >> 6 & 63)); b[3] = (uint8_t)(0x80 | (cp & 63)); n = 4;
-    }
-    bytes_push(out, b, n);
+    for (int i = n - 1; i > 0; i--, cp >>= 6) b[i] = (uint8_t)(0x80 | (cp & 63));
+    b[0] = (uint8_t)(lead[n] | cp);
+    bytes_push(out, b, (size_t)n);
 }
 
 static int hex4(const char* p, const char* end, uint32_t* v) {
@@ -1472,23 +1432,19 @@ static const char* json_string(const char** pp, const char* end, ByteBuf* out) {
         char e = *p++;
         static const char escapes[] = "\"\\/bfnrt", decoded[] = "\"\\/\b\f\n\r\t";
         const char* simple = e ? strchr(escapes, e) : NULL;
-        if (simple != NULL) {
-            if (out) bytes_push(out, &decoded[simple - escapes], 1);
-        } else if (e == 'u') {
-            uint32_t cp, lo;
-            if (hex4(p, end, &cp)) return "bad \\u escape";
-            p += 4;
-            if (cp >= 0xd800 && cp < 0xdc00 && end - p >= 6 && p[0] == '\\' && p[1] == 'u' && !hex4(p + 2, end, &lo) &&
-                lo >= 0xdc00 && lo < 0xe000) {
-                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                p += 6;
-            } else if (cp >= 0xd800 && cp < 0xe000) {
-                cp = 0xfffd;
-            }
-            if (out) utf8_put(out, cp);
-        } else {
-            return "bad escape in a string";
+        if (simple != NULL) { if (out) bytes_push(out, &decoded[simple - escapes], 1); continue; }
+        if (e != 'u') return "bad escape in a string";
+        uint32_t cp, lo;
+        if (hex4(p, end, &cp)) return "bad \\u escape";
+        p += 4;
+        if (cp >= 0xd800 && cp < 0xdc00 && end - p >= 6 && p[0] == '\\' && p[1] == 'u' && !hex4(p + 2, end, &lo) &&
+            lo >= 0xdc00 && lo < 0xe000) {
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            p += 6;
+        } else if (cp >= 0xd800 && cp < 0xe000) {
+            cp = 0xfffd;
         }
+        if (out) utf8_put(out, cp);
     }
     *pp = p;
     return NULL;
@@ -1518,8 +1474,7 @@ static const char* json_skip_value(const char** pp, const char* end) {
 // out[k] = the string value of keys[k] in the object on this line; NULL or why not
 static const char* json_find_keys(const char* p, const char* end, const char* const* keys, int n, ByteBuf* out) {
     int found[PREPROCESS_MAX_KEYS] = {0};
-    ByteBuf key;
-    memset(&key, 0, sizeof key);
+    ByteBuf key = {NULL, 0, 0};
     const char* why = NULL;
     p = json_ws(p, end);
     if (p >= end || *p++ != '{') return "expected a JSON object";
@@ -1566,14 +1521,11 @@ static int tokenize(const PreprocessArgs* a, const uint8_t* text, size_t n, Toke
         int64_t v = 0;
         size_t start = i;
         while (i < n && text[i] >= '0' && text[i] <= '9' && v < (INT64_MAX - 9) / 10) v = v * 10 + (text[i++] - '0');
-        if (i == start || (i < n && !is_space(text[i]))) {
-            snprintf(why, whylen, "not a token id (expected a non-negative integer) at byte %zu", start);
-            return 1;
-        }
-        if (a->vocab_size > 0 && v >= a->vocab_size) {
-            snprintf(why, whylen, "token id %lld is not below --vocab-size %lld", (long long)v, (long long)a->vocab_size);
-            return 1;
-        }
+        if (i == start || (i < n && !is_space(text[i])))
+            return error_line(why, whylen, "not a token id (expected a non-negative integer) at byte %zu", start);
+        if (a->vocab_size > 0 && v >= a->vocab_size)
+            return error_line(why, whylen, "token id %lld is not below --vocab-size %lld", (long long)v,
+                              (long long)a->vocab_size);
         tokens_push(out, v);
     }
     if (out->len > 0 && a->append_eod) tokens_push(out, a->ids ? a->vocab_size : (int64_t)BYTE_EOD);
@@ -1593,8 +1545,7 @@ static void encode_line(const PreprocessArgs* a, Line* L) {
     memset(text, 0, sizeof text);
     int n = a->json ? a->num_keys : 1;
     const char* bad = NULL;
-    const char* s = json_ws(L->text, L->text + L->len);
-    if (s == L->text + L->len) n = 0;   // a blank line: nothing to encode
+    if (json_ws(L->text, L->text + L->len) == L->text + L->len) n = 0;   // a blank line: nothing to encode
     else if (a->json) bad = json_find_keys(L->text, L->text + L->len, a->keys, n, text);
     else bytes_push(&text[0], L->text, L->len);
     if (bad) { snprintf(L->why, sizeof L->why, "%s", bad); L->failed = 1; }
@@ -1648,14 +1599,12 @@ static int preprocess_lines(const PreprocessArgs* a, const char* path, Sink* s, 
     int rc = batch ? 0 : error_line(err, errlen, "%s: out of memory", path);
     while (rc == 0) {
         int n = 0;
-        size_t cap = 0;
         ssize_t len;
-        while (n < PREPROCESS_BATCH_LINES && (len = getline(&batch[n].text, &cap, f)) >= 0) {
+        for (size_t cap = 0; n < PREPROCESS_BATCH_LINES && (len = getline(&batch[n].text, &cap, f)) >= 0; n++) {
             batch[n].len = (size_t)len;
             batch[n].line_no = ++line_no;
             s->bytes += len;
-            n++;
-            cap = 0;
+            cap = 0;   // the next line gets a buffer of its own
         }
         if (n < PREPROCESS_BATCH_LINES) { free(batch[n].text); batch[n].text = NULL; }   // getline's, at end of file
         if (n == 0) break;

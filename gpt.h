@@ -76,18 +76,15 @@ typedef enum { MATCH, STORED, NOT_STORED } CheckpointRole;
 
 // one field's descriptor: what every reader and writer of a config walks
 typedef struct {
-    const char* name;
+    const char *name, *default_value, *help, *hf;
     FieldKind kind;
-    size_t offset;          // in its struct
-    const char* default_value;
+    size_t offset;   // in its struct
     double min;
-    const char* help;
     CheckpointRole checkpoint;
-    const char* hf;
 } ConfigField;
 
 #define DESCRIBE_MODEL_FIELD(kind, name, def, min, help, ckpt, hf) \
-    {#name, FIELD_##kind, offsetof(GPTConfig, name), def, min, help, ckpt, hf},
+    {#name, def, help, hf, FIELD_##kind, offsetof(GPTConfig, name), min, ckpt},
 static const ConfigField MODEL_FIELDS[] = {GPT_CONFIG_FIELDS(DESCRIBE_MODEL_FIELD)};
 #define NUM_MODEL_FIELDS ((int)(sizeof(MODEL_FIELDS) / sizeof(MODEL_FIELDS[0])))
 

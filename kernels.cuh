@@ -90,6 +90,7 @@ static void cublas_check_(cublasStatus_t status, const char* file, int line) {
 #ifndef __CUDACC__
 typedef float floatX;
 #define PRECISION_NAME "fp32"
+#define BUILD_NAME "CPU"
 #define HOST_DEVICE
 
 static void* dev_malloc(size_t bytes) { return mallocCheck(bytes); }
@@ -104,6 +105,7 @@ static void kernels_init(int local_device) { (void)local_device; }
 #else
 typedef __nv_bfloat16 floatX;
 #define PRECISION_NAME "bf16 (fp32 master weights, fp32 grads)"
+#define BUILD_NAME "GPU"
 #define HOST_DEVICE __host__ __device__
 
 static void* dev_malloc(size_t bytes) {

@@ -76,7 +76,7 @@ typedef struct {
 } Config;
 
 #define DESCRIBE_RUN_FIELD(kind, name, def, min, help) \
-    {#name, FIELD_##kind, offsetof(Config, name), def, min, help, NOT_STORED, NULL},
+    {#name, def, help, NULL, FIELD_##kind, offsetof(Config, name), min, NOT_STORED},
 static const ConfigField RUN_FIELDS[] = {RUN_CONFIG_FIELDS(DESCRIBE_RUN_FIELD)};
 #define NUM_RUN_FIELDS ((int)(sizeof(RUN_FIELDS) / sizeof(RUN_FIELDS[0])))
 
@@ -505,12 +505,7 @@ static void print_setup(const Trainer* t) {
     if (grid.world_rank == 0) {
         char name[96];
         printf("gridgpt %s build, %s, %d rank(s) as TP %d x PP %d x DP %d, %d OpenMP thread(s) per rank; rank 0 is %s\n",
-#ifdef __CUDACC__
-               "GPU",
-#else
-               "CPU",
-#endif
-               PRECISION_NAME, grid.world_size, grid.tp_size, grid.pp_size, grid.dp_size,
+               BUILD_NAME, PRECISION_NAME, grid.world_size, grid.tp_size, grid.pp_size, grid.dp_size,
 #ifdef _OPENMP
                omp_get_max_threads(),
 #else
