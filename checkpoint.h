@@ -48,7 +48,7 @@ static uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
 // ----------------------------------------------------------------------------
 // the canonical layout: the model as one process holds it
 
-// the tensor table of a one-process model (no memory is allocated)
+// the tensor table of a one-process model (no buffers are allocated; gpt_free frees the table)
 static GPT canonical_table(const GPTConfig* c) {
     GPT whole;
     memset(&whole, 0, sizeof(whole));
@@ -58,11 +58,6 @@ static GPT canonical_table(const GPTConfig* c) {
     whole.is_first_stage = whole.is_last_stage = 1;
     build_tensor_table(&whole);
     return whole;
-}
-
-static void free_table(GPT* whole) {
-    free(whole->tensors);
-    free(whole->layer_tensors);
 }
 
 static size_t canonical_bytes(const TensorDesc* t) { return (size_t)t->valid_rows * t->cols * sizeof(float); }
@@ -87,7 +82,7 @@ static CanonicalLayout canonical_layout(const GPTConfig* c) {
 }
 
 static void free_layout(CanonicalLayout* L) {
-    free_table(&L->whole);
+    gpt_free(&L->whole);
     free(L->offset);
 }
 
@@ -196,11 +191,10 @@ static void write_metadata(const GPT* m, const AdamWState* opt, const Progress* 
     fprintf(f, "gridgpt-checkpoint 1\niteration %d\nconsumed_samples %lld\nscheduler_samples %lld\noptimizer_step %d\n"
             "consumed_valid_samples %lld\n", p->iteration, p->consumed_samples, p->scheduler_samples, opt->step,
             p->consumed_valid_samples);
-    for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
-        char value[64];
+    char value[64];
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++)
         if (MODEL_FIELDS[k].checkpoint != NOT_STORED)
             fprintf(f, "config %s %s\n", MODEL_FIELDS[k].name, format_field(&MODEL_FIELDS[k], &m->cfg, value, sizeof(value)));
-    }
     for (int k = 0; k < 3; k++) fprintf(f, "section %s %zu %zu\n", SECTION_NAMES[k], k * L->section_bytes, L->section_bytes);
     for (int i = 0; i < L->whole.num_tensors; i++) {
         const TensorDesc* d = &L->whole.tensors[i];
@@ -213,10 +207,9 @@ static void write_metadata(const GPT* m, const AdamWState* opt, const Progress* 
 
 static void sync_dir(const char* path) {
     int fd = open(path, O_RDONLY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
+    if (fd < 0) return;
+    fsync(fd);
+    close(fd);
 }
 
 // flush, sync and close f (open on tmp), then rename tmp to path; on failure remove tmp. 0, or 1 with a line in err
@@ -454,7 +447,7 @@ static int meta_check_tensors(const char* path, const CheckpointMeta* m, char* e
         else if (t->offset + (size_t)t->rows * t->cols * sizeof(float) > m->section_bytes[0])
             status = error_line(err, errlen, "checkpoint %s: tensor %s lies outside its section", path, t->name);
     }
-    free_table(&whole);
+    gpt_free(&whole);
     return status;
 }
 
@@ -501,8 +494,7 @@ static void latest_checkpoint(const char* dir, char* out, size_t len) {
     out[0] = '\0';
     FILE* f = fopen(path, "r");
     if (!f) return;
-    int it = -1;
-    int ok = fscanf(f, "%d", &it) == 1 && it >= 0;
+    int it = -1, ok = fscanf(f, "%d", &it) == 1 && it >= 0;
     fclose(f);
     if (!ok) config_error("%s: expected an iteration number", path);
     iter_dir(out, len, dir, it);
@@ -512,12 +504,9 @@ static void latest_checkpoint(const char* dir, char* out, size_t len) {
 // loading
 
 // every tensor's CRC-32 in the sections to be loaded, each rank checking its share
-static void verify_checksums(const CheckpointMeta* meta, const CanonicalLayout* L, int sections) {
-    MPI_File f;
-    if (shared_file_open(meta->bin_path, 0, &f) != 0) config_error("checkpoint %s: cannot open", meta->bin_path);
+static void verify_checksums(const CheckpointMeta* meta, const CanonicalLayout* L, MPI_File f, int sections) {
     uint32_t* crc = (uint32_t*)mallocCheck(3 * L->whole.num_tensors * sizeof(uint32_t));
     section_checksums(L, f, crc);
-    shared_file_close(&f);
     for (int i = 0; i < L->whole.num_tensors; i++)
         for (int k = 0; k < sections; k++)
             if (crc[3 * i + k] != meta->tensors[i].crc[k])
@@ -548,9 +537,9 @@ static void load_params(GPT* m, const CanonicalLayout* L, MPI_File f) {
 static double checkpoint_load(const CheckpointMeta* meta, GPT* m, AdamWState* opt, int with_optim) {
     int sections = with_optim ? 3 : 1;
     CanonicalLayout L = canonical_layout(&m->cfg);
-    verify_checksums(meta, &L, sections);
     MPI_File f;
     if (shared_file_open(meta->bin_path, 0, &f) != 0) config_error("checkpoint %s: cannot open", meta->bin_path);
+    verify_checksums(meta, &L, f, sections);
     load_params(m, &L, f);
     shard_io(m, opt, &L, f, 1, sections);
     shared_file_close(&f);
@@ -731,7 +720,7 @@ static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, char*
         status = error_line(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
     if (status == 0) status = hf_write_safetensors(&ck, &whole, out_dir, err, errlen);
     if (status == 0) status = hf_write_config(&ck.cfg, out_dir, err, errlen);
-    free_table(&whole);
+    gpt_free(&whole);
     checkpoint_meta_free(&ck);
     return status;
 }

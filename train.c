@@ -82,8 +82,7 @@ static const ConfigField RUN_FIELDS[] = {RUN_CONFIG_FIELDS(DESCRIBE_RUN_FIELD)};
 
 // field k of both lists (model fields first), and where its value lives in c
 static const ConfigField* config_field(Config* c, int k, void** base) {
-    if (k < NUM_MODEL_FIELDS) *base = &c->model;
-    else *base = c;
+    *base = k < NUM_MODEL_FIELDS ? (void*)&c->model : (void*)c;
     return k < NUM_MODEL_FIELDS ? &MODEL_FIELDS[k] : &RUN_FIELDS[k - NUM_MODEL_FIELDS];
 }
 
@@ -228,7 +227,6 @@ static int current_global_batch_size(const BatchSchedule* b, long long consumed_
 }
 
 static void check_rampup(const Config* a, const BatchSchedule* b) {
-    if (b->rampup_samples == 0) return;
     if (b->start <= 0 || b->increment <= 0 || b->rampup_samples <= 0)
         config_error("--rampup-batch-size expects three positive integers START INCREMENT SAMPLES");
     if (b->start > b->global_batch_size || (b->global_batch_size - b->start) % b->increment != 0)
@@ -356,9 +354,8 @@ static void free_loader(Loader* l) {
 // Rank 0 builds the sample indexes (or finds them cached) and writes the cache; the others
 // then map the same cache files. Also settles the vocabulary: --vocab-size, or the largest
 // token id + 1, and every id must lie below it.
-static void open_data(DataSplits* d, Config* a, const long long samples[3]) {
+static void open_data(DataSplits* d, Config* a, const int64_t want[3]) {
     char err[1024];
-    int64_t want[3] = {samples[0], samples[1], samples[2]};
     GPTConfig* c = &a->model;
     int rc = 0;
     if (grid.world_rank == 0)
@@ -418,10 +415,11 @@ static void print_eval(const char* what, float loss) {
     if (grid.world_rank != 0) return;
     char line[256];
     int n = snprintf(line, sizeof(line), " %s | lm loss value: %.6E | lm loss PPL: %.6E | ", what, loss, exp(loss));
-    for (int i = 0; i < n; i++) putchar('-');
-    printf("\n%s\n", line);
-    for (int i = 0; i < n; i++) putchar('-');
-    printf("\n");
+    char dashes[256];
+    n = n < (int)sizeof(line) - 1 ? n : (int)sizeof(line) - 1;
+    memset(dashes, '-', n);
+    dashes[n] = '\0';
+    printf("%s\n%s\n%s\n", dashes, line, dashes);
     fflush(stdout);
 }
 
@@ -449,11 +447,12 @@ typedef struct {
     double comm[4];      // bytes this rank sent in the step: tp, dp, pp, embedding groups
 } StepResult;
 
-static void comm_counters(double out[4]) {
-    out[0] = grid.tp.bytes_sent;
-    out[1] = grid.dp.bytes_sent;
-    out[2] = grid.pp.bytes_sent;
-    out[3] = grid.embedding.bytes_sent;
+// out += sign x the bytes each group has sent so far (a step's: -1 before it, +1 after)
+static void add_comm_counters(double out[4], double sign) {
+    out[0] += sign * grid.tp.bytes_sent;
+    out[1] += sign * grid.dp.bytes_sent;
+    out[2] += sign * grid.pp.bytes_sent;
+    out[3] += sign * grid.embedding.bytes_sent;
 }
 
 // Per rank: parameters, gradients, optimizer state and activations, gathered to rank 0
@@ -550,10 +549,7 @@ static void setup_schedules(Trainer* t) {
     b->start = a->rampup_batch_size.v[0];
     b->increment = a->rampup_batch_size.v[1];
     b->rampup_samples = a->rampup_batch_size.v[2];
-    if (b->start || b->increment || b->rampup_samples) {
-        if (b->rampup_samples == 0) b->rampup_samples = -1;   // make check_rampup complain
-        check_rampup(a, b);
-    }
+    if (b->start || b->increment || b->rampup_samples) check_rampup(a, b);
     if (a->train_iters == 0 && a->train_samples == 0) return;   // --train-iters 0 --save: the initial model only
     t->train_iters = a->train_iters > 0 ? a->train_iters : train_iters_for_samples(b, a->train_samples);
     if (t->train_iters <= 0) config_error("--train-samples %lld is less than one global batch", a->train_samples);
@@ -623,8 +619,8 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     setup_schedules(t);
     // data: Megatron's sample counts per split
     long long eval_batches = (long long)(t->train_iters / a->eval_interval + 1) * a->eval_iters;
-    long long samples[3] = {a->train_iters > 0 ? (long long)a->train_iters * a->global_batch_size : a->train_samples,
-                            eval_batches * a->global_batch_size, (long long)a->eval_iters * a->global_batch_size};
+    int64_t samples[3] = {a->train_iters > 0 ? (int64_t)a->train_iters * a->global_batch_size : a->train_samples,
+                          eval_batches * a->global_batch_size, (long long)a->eval_iters * a->global_batch_size};
     char ckpt[4300];
     CheckpointMeta meta;
     memset(&meta, 0, sizeof(meta));
@@ -661,8 +657,7 @@ static StepResult train_step(Trainer* t) {
     GPT* m = &t->model;
     r.global_batch = current_global_batch_size(&t->batch, t->progress.consumed_samples);
     int num_micro = r.global_batch / t->batch.micro_batch_times_dp;
-    double before[4], after[4];
-    comm_counters(before);
+    add_comm_counters(r.comm, -1.0);
     dev_zero(m->grads, m->num_params_padded * sizeof(float));
     t->train.consumed = t->progress.consumed_samples;
     Schedule s = {m, load_micro_batch, &t->train, 1.0f / ((float)m->T * r.global_batch), 0.0, 0, 0};
@@ -676,8 +671,7 @@ static StepResult train_step(Trainer* t) {
     if (!r.skipped) t->progress.scheduler_samples += r.global_batch;
     t->progress.iteration++;
     r.lr = learning_rate(&t->lr, t->progress.scheduler_samples);   // Megatron logs the rate set for the next step
-    comm_counters(after);
-    for (int k = 0; k < 4; k++) r.comm[k] = after[k] - before[k];
+    add_comm_counters(r.comm, 1.0);
     return r;
 }
 
@@ -709,8 +703,8 @@ static void log_step(const Trainer* t, const StepResult* r, LogWindow* w) {
            " learning rate: %.6E | global batch size: %5d | lm loss: %.6E | grad norm: %.3f |"
            " number of skipped iterations: %3d | number of nan iterations: %3d |"
            " samples per second: %.3f | TFLOPs: %.3f |\n",
-           t->progress.iteration, t->train_iters, t->progress.consumed_samples, ms, r->lr, r->global_batch, loss, r->grad_norm,
-           w->skipped, w->nan_loss, w->samples / w->seconds, flops / (ms / 1000.0) / 1e12 / grid.world_size);
+           t->progress.iteration, t->train_iters, t->progress.consumed_samples, ms, r->lr, r->global_batch, loss,
+           r->grad_norm, w->skipped, w->nan_loss, w->samples / w->seconds, flops / (ms / 1000.0) / 1e12 / grid.world_size);
     fflush(stdout);
 }
 
@@ -781,9 +775,11 @@ static void generate(Trainer* t) {
 // ----------------------------------------------------------------------------
 // the run
 
-static float run_evaluation(Trainer* t, const char* what) {
-    if (t->config.eval_iters == 0 || !data_splits_has(&t->data, 1)) return NAN;
-    float loss = evaluate(&t->model, &t->valid, t->config.eval_iters, t->config.global_batch_size);
+// the valid (split 1) or test (split 2) loss, printed; NAN where the split is absent
+static float run_evaluation(Trainer* t, int split, const char* what) {
+    if (t->config.eval_iters == 0 || !data_splits_has(&t->data, split)) return NAN;
+    Loader* l = split == 1 ? &t->valid : &t->test;
+    float loss = evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size);
     print_eval(what, loss);
     return loss;
 }
@@ -805,14 +801,13 @@ static void save_checkpoint_once(Trainer* t) {
 // only some ranks, clocks differ). Returns 1 to stop.
 static int after_step(Trainer* t, double start) {
     const Config* a = &t->config;
-    int stop = stop_requested || (a->exit_interval > 0 && t->progress.iteration % a->exit_interval == 0) ||
-               (a->exit_duration_in_mins > 0 && now_seconds() - start > 60.0 * a->exit_duration_in_mins);
-    stop = max_over_world(stop);
-    if (stop || (a->save_interval > 0 && t->progress.iteration % a->save_interval == 0)) save_checkpoint_once(t);
+    int it = t->progress.iteration, at_exit_interval = a->exit_interval > 0 && it % a->exit_interval == 0;
+    int stop = max_over_world(stop_requested || at_exit_interval ||
+                              (a->exit_duration_in_mins > 0 && now_seconds() - start > 60.0 * a->exit_duration_in_mins));
+    if (stop || (a->save_interval > 0 && it % a->save_interval == 0)) save_checkpoint_once(t);
     if (stop && grid.world_rank == 0) {
-        printf("stopping at iteration %d (%s)%s\n", t->progress.iteration,
-               stop_requested ? "signal" : a->exit_interval > 0 && t->progress.iteration % a->exit_interval == 0 ? "--exit-interval"
-                                                                                                    : "--exit-duration-in-mins",
+        printf("stopping at iteration %d (%s)%s\n", it,
+               stop_requested ? "signal" : at_exit_interval ? "--exit-interval" : "--exit-duration-in-mins",
                a->save ? ", checkpoint saved" : "");
         fflush(stdout);
     }
@@ -851,26 +846,23 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
         if (t->progress.iteration % t->config.eval_interval == 0 && t->progress.iteration < t->train_iters) {
             char what[64];
             snprintf(what, sizeof(what), "validation loss at iteration %d", t->progress.iteration);
-            run_evaluation(t, what);
+            run_evaluation(t, 1, what);
         }
         if (after_step(t, start)) return;
     }
     save_checkpoint_once(t);
-    float valid_loss = run_evaluation(t, "validation loss at the end of training");
-    if (t->config.eval_iters > 0 && data_splits_has(&t->data, 2)) {
-        float test_loss = evaluate(&t->model, &t->test, t->config.eval_iters, t->config.global_batch_size);
-        print_eval("test loss at the end of training", test_loss);
-    }
+    float valid_loss = run_evaluation(t, 1, "validation loss at the end of training");
+    run_evaluation(t, 2, "test loss at the end of training");
     in_flight = max_over_world(in_flight);
     if (grid.world_rank == 0) {
+        int it = t->progress.iteration;
         long long samples = t->progress.consumed_samples - tokens_start;
         double tokens = (double)samples * t->config.model.seq_length;
         printf("summary: %d iterations, %lld samples (%.0f tokens) in %.1f s of training (%.1f s in all): "
                "%.0f tokens/s, %.1f ms per iteration; final lm loss %.4f; peak memory %.2f GiB (rank 0); "
                "at most %d micro-batch(es) in flight on a pipeline stage\n",
-               t->progress.iteration, samples, tokens, train_seconds, now_seconds() - start,
-               train_seconds > 0 ? tokens / train_seconds : 0.0, t->progress.iteration ? 1000.0 * train_seconds / t->progress.iteration : 0.0,
-               last_loss, peak_rss_gib(), in_flight);
+               it, samples, tokens, train_seconds, now_seconds() - start, train_seconds > 0 ? tokens / train_seconds : 0.0,
+               it ? 1000.0 * train_seconds / it : 0.0, last_loss, peak_rss_gib(), in_flight);
         if (t->config.unigram_baseline) {
             double h = data_splits_unigram_entropy(&t->data, t->config.model.vocab_size);
             printf("validation loss %.4f nats/token vs unigram (order-0) entropy of the train split %.4f nats/token: "

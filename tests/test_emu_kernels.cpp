@@ -24,18 +24,6 @@ from the same numbers. Each check reports max |got - want| / max |want| over the
 #include "test.h"
 #include <vector>
 
-// kernels.cuh's checks end through fail(), which the trainer defines in parallel.h; this
-// program has no process grid, so a failure is one error line and exit status 1
-static void fail(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
-
 #define BF16_OUT (1.0 / 128)
 #define BF16_CHAIN (1.0 / 64)
 #define FP32_OUT 1e-5

@@ -23,18 +23,6 @@ Add -DVERBOSE to print every measured error beside its tolerance.
 #include "../kernels.cuh"
 #include "test.h"
 
-// kernels.cuh's checks end through fail(), which the trainer defines in parallel.h; this
-// program has no process grid, so a failure is one error line and exit status 1
-static void fail(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
-
 // ----------------------------------------------------------------------------
 // random numbers (splitmix64) and buffers
 

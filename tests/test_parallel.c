@@ -209,7 +209,7 @@ static void compare_weights(const char* ref, const char* run, const char* name, 
           worst_name, worst, at, na);
     snprintf(label, sizeof(label), "%s: the key bias (no gradient) stays at rounding-noise level", name);
     check(key_bias <= 1e-3 * key_scale, label, "max |key bias| %.3g vs max |query, value bias| %.3g", key_bias, key_scale);
-    free_table(&whole);
+    gpt_free(&whole);
     free(a);
     free(b);
 }
