@@ -2,9 +2,9 @@
 gpt.h — the model: a GPT-2-family decoder, as one pipeline stage of one tensor-parallel rank.
 
 What lives here:
-  - the config (Megatron's names), and the padded vocabulary;
+  - the config: each field declared once (GPT_CONFIG_FIELDS), as text; the padded vocabulary;
   - the tensor table: one descriptor per parameter tensor, built from the config, saying
-    its name, its whole shape, how tensor parallelism splits it, which layer (so which
+    its names (ours, GPT-2's), whole shape, how tensor parallelism splits it, which layer (so which
     pipeline stage) it belongs to, and where this rank's slice sits in the flat buffers;
   - initialization as a pure function of (seed, tensor name, element index in the whole
     tensor), so every parallel layout starts from the very same weights;

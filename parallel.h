@@ -4,13 +4,14 @@ parallel.h — everything that crosses a process boundary, and the step built on
   - the process grid: world = TP x PP x DP ranks in Megatron's order (TP fastest, then DP,
     then PP: rank = tp + TP * (dp + DP * pp)), one object every part asks for its
     coordinates and groups, and the one way a rank fails (naming rank, host and coordinates);
-  - collectives over a group and exchanges between pipeline neighbours: MPI on the CPU
-    build, NCCL on the GPU build (MPI only to start), each counting the bytes it sends;
+  - collectives over a group (Megatron's f and g by name) and exchanges between pipeline
+    neighbours: MPI on the CPU build, NCCL on the GPU build (MPI only to start), counting bytes;
   - the 1F1B pipeline schedule of a step (with one stage: forward, backward, ...);
   - ZeRO-1 AdamW: gradients reduce-scattered, master weights and moments sharded 1/DP,
     the global gradient norm (each parameter once) and clipping, parameters all-gathered.
 
-Rules it keeps: one wrapper per collective; nobody else computes a rank by hand.
+Rules it keeps: one wrapper per collective (MPI-IO's shared files too), and no MPI call in any
+other file but start-up and shutdown; nobody else computes a rank by hand.
 */
 #pragma once
 #include <mpi.h>
