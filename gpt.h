@@ -142,10 +142,10 @@ static int parse_field(const ConfigField* f, void* base, const char* text, char*
     return 0;
 }
 
-// a field's value as text, as parse_field reads it back (a float in the fewest digits that
-// give the same float)
+// a field's value as text that parse_field reads back (a float in the fewest exact digits)
 static const char* format_field(const ConfigField* f, const void* base, char* out, size_t len) {
     const void* p = (const char*)base + f->offset;
+    out[0] = '\0';   // a list or a triple is not one value
     if (f->kind == FIELD_INT || f->kind == FIELD_SWITCH) snprintf(out, len, "%d", *(const int*)p);
     else if (f->kind == FIELD_LONG) snprintf(out, len, "%lld", *(const long long*)p);
     else if (f->kind == FIELD_CHOICE) choice_name(f, *(const int*)p, out, len);
