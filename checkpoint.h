@@ -25,6 +25,7 @@ checkpoint_load, export_hf.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <zlib.h>
 
 // the run's counters a checkpoint stores, besides the optimizer's step
@@ -254,6 +255,36 @@ static int remove_tree(const char* path) {
     return status == 0 ? rmdir(path) : -1;
 }
 
+// A --save directory, before any training (rank 0): created with its parents if missing, a
+// writable directory; iter_*.tmp/ (and .replaced/) left by an interrupted save (each a
+// checkpoint's worth of disk) are removed, said in one line. 0, or 1 with a line in err.
+static int prepare_save_dir(const char* dir, char* err, size_t errlen) {
+    char path[4200], tmp[4400];
+    struct stat st;
+    if (!dir[0]) return error_line(err, errlen, "--save expects a directory, got ''");
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) return error_line(err, errlen, "--save: path too long");
+    for (char* p = path + 1; *p; p++)   // mkdir -p
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(path, 0755);
+            *p = '/';
+        }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return error_line(err, errlen, "--save %s: %s", dir, strerror(errno));
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return error_line(err, errlen, "--save %s: not a directory", dir);
+    if (access(path, W_OK | X_OK) != 0) return error_line(err, errlen, "--save %s: not writable: %s", dir, strerror(errno));
+    DIR* d = opendir(path);
+    int removed = 0, it;
+    for (struct dirent* e; d && (e = readdir(d)) != NULL;) {
+        char rest[16];   // iter_N.tmp (an interrupted save) or iter_N.replaced (an interrupted replacement)
+        if (sscanf(e->d_name, "iter_%d.%15s", &it, rest) != 2 || (strcmp(rest, "tmp") && strcmp(rest, "replaced"))) continue;
+        if (snprintf(tmp, sizeof(tmp), "%s/%s", path, e->d_name) < (int)sizeof(tmp)) removed += remove_tree(tmp) == 0;
+    }
+    if (d) closedir(d);
+    if (removed) printf("removed %d iter_*.tmp director%s left in %s by an interrupted save\n", removed,
+                        removed > 1 ? "ies" : "y", dir);
+    return 0;
+}
+
 // --keep-last N: remove all but the N newest iter_* directories (rank 0, after a save)
 static void rotate_checkpoints(const char* dir, int keep) {
     int iters[4096], n = 0;
@@ -273,6 +304,30 @@ static void rotate_checkpoints(const char* dir, int keep) {
         iter_dir(path, sizeof(path), dir, iters[i]);
         if (remove_tree(path) != 0) fprintf(stderr, "warning: could not remove %s: %s\n", path, strerror(errno));
     }
+}
+
+// Put the finished tmp_dir in final_dir's place. An iter_N/ already there (a run repeated into
+// the same --save directory, or a crash between this rename and the marker's update) is
+// replaced, said in one line: swapped atomically (Linux's renameat2 RENAME_EXCHANGE) where the
+// filesystem can, else moved aside first; then the old one is removed.
+static void install_dir(const char* tmp_dir, const char* final_dir) {
+    struct stat st;
+    if (stat(final_dir, &st) != 0) {
+        if (rename(tmp_dir, final_dir) != 0) fail("cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
+        return;
+    }
+    char aside[4400];
+    snprintf(aside, sizeof(aside), "%s.replaced", final_dir);
+    remove_tree(aside);
+#ifdef SYS_renameat2
+    if (syscall(SYS_renameat2, AT_FDCWD, tmp_dir, AT_FDCWD, final_dir, 2 /* RENAME_EXCHANGE */) == 0)
+        rename(tmp_dir, aside);   // tmp_dir now holds the old checkpoint
+    else
+#endif
+    if (rename(final_dir, aside) != 0 || rename(tmp_dir, final_dir) != 0)
+        fail("cannot replace %s with %s: %s", final_dir, tmp_dir, strerror(errno));
+    printf("replaced %s, which an earlier or interrupted run left there\n", final_dir);
+    remove_tree(aside);
 }
 
 // the data of a save: tensors.bin in tmp_dir, written by every rank; its checksums into crc
@@ -310,7 +365,7 @@ static void checkpoint_save(const char* dir, const GPT* m, const AdamWState* opt
         snprintf(path, sizeof(path), "%s/metadata.txt", tmp_dir);
         write_metadata(m, opt, p, &L, crc, path);
         sync_dir(tmp_dir);
-        if (rename(tmp_dir, final_dir) != 0) fail("cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
+        install_dir(tmp_dir, final_dir);
         sync_dir(dir);
         char text[32];
         snprintf(text, sizeof(text), "%d\n", p->iteration);

@@ -556,6 +556,18 @@ static void setup_schedules(Trainer* t) {
     t->lr = make_lr_schedule(a, t->train_iters);
 }
 
+// --save and --load checked before any work: rank 0 prepares the save directory, every rank
+// learns its verdict
+static void check_paths(const Config* a) {
+    char err[4600];
+    int rc = 0;
+    struct stat st;
+    if (a->save && grid.world_rank == 0) rc = prepare_save_dir(a->save, err, sizeof(err));
+    broadcast_host(&grid.world, &rc, sizeof(rc), 0);
+    if (rc) config_error("%s", err);
+    if (a->load && stat(a->load, &st) == 0 && !S_ISDIR(st.st_mode)) config_error("--load %s: not a directory", a->load);
+}
+
 // --load DIR: the latest checkpoint's metadata, read before anything else (its seed
 // continues the data order); "" in ckpt when DIR has none (a fresh start)
 static void find_checkpoint(Config* a, char* ckpt, size_t len, CheckpointMeta* meta) {
@@ -595,6 +607,7 @@ static void resume(Trainer* t, const char* ckpt, const CheckpointMeta* meta) {
     int with_optim = !a->no_load_optim && !a->finetune;
     double t0 = now_seconds(), gb = checkpoint_load(meta, &t->model, &t->opt, with_optim);
     if (!a->finetune) t->progress = meta->progress;
+    if (!a->finetune && a->save && strcmp(a->save, a->load) == 0) t->last_saved = meta->progress.iteration;   // it is there
     if (grid.world_rank == 0) {
         double s = now_seconds() - t0;
         printf("loaded checkpoint %s (iteration %d%s): %.3f GB in %.2f s (%.2f GB/s)\n", ckpt, meta->progress.iteration,
@@ -624,6 +637,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     char ckpt[4300];
     CheckpointMeta meta;
     memset(&meta, 0, sizeof(meta));
+    check_paths(a);
     find_checkpoint(a, ckpt, sizeof(ckpt), &meta);
     open_data(&t->data, a, samples);
     a->model.padded_vocab_size = padded_vocab_size(a->model.vocab_size, a->model.make_vocab_size_divisible_by,

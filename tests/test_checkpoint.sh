@@ -117,6 +117,37 @@ if [ $status -eq 0 ] && [ ! -e $B/PWNED ] && [ "$(ls "$odd")" = "$(printf 'iter_
     ok "a --save path with quotes and a command: saved there, nothing run, leftovers and old checkpoints removed"
 else bad "a --save path with quotes" "status $status, PWNED $([ -e $B/PWNED ] && echo yes || echo no): $(ls "$odd" 2>&1 | tr '\n' ' ') $(grep -m1 error $B/odd.log)"; fi
 
+# --save and --load are checked before any training: missing parents are created, a leftover
+# iter_N.tmp/ of an interrupted save is removed in one line, a file or "" is refused (exit 2)
+mkdir -p $B/stale.ckpt/iter_0000007.tmp/sub && touch $B/stale.ckpt/iter_0000007.tmp/sub/part $B/stale.ckpt/iter_0000007.tmpx
+./train_cpu $flags --train-iters 6 --save $B/stale.ckpt > $B/stale.log 2>&1
+if [ ! -e $B/stale.ckpt/iter_0000007.tmp ] && [ -e $B/stale.ckpt/iter_0000007.tmpx ] && [ -d $B/stale.ckpt/iter_0000006 ] &&
+   [ "$(grep -c "^removed 1 iter_\*.tmp directory left in $B/stale.ckpt by an interrupted save" $B/stale.log)" -eq 1 ]; then
+    ok "a leftover iter_N.tmp/ of an interrupted save is removed at start-up, in one line"
+else bad "leftover iter_N.tmp/ at start-up" "$(ls $B/stale.ckpt | tr '\n' ' ') $(grep -m1 -E 'removed|error' $B/stale.log)"; fi
+./train_cpu $flags --train-iters 6 --save $B/new/deeper/ckpt > $B/parents.log 2>&1
+if [ -f $B/new/deeper/ckpt/latest_checkpointed_iteration.txt ]; then ok "--save creates missing parent directories"
+else bad "--save creates missing parent directories" "$(grep -m1 error $B/parents.log)"; fi
+touch $B/a_file
+expect_refusal "--save of a regular file is refused before training" "--save $B/a_file: not a directory" --save $B/a_file
+expect_refusal "--save of an empty path is refused" "--save expects a directory, got ''" --save ""
+expect_refusal "--load of a regular file is refused" "--load $B/a_file: not a directory" --load $B/a_file
+grep -q '^ iteration' $B/refusal.out && bad "refusals happen before training" "a refused run printed iteration lines"
+
+# an iter_N/ beyond the marker (a crash between the rename and the marker's update, or a run
+# repeated into the same directory) is replaced in one line, never stops the resumed run; the
+# replacement is the same checkpoint an uninterrupted run writes
+./train_cpu $flags --train-iters 10 --save-interval 5 --save $B/rr.ckpt > $B/rr1.log 2>&1
+cp $B/rr.ckpt/iter_0000010/tensors.bin $B/rr10.bin
+echo 5 > $B/rr.ckpt/latest_checkpointed_iteration.txt
+./train_cpu $flags --train-iters 10 --save-interval 5 --load $B/rr.ckpt --save $B/rr.ckpt > $B/rr2.log 2>&1
+status=$?
+if [ $status -eq 0 ] && [ "$(grep -c "^replaced $B/rr.ckpt/iter_0000010, which an earlier or interrupted run left there" $B/rr2.log)" -eq 1 ] &&
+   [ "$(cat $B/rr.ckpt/latest_checkpointed_iteration.txt)" = 10 ] && cmp -s $B/rr10.bin $B/rr.ckpt/iter_0000010/tensors.bin &&
+   [ "$(ls $B/rr.ckpt | tr '\n' ' ')" = "iter_0000005 iter_0000010 latest_checkpointed_iteration.txt " ]; then
+    ok "a stale iter_N/ beyond the marker is replaced in one line and the resumed run goes on"
+else bad "a stale iter_N/ beyond the marker" "status $status: $(ls $B/rr.ckpt | tr '\n' ' ') $(grep -m1 -E 'error|replaced' $B/rr2.log)"; fi
+
 # SIGTERM (as SLURM sends before a time limit): finish the step, save, exit 0
 long="$flags --train-iters 100000 --eval-interval 100000"
 ./train_cpu $long --save $B/term.ckpt > $B/term.log 2>&1 &
