@@ -438,6 +438,7 @@ typedef struct {
     Loader train, valid, test;
     Progress progress;              // iteration and data positions: what a checkpoint stores
     int last_saved;                 // iteration of the last checkpoint this run wrote (-1: none)
+    int last_save_failed;           // the last save could not be written (the exit status says so)
 } Trainer;
 
 typedef struct {
@@ -806,7 +807,7 @@ static void request_stop(int sig) { (void)sig; stop_requested = 1; }
 static void save_checkpoint_once(Trainer* t) {
     if (!t->config.save || t->last_saved == t->progress.iteration) return;
     t->progress.consumed_valid_samples = t->valid.consumed;
-    checkpoint_save(t->config.save, &t->model, &t->opt, &t->progress, t->config.keep_last);
+    t->last_save_failed = checkpoint_save(t->config.save, &t->model, &t->opt, &t->progress, t->config.keep_last);
     t->last_saved = t->progress.iteration;
 }
 
@@ -893,9 +894,10 @@ int main(int argc, char** argv) {
     Trainer* t = (Trainer*)callocCheck(1, sizeof(Trainer));
     trainer_setup(t, argc, argv);
     trainer_run(t, NULL, NULL);
+    int status = t->last_save_failed;   // 1: the run's last checkpoint could not be saved
     trainer_free(t);
     free(t);
     grid_finish();
-    return 0;
+    return status;
 }
 #endif

@@ -148,6 +148,41 @@ if [ $status -eq 0 ] && [ "$(grep -c "^replaced $B/rr.ckpt/iter_0000010, which a
     ok "a stale iter_N/ beyond the marker is replaced in one line and the resumed run goes on"
 else bad "a stale iter_N/ beyond the marker" "status $status: $(ls $B/rr.ckpt | tr '\n' ' ') $(grep -m1 -E 'error|replaced' $B/rr2.log)"; fi
 
+# A failed write never becomes a checkpoint. tests/fault_write.c (LD_PRELOAD) lets the first
+# save through and fails the second halfway: with ENOSPC and a short write, or silently (the
+# write reports success and writes nothing, as a failing device or a dropped MPI-IO error
+# would). Either way the save is refused in one line naming the rank, its .tmp is removed,
+# the marker still names iteration 5, the exit status is 1 (the last save failed), and a run
+# resumed from iteration 5 prints exactly the lines of an uninterrupted run.
+gcc -shared -fPIC -O1 tests/fault_write.c -o $B/fault_write.so -ldl
+S=$(stat -c %s $B/first.ckpt/iter_0000010/tensors.bin)
+./train_cpu $flags --train-iters 10 --log-interval 1 > $B/ref10.log 2>&1
+for mode in ENOSPC SILENT; do
+    ck=$B/full_$mode.ckpt
+    silent=""; [ $mode = SILENT ] && silent="FAULT_SILENT=1"
+    env $silent FAULT_FILE=tensors.bin FAULT_AFTER=$((S + S / 2)) LD_PRELOAD=$PWD/$B/fault_write.so \
+        ./train_cpu $flags --train-iters 10 --save-interval 5 --save $ck > $B/full_$mode.log 2> $B/full_$mode.err
+    status=$?
+    ./train_cpu $flags --train-iters 10 --log-interval 1 --load $ck > $B/after_$mode.log 2>&1
+    if [ $status -eq 1 ] && [ "$(grep -c 'checkpoint not saved' $B/full_$mode.err)" -eq 1 ] &&
+       grep -q "^error: \[rank 0 on .*TP(0)-PP(0)-DP(0)-Rank(0)\] checkpoint not saved: .*tensors.bin" $B/full_$mode.err &&
+       [ "$(ls $ck | tr '\n' ' ')" = "iter_0000005 latest_checkpointed_iteration.txt " ] &&
+       [ "$(cat $ck/latest_checkpointed_iteration.txt)" = 5 ] && grep -q "loaded checkpoint .*iter_0000005" $B/after_$mode.log &&
+       diff <(strip_timing $B/ref10.log | tail -5) <(strip_timing $B/after_$mode.log) > /dev/null; then
+        ok "a save whose writes fail ($mode) is refused in one line, removed, and the previous checkpoint resumes exactly"
+    else bad "a save whose writes fail ($mode)" "status $status: $(head -c 300 $B/full_$mode.err) | $(ls $ck | tr '\n' ' ')"; fi
+done
+# on a grid: every rank learns that the save failed, and the job exits 1 as a whole
+rm -rf $B/full_grid.ckpt
+$MPIRUN -np 4 -x FAULT_FILE=tensors.bin -x FAULT_AFTER=$((3 * S / 8)) -x LD_PRELOAD=$PWD/$B/fault_write.so \
+    ./train_cpu $flags --train-iters 10 --save-interval 5 --save $B/full_grid.ckpt --tensor-model-parallel-size 2 \
+    --pipeline-model-parallel-size 2 > $B/full_grid.log 2> $B/full_grid.err
+status=$?
+if [ $status -ne 0 ] && grep -q "checkpoint not saved" $B/full_grid.err && [ "$(cat $B/full_grid.ckpt/latest_checkpointed_iteration.txt)" = 5 ] &&
+   [ "$(ls $B/full_grid.ckpt | tr '\n' ' ')" = "iter_0000005 latest_checkpointed_iteration.txt " ] && grep -q '^summary' $B/full_grid.log; then
+    ok "on a (2,2,1) grid a failed save is refused on every rank, the run finishes, the exit status is not 0"
+else bad "a failed save on a grid" "status $status: $(head -c 300 $B/full_grid.err) | $(ls $B/full_grid.ckpt | tr '\n' ' ')"; fi
+
 # SIGTERM (as SLURM sends before a time limit): finish the step, save, exit 0
 long="$flags --train-iters 100000 --eval-interval 100000"
 ./train_cpu $long --save $B/term.ckpt > $B/term.log 2>&1 &
