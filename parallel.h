@@ -268,6 +268,11 @@ static void gather_to_rank0(Group* g, const double* mine, double* all, int n) {
     mpiCheck(MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, g->mpi));
 }
 
+// every rank receives every rank's bytes, in rank order
+static void all_gather_host(Group* g, const void* mine, void* all, size_t bytes) {
+    mpiCheck(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, g->mpi));
+}
+
 static void barrier(Group* g) { mpiCheck(MPI_Barrier(g->mpi)); }
 
 // ----------------------------------------------------------------------------

@@ -153,6 +153,40 @@ static void parse_flags(Config* c, int argc, char** argv) {
     for (int i = 1; i < argc; i++) i = parse_flag(c, argc, argv, i);
 }
 
+// a digest of field k's value (a list or a triple value by value)
+static uint64_t field_digest(Config* c, int k) {
+    void* base;
+    const ConfigField* f = config_field(c, k, &base);
+    char text[64];
+    uint64_t h = hash_name(format_field(f, base, text, sizeof(text)));
+    if (f->kind == FIELD_INT3)
+        for (int i = 0; i < 3; i++) h = splitmix64(h ^ (uint64_t)((IntTriple*)field_in(f, base))->v[i]);
+    const StringList* list = (const StringList*)field_in(f, base);
+    for (int i = 0; f->kind == FIELD_LIST && i < list->count; i++) h = splitmix64(h ^ hash_name(list->v[i]));
+    return h;
+}
+
+// Every rank must run the same configuration: ranks started with different flags are one
+// line naming the first flag that differs and two ranks that disagree, exit 2, on every rank
+// (before any collective that depends on the configuration).
+static void check_same_config_everywhere(Config* c) {
+    int n = NUM_MODEL_FIELDS + NUM_RUN_FIELDS;
+    uint64_t* mine = (uint64_t*)mallocCheck(n * sizeof(uint64_t));
+    uint64_t* all = (uint64_t*)mallocCheck((size_t)n * grid.world_size * sizeof(uint64_t));
+    for (int k = 0; k < n; k++) mine[k] = field_digest(c, k);
+    all_gather_host(&grid.world, mine, all, n * sizeof(uint64_t));
+    for (int k = 0; k < n; k++)
+        for (int r = 1; r < grid.world_size; r++)
+            if (all[(size_t)r * n + k] != all[k]) {
+                void* base;
+                char flag[96];
+                config_error("ranks were started with different flags: %s differs between rank 0 and rank %d (every rank "
+                             "must get the same flags)", flag_of(config_field(c, k, &base), flag, sizeof(flag)), r);
+            }
+    free(mine);
+    free(all);
+}
+
 // ----------------------------------------------------------------------------
 // config checks: every one before any allocation, one line each, exit status 2
 // (each field's type and lower bound were checked as it was parsed)
@@ -628,6 +662,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
         exit(0);
     }
     if (a->export_hf) export_and_exit(a);
+    check_same_config_everywhere(a);
     check_model(a);
     check_run(a);
     setup_schedules(t);
@@ -799,10 +834,14 @@ static float run_evaluation(Trainer* t, int split, const char* what) {
     return loss;
 }
 
-// SIGTERM and SIGUSR1 (what SLURM sends before a time limit) ask for a save and an exit
-// after the current step
+// SIGTERM and SIGUSR1 (what SLURM sends before a time limit), SIGINT (Ctrl-C) and SIGHUP (a
+// closed terminal) ask for a save and an exit after the current step; the same signal a
+// second time ends the run at once (a user who presses Ctrl-C twice means it).
 static volatile sig_atomic_t stop_requested = 0;
-static void request_stop(int sig) { (void)sig; stop_requested = 1; }
+static void request_stop(int sig) {
+    stop_requested = 1;
+    signal(sig, SIG_DFL);
+}
 
 static void save_checkpoint_once(Trainer* t) {
     if (!t->config.save || t->last_saved == t->progress.iteration) return;
@@ -838,8 +877,8 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     double start = now_seconds(), train_seconds = 0.0, last_loss = NAN;
     long long tokens_start = t->progress.consumed_samples;
     int in_flight = 0;   // most micro-batches any stage held at once (1F1B: at most PP)
-    signal(SIGTERM, request_stop);
-    signal(SIGUSR1, request_stop);
+    int stop_signals[] = {SIGTERM, SIGUSR1, SIGINT, SIGHUP};
+    for (int i = 0; i < 4; i++) signal(stop_signals[i], request_stop);
     while (t->progress.iteration < t->train_iters) {
         double t0 = now_seconds();
         StepResult r = train_step(t);

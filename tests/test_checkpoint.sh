@@ -183,18 +183,29 @@ if [ $status -ne 0 ] && grep -q "checkpoint not saved" $B/full_grid.err && [ "$(
     ok "on a (2,2,1) grid a failed save is refused on every rank, the run finishes, the exit status is not 0"
 else bad "a failed save on a grid" "status $status: $(head -c 300 $B/full_grid.err) | $(ls $B/full_grid.ckpt | tr '\n' ' ')"; fi
 
-# SIGTERM (as SLURM sends before a time limit): finish the step, save, exit 0
+# SIGTERM (as SLURM sends before a time limit), Ctrl-C's SIGINT, SIGHUP: finish the step,
+# save, exit 0; the same signal twice ends the run at once (no save)
 long="$flags --train-iters 100000 --eval-interval 100000"
-./train_cpu $long --save $B/term.ckpt > $B/term.log 2>&1 &
+for sig in TERM INT HUP; do
+    ./train_cpu $long --save $B/$sig.ckpt > $B/$sig.log 2>&1 &
+    pid=$!
+    sleep 1.5
+    kill -$sig $pid
+    wait $pid
+    status=$?
+    it=$(cat $B/$sig.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
+    if [ $status -eq 0 ] && [ -n "$it" ] && grep -q "stopping at iteration $it (signal), checkpoint saved" $B/$sig.log; then
+        ok "SIG$sig saves the checkpoint of the current step and exits 0 (iteration $it)"
+    else bad "SIG$sig saves and exits 0" "status $status, latest '$it': $(tail -2 $B/$sig.log)"; fi
+done
+./train_cpu $long --save $B/twice.ckpt > $B/twice.log 2>&1 &
 pid=$!
-sleep 2
-kill -TERM $pid
+sleep 1.5
+kill -INT $pid; sleep 0.05; kill -INT $pid
 wait $pid
 status=$?
-it=$(cat $B/term.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
-if [ $status -eq 0 ] && [ -n "$it" ] && grep -q "stopping at iteration $it (signal), checkpoint saved" $B/term.log; then
-    ok "SIGTERM saves the checkpoint of the current step and exits 0 (iteration $it)"
-else bad "SIGTERM saves and exits 0" "status $status, latest '$it': $(tail -2 $B/term.log)"; fi
+if [ $status -eq 130 ]; then ok "Ctrl-C twice ends the run at once (status 130)"
+else bad "Ctrl-C twice" "status $status: $(tail -2 $B/twice.log)"; fi
 
 # kill -9 in the middle of a save: a model whose checkpoint (~150 MB) takes far longer to
 # write than a step, saved every step, killed at a random moment until a kill lands inside a
