@@ -41,7 +41,8 @@ typedef struct {
 } Group;
 
 typedef struct {
-    int world_rank, world_size, local_rank;   // local_rank: index among the ranks on this host
+    int world_rank, world_size, local_rank;   // local_rank: index among the ranks on this host ...
+    int local_size;                           // ... of local_size
     char host[256];
     int tp_size, pp_size, dp_size;
     int tp_rank, pp_rank, dp_rank;
@@ -113,6 +114,19 @@ static void config_error(const char* fmt, ...) {
     exit(2);
 }
 
+// Bad input that only rank `who` can name (every rank has agreed on who): that rank says why,
+// with its coordinates, and every rank exits with status 2.
+static void config_error_on(int who, const char* fmt, ...) {
+    if (grid.world_rank == who) {
+        va_list ap;
+        va_start(ap, fmt);
+        print_rank_error(fmt, ap);
+        va_end(ap);
+    }
+    MPI_Finalize();
+    exit(2);
+}
+
 static void mpi_check_(int err, const char* what, const char* file, int line) {
     if (err == MPI_SUCCESS) return;
     char msg[MPI_MAX_ERROR_STRING];
@@ -143,6 +157,7 @@ static void grid_start(int* argc, char*** argv) {
     MPI_Comm local;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, grid.world_rank, MPI_INFO_NULL, &local));
     MPI_Comm_rank(local, &grid.local_rank);
+    MPI_Comm_size(local, &grid.local_size);
     MPI_Comm_free(&local);
 }
 

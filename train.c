@@ -618,6 +618,43 @@ static void find_checkpoint(Config* a, char* ckpt, size_t len, CheckpointMeta* m
     }
 }
 
+// the memory this rank's buffers may take: its share of the host's memory on the CPU build
+// (every rank on the host allocates as much), its GPU's on the GPU build
+static double memory_available(const char** where) {
+#ifdef __CUDACC__
+    size_t free_bytes = 0, total = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total));
+    *where = "its GPU has";
+    return (double)free_bytes;
+#else
+    *where = "its share of the host's memory is";
+    return (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / grid.local_size;
+#endif
+}
+
+// Before anything large is allocated: what this rank will hold (the numbers of the memory
+// table), against what there is. Too much is refused in one line by the rank that would hold
+// the most, naming the largest part and the flags that drive it; every rank exits 2.
+static void check_memory(const GPT* m, const char* table_flags) {
+    double gib = 1024.0 * 1024.0 * 1024.0, padded = (double)m->num_params_padded;
+    double optimizer = padded / grid.dp_size * sizeof(float) * (sizeof(floatX) == sizeof(float) ? 2 : 3) +
+                       (grid.dp_size > 1 ? padded / grid.dp_size * sizeof(float) : 0.0);
+    double part[4] = {padded * sizeof(floatX), padded * sizeof(float), optimizer, (double)m->arena_bytes};
+    const char* names[4] = {"parameters", "gradients", "optimizer state", "activations"};
+    const char* flags[4] = {table_flags, table_flags, table_flags,
+                            "--micro-batch-size, --seq-length, --hidden-size, --num-attention-heads (scores: seq^2 per head)"};
+    const char* where;
+    double total = part[0] + part[1] + part[2] + part[3], have = memory_available(&where);
+    int largest = 0;
+    for (int k = 1; k < 4; k++) largest = part[k] > part[largest] ? k : largest;
+    int worst = max_over_world(total > have ? grid.world_rank + 1 : 0);   // the last rank that does not fit, + 1
+    if (worst)
+        config_error_on(worst - 1, "this rank would allocate %.2f GiB (parameters %.2f, gradients %.2f, optimizer state "
+                        "%.2f, activations %.2f) but %s %.2f GiB: the largest part, %s, grows with %s", total / gib,
+                        part[0] / gib, part[1] / gib, part[2] / gib, part[3] / gib, where, have / gib, names[largest],
+                        flags[largest]);
+}
+
 // the model, the optimizer and the grid they live on (every check has passed)
 static void build_model(Trainer* t) {
     Config* a = &t->config;
@@ -629,8 +666,18 @@ static void build_model(Trainer* t) {
     if (grid.local_rank >= gpus) fail("%d or more ranks on this host but %d GPU(s) visible: one GPU per rank", grid.local_rank + 1, gpus);
 #endif
     kernels_init(grid.local_rank);   // ranks on one host take distinct GPUs
-    gpt_build(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, grid.pp_rank, grid.pp_size,
-              grid.pp_size, grid.dp_size);
+    const char* table_flags = "--num-layers, --hidden-size, --ffn-hidden-size, --vocab-size, --max-position-embeddings "
+                              "(less with more tensor- and pipeline-parallel ranks)";
+    double table_entries = 8.0 + 12.0 * (c->num_layers / grid.pp_size), have;
+    const char* where;
+    have = memory_available(&where);
+    if (table_entries > INT32_MAX || table_entries * (sizeof(TensorDesc) + 2 * sizeof(LayerActivations)) > have)
+        config_error("--num-layers %d: the tensor table alone of a pipeline stage would take %.1f GiB, but %s %.1f GiB",
+                     c->num_layers, table_entries * sizeof(TensorDesc) / (1 << 30), where, have / (1 << 30));
+    gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, grid.pp_rank, grid.pp_size,
+                   grid.pp_size, grid.dp_size);
+    check_memory(&t->model, table_flags);
+    gpt_allocate(&t->model);
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};
     t->adam = adam;
     adamw_init(&t->opt, &t->model);
