@@ -174,7 +174,7 @@ static int check_idx_header(IndexedDataset* ds, const char* path, const uint8_t*
     if (n > size / 12 || d > size / 8 || (uint64_t)IDX_HEADER_BYTES + 12 * n + 8 * d != size)
         return error_line(err, errlen, "%s: %lld bytes, but its header (%llu items, %llu doc_idx entries) needs %.17g",
                           path, (long long)file_bytes, (unsigned long long)n, (unsigned long long)d,
-                          IDX_HEADER_BYTES + 12.0 * (double)n + 8.0 * (double)d);   // in double: cannot overflow
+                          (double)(int)IDX_HEADER_BYTES + 12.0 * (double)n + 8.0 * (double)d);   // in double: no overflow
     if (d < 1) return error_line(err, errlen, "%s: empty doc_idx (expected at least the entry 0)", path);
     ds->dtype_code = code;
     ds->itemsize = dt->itemsize;
