@@ -172,6 +172,21 @@ for mode in ENOSPC SILENT; do
         ok "a save whose writes fail ($mode) is refused in one line, removed, and the previous checkpoint resumes exactly"
     else bad "a save whose writes fail ($mode)" "status $status: $(head -c 300 $B/full_$mode.err) | $(ls $ck | tr '\n' ' ')"; fi
 done
+# a really full filesystem: a tmpfs with room for one checkpoint and a half (skipped where
+# mounting is not allowed)
+T=$B/tmpfs
+mkdir -p $T
+if mount -t tmpfs -o size=$(( (S + S / 2) / 1024 ))k tmpfs $T 2> /dev/null; then
+    ./train_cpu $flags --train-iters 10 --save-interval 5 --save $T/ck > $B/tmpfs.log 2> $B/tmpfs.err
+    status=$?
+    kept=$(ls $T/ck | tr '\n' ' ')
+    umount $T
+    if [ $status -eq 1 ] && [ "$(grep -c 'checkpoint not saved' $B/tmpfs.err)" -eq 1 ] &&
+       [ "$kept" = "iter_0000005 latest_checkpointed_iteration.txt " ]; then
+        ok "a full filesystem (tmpfs): the save is refused in one line and the previous checkpoint stays"
+    else bad "a full filesystem (tmpfs)" "status $status, kept: $kept: $(head -c 300 $B/tmpfs.err)"; fi
+else echo "SKIP full filesystem: cannot mount a tmpfs here (needs root and a mount namespace)"; fi
+
 # on a grid: every rank learns that the save failed, and the job exits 1 as a whole
 rm -rf $B/full_grid.ckpt
 $MPIRUN -np 4 -x FAULT_FILE=tensors.bin -x FAULT_AFTER=$((3 * S / 8)) -x LD_PRELOAD=$PWD/$B/fault_write.so \
