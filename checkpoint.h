@@ -25,6 +25,7 @@ checkpoint_load, export_hf.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <zlib.h>
 
 // the run's counters a checkpoint stores, besides the optimizer's step
@@ -115,28 +116,57 @@ static void for_each_run(const TensorDesc* t, size_t tensor_offset, size_t lo, s
     }
 }
 
+// A save never trusts a write: the CRC-32 of each run is taken from memory before it is
+// written, each run is read back and checked against it, and the tensors' CRCs in
+// metadata.txt are combined from the runs' (so a damaged file can never match them).
+typedef struct {
+    uint64_t offset, bytes;    // where in tensors.bin
+    uint32_t crc, pad;         // of the bytes meant to be there
+} Piece;
+
+// what one rank wrote in a save, and the first thing that went wrong ("": nothing)
+typedef struct {
+    Piece* pieces;
+    size_t count, cap;
+    char error[4800];
+} SaveLog;
+
+static void log_piece(SaveLog* log, Piece p) {
+    if (log->count == log->cap) {
+        log->cap = log->cap ? 2 * log->cap : 1024;
+        log->pieces = (Piece*)realloc(log->pieces, log->cap * sizeof(Piece));
+        if (!log->pieces) fail("out of host memory for %zu checkpoint pieces", log->cap);
+    }
+    log->pieces[log->count++] = p;
+}
+
 // one run between the file and a float array in device memory, through a host buffer of
 // RUN_MAX floats: a save or load never holds more of the model than that on the host
 typedef struct {
     MPI_File file;
+    const char* path;
     size_t section_base;       // byte offset of the section in tensors.bin
     float* dev;                // the array (device memory) ...
     size_t dev_start;          // ... whose element 0 is this flat index
     float* bounce;             // [RUN_MAX] on the host
-    int reading;
+    SaveLog* log;              // writing: the pieces written; NULL: reading
 } RunIO;
 
 static void run_io(void* ctx, size_t flat, size_t n, size_t file_offset) {
     RunIO* io = (RunIO*)ctx;
     float* p = io->dev + (flat - io->dev_start);
-    size_t at = io->section_base + file_offset;
-    if (io->reading) {
-        shared_file_io(io->file, at, io->bounce, n * sizeof(float), 0);
-        host_to_dev(p, io->bounce, n * sizeof(float));
-    } else {
-        dev_to_host(io->bounce, p, n * sizeof(float));
-        shared_file_io(io->file, at, io->bounce, n * sizeof(float), 1);
+    size_t at = io->section_base + file_offset, bytes = n * sizeof(float);
+    if (!io->log) {
+        if (shared_file_io(io->file, at, io->bounce, bytes, 0) != 0) fail("reading %s at byte %zu failed", io->path, at);
+        host_to_dev(p, io->bounce, bytes);
+        return;
     }
+    if (io->log->error[0]) return;   // after the first failed write this save is lost: no more
+    dev_to_host(io->bounce, p, bytes);
+    Piece piece = {at, bytes, crc32_update(0, io->bounce, bytes), 0};
+    if (shared_file_io(io->file, at, io->bounce, bytes, 1) != 0 && !io->log->error[0])
+        snprintf(io->log->error, sizeof(io->log->error), "writing %s at byte %zu failed", io->path, at);
+    log_piece(io->log, piece);
 }
 
 // Does this rank write tensor t? Each element once: not the tied copy of the last stage, a
@@ -145,15 +175,16 @@ static int writes_tensor(const GPT* m, const TensorDesc* t) {
     return !t->tied_copy && (t->split_axis >= 0 || m->tp_rank == 0);
 }
 
-// read (reading = 1) or write the shard's parts of every local tensor: the master weights,
-// and with all three sections the Adam moments
-static void shard_io(const GPT* m, const AdamWState* opt, const CanonicalLayout* L, MPI_File f, int reading,
-                     int sections) {
+// write (log given) or read the shard's parts of every local tensor: the master weights, and
+// with all three sections the Adam moments
+static void shard_io(const GPT* m, const AdamWState* opt, const CanonicalLayout* L, MPI_File f, const char* path,
+                     SaveLog* log, int sections) {
     float* arrays[3] = {opt->master, opt->m, opt->v};
     float* bounce = (float*)mallocCheck(RUN_MAX * sizeof(float));
+    int reading = log == NULL;
     for (int k = 0; k < sections; k++) {
         if (reading && k == 0 && sizeof(floatX) == sizeof(float)) continue;   // CPU: the master is the params, loaded
-        RunIO io = {f, k * L->section_bytes, arrays[k], opt->shard_start, bounce, reading};
+        RunIO io = {f, path, k * L->section_bytes, arrays[k], opt->shard_start, bounce, log};
         for (int i = 0; i < m->num_tensors; i++) {
             const TensorDesc* tensor = &m->tensors[i];
             if (!reading && !writes_tensor(m, tensor)) continue;
@@ -173,7 +204,8 @@ static void section_checksums(const CanonicalLayout* L, MPI_File f, uint32_t* cr
         size_t bytes = canonical_bytes(&L->whole.tensors[i]);
         uint8_t* buf = (uint8_t*)mallocCheck(bytes);
         for (int k = 0; k < 3; k++) {
-            shared_file_io(f, k * L->section_bytes + L->offset[i], buf, bytes, 0);
+            if (shared_file_io(f, k * L->section_bytes + L->offset[i], buf, bytes, 0) != 0)
+                fail("reading tensor %s of a checkpoint failed", L->whole.tensors[i].name);
             crc[3 * i + k] = crc32_update(0, buf, bytes);
         }
         free(buf);
@@ -184,10 +216,22 @@ static void section_checksums(const CanonicalLayout* L, MPI_File f, uint32_t* cr
 // ----------------------------------------------------------------------------
 // saving
 
-static void write_metadata(const GPT* m, const AdamWState* opt, const Progress* p, const CanonicalLayout* L,
-                           const uint32_t* crc, const char* path) {
-    FILE* f = fopen(path, "w");
-    if (!f) fail("cannot write %s: %s", path, strerror(errno));
+// flush, sync and close f (open on tmp), then rename tmp to path; on failure remove tmp. 0, or 1 with a line in err
+static int commit_file(FILE* f, const char* tmp, const char* path, char* err, size_t errlen) {
+    int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (ok && rename(tmp, path) == 0) return 0;
+    int e = errno;
+    remove(tmp);
+    return error_line(err, errlen, "cannot write %s: %s", path, strerror(e));
+}
+
+static int write_metadata(const GPT* m, const AdamWState* opt, const Progress* p, const CanonicalLayout* L,
+                          const uint32_t* crc, const char* path, char* err, size_t errlen) {
+    char tmp[4500];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* f = fopen(tmp, "w");
+    if (!f) return error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     fprintf(f, "gridgpt-checkpoint 1\niteration %d\nconsumed_samples %lld\nscheduler_samples %lld\noptimizer_step %d\n"
             "consumed_valid_samples %lld\n", p->iteration, p->consumed_samples, p->scheduler_samples, opt->step,
             p->consumed_valid_samples);
@@ -201,8 +245,7 @@ static void write_metadata(const GPT* m, const AdamWState* opt, const Progress* 
         fprintf(f, "tensor %s %d %d %zu %08x %08x %08x\n", d->name, d->valid_rows, d->cols, L->offset[i],
                 crc[3 * i], crc[3 * i + 1], crc[3 * i + 2]);
     }
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) fail("writing %s: %s", path, strerror(errno));
-    fclose(f);
+    return commit_file(f, tmp, path, err, errlen);
 }
 
 static void sync_dir(const char* path) {
@@ -212,24 +255,14 @@ static void sync_dir(const char* path) {
     close(fd);
 }
 
-// flush, sync and close f (open on tmp), then rename tmp to path; on failure remove tmp. 0, or 1 with a line in err
-static int commit_file(FILE* f, const char* tmp, const char* path, char* err, size_t errlen) {
-    int ok = !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (ok && rename(tmp, path) == 0) return 0;
-    int e = errno;
-    remove(tmp);
-    return error_line(err, errlen, "cannot write %s: %s", path, strerror(e));
-}
-
-// write `text` to path through a temporary file and a rename
-static void replace_file(const char* path, const char* text) {
-    char tmp[4608], err[4700];
+// write `text` to path through a temporary file and a rename; 0, or 1 with a line in err
+static int replace_file(const char* path, const char* text, char* err, size_t errlen) {
+    char tmp[4608];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = fopen(tmp, "w");
-    if (!f) fail("cannot write %s: %s", tmp, strerror(errno));
+    if (!f) return error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     fputs(text, f);
-    if (commit_file(f, tmp, path, err, sizeof(err))) fail("%s", err);
+    return commit_file(f, tmp, path, err, errlen);
 }
 
 static void iter_dir(char* out, size_t len, const char* dir, int iteration) {
@@ -254,6 +287,36 @@ static int remove_tree(const char* path) {
     return status == 0 ? rmdir(path) : -1;
 }
 
+// A --save directory, before any training (rank 0): created with its parents if missing, a
+// writable directory; iter_*.tmp/ (and .replaced/) left by an interrupted save (each a
+// checkpoint's worth of disk) are removed, said in one line. 0, or 1 with a line in err.
+static int prepare_save_dir(const char* dir, char* err, size_t errlen) {
+    char path[4200], tmp[4400];
+    struct stat st;
+    if (!dir[0]) return error_line(err, errlen, "--save expects a directory, got ''");
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) return error_line(err, errlen, "--save: path too long");
+    for (char* p = path + 1; *p; p++)   // mkdir -p
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(path, 0755);
+            *p = '/';
+        }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return error_line(err, errlen, "--save %s: %s", dir, strerror(errno));
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return error_line(err, errlen, "--save %s: not a directory", dir);
+    if (access(path, W_OK | X_OK) != 0) return error_line(err, errlen, "--save %s: not writable: %s", dir, strerror(errno));
+    DIR* d = opendir(path);
+    int removed = 0, it;
+    for (struct dirent* e; d && (e = readdir(d)) != NULL;) {
+        char rest[16];   // iter_N.tmp (an interrupted save) or iter_N.replaced (an interrupted replacement)
+        if (sscanf(e->d_name, "iter_%d.%15s", &it, rest) != 2 || (strcmp(rest, "tmp") && strcmp(rest, "replaced"))) continue;
+        if (snprintf(tmp, sizeof(tmp), "%s/%s", path, e->d_name) < (int)sizeof(tmp)) removed += remove_tree(tmp) == 0;
+    }
+    if (d) closedir(d);
+    if (removed) printf("removed %d iter_*.tmp director%s left in %s by an interrupted save\n", removed,
+                        removed > 1 ? "ies" : "y", dir);
+    return 0;
+}
+
 // --keep-last N: remove all but the N newest iter_* directories (rank 0, after a save)
 static void rotate_checkpoints(const char* dir, int keep) {
     int iters[4096], n = 0;
@@ -275,26 +338,125 @@ static void rotate_checkpoints(const char* dir, int keep) {
     }
 }
 
-// the data of a save: tensors.bin in tmp_dir, written by every rank; its checksums into crc
-static void save_tensors(const char* tmp_dir, const GPT* m, const AdamWState* opt, const CanonicalLayout* L,
-                         uint32_t* crc) {
+// Put the finished tmp_dir in final_dir's place. An iter_N/ already there (a run repeated into
+// the same --save directory, or a crash between this rename and the marker's update) is
+// replaced, said in one line: swapped atomically (Linux's renameat2 RENAME_EXCHANGE) where the
+// filesystem can, else moved aside first; then the old one is removed.
+static void install_dir(const char* tmp_dir, const char* final_dir) {
+    struct stat st;
+    if (stat(final_dir, &st) != 0) {
+        if (rename(tmp_dir, final_dir) != 0) fail("cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
+        return;
+    }
+    char aside[4400];
+    snprintf(aside, sizeof(aside), "%s.replaced", final_dir);
+    remove_tree(aside);
+#ifdef SYS_renameat2
+    if (syscall(SYS_renameat2, AT_FDCWD, tmp_dir, AT_FDCWD, final_dir, 2 /* RENAME_EXCHANGE */) == 0)
+        rename(tmp_dir, aside);   // tmp_dir now holds the old checkpoint
+    else
+#endif
+    if (rename(final_dir, aside) != 0 || rename(tmp_dir, final_dir) != 0)
+        fail("cannot replace %s with %s: %s", final_dir, tmp_dir, strerror(errno));
+    printf("replaced %s, which an earlier or interrupted run left there\n", final_dir);
+    remove_tree(aside);
+}
+
+// every piece read back and checked against the CRC of what was meant to be written: a write
+// the disk refused (full, failing), even one MPI reported as done, can never pass as saved
+static void verify_pieces(MPI_File f, SaveLog* log, const char* path, float* bounce) {
+    for (size_t i = 0; i < log->count && !log->error[0]; i++) {
+        const Piece* p = &log->pieces[i];
+        if (shared_file_io(f, p->offset, bounce, p->bytes, 0) != 0 || crc32_update(0, bounce, p->bytes) != p->crc)
+            snprintf(log->error, sizeof(log->error), "%s: bytes %llu to %llu read back differently from what was written "
+                     "(a full disk or a failing device?)", path, (unsigned long long)p->offset,
+                     (unsigned long long)(p->offset + p->bytes));
+    }
+}
+
+static int by_offset(const void* a, const void* b) {
+    uint64_t x = ((const Piece*)a)->offset, y = ((const Piece*)b)->offset;
+    return x < y ? -1 : x > y;
+}
+
+// rank 0: each tensor's CRC-32 in each section from every rank's pieces, in file order
+// (zlib's crc32_combine gives the CRC of two blocks one after another from theirs); the
+// pieces must tile the file exactly
+static void combine_checksums(const CanonicalLayout* L, Piece* all, size_t n, uint32_t* crc) {
+    qsort(all, n, sizeof(Piece), by_offset);
+    size_t next = 0;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < L->whole.num_tensors; i++) {
+            uint64_t at = k * L->section_bytes + L->offset[i], end = at + canonical_bytes(&L->whole.tensors[i]);
+            uint32_t c = 0;   // the CRC of nothing
+            for (; next < n && all[next].offset < end; at += all[next++].bytes) {
+                if (all[next].offset != at) fail("checkpoint: the ranks' pieces do not tile tensors.bin at byte %llu", (unsigned long long)at);
+                c = (uint32_t)crc32_combine(c, all[next].crc, (z_off_t)all[next].bytes);
+            }
+            if (at != end) fail("checkpoint: tensor %s is not wholly written", L->whole.tensors[i].name);
+            crc[3 * i + k] = c;
+        }
+}
+
+// tensors.bin in tmp_dir, written by every rank and read back; on rank 0 the tensors' CRCs
+// into crc. 0, or 1 on every rank when a write failed on any (that rank says so in one line)
+static int save_tensors(const char* tmp_dir, const GPT* m, const AdamWState* opt, const CanonicalLayout* L,
+                        uint32_t* crc) {
     char path[4400];
     snprintf(path, sizeof(path), "%s/tensors.bin", tmp_dir);
+    SaveLog log;
+    memset(&log, 0, sizeof(log));
     MPI_File f;
     if (shared_file_open(path, 1, &f) != 0) fail("cannot create %s", path);
     shared_file_set_size(f, 3 * L->section_bytes);
-    shard_io(m, opt, L, f, 0, 3);
-    shared_file_sync(f);
+    shard_io(m, opt, L, f, path, &log, 3);
+    if (!shared_file_sync(f) && !log.error[0]) snprintf(log.error, sizeof(log.error), "syncing %s failed", path);
     barrier(&grid.world);
-    section_checksums(L, f, crc);
+    float* bounce = (float*)mallocCheck(RUN_MAX * sizeof(float));
+    verify_pieces(f, &log, path, bounce);
     shared_file_close(&f);
+    int failed = max_over_world(log.error[0] != 0);
+    if (log.error[0]) report_error("checkpoint not saved: %s", log.error);
+    size_t bytes;
+    Piece* all = (Piece*)gather_bytes_to_rank0(&grid.world, log.pieces, (int)(log.count * sizeof(Piece)), &bytes);
+    if (grid.world_rank == 0 && !failed) combine_checksums(L, all, bytes / sizeof(Piece), crc);
+    free(all);
+    free(bounce);
+    free(log.pieces);
+    return failed;
+}
+
+// rank 0, after tensors.bin: metadata.txt, the rename into place, the marker, the rotation
+static int finish_save(const char* dir, const char* tmp_dir, const char* final_dir, const GPT* m,
+                       const AdamWState* opt, const Progress* p, const CanonicalLayout* L, const uint32_t* crc,
+                       int keep_last) {
+    char path[4400], text[32], err[4700];
+    snprintf(path, sizeof(path), "%s/metadata.txt", tmp_dir);
+    if (write_metadata(m, opt, p, L, crc, path, err, sizeof(err))) {
+        report_error("checkpoint not saved: %s", err);
+        return 1;
+    }
+    sync_dir(tmp_dir);
+    install_dir(tmp_dir, final_dir);
+    sync_dir(dir);
+    snprintf(text, sizeof(text), "%d\n", p->iteration);
+    snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
+    if (replace_file(path, text, err, sizeof(err))) {   // the new iter_N stays, beyond the marker
+        report_error("checkpoint %s written but not marked as the latest: %s", final_dir, err);
+        return 1;
+    }
+    sync_dir(dir);
+    if (keep_last > 0) rotate_checkpoints(dir, keep_last);
+    return 0;
 }
 
 // Save the model and optimizer state as DIR/iter_N (N = p->iteration), every rank together;
-// with keep_last > 0, only the newest keep_last checkpoints are kept.
-static void checkpoint_save(const char* dir, const GPT* m, const AdamWState* opt, const Progress* p, int keep_last) {
+// with keep_last > 0, only the newest keep_last checkpoints are kept. Returns 0, or 1 on every
+// rank when it could not be saved: then iter_N.tmp/ is removed and the previous checkpoint
+// stays the latest, and the caller decides whether the run goes on.
+static int checkpoint_save(const char* dir, const GPT* m, const AdamWState* opt, const Progress* p, int keep_last) {
     double t0 = now_seconds();
-    char final_dir[4200], tmp_dir[4300], path[4400];
+    char final_dir[4200], tmp_dir[4300];
     iter_dir(final_dir, sizeof(final_dir), dir, p->iteration);
     snprintf(tmp_dir, sizeof(tmp_dir), "%s.tmp", final_dir);
     if (grid.world_rank == 0) {
@@ -305,26 +467,20 @@ static void checkpoint_save(const char* dir, const GPT* m, const AdamWState* opt
     barrier(&grid.world);
     CanonicalLayout L = canonical_layout(&m->cfg);
     uint32_t* crc = (uint32_t*)mallocCheck(3 * L.whole.num_tensors * sizeof(uint32_t));
-    save_tensors(tmp_dir, m, opt, &L, crc);
+    int failed = save_tensors(tmp_dir, m, opt, &L, crc);
     if (grid.world_rank == 0) {
-        snprintf(path, sizeof(path), "%s/metadata.txt", tmp_dir);
-        write_metadata(m, opt, p, &L, crc, path);
-        sync_dir(tmp_dir);
-        if (rename(tmp_dir, final_dir) != 0) fail("cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
-        sync_dir(dir);
-        char text[32];
-        snprintf(text, sizeof(text), "%d\n", p->iteration);
-        snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
-        replace_file(path, text);
-        sync_dir(dir);
-        if (keep_last > 0) rotate_checkpoints(dir, keep_last);
+        if (!failed) failed = finish_save(dir, tmp_dir, final_dir, m, opt, p, &L, crc, keep_last);
         double s = now_seconds() - t0, gb = 3.0 * L.section_bytes / 1e9;
-        printf("saved checkpoint %s: %.3f GB in %.2f s (%.2f GB/s)\n", final_dir, gb, s, gb / s);
+        if (!failed) printf("saved checkpoint %s: %.3f GB in %.2f s (%.2f GB/s)\n", final_dir, gb, s, gb / s);
+        else if (remove_tree(tmp_dir) == 0)
+            printf("checkpoint of iteration %d not saved; %s/latest_checkpointed_iteration.txt names the latest good one\n",
+                   p->iteration, dir);
         fflush(stdout);
     }
-    barrier(&grid.world);
+    broadcast_host(&grid.world, &failed, sizeof(failed), 0);
     free(crc);
     free_layout(&L);
+    return failed;
 }
 
 // ----------------------------------------------------------------------------
@@ -517,12 +673,12 @@ static void verify_checksums(const CheckpointMeta* meta, const CanonicalLayout* 
 
 // every local tensor's rows from the weight section into the (floatX) parameters
 // (one tensor's slice at a time passes through host memory)
-static void load_params(GPT* m, const CanonicalLayout* L, MPI_File f) {
+static void load_params(GPT* m, const CanonicalLayout* L, MPI_File f, const char* path) {
     float* bounce = (float*)mallocCheck(RUN_MAX * sizeof(float));
     for (int i = 0; i < m->num_tensors; i++) {
         const TensorDesc* d = &m->tensors[i];
         float* host = (float*)callocCheck(d->numel, sizeof(float));   // padding rows stay zero
-        RunIO io = {f, 0, host, d->offset, bounce, 1};   // the "device" array here is this host one
+        RunIO io = {f, path, 0, host, d->offset, bounce, NULL};   // the "device" array here is this host one
         for_each_run(d, L->offset[canonical_index(L, d->name)], d->offset, d->offset + d->numel, run_io, &io);
         floats_to_dev_floatX(m->params + d->offset, host, d->numel);
         free(host);
@@ -540,8 +696,8 @@ static double checkpoint_load(const CheckpointMeta* meta, GPT* m, AdamWState* op
     MPI_File f;
     if (shared_file_open(meta->bin_path, 0, &f) != 0) config_error("checkpoint %s: cannot open", meta->bin_path);
     verify_checksums(meta, &L, f, sections);
-    load_params(m, &L, f);
-    shard_io(m, opt, &L, f, 1, sections);
+    load_params(m, &L, f, meta->bin_path);
+    shard_io(m, opt, &L, f, meta->bin_path, NULL, sections);
     shared_file_close(&f);
     if (with_optim) opt->step = meta->optimizer_step;
     double gb = sections * L.section_bytes / 1e9;

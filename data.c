@@ -172,9 +172,9 @@ static int check_idx_header(IndexedDataset* ds, const char* path, const uint8_t*
     // bound the counts by the file size before multiplying, so nothing can overflow
     uint64_t size = (uint64_t)file_bytes;
     if (n > size / 12 || d > size / 8 || (uint64_t)IDX_HEADER_BYTES + 12 * n + 8 * d != size)
-        return error_line(err, errlen, "%s: %lld bytes, but its header (%llu items, %llu doc_idx entries) needs %llu",
+        return error_line(err, errlen, "%s: %lld bytes, but its header (%llu items, %llu doc_idx entries) needs %.17g",
                           path, (long long)file_bytes, (unsigned long long)n, (unsigned long long)d,
-                          (unsigned long long)(n > size || d > size ? 0 : IDX_HEADER_BYTES + 12 * n + 8 * d));
+                          (double)(int)IDX_HEADER_BYTES + 12.0 * (double)n + 8.0 * (double)d);   // in double: no overflow
     if (d < 1) return error_line(err, errlen, "%s: empty doc_idx (expected at least the entry 0)", path);
     ds->dtype_code = code;
     ds->itemsize = dt->itemsize;
@@ -204,6 +204,7 @@ static int read_idx(IndexedDataset* ds, const char* path, char* err, size_t errl
     uint8_t header[IDX_HEADER_BYTES];
     int rc = 0;
     if (fstat(fd, &st) != 0) rc = error_line(err, errlen, "%s: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode)) rc = error_line(err, errlen, "%s: not a regular file", path);
     else if (st.st_size < IDX_HEADER_BYTES)
         rc = error_line(err, errlen, "%s: %lld bytes, too short for the %d-byte header", path, (long long)st.st_size,
                         IDX_HEADER_BYTES);
@@ -242,18 +243,21 @@ static int map_bin(IndexedDataset* ds, const char* path, char* err, size_t errle
 
 // every item lies inside the .bin, in order: after this, no read can leave the mapping
 static int check_items(IndexedDataset* ds, const char* path, char* err, size_t errlen) {
-    int64_t bin_bytes = (int64_t)ds->bin_bytes, prev = 0;
+    int64_t bin_bytes = (int64_t)ds->bin_bytes, prev_end = 0;   // items lie in order, never overlapping
     ds->num_tokens = 0;
     for (int64_t i = 0; i < ds->num_items; i++) {
         int64_t ptr = ds->pointers[i], size = ds->sizes[i], bytes = size * ds->itemsize;
         if (size < 0) return error_line(err, errlen, "%s: item %lld has negative size %lld", path, (long long)i, (long long)size);
-        if (ptr < prev)
-            return error_line(err, errlen, "%s: pointers decrease at item %lld (%lld after %lld)", path, (long long)i,
-                              (long long)ptr, (long long)prev);
+        if (ptr % ds->itemsize != 0)
+            return error_line(err, errlen, "%s: item %lld starts at byte %lld, not a multiple of the %d-byte token", path,
+                              (long long)i, (long long)ptr, ds->itemsize);
+        if (ptr < prev_end)
+            return error_line(err, errlen, "%s: item %lld starts at byte %lld, inside the item before it (which ends at "
+                              "%lld): pointers decrease or overlap", path, (long long)i, (long long)ptr, (long long)prev_end);
         if (ptr > bin_bytes || bytes > bin_bytes - ptr)
             return error_line(err, errlen, "%s: item %lld (bytes %lld..%lld) lies outside the %lld-byte file", path,
                               (long long)i, (long long)ptr, (long long)(ptr + bytes), (long long)bin_bytes);
-        prev = ptr;
+        prev_end = ptr + bytes;
         ds->num_tokens += size;
     }
     return 0;
@@ -472,7 +476,9 @@ static inline int split_documents(const char* split, int64_t num_docs, int64_t b
         while (*end == ' ' || *end == '\t') end++;
         if (end == p || !(v >= 0 && v <= 1e300) || (*end != 0 && *end != sep))
             return error_line(err, errlen, "--split %s: expected up to 3 non-negative numbers separated by , or /", split);
-        if (count < 3) w[count] = v;   // Megatron keeps the first three
+        if (count == 3)   // Megatron silently keeps the first three
+            return error_line(err, errlen, "--split %s: more than 3 parts (train,valid,test)", split);
+        w[count] = v;
         if (*end == 0) break;
         p = end + 1;
     }

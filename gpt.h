@@ -485,8 +485,10 @@ static void layout_arena(GPT* m, Arena* a) {
 // num_slots: micro-batches in flight (the pipeline depth for 1F1B); pad_multiple: the flat
 // buffers are padded with zeros to a multiple of it (the data-parallel size, for ZeRO).
 
-static void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
-                      int pp_rank, int pp_size, int num_slots, int pad_multiple) {
+// gpt_plan_model: the tensor table and the sizes of the flat buffers and the arena, nothing large
+// allocated (so the trainer can check the memory first); gpt_allocate: the buffers, the init.
+static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
+                           int pp_rank, int pp_size, int num_slots, int pad_multiple) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->B = B;
@@ -508,12 +510,6 @@ static void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, i
 
     build_tensor_table(m);
     m->num_params_padded = CEIL_DIV(m->num_params, (size_t)pad_multiple) * pad_multiple;
-    m->params = (floatX*)dev_malloc(m->num_params_padded * sizeof(floatX));
-    m->grads = (float*)dev_malloc(m->num_params_padded * sizeof(float));
-    dev_zero(m->params, m->num_params_padded * sizeof(floatX));
-    dev_zero(m->grads, m->num_params_padded * sizeof(float));
-    gpt_init_params(m);
-
     m->num_slots = num_slots;
     m->slots = (MicroBatchActivations*)callocCheck(num_slots, sizeof(MicroBatchActivations));
     for (int s = 0; s < num_slots; s++)
@@ -521,10 +517,25 @@ static void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, i
     Arena sizing = {NULL, 0};
     layout_arena(m, &sizing);
     m->arena_bytes = sizing.used;
+}
+
+static void gpt_allocate(GPT* m) {
+    m->params = (floatX*)dev_malloc(m->num_params_padded * sizeof(floatX));
+    m->grads = (float*)dev_malloc(m->num_params_padded * sizeof(float));
+    dev_zero(m->params, m->num_params_padded * sizeof(floatX));
+    dev_zero(m->grads, m->num_params_padded * sizeof(float));
+    gpt_init_params(m);
     m->arena = dev_malloc(m->arena_bytes);
     Arena real = {(char*)m->arena, 0};
     layout_arena(m, &real);
-    m->host_losses = (float*)mallocCheck((size_t)B * T * sizeof(float));
+    m->host_losses = (float*)mallocCheck((size_t)m->B * m->T * sizeof(float));
+}
+
+// both at once (tests and tools; inline: the trainer, which checks memory between, does not call it)
+static inline void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
+                             int pp_rank, int pp_size, int num_slots, int pad_multiple) {
+    gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, pp_rank, pp_size, num_slots, pad_multiple);
+    gpt_allocate(m);
 }
 
 static void gpt_free(GPT* m) {

@@ -41,7 +41,8 @@ typedef struct {
 } Group;
 
 typedef struct {
-    int world_rank, world_size, local_rank;   // local_rank: index among the ranks on this host
+    int world_rank, world_size, local_rank;   // local_rank: index among the ranks on this host ...
+    int local_size;                           // ... of local_size
     char host[256];
     int tp_size, pp_size, dp_size;
     int tp_rank, pp_rank, dp_rank;
@@ -65,25 +66,39 @@ static const char* grid_name(char* buf, size_t len) {
     return buf;
 }
 
-// the one error line: "error: " + where (may be empty) + the message
+// the one error line: "error: " + where (may be empty) + the message, in one write so that
+// the lines of several ranks do not interleave
 static void print_error(const char* where, const char* fmt, va_list ap) {
-    fprintf(stderr, "error: %s", where);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    char msg[8192];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    fprintf(stderr, "error: %s%s\n", where, msg);
     fflush(stderr);
+}
+
+// the error line of a run-time failure, naming this rank, its host and its coordinates
+static void print_rank_error(const char* fmt, va_list ap) {
+    char name[96] = "", where[512];
+    if (grid.ready) grid_name(name, sizeof(name));
+    snprintf(where, sizeof(where), "[rank %d on %s %s] ", grid.world_rank, grid.host, name);
+    print_error(where, fmt, ap);
 }
 
 // A failure on one rank ends the whole job, and says where it happened.
 static void fail(const char* fmt, ...) {
-    char name[96] = "", where[512];
-    if (grid.ready) grid_name(name, sizeof(name));
-    snprintf(where, sizeof(where), "[rank %d on %s %s] ", grid.world_rank, grid.host, name);
     va_list ap;
     va_start(ap, fmt);
-    print_error(where, fmt, ap);
+    print_rank_error(fmt, ap);
     va_end(ap);
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
+}
+
+// A failure the run survives (a checkpoint that could not be saved): the same line, no abort.
+static void report_error(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_rank_error(fmt, ap);
+    va_end(ap);
 }
 
 // Bad input (a flag, a config, a file): every rank sees the same input and reaches the same
@@ -93,6 +108,19 @@ static void config_error(const char* fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
         print_error("", fmt, ap);
+        va_end(ap);
+    }
+    MPI_Finalize();
+    exit(2);
+}
+
+// Bad input that only rank `who` can name (every rank has agreed on who): that rank says why,
+// with its coordinates, and every rank exits with status 2.
+static void config_error_on(int who, const char* fmt, ...) {
+    if (grid.world_rank == who) {
+        va_list ap;
+        va_start(ap, fmt);
+        print_rank_error(fmt, ap);
         va_end(ap);
     }
     MPI_Finalize();
@@ -129,6 +157,7 @@ static void grid_start(int* argc, char*** argv) {
     MPI_Comm local;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, grid.world_rank, MPI_INFO_NULL, &local));
     MPI_Comm_rank(local, &grid.local_rank);
+    MPI_Comm_size(local, &grid.local_size);
     MPI_Comm_free(&local);
 }
 
@@ -254,6 +283,11 @@ static void gather_to_rank0(Group* g, const double* mine, double* all, int n) {
     mpiCheck(MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, g->mpi));
 }
 
+// every rank receives every rank's bytes, in rank order
+static void all_gather_host(Group* g, const void* mine, void* all, size_t bytes) {
+    mpiCheck(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, g->mpi));
+}
+
 static void barrier(Group* g) { mpiCheck(MPI_Barrier(g->mpi)); }
 
 // ----------------------------------------------------------------------------
@@ -286,16 +320,39 @@ static int shared_file_open(const char* path, int writing, MPI_File* f) {
     return MPI_File_open(grid.world.mpi, path, mode, MPI_INFO_NULL, f) == MPI_SUCCESS ? 0 : -1;
 }
 static void shared_file_set_size(MPI_File f, size_t bytes) { mpiCheck(MPI_File_set_size(f, (MPI_Offset)bytes)); }
-static void shared_file_sync(MPI_File f) { mpiCheck(MPI_File_sync(f)); }
+static int shared_file_sync(MPI_File f) { return MPI_File_sync(f) == MPI_SUCCESS; }   // 1: synced
 static void shared_file_close(MPI_File* f) { mpiCheck(MPI_File_close(f)); }
-// bytes at offset to (writing) or from the file, in pieces of at most 1 GiB (MPI counts are ints)
-static void shared_file_io(MPI_File f, size_t offset, void* buf, size_t bytes, int writing) {
+// bytes at offset to (writing) or from the file, in pieces of at most 1 GiB (MPI counts are
+// ints). 0, or -1 when MPI reports an error or moved fewer bytes. (Open MPI's ompio has been
+// seen to report success for a write the disk refused: checkpoint.h reads every write back.)
+static int shared_file_io(MPI_File f, size_t offset, void* buf, size_t bytes, int writing) {
     for (size_t done = 0, n; done < bytes; done += n) {
         n = bytes - done < ((size_t)1 << 30) ? bytes - done : (size_t)1 << 30;
         MPI_Offset at = (MPI_Offset)(offset + done);
-        if (writing) mpiCheck(MPI_File_write_at(f, at, (char*)buf + done, (int)n, MPI_BYTE, MPI_STATUS_IGNORE));
-        else mpiCheck(MPI_File_read_at(f, at, (char*)buf + done, (int)n, MPI_BYTE, MPI_STATUS_IGNORE));
+        MPI_Status status;
+        int count = 0, rc = writing ? MPI_File_write_at(f, at, (char*)buf + done, (int)n, MPI_BYTE, &status)
+                                    : MPI_File_read_at(f, at, (char*)buf + done, (int)n, MPI_BYTE, &status);
+        if (rc != MPI_SUCCESS || MPI_Get_count(&status, MPI_BYTE, &count) != MPI_SUCCESS || count != (int)n) return -1;
     }
+    return 0;
+}
+
+// rank 0 of the group receives every rank's bytes, one after another in rank order (malloc'd,
+// *total bytes); NULL elsewhere
+static void* gather_bytes_to_rank0(Group* g, const void* mine, int bytes, size_t* total) {
+    int* counts = (int*)callocCheck(g->size, sizeof(int));
+    int* starts = (int*)callocCheck(g->size, sizeof(int));
+    mpiCheck(MPI_Gather(&bytes, 1, MPI_INT, counts, 1, MPI_INT, 0, g->mpi));
+    *total = 0;
+    for (int r = 0; r < g->size; r++) {
+        starts[r] = (int)*total;
+        *total += counts[r];
+    }
+    char* all = g->rank == 0 ? (char*)mallocCheck(*total) : NULL;
+    mpiCheck(MPI_Gatherv(mine, bytes, MPI_BYTE, all, counts, starts, MPI_BYTE, 0, g->mpi));
+    free(counts);
+    free(starts);
+    return all;
 }
 
 // ----------------------------------------------------------------------------

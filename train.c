@@ -153,6 +153,40 @@ static void parse_flags(Config* c, int argc, char** argv) {
     for (int i = 1; i < argc; i++) i = parse_flag(c, argc, argv, i);
 }
 
+// a digest of field k's value (a list or a triple value by value)
+static uint64_t field_digest(Config* c, int k) {
+    void* base;
+    const ConfigField* f = config_field(c, k, &base);
+    char text[64];
+    uint64_t h = hash_name(format_field(f, base, text, sizeof(text)));
+    if (f->kind == FIELD_INT3)
+        for (int i = 0; i < 3; i++) h = splitmix64(h ^ (uint64_t)((IntTriple*)field_in(f, base))->v[i]);
+    const StringList* list = (const StringList*)field_in(f, base);
+    for (int i = 0; f->kind == FIELD_LIST && i < list->count; i++) h = splitmix64(h ^ hash_name(list->v[i]));
+    return h;
+}
+
+// Every rank must run the same configuration: ranks started with different flags are one
+// line naming the first flag that differs and two ranks that disagree, exit 2, on every rank
+// (before any collective that depends on the configuration).
+static void check_same_config_everywhere(Config* c) {
+    int n = NUM_MODEL_FIELDS + NUM_RUN_FIELDS;
+    uint64_t* mine = (uint64_t*)mallocCheck(n * sizeof(uint64_t));
+    uint64_t* all = (uint64_t*)mallocCheck((size_t)n * grid.world_size * sizeof(uint64_t));
+    for (int k = 0; k < n; k++) mine[k] = field_digest(c, k);
+    all_gather_host(&grid.world, mine, all, n * sizeof(uint64_t));
+    for (int k = 0; k < n; k++)
+        for (int r = 1; r < grid.world_size; r++)
+            if (all[(size_t)r * n + k] != all[k]) {
+                void* base;
+                char flag[96];
+                config_error("ranks were started with different flags: %s differs between rank 0 and rank %d (every rank "
+                             "must get the same flags)", flag_of(config_field(c, k, &base), flag, sizeof(flag)), r);
+            }
+    free(mine);
+    free(all);
+}
+
 // ----------------------------------------------------------------------------
 // config checks: every one before any allocation, one line each, exit status 2
 // (each field's type and lower bound were checked as it was parsed)
@@ -438,6 +472,7 @@ typedef struct {
     Loader train, valid, test;
     Progress progress;              // iteration and data positions: what a checkpoint stores
     int last_saved;                 // iteration of the last checkpoint this run wrote (-1: none)
+    int last_save_failed;           // the last save could not be written (the exit status says so)
 } Trainer;
 
 typedef struct {
@@ -556,6 +591,18 @@ static void setup_schedules(Trainer* t) {
     t->lr = make_lr_schedule(a, t->train_iters);
 }
 
+// --save and --load checked before any work: rank 0 prepares the save directory, every rank
+// learns its verdict
+static void check_paths(const Config* a) {
+    char err[4600];
+    int rc = 0;
+    struct stat st;
+    if (a->save && grid.world_rank == 0) rc = prepare_save_dir(a->save, err, sizeof(err));
+    broadcast_host(&grid.world, &rc, sizeof(rc), 0);
+    if (rc) config_error("%s", err);
+    if (a->load && stat(a->load, &st) == 0 && !S_ISDIR(st.st_mode)) config_error("--load %s: not a directory", a->load);
+}
+
 // --load DIR: the latest checkpoint's metadata, read before anything else (its seed
 // continues the data order); "" in ckpt when DIR has none (a fresh start)
 static void find_checkpoint(Config* a, char* ckpt, size_t len, CheckpointMeta* meta) {
@@ -571,6 +618,43 @@ static void find_checkpoint(Config* a, char* ckpt, size_t len, CheckpointMeta* m
     }
 }
 
+// the memory this rank's buffers may take: its share of the host's memory on the CPU build
+// (every rank on the host allocates as much), its GPU's on the GPU build
+static double memory_available(const char** where) {
+#ifdef __CUDACC__
+    size_t free_bytes = 0, total = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total));
+    *where = "its GPU has";
+    return (double)free_bytes;
+#else
+    *where = "its share of the host's memory is";
+    return (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / grid.local_size;
+#endif
+}
+
+// Before anything large is allocated: what this rank will hold (the numbers of the memory
+// table), against what there is. Too much is refused in one line by the rank that would hold
+// the most, naming the largest part and the flags that drive it; every rank exits 2.
+static void check_memory(const GPT* m, const char* table_flags) {
+    double gib = 1024.0 * 1024.0 * 1024.0, padded = (double)m->num_params_padded;
+    double optimizer = padded / grid.dp_size * sizeof(float) * (sizeof(floatX) == sizeof(float) ? 2 : 3) +
+                       (grid.dp_size > 1 ? padded / grid.dp_size * sizeof(float) : 0.0);
+    double part[4] = {padded * sizeof(floatX), padded * sizeof(float), optimizer, (double)m->arena_bytes};
+    const char* names[4] = {"parameters", "gradients", "optimizer state", "activations"};
+    const char* flags[4] = {table_flags, table_flags, table_flags,
+                            "--micro-batch-size, --seq-length, --hidden-size, --num-attention-heads (scores: seq^2 per head)"};
+    const char* where;
+    double total = part[0] + part[1] + part[2] + part[3], have = memory_available(&where);
+    int largest = 0;
+    for (int k = 1; k < 4; k++) largest = part[k] > part[largest] ? k : largest;
+    int worst = max_over_world(total > have ? grid.world_rank + 1 : 0);   // the last rank that does not fit, + 1
+    if (worst)
+        config_error_on(worst - 1, "this rank would allocate %.2f GiB (parameters %.2f, gradients %.2f, optimizer state "
+                        "%.2f, activations %.2f) but %s %.2f GiB: the largest part, %s, grows with %s", total / gib,
+                        part[0] / gib, part[1] / gib, part[2] / gib, part[3] / gib, where, have / gib, names[largest],
+                        flags[largest]);
+}
+
 // the model, the optimizer and the grid they live on (every check has passed)
 static void build_model(Trainer* t) {
     Config* a = &t->config;
@@ -582,8 +666,18 @@ static void build_model(Trainer* t) {
     if (grid.local_rank >= gpus) fail("%d or more ranks on this host but %d GPU(s) visible: one GPU per rank", grid.local_rank + 1, gpus);
 #endif
     kernels_init(grid.local_rank);   // ranks on one host take distinct GPUs
-    gpt_build(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, grid.pp_rank, grid.pp_size,
-              grid.pp_size, grid.dp_size);
+    const char* table_flags = "--num-layers, --hidden-size, --ffn-hidden-size, --vocab-size, --max-position-embeddings "
+                              "(less with more tensor- and pipeline-parallel ranks)";
+    double table_entries = 8.0 + 12.0 * (c->num_layers / grid.pp_size), have;
+    const char* where;
+    have = memory_available(&where);
+    if (table_entries > INT32_MAX || table_entries * (sizeof(TensorDesc) + 2 * sizeof(LayerActivations)) > have)
+        config_error("--num-layers %d: the tensor table alone of a pipeline stage would take %.1f GiB, but %s %.1f GiB",
+                     c->num_layers, table_entries * sizeof(TensorDesc) / (1 << 30), where, have / (1 << 30));
+    gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, grid.pp_rank, grid.pp_size,
+                   grid.pp_size, grid.dp_size);
+    check_memory(&t->model, table_flags);
+    gpt_allocate(&t->model);
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};
     t->adam = adam;
     adamw_init(&t->opt, &t->model);
@@ -595,6 +689,7 @@ static void resume(Trainer* t, const char* ckpt, const CheckpointMeta* meta) {
     int with_optim = !a->no_load_optim && !a->finetune;
     double t0 = now_seconds(), gb = checkpoint_load(meta, &t->model, &t->opt, with_optim);
     if (!a->finetune) t->progress = meta->progress;
+    if (!a->finetune && a->save && strcmp(a->save, a->load) == 0) t->last_saved = meta->progress.iteration;   // it is there
     if (grid.world_rank == 0) {
         double s = now_seconds() - t0;
         printf("loaded checkpoint %s (iteration %d%s): %.3f GB in %.2f s (%.2f GB/s)\n", ckpt, meta->progress.iteration,
@@ -614,6 +709,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
         exit(0);
     }
     if (a->export_hf) export_and_exit(a);
+    check_same_config_everywhere(a);
     check_model(a);
     check_run(a);
     setup_schedules(t);
@@ -624,6 +720,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     char ckpt[4300];
     CheckpointMeta meta;
     memset(&meta, 0, sizeof(meta));
+    check_paths(a);
     find_checkpoint(a, ckpt, sizeof(ckpt), &meta);
     open_data(&t->data, a, samples);
     a->model.padded_vocab_size = padded_vocab_size(a->model.vocab_size, a->model.make_vocab_size_divisible_by,
@@ -784,15 +881,19 @@ static float run_evaluation(Trainer* t, int split, const char* what) {
     return loss;
 }
 
-// SIGTERM and SIGUSR1 (what SLURM sends before a time limit) ask for a save and an exit
-// after the current step
+// SIGTERM and SIGUSR1 (what SLURM sends before a time limit), SIGINT (Ctrl-C) and SIGHUP (a
+// closed terminal) ask for a save and an exit after the current step; the same signal a
+// second time ends the run at once (a user who presses Ctrl-C twice means it).
 static volatile sig_atomic_t stop_requested = 0;
-static void request_stop(int sig) { (void)sig; stop_requested = 1; }
+static void request_stop(int sig) {
+    stop_requested = 1;
+    signal(sig, SIG_DFL);
+}
 
 static void save_checkpoint_once(Trainer* t) {
     if (!t->config.save || t->last_saved == t->progress.iteration) return;
     t->progress.consumed_valid_samples = t->valid.consumed;
-    checkpoint_save(t->config.save, &t->model, &t->opt, &t->progress, t->config.keep_last);
+    t->last_save_failed = checkpoint_save(t->config.save, &t->model, &t->opt, &t->progress, t->config.keep_last);
     t->last_saved = t->progress.iteration;
 }
 
@@ -823,8 +924,8 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     double start = now_seconds(), train_seconds = 0.0, last_loss = NAN;
     long long tokens_start = t->progress.consumed_samples;
     int in_flight = 0;   // most micro-batches any stage held at once (1F1B: at most PP)
-    signal(SIGTERM, request_stop);
-    signal(SIGUSR1, request_stop);
+    int stop_signals[] = {SIGTERM, SIGUSR1, SIGINT, SIGHUP};
+    for (int i = 0; i < 4; i++) signal(stop_signals[i], request_stop);
     while (t->progress.iteration < t->train_iters) {
         double t0 = now_seconds();
         StepResult r = train_step(t);
@@ -879,9 +980,10 @@ int main(int argc, char** argv) {
     Trainer* t = (Trainer*)callocCheck(1, sizeof(Trainer));
     trainer_setup(t, argc, argv);
     trainer_run(t, NULL, NULL);
+    int status = t->last_save_failed;   // 1: the run's last checkpoint could not be saved
     trainer_free(t);
     free(t);
     grid_finish();
-    return 0;
+    return status;
 }
 #endif

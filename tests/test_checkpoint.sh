@@ -117,18 +117,110 @@ if [ $status -eq 0 ] && [ ! -e $B/PWNED ] && [ "$(ls "$odd")" = "$(printf 'iter_
     ok "a --save path with quotes and a command: saved there, nothing run, leftovers and old checkpoints removed"
 else bad "a --save path with quotes" "status $status, PWNED $([ -e $B/PWNED ] && echo yes || echo no): $(ls "$odd" 2>&1 | tr '\n' ' ') $(grep -m1 error $B/odd.log)"; fi
 
-# SIGTERM (as SLURM sends before a time limit): finish the step, save, exit 0
+# --save and --load are checked before any training: missing parents are created, a leftover
+# iter_N.tmp/ of an interrupted save is removed in one line, a file or "" is refused (exit 2)
+mkdir -p $B/stale.ckpt/iter_0000007.tmp/sub && touch $B/stale.ckpt/iter_0000007.tmp/sub/part $B/stale.ckpt/iter_0000007.tmpx
+./train_cpu $flags --train-iters 6 --save $B/stale.ckpt > $B/stale.log 2>&1
+if [ ! -e $B/stale.ckpt/iter_0000007.tmp ] && [ -e $B/stale.ckpt/iter_0000007.tmpx ] && [ -d $B/stale.ckpt/iter_0000006 ] &&
+   [ "$(grep -c "^removed 1 iter_\*.tmp directory left in $B/stale.ckpt by an interrupted save" $B/stale.log)" -eq 1 ]; then
+    ok "a leftover iter_N.tmp/ of an interrupted save is removed at start-up, in one line"
+else bad "leftover iter_N.tmp/ at start-up" "$(ls $B/stale.ckpt | tr '\n' ' ') $(grep -m1 -E 'removed|error' $B/stale.log)"; fi
+./train_cpu $flags --train-iters 6 --save $B/new/deeper/ckpt > $B/parents.log 2>&1
+if [ -f $B/new/deeper/ckpt/latest_checkpointed_iteration.txt ]; then ok "--save creates missing parent directories"
+else bad "--save creates missing parent directories" "$(grep -m1 error $B/parents.log)"; fi
+touch $B/a_file
+expect_refusal "--save of a regular file is refused before training" "--save $B/a_file: not a directory" --save $B/a_file
+expect_refusal "--save of an empty path is refused" "--save expects a directory, got ''" --save ""
+expect_refusal "--load of a regular file is refused" "--load $B/a_file: not a directory" --load $B/a_file
+grep -q '^ iteration' $B/refusal.out && bad "refusals happen before training" "a refused run printed iteration lines"
+
+# an iter_N/ beyond the marker (a crash between the rename and the marker's update, or a run
+# repeated into the same directory) is replaced in one line, never stops the resumed run; the
+# replacement is the same checkpoint an uninterrupted run writes
+./train_cpu $flags --train-iters 10 --save-interval 5 --save $B/rr.ckpt > $B/rr1.log 2>&1
+cp $B/rr.ckpt/iter_0000010/tensors.bin $B/rr10.bin
+echo 5 > $B/rr.ckpt/latest_checkpointed_iteration.txt
+./train_cpu $flags --train-iters 10 --save-interval 5 --load $B/rr.ckpt --save $B/rr.ckpt > $B/rr2.log 2>&1
+status=$?
+if [ $status -eq 0 ] && [ "$(grep -c "^replaced $B/rr.ckpt/iter_0000010, which an earlier or interrupted run left there" $B/rr2.log)" -eq 1 ] &&
+   [ "$(cat $B/rr.ckpt/latest_checkpointed_iteration.txt)" = 10 ] && cmp -s $B/rr10.bin $B/rr.ckpt/iter_0000010/tensors.bin &&
+   [ "$(ls $B/rr.ckpt | tr '\n' ' ')" = "iter_0000005 iter_0000010 latest_checkpointed_iteration.txt " ]; then
+    ok "a stale iter_N/ beyond the marker is replaced in one line and the resumed run goes on"
+else bad "a stale iter_N/ beyond the marker" "status $status: $(ls $B/rr.ckpt | tr '\n' ' ') $(grep -m1 -E 'error|replaced' $B/rr2.log)"; fi
+
+# A failed write never becomes a checkpoint. tests/fault_write.c (LD_PRELOAD) lets the first
+# save through and fails the second halfway: with ENOSPC and a short write, or silently (the
+# write reports success and writes nothing, as a failing device or a dropped MPI-IO error
+# would). Either way the save is refused in one line naming the rank, its .tmp is removed,
+# the marker still names iteration 5, the exit status is 1 (the last save failed), and a run
+# resumed from iteration 5 prints exactly the lines of an uninterrupted run.
+gcc -shared -fPIC -O1 tests/fault_write.c -o $B/fault_write.so -ldl
+S=$(stat -c %s $B/first.ckpt/iter_0000010/tensors.bin)
+./train_cpu $flags --train-iters 10 --log-interval 1 > $B/ref10.log 2>&1
+for mode in ENOSPC SILENT; do
+    ck=$B/full_$mode.ckpt
+    silent=""; [ $mode = SILENT ] && silent="FAULT_SILENT=1"
+    env $silent FAULT_FILE=tensors.bin FAULT_AFTER=$((S + S / 2)) LD_PRELOAD=$PWD/$B/fault_write.so \
+        ./train_cpu $flags --train-iters 10 --save-interval 5 --save $ck > $B/full_$mode.log 2> $B/full_$mode.err
+    status=$?
+    ./train_cpu $flags --train-iters 10 --log-interval 1 --load $ck > $B/after_$mode.log 2>&1
+    if [ $status -eq 1 ] && [ "$(grep -c 'checkpoint not saved' $B/full_$mode.err)" -eq 1 ] &&
+       grep -q "^error: \[rank 0 on .*TP(0)-PP(0)-DP(0)-Rank(0)\] checkpoint not saved: .*tensors.bin" $B/full_$mode.err &&
+       [ "$(ls $ck | tr '\n' ' ')" = "iter_0000005 latest_checkpointed_iteration.txt " ] &&
+       [ "$(cat $ck/latest_checkpointed_iteration.txt)" = 5 ] && grep -q "loaded checkpoint .*iter_0000005" $B/after_$mode.log &&
+       diff <(strip_timing $B/ref10.log | tail -5) <(strip_timing $B/after_$mode.log) > /dev/null; then
+        ok "a save whose writes fail ($mode) is refused in one line, removed, and the previous checkpoint resumes exactly"
+    else bad "a save whose writes fail ($mode)" "status $status: $(head -c 300 $B/full_$mode.err) | $(ls $ck | tr '\n' ' ')"; fi
+done
+# a really full filesystem: a tmpfs with room for one checkpoint and a half (skipped where
+# mounting is not allowed)
+T=$B/tmpfs
+mkdir -p $T
+if mount -t tmpfs -o size=$(( (S + S / 2) / 1024 ))k tmpfs $T 2> /dev/null; then
+    ./train_cpu $flags --train-iters 10 --save-interval 5 --save $T/ck > $B/tmpfs.log 2> $B/tmpfs.err
+    status=$?
+    kept=$(ls $T/ck | tr '\n' ' ')
+    umount $T
+    if [ $status -eq 1 ] && [ "$(grep -c 'checkpoint not saved' $B/tmpfs.err)" -eq 1 ] &&
+       [ "$kept" = "iter_0000005 latest_checkpointed_iteration.txt " ]; then
+        ok "a full filesystem (tmpfs): the save is refused in one line and the previous checkpoint stays"
+    else bad "a full filesystem (tmpfs)" "status $status, kept: $kept: $(head -c 300 $B/tmpfs.err)"; fi
+else echo "SKIP full filesystem: cannot mount a tmpfs here (needs root and a mount namespace)"; fi
+
+# on a grid: every rank learns that the save failed, and the job exits 1 as a whole
+rm -rf $B/full_grid.ckpt
+$MPIRUN -np 4 -x FAULT_FILE=tensors.bin -x FAULT_AFTER=$((3 * S / 8)) -x LD_PRELOAD=$PWD/$B/fault_write.so \
+    ./train_cpu $flags --train-iters 10 --save-interval 5 --save $B/full_grid.ckpt --tensor-model-parallel-size 2 \
+    --pipeline-model-parallel-size 2 > $B/full_grid.log 2> $B/full_grid.err
+status=$?
+if [ $status -ne 0 ] && grep -q "checkpoint not saved" $B/full_grid.err && [ "$(cat $B/full_grid.ckpt/latest_checkpointed_iteration.txt)" = 5 ] &&
+   [ "$(ls $B/full_grid.ckpt | tr '\n' ' ')" = "iter_0000005 latest_checkpointed_iteration.txt " ] && grep -q '^summary' $B/full_grid.log; then
+    ok "on a (2,2,1) grid a failed save is refused on every rank, the run finishes, the exit status is not 0"
+else bad "a failed save on a grid" "status $status: $(head -c 300 $B/full_grid.err) | $(ls $B/full_grid.ckpt | tr '\n' ' ')"; fi
+
+# SIGTERM (as SLURM sends before a time limit), Ctrl-C's SIGINT, SIGHUP: finish the step,
+# save, exit 0; the same signal twice ends the run at once (no save)
 long="$flags --train-iters 100000 --eval-interval 100000"
-./train_cpu $long --save $B/term.ckpt > $B/term.log 2>&1 &
+for sig in TERM INT HUP; do
+    ./train_cpu $long --save $B/$sig.ckpt > $B/$sig.log 2>&1 &
+    pid=$!
+    sleep 1.5
+    kill -$sig $pid
+    wait $pid
+    status=$?
+    it=$(cat $B/$sig.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
+    if [ $status -eq 0 ] && [ -n "$it" ] && grep -q "stopping at iteration $it (signal), checkpoint saved" $B/$sig.log; then
+        ok "SIG$sig saves the checkpoint of the current step and exits 0 (iteration $it)"
+    else bad "SIG$sig saves and exits 0" "status $status, latest '$it': $(tail -2 $B/$sig.log)"; fi
+done
+./train_cpu $long --save $B/twice.ckpt > $B/twice.log 2>&1 &
 pid=$!
-sleep 2
-kill -TERM $pid
+sleep 1.5
+kill -INT $pid; sleep 0.05; kill -INT $pid
 wait $pid
 status=$?
-it=$(cat $B/term.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
-if [ $status -eq 0 ] && [ -n "$it" ] && grep -q "stopping at iteration $it (signal), checkpoint saved" $B/term.log; then
-    ok "SIGTERM saves the checkpoint of the current step and exits 0 (iteration $it)"
-else bad "SIGTERM saves and exits 0" "status $status, latest '$it': $(tail -2 $B/term.log)"; fi
+if [ $status -eq 130 ]; then ok "Ctrl-C twice ends the run at once (status 130)"
+else bad "Ctrl-C twice" "status $status: $(tail -2 $B/twice.log)"; fi
 
 # kill -9 in the middle of a save: a model whose checkpoint (~150 MB) takes far longer to
 # write than a step, saved every step, killed at a random moment until a kill lands inside a

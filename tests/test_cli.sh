@@ -86,3 +86,10 @@ else bad "an empty valid split skips evaluation" "$(grep -m1 -E 'error|note' "$t
 expect_error "an integer beyond int" "--hidden-size expects an integer up to 2147483647" $base --hidden-size 4294967328
 expect_error "a value below the field's minimum" "--weight-decay must be at least 0" $base --weight-decay -1
 expect_error "a list flag with too many values" "--data-path takes at most 512 values" $base --data-path $(seq 1 513)
+
+# what a rank would allocate is checked against the memory before anything large is allocated
+expect_error "activations beyond the memory, named before allocating" "the largest part, activations, grows with --micro-batch-size" \
+    $base --seq-length 1000000
+expect_error "parameters beyond the memory, named before allocating" "grows with --num-layers" $base --seq-length 4000 \
+    --max-position-embeddings 99999999 --micro-batch-size 1
+expect_error "a tensor table beyond the memory" "--num-layers 1000000000: the tensor table alone" $base --num-layers 1000000000

@@ -87,3 +87,13 @@ expect_refusal "world size not a multiple of TP x PP" "world size 3" 3 --tensor-
 expect_refusal "heads not divisible by TP" "--num-attention-heads" 3 --num-attention-heads 4 --tensor-model-parallel-size 3
 expect_refusal "layers not divisible by PP" "--num-layers" 3 --num-layers 4 --pipeline-model-parallel-size 3
 expect_refusal "global batch not divisible by micro-batch x DP" "--global-batch-size" 4 --micro-batch-size 2 --global-batch-size 12
+
+# ranks started with different flags: one line naming the flag and two ranks, exit 2 (it used
+# to corrupt the heap and abort with a backtrace)
+$MPIRUN -np 3 ./train_cpu --data-path $data --train-iters 2 : -np 1 ./train_cpu --data-path $data --train-iters 2 \
+    --hidden-size 64 > $B/mixed.out 2> $B/mixed.err
+status=$?
+if [ $status -eq 2 ] && [ "$(grep -c '^error:' $B/mixed.err)" -eq 1 ] &&
+   grep -qF "ranks were started with different flags: --hidden-size differs between rank 0 and rank 3" $B/mixed.err; then
+    ok "ranks started with different flags are refused in one line naming the flag and the ranks (exit 2)"
+else bad "ranks started with different flags" "status $status: $(head -c 300 $B/mixed.err)"; fi

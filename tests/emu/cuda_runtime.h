@@ -291,6 +291,11 @@ static cudaError_t cudaFree(void* p) {
     free(p);
     return cudaSuccess;
 }
+// the emulated device's memory is the host's
+static cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+    *free_bytes = *total = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGE_SIZE);
+    return cudaSuccess;
+}
 static cudaError_t cudaMemset(void* p, int value, size_t bytes) {
     if (!emu_is_device_range(p, bytes)) return cudaErrorIllegalAddress;
     memset(p, value, bytes);
