@@ -643,17 +643,19 @@ static void check_config_matches(const char* path, const GPTConfig* saved, const
     }
 }
 
-// the directory of the latest checkpoint in dir, or "" when there is none (a fresh start)
-static void latest_checkpoint(const char* dir, char* out, size_t len) {
+// the directory of the latest checkpoint in dir, or "" when there is none (a fresh start);
+// 1 with the error line in err when the marker is not an iteration number
+static int latest_checkpoint(const char* dir, char* out, size_t len, char* err, size_t errlen) {
     char path[4200];
     snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
     out[0] = '\0';
     FILE* f = fopen(path, "r");
-    if (!f) return;
+    if (!f) return 0;
     int it = -1, ok = fscanf(f, "%d", &it) == 1 && it >= 0;
     fclose(f);
-    if (!ok) config_error("%s: expected an iteration number", path);
+    if (!ok) return error_line(err, errlen, "%s: expected an iteration number", path);
     iter_dir(out, len, dir, it);
+    return 0;
 }
 
 // ----------------------------------------------------------------------------

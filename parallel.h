@@ -50,6 +50,7 @@ typedef struct {
     Group tp, dp, pp;                         // same (dp, pp) / same (tp, pp) / same (tp, dp)
     Group model_parallel;                     // all ranks with the same dp
     Group embedding;                          // first and last stage of a pipeline (PP > 1)
+    int placed;                               // coordinates known
     int ready;                                // groups built
 } Topology;
 
@@ -77,9 +78,9 @@ static void print_error(const char* where, const char* fmt, va_list ap) {
 
 // the error line of a run-time failure, naming this rank, its host and its coordinates
 static void print_rank_error(const char* fmt, va_list ap) {
-    char name[96] = "", where[512];
-    if (grid.ready) grid_name(name, sizeof(name));
-    snprintf(where, sizeof(where), "[rank %d on %s %s] ", grid.world_rank, grid.host, name);
+    char coordinates[96] = "", where[512];
+    if (grid.placed) grid_name(coordinates, sizeof(coordinates));
+    snprintf(where, sizeof(where), "[rank %d on %s%s%s] ", grid.world_rank, grid.host, grid.placed ? " " : "", coordinates);
     print_error(where, fmt, ap);
 }
 
@@ -176,16 +177,25 @@ static void group_make(Group* g, int color, int key) {
 #endif
 }
 
-// Coordinates from the rank (Megatron's order: TP fastest, then DP, then PP) and one
-// communicator per group. The caller has checked that world size is a multiple of TP x PP.
-static void grid_build(int tp_size, int pp_size) {
+// Coordinates from the rank (Megatron's order: TP fastest, then DP, then PP), known as soon
+// as the flags are checked, so that every later error line can name them. The caller has
+// checked that world size is a multiple of TP x PP.
+static void grid_place(int tp_size, int pp_size) {
     grid.tp_size = tp_size;
     grid.pp_size = pp_size;
     grid.dp_size = grid.world_size / (tp_size * pp_size);
-    int r = grid.world_rank, TP = tp_size, DP = grid.dp_size, PP = pp_size;
+    int r = grid.world_rank, TP = tp_size, DP = grid.dp_size;
     grid.tp_rank = r % TP;
     grid.dp_rank = (r / TP) % DP;
     grid.pp_rank = r / (TP * DP);
+    grid.placed = 1;
+}
+
+// The coordinates and one communicator per group. On the GPU build this rank's GPU must be
+// chosen first (kernels_init): NCCL binds a communicator to the current device.
+static void grid_build(int tp_size, int pp_size) {
+    grid_place(tp_size, pp_size);
+    int r = grid.world_rank, TP = tp_size, DP = grid.dp_size, PP = pp_size;
     group_make(&grid.world, 0, r);
     group_make(&grid.tp, grid.dp_rank + DP * grid.pp_rank, grid.tp_rank);
     group_make(&grid.dp, grid.tp_rank + TP * grid.pp_rank, grid.dp_rank);
@@ -267,6 +277,18 @@ static int max_over_world(int v) {
     double x = v;
     all_reduce_host(&grid.world, &x, 1, REDUCE_MAX);
     return (int)x;
+}
+
+// A verdict each rank reaches on its own (its flags, a file its host may not see): every rank
+// calls this at the same point with its own error line, "" for none. If any rank failed, every
+// rank exits with status 2 and one line says why: rank 0's when every rank failed (the same
+// input, the same verdict), else the first failing rank's, with its host and coordinates.
+static void config_error_anywhere(const char* err) {
+    int first_failed = grid.world_size - max_over_world(err[0] ? grid.world_size - grid.world_rank : 0);
+    if (first_failed == grid.world_size) return;
+    int all_failed = !max_over_world(!err[0]);
+    if (all_failed) config_error("%s", err);
+    config_error_on(first_failed, "%s", err);
 }
 
 // bitwise or of every rank's words (checksums each computed by one rank, zero elsewhere)

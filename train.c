@@ -108,49 +108,58 @@ static void print_usage(Config* c) {
     }
 }
 
-// the values of a list flag at argv[i + 1 ...]: every one up to the next flag; returns the last index used
-static int parse_list(const ConfigField* f, void* base, int argc, char** argv, int i) {
+// The parsers below move *i to the last index of argv they used and return 0, or 1 with the
+// error line in err (a rank's flags may differ from the others': the caller of parse_flags
+// settles the verdict with every rank).
+
+// the values of a list flag at argv[*i + 1 ...]: every one up to the next flag
+static int parse_list(const ConfigField* f, void* base, int argc, char** argv, int* i, char* err, size_t len) {
     StringList* list = (StringList*)field_in(f, base);
+    const char* flag = argv[*i];
     list->count = 0;
-    int flag = i;
-    for (i++; i < argc && strncmp(argv[i], "--", 2) != 0; i++) {
-        if (list->count == MAX_LIST) config_error("%s takes at most %d values", argv[flag], MAX_LIST);
-        list->v[list->count++] = argv[i];
+    for (; *i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0; ++*i) {
+        if (list->count == MAX_LIST) return error_line(err, len, "%s takes at most %d values", flag, MAX_LIST);
+        list->v[list->count++] = argv[*i + 1];
     }
-    return i - 1;
+    return 0;
 }
 
-// one flag at argv[i] and its values; returns the last index used
-static int parse_flag(Config* c, int argc, char** argv, int i) {
-    char err[512];
+// the flag at argv[*i] and its values
+static int parse_flag(Config* c, int argc, char** argv, int* i, char* err, size_t len) {
+    char name[96];
+    const char* flag = argv[*i];
     void* base = NULL;
     const ConfigField* f = NULL;
     for (int k = 0; k < NUM_MODEL_FIELDS + NUM_RUN_FIELDS && !f; k++) {
         const ConfigField* candidate = config_field(c, k, &base);
-        if (strcmp(argv[i], flag_of(candidate, err, sizeof(err))) == 0) f = candidate;
+        if (strcmp(flag, flag_of(candidate, name, sizeof(name))) == 0) f = candidate;
     }
-    if (!f) config_error("unknown flag '%s' (see --help)", argv[i]);
+    if (!f) return error_line(err, len, "unknown flag '%s' (see --help)", flag);
     if (f->kind == FIELD_SWITCH) {
         *(int*)field_in(f, base) = 1;
-        return i;
+        return 0;
     }
-    if (f->kind == FIELD_LIST) return parse_list(f, base, argc, argv, i);
+    if (f->kind == FIELD_LIST) return parse_list(f, base, argc, argv, i, err, len);
     int values = f->kind == FIELD_INT3 ? 3 : 1;
-    if (i + values >= argc) config_error("%s expects %s", argv[i], values == 3 ? "three integers" : "a value");
+    if (*i + values >= argc) return error_line(err, len, "%s expects %s", flag, values == 3 ? "three integers" : "a value");
     for (int k = 1; k <= values; k++) {
-        if (strncmp(argv[i + k], "--", 2) == 0) config_error("%s expects a value, got the flag '%s'", argv[i], argv[i + k]);
+        ++*i;
+        if (strncmp(argv[*i], "--", 2) == 0) return error_line(err, len, "%s expects a value, got the flag '%s'", flag, argv[*i]);
         ConfigField one = *f;   // a triple is three integers one after another
         if (f->kind == FIELD_INT3) {
             one.kind = FIELD_INT;
             one.offset += (k - 1) * sizeof(int);
         }
-        if (parse_field(&one, base, argv[i + k], err, sizeof(err))) config_error("%s", err);
+        if (parse_field(&one, base, argv[*i], err, len)) return 1;
     }
-    return i + values;
+    return 0;
 }
 
-static void parse_flags(Config* c, int argc, char** argv) {
-    for (int i = 1; i < argc; i++) i = parse_flag(c, argc, argv, i);
+// every flag; "" in err, or the first bad flag's error line
+static void parse_flags(Config* c, int argc, char** argv, char* err, size_t len) {
+    err[0] = '\0';
+    for (int i = 1; i < argc; i++)
+        if (parse_flag(c, argc, argv, &i, err, len)) return;
 }
 
 // a digest of field k's value (a list or a triple value by value)
@@ -214,6 +223,7 @@ static void check_model(Config* a) {
         config_error("--num-layers %d is not divisible by --pipeline-model-parallel-size %d", m->num_layers, PP);
     if (a->generate_tokens > 0 && TP * PP != 1)
         config_error("--generate-tokens samples on one model-parallel rank: it needs tensor and pipeline parallel size 1");
+    grid_place(TP, PP);
 }
 
 static void check_run(Config* a) {
@@ -226,8 +236,11 @@ static void check_run(Config* a) {
     // length of training: iterations or samples, not both (Megatron's rule); 0 iterations
     // with --save writes the initial model
     int initial_only = a->train_iters == 0 && a->train_samples == 0 && a->save;
-    if ((a->train_iters > 0) == (a->train_samples > 0) && !initial_only)
-        config_error("give exactly one of --train-iters and --train-samples (or --train-iters 0 with --save)");
+    if (a->train_iters == 0 && a->train_samples == 0 && !initial_only)
+        config_error("the length of training is 0: give --train-iters or --train-samples a positive count "
+                     "(--train-iters 0 with --save writes the initial model and stops)");
+    if (a->train_iters > 0 && a->train_samples > 0)
+        config_error("give one of --train-iters and --train-samples, not both");
     if (a->train_iters > 0 && (a->lr_warmup_samples || a->lr_decay_samples || a->rampup_batch_size.v[0]))
         config_error("--train-iters goes with --lr-warmup-iters / --lr-decay-iters and no --rampup-batch-size (use --train-samples)");
     if (a->train_samples > 0 && (a->lr_warmup_iters || a->lr_decay_iters))
@@ -397,12 +410,14 @@ static void open_data(DataSplits* d, Config* a, const int64_t want[3]) {
                               a->data_cache_path, 1, err, sizeof(err));
     broadcast_host(&grid.world, &rc, sizeof(rc), 0);
     if (rc) config_error("%s", err);   // rank 0 says why
+    err[0] = '\0';   // the other ranks map what rank 0 wrote: a host that cannot see it is named
     if (grid.world_rank != 0) {
         rc = data_splits_open(d, a->data_path.v, a->data_path.count, a->split, c->seq_length, (uint64_t)c->seed, want,
                               a->data_cache_path, 0, err, sizeof(err));
-        if (rc == DATA_NO_CACHE) fail("%s (the index cache must be visible to every rank: see --data-cache-path)", err);
-        if (rc) fail("%s", err);
+        if (rc == DATA_NO_CACHE) strncat(err, "; the index cache must be visible to every rank (see --data-cache-path)",
+                                         sizeof(err) - strlen(err) - 1);
     }
+    config_error_anywhere(err);
     int64_t max_id = 0;
     if (data_splits_check_vocab(d, c->vocab_size, &max_id, err, sizeof(err)))
         config_error("%s (--vocab-size %d)", err, c->vocab_size);
@@ -563,7 +578,7 @@ static void print_setup(const Trainer* t) {
 static void export_and_exit(const Config* a) {
     char ckpt[4300], err[4600];
     if (!a->load) config_error("--export-hf needs --load DIR (the checkpoint to export)");
-    latest_checkpoint(a->load, ckpt, sizeof(ckpt));
+    if (latest_checkpoint(a->load, ckpt, sizeof(ckpt), err, sizeof(err))) config_error("%s", err);
     if (!ckpt[0]) config_error("--load %s: no latest_checkpointed_iteration.txt, nothing to export", a->load);
     if (grid.world_rank == 0) {
         double t0 = now_seconds();
@@ -600,18 +615,26 @@ static void check_paths(const Config* a) {
     if (a->save && grid.world_rank == 0) rc = prepare_save_dir(a->save, err, sizeof(err));
     broadcast_host(&grid.world, &rc, sizeof(rc), 0);
     if (rc) config_error("%s", err);
-    if (a->load && stat(a->load, &st) == 0 && !S_ISDIR(st.st_mode)) config_error("--load %s: not a directory", a->load);
+    err[0] = '\0';
+    if (a->load && stat(a->load, &st) == 0 && !S_ISDIR(st.st_mode)) error_line(err, sizeof(err), "--load %s: not a directory", a->load);
+    config_error_anywhere(err);
 }
 
 // --load DIR: the latest checkpoint's metadata, read before anything else (its seed
-// continues the data order); "" in ckpt when DIR has none (a fresh start)
+// continues the data order); "" in ckpt when DIR has none (a fresh start). Rank 0 reads the
+// marker, so that every rank loads the same checkpoint; each rank reads the metadata itself.
 static void find_checkpoint(Config* a, char* ckpt, size_t len, CheckpointMeta* meta) {
+    char err[4600] = "";
+    int rc = 0;
     ckpt[0] = '\0';
     if (!a->load) return;
-    latest_checkpoint(a->load, ckpt, len);
+    if (grid.world_rank == 0) rc = latest_checkpoint(a->load, ckpt, len, err, sizeof(err));
+    broadcast_host(&grid.world, &rc, sizeof(rc), 0);
+    if (rc) config_error("%s", err);
+    broadcast_host(&grid.world, ckpt, len, 0);
     if (ckpt[0]) {
-        char err[4600];
-        if (checkpoint_meta_read(ckpt, meta, err, sizeof(err)) != 0) config_error("%s", err);
+        if (checkpoint_meta_read(ckpt, meta, err, sizeof(err)) != 0 && !err[0]) strcpy(err, "unreadable metadata");
+        config_error_anywhere(err);
         if (!a->no_load_rng && !a->finetune) a->model.seed = meta->cfg.seed;   // the data order goes on
     } else if (grid.world_rank == 0) {
         printf("no checkpoint in %s (no latest_checkpointed_iteration.txt): starting from scratch\n", a->load);
@@ -659,21 +682,27 @@ static void check_memory(const GPT* m, const char* table_flags) {
 static void build_model(Trainer* t) {
     Config* a = &t->config;
     GPTConfig* c = &a->model;
-    if (!grid.ready) grid_build(a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
 #ifdef __CUDACC__
     int gpus = 0;
+    char err[256] = "";
     cudaCheck(cudaGetDeviceCount(&gpus));
-    if (grid.local_rank >= gpus) fail("%d or more ranks on this host but %d GPU(s) visible: one GPU per rank", grid.local_rank + 1, gpus);
+    if (grid.local_rank >= gpus)
+        error_line(err, sizeof(err), "%d or more ranks on this host but %d GPU(s) visible: one GPU per rank", grid.local_rank + 1, gpus);
+    config_error_anywhere(err);
 #endif
     kernels_init(grid.local_rank);   // ranks on one host take distinct GPUs
+    if (!grid.ready) grid_build(a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
     const char* table_flags = "--num-layers, --hidden-size, --ffn-hidden-size, --vocab-size, --max-position-embeddings "
                               "(less with more tensor- and pipeline-parallel ranks)";
     double table_entries = 8.0 + 12.0 * (c->num_layers / grid.pp_size), have;
     const char* where;
+    char table_err[512] = "";   // the host's memory decides: ranks on different hosts may differ
     have = memory_available(&where);
     if (table_entries > INT32_MAX || table_entries * (sizeof(TensorDesc) + 2 * sizeof(LayerActivations)) > have)
-        config_error("--num-layers %d: the tensor table alone of a pipeline stage would take %.1f GiB, but %s %.1f GiB",
-                     c->num_layers, table_entries * sizeof(TensorDesc) / (1 << 30), where, have / (1 << 30));
+        error_line(table_err, sizeof(table_err), "--num-layers %d: the tensor table alone of a pipeline stage would take "
+                   "%.1f GiB, but %s %.1f GiB", c->num_layers, table_entries * sizeof(TensorDesc) / (1 << 30), where,
+                   have / (1 << 30));
+    config_error_anywhere(table_err);
     gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, grid.pp_rank, grid.pp_size,
                    grid.pp_size, grid.dp_size);
     check_memory(&t->model, table_flags);
@@ -702,14 +731,16 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     memset(t, 0, sizeof(*t));
     Config* a = &t->config;
     set_defaults(a);
-    parse_flags(a, argc, argv);
+    char err[1024];
+    parse_flags(a, argc, argv, err, sizeof(err));
+    config_error_anywhere(err);
+    check_same_config_everywhere(a);   // from here on every rank reaches the same verdicts on the flags
     if (a->help) {
         if (grid.world_rank == 0) print_usage(a);
         grid_finish();
         exit(0);
     }
     if (a->export_hf) export_and_exit(a);
-    check_same_config_everywhere(a);
     check_model(a);
     check_run(a);
     setup_schedules(t);

@@ -8,12 +8,16 @@ or a broken device does, to test that a failed write never becomes a valid check
                            crosses N is cut short at N (a short write)
   FAULT_SILENT=1           instead, writes past N report success and write nothing (a device
                            that loses data, or an MPI-IO layer that drops an error)
+  FAULT_HIDE=name          opening a file whose path ends with this fails with ENOENT (a file
+                           that this host cannot see, as on a node without the shared filesystem)
 Covers write, pwrite, pwrite64, pwritev, pwritev2 (what stdio and MPI-IO use on Linux).
 Build: gcc -shared -fPIC -O1 tests/fault_write.c -o fault_write.so -ldl
 */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,3 +84,48 @@ ssize_t pwritev2(int fd, const struct iovec* iov, int cnt, off_t off, int flags)
     (void)flags;
     return vector_write(fd, iov, cnt, off);
 }
+
+// open, open64, fopen and fopen64 (data.c's mmap readers, the metadata reader, Open MPI's file layer)
+typedef int (*OpenFn)(const char*, int, ...);
+
+static int hidden(const char* path) {
+    const char* name = getenv("FAULT_HIDE");
+    size_t n = name ? strlen(name) : 0, len = strlen(path);
+    return n > 0 && len >= n && strcmp(path + len - n, name) == 0;
+}
+
+static int open_unless_hidden(const char* symbol, const char* path, int flags, va_list ap) {
+    OpenFn real = (OpenFn)dlsym(RTLD_NEXT, symbol);
+    mode_t mode = (flags & (O_CREAT | O_TMPFILE)) ? va_arg(ap, mode_t) : 0;
+    if (hidden(path)) {
+        errno = ENOENT;
+        return -1;
+    }
+    return real(path, flags, mode);
+}
+
+int open(const char* path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    int fd = open_unless_hidden("open", path, flags, ap);
+    va_end(ap);
+    return fd;
+}
+int open64(const char* path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    int fd = open_unless_hidden("open64", path, flags, ap);
+    va_end(ap);
+    return fd;
+}
+typedef FILE* (*FopenFn)(const char*, const char*);
+FILE* fopen(const char* path, const char* mode) {
+    static FopenFn real = NULL;
+    if (!real) real = (FopenFn)dlsym(RTLD_NEXT, "fopen");
+    if (hidden(path)) {
+        errno = ENOENT;
+        return NULL;
+    }
+    return real(path, mode);
+}
+FILE* fopen64(const char* path, const char* mode) { return fopen(path, mode); }

@@ -30,6 +30,8 @@ expect_error "global batch not divisible by micro batch" "--global-batch-size" $
 expect_error "seq-length above max-position-embeddings" "--max-position-embeddings" $base --max-position-embeddings 8
 expect_error "neither --train-iters nor --train-samples" "--train-samples" --data-path "$data"
 expect_error "both --train-iters and --train-samples" "--train-samples" $base --train-samples 100
+expect_error "--train-iters 0 without --save has its own message" "the length of training is 0" \
+    --data-path "$data" --train-iters 0
 expect_error "unknown lr decay style" "--lr-decay-style" $base --lr-decay-style exponential
 expect_error "missing --data-path" "--data-path" --train-iters 2
 expect_error "data file missing" "$tmp/nothing" $base --data-path "$tmp/nothing"

@@ -138,7 +138,7 @@ static int read_steps(const char* prefix, double* loss, double* norm, int max) {
 static float* read_weights(const char* prefix, size_t n) {
     char dir[4096], path[4400];
     snprintf(dir, sizeof(dir), "%s.ckpt", prefix);
-    latest_checkpoint(dir, path, sizeof(path));
+    if (latest_checkpoint(dir, path, sizeof(path), NULL, 0)) fail("bad marker in %s", dir);
     strcat(path, "/tensors.bin");
     FILE* f = fopen(path, "rb");
     if (!f) return NULL;

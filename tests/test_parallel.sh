@@ -97,3 +97,32 @@ if [ $status -eq 2 ] && [ "$(grep -c '^error:' $B/mixed.err)" -eq 1 ] &&
    grep -qF "ranks were started with different flags: --hidden-size differs between rank 0 and rank 3" $B/mixed.err; then
     ok "ranks started with different flags are refused in one line naming the flag and the ranks (exit 2)"
 else bad "ranks started with different flags" "status $status: $(head -c 300 $B/mixed.err)"; fi
+
+# A verdict only some ranks reach ends the job with exit 2, one line from the first of them
+# with its host and grid coordinates, and no hang (each used to hang, or abort with exit 1 and
+# empty coordinates). tests/fault_write.c's FAULT_HIDE makes one rank's host unable to see a file.
+gcc -shared -fPIC -O1 tests/fault_write.c -o $B/fault_write.so -ldl
+small="--data-path $data --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --train-iters 2 --eval-iters 1 --split 90,10,0"
+hide_on_rank2() { echo env LD_PRELOAD=$PWD/$B/fault_write.so FAULT_HIDE=$1; }
+expect_one_rank_error() {  # name needle mpirun-arguments...
+    local name=$1 needle=$2; shift 2
+    timeout 120 $MPIRUN "$@" > $B/local.out 2> $B/local.err
+    local status=$?
+    if [ $status -eq 2 ] && [ "$(grep -c '^error:' $B/local.err)" -eq 1 ] && grep -qF -- "$needle" $B/local.err; then ok "$name"
+    else bad "$name" "status $status: $(grep -m2 . $B/local.err | head -c 300)"; fi
+}
+expect_one_rank_error "a bad flag on one rank only: exit 2, that rank and host named" \
+    "error: [rank 2 on $(hostname)] --hidden-size expects an integer" -np 2 ./train_cpu $small : -np 1 ./train_cpu $small --hidden-size abc
+expect_one_rank_error "--help on one rank only is a flag difference, not a hang" "--help differs between rank 0 and rank 2" \
+    -np 2 ./train_cpu $small : -np 1 ./train_cpu $small --help
+expect_one_rank_error "a dataset one host cannot see: exit 2, rank and coordinates named" \
+    "error: [rank 2 on $(hostname) TP(0)-PP(0)-DP(2)-Rank(2)] $data.idx: No such file" \
+    -np 2 ./train_cpu $small : -np 1 $(hide_on_rank2 "$(basename $data).idx") ./train_cpu $small
+rm -rf $B/seen.ckpt
+./train_cpu $small --save $B/seen.ckpt > /dev/null 2>&1
+expect_one_rank_error "a checkpoint one host cannot see: exit 2, rank and coordinates named" \
+    "TP(0)-PP(0)-DP(2)-Rank(2)] checkpoint $B/seen.ckpt/iter_0000002/metadata.txt: No such file" \
+    -np 2 ./train_cpu $small --load $B/seen.ckpt : -np 1 $(hide_on_rank2 metadata.txt) ./train_cpu $small --load $B/seen.ckpt
+expect_one_rank_error "an index cache one host cannot see: exit 2, naming --data-cache-path" \
+    "the index cache must be visible to every rank (see --data-cache-path)" \
+    -np 2 ./train_cpu $small : -np 1 $(hide_on_rank2 _doc_idx.npy) ./train_cpu $small
