@@ -31,26 +31,28 @@ static void vocab_parallel_sum(float* sums, size_t n);
 
 // ----------------------------------------------------------------------------
 // config: each field of the model declared once
-// X(kind, name, default, min, help, checkpoint, hf): the GPTConfig struct, the trainer's flag
+// X(kind, name, default, min, help, checkpoint, gpt2, bloom): the GPTConfig struct, the trainer's flag
 // (--name with '-' for '_', Megatron's), --help, the range check, checkpoint metadata
 // (written, read, compared on load), the Hugging Face config and the start-up print all walk
 // this list, so adding a model option is one line here plus its use.
 //   default: text, parsed like the flag's value (NULL: zero);  min: the smallest value allowed
 //   checkpoint: MATCH = the tensor layout depends on it, a resume must give the same value;
 //               STORED = written for the record, may change on resume
-//   hf: the field's name in transformers' GPT-2 config.json (NULL: none)
+//   gpt2, bloom: the field's name in transformers' GPT-2 / Bloom config.json (NULL: none)
 #define GPT_CONFIG_FIELDS(X)                                                                                          \
-    X(INT, num_layers, "4", 1, "transformer layers", MATCH, "n_layer")                                                 \
-    X(INT, hidden_size, "256", 1, "model width", MATCH, "n_embd")                                                      \
-    X(INT, num_attention_heads, "4", 1, "attention heads", MATCH, "n_head")                                            \
-    X(INT, ffn_hidden_size, NULL, 0, "MLP width (0: 4 x hidden)", MATCH, "n_inner")                                    \
-    X(INT, seq_length, "128", 1, "tokens per sample", STORED, NULL)                                                    \
-    X(INT, max_position_embeddings, NULL, 0, "position table size (0: seq-length)", MATCH, "n_positions")              \
-    X(INT, vocab_size, NULL, 0, "vocabulary (0: the largest token id in the data + 1)", MATCH, "vocab_size")           \
-    X(INT, make_vocab_size_divisible_by, "128", 1, "pad the vocabulary to a multiple of this x TP", STORED, NULL)       \
-    X(SWITCH, embed_layernorm, NULL, 0, "LayerNorm after the embedding (BLOOM)", MATCH, NULL)                          \
-    X(FLOAT, init_method_std, "0.02", 0, "std of the normal init", STORED, "initializer_range")                        \
-    X(INT, seed, "1234", 0, "seed of the init and the data order", STORED, NULL)
+    X(INT, num_layers, "4", 1, "transformer layers", MATCH, "n_layer", "n_layer")                                      \
+    X(INT, hidden_size, "256", 1, "model width", MATCH, "n_embd", "hidden_size")                                       \
+    X(INT, num_attention_heads, "4", 1, "attention heads", MATCH, "n_head", "n_head")                                  \
+    X(INT, ffn_hidden_size, NULL, 0, "MLP width (0: 4 x hidden)", MATCH, "n_inner", NULL)                              \
+    X(INT, seq_length, "128", 1, "tokens per sample", STORED, NULL, NULL)                                              \
+    X(INT, max_position_embeddings, NULL, 0, "position table size (0: seq-length)", MATCH, "n_positions", NULL)        \
+    X(INT, vocab_size, NULL, 0, "vocabulary (0: the largest token id in the data + 1)", MATCH, "vocab_size",           \
+      "vocab_size")                                                                                                    \
+    X(INT, make_vocab_size_divisible_by, "128", 1, "pad the vocabulary to a multiple of this x TP", STORED, NULL, NULL) \
+    X(SWITCH, embed_layernorm, NULL, 0, "LayerNorm after the embedding (BLOOM)", MATCH, NULL, NULL)                    \
+    X(CHOICE, position_embedding_type, "learned_absolute", 0, "learned_absolute | alibi", MATCH, NULL, NULL)           \
+    X(FLOAT, init_method_std, "0.02", 0, "std of the normal init", STORED, "initializer_range", "initializer_range")   \
+    X(INT, seed, "1234", 0, "seed of the init and the data order", STORED, NULL, NULL)
 
 // the kinds of value a config field holds, and their C types
 typedef enum { FIELD_INT, FIELD_LONG, FIELD_FLOAT, FIELD_SWITCH, FIELD_CHOICE, FIELD_STRING, FIELD_INT3, FIELD_LIST } FieldKind;
@@ -73,18 +75,19 @@ typedef struct {
 } GPTConfig;
 
 typedef enum { MATCH, STORED, NOT_STORED } CheckpointRole;
+typedef enum { POSITION_LEARNED_ABSOLUTE, POSITION_ALIBI } PositionEmbeddingType;   // --position-embedding-type
 
 // one field's descriptor: what every reader and writer of a config walks
 typedef struct {
-    const char *name, *default_value, *help, *hf;
+    const char *name, *default_value, *help, *hf_gpt2, *hf_bloom;
     FieldKind kind;
     size_t offset;   // in its struct
     double min;
     CheckpointRole checkpoint;
 } ConfigField;
 
-#define DESCRIBE_MODEL_FIELD(kind, name, def, min, help, ckpt, hf) \
-    {#name, def, help, hf, FIELD_##kind, offsetof(GPTConfig, name), min, ckpt},
+#define DESCRIBE_MODEL_FIELD(kind, name, def, min, help, ckpt, gpt2, bloom) \
+    {#name, def, help, gpt2, bloom, FIELD_##kind, offsetof(GPTConfig, name), min, ckpt},
 static const ConfigField MODEL_FIELDS[] = {GPT_CONFIG_FIELDS(DESCRIBE_MODEL_FIELD)};
 #define NUM_MODEL_FIELDS ((int)(sizeof(MODEL_FIELDS) / sizeof(MODEL_FIELDS[0])))
 
@@ -173,6 +176,7 @@ enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS };
 typedef struct {
     char name[128];       // Megatron's parameter name (checkpoints use it)
     char hf_name[96];     // transformers' GPT-2 name ("": GPT-2 has no such tensor)
+    char bloom_name[96];  // transformers' Bloom name ("": Bloom has none); stored as ours, no transform
     int hf_transpose;     // GPT-2 stores this linear as a Conv1D: [in, out], our [out, in] transposed
     int hf_qkv;           // rows grouped per head [q|k|v] here, [all q | all k | all v] in GPT-2
     int layer;            // -1: embedding, 0..L-1: a transformer layer, L: final LayerNorm
@@ -248,16 +252,18 @@ typedef struct GPT {
 static floatX* param_of(const GPT* m, int id) { return id < 0 ? NULL : m->params + m->tensors[id].offset; }
 static float* grad_of(const GPT* m, int id) { return id < 0 ? NULL : m->grads + m->tensors[id].offset; }
 
-// a tensor's two names: ours (Megatron's) and transformers' GPT-2 one, for the export
+// a tensor's names: ours (Megatron's) and transformers' GPT-2 and Bloom ones, for the export
 typedef struct {
-    char ours[128], hf[96];
+    char ours[128], hf[96], bloom[96];
 } TensorNames;
 
 static TensorNames names_with_suffix(const TensorNames* n, const char* suffix) {
     TensorNames out;
     int a = snprintf(out.ours, sizeof(out.ours), "%s%s", n->ours, suffix);
     int b = snprintf(out.hf, sizeof(out.hf), "%s%s", n->hf, n->hf[0] ? suffix : "");
-    if (a >= (int)sizeof(out.ours) || b >= (int)sizeof(out.hf)) fail("tensor name too long: %s%s", n->ours, suffix);
+    int c = snprintf(out.bloom, sizeof(out.bloom), "%s%s", n->bloom, n->bloom[0] ? suffix : "");
+    if (a >= (int)sizeof(out.ours) || b >= (int)sizeof(out.hf) || c >= (int)sizeof(out.bloom))
+        fail("tensor name too long: %s%s", n->ours, suffix);
     return out;
 }
 
@@ -268,6 +274,7 @@ static int add_tensor(GPT* m, int capacity, TensorNames names, int layer, int ro
     memset(t, 0, sizeof(*t));
     snprintf(t->name, sizeof(t->name), "%s", names.ours);
     snprintf(t->hf_name, sizeof(t->hf_name), "%s", names.hf);
+    snprintf(t->bloom_name, sizeof(t->bloom_name), "%s", names.bloom);
     t->layer = layer;
     t->rows = rows;
     t->cols = cols;
@@ -303,11 +310,12 @@ static int add_linear(GPT* m, int capacity, TensorNames prefix, int layer, int o
     return w;
 }
 
-// names of a part of transformer layer l
+// names of a part of transformer layer l (Bloom names a layer's parts as Megatron does)
 static TensorNames layer_part(int l, const char* ours, const char* hf) {
     TensorNames n;
     snprintf(n.ours, sizeof(n.ours), "language_model.encoder.layers.%d.%s", l, ours);
     snprintf(n.hf, sizeof(n.hf), "transformer.h.%d.%s", l, hf);
+    snprintf(n.bloom, sizeof(n.bloom), "transformer.h.%d.%s", l, ours);
     return n;
 }
 
@@ -340,19 +348,21 @@ static void build_tensor_table(GPT* m) {
     float std = c->init_method_std;
     // the word embedding sits on the first stage, and (tied) as the output layer on the last
     if (m->is_first_stage || m->is_last_stage) {
-        TensorNames wte = {"language_model.embedding.word_embeddings.weight", "transformer.wte.weight"};
+        TensorNames wte = {"language_model.embedding.word_embeddings.weight", "transformer.wte.weight",
+                           "transformer.word_embeddings.weight"};
         m->wte = add_tensor(m, capacity, wte, -1, c->padded_vocab_size, C, 0, INIT_NORMAL, std);
         m->tensors[m->wte].valid_rows = c->vocab_size;
         m->tensors[m->wte].tied_copy = !m->is_first_stage;
     }
     if (m->is_first_stage) {
-        TensorNames wpe = {"language_model.embedding.position_embeddings.weight", "transformer.wpe.weight"};
-        TensorNames lne = {"language_model.embedding.layernorm", ""};   // BLOOM's; GPT-2 has none
-        m->wpe = add_tensor(m, capacity, wpe, -1, c->max_position_embeddings, C, -1, INIT_NORMAL, std);
+        TensorNames wpe = {"language_model.embedding.position_embeddings.weight", "transformer.wpe.weight", ""};
+        TensorNames lne = {"language_model.embedding.layernorm", "", "transformer.word_embeddings_layernorm"};   // BLOOM's
+        if (c->position_embedding_type == POSITION_LEARNED_ABSOLUTE)   // ALiBi has no position table
+            m->wpe = add_tensor(m, capacity, wpe, -1, c->max_position_embeddings, C, -1, INIT_NORMAL, std);
         if (c->embed_layernorm) m->lne_w = add_layernorm(m, capacity, lne, -1, C, &m->lne_b);
     }
     for (int i = 0; i < m->num_local_layers; i++) add_layer(m, capacity, m->first_layer + i, &m->layer_tensors[i]);
-    TensorNames lnf = {"language_model.encoder.final_layernorm", "transformer.ln_f"};
+    TensorNames lnf = {"language_model.encoder.final_layernorm", "transformer.ln_f", "transformer.ln_f"};
     if (m->is_last_stage) m->lnf_w = add_layernorm(m, capacity, lnf, c->num_layers, C, &m->lnf_b);
 }
 
@@ -583,6 +593,13 @@ static void row_parallel_residual_forward(GPT* m, floatX* out, const floatX* inp
     residual_forward(out, out, x, (size_t)N * C);
 }
 
+// this rank's heads for the attention kernels: with ALiBi, they are global heads
+// tp_rank * heads_local onwards of num_attention_heads (each with its own slope)
+static Alibi alibi_of(const GPT* m) {
+    Alibi none = {0, 0}, heads = {m->tp_rank * m->heads_local, m->cfg.num_attention_heads};
+    return m->cfg.position_embedding_type == POSITION_ALIBI ? heads : none;
+}
+
 static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     int B = m->B, T = m->T, N = B * T, C = m->cfg.hidden_size;
     int Cl = m->hidden_local, Fl = m->ffn_local;
@@ -592,7 +609,7 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     // attention: res2 = x + proj(attention(qkv(ln1(x))))
     layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, param_of(m, t->ln1_w), param_of(m, t->ln1_b), N, C);
     matmul_forward(L->qkv, L->ln1, param_of(m, t->qkv_w), param_of(m, t->qkv_b), N, C, 3 * Cl);   // f, column-parallel
-    attention_forward(L->atty, L->att, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local);
+    attention_forward(L->atty, L->att, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local, alibi_of(m));
     row_parallel_residual_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, x, Cl);
     // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
     layernorm_forward(L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, param_of(m, t->ln2_w), param_of(m, t->ln2_b), N, C);

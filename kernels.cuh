@@ -685,7 +685,30 @@ static size_t qkv_index(int b, int t, int h, int which, int T, int NH, int HS) {
     return ((size_t)(b * T + t) * NH + h) * 3 * HS + (size_t)which * HS;
 }
 
-static void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int T, int NH, int HS) {
+// ALiBi (Press et al. 2022, "Train Short, Test Long"; BLOOM's position encoding): instead of a
+// position table, head h of H adds slope(h) * (t2 - t) to the score of query t for key t2 <= t,
+// a penalty growing with distance. (BLOOM adds slope * t2; the softmax ignores the shift by
+// slope * t shared by a query's scores, and t2 - t keeps the bias small.) Under tensor
+// parallelism this rank's local head i is global head first_head + i. heads == 0: no ALiBi.
+typedef struct {
+    int first_head, heads;
+} Alibi;
+
+// BLOOM's slopes: for H a power of two, 2^(-8 (h + 1) / H), a geometric sequence from 2^(-8/H);
+// otherwise the P = 2^floor(log2 H) slopes of that rule, followed by the odd-numbered slopes
+// of the rule for 2P, 2^(-4 (2k + 1) / P) for k = 0, 1, ..., up to H heads in all
+HOST_DEVICE static inline float alibi_slope(int h, int H) {
+    int P = 1;
+    while (2 * P <= H) P *= 2;
+    return h < P ? exp2f(-8.0f * (h + 1) / P) : exp2f(-4.0f * (2 * (h - P) + 1) / P);
+}
+
+// the bias of local head h for query t and key t2
+HOST_DEVICE static inline float alibi_bias(Alibi alibi, int h, int t, int t2) {
+    return alibi.heads ? alibi_slope(alibi.first_head + h, alibi.heads) * (float)(t2 - t) : 0.0f;
+}
+
+static void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int T, int NH, int HS, Alibi alibi) {
     const float scale = 1.0f / sqrtf((float)HS);
     // one (b, h) pair per iteration: every pair has the same triangle of work
     #pragma omp parallel for collapse(2)
@@ -701,7 +724,7 @@ static void attention_forward_cpu(float* out, float* att, const float* qkv, int 
                     float s = 0.0f;
                     #pragma omp simd reduction(+ : s)   // lets the dot product use vector lanes
                     for (int i = 0; i < HS; i++) s += q[i] * k[i];
-                    a[t2] = s * scale;
+                    a[t2] = s * scale + alibi_bias(alibi, h, t, t2);
                     if (a[t2] > maxval) maxval = a[t2];
                 }
                 float sum = 0.0f;
@@ -854,22 +877,24 @@ __global__ void unpermute_heads_kernel(floatX* tokens, const floatX* heads, int 
     tokens[token_major_row(idx, T, NH, HS) * HS + idx % HS] = heads[idx];
 }
 
-// One warp per row (b, h, t) of the scores: att = softmax(scale * scores) over t2 <= t,
-// exactly 0 for t2 > t. rows = B * NH * T.
-__global__ void attention_softmax_kernel(floatX* att, const float* scores, float scale, int rows, int T) {
+// One warp per row (b, h, t) of the scores: att = softmax(scale * scores + ALiBi bias) over
+// t2 <= t, exactly 0 for t2 > t. rows = B * NH * T.
+__global__ void attention_softmax_kernel(floatX* att, const float* scores, float scale, int rows, int T, int NH,
+                                         Alibi alibi) {
     int lane = threadIdx.x % 32, row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (row >= rows) return;
-    int t = row % T;
+    int t = row % T, h = (row / T) % NH;
     const float* s = scores + (size_t)row * T;
     floatX* a = att + (size_t)row * T;
     float maxval = -INFINITY;
-    for (int t2 = lane; t2 <= t; t2 += 32) maxval = fmaxf(maxval, s[t2] * scale);
+    for (int t2 = lane; t2 <= t; t2 += 32) maxval = fmaxf(maxval, s[t2] * scale + alibi_bias(alibi, h, t, t2));
     maxval = warp_reduce_max(maxval);  // finite: t2 = 0 is always visible
     float sum = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += 32) sum += expf(s[t2] * scale - maxval);
+    for (int t2 = lane; t2 <= t; t2 += 32) sum += expf(s[t2] * scale + alibi_bias(alibi, h, t, t2) - maxval);
     float inv_sum = 1.0f / warp_reduce_sum(sum);
     for (int t2 = lane; t2 < T; t2 += 32) {
-        a[t2] = __float2bfloat16(t2 <= t ? expf(s[t2] * scale - maxval) * inv_sum : 0.0f);
+        float p = t2 <= t ? expf(s[t2] * scale + alibi_bias(alibi, h, t, t2) - maxval) * inv_sum : 0.0f;
+        a[t2] = __float2bfloat16(p);
     }
 }
 
@@ -908,7 +933,7 @@ static void gemm_batched(cublasOperation_t transa, cublasOperation_t transb, int
 // Each product is written for the transposes, as in the linear layer above.
 
 static void attention_forward(floatX* out, floatX* att, floatX* scratch, const floatX* qkv,
-                              int B, int T, int NH, int HS) {
+                              int B, int T, int NH, int HS, Alibi alibi) {
     AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
     size_t n = (size_t)B * NH * T * HS;
     long long sTH = (long long)T * HS, sTT = (long long)T * T;
@@ -917,7 +942,7 @@ static void attention_forward(floatX* out, floatX* att, floatX* scratch, const f
     // op = T gives k; q is an [HS, T] array = q^T, op = N
     gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, s.k, HS, sTH, s.q, HS, sTH, s.scores, CUDA_R_32F, T, sTT, B * NH);
     LAUNCH(attention_softmax_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0,
-           att, s.scores, 1.0f / sqrtf((float)HS), B * NH * T, T);
+           att, s.scores, 1.0f / sqrtf((float)HS), B * NH * T, T, NH, alibi);
     // y = att v:  y^T [HS, T] = v^T [HS, T] @ att^T [T, T]; both arrays are already these
     // transposes, op = N, N
     gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, s.v, HS, sTH, att, T, sTT, s.y, CUDA_R_16BF, HS, sTH, B * NH);
@@ -948,7 +973,7 @@ static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout
     LAUNCH(unpermute_qkv_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dqkv, s.dq, s.dk, s.dv, B, T, NH, HS);
 }
 #else
-#define attention_forward(out, att, scratch, qkv, B, T, NH, HS) attention_forward_cpu(out, att, qkv, B, T, NH, HS)
+#define attention_forward(out, att, scratch, qkv, B, T, NH, HS, alibi) attention_forward_cpu(out, att, qkv, B, T, NH, HS, alibi)
 #define attention_backward attention_backward_cpu
 // the CPU attention's backward keeps one row of datt per (b, h) pair
 static size_t attention_scratch_elements(int B, int T, int NH, int HS) {

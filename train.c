@@ -62,7 +62,8 @@ step -> log -> sampling -> the run -> main.
     X(SWITCH, no_load_optim, NULL, 0, "load weights and counters, not the optimizer state")                            \
     X(SWITCH, no_load_rng, NULL, 0, "use this run's --seed, not the checkpoint's")                                     \
     X(SWITCH, finetune, NULL, 0, "load weights only; iteration and data position start at 0")                          \
-    X(STRING, export_hf, NULL, 0, "OUT: write --load's latest checkpoint as a Hugging Face GPT-2, then exit")          \
+    X(STRING, export_hf, NULL, 0, "OUT: write --load's latest checkpoint as a Hugging Face model, then exit")          \
+    X(CHOICE, export_hf_architecture, "auto", 0, "auto | gpt2 | bloom (auto: bloom for ALiBi models)")                \
     X(INT, generate_tokens, NULL, 0, "sample this many tokens after training")                                         \
     X(STRING, generate_prompt, NULL, 0, "text the sample starts from (byte-level data)")                               \
     X(FLOAT, temperature, "1.0", 0, "sampling temperature")                                                            \
@@ -76,7 +77,7 @@ typedef struct {
 } Config;
 
 #define DESCRIBE_RUN_FIELD(kind, name, def, min, help) \
-    {#name, def, help, NULL, FIELD_##kind, offsetof(Config, name), min, NOT_STORED},
+    {#name, def, help, NULL, NULL, FIELD_##kind, offsetof(Config, name), min, NOT_STORED},
 static const ConfigField RUN_FIELDS[] = {RUN_CONFIG_FIELDS(DESCRIBE_RUN_FIELD)};
 #define NUM_RUN_FIELDS ((int)(sizeof(RUN_FIELDS) / sizeof(RUN_FIELDS[0])))
 
@@ -206,7 +207,7 @@ static void check_model(Config* a) {
     if (m->max_position_embeddings == 0) m->max_position_embeddings = m->seq_length;
     if (m->hidden_size % m->num_attention_heads != 0)
         config_error("--hidden-size %d is not divisible by --num-attention-heads %d", m->hidden_size, m->num_attention_heads);
-    if (m->seq_length > m->max_position_embeddings)
+    if (m->seq_length > m->max_position_embeddings && m->position_embedding_type == POSITION_LEARNED_ABSOLUTE)
         config_error("--seq-length %d exceeds --max-position-embeddings %d", m->seq_length, m->max_position_embeddings);
     if (m->init_method_std <= 0.0f) config_error("--init-method-std must be positive, got %g", m->init_method_std);
     if (a->data_path.count == 0) config_error("--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one)");
@@ -574,18 +575,26 @@ static void print_setup(const Trainer* t) {
     fflush(stdout);
 }
 
-// --load DIR --export-hf OUT: no data, no model, just the file conversion (on rank 0)
+// --load DIR --export-hf OUT: the latest checkpoint in DIR as a transformers model; 0, or 1
+// with the error line in err
+static int export_latest(const Config* a, char* err, size_t len) {
+    char ckpt[4300];
+    HFArchitecture arch = (HFArchitecture)a->export_hf_architecture;
+    double t0 = now_seconds();
+    if (!a->load) return error_line(err, len, "--export-hf needs --load DIR (the checkpoint to export)");
+    if (latest_checkpoint(a->load, ckpt, sizeof(ckpt), err, len)) return 1;
+    if (!ckpt[0]) return error_line(err, len, "--load %s: no latest_checkpointed_iteration.txt, nothing to export", a->load);
+    if (export_hf(ckpt, a->export_hf, &arch, err, len) != 0) return 1;
+    printf("exported %s as a Hugging Face %s to %s (config.json, model.safetensors) in %.2f s\n", ckpt,
+           hf_class_name(arch), a->export_hf, now_seconds() - t0);
+    return 0;
+}
+
+// no data, no model, just the file conversion, by rank 0 alone (the others end with it)
 static void export_and_exit(const Config* a) {
-    char ckpt[4300], err[4600];
-    if (!a->load) config_error("--export-hf needs --load DIR (the checkpoint to export)");
-    if (latest_checkpoint(a->load, ckpt, sizeof(ckpt), err, sizeof(err))) config_error("%s", err);
-    if (!ckpt[0]) config_error("--load %s: no latest_checkpointed_iteration.txt, nothing to export", a->load);
-    if (grid.world_rank == 0) {
-        double t0 = now_seconds();
-        if (export_hf(ckpt, a->export_hf, err, sizeof(err)) != 0) config_error("%s", err);
-        printf("exported %s as a Hugging Face GPT2LMHeadModel to %s (config.json, model.safetensors) in %.2f s\n", ckpt,
-               a->export_hf, now_seconds() - t0);
-    }
+    char err[4600] = "";
+    if (grid.world_rank == 0) export_latest(a, err, sizeof(err));
+    config_error_anywhere(err);
     grid_finish();
     exit(0);
 }

@@ -57,7 +57,7 @@ static GPTConfig make_config(int argc, char** argv, int* iteration, float* pertu
         if (!strcmp(f, "--iteration")) *iteration = atoi(argv[++i]);
         else if (!strcmp(f, "--perturb")) *perturb = (float)atof(argv[++i]);
         else if (k == NUM_MODEL_FIELDS) usage_error(f);
-        else if (MODEL_FIELDS[k].kind == FIELD_SWITCH) c.embed_layernorm = 1;
+        else if (MODEL_FIELDS[k].kind == FIELD_SWITCH) *(int*)field_in(&MODEL_FIELDS[k], &c) = 1;
         else if (parse_field(&MODEL_FIELDS[k], &c, argv[++i], err, sizeof(err))) usage_error(err);
     }
     c.seq_length = c.max_position_embeddings;
@@ -142,10 +142,11 @@ int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     grid_build(1, 1);
     if (argc >= 3 && !strcmp(argv[1], "--make-checkpoint")) make_checkpoint(argc, argv);
-    else if (argc == 4 && !strcmp(argv[1], "--export")) {
+    else if ((argc == 4 || argc == 5) && !strcmp(argv[1], "--export")) {
         char err[1024];
-        if (export_hf(argv[2], argv[3], err, sizeof(err)) != 0) input_error(err);
-        printf("exported %s to %s\n", argv[2], argv[3]);
+        HFArchitecture arch = argc == 4 ? HF_AUTO : !strcmp(argv[4], "gpt2") ? HF_GPT2 : HF_BLOOM;
+        if (export_hf(argv[2], argv[3], &arch, err, sizeof(err)) != 0) input_error(err);
+        printf("exported %s to %s as %s\n", argv[2], argv[3], hf_class_name(arch));
     } else if (argc >= 4 && !strcmp(argv[1], "--logits")) print_logits(argc, argv);
     else usage_error("no mode given");
     grid_finish();

@@ -16,10 +16,15 @@ FIXTURE=../shared/fixtures/megatron/corpus_u16
 scripts/make_corpus.sh $B/corpus.jsonl > /dev/null
 ./preprocess --input $B/corpus.jsonl --json-keys text --append-eod --output-prefix $B/corpus > /dev/null
 
+# A test program that does not build counts as a failure, and its old binary is removed
+# first, so that nothing runs a stale build.
+build_failures=0
 build() {  # name, command...
     local name=$1; shift
+    rm -f $B/$name
     if ! "$@" > $B/$name.build.log 2>&1; then
         echo "FAIL build $name:"; cat $B/$name.build.log
+        build_failures=$((build_failures + 1))
         return 1
     fi
 }
@@ -29,7 +34,7 @@ build test_data gcc $CFLAGS -O1 -g -fsanitize=address tests/test_data.c -o $B/te
 build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_model $BLAS -lz -lm
 build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
 
-passed=0; failed=0
+passed=0; failed=$build_failures
 run() {  # label, command...
     local label=$1; shift
     echo "== $label"

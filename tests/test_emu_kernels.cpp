@@ -22,6 +22,7 @@ from the same numbers. Each check reports max |got - want| / max |want| over the
 */
 #include "kernels.cuh"
 #include "test.h"
+#include <string>
 #include <vector>
 
 #define BF16_OUT (1.0 / 128)
@@ -174,23 +175,26 @@ static void test_matmul(void) {
     }
 }
 
-static void test_attention(void) {
+// alibi: none, or these 3 heads as global heads 2..4 of 5 (a tensor rank's share of a head
+// count that is not a power of two)
+static void test_attention(Alibi alibi) {
     const int B = 2, T = 37, NH = 3, HS = 10, N = B * T;  // T > 32: a softmax row spans lanes twice
+    std::string with = alibi.heads ? " (ALiBi)" : "";
     const size_t n_qkv = (size_t)N * 3 * NH * HS, n_out = (size_t)N * NH * HS, n_att = (size_t)B * NH * T * T;
     Vec qkv = random_vec(n_qkv, 2, true), out(n_out), att(n_att);
-    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, HS);
+    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, HS, alibi);
     floatX *d_qkv = to_dev_x(qkv), *d_out = (floatX*)dev_malloc(n_out * sizeof(floatX)), *d_att = (floatX*)dev_malloc(n_att * sizeof(floatX));
     // scratch one element past an aligned address: the regions must align themselves
     floatX* scratch_base = (floatX*)dev_malloc((attention_scratch_elements(B, T, NH, HS) + 1) * sizeof(floatX));
     floatX* d_scratch = scratch_base + 1;
-    attention_forward(d_out, d_att, d_scratch, d_qkv, B, T, NH, HS);
+    attention_forward(d_out, d_att, d_scratch, d_qkv, B, T, NH, HS, alibi);
     Vec got_att = from_dev_x(d_att, n_att);
-    compare("attention_forward att", got_att, att, BF16_OUT);
-    compare("attention_forward out", from_dev_x(d_out, n_out), out, BF16_CHAIN);
+    compare(("attention_forward att" + with).c_str(), got_att, att, BF16_OUT);
+    compare(("attention_forward out" + with).c_str(), from_dev_x(d_out, n_out), out, BF16_CHAIN);
     bool masked_zero = true;
     for (size_t r = 0; r < (size_t)B * NH * T; r++)
         for (int t2 = (int)(r % T) + 1; t2 < T; t2++) masked_zero = masked_zero && got_att[r * T + t2] == 0.0f;
-    check(masked_zero, "attention_forward att is exactly 0 above the diagonal", "a masked probability is not 0");
+    check(masked_zero, ("attention_forward att is exactly 0 above the diagonal" + with).c_str(), "a masked probability is not 0");
 
     // the backward reads att: both sides get the kernel's bf16 probabilities
     Vec dout = random_vec(n_out, 1, true), dqkv(n_qkv), cpu_scratch((size_t)B * NH * T);
@@ -202,9 +206,9 @@ static void test_attention(void) {
         parts_got[(i / HS) % 3].push_back(got[i]);
         parts_want[(i / HS) % 3].push_back(dqkv[i]);
     }
-    compare("attention_backward dq", parts_got[0], parts_want[0], BF16_CHAIN);
-    compare("attention_backward dk", parts_got[1], parts_want[1], BF16_CHAIN);
-    compare("attention_backward dv", parts_got[2], parts_want[2], BF16_OUT);
+    compare(("attention_backward dq" + with).c_str(), parts_got[0], parts_want[0], BF16_CHAIN);
+    compare(("attention_backward dk" + with).c_str(), parts_got[1], parts_want[1], BF16_CHAIN);
+    compare(("attention_backward dv" + with).c_str(), parts_got[2], parts_want[2], BF16_OUT);
 }
 
 static void test_gelu(void) {
@@ -304,7 +308,9 @@ int main(void) {
     test_residual();
     test_layernorm();
     test_matmul();
-    test_attention();
+    Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
+    test_attention(none);
+    test_attention(heads_2_to_4_of_5);
     test_gelu();
     test_crossentropy();
     test_adamw();

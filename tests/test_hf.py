@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """tests/test_hf.py — the Hugging Face export against transformers (run by tests/test_hf.sh).
+The export is GPT2LMHeadModel or BloomForCausalLM, as its config.json says.
 
 usage: test_hf.py LABEL EXPORT_DIR CKPT_ITER_DIR OUR_LOGITS TOKEN...
 
   - every tensor's CRC-32 in the checkpoint's metadata.txt is zlib's (so crc32_update is
     zlib-compatible), for all three sections;
-  - model.safetensors holds exactly GPT2LMHeadModel's tensors, each equal bit for bit to the
-    checkpoint tensor it comes from, transposed (Conv1D) and with the QKV columns regrouped
-    from our per-head [q|k|v] into GPT-2's [all q | all k | all v], computed here in numpy
-    independently of the C code;
-  - GPT2LMHeadModel.from_pretrained loads it with no missing, unexpected or mismatched keys,
-    and lm_head is tied to wte;
+  - model.safetensors holds exactly the architecture's tensors, each equal bit for bit to the
+    checkpoint tensor it comes from: for GPT-2 transposed (Conv1D) and with the QKV columns
+    regrouped from our per-head [q|k|v] into GPT-2's [all q | all k | all v], computed here in
+    numpy independently of the C code; for Bloom as they are (nn.Linear, per-head QKV);
+  - from_pretrained loads it with no missing, unexpected or mismatched keys, and lm_head is
+    tied to the word embedding;
   - the logits of the same tokens (fp32, eager attention) match ours (OUR_LOGITS, written by
     tests/hf_logits --logits) within fp32 round-off.
 
@@ -30,7 +31,7 @@ import zlib
 
 import numpy as np
 import torch
-from transformers import GPT2LMHeadModel
+from transformers import BloomForCausalLM, GPT2LMHeadModel
 
 label, export_dir, ckpt_dir, our_logits_path = sys.argv[1:5]
 tokens = [int(t) for t in sys.argv[5:]]
@@ -55,7 +56,10 @@ with open(os.path.join(ckpt_dir, "metadata.txt")) as f:
         if not w:
             continue
         if w[0] == "config":
-            config[w[1]] = float(w[2])
+            try:
+                config[w[1]] = float(w[2])
+            except ValueError:  # a choice, e.g. position_embedding_type alibi
+                config[w[1]] = w[2]
         elif w[0] == "section":
             sections[w[1]] = (int(w[2]), int(w[3]))
         elif w[0] == "tensor":
@@ -81,23 +85,45 @@ def qkv_to_gpt2(w):  # our rows h*3*HS + which*HS + d -> GPT-2's rows which*C + 
     return w.reshape(NH, 3, HS, -1).transpose(1, 0, 2, 3).reshape(3 * C, -1)
 
 
-expected = {"transformer.wte.weight": ours["language_model.embedding.word_embeddings.weight"],
-            "transformer.wpe.weight": ours["language_model.embedding.position_embeddings.weight"],
-            "transformer.ln_f.weight": ours["language_model.encoder.final_layernorm.weight"][:, 0],
-            "transformer.ln_f.bias": ours["language_model.encoder.final_layernorm.bias"][:, 0]}
-for l in range(L):
-    p, h = f"language_model.encoder.layers.{l}.", f"transformer.h.{l}."
-    vec = lambda n: ours[p + n][:, 0]
-    expected.update({
-        h + "ln_1.weight": vec("input_layernorm.weight"), h + "ln_1.bias": vec("input_layernorm.bias"),
-        h + "attn.c_attn.weight": qkv_to_gpt2(ours[p + "self_attention.query_key_value.weight"]).T,
-        h + "attn.c_attn.bias": qkv_to_gpt2(ours[p + "self_attention.query_key_value.bias"])[:, 0],
-        h + "attn.c_proj.weight": ours[p + "self_attention.dense.weight"].T,
-        h + "attn.c_proj.bias": vec("self_attention.dense.bias"),
-        h + "ln_2.weight": vec("post_attention_layernorm.weight"), h + "ln_2.bias": vec("post_attention_layernorm.bias"),
-        h + "mlp.c_fc.weight": ours[p + "mlp.dense_h_to_4h.weight"].T, h + "mlp.c_fc.bias": vec("mlp.dense_h_to_4h.bias"),
-        h + "mlp.c_proj.weight": ours[p + "mlp.dense_4h_to_h.weight"].T, h + "mlp.c_proj.bias": vec("mlp.dense_4h_to_h.bias"),
-    })
+bloom = json.load(open(os.path.join(export_dir, "config.json")))["model_type"] == "bloom"
+arch = "BloomForCausalLM" if bloom else "GPT2LMHeadModel"
+
+
+def bloom_tensors():  # Megatron's names under transformer.h.N., the embedding's and ln_f renamed
+    vec_or_matrix = lambda w: w[:, 0] if w.shape[1] == 1 else w
+    out = {"transformer.word_embeddings.weight": ours["language_model.embedding.word_embeddings.weight"]}
+    for part in ("weight", "bias"):
+        out["transformer.word_embeddings_layernorm." + part] = ours["language_model.embedding.layernorm." + part][:, 0]
+        out["transformer.ln_f." + part] = ours["language_model.encoder.final_layernorm." + part][:, 0]
+    prefix = "language_model.encoder.layers."
+    for name, w in ours.items():
+        if name.startswith(prefix):
+            out["transformer.h." + name[len(prefix):]] = vec_or_matrix(w)
+    return out
+
+
+def gpt2_tensors():
+    expected = {"transformer.wte.weight": ours["language_model.embedding.word_embeddings.weight"],
+                "transformer.wpe.weight": ours["language_model.embedding.position_embeddings.weight"],
+                "transformer.ln_f.weight": ours["language_model.encoder.final_layernorm.weight"][:, 0],
+                "transformer.ln_f.bias": ours["language_model.encoder.final_layernorm.bias"][:, 0]}
+    for l in range(L):
+        p, h = f"language_model.encoder.layers.{l}.", f"transformer.h.{l}."
+        vec = lambda n: ours[p + n][:, 0]
+        expected.update({
+            h + "ln_1.weight": vec("input_layernorm.weight"), h + "ln_1.bias": vec("input_layernorm.bias"),
+            h + "attn.c_attn.weight": qkv_to_gpt2(ours[p + "self_attention.query_key_value.weight"]).T,
+            h + "attn.c_attn.bias": qkv_to_gpt2(ours[p + "self_attention.query_key_value.bias"])[:, 0],
+            h + "attn.c_proj.weight": ours[p + "self_attention.dense.weight"].T,
+            h + "attn.c_proj.bias": vec("self_attention.dense.bias"),
+            h + "ln_2.weight": vec("post_attention_layernorm.weight"), h + "ln_2.bias": vec("post_attention_layernorm.bias"),
+            h + "mlp.c_fc.weight": ours[p + "mlp.dense_h_to_4h.weight"].T, h + "mlp.c_fc.bias": vec("mlp.dense_h_to_4h.bias"),
+            h + "mlp.c_proj.weight": ours[p + "mlp.dense_4h_to_h.weight"].T, h + "mlp.c_proj.bias": vec("mlp.dense_4h_to_h.bias"),
+        })
+    return expected
+
+
+expected = bloom_tensors() if bloom else gpt2_tensors()
 
 # ---- model.safetensors, read by hand (the format's whole definition is these few lines)
 st_path = os.path.join(export_dir, "model.safetensors")
@@ -107,7 +133,7 @@ header = json.loads(raw[8:8 + n])
 meta = header.pop("__metadata__", None)
 check(meta == {"format": "pt"} and n % 8 == 0, "safetensors header: __metadata__ {format: pt}, 8-byte aligned",
       f"{meta}, length {n}")
-check(set(header) == set(expected), "safetensors holds exactly GPT2LMHeadModel's tensors (lm_head tied, not stored)",
+check(set(header) == set(expected), f"safetensors holds exactly {arch}'s tensors (lm_head tied, not stored)",
       f"extra {sorted(set(header) - set(expected))[:3]}, missing {sorted(set(expected) - set(header))[:3]}")
 spans = sorted(v["data_offsets"] for v in header.values())
 contiguous = spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:])) and spans[-1][1] == len(raw) - 8 - n
@@ -122,24 +148,32 @@ for name, want in expected.items():
     if e["dtype"] != "F32" or list(e["shape"]) != list(want.shape) or got.size != want.size or \
             not np.array_equal(got.reshape(want.shape), want):
         wrong.append(f"{name} {e['shape']} vs {list(want.shape)}")
-check(not wrong, "every tensor equals its checkpoint tensor bit for bit (Conv1D transpose, QKV regrouped)",
+check(not wrong, "every tensor equals its checkpoint tensor bit for bit" +
+      (" (as stored)" if bloom else " (Conv1D transpose, QKV regrouped)"),
       "; ".join(wrong[:3]))
 
 # ---- transformers
 try:
-    model, info = GPT2LMHeadModel.from_pretrained(export_dir, output_loading_info=True, attn_implementation="eager")
+    model_class = BloomForCausalLM if bloom else GPT2LMHeadModel
+    model, info = model_class.from_pretrained(export_dir, output_loading_info=True, attn_implementation="eager")
 except Exception as e:  # noqa: BLE001 - any refusal is the failure to report
-    check(False, "GPT2LMHeadModel.from_pretrained loads the export", f"{type(e).__name__}: {e}")
+    check(False, f"{arch}.from_pretrained loads the export", f"{type(e).__name__}: {e}")
     sys.exit(1)
 model = model.float().eval()
 problems = {k: v for k, v in info.items() if v}
-check(not problems, "GPT2LMHeadModel.from_pretrained: no missing, unexpected or mismatched keys", str(problems))
-check(model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(), "lm_head is tied to wte")
+check(not problems, f"{arch}.from_pretrained: no missing, unexpected or mismatched keys", str(problems))
+embedding = model.transformer.word_embeddings if bloom else model.transformer.wte
+check(model.lm_head.weight.data_ptr() == embedding.weight.data_ptr(), "lm_head is tied to the word embedding")
 cfg = model.config
-check((cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_inner, cfg.n_positions, cfg.vocab_size) ==
-      (L, C, NH, int(config["ffn_hidden_size"]), int(config["max_position_embeddings"]), int(config["vocab_size"]))
-      and cfg.activation_function == "gelu_new" and cfg.layer_norm_epsilon == 1e-5,
-      "config.json: shapes, gelu_new, eps 1e-5", str(cfg))
+if bloom:
+    check((cfg.n_layer, cfg.hidden_size, cfg.n_head, cfg.vocab_size) == (L, C, NH, int(config["vocab_size"])) and
+          C * 4 == int(config["ffn_hidden_size"]) and cfg.layer_norm_epsilon == 1e-5 and
+          not cfg.apply_residual_connection_post_layernorm, "config.json: shapes, eps 1e-5, pre-LayerNorm residual", str(cfg))
+else:
+    check((cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_inner, cfg.n_positions, cfg.vocab_size) ==
+          (L, C, NH, int(config["ffn_hidden_size"]), int(config["max_position_embeddings"]), int(config["vocab_size"]))
+          and cfg.activation_function == "gelu_new" and cfg.layer_norm_epsilon == 1e-5,
+          "config.json: shapes, gelu_new, eps 1e-5", str(cfg))
 
 with torch.no_grad():
     theirs = model(torch.tensor([tokens])).logits[0].double().numpy()

@@ -5,7 +5,8 @@
 #   byte ranges; the word embedding's bytes; config.json fields); corrupt, truncated and
 #   embedding-LayerNorm checkpoints are refused naming the file and tensor.
 #   Where Python has torch and transformers: tests/test_hf.py loads the export with
-#   GPT2LMHeadModel and compares its logits with our forward pass (else one SKIP line).
+#   GPT2LMHeadModel or BloomForCausalLM and compares its logits with our forward pass (else
+#   one SKIP line; a FAIL with REQUIRE_TRANSFORMERS=1, as CI sets).
 #   With DATA_PREFIX: the same for a checkpoint that ./train_cpu saved from a 2-rank
 #   tensor-parallel run, so the export reads what the trainer really writes.
 set -u
@@ -32,7 +33,7 @@ TOKENS="0 256 17 42 99 3 200 128 5 77 13 255 1 64 31 180 9 250 111 7"   # P of t
 
 # ---- the export's layout, without Python
 # expected "name shape" lines, GPT2LMHeadModel's names, Conv1D weights as [in, out]
-expected_tensors() {  # L C F P V
+expected_gpt2_tensors() {  # L C F P V
     local l
     echo "transformer.wte.weight [$5,$2]"
     echo "transformer.wpe.weight [$4,$2]"
@@ -46,9 +47,25 @@ expected_tensors() {  # L C F P V
     done
     echo "transformer.ln_f.weight [$2]"; echo "transformer.ln_f.bias [$2]"
 }
+# BloomForCausalLM's: Megatron's part names, nn.Linear weights as [out, in], no position table
+expected_bloom_tensors() {  # L C F P V
+    local l
+    echo "transformer.word_embeddings.weight [$5,$2]"
+    echo "transformer.word_embeddings_layernorm.weight [$2]"; echo "transformer.word_embeddings_layernorm.bias [$2]"
+    for ((l = 0; l < $1; l++)); do
+        echo "transformer.h.$l.input_layernorm.weight [$2]"; echo "transformer.h.$l.input_layernorm.bias [$2]"
+        echo "transformer.h.$l.self_attention.query_key_value.weight [$((3 * $2)),$2]"
+        echo "transformer.h.$l.self_attention.query_key_value.bias [$((3 * $2))]"
+        echo "transformer.h.$l.self_attention.dense.weight [$2,$2]"; echo "transformer.h.$l.self_attention.dense.bias [$2]"
+        echo "transformer.h.$l.post_attention_layernorm.weight [$2]"; echo "transformer.h.$l.post_attention_layernorm.bias [$2]"
+        echo "transformer.h.$l.mlp.dense_h_to_4h.weight [$3,$2]"; echo "transformer.h.$l.mlp.dense_h_to_4h.bias [$3]"
+        echo "transformer.h.$l.mlp.dense_4h_to_h.weight [$2,$3]"; echo "transformer.h.$l.mlp.dense_4h_to_h.bias [$2]"
+    done
+    echo "transformer.ln_f.weight [$2]"; echo "transformer.ln_f.bias [$2]"
+}
 
-check_layout() {  # label OUT CKPT_ITER_DIR L C NH F P V
-    local label=$1 out=$2 ck=$3 st=$2/model.safetensors
+check_layout() {  # label OUT CKPT_ITER_DIR L C NH F P V [bloom]
+    local label=$1 out=$2 ck=$3 st=$2/model.safetensors arch=${10:-gpt2}
     local n size
     n=$(od -An -tu8 -N8 $st | tr -d ' ')
     size=$(stat -c %s $st)
@@ -66,22 +83,29 @@ check_layout() {  # label OUT CKPT_ITER_DIR L C NH F P V
             END { print (bad == 0 && at == end && NR > 0) ? "ok" : "bad" }' at=0 $B/entries)
     if [ $((n % 8)) -eq 0 ] && head -c 31 $B/header.json | grep -qF '{"__metadata__":{"format":"pt"}' &&
        [ "$dtypes" -eq "$(wc -l < $B/entries)" ] && [ "$ranges" = ok ] &&
-       diff <(cut -d' ' -f1,2 $B/entries) <(expected_tensors $4 $5 $7 $8 $9) > $B/layout.diff; then
-        ok "$label: model.safetensors: header parses, $(wc -l < $B/entries) tensors with GPT-2's names and shapes, contiguous byte ranges"
+       diff <(cut -d' ' -f1,2 $B/entries) <(expected_${arch}_tensors $4 $5 $7 $8 $9) > $B/layout.diff; then
+        ok "$label: model.safetensors: header parses, $(wc -l < $B/entries) tensors with $arch's names and shapes, contiguous byte ranges"
     else bad "$label: model.safetensors layout" "header $n bytes, $dtypes dtypes, ranges $ranges; $(head -c 300 $B/layout.diff 2>/dev/null)"; fi
     # the word embedding is copied as it is: its bytes equal the checkpoint's
     local wte_bytes=$((4 * $9 * $5)) wte_off
     wte_off=$(awk '$1 == "section" && $2 == "weight" { s = $3 } $1 == "tensor" && $2 ~ /word_embeddings/ { print s + $5 }' $ck/metadata.txt)
     if cmp -s <(tail -c +$((9 + n)) $st | head -c $wte_bytes) <(tail -c +$((wte_off + 1)) $ck/tensors.bin | head -c $wte_bytes); then
-        ok "$label: transformer.wte.weight is the checkpoint's word embedding byte for byte (vocabulary padding left out)"
-    else bad "$label: transformer.wte.weight" "differs from the checkpoint's bytes"; fi
-    local missing=""
-    for field in '"model_type": "gpt2"' "\"vocab_size\": $9" "\"n_positions\": $8" "\"n_embd\": $5" "\"n_layer\": $4" \
-                 "\"n_head\": $6" "\"n_inner\": $7" '"activation_function": "gelu_new"' '"layer_norm_epsilon": 1e-05' \
-                 '"tie_word_embeddings": true' '"resid_pdrop": 0.0' '"embd_pdrop": 0.0' '"attn_pdrop": 0.0'; do
+        ok "$label: the word embedding is the checkpoint's byte for byte (vocabulary padding left out)"
+    else bad "$label: the word embedding" "differs from the checkpoint's bytes"; fi
+    local missing="" fields
+    if [ $arch = bloom ]; then
+        fields=('"architectures": ["BloomForCausalLM"]' '"model_type": "bloom"' "\"vocab_size\": $9" "\"hidden_size\": $5"
+                "\"n_layer\": $4" "\"n_head\": $6" '"layer_norm_epsilon": 1e-05' '"tie_word_embeddings": true'
+                '"hidden_dropout": 0.0' '"attention_dropout": 0.0' '"apply_residual_connection_post_layernorm": false')
+    else
+        fields=('"model_type": "gpt2"' "\"vocab_size\": $9" "\"n_positions\": $8" "\"n_embd\": $5" "\"n_layer\": $4"
+                "\"n_head\": $6" "\"n_inner\": $7" '"activation_function": "gelu_new"' '"layer_norm_epsilon": 1e-05'
+                '"tie_word_embeddings": true' '"resid_pdrop": 0.0' '"embd_pdrop": 0.0' '"attn_pdrop": 0.0')
+    fi
+    for field in "${fields[@]}"; do
         grep -qF "$field" $out/config.json || missing="$missing $field"
     done
-    if [ -z "$missing" ]; then ok "$label: config.json has GPT-2's fields for this model"
+    if [ -z "$missing" ]; then ok "$label: config.json has $arch's fields for this model"
     else bad "$label: config.json" "missing$missing"; fi
 }
 
@@ -91,7 +115,11 @@ have_transformers=no
 for PY in python3 /usr/bin/python3; do
     $PY -c "import torch, transformers, numpy" > /dev/null 2>&1 && { have_transformers=yes; break; }
 done
-[ $have_transformers = yes ] || echo "SKIP hf export check: python transformers not installed (pip install torch transformers)"
+if [ $have_transformers = no ] && [ "${REQUIRE_TRANSFORMERS:-0}" = 1 ]; then
+    bad "transformers is required here (REQUIRE_TRANSFORMERS=1, as in CI)" "no python3 with torch, transformers and numpy"
+elif [ $have_transformers = no ]; then
+    echo "SKIP hf export check: python transformers not installed (pip install torch transformers)"
+fi
 compare_logits() {  # label OUT CKPT_ITER_DIR TOKENS...
     local label=$1 out=$2 ck=$3; shift 3
     [ $have_transformers = yes ] || return 0
@@ -118,10 +146,10 @@ check_layout synthetic $B/out $ck $L $C $NH $F $P $V
 compare_logits synthetic $B/out $ck $TOKENS
 
 # ---- refusals: one line naming the file and tensor, exit status 2, no model.safetensors left
-expect_refusal() {  # name needle ckpt
+expect_refusal() {  # name needle ckpt [gpt2|bloom]
     local name=$1 needle=$2 from=$3
     rm -rf $B/refused
-    $H --export $from $B/refused > $B/refusal.out 2> $B/refusal.err
+    $H --export $from $B/refused ${4:-} > $B/refusal.out 2> $B/refusal.err
     local status=$?
     if [ $status -eq 2 ] && [ "$(wc -l < $B/refusal.err)" -eq 1 ] && grep -qF -- "$needle" $B/refusal.err &&
        [ ! -e $B/refused/model.safetensors ] && [ ! -e $B/refused/model.safetensors.tmp ]; then ok "$name"
@@ -154,6 +182,23 @@ expect_refusal "a tensor of the wrong shape in metadata.txt is refused naming it
 
 eln=$($H --make-checkpoint $B/eln --embed-layernorm 2> /dev/null | tail -1)
 expect_refusal "a model with an embedding LayerNorm is refused (GPT-2 has none)" "embedding.layernorm.weight, which GPT2LMHeadModel has no place for" $eln
+
+# ---- a BLOOM-style model (ALiBi, embedding LayerNorm, MLP 4 x hidden) is a BloomForCausalLM;
+# 6 heads is not a power of two, so BLOOM's extra ALiBi slopes are used
+BC=48 BNH=6 BF=192
+bloom=$($H --make-checkpoint $B/bloom --perturb 0.3 --position-embedding-type alibi --embed-layernorm \
+        --hidden-size $BC --num-attention-heads $BNH --ffn-hidden-size $BF 2> $B/make_bloom.err | tail -1)
+if $H --export $bloom $B/out_bloom > $B/export_bloom.log 2>&1 && grep -q "as BloomForCausalLM" $B/export_bloom.log; then
+    ok "an ALiBi model with the embedding LayerNorm is exported as BloomForCausalLM (chosen by the model)"
+    check_layout bloom $B/out_bloom $bloom $L $BC $BNH $BF $P $V bloom
+    compare_logits bloom $B/out_bloom $bloom $TOKENS
+else bad "export of a BLOOM-style model" "$(cat $B/make_bloom.err $B/export_bloom.log)"; fi
+expect_refusal "GPT-2 refuses an ALiBi model (it learns positions)" "uses ALiBi (--position-embedding-type alibi), which GPT2LMHeadModel cannot express" $bloom gpt2
+expect_refusal "Bloom refuses a model with learned positions" "has learned position embeddings, which BloomForCausalLM has no place for" $ck bloom
+noln=$($H --make-checkpoint $B/noln --position-embedding-type alibi --ffn-hidden-size 128 2> /dev/null | tail -1)
+expect_refusal "Bloom refuses an ALiBi model without the embedding LayerNorm" "no embedding LayerNorm (--embed-layernorm), which BloomForCausalLM always applies" $noln
+narrow=$($H --make-checkpoint $B/narrow --position-embedding-type alibi --embed-layernorm 2> /dev/null | tail -1)
+expect_refusal "Bloom refuses an MLP that is not 4 x hidden" "--ffn-hidden-size 96, but BloomForCausalLM's MLP is 4 x hidden = 128 wide" $narrow
 
 # only the weights are read: a flipped bit in Adam's moments does not change the export
 cp -r $B/ck $B/moments

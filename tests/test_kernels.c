@@ -359,14 +359,26 @@ static void test_matmul(void) {
 // causal self-attention. qkv[b, t] holds the heads one after another, each as [q | k | v];
 // out[b, t] the heads side by side; att[b, h, t, t2] the softmax probabilities.
 
-typedef struct { double *qkv, *R, *out, *att; int B, T, NH, HS; } AttentionCase;
+typedef struct { double *qkv, *R, *out, *att; int B, T, NH, HS; Alibi alibi; } AttentionCase;
+
+// BLOOM's ALiBi slopes the way transformers' build_alibi_tensor computes them: the closest
+// power of two, a base per set, powers of it (written from the formulas, not from alibi_slope)
+static double ref_alibi_slope(int h, int H) {
+    double p2 = pow(2.0, floor(log2((double)H)));
+    double base = pow(2.0, -pow(2.0, -(log2(p2) - 3.0)));
+    if (h < p2) return pow(base, h + 1);
+    double extra_base = pow(2.0, -pow(2.0, -(log2(2.0 * p2) - 3.0)));
+    return pow(extra_base, 2 * (h - p2) + 1);
+}
 
 static size_t qkv_at(int b, int t, int h, int part, int T, int NH, int HS) {
     size_t token = (size_t)b * T + t;
     return token * (3 * NH * HS) + (size_t)h * 3 * HS + (size_t)part * HS;
 }
 
-static void ref_attention(double* out, double* att, const double* qkv, int B, int T, int NH, int HS) {
+// with ALiBi as BLOOM writes it: slope * t2 added to the score of key t2 (the kernels add
+// slope * (t2 - t), equal after the softmax)
+static void ref_attention(double* out, double* att, const double* qkv, int B, int T, int NH, int HS, Alibi alibi) {
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
@@ -376,6 +388,7 @@ static void ref_attention(double* out, double* att, const double* qkv, int B, in
                     const double* k = qkv + qkv_at(b, t2, h, 1, T, NH, HS);
                     p[t2] = 0.0;
                     for (int i = 0; i < HS; i++) p[t2] += q[i] * k[i] / sqrt((double)HS);
+                    if (alibi.heads) p[t2] += ref_alibi_slope(alibi.first_head + h, alibi.heads) * t2;
                     if (p[t2] > max) max = p[t2];
                 }
                 for (int t2 = 0; t2 <= t; t2++) sum += (p[t2] = exp(p[t2] - max));
@@ -390,7 +403,7 @@ static void ref_attention(double* out, double* att, const double* qkv, int B, in
 }
 static double attention_loss(const void* p) {
     const AttentionCase* a = p;
-    ref_attention(a->out, a->att, a->qkv, a->B, a->T, a->NH, a->HS);
+    ref_attention(a->out, a->att, a->qkv, a->B, a->T, a->NH, a->HS, a->alibi);
     return dot(a->out, a->R, (size_t)a->B * a->T * a->NH * a->HS);
 }
 
@@ -406,13 +419,34 @@ static void gather_part(double* dst, const float* fsrc, const double* dsrc, int 
                 }
 }
 
-static void test_attention(void) {
+// the slopes the ALiBi paper and BLOOM give: 8 heads, 1/2, 1/4, ..., 1/256; 12 heads, those 8
+// and then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5 (the odd ones of the 16-head sequence); and the
+// transformers-style computation for every head of every count up to 128
+static void test_alibi_slopes(void) {
+    double worst = 0.0;
+    for (int h = 0; h < 8; h++) worst = fmax(worst, fabs(alibi_slope(h, 8) - ldexp(1.0, -(h + 1))));
+    for (int h = 0; h < 12; h++) {
+        double want = h < 8 ? ldexp(1.0, -(h + 1)) : pow(2.0, -0.5 - (h - 8));
+        worst = fmax(worst, fabs(alibi_slope(h, 12) - want) / want);
+    }
+    check(worst <= 2e-7, "alibi_slope: 8 heads 1/2 ... 1/256, 12 heads then 2^-0.5 ... 2^-3.5", "worst relative error %.3g", worst);
+    worst = 0.0;
+    for (int H = 1; H <= 128; H++)
+        for (int h = 0; h < H; h++) worst = fmax(worst, fabs(alibi_slope(h, H) / ref_alibi_slope(h, H) - 1.0));
+    check(worst <= 2e-7, "alibi_slope equals BLOOM's rule for every head of 1..128 heads", "worst relative error %.3g", worst);
+}
+
+// alibi: none, or these 3 heads as global heads 2..4 of 5 (a tensor rank's share; 5 is not a
+// power of two, so head 4 takes BLOOM's extra rule)
+static void test_attention(Alibi alibi) {
     const int B = 2, T = 11, NH = 3, HS = 7;
+    const char* with = alibi.heads ? " (ALiBi)" : "";
+    char name[128];
     const size_t n_qkv = (size_t)B * T * 3 * NH * HS, n_out = (size_t)B * T * NH * HS, n_att = (size_t)B * NH * T * T;
     float* qkv = random_floats(n_qkv, -1.5f, 1.5f);
     float* R = random_floats(n_out, -1, 1);
     AttentionCase a = {doubles_of(qkv, n_qkv), doubles_of(R, n_out), new_doubles(n_out), new_doubles(n_att),
-                       B, T, NH, HS};
+                       B, T, NH, HS, alibi};
     attention_loss(&a);
 
     // through the name the trainer calls; the CPU backward keeps one datt row per (b, h)
@@ -421,11 +455,13 @@ static void test_attention(void) {
     float* scratch = filled_floats(n_scratch, NAN);
     float* out = filled_floats(n_out, NAN);
     float* att = filled_floats(n_att, NAN);
-    attention_forward(out, att, NULL, qkv, B, T, NH, HS);
+    attention_forward(out, att, NULL, qkv, B, T, NH, HS, alibi);
     // scores: 7-term fp32 dot products; softmax over <= 11 terms; then an 11-term weighted
     // sum: each step a few u, all told ~1e-6 of the scale; 1e-5 leaves a decade
-    expect_close("attention_forward out", out, NULL, a.out, n_out, 1e-5);
-    expect_close("attention_forward att", att, NULL, a.att, n_att, 1e-5);
+    snprintf(name, sizeof(name), "attention_forward out%s", with);
+    expect_close(name, out, NULL, a.out, n_out, 1e-5);
+    snprintf(name, sizeof(name), "attention_forward att%s", with);
+    expect_close(name, att, NULL, a.att, n_att, 1e-5);
     size_t above = 0;
     double worst_row = 0.0;
     for (int r = 0; r < B * NH * T; r++) {
@@ -437,24 +473,26 @@ static void test_attention(void) {
         }
         if (fabs(s - 1.0) > worst_row) worst_row = fabs(s - 1.0);
     }
-    check(above == 0, "attention_forward att is exactly 0 above the diagonal", "%zu non-zero entries", above);
+    snprintf(name, sizeof(name), "attention_forward att is exactly 0 above the diagonal%s", with);
+    check(above == 0, name, "%zu non-zero entries", above);
     // each probability is rounded once or twice and their sum was divided by an fp32 sum of
     // <= 11 terms: within ~(2T + 2) u ~ 1.5e-6 of 1
-    check(worst_row <= 2e-6, "attention_forward att rows sum to 1", "worst |sum - 1| = %.3g", worst_row);
+    snprintf(name, sizeof(name), "attention_forward att rows sum to 1%s", with);
+    check(worst_row <= 2e-6, name, "worst |sum - 1| = %.3g", worst_row);
 
     float* dqkv = filled_floats(n_qkv, NAN);  // overwritten: pre-filled with NaN
     attention_backward(dqkv, scratch, R, qkv, att, B, T, NH, HS);
     double* fd = new_doubles(n_qkv);
     finite_diff(fd, a.qkv, n_qkv, attention_loss, &a);
-    const char* names[3] = {"attention_backward dq (overwritten)", "attention_backward dk (overwritten)",
-                            "attention_backward dv (overwritten)"};
+    const char* parts[3] = {"dq", "dk", "dv"};
     double *want = new_doubles(n_out), *got = new_doubles(n_out);
     float* got_f = new_floats(n_out);
     for (int part = 0; part < 3; part++) {
         gather_part(want, NULL, fd, part, B, T, NH, HS);
         gather_part(got, dqkv, NULL, part, B, T, NH, HS);
         for (size_t i = 0; i < n_out; i++) got_f[i] = (float)got[i];
-        expect_close(names[part], got_f, NULL, want, n_out, FD_TOL);
+        snprintf(name, sizeof(name), "attention_backward %s (overwritten)%s", parts[part], with);
+        expect_close(name, got_f, NULL, want, n_out, FD_TOL);
     }
     free_buffers();
 }
@@ -733,7 +771,10 @@ int main(void) {
     test_residual();
     test_layernorm();
     test_matmul();
-    test_attention();
+    test_alibi_slopes();
+    Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
+    test_attention(none);
+    test_attention(heads_2_to_4_of_5);
     test_gelu();
     test_crossentropy();
     for (int same = 1; same >= 0; same--) {

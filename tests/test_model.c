@@ -61,8 +61,10 @@ static double loss_and_grads(GPT* m) {
 // size or in direction shows. Error budget: the loss is summed in double from fp32 token
 // losses (relative round-off ~1e-7, so ~1e-6 absolute over a 2e-3 step -> ~5e-4 on the
 // derivative), plus the h^2 truncation term; the derivative itself is ~1e-2 .. 1.
-static void gradient_check(int embed_layernorm) {
+static void gradient_check(int embed_layernorm, int alibi) {
     GPTConfig c = tiny_config(embed_layernorm);
+    if (alibi) c.position_embedding_type = POSITION_ALIBI;
+    const char* variant = alibi ? " (BLOOM: embedding LayerNorm, ALiBi)" : embed_layernorm ? " (embedding LayerNorm)" : "";
     GPT m;
     gpt_build(&m, &c, 3, c.seq_length, 0, 1, 0, 1, 1, 1);
     random_batch(&m, c.vocab_size);
@@ -98,7 +100,7 @@ static void gradient_check(int embed_layernorm) {
         double numeric = (up - down) / (2.0 * h);
         double err = fabs(numeric - analytic);
         char name[160];
-        snprintf(name, sizeof(name), "model gradient %s%s", t->name, embed_layernorm ? " (embedding LayerNorm)" : "");
+        snprintf(name, sizeof(name), "model gradient %s%s", t->name, variant);
         check(err <= 1e-3 + 1e-2 * fabs(analytic), name, "backward %.6e vs finite differences %.6e (error %.2e)",
               analytic, numeric, err);
         free(u);
@@ -211,12 +213,17 @@ static void config_table(void) {
     const char* argv[] = {"train", "--num-layers", "3", "--lr", "2e-3", "--lr-decay-style", "cosine", "--embed-layernorm",
                           "--train-samples", "5000000000", "--rampup-batch-size", "4", "8", "96", "--data-path", "0.3",
                           "A", "0.7", "B", "--split", "9,1,0"};
-    parse_flags(&a, (int)(sizeof(argv) / sizeof(argv[0])), (char**)argv);
-    check(a.model.num_layers == 3 && a.lr == 2e-3f && a.lr_decay_style == LR_COSINE && a.model.embed_layernorm &&
+    char parse_err[512];
+    parse_flags(&a, (int)(sizeof(argv) / sizeof(argv[0])), (char**)argv, parse_err, sizeof(parse_err));
+    check(!parse_err[0] && a.model.num_layers == 3 && a.lr == 2e-3f && a.lr_decay_style == LR_COSINE && a.model.embed_layernorm &&
           a.train_samples == 5000000000LL && a.rampup_batch_size.v[2] == 96 && a.data_path.count == 4 &&
           !strcmp(a.data_path.v[3], "B") && !strcmp(a.split, "9,1,0"), "every kind of flag is parsed by walking the table",
           "num_layers %d, style %d, samples %lld, list %d", a.model.num_layers, a.lr_decay_style, a.train_samples,
           a.data_path.count);
+    const char* bad[] = {"train", "--num-layers", "2", "--lr", "--seed", "3"};
+    parse_flags(&a, 6, (char**)bad, parse_err, sizeof(parse_err));
+    check(strstr(parse_err, "--lr expects a value, got the flag '--seed'") != NULL,
+          "a bad flag comes back as its error line (the caller settles it with every rank)", "'%s'", parse_err);
     char err[256];
     const ConfigField* layers = &MODEL_FIELDS[0];
     check(parse_field(layers, &a.model, "4294967328", err, sizeof(err)) && strstr(err, "--num-layers") &&
@@ -401,8 +408,9 @@ int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     crc32_check_value();
     grid_build(1, 1);
-    gradient_check(0);
-    gradient_check(1);
+    gradient_check(0, 0);
+    gradient_check(1, 0);
+    gradient_check(1, 1);
     padding_is_inert();
     init_is_layout_free();
     lr_schedule();

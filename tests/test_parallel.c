@@ -236,7 +236,9 @@ int main(int argc, char** argv) {
         // the config, for the canonical table: the trainer's flags after the three names
         Config a;
         set_defaults(&a);
-        parse_flags(&a, argc - 4, argv + 4);
+        char err[512];
+        parse_flags(&a, argc - 4, argv + 4, err, sizeof(err));
+        if (err[0]) fail("%s", err);
         GPTConfig c = a.model;
         if (!c.ffn_hidden_size) c.ffn_hidden_size = 4 * c.hidden_size;
         if (!c.max_position_embeddings) c.max_position_embeddings = c.seq_length;

@@ -39,6 +39,19 @@ for layout in "2 1 1" "4 1 1" "1 2 1" "1 4 1" "1 1 2" "1 1 4" "2 2 1" "2 1 2" "1
     $B/../test_parallel --compare $B/ref $B/$name "($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
 done
 
+# The same for a BLOOM-style model: ALiBi instead of the position table (each tensor rank adds
+# the slopes of its global heads; 12 heads is not a power of two, so BLOOM's extra slopes are
+# used) and the embedding LayerNorm
+learned_flags=$flags
+flags="${learned_flags/--hidden-size 32 --num-attention-heads 4/--hidden-size 48 --num-attention-heads 12} --position-embedding-type alibi --embed-layernorm"
+record bloom-ref 1 1 1
+for layout in "2 1 1" "4 1 1" "1 2 1" "1 4 1" "1 1 2" "1 1 4" "2 2 1" "2 1 2" "1 2 2" "2 2 2"; do
+    set -- $layout
+    record bloom-tp$1-pp$2-dp$3 $1 $2 $3
+    $B/../test_parallel --compare $B/bloom-ref $B/bloom-tp$1-pp$2-dp$3 "ALiBi ($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
+done
+flags=$learned_flags
+
 # the same layout twice: the same bits
 record again 2 2 2
 if cmp -s $B/tp2-pp2-dp2.steps $B/again.steps && cmp -s $B/tp2-pp2-dp2.ckpt/iter_0000022/tensors.bin $B/again.ckpt/iter_0000022/tensors.bin; then
