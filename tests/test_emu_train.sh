@@ -17,6 +17,12 @@
 # tiny model away from its near-uniform start (loss ~ ln 257 whatever the activations), so
 # that the loss witnesses the activations: with the TP all-reduce of bf16 activations
 # removed, (2,2,2) differs by 1.3e-2 (with --lr 1e-3 only by 5.5e-3).
+#
+# Out-of-bounds accesses: the emulation puts every device allocation against a guard page
+# (tests/emu/cuda_runtime.h); (1,1,1) runs with each allocation ending at one (EMU_GUARD=end:
+# a kernel touching one byte past a buffer's end is stopped and named), (2,2,2) with each
+# beginning at one (EMU_GUARD=start: the same for index -1), so both ends are watched at no
+# extra cost.
 set -u
 cd "$(dirname "$0")/.."
 data=${1:-tests/build/corpus_text_document}
@@ -51,12 +57,13 @@ run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 32 --num-at
 --micro-batch-size 2 --global-batch-size 8 --train-iters 10 --log-interval 1 --eval-iters 0 --split 90,10,0 --lr 1e-2"
 losses() { sed -nE 's/^ iteration +([0-9]+)\/.*\| lm loss: ([0-9.E+-]+) \|.*/\1 \2/p' "$1"; }
 
-# compare NAME NP TP PP
+# compare NAME NP TP PP GUARD
 compare() {
-    local name=$1 np=$2 tp=$3 pp=$4 t0 t1
+    local name=$1 np=$2 tp=$3 pp=$4 guard=$5 t0 t1
     local args="$run --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp"
+    [ -n "${GPU_BINARY:-}" ] || name="$name, EMU_GUARD=$guard"
     t0=$(date +%s.%N)
-    $MPIRUN -np "$np" $BIN $args > "$tmp/emu" 2>&1
+    $MPIRUN -x EMU_GUARD="$guard" -np "$np" $BIN $args > "$tmp/emu" 2>&1
     local s_emu=$?
     t1=$(date +%s.%N)
     $MPIRUN -np "$np" ./train_cpu $args > "$tmp/cpu" 2>&1
@@ -81,5 +88,5 @@ compare() {
 }
 
 name=$(basename "$BIN")
-compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1
-compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" 8 2 2
+compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1 end
+compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" 8 2 2 start

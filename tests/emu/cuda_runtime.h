@@ -15,9 +15,28 @@ What it covers, and how:
     for floats) before every block: reading shared memory before writing it shows up.
   - Device memory is host memory, filled with 0xFF by cudaMalloc, and every runtime and
     cuBLAS call checks that the device ranges it touches lie inside one live allocation.
+  - Out-of-bounds accesses inside kernels: every cudaMalloc gets a mapping of its own
+    between two inaccessible guard pages and ends exactly where the trailing one begins, so
+    a kernel that reads or writes even one byte past the end faults; a SIGSEGV handler then
+    prints one line that names the kernel, its block and thread, the allocation and how far
+    outside it the access was, and aborts like every emu error. EMU_GUARD=start in the
+    environment makes allocations begin exactly where the leading guard page ends instead:
+    an index of -1 faults the same way. cudaFree unmaps, so freed memory faults too (until
+    its addresses are mapped again).
+    The price is alignment: ending at a page boundary, an allocation starts aligned to the
+    largest power of two that divides its size (at most a page), where CUDA gives 256 bytes.
+    That is still the alignment of any one type whose array fills the allocation (the size
+    is a multiple of it), so gridgpt does not notice, and x86 does not fault on misaligned
+    loads anyway. EMU_GUARD=start gives page-aligned allocations.
 What it cannot show: timing, races between blocks (they do not overlap), lost updates
 without atomics (one OS thread runs everything, so every read-modify-write is atomic),
-memory ordering between streams, out-of-bounds accesses inside kernels.
+memory ordering between streams. Out-of-bounds accesses it misses (the slack): at the end
+that is not exact, those that stay in the allocation's partial last page, up to a page
+minus one byte (under the default EMU_GUARD=end a read at index -1 gets the 0xFF poison and
+a write there goes unseen, unless the size is a whole number of pages); those from one
+buffer into another that shares its allocation (the trainer's activation arena, its flat
+parameter and gradient buffers: only their outer ends are guarded); a wild access that
+jumps past a guard page into other mapped memory (an ordinary segmentation fault, or none).
 */
 #pragma once
 #include <math.h>
@@ -25,6 +44,7 @@ memory ordering between streams, out-of-bounds accesses inside kernels.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -80,6 +100,7 @@ struct EmuScheduler {
     uint64_t rng = 0x9E3779B97F4A7C15ull;  // shuffles the order of blocks and of resumed threads
     double exchange[2][EMU_MAX_BLOCK];     // warp shuffles: lane values, double-buffered
     long launches = 0;
+    const char* kernel = NULL;  // the kernel being launched (for the fault report), NULL between launches
 };
 inline EmuScheduler emu;
 
@@ -183,6 +204,7 @@ static void emu_launch(const char* name, unsigned grid, unsigned block, size_t s
         for (unsigned i = 0; i < EMU_MAX_BLOCK; i++) mprotect(emu.stacks + (size_t)i * (EMU_STACK_BYTES + 4096), 4096, PROT_NONE);
     }
     emu.launches++;
+    emu.kernel = name;
     emu.block = block;
     emu.body = &body;
     blockDim = {block, 1, 1};
@@ -193,6 +215,7 @@ static void emu_launch(const char* name, unsigned grid, unsigned block, size_t s
     for (unsigned k = 0; k < grid; k++) emu_run_block(order[k]);
     free(order);
     emu.body = NULL;
+    emu.kernel = NULL;
 }
 
 // The project's launch macro (kernels.cuh keeps its own unless one is defined first).
@@ -248,8 +271,28 @@ static const char* cudaGetErrorString(cudaError_t e) {
     return "unknown error";
 }
 
-inline std::map<uintptr_t, size_t> emu_allocations;  // live device allocations: start -> bytes
-inline int emu_device = 0;
+// ----------------------------------------------------------------------------
+// device memory: each allocation in a mapping of its own, between two guard pages
+//
+//   [ guard page | padding   allocation | guard page ]    EMU_GUARD=end (the default)
+//   [ guard page | allocation   padding | guard page ]    EMU_GUARD=start
+//
+// The padding (what is left of the last page: none when the size is a whole number of
+// pages) is poisoned like the allocation. A kernel that touches a guard page faults, and
+// emu_on_segv names the kernel and the allocation.
+
+struct EmuAllocation {
+    char* start;
+    size_t bytes;
+    char* mapping;  // the whole mapping, guard pages included
+    size_t mapping_bytes;
+};
+inline std::map<uintptr_t, EmuAllocation> emu_allocations;  // live device allocations by start
+
+static size_t emu_page_bytes(void) {
+    static const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return page;
+}
 
 // is [p, p + bytes) inside one live device allocation?
 static bool emu_is_device_range(const void* p, size_t bytes) {
@@ -257,8 +300,123 @@ static bool emu_is_device_range(const void* p, size_t bytes) {
     auto it = emu_allocations.upper_bound(a);
     if (it == emu_allocations.begin()) return false;
     --it;
-    return a >= it->first && a - it->first <= it->second && bytes <= it->second - (a - it->first);
+    size_t size = it->second.bytes;
+    return a >= it->first && a - it->first <= size && bytes <= size - (a - it->first);
 }
+
+// Does the environment ask allocations to begin at their leading guard page (EMU_GUARD=start)
+// rather than end at their trailing one (EMU_GUARD=end, or unset)?
+static bool emu_guard_at_start(void) {
+    const char* env = getenv("EMU_GUARD");
+    if (env == NULL || strcmp(env, "end") == 0) return false;
+    if (strcmp(env, "start") != 0) emu_fail("EMU_GUARD=%s: must be end (the default) or start", env);
+    return true;
+}
+
+// the live allocation one of whose guard pages holds addr, or NULL
+static const EmuAllocation* emu_guard_owner(uintptr_t addr) {
+    uintptr_t page = emu_page_bytes();
+    for (const auto& entry : emu_allocations) {
+        const EmuAllocation* a = &entry.second;
+        uintptr_t leading = (uintptr_t)a->mapping, trailing = leading + a->mapping_bytes - page;
+        if ((addr >= leading && addr < leading + page) || (addr >= trailing && addr < trailing + page)) return a;
+    }
+    return NULL;
+}
+
+// "reads" or "writes", where the CPU tells (x86-64: bit 1 of the page fault's error code)
+static const char* emu_access_kind(const void* context) {
+#if defined(__x86_64__)
+    return (((const ucontext_t*)context)->uc_mcontext.gregs[REG_ERR] & 2) ? "writes" : "reads";
+#else
+    (void)context;
+    return "touches";
+#endif
+}
+
+// who was running when the fault came: a kernel's thread, or host code
+static void emu_describe_running(char* out, size_t cap) {
+    if (emu.kernel == NULL) snprintf(out, cap, "host code outside any kernel (the emulated runtime, cuBLAS, NCCL or the caller)");
+    else if (emu.current >= 0) snprintf(out, cap, "kernel %s (block %u, thread %u)", emu.kernel, blockIdx.x, threadIdx.x);
+    else snprintf(out, cap, "kernel %s (its scheduler, between threads)", emu.kernel);
+}
+
+inline struct sigaction emu_previous_segv;  // SIGSEGV's handling before ours: faults that are not ours go back to it
+
+// A fault in a guard page is an access outside a device allocation: one line, then abort as
+// every emu error does. Any other fault is not ours: after naming the running kernel, the
+// previous handling is put back and the faulting instruction, run again, meets it (by default
+// the process dies of SIGSEGV as it would without us).
+static void emu_on_segv(int sig, siginfo_t* info, void* context) {
+    (void)sig;
+    uintptr_t addr = (uintptr_t)info->si_addr;
+    const EmuAllocation* a = emu_guard_owner(addr);
+    char who[256], line[640];
+    emu_describe_running(who, sizeof who);
+    if (a == NULL) {
+        if (emu.kernel != NULL) fprintf(stderr, "emu: segmentation fault at %p in %s, not in a device allocation's guard page\n", info->si_addr, who);
+        sigaction(SIGSEGV, &emu_previous_segv, NULL);
+        return;
+    }
+    long long offset = (long long)(addr - (uintptr_t)a->start);  // negative before the start
+    long long outside = offset < 0 ? -offset : offset - (long long)a->bytes + 1;
+    snprintf(line, sizeof line, "%s %s byte %lld of the %zu-byte device allocation at %p, %lld byte%s %s", who,
+             emu_access_kind(context), offset, a->bytes, (void*)a->start, outside, outside == 1 ? "" : "s",
+             offset < 0 ? "before its first byte" : "past its last byte");
+    emu_fail("%s", line);
+}
+
+// Installed by the first cudaMalloc. The handler runs on a stack of its own: a fault may come
+// from a kernel thread, on its small coroutine stack (or from overflowing it).
+static void emu_install_fault_handler(void) {
+    static bool installed = false;
+    static char handler_stack[64 * 1024];
+    if (installed) return;
+    stack_t stack = {};
+    stack.ss_sp = handler_stack;
+    stack.ss_size = sizeof handler_stack;
+    struct sigaction action = {};
+    action.sa_sigaction = emu_on_segv;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    if (sigaltstack(&stack, NULL) != 0 || sigaction(SIGSEGV, &action, &emu_previous_segv) != 0)
+        emu_fail("%s", "cannot install the SIGSEGV handler of the guard pages");
+    installed = true;
+}
+
+static cudaError_t cudaMalloc(void** p, size_t bytes) {
+    size_t page = emu_page_bytes();
+    if (bytes > SIZE_MAX - 3 * page) return cudaErrorMemoryAllocation;
+    size_t data = (bytes + page - 1) / page * page, mapping_bytes = data + 2 * page;
+    char* mapping = (char*)mmap(NULL, mapping_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapping == MAP_FAILED) return cudaErrorMemoryAllocation;
+    if (data > 0 && mprotect(mapping + page, data, PROT_READ | PROT_WRITE) != 0) {
+        munmap(mapping, mapping_bytes);
+        return cudaErrorMemoryAllocation;
+    }
+    memset(mapping + page, 0xFF, data);  // poison: uninitialised floats and bf16s read as NaN
+    char* start = emu_guard_at_start() ? mapping + page : mapping + page + data - bytes;
+    emu_allocations[(uintptr_t)start] = {start, bytes, mapping, mapping_bytes};
+    emu_install_fault_handler();
+    *p = start;
+    return cudaSuccess;
+}
+template <class T>
+static cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }
+
+static cudaError_t cudaFree(void* p) {
+    if (p == NULL) return cudaSuccess;
+    auto it = emu_allocations.find((uintptr_t)p);
+    if (it == emu_allocations.end()) return cudaErrorInvalidValue;
+    munmap(it->second.mapping, it->second.mapping_bytes);
+    emu_allocations.erase(it);
+    return cudaSuccess;
+}
+
+// ----------------------------------------------------------------------------
+// the rest of the runtime API: devices, memset, memcpy
+
+inline int emu_device = 0;
 
 static cudaError_t cudaGetDeviceCount(int* count) {
     const char* env = getenv("EMU_GPUS");  // how many GPUs the emulated host has (default 8)
@@ -275,22 +433,6 @@ static cudaError_t cudaSetDevice(int device) {
 static cudaError_t cudaGetLastError(void) { return cudaSuccess; }  // launch errors abort at once
 static cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
-static cudaError_t cudaMalloc(void** p, size_t bytes) {
-    *p = malloc(bytes ? bytes : 1);
-    if (*p == NULL) return cudaErrorMemoryAllocation;
-    memset(*p, 0xFF, bytes);  // poison: uninitialised floats and bf16s read as NaN
-    emu_allocations[(uintptr_t)*p] = bytes;
-    return cudaSuccess;
-}
-template <class T>
-static cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }
-
-static cudaError_t cudaFree(void* p) {
-    if (p == NULL) return cudaSuccess;
-    if (emu_allocations.erase((uintptr_t)p) != 1) return cudaErrorInvalidValue;
-    free(p);
-    return cudaSuccess;
-}
 // the emulated device's memory is the host's
 static cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
     *free_bytes = *total = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGE_SIZE);

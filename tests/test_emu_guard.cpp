@@ -1,0 +1,188 @@
+/*
+tests/test_emu_guard.cpp — the emulation's guard pages (tests/emu/cuda_runtime.h): a kernel
+that reads or writes one element outside its cudaMalloc'd buffer is stopped, with a line that
+names the kernel; in-bounds use of buffers of awkward sizes is not.
+
+Build and run: bash tests/test_emu.sh (emulation only: nvcc has no guard pages to test).
+
+Each case runs in a child process (fork), since a caught access ends the process: the
+parent checks the child's exit status and its stderr. The kernels below are the classic
+off-by-ones, written on purpose: `<=` for `<`, a neighbour at i + 1 or i - 1 with no edge
+check. Allocations end exactly at a guard page by default (EMU_GUARD=end) and begin exactly
+at one with EMU_GUARD=start, so the past-the-end cases run under the first and the
+before-the-start cases under the second.
+*/
+#include "kernels.cuh"
+#include "test.h"
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#define GUARD_BLOCK 64
+
+__global__ void copy_kernel(float* out, const float* in, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i];
+}
+__global__ void shift_left_kernel(float* out, const float* in, int n) {  // reads in[n]
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i + 1];
+}
+__global__ void fill_inclusive_kernel(float* out, int n) {  // writes out[n]
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i <= n) out[i] = 1.0f;
+}
+__global__ void shift_right_kernel(float* out, const float* in, int n) {  // reads in[-1]
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i - 1];
+}
+__global__ void scatter_back_kernel(float* out, const float* in, int n) {  // writes out[-1]
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i - 1] = in[i];
+}
+__global__ void write_null_kernel(float* out) { out[threadIdx.x] = 1.0f; }  // not a guard page
+
+// ----------------------------------------------------------------------------
+// running a case in a child process
+
+typedef void (*Case)(int n);
+
+typedef struct {
+    int status;       // as waitpid reports it
+    char err[2048];   // the child's stderr
+} ChildResult;
+
+// runs one_case(n) in a child with EMU_GUARD=guard; the child exits 0 if it returns
+static ChildResult run_in_child(Case one_case, int n, const char* guard) {
+    ChildResult r = {};
+    int fds[2];
+    if (pipe(fds) != 0) return r;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit no_core = {0, 0};  // the aborts below are expected: no core files
+        setrlimit(RLIMIT_CORE, &no_core);
+        setenv("EMU_GUARD", guard, 1);
+        close(fds[0]);
+        dup2(fds[1], 2);
+        one_case(n);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t used = 0;
+    ssize_t got;
+    while ((got = read(fds[0], r.err + used, sizeof r.err - 1 - used)) > 0) used += (size_t)got;
+    close(fds[0]);
+    waitpid(pid, &r.status, 0);
+    return r;
+}
+
+static bool child_succeeded(const ChildResult& r) { return WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0; }
+
+static const char* first_line(const ChildResult& r) {
+    static char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(r.err, "\n"), r.err);
+    return line;
+}
+
+// ----------------------------------------------------------------------------
+// the cases: each allocates n floats in and out, fills in with 0..n-1 and runs one kernel
+
+static float* dev_iota(int n) {
+    float* host = (float*)malloc((size_t)n * sizeof(float));
+    for (int i = 0; i < n; i++) host[i] = (float)i;
+    float* d = (float*)dev_malloc((size_t)n * sizeof(float));
+    host_to_dev(d, host, (size_t)n * sizeof(float));
+    free(host);
+    return d;
+}
+
+// in bounds: the copy must be exact, and the buffers must sit where EMU_GUARD says
+static void copy_case(int n) {
+    float *in = dev_iota(n), *out = (float*)dev_malloc((size_t)n * sizeof(float));
+    LAUNCH(copy_kernel, CEIL_DIV(n, GUARD_BLOCK), GUARD_BLOCK, 0, out, in, n);
+    float* host = (float*)malloc((size_t)n * sizeof(float));
+    dev_to_host(host, out, (size_t)n * sizeof(float));
+    for (int i = 0; i < n; i++)
+        if (host[i] != (float)i) _exit(3);
+    uintptr_t page = emu_page_bytes(), edge = emu_guard_at_start() ? (uintptr_t)out : (uintptr_t)(out + n);
+    if (edge % page != 0 || (uintptr_t)out % alignof(float) != 0) _exit(4);
+    free(host);
+    dev_free(in);
+    dev_free(out);
+}
+
+static void shift_left_case(int n) {
+    float *in = dev_iota(n), *out = (float*)dev_malloc((size_t)n * sizeof(float));
+    LAUNCH(shift_left_kernel, CEIL_DIV(n, GUARD_BLOCK), GUARD_BLOCK, 0, out, in, n);
+}
+static void fill_inclusive_case(int n) {
+    float* out = (float*)dev_malloc((size_t)n * sizeof(float));
+    LAUNCH(fill_inclusive_kernel, CEIL_DIV(n + 1, GUARD_BLOCK), GUARD_BLOCK, 0, out, n);
+}
+static void shift_right_case(int n) {
+    float *in = dev_iota(n), *out = (float*)dev_malloc((size_t)n * sizeof(float));
+    LAUNCH(shift_right_kernel, CEIL_DIV(n, GUARD_BLOCK), GUARD_BLOCK, 0, out, in, n);
+}
+static void scatter_back_case(int n) {
+    float *in = dev_iota(n), *out = (float*)dev_malloc((size_t)n * sizeof(float));
+    LAUNCH(scatter_back_kernel, CEIL_DIV(n, GUARD_BLOCK), GUARD_BLOCK, 0, out, in, n);
+}
+static void write_null_case(int n) {
+    (void)dev_malloc((size_t)n * sizeof(float));  // the handler is installed
+    LAUNCH(write_null_kernel, 1, GUARD_BLOCK, 0, (float*)NULL);
+}
+
+// ----------------------------------------------------------------------------
+
+static void test_in_bounds(void) {
+    const int sizes[] = {1, 3, 4097, 1024};  // 1024 floats: exactly one page, no padding
+    const char* guards[] = {"end", "start"};
+    for (const char* guard : guards)
+        for (int n : sizes) {
+            ChildResult r = run_in_child(copy_case, n, guard);
+            char label[128];
+            snprintf(label, sizeof label, "emu guard: in-bounds copy of %d float%s runs clean (EMU_GUARD=%s)", n, n == 1 ? "" : "s", guard);
+            check(child_succeeded(r), label, "status %#x: %s", r.status, first_line(r));
+        }
+}
+
+// the child must fail with one line naming the kernel, the access, and the distance
+static void expect_caught(Case one_case, int n, const char* guard, const char* kernel, const char* access, const char* where) {
+    ChildResult r = run_in_child(one_case, n, guard);
+    char label[200], want_kernel[96];
+    snprintf(label, sizeof label, "emu guard: %s (%d floats, EMU_GUARD=%s) is caught: %s", kernel, n, guard, where);
+    snprintf(want_kernel, sizeof want_kernel, "emu error: kernel %s (block ", kernel);
+#if !defined(__x86_64__)
+    access = "touches";  // the CPU does not tell reads from writes there
+#endif
+    bool named = strstr(r.err, want_kernel) && strstr(r.err, access) && strstr(r.err, where);
+    check(!child_succeeded(r) && named, label, "status %#x, stderr: %s", r.status, first_line(r));
+    printf("    %s\n", first_line(r));
+}
+
+static void test_caught(void) {
+    const int sizes[] = {3, 4097};
+    for (int n : sizes) {
+        expect_caught(shift_left_case, n, "end", "shift_left_kernel", "reads", "1 byte past its last byte");
+        expect_caught(fill_inclusive_case, n, "end", "fill_inclusive_kernel", "writes", "1 byte past its last byte");
+        expect_caught(shift_right_case, n, "start", "shift_right_kernel", "reads", "4 bytes before its first byte");
+        expect_caught(scatter_back_case, n, "start", "scatter_back_kernel", "writes", "4 bytes before its first byte");
+    }
+}
+
+// a fault outside the guard pages keeps its ordinary ending (death by SIGSEGV), after a hint
+static void test_other_faults(void) {
+    ChildResult r = run_in_child(write_null_case, 3, "end");
+    bool by_segv = WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGSEGV;
+    check(by_segv && strstr(r.err, "kernel write_null_kernel") && !strstr(r.err, "emu error"),
+          "emu guard: a NULL write in a kernel still dies of SIGSEGV, the kernel named", "status %#x, stderr: %s", r.status, first_line(r));
+}
+
+int main(void) {
+    kernels_init(0);
+    test_in_bounds();
+    test_caught();
+    test_other_faults();
+    return tests_summary();
+}
