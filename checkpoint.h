@@ -235,6 +235,8 @@ static int write_metadata(const GPT* m, const AdamWState* opt, const Progress* p
     fprintf(f, "gridgpt-checkpoint 1\niteration %d\nconsumed_samples %lld\nscheduler_samples %lld\noptimizer_step %d\n"
             "consumed_valid_samples %lld\n", p->iteration, p->consumed_samples, p->scheduler_samples, opt->step,
             p->consumed_valid_samples);
+    if (opt->scaler.dynamic)   // the dynamic loss scale goes on where it was (as Megatron's grad scaler state)
+        fprintf(f, "loss_scaler %.9g %d %d\n", opt->scaler.scale, opt->scaler.growth_tracker, opt->scaler.hysteresis_tracker);
     char value[64];
     for (int k = 0; k < NUM_MODEL_FIELDS; k++)
         if (MODEL_FIELDS[k].checkpoint != NOT_STORED)
@@ -497,6 +499,8 @@ typedef struct {
     char bin_path[4300];
     Progress progress;
     int optimizer_step;
+    int has_loss_scaler;   // a dynamic loss scaler's state: scale, growth and hysteresis trackers
+    LossScaler loss_scaler;
     GPTConfig cfg;
     size_t section_offset[3], section_bytes[3];
     int num_tensors;
@@ -542,6 +546,12 @@ static int meta_line(CheckpointMeta* m, const char* line, int* seen, int* sectio
     if (!strcmp(word, "gridgpt-checkpoint")) return sscanf(line, "%*s %d", version) != 1;
     if (!strcmp(word, "iteration")) return sscanf(line, "%*s %d", &p->iteration) != 1;
     if (!strcmp(word, "optimizer_step")) return sscanf(line, "%*s %d", &m->optimizer_step) != 1;
+    if (!strcmp(word, "loss_scaler")) {
+        LossScaler* s = &m->loss_scaler;
+        m->has_loss_scaler = 1;
+        return sscanf(line, "%*s %f %d %d", &s->scale, &s->growth_tracker, &s->hysteresis_tracker) != 3 ||
+               !(s->scale > 0.0f);
+    }
     if (!strcmp(word, "consumed_samples")) return sscanf(line, "%*s %lld", &p->consumed_samples) != 1;
     if (!strcmp(word, "scheduler_samples")) return sscanf(line, "%*s %lld", &p->scheduler_samples) != 1;
     if (!strcmp(word, "consumed_valid_samples")) return sscanf(line, "%*s %lld", &p->consumed_valid_samples) != 1;
@@ -705,6 +715,11 @@ static double checkpoint_load(const CheckpointMeta* meta, GPT* m, AdamWState* op
     shard_io(m, opt, &L, f, meta->bin_path, NULL, sections);
     shared_file_close(&f);
     if (with_optim) opt->step = meta->optimizer_step;
+    if (with_optim && meta->has_loss_scaler && opt->scaler.dynamic) {   // this run's flags otherwise
+        opt->scaler.scale = meta->loss_scaler.scale;
+        opt->scaler.growth_tracker = meta->loss_scaler.growth_tracker;
+        opt->scaler.hysteresis_tracker = meta->loss_scaler.hysteresis_tracker;
+    }
     double gb = sections * L.section_bytes / 1e9;
     free_layout(&L);
     return gb;

@@ -515,6 +515,37 @@ typedef struct {
     float beta1, beta2, eps, weight_decay, clip_grad;
 } AdamWConfig;
 
+// Megatron's loss scaler for fp16 (Micikevicius et al. 2018): the loss is multiplied by
+// `scale` before the backward, so that small gradients do not underflow fp16, and the
+// gradients are divided by it before the norm. A step whose gradients overflow (their norm
+// is not finite) is skipped. Dynamic scaling (Megatron's DynamicGradScaler): an overflow
+// resets the run of clean steps and uses up one unit of hysteresis; with none left the
+// scale halves (not below min_scale), and so on each further overflow; `window` clean steps
+// in a row double it (while it stays finite: fp32's largest power of two is 2^127) and
+// restore the hysteresis. Static (--loss-scale): the scale never
+// changes. scale 1 and not dynamic: no scaling (bf16, fp32).
+typedef struct {
+    float scale;
+    int dynamic;
+    float min_scale;
+    int window, hysteresis;
+    int growth_tracker;       // clean steps since the last growth or overflow
+    int hysteresis_tracker;   // overflows left before the scale halves
+} LossScaler;
+
+static void loss_scaler_update(LossScaler* s, int overflow) {
+    if (!s->dynamic) return;
+    if (overflow) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker--;
+        if (s->hysteresis_tracker <= 0) s->scale = fmaxf(s->scale * 0.5f, s->min_scale);
+    } else if (++s->growth_tracker == s->window) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker = s->hysteresis;
+        if (isfinite(s->scale * 2.0f)) s->scale *= 2.0f;   // 2^128 would be inf, and inf / 2 stays inf
+    }
+}
+
 typedef struct {
     size_t shard_start, shard_size;  // this rank's part of the padded flat buffer
     float* master;       // fp32 master weights of the shard (on the CPU build: the params themselves)
@@ -522,6 +553,7 @@ typedef struct {
     float* m;            // first moment, fp32, shard
     float* v;            // second moment, fp32, shard
     int step;            // updates applied so far
+    LossScaler scaler;   // the gradients in model->grads are the loss's times scaler.scale
     double* norm_acc;    // device scalar for the gradient norm
 } AdamWState;
 
@@ -545,6 +577,7 @@ static void adamw_init(AdamWState* s, const GPT* model) {
         free(host);
     }
     s->norm_acc = (double*)dev_malloc(sizeof(double));
+    s->scaler.scale = 1.0f;
 }
 
 static void adamw_free(AdamWState* s, const GPT* model) {
@@ -588,23 +621,27 @@ static float global_grad_norm(GPT* model, AdamWState* s) {
     return (float)sqrt(sq);
 }
 
-// Gradients of the whole step are in model->grads. Tied embedding, reduce-scatter, norm,
-// clipping (Megatron's clip_grad_norm: scale by clip / (norm + 1e-6) when below 1), AdamW
-// on the shard with each tensor's decay, all-gather. A step whose gradient norm is not
-// finite is skipped. Returns the norm before clipping.
+// Gradients of the whole step, times the loss scale, are in model->grads. Tied embedding,
+// reduce-scatter, norm (of the unscaled gradients), the loss scaler's update, clipping
+// (Megatron's clip_grad_norm: scale by clip / (norm + 1e-6) when below 1), AdamW on the
+// shard with each tensor's decay, all-gather. A step whose gradient norm is not finite is
+// skipped. Returns the norm before clipping. Unscaling is one more factor in the gradient
+// multiplier AdamW applies anyway; for a power-of-two scale it changes no bit.
 static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, float lr, int* skipped) {
     if (grid.embedding.size > 1) {   // the two copies of the tied embedding get the sum
         const TensorDesc* wte = &model->tensors[model->wte];
         all_reduce(&grid.embedding, model->grads + wte->offset, wte->numel, AS_FLOAT, REDUCE_SUM);
     }
     if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size);
-    float norm = global_grad_norm(model, s);
+    float unscale = 1.0f / s->scaler.scale;
+    float norm = global_grad_norm(model, s) * unscale;
     *skipped = !isfinite(norm);
+    loss_scaler_update(&s->scaler, *skipped);
     if (*skipped) return norm;
-    float scale = 1.0f;
+    float scale = unscale;
     if (cfg->clip_grad > 0.0f) {
         float clip_coeff = cfg->clip_grad / (norm + 1e-6f);
-        if (clip_coeff < 1.0f) scale = clip_coeff;
+        if (clip_coeff < 1.0f) scale = unscale * clip_coeff;
     }
     s->step++;
     for (int i = 0; i < model->num_tensors; i++) {

@@ -45,6 +45,13 @@ step -> log -> sampling -> the run -> main.
     X(FLOAT, adam_eps, "1e-8", 0, "Adam's epsilon")                                                                    \
     X(FLOAT, weight_decay, "0.01", 0, "decoupled decay of matrices and embeddings")                                    \
     X(FLOAT, clip_grad, "1.0", 0, "clip the global gradient norm to this (0: off)")                                    \
+    X(SWITCH, fp16, NULL, 0, "fp16 with loss scaling (GPU: train_gpu_fp16; CPU: the scaler on fp32)")                 \
+    X(SWITCH, bf16, NULL, 0, "bf16 weights and activations (the GPU build's own precision)")                          \
+    X(FLOAT, loss_scale, NULL, 0, "static loss scale with --fp16 (0: dynamic)")                                        \
+    X(FLOAT, initial_loss_scale, "4294967296", 1, "the dynamic scale's start")                                         \
+    X(FLOAT, min_loss_scale, "1", 0, "the dynamic scale's floor")                                                      \
+    X(INT, loss_scale_window, "1000", 1, "clean steps before the dynamic scale doubles")                               \
+    X(INT, hysteresis, "2", 1, "overflows tolerated before the dynamic scale halves")                                  \
     X(LIST, data_path, NULL, 0, "[WEIGHT] PREFIX [...]: Megatron .bin/.idx dataset(s)")                                \
     X(STRING, split, "969,30,1", 0, "train,valid,test document split")                                                 \
     X(STRING, data_cache_path, NULL, 0, "DIR for the sample-index cache (default: next to the data)")                  \
@@ -227,6 +234,31 @@ static void check_model(Config* a) {
     grid_place(TP, PP);
 }
 
+// --fp16 / --bf16 against what this binary computes in, and the loss scaler's flags
+static void check_precision(const Config* a) {
+    if (a->fp16 && a->bf16) config_error("give one of --fp16 and --bf16, not both");
+#if defined(__CUDACC__) && !defined(GRIDGPT_FP16)
+    if (a->fp16) config_error("--fp16: this binary computes in bf16; fp16 runs with train_gpu_fp16 (make gpu builds both)");
+#endif
+#ifdef GRIDGPT_FP16
+    if (!a->fp16) config_error("this binary computes in fp16: give --fp16 (train_gpu computes in bf16)");
+#endif
+    if (!a->fp16 && a->loss_scale > 0.0f) config_error("--loss-scale %g goes with --fp16 (bf16 and fp32 need no loss scaling)", a->loss_scale);
+    if (a->fp16 && a->min_loss_scale <= 0.0f) config_error("--min-loss-scale must be positive, got %g", a->min_loss_scale);
+}
+
+// the optimizer's loss scaler: with --fp16, static (--loss-scale) or dynamic; else none
+static LossScaler make_loss_scaler(const Config* a) {
+    LossScaler s = {1.0f, 0, 1.0f, 1, 1, 0, 0};
+    if (!a->fp16) return s;
+    s.dynamic = a->loss_scale == 0.0f;
+    s.scale = s.dynamic ? a->initial_loss_scale : a->loss_scale;
+    s.min_scale = a->min_loss_scale;
+    s.window = a->loss_scale_window;
+    s.hysteresis = s.hysteresis_tracker = a->hysteresis;
+    return s;
+}
+
 static void check_run(Config* a) {
     int dp = grid.world_size / (a->tensor_model_parallel_size * a->pipeline_model_parallel_size);
     // batch
@@ -251,6 +283,7 @@ static void check_run(Config* a) {
     if (a->min_lr > a->lr) config_error("--lr %g and --min-lr %g must satisfy 0 <= min-lr <= lr", a->lr, a->min_lr);
     if (a->adam_beta1 >= 1.0f || a->adam_beta2 >= 1.0f) config_error("--adam-beta1 and --adam-beta2 must be in [0, 1)");
     if (a->adam_eps <= 0.0f) config_error("--adam-eps must be positive");
+    check_precision(a);
     if (a->temperature <= 0.0f) config_error("--temperature must be positive");
 }
 
@@ -719,6 +752,7 @@ static void build_model(Trainer* t) {
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};
     t->adam = adam;
     adamw_init(&t->opt, &t->model);
+    t->opt.scaler = make_loss_scaler(a);
 }
 
 // the checkpoint's weights (and optimizer state, counters) into the built model
@@ -797,7 +831,8 @@ static StepResult train_step(Trainer* t) {
     add_comm_counters(r.comm, -1.0);
     dev_zero(m->grads, m->num_params_padded * sizeof(float));
     t->train.consumed = t->progress.consumed_samples;
-    Schedule s = {m, load_micro_batch, &t->train, 1.0f / ((float)m->T * r.global_batch), 0.0, 0, 0};
+    // d(loss)/d(token loss), times the loss scale: the backward carries scaled gradients
+    Schedule s = {m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->T * r.global_batch), 0.0, 0, 0};
     run_1f1b(&s, num_micro);
     r.loss = step_loss(&s, num_micro);
     r.max_in_flight = s.max_in_flight;
@@ -837,11 +872,11 @@ static void log_step(const Trainer* t, const StepResult* r, LogWindow* w) {
     double flops = flops_per_step(&t->config.model, r->global_batch);
     double loss = w->steps > w->nan_loss ? w->loss_sum / (w->steps - w->nan_loss) : NAN;
     printf(" iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |"
-           " learning rate: %.6E | global batch size: %5d | lm loss: %.6E | grad norm: %.3f |"
+           " learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |"
            " number of skipped iterations: %3d | number of nan iterations: %3d |"
            " samples per second: %.3f | TFLOPs: %.3f |\n",
            t->progress.iteration, t->train_iters, t->progress.consumed_samples, ms, r->lr, r->global_batch, loss,
-           r->grad_norm, w->skipped, w->nan_loss, w->samples / w->seconds, flops / (ms / 1000.0) / 1e12 / grid.world_size);
+           t->opt.scaler.scale, r->grad_norm, w->skipped, w->nan_loss, w->samples / w->seconds, flops / (ms / 1000.0) / 1e12 / grid.world_size);
     fflush(stdout);
 }
 

@@ -51,7 +51,7 @@ run="--data-path $data --num-layers 2 --hidden-size 32 --num-attention-heads 2 -
 if [ "$(strip_timing "$tmp/a" | wc -l)" -ge 8 ] && diff <(strip_timing "$tmp/a") <(strip_timing "$tmp/b") > /dev/null; then
     ok "two runs with the same seed print identical losses"
 else bad "two runs with the same seed print identical losses" "$(diff <(strip_timing "$tmp/a") <(strip_timing "$tmp/b") | head -5; tail -3 "$tmp/a")"; fi
-if grep -qE '^ iteration +8/ +8 \| consumed samples: +32 \|.*lm loss: [0-9.E+-]+ \| grad norm' "$tmp/a"; then ok "log line in Megatron's shape"
+if grep -qE '^ iteration +8/ +8 \| consumed samples: +32 \|.*lm loss: [0-9.E+-]+ \| loss scale: 1\.0 \| grad norm' "$tmp/a"; then ok "log line in Megatron's shape"
 else bad "log line in Megatron's shape" "$(grep iteration "$tmp/a" | tail -1)"; fi
 
 # sampling after training prints the prompt and the requested number of new tokens
@@ -95,3 +95,40 @@ expect_error "activations beyond the memory, named before allocating" "the large
 expect_error "parameters beyond the memory, named before allocating" "grows with --num-layers" $base --seq-length 4000 \
     --max-position-embeddings 99999999 --micro-batch-size 1
 expect_error "a tensor table beyond the memory" "--num-layers 1000000000: the tensor table alone" $base --num-layers 1000000000
+
+# ---- fp16's loss scaler, run on fp32 by the CPU build
+expect_error "--fp16 with --bf16" "give one of --fp16 and --bf16" $base --fp16 --bf16
+expect_error "--loss-scale without --fp16" "--loss-scale 1024 goes with --fp16" $base --loss-scale 1024
+# a static power-of-two scale changes no bit: every rounding scales with it
+./train_cpu $run --save "$tmp/unscaled" > "$tmp/u" 2>&1; ./train_cpu $run --fp16 --loss-scale 1024 --save "$tmp/scaled" > "$tmp/s" 2>&1
+without_scale() { strip_timing "$1" | sed -E 's/loss scale: [0-9.]+//'; }
+if [ "$(grep -c 'loss scale: 1024.0 |' "$tmp/s")" -ge 8 ] && diff <(without_scale "$tmp/u") <(without_scale "$tmp/s") > /dev/null &&
+   cmp -s "$tmp/unscaled/iter_0000008/tensors.bin" "$tmp/scaled/iter_0000008/tensors.bin"; then
+    ok "--fp16 --loss-scale 1024 trains bit for bit as no scaling (losses, grad norms, weights, moments)"
+else bad "--fp16 --loss-scale 1024 against no scaling" "$(diff <(without_scale "$tmp/u") <(without_scale "$tmp/s") | head -3)"; fi
+# A forced overflow: a start of 2^127 overflows fp32 in the backward. Each step's (skipped,
+# scale) must follow Megatron's rules (hysteresis 2, window 4) given which steps overflowed,
+# and the run must show all three moves: a skip that keeps the scale, a halving, a doubling.
+./train_cpu $run --train-iters 14 --fp16 --initial-loss-scale 170141183460469231731687303715884105728 \
+    --hysteresis 2 --loss-scale-window 4 > "$tmp/of" 2>&1
+verdict=$(grep -E '^ iteration' "$tmp/of" | sed -E 's/.*loss scale: ([0-9.]+) .* skipped iterations: +([0-9]+) .*/\2 \1/' | awk '
+    BEGIN { scale = 2^127; hyst = 2; growth = 0; kept = 0; halved = 0; doubled = 0 }
+    { overflow = $1; before = scale
+      if (overflow) { growth = 0; hyst--; if (hyst <= 0) scale = (scale / 2 > 1 ? scale / 2 : 1) }
+      else if (++growth == 4) { growth = 0; hyst = 2; if (scale < 2^127) scale *= 2 }
+      if ($2 + 0 != scale) { print "step " NR ": logged " $2 ", the rules give " scale; bad = 1; exit }
+      kept += overflow && scale == before; halved += scale < before; doubled += scale > before }
+    END { if (!bad) print (NR == 14 && kept && halved && doubled) ? "ok" : "steps " NR ", kept " kept ", halved " halved ", doubled " doubled }')
+if [ "$verdict" = ok ]; then ok "a forced overflow: skipped steps, hysteresis, halving and doubling as Megatron's rules say"
+else bad "the dynamic loss scale after a forced overflow" "$verdict"; fi
+# the scaler's state is in the checkpoint: stopped at step 6 and resumed, steps 7-14 are the same bits
+dyn="--fp16 --initial-loss-scale 65536 --hysteresis 1 --loss-scale-window 3"
+./train_cpu $run --train-iters 14 $dyn > "$tmp/whole" 2>&1
+./train_cpu $run --train-iters 14 $dyn --exit-interval 6 --save "$tmp/dyn" > /dev/null 2>&1
+./train_cpu $run --train-iters 14 $dyn --load "$tmp/dyn" > "$tmp/resumed" 2>&1
+after6() { strip_timing "$1" | awk '$2 + 0 > 6 || $2 ~ /^[0-9]+\/$/ && substr($2, 1, length($2) - 1) + 0 > 6'; }
+# (65536 doubles at steps 3 and 6: the checkpoint holds 262144, not the flag's value)
+if grep -q "^loss_scaler 262144 0 1$" "$tmp/dyn/iter_0000006/metadata.txt" && [ "$(after6 "$tmp/whole" | wc -l)" -eq 8 ] &&
+   diff <(after6 "$tmp/whole") <(after6 "$tmp/resumed") > /dev/null; then
+    ok "the dynamic loss scale is saved and restored: a resumed run continues bit for bit"
+else bad "loss scaler state across a resume" "$(grep loss_scaler "$tmp/dyn/iter_0000006/metadata.txt"; diff <(after6 "$tmp/whole") <(after6 "$tmp/resumed") | head -3)"; fi

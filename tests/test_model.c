@@ -404,6 +404,28 @@ static void checkpoint_without_trainer(void) {
     gpt_free(&back);
 }
 
+// Megatron's dynamic loss scaler, step by step against a table worked out by hand from its
+// rules (hysteresis 2, window 3, floor 1, start 8): overflows use up the hysteresis, then halve
+// the scale each time down to the floor; 3 clean steps in a row double it and restore the
+// hysteresis. A static scaler never moves.
+static void loss_scaler_rules(void) {
+    const int overflow[15] = {1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1};
+    const float want[15] = {8, 4, 2, 1, 1, 1, 1, 2, 2, 2, 4, 4, 4, 2, 1};
+    // step 1: hysteresis 2 -> 1, no change; 2-4: halve each; 5: at the floor; 6-8: the third
+    // clean step doubles; 9-11: again; 12: an overflow with hysteresis 2 -> 1 keeps the scale;
+    // 13: clean (the run of clean steps restarts); 14: hysteresis 0, halve; 15: halve
+    LossScaler dynamic = {8.0f, 1, 1.0f, 3, 2, 0, 2}, fixed = {1024.0f, 0, 1.0f, 3, 2, 0, 2};
+    int step_wrong = 0;
+    for (int i = 0; i < 15 && !step_wrong; i++) {
+        loss_scaler_update(&dynamic, overflow[i]);
+        loss_scaler_update(&fixed, overflow[i]);
+        if (dynamic.scale != want[i] || fixed.scale != 1024.0f) step_wrong = i + 1;
+    }
+    check(!step_wrong, "the dynamic loss scaler follows Megatron's rules step by step (a static one never moves)",
+          "step %d: scale %g, expected %g (static %g)", step_wrong, dynamic.scale, want[step_wrong ? step_wrong - 1 : 0],
+          fixed.scale);
+}
+
 int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     crc32_check_value();
@@ -418,6 +440,7 @@ int main(int argc, char** argv) {
     config_table();
     batch_rampup();
     optimizer_with_clipping();
+    loss_scaler_rules();
     overfit_one_batch();
     checkpoint_without_trainer();
     if (argc > 1) same_seed_same_losses(argv[1]);
