@@ -497,19 +497,29 @@ static void layout_arena(GPT* m, Arena* a) {
 
 // gpt_plan_model: the tensor table and the sizes of the flat buffers and the arena, nothing large
 // allocated (so the trainer can check the memory first); gpt_allocate: the buffers, the init.
+// One pipeline stage: stage `rank` of `size`, holding layers [first_layer, first_layer + num_layers)
+typedef struct {
+    int rank, size, first_layer, num_layers;
+} PipelineStage;
+
+// the even split: every stage num_layers / size of them (a multiple)
+static PipelineStage even_stage(int num_layers, int rank, int size) {
+    PipelineStage s = {rank, size, rank * (num_layers / size), num_layers / size};
+    return s;
+}
+
 static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
-                           int pp_rank, int pp_size, int num_slots, int pad_multiple) {
+                           PipelineStage stage, int num_slots, int pad_multiple) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->B = B;
     m->T = T;
     m->tp_rank = tp_rank;
     m->tp_size = tp_size;
-    int per_stage = cfg->num_layers / pp_size;
-    m->first_layer = pp_rank * per_stage;
-    m->num_local_layers = per_stage;
-    m->is_first_stage = pp_rank == 0;
-    m->is_last_stage = pp_rank == pp_size - 1;
+    m->first_layer = stage.first_layer;
+    m->num_local_layers = stage.num_layers;   // may be 0: a stage that holds only the embedding or the head
+    m->is_first_stage = stage.rank == 0;
+    m->is_last_stage = stage.rank == stage.size - 1;
     m->heads_local = cfg->num_attention_heads / tp_size;
     m->hidden_local = m->heads_local * (cfg->hidden_size / cfg->num_attention_heads);
     m->ffn_local = cfg->ffn_hidden_size / tp_size;
@@ -544,7 +554,7 @@ static void gpt_allocate(GPT* m) {
 // both at once (tests and tools; inline: the trainer, which checks memory between, does not call it)
 static inline void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
                              int pp_rank, int pp_size, int num_slots, int pad_multiple) {
-    gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, pp_rank, pp_size, num_slots, pad_multiple);
+    gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, even_stage(cfg->num_layers, pp_rank, pp_size), num_slots, pad_multiple);
     gpt_allocate(m);
 }
 

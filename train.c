@@ -27,6 +27,9 @@ step -> log -> sampling -> the run -> main.
 #define RUN_CONFIG_FIELDS(X)                                                                                          \
     X(INT, tensor_model_parallel_size, "1", 1, "TP: tensor-parallel ranks of one model replica")                      \
     X(INT, pipeline_model_parallel_size, "1", 1, "PP: pipeline stages")                                                \
+    X(CHOICE, pp_partition_method, "uniform", 0, "uniform | type:transformer | type:transformer|embedding")            \
+    X(INT, decoder_first_pipeline_num_layers, NULL, 0, "layers of the first stage (0: not set)")                      \
+    X(INT, decoder_last_pipeline_num_layers, NULL, 0, "layers of the last stage (0: not set)")                        \
     X(INT, micro_batch_size, "4", 1, "samples per micro-batch")                                                        \
     X(INT, global_batch_size, NULL, 0, "samples per step (0: micro-batch x DP)")                                       \
     X(INT3, rampup_batch_size, NULL, 0, "START INCREMENT SAMPLES: ramp the global batch up")                           \
@@ -77,6 +80,7 @@ step -> log -> sampling -> the run -> main.
     X(SWITCH, help, NULL, 0, "print this list")
 
 typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_INVERSE_SQRT } LRDecayStyle;   // in --lr-decay-style's order
+typedef enum { PARTITION_UNIFORM, PARTITION_TRANSFORMER, PARTITION_TRANSFORMER_EMBEDDING } PartitionMethod;   // --pp-partition-method
 
 typedef struct {
     GPTConfig model;
@@ -208,6 +212,56 @@ static void check_same_config_everywhere(Config* c) {
 // config checks: every one before any allocation, one line each, exit status 2
 // (each field's type and lower bound were checked as it was parsed)
 
+// How many layers each pipeline stage holds (counts[p], p < PP); 0, or 1 with the flags' error in err.
+//   uniform (the default): L / PP each, L a multiple of PP;
+//   type:transformer (Megatron-DeepSpeed): the L layers spread as evenly as they go, the first
+//     L mod PP stages taking one more (DeepSpeed's uniform partition of the counted layers);
+//   type:transformer|embedding: the same for L + 2 slots, the word embedding on the first stage
+//     and the tied output layer on the last counting as one layer each (BigScience's runs);
+//   --decoder-first/last-pipeline-num-layers (Megatron-LM): the first / last stage that many,
+//     the other layers evenly over the other stages.
+static int stage_layer_counts(const Config* a, int* counts, char* err, size_t len) {
+    int L = a->model.num_layers, PP = a->pipeline_model_parallel_size;
+    int first = a->decoder_first_pipeline_num_layers, last = a->decoder_last_pipeline_num_layers;
+    if ((first || last) && a->pp_partition_method != PARTITION_UNIFORM)
+        return error_line(err, len, "give --pp-partition-method or --decoder-first/last-pipeline-num-layers, not both");
+    if ((first || last) && PP == 1)
+        return error_line(err, len, "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
+    if (first || last) {
+        int rest = L - first - last, others = PP - (first > 0) - (last > 0);
+        if (rest < 0 || (others == 0 && rest != 0) || (others > 0 && rest % others != 0))
+            return error_line(err, len, "--num-layers %d minus --decoder-first-pipeline-num-layers %d and "
+                              "--decoder-last-pipeline-num-layers %d leaves %d layers, which %d other stage(s) cannot "
+                              "share evenly", L, first, last, rest, others);
+        for (int p = 0; p < PP; p++) counts[p] = others ? rest / others : 0;
+        if (first) counts[0] = first;
+        if (last) counts[PP - 1] = last;
+        return 0;
+    }
+    if (a->pp_partition_method == PARTITION_UNIFORM && L % PP != 0)
+        return error_line(err, len, "--num-layers %d is not divisible by --pipeline-model-parallel-size %d (uneven stages: "
+                          "--pp-partition-method, or --decoder-first/last-pipeline-num-layers)", L, PP);
+    int embedding = a->pp_partition_method == PARTITION_TRANSFORMER_EMBEDDING, slots = L + 2 * embedding;
+    if (slots < PP)
+        return error_line(err, len, "--pp-partition-method %s: %d layer slot(s) for %d pipeline stages", embedding ?
+                          "type:transformer|embedding" : "type:transformer", slots, PP);
+    for (int p = 0; p < PP; p++)
+        counts[p] = slots / PP + (p < slots % PP) - embedding * ((p == 0) + (p == PP - 1));
+    return 0;
+}
+
+// this rank's pipeline stage (the flags were checked by check_model)
+static PipelineStage this_stage(const Config* a) {
+    int PP = a->pipeline_model_parallel_size;
+    int* counts = (int*)mallocCheck(PP * sizeof(int));
+    char err[512];
+    if (stage_layer_counts(a, counts, err, sizeof(err))) fail("%s", err);
+    PipelineStage s = {grid.pp_rank, PP, 0, counts[grid.pp_rank]};
+    for (int p = 0; p < grid.pp_rank; p++) s.first_layer += counts[p];
+    free(counts);
+    return s;
+}
+
 static void check_model(Config* a) {
     GPTConfig* m = &a->model;
     if (m->ffn_hidden_size == 0) m->ffn_hidden_size = 4 * m->hidden_size;
@@ -227,8 +281,10 @@ static void check_model(Config* a) {
         config_error("--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d", m->num_attention_heads, TP);
     if (m->ffn_hidden_size % TP != 0)
         config_error("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", m->ffn_hidden_size, TP);
-    if (m->num_layers % PP != 0)
-        config_error("--num-layers %d is not divisible by --pipeline-model-parallel-size %d", m->num_layers, PP);
+    int* layers = (int*)mallocCheck(PP * sizeof(int));
+    char err[512];
+    if (stage_layer_counts(a, layers, err, sizeof(err))) config_error("%s", err);
+    free(layers);
     if (a->generate_tokens > 0 && TP * PP != 1)
         config_error("--generate-tokens samples on one model-parallel rank: it needs tensor and pipeline parallel size 1");
     grid_place(TP, PP);
@@ -542,19 +598,21 @@ static void add_comm_counters(double out[4], double sign) {
 // Per rank: parameters, gradients, optimizer state and activations, gathered to rank 0
 static void print_memory(const Trainer* t) {
     const GPT* m = &t->model;
-    double mine[5] = {(double)m->num_params, (double)m->num_params_padded * sizeof(floatX),
+    double mine[7] = {(double)m->num_params, (double)m->num_params_padded * sizeof(floatX),
                       (double)m->num_params_padded * sizeof(float), (double)adamw_state_bytes(&t->opt),
-                      (double)m->arena_bytes};
-    double* all = (double*)mallocCheck(5 * sizeof(double) * grid.world_size);
-    gather_to_rank0(&grid.world, mine, all, 5);
+                      (double)m->arena_bytes, (double)m->first_layer, (double)m->num_local_layers};
+    double* all = (double*)mallocCheck(7 * sizeof(double) * grid.world_size);
+    gather_to_rank0(&grid.world, mine, all, 7);
     if (grid.world_rank == 0) {
         double mib = 1024.0 * 1024.0;
         printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations "
                "(%d micro-batch slot(s) of %.1f MiB + backward scratch)\n", m->num_slots, m->slot_bytes / mib);
-        for (int r = 0; r < grid.world_size; r++) {
-            const double* x = all + 5 * r;
-            printf("  rank %3d: %.0f parameters: %9.1f | %9.1f | %9.1f | %9.1f\n", r, x[0], x[1] / mib, x[2] / mib,
-                   x[3] / mib, x[4] / mib);
+        for (int r = 0; r < grid.world_size; r++) {   // each stage shows its layers: the balance can be seen
+            const double* x = all + 7 * r;
+            char layers[48] = "no layers";
+            if (x[6] > 0) snprintf(layers, sizeof(layers), "layers %.0f-%.0f", x[5], x[5] + x[6] - 1);
+            printf("  rank %3d (stage %d, %s): %.0f parameters: %9.1f | %9.1f | %9.1f | %9.1f\n", r,
+                   r / (grid.tp_size * grid.dp_size), layers, x[0], x[1] / mib, x[2] / mib, x[3] / mib, x[4] / mib);
         }
     }
     free(all);
@@ -736,7 +794,8 @@ static void build_model(Trainer* t) {
     if (!grid.ready) grid_build(a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
     const char* table_flags = "--num-layers, --hidden-size, --ffn-hidden-size, --vocab-size, --max-position-embeddings "
                               "(less with more tensor- and pipeline-parallel ranks)";
-    double table_entries = 8.0 + 12.0 * (c->num_layers / grid.pp_size), have;
+    PipelineStage stage = this_stage(a);
+    double table_entries = 8.0 + 12.0 * stage.num_layers, have;
     const char* where;
     char table_err[512] = "";   // the host's memory decides: ranks on different hosts may differ
     have = memory_available(&where);
@@ -745,8 +804,8 @@ static void build_model(Trainer* t) {
                    "%.1f GiB, but %s %.1f GiB", c->num_layers, table_entries * sizeof(TensorDesc) / (1 << 30), where,
                    have / (1 << 30));
     config_error_anywhere(table_err);
-    gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, grid.pp_rank, grid.pp_size,
-                   grid.pp_size, grid.dp_size);
+    gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, stage, grid.pp_size,
+                   grid.dp_size);
     check_memory(&t->model, table_flags);
     gpt_allocate(&t->model);
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};

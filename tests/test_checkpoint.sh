@@ -48,6 +48,20 @@ for layout in "1 1 1" "4 1 2" "1 2 4"; do
     else bad "saved at (2,2,2), resumed at ($1,$2,$3)" "$n steps compared, worst relative difference $w"; fi
 done
 
+# uneven pipeline stages on both sides: saved with the 4 layers + 2 embedding slots over 3
+# stages (1, 2, 1 layers), resumed over 4 stages (1, 2, 1, 0: the last holds only the head)
+# and by Megatron-LM's --decoder-first-pipeline-num-layers 3 over 2 stages (3, 1)
+run first-uneven 1 3 1 --exit-interval 10 --pp-partition-method 'type:transformer|embedding'
+for resume in "1 4 1 --pp-partition-method type:transformer|embedding" "1 2 2 --decoder-first-pipeline-num-layers 3"; do
+    set -- $resume
+    name="uneven-tp$1-pp$2-dp$3"
+    run $name "$@" --load $B/first-uneven.ckpt
+    read n w <<< "$(worst $B/full.steps $B/$name.steps)"
+    if [ "$n" -eq 10 ] && awk -v w="$w" 'BEGIN { exit !(w <= 1e-5) }'; then
+        ok "saved with stages of 1, 2, 1 layers, resumed at ($1,$2,$3) with ${*:4}: steps 11-20 within 1e-5 of one process (worst $w)"
+    else bad "saved with uneven stages, resumed at ($1,$2,$3) ${*:4}" "$n steps compared, worst relative difference $w"; fi
+done
+
 # corruption: a truncated file, a flipped bit, a different model
 expect_refusal() {  # name needle flags...
     local name=$1 needle=$2; shift 2

@@ -21,11 +21,11 @@ flags="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 32 --num-
        --lr 3e-3 --lr-warmup-samples 32 --lr-decay-style cosine --min-lr 3e-4 --weight-decay 0.1
        --split 90,10,0 --eval-interval 10 --eval-iters 1 --log-interval 100 --seed 11 --log-comm"
 
-record() {  # name tp pp dp
-    local name=$1 tp=$2 pp=$3 dp=$4
+record() {  # name tp pp dp [extra flags]
+    local name=$1 tp=$2 pp=$3 dp=$4; shift 4
     rm -rf $B/$name.ckpt
     $MPIRUN -np $((tp * pp * dp)) $B/../test_parallel $B/$name $flags \
-        --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp > $B/$name.log 2>&1
+        --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp "$@" > $B/$name.log 2>&1
     local status=$?
     grep -E '^(PASS|FAIL)' $B/$name.log | sed "s/^\(PASS\|FAIL\) /\1 $name: /"
     [ $status -eq 0 ] || bad "$name run" "exit status $status: $(grep -m1 error $B/$name.log)"
@@ -38,6 +38,30 @@ for layout in "2 1 1" "4 1 1" "1 2 1" "1 4 1" "1 1 2" "1 1 4" "2 2 1" "2 1 2" "1
     record $name $1 $2 $3
     $B/../test_parallel --compare $B/ref $B/$name "($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
 done
+
+# Uneven pipeline stages (4 layers): BigScience's split counting the embedding and the tied
+# output layer as one layer each (over 3 stages: 1, 2, 1; over 4: 1, 2, 1, 0, the last stage
+# holding only the head), DeepSpeed's type:transformer (over 3: 2, 1, 1) and Megatron-LM's
+# first/last-stage counts
+uneven() {  # tp pp dp label flags...
+    local tp=$1 pp=$2 dp=$3 label=$4; shift 4
+    record uneven-$label $tp $pp $dp "$@"
+    $B/../test_parallel --compare $B/ref $B/uneven-$label "($tp,$pp,$dp) with $*" $flags | grep -E '^(PASS|FAIL)'
+}
+uneven 1 3 1 te3 --pp-partition-method 'type:transformer|embedding'
+uneven 1 4 1 te4 --pp-partition-method 'type:transformer|embedding'
+uneven 2 3 1 t3 --pp-partition-method type:transformer
+uneven 2 2 2 first1 --decoder-first-pipeline-num-layers 1
+uneven 1 3 2 last2 --decoder-last-pipeline-num-layers 2
+layers_of() {  # "stage:layers " of each stage, from the start-up memory table
+    grep -oE 'rank +[0-9]+ \(stage [0-9]+, (layers [0-9]+-[0-9]+|no layers)\)' $B/uneven-$1.log |
+        sed -E 's/.*stage ([0-9]+), (.*)\)/\1:\2/' | sort -u | tr '\n' ' '
+}
+want_te4="0:layers 0-0 1:layers 1-2 2:layers 3-3 3:no layers "
+if [ "$(layers_of te4)" = "$want_te4" ] && [ "$(layers_of t3)" = "0:layers 0-1 1:layers 2-2 2:layers 3-3 " ] &&
+   [ "$(layers_of last2)" = "0:layers 0-0 1:layers 1-1 2:layers 2-3 " ]; then
+    ok "the memory table shows each stage's layers: type:transformer|embedding over 4 stages gives 1, 2, 1, 0"
+else bad "stage layers in the memory table" "te4: $(layers_of te4); t3: $(layers_of t3); last2: $(layers_of last2)"; fi
 
 # The same for a BLOOM-style model: ALiBi instead of the position table (each tensor rank adds
 # the slopes of its global heads; 12 heads is not a power of two, so BLOOM's extra slopes are
