@@ -124,6 +124,15 @@ expect_refusal "world size not a multiple of TP x PP" "world size 3" 3 --tensor-
 expect_refusal "heads not divisible by TP" "--num-attention-heads" 3 --num-attention-heads 4 --tensor-model-parallel-size 3
 expect_refusal "layers not divisible by PP" "--num-layers" 3 --num-layers 4 --pipeline-model-parallel-size 3
 expect_refusal "global batch not divisible by micro-batch x DP" "--global-batch-size" 4 --micro-batch-size 2 --global-batch-size 12
+expect_refusal "uneven layers name the options for uneven stages" "(uneven stages: --pp-partition-method, or --decoder-first/last-pipeline-num-layers)" \
+    3 --num-layers 4 --pipeline-model-parallel-size 3
+expect_refusal "first/last-stage layers that leave an uneven rest" "leaves 3 layers, which 2 other stage(s) cannot share evenly" \
+    3 --num-layers 4 --pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 1
+expect_refusal "first/last-stage layers with a partition method" "give --pp-partition-method or --decoder-first/last-pipeline-num-layers, not both" \
+    2 --num-layers 4 --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 1 --pp-partition-method type:transformer
+expect_refusal "first/last-stage layers without a pipeline" "need --pipeline-model-parallel-size > 1" 1 --decoder-first-pipeline-num-layers 2
+expect_refusal "more stages than layer slots" "--pp-partition-method type:transformer|embedding: 4 layer slot(s) for 5 pipeline stages" \
+    5 --num-layers 2 --pipeline-model-parallel-size 5 --pp-partition-method 'type:transformer|embedding'
 
 # ranks started with different flags: one line naming the flag and two ranks, exit 2 (it used
 # to corrupt the heap and abort with a backtrace)
