@@ -4,7 +4,8 @@
 #   tests/test_emu_kernels.cpp  every CUDA kernel against its plain-C reference, with each
 #                               allocation ending at a guard page (one line per check); then
 #                               all of it again with allocations beginning at one
-#                               (EMU_GUARD=start: an index of -1 faults), in one line;
+#                               (EMU_GUARD=start: an index of -1 faults), in one line; built
+#                               twice, as the bf16 build and (-DGRIDGPT_FP16) the fp16 build;
 #   tests/test_emu_half.cpp     the emulated fp16's conversions: hand-checked values, and
 #                               numpy.float16's conversions on the cases tests/half_cases.py
 #                               writes (SKIP when /usr/bin/python3 has no numpy);
@@ -27,6 +28,7 @@ build() {
     fi
 }
 build test_emu_kernels tests/test_emu_kernels.cpp
+build test_emu_kernels_fp16 tests/test_emu_kernels.cpp -DGRIDGPT_FP16
 build test_emu_half tests/test_emu_half.cpp
 build test_emu_guard tests/test_emu_guard.cpp
 
@@ -48,6 +50,7 @@ run_kernels() {
     fi
 }
 run_kernels test_emu_kernels
+run_kernels test_emu_kernels_fp16
 
 if /usr/bin/python3 -c 'import numpy' 2> /dev/null; then
     if /usr/bin/python3 tests/half_cases.py $B/half_cases.bin; then
