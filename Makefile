@@ -1,8 +1,10 @@
 # gridgpt — build, test, benchmark, run.
 #   make          the trainer that fits this machine (GPU build if a GPU is visible, else CPU)
 #   make cpu      ./train_cpu: C11 + OpenMP + MPI, plain-C kernels, OpenBLAS sgemm if installed
-#   make gpu      ./train_gpu: nvcc compiles train.c as CUDA; cuBLAS, NCCL, MPI
-#   make emu      ./train_emu: the GPU code path on a CPU emulation of CUDA (tests/emu/)
+#   make gpu      ./train_gpu (bf16) and ./train_gpu_fp16 (fp16, -DGRIDGPT_FP16): nvcc compiles
+#                 train.c as CUDA; cuBLAS, NCCL, MPI
+#   make emu      ./train_emu and ./train_emu_fp16: the GPU code path, in each precision, on a
+#                 CPU emulation of CUDA (tests/emu/)
 #   make test     installs what is missing, then every test; ends with "N passed, M failed"
 #   make check    every test, installing nothing
 #   make test-gpu on a GPU machine: the kernel checks and a short training against the CPU build
@@ -59,20 +61,32 @@ default: cpu preprocess
 endif
 
 cpu: train_cpu
-gpu: train_gpu
-emu: train_emu
+gpu: train_gpu train_gpu_fp16
+emu: train_emu train_emu_fp16
 
 train_cpu: $(SOURCES)
 	$(MPICC) $(CFLAGS) $(BLAS_FLAGS) train.c -o $@ $(LDLIBS)
 
-train_gpu: $(SOURCES)
-	$(NVCC) $(NVCCFLAGS) train.c -o $@ -lcublas -lcublasLt -lnccl $(MPI_LIBS) -lz
+# The GPU build's precision is a compile-time type (floatX in kernels.cuh): one binary per
+# precision, from the same source. bf16 by default; -DGRIDGPT_FP16 makes floatX fp16.
+GPU_LIBS := -lcublas -lcublasLt -lnccl $(MPI_LIBS) -lz
 
-# the GPU code path (bf16, CUDA kernels, cuBLAS, NCCL) compiled by g++ against the CPU
-# emulation of CUDA in tests/emu/: runs anywhere, slowly; tests/test_emu_train.sh compares it
+train_gpu: $(SOURCES)
+	$(NVCC) $(NVCCFLAGS) train.c -o $@ $(GPU_LIBS)
+
+train_gpu_fp16: $(SOURCES)
+	$(NVCC) $(NVCCFLAGS) -DGRIDGPT_FP16 train.c -o $@ $(GPU_LIBS)
+
+# the GPU code path (CUDA kernels, cuBLAS, NCCL) compiled by g++ against the CPU emulation
+# of CUDA in tests/emu/: runs anywhere, slowly; tests/test_emu_train.sh compares it
+EMU_CXX := mpicxx -std=c++20 -O2 -Wall -Wextra -Wno-unused-function $(if $(filter 1,$(WERROR)),-Werror) -fopenmp \
+           -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX -Itests/emu
+
 train_emu: $(SOURCES) $(wildcard tests/emu/*.h)
-	mpicxx -std=c++20 -O2 -Wall -Wextra -Wno-unused-function $(if $(filter 1,$(WERROR)),-Werror) -fopenmp -x c++ \
-	    -D__CUDACC__ -DOMPI_SKIP_MPICXX -Itests/emu train.c -o $@ -lz -lm
+	$(EMU_CXX) train.c -o $@ -lz -lm
+
+train_emu_fp16: $(SOURCES) $(wildcard tests/emu/*.h)
+	$(EMU_CXX) -DGRIDGPT_FP16 train.c -o $@ -lz -lm
 
 preprocess: data.c
 	$(CC) $(CFLAGS) -DPREPROCESS_MAIN -x c data.c -o $@ -lm
@@ -100,6 +114,6 @@ run:
 	bash scripts/run.sh
 
 clean:
-	rm -rf train_cpu train_gpu train_emu preprocess tests/build
+	rm -rf train_cpu train_gpu train_gpu_fp16 train_emu train_emu_fp16 preprocess tests/build
 
 .PHONY: default cpu gpu emu test check test-gpu bench run clean

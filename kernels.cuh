@@ -9,8 +9,9 @@ The rest of the trainer calls `<op>` and does not know which one it got: on the 
 `<op>` is the reference itself (the `#else` branch of each op's section says so).
 
 Conventions every kernel keeps:
-  - Activations and parameters are `floatX` (float on the CPU, bf16 on the GPU); gradients of
-    parameters, LayerNorm statistics, losses and optimizer state are always float.
+  - Activations and parameters are `floatX` (float on the CPU; bf16 on the GPU, or fp16 when
+    built with -DGRIDGPT_FP16); gradients of parameters, LayerNorm statistics, losses and
+    optimizer state are always float. Kernels convert with to_floatX / floatX_to_float.
   - Parameter-gradient outputs ACCUMULATE (+=): micro-batches add into one gradient buffer.
     Activation-gradient outputs are overwritten (=), except `layernorm_backward`'s dinp,
     which adds into the residual stream's gradient (that is the residual's backward).
@@ -22,7 +23,7 @@ Conventions every kernel keeps:
   - CUDA kernels are plain `__global__ void` functions, launched only through LAUNCH()
     (1-D grids, a fixed block size per op); shared memory and warp shuffles appear only in
     the reduction helpers; every CUDA/cuBLAS call goes through a check; all math is fp32
-    (fp64 for the gradient norm), bf16 only in memory. So tests can run the CUDA code on a
+    (fp64 for the gradient norm), 16 bits only in memory. So tests can run the CUDA code on a
     CPU emulation of CUDA (tests/emu/).
 */
 #pragma once
@@ -39,7 +40,11 @@ Conventions every kernel keeps:
 #endif
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
+#ifdef GRIDGPT_FP16
+#include <cuda_fp16.h>
+#else
 #include <cuda_bf16.h>
+#endif
 #include <cublas_v2.h>
 #endif
 
@@ -103,10 +108,31 @@ static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t 
 static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
 static void kernels_init(int local_device) { (void)local_device; }
 #else
-typedef __nv_bfloat16 floatX;
-#define PRECISION_NAME "bf16 (fp32 master weights, fp32 grads)"
 #define BUILD_NAME "GPU"
 #define HOST_DEVICE __host__ __device__
+
+// The GPU build keeps floatX in 16 bits: bf16, or fp16 when compiled with -DGRIDGPT_FP16
+// (`make gpu` builds both, train_gpu and train_gpu_fp16). Each block names everything about
+// its type that the rest of the code needs: the conversions every kernel goes through
+// (float -> floatX rounds to nearest even; floatX -> float is exact), the cuBLAS data type,
+// the NCCL data type (used in parallel.h, which includes nccl.h), and the name the log shows.
+// fp16 keeps 11 significand bits to bf16's 8, but its largest value is 65504 and below
+// 2^-14 it loses bits (subnormals, the last one 2^-24): why fp16 training scales the loss.
+#ifdef GRIDGPT_FP16
+typedef __half floatX;
+#define CUDA_R_FLOATX CUDA_R_16F
+#define NCCL_FLOATX ncclFloat16
+#define PRECISION_NAME "fp16 (fp32 master weights, fp32 grads, dynamic loss scaling)"
+HOST_DEVICE static inline floatX to_floatX(float f) { return __float2half(f); }
+HOST_DEVICE static inline float floatX_to_float(floatX x) { return __half2float(x); }
+#else
+typedef __nv_bfloat16 floatX;
+#define CUDA_R_FLOATX CUDA_R_16BF
+#define NCCL_FLOATX ncclBfloat16
+#define PRECISION_NAME "bf16 (fp32 master weights, fp32 grads)"
+HOST_DEVICE static inline floatX to_floatX(float f) { return __float2bfloat16(f); }
+HOST_DEVICE static inline float floatX_to_float(floatX x) { return __bfloat162float(x); }
+#endif
 
 static void* dev_malloc(size_t bytes) {
     void* p = NULL;
@@ -122,14 +148,14 @@ static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) {
     cudaCheck(cudaMemcpy(dev_dst, host_src, bytes, cudaMemcpyHostToDevice));
 }
 
-// float <-> bf16 conversions go through a host staging buffer of this many elements
+// float <-> floatX conversions go through a host staging buffer of this many elements
 #define CONVERT_CHUNK ((size_t)1 << 20)
 
 static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) {
     floatX* staging = (floatX*)mallocCheck(CONVERT_CHUNK * sizeof(floatX));
     for (size_t i0 = 0; i0 < n; i0 += CONVERT_CHUNK) {
         size_t count = n - i0 < CONVERT_CHUNK ? n - i0 : CONVERT_CHUNK;
-        for (size_t i = 0; i < count; i++) staging[i] = __float2bfloat16(host_src[i0 + i]);
+        for (size_t i = 0; i < count; i++) staging[i] = to_floatX(host_src[i0 + i]);
         host_to_dev(dev_dst + i0, staging, count * sizeof(floatX));
     }
     free(staging);
@@ -140,7 +166,7 @@ static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t 
     for (size_t i0 = 0; i0 < n; i0 += CONVERT_CHUNK) {
         size_t count = n - i0 < CONVERT_CHUNK ? n - i0 : CONVERT_CHUNK;
         dev_to_host(staging, dev_src + i0, count * sizeof(floatX));
-        for (size_t i = 0; i < count; i++) host_dst[i0 + i] = __bfloat162float(staging[i]);
+        for (size_t i = 0; i < count; i++) host_dst[i0 + i] = floatX_to_float(staging[i]);
     }
     free(staging);
 }
@@ -178,7 +204,7 @@ static double* sum_squares_partials;  // [SUM_SQUARES_MAX_BLOCKS], allocated onc
 static void kernels_init(int local_device) {
     cudaCheck(cudaSetDevice(local_device));
     cublasCheck(cublasCreate(&cublas_handle));
-    // default math: bf16 inputs with fp32 compute already use the tensor cores; we do not
+    // default math: 16-bit inputs with fp32 compute already use the tensor cores; we do not
     // opt into TF32 or any reduced-precision accumulation
     cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH));
     cublasCheck(cublasSetStream(cublas_handle, 0));
@@ -293,9 +319,9 @@ __global__ void encoder_forward_kernel(floatX* out, const int* tokens, const flo
     if (idx >= (size_t)N * C) return;
     int n = (int)(idx / C), c = (int)(idx % C);
     int local = tokens[n] - vocab_start;
-    float val = (local >= 0 && local < vocab_local) ? __bfloat162float(wte[(size_t)local * C + c]) : 0.0f;
-    if (wpe != NULL) val += __bfloat162float(wpe[(size_t)(n % T) * C + c]);
-    out[idx] = __float2bfloat16(val);
+    float val = (local >= 0 && local < vocab_local) ? floatX_to_float(wte[(size_t)local * C + c]) : 0.0f;
+    if (wpe != NULL) val += floatX_to_float(wpe[(size_t)(n % T) * C + c]);
+    out[idx] = to_floatX(val);
 }
 
 // one thread per element of dout; tokens repeat, so rows of dwte are added with atomics
@@ -305,7 +331,7 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, con
     if (idx >= (size_t)N * C) return;
     int n = (int)(idx / C), c = (int)(idx % C);
     int local = tokens[n] - vocab_start;
-    if (local >= 0 && local < vocab_local) atomicAdd(&dwte[(size_t)local * C + c], __bfloat162float(dout[idx]));
+    if (local >= 0 && local < vocab_local) atomicAdd(&dwte[(size_t)local * C + c], floatX_to_float(dout[idx]));
 }
 
 // one thread per element of dwpe, summing the rows n = t, t + T, t + 2T, ... in order
@@ -314,7 +340,7 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int
     if (idx >= (size_t)T * C) return;
     int t = (int)(idx / C), c = (int)(idx % C);
     float sum = 0.0f;
-    for (int n = t; n < N; n += T) sum += __bfloat162float(dout[(size_t)n * C + c]);
+    for (int n = t; n < N; n += T) sum += floatX_to_float(dout[(size_t)n * C + c]);
     dwpe[idx] += sum;
 }
 
@@ -350,7 +376,7 @@ static void residual_forward_cpu(float* out, const float* a, const float* b, siz
 #ifdef __CUDACC__
 __global__ void residual_forward_kernel(floatX* out, const floatX* a, const floatX* b, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+    if (i < n) out[i] = to_floatX(floatX_to_float(a[i]) + floatX_to_float(b[i]));
 }
 
 static void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
@@ -432,18 +458,18 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
     if (n >= N) return;
     const floatX* x = inp + (size_t)n * C;
     float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += __bfloat162float(x[c]);
+    for (int c = lane; c < C; c += 32) sum += floatX_to_float(x[c]);
     float m = warp_reduce_sum(sum) / C;
     float var = 0.0f;  // two passes: the variance of (x - m), as the reference
     for (int c = lane; c < C; c += 32) {
-        float d = __bfloat162float(x[c]) - m;
+        float d = floatX_to_float(x[c]) - m;
         var += d * d;
     }
     float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + LAYERNORM_EPS);
     floatX* o = out + (size_t)n * C;
     for (int c = lane; c < C; c += 32) {
-        float xhat = (__bfloat162float(x[c]) - m) * s;
-        o[c] = __float2bfloat16(xhat * __bfloat162float(weight[c]) + __bfloat162float(bias[c]));
+        float xhat = (floatX_to_float(x[c]) - m) * s;
+        o[c] = to_floatX(xhat * floatX_to_float(weight[c]) + floatX_to_float(bias[c]));
     }
     if (lane == 0) {
         mean[n] = m;
@@ -462,17 +488,17 @@ __global__ void layernorm_backward_kernel(floatX* dinp, const floatX* dout, cons
     float m = mean[n], s = rstd[n];
     float g_sum = 0.0f, gx_sum = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float g = __bfloat162float(d[c]) * __bfloat162float(weight[c]);
+        float g = floatX_to_float(d[c]) * floatX_to_float(weight[c]);
         g_sum += g;
-        gx_sum += g * ((__bfloat162float(x[c]) - m) * s);
+        gx_sum += g * ((floatX_to_float(x[c]) - m) * s);
     }
     float g_mean = warp_reduce_sum(g_sum) / C;
     float gx_mean = warp_reduce_sum(gx_sum) / C;
     floatX* di = dinp + (size_t)n * C;
     for (int c = lane; c < C; c += 32) {
-        float g = __bfloat162float(d[c]) * __bfloat162float(weight[c]);
-        float xhat = (__bfloat162float(x[c]) - m) * s;
-        di[c] = __float2bfloat16(__bfloat162float(di[c]) + s * (g - g_mean - xhat * gx_mean));
+        float g = floatX_to_float(d[c]) * floatX_to_float(weight[c]);
+        float xhat = (floatX_to_float(x[c]) - m) * s;
+        di[c] = to_floatX(floatX_to_float(di[c]) + s * (g - g_mean - xhat * gx_mean));
     }
 }
 
@@ -486,8 +512,8 @@ __global__ void layernorm_param_grads_kernel(float* dweight, float* dbias, const
     float dw = 0.0f, db = 0.0f;
     if (c < C) {
         for (int n = warp; n < N; n += warps) {
-            float d = __bfloat162float(dout[(size_t)n * C + c]);
-            dw += d * ((__bfloat162float(inp[(size_t)n * C + c]) - mean[n]) * rstd[n]);
+            float d = floatX_to_float(dout[(size_t)n * C + c]);
+            dw += d * ((floatX_to_float(inp[(size_t)n * C + c]) - mean[n]) * rstd[n]);
             db += d;
         }
     }
@@ -625,19 +651,19 @@ __global__ void column_sums_kernel(float* out, const floatX* x, int N, int OC) {
     int o = blockIdx.x * 32 + lane;
     float sum = 0.0f;
     if (o < OC) {
-        for (int n = warp; n < N; n += warps) sum += __bfloat162float(x[(size_t)n * OC + o]);
+        for (int n = warp; n < N; n += warps) sum += floatX_to_float(x[(size_t)n * OC + o]);
     }
     sum = block_sum_columns(sum);
     if (warp == 0 && o < OC) out[o] += sum;
 }
 
-// C = A op B + beta C with bf16 A and B, fp32 compute; C is bf16 or fp32 (Ctype)
+// C = A op B + beta C with floatX A and B, fp32 compute; C is floatX or fp32 (Ctype)
 static void gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                  const floatX* A, int lda, const floatX* B, int ldb, float beta,
                  void* C, cudaDataType_t Ctype, int ldc) {
     const float alpha = 1.0f;
-    cublasCheck(cublasGemmEx(cublas_handle, transa, transb, m, n, k, &alpha, A, CUDA_R_16BF, lda,
-                             B, CUDA_R_16BF, ldb, &beta, C, Ctype, ldc, CUBLAS_COMPUTE_32F,
+    cublasCheck(cublasGemmEx(cublas_handle, transa, transb, m, n, k, &alpha, A, CUDA_R_FLOATX, lda,
+                             B, CUDA_R_FLOATX, ldb, &beta, C, Ctype, ldc, CUBLAS_COMPUTE_32F,
                              CUBLAS_GEMM_DEFAULT));
 }
 
@@ -652,7 +678,7 @@ static void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
     // out^T [OC, N] = W [OC, C] @ inp^T [C, N]. Column-major, weight is a [C, OC] array
     // (lda = C), so op = T gives W; inp is a [C, N] array (ldb = C), op = N; out is [OC, N]
     // (ldc = OC).
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, CUDA_R_16BF, OC);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, CUDA_R_FLOATX, OC);
 }
 
 static void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
@@ -660,7 +686,7 @@ static void matmul_backward(floatX* dinp, float* dweight, float* dbias, const fl
     // dinp = dout @ W:  dinp^T [C, N] = W^T [C, OC] @ dout^T [OC, N]. Column-major, weight
     // is already W^T as a [C, OC] array (op = N, lda = C); dout is a [OC, N] array (op = N,
     // ldb = OC); dinp is [C, N] (ldc = C).
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 0.0f, dinp, CUDA_R_16BF, C);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 0.0f, dinp, CUDA_R_FLOATX, C);
     // dweight += dout^T @ inp:  dweight^T [C, OC] = inp^T [C, N] @ dout [N, OC]. inp is a
     // [C, N] array (op = N, lda = C); dout is a [OC, N] array, op = T gives [N, OC]
     // (ldb = OC); dweight is an fp32 [C, OC] array (ldc = C), beta = 1 accumulates.
@@ -793,10 +819,10 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
 #ifdef __CUDACC__
 // qkv[B, T, NH, 3, HS] is staged into q, k, v [B, NH, T, HS], so that one (b, h) pair is a
 // contiguous [T, HS] matrix and cuBLAS can run all B * NH of them as one strided batch.
-// The scores q k^T are kept in fp32 for the softmax; the probabilities go to att in bf16.
+// The scores q k^T are kept in fp32 for the softmax; the probabilities go to att in floatX.
 // The full T x T products are computed; the softmax zeroes what the causal mask hides.
 
-// scratch: 7 head-major [B, NH, T, HS] bf16 arrays, [B, NH, T, T] fp32 scores and bf16
+// scratch: 7 head-major [B, NH, T, HS] floatX arrays, [B, NH, T, T] fp32 scores and floatX
 // dscores; each region starts on a SCRATCH_ALIGN boundary, whatever scratch's alignment
 #define SCRATCH_ALIGN 256
 #define ATTENTION_SCRATCH_REGIONS 9
@@ -894,7 +920,7 @@ __global__ void attention_softmax_kernel(floatX* att, const float* scores, float
     float inv_sum = 1.0f / warp_reduce_sum(sum);
     for (int t2 = lane; t2 < T; t2 += 32) {
         float p = t2 <= t ? expf(s[t2] * scale + alibi_bias(alibi, h, t, t2) - maxval) * inv_sum : 0.0f;
-        a[t2] = __float2bfloat16(p);
+        a[t2] = to_floatX(p);
     }
 }
 
@@ -908,22 +934,22 @@ __global__ void attention_softmax_backward_kernel(floatX* dscores, const floatX*
     const float* da = datt + (size_t)row * T;
     floatX* ds = dscores + (size_t)row * T;
     float dot = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += 32) dot += __bfloat162float(a[t2]) * da[t2];
+    for (int t2 = lane; t2 <= t; t2 += 32) dot += floatX_to_float(a[t2]) * da[t2];
     dot = warp_reduce_sum(dot);
     for (int t2 = lane; t2 < T; t2 += 32) {
-        ds[t2] = __float2bfloat16(t2 <= t ? scale * __bfloat162float(a[t2]) * (da[t2] - dot) : 0.0f);
+        ds[t2] = to_floatX(t2 <= t ? scale * floatX_to_float(a[t2]) * (da[t2] - dot) : 0.0f);
     }
 }
 
 // The batched form of gemm(): B * NH independent products, matrix i of A, B and C at
-// A + i * strideA and so on (strides in elements). C is fp32 or bf16 (Ctype), beta = 0.
+// A + i * strideA and so on (strides in elements). C is fp32 or floatX (Ctype), beta = 0.
 static void gemm_batched(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                          const floatX* A, int lda, long long strideA, const floatX* B, int ldb,
                          long long strideB, void* C, cudaDataType_t Ctype, int ldc, long long strideC,
                          int batch) {
     const float alpha = 1.0f, beta = 0.0f;
     cublasCheck(cublasGemmStridedBatchedEx(cublas_handle, transa, transb, m, n, k, &alpha,
-                                           A, CUDA_R_16BF, lda, strideA, B, CUDA_R_16BF, ldb, strideB,
+                                           A, CUDA_R_FLOATX, lda, strideA, B, CUDA_R_FLOATX, ldb, strideB,
                                            &beta, C, Ctype, ldc, strideC, batch,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
@@ -945,7 +971,7 @@ static void attention_forward(floatX* out, floatX* att, floatX* scratch, const f
            att, s.scores, 1.0f / sqrtf((float)HS), B * NH * T, T, NH, alibi);
     // y = att v:  y^T [HS, T] = v^T [HS, T] @ att^T [T, T]; both arrays are already these
     // transposes, op = N, N
-    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, s.v, HS, sTH, att, T, sTT, s.y, CUDA_R_16BF, HS, sTH, B * NH);
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, s.v, HS, sTH, att, T, sTT, s.y, CUDA_R_FLOATX, HS, sTH, B * NH);
     LAUNCH(unpermute_heads_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, s.y, B, T, NH, HS);
 }
 
@@ -963,13 +989,13 @@ static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout
     gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, s.v, HS, sTH, dy, HS, sTH, datt, CUDA_R_32F, T, sTT, B * NH);
     // dv = att^T dy:  dv^T [HS, T] = dy^T [HS, T] @ att [T, T]; the att array is att^T,
     // op = T gives att
-    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, dy, HS, sTH, att, T, sTT, s.dv, CUDA_R_16BF, HS, sTH, B * NH);
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, dy, HS, sTH, att, T, sTT, s.dv, CUDA_R_FLOATX, HS, sTH, B * NH);
     LAUNCH(attention_softmax_backward_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0,
            s.dscores, att, datt, 1.0f / sqrtf((float)HS), B * NH * T, T);
     // dq = dscores k (the scale is in dscores):  dq^T [HS, T] = k^T [HS, T] @ dscores^T [T, T]
-    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, s.k, HS, sTH, s.dscores, T, sTT, s.dq, CUDA_R_16BF, HS, sTH, B * NH);
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, s.k, HS, sTH, s.dscores, T, sTT, s.dq, CUDA_R_FLOATX, HS, sTH, B * NH);
     // dk = dscores^T q:  dk^T [HS, T] = q^T [HS, T] @ dscores [T, T]; op = T on dscores^T
-    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, s.q, HS, sTH, s.dscores, T, sTT, s.dk, CUDA_R_16BF, HS, sTH, B * NH);
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, s.q, HS, sTH, s.dscores, T, sTT, s.dk, CUDA_R_FLOATX, HS, sTH, B * NH);
     LAUNCH(unpermute_qkv_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dqkv, s.dq, s.dk, s.dv, B, T, NH, HS);
 }
 #else
@@ -1017,19 +1043,19 @@ static void gelu_backward_cpu(float* dinp, const float* inp, const float* dout, 
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = __bfloat162float(inp[i]);
-    out[i] = __float2bfloat16(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
+    float x = floatX_to_float(inp[i]);
+    out[i] = to_floatX(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
 }
 
 // dinp may be dout: each thread reads its element of dout before writing dinp's
 __global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = __bfloat162float(inp[i]);
+    float x = floatX_to_float(inp[i]);
     float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
     float sech2 = 1.0f - th * th;
     float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = __float2bfloat16(grad * __bfloat162float(dout[i]));
+    dinp[i] = to_floatX(grad * floatX_to_float(dout[i]));
 }
 
 static void gelu_forward(floatX* out, const floatX* inp, size_t n) {
@@ -1107,7 +1133,7 @@ __global__ void crossentropy_row_max_kernel(float* row_max, const floatX* logits
     if (n >= N) return;
     const floatX* l = logits + (size_t)n * V;
     float m = -INFINITY;
-    for (int v = lane; v < valid; v += 32) m = fmaxf(m, __bfloat162float(l[v]));
+    for (int v = lane; v < valid; v += 32) m = fmaxf(m, floatX_to_float(l[v]));
     m = warp_reduce_max(m);
     if (lane == 0) row_max[n] = m;
 }
@@ -1118,12 +1144,12 @@ __global__ void crossentropy_row_sums_kernel(float* sums, const floatX* logits, 
     if (n >= N) return;
     const floatX* l = logits + (size_t)n * V;
     float s = 0.0f;
-    for (int v = lane; v < valid; v += 32) s += expf(__bfloat162float(l[v]) - row_max[n]);
+    for (int v = lane; v < valid; v += 32) s += expf(floatX_to_float(l[v]) - row_max[n]);
     s = warp_reduce_sum(s);
     if (lane == 0) {
         int local = targets[n] - vocab_start;
         sums[n] = s;
-        sums[N + n] = (local >= 0 && local < valid) ? __bfloat162float(l[local]) : 0.0f;
+        sums[N + n] = (local >= 0 && local < valid) ? floatX_to_float(l[local]) : 0.0f;
     }
 }
 
@@ -1139,9 +1165,9 @@ __global__ void crossentropy_backward_kernel(floatX* logits, const float* row_ma
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * V) return;
     int n = (int)(idx / V), v = (int)(idx % V);
-    float p = v < valid ? expf(__bfloat162float(logits[idx]) - row_max[n]) / sums[n] : 0.0f;
+    float p = v < valid ? expf(floatX_to_float(logits[idx]) - row_max[n]) / sums[n] : 0.0f;
     float onehot = v == targets[n] - vocab_start ? 1.0f : 0.0f;
-    logits[idx] = __float2bfloat16((p - onehot) * dloss);
+    logits[idx] = to_floatX((p - onehot) * dloss);
 }
 
 static void crossentropy_row_max(float* row_max, const floatX* logits, int N, int V, int valid) {
@@ -1215,7 +1241,7 @@ static void adamw_update_cpu(float* master, float* param, const float* grad, flo
 }
 
 #ifdef __CUDACC__
-// AdamW (see adamw_update_cpu): the fp32 master is updated, param gets its bf16 rounding
+// AdamW (see adamw_update_cpu): the fp32 master is updated, param gets its floatX rounding
 
 __global__ void adamw_kernel(float* master, floatX* param, const float* grad, float* m, float* v, size_t n,
                              AdamWStep s) {
@@ -1223,7 +1249,7 @@ __global__ void adamw_kernel(float* master, floatX* param, const float* grad, fl
     if (i >= n) return;
     float p = adamw_element(master[i], grad[i], &m[i], &v[i], s);
     master[i] = p;
-    param[i] = __float2bfloat16(p);
+    param[i] = to_floatX(p);
 }
 
 static void adamw_update(float* master, floatX* param, const float* grad, float* m, float* v,

@@ -231,7 +231,7 @@ typedef enum { REDUCE_SUM, REDUCE_MAX } Reduction;
 static size_t elem_bytes(Elem e) { return e == AS_FLOATX ? sizeof(floatX) : sizeof(float); }
 
 #ifdef __CUDACC__
-static ncclDataType_t nccl_type(Elem e) { return e == AS_FLOATX ? ncclBfloat16 : ncclFloat; }
+static ncclDataType_t nccl_type(Elem e) { return e == AS_FLOATX ? NCCL_FLOATX : ncclFloat; }
 #endif
 
 static void all_reduce(Group* g, void* buf, size_t n, Elem elem, Reduction op) {
@@ -260,7 +260,7 @@ static void all_gather(Group* g, floatX* buf, size_t shard) {
     if (g->size <= 1) return;
     g->bytes_sent += (double)(g->size - 1) * shard * sizeof(floatX);
 #ifdef __CUDACC__
-    ncclCheck(ncclAllGather(buf + g->rank * shard, buf, shard, ncclBfloat16, g->nccl, 0));
+    ncclCheck(ncclAllGather(buf + g->rank * shard, buf, shard, NCCL_FLOATX, g->nccl, 0));
 #else
     mpiCheck(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, MPI_FLOAT, g->mpi));
 #endif
@@ -392,8 +392,8 @@ static void pipeline_exchange(const floatX* send, int send_to, floatX* recv, int
     if (send) g->bytes_sent += (double)n * sizeof(floatX);
 #ifdef __CUDACC__
     ncclCheck(ncclGroupStart());
-    if (send) ncclCheck(ncclSend(send, n, ncclBfloat16, send_to, g->nccl, 0));
-    if (recv) ncclCheck(ncclRecv(recv, n, ncclBfloat16, recv_from, g->nccl, 0));
+    if (send) ncclCheck(ncclSend(send, n, NCCL_FLOATX, send_to, g->nccl, 0));
+    if (recv) ncclCheck(ncclRecv(recv, n, NCCL_FLOATX, recv_from, g->nccl, 0));
     ncclCheck(ncclGroupEnd());
 #else
     MPI_Request req[2];

@@ -1,10 +1,14 @@
 #!/bin/bash
 # tests/test_emu.sh — kernels.cuh's CUDA path, compiled by g++ against the emulation in
-# tests/emu/, in two programs:
+# tests/emu/, in these programs:
 #   tests/test_emu_kernels.cpp  every CUDA kernel against its plain-C reference, with each
 #                               allocation ending at a guard page (one line per check); then
 #                               all of it again with allocations beginning at one
-#                               (EMU_GUARD=start: an index of -1 faults), in one line;
+#                               (EMU_GUARD=start: an index of -1 faults), in one line; built
+#                               twice, as the bf16 build and (-DGRIDGPT_FP16) the fp16 build;
+#   tests/test_emu_half.cpp     the emulated fp16's conversions: hand-checked values, and
+#                               numpy.float16's conversions on the cases tests/half_cases.py
+#                               writes (SKIP when /usr/bin/python3 has no numpy);
 #   tests/test_emu_guard.cpp    the guard pages catch a kernel's off-by-one, naming the kernel.
 # Prints one PASS/FAIL line per check; the exit status is non-zero if anything failed.
 set -uo pipefail
@@ -12,27 +16,52 @@ cd "$(dirname "$0")/.."
 B=tests/build
 mkdir -p $B
 CXX=${CXX:-g++}
+# build PROGRAM SOURCE [FLAGS...]
 # -fopenmp: the references keep their pragmas; the emulated kernels run on one OS thread
-for program in test_emu_kernels test_emu_guard; do
-    if ! $CXX -std=c++20 -O2 -g -Wall -Wextra -Wno-unused-function -fopenmp -x c++ -D__CUDACC__ \
-        -I. -Itests -Itests/emu tests/$program.cpp -o $B/$program -lm > $B/$program.build.log 2>&1; then
-        echo "FAIL build tests/$program.cpp: $(head -20 $B/$program.build.log)"
+build() {
+    local program=$1 source=$2
+    shift 2
+    if ! $CXX -std=c++20 -O2 -g -Wall -Wextra -Wno-unused-function -fopenmp -x c++ -D__CUDACC__ "$@" \
+        -I. -Itests -Itests/emu "$source" -o $B/$program -lm > $B/$program.build.log 2>&1; then
+        echo "FAIL build $source $*: $(head -20 $B/$program.build.log)"
         exit 1
     fi
-done
+}
+build test_emu_kernels tests/test_emu_kernels.cpp
+build test_emu_kernels_fp16 tests/test_emu_kernels.cpp -DGRIDGPT_FP16
+build test_emu_half tests/test_emu_half.cpp
+build test_emu_guard tests/test_emu_guard.cpp
 
 status=0
-$B/test_emu_kernels
-kernels_status=$?
-# 1: checks failed (their FAIL lines say which); anything else: it stopped, e.g. at an emu error
-if [ $kernels_status -gt 1 ]; then echo "FAIL tests/test_emu_kernels stopped with status $kernels_status (the emu error above says why)"; fi
-[ $kernels_status -eq 0 ] || status=1
-label="every emulated kernel check again with allocations beginning at a guard page (EMU_GUARD=start)"
-if EMU_GUARD=start $B/test_emu_kernels > $B/test_emu_kernels_start.log 2>&1; then
-    echo "PASS $label: $(tail -1 $B/test_emu_kernels_start.log)"
+# run_kernels PROGRAM: its checks one per line, then all of them again under EMU_GUARD=start
+run_kernels() {
+    local program=$1
+    $B/$program
+    local kernels_status=$?
+    # 1: checks failed (their FAIL lines say which); anything else: it stopped, e.g. at an emu error
+    if [ $kernels_status -gt 1 ]; then echo "FAIL tests/$program stopped with status $kernels_status (the emu error above says why)"; fi
+    [ $kernels_status -eq 0 ] || status=1
+    local label="$program: every emulated kernel check again with allocations beginning at a guard page (EMU_GUARD=start)"
+    if EMU_GUARD=start $B/$program > $B/${program}_start.log 2>&1; then
+        echo "PASS $label: $(tail -1 $B/${program}_start.log)"
+    else
+        echo "FAIL $label: $(grep -m3 -E '^FAIL|error' $B/${program}_start.log | tr '\n' ' ')"
+        status=1
+    fi
+}
+run_kernels test_emu_kernels
+run_kernels test_emu_kernels_fp16
+
+if /usr/bin/python3 -c 'import numpy' 2> /dev/null; then
+    if /usr/bin/python3 tests/half_cases.py $B/half_cases.bin; then
+        $B/test_emu_half $B/half_cases.bin || status=1
+    else
+        echo "FAIL tests/half_cases.py could not write $B/half_cases.bin"
+        status=1
+    fi
 else
-    echo "FAIL $label: $(grep -m3 -E '^FAIL|error' $B/test_emu_kernels_start.log | tr '\n' ' ')"
-    status=1
+    echo "SKIP fp16 emu against numpy.float16: /usr/bin/python3 has no numpy (the hand-checked values still run)"
+    $B/test_emu_half || status=1
 fi
 $B/test_emu_guard || status=1
 exit $status

@@ -2,19 +2,25 @@
 tests/test_emu_kernels.cpp — every CUDA kernel of kernels.cuh, run by the CPU emulation in
 tests/emu/, against its plain-C reference `<op>_cpu` from the same file.
 
-Build and run: bash tests/test_emu.sh (g++ -std=c++20 -x c++ -D__CUDACC__ -Itests/emu).
+Build and run: bash tests/test_emu.sh (g++ -std=c++20 -x c++ -D__CUDACC__ -Itests/emu), once
+as the bf16 build and once with -DGRIDGPT_FP16 as the fp16 build; every check's name starts
+with its precision.
 
 Inputs are random, of sizes that are not multiples of any block size, with rows longer than
 a warp (and than a block), a vocab-parallel slice with padding, repeated tokens. Values that
-live in floatX (bf16) are rounded to bf16 before the reference sees them, so both sides start
-from the same numbers. Each check reports max |got - want| / max |want| over the tensor:
-  BF16_OUT 2^-7   outputs the kernel computes in fp32 and rounds once to bf16: bf16 keeps 8
-                  significant bits, so that rounding is at most half an ulp, 2^-8 relative;
-                  one ulp (2^-7) leaves room for fp32 differences (summation order, tanhf vs
-                  the reference's exp form) that move a value across a rounding boundary.
-  BF16_CHAIN 2^-6 outputs computed from a bf16 intermediate the kernel rounds on the way
-                  (attention: probabilities, dscores, y): two roundings, plus cancellation in
-                  the sums that follow.
+live in floatX are rounded to floatX before the reference sees them, so both sides start
+from the same numbers. They stay well inside fp16's range (|x| <= 100, and nothing the
+kernels compute from them comes near 65504). Each check reports max |got - want| / max |want|
+over the tensor. The tolerances are multiples of floatX's unit roundoff u, the largest
+relative error of one rounding to nearest (half an ulp at 1): u = 2^-8 for bf16 (8
+significant bits), u = 2^-11 for fp16 (11 significant bits).
+  X_OUT 2u        outputs the kernel computes in fp32 and rounds once to floatX: that
+  (bf16 2^-7,     rounding is at most u relative; one ulp (2u) leaves room for fp32
+   fp16 2^-10)    differences (summation order, tanhf vs the reference's exp form) that move
+                  a value across a rounding boundary.
+  X_CHAIN 4u      outputs computed from a floatX intermediate the kernel rounds on the way
+  (bf16 2^-6,     (attention: probabilities, dscores, y): two roundings, plus cancellation in
+   fp16 2^-9)     the sums that follow.
   FP32_OUT 1e-5   fp32 outputs (parameter gradients, LayerNorm statistics, losses, AdamW
                   state): same inputs, only the order of fp32 additions differs, ~sqrt(n)
                   2^-24 relative for the few hundred terms summed here.
@@ -25,8 +31,15 @@ from the same numbers. Each check reports max |got - want| / max |want| over the
 #include <string>
 #include <vector>
 
-#define BF16_OUT (1.0 / 128)
-#define BF16_CHAIN (1.0 / 64)
+#ifdef GRIDGPT_FP16
+#define FLOATX_NAME "fp16"
+#define FLOATX_U (1.0 / 2048)  // 2^-11
+#else
+#define FLOATX_NAME "bf16"
+#define FLOATX_U (1.0 / 256)   // 2^-8
+#endif
+#define X_OUT (2 * FLOATX_U)
+#define X_CHAIN (4 * FLOATX_U)
 #define FP32_OUT 1e-5
 
 typedef std::vector<float> Vec;
@@ -36,15 +49,15 @@ static float urand(void) {  // uniform in [0, 1)
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((rng_state >> 40) & 0xffffff) / 16777216.0f;
 }
-static float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
-// n values uniform in [-scale, scale); bf16-exact when `bf16` (they will live in floatX)
-static Vec random_vec(size_t n, float scale, bool bf16) {
+static float floatX_round(float x) { return floatX_to_float(to_floatX(x)); }
+// n values uniform in [-scale, scale); floatX-exact when `in_floatX` (they will live in floatX)
+static Vec random_vec(size_t n, float scale, bool in_floatX) {
     Vec v(n);
-    for (auto& x : v) x = (urand() * 2 - 1) * scale, x = bf16 ? bf16_round(x) : x;
+    for (auto& x : v) x = (urand() * 2 - 1) * scale, x = in_floatX ? floatX_round(x) : x;
     return v;
 }
 
-// device copies: floatX (bf16) or float
+// device copies: floatX or float
 static floatX* to_dev_x(const Vec& h) {
     floatX* d = (floatX*)dev_malloc(h.size() * sizeof(floatX));
     floats_to_dev_floatX(d, h.data(), h.size());
@@ -84,7 +97,7 @@ static void compare(const char* name, const Vec& got, const Vec& want, double to
     }
     double rel = nan ? NAN : max_err / max_want;
     char label[160];
-    snprintf(label, sizeof label, "%-34s n=%-6zu err %.2e (tol %.1e)", name, want.size(), rel, tol);
+    snprintf(label, sizeof label, FLOATX_NAME " %-34s n=%-6zu err %.2e (tol %.1e)", name, want.size(), rel, tol);
     check(!nan && rel <= tol, label, "element %zu: got %.7g, want %.7g", at, at < got.size() ? got[at] : NAN, want[at]);
 }
 
@@ -102,7 +115,7 @@ static void test_encoder(void) {
         Vec want(N * C);
         encoder_forward_cpu(want.data(), tokens.data(), wte.data(), with_wpe ? wpe.data() : NULL, N, T, C, vocab_start, vocab_local);
         encoder_forward(d_out, d_tokens, d_wte, with_wpe ? d_wpe : NULL, N, T, C, vocab_start, vocab_local);
-        compare(with_wpe ? "encoder_forward" : "encoder_forward (no wpe)", from_dev_x(d_out, N * C), want, BF16_OUT);
+        compare(with_wpe ? "encoder_forward" : "encoder_forward (no wpe)", from_dev_x(d_out, N * C), want, X_OUT);
     }
     Vec dout = random_vec(N * C, 1, true);
     floatX* d_dout = to_dev_x(dout);
@@ -122,19 +135,19 @@ static void test_residual(void) {
     residual_forward_cpu(want.data(), a.data(), b.data(), n);
     floatX *d_a = to_dev_x(a), *d_b = to_dev_x(b);
     residual_forward(d_a, d_a, d_b, n);  // in place, as the model calls it
-    compare("residual_forward (in place)", from_dev_x(d_a, n), want, BF16_OUT);
+    compare("residual_forward (in place)", from_dev_x(d_a, n), want, X_OUT);
 }
 
 static void test_layernorm(void) {
     const int N = 74, C = 300;  // rows longer than a block
     Vec x = random_vec(N * C, 2, false), w = random_vec(C, 1, true), b = random_vec(C, 1, true);
-    for (auto& v : x) v = bf16_round(v + 0.5f);  // a mean away from 0
+    for (auto& v : x) v = floatX_round(v + 0.5f);  // a mean away from 0
     Vec out(N * C), mean(N), rstd(N);
     layernorm_forward_cpu(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
     floatX *d_x = to_dev_x(x), *d_w = to_dev_x(w), *d_b = to_dev_x(b), *d_out = (floatX*)dev_malloc(N * C * sizeof(floatX));
     float *d_mean = (float*)dev_malloc(N * sizeof(float)), *d_rstd = (float*)dev_malloc(N * sizeof(float));
     layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
-    compare("layernorm_forward out", from_dev_x(d_out, N * C), out, BF16_OUT);
+    compare("layernorm_forward out", from_dev_x(d_out, N * C), out, X_OUT);
     compare("layernorm_forward mean", from_dev_f(d_mean, N), mean, FP32_OUT);
     compare("layernorm_forward rstd", from_dev_f(d_rstd, N), rstd, FP32_OUT);
 
@@ -146,7 +159,7 @@ static void test_layernorm(void) {
     Vec gmean = from_dev_f(d_mean, N), grstd = from_dev_f(d_rstd, N);
     layernorm_backward_cpu(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), gmean.data(), grstd.data(), N, C);
     layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_x, d_w, d_mean, d_rstd, N, C);
-    compare("layernorm_backward dinp (+=)", from_dev_x(d_dinp, N * C), dinp, BF16_OUT);
+    compare("layernorm_backward dinp (+=)", from_dev_x(d_dinp, N * C), dinp, X_OUT);
     compare("layernorm_backward dweight (+=)", from_dev_f(d_dw, C), dw, FP32_OUT);
     compare("layernorm_backward dbias (+=)", from_dev_f(d_db, C), db, FP32_OUT);
 }
@@ -159,7 +172,7 @@ static void test_matmul(void) {
         Vec want(N * OC);
         matmul_forward_cpu(want.data(), x.data(), w.data(), with_bias ? b.data() : NULL, N, C, OC);
         matmul_forward(d_out, d_x, d_w, with_bias ? d_b : NULL, N, C, OC);
-        compare(with_bias ? "matmul_forward" : "matmul_forward (no bias)", from_dev_x(d_out, N * OC), want, BF16_OUT);
+        compare(with_bias ? "matmul_forward" : "matmul_forward (no bias)", from_dev_x(d_out, N * OC), want, X_OUT);
     }
     Vec dout = random_vec(N * OC, 1, true);
     floatX* d_dout = to_dev_x(dout);
@@ -169,7 +182,7 @@ static void test_matmul(void) {
         floatX* d_dinp = (floatX*)dev_malloc(N * C * sizeof(floatX));
         matmul_backward_cpu(dinp.data(), dw.data(), with_bias ? db.data() : NULL, dout.data(), x.data(), w.data(), N, C, OC);
         matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_dout, d_x, d_w, N, C, OC);
-        compare(with_bias ? "matmul_backward dinp" : "matmul_backward dinp (no bias)", from_dev_x(d_dinp, N * C), dinp, BF16_OUT);
+        compare(with_bias ? "matmul_backward dinp" : "matmul_backward dinp (no bias)", from_dev_x(d_dinp, N * C), dinp, X_OUT);
         compare(with_bias ? "matmul_backward dweight (+=)" : "matmul_backward dweight (no bias)", from_dev_f(d_dw, OC * C), dw, FP32_OUT);
         compare(with_bias ? "matmul_backward dbias (+=)" : "matmul_backward dbias untouched", from_dev_f(d_db, OC), db, FP32_OUT);
     }
@@ -189,14 +202,14 @@ static void test_attention(Alibi alibi) {
     floatX* d_scratch = scratch_base + 1;
     attention_forward(d_out, d_att, d_scratch, d_qkv, B, T, NH, HS, alibi);
     Vec got_att = from_dev_x(d_att, n_att);
-    compare(("attention_forward att" + with).c_str(), got_att, att, BF16_OUT);
-    compare(("attention_forward out" + with).c_str(), from_dev_x(d_out, n_out), out, BF16_CHAIN);
+    compare(("attention_forward att" + with).c_str(), got_att, att, X_OUT);
+    compare(("attention_forward out" + with).c_str(), from_dev_x(d_out, n_out), out, X_CHAIN);
     bool masked_zero = true;
     for (size_t r = 0; r < (size_t)B * NH * T; r++)
         for (int t2 = (int)(r % T) + 1; t2 < T; t2++) masked_zero = masked_zero && got_att[r * T + t2] == 0.0f;
-    check(masked_zero, ("attention_forward att is exactly 0 above the diagonal" + with).c_str(), "a masked probability is not 0");
+    check(masked_zero, (FLOATX_NAME " attention_forward att is exactly 0 above the diagonal" + with).c_str(), "a masked probability is not 0");
 
-    // the backward reads att: both sides get the kernel's bf16 probabilities
+    // the backward reads att: both sides get the kernel's floatX probabilities
     Vec dout = random_vec(n_out, 1, true), dqkv(n_qkv), cpu_scratch((size_t)B * NH * T);
     attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), got_att.data(), B, T, NH, HS);
     floatX *d_dout = to_dev_x(dout), *d_dqkv = (floatX*)dev_malloc(n_qkv * sizeof(floatX));
@@ -206,9 +219,9 @@ static void test_attention(Alibi alibi) {
         parts_got[(i / HS) % 3].push_back(got[i]);
         parts_want[(i / HS) % 3].push_back(dqkv[i]);
     }
-    compare(("attention_backward dq" + with).c_str(), parts_got[0], parts_want[0], BF16_CHAIN);
-    compare(("attention_backward dk" + with).c_str(), parts_got[1], parts_want[1], BF16_CHAIN);
-    compare(("attention_backward dv" + with).c_str(), parts_got[2], parts_want[2], BF16_OUT);
+    compare(("attention_backward dq" + with).c_str(), parts_got[0], parts_want[0], X_CHAIN);
+    compare(("attention_backward dk" + with).c_str(), parts_got[1], parts_want[1], X_CHAIN);
+    compare(("attention_backward dv" + with).c_str(), parts_got[2], parts_want[2], X_OUT);
 }
 
 static void test_gelu(void) {
@@ -218,9 +231,9 @@ static void test_gelu(void) {
     gelu_backward_cpu(dinp.data(), x.data(), dout.data(), n);
     floatX *d_x = to_dev_x(x), *d_dout = to_dev_x(dout), *d_out = (floatX*)dev_malloc(n * sizeof(floatX));
     gelu_forward(d_out, d_x, n);
-    compare("gelu_forward", from_dev_x(d_out, n), out, BF16_OUT);
+    compare("gelu_forward", from_dev_x(d_out, n), out, X_OUT);
     gelu_backward(d_dout, d_x, d_dout, n);  // in place, as the model calls it
-    compare("gelu_backward (in place)", from_dev_x(d_dout, n), dinp, BF16_OUT);
+    compare("gelu_backward (in place)", from_dev_x(d_dout, n), dinp, X_OUT);
 }
 
 static void test_crossentropy(void) {
@@ -247,7 +260,7 @@ static void test_crossentropy(void) {
     compare("crossentropy_forward", from_dev_f(d_losses, N), losses, FP32_OUT);
     crossentropy_backward_cpu(logits.data(), row_max.data(), sums.data(), targets.data(), 0.25f, N, V, valid, vocab_start);
     crossentropy_backward(d_logits, d_max, d_sums, d_targets, 0.25f, N, V, valid, vocab_start);
-    compare("crossentropy_backward (in place)", from_dev_x(d_logits, (size_t)N * V), logits, BF16_OUT);
+    compare("crossentropy_backward (in place)", from_dev_x(d_logits, (size_t)N * V), logits, X_OUT);
 }
 
 static void test_adamw(void) {
@@ -262,7 +275,7 @@ static void test_adamw(void) {
     compare("adamw_update master", from_dev_f(d_master, n), master, FP32_OUT);
     compare("adamw_update m", from_dev_f(d_m, n), m, FP32_OUT);
     compare("adamw_update v", from_dev_f(d_v, n), v, FP32_OUT);
-    compare("adamw_update param (bf16)", from_dev_x(d_param, n), param, BF16_OUT);
+    compare("adamw_update param (floatX)", from_dev_x(d_param, n), param, X_OUT);
 }
 
 static void test_sum_squares(void) {
@@ -279,7 +292,7 @@ static void test_sum_squares(void) {
         dev_to_host(&got, d_acc, sizeof(double));
         char label[96];
         double rel = fabs(got - want) / want;
-        snprintf(label, sizeof label, "sum_squares (+=) n=%-7zu err %.2e (tol 1e-12)", n, rel);
+        snprintf(label, sizeof label, FLOATX_NAME " sum_squares (+=) n=%-7zu err %.2e (tol 1e-12)", n, rel);
         check(rel <= 1e-12, label, "got %.17g, want %.17g", got, want);
         dev_free(d_x);
         dev_free(d_acc);
@@ -291,12 +304,12 @@ static void test_cublas_checks(void) {
     floatX* a = (floatX*)dev_malloc(64 * sizeof(floatX));
     float* c = (float*)dev_malloc(64 * sizeof(float));
     const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t s = cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, a, CUDA_R_16BF, 7,
-                                    a, CUDA_R_16BF, 8, &zero, c, CUDA_R_32F, 8, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    check(s == CUBLAS_STATUS_INVALID_VALUE, "emu cuBLAS: lda < m with OP_N is INVALID_VALUE", "status %d", (int)s);
-    s = cublasGemmEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, 4, 8, 8, &one, a, CUDA_R_16BF, 4,
-                     a, CUDA_R_16BF, 8, &zero, c, CUDA_R_32F, 8, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    check(s == CUBLAS_STATUS_INVALID_VALUE, "emu cuBLAS: lda < k with OP_T is INVALID_VALUE", "status %d", (int)s);
+    cublasStatus_t s = cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, a, CUDA_R_FLOATX, 7,
+                                    a, CUDA_R_FLOATX, 8, &zero, c, CUDA_R_32F, 8, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    check(s == CUBLAS_STATUS_INVALID_VALUE, FLOATX_NAME " emu cuBLAS: lda < m with OP_N is INVALID_VALUE", "status %d", (int)s);
+    s = cublasGemmEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, 4, 8, 8, &one, a, CUDA_R_FLOATX, 4,
+                     a, CUDA_R_FLOATX, 8, &zero, c, CUDA_R_32F, 8, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    check(s == CUBLAS_STATUS_INVALID_VALUE, FLOATX_NAME " emu cuBLAS: lda < k with OP_T is INVALID_VALUE", "status %d", (int)s);
     dev_free(a);
     dev_free(c);
 }

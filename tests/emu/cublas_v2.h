@@ -6,14 +6,15 @@ cublasGemmEx and cublasGemmStridedBatchedEx with cuBLAS's own column-major seman
 for i < m, j < n, l < k, where op(A)[i, l] is A[i + l*lda] (OP_N) or A[l + i*lda] (OP_T),
 and batch b uses A + b*strideA, B + b*strideB, C + b*strideC (strides in elements).
 The argument checks are cuBLAS's (CUBLAS_STATUS_INVALID_VALUE for negative sizes or too
-small leading dimensions, NOT_SUPPORTED for other type combinations than bf16 or fp32
-A/B with fp32 compute); on top, every matrix must lie inside one device allocation. With
-beta == 0, C is not read (it may hold NaN), as in cuBLAS. Products are summed in double
-and rounded once to C's type: the exact answer, which a tensor-core GEMM approaches to
-within fp32 accumulation error.
+small leading dimensions; NOT_SUPPORTED for type combinations other than fp32 compute with
+A and B both bf16, both fp16 or both fp32, and C of their type or fp32); on top, every
+matrix must lie inside one device allocation. With beta == 0, C is not read (it may hold
+NaN), as in cuBLAS. Products are summed in double and rounded once to C's type: the exact
+answer, which a tensor-core GEMM approaches to within fp32 accumulation error.
 */
 #pragma once
 #include "cuda_bf16.h"
+#include "cuda_fp16.h"
 #include "cuda_runtime.h"
 
 typedef enum {
@@ -24,7 +25,7 @@ typedef enum {
 } cublasStatus_t;
 typedef struct EmuCublas* cublasHandle_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
-typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
 typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 typedef enum { CUBLAS_DEFAULT_MATH = 0 } cublasMath_t;
@@ -53,11 +54,14 @@ static cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t) { return h
 
 static size_t emu_type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 static double emu_load(const void* p, cudaDataType_t t, size_t i) {
-    return t == CUDA_R_32F ? (double)((const float*)p)[i] : (double)__bfloat162float(((const __nv_bfloat16*)p)[i]);
+    if (t == CUDA_R_16BF) return (double)__bfloat162float(((const __nv_bfloat16*)p)[i]);
+    if (t == CUDA_R_16F) return (double)__half2float(((const __half*)p)[i]);
+    return (double)((const float*)p)[i];
 }
 static void emu_store(void* p, cudaDataType_t t, size_t i, double x) {
-    if (t == CUDA_R_32F) ((float*)p)[i] = (float)x;
-    else ((__nv_bfloat16*)p)[i] = __float2bfloat16((float)x);
+    if (t == CUDA_R_16BF) ((__nv_bfloat16*)p)[i] = __float2bfloat16((float)x);
+    else if (t == CUDA_R_16F) ((__half*)p)[i] = __float2half((float)x);
+    else ((float*)p)[i] = (float)x;
 }
 // the elements a column-major rows x cols matrix with leading dimension ld spans, per batch
 // entry, over `batch` entries `stride` apart: must lie in one device allocation
@@ -80,7 +84,7 @@ static cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOp
     if (m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
     if (lda < (a_rows > 1 ? a_rows : 1) || ldb < (b_rows > 1 ? b_rows : 1) || ldc < (m > 1 ? m : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
-    if (compute != CUBLAS_COMPUTE_32F || Atype != Btype || (Atype == CUDA_R_32F && Ctype != CUDA_R_32F))
+    if (compute != CUBLAS_COMPUTE_32F || Atype != Btype || (Ctype != Atype && Ctype != CUDA_R_32F))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     // alpha and beta are host floats (pointer mode host, fp32 compute)

@@ -394,7 +394,7 @@ static cudaError_t cudaMalloc(void** p, size_t bytes) {
         munmap(mapping, mapping_bytes);
         return cudaErrorMemoryAllocation;
     }
-    memset(mapping + page, 0xFF, data);  // poison: uninitialised floats and bf16s read as NaN
+    memset(mapping + page, 0xFF, data);  // poison: uninitialised floats, bf16s and fp16s read as NaN
     char* start = emu_guard_at_start() ? mapping + page : mapping + page + data - bytes;
     emu_allocations[(uintptr_t)start] = {start, bytes, mapping, mapping_bytes};
     emu_install_fault_handler();

@@ -15,9 +15,9 @@ but not required: it only has to be a member) answers with the world ranks in or
 and all call MPI_Comm_create_group, which is collective over the members only. Tags start
 at EMU_NCCL_TAG so that they stay clear of anything else sent on MPI_COMM_WORLD.
 
-Reductions: ncclBfloat16 is summed (or max-ed) in fp32 and rounded once to bf16 (real
-NCCL rounds after each ring step; either is within bf16 rounding of the exact sum for the
-group sizes tested). ncclFloat and ncclDouble reduce in their own type.
+Reductions: ncclBfloat16 and ncclFloat16 are summed (or max-ed) in fp32 and rounded once to
+their type (real NCCL rounds after each ring step; either is within one rounding of the
+exact sum for the group sizes tested). ncclFloat and ncclDouble reduce in their own type.
 Grouped ncclSend/ncclRecv between ncclGroupStart and ncclGroupEnd are posted together as
 MPI_Isend/MPI_Irecv at ncclGroupEnd and waited for with MPI_Waitall, so neighbours that
 send to each other in one group do not deadlock. Outside a group a send or receive is a
@@ -31,6 +31,7 @@ kernels on streams.
 #include <string.h>
 #include <vector>
 #include "cuda_bf16.h"
+#include "cuda_fp16.h"
 #include "cuda_runtime.h"
 
 typedef enum {
@@ -43,7 +44,13 @@ typedef enum {
 } ncclResult_t;
 
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3 } ncclRedOp_t;
-typedef enum { ncclInt32 = 2, ncclFloat32 = 7, ncclFloat = 7, ncclFloat64 = 8, ncclDouble = 8, ncclBfloat16 = 9 } ncclDataType_t;
+typedef enum {
+    ncclInt32 = 2,
+    ncclFloat16 = 6, ncclHalf = 6,
+    ncclFloat32 = 7, ncclFloat = 7,
+    ncclFloat64 = 8, ncclDouble = 8,
+    ncclBfloat16 = 9,
+} ncclDataType_t;
 
 #define NCCL_UNIQUE_ID_BYTES 128
 typedef struct {
@@ -87,6 +94,7 @@ static size_t emu_nccl_size(ncclDataType_t t) {
     case ncclFloat: return 4;
     case ncclDouble: return 8;
     case ncclBfloat16: return 2;
+    case ncclFloat16: return 2;
     }
     return 0;
 }
@@ -151,17 +159,25 @@ static bool emu_nccl_on_device(const void* p, size_t count, ncclDataType_t t) {
     return count == 0 || emu_is_device_range(p, count * emu_nccl_size(t));
 }
 
-// reduce in place over the communicator: bf16 widened to fp32 and rounded once at the end
+// element i of a bf16 or fp16 buffer as a float, and back (rounded to nearest even)
+static float emu_nccl_widen(const void* buf, ncclDataType_t t, size_t i) {
+    return t == ncclBfloat16 ? __bfloat162float(((const __nv_bfloat16*)buf)[i]) : __half2float(((const __half*)buf)[i]);
+}
+static void emu_nccl_narrow(void* buf, ncclDataType_t t, size_t i, float x) {
+    if (t == ncclBfloat16) ((__nv_bfloat16*)buf)[i] = __float2bfloat16(x);
+    else ((__half*)buf)[i] = __float2half(x);
+}
+
+// reduce in place over the communicator: bf16 and fp16 widened to fp32 and rounded once at the end
 static ncclResult_t emu_nccl_allreduce_inplace(void* buf, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm) {
     if (op != ncclSum && op != ncclMax) return ncclInvalidArgument;
     MPI_Op mop = op == ncclSum ? MPI_SUM : MPI_MAX;
     int err;
-    if (t == ncclBfloat16) {
-        __nv_bfloat16* b = (__nv_bfloat16*)buf;
+    if (t == ncclBfloat16 || t == ncclFloat16) {
         std::vector<float> f(count);
-        for (size_t i = 0; i < count; i++) f[i] = __bfloat162float(b[i]);
+        for (size_t i = 0; i < count; i++) f[i] = emu_nccl_widen(buf, t, i);
         err = MPI_Allreduce(MPI_IN_PLACE, f.data(), (int)count, MPI_FLOAT, mop, comm->mpi);
-        for (size_t i = 0; i < count; i++) b[i] = __float2bfloat16(f[i]);
+        for (size_t i = 0; i < count; i++) emu_nccl_narrow(buf, t, i, f[i]);
     } else {
         MPI_Datatype mt = t == ncclFloat ? MPI_FLOAT : t == ncclDouble ? MPI_DOUBLE : MPI_INT;
         err = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mt, mop, comm->mpi);
