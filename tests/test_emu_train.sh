@@ -2,17 +2,20 @@
 # tests/test_emu_train.sh [DATA_PREFIX] — the trainer's GPU path (train.c with -D__CUDACC__:
 # floatX = bf16, the CUDA kernels, cuBLAS, NCCL) built by mpicxx against the emulation in
 # tests/emu/ as tests/build/train_emu, trained for 10 steps of a tiny model on (TP,PP,DP) =
-# (1,1,1) and (2,2,2) next to ./train_cpu; the losses must agree within bf16 tolerance.
-# Prints one PASS/FAIL line per check.
+# (1,1,1) and (2,2,2) next to ./train_cpu; the losses must agree within bf16 tolerance. The
+# same for the fp16 build (-DGRIDGPT_FP16, tests/build/train_emu_fp16) with --fp16 and a
+# static loss scale of 1024 (the CPU build runs the same scaler: a power of two changes no bit
+# there), within fp16 tolerance. Prints one PASS/FAIL line per check.
 #
-# Tolerance: |loss_emu - loss_cpu| <= 2^-8 * loss_cpu at every step. The CPU build keeps
-# everything in fp32; the GPU build keeps weights (a bf16 copy of fp32 master weights),
-# activations and the communicated gradients/activations in bf16, whose unit roundoff is
-# 2^-9 (8 significand bits). Each bf16 value is rounded once from an fp32 result, and the
-# fp32 master weights and AdamW moments keep the roundings of one step from compounding
-# into the next, so the loss (an fp32 mean over B*T tokens of -log softmax of bf16 logits)
-# is allowed to differ by one bf16 ulp of itself, 2 * 2^-9 relative: what a bf16 model can
-# resolve at all. A bug (a missing barrier, a wrong index, a wrong reduction) gives O(1)
+# Tolerance: |loss_emu - loss_cpu| <= u * loss_cpu at every step, u the unit roundoff of the
+# 16-bit type: 2^-8 for bf16 (8 significant bits), 2^-11 for fp16 (11). The CPU build keeps
+# everything in fp32; the GPU build keeps weights (a 16-bit copy of fp32 master weights),
+# activations and the communicated gradients/activations in 16 bits. Each 16-bit value is
+# rounded once from an fp32 result, and the fp32 master weights and AdamW moments keep the
+# roundings of one step from compounding into the next, so the loss (an fp32 mean over B*T
+# tokens of -log softmax of 16-bit logits) is allowed to differ by u of itself: what such a
+# model can resolve at all (measured: bf16 up to 7.8e-4 of 3.9e-3; fp16 up to 1.3e-4 of
+# 4.9e-4). A bug (a missing barrier, a wrong index, a wrong reduction) gives O(1)
 # errors or NaN at once, or drifts by more than this within the 10 steps. --lr 1e-2 moves the
 # tiny model away from its near-uniform start (loss ~ ln 257 whatever the activations), so
 # that the loss witnesses the activations: with the TP all-reduce of bf16 activations
@@ -42,13 +45,17 @@ else
 BIN=tests/build/train_emu
 MPICXX=${MPICXX:-mpicxx}
 # the emulation headers define every runtime call, used or not: hence -Wno-unused-function
-if $MPICXX -std=c++20 -O2 -Wall -Wextra -Wno-unused-function -Werror -fopenmp -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX \
-    -Itests/emu train.c -o tests/build/train_emu -lz -lm > "$tmp/build" 2>&1; then
-    ok "train.c builds on its GPU path against tests/emu (warnings as errors)"
-else
-    bad "train.c builds on its GPU path against tests/emu" "$(head -20 "$tmp/build")"
-    exit 1
-fi
+for precision in bf16 fp16; do
+    out=tests/build/train_emu define=""
+    [ $precision = fp16 ] && out=tests/build/train_emu_fp16 define=-DGRIDGPT_FP16
+    if $MPICXX -std=c++20 -O2 -Wall -Wextra -Wno-unused-function -Werror -fopenmp -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX \
+        $define -Itests/emu train.c -o $out -lz -lm > "$tmp/build" 2>&1; then
+        ok "train.c builds on its GPU path against tests/emu in $precision (warnings as errors)"
+    else
+        bad "train.c builds on its GPU path against tests/emu in $precision" "$(head -20 "$tmp/build")"
+        exit 1
+    fi
+done
 [ -x ./train_cpu ] || make -s cpu > /dev/null
 fi
 if [ ! -f "$data.idx" ]; then bad "data" "$data.idx missing (make test builds it)"; exit 1; fi
@@ -57,13 +64,14 @@ run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 32 --num-at
 --micro-batch-size 2 --global-batch-size 8 --train-iters 10 --log-interval 1 --eval-iters 0 --split 90,10,0 --lr 1e-2"
 losses() { sed -nE 's/^ iteration +([0-9]+)\/.*\| lm loss: ([0-9.E+-]+) \|.*/\1 \2/p' "$1"; }
 
-# compare NAME NP TP PP GUARD
+# compare NAME NP TP PP GUARD BINARY TOLERANCE [FLAGS...]: BINARY against train_cpu, both with FLAGS
 compare() {
-    local name=$1 np=$2 tp=$3 pp=$4 guard=$5 t0 t1
-    local args="$run --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp"
+    local name=$1 np=$2 tp=$3 pp=$4 guard=$5 bin=$6 tol=$7 t0 t1
+    shift 7
+    local args="$run --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp $*"
     [ -n "${GPU_BINARY:-}" ] || name="$name, EMU_GUARD=$guard"
     t0=$(date +%s.%N)
-    $MPIRUN -x EMU_GUARD="$guard" -np "$np" $BIN $args > "$tmp/emu" 2>&1
+    $MPIRUN -x EMU_GUARD="$guard" -np "$np" $bin $args > "$tmp/emu" 2>&1
     local s_emu=$?
     t1=$(date +%s.%N)
     $MPIRUN -np "$np" ./train_cpu $args > "$tmp/cpu" 2>&1
@@ -74,7 +82,7 @@ compare() {
     fi
     losses "$tmp/emu" > "$tmp/emu.l"; losses "$tmp/cpu" > "$tmp/cpu.l"
     local report
-    report=$(join "$tmp/emu.l" "$tmp/cpu.l" | awk -v tol="$(awk 'BEGIN{print 2^-8}')" '
+    report=$(join "$tmp/emu.l" "$tmp/cpu.l" | awk -v tol="$tol" '
         { n++; d = $2 - $3; if (d < 0) d = -d; r = d / $3
           if (!(r <= tol)) { fail = 1 }          # NaN fails too
           if (r > worst || worst == "") { worst = r; at = $1 }
@@ -87,6 +95,12 @@ compare() {
     else bad "$name" "${report#* }; emu: $(tail -2 "$tmp/emu" | head -c 300)"; fi
 }
 
-name=$(basename "$BIN")
-compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1 end
-compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" 8 2 2 start
+name=$(basename "$BIN") bf16_tol=$(awk 'BEGIN{print 2^-8}') fp16_tol=$(awk 'BEGIN{print 2^-11}')
+compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1 end "$BIN" "$bf16_tol"
+compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" 8 2 2 start "$BIN" "$bf16_tol"
+if [ -z "${GPU_BINARY:-}" ]; then   # a real GPU's fp16 binary: make test-gpu
+    compare "train_emu_fp16 --fp16 --loss-scale 1024 matches train_cpu over 10 steps at (1,1,1)" 1 1 1 end \
+        tests/build/train_emu_fp16 "$fp16_tol" --fp16 --loss-scale 1024
+    compare "train_emu_fp16 --fp16 --loss-scale 1024 matches train_cpu over 10 steps at (2,2,2)" 8 2 2 start \
+        tests/build/train_emu_fp16 "$fp16_tol" --fp16 --loss-scale 1024
+fi
