@@ -8,13 +8,16 @@ parallel.h — everything that crosses a process boundary, and the step built on
     neighbours: MPI on the CPU build, NCCL on the GPU build (MPI only to start), counting bytes;
   - the 1F1B pipeline schedule of a step (with one stage: forward, backward, ...);
   - ZeRO-1 AdamW: gradients reduce-scattered, master weights and moments sharded 1/DP,
-    the global gradient norm (each parameter once) and clipping, parameters all-gathered.
+    the global gradient norm (each parameter once) and clipping, parameters all-gathered;
+  - what each rank is doing (before every blocking operation), the watchdog thread that
+    names a hang, and the time each rank spends computing and waiting (slow ranks).
 
 Rules it keeps: one wrapper per collective (MPI-IO's shared files too), and no MPI call in any
 other file but start-up and shutdown; nobody else computes a rank by hand.
 */
 #pragma once
 #include <mpi.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +41,7 @@ typedef struct {
     ncclComm_t nccl;
 #endif
     double bytes_sent;        // bytes this rank sent in the group (ring algorithms), for --log-comm
+    const char* name;         // "tensor-parallel", ... (the watchdog's lines)
 } Group;
 
 typedef struct {
@@ -50,6 +54,7 @@ typedef struct {
     Group tp, dp, pp;                         // same (dp, pp) / same (tp, pp) / same (tp, dp)
     Group model_parallel;                     // all ranks with the same dp
     Group embedding;                          // first and last stage of a pipeline (PP > 1)
+    int thread_level;                         // MPI's, from MPI_Init_thread
     int placed;                               // coordinates known
     int ready;                                // groups built
 } Topology;
@@ -147,7 +152,9 @@ static void nccl_check_(ncclResult_t err, const char* file, int line) {
 // the process grid
 
 static void grid_start(int* argc, char*** argv) {
-    MPI_Init(argc, argv);
+    // MPI_THREAD_MULTIPLE: the watchdog thread sends its report over MPI while the main thread
+    // may be blocked inside MPI (without it the watchdog still reports, with no summary)
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &grid.thread_level);
     MPI_Comm_rank(MPI_COMM_WORLD, &grid.world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &grid.world_size);
     gethostname(grid.host, sizeof(grid.host) - 1);
@@ -155,6 +162,7 @@ static void grid_start(int* argc, char*** argv) {
     grid.world.mpi = MPI_COMM_WORLD;
     grid.world.size = grid.world_size;
     grid.world.rank = grid.world_rank;
+    grid.world.name = "world";
     MPI_Comm local;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, grid.world_rank, MPI_INFO_NULL, &local));
     MPI_Comm_rank(local, &grid.local_rank);
@@ -163,8 +171,9 @@ static void grid_start(int* argc, char*** argv) {
 }
 
 // color MPI_UNDEFINED: this rank is not in the group
-static void group_make(Group* g, int color, int key) {
+static void group_make(Group* g, const char* name, int color, int key) {
     memset(g, 0, sizeof(*g));
+    g->name = name;
     mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, color, key, &g->mpi));
     if (g->mpi == MPI_COMM_NULL) return;
     MPI_Comm_size(g->mpi, &g->size);
@@ -196,13 +205,14 @@ static void grid_place(int tp_size, int pp_size) {
 static void grid_build(int tp_size, int pp_size) {
     grid_place(tp_size, pp_size);
     int r = grid.world_rank, TP = tp_size, DP = grid.dp_size, PP = pp_size;
-    group_make(&grid.world, 0, r);
-    group_make(&grid.tp, grid.dp_rank + DP * grid.pp_rank, grid.tp_rank);
-    group_make(&grid.dp, grid.tp_rank + TP * grid.pp_rank, grid.dp_rank);
-    group_make(&grid.pp, grid.tp_rank + TP * grid.dp_rank, grid.pp_rank);
-    group_make(&grid.model_parallel, grid.dp_rank, grid.tp_rank + TP * grid.pp_rank);
+    group_make(&grid.world, "world", 0, r);
+    group_make(&grid.tp, "tensor-parallel", grid.dp_rank + DP * grid.pp_rank, grid.tp_rank);
+    group_make(&grid.dp, "data-parallel", grid.tp_rank + TP * grid.pp_rank, grid.dp_rank);
+    group_make(&grid.pp, "pipeline", grid.tp_rank + TP * grid.dp_rank, grid.pp_rank);
+    group_make(&grid.model_parallel, "model-parallel", grid.dp_rank, grid.tp_rank + TP * grid.pp_rank);
     int embedding_stage = PP > 1 && (grid.pp_rank == 0 || grid.pp_rank == PP - 1);
-    group_make(&grid.embedding, embedding_stage ? grid.tp_rank + TP * grid.dp_rank : MPI_UNDEFINED, grid.pp_rank);
+    group_make(&grid.embedding, "embedding", embedding_stage ? grid.tp_rank + TP * grid.dp_rank : MPI_UNDEFINED,
+               grid.pp_rank);
     grid.ready = 1;
 }
 
@@ -218,6 +228,222 @@ static void grid_finish(void) {
         }
     }
     MPI_Finalize();
+}
+
+// ----------------------------------------------------------------------------
+// What this rank is doing: the trainer sets its phase (iteration, micro-batch, forward,
+// backward, ...) and every wrapper below marks the blocking operation it enters and leaves.
+// A few words and a clock reading under a mutex, no I/O; read by the watchdog thread and by
+// the slow-rank report (the time spent waiting, apart from the time spent computing). On the
+// GPU build a collective is enqueued and returns: the rank then blocks at its next copy from
+// the GPU, and the watchdog names the last collective enqueued.
+
+typedef struct {
+    int iteration, micro_batch;           // the step and micro-batch in hand (-1: none)
+    const char* phase;                    // "setup", "forward", "backward", "optimizer", ...
+    const char* op;                       // the blocking operation in progress, or the last one
+    const char* group;                    // its group ("" before any)
+    int peer;                             // the other world rank of a pipeline exchange, else -1
+    int waiting;                          // 1 while inside op
+    double progress_at;                   // when this rank last got anywhere
+    double wait_started, wait_seconds;    // the wait in progress; all waits so far, summed
+} Activity;
+
+static Activity activity = {-1, -1, "setup", "", "", -1, 0, 0.0, 0.0, 0.0};
+static pthread_mutex_t activity_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void activity_phase(const char* phase, int iteration, int micro_batch) {
+    pthread_mutex_lock(&activity_lock);
+    activity.phase = phase;
+    activity.iteration = iteration;
+    activity.micro_batch = micro_batch;
+    activity.progress_at = now_seconds();
+    pthread_mutex_unlock(&activity_lock);
+}
+
+static void wait_begin(const char* op, const Group* g, int peer) {
+    pthread_mutex_lock(&activity_lock);
+    activity.op = op;
+    activity.group = g->name ? g->name : "";
+    activity.peer = peer;
+    activity.waiting = 1;
+    activity.wait_started = now_seconds();
+    pthread_mutex_unlock(&activity_lock);
+}
+
+static void wait_end(void) {
+    pthread_mutex_lock(&activity_lock);
+    double now = now_seconds();
+    activity.waiting = 0;
+    activity.wait_seconds += now - activity.wait_started;
+    activity.progress_at = now;
+    pthread_mutex_unlock(&activity_lock);
+}
+
+static double seconds_waited(void) {
+    pthread_mutex_lock(&activity_lock);
+    double w = activity.wait_seconds;
+    pthread_mutex_unlock(&activity_lock);
+    return w;
+}
+
+// ----------------------------------------------------------------------------
+// The watchdog (--watchdog-timeout S): a thread per rank that, when its rank has got nowhere
+// for S seconds, prints one line (rank, host, coordinates, seconds stuck, what it waits in)
+// and ends the job. A hung collective blocks its whole group, so every stuck rank reports.
+// Each sends its report to rank 0's watchdog, which collects reports for WATCHDOG_GRACE
+// seconds and prints one summary naming the ranks that wait in no collective: the ones the
+// others are waiting for. Then the job ends with exit status 3, NCCL's communicators aborted
+// first on the GPU build so that no rank stays blocked in a kernel.
+
+#define WATCHDOG_GRACE 10.0
+#define WATCHDOG_EXIT 3
+
+typedef struct {   // one rank's state, as rank 0 receives it (fixed size: one message)
+    int rank, iteration, micro_batch, waiting, peer;
+    double stuck;
+    char host[64], phase[32], op[40], group[24];
+} WatchdogReport;
+
+static struct {
+    double timeout;
+    MPI_Comm comm;   // a copy of the world for the reports alone (MPI_COMM_NULL: no summary)
+} watchdog;
+
+static WatchdogReport watchdog_snapshot(void) {
+    WatchdogReport r;
+    memset(&r, 0, sizeof(r));
+    pthread_mutex_lock(&activity_lock);
+    r.rank = grid.world_rank;
+    r.iteration = activity.iteration;
+    r.micro_batch = activity.micro_batch;
+    r.waiting = activity.waiting;
+    r.peer = activity.peer;
+    r.stuck = now_seconds() - activity.progress_at;
+    snprintf(r.phase, sizeof(r.phase), "%s", activity.phase);
+    snprintf(r.op, sizeof(r.op), "%s", activity.op);
+    snprintf(r.group, sizeof(r.group), "%s", activity.group);
+    pthread_mutex_unlock(&activity_lock);
+    snprintf(r.host, sizeof(r.host), "%.63s", grid.host);
+    return r;
+}
+
+// "iteration 3, micro-batch 2, forward: waiting in all-reduce (tensor-parallel group)"
+static void describe_report(const WatchdogReport* r, char* out, size_t len) {
+    char where[96], peer[48] = "";
+    if (r->micro_batch >= 0) snprintf(where, sizeof(where), "iteration %d, micro-batch %d, %s", r->iteration, r->micro_batch, r->phase);
+    else snprintf(where, sizeof(where), "iteration %d, %s", r->iteration, r->phase);
+    if (r->peer >= 0) snprintf(peer, sizeof(peer), " with rank %d", r->peer);
+    if (r->waiting) snprintf(out, len, "%s: waiting in %s%s (%s group)", where, r->op, peer, r->group);
+    else if (r->op[0]) snprintf(out, len, "%s: in no collective (last: %s%s, %s group)", where, r->op, peer, r->group);
+    else snprintf(out, len, "%s: in no collective", where);
+}
+
+// a rank's grid coordinates, from its number (Megatron's order, as grid_place)
+static void coordinates_of(int rank, char* out, size_t len) {
+    int TP = grid.tp_size, DP = grid.dp_size;
+    snprintf(out, len, "TP(%d)-PP(%d)-DP(%d)-Rank(%d)", rank % TP, rank / (TP * DP), (rank / TP) % DP, rank);
+}
+
+static void watchdog_end(void) {
+#ifdef __CUDACC__
+    Group* groups[] = {&grid.world, &grid.tp, &grid.dp, &grid.pp, &grid.model_parallel, &grid.embedding};
+    for (int i = 0; i < 6; i++)
+        if (groups[i]->mpi != MPI_COMM_NULL) ncclCommAbort(groups[i]->nccl);
+#endif
+    fflush(stdout);
+    fflush(stderr);
+    _exit(WATCHDOG_EXIT);
+}
+
+// the line of a rank that has got nowhere for too long
+static void watchdog_report(const WatchdogReport* me) {
+    char what[200], coords[64];
+    describe_report(me, what, sizeof(what));
+    coordinates_of(me->rank, coords, sizeof(coords));
+    fprintf(stderr, "error: [rank %d on %s %s] watchdog: no progress for %.0f s (--watchdog-timeout %.0f): %s\n",
+            me->rank, me->host, coords, me->stuck, watchdog.timeout, what);
+    fflush(stderr);
+}
+
+// appends ",r" (or "r") to a comma-separated list of ranks
+static void list_rank(char* list, size_t len, int rank) {
+    size_t used = strlen(list);
+    snprintf(list + used, len - used, "%s%d", used ? "," : "", rank);
+}
+
+// rank 0: who waits in a collective, who waits in none (the ones the others wait for), who
+// sent nothing
+static void watchdog_summary(const WatchdogReport* reports, const int* heard) {
+    char waiting[512] = "", silent[512] = "", culprits[2048] = "";
+    for (int r = 0; r < grid.world_size; r++) {
+        if (!heard[r]) list_rank(silent, sizeof(silent), r);
+        else if (reports[r].waiting) list_rank(waiting, sizeof(waiting), r);
+        else {
+            char what[200], coords[64];
+            size_t used = strlen(culprits);
+            describe_report(&reports[r], what, sizeof(what));
+            coordinates_of(r, coords, sizeof(coords));
+            snprintf(culprits + used, sizeof(culprits) - used, "%srank %d on %s %s (%s)", used ? "; " : "", r,
+                     reports[r].host, coords, what);
+        }
+    }
+    fprintf(stderr, "error: watchdog summary: waiting in a collective: ranks %s | in none, so the others wait for "
+            "them: %s | no report within %.0f s (dead, frozen or still going): %s\n", waiting[0] ? waiting : "none",
+            culprits[0] ? culprits : "none", WATCHDOG_GRACE, silent[0] ? silent : "none");
+}
+
+// rank 0's watchdog: the reports that have arrived (heard[r] once rank r's has)
+static void watchdog_receive(MPI_Request* pending, int* heard, double* first_heard_at) {
+    for (int r = 1; r < grid.world_size; r++) {
+        if (heard[r]) continue;
+        MPI_Test(&pending[r], &heard[r], MPI_STATUS_IGNORE);
+        if (heard[r] && !*first_heard_at) *first_heard_at = now_seconds();
+    }
+}
+
+static void* watchdog_main(void* unused) {
+    (void)unused;
+    int n = grid.world_size, is_root = grid.world_rank == 0, use_mpi = watchdog.comm != MPI_COMM_NULL;
+    WatchdogReport* reports = (WatchdogReport*)callocCheck(n, sizeof(WatchdogReport));
+    int* heard = (int*)callocCheck(n, sizeof(int));
+    MPI_Request* pending = (MPI_Request*)callocCheck(n, sizeof(MPI_Request));
+    for (int r = 1; r < n && is_root && use_mpi; r++)
+        MPI_Irecv(&reports[r], (int)sizeof(WatchdogReport), MPI_BYTE, r, 0, watchdog.comm, &pending[r]);
+    double fired_at = 0.0, first_heard_at = 0.0;
+    WatchdogReport me;
+    MPI_Request sent;
+    for (;;) {
+        sleep(1);
+        me = watchdog_snapshot();
+        if (!fired_at && me.stuck >= watchdog.timeout) {
+            fired_at = now_seconds();
+            watchdog_report(&me);
+            if (!is_root && use_mpi) MPI_Isend(&me, (int)sizeof(me), MPI_BYTE, 0, 0, watchdog.comm, &sent);
+        }
+        if (is_root && use_mpi) watchdog_receive(pending, heard, &first_heard_at);
+        double since = fired_at ? fired_at : first_heard_at;
+        if (is_root && since && now_seconds() - since >= WATCHDOG_GRACE) {
+            reports[0] = me;   // rank 0's own state, stuck or not
+            heard[0] = 1;
+            if (use_mpi) watchdog_summary(reports, heard);
+            watchdog_end();
+        }
+        if (!is_root && fired_at && now_seconds() - fired_at >= WATCHDOG_GRACE + 5.0) watchdog_end();   // rank 0 is gone
+    }
+    return NULL;
+}
+
+// after the grid is built, on every rank at once (the report channel is made collectively)
+static void watchdog_start(double timeout_seconds) {
+    if (timeout_seconds <= 0.0) return;
+    watchdog.timeout = timeout_seconds;
+    watchdog.comm = MPI_COMM_NULL;
+    if (grid.thread_level >= MPI_THREAD_MULTIPLE) mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &watchdog.comm));
+    activity_phase("setup", -1, -1);
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, watchdog_main, NULL) != 0) fail("cannot start the watchdog thread");
+    pthread_detach(thread);
 }
 
 // ----------------------------------------------------------------------------
@@ -237,39 +463,47 @@ static ncclDataType_t nccl_type(Elem e) { return e == AS_FLOATX ? NCCL_FLOATX : 
 static void all_reduce(Group* g, void* buf, size_t n, Elem elem, Reduction op) {
     if (g->size <= 1) return;
     g->bytes_sent += 2.0 * (g->size - 1) / g->size * n * elem_bytes(elem);
+    wait_begin("all-reduce", g, -1);
 #ifdef __CUDACC__
     ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(elem), op == REDUCE_SUM ? ncclSum : ncclMax, g->nccl, 0));
 #else
     (void)elem;   // floatX is float on the CPU build
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, op == REDUCE_SUM ? MPI_SUM : MPI_MAX, g->mpi));
 #endif
+    wait_end();
 }
 
 // out[shard] = sum over the group of in[rank * shard .. +shard): fp32 gradients
 static void reduce_scatter(Group* g, const float* in, float* out, size_t shard) {
     g->bytes_sent += (double)(g->size - 1) * shard * sizeof(float);
+    wait_begin("reduce-scatter", g, -1);
 #ifdef __CUDACC__
     ncclCheck(ncclReduceScatter(in, out, shard, ncclFloat, ncclSum, g->nccl, 0));
 #else
     mpiCheck(MPI_Reduce_scatter_block(in, out, (int)shard, MPI_FLOAT, MPI_SUM, g->mpi));
 #endif
+    wait_end();
 }
 
 // in place: every rank's shard buf[rank * shard .. +shard) is copied to all the others
 static void all_gather(Group* g, floatX* buf, size_t shard) {
     if (g->size <= 1) return;
     g->bytes_sent += (double)(g->size - 1) * shard * sizeof(floatX);
+    wait_begin("all-gather", g, -1);
 #ifdef __CUDACC__
     ncclCheck(ncclAllGather(buf + g->rank * shard, buf, shard, NCCL_FLOATX, g->nccl, 0));
 #else
     mpiCheck(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, MPI_FLOAT, g->mpi));
 #endif
+    wait_end();
 }
 
 // host values (a norm, a loss, a flag) go over MPI in both builds: NCCL reads device memory only
 static void all_reduce_host(Group* g, double* x, int n, Reduction op) {
     if (g->size <= 1) return;
+    wait_begin("all-reduce (host values)", g, -1);
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, op == REDUCE_SUM ? MPI_SUM : MPI_MAX, g->mpi));
+    wait_end();
 }
 
 // the largest of every rank's v (a stop request, a count), known to every rank
@@ -293,24 +527,82 @@ static void config_error_anywhere(const char* err) {
 
 // bitwise or of every rank's words (checksums each computed by one rank, zero elsewhere)
 static void all_reduce_or(Group* g, uint32_t* x, int n) {
+    wait_begin("all-reduce (checksums)", g, -1);
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_UINT32_T, MPI_BOR, g->mpi));
+    wait_end();
 }
 
 static void broadcast_host(Group* g, void* buf, size_t bytes, int root) {
+    wait_begin("broadcast", g, -1);
     mpiCheck(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, g->mpi));
+    wait_end();
 }
 
 // rank 0 of the group receives every rank's n doubles, in rank order
 static void gather_to_rank0(Group* g, const double* mine, double* all, int n) {
+    wait_begin("gather", g, -1);
     mpiCheck(MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, g->mpi));
+    wait_end();
 }
 
 // every rank receives every rank's bytes, in rank order
 static void all_gather_host(Group* g, const void* mine, void* all, size_t bytes) {
+    wait_begin("all-gather (host values)", g, -1);
     mpiCheck(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, g->mpi));
+    wait_end();
 }
 
-static void barrier(Group* g) { mpiCheck(MPI_Barrier(g->mpi)); }
+static void barrier(Group* g) {
+    wait_begin("barrier", g, -1);
+    mpiCheck(MPI_Barrier(g->mpi));
+    wait_end();
+}
+
+// ----------------------------------------------------------------------------
+// Slow ranks: every log interval each rank's compute time per step (the step's wall time less
+// the time it waited in blocking operations) is gathered on rank 0 (one small collective).
+// Ranks of one pipeline stage do the same work, so each is held against the median of its
+// stage: above threshold x the median, one line names it (rank, host, coordinates, its time,
+// the median).
+
+// the median of n values (sorted in place)
+static int compare_doubles(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+static double median_of(double* x, int n) {
+    qsort(x, n, sizeof(double), compare_doubles);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+static void slow_rank_report(double compute_per_step, double wait_per_step, float threshold) {
+    static char (*hosts)[64] = NULL;   // every rank's host name, gathered once
+    int n = grid.world_size, per_stage = grid.tp_size * grid.dp_size;
+    if (!hosts) {
+        hosts = (char (*)[64])callocCheck(n, 64);
+        char mine[64];
+        snprintf(mine, sizeof(mine), "%.63s", grid.host);
+        all_gather_host(&grid.world, mine, hosts, 64);
+    }
+    double mine[2] = {compute_per_step, wait_per_step};
+    double* all = (double*)mallocCheck(2 * sizeof(double) * n);
+    gather_to_rank0(&grid.world, mine, all, 2);
+    double* stage = (double*)mallocCheck(sizeof(double) * per_stage);
+    for (int r = 0; r < n && grid.world_rank == 0 && threshold > 0.0f; r++) {
+        int first = r / per_stage * per_stage;
+        for (int k = 0; k < per_stage; k++) stage[k] = all[2 * (first + k)];
+        double median = median_of(stage, per_stage), ms = 1000.0;
+        if (per_stage < 2 || all[2 * r] <= threshold * median) continue;
+        char coords[64];
+        coordinates_of(r, coords, sizeof(coords));
+        printf("slow rank: rank %d on %s %s computes %.1f ms per step, %.1fx the median of its pipeline stage "
+               "(%.1f ms; --slow-rank-threshold %.2g); it waits %.1f ms per step\n", r, hosts[r], coords,
+               all[2 * r] * ms, all[2 * r] / median, median * ms, threshold, all[2 * r + 1] * ms);
+    }
+    fflush(stdout);
+    free(stage);
+    free(all);
+}
 
 // ----------------------------------------------------------------------------
 // Megatron's tensor-parallel operators (Shoeybi et al. 2019, §3, Fig. 3), by Megatron's names
@@ -339,11 +631,23 @@ static void vocab_parallel_sum(float* sums, size_t n) { all_reduce(&grid.tp, sum
 
 static int shared_file_open(const char* path, int writing, MPI_File* f) {
     int mode = writing ? MPI_MODE_CREATE | MPI_MODE_RDWR : MPI_MODE_RDONLY;
-    return MPI_File_open(grid.world.mpi, path, mode, MPI_INFO_NULL, f) == MPI_SUCCESS ? 0 : -1;
+    wait_begin("opening a checkpoint file", &grid.world, -1);
+    int rc = MPI_File_open(grid.world.mpi, path, mode, MPI_INFO_NULL, f) == MPI_SUCCESS ? 0 : -1;
+    wait_end();
+    return rc;
 }
 static void shared_file_set_size(MPI_File f, size_t bytes) { mpiCheck(MPI_File_set_size(f, (MPI_Offset)bytes)); }
-static int shared_file_sync(MPI_File f) { return MPI_File_sync(f) == MPI_SUCCESS; }   // 1: synced
-static void shared_file_close(MPI_File* f) { mpiCheck(MPI_File_close(f)); }
+static int shared_file_sync(MPI_File f) {   // 1: synced
+    wait_begin("syncing a checkpoint file", &grid.world, -1);
+    int synced = MPI_File_sync(f) == MPI_SUCCESS;
+    wait_end();
+    return synced;
+}
+static void shared_file_close(MPI_File* f) {
+    wait_begin("closing a checkpoint file", &grid.world, -1);
+    mpiCheck(MPI_File_close(f));
+    wait_end();
+}
 // bytes at offset to (writing) or from the file, in pieces of at most 1 GiB (MPI counts are
 // ints). 0, or -1 when MPI reports an error or moved fewer bytes. (Open MPI's ompio has been
 // seen to report success for a write the disk refused: checkpoint.h reads every write back.)
@@ -390,6 +694,8 @@ static void pipeline_exchange(const floatX* send, int send_to, floatX* recv, int
     if (recv_from < 0) recv = NULL;
     if (!send && !recv) return;
     if (send) g->bytes_sent += (double)n * sizeof(floatX);
+    int peer = recv ? recv_from : send_to, TPxDP = grid.tp_size * grid.dp_size;   // the stage's world rank, same tp, dp
+    wait_begin(send && recv ? "send and receive" : send ? "send" : "receive", g, grid.world_rank + (peer - grid.pp_rank) * TPxDP);
 #ifdef __CUDACC__
     ncclCheck(ncclGroupStart());
     if (send) ncclCheck(ncclSend(send, n, NCCL_FLOATX, send_to, g->nccl, 0));
@@ -402,6 +708,7 @@ static void pipeline_exchange(const floatX* send, int send_to, floatX* recv, int
     if (recv) mpiCheck(MPI_Irecv(recv, (int)n, MPI_FLOAT, recv_from, 0, g->mpi, &req[k++]));
     mpiCheck(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
 #endif
+    wait_end();
 }
 
 static int next_stage(void) { return grid.pp_rank + 1 < grid.pp_size ? grid.pp_rank + 1 : -1; }
@@ -443,6 +750,7 @@ static MicroBatchActivations* slot_of(const Schedule* s, int micro) { return &s-
 
 static void forward_step(Schedule* s, int micro) {
     GPT* m = s->model;
+    activity_phase("forward", activity.iteration, micro);
     MicroBatchActivations* a = slot_of(s, micro);
     if (m->is_first_stage || m->is_last_stage) s->load(s->ctx, micro, a->tokens, a->targets);
     s->loss_sum += gpt_forward(m, micro % m->num_slots);
@@ -450,6 +758,7 @@ static void forward_step(Schedule* s, int micro) {
 }
 
 static void backward_step(Schedule* s, int micro) {
+    activity_phase("backward", activity.iteration, micro);
     gpt_backward(s->model, micro % s->model->num_slots, s->dloss);
     s->in_flight--;
 }

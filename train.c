@@ -63,6 +63,8 @@ step -> log -> sampling -> the run -> main.
     X(SWITCH, unigram_baseline, NULL, 0, "report the data's order-0 entropy next to the loss")                         \
     X(INT, log_interval, "100", 1, "steps between log lines")                                                          \
     X(SWITCH, log_comm, NULL, 0, "log the bytes each group's communication sent per step")                             \
+    X(INT, watchdog_timeout, "600", 0, "end the job, saying where every rank is, after S s without progress (0: off)") \
+    X(FLOAT, slow_rank_threshold, "1.5", 0, "name a rank computing this many times its stage's median (0: off)")       \
     X(STRING, save, NULL, 0, "DIR: save checkpoints here")                                                             \
     X(STRING, load, NULL, 0, "DIR: resume from its latest checkpoint (any layout)")                                    \
     X(INT, save_interval, NULL, 0, "steps between checkpoints (0: only at the end)")                                   \
@@ -792,6 +794,7 @@ static void build_model(Trainer* t) {
 #endif
     kernels_init(grid.local_rank);   // ranks on one host take distinct GPUs
     if (!grid.ready) grid_build(a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
+    watchdog_start(a->watchdog_timeout);
     const char* table_flags = "--num-layers, --hidden-size, --ffn-hidden-size, --vocab-size, --max-position-embeddings "
                               "(less with more tensor- and pipeline-parallel ranks)";
     PipelineStage stage = this_stage(a);
@@ -881,6 +884,32 @@ static void trainer_free(Trainer* t) {
 
 // One training step: the micro-batches of the current global batch, forward and backward,
 // then the optimizer at the learning rate of the samples consumed so far.
+// Test-only faults, from the environment (tests/test_watchdog.sh): GRIDGPT_TEST_HANG_RANK=R
+// with GRIDGPT_TEST_HANG_ITERATION=K makes rank R stop for good at the start of iteration K
+// (a frozen process: the watchdog must name it), GRIDGPT_TEST_KILL_RANK=R kills it there
+// with SIGKILL (a dead process: the job must end); GRIDGPT_TEST_SLOW_RANK=R with
+// GRIDGPT_TEST_SLOW_FACTOR=F makes rank R take F times as long to compute (the slow-rank
+// report must name it).
+static int test_rank_is(const char* variable) {
+    const char* v = getenv(variable);
+    return v && atoi(v) == grid.world_rank;
+}
+
+static void test_faults_in_step(const Trainer* t) {
+    const char* at = getenv("GRIDGPT_TEST_HANG_ITERATION");
+    if (!at || atoi(at) != t->progress.iteration + 1) return;
+    if (test_rank_is("GRIDGPT_TEST_KILL_RANK")) raise(SIGKILL);
+    if (test_rank_is("GRIDGPT_TEST_HANG_RANK"))
+        for (;;) sleep(60);
+}
+
+// after a step's compute of `compute` seconds: rank R computes (F - 1) x as long again
+static void test_slow_rank(double compute) {
+    const char* factor = getenv("GRIDGPT_TEST_SLOW_FACTOR");
+    if (test_rank_is("GRIDGPT_TEST_SLOW_RANK") && factor && atof(factor) > 1.0)
+        usleep((useconds_t)(1e6 * compute * (atof(factor) - 1.0)));
+}
+
 static StepResult train_step(Trainer* t) {
     StepResult r;
     memset(&r, 0, sizeof(r));
@@ -890,6 +919,8 @@ static StepResult train_step(Trainer* t) {
     add_comm_counters(r.comm, -1.0);
     dev_zero(m->grads, m->num_params_padded * sizeof(float));
     t->train.consumed = t->progress.consumed_samples;
+    activity_phase("forward and backward", t->progress.iteration + 1, -1);
+    test_faults_in_step(t);
     // d(loss)/d(token loss), times the loss scale: the backward carries scaled gradients
     Schedule s = {m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->T * r.global_batch), 0.0, 0, 0};
     run_1f1b(&s, num_micro);
@@ -897,6 +928,7 @@ static StepResult train_step(Trainer* t) {
     r.max_in_flight = s.max_in_flight;
     r.nan_loss = !isfinite(r.loss);
     float lr = learning_rate(&t->lr, t->progress.scheduler_samples);
+    activity_phase("optimizer", t->progress.iteration + 1, -1);
     r.grad_norm = optimizer_step(&t->model, &t->opt, &t->adam, lr, &r.skipped);
     t->progress.consumed_samples += r.global_batch;
     if (!r.skipped) t->progress.scheduler_samples += r.global_batch;
@@ -909,7 +941,7 @@ static StepResult train_step(Trainer* t) {
 // Megatron's log line, with averages over the steps since the last one
 typedef struct {
     int steps, skipped, nan_loss;
-    double loss_sum, seconds;
+    double loss_sum, seconds, waited;   // waited: in blocking operations (the rest is compute)
     long long samples;
 } LogWindow;
 
@@ -1010,6 +1042,7 @@ static void generate(Trainer* t) {
 static float run_evaluation(Trainer* t, int split, const char* what) {
     if (t->config.eval_iters == 0 || !data_splits_has(&t->data, split)) return NAN;
     Loader* l = split == 1 ? &t->valid : &t->test;
+    activity_phase(split == 1 ? "validation" : "test", t->progress.iteration, -1);
     float loss = evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size);
     print_eval(what, loss);
     return loss;
@@ -1027,6 +1060,7 @@ static void request_stop(int sig) {
 static void save_checkpoint_once(Trainer* t) {
     if (!t->config.save || t->last_saved == t->progress.iteration) return;
     t->progress.consumed_valid_samples = t->valid.consumed;
+    activity_phase("saving a checkpoint", t->progress.iteration, -1);
     t->last_save_failed = checkpoint_save(t->config.save, &t->model, &t->opt, &t->progress, t->config.keep_last);
     t->last_saved = t->progress.iteration;
 }
@@ -1061,9 +1095,11 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     int stop_signals[] = {SIGTERM, SIGUSR1, SIGINT, SIGHUP};
     for (int i = 0; i < 4; i++) signal(stop_signals[i], request_stop);
     while (t->progress.iteration < t->train_iters) {
-        double t0 = now_seconds();
+        double t0 = now_seconds(), waited0 = seconds_waited();
         StepResult r = train_step(t);
+        test_slow_rank(now_seconds() - t0 - (seconds_waited() - waited0));
         double dt = now_seconds() - t0;
+        w.waited += seconds_waited() - waited0;
         if (on_step) on_step(t, &r, ctx);
         train_seconds += dt;
         w.steps++;
@@ -1076,6 +1112,7 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
         in_flight = r.max_in_flight > in_flight ? r.max_in_flight : in_flight;
         if (t->progress.iteration % t->config.log_interval == 0 || t->progress.iteration == t->train_iters) {
             log_step(t, &r, &w);
+            slow_rank_report((w.seconds - w.waited) / w.steps, w.waited / w.steps, t->config.slow_rank_threshold);
             memset(&w, 0, sizeof(w));
         }
         if (t->progress.iteration % t->config.eval_interval == 0 && t->progress.iteration < t->train_iters) {

@@ -56,6 +56,7 @@ run model $B/test_model $B/corpus_text_document
 run cli bash tests/test_cli.sh $B/corpus_text_document
 run parallel bash tests/test_parallel.sh $B/corpus_text_document
 run scale bash tests/test_scale.sh $B/corpus_text_document
+run watchdog bash tests/test_watchdog.sh $B/corpus_text_document
 run checkpoint bash tests/test_checkpoint.sh $B/corpus_text_document
 run hf bash tests/test_hf.sh $B/corpus_text_document
 run emu_kernels bash tests/test_emu.sh

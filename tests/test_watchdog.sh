@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# tests/test_watchdog.sh DATA_PREFIX — bring-up diagnosis on the CPU build:
+#   - a rank frozen at iteration 3 of a (2,2,2) job: the job ends within the watchdog's
+#     timeout + 30 s, every rank's line names what it waits in, and rank 0's summary names
+#     the frozen rank as the one the others wait for;
+#   - a rank killed with SIGKILL: the job ends (no hang), and Open MPI names the dead rank;
+#   - a rank made 4x slower: the slow-rank line names exactly it; an even job names none.
+# The faults are the trainer's test-only switches (GRIDGPT_TEST_* in train.c).
+set -u
+data=${1:?usage: test_watchdog.sh DATA_PREFIX}
+B=tests/build/watchdog
+rm -rf $B && mkdir -p $B
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN="mpirun --oversubscribe --bind-to none"
+host=$(hostname)
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; }
+run="--data-path $data --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2
+     --global-batch-size 16 --train-iters 8 --eval-iters 0 --split 90,10,0 --log-interval 2"
+grid222="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
+
+# a frozen rank
+timeout=5 t0=$(date +%s)
+timeout 120 $MPIRUN -x GRIDGPT_TEST_HANG_RANK=5 -x GRIDGPT_TEST_HANG_ITERATION=3 -np 8 ./train_cpu $run $grid222 \
+    --watchdog-timeout $timeout > $B/hang.out 2> $B/hang.err
+status=$? seconds=$(( $(date +%s) - t0 ))
+lines=$(grep -c "watchdog: no progress for" $B/hang.err)
+summary=$(grep "^error: watchdog summary:" $B/hang.err)
+if [ $status -ne 0 ] && [ $status -ne 124 ] && [ $seconds -le $((timeout + 30)) ] && [ "$lines" -eq 8 ] &&
+   [[ "$summary" == *"waiting in a collective: ranks 0,1,2,3,4,6,7 | in none, so the others wait for them: rank 5 on $host TP(1)-PP(1)-DP(0)-Rank(5) (iteration 3"* ]]; then
+    ok "a rank frozen at iteration 3 of a (2,2,2) job: ended in $seconds s (status $status), 8 lines, the summary names rank 5"
+else bad "a frozen rank" "status $status after $seconds s, $lines lines; $(head -c 400 <<< "$summary")"; fi
+if grep -q "^error: \[rank 0 on $host TP(0)-PP(0)-DP(0)-Rank(0)\] watchdog: no progress for [0-9]* s (--watchdog-timeout 5): iteration 3, micro-batch [0-9]*, [a-z]*: waiting in " $B/hang.err; then
+    ok "each stuck rank's line names its coordinates, the iteration, micro-batch, phase and what it waits in"
+else bad "the watchdog line's shape" "$(grep -m1 'rank 0 on' $B/hang.err)"; fi
+
+# a dead rank
+t0=$(date +%s)
+timeout 120 $MPIRUN -x GRIDGPT_TEST_KILL_RANK=5 -x GRIDGPT_TEST_HANG_ITERATION=3 -np 8 ./train_cpu $run $grid222 \
+    --watchdog-timeout $timeout > $B/kill.out 2> $B/kill.err
+status=$? seconds=$(( $(date +%s) - t0 ))
+if [ $status -ne 0 ] && [ $status -ne 124 ] && grep -q "process rank 5 .* on node $host exited on signal 9" $B/kill.err; then
+    ok "a rank killed with SIGKILL ends the job in $seconds s (status $status), Open MPI naming rank 5"
+else bad "a killed rank" "status $status after $seconds s: $(grep -m2 -iE 'rank 5|error' $B/kill.err)"; fi
+
+# slow ranks: DP 4, rank 2 four times slower; then an even job
+slow_lines() { grep "^slow rank:" "$1" | sed -E 's/^slow rank: (rank [0-9]+ on [^ ]+ [^ ]+) .*/\1/' | sort -u; }
+$MPIRUN -x GRIDGPT_TEST_SLOW_RANK=2 -x GRIDGPT_TEST_SLOW_FACTOR=4 -np 4 ./train_cpu $run > $B/slow.out 2>&1
+named=$(slow_lines $B/slow.out)
+if [ "$named" = "rank 2 on $host TP(0)-PP(0)-DP(2)-Rank(2)" ]; then
+    ok "a rank computing 4x as long is named, and no other: $(grep -m1 '^slow rank:' $B/slow.out | cut -c1-160)"
+else bad "the slowed rank" "named: '$named'"; fi
+$MPIRUN -np 2 ./train_cpu $run > $B/even.out 2>&1
+if [ $? -eq 0 ] && [ -z "$(slow_lines $B/even.out)" ] && grep -q "^ iteration        8/" $B/even.out; then
+    ok "an even job names no slow rank"
+else bad "an even job" "$(grep -m2 -E '^slow rank|error' $B/even.out)"; fi
