@@ -476,11 +476,12 @@ static void layout_arena(GPT* m, Arena* a) {
         layout_slot(m, a, &m->slots[s]);
         m->slot_bytes = a->used - before;
     }
-    size_t widest = Fl > 3 * Cl ? Fl : 3 * Cl;
-    widest = widest > C ? widest : C;
+    // block_backward's two buffers take turns: dbuf_a holds the MLP's gradients (N x Fl) and
+    // inputs' (N x C), dbuf_b the QKV gradient (N x 3Cl) and inputs' (N x C)
+    size_t wide_a = Fl > C ? Fl : C, wide_b = 3 * Cl > C ? 3 * Cl : C;
     m->dres = TAKE(a, floatX, N * C);
-    m->dbuf_a = TAKE(a, floatX, N * widest);
-    m->dbuf_b = TAKE(a, floatX, N * widest);
+    m->dbuf_a = TAKE(a, floatX, N * wide_a);
+    m->dbuf_b = TAKE(a, floatX, N * wide_b);
     m->att_scratch = TAKE(a, floatX, attention_scratch_elements(m->B, m->T, m->heads_local, C / m->cfg.num_attention_heads));
     if (m->is_last_stage) {
         m->logits = TAKE(a, floatX, N * m->vocab_local);
