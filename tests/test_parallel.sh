@@ -3,8 +3,9 @@
 # A tiny model with gradient accumulation and batch-size ramp-up trains 22 steps under each
 # (TP, PP, DP) layout; losses and grad norms at every step and the final weights must match
 # the (1,1,1) run within 1e-5 relative (tests/test_parallel.c records and compares). Also:
-# the same layout twice is bit-identical, optimizer state shrinks as 1/DP, the communication
-# counters match the ring formulas, and a grid that does not fit is refused.
+# the same layout twice is bit-identical, so is each layout with activation recomputation,
+# optimizer state shrinks as 1/DP, the communication counters match the ring formulas, and a
+# grid that does not fit is refused.
 set -u
 data=${1:?usage: test_parallel.sh DATA_PREFIX}
 B=tests/build/parallel
@@ -31,12 +32,31 @@ record() {  # name tp pp dp [extra flags]
     [ $status -eq 0 ] || bad "$name run" "exit status $status: $(grep -m1 error $B/$name.log)"
 }
 
-record ref 1 1 1
-for layout in "2 1 1" "4 1 1" "1 2 1" "1 4 1" "1 1 2" "1 1 4" "2 2 1" "2 1 2" "1 2 2" "2 2 2"; do
+# Activation recomputation changes no value: each layout runs again with one of its forms
+# (every method, chunk lengths that divide a stage's layers and one that does not), and its
+# losses, grad norms, weights and optimizer state must be the same bits.
+full="--recompute-granularity full --recompute-method"
+recompute=("--checkpoint-activations" "$full uniform --recompute-num-layers 3" "$full uniform --recompute-num-layers 4"
+           "$full uniform --recompute-num-layers 2" "--checkpoint-activations" "$full block --recompute-num-layers 2"
+           "$full uniform --recompute-num-layers 2" "$full block --recompute-num-layers 1" "$full uniform --recompute-num-layers 3"
+           "--checkpoint-activations --recompute-num-layers 2" "$full uniform --recompute-num-layers 2")
+same_bits() {  # name run recomputed-run flags
+    if cmp -s $B/$2.steps $B/$3.steps && [ "$(wc -l < $B/$2.steps)" -ge 20 ] &&
+       cmp -s $B/$2.ckpt/iter_0000022/tensors.bin $B/$3.ckpt/iter_0000022/tensors.bin; then
+        ok "$1 with $4: bit-identical losses, grad norms, weights and optimizer state"
+    else bad "$1 with $4" "the recordings differ from the run without recomputation"; fi
+}
+
+k=0
+for layout in "1 1 1" "2 1 1" "4 1 1" "1 2 1" "1 4 1" "1 1 2" "1 1 4" "2 2 1" "2 1 2" "1 2 2" "2 2 2"; do
     set -- $layout
     name="tp$1-pp$2-dp$3"
+    [ "$layout" = "1 1 1" ] && name=ref
     record $name $1 $2 $3
-    $B/../test_parallel --compare $B/ref $B/$name "($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
+    [ $name = ref ] || $B/../test_parallel --compare $B/ref $B/$name "($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
+    record $name-recompute $1 $2 $3 ${recompute[$k]}
+    same_bits "($1,$2,$3)" $name $name-recompute "${recompute[$k]}"
+    k=$((k + 1))
 done
 
 # Uneven pipeline stages (4 layers): BigScience's split counting the embedding and the tied
@@ -103,6 +123,14 @@ got=$(info tp1-pp2-dp1 comm_pp); h=$(info tp1-pp2-dp1 hidden_bytes)
 if [ "$got" = "$((8 * h))" ]; then ok "PP 2: stage 0 sends micro-batches x activation size per step ($got)"
 else bad "PP 2: stage 0 bytes per step" "counted $got, want 8 x $h"; fi
 
+# recomputation runs a layer's forward again, its two tensor-parallel all-reduces too (as
+# Megatron does), and --log-comm counts them: at TP 2 each recomputed layer of each micro-batch
+# sends 2 x 2 (2 - 1) / 2 activations more (8 micro-batches, 4 layers); the pipeline sends the same
+got=$(( $(info tp2-pp1-dp1-recompute comm_tp) - $(info tp2-pp1-dp1 comm_tp) )); h=$(info tp2-pp1-dp1 hidden_bytes)
+if [ "$got" = "$((8 * 4 * 2 * h))" ] && [ "$(info tp1-pp2-dp1-recompute comm_pp)" = "$(info tp1-pp2-dp1 comm_pp)" ]; then
+    ok "recomputation: TP 2 sends the recomputed layers' all-reduces again ($got bytes more), the pipeline no more"
+else bad "recomputation's communication" "TP bytes $got more (want $((8 * 4 * 2 * h))); PP $(info tp1-pp2-dp1-recompute comm_pp) vs $(info tp1-pp2-dp1 comm_pp)"; fi
+
 # a rank that fails ends the whole job, saying where, and nobody hangs
 host=$(hostname)
 timeout 120 $MPIRUN -np 8 $B/../test_parallel --fail-rank 5 $B/failing $flags \
@@ -133,6 +161,8 @@ expect_refusal "first/last-stage layers with a partition method" "give --pp-part
 expect_refusal "first/last-stage layers without a pipeline" "need --pipeline-model-parallel-size > 1" 1 --decoder-first-pipeline-num-layers 2
 expect_refusal "more stages than layer slots" "--pp-partition-method type:transformer|embedding: 4 layer slot(s) for 5 pipeline stages" \
     5 --num-layers 2 --pipeline-model-parallel-size 5 --pp-partition-method 'type:transformer|embedding'
+expect_refusal "--recompute-num-layers beyond the stages' layers" "--recompute-num-layers 3 is more than any pipeline stage holds (2 layers" 2 \
+    --num-layers 4 --pipeline-model-parallel-size 2 --checkpoint-activations --recompute-num-layers 3
 
 # ranks started with different flags: one line naming the flag and two ranks, exit 2 (it used
 # to corrupt the heap and abort with a backtrace)
