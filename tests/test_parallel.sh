@@ -35,11 +35,6 @@ record() {  # name tp pp dp [extra flags]
 # Activation recomputation changes no value: each layout runs again with one of its forms
 # (every method, chunk lengths that divide a stage's layers and one that does not), and its
 # losses, grad norms, weights and optimizer state must be the same bits.
-full="--recompute-granularity full --recompute-method"
-recompute=("--checkpoint-activations" "$full uniform --recompute-num-layers 3" "$full uniform --recompute-num-layers 4"
-           "$full uniform --recompute-num-layers 2" "--checkpoint-activations" "$full block --recompute-num-layers 2"
-           "$full uniform --recompute-num-layers 2" "$full block --recompute-num-layers 1" "$full uniform --recompute-num-layers 3"
-           "--checkpoint-activations --recompute-num-layers 2" "$full uniform --recompute-num-layers 2")
 same_bits() {  # name run recomputed-run flags
     if cmp -s $B/$2.steps $B/$3.steps && [ "$(wc -l < $B/$2.steps)" -ge 20 ] &&
        cmp -s $B/$2.ckpt/iter_0000022/tensors.bin $B/$3.ckpt/iter_0000022/tensors.bin; then
@@ -47,16 +42,27 @@ same_bits() {  # name run recomputed-run flags
     else bad "$1 with $4" "the recordings differ from the run without recomputation"; fi
 }
 
-k=0
-for layout in "1 1 1" "2 1 1" "4 1 1" "1 2 1" "1 4 1" "1 1 2" "1 1 4" "2 2 1" "2 1 2" "1 2 2" "2 2 2"; do
-    set -- $layout
+full="--recompute-granularity full --recompute-method"
+runs=("1 1 1|--checkpoint-activations"                    # one process: every layer alone
+      "2 1 1|$full uniform --recompute-num-layers 3"      # 4 layers: chunks of 3 and 1
+      "4 1 1|$full uniform --recompute-num-layers 4"      # one chunk
+      "1 2 1|$full uniform --recompute-num-layers 2"      # 2 layers per stage: one chunk each
+      "1 4 1|--checkpoint-activations"
+      "1 1 2|$full block --recompute-num-layers 2"        # layers 0 and 1 recomputed, 2 and 3 kept
+      "1 1 4|$full uniform --recompute-num-layers 2"
+      "2 2 1|$full block --recompute-num-layers 1"
+      "2 1 2|$full uniform --recompute-num-layers 3"
+      "1 2 2|--checkpoint-activations --recompute-num-layers 2"
+      "2 2 2|$full uniform --recompute-num-layers 2")
+for run in "${runs[@]}"; do
+    recompute=${run#*|}
+    set -- ${run%%|*}
     name="tp$1-pp$2-dp$3"
-    [ "$layout" = "1 1 1" ] && name=ref
+    [ "$name" = tp1-pp1-dp1 ] && name=ref
     record $name $1 $2 $3
     [ $name = ref ] || $B/../test_parallel --compare $B/ref $B/$name "($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
-    record $name-recompute $1 $2 $3 ${recompute[$k]}
-    same_bits "($1,$2,$3)" $name $name-recompute "${recompute[$k]}"
-    k=$((k + 1))
+    record $name-recompute $1 $2 $3 $recompute
+    same_bits "($1,$2,$3)" $name $name-recompute "$recompute"
 done
 
 # Uneven pipeline stages (4 layers): BigScience's split counting the embedding and the tied
