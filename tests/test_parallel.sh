@@ -79,6 +79,13 @@ uneven 1 4 1 te4 --pp-partition-method 'type:transformer|embedding'
 uneven 2 3 1 t3 --pp-partition-method type:transformer
 uneven 2 2 2 first1 --decoder-first-pipeline-num-layers 1
 uneven 1 3 2 last2 --decoder-last-pipeline-num-layers 2
+# recomputation on uneven stages: block 2 over stages of 1, 2, 1 and 0 layers (a stage that holds
+# fewer recomputes all of its own; the last holds only the head), uniform 2 over 1, 1 and 2
+record uneven-te4-recompute 1 4 1 --pp-partition-method 'type:transformer|embedding' $full block --recompute-num-layers 2
+same_bits "(1,4,1) type:transformer|embedding" uneven-te4 uneven-te4-recompute "$full block --recompute-num-layers 2"
+record uneven-last2-recompute 1 3 2 --decoder-last-pipeline-num-layers 2 --checkpoint-activations --recompute-num-layers 2
+same_bits "(1,3,2) --decoder-last-pipeline-num-layers 2" uneven-last2 uneven-last2-recompute \
+    "--checkpoint-activations --recompute-num-layers 2"
 layers_of() {  # "stage:layers " of each stage, from the start-up memory table
     grep -oE 'rank +[0-9]+ \(stage [0-9]+, (layers [0-9]+-[0-9]+|no layers)\)' $B/uneven-$1.log |
         sed -E 's/.*stage ([0-9]+), (.*)\)/\1:\2/' | sort -u | tr '\n' ' '
@@ -100,6 +107,9 @@ for layout in "2 1 1" "4 1 1" "1 2 1" "1 4 1" "1 1 2" "1 1 4" "2 2 1" "2 1 2" "1
     record bloom-tp$1-pp$2-dp$3 $1 $2 $3
     $B/../test_parallel --compare $B/bloom-ref $B/bloom-tp$1-pp$2-dp$3 "ALiBi ($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
 done
+# and recomputed (the embedding LayerNorm is kept; each recomputed layer re-runs ALiBi's attention)
+record bloom-tp2-pp2-dp2-recompute 2 2 2 --checkpoint-activations
+same_bits "ALiBi (2,2,2)" bloom-tp2-pp2-dp2 bloom-tp2-pp2-dp2-recompute --checkpoint-activations
 flags=$learned_flags
 
 # the same layout twice: the same bits
