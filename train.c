@@ -354,9 +354,9 @@ static void check_recompute(Config* a) {
     if (a->recompute_granularity == GRANULARITY_FULL && a->recompute_method == RECOMPUTE_NONE)
         config_error("--recompute-granularity full needs --recompute-method uniform or block (as in Megatron-LM)");
     if (a->recompute_num_layers > most)
-        config_error("--recompute-num-layers %d is more than any pipeline stage holds (%d layers: --num-layers %d over "
-                     "--pipeline-model-parallel-size %d)", a->recompute_num_layers, most, a->model.num_layers,
-                     a->pipeline_model_parallel_size);
+        config_error("--recompute-num-layers %d is more layers than any pipeline stage holds (the largest: %d of "
+                     "--num-layers %d over --pipeline-model-parallel-size %d)", a->recompute_num_layers, most,
+                     a->model.num_layers, a->pipeline_model_parallel_size);
     a->model.recompute_method = a->recompute_method;
     a->model.recompute_num_layers = a->recompute_num_layers ? a->recompute_num_layers : 1;
 }

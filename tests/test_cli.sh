@@ -53,7 +53,7 @@ expect_error "--recompute-granularity selective, not implemented" "--recompute-g
 expect_error "a recompute method that does not exist" "--recompute-method must be one of none | uniform | block" \
     $base $full --recompute-method chunked
 expect_error "--recompute-num-layers below 1" "--recompute-num-layers must be at least 1" $base --checkpoint-activations --recompute-num-layers 0
-expect_error "--recompute-num-layers beyond the stage's layers" "--recompute-num-layers 2 is more than the 1 layer(s) of a pipeline stage" \
+expect_error "--recompute-num-layers beyond the stage's layers" "--recompute-num-layers 2 is more layers than any pipeline stage holds (the largest: 1 of" \
     $base $full --recompute-method block --recompute-num-layers 2
 expect_error "--checkpoint-activations with the block method" "--checkpoint-activations is --recompute-granularity full --recompute-method uniform" \
     $base --checkpoint-activations --recompute-method block

@@ -177,7 +177,7 @@ expect_refusal "first/last-stage layers with a partition method" "give --pp-part
 expect_refusal "first/last-stage layers without a pipeline" "need --pipeline-model-parallel-size > 1" 1 --decoder-first-pipeline-num-layers 2
 expect_refusal "more stages than layer slots" "--pp-partition-method type:transformer|embedding: 4 layer slot(s) for 5 pipeline stages" \
     5 --num-layers 2 --pipeline-model-parallel-size 5 --pp-partition-method 'type:transformer|embedding'
-expect_refusal "--recompute-num-layers beyond the stages' layers" "--recompute-num-layers 3 is more than any pipeline stage holds (2 layers" 2 \
+expect_refusal "--recompute-num-layers beyond the stages' layers" "--recompute-num-layers 3 is more layers than any pipeline stage holds (the largest: 2 of" 2 \
     --num-layers 4 --pipeline-model-parallel-size 2 --checkpoint-activations --recompute-num-layers 3
 
 # ranks started with different flags: one line naming the flag and two ranks, exit 2 (it used
