@@ -10,7 +10,8 @@ What lives here:
     tensor), so every parallel layout starts from the very same weights;
   - the activation arena: everything a micro-batch keeps from its forward to its backward,
     one "slot" per micro-batch in flight, sized once at start;
-  - forward and backward of one micro-batch through this stage.
+  - forward and backward of one micro-batch through this stage, with activation
+    recomputation when asked (a chunk of layers keeps its input only, and re-runs its forward).
 
 Rules it keeps: the model calls the kernels of kernels.cuh by their common names and the
 tensor-parallel operators of parallel.h; it never allocates after gpt_build().
@@ -69,9 +70,16 @@ typedef struct { const char* v[MAX_LIST]; int count; } StringList;
 #define CTYPE_LIST StringList
 #define DECLARE_FIELD(kind, name, ...) CTYPE_##kind name;
 
+// activation recomputation, in --recompute-method's order (train.c's check_recompute)
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_UNIFORM, RECOMPUTE_BLOCK } RecomputeMethod;
+
 typedef struct {
     GPT_CONFIG_FIELDS(DECLARE_FIELD)
     int padded_vocab_size;   // derived: vocab_size rounded up (see padded_vocab_size())
+    // derived from the run's --recompute-* flags (train.c): how backward gets its activations
+    // back, never stored in checkpoints (a run may resume with or without it)
+    int recompute_method;    // RecomputeMethod
+    int recompute_num_layers;
 } GPTConfig;
 
 typedef enum { MATCH, STORED, NOT_STORED } CheckpointRole;
@@ -240,6 +248,8 @@ typedef struct GPT {
     // activation arena
     int num_slots;                                   // micro-batches in flight (1F1B: up to PP)
     MicroBatchActivations* slots;
+    int longest_chunk;                               // layers in the longest recomputed chunk (0: none)
+    LayerActivations* recompute_layers;              // [longest_chunk] scratch of the chunk being recomputed
     floatX* logits;                                  // [B*T, vocab_local], last stage, one micro-batch at a time
     float *ce_max, *ce_sums, *losses, *host_losses;
     floatX *dres, *dbuf_a, *dbuf_b;                  // backward scratch, reused layer after layer
@@ -247,6 +257,7 @@ typedef struct GPT {
     void* arena;
     size_t arena_bytes;
     size_t slot_bytes;                               // activation bytes of one micro-batch in flight
+    size_t recompute_bytes;                          // the recomputation scratch (part of arena_bytes)
 } GPT;
 
 static floatX* param_of(const GPT* m, int id) { return id < 0 ? NULL : m->params + m->tensors[id].offset; }
@@ -419,6 +430,58 @@ static void gpt_init_params(GPT* m) {
 }
 
 // ----------------------------------------------------------------------------
+// activation recomputation (Chen et al. 2016; Megatron-LM's --recompute-granularity full)
+// The layers of a stage are cut into chunks. From a recomputed chunk's forward a micro-batch
+// keeps only the chunk's output, which is the next chunk's input; everything else the chunk
+// computes goes to one scratch shared by all micro-batches, and the chunk's backward first
+// runs its forward again to fill that scratch. uniform: chunks of N layers (the last one
+// shorter when N does not divide the stage's layers, as Megatron-LM cuts them); block: the
+// stage's first N layers are chunks of one, the others keep all their activations.
+// Recomputation changes no value: the same kernels see the same inputs (there is no dropout).
+
+// the recomputed chunk [*first, *end) that local layer i is in; 0: layer i is not recomputed
+static int recompute_chunk(const GPT* m, int i, int* first, int* end) {
+    int n = m->cfg.recompute_num_layers, L = m->num_local_layers;
+    if (m->cfg.recompute_method == RECOMPUTE_UNIFORM) {
+        *first = i / n * n;
+        *end = *first + n < L ? *first + n : L;
+        return 1;
+    }
+    if (m->cfg.recompute_method == RECOMPUTE_BLOCK && i < n) {
+        *first = i;
+        *end = i + 1;
+        return 1;
+    }
+    return 0;
+}
+
+// Does a micro-batch keep local layer i's output until its backward? A layer that is not
+// recomputed keeps everything; a recomputed one only when something after its chunk reads it:
+// the next layer, or the final LayerNorm (last stage). A stage's output that goes to the next
+// stage is sent right after the forward, and the scratch may hold it till then.
+static int keeps_output(const GPT* m, int i) {
+    int first, end;
+    if (!recompute_chunk(m, i, &first, &end)) return 1;
+    if (i == m->num_local_layers - 1) return m->is_last_stage;
+    return i == end - 1;
+}
+
+// Does some recomputed layer at position k of its chunk leave its output in the scratch?
+static int scratch_holds_output(const GPT* m, int k) {
+    int first, end;
+    for (int i = 0; i < m->num_local_layers; i++)
+        if (recompute_chunk(m, i, &first, &end) && i - first == k && !keeps_output(m, i)) return 1;
+    return 0;
+}
+
+static int longest_recomputed_chunk(const GPT* m) {
+    int longest = 0, first, end;
+    for (int i = 0; i < m->num_local_layers; i++)
+        if (recompute_chunk(m, i, &first, &end) && end - first > longest) longest = end - first;
+    return longest;
+}
+
+// ----------------------------------------------------------------------------
 // the activation arena
 // Laid out twice: once with no base to add up its size, once to hand out the pointers.
 
@@ -434,9 +497,35 @@ static void* arena_take(Arena* a, size_t bytes) {
 }
 #define TAKE(arena, type, count) ((type*)arena_take((arena), (size_t)(count) * sizeof(type)))
 
-static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
+// one layer's activations; its output (res3) only when `with_output`
+static void layout_layer(GPT* m, Arena* a, LayerActivations* L, int with_output) {
     size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
     size_t Cl = m->hidden_local, Fl = m->ffn_local, NHl = m->heads_local;
+    L->ln1 = TAKE(a, floatX, N * C);
+    L->ln1_mean = TAKE(a, float, N);
+    L->ln1_rstd = TAKE(a, float, N);
+    L->qkv = TAKE(a, floatX, N * 3 * Cl);
+    L->atty = TAKE(a, floatX, N * Cl);
+    L->att = TAKE(a, floatX, (size_t)m->B * NHl * m->T * m->T);
+    L->res2 = TAKE(a, floatX, N * C);
+    L->ln2 = TAKE(a, floatX, N * C);
+    L->ln2_mean = TAKE(a, float, N);
+    L->ln2_rstd = TAKE(a, float, N);
+    L->fch = TAKE(a, floatX, N * Fl);
+    L->fch_gelu = TAKE(a, floatX, N * Fl);
+    L->res3 = with_output ? TAKE(a, floatX, N * C) : NULL;
+}
+
+// the scratch of the chunk being recomputed: one layer's activations per position in a chunk
+static void layout_recompute_scratch(GPT* m, Arena* a) {
+    size_t before = a->used;
+    for (int k = 0; k < m->longest_chunk; k++)
+        layout_layer(m, a, &m->recompute_layers[k], scratch_holds_output(m, k));
+    m->recompute_bytes = a->used - before;
+}
+
+static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
+    size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
     s->tokens = TAKE(a, int, N);
     s->targets = TAKE(a, int, N);
     s->input = TAKE(a, floatX, N * C);
@@ -446,20 +535,13 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
         s->embed_ln_rstd = TAKE(a, float, N);
     }
     for (int i = 0; i < m->num_local_layers; i++) {
-        LayerActivations* L = &s->layers[i];
-        L->ln1 = TAKE(a, floatX, N * C);
-        L->ln1_mean = TAKE(a, float, N);
-        L->ln1_rstd = TAKE(a, float, N);
-        L->qkv = TAKE(a, floatX, N * 3 * Cl);
-        L->atty = TAKE(a, floatX, N * Cl);
-        L->att = TAKE(a, floatX, (size_t)m->B * NHl * m->T * m->T);
-        L->res2 = TAKE(a, floatX, N * C);
-        L->ln2 = TAKE(a, floatX, N * C);
-        L->ln2_mean = TAKE(a, float, N);
-        L->ln2_rstd = TAKE(a, float, N);
-        L->fch = TAKE(a, floatX, N * Fl);
-        L->fch_gelu = TAKE(a, floatX, N * Fl);
-        L->res3 = TAKE(a, floatX, N * C);
+        int first, end;
+        if (!recompute_chunk(m, i, &first, &end)) {
+            layout_layer(m, a, &s->layers[i], 1);
+            continue;
+        }
+        s->layers[i] = m->recompute_layers[i - first];   // in the shared scratch ...
+        if (keeps_output(m, i)) s->layers[i].res3 = TAKE(a, floatX, N * C);   // ... but for its output
     }
     if (m->is_last_stage) {
         s->lnf = TAKE(a, floatX, N * C);
@@ -471,16 +553,18 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
 static void layout_arena(GPT* m, Arena* a) {
     size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
     size_t Cl = m->hidden_local, Fl = m->ffn_local;
+    layout_recompute_scratch(m, a);   // first: the slots' recomputed layers point into it
     for (int s = 0; s < m->num_slots; s++) {
         size_t before = a->used;
         layout_slot(m, a, &m->slots[s]);
         m->slot_bytes = a->used - before;
     }
-    size_t widest = Fl > 3 * Cl ? Fl : 3 * Cl;
-    widest = widest > C ? widest : C;
+    // block_backward's two buffers take turns: dbuf_a holds the MLP's gradients (N x Fl) and
+    // inputs' (N x C), dbuf_b the QKV gradient (N x 3Cl) and inputs' (N x C)
+    size_t wide_a = Fl > C ? Fl : C, wide_b = 3 * Cl > C ? 3 * Cl : C;
     m->dres = TAKE(a, floatX, N * C);
-    m->dbuf_a = TAKE(a, floatX, N * widest);
-    m->dbuf_b = TAKE(a, floatX, N * widest);
+    m->dbuf_a = TAKE(a, floatX, N * wide_a);
+    m->dbuf_b = TAKE(a, floatX, N * wide_b);
     m->att_scratch = TAKE(a, floatX, attention_scratch_elements(m->B, m->T, m->heads_local, C / m->cfg.num_attention_heads));
     if (m->is_last_stage) {
         m->logits = TAKE(a, floatX, N * m->vocab_local);
@@ -531,6 +615,8 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
     build_tensor_table(m);
     m->num_params_padded = CEIL_DIV(m->num_params, (size_t)pad_multiple) * pad_multiple;
     m->num_slots = num_slots;
+    m->longest_chunk = longest_recomputed_chunk(m);
+    m->recompute_layers = (LayerActivations*)callocCheck(m->longest_chunk, sizeof(LayerActivations));
     m->slots = (MicroBatchActivations*)callocCheck(num_slots, sizeof(MicroBatchActivations));
     for (int s = 0; s < num_slots; s++)
         m->slots[s].layers = (LayerActivations*)callocCheck(m->num_local_layers, sizeof(LayerActivations));
@@ -564,6 +650,7 @@ static void gpt_free(GPT* m) {
     dev_free(m->grads);
     for (int s = 0; s < m->num_slots; s++) free(m->slots[s].layers);
     free(m->slots);
+    free(m->recompute_layers);
     free(m->tensors);
     free(m->layer_tensors);
     free(m->host_losses);
@@ -714,9 +801,18 @@ static void embedding_backward(GPT* m, MicroBatchActivations* s) {
 // logits are shared by all slots). On other stages m->dres must hold the gradient of the
 // stage's output (received from the next stage); afterwards it holds the gradient of the
 // stage's input (to send to the previous stage). dloss is d(loss)/d(each token's loss).
+// Reaching the last layer of a recomputed chunk, the chunk's forward runs again from the
+// chunk's input, which the slot kept, and refills the scratch (its tensor-parallel all-reduces
+// run again too). It also writes the chunk's output again, where the forward put it: the same
+// bits, and nobody reads them any more (what came after the chunk is done).
 static void gpt_backward(GPT* m, int slot, float dloss) {
     MicroBatchActivations* s = &m->slots[slot];
     if (m->is_last_stage) head_backward(m, s, dloss);
-    for (int i = m->num_local_layers - 1; i >= 0; i--) block_backward(m, s, i);
+    for (int i = m->num_local_layers - 1; i >= 0; i--) {
+        int first, end;
+        if (recompute_chunk(m, i, &first, &end) && i == end - 1)
+            for (int k = first; k < end; k++) block_forward(m, s, k);
+        block_backward(m, s, i);
+    }
     if (m->is_first_stage) embedding_backward(m, s);
 }

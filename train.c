@@ -33,6 +33,10 @@ step -> log -> sampling -> the run -> main.
     X(INT, micro_batch_size, "4", 1, "samples per micro-batch")                                                        \
     X(INT, global_batch_size, NULL, 0, "samples per step (0: micro-batch x DP)")                                       \
     X(INT3, rampup_batch_size, NULL, 0, "START INCREMENT SAMPLES: ramp the global batch up")                           \
+    X(SWITCH, checkpoint_activations, NULL, 0, "= --recompute-granularity full --recompute-method uniform")            \
+    X(CHOICE, recompute_granularity, "none", 0, "none | full | selective (selective: not implemented)")                \
+    X(CHOICE, recompute_method, "none", 0, "none | uniform | block (which layers: see --recompute-num-layers)")        \
+    X(INT, recompute_num_layers, NULL, 1, "N: uniform: layers per chunk; block: first N layers of a stage (1)")        \
     X(INT, train_iters, NULL, 0, "steps to train (0 with --save: save the initial model)")                            \
     X(LONG, train_samples, NULL, 0, "samples to train (instead of --train-iters)")                                     \
     X(FLOAT, lr, "1e-4", 0, "peak learning rate")                                                                      \
@@ -83,6 +87,7 @@ step -> log -> sampling -> the run -> main.
 
 typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_INVERSE_SQRT } LRDecayStyle;   // in --lr-decay-style's order
 typedef enum { PARTITION_UNIFORM, PARTITION_TRANSFORMER, PARTITION_TRANSFORMER_EMBEDDING } PartitionMethod;   // --pp-partition-method
+typedef enum { GRANULARITY_NONE, GRANULARITY_FULL, GRANULARITY_SELECTIVE } RecomputeGranularity;   // --recompute-granularity
 
 typedef struct {
     GPTConfig model;
@@ -252,13 +257,18 @@ static int stage_layer_counts(const Config* a, int* counts, char* err, size_t le
     return 0;
 }
 
-// this rank's pipeline stage (the flags were checked by check_model)
-static PipelineStage this_stage(const Config* a) {
-    int PP = a->pipeline_model_parallel_size;
-    int* counts = (int*)mallocCheck(PP * sizeof(int));
+// the layers of each pipeline stage, malloc'd (the flags were checked by check_model)
+static int* stage_layers(const Config* a) {
+    int* counts = (int*)mallocCheck(a->pipeline_model_parallel_size * sizeof(int));
     char err[512];
     if (stage_layer_counts(a, counts, err, sizeof(err))) fail("%s", err);
-    PipelineStage s = {grid.pp_rank, PP, 0, counts[grid.pp_rank]};
+    return counts;
+}
+
+// this rank's pipeline stage
+static PipelineStage this_stage(const Config* a) {
+    int* counts = stage_layers(a);
+    PipelineStage s = {grid.pp_rank, a->pipeline_model_parallel_size, 0, counts[grid.pp_rank]};
     for (int p = 0; p < grid.pp_rank; p++) s.first_layer += counts[p];
     free(counts);
     return s;
@@ -317,6 +327,42 @@ static LossScaler make_loss_scaler(const Config* a) {
     return s;
 }
 
+// Activation recomputation as Megatron-LM asks for it: --recompute-granularity full, a
+// --recompute-method and --recompute-num-layers N (1 if not given, as Megatron-LM had it and
+// Megatron-DeepSpeed has it); or Megatron-DeepSpeed's --checkpoint-activations, which is full
+// and uniform. N counts layers of one pipeline stage: more than the largest stage holds is
+// refused (Megatron-LM's range); a stage with fewer recomputes them all in one chunk, and
+// uniform lets the last chunk be shorter when N does not divide them, as Megatron-LM does.
+// Writes the model's recompute_method and recompute_num_layers.
+static void check_recompute(Config* a) {
+    int* layers = stage_layers(a), most = 0;
+    for (int p = 0; p < a->pipeline_model_parallel_size; p++) most = layers[p] > most ? layers[p] : most;
+    free(layers);
+    if (a->checkpoint_activations) {
+        if (a->recompute_granularity == GRANULARITY_SELECTIVE || a->recompute_method == RECOMPUTE_BLOCK)
+            config_error("--checkpoint-activations is --recompute-granularity full --recompute-method uniform: it cannot go "
+                         "with --recompute-granularity selective or --recompute-method block");
+        a->recompute_granularity = GRANULARITY_FULL;
+        a->recompute_method = RECOMPUTE_UNIFORM;
+    }
+    if (a->recompute_granularity == GRANULARITY_SELECTIVE)
+        config_error("--recompute-granularity selective (Megatron-LM's recomputation of the attention core alone) is not "
+                     "implemented: use --recompute-granularity full with --recompute-method uniform or block");
+    if (a->recompute_granularity == GRANULARITY_NONE && a->recompute_method != RECOMPUTE_NONE)
+        config_error("--recompute-method needs --recompute-granularity full (as in Megatron-LM)");
+    if (a->recompute_granularity == GRANULARITY_NONE && a->recompute_num_layers)
+        config_error("--recompute-num-layers needs --recompute-granularity full and a --recompute-method (or "
+                     "--checkpoint-activations)");
+    if (a->recompute_granularity == GRANULARITY_FULL && a->recompute_method == RECOMPUTE_NONE)
+        config_error("--recompute-granularity full needs --recompute-method uniform or block (as in Megatron-LM)");
+    if (a->recompute_num_layers > most)
+        config_error("--recompute-num-layers %d is more layers than any pipeline stage holds (the largest: %d of "
+                     "--num-layers %d over --pipeline-model-parallel-size %d)", a->recompute_num_layers, most,
+                     a->model.num_layers, a->pipeline_model_parallel_size);
+    a->model.recompute_method = a->recompute_method;
+    a->model.recompute_num_layers = a->recompute_num_layers ? a->recompute_num_layers : 1;
+}
+
 static void check_run(Config* a) {
     int dp = grid.world_size / (a->tensor_model_parallel_size * a->pipeline_model_parallel_size);
     // batch
@@ -343,6 +389,7 @@ static void check_run(Config* a) {
     if (a->adam_eps <= 0.0f) config_error("--adam-eps must be positive");
     check_precision(a);
     if (a->temperature <= 0.0f) config_error("--temperature must be positive");
+    check_recompute(a);
 }
 
 // ----------------------------------------------------------------------------
@@ -519,16 +566,34 @@ static void open_data(DataSplits* d, Config* a, const int64_t want[3]) {
 // ----------------------------------------------------------------------------
 // measures
 
-// Model FLOPs of one training step of global batch Bg (Narayanan et al. 2021, §5.1, without
-// activation recomputation): a forward pass costs 2 FLOPs per multiply-add,
+// layers of the whole model whose forward runs a second time in backward (activation
+// recomputation): all of them (uniform), the first N of each pipeline stage, all of a stage's
+// when it holds fewer (block), or none
+static int recomputed_layers(const Config* a) {
+    const GPTConfig* c = &a->model;
+    if (c->recompute_method != RECOMPUTE_BLOCK) return c->recompute_method == RECOMPUTE_UNIFORM ? c->num_layers : 0;
+    int* layers = stage_layers(a), total = 0;
+    for (int p = 0; p < a->pipeline_model_parallel_size; p++)
+        total += layers[p] < c->recompute_num_layers ? layers[p] : c->recompute_num_layers;
+    free(layers);
+    return total;
+}
+
+// Model FLOPs of one training step of global batch B (Narayanan et al. 2021, §5.1 and its
+// appendix): a forward pass costs 2 FLOPs per multiply-add,
 //   per layer: 2 B s (3h^2 + h^2 + 2 h F)  (QKV, projection, MLP)  +  4 B s^2 h  (scores, values)
 //   logits:    2 B s h V
-// and the backward twice the forward. For F = 4h this is 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
-static double flops_per_step(const GPTConfig* c, int global_batch) {
+// and the backward twice the forward. For F = 4h a layer's forward is 24 B s h^2 (1 + s/(6h)),
+// so forward and backward make 72 B s l h^2 (1 + s/(6h) + V/(12 l h)). Activation
+// recomputation runs the forward of the recomputed layers once more, not the logits (the head
+// keeps its activations): with every layer recomputed the layers make four passes, the logits
+// three, 4 x 24 B s l h^2 (1 + s/(6h)) + 3 x 2 B s h V = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)),
+// the paper's formula (which assumes recomputation). `recomputed`: recomputed_layers().
+static double flops_per_step(const GPTConfig* c, int global_batch, int recomputed) {
     double B = global_batch, s = c->seq_length, h = c->hidden_size, F = c->ffn_hidden_size;
     double l = c->num_layers, V = c->padded_vocab_size;
-    double forward = l * (2.0 * B * s * (4.0 * h * h + 2.0 * h * F) + 4.0 * B * s * s * h) + 2.0 * B * s * h * V;
-    return 3.0 * forward;
+    double layer = 2.0 * B * s * (4.0 * h * h + 2.0 * h * F) + 4.0 * B * s * s * h, logits = 2.0 * B * s * h * V;
+    return (3.0 * l + recomputed) * layer + 3.0 * logits;
 }
 
 static double peak_rss_gib(void) {
@@ -607,8 +672,12 @@ static void print_memory(const Trainer* t) {
     gather_to_rank0(&grid.world, mine, all, 7);
     if (grid.world_rank == 0) {
         double mib = 1024.0 * 1024.0;
+        char recompute[96] = "";
+        if (m->longest_chunk > 0)
+            snprintf(recompute, sizeof(recompute), " + a recomputed chunk's scratch of %.1f MiB (%d layer(s))",
+                     m->recompute_bytes / mib, m->longest_chunk);
         printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations "
-               "(%d micro-batch slot(s) of %.1f MiB + backward scratch)\n", m->num_slots, m->slot_bytes / mib);
+               "(%d micro-batch slot(s) of %.1f MiB%s + backward scratch)\n", m->num_slots, m->slot_bytes / mib, recompute);
         for (int r = 0; r < grid.world_size; r++) {   // each stage shows its layers: the balance can be seen
             const double* x = all + 7 * r;
             char layers[48] = "no layers";
@@ -660,8 +729,13 @@ static void print_setup(const Trainer* t) {
         data_splits_print(&t->data, stdout);
         if (a->eval_iters > 0 && !data_splits_has(&t->data, 1))
             printf("note: --split %s leaves no validation documents: no evaluation (as Megatron)\n", a->split);
-        printf("training: %d iterations, micro-batch %d, global batch %d%s\n", t->train_iters, a->micro_batch_size,
+        printf("training: %d iterations, micro-batch %d, global batch %d%s", t->train_iters, a->micro_batch_size,
                a->global_batch_size, t->batch.rampup_samples ? " (ramped up)" : "");
+        if (a->model.recompute_method == RECOMPUTE_UNIFORM)
+            printf("; activation recomputation: full, uniform, chunks of %d layer(s)", a->model.recompute_num_layers);
+        if (a->model.recompute_method == RECOMPUTE_BLOCK)
+            printf("; activation recomputation: full, block, the first %d layer(s) of a stage", a->model.recompute_num_layers);
+        printf("\n");
         fflush(stdout);
     }
     print_memory(t);
@@ -767,7 +841,8 @@ static void check_memory(const GPT* m, const char* table_flags) {
     double part[4] = {padded * sizeof(floatX), padded * sizeof(float), optimizer, (double)m->arena_bytes};
     const char* names[4] = {"parameters", "gradients", "optimizer state", "activations"};
     const char* flags[4] = {table_flags, table_flags, table_flags,
-                            "--micro-batch-size, --seq-length, --hidden-size, --num-attention-heads (scores: seq^2 per head)"};
+                            "--micro-batch-size, --seq-length, --hidden-size, --num-attention-heads (scores: seq^2 per head; "
+                            "--checkpoint-activations keeps less)"};
     const char* where;
     double total = part[0] + part[1] + part[2] + part[3], have = memory_available(&where);
     int largest = 0;
@@ -960,7 +1035,7 @@ static void log_step(const Trainer* t, const StepResult* r, LogWindow* w) {
     if (t->config.log_comm) log_comm(r);
     if (grid.world_rank != 0) return;
     double ms = 1000.0 * w->seconds / w->steps;
-    double flops = flops_per_step(&t->config.model, r->global_batch);
+    double flops = flops_per_step(&t->config.model, r->global_batch, recomputed_layers(&t->config));
     double loss = w->steps > w->nan_loss ? w->loss_sum / (w->steps - w->nan_loss) : NAN;
     printf(" iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |"
            " learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |"

@@ -12,7 +12,8 @@ token ids from a fixed seed, below the vocabulary):
   - throughput: tokens per second, and GFLOP/s of the model FLOPs that train.c's
     flops_per_step() counts (Narayanan et al. 2021);
   - memory: peak RSS (getrusage ru_maxrss) against the budget: (parameters + gradients +
-    two Adam moments) x 4 bytes + the activation arena (the model's arena_bytes);
+    two Adam moments) x 4 bytes + the activation arena (the model's arena_bytes); and the
+    arena with --checkpoint-activations against without, as gpt_plan_model lays it out;
   - where the time goes: more steps with gpt_forward, gpt_backward and optimizer_step
     timed apart, and every kernel call timed. For the kernels this file includes
     kernels.cuh first and, on the CPU build where each kernel name is a macro, points each
@@ -353,7 +354,7 @@ static void print_header(const Bench* b) {
 static void print_step(const Bench* b, const double* sorted_times) {
     const Shape* s = b->shape;
     double med = median_of_sorted(sorted_times, s->timed), min = sorted_times[0];
-    double flops = flops_per_step(&b->cfg, b->model.B);
+    double flops = flops_per_step(&b->cfg, b->model.B, 0);
     int tokens = b->model.B * b->model.T;
     printf("step (zero grads + forward + backward + AdamW with clipping, 1 micro-batch), %d warm-up + %d timed:\n",
            s->warmup, s->timed);
@@ -395,6 +396,37 @@ static void print_bench_memory(const Bench* b, double rss_start, double rss_buil
     printf("   peak / budget     %9.3f       (target <= 1.2 for 124M)\n", peak / budget);
     printf("   peak RSS so far:  %.1f MiB after MPI start, %.1f MiB after gpt_build + adamw_init, %.1f MiB at the end\n",
            rss_start, rss_built, peak);
+}
+
+// the activation arena gpt_plan_model lays out (nothing allocated, no step run) on one rank for
+// micro-batch B and sequence T, with recomputation `method` in chunks of one layer
+static size_t planned_arena(GPTConfig c, int B, int T, int method) {
+    c.seq_length = T;
+    c.recompute_method = method;
+    c.recompute_num_layers = 1;
+    GPT m;
+    gpt_plan_model(&m, &c, B, T, 0, 1, even_stage(c.num_layers, 0, 1), 1, 1);
+    size_t bytes = m.arena_bytes;
+    gpt_free(&m);
+    return bytes;
+}
+
+// --checkpoint-activations (full, uniform, chunks of one layer): the arena without and with, at
+// this shape's micro-batch and sequence and at the trainer's defaults
+static void print_recompute_memory(const Bench* b) {
+    Config defaults;
+    set_defaults(&defaults);
+    int sizes[2][2] = {{b->model.B, b->model.T}, {defaults.micro_batch_size, defaults.model.seq_length}};
+    double mib = 1024.0 * 1024.0;
+    printf("activation recomputation (--checkpoint-activations), the arena as gpt_plan_model lays it out:\n");
+    for (int k = 0; k < 2; k++) {
+        int B = sizes[k][0], T = sizes[k][1];
+        if ((k == 1 && B == sizes[0][0] && T == sizes[0][1]) || T > b->cfg.max_position_embeddings) continue;
+        double without = planned_arena(b->cfg, B, T, RECOMPUTE_NONE) / mib;
+        double with = planned_arena(b->cfg, B, T, RECOMPUTE_UNIFORM) / mib;
+        printf("   micro-batch %d, seq %4d %-26s %8.1f MiB without, %7.1f MiB with: %.3f of it (%.1f MiB less)\n", B, T,
+               k ? "(the trainer's defaults):" : "(this bench's shape):", without, with, with / without, without - with);
+    }
 }
 
 static double mean(const double* v, int n) {
@@ -461,6 +493,7 @@ int main(int argc, char** argv) {
     print_header(b);
     print_step(b, times);
     print_bench_memory(b, rss_start, rss_built);
+    print_recompute_memory(b);
     print_reference(b, times);
     print_kernels(b, print_phases(b, phases));
     fflush(stdout);

@@ -41,6 +41,23 @@ expect_error "token ids above --vocab-size, named with file and document" "corpu
 expect_error "ramp-up not divisible by micro batch" "--rampup-batch-size" --data-path "$data" --train-samples 64 \
     --micro-batch-size 4 --global-batch-size 16 --rampup-batch-size 6 2 32
 
+# activation recomputation: Megatron-LM's combinations that make no sense, one line naming the flags
+full="--recompute-granularity full"
+expect_error "--recompute-method without --recompute-granularity" "--recompute-method needs --recompute-granularity full" \
+    $base --recompute-method uniform
+expect_error "--recompute-num-layers without --recompute-granularity" "--recompute-num-layers needs --recompute-granularity full" \
+    $base --recompute-num-layers 1
+expect_error "--recompute-granularity full without a method" "--recompute-granularity full needs --recompute-method" $base $full
+expect_error "--recompute-granularity selective, not implemented" "--recompute-granularity selective (Megatron-LM's" \
+    $base --recompute-granularity selective
+expect_error "a recompute method that does not exist" "--recompute-method must be one of none | uniform | block" \
+    $base $full --recompute-method chunked
+expect_error "--recompute-num-layers below 1" "--recompute-num-layers must be at least 1" $base --checkpoint-activations --recompute-num-layers 0
+expect_error "--recompute-num-layers beyond the stage's layers" "--recompute-num-layers 2 is more layers than any pipeline stage holds (the largest: 1 of" \
+    $base $full --recompute-method block --recompute-num-layers 2
+expect_error "--checkpoint-activations with the block method" "--checkpoint-activations is --recompute-granularity full --recompute-method uniform" \
+    $base --checkpoint-activations --recompute-method block
+
 if ./train_cpu --help > "$tmp/help" 2>&1 && grep -q -- "--num-layers" "$tmp/help"; then ok "--help lists the flags"
 else bad "--help lists the flags" "$(head -3 "$tmp/help")"; fi
 

@@ -5,7 +5,8 @@
 # (1,1,1) and (2,2,2) next to ./train_cpu; the losses must agree within bf16 tolerance. The
 # same for the fp16 build (-DGRIDGPT_FP16, tests/build/train_emu_fp16) with --fp16 and a
 # static loss scale of 1024 (the CPU build runs the same scaler: a power of two changes no bit
-# there), within fp16 tolerance. Prints one PASS/FAIL line per check.
+# there), within fp16 tolerance. The bf16 runs train again with activation recomputation,
+# which must give the very same bits. Prints one PASS/FAIL line per check.
 #
 # Tolerance: |loss_emu - loss_cpu| <= u * loss_cpu at every step, u the unit roundoff of the
 # 16-bit type: 2^-8 for bf16 (8 significant bits), 2^-11 for fp16 (11). The CPU build keeps
@@ -64,14 +65,34 @@ run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 32 --num-at
 --micro-batch-size 2 --global-batch-size 8 --train-iters 10 --log-interval 1 --eval-iters 0 --split 90,10,0 --lr 1e-2"
 losses() { sed -nE 's/^ iteration +([0-9]+)\/.*\| lm loss: ([0-9.E+-]+) \|.*/\1 \2/p' "$1"; }
 
-# compare NAME NP TP PP GUARD BINARY TOLERANCE [FLAGS...]: BINARY against train_cpu, both with FLAGS
+# the log lines without their timing fields: losses, grad norms, learning rates, counters
+strip_timing() { grep -E '^ iteration' "$1" | sed -E 's/elapsed time per iteration \(ms\): [0-9.]+//; s/samples per second: [0-9.]+//; s/TFLOPs: [0-9.]+//'; }
+
+# within TOLERANCE LOG CPU_LOG: "ok ..." or "bad ...", the losses of LOG against train_cpu's
+within() {
+    losses "$2" > "$tmp/a.l"; losses "$3" > "$tmp/b.l"
+    join "$tmp/a.l" "$tmp/b.l" | awk -v tol="$1" '
+        { n++; d = $2 - $3; if (d < 0) d = -d; r = d / $3
+          if (!(r <= tol)) { fail = 1 }          # NaN fails too
+          if (r > worst || worst == "") { worst = r; at = $1 }
+          steps = steps sprintf(" %d:%.1e", $1, r) }
+        END { printf "%s %d steps, worst relative difference %.2e at step %s (tolerance %.2e); per step:%s\n",
+                     (n == 10 && !fail) ? "ok" : "bad", n, worst, at, tol, steps }'
+}
+
+# compare NAME NP TP PP GUARD BINARY TOLERANCE RECOMPUTE [FLAGS...]: BINARY against train_cpu,
+# both with FLAGS; then, unless RECOMPUTE is "", BINARY again with the recomputation flags
+# RECOMPUTE, which must change no bit of the log lines or of the saved checkpoint under the
+# emulation. On a real GPU the word embedding's gradient adds with atomics in no fixed order, so
+# no two runs are bit-identical: there the recomputing run is held to the tolerance instead.
 compare() {
-    local name=$1 np=$2 tp=$3 pp=$4 guard=$5 bin=$6 tol=$7 t0 t1
-    shift 7
+    local name=$1 np=$2 tp=$3 pp=$4 guard=$5 bin=$6 tol=$7 recompute=$8 t0 t1
+    shift 8
     local args="$run --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp $*"
     [ -n "${GPU_BINARY:-}" ] || name="$name, EMU_GUARD=$guard"
+    rm -rf "$tmp/emu.ckpt" "$tmp/rc.ckpt"
     t0=$(date +%s.%N)
-    $MPIRUN -x EMU_GUARD="$guard" -np "$np" $bin $args > "$tmp/emu" 2>&1
+    $MPIRUN -x EMU_GUARD="$guard" -np "$np" $bin $args --save "$tmp/emu.ckpt" > "$tmp/emu" 2>&1
     local s_emu=$?
     t1=$(date +%s.%N)
     $MPIRUN -np "$np" ./train_cpu $args > "$tmp/cpu" 2>&1
@@ -80,27 +101,36 @@ compare() {
         bad "$name" "exit status emu $s_emu, cpu $s_cpu: $(grep -m2 -i error "$tmp/emu" "$tmp/cpu")"
         return
     fi
-    losses "$tmp/emu" > "$tmp/emu.l"; losses "$tmp/cpu" > "$tmp/cpu.l"
-    local report
-    report=$(join "$tmp/emu.l" "$tmp/cpu.l" | awk -v tol="$tol" '
-        { n++; d = $2 - $3; if (d < 0) d = -d; r = d / $3
-          if (!(r <= tol)) { fail = 1 }          # NaN fails too
-          if (r > worst || worst == "") { worst = r; at = $1 }
-          steps = steps sprintf(" %d:%.1e", $1, r) }
-        END { printf "%s %d steps, worst relative difference %.2e at step %s (tolerance %.2e); per step:%s\n",
-                     (n == 10 && !fail) ? "ok" : "bad", n, worst, at, tol, steps }')
-    local secs
+    local report secs
+    report=$(within "$tol" "$tmp/emu" "$tmp/cpu")
     secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b - a}')
     if [ "${report%% *}" = ok ]; then ok "$name: ${report#* } (emulated run ${secs} s)"
     else bad "$name" "${report#* }; emu: $(tail -2 "$tmp/emu" | head -c 300)"; fi
+
+    [ -n "$recompute" ] || return 0
+    local what="$(basename "$bin") with $recompute at (TP,PP,DP)=($tp,$pp,$((np / (tp * pp))))"
+    if ! $MPIRUN -x EMU_GUARD="$guard" -np "$np" $bin $args $recompute --save "$tmp/rc.ckpt" > "$tmp/rc" 2>&1; then
+        bad "$what" "$(grep -m2 -i error "$tmp/rc")"
+        return
+    fi
+    if [ -n "${GPU_BINARY:-}" ]; then
+        report=$(within "$tol" "$tmp/rc" "$tmp/cpu")
+        if [ "${report%% *}" = ok ]; then ok "$what matches train_cpu: ${report#* }"; else bad "$what" "${report#* }"; fi
+    elif [ "$(strip_timing "$tmp/emu" | wc -l)" -eq 10 ] && diff <(strip_timing "$tmp/emu") <(strip_timing "$tmp/rc") > /dev/null &&
+         cmp -s "$tmp/emu.ckpt/iter_0000010/tensors.bin" "$tmp/rc.ckpt/iter_0000010/tensors.bin"; then
+        ok "$what: bit-identical losses, grad norms and checkpoint (weights, moments) to the run without"
+    else bad "$what" "differs from the run without: $(diff <(strip_timing "$tmp/emu") <(strip_timing "$tmp/rc") | head -3)"; fi
 }
 
+# recomputation: at (1,1,1) one chunk of both layers (the first layer's output in the scratch),
+# at (2,2,2) one layer per stage (stage 0 sends its output from the scratch)
 name=$(basename "$BIN") bf16_tol=$(awk 'BEGIN{print 2^-8}') fp16_tol=$(awk 'BEGIN{print 2^-11}')
-compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1 end "$BIN" "$bf16_tol"
-compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" 8 2 2 start "$BIN" "$bf16_tol"
+compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1 end "$BIN" "$bf16_tol" \
+    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
+compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" 8 2 2 start "$BIN" "$bf16_tol" "--checkpoint-activations"
 if [ -z "${GPU_BINARY:-}" ]; then   # a real GPU's fp16 binary: make test-gpu
     compare "train_emu_fp16 --fp16 --loss-scale 1024 matches train_cpu over 10 steps at (1,1,1)" 1 1 1 end \
-        tests/build/train_emu_fp16 "$fp16_tol" --fp16 --loss-scale 1024
+        tests/build/train_emu_fp16 "$fp16_tol" "" --fp16 --loss-scale 1024
     compare "train_emu_fp16 --fp16 --loss-scale 1024 matches train_cpu over 10 steps at (2,2,2)" 8 2 2 start \
-        tests/build/train_emu_fp16 "$fp16_tol" --fp16 --loss-scale 1024
+        tests/build/train_emu_fp16 "$fp16_tol" "" --fp16 --loss-scale 1024
 fi

@@ -2,7 +2,8 @@
 # `make test-gpu`, for a machine with NVIDIA GPUs (8 for the (2,2,2) run): the kernel checks
 # of tests/test_emu_kernels.cpp built by nvcc and run on the GPU, in bf16 and in fp16
 # (-DGRIDGPT_FP16), then ./train_gpu against ./train_cpu over 10 steps at (1,1,1) and
-# (2,2,2) with the bf16 tolerance of tests/test_emu_train.sh. Ends with "N passed, M failed".
+# (2,2,2) with the bf16 tolerance of tests/test_emu_train.sh, with and without activation
+# recomputation. Ends with "N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -8,6 +8,8 @@ tests/test_model.c — the model and the training step, through the trainer's ow
   - a tiny model overfits one fixed batch;
   - two trainers with the same seed give bit-identical losses;
   - the config table: flags, defaults, ranges and choices parsed by walking it;
+  - activation recomputation: the same loss and gradients bit for bit, an arena that a step
+    fills exactly, the memory table showing that arena, the FLOPs of Megatron's 96 formula;
   - checkpoints saved and loaded through their narrow interface, with no trainer.
 usage: test_model DATA_PREFIX   (a small dataset made by ./preprocess)
 */
@@ -352,6 +354,158 @@ static void same_seed_same_losses(const char* data_prefix) {
     free(t);
 }
 
+// ----------------------------------------------------------------------------
+// activation recomputation
+
+// The activation arena filled with 0xFF bytes (a NaN as float, -1 as int), which no step
+// writes; afterwards, the bytes of the 256-byte blocks (the arena's alignment) a step wrote.
+static void poison_arena(GPT* m) { memset(m->arena, 0xFF, m->arena_bytes); }
+static size_t arena_bytes_written(const GPT* m) {
+    const uint32_t* w = (const uint32_t*)m->arena;
+    size_t written = 0;
+    for (size_t b = 0; b < m->arena_bytes / 256; b++) {
+        int any = 0;
+        for (int k = 0; k < 64 && !any; k++) any = w[b * 64 + k] != 0xFFFFFFFFu;
+        written += any ? 256 : 0;
+    }
+    return written;
+}
+
+// Every form of recomputation on one micro-batch gives the loss and the gradients of the model
+// without, bit for bit, from an arena that the step fills exactly (no buffer left unused). It
+// is smaller, but for one chunk of all the layers: with one micro-batch in flight its scratch
+// is what the slot no longer holds (it saves only where PP micro-batches share the scratch).
+static void recompute_same_bits(void) {
+    struct { int method, n, smaller; const char* name; } cases[] = {
+        {RECOMPUTE_NONE, 1, 0, "no recomputation"},
+        {RECOMPUTE_UNIFORM, 1, 1, "uniform, chunks of 1 layer"},
+        {RECOMPUTE_UNIFORM, 2, 1, "uniform, chunks of 2 layers (the last of the 3 alone)"},
+        {RECOMPUTE_UNIFORM, 3, 0, "uniform, one chunk of 3 layers"},
+        {RECOMPUTE_BLOCK, 2, 1, "block, the first 2 of 3 layers"},
+    };
+    double loss0 = 0.0;
+    float* grads0 = NULL;
+    size_t arena0 = 0;
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        GPTConfig c = tiny_config(1);
+        c.num_layers = 3;
+        c.ffn_hidden_size = 4 * c.hidden_size;
+        c.recompute_method = cases[k].method;
+        c.recompute_num_layers = cases[k].n;
+        GPT m;
+        gpt_build(&m, &c, 3, c.seq_length, 0, 1, 0, 1, 1, 1);
+        poison_arena(&m);
+        rng_state = 99;
+        random_batch(&m, c.vocab_size);
+        double loss = loss_and_grads(&m);
+        size_t written = arena_bytes_written(&m);
+        char name[160];
+        if (k == 0) {
+            loss0 = loss;
+            grads0 = (float*)mallocCheck(m.num_params * sizeof(float));
+            memcpy(grads0, m.grads, m.num_params * sizeof(float));
+            arena0 = m.arena_bytes;
+        } else {
+            snprintf(name, sizeof(name), "recomputation (%s): the same loss and gradients, bit for bit", cases[k].name);
+            check(loss == loss0 && memcmp(grads0, m.grads, m.num_params * sizeof(float)) == 0, name,
+                  "loss %.9g vs %.9g, or a gradient differs", loss, loss0);
+            snprintf(name, sizeof(name), "recomputation (%s): %s arena (%zu bytes, %zu without)", cases[k].name,
+                     cases[k].smaller ? "a smaller" : "the same", m.arena_bytes, arena0);
+            check(cases[k].smaller ? m.arena_bytes < arena0 : m.arena_bytes == arena0, name, "wrong size");
+        }
+        snprintf(name, sizeof(name), "%s: a step writes every 256-byte block of the arena (%zu bytes)", cases[k].name,
+                 m.arena_bytes);
+        check(written == m.arena_bytes && isfinite(loss), name, "%zu bytes written of %zu (loss %g)", written,
+              m.arena_bytes, loss);
+        gpt_free(&m);
+    }
+    free(grads0);
+}
+
+// rank 0's row of the start-up memory table in `path`: the activations' MiB (-1: no row)
+static double table_activations_mib(const char* path) {
+    FILE* f = fopen(path, "r");
+    char line[1024];
+    const char* p;
+    double x[4], mib = -1.0;
+    int rank;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, " rank %d", &rank) == 1 && rank == 0 && (p = strstr(line, "parameters:")) &&
+            sscanf(p, "parameters: %lf | %lf | %lf | %lf", &x[0], &x[1], &x[2], &x[3]) == 4)
+            mib = x[3];
+    if (f) fclose(f);
+    return mib;
+}
+
+// The trainer's start-up memory table shows the arena a training step really fills, with and
+// without --checkpoint-activations (the table prints MiB with one decimal; the shape is large
+// enough that the two differ by many of them)
+static void memory_table_is_the_arena(const char* data_prefix) {
+    const char* argv[] = {"train", "--data-path", data_prefix, "--num-layers", "4", "--hidden-size", "64",
+                          "--num-attention-heads", "4", "--seq-length", "128", "--micro-batch-size", "4",
+                          "--train-iters", "1", "--eval-iters", "0", "--split", "90,10,0", "--checkpoint-activations"};
+    int argc = (int)(sizeof(argv) / sizeof(argv[0]));
+    double mib = 1024.0 * 1024.0, table[2], arena[2];
+    for (int with = 0; with < 2; with++) {
+        char path[] = "/tmp/gridgpt_memory_table_XXXXXX";
+        int fd = mkstemp(path), saved = dup(1);
+        fflush(stdout);
+        dup2(fd, 1);   // the start-up lines go to the file
+        Trainer* t = (Trainer*)callocCheck(1, sizeof(Trainer));
+        trainer_setup(t, with ? argc : argc - 1, (char**)argv);
+        fflush(stdout);
+        dup2(saved, 1);
+        close(fd);
+        close(saved);
+        table[with] = table_activations_mib(path);
+        unlink(path);
+        poison_arena(&t->model);
+        train_step(t);
+        arena[with] = arena_bytes_written(&t->model) / mib;
+        char name[192];
+        snprintf(name, sizeof(name), "the memory table's activations are the arena a step fills%s: %.1f MiB",
+                 with ? " with --checkpoint-activations" : "", arena[with]);
+        check(fabs(table[with] - arena[with]) <= 0.05 && arena[with] == t->model.arena_bytes / mib, name,
+              "table %.1f MiB, the step wrote %.3f MiB of an arena of %.3f MiB", table[with], arena[with],
+              t->model.arena_bytes / mib);
+        trainer_free(t);
+        free(t);
+    }
+    check(arena[1] < 0.5 * arena[0], "--checkpoint-activations keeps less than half the activations of this shape",
+          "%.1f MiB vs %.1f MiB", arena[1], arena[0]);
+}
+
+// Model FLOPs against the closed forms for F = 4h (Narayanan et al. 2021): three passes
+// 72 B s l h^2 (1 + s/6h + V/12lh); every layer recomputed 96 B s l h^2 (1 + s/6h + V/16lh);
+// block adds one layer forward per recomputed layer: N of each stage, all of a smaller stage's
+static void flops_formulas(void) {
+    Config a;
+    set_defaults(&a);
+    a.model = tiny_config(0);
+    a.model.num_layers = 12;
+    a.model.hidden_size = 768;
+    a.model.ffn_hidden_size = 4 * 768;
+    a.model.seq_length = 1024;
+    a.model.padded_vocab_size = 50304;
+    a.pipeline_model_parallel_size = 2;
+    double B = 8, s = 1024, l = 12, h = 768, V = 50304, base = B * s * l * h * h;
+    double three = 72 * base * (1 + s / (6 * h) + V / (12 * l * h)), four = 96 * base * (1 + s / (6 * h) + V / (16 * l * h));
+    double layer_forward = 24 * B * s * h * h * (1 + s / (6 * h));
+    double got3 = flops_per_step(&a.model, 8, recomputed_layers(&a));
+    a.model.recompute_method = RECOMPUTE_UNIFORM;
+    a.model.recompute_num_layers = 3;
+    double got4 = flops_per_step(&a.model, 8, recomputed_layers(&a));
+    a.model.recompute_method = RECOMPUTE_BLOCK;   // stages of 6 and 6 layers: 3 + 3 recomputed
+    double got_block = flops_per_step(&a.model, 8, recomputed_layers(&a));
+    a.decoder_last_pipeline_num_layers = 2;      // stages of 10 and 2 layers: 3 + 2 recomputed
+    double got_uneven = flops_per_step(&a.model, 8, recomputed_layers(&a));
+    check(fabs(got3 / three - 1) < 1e-12 && fabs(got4 / four - 1) < 1e-12 &&
+          fabs(got_block / (three + 6 * layer_forward) - 1) < 1e-12 && fabs(got_uneven / (three + 5 * layer_forward) - 1) < 1e-12,
+          "model FLOPs: 72 form, 96 form with every layer recomputed, block counts its recomputed layers per stage",
+          "%.6g vs %.6g, %.6g vs %.6g, block %.6g vs %.6g, uneven %.6g vs %.6g", got3, three, got4, four, got_block,
+          three + 6 * layer_forward, got_uneven, three + 5 * layer_forward);
+}
+
 // CRC-32's standard check value (zlib, IEEE 802.3): "123456789" -> cbf43926; also across the
 // 8-byte steps of the sliced loop, and continued over two calls
 static void crc32_check_value(void) {
@@ -443,8 +597,12 @@ int main(int argc, char** argv) {
     loss_scaler_rules();
     overfit_one_batch();
     checkpoint_without_trainer();
-    if (argc > 1) same_seed_same_losses(argv[1]);
-    else check(0, "same seed, same losses", "usage: test_model DATA_PREFIX");
+    recompute_same_bits();
+    flops_formulas();
+    if (argc > 1) {
+        same_seed_same_losses(argv[1]);
+        memory_table_is_the_arena(argv[1]);
+    } else check(0, "same seed, same losses", "usage: test_model DATA_PREFIX");
     int status = tests_summary();
     grid_finish();
     return status;

@@ -3,8 +3,9 @@
 # A tiny model with gradient accumulation and batch-size ramp-up trains 22 steps under each
 # (TP, PP, DP) layout; losses and grad norms at every step and the final weights must match
 # the (1,1,1) run within 1e-5 relative (tests/test_parallel.c records and compares). Also:
-# the same layout twice is bit-identical, optimizer state shrinks as 1/DP, the communication
-# counters match the ring formulas, and a grid that does not fit is refused.
+# the same layout twice is bit-identical, so is each layout with activation recomputation,
+# optimizer state shrinks as 1/DP, the communication counters match the ring formulas, and a
+# grid that does not fit is refused.
 set -u
 data=${1:?usage: test_parallel.sh DATA_PREFIX}
 B=tests/build/parallel
@@ -31,12 +32,37 @@ record() {  # name tp pp dp [extra flags]
     [ $status -eq 0 ] || bad "$name run" "exit status $status: $(grep -m1 error $B/$name.log)"
 }
 
-record ref 1 1 1
-for layout in "2 1 1" "4 1 1" "1 2 1" "1 4 1" "1 1 2" "1 1 4" "2 2 1" "2 1 2" "1 2 2" "2 2 2"; do
-    set -- $layout
+# Activation recomputation changes no value: each layout runs again with one of its forms
+# (every method, chunk lengths that divide a stage's layers and one that does not), and its
+# losses, grad norms, weights and optimizer state must be the same bits.
+same_bits() {  # name run recomputed-run flags
+    if cmp -s $B/$2.steps $B/$3.steps && [ "$(wc -l < $B/$2.steps)" -ge 20 ] &&
+       cmp -s $B/$2.ckpt/iter_0000022/tensors.bin $B/$3.ckpt/iter_0000022/tensors.bin; then
+        ok "$1 with $4: bit-identical losses, grad norms, weights and optimizer state"
+    else bad "$1 with $4" "the recordings differ from the run without recomputation"; fi
+}
+
+full="--recompute-granularity full --recompute-method"
+runs=("1 1 1|--checkpoint-activations"                    # one process: every layer alone
+      "2 1 1|$full uniform --recompute-num-layers 3"      # 4 layers: chunks of 3 and 1
+      "4 1 1|$full uniform --recompute-num-layers 4"      # one chunk
+      "1 2 1|$full uniform --recompute-num-layers 2"      # 2 layers per stage: one chunk each
+      "1 4 1|--checkpoint-activations"
+      "1 1 2|$full block --recompute-num-layers 2"        # layers 0 and 1 recomputed, 2 and 3 kept
+      "1 1 4|$full uniform --recompute-num-layers 2"
+      "2 2 1|$full block --recompute-num-layers 1"
+      "2 1 2|$full uniform --recompute-num-layers 3"
+      "1 2 2|--checkpoint-activations --recompute-num-layers 2"
+      "2 2 2|$full uniform --recompute-num-layers 2")
+for run in "${runs[@]}"; do
+    recompute=${run#*|}
+    set -- ${run%%|*}
     name="tp$1-pp$2-dp$3"
+    [ "$name" = tp1-pp1-dp1 ] && name=ref
     record $name $1 $2 $3
-    $B/../test_parallel --compare $B/ref $B/$name "($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
+    [ $name = ref ] || $B/../test_parallel --compare $B/ref $B/$name "($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
+    record $name-recompute $1 $2 $3 $recompute
+    same_bits "($1,$2,$3)" $name $name-recompute "$recompute"
 done
 
 # Uneven pipeline stages (4 layers): BigScience's split counting the embedding and the tied
@@ -53,6 +79,13 @@ uneven 1 4 1 te4 --pp-partition-method 'type:transformer|embedding'
 uneven 2 3 1 t3 --pp-partition-method type:transformer
 uneven 2 2 2 first1 --decoder-first-pipeline-num-layers 1
 uneven 1 3 2 last2 --decoder-last-pipeline-num-layers 2
+# recomputation on uneven stages: block 2 over stages of 1, 2, 1 and 0 layers (a stage that holds
+# fewer recomputes all of its own; the last holds only the head), uniform 2 over 1, 1 and 2
+record uneven-te4-recompute 1 4 1 --pp-partition-method 'type:transformer|embedding' $full block --recompute-num-layers 2
+same_bits "(1,4,1) type:transformer|embedding" uneven-te4 uneven-te4-recompute "$full block --recompute-num-layers 2"
+record uneven-last2-recompute 1 3 2 --decoder-last-pipeline-num-layers 2 --checkpoint-activations --recompute-num-layers 2
+same_bits "(1,3,2) --decoder-last-pipeline-num-layers 2" uneven-last2 uneven-last2-recompute \
+    "--checkpoint-activations --recompute-num-layers 2"
 layers_of() {  # "stage:layers " of each stage, from the start-up memory table
     grep -oE 'rank +[0-9]+ \(stage [0-9]+, (layers [0-9]+-[0-9]+|no layers)\)' $B/uneven-$1.log |
         sed -E 's/.*stage ([0-9]+), (.*)\)/\1:\2/' | sort -u | tr '\n' ' '
@@ -74,6 +107,9 @@ for layout in "2 1 1" "4 1 1" "1 2 1" "1 4 1" "1 1 2" "1 1 4" "2 2 1" "2 1 2" "1
     record bloom-tp$1-pp$2-dp$3 $1 $2 $3
     $B/../test_parallel --compare $B/bloom-ref $B/bloom-tp$1-pp$2-dp$3 "ALiBi ($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
 done
+# and recomputed (the embedding LayerNorm is kept; each recomputed layer re-runs ALiBi's attention)
+record bloom-tp2-pp2-dp2-recompute 2 2 2 --checkpoint-activations
+same_bits "ALiBi (2,2,2)" bloom-tp2-pp2-dp2 bloom-tp2-pp2-dp2-recompute --checkpoint-activations
 flags=$learned_flags
 
 # the same layout twice: the same bits
@@ -102,6 +138,14 @@ done
 got=$(info tp1-pp2-dp1 comm_pp); h=$(info tp1-pp2-dp1 hidden_bytes)
 if [ "$got" = "$((8 * h))" ]; then ok "PP 2: stage 0 sends micro-batches x activation size per step ($got)"
 else bad "PP 2: stage 0 bytes per step" "counted $got, want 8 x $h"; fi
+
+# recomputation runs a layer's forward again, its two tensor-parallel all-reduces too (as
+# Megatron does), and --log-comm counts them: at TP 2 each recomputed layer of each micro-batch
+# sends 2 x 2 (2 - 1) / 2 activations more (8 micro-batches, 4 layers); the pipeline sends the same
+got=$(( $(info tp2-pp1-dp1-recompute comm_tp) - $(info tp2-pp1-dp1 comm_tp) )); h=$(info tp2-pp1-dp1 hidden_bytes)
+if [ "$got" = "$((8 * 4 * 2 * h))" ] && [ "$(info tp1-pp2-dp1-recompute comm_pp)" = "$(info tp1-pp2-dp1 comm_pp)" ]; then
+    ok "recomputation: TP 2 sends the recomputed layers' all-reduces again ($got bytes more), the pipeline no more"
+else bad "recomputation's communication" "TP bytes $got more (want $((8 * 4 * 2 * h))); PP $(info tp1-pp2-dp1-recompute comm_pp) vs $(info tp1-pp2-dp1 comm_pp)"; fi
 
 # a rank that fails ends the whole job, saying where, and nobody hangs
 host=$(hostname)
@@ -133,6 +177,8 @@ expect_refusal "first/last-stage layers with a partition method" "give --pp-part
 expect_refusal "first/last-stage layers without a pipeline" "need --pipeline-model-parallel-size > 1" 1 --decoder-first-pipeline-num-layers 2
 expect_refusal "more stages than layer slots" "--pp-partition-method type:transformer|embedding: 4 layer slot(s) for 5 pipeline stages" \
     5 --num-layers 2 --pipeline-model-parallel-size 5 --pp-partition-method 'type:transformer|embedding'
+expect_refusal "--recompute-num-layers beyond the stages' layers" "--recompute-num-layers 3 is more layers than any pipeline stage holds (the largest: 2 of" 2 \
+    --num-layers 4 --pipeline-model-parallel-size 2 --checkpoint-activations --recompute-num-layers 3
 
 # ranks started with different flags: one line naming the flag and two ranks, exit 2 (it used
 # to corrupt the heap and abort with a backtrace)

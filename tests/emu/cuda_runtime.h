@@ -5,7 +5,12 @@ Compile kernels.cuh's CUDA kernels with g++ instead of nvcc:
     g++ -std=c++20 -x c++ -D__CUDACC__ -Itests/emu ...
 What it covers, and how:
   - LAUNCH(kernel, grid, block, shmem, args...): 1-D grids and blocks, run synchronously.
-    Blocks run one after another, in a shuffled order (a kernel may not rely on it).
+    Blocks run one after another, in a shuffled order (a kernel may not rely on it). The
+    shuffles of a launch are drawn from the kernel's name and how many times that kernel was
+    launched before, never from the other kernels run in between: two runs that launch one
+    kernel as often in the same order get the same orders for it however many other launches
+    differ (a run with activation recomputation launches more forward kernels, and its
+    atomic kernel, encoder_backward's, must add in the same order to give the same bits).
   - The threads of a block are coroutines (ucontext), one per CUDA thread, each on its own
     stack. A thread runs until it waits at __syncthreads() or in a warp shuffle; a barrier
     opens when every live thread of the block (or warp) is waiting at it, and the waiters
@@ -101,6 +106,7 @@ struct EmuScheduler {
     double exchange[2][EMU_MAX_BLOCK];     // warp shuffles: lane values, double-buffered
     long launches = 0;
     const char* kernel = NULL;  // the kernel being launched (for the fault report), NULL between launches
+    struct { uint64_t name; long launches; } kernels[256];  // launches of each kernel so far, by name hash
 };
 inline EmuScheduler emu;
 
@@ -114,6 +120,21 @@ static void emu_shuffle_order(unsigned* order, unsigned n) {
         unsigned j = emu_random(i), t = order[i - 1];
         order[i - 1] = order[j], order[j] = t;
     }
+}
+
+// a launch's shuffles start from its kernel's name and that kernel's launch count (SplitMix64)
+static uint64_t emu_launch_seed(const char* kernel) {
+    uint64_t name = 0xcbf29ce484222325ull;   // FNV-1a
+    for (const char* p = kernel; *p; p++) name = (name ^ (unsigned char)*p) * 0x100000001b3ull;
+    unsigned k = 0;
+    while (k < 256 && emu.kernels[k].name != 0 && emu.kernels[k].name != name) k++;
+    if (k == 256) emu_fail("%s", "more than 256 kernels");
+    emu.kernels[k].name = name;
+    uint64_t x = name + 0x9E3779B97F4A7C15ull * (uint64_t)++emu.kernels[k].launches;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return x ? x : 1;   // xorshift needs a state other than 0
 }
 
 // the running thread stops here until the scheduler resumes it
@@ -205,6 +226,7 @@ static void emu_launch(const char* name, unsigned grid, unsigned block, size_t s
     }
     emu.launches++;
     emu.kernel = name;
+    emu.rng = emu_launch_seed(name);
     emu.block = block;
     emu.body = &body;
     blockDim = {block, 1, 1};
