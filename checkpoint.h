@@ -289,29 +289,36 @@ static int remove_tree(const char* path) {
     return status == 0 ? rmdir(path) : -1;
 }
 
-// A --save directory, before any training (rank 0): created with its parents if missing, a
-// writable directory; iter_*.tmp/ (and .replaced/) left by an interrupted save (each a
-// checkpoint's worth of disk) are removed, said in one line. 0, or 1 with a line in err.
-static int prepare_save_dir(const char* dir, char* err, size_t errlen) {
-    char path[4200], tmp[4400];
+// The directory a flag names (--save, --tensorboard-dir), before any training (rank 0):
+// created with its parents if missing, and a writable directory. 0, or 1 with a line in err.
+static int prepare_dir(const char* flag, const char* dir, char* err, size_t errlen) {
+    char path[4200];
     struct stat st;
-    if (!dir[0]) return error_line(err, errlen, "--save expects a directory, got ''");
-    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) return error_line(err, errlen, "--save: path too long");
+    if (!dir[0]) return error_line(err, errlen, "%s expects a directory, got ''", flag);
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) return error_line(err, errlen, "%s: path too long", flag);
     for (char* p = path + 1; *p; p++)   // mkdir -p
         if (*p == '/') {
             *p = '\0';
             mkdir(path, 0755);
             *p = '/';
         }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) return error_line(err, errlen, "--save %s: %s", dir, strerror(errno));
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return error_line(err, errlen, "--save %s: not a directory", dir);
-    if (access(path, W_OK | X_OK) != 0) return error_line(err, errlen, "--save %s: not writable: %s", dir, strerror(errno));
-    DIR* d = opendir(path);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return error_line(err, errlen, "%s %s: %s", flag, dir, strerror(errno));
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return error_line(err, errlen, "%s %s: not a directory", flag, dir);
+    if (access(path, W_OK | X_OK) != 0) return error_line(err, errlen, "%s %s: not writable: %s", flag, dir, strerror(errno));
+    return 0;
+}
+
+// A --save directory, prepared as above; iter_*.tmp/ (and .replaced/) left by an interrupted
+// save (each a checkpoint's worth of disk) are removed, said in one line. 0, or 1 with a line in err.
+static int prepare_save_dir(const char* dir, char* err, size_t errlen) {
+    char tmp[4400];
+    if (prepare_dir("--save", dir, err, errlen)) return 1;
+    DIR* d = opendir(dir);
     int removed = 0, it;
     for (struct dirent* e; d && (e = readdir(d)) != NULL;) {
         char rest[16];   // iter_N.tmp (an interrupted save) or iter_N.replaced (an interrupted replacement)
         if (sscanf(e->d_name, "iter_%d.%15s", &it, rest) != 2 || (strcmp(rest, "tmp") && strcmp(rest, "replaced"))) continue;
-        if (snprintf(tmp, sizeof(tmp), "%s/%s", path, e->d_name) < (int)sizeof(tmp)) removed += remove_tree(tmp) == 0;
+        if (snprintf(tmp, sizeof(tmp), "%s/%s", dir, e->d_name) < (int)sizeof(tmp)) removed += remove_tree(tmp) == 0;
     }
     if (d) closedir(d);
     if (removed) printf("removed %d iter_*.tmp director%s left in %s by an interrupted save\n", removed,

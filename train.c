@@ -1,7 +1,7 @@
 /*
 train.c — the gridgpt trainer: the configuration and its flags, setup, the training loop,
-schedules, logging, evaluation, sampling; checkpoints and the Hugging Face export are called
-from checkpoint.h.
+schedules, logging (and its TensorBoard event files), evaluation, sampling; checkpoints and
+the Hugging Face export are called from checkpoint.h.
 
 One source, two builds: gcc compiles it with the plain-C kernels and MPI (train_cpu); nvcc
 compiles it as CUDA with cuBLAS and NCCL (train_gpu). Flags, log lines and files are the
@@ -69,6 +69,7 @@ step -> log -> sampling -> the run -> main.
     X(SWITCH, log_comm, NULL, 0, "log the bytes each group's communication sent per step")                             \
     X(INT, watchdog_timeout, "600", 0, "end the job, saying where every rank is, after S s without progress (0: off)") \
     X(FLOAT, slow_rank_threshold, "1.5", 0, "name a rank computing this many times its stage's median (0: off)")       \
+    X(STRING, tensorboard_dir, NULL, 0, "DIR: write the log line's values as TensorBoard events here")                 \
     X(STRING, save, NULL, 0, "DIR: save checkpoints here")                                                             \
     X(STRING, load, NULL, 0, "DIR: resume from its latest checkpoint (any layout)")                                    \
     X(INT, save_interval, NULL, 0, "steps between checkpoints (0: only at the end)")                                   \
@@ -603,6 +604,141 @@ static double peak_rss_gib(void) {
 }
 
 // ----------------------------------------------------------------------------
+// TensorBoard event files, written by hand (--tensorboard-dir): what TensorFlow's record
+// writer and protobuf would produce for Megatron's `writer.add_scalar(tag, value, step)`.
+// A file DIR/events.out.tfevents.<unix time>.<host>.<pid> is a sequence of records:
+//   uint64 length | uint32 masked CRC-32C of the 8 length bytes | data | uint32 masked CRC-32C of data
+// (little-endian; mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8), each record's data one
+// protobuf Event. The first Event holds only file_version "brain.Event:2"; every other holds
+// one scalar. The few protobuf fields used, by number and wire type (0 varint, 1 fixed64,
+// 2 length-delimited, 5 fixed32):
+//   Event         { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
+//   Summary       { repeated Value value = 1; }
+//   Summary.Value { string tag = 1; float simple_value = 2; }
+
+// CRC-32C (Castagnoli: the reflected polynomial 0x82F63B78; zlib's crc32 is another polynomial)
+static uint32_t crc32c(const void* data, size_t n) {
+    static uint32_t table[256];
+    if (table[1] == 0)
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+            table[i] = c;
+        }
+    const uint8_t* p = (const uint8_t*)data;
+    uint32_t crc = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+    return crc ^ 0xFFFFFFFFu;
+}
+
+static uint32_t masked_crc32c(const void* data, size_t n) {
+    uint32_t c = crc32c(data, n);
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+// protobuf by hand: each returns the bytes it put at out
+static size_t put_le(uint8_t* out, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) out[i] = (uint8_t)(v >> (8 * i));
+    return bytes;
+}
+static size_t pb_varint(uint8_t* out, uint64_t v) {
+    size_t n = 0;
+    for (; v >= 0x80; v >>= 7) out[n++] = (uint8_t)(v | 0x80);
+    out[n++] = (uint8_t)v;
+    return n;
+}
+static size_t pb_key(uint8_t* out, int field, int wire_type) { return pb_varint(out, (uint64_t)(field << 3 | wire_type)); }
+static size_t pb_bytes(uint8_t* out, int field, const void* data, size_t n) {
+    size_t k = pb_key(out, field, 2);
+    k += pb_varint(out + k, n);
+    memcpy(out + k, data, n);
+    return k + n;
+}
+
+// an Event with file_version (tag NULL) or with one scalar; out needs 64 bytes + the tag's
+static size_t encode_event(uint8_t* out, double wall_time, long long step, const char* tag, float value) {
+    uint8_t scalar[256], summary[272];
+    uint64_t wall_bits;
+    uint32_t value_bits;
+    memcpy(&wall_bits, &wall_time, 8);
+    memcpy(&value_bits, &value, 4);
+    size_t n = pb_key(out, 1, 1);
+    n += put_le(out + n, wall_bits, 8);
+    n += pb_key(out + n, 2, 0);
+    n += pb_varint(out + n, (uint64_t)step);
+    if (!tag) return n + pb_bytes(out + n, 3, "brain.Event:2", 13);
+    size_t v = pb_bytes(scalar, 1, tag, strlen(tag));
+    v += pb_key(scalar + v, 2, 5);
+    v += put_le(scalar + v, value_bits, 4);
+    return n + pb_bytes(out + n, 5, summary, pb_bytes(summary, 1, scalar, v));
+}
+
+typedef struct {
+    FILE* file;        // NULL: nothing to write (no --tensorboard-dir, not rank 0, or a write failed)
+    char path[4400];
+} TensorBoardWriter;
+
+// A failed write does not end a long run: one line, and no more events from this run.
+static void tensorboard_give_up(TensorBoardWriter* w, int error) {
+    report_error("--tensorboard-dir: cannot write %s: %s; no more TensorBoard events from this run (training goes on)",
+                 w->path, strerror(error));
+    fclose(w->file);
+    w->file = NULL;
+}
+
+// one record around n bytes of data; 0, or the error of a failed write
+static int tensorboard_record(FILE* f, const uint8_t* data, size_t n) {
+    uint8_t header[12], footer[4];
+    put_le(header, n, 8);
+    put_le(header + 8, masked_crc32c(header, 8), 4);
+    put_le(footer, masked_crc32c(data, n), 4);
+    int ok = fwrite(header, 1, 12, f) == 12 && fwrite(data, 1, n, f) == n && fwrite(footer, 1, 4, f) == 4;
+    return ok ? 0 : errno ? errno : EIO;
+}
+
+static double wall_clock_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// a new event file in DIR (an existing directory), opened by its file_version event; 0, or 1 with the line in err
+static int tensorboard_open(TensorBoardWriter* w, const char* dir, char* err, size_t len) {
+    char host[256] = "localhost";
+    uint8_t event[64];
+    gethostname(host, sizeof(host) - 1);
+    snprintf(w->path, sizeof(w->path), "%s/events.out.tfevents.%lld.%s.%d", dir, (long long)time(NULL), host, (int)getpid());
+    w->file = fopen(w->path, "wb");
+    if (!w->file) return error_line(err, len, "--tensorboard-dir %s: cannot create %s: %s", dir, w->path, strerror(errno));
+    int e = tensorboard_record(w->file, event, encode_event(event, wall_clock_seconds(), 0, NULL, 0.0f));
+    if (!e && fflush(w->file) != 0) e = errno;
+    if (!e) return 0;
+    fclose(w->file);
+    w->file = NULL;
+    return error_line(err, len, "--tensorboard-dir %s: cannot write %s: %s", dir, w->path, strerror(e));
+}
+
+// Megatron's writer.add_scalar(tag, value, step)
+static void tensorboard_scalar(TensorBoardWriter* w, const char* tag, double value, long long step) {
+    uint8_t event[320];
+    if (!w->file) return;
+    if (strlen(tag) > 200) fail("tensorboard_scalar: tag '%.40s...' longer than 200 bytes", tag);
+    int e = tensorboard_record(w->file, event, encode_event(event, wall_clock_seconds(), step, tag, (float)value));
+    if (e) tensorboard_give_up(w, e);
+}
+
+// to the operating system (not to the disk), so that a crashed run loses at most the events since
+static void tensorboard_flush(TensorBoardWriter* w) {
+    if (w->file && fflush(w->file) != 0) tensorboard_give_up(w, errno);
+}
+
+static void tensorboard_close(TensorBoardWriter* w) {
+    tensorboard_flush(w);
+    if (w->file && fclose(w->file) != 0) report_error("--tensorboard-dir: cannot write %s: %s", w->path, strerror(errno));
+    w->file = NULL;
+}
+
+// ----------------------------------------------------------------------------
 // evaluation: eval_iters global batches of a split, continuing where the last one ended
 
 static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch) {
@@ -645,6 +781,7 @@ typedef struct {
     Progress progress;              // iteration and data positions: what a checkpoint stores
     int last_saved;                 // iteration of the last checkpoint this run wrote (-1: none)
     int last_save_failed;           // the last save could not be written (the exit status says so)
+    TensorBoardWriter tensorboard;  // --tensorboard-dir, on rank 0
 } Trainer;
 
 typedef struct {
@@ -782,13 +919,14 @@ static void setup_schedules(Trainer* t) {
     t->lr = make_lr_schedule(a, t->train_iters);
 }
 
-// --save and --load checked before any work: rank 0 prepares the save directory, every rank
-// learns its verdict
+// --save, --tensorboard-dir and --load checked before any work: rank 0 prepares the save
+// and TensorBoard directories (it alone writes events), every rank learns its verdict
 static void check_paths(const Config* a) {
     char err[4600];
     int rc = 0;
     struct stat st;
     if (a->save && grid.world_rank == 0) rc = prepare_save_dir(a->save, err, sizeof(err));
+    if (!rc && a->tensorboard_dir && grid.world_rank == 0) rc = prepare_dir("--tensorboard-dir", a->tensorboard_dir, err, sizeof(err));
     broadcast_host(&grid.world, &rc, sizeof(rc), 0);
     if (rc) config_error("%s", err);
     err[0] = '\0';
@@ -907,6 +1045,17 @@ static void resume(Trainer* t, const char* ckpt, const CheckpointMeta* meta) {
     }
 }
 
+// --tensorboard-dir: rank 0's event file, created once every check has passed (a refused run
+// leaves none); its directory was checked by check_paths
+static void open_tensorboard(Trainer* t) {
+    char err[4700] = "";
+    int rc = 0;
+    if (t->config.tensorboard_dir && grid.world_rank == 0)
+        rc = tensorboard_open(&t->tensorboard, t->config.tensorboard_dir, err, sizeof(err));
+    broadcast_host(&grid.world, &rc, sizeof(rc), 0);
+    if (rc) config_error("%s", err);
+}
+
 static void trainer_setup(Trainer* t, int argc, char** argv) {
     memset(t, 0, sizeof(*t));
     Config* a = &t->config;
@@ -945,10 +1094,12 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     t->valid = make_loader(&t->data, 1, a);
     t->valid.consumed = t->progress.consumed_valid_samples;
     t->test = make_loader(&t->data, 2, a);
+    open_tensorboard(t);
     print_setup(t);
 }
 
 static void trainer_free(Trainer* t) {
+    tensorboard_close(&t->tensorboard);
     free_loader(&t->train);
     free_loader(&t->valid);
     free_loader(&t->test);
@@ -1031,19 +1182,41 @@ static void log_comm(const StepResult* r) {
            most[3] / mib);
 }
 
-static void log_step(const Trainer* t, const StepResult* r, LogWindow* w) {
+// a value as a TensorBoard scalar at this iteration and, as "TAG vs samples", at the samples
+// consumed so far (the two curves Megatron's --log-*-to-tensorboard write)
+static void tensorboard_pair(Trainer* t, const char* tag, double value) {
+    char vs_samples[256];
+    snprintf(vs_samples, sizeof(vs_samples), "%s vs samples", tag);
+    tensorboard_scalar(&t->tensorboard, tag, value, t->progress.iteration);
+    tensorboard_scalar(&t->tensorboard, vs_samples, value, t->progress.consumed_samples);
+}
+
+// The log line, and with --tensorboard-dir the same values under Megatron-LM's tags (rank 0
+// prints the line and writes the events: the loss and the norm are known on every rank)
+static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
     if (t->config.log_comm) log_comm(r);
     if (grid.world_rank != 0) return;
-    double ms = 1000.0 * w->seconds / w->steps;
-    double flops = flops_per_step(&t->config.model, r->global_batch, recomputed_layers(&t->config));
+    double ms = 1000.0 * w->seconds / w->steps, samples_per_second = w->samples / w->seconds;
+    double tflops = flops_per_step(&t->config.model, r->global_batch, recomputed_layers(&t->config)) /
+                    (ms / 1000.0) / 1e12 / grid.world_size;
     double loss = w->steps > w->nan_loss ? w->loss_sum / (w->steps - w->nan_loss) : NAN;
     printf(" iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |"
            " learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |"
            " number of skipped iterations: %3d | number of nan iterations: %3d |"
            " samples per second: %.3f | TFLOPs: %.3f |\n",
            t->progress.iteration, t->train_iters, t->progress.consumed_samples, ms, r->lr, r->global_batch, loss,
-           t->opt.scaler.scale, r->grad_norm, w->skipped, w->nan_loss, w->samples / w->seconds, flops / (ms / 1000.0) / 1e12 / grid.world_size);
+           t->opt.scaler.scale, r->grad_norm, w->skipped, w->nan_loss, samples_per_second, tflops);
     fflush(stdout);
+    tensorboard_pair(t, "lm loss", loss);
+    tensorboard_pair(t, "learning-rate", r->lr);
+    tensorboard_pair(t, "batch-size", r->global_batch);
+    if (t->config.fp16) tensorboard_pair(t, "loss-scale", t->opt.scaler.scale);
+    tensorboard_pair(t, "grad-norm", r->grad_norm);
+    tensorboard_pair(t, "iteration-time", ms / 1000.0);   // seconds, as Megatron's
+    tensorboard_pair(t, "samples-per-second", samples_per_second);
+    tensorboard_pair(t, "throughput", tflops);            // Megatron's tag for TFLOP/s per GPU
+    tensorboard_pair(t, "mem-max-rss-bytes", peak_rss_gib() * 1073741824.0);
+    tensorboard_flush(&t->tensorboard);
 }
 
 // ----------------------------------------------------------------------------
@@ -1120,6 +1293,11 @@ static float run_evaluation(Trainer* t, int split, const char* what) {
     activity_phase(split == 1 ? "validation" : "test", t->progress.iteration, -1);
     float loss = evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size);
     print_eval(what, loss);
+    if (split == 1) {   // the test loss is printed, not written
+        tensorboard_pair(t, "lm loss validation", loss);
+        tensorboard_pair(t, "lm loss validation ppl", exp(loss));
+        tensorboard_flush(&t->tensorboard);
+    }
     return loss;
 }
 

@@ -33,6 +33,7 @@ build test_kernels_blas gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels_blas
 build test_data gcc $CFLAGS -O1 -g -fsanitize=address tests/test_data.c -o $B/test_data -lm
 build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_model $BLAS -lz -lm
 build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
+build test_tensorboard mpicc $CFLAGS tests/test_tensorboard.c -o $B/test_tensorboard $BLAS -lz -lm
 
 passed=0; failed=$build_failures
 run() {  # label, command...
@@ -59,6 +60,7 @@ run scale bash tests/test_scale.sh $B/corpus_text_document
 run watchdog bash tests/test_watchdog.sh $B/corpus_text_document
 run checkpoint bash tests/test_checkpoint.sh $B/corpus_text_document
 run hf bash tests/test_hf.sh $B/corpus_text_document
+run tensorboard bash tests/test_tensorboard.sh $B/corpus_text_document
 run emu_kernels bash tests/test_emu.sh
 run emu_train bash tests/test_emu_train.sh $B/corpus_text_document
 
