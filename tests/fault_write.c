@@ -10,7 +10,9 @@ or a broken device does, to test that a failed write never becomes a valid check
                            that loses data, or an MPI-IO layer that drops an error)
   FAULT_HIDE=name          opening a file whose path ends with this fails with ENOENT (a file
                            that this host cannot see, as on a node without the shared filesystem)
-Covers write, pwrite, pwrite64, pwritev, pwritev2 (what stdio and MPI-IO use on Linux).
+Covers write, pwrite, pwrite64, pwritev, pwritev2 (what MPI-IO uses on Linux). Not stdio's
+own writes: glibc's stdio calls its internal write, which an LD_PRELOAD shim cannot replace
+(so a full disk under a file written with fprintf is tested with a real full tmpfs).
 Build: gcc -shared -fPIC -O1 tests/fault_write.c -o fault_write.so -ldl
 */
 #define _GNU_SOURCE

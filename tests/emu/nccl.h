@@ -154,6 +154,9 @@ static ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     delete comm;
     return ncclSuccess;
 }
+// the watchdog's call on a job that hangs: the process exits right after, so nothing to free
+// (freeing an MPI communicator here could block on the hung peers)
+static ncclResult_t ncclCommAbort(ncclComm_t comm) { return comm == NULL ? ncclInvalidArgument : ncclSuccess; }
 
 static bool emu_nccl_on_device(const void* p, size_t count, ncclDataType_t t) {
     return count == 0 || emu_is_device_range(p, count * emu_nccl_size(t));

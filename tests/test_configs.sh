@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# tests/test_configs.sh DATA_PREFIX — the published runs' scripts (scripts/configs/): each
+# --tiny variant keeps every option of its run (fp16 and the loss scaler, recomputation,
+# ALiBi, the embedding LayerNorm, balanced stages, the ramp-up and schedule) at a small width
+# and depth, and trains a few steps on the CPU build at a small grid; the full command
+# (--dry-run) names the published layout and binary.
+set -u
+data=${1:?usage: test_configs.sh DATA_PREFIX}
+B=tests/build/configs
+rm -rf $B && mkdir -p $B
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 DATA=$data
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; }
+
+# tiny NAME STEPS NEEDLE...: the tiny run exits 0, reaches its last step with a finite loss,
+# and its log holds every NEEDLE (options in the model and training lines, the stages)
+tiny() {
+    local name=$1 steps=$2; shift 2
+    timeout 600 scripts/configs/$name.sh --tiny > $B/$name.log 2>&1
+    local status=$? missing="" needle
+    for needle in "$@"; do grep -qF -- "$needle" $B/$name.log || missing="$missing [$needle]"; done
+    if [ $status -eq 0 ] && grep -qE "^ iteration +$steps/ +$steps \| .*lm loss: [0-9]\.[0-9]+E[+-][0-9]+ " $B/$name.log &&
+       [ -z "$missing" ]; then ok "$name --tiny trains $steps steps with every option of the run"
+    else bad "$name --tiny" "status $status, missing:$missing; $(grep -m1 -E 'error|FAIL' $B/$name.log)"; fi
+}
+tiny tr1-13B 10 "TP 2 x PP 2" "(ramped up)" "activation recomputation" "loss scale: 65536.0"
+tiny tr8-104B 8 "TP 2 x PP 4" "(stage 3, layers 3-3)" "activation recomputation" "loss scale: 65536.0"
+tiny tr11-176B-bloom 8 "TP 2 x PP 3" "--embed-layernorm --position-embedding-type alibi" "activation recomputation" \
+    "(stage 0, layers 0-1)" "(stage 1, layers 2-4)" "(stage 2, layers 5-6)"
+
+# full_command NAME NEEDLE...: the full run's command line names the published layout
+full_command() {
+    local name=$1 missing="" needle; shift
+    local cmd
+    cmd=$(LAUNCHER=srun scripts/configs/$name.sh --dry-run 2>&1)
+    for needle in "$@"; do [[ "$cmd" == *"$needle"* ]] || missing="$missing [$needle]"; done
+    if [ -z "$missing" ]; then ok "$name: the full command is the published run's"
+    else bad "$name --dry-run" "missing:$missing in: $(head -c 300 <<< "$cmd")"; fi
+}
+full_command tr1-13B "srun ./train_gpu_fp16 " "--num-layers 40 --hidden-size 5120 --num-attention-heads 32" \
+    "--global-batch-size 1024 --rampup-batch-size 16 16 5000000" "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4"
+full_command tr8-104B "srun ./train_gpu_fp16 " "--num-layers 32 --hidden-size 16384 --num-attention-heads 32" \
+    "--vocab-size 50257" "--global-batch-size 2048 --rampup-batch-size 16 16 6000000" \
+    "--lr 6e-5 --min-lr 6e-6 --lr-decay-style cosine --lr-decay-samples 126953125 --lr-warmup-samples 216320" \
+    "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 32"
+full_command tr11-176B-bloom "srun ./train_gpu " "--num-layers 70 --hidden-size 14336 --num-attention-heads 112" \
+    "--position-embedding-type alibi --embed-layernorm" "--bf16" "--rampup-batch-size 192 16 9765625" \
+    "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 12" "--pp-partition-method type:transformer|embedding"
