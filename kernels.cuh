@@ -94,6 +94,7 @@ static void cublas_check_(cublasStatus_t status, const char* file, int line) {
 
 #ifndef __CUDACC__
 typedef float floatX;
+#define FLOATX_NAME "fp32"
 #define PRECISION_NAME "fp32"
 #define BUILD_NAME "CPU"
 #define HOST_DEVICE
@@ -103,6 +104,7 @@ static void dev_free(void* p) { free(p); }
 static void dev_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes) { memcpy(host_dst, dev_src, bytes); }
 static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) { memcpy(dev_dst, host_src, bytes); }
+static void dev_synchronize(void) {}   // the CPU's work is done when its call returns
 // float <-> floatX conversions between host float arrays and device floatX arrays
 static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) { memcpy(dev_dst, host_src, n * sizeof(float)); }
 static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
@@ -115,13 +117,14 @@ static void kernels_init(int local_device) { (void)local_device; }
 // (`make gpu` builds both, train_gpu and train_gpu_fp16). Each block names everything about
 // its type that the rest of the code needs: the conversions every kernel goes through
 // (float -> floatX rounds to nearest even; floatX -> float is exact), the cuBLAS data type,
-// the NCCL data type (used in parallel.h, which includes nccl.h), and the name the log shows.
+// the NCCL data type (used in parallel.h, which includes nccl.h), and the names the log shows.
 // fp16 keeps 11 significand bits to bf16's 8, but its largest value is 65504 and below
 // 2^-14 it loses bits (subnormals, the last one 2^-24): why fp16 training scales the loss.
 #ifdef GRIDGPT_FP16
 typedef __half floatX;
 #define CUDA_R_FLOATX CUDA_R_16F
 #define NCCL_FLOATX ncclFloat16
+#define FLOATX_NAME "fp16"
 #define PRECISION_NAME "fp16 (fp32 master weights, fp32 grads, dynamic loss scaling)"
 HOST_DEVICE static inline floatX to_floatX(float f) { return __float2half(f); }
 HOST_DEVICE static inline float floatX_to_float(floatX x) { return __half2float(x); }
@@ -129,6 +132,7 @@ HOST_DEVICE static inline float floatX_to_float(floatX x) { return __half2float(
 typedef __nv_bfloat16 floatX;
 #define CUDA_R_FLOATX CUDA_R_16BF
 #define NCCL_FLOATX ncclBfloat16
+#define FLOATX_NAME "bf16"
 #define PRECISION_NAME "bf16 (fp32 master weights, fp32 grads)"
 HOST_DEVICE static inline floatX to_floatX(float f) { return __float2bfloat16(f); }
 HOST_DEVICE static inline float floatX_to_float(floatX x) { return __bfloat162float(x); }
@@ -147,6 +151,8 @@ static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes) {
 static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) {
     cudaCheck(cudaMemcpy(dev_dst, host_src, bytes, cudaMemcpyHostToDevice));
 }
+// wait until the GPU has finished everything queued (kernels, cuBLAS and NCCL calls are asynchronous): for timing
+static void dev_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
 
 // float <-> floatX conversions go through a host staging buffer of this many elements
 #define CONVERT_CHUNK ((size_t)1 << 20)

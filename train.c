@@ -84,6 +84,9 @@ step -> log -> sampling -> the run -> main.
     X(INT, generate_tokens, NULL, 0, "sample this many tokens after training")                                         \
     X(STRING, generate_prompt, NULL, 0, "text the sample starts from (byte-level data)")                               \
     X(FLOAT, temperature, "1.0", 0, "sampling temperature")                                                            \
+    X(SWITCH, check_cluster, NULL, 0, "measure bus bandwidths and matmuls, name outliers (no --data-path: only that)") \
+    X(LIST, check_cluster_sizes, NULL, 0, "MIB [...]: --check-cluster's message sizes (default 1 16 64)")              \
+    X(INT, check_cluster_matmul_size, NULL, 0, "N of --check-cluster's N x N matmul (0: 8192 GPU, 1024 CPU)")          \
     X(SWITCH, help, NULL, 0, "print this list")
 
 typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_INVERSE_SQRT } LRDecayStyle;   // in --lr-decay-style's order
@@ -275,6 +278,15 @@ static PipelineStage this_stage(const Config* a) {
     return s;
 }
 
+// the grid's flags against the world size; then every rank knows its coordinates
+static void check_grid(const Config* a) {
+    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size;
+    if (grid.world_size % (TP * PP) != 0)
+        config_error("world size %d is not a multiple of --tensor-model-parallel-size %d x --pipeline-model-parallel-size %d",
+                     grid.world_size, TP, PP);
+    grid_place(TP, PP);
+}
+
 static void check_model(Config* a) {
     GPTConfig* m = &a->model;
     if (m->ffn_hidden_size == 0) m->ffn_hidden_size = 4 * m->hidden_size;
@@ -287,9 +299,7 @@ static void check_model(Config* a) {
     if (a->data_path.count == 0) config_error("--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one)");
     // parallel layout
     int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size;
-    if (grid.world_size % (TP * PP) != 0)
-        config_error("world size %d is not a multiple of --tensor-model-parallel-size %d x --pipeline-model-parallel-size %d",
-                     grid.world_size, TP, PP);
+    check_grid(a);
     if (m->num_attention_heads % TP != 0)
         config_error("--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d", m->num_attention_heads, TP);
     if (m->ffn_hidden_size % TP != 0)
@@ -300,7 +310,6 @@ static void check_model(Config* a) {
     free(layers);
     if (a->generate_tokens > 0 && TP * PP != 1)
         config_error("--generate-tokens samples on one model-parallel rank: it needs tensor and pipeline parallel size 1");
-    grid_place(TP, PP);
 }
 
 // --fp16 / --bf16 against what this binary computes in, and the loss scaler's flags
@@ -993,10 +1002,10 @@ static void check_memory(const GPT* m, const char* table_flags) {
                         flags[largest]);
 }
 
-// the model, the optimizer and the grid they live on (every check has passed)
-static void build_model(Trainer* t) {
-    Config* a = &t->config;
-    GPTConfig* c = &a->model;
+// this rank's GPU, the grid's communicators (NCCL binds a communicator to the current GPU)
+// and the watchdog; once per process
+static void start_grid(const Config* a) {
+    if (grid.ready) return;
 #ifdef __CUDACC__
     int gpus = 0;
     char err[256] = "";
@@ -1006,8 +1015,50 @@ static void build_model(Trainer* t) {
     config_error_anywhere(err);
 #endif
     kernels_init(grid.local_rank);   // ranks on one host take distinct GPUs
-    if (!grid.ready) grid_build(a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
+    grid_build(a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
     watchdog_start(a->watchdog_timeout);
+}
+
+// --check-cluster's flags: the sizes in MiB (1 16 64 by default, increasing) and the matmul's N
+static ClusterCheck cluster_check_config(const Config* a) {
+    static const char* const defaults[] = {"1", "16", "64"};
+    ClusterCheck cc;
+    memset(&cc, 0, sizeof(cc));
+    const StringList* given = &a->check_cluster_sizes;
+    if (!a->check_cluster && (given->count || a->check_cluster_matmul_size))
+        config_error("--check-cluster-sizes and --check-cluster-matmul-size go with --check-cluster");
+    cc.num_sizes = given->count ? given->count : 3;
+    if (cc.num_sizes > CHECK_MAX_SIZES) config_error("--check-cluster-sizes takes at most %d sizes", CHECK_MAX_SIZES);
+    for (int i = 0; i < cc.num_sizes; i++) {
+        const char* v = given->count ? given->v[i] : defaults[i];
+        char* end;
+        double mib = strtod(v, &end);
+        if (end == v || *end || !(mib > 0.0 && mib <= 1024.0))
+            config_error("--check-cluster-sizes expects sizes in MiB above 0 and up to 1024, got '%s'", v);
+        cc.bytes[i] = (size_t)(mib * 1048576.0);
+        if (i > 0 && cc.bytes[i] <= cc.bytes[i - 1]) config_error("--check-cluster-sizes must increase, got '%s' after a larger "
+                                                                  "or equal size", v);
+    }
+    cc.matmul_n = a->check_cluster_matmul_size ? a->check_cluster_matmul_size : CHECK_MATMUL_DEFAULT;
+    if (cc.matmul_n > 32768) config_error("--check-cluster-matmul-size %d: at most 32768", cc.matmul_n);
+    return cc;
+}
+
+// --check-cluster without --data-path: the grid's flags, the check, and exit 0
+static void check_cluster_and_exit(const Config* a, const ClusterCheck* cc) {
+    check_grid(a);
+    start_grid(a);
+    check_cluster(cc);
+    if (grid.world_rank == 0) printf("check-cluster: no --data-path, so no training\n");
+    grid_finish();
+    exit(0);
+}
+
+// the model, the optimizer and the grid they live on (every check has passed)
+static void build_model(Trainer* t) {
+    Config* a = &t->config;
+    GPTConfig* c = &a->model;
+    start_grid(a);
     const char* table_flags = "--num-layers, --hidden-size, --ffn-hidden-size, --vocab-size, --max-position-embeddings "
                               "(less with more tensor- and pipeline-parallel ranks)";
     PipelineStage stage = this_stage(a);
@@ -1070,6 +1121,8 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
         exit(0);
     }
     if (a->export_hf) export_and_exit(a);
+    ClusterCheck cluster_check = cluster_check_config(a);
+    if (a->check_cluster && a->data_path.count == 0) check_cluster_and_exit(a, &cluster_check);
     check_model(a);
     check_run(a);
     setup_schedules(t);
@@ -1086,6 +1139,10 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     a->model.padded_vocab_size = padded_vocab_size(a->model.vocab_size, a->model.make_vocab_size_divisible_by,
                                                    a->tensor_model_parallel_size);
     if (ckpt[0]) check_config_matches(ckpt, &meta.cfg, &a->model);
+    if (a->check_cluster) {   // every input is checked: now the cluster, then the run
+        start_grid(a);
+        check_cluster(&cluster_check);
+    }
     build_model(t);
     t->last_saved = -1;
     if (ckpt[0]) resume(t, ckpt, &meta);
@@ -1108,19 +1165,11 @@ static void trainer_free(Trainer* t) {
     data_splits_close(&t->data);
 }
 
-// One training step: the micro-batches of the current global batch, forward and backward,
-// then the optimizer at the learning rate of the samples consumed so far.
 // Test-only faults, from the environment (tests/test_watchdog.sh): GRIDGPT_TEST_HANG_RANK=R
 // with GRIDGPT_TEST_HANG_ITERATION=K makes rank R stop for good at the start of iteration K
 // (a frozen process: the watchdog must name it), GRIDGPT_TEST_KILL_RANK=R kills it there
-// with SIGKILL (a dead process: the job must end); GRIDGPT_TEST_SLOW_RANK=R with
-// GRIDGPT_TEST_SLOW_FACTOR=F makes rank R take F times as long to compute (the slow-rank
-// report must name it).
-static int test_rank_is(const char* variable) {
-    const char* v = getenv(variable);
-    return v && atoi(v) == grid.world_rank;
-}
-
+// with SIGKILL (a dead process: the job must end). GRIDGPT_TEST_SLOW_RANK and
+// GRIDGPT_TEST_SLOW_FACTOR: parallel.h's test_slow_rank.
 static void test_faults_in_step(const Trainer* t) {
     const char* at = getenv("GRIDGPT_TEST_HANG_ITERATION");
     if (!at || atoi(at) != t->progress.iteration + 1) return;
@@ -1129,13 +1178,8 @@ static void test_faults_in_step(const Trainer* t) {
         for (;;) sleep(60);
 }
 
-// after a step's compute of `compute` seconds: rank R computes (F - 1) x as long again
-static void test_slow_rank(double compute) {
-    const char* factor = getenv("GRIDGPT_TEST_SLOW_FACTOR");
-    if (test_rank_is("GRIDGPT_TEST_SLOW_RANK") && factor && atof(factor) > 1.0)
-        usleep((useconds_t)(1e6 * compute * (atof(factor) - 1.0)));
-}
-
+// One training step: the micro-batches of the current global batch, forward and backward,
+// then the optimizer at the learning rate of the samples consumed so far.
 static StepResult train_step(Trainer* t) {
     StepResult r;
     memset(&r, 0, sizeof(r));

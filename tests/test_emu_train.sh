@@ -6,7 +6,9 @@
 # same for the fp16 build (-DGRIDGPT_FP16, tests/build/train_emu_fp16) with --fp16 and a
 # static loss scale of 1024 (the CPU build runs the same scaler: a power of two changes no bit
 # there), within fp16 tolerance. The bf16 runs train again with activation recomputation,
-# which must give the very same bits. Prints one PASS/FAIL line per check.
+# which must give the very same bits. Then --check-cluster at (2,2,2) on the GPU path: its
+# tables and bandwidth formulas (tests/test_check_cluster.sh --verify). Prints one PASS/FAIL
+# line per check.
 #
 # Tolerance: |loss_emu - loss_cpu| <= u * loss_cpu at every step, u the unit roundoff of the
 # 16-bit type: 2^-8 for bf16 (8 significant bits), 2^-11 for fp16 (11). The CPU build keeps
@@ -134,3 +136,11 @@ if [ -z "${GPU_BINARY:-}" ]; then   # a real GPU's fp16 binary: make test-gpu
     compare "train_emu_fp16 --fp16 --loss-scale 1024 matches train_cpu over 10 steps at (2,2,2)" 8 2 2 start \
         tests/build/train_emu_fp16 "$fp16_tol" "" --fp16 --loss-scale 1024
 fi
+
+# --check-cluster on the GPU path (NCCL's collectives and send/recv, cuBLAS's matmul, a device
+# synchronisation around each timing) at (2,2,2): the same tables, the same formulas
+$MPIRUN -np 8 $BIN --check-cluster --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    --check-cluster-sizes 0.25 1 --check-cluster-matmul-size 32 > "$tmp/check" 2>&1
+status=$?
+if [ $status -eq 0 ]; then bash tests/test_check_cluster.sh --verify "$tmp/check" "$(basename "$BIN") --check-cluster at (2,2,2)"
+else bad "$(basename "$BIN") --check-cluster at (2,2,2)" "exit status $status: $(grep -m2 error "$tmp/check")"; fi

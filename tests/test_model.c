@@ -10,7 +10,8 @@ tests/test_model.c — the model and the training step, through the trainer's ow
   - the config table: flags, defaults, ranges and choices parsed by walking it;
   - activation recomputation: the same loss and gradients bit for bit, an arena that a step
     fills exactly, the memory table showing that arena, the FLOPs of Megatron's 96 formula;
-  - checkpoints saved and loaded through their narrow interface, with no trainer.
+  - checkpoints saved and loaded through their narrow interface, with no trainer;
+  - --check-cluster's report names nothing on even made-up figures, and a slow rank when there is one.
 usage: test_model DATA_PREFIX   (a small dataset made by ./preprocess)
 */
 #define TESTING
@@ -580,6 +581,54 @@ static void loss_scaler_rules(void) {
           fixed.scale);
 }
 
+// --check-cluster's report on made-up records of a (TP, PP, DP) = (2,2,2) grid on two hosts,
+// "a" (stage 0: ranks 0-3) and "b" (stage 1: ranks 4-7): every group takes 1 ms per operation
+// and every matmul 10 ms, except that rank `slow` makes its groups and its matmul 4x slower.
+// Even: nothing is named. Rank 5 slow: its TP group 4,5, DP group 5,7 and PP group 1,5 (3
+// operations each) and its link 1>5 (10 lines), its matmul (1), and host b's slowest matmul,
+// slowest TP group and slowest DP group (3: its PP groups and links are host a's too) = 14;
+// the 4 groups named all have rank 5 in them.
+static int made_up_check_report(int slow, CheckReport* c, CheckRecord* r) {
+    const int TP = 2, DP = 2, PP = 2, W = 8;
+    static ClusterCheck cc = {{1 << 20, 4 << 20}, 2, 256};
+    memset(r, 0, W * sizeof(CheckRecord));
+    for (int q = 0; q < W; q++) {   // Megatron's order: rank = tp + TP * (dp + DP * pp)
+        int tp = q % TP, dp = q / TP % DP, pp = q / (TP * DP);
+        CheckRecord* x = &r[q];
+        snprintf(x->host, sizeof(x->host), "%s", pp == 0 ? "a" : "b");
+        x->tp = tp, x->dp = dp, x->pp = pp;
+        x->first[CHECK_TP] = TP * (dp + DP * pp);
+        x->first[CHECK_DP] = tp + TP * DP * pp;
+        x->first[CHECK_PP] = tp + TP * dp;
+        x->first[CHECK_WORLD] = 0;
+        x->next_stage = pp + 1 < PP ? q + TP * DP : -1;
+        x->first[CHECK_LINK] = x->next_stage >= 0 ? q : -1;
+        x->matmul_seconds = q == slow ? 4e-2 : 1e-2;
+    }
+    for (int q = 0; q < W; q++)
+        for (int k = 0; k < CHECK_KINDS; k++) {
+            int with_slow = slow >= 0 && (k == CHECK_LINK ? q == slow || r[q].next_stage == slow : r[slow].first[k] == r[q].first[k]);
+            for (int op = 0; op < CHECK_OPS; op++)
+                for (int s = 0; s < cc.num_sizes; s++) r[q].seconds[k][op][s] = with_slow ? 4e-3 : 1e-3;
+        }
+    check_report(c, r, W, &cc);
+    return c->named;
+}
+
+static void check_cluster_report(void) {
+    CheckRecord r[8];
+    CheckReport c;
+    int even = made_up_check_report(-1, &c, r);
+    free(c.named_in);
+    check(even == 0, "--check-cluster names nothing when every rank and group is alike", "%d figure(s) named", even);
+    int named = made_up_check_report(5, &c, r), others = 0;
+    for (int q = 0; q < 8; q++) others += q != 5 && c.named_in[q] == c.named_groups;
+    check(named == 14 && c.named_groups == 4 && c.named_in[5] == 4 && others == 0,
+          "--check-cluster names a slow rank's 4 groups, its matmul and its host's 3 figures (14), and only it is in every one",
+          "%d figure(s) named, %d group(s), rank 5 in %d, %d other rank(s) in all", named, c.named_groups, c.named_in[5], others);
+    free(c.named_in);
+}
+
 int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     crc32_check_value();
@@ -595,6 +644,7 @@ int main(int argc, char** argv) {
     batch_rampup();
     optimizer_with_clipping();
     loss_scaler_rules();
+    check_cluster_report();
     overfit_one_batch();
     checkpoint_without_trainer();
     recompute_same_bits();
