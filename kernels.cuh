@@ -104,7 +104,7 @@ static void dev_free(void* p) { free(p); }
 static void dev_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes) { memcpy(host_dst, dev_src, bytes); }
 static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) { memcpy(dev_dst, host_src, bytes); }
-static void dev_synchronize(void) {}   // the CPU's work is done when its call returns
+static inline void dev_synchronize(void) {}   // the CPU's work is done when its call returns
 // float <-> floatX conversions between host float arrays and device floatX arrays
 static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) { memcpy(dev_dst, host_src, n * sizeof(float)); }
 static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
@@ -152,7 +152,7 @@ static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) {
     cudaCheck(cudaMemcpy(dev_dst, host_src, bytes, cudaMemcpyHostToDevice));
 }
 // wait until the GPU has finished everything queued (kernels, cuBLAS and NCCL calls are asynchronous): for timing
-static void dev_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
+static inline void dev_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
 
 // float <-> floatX conversions go through a host staging buffer of this many elements
 #define CONVERT_CHUNK ((size_t)1 << 20)

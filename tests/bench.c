@@ -270,18 +270,9 @@ static float train_step_once(Bench* b) {
 // ----------------------------------------------------------------------------
 // timing
 
-static int compare_doubles(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
+// (compare_doubles and median_of, which sorts, are parallel.h's: --check-cluster's medians)
 static double median_of_sorted(const double* v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static double median(double* v, int n) {
-    qsort(v, n, sizeof(double), compare_doubles);
-    return median_of_sorted(v, n);
 }
 
 // warm-up, then times[] of the timed steps, sorted
@@ -441,7 +432,7 @@ static double print_phases(const Bench* b, double* phases[NUM_PHASES]) {
     double med[NUM_PHASES], avg[NUM_PHASES], med_sum = 0.0, avg_sum = 0.0;
     for (int p = 0; p < NUM_PHASES; p++) {
         avg_sum += avg[p] = mean(phases[p], n);
-        med_sum += med[p] = median(phases[p], n);
+        med_sum += med[p] = median_of(phases[p], n);
     }
     printf("phases (%d more steps, cut at the phases, kernels timed):\n", n);
     printf("   %-28s %9s %9s %7s\n", "phase", "median ms", "mean ms", "% mean");
