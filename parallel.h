@@ -1246,7 +1246,7 @@ static void report_kind(CheckReport* c, CheckKind k) {
     else if (k == CHECK_WORLD) printf("\nworld: ");
     else printf("\n%ss: ", CHECK_KIND_NAMES[k]);
     if (G == 0 || n < 2) {
-        printf("%s\n", G == 0 ? "none (one pipeline stage)" : "one rank each, nothing to measure");
+        printf("%s\n", G == 0 ? "none (one pipeline stage)" : G == 1 ? "one rank, nothing to measure" : "one rank each, nothing to measure");
         free(firsts);
         free(m);
         return;
