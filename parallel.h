@@ -280,6 +280,13 @@ static void activity_phase(const char* phase, int iteration, int micro_batch) {
     pthread_mutex_unlock(&activity_lock);
 }
 
+// progress within one long operation (a checkpoint file written 1 GiB at a time)
+static void activity_progress(void) {
+    pthread_mutex_lock(&activity_lock);
+    activity.progress_at = now_seconds();
+    pthread_mutex_unlock(&activity_lock);
+}
+
 static void wait_begin(const char* op, const Group* g, int peer) {
     pthread_mutex_lock(&activity_lock);
     activity.op = op;
@@ -326,8 +333,16 @@ typedef struct {   // one rank's state, as rank 0 receives it (fixed size: one m
 
 static struct {
     double timeout;
+    int stopped;     // watchdog_stop: the thread ends
     MPI_Comm comm;   // a copy of the world for the reports alone (MPI_COMM_NULL: no summary)
 } watchdog;
+
+static int watchdog_stopped(void) {
+    pthread_mutex_lock(&activity_lock);
+    int stopped = watchdog.stopped;
+    pthread_mutex_unlock(&activity_lock);
+    return stopped;
+}
 
 static WatchdogReport watchdog_snapshot(void) {
     WatchdogReport r;
@@ -434,6 +449,7 @@ static void* watchdog_main(void* unused) {
     MPI_Request sent;
     for (;;) {
         sleep(1);
+        if (watchdog_stopped()) return NULL;
         me = watchdog_snapshot();
         if (!fired_at && me.stuck >= watchdog.timeout) {
             fired_at = now_seconds();
@@ -451,6 +467,14 @@ static void* watchdog_main(void* unused) {
         if (!is_root && fired_at && now_seconds() - fired_at >= WATCHDOG_GRACE + 5.0) watchdog_end();   // rank 0 is gone
     }
     return NULL;
+}
+
+// The training and its evaluations are over: what follows (sampling on rank 0 while the
+// others wait to finish) may take as long as it takes.
+static void watchdog_stop(void) {
+    pthread_mutex_lock(&activity_lock);
+    watchdog.stopped = 1;
+    pthread_mutex_unlock(&activity_lock);
 }
 
 // after the grid is built, on every rank at once (the report channel is made collectively)
@@ -692,6 +716,7 @@ static int shared_file_io(MPI_File f, size_t offset, void* buf, size_t bytes, in
         int count = 0, rc = writing ? MPI_File_write_at(f, at, (char*)buf + done, (int)n, MPI_BYTE, &status)
                                     : MPI_File_read_at(f, at, (char*)buf + done, (int)n, MPI_BYTE, &status);
         if (rc != MPI_SUCCESS || MPI_Get_count(&status, MPI_BYTE, &count) != MPI_SUCCESS || count != (int)n) return -1;
+        activity_progress();
     }
     return 0;
 }

@@ -1423,6 +1423,7 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     float valid_loss = run_evaluation(t, 1, "validation loss at the end of training");
     run_evaluation(t, 2, "test loss at the end of training");
     in_flight = max_over_world(in_flight);
+    watchdog_stop();   // sampling below runs on rank 0 alone, the others wait to finish
     if (grid.world_rank == 0) {
         int it = t->progress.iteration;
         long long samples = t->progress.consumed_samples - tokens_start;

@@ -57,3 +57,12 @@ $MPIRUN -np 2 ./train_cpu $slow_run --global-batch-size 4 > $B/even.out 2>&1
 if [ $? -eq 0 ] && [ -z "$(slow_lines $B/even.out)" ] && grep -q "^ iteration        8/" $B/even.out; then
     ok "an even job names no slow rank"
 else bad "an even job" "$(grep -m2 -E '^slow rank|error' $B/even.out)"; fi
+
+# a healthy job with a short timeout: training, evaluation, a checkpoint and sampling on rank 0
+# (after the watchdog stops) take as long as they take and nothing fires
+$MPIRUN -np 8 ./train_cpu $run $grid222 --watchdog-timeout 3 --eval-iters 1 --eval-interval 4 --save $B/healthy \
+    > $B/healthy.out 2> $B/healthy.err
+status=$?
+if [ $status -eq 0 ] && ! grep -q watchdog $B/healthy.err && grep -q "^ iteration        8/" $B/healthy.out; then
+    ok "a healthy (2,2,2) job with --watchdog-timeout 3 (evaluation, checkpoint) ends normally, no watchdog line"
+else bad "a healthy job with a short watchdog timeout" "status $status: $(grep -m2 -E 'watchdog|error' $B/healthy.err)"; fi
