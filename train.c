@@ -857,7 +857,7 @@ static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp
     gpt_plan_model(&m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, stage,
                    a->pipeline_model_parallel_size, dp_size);
     StageMemory s = stage_memory(&m, stage, dp_size);
-    gpt_free(&m);
+    gpt_free_plan(&m);
     return s;
 }
 
