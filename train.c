@@ -67,7 +67,7 @@ step -> log -> sampling -> the run -> main.
     X(SWITCH, unigram_baseline, NULL, 0, "report the data's order-0 entropy next to the loss")                         \
     X(INT, log_interval, "100", 1, "steps between log lines")                                                          \
     X(SWITCH, log_comm, NULL, 0, "log the bytes each group's communication sent per step")                             \
-    X(SWITCH, log_memory_bytes, NULL, 0, "print the memory table in bytes too, with what dev_malloc handed out")      \
+    X(SWITCH, log_memory_bytes, NULL, 0, "print the memory table in bytes too, with what dev_malloc handed out")       \
     X(INT, watchdog_timeout, "600", 0, "end the job, saying where every rank is, after S s without progress (0: off)") \
     X(FLOAT, slow_rank_threshold, "1.5", 0, "name a rank computing this many times its stage's median (0: off)")       \
     X(STRING, tensorboard_dir, NULL, 0, "DIR: write the log line's values as TensorBoard events here")                 \
@@ -88,8 +88,8 @@ step -> log -> sampling -> the run -> main.
     X(SWITCH, check_cluster, NULL, 0, "measure bus bandwidths and matmuls, name outliers (no --data-path: only that)") \
     X(LIST, check_cluster_sizes, NULL, 0, "MIB [...]: --check-cluster's message sizes (default 1 16 64)")              \
     X(INT, check_cluster_matmul_size, NULL, 0, "N of --check-cluster's N x N matmul (0: 8192 GPU, 1024 CPU)")          \
-    X(SWITCH, dry_run, NULL, 0, "print each stage's memory, the FLOPs and the bubble of this layout; allocate nothing")  \
-    X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                       \
+    X(SWITCH, dry_run, NULL, 0, "plan this layout: each stage's memory, the FLOPs, the bubble; allocate nothing")      \
+    X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                        \
     X(SWITCH, help, NULL, 0, "print this list")
 
 typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_INVERSE_SQRT } LRDecayStyle;   // in --lr-decay-style's order
@@ -1097,6 +1097,7 @@ static ClusterCheck cluster_check_config(const Config* a) {
     ClusterCheck cc;
     memset(&cc, 0, sizeof(cc));
     const StringList* given = &a->check_cluster_sizes;
+    if (a->check_cluster && a->dry_run) config_error("give --dry-run or --check-cluster, not both (one plans, one measures)");
     if (!a->check_cluster && (given->count || a->check_cluster_matmul_size))
         config_error("--check-cluster-sizes and --check-cluster-matmul-size go with --check-cluster");
     cc.num_sizes = given->count ? given->count : 3;

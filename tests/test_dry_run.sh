@@ -82,3 +82,5 @@ refused "a global batch that MBS x DP does not divide, in the trainer's line" \
     --dry-run --world-size 2 $model --global-batch-size 6
 refused "--world-size other than the launched size, without --dry-run" "--world-size 4, but the job has 1 rank(s)" \
     --world-size 4 --data-path $data $model --train-iters 1
+refused "--dry-run with --check-cluster, in one line" "give --dry-run or --check-cluster, not both" \
+    --dry-run --check-cluster $model
