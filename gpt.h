@@ -644,15 +644,20 @@ static inline void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_
     gpt_allocate(m);
 }
 
-static void gpt_free(GPT* m) {
-    dev_free(m->arena);
-    dev_free(m->params);
-    dev_free(m->grads);
+// what gpt_plan_model allocated (host memory only: a plan touches no device)
+static void gpt_free_plan(GPT* m) {
     for (int s = 0; s < m->num_slots; s++) free(m->slots[s].layers);
     free(m->slots);
     free(m->recompute_layers);
     free(m->tensors);
     free(m->layer_tensors);
+}
+
+static void gpt_free(GPT* m) {
+    dev_free(m->arena);
+    dev_free(m->params);
+    dev_free(m->grads);
+    gpt_free_plan(m);
     free(m->host_losses);
 }
 

@@ -99,7 +99,12 @@ typedef float floatX;
 #define BUILD_NAME "CPU"
 #define HOST_DEVICE
 
-static void* dev_malloc(size_t bytes) { return mallocCheck(bytes); }
+// every device byte handed out, never decreased: the memory table checks the plan against it
+static size_t dev_bytes_allocated = 0;
+static void* dev_malloc(size_t bytes) {
+    dev_bytes_allocated += bytes;
+    return mallocCheck(bytes);
+}
 static void dev_free(void* p) { free(p); }
 static void dev_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes) { memcpy(host_dst, dev_src, bytes); }
@@ -138,8 +143,10 @@ HOST_DEVICE static inline floatX to_floatX(float f) { return __float2bfloat16(f)
 HOST_DEVICE static inline float floatX_to_float(floatX x) { return __bfloat162float(x); }
 #endif
 
+static size_t dev_bytes_allocated = 0;   // as the CPU build's
 static void* dev_malloc(size_t bytes) {
     void* p = NULL;
+    dev_bytes_allocated += bytes;
     cudaCheck(cudaMalloc(&p, bytes));
     return p;
 }

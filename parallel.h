@@ -955,9 +955,12 @@ static void adamw_free(AdamWState* s, const GPT* model) {
     dev_free(s->norm_acc);
 }
 
-// optimizer state bytes of this rank (moments, and the fp32 master where it is a copy)
-static size_t adamw_state_bytes(const AdamWState* s) {
-    return s->shard_size * sizeof(float) * (sizeof(floatX) == sizeof(float) ? 2 : 3);
+// the bytes adamw_init allocates for a flat buffer of `padded` elements over DP ranks: the
+// shard's two moments, its fp32 master where it is a copy (not on the fp32 build), the
+// reduce-scatter's gradient shard where DP > 1 (else the gradient buffer serves), the norm's scalar
+static size_t adamw_state_bytes(size_t padded, int dp_size) {
+    size_t shard = padded / dp_size * sizeof(float);
+    return shard * (sizeof(floatX) == sizeof(float) ? 2 : 3) + (dp_size > 1 ? shard : 0) + sizeof(double);
 }
 
 // [lo, hi): the part of tensor t inside this rank's shard (empty when lo >= hi)

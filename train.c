@@ -67,6 +67,7 @@ step -> log -> sampling -> the run -> main.
     X(SWITCH, unigram_baseline, NULL, 0, "report the data's order-0 entropy next to the loss")                         \
     X(INT, log_interval, "100", 1, "steps between log lines")                                                          \
     X(SWITCH, log_comm, NULL, 0, "log the bytes each group's communication sent per step")                             \
+    X(SWITCH, log_memory_bytes, NULL, 0, "print the memory table in bytes too, with what dev_malloc handed out")       \
     X(INT, watchdog_timeout, "600", 0, "end the job, saying where every rank is, after S s without progress (0: off)") \
     X(FLOAT, slow_rank_threshold, "1.5", 0, "name a rank computing this many times its stage's median (0: off)")       \
     X(STRING, tensorboard_dir, NULL, 0, "DIR: write the log line's values as TensorBoard events here")                 \
@@ -87,6 +88,8 @@ step -> log -> sampling -> the run -> main.
     X(SWITCH, check_cluster, NULL, 0, "measure bus bandwidths and matmuls, name outliers (no --data-path: only that)") \
     X(LIST, check_cluster_sizes, NULL, 0, "MIB [...]: --check-cluster's message sizes (default 1 16 64)")              \
     X(INT, check_cluster_matmul_size, NULL, 0, "N of --check-cluster's N x N matmul (0: 8192 GPU, 1024 CPU)")          \
+    X(SWITCH, dry_run, NULL, 0, "plan this layout: each stage's memory, the FLOPs, the bubble; allocate nothing")      \
+    X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                        \
     X(SWITCH, help, NULL, 0, "print this list")
 
 typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_INVERSE_SQRT } LRDecayStyle;   // in --lr-decay-style's order
@@ -269,22 +272,34 @@ static int* stage_layers(const Config* a) {
     return counts;
 }
 
-// this rank's pipeline stage
-static PipelineStage this_stage(const Config* a) {
+// pipeline stage p of the layout
+static PipelineStage pipeline_stage(const Config* a, int p) {
     int* counts = stage_layers(a);
-    PipelineStage s = {grid.pp_rank, a->pipeline_model_parallel_size, 0, counts[grid.pp_rank]};
-    for (int p = 0; p < grid.pp_rank; p++) s.first_layer += counts[p];
+    PipelineStage s = {p, a->pipeline_model_parallel_size, 0, counts[p]};
+    for (int q = 0; q < p; q++) s.first_layer += counts[q];
     free(counts);
     return s;
 }
 
-// the grid's flags against the world size; then every rank knows its coordinates
+static PipelineStage this_stage(const Config* a) { return pipeline_stage(a, grid.pp_rank); }
+
+// the world the layout is for: --world-size (a dry run's), else the launched one
+static int layout_world_size(const Config* a) { return a->world_size ? a->world_size : grid.world_size; }
+static int data_parallel_size(const Config* a) {
+    return layout_world_size(a) / (a->tensor_model_parallel_size * a->pipeline_model_parallel_size);
+}
+
+// the grid's flags against the world size; then every rank knows its coordinates (not in a
+// dry run: its world is not the launched one)
 static void check_grid(const Config* a) {
-    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size;
-    if (grid.world_size % (TP * PP) != 0)
+    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, W = layout_world_size(a);
+    if (a->world_size && !a->dry_run && a->world_size != grid.world_size)
+        config_error("--world-size %d, but the job has %d rank(s) (--world-size is for --dry-run)", a->world_size,
+                     grid.world_size);
+    if (W % (TP * PP) != 0)
         config_error("world size %d is not a multiple of --tensor-model-parallel-size %d x --pipeline-model-parallel-size %d",
-                     grid.world_size, TP, PP);
-    grid_place(TP, PP);
+                     W, TP, PP);
+    if (!a->dry_run) grid_place(TP, PP);
 }
 
 static void check_model(Config* a) {
@@ -296,7 +311,10 @@ static void check_model(Config* a) {
     if (m->seq_length > m->max_position_embeddings && m->position_embedding_type == POSITION_LEARNED_ABSOLUTE)
         config_error("--seq-length %d exceeds --max-position-embeddings %d", m->seq_length, m->max_position_embeddings);
     if (m->init_method_std <= 0.0f) config_error("--init-method-std must be positive, got %g", m->init_method_std);
-    if (a->data_path.count == 0) config_error("--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one)");
+    if (a->data_path.count == 0 && !a->dry_run)
+        config_error("--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one)");
+    if (a->dry_run && m->vocab_size == 0)
+        config_error("--dry-run reads no data: give --vocab-size (the data's largest token id + 1)");
     // parallel layout
     int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size;
     check_grid(a);
@@ -374,7 +392,7 @@ static void check_recompute(Config* a) {
 }
 
 static void check_run(Config* a) {
-    int dp = grid.world_size / (a->tensor_model_parallel_size * a->pipeline_model_parallel_size);
+    int dp = data_parallel_size(a);
     // batch
     if (a->global_batch_size == 0) a->global_batch_size = a->micro_batch_size * dp;
     if (a->global_batch_size % (a->micro_batch_size * dp) != 0)
@@ -383,7 +401,7 @@ static void check_run(Config* a) {
     // length of training: iterations or samples, not both (Megatron's rule); 0 iterations
     // with --save writes the initial model
     int initial_only = a->train_iters == 0 && a->train_samples == 0 && a->save;
-    if (a->train_iters == 0 && a->train_samples == 0 && !initial_only)
+    if (a->train_iters == 0 && a->train_samples == 0 && !initial_only && !a->dry_run)
         config_error("the length of training is 0: give --train-iters or --train-samples a positive count "
                      "(--train-iters 0 with --save writes the initial model and stops)");
     if (a->train_iters > 0 && a->train_samples > 0)
@@ -791,6 +809,7 @@ typedef struct {
     int last_saved;                 // iteration of the last checkpoint this run wrote (-1: none)
     int last_save_failed;           // the last save could not be written (the exit status says so)
     TensorBoardWriter tensorboard;  // --tensorboard-dir, on rank 0
+    size_t allocated_bytes;         // what dev_malloc handed out for the model and the optimizer
 } Trainer;
 
 typedef struct {
@@ -808,28 +827,83 @@ static void add_comm_counters(double out[4], double sign) {
     out[3] += sign * grid.embedding.bytes_sent;
 }
 
-// Per rank: parameters, gradients, optimizer state and activations, gathered to rank 0
+// ----------------------------------------------------------------------------
+// the memory plan: what one rank of a pipeline stage allocates, to the byte, from the plan
+// alone. The start-up table, the memory check and --dry-run all take their numbers here.
+
+typedef struct {
+    PipelineStage stage;
+    size_t num_params;                                      // this rank's parameters (unpadded)
+    size_t params, grads, optimizer, activations, total;   // bytes
+    int num_slots, longest_chunk;                           // the arena's make-up, for the table's header
+    size_t slot_bytes, recompute_bytes;
+} StageMemory;
+
+// a planned (or built) model's bytes over dp_size data ranks: what gpt_allocate and adamw_init hand out
+static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) {
+    StageMemory s = {stage, m->num_params, m->num_params_padded * sizeof(floatX), m->num_params_padded * sizeof(float),
+                     adamw_state_bytes(m->num_params_padded, dp_size), m->arena_bytes, 0, m->num_slots,
+                     m->longest_chunk, m->slot_bytes, m->recompute_bytes};
+    s.total = s.params + s.grads + s.optimizer + s.activations;
+    return s;
+}
+
+// stage p of the layout with tp_size x dp_size ranks, as its tensor rank 0 would hold it: planned
+// and thrown away. The ranks of a stage hold the same sizes (other slices of the vocabulary,
+// of the matrices and of the ZeRO shard).
+static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp_size) {
+    GPT m;
+    PipelineStage stage = pipeline_stage(a, p);
+    gpt_plan_model(&m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, stage,
+                   a->pipeline_model_parallel_size, dp_size);
+    StageMemory s = stage_memory(&m, stage, dp_size);
+    gpt_free_plan(&m);
+    return s;
+}
+
+static void print_memory_header(const StageMemory* s) {
+    double mib = 1024.0 * 1024.0;
+    char recompute[96] = "";
+    if (s->longest_chunk > 0)
+        snprintf(recompute, sizeof(recompute), " + a recomputed chunk's scratch of %.1f MiB (%d layer(s))",
+                 s->recompute_bytes / mib, s->longest_chunk);
+    printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations "
+           "(%d micro-batch slot(s) of %.1f MiB%s + backward scratch) | total\n", s->num_slots, s->slot_bytes / mib, recompute);
+}
+
+// "  LABEL (stage S, layers A-B): N parameters: x | x | x | x | x", and with `bytes` the same in bytes
+static void print_memory_row(const char* label, const StageMemory* s, int bytes) {
+    double mib = 1024.0 * 1024.0;
+    char layers[48] = "no layers";   // each stage shows its layers: the balance can be seen
+    if (s->stage.num_layers > 0)
+        snprintf(layers, sizeof(layers), "layers %d-%d", s->stage.first_layer, s->stage.first_layer + s->stage.num_layers - 1);
+    printf("  %s (stage %d, %s): %zu parameters: %9.1f | %9.1f | %9.1f | %9.1f | %9.1f\n", label, s->stage.rank, layers,
+           s->num_params, s->params / mib, s->grads / mib, s->optimizer / mib, s->activations / mib, s->total / mib);
+    if (bytes)
+        printf("  %s (stage %d) in bytes: %zu | %zu | %zu | %zu | %zu\n", label, s->stage.rank, s->params, s->grads,
+               s->optimizer, s->activations, s->total);
+}
+
+// Per rank: parameters, gradients, optimizer state and activations, gathered to rank 0; with
+// --log-memory-bytes also in bytes, and the bytes dev_malloc really handed out for them
 static void print_memory(const Trainer* t) {
-    const GPT* m = &t->model;
-    double mine[7] = {(double)m->num_params, (double)m->num_params_padded * sizeof(floatX),
-                      (double)m->num_params_padded * sizeof(float), (double)adamw_state_bytes(&t->opt),
-                      (double)m->arena_bytes, (double)m->first_layer, (double)m->num_local_layers};
-    double* all = (double*)mallocCheck(7 * sizeof(double) * grid.world_size);
-    gather_to_rank0(&grid.world, mine, all, 7);
+    StageMemory s = stage_memory(&t->model, this_stage(&t->config), grid.dp_size);
+    double mine[10] = {(double)s.num_params, (double)s.params, (double)s.grads, (double)s.optimizer, (double)s.activations,
+                       (double)s.stage.rank, (double)s.stage.first_layer, (double)s.stage.num_layers,
+                       (double)t->allocated_bytes};
+    double* all = (double*)mallocCheck(10 * sizeof(double) * grid.world_size);
+    gather_to_rank0(&grid.world, mine, all, 10);
     if (grid.world_rank == 0) {
-        double mib = 1024.0 * 1024.0;
-        char recompute[96] = "";
-        if (m->longest_chunk > 0)
-            snprintf(recompute, sizeof(recompute), " + a recomputed chunk's scratch of %.1f MiB (%d layer(s))",
-                     m->recompute_bytes / mib, m->longest_chunk);
-        printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations "
-               "(%d micro-batch slot(s) of %.1f MiB%s + backward scratch)\n", m->num_slots, m->slot_bytes / mib, recompute);
-        for (int r = 0; r < grid.world_size; r++) {   // each stage shows its layers: the balance can be seen
-            const double* x = all + 7 * r;
-            char layers[48] = "no layers";
-            if (x[6] > 0) snprintf(layers, sizeof(layers), "layers %.0f-%.0f", x[5], x[5] + x[6] - 1);
-            printf("  rank %3d (stage %d, %s): %.0f parameters: %9.1f | %9.1f | %9.1f | %9.1f\n", r,
-                   r / (grid.tp_size * grid.dp_size), layers, x[0], x[1] / mib, x[2] / mib, x[3] / mib, x[4] / mib);
+        print_memory_header(&s);
+        for (int r = 0; r < grid.world_size; r++) {
+            const double* x = all + 10 * r;
+            StageMemory row = {{(int)x[5], grid.pp_size, (int)x[6], (int)x[7]}, (size_t)x[0], (size_t)x[1], (size_t)x[2],
+                               (size_t)x[3], (size_t)x[4], 0, 0, 0, 0, 0};
+            row.total = row.params + row.grads + row.optimizer + row.activations;
+            char label[32];
+            snprintf(label, sizeof(label), "rank %3d", r);
+            print_memory_row(label, &row, t->config.log_memory_bytes);
+            if (t->config.log_memory_bytes) printf("  rank %3d: dev_malloc handed out %.0f bytes for them\n", r, x[8]);
         }
     }
     free(all);
@@ -916,7 +990,7 @@ static void export_and_exit(const Config* a) {
 static void setup_schedules(Trainer* t) {
     Config* a = &t->config;
     BatchSchedule* b = &t->batch;
-    b->micro_batch_times_dp = a->micro_batch_size * (grid.world_size / (a->tensor_model_parallel_size * a->pipeline_model_parallel_size));
+    b->micro_batch_times_dp = a->micro_batch_size * data_parallel_size(a);
     b->global_batch_size = a->global_batch_size;
     b->start = a->rampup_batch_size.v[0];
     b->increment = a->rampup_batch_size.v[1];
@@ -981,11 +1055,9 @@ static double memory_available(const char** where) {
 // Before anything large is allocated: what this rank will hold (the numbers of the memory
 // table), against what there is. Too much is refused in one line by the rank that would hold
 // the most, naming the largest part and the flags that drive it; every rank exits 2.
-static void check_memory(const GPT* m, const char* table_flags) {
-    double gib = 1024.0 * 1024.0 * 1024.0, padded = (double)m->num_params_padded;
-    double optimizer = padded / grid.dp_size * sizeof(float) * (sizeof(floatX) == sizeof(float) ? 2 : 3) +
-                       (grid.dp_size > 1 ? padded / grid.dp_size * sizeof(float) : 0.0);
-    double part[4] = {padded * sizeof(floatX), padded * sizeof(float), optimizer, (double)m->arena_bytes};
+static void check_memory(const StageMemory* s, const char* table_flags) {
+    double gib = 1024.0 * 1024.0 * 1024.0;
+    double part[4] = {(double)s->params, (double)s->grads, (double)s->optimizer, (double)s->activations};
     const char* names[4] = {"parameters", "gradients", "optimizer state", "activations"};
     const char* flags[4] = {table_flags, table_flags, table_flags,
                             "--micro-batch-size, --seq-length, --hidden-size, --num-attention-heads (scores: seq^2 per head; "
@@ -1025,6 +1097,7 @@ static ClusterCheck cluster_check_config(const Config* a) {
     ClusterCheck cc;
     memset(&cc, 0, sizeof(cc));
     const StringList* given = &a->check_cluster_sizes;
+    if (a->check_cluster && a->dry_run) config_error("give --dry-run or --check-cluster, not both (one plans, one measures)");
     if (!a->check_cluster && (given->count || a->check_cluster_matmul_size))
         config_error("--check-cluster-sizes and --check-cluster-matmul-size go with --check-cluster");
     cc.num_sizes = given->count ? given->count : 3;
@@ -1054,6 +1127,48 @@ static void check_cluster_and_exit(const Config* a, const ClusterCheck* cc) {
     exit(0);
 }
 
+// --dry-run: the layout of --world-size ranks (or the launched ones) planned stage by stage on
+// one rank: what each would allocate (the trainer's own numbers: plan_stage_memory), the model
+// FLOPs of a step and the 1F1B bubble, and a last line in a fixed form. Every check of the
+// flags has passed; nothing large is allocated, no group built, no data read, no step run.
+static void dry_run_report(const Config* a) {
+    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, DP = data_parallel_size(a);
+    int micro = a->global_batch_size / (a->micro_batch_size * DP), peak_stage = 0;
+    double gib = 1024.0 * 1024.0 * 1024.0, peak = 0.0;
+    printf("dry run: gridgpt %s build, %s, world %d as TP %d x PP %d x DP %d: nothing allocated, no step run\n",
+           BUILD_NAME, PRECISION_NAME, layout_world_size(a), TP, PP, DP);
+    print_model(&a->model);
+    printf("each stage as its tensor rank 0, data rank 0 holds it (its other ranks hold the same sizes: another slice "
+           "of the vocabulary, the matrices and the ZeRO shard)\n");
+    for (int p = 0; p < PP; p++) {
+        StageMemory s = plan_stage_memory(a, p, TP, DP);
+        if (p == 0) print_memory_header(&s);
+        print_memory_row("planned", &s, 1);
+        if (s.total > peak) {
+            peak = s.total;
+            peak_stage = p;
+        }
+    }
+    double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a));
+    double bubble = (PP - 1.0) / (micro + PP - 1.0);
+    printf("model FLOPs per step: %.4g (global batch %d; Narayanan et al. 2021, recomputation included)\n", flops,
+           a->global_batch_size);
+    printf("1F1B bubble: (p - 1) / (m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per pipeline\n",
+           PP - 1, micro + PP - 1, 100.0 * bubble, micro);
+    printf("dry-run: world %d TP %d PP %d DP %d MBS %d GBS %d: peak memory per GPU %.1f GiB (stage %d), bubble %.1f%%\n",
+           layout_world_size(a), TP, PP, DP, a->micro_batch_size, a->global_batch_size, peak / gib, peak_stage,
+           100.0 * bubble);
+}
+
+static void dry_run_and_exit(Config* a) {
+    a->model.padded_vocab_size = padded_vocab_size(a->model.vocab_size, a->model.make_vocab_size_divisible_by,
+                                                   a->tensor_model_parallel_size);
+    if (grid.world_rank == 0) dry_run_report(a);
+    fflush(stdout);
+    grid_finish();
+    exit(0);
+}
+
 // the model, the optimizer and the grid they live on (every check has passed)
 static void build_model(Trainer* t) {
     Config* a = &t->config;
@@ -1073,11 +1188,14 @@ static void build_model(Trainer* t) {
     config_error_anywhere(table_err);
     gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, stage, grid.pp_size,
                    grid.dp_size);
-    check_memory(&t->model, table_flags);
+    StageMemory planned = stage_memory(&t->model, stage, grid.dp_size);
+    check_memory(&planned, table_flags);
+    size_t before = dev_bytes_allocated;
     gpt_allocate(&t->model);
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};
     t->adam = adam;
     adamw_init(&t->opt, &t->model);
+    t->allocated_bytes = dev_bytes_allocated - before;
     t->opt.scaler = make_loss_scaler(a);
 }
 
@@ -1126,6 +1244,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     check_model(a);
     check_run(a);
     setup_schedules(t);
+    if (a->dry_run) dry_run_and_exit(a);
     // data: Megatron's sample counts per split
     long long eval_batches = (long long)(t->train_iters / a->eval_interval + 1) * a->eval_iters;
     int64_t samples[3] = {a->train_iters > 0 ? (int64_t)a->train_iters * a->global_batch_size : a->train_samples,

@@ -7,7 +7,8 @@
 # static loss scale of 1024 (the CPU build runs the same scaler: a power of two changes no bit
 # there), within fp16 tolerance. The bf16 runs train again with activation recomputation,
 # which must give the very same bits. Then --check-cluster at (2,2,2) on the GPU path: its
-# tables and bandwidth formulas (tests/test_check_cluster.sh --verify). Prints one PASS/FAIL
+# tables and bandwidth formulas (tests/test_check_cluster.sh --verify); --dry-run at (2,2,2)
+# against the bytes the run allocates (tests/test_dry_run.sh on the GPU path). Prints one PASS/FAIL
 # line per check.
 #
 # Tolerance: |loss_emu - loss_cpu| <= u * loss_cpu at every step, u the unit roundoff of the
@@ -136,6 +137,22 @@ if [ -z "${GPU_BINARY:-}" ]; then   # a real GPU's fp16 binary: make test-gpu
     compare "train_emu_fp16 --fp16 --loss-scale 1024 matches train_cpu over 10 steps at (2,2,2)" 8 2 2 start \
         tests/build/train_emu_fp16 "$fp16_tol" "" --fp16 --loss-scale 1024
 fi
+
+# --dry-run on the GPU path: the bytes it plans per stage at (2,2,2) with recomputation (bf16
+# weights, fp32 gradients, moments and master copies) are every rank's, and what cudaMalloc
+# handed out (the emulation's, or a real GPU's with GPU_BINARY)
+mem="--vocab-size 257 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2
+     --global-batch-size 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --checkpoint-activations"
+in_bytes() { sed -nE 's/.*\(stage ([0-9]+)\) in bytes: (.*)/\1: \2/p' "$1"; }
+$BIN --dry-run --world-size 8 $mem > "$tmp/plan" 2>&1
+$MPIRUN -np 8 $BIN $mem --data-path $data --train-iters 1 --eval-iters 0 --log-memory-bytes > "$tmp/real" 2>&1
+planned=$(in_bytes "$tmp/plan") real=$(in_bytes "$tmp/real" | sort -n | uniq)
+totals=$(in_bytes "$tmp/real" | sed -E 's/.*\| //' | sort -n | uniq)
+allocated=$(sed -nE 's/.*dev_malloc handed out ([0-9]+) bytes.*/\1/p' "$tmp/real" | sort -n | uniq)
+if [ "$(in_bytes "$tmp/real" | wc -l)" -eq 8 ] && [ "$(echo "$planned" | wc -l)" -eq 2 ] && [ "$planned" = "$real" ] &&
+   [ "$totals" = "$allocated" ]; then
+    ok "$(basename "$BIN") --dry-run at (2,2,2): each stage's planned bytes = every rank's = what dev_malloc asked cudaMalloc for ($(echo $planned))"
+else bad "$(basename "$BIN") --dry-run at (2,2,2)" "planned: $planned / real: $real / totals $totals, allocated $allocated"; fi
 
 # --check-cluster on the GPU path (NCCL's collectives and send/recv, cuBLAS's matmul, a device
 # synchronisation around each timing) at (2,2,2): the same tables, the same formulas

@@ -109,12 +109,12 @@ static int record(const char* out, int fail_rank, int argc, char** argv) {
               worst, grid.pp_size, rec.wrong_peak_step, rec.wrong_peak, rec.wanted_peak);
     }
 
-    // facts for the script: optimizer bytes, micro-batches in flight, rank 0's bytes per group
+    // facts for the script: the Adam moments' bytes, micro-batches in flight, rank 0's bytes per group
     snprintf(path, sizeof(path), "%s.info", out);
     if (grid.world_rank == 0) {
         FILE* info = fopen(path, "w");
         fprintf(info, "optimizer_bytes %zu\nmax_in_flight %d\nparams_padded %zu\nhidden_bytes %zu\n",
-                adamw_state_bytes(&t->opt), worst, t->model.num_params_padded,
+                2 * t->opt.shard_size * sizeof(float), worst, t->model.num_params_padded,
                 (size_t)t->model.B * t->model.T * t->config.model.hidden_size * sizeof(floatX));
         fprintf(info, "comm_tp %.0f\ncomm_dp %.0f\ncomm_pp %.0f\ncomm_embedding %.0f\n", comm_sum[0], comm_sum[1],
                 comm_sum[2], comm_sum[3]);

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# tests/test_dry_run.sh DATA_PREFIX — --dry-run predicts, to the byte, what the trainer allocates.
+# For each layout and shape, one process plans it (./train_cpu --dry-run --world-size N) and the
+# real trainer runs it for one step under mpirun -np N with --log-memory-bytes. Every rank's
+# bytes (parameters, gradients, optimizer state, activations, total) must equal its stage's
+# planned line, and equal what dev_malloc really handed out. Also: the last line's fixed form
+# and bubble, and the dry run's one-line refusals.
+set -u
+data=${1:?usage: test_dry_run.sh DATA_PREFIX}
+B=tests/build/dry_run
+mkdir -p $B
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN="mpirun --oversubscribe --bind-to none"
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; }
+
+model="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2"
+
+# "stage S: the five byte counts", from lines "  LABEL (stage S) in bytes: a | b | c | d | e"
+bytes_by_stage() { sed -nE 's/.*\(stage ([0-9]+)\) in bytes: (.*)/\1: \2/p' "$1"; }
+
+compare() {  # name tp pp dp [flags...]
+    local name=$1 tp=$2 pp=$3 dp=$4; shift 4
+    local n=$((tp * pp * dp)) layout="--tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp"
+    ./train_cpu --dry-run --world-size $n $model $layout "$@" > $B/$name.plan 2>&1
+    $MPIRUN -np $n ./train_cpu --data-path $data $model $layout "$@" --train-iters 1 --eval-iters 0 --log-memory-bytes \
+        > $B/$name.run 2>&1
+    local planned real allocated totals
+    planned=$(bytes_by_stage $B/$name.plan)
+    # every rank's line, each checked against its stage's planned one
+    real=$(bytes_by_stage $B/$name.run | sort -n | uniq)
+    allocated=$(sed -nE 's/.*dev_malloc handed out ([0-9]+) bytes.*/\1/p' $B/$name.run | sort -n | uniq)
+    totals=$(bytes_by_stage $B/$name.run | sed -E 's/.*\| //' | sort -n | uniq)
+    if [ -z "$planned" ] || [ "$(echo "$planned" | wc -l)" -ne $pp ]; then
+        bad "$name: the dry run plans $pp stage(s)" "$(tail -3 $B/$name.plan)"
+    elif [ "$(bytes_by_stage $B/$name.run | wc -l)" -ne $n ]; then
+        bad "$name: the real run prints $n ranks' bytes" "$(grep -m1 -i error $B/$name.run)"
+    elif [ "$planned" != "$real" ]; then
+        bad "$name: planned bytes per stage = the trainer's" "planned: $planned / real: $real"
+    elif [ "$allocated" != "$totals" ]; then
+        bad "$name: the totals = what dev_malloc handed out" "totals: $totals / allocated: $allocated"
+    else
+        ok "$name (world $n): every stage's bytes planned = reported = allocated ($(echo $planned | tr '\n' ' '))"
+    fi
+}
+
+compare one-rank 1 1 1
+compare dp2-optimizer-shard 1 1 2
+compare dp3-padded-shard 1 1 3 --global-batch-size 6
+compare tp2 2 1 1
+compare tp4-mbs1 4 1 1 --micro-batch-size 1 --seq-length 32
+compare pp2 1 2 1
+compare tp2-pp2-dp2 2 2 2 --global-batch-size 8
+compare pp4-uneven-embedding 1 4 1 --pp-partition-method 'type:transformer|embedding' --global-batch-size 8
+compare pp3-uneven-transformer 1 3 1 --num-layers 5 --pp-partition-method type:transformer --global-batch-size 6
+compare pp2-dp2-recompute 1 2 2 --checkpoint-activations --global-batch-size 8
+compare tp2-pp2-recompute-block 2 2 1 --recompute-granularity full --recompute-method block --recompute-num-layers 1
+compare bloom-tp2-pp2 2 2 1 --position-embedding-type alibi --embed-layernorm --global-batch-size 8
+compare first-last-layers 1 3 1 --num-layers 6 --decoder-first-pipeline-num-layers 1 --decoder-last-pipeline-num-layers 1
+
+# the last line's fixed form: 4 micro-batches per pipeline over PP 2: bubble 1/5
+./train_cpu --dry-run --world-size 8 $model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    --global-batch-size 16 > $B/last.plan 2>&1
+if tail -1 $B/last.plan | grep -qE '^dry-run: world 8 TP 2 PP 2 DP 2 MBS 2 GBS 16: peak memory per GPU [0-9]+\.[0-9] GiB \(stage [01]\), bubble 20\.0%$'; then
+    ok "the last line: world, layout, batch, peak memory and its stage, the 1F1B bubble (p-1)/(m+p-1)"
+else bad "the dry run's last line" "$(tail -1 $B/last.plan)"; fi
+
+refused() {  # name needle flags...
+    local name=$1 needle=$2; shift 2
+    ./train_cpu "$@" > $B/refused.out 2>&1
+    local status=$?
+    if [ $status -eq 2 ] && [ "$(wc -l < $B/refused.out)" -eq 1 ] && grep -qF -- "$needle" $B/refused.out; then ok "$name"
+    else bad "$name" "status $status: $(head -3 $B/refused.out)"; fi
+}
+refused "a dry run without data needs --vocab-size, in one line" "--dry-run reads no data: give --vocab-size" \
+    --dry-run --num-layers 4
+refused "a world size that TP x PP does not divide, in the trainer's line" \
+    "world size 6 is not a multiple of --tensor-model-parallel-size 1 x --pipeline-model-parallel-size 4" \
+    --dry-run --world-size 6 --pipeline-model-parallel-size 4 --vocab-size 100
+refused "a global batch that MBS x DP does not divide, in the trainer's line" \
+    "--global-batch-size 6 is not divisible by --micro-batch-size 2 x data-parallel size 2" \
+    --dry-run --world-size 2 $model --global-batch-size 6
+refused "--world-size other than the launched size, without --dry-run" "--world-size 4, but the job has 1 rank(s)" \
+    --world-size 4 --data-path $data $model --train-iters 1
+refused "--dry-run with --check-cluster, in one line" "give --dry-run or --check-cluster, not both" \
+    --dry-run --check-cluster $model
