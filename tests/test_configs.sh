@@ -3,7 +3,8 @@
 # --tiny variant keeps every option of its run (fp16 and the loss scaler, recomputation,
 # ALiBi, the embedding LayerNorm, balanced stages, the ramp-up and schedule) at a small width
 # and depth, and trains a few steps on the CPU build at a small grid; the full command
-# (--dry-run) names the published layout and binary.
+# (--print) names the published layout and binary; --dry-run plans the published layout (and
+# --tiny --dry-run the tiny one) with the trainer's planner, one process, no DATA.
 set -u
 data=${1:?usage: test_configs.sh DATA_PREFIX}
 B=tests/build/configs
@@ -32,10 +33,10 @@ tiny tr11-176B-bloom 8 "TP 2 x PP 3" "--embed-layernorm --position-embedding-typ
 full_command() {
     local name=$1 missing="" needle; shift
     local cmd
-    cmd=$(LAUNCHER=srun scripts/configs/$name.sh --dry-run 2>&1)
+    cmd=$(LAUNCHER=srun scripts/configs/$name.sh --print 2>&1)
     for needle in "$@"; do [[ "$cmd" == *"$needle"* ]] || missing="$missing [$needle]"; done
     if [ -z "$missing" ]; then ok "$name: the full command is the published run's"
-    else bad "$name --dry-run" "missing:$missing in: $(head -c 300 <<< "$cmd")"; fi
+    else bad "$name --print" "missing:$missing in: $(head -c 300 <<< "$cmd")"; fi
 }
 full_command tr1-13B "srun ./train_gpu_fp16 " "--num-layers 40 --hidden-size 5120 --num-attention-heads 32" \
     "--global-batch-size 1024 --rampup-batch-size 16 16 5000000" "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4"
@@ -46,3 +47,21 @@ full_command tr8-104B "srun ./train_gpu_fp16 " "--num-layers 32 --hidden-size 16
 full_command tr11-176B-bloom "srun ./train_gpu " "--num-layers 70 --hidden-size 14336 --num-attention-heads 112" \
     "--position-embedding-type alibi --embed-layernorm" "--bf16" "--rampup-batch-size 192 16 9765625" \
     "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 12" "--pp-partition-method type:transformer|embedding"
+
+# dry_run NAME [--tiny] WORLD TP PP DP MBS GBS: `NAME.sh [--tiny] --dry-run` (no DATA, no
+# launcher) exits 0 and its last line is the planner's for that layout (a prefix: the line
+# may grow more fields)
+dry_run() {
+    local name=$1 tiny=""; shift
+    if [ "$1" = --tiny ]; then tiny=--tiny; shift; fi
+    local out status last want
+    out=$(env -u DATA timeout 60 scripts/configs/$name.sh $tiny --dry-run 2>&1); status=$?
+    last=$(tail -n 1 <<< "$out")
+    want="^dry-run: world $1 TP $2 PP $3 DP $4 MBS $5 GBS $6: peak memory per GPU [0-9.]+ GiB \(stage [0-9]+\)"
+    if [ $status -eq 0 ] && [[ "$last" =~ $want ]]; then ok "$name${tiny:+ $tiny} --dry-run plans world $1 as TP $2 x PP $3 x DP $4"
+    else bad "$name${tiny:+ $tiny} --dry-run" "status $status, last line: $last"; fi
+}
+dry_run tr1-13B 128 2 4 16 1 1024
+dry_run tr8-104B 512 4 32 4 1 2048
+dry_run tr11-176B-bloom 384 4 12 8 2 2048
+dry_run tr1-13B --tiny 4 2 2 1 1 8

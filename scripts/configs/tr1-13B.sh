@@ -4,12 +4,13 @@
 # run (16 to 128 nodes of 4 GPUs). Values from bigscience-workshop/bigscience,
 # train/tr1-13B-base (README and chronicles; the loss scaler's from its DeepSpeed config:
 # initial_scale_power 12, loss_scale_window 500, hysteresis 2, min_loss_scale 1).
-#   DATA=PREFIX scripts/configs/tr1-13B.sh [--tiny] [--dry-run] [flags]   (see launch.sh)
+#   DATA=PREFIX scripts/configs/tr1-13B.sh [--tiny] [--print | --dry-run] [flags]   (see launch.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/configs/launch.sh
 
 BINARY=train_gpu_fp16
+GPUS=128   # 32 nodes of 4: DP 16, the widest DP whose micro-batch x DP divides the ramp-up's first batch of 16
 FULL=(--num-layers 40 --hidden-size 5120 --num-attention-heads 32 --ffn-hidden-size 20480
       --seq-length 2048 --max-position-embeddings 2048 --vocab-size 50257   # GPT-2's BPE
       --micro-batch-size 1 --global-batch-size 1024 --rampup-batch-size 16 16 5000000

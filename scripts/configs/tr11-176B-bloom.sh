@@ -5,12 +5,13 @@
 # output layer as layers (5, 6, ..., 6, 5), DP 8 on 48 nodes of 8 A100 80 GB (24 nodes at
 # the end). Values from bigscience-workshop/bigscience, train/tr11-176B-ml (the slurm script;
 # warm-up 375M tokens = 183105 samples of 2048).
-#   DATA=PREFIX scripts/configs/tr11-176B-bloom.sh [--tiny] [--dry-run] [flags]   (see launch.sh)
+#   DATA=PREFIX scripts/configs/tr11-176B-bloom.sh [--tiny] [--print | --dry-run] [flags]   (see launch.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/configs/launch.sh
 
 BINARY=train_gpu
+GPUS=384   # 48 nodes of 8: TP 4 x PP 12 x DP 8
 FULL=(--num-layers 70 --hidden-size 14336 --num-attention-heads 112
       --seq-length 2048 --vocab-size 250680 --make-vocab-size-divisible-by 128   # x TP 4: 250880
       --position-embedding-type alibi --embed-layernorm --init-method-std 0.0048

@@ -4,12 +4,13 @@
 # recomputation, TP 4 x PP 32 (one layer per stage) x DP 4 on 128 nodes of 4 V100 32 GB.
 # Values from bigscience-workshop/bigscience, train/tr8-104B-wide (tr8-104B.slurm and
 # chronicles; the loss scaler's from its DeepSpeed config, as tr1-13B's).
-#   DATA=PREFIX scripts/configs/tr8-104B.sh [--tiny] [--dry-run] [flags]   (see launch.sh)
+#   DATA=PREFIX scripts/configs/tr8-104B.sh [--tiny] [--print | --dry-run] [flags]   (see launch.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/configs/launch.sh
 
 BINARY=train_gpu_fp16
+GPUS=512   # 128 nodes of 4: TP 4 x PP 32 x DP 4
 FULL=(--num-layers 32 --hidden-size 16384 --num-attention-heads 32
       --seq-length 2048 --max-position-embeddings 2048 --vocab-size 50257   # GPT-2's BPE
       --micro-batch-size 1 --global-batch-size 2048 --rampup-batch-size 16 16 6000000
