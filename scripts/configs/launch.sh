@@ -10,8 +10,8 @@
 #     --print: print the command instead of running it
 #     --dry-run: plan the layout with the trainer's planner instead (no DATA, no launcher, one
 #              process): ./train_cpu FULL --dry-run --world-size GPUS [more trainer flags];
-#              with --tiny, the tiny flags on TINY_RANKS. Plain train_cpu because the GPU
-#              binaries need a GPU to start.
+#              with --tiny, the tiny flags on TINY_RANKS. train_cpu because it builds
+#              anywhere (the GPU binaries need CUDA to build and to load).
 # A flag given twice takes its last value, so TINY (and the caller's flags: --world-size,
 # --micro-batch-size, the layout's) override FULL.
 
