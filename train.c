@@ -289,6 +289,40 @@ static int data_parallel_size(const Config* a) {
     return layout_world_size(a) / (a->tensor_model_parallel_size * a->pipeline_model_parallel_size);
 }
 
+// The first reason the layout of `a` (TP, PP, the DP the world leaves, MBS) cannot run its
+// model and batch, as the one line the trainer refuses it with; 0 if none. The trainer's checks
+// refuse with it and --sweep passes over the layouts it names. TP x PP divides the world
+// (check_grid); --ffn-hidden-size and --global-batch-size have their defaults.
+static int layout_error(const Config* a, char* err, size_t len) {
+    const GPTConfig* m = &a->model;
+    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, dp = data_parallel_size(a);
+    if (m->num_attention_heads % TP != 0)
+        return error_line(err, len, "--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d",
+                          m->num_attention_heads, TP);
+    if (m->ffn_hidden_size % TP != 0)
+        return error_line(err, len, "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
+                          m->ffn_hidden_size, TP);
+    int* layers = (int*)mallocCheck(PP * sizeof(int)), most = 0;
+    int bad = stage_layer_counts(a, layers, err, len);
+    for (int p = 0; p < PP && !bad; p++) most = layers[p] > most ? layers[p] : most;
+    free(layers);
+    if (bad) return bad;
+    int micro_batch_times_dp = a->micro_batch_size * dp;
+    if (a->global_batch_size % micro_batch_times_dp != 0)
+        return error_line(err, len, "--global-batch-size %d is not divisible by --micro-batch-size %d x data-parallel size %d",
+                          a->global_batch_size, a->micro_batch_size, dp);
+    const int* ramp = a->rampup_batch_size.v;   // START INCREMENT SAMPLES (the ramp's own shape: check_rampup)
+    for (int g = ramp[0]; ramp[0] > 0 && ramp[1] > 0 && g <= a->global_batch_size; g += ramp[1])
+        if (g % micro_batch_times_dp != 0)
+            return error_line(err, len, "--rampup-batch-size: batch size %d on the ramp is not divisible by micro-batch %d x "
+                              "data-parallel size %d", g, a->micro_batch_size, dp);
+    if (a->recompute_num_layers > most)
+        return error_line(err, len, "--recompute-num-layers %d is more layers than any pipeline stage holds (the largest: "
+                          "%d of --num-layers %d over --pipeline-model-parallel-size %d)", a->recompute_num_layers, most,
+                          m->num_layers, PP);
+    return 0;
+}
+
 // the grid's flags against the world size; then every rank knows its coordinates (not in a
 // dry run: its world is not the launched one)
 static void check_grid(const Config* a) {
@@ -318,14 +352,9 @@ static void check_model(Config* a) {
     // parallel layout
     int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size;
     check_grid(a);
-    if (m->num_attention_heads % TP != 0)
-        config_error("--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d", m->num_attention_heads, TP);
-    if (m->ffn_hidden_size % TP != 0)
-        config_error("--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d", m->ffn_hidden_size, TP);
-    int* layers = (int*)mallocCheck(PP * sizeof(int));
+    if (a->global_batch_size == 0) a->global_batch_size = a->micro_batch_size * data_parallel_size(a);
     char err[512];
-    if (stage_layer_counts(a, layers, err, sizeof(err))) config_error("%s", err);
-    free(layers);
+    if (layout_error(a, err, sizeof(err))) config_error("%s", err);
     if (a->generate_tokens > 0 && TP * PP != 1)
         config_error("--generate-tokens samples on one model-parallel rank: it needs tensor and pipeline parallel size 1");
 }
@@ -363,9 +392,6 @@ static LossScaler make_loss_scaler(const Config* a) {
 // uniform lets the last chunk be shorter when N does not divide them, as Megatron-LM does.
 // Writes the model's recompute_method and recompute_num_layers.
 static void check_recompute(Config* a) {
-    int* layers = stage_layers(a), most = 0;
-    for (int p = 0; p < a->pipeline_model_parallel_size; p++) most = layers[p] > most ? layers[p] : most;
-    free(layers);
     if (a->checkpoint_activations) {
         if (a->recompute_granularity == GRANULARITY_SELECTIVE || a->recompute_method == RECOMPUTE_BLOCK)
             config_error("--checkpoint-activations is --recompute-granularity full --recompute-method uniform: it cannot go "
@@ -383,21 +409,11 @@ static void check_recompute(Config* a) {
                      "--checkpoint-activations)");
     if (a->recompute_granularity == GRANULARITY_FULL && a->recompute_method == RECOMPUTE_NONE)
         config_error("--recompute-granularity full needs --recompute-method uniform or block (as in Megatron-LM)");
-    if (a->recompute_num_layers > most)
-        config_error("--recompute-num-layers %d is more layers than any pipeline stage holds (the largest: %d of "
-                     "--num-layers %d over --pipeline-model-parallel-size %d)", a->recompute_num_layers, most,
-                     a->model.num_layers, a->pipeline_model_parallel_size);
     a->model.recompute_method = a->recompute_method;
     a->model.recompute_num_layers = a->recompute_num_layers ? a->recompute_num_layers : 1;
 }
 
 static void check_run(Config* a) {
-    int dp = data_parallel_size(a);
-    // batch
-    if (a->global_batch_size == 0) a->global_batch_size = a->micro_batch_size * dp;
-    if (a->global_batch_size % (a->micro_batch_size * dp) != 0)
-        config_error("--global-batch-size %d is not divisible by --micro-batch-size %d x data-parallel size %d",
-                     a->global_batch_size, a->micro_batch_size, dp);
     // length of training: iterations or samples, not both (Megatron's rule); 0 iterations
     // with --save writes the initial model
     int initial_only = a->train_iters == 0 && a->train_samples == 0 && a->save;
@@ -446,10 +462,7 @@ static void check_rampup(const Config* a, const BatchSchedule* b) {
     if (b->start > b->global_batch_size || (b->global_batch_size - b->start) % b->increment != 0)
         config_error("--rampup-batch-size: global batch %d minus start %d is not a multiple of the increment %d",
                      b->global_batch_size, b->start, b->increment);
-    for (int g = b->start; g <= b->global_batch_size; g += b->increment)
-        if (g % b->micro_batch_times_dp != 0)
-            config_error("--rampup-batch-size: batch size %d on the ramp is not divisible by micro-batch %d x data-parallel size %d",
-                         g, a->micro_batch_size, b->micro_batch_times_dp / a->micro_batch_size);
+    (void)a;   // each batch on the ramp against the layout: layout_error
 }
 
 // Megatron's update_train_iters: the steps that --train-samples takes, counting the ramp
