@@ -90,6 +90,17 @@ step -> log -> sampling -> the run -> main.
     X(INT, check_cluster_matmul_size, NULL, 0, "N of --check-cluster's N x N matmul (0: 8192 GPU, 1024 CPU)")          \
     X(SWITCH, dry_run, NULL, 0, "plan this layout: each stage's memory, the FLOPs, the bubble; allocate nothing")      \
     X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                        \
+    X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS) of the world, fastest first")                 \
+    X(CHOICE, hw, "a100-80gb", 0, "v100-32gb | a100-40gb | a100-80gb | h100-80gb (the dry run's GPU; --hw-* override)") \
+    X(FLOAT, hw_peak_tflops, NULL, 0, "dense fp16/bf16 peak, TFLOP/s (0: --hw's)")                                      \
+    X(FLOAT, hw_matmul_efficiency, NULL, 0, "the fraction of the peak matmuls reach (0: --hw's)")                       \
+    X(FLOAT, hw_memory_gib, NULL, 0, "GPU memory, GiB (0: --hw's)")                                                     \
+    X(FLOAT, hw_memory_bandwidth, NULL, 0, "GPU memory bandwidth, GB/s (0: --hw's)")                                    \
+    X(FLOAT, hw_nvlink_bandwidth, NULL, 0, "GB/s per GPU and direction inside a node (0: --hw's)")                     \
+    X(FLOAT, hw_internode_bandwidth, NULL, 0, "GB/s per GPU and direction between nodes (0: --hw's)")                  \
+    X(INT, hw_gpus_per_node, NULL, 0, "GPUs per node (0: --hw's)")                                                      \
+    X(FLOAT, hw_latency_us, NULL, 0, "microseconds per message: a ring step or a send (0: --hw's)")                    \
+    X(FLOAT, hw_reserve_gib, NULL, 0, "GiB per GPU left to CUDA, cuBLAS and NCCL (0: --hw's)")                          \
     X(SWITCH, help, NULL, 0, "print this list")
 
 typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_INVERSE_SQRT } LRDecayStyle;   // in --lr-decay-style's order
@@ -347,6 +358,9 @@ static void check_model(Config* a) {
     if (m->init_method_std <= 0.0f) config_error("--init-method-std must be positive, got %g", m->init_method_std);
     if (a->data_path.count == 0 && !a->dry_run)
         config_error("--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one)");
+    if (a->sweep && !a->dry_run) config_error("--sweep goes with --dry-run (it plans every layout of --world-size)");
+    if (a->sweep && a->global_batch_size == 0)
+        config_error("--sweep needs --global-batch-size: the batch every layout is planned for");
     if (a->dry_run && m->vocab_size == 0)
         config_error("--dry-run reads no data: give --vocab-size (the data's largest token id + 1)");
     // parallel layout
@@ -1140,14 +1154,374 @@ static void check_cluster_and_exit(const Config* a, const ClusterCheck* cc) {
     exit(0);
 }
 
+// --log-comm's two lines: the bytes sent in each group (tp, dp, pp, embedding) in a step, the
+// most any rank sent, in MiB and in bytes (--dry-run prints the ones it predicts)
+static void print_comm(const double most[4]) {
+    double mib = 1024.0 * 1024.0;
+    printf(" communication per step (MiB sent by the busiest rank, ring algorithms): tensor-parallel %.3f |"
+           " data-parallel %.3f | pipeline %.3f | embedding %.3f |\n", most[0] / mib, most[1] / mib, most[2] / mib,
+           most[3] / mib);
+    printf(" communication per step in bytes: %.0f | %.0f | %.0f | %.0f\n", most[0], most[1], most[2], most[3]);
+}
+
+// ----------------------------------------------------------------------------
+// the planner's cost model (--dry-run): one step's time on a described GPU cluster, from what
+// the step does on each pipeline stage, kernel by kernel and message by message, as the GPU
+// build does it. Everything runs on one stream in order, so nothing overlaps and the costs add:
+//   a matmul (cuBLAS)     its FLOPs / (the GPU's dense peak x a matmul efficiency);
+//   any other kernel      the bytes it reads and writes / the memory bandwidth;
+//   a ring collective     steps x latency + the bytes each rank sends / the bandwidth of the
+//                         slowest link the group crosses (the alpha-beta model of Thakur,
+//                         Rabenseifner and Gropp 2005; the bytes as --log-comm counts them);
+//   a pipeline send       latency + its bytes / the link between the two stages.
+// A 1F1B step is (m + p - 1) slots of the slowest stage's forward and backward of one
+// micro-batch (p - 1 of them the bubble: Narayanan et al. 2021), then the optimizer: the tied
+// embedding's all-reduce, the ZeRO reduce-scatter, the norm, AdamW and the all-gather.
+
+typedef struct {
+    double peak_tflops;                             // dense fp16/bf16 tensor-core peak (datasheet)
+    double matmul_efficiency;                       // the fraction of it our matmuls are taken to reach
+    double memory_gib, memory_bandwidth;            // GiB; GB/s
+    double nvlink_bandwidth, internode_bandwidth;   // GB/s per GPU and direction
+    int gpus_per_node;
+    double latency_us;                              // per message: a ring step or a send
+    double reserve_gib;                             // memory left to CUDA, cuBLAS and NCCL: not ours
+} Hardware;
+
+// --hw's presets, in its order. NVIDIA's datasheets for the GPUs (V100 SXM2, A100 SXM4, H100
+// SXM5; NVLink's total bandwidth halved: one direction) and its reference nodes for the
+// network (DGX-1: 4 x 100 Gb/s EDR InfiniBand for 8 GPUs; DGX A100: 8 x 200 Gb/s HDR; DGX
+// H100: 8 x 400 Gb/s NDR). The matmul efficiencies are the one constant per kind calibrated
+// on published runs (README, "Planning a layout"); H100 has no published run here: A100's.
+// Latency and reserve are assumptions, not measurements (README).
+enum { HW_V100_32GB, HW_A100_40GB, HW_A100_80GB, HW_H100_80GB };
+static const Hardware HARDWARE_PRESETS[] = {
+    [HW_V100_32GB] = {125.0, 0.50, 32.0, 900.0, 150.0, 6.25, 8, 5.0, 2.0},
+    [HW_A100_40GB] = {312.0, 0.50, 40.0, 1555.0, 300.0, 25.0, 8, 5.0, 2.0},
+    [HW_A100_80GB] = {312.0, 0.50, 80.0, 2039.0, 300.0, 25.0, 8, 5.0, 2.0},
+    [HW_H100_80GB] = {989.0, 0.50, 80.0, 3350.0, 450.0, 50.0, 8, 5.0, 2.0},
+};
+
+// --hw's preset with each --hw-* flag given (non-zero) in its place
+static Hardware hardware_of(const Config* a) {
+    Hardware h = HARDWARE_PRESETS[a->hw];
+    if (a->hw_peak_tflops > 0.0f) h.peak_tflops = a->hw_peak_tflops;
+    if (a->hw_matmul_efficiency > 0.0f) h.matmul_efficiency = a->hw_matmul_efficiency;
+    if (a->hw_memory_gib > 0.0f) h.memory_gib = a->hw_memory_gib;
+    if (a->hw_memory_bandwidth > 0.0f) h.memory_bandwidth = a->hw_memory_bandwidth;
+    if (a->hw_nvlink_bandwidth > 0.0f) h.nvlink_bandwidth = a->hw_nvlink_bandwidth;
+    if (a->hw_internode_bandwidth > 0.0f) h.internode_bandwidth = a->hw_internode_bandwidth;
+    if (a->hw_gpus_per_node > 0) h.gpus_per_node = a->hw_gpus_per_node;
+    if (a->hw_latency_us > 0.0f) h.latency_us = a->hw_latency_us;
+    if (a->hw_reserve_gib > 0.0f) h.reserve_gib = a->hw_reserve_gib;
+    return h;
+}
+
+// The bandwidth (bytes/s) a group's ring runs at. Ranks fill nodes in order (gpus_per_node
+// each) and a group's members are `stride` ranks apart (TP 1, DP TP, PP TP x DP): the group
+// starting at rank 0 stays in one node when its last member is below gpus_per_node; else
+// its ring crosses the network, the slowest link.
+static double group_bandwidth(const Hardware* hw, int stride, int size) {
+    int in_one_node = (long long)stride * (size - 1) < hw->gpus_per_node;
+    return 1e9 * (in_one_node ? hw->nvlink_bandwidth : hw->internode_bandwidth);
+}
+
+enum { GROUP_TP, GROUP_DP, GROUP_PP, GROUP_EMBEDDING, NUM_COMM_GROUPS };   // --log-comm's order
+
+// One stage's costs: each kernel (summed over its calls) and each group's messages
+#define MAX_COSTS 32
+typedef struct {
+    const char* name;
+    double launches, flops, bytes, seconds;   // bytes: read + written, or sent; launches: kernels or messages
+} Cost;
+typedef struct {
+    const Hardware* hw;
+    double group_bandwidth[NUM_COMM_GROUPS];
+    double calls;                          // each charge is made this many times (micro-batches)
+    Cost costs[MAX_COSTS];
+    int num_costs;
+    double bytes_sent[NUM_COMM_GROUPS];    // per step, as --log-comm counts them
+    double seconds;
+} StageCost;
+
+static void charge(StageCost* c, const char* name, int launches, double flops, double bytes, double seconds) {
+    int k = 0;
+    while (k < c->num_costs && strcmp(c->costs[k].name, name) != 0) k++;
+    if (k == c->num_costs) {
+        if (k == MAX_COSTS) fail("the cost model has more than %d kinds of work", MAX_COSTS);
+        Cost empty = {name, 0.0, 0.0, 0.0, 0.0};
+        c->costs[c->num_costs++] = empty;
+    }
+    Cost* k_cost = &c->costs[k];
+    k_cost->launches += c->calls * launches;
+    k_cost->flops += c->calls * flops;
+    k_cost->bytes += c->calls * bytes;
+    k_cost->seconds += c->calls * seconds;
+    c->seconds += c->calls * seconds;
+}
+
+static void charge_matmul(StageCost* c, const char* name, int launches, double flops) {
+    charge(c, name, launches, flops, 0.0, flops / (1e12 * c->hw->peak_tflops * c->hw->matmul_efficiency));
+}
+
+static void charge_kernel(StageCost* c, const char* name, int launches, double bytes) {
+    charge(c, name, launches, 0.0, bytes, bytes / (1e9 * c->hw->memory_bandwidth));
+}
+
+// a message of `bytes` sent by each rank of the group in `steps` ring steps
+static void charge_message(StageCost* c, const char* name, int group, double steps, double bytes) {
+    charge(c, name, 1, 0.0, bytes, steps * 1e-6 * c->hw->latency_us + bytes / c->group_bandwidth[group]);
+    c->bytes_sent[group] += c->calls * bytes;
+}
+
+// the ring algorithms, as parallel.h's wrappers count them
+static void charge_all_reduce(StageCost* c, const char* name, int group, int size, double bytes) {
+    if (size > 1) charge_message(c, name, group, 2.0 * (size - 1), 2.0 * (size - 1) / size * bytes);
+}
+
+// what one micro-batch's layer forward does (gpt.h block_forward, kernels.cuh's GPU kernels)
+// x: the bytes of a floatX; P: attention probabilities [B, heads, T, T]; S: one of q, k, v
+static void cost_layer_forward(StageCost* c, const GPT* m, double x, int tp_size) {
+    double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
+    double HS = Cl / m->heads_local, P = (double)m->B * m->heads_local * m->T * m->T, S = N * Cl;
+    charge_kernel(c, "layernorm forward", 2, 2.0 * (2.0 * N * C * x + 8.0 * N));
+    charge_kernel(c, "bias fill (fill_rows)", 4, N * (3.0 * Cl + C + Fl + C) * x);
+    charge_matmul(c, "linear layers (cuBLAS)", 4, 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
+    charge_kernel(c, "attention permutes", 2, (6.0 * S + 2.0 * S) * x);
+    charge_matmul(c, "attention T x T products (cuBLAS, batched)", 2, 2.0 * 2.0 * P * HS);
+    // the softmax writes P fp32 scores first (the scores product); reads the causal half three times
+    charge_kernel(c, "attention softmax", 1, P * 4.0 + 1.5 * P * 4.0 + P * x);
+    charge_kernel(c, "residual add", 2, 2.0 * 3.0 * N * C * x);
+    charge_kernel(c, "gelu", 1, 2.0 * N * Fl * x);
+    for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
+}
+
+static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_size) {
+    double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
+    double HS = Cl / m->heads_local, P = (double)m->B * m->heads_local * m->T * m->T, S = N * Cl;
+    charge_matmul(c, "linear layers (cuBLAS)", 8, 2.0 * 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
+    charge_kernel(c, "bias gradients (column_sums)", 4, N * (C + Fl + C + 3.0 * Cl) * x);
+    charge_kernel(c, "gelu", 1, 3.0 * N * Fl * x);
+    charge_kernel(c, "layernorm backward", 4, 2.0 * (6.0 * N * C * x + 8.0 * N));
+    charge_kernel(c, "attention permutes", 3, (6.0 * S + 2.0 * S + 6.0 * S) * x);
+    charge_matmul(c, "attention T x T products (cuBLAS, batched)", 4, 4.0 * 2.0 * P * HS);
+    charge_kernel(c, "attention softmax", 1, P * 4.0 + P * x + P * 4.0 + P * x);   // datt written, read; att read; dscores
+    for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
+}
+
+// one micro-batch through the stage, forward and backward (the recomputed layers' forward
+// again), with its pipeline sends
+static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) {
+    double N = (double)m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local;
+    if (m->is_first_stage) {
+        charge_kernel(c, "embedding", 3, 3.0 * N * C * x + N * C * (2.0 * x + 8.0));   // forward; backward's fp32 rows
+        charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
+        if (m->cfg.embed_layernorm) {
+            charge_kernel(c, "layernorm forward", 1, 2.0 * N * C * x + 8.0 * N);
+            charge_kernel(c, "layernorm backward", 3, 7.0 * N * C * x + 8.0 * N);   // and zeroing its output
+        }
+    }
+    for (int i = 0; i < m->num_local_layers; i++) {
+        int first, end;
+        cost_layer_forward(c, m, x, tp_size);
+        if (recompute_chunk(m, i, &first, &end)) cost_layer_forward(c, m, x, tp_size);
+        cost_layer_backward(c, m, x, tp_size);
+    }
+    if (m->is_last_stage) {
+        charge_kernel(c, "layernorm forward", 1, 2.0 * N * C * x + 8.0 * N);
+        charge_kernel(c, "layernorm backward", 3, 7.0 * N * C * x + 8.0 * N);   // and zeroing its output
+        charge_matmul(c, "logits (cuBLAS)", 3, 3.0 * 2.0 * N * C * V);
+        charge_kernel(c, "cross-entropy", 4, 4.0 * N * V * x);   // row max, row sums, the backward's read and write
+        charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * 4.0);         // the rows' maxima
+        charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, 2.0 * N * 4.0);   // their sums
+        charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);       // the head's f
+    }
+    if (!m->is_last_stage) charge_message(c, "pipeline send", GROUP_PP, 1.0, N * C * x);
+    if (!m->is_first_stage) charge_message(c, "pipeline send", GROUP_PP, 1.0, N * C * x);
+}
+
+// the optimizer step of the stage's ranks: their shard of the flat buffers
+static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, int pp_size) {
+    double shard = (double)m->num_params_padded / dp_size;
+    c->calls = 1.0;
+    charge_kernel(c, "zero gradients", 1, (double)m->num_params_padded * 4.0);
+    if (pp_size > 1 && (m->is_first_stage || m->is_last_stage))
+        charge_all_reduce(c, "tied embedding all-reduce", GROUP_EMBEDDING, 2, (double)m->tensors[m->wte].numel * 4.0);
+    if (dp_size > 1) charge_message(c, "ZeRO reduce-scatter", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * 4.0);
+    charge_kernel(c, "gradient norm", 2 * m->num_tensors, shard * 4.0);
+    charge_kernel(c, "AdamW", m->num_tensors, shard * (7.0 * 4.0 + x));   // master, m, v read and written; grad read; param written
+    if (dp_size > 1) charge_message(c, "ZeRO all-gather", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * x);
+}
+
+// a layout's plan: its peak memory (the stage that holds most), its step and what it sends
+typedef struct {
+    int tp, pp, dp, micro_batches, peak_stage, slowest_stage;
+    double peak_bytes, step_seconds, slot_seconds, optimizer_seconds, tflops_per_gpu, bubble;
+    double bytes_sent[NUM_COMM_GROUPS];   // the busiest rank's, per group: --log-comm's numbers
+    int out_of_memory;
+} LayoutPlan;
+
+// stage p's costs over a step of `micro` micro-batches; the memory is plan_stage_memory's
+static void plan_stage_cost(const Config* a, const Hardware* hw, int p, int micro, StageCost* c, double* micro_seconds) {
+    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, DP = data_parallel_size(a);
+    GPT m;
+    gpt_plan_model(&m, &a->model, a->micro_batch_size, a->model.seq_length, 0, TP, pipeline_stage(a, p), PP, DP);
+    memset(c, 0, sizeof(*c));
+    c->hw = hw;
+    c->group_bandwidth[GROUP_TP] = group_bandwidth(hw, 1, TP);
+    c->group_bandwidth[GROUP_DP] = group_bandwidth(hw, TP, DP);
+    c->group_bandwidth[GROUP_PP] = group_bandwidth(hw, TP * DP, PP);
+    c->group_bandwidth[GROUP_EMBEDDING] = group_bandwidth(hw, TP * DP * (PP - 1), 2);
+    c->calls = micro;
+    cost_micro_batch(c, &m, (double)sizeof(floatX), TP);
+    *micro_seconds = c->seconds / micro;
+    cost_optimizer(c, &m, (double)sizeof(floatX), DP, PP);
+    gpt_free_plan(&m);
+}
+
+// the layout of `a` on `hw`: every stage's memory and costs; the slowest stage's costs into
+// `slowest` when given
+static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* slowest) {
+    LayoutPlan L;
+    memset(&L, 0, sizeof(L));
+    L.tp = a->tensor_model_parallel_size;
+    L.pp = a->pipeline_model_parallel_size;
+    L.dp = data_parallel_size(a);
+    L.micro_batches = a->global_batch_size / (a->micro_batch_size * L.dp);
+    StageCost* c = (StageCost*)mallocCheck(sizeof(StageCost));
+    for (int p = 0; p < L.pp; p++) {
+        StageMemory s = plan_stage_memory(a, p, L.tp, L.dp);
+        if (s.total > L.peak_bytes) {
+            L.peak_bytes = (double)s.total;
+            L.peak_stage = p;
+        }
+        double micro_seconds;
+        plan_stage_cost(a, hw, p, L.micro_batches, c, &micro_seconds);
+        if (micro_seconds > L.slot_seconds) {
+            L.slot_seconds = micro_seconds;
+            L.slowest_stage = p;
+            if (slowest) *slowest = *c;
+        }
+        double optimizer_seconds = c->seconds - micro_seconds * L.micro_batches;
+        if (optimizer_seconds > L.optimizer_seconds) L.optimizer_seconds = optimizer_seconds;
+        for (int g = 0; g < NUM_COMM_GROUPS; g++)
+            if (c->bytes_sent[g] > L.bytes_sent[g]) L.bytes_sent[g] = c->bytes_sent[g];
+    }
+    free(c);
+    L.step_seconds = (L.micro_batches + L.pp - 1) * L.slot_seconds + L.optimizer_seconds;
+    L.bubble = (L.pp - 1.0) / (L.micro_batches + L.pp - 1.0);
+    double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a));
+    L.tflops_per_gpu = flops / L.step_seconds / (L.tp * L.pp * L.dp) / 1e12;
+    L.out_of_memory = L.peak_bytes + hw->reserve_gib * (1 << 30) > hw->memory_gib * (1 << 30);
+    return L;
+}
+
+// a time in seconds with two significant digits at least ("12.3", "0.45", "0.0031")
+static void print_seconds(double s) {
+    int decimals = s >= 1.0 ? 1 : (int)ceil(-log10(s > 0.0 ? s : 1e-9)) + 1;
+    printf("%.*f", decimals, s);
+}
+
+// the fixed, parseable last line
+static void print_layout_line(const Config* a, const LayoutPlan* L) {
+    printf("dry-run: world %d TP %d PP %d DP %d MBS %d GBS %d: peak memory per GPU %.1f GiB (stage %d), step ",
+           L->tp * L->pp * L->dp, L->tp, L->pp, L->dp, a->micro_batch_size, a->global_batch_size,
+           L->peak_bytes / (1 << 30), L->peak_stage);
+    print_seconds(L->step_seconds);
+    printf(" s, %.1f TFLOPs per GPU, bubble %.1f%%%s\n", L->tflops_per_gpu, 100.0 * L->bubble,
+           L->out_of_memory ? " OOM" : "");
+}
+
+// --hw's preset name
+static const char* hw_name(const Config* a, char* out, size_t len) {
+    for (int k = 0; k < NUM_RUN_FIELDS; k++)
+        if (strcmp(RUN_FIELDS[k].name, "hw") == 0) choice_name(&RUN_FIELDS[k], a->hw, out, len);
+    return out;
+}
+
+static void print_hardware(const Config* a, const Hardware* hw) {
+    char name[32];
+    printf("cost model (--hw %s): %.0f TFLOP/s dense peak x %.2f matmul efficiency, %.0f GB/s memory, %.1f GiB "
+           "(%.1f left to CUDA, cuBLAS and NCCL), NVLink %.0f GB/s, network %.2f GB/s per GPU, %d GPUs per node, "
+           "%.1f us per message; nothing overlaps\n", hw_name(a, name, sizeof(name)), hw->peak_tflops,
+           hw->matmul_efficiency, hw->memory_bandwidth, hw->memory_gib, hw->reserve_gib, hw->nvlink_bandwidth,
+           hw->internode_bandwidth, hw->gpus_per_node, hw->latency_us);
+}
+
+// the slowest stage's step, kind of work by kind of work
+static void print_stage_costs(const StageCost* c, int stage, int micro) {
+    printf("stage %d's step (the slowest; %d micro-batches): launches | GFLOP | GB moved or sent | estimated ms | share\n",
+           stage, micro);
+    for (int k = 0; k < c->num_costs; k++) {
+        const Cost* x = &c->costs[k];
+        printf("  %-44s %8.0f | %10.1f | %10.3f | %10.2f | %5.1f%%\n", x->name, x->launches, x->flops / 1e9, x->bytes / 1e9,
+               1e3 * x->seconds, 100.0 * x->seconds / c->seconds);
+    }
+}
+
+// --sweep: every layout of the world the model's shape and the batch allow, one line each,
+// those that fit first, each part fastest first
+typedef struct {
+    LayoutPlan plan;
+    int micro_batch_size;
+} SweepRow;
+
+static int compare_sweep_rows(const void* x, const void* y) {
+    const SweepRow *a = (const SweepRow*)x, *b = (const SweepRow*)y;
+    if (a->plan.out_of_memory != b->plan.out_of_memory) return a->plan.out_of_memory - b->plan.out_of_memory;
+    return (a->plan.step_seconds > b->plan.step_seconds) - (a->plan.step_seconds < b->plan.step_seconds);
+}
+
+static void dry_run_sweep(const Config* a, const Hardware* hw) {
+    int W = layout_world_size(a), count = 0, refused = 0, capacity = 64, oom = 0;
+    SweepRow* rows = (SweepRow*)mallocCheck(capacity * sizeof(SweepRow));
+    char err[512];
+    for (int tp = 1; tp <= W; tp++) {
+        for (int pp = 1; W % tp == 0 && pp <= W / tp; pp++) {
+            int dp = W / (tp * pp);
+            for (int mbs = 1; (W / tp) % pp == 0 && mbs <= a->global_batch_size / dp; mbs++) {
+                if ((a->global_batch_size / dp) % mbs != 0) continue;
+                Config b = *a;
+                b.tensor_model_parallel_size = tp;
+                b.pipeline_model_parallel_size = pp;
+                b.micro_batch_size = mbs;
+                b.model.padded_vocab_size = padded_vocab_size(b.model.vocab_size, b.model.make_vocab_size_divisible_by, tp);
+                if (layout_error(&b, err, sizeof(err))) {
+                    refused++;
+                    continue;
+                }
+                if (count == capacity) {
+                    capacity *= 2;
+                    rows = (SweepRow*)realloc(rows, capacity * sizeof(SweepRow));
+                    if (!rows) fail("out of host memory for the sweep's %d layouts", capacity);
+                }
+                rows[count].plan = plan_layout(&b, hw, NULL);
+                rows[count].micro_batch_size = mbs;
+                oom += rows[count].plan.out_of_memory;
+                count++;
+            }
+        }
+    }
+    qsort(rows, count, sizeof(SweepRow), compare_sweep_rows);
+    printf("sweep: %d layout(s) of world %d at global batch %d (%d fit, %d above memory: OOM), %d refused by the "
+           "model's shape or the batch; those that fit first, each part fastest first\n", count, W,
+           a->global_batch_size, count - oom, oom, refused);
+    for (int k = 0; k < count; k++) {
+        Config b = *a;
+        b.micro_batch_size = rows[k].micro_batch_size;
+        print_layout_line(&b, &rows[k].plan);
+    }
+    free(rows);
+}
+
 // --dry-run: the layout of --world-size ranks (or the launched ones) planned stage by stage on
 // one rank: what each would allocate (the trainer's own numbers: plan_stage_memory), the model
-// FLOPs of a step and the 1F1B bubble, and a last line in a fixed form. Every check of the
-// flags has passed; nothing large is allocated, no group built, no data read, no step run.
+// FLOPs of a step, the bubble, what each group sends, the cost model's step on --hw, and a
+// last line in a fixed form. Every check of the flags has passed; nothing large is allocated,
+// no group built, no data read, no step run.
 static void dry_run_report(const Config* a) {
     int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, DP = data_parallel_size(a);
-    int micro = a->global_batch_size / (a->micro_batch_size * DP), peak_stage = 0;
-    double gib = 1024.0 * 1024.0 * 1024.0, peak = 0.0;
+    int micro = a->global_batch_size / (a->micro_batch_size * DP);
     printf("dry run: gridgpt %s build, %s, world %d as TP %d x PP %d x DP %d: nothing allocated, no step run\n",
            BUILD_NAME, PRECISION_NAME, layout_world_size(a), TP, PP, DP);
     print_model(&a->model);
@@ -1157,26 +1531,33 @@ static void dry_run_report(const Config* a) {
         StageMemory s = plan_stage_memory(a, p, TP, DP);
         if (p == 0) print_memory_header(&s);
         print_memory_row("planned", &s, 1);
-        if (s.total > peak) {
-            peak = s.total;
-            peak_stage = p;
-        }
     }
     double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a));
-    double bubble = (PP - 1.0) / (micro + PP - 1.0);
+    Hardware hw = hardware_of(a);
+    StageCost* slowest = (StageCost*)mallocCheck(sizeof(StageCost));
+    LayoutPlan L = plan_layout(a, &hw, slowest);
     printf("model FLOPs per step: %.4g (global batch %d; Narayanan et al. 2021, recomputation included)\n", flops,
            a->global_batch_size);
     printf("1F1B bubble: (p - 1) / (m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per pipeline\n",
-           PP - 1, micro + PP - 1, 100.0 * bubble, micro);
-    printf("dry-run: world %d TP %d PP %d DP %d MBS %d GBS %d: peak memory per GPU %.1f GiB (stage %d), bubble %.1f%%\n",
-           layout_world_size(a), TP, PP, DP, a->micro_batch_size, a->global_batch_size, peak / gib, peak_stage,
-           100.0 * bubble);
+           PP - 1, micro + PP - 1, 100.0 * L.bubble, micro);
+    print_comm(L.bytes_sent);
+    print_hardware(a, &hw);
+    print_stage_costs(slowest, L.slowest_stage, micro);
+    printf("step = (m + p - 1) x the slowest stage's micro-batch + the slowest optimizer step = %d x %.4g s + %.4g s\n",
+           micro + PP - 1, L.slot_seconds, L.optimizer_seconds);
+    if (L.out_of_memory)
+        printf("does not fit: %.1f GiB of ours + %.1f GiB left to CUDA, cuBLAS and NCCL > %.1f GiB\n",
+               L.peak_bytes / (1 << 30), hw.reserve_gib, hw.memory_gib);
+    free(slowest);
+    print_layout_line(a, &L);
 }
 
 static void dry_run_and_exit(Config* a) {
     a->model.padded_vocab_size = padded_vocab_size(a->model.vocab_size, a->model.make_vocab_size_divisible_by,
                                                    a->tensor_model_parallel_size);
-    if (grid.world_rank == 0) dry_run_report(a);
+    Hardware hw = hardware_of(a);
+    if (grid.world_rank == 0 && a->sweep) dry_run_sweep(a, &hw);
+    if (grid.world_rank == 0 && !a->sweep) dry_run_report(a);
     fflush(stdout);
     grid_finish();
     exit(0);
@@ -1347,15 +1728,11 @@ typedef struct {
     long long samples;
 } LogWindow;
 
-// --log-comm: the bytes sent in each group in the last step, the most any rank sent
+// --log-comm: the last step's
 static void log_comm(const StepResult* r) {
     double most[4] = {r->comm[0], r->comm[1], r->comm[2], r->comm[3]};
     all_reduce_host(&grid.world, most, 4, REDUCE_MAX);
-    if (grid.world_rank != 0) return;
-    double mib = 1024.0 * 1024.0;
-    printf(" communication per step (MiB sent by the busiest rank, ring algorithms): tensor-parallel %.3f |"
-           " data-parallel %.3f | pipeline %.3f | embedding %.3f |\n", most[0] / mib, most[1] / mib, most[2] / mib,
-           most[3] / mib);
+    if (grid.world_rank == 0) print_comm(most);
 }
 
 // a value as a TensorBoard scalar at this iteration and, as "TAG vs samples", at the samples
