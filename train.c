@@ -341,7 +341,7 @@ static void check_grid(const Config* a) {
     if (a->world_size && !a->dry_run && a->world_size != grid.world_size)
         config_error("--world-size %d, but the job has %d rank(s) (--world-size is for --dry-run)", a->world_size,
                      grid.world_size);
-    if (W % (TP * PP) != 0)
+    if (W % (TP * PP) != 0 && !a->sweep)   // a sweep plans every layout of the world but this one
         config_error("world size %d is not a multiple of --tensor-model-parallel-size %d x --pipeline-model-parallel-size %d",
                      W, TP, PP);
     if (!a->dry_run) grid_place(TP, PP);
@@ -368,7 +368,7 @@ static void check_model(Config* a) {
     check_grid(a);
     if (a->global_batch_size == 0) a->global_batch_size = a->micro_batch_size * data_parallel_size(a);
     char err[512];
-    if (layout_error(a, err, sizeof(err))) config_error("%s", err);
+    if (!a->sweep && layout_error(a, err, sizeof(err))) config_error("%s", err);
     if (a->generate_tokens > 0 && TP * PP != 1)
         config_error("--generate-tokens samples on one model-parallel rank: it needs tensor and pipeline parallel size 1");
 }

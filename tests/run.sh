@@ -61,6 +61,7 @@ run watchdog bash tests/test_watchdog.sh $B/corpus_text_document
 run configs bash tests/test_configs.sh $B/corpus_text_document
 run check_cluster bash tests/test_check_cluster.sh $B/corpus_text_document
 run dry_run bash tests/test_dry_run.sh $B/corpus_text_document
+run plan bash tests/test_plan.sh $B/corpus_text_document
 run checkpoint bash tests/test_checkpoint.sh $B/corpus_text_document
 run hf bash tests/test_hf.sh $B/corpus_text_document
 run tensorboard bash tests/test_tensorboard.sh $B/corpus_text_document
