@@ -1191,15 +1191,16 @@ typedef struct {
 // --hw's presets, in its order. NVIDIA's datasheets for the GPUs (V100 SXM2, A100 SXM4, H100
 // SXM5; NVLink's total bandwidth halved: one direction) and its reference nodes for the
 // network (DGX-1: 4 x 100 Gb/s EDR InfiniBand for 8 GPUs; DGX A100: 8 x 200 Gb/s HDR; DGX
-// H100: 8 x 400 Gb/s NDR). The matmul efficiencies are the one constant per kind calibrated
-// on published runs (README, "Planning a layout"); H100 has no published run here: A100's.
-// Latency and reserve are assumptions, not measurements (README).
+// H100: 8 x 400 Gb/s NDR). The matmul efficiency is the one constant per GPU kind fitted to a
+// published run (README, "Planning a layout"): V100 0.41 to BigScience's 104B at TP 4 x PP 32
+// (696 s per step), A100 0.40 to their 200B at TP 8 x PP 10 x DP 4, MBS 1 (221 s); H100 has
+// no published run here and takes A100's. Latency and reserve are assumptions (README).
 enum { HW_V100_32GB, HW_A100_40GB, HW_A100_80GB, HW_H100_80GB };
 static const Hardware HARDWARE_PRESETS[] = {
-    [HW_V100_32GB] = {125.0, 0.50, 32.0, 900.0, 150.0, 6.25, 8, 5.0, 2.0},
-    [HW_A100_40GB] = {312.0, 0.50, 40.0, 1555.0, 300.0, 25.0, 8, 5.0, 2.0},
-    [HW_A100_80GB] = {312.0, 0.50, 80.0, 2039.0, 300.0, 25.0, 8, 5.0, 2.0},
-    [HW_H100_80GB] = {989.0, 0.50, 80.0, 3350.0, 450.0, 50.0, 8, 5.0, 2.0},
+    [HW_V100_32GB] = {125.0, 0.41, 32.0, 900.0, 150.0, 6.25, 8, 5.0, 2.0},
+    [HW_A100_40GB] = {312.0, 0.40, 40.0, 1555.0, 300.0, 25.0, 8, 5.0, 2.0},
+    [HW_A100_80GB] = {312.0, 0.40, 80.0, 2039.0, 300.0, 25.0, 8, 5.0, 2.0},
+    [HW_H100_80GB] = {989.0, 0.40, 80.0, 3350.0, 450.0, 50.0, 8, 5.0, 2.0},
 };
 
 // --hw's preset with each --hw-* flag given (non-zero) in its place
