@@ -120,7 +120,7 @@ static inline void dev_synchronize(void) {}   // the CPU's work is done when its
 // float <-> floatX conversions between host float arrays and device floatX arrays
 static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) { memcpy(dev_dst, host_src, n * sizeof(float)); }
 static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
-static size_t kernels_workspace_bytes = 0;   // what kernels_init handed out: nothing on the CPU
+#define kernels_workspace_bytes ((size_t)0)   // what kernels_init handed out: nothing on the CPU
 static void kernels_init(int local_device) { (void)local_device; }
 #else
 #define BUILD_NAME "GPU"
