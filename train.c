@@ -121,7 +121,7 @@ static void set_defaults(Config* c) {
         void* base;
         const ConfigField* f = config_field(c, k, &base);
         if (f->default_value && parse_field(f, base, f->default_value, err, sizeof(err))) fail("a default: %s", err);
-        if (!f->default_value && f->kind == FIELD_CHOICE) *(int*)field_in(f, base) = -1;   // so that "given" shows
+        if (!f->default_value && f->kind == FIELD_CHOICE) *(int*)field_in(f, base) = -1;   // -1: not given
     }
 }
 
@@ -1083,8 +1083,8 @@ static void check_memory(const StageMemory* s, const char* table_flags) {
     const char* flags[5] = {table_flags, table_flags, table_flags,
                             "--micro-batch-size, --seq-length, --hidden-size, --num-attention-heads (scores: seq^2 per head; "
                             "--checkpoint-activations keeps less)",
-                            "--micro-batch-size, --seq-length (attention's scratch: seq^2 per head; the logits: x the "
-                            "vocabulary / TP)"};
+                            "--micro-batch-size, --seq-length (the GPU's attention scratch: seq^2 per head; the logits: "
+                            "seq x the vocabulary / TP)"};
     const char* where;
     double total = part[0] + part[1] + part[2] + part[3] + part[4], have = memory_available(&where);
     int largest = 0;
