@@ -109,9 +109,9 @@ static const char* flag_of(const ConfigField* f, char* buf, size_t len) {
     return buf;
 }
 
-// the k-th name of a choice field's "a | b | c" help text into out; 0 past the end
+// the k-th name of a choice field's "a | b | c" help text into out; 0 past the end (and for -1)
 static int choice_name(const ConfigField* f, int k, char* out, size_t len) {
-    const char* p = f->help;
+    const char* p = k < 0 ? NULL : f->help;   // -1: a choice with no default, not given
     for (; k > 0 && p; k--) {
         p = strstr(p, " | ");
         if (p) p += 3;
@@ -243,6 +243,8 @@ typedef struct GPT {
     LayerTensors* layer_tensors;                     // [num_local_layers]
     size_t num_params;                               // elements of this rank's tensors
     size_t num_params_padded;                        // the flat buffers' length: a multiple of DP (ZeRO shards)
+    BuildTarget build;                               // the build laid out: this_build(), or in a dry run's
+                                                     // plan the other one (floatX of 2 or 4 bytes)
     floatX* params;                                  // what the kernels read
     float* grads;                                    // fp32 gradients, accumulated over micro-batches
     // activation arena
@@ -258,6 +260,8 @@ typedef struct GPT {
     size_t arena_bytes;
     size_t slot_bytes;                               // activation bytes of one micro-batch in flight
     size_t recompute_bytes;                          // the recomputation scratch (part of arena_bytes)
+    size_t workspace_bytes;                          // the arena after the slots: backward scratch, attention
+                                                     // scratch, logits and cross-entropy (part of arena_bytes)
 } GPT;
 
 static floatX* param_of(const GPT* m, int id) { return id < 0 ? NULL : m->params + m->tensors[id].offset; }
@@ -484,10 +488,12 @@ static int longest_recomputed_chunk(const GPT* m) {
 // ----------------------------------------------------------------------------
 // the activation arena
 // Laid out twice: once with no base to add up its size, once to hand out the pointers.
+// floatX's size is the arena's, not the compiler's: a dry run may lay out the other build's.
 
 typedef struct {
     char* base;
     size_t used;
+    int floatx_bytes;   // the model's build's
 } Arena;
 
 static void* arena_take(Arena* a, size_t bytes) {
@@ -496,24 +502,25 @@ static void* arena_take(Arena* a, size_t bytes) {
     return a->base ? a->base + start : NULL;
 }
 #define TAKE(arena, type, count) ((type*)arena_take((arena), (size_t)(count) * sizeof(type)))
+static floatX* take_floatX(Arena* a, size_t count) { return (floatX*)arena_take(a, count * a->floatx_bytes); }
 
 // one layer's activations; its output (res3) only when `with_output`
 static void layout_layer(GPT* m, Arena* a, LayerActivations* L, int with_output) {
     size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
     size_t Cl = m->hidden_local, Fl = m->ffn_local, NHl = m->heads_local;
-    L->ln1 = TAKE(a, floatX, N * C);
+    L->ln1 = take_floatX(a, N * C);
     L->ln1_mean = TAKE(a, float, N);
     L->ln1_rstd = TAKE(a, float, N);
-    L->qkv = TAKE(a, floatX, N * 3 * Cl);
-    L->atty = TAKE(a, floatX, N * Cl);
-    L->att = TAKE(a, floatX, (size_t)m->B * NHl * m->T * m->T);
-    L->res2 = TAKE(a, floatX, N * C);
-    L->ln2 = TAKE(a, floatX, N * C);
+    L->qkv = take_floatX(a, N * 3 * Cl);
+    L->atty = take_floatX(a, N * Cl);
+    L->att = take_floatX(a, (size_t)m->B * NHl * m->T * m->T);
+    L->res2 = take_floatX(a, N * C);
+    L->ln2 = take_floatX(a, N * C);
     L->ln2_mean = TAKE(a, float, N);
     L->ln2_rstd = TAKE(a, float, N);
-    L->fch = TAKE(a, floatX, N * Fl);
-    L->fch_gelu = TAKE(a, floatX, N * Fl);
-    L->res3 = with_output ? TAKE(a, floatX, N * C) : NULL;
+    L->fch = take_floatX(a, N * Fl);
+    L->fch_gelu = take_floatX(a, N * Fl);
+    L->res3 = with_output ? take_floatX(a, N * C) : NULL;
 }
 
 // the scratch of the chunk being recomputed: one layer's activations per position in a chunk
@@ -528,9 +535,9 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
     size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
     s->tokens = TAKE(a, int, N);
     s->targets = TAKE(a, int, N);
-    s->input = TAKE(a, floatX, N * C);
+    s->input = take_floatX(a, N * C);
     if (m->is_first_stage && m->cfg.embed_layernorm) {
-        s->embed_ln = TAKE(a, floatX, N * C);
+        s->embed_ln = take_floatX(a, N * C);
         s->embed_ln_mean = TAKE(a, float, N);
         s->embed_ln_rstd = TAKE(a, float, N);
     }
@@ -541,10 +548,10 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
             continue;
         }
         s->layers[i] = m->recompute_layers[i - first];   // in the shared scratch ...
-        if (keeps_output(m, i)) s->layers[i].res3 = TAKE(a, floatX, N * C);   // ... but for its output
+        if (keeps_output(m, i)) s->layers[i].res3 = take_floatX(a, N * C);   // ... but for its output
     }
     if (m->is_last_stage) {
-        s->lnf = TAKE(a, floatX, N * C);
+        s->lnf = take_floatX(a, N * C);
         s->lnf_mean = TAKE(a, float, N);
         s->lnf_rstd = TAKE(a, float, N);
     }
@@ -561,17 +568,19 @@ static void layout_arena(GPT* m, Arena* a) {
     }
     // block_backward's two buffers take turns: dbuf_a holds the MLP's gradients (N x Fl) and
     // inputs' (N x C), dbuf_b the QKV gradient (N x 3Cl) and inputs' (N x C)
-    size_t wide_a = Fl > C ? Fl : C, wide_b = 3 * Cl > C ? 3 * Cl : C;
-    m->dres = TAKE(a, floatX, N * C);
-    m->dbuf_a = TAKE(a, floatX, N * wide_a);
-    m->dbuf_b = TAKE(a, floatX, N * wide_b);
-    m->att_scratch = TAKE(a, floatX, attention_scratch_elements(m->B, m->T, m->heads_local, C / m->cfg.num_attention_heads));
+    size_t wide_a = Fl > C ? Fl : C, wide_b = 3 * Cl > C ? 3 * Cl : C, before = a->used;
+    m->dres = take_floatX(a, N * C);
+    m->dbuf_a = take_floatX(a, N * wide_a);
+    m->dbuf_b = take_floatX(a, N * wide_b);
+    m->att_scratch = (floatX*)arena_take(a, attention_scratch_bytes(m->build, m->B, m->T, m->heads_local,
+                                                                    C / m->cfg.num_attention_heads));
     if (m->is_last_stage) {
-        m->logits = TAKE(a, floatX, N * m->vocab_local);
+        m->logits = take_floatX(a, N * m->vocab_local);
         m->ce_max = TAKE(a, float, N);
         m->ce_sums = TAKE(a, float, 2 * N);
         m->losses = TAKE(a, float, N);
     }
+    m->workspace_bytes = a->used - before;
 }
 
 // ----------------------------------------------------------------------------
@@ -581,6 +590,7 @@ static void layout_arena(GPT* m, Arena* a) {
 
 // gpt_plan_model: the tensor table and the sizes of the flat buffers and the arena, nothing large
 // allocated (so the trainer can check the memory first); gpt_allocate: the buffers, the init.
+// build: this_build() for a model to allocate; a plan alone may lay out the other build.
 // One pipeline stage: stage `rank` of `size`, holding layers [first_layer, first_layer + num_layers)
 typedef struct {
     int rank, size, first_layer, num_layers;
@@ -593,9 +603,10 @@ static PipelineStage even_stage(int num_layers, int rank, int size) {
 }
 
 static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
-                           PipelineStage stage, int num_slots, int pad_multiple) {
+                           PipelineStage stage, int num_slots, int pad_multiple, BuildTarget build) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
+    m->build = build;
     m->B = B;
     m->T = T;
     m->tp_rank = tp_rank;
@@ -620,19 +631,21 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
     m->slots = (MicroBatchActivations*)callocCheck(num_slots, sizeof(MicroBatchActivations));
     for (int s = 0; s < num_slots; s++)
         m->slots[s].layers = (LayerActivations*)callocCheck(m->num_local_layers, sizeof(LayerActivations));
-    Arena sizing = {NULL, 0};
+    Arena sizing = {NULL, 0, build.floatx_bytes};
     layout_arena(m, &sizing);
     m->arena_bytes = sizing.used;
 }
 
 static void gpt_allocate(GPT* m) {
+    if (m->build.gpu != this_build().gpu || m->build.floatx_bytes != this_build().floatx_bytes)
+        fail("a plan for the other build cannot be allocated by this one");
     m->params = (floatX*)dev_malloc(m->num_params_padded * sizeof(floatX));
     m->grads = (float*)dev_malloc(m->num_params_padded * sizeof(float));
     dev_zero(m->params, m->num_params_padded * sizeof(floatX));
     dev_zero(m->grads, m->num_params_padded * sizeof(float));
     gpt_init_params(m);
     m->arena = dev_malloc(m->arena_bytes);
-    Arena real = {(char*)m->arena, 0};
+    Arena real = {(char*)m->arena, 0, m->build.floatx_bytes};
     layout_arena(m, &real);
     m->host_losses = (float*)mallocCheck((size_t)m->B * m->T * sizeof(float));
 }
@@ -640,7 +653,8 @@ static void gpt_allocate(GPT* m) {
 // both at once (tests and tools; inline: the trainer, which checks memory between, does not call it)
 static inline void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
                              int pp_rank, int pp_size, int num_slots, int pad_multiple) {
-    gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, even_stage(cfg->num_layers, pp_rank, pp_size), num_slots, pad_multiple);
+    gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, even_stage(cfg->num_layers, pp_rank, pp_size), num_slots, pad_multiple,
+                   this_build());
     gpt_allocate(m);
 }
 

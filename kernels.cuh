@@ -92,11 +92,18 @@ static void cublas_check_(cublasStatus_t status, const char* file, int line) {
 // only place that knows whether "device memory" is GPU memory or plain host memory.
 // HOST_DEVICE marks the few functions both the CPU loops and the CUDA kernels call.
 
+// The GPU build's kernels keep one workspace of their own, outside the model: the partial sums
+// of sum_squares (the gradient norm), handed out once by kernels_init. Its size is known to
+// both builds, so that either one can plan the GPU build's memory (train.c's --dry-run-build).
+#define SUM_SQUARES_MAX_BLOCKS 1024  // partial sums of sum_squares, combined in order
+#define GPU_KERNELS_WORKSPACE_BYTES (SUM_SQUARES_MAX_BLOCKS * sizeof(double))
+
 #ifndef __CUDACC__
 typedef float floatX;
 #define FLOATX_NAME "fp32"
 #define PRECISION_NAME "fp32"
 #define BUILD_NAME "CPU"
+#define GPU_BUILD 0
 #define HOST_DEVICE
 
 // every device byte handed out, never decreased: the memory table checks the plan against it
@@ -113,9 +120,11 @@ static inline void dev_synchronize(void) {}   // the CPU's work is done when its
 // float <-> floatX conversions between host float arrays and device floatX arrays
 static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) { memcpy(dev_dst, host_src, n * sizeof(float)); }
 static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
+#define kernels_workspace_bytes ((size_t)0)   // what kernels_init handed out: nothing on the CPU
 static void kernels_init(int local_device) { (void)local_device; }
 #else
 #define BUILD_NAME "GPU"
+#define GPU_BUILD 1
 #define HOST_DEVICE __host__ __device__
 
 // The GPU build keeps floatX in 16 bits: bf16, or fp16 when compiled with -DGRIDGPT_FP16
@@ -185,6 +194,18 @@ static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t 
 }
 #endif
 
+// The build a memory layout is for: this binary's (this_build()), or in a dry run's plan the
+// other one (train.c's --dry-run-build). What differs between the builds' layouts goes by it.
+typedef struct {
+    int gpu;            // the GPU build: 16-bit floatX, fp32 master weights, the kernels' workspace
+    int floatx_bytes;   // 2 (bf16, fp16) or 4 (fp32)
+} BuildTarget;
+
+static inline BuildTarget this_build(void) {
+    BuildTarget b = {GPU_BUILD, (int)sizeof(floatX)};
+    return b;
+}
+
 // ----------------------------------------------------------------------------
 // the CUDA build's shared pieces: the launch macro, block sizes, the cuBLAS handle
 
@@ -209,10 +230,10 @@ static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t 
 #define ROWS_PER_BLOCK (ROW_BLOCK / 32)
 #define COLUMN_BLOCK 512       // 32 columns per block, its 16 warps split the rows
 #define SUM_SQUARES_BLOCK 256
-#define SUM_SQUARES_MAX_BLOCKS 1024  // partial sums of sum_squares, combined in order
 
 static cublasHandle_t cublas_handle;
 static double* sum_squares_partials;  // [SUM_SQUARES_MAX_BLOCKS], allocated once
+static size_t kernels_workspace_bytes = 0;   // what kernels_init handed out through dev_malloc
 
 static void kernels_init(int local_device) {
     cudaCheck(cudaSetDevice(local_device));
@@ -221,7 +242,11 @@ static void kernels_init(int local_device) {
     // opt into TF32 or any reduced-precision accumulation
     cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH));
     cublasCheck(cublasSetStream(cublas_handle, 0));
-    cudaCheck(cudaMalloc((void**)&sum_squares_partials, SUM_SQUARES_MAX_BLOCKS * sizeof(double)));
+    // through dev_malloc, so that the memory table's check against dev_malloc counts it (build_model
+    // adds kernels_workspace_bytes: this is allocated before the model, once per process)
+    size_t before = dev_bytes_allocated;
+    sum_squares_partials = (double*)dev_malloc(GPU_KERNELS_WORKSPACE_BYTES);
+    kernels_workspace_bytes = dev_bytes_allocated - before;
 }
 
 // ----------------------------------------------------------------------------
@@ -829,16 +854,30 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
     }
 }
 
+// attention's scratch (gpt.h's att_scratch) in bytes on build b: both builds' formulas are
+// here, for a dry run plans either. The GPU build's: 7 head-major [B, NH, T, HS] floatX arrays,
+// [B, NH, T, T] fp32 scores and floatX dscores, each region starting on a SCRATCH_ALIGN
+// boundary, whatever the scratch's alignment (attention_scratch); the CPU build's backward
+// keeps one row of datt per (b, h) pair.
+#define SCRATCH_ALIGN 256
+#define ATTENTION_SCRATCH_REGIONS 9
+static size_t attention_scratch_bytes(BuildTarget b, int B, int T, int NH, int HS) {
+    size_t S = (size_t)B * NH * T * HS, P = (size_t)B * NH * T * T, x = b.floatx_bytes;
+    if (!b.gpu) return (size_t)B * NH * T * x;
+    size_t bytes = 7 * S * x + P * sizeof(float) + P * x;
+    return CEIL_DIV(bytes + ATTENTION_SCRATCH_REGIONS * SCRATCH_ALIGN, x) * x;
+}
+
+// the same in floatX elements, on this build
+static size_t attention_scratch_elements(int B, int T, int NH, int HS) {
+    return attention_scratch_bytes(this_build(), B, T, NH, HS) / sizeof(floatX);
+}
+
 #ifdef __CUDACC__
 // qkv[B, T, NH, 3, HS] is staged into q, k, v [B, NH, T, HS], so that one (b, h) pair is a
 // contiguous [T, HS] matrix and cuBLAS can run all B * NH of them as one strided batch.
 // The scores q k^T are kept in fp32 for the softmax; the probabilities go to att in floatX.
 // The full T x T products are computed; the softmax zeroes what the causal mask hides.
-
-// scratch: 7 head-major [B, NH, T, HS] floatX arrays, [B, NH, T, T] fp32 scores and floatX
-// dscores; each region starts on a SCRATCH_ALIGN boundary, whatever scratch's alignment
-#define SCRATCH_ALIGN 256
-#define ATTENTION_SCRATCH_REGIONS 9
 
 typedef struct {
     floatX *q, *k, *v;     // [B, NH, T, HS]
@@ -847,12 +886,6 @@ typedef struct {
     float* scores;         // forward: q k^T; backward: datt; [B, NH, T, T]
     floatX* dscores;       // backward only, [B, NH, T, T]
 } AttentionScratch;
-
-static size_t attention_scratch_elements(int B, int T, int NH, int HS) {
-    size_t S = (size_t)B * NH * T * HS, P = (size_t)B * NH * T * T;
-    size_t bytes = 7 * S * sizeof(floatX) + P * sizeof(float) + P * sizeof(floatX);
-    return CEIL_DIV(bytes + ATTENTION_SCRATCH_REGIONS * SCRATCH_ALIGN, sizeof(floatX));
-}
 
 // the next region of `bytes` after *cursor, rounded up to SCRATCH_ALIGN
 static void* scratch_take(char** cursor, size_t bytes) {
@@ -1014,11 +1047,6 @@ static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout
 #else
 #define attention_forward(out, att, scratch, qkv, B, T, NH, HS, alibi) attention_forward_cpu(out, att, qkv, B, T, NH, HS, alibi)
 #define attention_backward attention_backward_cpu
-// the CPU attention's backward keeps one row of datt per (b, h) pair
-static size_t attention_scratch_elements(int B, int T, int NH, int HS) {
-    (void)HS;
-    return (size_t)B * NH * T;
-}
 #endif
 
 // ----------------------------------------------------------------------------

@@ -955,13 +955,17 @@ static void adamw_free(AdamWState* s, const GPT* model) {
     dev_free(s->norm_acc);
 }
 
-// the bytes adamw_init allocates for a flat buffer of `padded` elements over DP ranks: the
-// shard's two moments, its fp32 master where it is a copy (not on the fp32 build), the
-// reduce-scatter's gradient shard where DP > 1 (else the gradient buffer serves), the norm's scalar
-static size_t adamw_state_bytes(size_t padded, int dp_size) {
+// the bytes adamw_init allocates as state for a flat buffer of `padded` elements over DP ranks:
+// the shard's two moments, its fp32 master where it is a copy (`master_copy`: floatX is not
+// float, the GPU build), the reduce-scatter's gradient shard where DP > 1 (else the gradient
+// buffer serves). The norm's scalar is a workspace: adamw_workspace_bytes.
+static size_t adamw_state_bytes(size_t padded, int dp_size, int master_copy) {
     size_t shard = padded / dp_size * sizeof(float);
-    return shard * (sizeof(floatX) == sizeof(float) ? 2 : 3) + (dp_size > 1 ? shard : 0) + sizeof(double);
+    return shard * (master_copy ? 3 : 2) + (dp_size > 1 ? shard : 0);
 }
+
+// the rest of what adamw_init allocates: norm_acc, the gradient norm's device scalar
+static size_t adamw_workspace_bytes(void) { return sizeof(double); }
 
 // [lo, hi): the part of tensor t inside this rank's shard (empty when lo >= hi)
 static void shard_part(const AdamWState* s, const TensorDesc* t, size_t* lo, size_t* hi) {

@@ -101,11 +101,13 @@ step -> log -> sampling -> the run -> main.
     X(INT, hw_gpus_per_node, NULL, 0, "GPUs per node (0: --hw's)")                                                      \
     X(FLOAT, hw_latency_us, NULL, 0, "microseconds per message: a ring step or a send (0: --hw's)")                    \
     X(FLOAT, hw_reserve_gib, NULL, 0, "GiB per GPU left to CUDA, cuBLAS and NCCL (0: --hw's)")                          \
+    X(CHOICE, dry_run_build, NULL, 0, "gpu | cpu (default gpu): the build --dry-run plans, whichever binary runs it")  \
     X(SWITCH, help, NULL, 0, "print this list")
 
 typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_INVERSE_SQRT } LRDecayStyle;   // in --lr-decay-style's order
 typedef enum { PARTITION_UNIFORM, PARTITION_TRANSFORMER, PARTITION_TRANSFORMER_EMBEDDING } PartitionMethod;   // --pp-partition-method
 typedef enum { GRANULARITY_NONE, GRANULARITY_FULL, GRANULARITY_SELECTIVE } RecomputeGranularity;   // --recompute-granularity
+typedef enum { PLAN_GPU_BUILD, PLAN_CPU_BUILD } DryRunBuild;   // --dry-run-build (-1, not given: the GPU build)
 
 typedef struct {
     GPTConfig model;
@@ -130,6 +132,7 @@ static void set_defaults(Config* c) {
         void* base;
         const ConfigField* f = config_field(c, k, &base);
         if (f->default_value && parse_field(f, base, f->default_value, err, sizeof(err))) fail("a default: %s", err);
+        if (!f->default_value && f->kind == FIELD_CHOICE) *(int*)field_in(f, base) = -1;   // -1: not given
     }
 }
 
@@ -356,6 +359,8 @@ static void check_model(Config* a) {
     if (m->seq_length > m->max_position_embeddings && m->position_embedding_type == POSITION_LEARNED_ABSOLUTE)
         config_error("--seq-length %d exceeds --max-position-embeddings %d", m->seq_length, m->max_position_embeddings);
     if (m->init_method_std <= 0.0f) config_error("--init-method-std must be positive, got %g", m->init_method_std);
+    if (a->dry_run_build >= 0 && !a->dry_run)   // -1: not given
+        config_error("--dry-run-build goes with --dry-run (a run allocates for its own build, %s)", BUILD_NAME);
     if (a->data_path.count == 0 && !a->dry_run)
         config_error("--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one)");
     if (a->sweep && !a->dry_run) config_error("--sweep goes with --dry-run (it plans every layout of --world-size)");
@@ -836,7 +841,7 @@ typedef struct {
     int last_saved;                 // iteration of the last checkpoint this run wrote (-1: none)
     int last_save_failed;           // the last save could not be written (the exit status says so)
     TensorBoardWriter tensorboard;  // --tensorboard-dir, on rank 0
-    size_t allocated_bytes;         // what dev_malloc handed out for the model and the optimizer
+    size_t allocated_bytes;         // what dev_malloc handed out for the model, the optimizer and the kernels
 } Trainer;
 
 typedef struct {
@@ -857,33 +862,49 @@ static void add_comm_counters(double out[4], double sign) {
 // ----------------------------------------------------------------------------
 // the memory plan: what one rank of a pipeline stage allocates, to the byte, from the plan
 // alone. The start-up table, the memory check and --dry-run all take their numbers here.
+// Activations are what the micro-batches in flight keep (and the recomputed chunk's scratch);
+// workspaces what a step only borrows: the arena's backward scratch, logits and cross-entropy
+// buffers, the gradient norm's scalar (adamw_init) and partials (kernels_init, GPU build).
+// There are no communication buffers: NCCL and MPI send from and receive into the arena and
+// the flat buffers themselves (NCCL's own internal buffers are NCCL's, outside this count).
 
 typedef struct {
     PipelineStage stage;
-    size_t num_params;                                      // this rank's parameters (unpadded)
-    size_t params, grads, optimizer, activations, total;   // bytes
-    int num_slots, longest_chunk;                           // the arena's make-up, for the table's header
+    size_t num_params;                                                  // this rank's parameters (unpadded)
+    size_t params, grads, optimizer, activations, workspaces, total;   // bytes
+    int num_slots, longest_chunk;                                       // the arena's make-up, for the table's header
     size_t slot_bytes, recompute_bytes;
 } StageMemory;
 
-// a planned (or built) model's bytes over dp_size data ranks: what gpt_allocate and adamw_init hand out
+// a planned (or built) model's bytes over dp_size data ranks: what gpt_allocate, adamw_init and
+// kernels_init hand out on the build the model was laid out for (m->build)
 static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) {
-    StageMemory s = {stage, m->num_params, m->num_params_padded * sizeof(floatX), m->num_params_padded * sizeof(float),
-                     adamw_state_bytes(m->num_params_padded, dp_size), m->arena_bytes, 0, m->num_slots,
-                     m->longest_chunk, m->slot_bytes, m->recompute_bytes};
-    s.total = s.params + s.grads + s.optimizer + s.activations;
+    int master_copy = m->build.floatx_bytes != (int)sizeof(float);   // adamw_init's rule
+    size_t workspaces = m->workspace_bytes + adamw_workspace_bytes() + (m->build.gpu ? GPU_KERNELS_WORKSPACE_BYTES : 0);
+    StageMemory s = {stage, m->num_params, m->num_params_padded * m->build.floatx_bytes,
+                     m->num_params_padded * sizeof(float), adamw_state_bytes(m->num_params_padded, dp_size, master_copy),
+                     m->arena_bytes - m->workspace_bytes, workspaces, 0, m->num_slots, m->longest_chunk, m->slot_bytes,
+                     m->recompute_bytes};
+    s.total = s.params + s.grads + s.optimizer + s.activations + s.workspaces;
     return s;
 }
 
-// stage p of the layout with tp_size x dp_size ranks, as its tensor rank 0 would hold it: planned
-// and thrown away. The ranks of a stage hold the same sizes (other slices of the vocabulary,
-// of the matrices and of the ZeRO shard).
+// --dry-run-build: the build a dry run plans, whichever binary runs it (not given: the GPU build)
+static int plans_gpu_build(const Config* a) { return a->dry_run_build != PLAN_CPU_BUILD; }
+
+// stage p of the layout with tp_size x dp_size ranks, as its tensor rank 0 would hold it on the
+// build --dry-run-build names: planned and thrown away. The ranks of a stage hold the same sizes
+// (other slices of the vocabulary, of the matrices and of the ZeRO shard).
+static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp_size) {
+    BuildTarget build = {plans_gpu_build(a), plans_gpu_build(a) ? 2 : (int)sizeof(float)};   // bf16 or fp16; fp32
+    gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, pipeline_stage(a, p),
+                   a->pipeline_model_parallel_size, dp_size, build);
+}
+
 static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp_size) {
     GPT m;
-    PipelineStage stage = pipeline_stage(a, p);
-    gpt_plan_model(&m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, stage,
-                   a->pipeline_model_parallel_size, dp_size);
-    StageMemory s = stage_memory(&m, stage, dp_size);
+    plan_stage_model(&m, a, p, tp_size, dp_size);
+    StageMemory s = stage_memory(&m, pipeline_stage(a, p), dp_size);
     gpt_free_plan(&m);
     return s;
 }
@@ -895,29 +916,31 @@ static void print_memory_header(const StageMemory* s) {
         snprintf(recompute, sizeof(recompute), " + a recomputed chunk's scratch of %.1f MiB (%d layer(s))",
                  s->recompute_bytes / mib, s->longest_chunk);
     printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations "
-           "(%d micro-batch slot(s) of %.1f MiB%s + backward scratch) | total\n", s->num_slots, s->slot_bytes / mib, recompute);
+           "(%d micro-batch slot(s) of %.1f MiB%s) | workspaces (backward scratch, logits, cross-entropy, gradient norm; "
+           "no communication buffers: NCCL and MPI use the arena's) | total\n", s->num_slots, s->slot_bytes / mib, recompute);
 }
 
-// "  LABEL (stage S, layers A-B): N parameters: x | x | x | x | x", and with `bytes` the same in bytes
+// "  LABEL (stage S, layers A-B): N parameters: x | x | x | x | x | x", and with `bytes` the same in bytes
 static void print_memory_row(const char* label, const StageMemory* s, int bytes) {
     double mib = 1024.0 * 1024.0;
     char layers[48] = "no layers";   // each stage shows its layers: the balance can be seen
     if (s->stage.num_layers > 0)
         snprintf(layers, sizeof(layers), "layers %d-%d", s->stage.first_layer, s->stage.first_layer + s->stage.num_layers - 1);
-    printf("  %s (stage %d, %s): %zu parameters: %9.1f | %9.1f | %9.1f | %9.1f | %9.1f\n", label, s->stage.rank, layers,
-           s->num_params, s->params / mib, s->grads / mib, s->optimizer / mib, s->activations / mib, s->total / mib);
+    printf("  %s (stage %d, %s): %zu parameters: %9.1f | %9.1f | %9.1f | %9.1f | %9.1f | %9.1f\n", label, s->stage.rank,
+           layers, s->num_params, s->params / mib, s->grads / mib, s->optimizer / mib, s->activations / mib,
+           s->workspaces / mib, s->total / mib);
     if (bytes)
-        printf("  %s (stage %d) in bytes: %zu | %zu | %zu | %zu | %zu\n", label, s->stage.rank, s->params, s->grads,
-               s->optimizer, s->activations, s->total);
+        printf("  %s (stage %d) in bytes: %zu | %zu | %zu | %zu | %zu | %zu\n", label, s->stage.rank, s->params, s->grads,
+               s->optimizer, s->activations, s->workspaces, s->total);
 }
 
-// Per rank: parameters, gradients, optimizer state and activations, gathered to rank 0; with
-// --log-memory-bytes also in bytes, and the bytes dev_malloc really handed out for them
+// Per rank: parameters, gradients, optimizer state, activations and workspaces, gathered to rank
+// 0; with --log-memory-bytes also in bytes, and the bytes dev_malloc really handed out for them
 static void print_memory(const Trainer* t) {
     StageMemory s = stage_memory(&t->model, this_stage(&t->config), grid.dp_size);
     double mine[10] = {(double)s.num_params, (double)s.params, (double)s.grads, (double)s.optimizer, (double)s.activations,
                        (double)s.stage.rank, (double)s.stage.first_layer, (double)s.stage.num_layers,
-                       (double)t->allocated_bytes};
+                       (double)t->allocated_bytes, (double)s.workspaces};
     double* all = (double*)mallocCheck(10 * sizeof(double) * grid.world_size);
     gather_to_rank0(&grid.world, mine, all, 10);
     if (grid.world_rank == 0) {
@@ -925,8 +948,8 @@ static void print_memory(const Trainer* t) {
         for (int r = 0; r < grid.world_size; r++) {
             const double* x = all + 10 * r;
             StageMemory row = {{(int)x[5], grid.pp_size, (int)x[6], (int)x[7]}, (size_t)x[0], (size_t)x[1], (size_t)x[2],
-                               (size_t)x[3], (size_t)x[4], 0, 0, 0, 0, 0};
-            row.total = row.params + row.grads + row.optimizer + row.activations;
+                               (size_t)x[3], (size_t)x[4], (size_t)x[9], 0, 0, 0, 0, 0};
+            row.total = row.params + row.grads + row.optimizer + row.activations + row.workspaces;
             char label[32];
             snprintf(label, sizeof(label), "rank %3d", r);
             print_memory_row(label, &row, t->config.log_memory_bytes);
@@ -1084,21 +1107,24 @@ static double memory_available(const char** where) {
 // the most, naming the largest part and the flags that drive it; every rank exits 2.
 static void check_memory(const StageMemory* s, const char* table_flags) {
     double gib = 1024.0 * 1024.0 * 1024.0;
-    double part[4] = {(double)s->params, (double)s->grads, (double)s->optimizer, (double)s->activations};
-    const char* names[4] = {"parameters", "gradients", "optimizer state", "activations"};
-    const char* flags[4] = {table_flags, table_flags, table_flags,
+    double part[5] = {(double)s->params, (double)s->grads, (double)s->optimizer, (double)s->activations,
+                      (double)s->workspaces};
+    const char* names[5] = {"parameters", "gradients", "optimizer state", "activations", "workspaces"};
+    const char* flags[5] = {table_flags, table_flags, table_flags,
                             "--micro-batch-size, --seq-length, --hidden-size, --num-attention-heads (scores: seq^2 per head; "
-                            "--checkpoint-activations keeps less)"};
+                            "--checkpoint-activations keeps less)",
+                            "--micro-batch-size, --seq-length (the GPU's attention scratch: seq^2 per head; the logits: "
+                            "seq x the vocabulary / TP)"};
     const char* where;
-    double total = part[0] + part[1] + part[2] + part[3], have = memory_available(&where);
+    double total = part[0] + part[1] + part[2] + part[3] + part[4], have = memory_available(&where);
     int largest = 0;
-    for (int k = 1; k < 4; k++) largest = part[k] > part[largest] ? k : largest;
+    for (int k = 1; k < 5; k++) largest = part[k] > part[largest] ? k : largest;
     int worst = max_over_world(total > have ? grid.world_rank + 1 : 0);   // the last rank that does not fit, + 1
     if (worst)
         config_error_on(worst - 1, "this rank would allocate %.2f GiB (parameters %.2f, gradients %.2f, optimizer state "
-                        "%.2f, activations %.2f) but %s %.2f GiB: the largest part, %s, grows with %s", total / gib,
-                        part[0] / gib, part[1] / gib, part[2] / gib, part[3] / gib, where, have / gib, names[largest],
-                        flags[largest]);
+                        "%.2f, activations %.2f, workspaces %.2f) but %s %.2f GiB: the largest part, %s, grows with %s",
+                        total / gib, part[0] / gib, part[1] / gib, part[2] / gib, part[3] / gib, part[4] / gib, where,
+                        have / gib, names[largest], flags[largest]);
 }
 
 // this rank's GPU, the grid's communicators (NCCL binds a communicator to the current GPU)
@@ -1362,11 +1388,10 @@ typedef struct {
     int out_of_memory;
 } LayoutPlan;
 
-// stage p's costs over a step of `micro` micro-batches; the memory is plan_stage_memory's
-static void plan_stage_cost(const Config* a, const Hardware* hw, int p, int micro, StageCost* c, double* micro_seconds) {
-    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, DP = data_parallel_size(a);
-    GPT m;
-    gpt_plan_model(&m, &a->model, a->micro_batch_size, a->model.seq_length, 0, TP, pipeline_stage(a, p), PP, DP);
+// a planned stage's costs over a step of `micro` micro-batches, in its build's precision
+static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int PP, int DP, int micro, StageCost* c,
+                            double* micro_seconds) {
+    double x = m->build.floatx_bytes;
     memset(c, 0, sizeof(*c));
     c->hw = hw;
     c->group_bandwidth[GROUP_TP] = group_bandwidth(hw, 1, TP);
@@ -1374,10 +1399,9 @@ static void plan_stage_cost(const Config* a, const Hardware* hw, int p, int micr
     c->group_bandwidth[GROUP_PP] = group_bandwidth(hw, TP * DP, PP);
     c->group_bandwidth[GROUP_EMBEDDING] = group_bandwidth(hw, TP * DP * (PP - 1), 2);
     c->calls = micro;
-    cost_micro_batch(c, &m, (double)sizeof(floatX), TP);
+    cost_micro_batch(c, m, x, TP);
     *micro_seconds = c->seconds / micro;
-    cost_optimizer(c, &m, (double)sizeof(floatX), DP, PP);
-    gpt_free_plan(&m);
+    cost_optimizer(c, m, x, DP, PP);
 }
 
 // the layout of `a` on `hw`: every stage's memory and costs; the slowest stage's costs into
@@ -1391,13 +1415,16 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
     L.micro_batches = a->global_batch_size / (a->micro_batch_size * L.dp);
     StageCost* c = (StageCost*)mallocCheck(sizeof(StageCost));
     for (int p = 0; p < L.pp; p++) {
-        StageMemory s = plan_stage_memory(a, p, L.tp, L.dp);
+        GPT m;
+        plan_stage_model(&m, a, p, L.tp, L.dp);
+        StageMemory s = stage_memory(&m, pipeline_stage(a, p), L.dp);
         if (s.total > L.peak_bytes) {
             L.peak_bytes = (double)s.total;
             L.peak_stage = p;
         }
         double micro_seconds;
-        plan_stage_cost(a, hw, p, L.micro_batches, c, &micro_seconds);
+        plan_stage_cost(&m, hw, L.tp, L.pp, L.dp, L.micro_batches, c, &micro_seconds);
+        gpt_free_plan(&m);
         if (micro_seconds > L.slot_seconds) {
             L.slot_seconds = micro_seconds;
             L.slowest_stage = p;
@@ -1515,6 +1542,13 @@ static void dry_run_sweep(const Config* a, const Hardware* hw) {
     free(rows);
 }
 
+// the precision of the build --dry-run-build plans: the GPU build's 16-bit type (fp16 with --fp16,
+// train_gpu_fp16's; else bf16, train_gpu's) over fp32 master weights; the CPU build's fp32
+static const char* planned_precision(const Config* a) {
+    if (!plans_gpu_build(a)) return "fp32";
+    return a->fp16 ? "fp16 (fp32 master weights, fp32 grads)" : "bf16 (fp32 master weights, fp32 grads)";
+}
+
 // --dry-run: the layout of --world-size ranks (or the launched ones) planned stage by stage on
 // one rank: what each would allocate (the trainer's own numbers: plan_stage_memory), the model
 // FLOPs of a step, the bubble, what each group sends, the cost model's step on --hw, and a
@@ -1523,8 +1557,8 @@ static void dry_run_sweep(const Config* a, const Hardware* hw) {
 static void dry_run_report(const Config* a) {
     int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, DP = data_parallel_size(a);
     int micro = a->global_batch_size / (a->micro_batch_size * DP);
-    printf("dry run: gridgpt %s build, %s, world %d as TP %d x PP %d x DP %d: nothing allocated, no step run\n",
-           BUILD_NAME, PRECISION_NAME, layout_world_size(a), TP, PP, DP);
+    printf("dry run: gridgpt %s build planned (--dry-run-build), %s, world %d as TP %d x PP %d x DP %d: nothing allocated, "
+           "no step run\n", plans_gpu_build(a) ? "GPU" : "CPU", planned_precision(a), layout_world_size(a), TP, PP, DP);
     print_model(&a->model);
     printf("each stage as its tensor rank 0, data rank 0 holds it (its other ranks hold the same sizes: another slice "
            "of the vocabulary, the matrices and the ZeRO shard)\n");
@@ -1582,7 +1616,7 @@ static void build_model(Trainer* t) {
                    have / (1 << 30));
     config_error_anywhere(table_err);
     gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, stage, grid.pp_size,
-                   grid.dp_size);
+                   grid.dp_size, this_build());
     StageMemory planned = stage_memory(&t->model, stage, grid.dp_size);
     check_memory(&planned, table_flags);
     size_t before = dev_bytes_allocated;
@@ -1590,7 +1624,7 @@ static void build_model(Trainer* t) {
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};
     t->adam = adam;
     adamw_init(&t->opt, &t->model);
-    t->allocated_bytes = dev_bytes_allocated - before;
+    t->allocated_bytes = dev_bytes_allocated - before + kernels_workspace_bytes;   // kernels_init's came first
     t->opt.scaler = make_loss_scaler(a);
 }
 

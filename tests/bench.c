@@ -396,7 +396,7 @@ static size_t planned_arena(GPTConfig c, int B, int T, int method) {
     c.recompute_method = method;
     c.recompute_num_layers = 1;
     GPT m;
-    gpt_plan_model(&m, &c, B, T, 0, 1, even_stage(c.num_layers, 0, 1), 1, 1);
+    gpt_plan_model(&m, &c, B, T, 0, 1, even_stage(c.num_layers, 0, 1), 1, 1, this_build());
     size_t bytes = m.arena_bytes;
     gpt_free(&m);
     return bytes;

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # tests/test_dry_run.sh DATA_PREFIX — --dry-run predicts, to the byte, what the trainer allocates.
-# For each layout and shape, one process plans it (./train_cpu --dry-run --world-size N) and the
-# real trainer runs it for one step under mpirun -np N with --log-memory-bytes. Every rank's
-# bytes (parameters, gradients, optimizer state, activations, total) must equal its stage's
-# planned line, and equal what dev_malloc really handed out. Also: the last line's fixed form
-# and bubble, and the dry run's one-line refusals.
+# For each layout and shape, one process plans the CPU build's memory (./train_cpu --dry-run
+# --dry-run-build cpu --world-size N) and the real trainer runs it for one step under mpirun -np N
+# with --log-memory-bytes. Every rank's bytes (parameters, gradients, optimizer state,
+# activations, workspaces, total) must equal its stage's planned line, and the total what
+# dev_malloc really handed out. (The GPU build's plan, train_cpu's default, is checked against
+# the emulated GPU build's in tests/test_emu_train.sh.) Also: the last line's fixed form and
+# bubble, the first line's planned build, and the dry run's one-line refusals.
 set -u
 data=${1:?usage: test_dry_run.sh DATA_PREFIX}
 B=tests/build/dry_run
@@ -16,13 +18,13 @@ bad() { echo "FAIL $1: $2"; }
 
 model="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2"
 
-# "stage S: the five byte counts", from lines "  LABEL (stage S) in bytes: a | b | c | d | e"
+# "stage S: the six byte counts", from lines "  LABEL (stage S) in bytes: a | b | c | d | e | f"
 bytes_by_stage() { sed -nE 's/.*\(stage ([0-9]+)\) in bytes: (.*)/\1: \2/p' "$1"; }
 
 compare() {  # name tp pp dp [flags...]
     local name=$1 tp=$2 pp=$3 dp=$4; shift 4
     local n=$((tp * pp * dp)) layout="--tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp"
-    ./train_cpu --dry-run --world-size $n $model $layout "$@" > $B/$name.plan 2>&1
+    ./train_cpu --dry-run --dry-run-build cpu --world-size $n $model $layout "$@" > $B/$name.plan 2>&1
     $MPIRUN -np $n ./train_cpu --data-path $data $model $layout "$@" --train-iters 1 --eval-iters 0 --log-memory-bytes \
         > $B/$name.run 2>&1
     local planned real allocated totals
@@ -61,8 +63,8 @@ compare first-last-layers 1 3 1 --num-layers 6 --decoder-first-pipeline-num-laye
 # the last line's fixed form: 4 micro-batches per pipeline over PP 2: bubble 1/5
 ./train_cpu --dry-run --world-size 8 $model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
     --global-batch-size 16 > $B/last.plan 2>&1
-if tail -1 $B/last.plan | grep -qE '^dry-run: world 8 TP 2 PP 2 DP 2 MBS 2 GBS 16: peak memory per GPU [0-9]+\.[0-9] GiB \(stage [01]\), bubble 20\.0%$'; then
-    ok "the last line: world, layout, batch, peak memory and its stage, the 1F1B bubble (p-1)/(m+p-1)"
+if tail -1 $B/last.plan | grep -qE '^dry-run: world 8 TP 2 PP 2 DP 2 MBS 2 GBS 16: peak memory per GPU [0-9]+\.[0-9] GiB \(stage [01]\), step [0-9]+\.[0-9]+ s, [0-9]+\.[0-9] TFLOPs per GPU, bubble 20\.0%$'; then
+    ok "the last line: world, layout, batch, peak memory and its stage, step, TFLOPs per GPU, the 1F1B bubble (p-1)/(m+p-1)"
 else bad "the dry run's last line" "$(tail -1 $B/last.plan)"; fi
 
 refused() {  # name needle flags...
@@ -84,3 +86,26 @@ refused "--world-size other than the launched size, without --dry-run" "--world-
     --world-size 4 --data-path $data $model --train-iters 1
 refused "--dry-run with --check-cluster, in one line" "give --dry-run or --check-cluster, not both" \
     --dry-run --check-cluster $model
+refused "--dry-run-build without --dry-run, in one line" "--dry-run-build goes with --dry-run" \
+    --dry-run-build cpu --data-path $data $model --train-iters 1
+refused "--dry-run-build other than gpu or cpu, in one line" "--dry-run-build must be one of gpu | cpu" \
+    --dry-run --dry-run-build tpu $model
+
+# the first line names the build planned and its precision, whichever binary plans it
+first_line() { ./train_cpu --dry-run --world-size 2 $model "$@" 2>&1 | head -1; }
+if first_line | grep -q '^dry run: gridgpt GPU build planned (--dry-run-build), bf16 (fp32 master weights' &&
+   first_line --fp16 | grep -q '^dry run: gridgpt GPU build planned (--dry-run-build), fp16 (fp32 master weights' &&
+   first_line --dry-run-build cpu | grep -q '^dry run: gridgpt CPU build planned (--dry-run-build), fp32, world 2 '; then
+    ok "the first line names the planned build: GPU bf16 by default, fp16 with --fp16, CPU fp32 with --dry-run-build cpu"
+else bad "the first line names the planned build" "$(first_line) / $(first_line --fp16) / $(first_line --dry-run-build cpu)"; fi
+
+# the GPU build's plan: 2-byte parameters, the fp32 master copy in the optimizer state (DP 1: no
+# gradient shard); gradients are fp32 in both builds
+./train_cpu --dry-run --world-size 1 $model > $B/gpu.plan 2>&1
+./train_cpu --dry-run --world-size 1 $model --dry-run-build cpu > $B/cpu.plan 2>&1
+read -r gp gg go ga gw gt <<< "$(bytes_by_stage $B/gpu.plan | sed -E 's/^0: //; s/\|//g')"
+read -r cp cg co ca cw ct <<< "$(bytes_by_stage $B/cpu.plan | sed -E 's/^0: //; s/\|//g')"
+if [ -n "${gt:-}" ] && [ -n "${ct:-}" ] && [ $((2 * gp)) -eq $cp ] && [ $gg -eq $cg ] && [ $((go * 2)) -eq $((co * 3)) ] &&
+   [ $((gp + gg + go + ga + gw)) -eq $gt ] && [ $((cp + cg + co + ca + cw)) -eq $ct ]; then
+    ok "the GPU plan's parameters are half the CPU plan's, its optimizer state 3/2 (the master copy), totals add up"
+else bad "the GPU plan against the CPU plan" "gpu: $gp $gg $go $ga $gw $gt / cpu: $cp $cg $co $ca $cw $ct"; fi

@@ -8,8 +8,9 @@
 # there), within fp16 tolerance. The bf16 runs train again with activation recomputation,
 # which must give the very same bits. Then --check-cluster at (2,2,2) on the GPU path: its
 # tables and bandwidth formulas (tests/test_check_cluster.sh --verify); --dry-run at (2,2,2)
-# against the bytes the run allocates (tests/test_dry_run.sh on the GPU path). Prints one PASS/FAIL
-# line per check.
+# against the bytes the run allocates (tests/test_dry_run.sh on the GPU path), and train_cpu's
+# plan of the GPU build (its --dry-run's default) against the GPU path's own dry run, line for
+# line, for several layouts and both precisions. Prints one PASS/FAIL line per check.
 #
 # Tolerance: |loss_emu - loss_cpu| <= u * loss_cpu at every step, u the unit roundoff of the
 # 16-bit type: 2^-8 for bf16 (8 significant bits), 2^-11 for fp16 (11). The CPU build keeps
@@ -153,6 +154,27 @@ if [ "$(in_bytes "$tmp/real" | wc -l)" -eq 8 ] && [ "$(echo "$planned" | wc -l)"
    [ "$totals" = "$allocated" ]; then
     ok "$(basename "$BIN") --dry-run at (2,2,2): each stage's planned bytes = every rank's = what dev_malloc asked cudaMalloc for ($(echo $planned))"
 else bad "$(basename "$BIN") --dry-run at (2,2,2)" "planned: $planned / real: $real / totals $totals, allocated $allocated"; fi
+
+# train_cpu plans the GPU build (--dry-run-build gpu, the default) as the GPU path plans itself:
+# the whole dry run, every byte count and the header, the same line for line
+same_plan() {  # NAME BINARY FLAGS...
+    local name=$1 bin=$2; shift 2
+    $bin --dry-run "$@" > "$tmp/gpu.plan" 2>&1
+    ./train_cpu --dry-run "$@" > "$tmp/cpu.plan" 2>&1
+    if grep -q ' in bytes: ' "$tmp/gpu.plan" && diff "$tmp/gpu.plan" "$tmp/cpu.plan" > /dev/null; then
+        ok "train_cpu --dry-run plans the GPU build as $(basename "$bin") does, byte for byte: $name"
+    else bad "train_cpu's GPU plan = $(basename "$bin")'s: $name" "$(diff "$tmp/gpu.plan" "$tmp/cpu.plan" | head -4)"; fi
+}
+same_plan "(2,2,2) with recomputation" "$BIN" --world-size 8 $mem
+small="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2"
+same_plan "TP 4, DP 3 (a padded ZeRO shard), MBS 1, seq 32" "$BIN" --world-size 12 $small \
+    --tensor-model-parallel-size 4 --micro-batch-size 1 --seq-length 32 --global-batch-size 6
+same_plan "PP 4 type:transformer|embedding, ALiBi, embedding LayerNorm" "$BIN" --world-size 4 $small \
+    --pipeline-model-parallel-size 4 --pp-partition-method 'type:transformer|embedding' --global-batch-size 8 \
+    --position-embedding-type alibi --embed-layernorm
+same_plan "PP 2 x DP 2 recomputing the first layer of each stage (block)" "$BIN" --world-size 4 $small \
+    --pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method block --recompute-num-layers 1
+[ -n "${GPU_BINARY:-}" ] || same_plan "(2,2,2) with --fp16" tests/build/train_emu_fp16 --world-size 8 $mem --fp16
 
 # --check-cluster on the GPU path (NCCL's collectives and send/recv, cuBLAS's matmul, a device
 # synchronisation around each timing) at (2,2,2): the same tables, the same formulas

@@ -16,7 +16,7 @@ MPIRUN="mpirun --oversubscribe --bind-to none"
 ok() { echo "PASS $1"; }
 bad() { echo "FAIL $1: $2"; }
 # the trainer's CPU build against its own plan
-PLAN="./train_cpu --dry-run"
+PLAN="./train_cpu --dry-run --dry-run-build cpu"
 
 model="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2"
 comm_bytes() { grep -m1 'communication per step in bytes' "$1" | sed 's/.*bytes: //'; }
