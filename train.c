@@ -1542,6 +1542,20 @@ static void dry_run_sweep(const Config* a, const Hardware* hw) {
     free(rows);
 }
 
+// The same layout with recomputation the other way round (none, or every layer's: Megatron-
+// DeepSpeed's --checkpoint-activations), so the plan shows what it costs and what it saves
+static void print_recomputation_alternative(const Config* a, const Hardware* hw) {
+    Config other = *a;
+    int recomputing = a->model.recompute_method != RECOMPUTE_NONE;
+    other.model.recompute_method = recomputing ? RECOMPUTE_NONE : RECOMPUTE_UNIFORM;
+    other.model.recompute_num_layers = 1;
+    LayoutPlan L = plan_layout(&other, hw, NULL);
+    printf("%s: peak memory per GPU %.1f GiB (stage %d), step ", recomputing ? "without activation recomputation" :
+           "with every layer recomputed (--checkpoint-activations)", L.peak_bytes / (1 << 30), L.peak_stage);
+    print_seconds(L.step_seconds);
+    printf(" s, %.1f TFLOPs per GPU%s\n", L.tflops_per_gpu, L.out_of_memory ? " OOM" : "");
+}
+
 // the precision of the build --dry-run-build plans: the GPU build's 16-bit type (fp16 with --fp16,
 // train_gpu_fp16's; else bf16, train_gpu's) over fp32 master weights; the CPU build's fp32
 static const char* planned_precision(const Config* a) {
@@ -1580,6 +1594,7 @@ static void dry_run_report(const Config* a) {
     print_stage_costs(slowest, L.slowest_stage, micro);
     printf("step = (m + p - 1) x the slowest stage's micro-batch + the slowest optimizer step = %d x %.4g s + %.4g s\n",
            micro + PP - 1, L.slot_seconds, L.optimizer_seconds);
+    print_recomputation_alternative(a, &hw);
     if (L.out_of_memory)
         printf("does not fit: %.1f GiB of ours + %.1f GiB left to CUDA, cuBLAS and NCCL > %.1f GiB\n",
                L.peak_bytes / (1 << 30), hw.reserve_gib, hw.memory_gib);

@@ -106,6 +106,16 @@ if grep -qE '^step = \(m \+ p - 1\) x .* = 7 x ' $B/pp4.plan && tail -1 $B/pp4.p
     ok "PP 4, 4 micro-batches: 7 slots of the slowest stage, bubble 3/7"
 else bad "the bubble" "$(grep '^step' $B/pp4.plan); $(tail -1 $B/pp4.plan)"; fi
 
+# the other side of recomputation: the plan's line for it = that layout's own dry run
+pp4="$gpt2 --micro-batch-size 1 --global-batch-size 4 --pipeline-model-parallel-size 4 $hw"
+alternative=$(grep '^with every layer recomputed' $B/pp4.plan | sed 's/.*: peak/peak/')
+own=$(./train_cpu --dry-run --world-size 4 $pp4 --checkpoint-activations 2>&1 | tail -1 | sed -E 's/.*: peak/peak/; s/, bubble.*//')
+back=$(./train_cpu --dry-run --world-size 4 $pp4 --checkpoint-activations 2>&1 | grep '^without activation recomputation' | sed 's/.*: peak/peak/')
+plain=$(tail -1 $B/pp4.plan | sed -E 's/.*: peak/peak/; s/, bubble.*//')
+if [ -n "$alternative" ] && [ "$alternative" = "$own" ] && [ "$back" = "$plain" ]; then
+    ok "recomputation the other way round: the plan's line = that layout's own dry run, both ways ($alternative)"
+else bad "recomputation's other side" "'$alternative' vs '$own'; '$back' vs '$plain'"; fi
+
 # --- --sweep: world 8 of a model with 4 heads, FFN 128, 4 layers, global batch 8
 sweep_model="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --global-batch-size 8"
 ./train_cpu --dry-run --sweep --world-size 8 $sweep_model > $B/sweep.out 2>&1
