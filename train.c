@@ -91,7 +91,7 @@ step -> log -> sampling -> the run -> main.
     X(SWITCH, dry_run, NULL, 0, "plan this layout: each stage's memory, the FLOPs, the bubble; allocate nothing")      \
     X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                        \
     X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS) of the world, fastest first")                 \
-    X(CHOICE, hw, "a100-80gb", 0, "v100-32gb | a100-40gb | a100-80gb | h100-80gb (the dry run's GPU; --hw-* override)") \
+    X(CHOICE, hw, NULL, 0, "v100-32gb | a100-40gb | a100-80gb | h100-80gb (default a100-80gb): the dry run's GPU")   \
     X(FLOAT, hw_peak_tflops, NULL, 0, "dense fp16/bf16 peak, TFLOP/s (0: --hw's)")                                      \
     X(FLOAT, hw_matmul_efficiency, NULL, 0, "the fraction of the peak matmuls reach (0: --hw's)")                       \
     X(FLOAT, hw_memory_gib, NULL, 0, "GPU memory, GiB (0: --hw's)")                                                     \
@@ -297,6 +297,13 @@ static PipelineStage pipeline_stage(const Config* a, int p) {
 
 static PipelineStage this_stage(const Config* a) { return pipeline_stage(a, grid.pp_rank); }
 
+// whether any of --hw and --hw-* was given (each is 0, or -1 for --hw, when not)
+static int hardware_given(const Config* a) {
+    return a->hw >= 0 || a->hw_peak_tflops > 0.0f || a->hw_matmul_efficiency > 0.0f || a->hw_memory_gib > 0.0f ||
+           a->hw_memory_bandwidth > 0.0f || a->hw_nvlink_bandwidth > 0.0f || a->hw_internode_bandwidth > 0.0f ||
+           a->hw_gpus_per_node > 0 || a->hw_latency_us > 0.0f || a->hw_reserve_gib > 0.0f;
+}
+
 // the world the layout is for: --world-size (a dry run's), else the launched one
 static int layout_world_size(const Config* a) { return a->world_size ? a->world_size : grid.world_size; }
 static int data_parallel_size(const Config* a) {
@@ -364,6 +371,8 @@ static void check_model(Config* a) {
     if (a->data_path.count == 0 && !a->dry_run)
         config_error("--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one)");
     if (a->sweep && !a->dry_run) config_error("--sweep goes with --dry-run (it plans every layout of --world-size)");
+    if (hardware_given(a) && !a->dry_run)
+        config_error("--hw and --hw-* describe the cluster a --dry-run prices its step on: give --dry-run");
     if (a->sweep && a->global_batch_size == 0)
         config_error("--sweep needs --global-batch-size: the batch every layout is planned for");
     if (a->dry_run && m->vocab_size == 0)
@@ -1231,7 +1240,7 @@ static const Hardware HARDWARE_PRESETS[] = {
 
 // --hw's preset with each --hw-* flag given (non-zero) in its place
 static Hardware hardware_of(const Config* a) {
-    Hardware h = HARDWARE_PRESETS[a->hw];
+    Hardware h = HARDWARE_PRESETS[a->hw < 0 ? HW_A100_80GB : a->hw];   // -1: --hw not given
     if (a->hw_peak_tflops > 0.0f) h.peak_tflops = a->hw_peak_tflops;
     if (a->hw_matmul_efficiency > 0.0f) h.matmul_efficiency = a->hw_matmul_efficiency;
     if (a->hw_memory_gib > 0.0f) h.memory_gib = a->hw_memory_gib;
@@ -1463,7 +1472,7 @@ static void print_layout_line(const Config* a, const LayoutPlan* L) {
 // --hw's preset name
 static const char* hw_name(const Config* a, char* out, size_t len) {
     for (int k = 0; k < NUM_RUN_FIELDS; k++)
-        if (strcmp(RUN_FIELDS[k].name, "hw") == 0) choice_name(&RUN_FIELDS[k], a->hw, out, len);
+        if (strcmp(RUN_FIELDS[k].name, "hw") == 0) choice_name(&RUN_FIELDS[k], a->hw < 0 ? HW_A100_80GB : a->hw, out, len);
     return out;
 }
 

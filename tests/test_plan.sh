@@ -159,3 +159,7 @@ refused "--sweep without a global batch, in one line" "--sweep needs --global-ba
 refused "an unknown --hw, in one line" "--hw must be one of v100-32gb | a100-40gb | a100-80gb | h100-80gb" \
     --dry-run --vocab-size 100 --hw tpu
 refused "a negative --hw-latency-us, in one line" "--hw-latency-us must be at least 0" --dry-run --vocab-size 100 --hw-latency-us -1
+refused "--hw without --dry-run, in one line" "--hw and --hw-* describe the cluster a --dry-run prices its step on" \
+    --hw v100-32gb --vocab-size 100 --data-path x
+refused "an --hw-* number without --dry-run, in one line" "--hw and --hw-* describe the cluster" \
+    --hw-gpus-per-node 4 --vocab-size 100 --data-path x
