@@ -7,7 +7,8 @@
 #                 CPU emulation of CUDA (tests/emu/)
 #   make test     installs what is missing, then every test; ends with "N passed, M failed"
 #   make check    every test, installing nothing
-#   make test-gpu on a GPU machine: the kernel checks and a short training against the CPU build
+#   make test-gpu on a GPU machine: the kernel checks and a short training against the CPU build,
+#                 then the 124M benchmark (tokens/s, MFU) next to the planner's estimate and llm.c's
 #   make bench    CPU step time, throughput and memory for GPT-2 124M and a small shape
 #   make run      the main job: set up, build, make a corpus, train, evaluate, sample
 
@@ -106,6 +107,7 @@ check: train_cpu preprocess
 # on a machine with NVIDIA GPUs: the kernel checks on the GPU and train_gpu against train_cpu
 test-gpu: train_gpu train_cpu preprocess
 	GENCODE="$(GENCODE)" bash tests/test_gpu.sh
+	bash tests/bench_gpu.sh tests/build/corpus_text_document
 
 bench: train_cpu
 	bash tests/bench.sh

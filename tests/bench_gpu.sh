@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# tests/bench_gpu.sh DATA_PREFIX — the GPU step measured, for the first machine with a GPU
+# (run by `make test-gpu`). GPT-2 124M (12 x 768, 12 heads, vocabulary 50257) at micro-batch
+# 16 x 1024 on one GPU, 30 steps: the last log line's time per iteration and TFLOPs give
+# tokens/s and MFU against the GPU's dense bf16 peak (from its name, or BENCH_PEAK_TFLOPS),
+# printed next to the planner's estimate for the same step (`--dry-run --hw`) and llm.c's
+# published figures. A benchmark, not a test: it prints numbers and asserts nothing about them.
+#   BINARY=./train_gpu (default) | any trainer binary; BENCH_ITERS=30; BENCH_MODEL: other model
+#   flags (to try the script on the CPU build with a small model; the labels still say 124M)
+set -u
+data=${1:?usage: bench_gpu.sh DATA_PREFIX}
+binary=${BINARY:-./train_gpu}
+iters=${BENCH_ITERS:-30}
+B=tests/build
+gpt2=${BENCH_MODEL:-"--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024
+      --max-position-embeddings 1024 --vocab-size 50257 --micro-batch-size 16 --global-batch-size 16"}
+
+# the GPU's preset and dense bf16 peak (NVIDIA's datasheets, as --hw's presets)
+name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+case "$name" in
+    *H100*) hw=h100-80gb; peak=989 ;;
+    *A100*80GB*) hw=a100-80gb; peak=312 ;;
+    *A100*) hw=a100-40gb; peak=312 ;;
+    *V100*) hw=v100-32gb; peak=125 ;;
+    *) hw=h100-80gb; peak=989 ;;
+esac
+peak=${BENCH_PEAK_TFLOPS:-$peak}
+
+$binary --data-path $data $gpt2 --train-iters $iters --log-interval 10 --eval-iters 0 \
+    > $B/bench_gpu.log 2>&1
+status=$?
+last=$(grep -E '^ iteration' $B/bench_gpu.log | tail -1)
+ms=$(sed -nE 's/.*elapsed time per iteration \(ms\): ([0-9.]+) .*/\1/p' <<< "$last")
+tflops=$(sed -nE 's/.*TFLOPs: ([0-9.]+) .*/\1/p' <<< "$last")
+if [ $status -ne 0 ] || [ -z "$ms" ]; then
+    echo "bench_gpu: $binary did not train (status $status): $(grep -m1 -iE 'error|fail' $B/bench_gpu.log)"
+    exit 1
+fi
+plan=$(./train_cpu --dry-run --world-size 1 $gpt2 --hw $hw 2>&1 | tail -1)
+awk -v ms="$ms" -v tf="$tflops" -v peak="$peak" -v gpu="${name:-unknown GPU}" -v bin="$binary" 'BEGIN {
+    printf "gridgpt %s on %s, GPT-2 124M, 16 x 1024 per step (the last 10 steps): %.1f ms, %.0f tokens/s, %.1f TFLOPs, %.1f%% MFU of %g TFLOP/s (measured)\n",
+           bin, gpu, ms, 16 * 1024 / (ms / 1000), tf, 100 * tf / peak, peak
+}'
+echo "the planner's estimate for this step: $plan"
+echo "llm.c, published (not measured here): its GPT-2 124M run on 10B tokens took 90 min on 8 A100 80GB, about 231K"
+echo "  tokens/s per GPU, 'up to ~60% model flops utilization' (karpathy/llm.c discussion #481), and 45 min on 8 H100s,"
+echo "  about 463K tokens/s per GPU (as modded-nanogpt's README cites it)"
