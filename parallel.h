@@ -922,7 +922,39 @@ typedef struct {
     int step;            // updates applied so far
     LossScaler scaler;   // the gradients in model->grads are the loss's times scaler.scale
     double* norm_acc;    // device scalar for the gradient norm
+    ShardRange* ranges;  // device table: the shard's part of each tensor, in order (shard_ranges)
+    int num_ranges;
 } AdamWState;
+
+// [lo, hi): the part of tensor t inside this rank's shard (empty when lo >= hi)
+static void shard_part(const AdamWState* s, const TensorDesc* t, size_t* lo, size_t* hi) {
+    size_t a = t->offset, b = t->offset + t->numel, c = s->shard_start, d = s->shard_start + s->shard_size;
+    *lo = a > c ? a : c;
+    *hi = b < d ? b : d;
+}
+
+// A parameter is counted once in the norm: a tensor replicated over tensor ranks only on
+// tensor rank 0, and the tied embedding only on the first stage.
+static int counts_in_norm(const GPT* m, const TensorDesc* t) {
+    if (t->split_axis < 0 && m->tp_rank != 0) return 0;
+    return !t->tied_copy;
+}
+
+// The shard's part of each tensor, in the flat buffer's order, as ShardRanges into `table`
+// (room for one per tensor); returns how many
+static int shard_ranges(const AdamWState* s, const GPT* model, ShardRange* table) {
+    int count = 0;
+    for (int i = 0; i < model->num_tensors; i++) {
+        const TensorDesc* t = &model->tensors[i];
+        size_t lo, hi;
+        shard_part(s, t, &lo, &hi);
+        if (lo >= hi) continue;
+        ShardRange r = {lo - s->shard_start, hi - s->shard_start, t->weight_decay, counts_in_norm(model, t)};
+        if (count > 0 && r.start < table[count - 1].end) fail("the tensor table is not in the flat buffer's order");
+        table[count++] = r;
+    }
+    return count;
+}
 
 static void adamw_init(AdamWState* s, const GPT* model) {
     memset(s, 0, sizeof(*s));
@@ -944,6 +976,11 @@ static void adamw_init(AdamWState* s, const GPT* model) {
         free(host);
     }
     s->norm_acc = (double*)dev_malloc(sizeof(double));
+    ShardRange* table = (ShardRange*)mallocCheck(model->num_tensors * sizeof(ShardRange));
+    s->num_ranges = shard_ranges(s, model, table);
+    s->ranges = (ShardRange*)dev_malloc(model->num_tensors * sizeof(ShardRange));   // as planned: one per tensor
+    host_to_dev(s->ranges, table, s->num_ranges * sizeof(ShardRange));
+    free(table);
     s->scaler.scale = 1.0f;
 }
 
@@ -953,6 +990,7 @@ static void adamw_free(AdamWState* s, const GPT* model) {
     if (s->grad != model->grads) dev_free(s->grad);
     if (sizeof(floatX) != sizeof(float)) dev_free(s->master);
     dev_free(s->norm_acc);
+    dev_free(s->ranges);
 }
 
 // the bytes adamw_init allocates as state for a flat buffer of `padded` elements over DP ranks:
@@ -964,31 +1002,14 @@ static size_t adamw_state_bytes(size_t padded, int dp_size, int master_copy) {
     return shard * (master_copy ? 3 : 2) + (dp_size > 1 ? shard : 0);
 }
 
-// the rest of what adamw_init allocates: norm_acc, the gradient norm's device scalar
-static size_t adamw_workspace_bytes(void) { return sizeof(double); }
-
-// [lo, hi): the part of tensor t inside this rank's shard (empty when lo >= hi)
-static void shard_part(const AdamWState* s, const TensorDesc* t, size_t* lo, size_t* hi) {
-    size_t a = t->offset, b = t->offset + t->numel, c = s->shard_start, d = s->shard_start + s->shard_size;
-    *lo = a > c ? a : c;
-    *hi = b < d ? b : d;
-}
-
-// A parameter is counted once in the norm: a tensor replicated over tensor ranks only on
-// tensor rank 0, and the tied embedding only on the first stage.
-static int counts_in_norm(const GPT* m, const TensorDesc* t) {
-    if (t->split_axis < 0 && m->tp_rank != 0) return 0;
-    return !t->tied_copy;
-}
+// the rest of what adamw_init allocates: norm_acc, the gradient norm's device scalar, and the
+// shard's range table, room for one range per tensor (the same size on every rank)
+static size_t adamw_workspace_bytes(int num_tensors) { return sizeof(double) + num_tensors * sizeof(ShardRange); }
 
 static float global_grad_norm(GPT* model, AdamWState* s) {
+    (void)model;
     dev_zero(s->norm_acc, sizeof(double));
-    for (int i = 0; i < model->num_tensors; i++) {
-        size_t lo, hi;
-        shard_part(s, &model->tensors[i], &lo, &hi);
-        if (lo < hi && counts_in_norm(model, &model->tensors[i]))
-            sum_squares(s->norm_acc, s->grad + (lo - s->shard_start), hi - lo);
-    }
+    sum_squares_ranges(s->norm_acc, s->grad, s->shard_size, s->ranges, s->num_ranges);
     double sq = 0.0;
     dev_to_host(&sq, s->norm_acc, sizeof(double));
     all_reduce_host(&grid.world, &sq, 1, REDUCE_SUM);
@@ -1018,15 +1039,8 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
         if (clip_coeff < 1.0f) scale = unscale * clip_coeff;
     }
     s->step++;
-    for (int i = 0; i < model->num_tensors; i++) {
-        const TensorDesc* t = &model->tensors[i];
-        size_t lo, hi;
-        shard_part(s, t, &lo, &hi);
-        if (lo >= hi) continue;
-        size_t k = lo - s->shard_start;
-        adamw_update(s->master + k, model->params + lo, s->grad + k, s->m + k, s->v + k, hi - lo, lr, cfg->beta1,
-                     cfg->beta2, cfg->eps, t->weight_decay ? cfg->weight_decay : 0.0f, scale, s->step);
-    }
+    adamw_update_ranges(s->master, model->params + s->shard_start, s->grad, s->m, s->v, s->shard_size, s->ranges,
+                        s->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
     all_gather(&grid.dp, model->params, s->shard_size);
     return norm;
 }

@@ -889,7 +889,8 @@ typedef struct {
 // kernels_init hand out on the build the model was laid out for (m->build)
 static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) {
     int master_copy = m->build.floatx_bytes != (int)sizeof(float);   // adamw_init's rule
-    size_t workspaces = m->workspace_bytes + adamw_workspace_bytes() + (m->build.gpu ? GPU_KERNELS_WORKSPACE_BYTES : 0);
+    size_t workspaces = m->workspace_bytes + adamw_workspace_bytes(m->num_tensors) +
+                        (m->build.gpu ? GPU_KERNELS_WORKSPACE_BYTES : 0);
     StageMemory s = {stage, m->num_params, m->num_params_padded * m->build.floatx_bytes,
                      m->num_params_padded * sizeof(float), adamw_state_bytes(m->num_params_padded, dp_size, master_copy),
                      m->arena_bytes - m->workspace_bytes, workspaces, 0, m->num_slots, m->longest_chunk, m->slot_bytes,
@@ -1384,8 +1385,8 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
     if (pp_size > 1 && (m->is_first_stage || m->is_last_stage))
         charge_all_reduce(c, "tied embedding all-reduce", GROUP_EMBEDDING, 2, (double)m->tensors[m->wte].numel * 4.0);
     if (dp_size > 1) charge_message(c, "ZeRO reduce-scatter", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * 4.0);
-    charge_kernel(c, "gradient norm", 2 * m->num_tensors, shard * 4.0);
-    charge_kernel(c, "AdamW", m->num_tensors, shard * (7.0 * 4.0 + x));   // master, m, v read and written; grad read; param written
+    charge_kernel(c, "gradient norm", 2, shard * 4.0);   // the whole shard in one pass and a final sum
+    charge_kernel(c, "AdamW", 1, shard * (7.0 * 4.0 + x));   // master, m, v read and written; grad read; param written
     if (dp_size > 1) charge_message(c, "ZeRO all-gather", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * x);
 }
 
@@ -1962,6 +1963,7 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     while (t->progress.iteration < t->train_iters) {
         double t0 = now_seconds(), waited0 = seconds_waited();
         StepResult r = train_step(t);
+        dev_synchronize();   // the step's AdamW and all-gather are only queued on a GPU: count them in this step
         test_slow_rank(now_seconds() - t0 - (seconds_waited() - waited0));
         double dt = now_seconds() - t0;
         w.waited += seconds_waited() - waited0;

@@ -124,8 +124,8 @@ static double attention_flops;   // forward, per call
 #undef crossentropy_row_sums
 #undef crossentropy_forward
 #undef crossentropy_backward
-#undef adamw_update
-#undef sum_squares
+#undef adamw_update_ranges
+#undef sum_squares_ranges
 #define matmul_forward bench_matmul_forward
 #define matmul_backward bench_matmul_backward
 #define attention_forward(out, att, scratch, ...) \
@@ -142,8 +142,8 @@ static double attention_flops;   // forward, per call
 #define crossentropy_row_sums(...) TIMED("crossentropy_row_sums", 0.0, crossentropy_row_sums_cpu(__VA_ARGS__))
 #define crossentropy_forward(...) TIMED("crossentropy_forward", 0.0, crossentropy_forward_cpu(__VA_ARGS__))
 #define crossentropy_backward(...) TIMED("crossentropy_backward", 0.0, crossentropy_backward_cpu(__VA_ARGS__))
-#define adamw_update(...) TIMED("adamw_update", 0.0, adamw_update_cpu(__VA_ARGS__))
-#define sum_squares(...) TIMED("sum_squares", 0.0, sum_squares_cpu(__VA_ARGS__))
+#define adamw_update_ranges(...) TIMED("adamw_update", 0.0, adamw_update_ranges_cpu(__VA_ARGS__))
+#define sum_squares_ranges(...) TIMED("sum_squares", 0.0, sum_squares_ranges_cpu(__VA_ARGS__))
 
 // the trainer's own main path (trainer_setup, trainer_run, ...) is not called here
 #pragma GCC diagnostic push

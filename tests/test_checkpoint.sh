@@ -237,8 +237,10 @@ if [ $status -eq 130 ]; then ok "Ctrl-C twice ends the run at once (status 130)"
 else bad "Ctrl-C twice" "status $status: $(tail -2 $B/twice.log)"; fi
 
 # kill -9 in the middle of a save: a model whose checkpoint (~150 MB) takes far longer to
-# write than a step, saved every step, killed at a random moment until a kill lands inside a
-# save (its .tmp directory is left behind); the previous checkpoint must still load and train
+# write than a step, saved every step, killed as soon as one checkpoint is complete and the
+# next one's .tmp directory exists (polled, so a slow, loaded machine lands it as well), until
+# a kill lands inside a save (its .tmp directory is left behind); the previous checkpoint must
+# still load and train
 big="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8
      --micro-batch-size 1 --global-batch-size 1 --train-iters 100000 --eval-iters 0 --log-interval 1000 --split 90,10,0"
 caught=0
@@ -246,7 +248,13 @@ for attempt in 1 2 3 4 5 6; do
     rm -rf $B/kill.ckpt
     ./train_cpu $big --save $B/kill.ckpt --save-interval 1 > $B/kill.log 2>&1 &
     pid=$!
-    sleep $(awk -v a=$attempt 'BEGIN { print 2.0 + 0.37 * a }')
+    for poll in $(seq 1200); do   # up to 2 minutes
+        if [ -f $B/kill.ckpt/latest_checkpointed_iteration.txt ] && ls -d $B/kill.ckpt/iter_*.tmp > /dev/null 2>&1; then
+            break
+        fi
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.1
+    done
     kill -9 $pid
     wait $pid 2>/dev/null
     if ls -d $B/kill.ckpt/iter_*.tmp > /dev/null 2>&1 && [ -f $B/kill.ckpt/latest_checkpointed_iteration.txt ]; then caught=1; break; fi

@@ -278,6 +278,44 @@ static void test_adamw(void) {
     compare("adamw_update param (floatX)", from_dev_x(d_param, n), param, X_OUT);
 }
 
+// the whole shard in one launch against the CPU build's walk over the same ranges: gaps
+// (padding, other tensors' parts) untouched, decay and the norm per range
+static void test_shard_ranges(void) {
+    const size_t n = 2000;
+    const ShardRange ranges[4] = {{0, 300, 1, 1}, {300, 301, 0, 1}, {512, 1500, 0, 0}, {1500, 1990, 1, 1}};
+    Vec master = random_vec(n, 1, false), grad = random_vec(n, 1, false), m = random_vec(n, 0.1f, false);
+    Vec v = random_vec(n, 0.1f, false), param(master);
+    for (auto& x : v) x = fabsf(x);
+    float *d_master = to_dev_f(master), *d_grad = to_dev_f(grad), *d_m = to_dev_f(m), *d_v = to_dev_f(v);
+    floatX* d_param = (floatX*)dev_malloc(n * sizeof(floatX));
+    floats_to_dev_floatX(d_param, param.data(), n);
+    ShardRange* d_ranges = (ShardRange*)dev_malloc(sizeof(ranges));
+    host_to_dev(d_ranges, ranges, sizeof(ranges));
+    adamw_update_ranges_cpu(master.data(), param.data(), grad.data(), m.data(), v.data(), n, ranges, 4, 1e-2f, 0.9f,
+                            0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    adamw_update_ranges(d_master, d_param, d_grad, d_m, d_v, n, d_ranges, 4, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    compare("adamw_update_ranges master (gaps untouched)", from_dev_f(d_master, n), master, FP32_OUT);
+    compare("adamw_update_ranges m", from_dev_f(d_m, n), m, FP32_OUT);
+    compare("adamw_update_ranges v", from_dev_f(d_v, n), v, FP32_OUT);
+    compare("adamw_update_ranges param (floatX)", from_dev_x(d_param, n), param, X_OUT);
+    double want = 0.0, got = 0.0;
+    sum_squares_ranges_cpu(&want, grad.data(), n, ranges, 4);
+    double* d_acc = (double*)dev_malloc(sizeof(double));
+    dev_zero(d_acc, sizeof(double));
+    sum_squares_ranges(d_acc, d_grad, n, d_ranges, 4);
+    dev_to_host(&got, d_acc, sizeof(double));
+    double by_hand = 0.0;   // ranges 0, 1 and 3 count in the norm
+    for (size_t i = 0; i < n; i++)
+        if (i < 301 || (i >= 1500 && i < 1990)) by_hand += (double)grad[i] * grad[i];
+    double rel = fabs(got - want) / want, rel_hand = fabs(want - by_hand) / by_hand;
+    char label[128];
+    snprintf(label, sizeof label, FLOATX_NAME " sum_squares_ranges: err %.2e against the CPU walk, %.2e against the "
+             "sum written out (tol 1e-12)", rel, rel_hand);
+    check(rel <= 1e-12 && rel_hand <= 1e-12, label, "got %.17g, want %.17g, by hand %.17g", got, want, by_hand);
+    dev_free(d_acc);
+    dev_free(d_ranges);
+}
+
 static void test_sum_squares(void) {
     // 1 element, less than one block, and more than SUM_SQUARES_MAX_BLOCKS blocks (grid-stride)
     const size_t sizes[3] = {1, 1000, (size_t)SUM_SQUARES_MAX_BLOCKS * SUM_SQUARES_BLOCK + 777};
@@ -328,6 +366,7 @@ int main(void) {
     test_crossentropy();
     test_adamw();
     test_sum_squares();
+    test_shard_ranges();
 #ifdef EMU_MAX_BLOCK   // under the emulation (tests/emu); nvcc builds this file for make test-gpu too
     printf("(%ld emulated kernel launches)\n", emu.launches);
 #endif
