@@ -253,15 +253,17 @@ typedef struct GPT {
     int longest_chunk;                               // layers in the longest recomputed chunk (0: none)
     LayerActivations* recompute_layers;              // [longest_chunk] scratch of the chunk being recomputed
     floatX* logits;                                  // [B*T, vocab_local], last stage, one micro-batch at a time
-    float *ce_max, *ce_sums, *losses, *host_losses;
+    float *ce_max, *ce_local_max, *ce_sums, *losses, *host_losses;
     floatX *dres, *dbuf_a, *dbuf_b;                  // backward scratch, reused layer after layer
     floatX* att_scratch;
+    float* column_partials;                          // the GPU build's column reductions' partial sums
     void* arena;
     size_t arena_bytes;
     size_t slot_bytes;                               // activation bytes of one micro-batch in flight
     size_t recompute_bytes;                          // the recomputation scratch (part of arena_bytes)
     size_t workspace_bytes;                          // the arena after the slots: backward scratch, attention
-                                                     // scratch, logits and cross-entropy (part of arena_bytes)
+                                                     // scratch, column partials, logits and cross-entropy
+                                                     // (part of arena_bytes)
 } GPT;
 
 static floatX* param_of(const GPT* m, int id) { return id < 0 ? NULL : m->params + m->tensors[id].offset; }
@@ -557,6 +559,18 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
     }
 }
 
+// the workspace of the column reductions (kernels.cuh; none on the CPU build), the largest any
+// call needs: the LayerNorms' (width C) and the biases' (widths C, 3 Cl and Fl)
+static size_t column_partials_floats(const GPT* m) {
+    int N = m->B * m->T, C = m->cfg.hidden_size, widths[3] = {C, 3 * m->hidden_local, m->ffn_local};
+    size_t floats = layernorm_grad_partials(m->build, N, C);
+    for (int i = 0; i < 3; i++) {
+        size_t bias = bias_grad_partials(m->build, N, widths[i]);
+        floats = bias > floats ? bias : floats;
+    }
+    return floats;
+}
+
 static void layout_arena(GPT* m, Arena* a) {
     size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
     size_t Cl = m->hidden_local, Fl = m->ffn_local;
@@ -574,9 +588,11 @@ static void layout_arena(GPT* m, Arena* a) {
     m->dbuf_b = take_floatX(a, N * wide_b);
     m->att_scratch = (floatX*)arena_take(a, attention_scratch_bytes(m->build, m->B, m->T, m->heads_local,
                                                                     C / m->cfg.num_attention_heads));
+    m->column_partials = TAKE(a, float, column_partials_floats(m));
     if (m->is_last_stage) {
         m->logits = take_floatX(a, N * m->vocab_local);
         m->ce_max = TAKE(a, float, N);
+        m->ce_local_max = TAKE(a, float, N);
         m->ce_sums = TAKE(a, float, 2 * N);
         m->losses = TAKE(a, float, N);
     }
@@ -741,9 +757,10 @@ static void head_forward(GPT* m, MicroBatchActivations* s) {
     layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(m, s),
                       param_of(m, m->lnf_w), param_of(m, m->lnf_b), N, C);
     matmul_forward(m->logits, s->lnf, param_of(m, m->wte), NULL, N, C, V);   // f, column-parallel
-    crossentropy_row_max(m->ce_max, m->logits, N, V, m->vocab_valid_local);
+    crossentropy_online_stats(m->ce_max, m->ce_local_max, m->ce_sums, m->logits, s->targets, N, V,
+                              m->vocab_valid_local, m->vocab_start);   // the one read of the logits
     vocab_parallel_max(m->ce_max, N);
-    crossentropy_row_sums(m->ce_sums, m->logits, m->ce_max, s->targets, N, V, m->vocab_valid_local, m->vocab_start);
+    crossentropy_rescale_sums(m->ce_sums, m->ce_local_max, m->ce_max, N);
     vocab_parallel_sum(m->ce_sums, 2 * (size_t)N);
     crossentropy_forward(m->losses, m->ce_max, m->ce_sums, N);
 }
@@ -773,11 +790,11 @@ static double gpt_forward(GPT* m, int slot) {
 static void head_backward(GPT* m, MicroBatchActivations* s, float dloss) {
     int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local;
     crossentropy_backward(m->logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, m->vocab_valid_local, m->vocab_start);
-    matmul_backward(m->dbuf_a, grad_of(m, m->wte), NULL, m->logits, s->lnf, param_of(m, m->wte), N, C, V);
+    matmul_backward(m->dbuf_a, grad_of(m, m->wte), NULL, NULL, m->logits, s->lnf, param_of(m, m->wte), N, C, V);
     copy_to_tensor_model_parallel_region_backward(m->dbuf_a, (size_t)N * C);   // f
     dev_zero(m->dres, (size_t)N * C * sizeof(floatX));
-    layernorm_backward(m->dres, grad_of(m, m->lnf_w), grad_of(m, m->lnf_b), m->dbuf_a, stage_output(m, s),
-                       param_of(m, m->lnf_w), s->lnf_mean, s->lnf_rstd, N, C);
+    layernorm_backward(m->dres, grad_of(m, m->lnf_w), grad_of(m, m->lnf_b), m->column_partials, m->dbuf_a,
+                       stage_output(m, s), param_of(m, m->lnf_w), s->lnf_mean, s->lnf_rstd, N, C);
 }
 
 static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
@@ -787,19 +804,23 @@ static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
     LayerActivations* L = &s->layers[i];
     floatX *da = m->dbuf_a, *db = m->dbuf_b;
     // MLP
-    matmul_backward(da, grad_of(m, t->fcproj_w), grad_of(m, t->fcproj_b), m->dres, L->fch_gelu, param_of(m, t->fcproj_w), N, Fl, C);
+    matmul_backward(da, grad_of(m, t->fcproj_w), grad_of(m, t->fcproj_b), m->column_partials, m->dres, L->fch_gelu,
+                    param_of(m, t->fcproj_w), N, Fl, C);
     gelu_backward(da, L->fch, da, (size_t)N * Fl);
-    matmul_backward(db, grad_of(m, t->fc_w), grad_of(m, t->fc_b), da, L->ln2, param_of(m, t->fc_w), N, C, Fl);
+    matmul_backward(db, grad_of(m, t->fc_w), grad_of(m, t->fc_b), m->column_partials, da, L->ln2, param_of(m, t->fc_w),
+                    N, C, Fl);
     copy_to_tensor_model_parallel_region_backward(db, (size_t)N * C);   // f
-    layernorm_backward(m->dres, grad_of(m, t->ln2_w), grad_of(m, t->ln2_b), db, L->res2, param_of(m, t->ln2_w),
-                       L->ln2_mean, L->ln2_rstd, N, C);
+    layernorm_backward(m->dres, grad_of(m, t->ln2_w), grad_of(m, t->ln2_b), m->column_partials, db, L->res2,
+                       param_of(m, t->ln2_w), L->ln2_mean, L->ln2_rstd, N, C);
     // attention
-    matmul_backward(da, grad_of(m, t->proj_w), grad_of(m, t->proj_b), m->dres, L->atty, param_of(m, t->proj_w), N, Cl, C);
+    matmul_backward(da, grad_of(m, t->proj_w), grad_of(m, t->proj_b), m->column_partials, m->dres, L->atty,
+                    param_of(m, t->proj_w), N, Cl, C);
     attention_backward(db, m->att_scratch, da, L->qkv, L->att, B, T, m->heads_local, Cl / m->heads_local);
-    matmul_backward(da, grad_of(m, t->qkv_w), grad_of(m, t->qkv_b), db, L->ln1, param_of(m, t->qkv_w), N, C, 3 * Cl);
+    matmul_backward(da, grad_of(m, t->qkv_w), grad_of(m, t->qkv_b), m->column_partials, db, L->ln1,
+                    param_of(m, t->qkv_w), N, C, 3 * Cl);
     copy_to_tensor_model_parallel_region_backward(da, (size_t)N * C);   // f
-    layernorm_backward(m->dres, grad_of(m, t->ln1_w), grad_of(m, t->ln1_b), da, layer_input(s, i),
-                       param_of(m, t->ln1_w), L->ln1_mean, L->ln1_rstd, N, C);
+    layernorm_backward(m->dres, grad_of(m, t->ln1_w), grad_of(m, t->ln1_b), m->column_partials, da,
+                       layer_input(s, i), param_of(m, t->ln1_w), L->ln1_mean, L->ln1_rstd, N, C);
 }
 
 static void embedding_backward(GPT* m, MicroBatchActivations* s) {
@@ -807,8 +828,8 @@ static void embedding_backward(GPT* m, MicroBatchActivations* s) {
     const floatX* d = m->dres;
     if (m->cfg.embed_layernorm) {
         dev_zero(m->dbuf_a, (size_t)N * C * sizeof(floatX));
-        layernorm_backward(m->dbuf_a, grad_of(m, m->lne_w), grad_of(m, m->lne_b), m->dres, s->input,
-                           param_of(m, m->lne_w), s->embed_ln_mean, s->embed_ln_rstd, N, C);
+        layernorm_backward(m->dbuf_a, grad_of(m, m->lne_w), grad_of(m, m->lne_b), m->column_partials, m->dres,
+                           s->input, param_of(m, m->lne_w), s->embed_ln_mean, s->embed_ln_rstd, N, C);
         d = m->dbuf_a;
     }
     // every tensor rank holds the whole gradient of the (replicated) embedding output, so

@@ -97,6 +97,12 @@ static void cublas_check_(cublasStatus_t status, const char* file, int line) {
 // both builds, so that either one can plan the GPU build's memory (train.c's --dry-run-build).
 #define SUM_SQUARES_MAX_BLOCKS 1024  // partial sums of sum_squares, combined in order
 #define GPU_KERNELS_WORKSPACE_BYTES (SUM_SQUARES_MAX_BLOCKS * sizeof(double))
+// The GPU build's column reductions (bias and LayerNorm gradients) cut the rows into chunks
+// by these rules, which both builds know: their workspace, in the model's arena, is planned
+// by either (bias_grad_partials, layernorm_grad_partials)
+#define COLUMN_BLOCK 256            // threads of a column reduction's block, one per column
+#define COLUMN_CHUNK_ROWS 32        // rows of a LayerNorm chunk; the fewest rows of a bias chunk
+#define COLUMN_REDUCE_BLOCKS 1024   // about how many blocks a bias sum launches: several per SM
 
 #ifndef __CUDACC__
 typedef float floatX;
@@ -228,7 +234,6 @@ static inline BuildTarget this_build(void) {
 #define ELEMENTWISE_BLOCK 256  // one thread per element
 #define ROW_BLOCK 256          // one warp per row, so ROW_BLOCK / 32 rows per block
 #define ROWS_PER_BLOCK (ROW_BLOCK / 32)
-#define COLUMN_BLOCK 512       // 32 columns per block, its 16 warps split the rows
 #define SUM_SQUARES_BLOCK 256
 
 static cublasHandle_t cublas_handle;
@@ -264,6 +269,14 @@ __device__ float warp_reduce_max(float val) {
     return val;
 }
 
+// The block's table of ROW_STATS values for each row of a COLUMN_CHUNK_ROWS-row chunk: the
+// warp that owns a row writes them, every thread reads them after a __syncthreads.
+#define ROW_STATS 4
+__device__ float* block_row_stats(void) {
+    __shared__ float stats[ROW_STATS * COLUMN_CHUNK_ROWS];
+    return stats;
+}
+
 __device__ double warp_reduce_sum_double(double val) {
     for (int offset = 16; offset > 0; offset /= 2) val += __shfl_xor_sync(0xffffffffu, val, offset);
     return val;
@@ -279,22 +292,6 @@ __device__ double block_reduce_sum_double(double val) {
     __syncthreads();
     val = lane < warps ? warp_sums[lane] : 0.0;
     return warp_reduce_sum_double(val);
-}
-
-// For blocks where lane l of every warp holds a partial sum of column l: adds the warps'
-// partials in warp order. The totals are valid in warp 0 (lane l: column l). All threads
-// must call it.
-__device__ float block_sum_columns(float val) {
-    __shared__ float partials[32][32];  // [warp][lane]
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    __syncthreads();  // an earlier call's readers are done with partials
-    partials[warp][lane] = val;
-    __syncthreads();
-    float sum = 0.0f;
-    if (warp == 0) {
-        for (int w = 0; w < warps; w++) sum += partials[w][lane];
-    }
-    return sum;
 }
 #endif
 
@@ -425,6 +422,60 @@ static void residual_forward(floatX* out, const floatX* a, const floatX* b, size
 #endif
 
 // ----------------------------------------------------------------------------
+// column reductions: the sums over rows that bias and LayerNorm parameter gradients need
+// On the GPU the rows are cut into chunks, fixed by the shapes alone (never by the device, so
+// the result is the same everywhere): a first kernel writes one fp32 partial sum per chunk and
+// column into a workspace, [chunks, columns]; a second adds each column's partials in chunk
+// order (0, 1, 2, ...) into the gradient. Each sum is then a fixed sequence of fp32 adds,
+// whatever order the blocks run in: two runs give the same bits. The CPU build sums straight
+// into the gradient and needs no workspace.
+
+HOST_DEVICE static inline int min_int(int a, int b) { return a < b ? a : b; }
+
+// chunks of a bias sum over N rows and OC columns: enough for about COLUMN_REDUCE_BLOCKS
+// blocks of COLUMN_BLOCK columns, with at least COLUMN_CHUNK_ROWS rows each (where N allows),
+// the rows spread evenly and none empty
+static int bias_grad_chunks(int N, int OC) {
+    if (N <= 0 || OC <= 0) return 0;
+    int wanted = min_int(CEIL_DIV(N, COLUMN_CHUNK_ROWS), CEIL_DIV(COLUMN_REDUCE_BLOCKS, CEIL_DIV(OC, COLUMN_BLOCK)));
+    return CEIL_DIV(N, CEIL_DIV(N, wanted));
+}
+
+// chunks of LayerNorm's parameter gradients: COLUMN_CHUNK_ROWS rows each (the last may have fewer)
+static int layernorm_grad_chunks(int N) { return N <= 0 ? 0 : CEIL_DIV(N, COLUMN_CHUNK_ROWS); }
+
+// the workspace floats (gpt.h's column_partials) on build b: a bias sum's [chunks, OC]
+// partials, LayerNorm's [2, chunks, C] (dweight's, then dbias's); none on the CPU build
+static size_t bias_grad_partials(BuildTarget b, int N, int OC) {
+    return b.gpu ? (size_t)bias_grad_chunks(N, OC) * OC : 0;
+}
+static size_t layernorm_grad_partials(BuildTarget b, int N, int C) {
+    return b.gpu ? 2 * (size_t)layernorm_grad_chunks(N) * C : 0;
+}
+
+#ifdef __CUDACC__
+#define COLUMN_ADD_BLOCK 128
+
+// out[c] += partials[0, c] + partials[1, c] + ... + partials[chunks - 1, c], in that order, one
+// thread per column. With out2 (else NULL) the same for the [chunks, C] partials that follow,
+// into out2: columns idx >= C of the grid.
+__global__ void column_partials_add_kernel(float* out, float* out2, const float* partials, int chunks, int C) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (out2 != NULL ? 2 * C : C)) return;
+    int second = idx >= C, c = idx - (second ? C : 0);
+    const float* p = partials + (size_t)second * chunks * C + c;
+    float sum = 0.0f;
+    for (int k = 0; k < chunks; k++) sum += p[(size_t)k * C];
+    (second ? out2 : out)[c] += sum;
+}
+
+static void column_partials_add(float* out, float* out2, const float* partials, int chunks, int C) {
+    LAUNCH(column_partials_add_kernel, CEIL_DIV((out2 != NULL ? 2 : 1) * C, COLUMN_ADD_BLOCK), COLUMN_ADD_BLOCK, 0,
+           out, out2, partials, chunks, C);
+}
+#endif
+
+// ----------------------------------------------------------------------------
 // LayerNorm over the last dimension, eps = 1e-5 (Megatron's default)
 
 #define LAYERNORM_EPS 1e-5f
@@ -485,7 +536,7 @@ static void layernorm_backward_cpu(float* dinp, float* dweight, float* dbias, co
 }
 
 #ifdef __CUDACC__
-// LayerNorm: one warp per row; the parameter gradients by a column kernel
+// LayerNorm: the forward one warp per row; the backward one block per chunk of rows
 
 // In the warp-per-row kernels, warp w of block b owns row b * ROWS_PER_BLOCK + w and its
 // lanes stride along the row. A warp past the last row leaves as a whole, so the shuffles
@@ -515,51 +566,52 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
     }
 }
 
-// dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight; one warp per row
-__global__ void layernorm_backward_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
+// Block k takes the chunk of rows [32k, 32k + 32) (COLUMN_CHUNK_ROWS) in two steps:
+//   1. each warp some of its rows: mean(g) and mean(g xhat), g = dout * weight, into shared memory;
+//   2. each thread some columns, down the chunk's rows in order: dinp += rstd * (g - mean(g) -
+//      xhat * mean(g xhat)), and the chunk's partial sums of dweight (dout xhat) and dbias (dout),
+//      written to partials [2, chunks, C] for column_partials_add.
+// Step 2 reads again the rows step 1 read, from the cache: dout and inp come from memory once.
+__global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
                                           const floatX* weight, const float* mean, const float* rstd,
                                           int N, int C) {
-    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
-    if (n >= N) return;
-    const floatX* x = inp + (size_t)n * C;
-    const floatX* d = dout + (size_t)n * C;
-    float m = mean[n], s = rstd[n];
-    float g_sum = 0.0f, gx_sum = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float g = floatX_to_float(d[c]) * floatX_to_float(weight[c]);
-        g_sum += g;
-        gx_sum += g * ((floatX_to_float(x[c]) - m) * s);
-    }
-    float g_mean = warp_reduce_sum(g_sum) / C;
-    float gx_mean = warp_reduce_sum(gx_sum) / C;
-    floatX* di = dinp + (size_t)n * C;
-    for (int c = lane; c < C; c += 32) {
-        float g = floatX_to_float(d[c]) * floatX_to_float(weight[c]);
-        float xhat = (floatX_to_float(x[c]) - m) * s;
-        di[c] = to_floatX(floatX_to_float(di[c]) + s * (g - g_mean - xhat * gx_mean));
-    }
-}
-
-// In the column kernels, block b owns columns 32b .. 32b + 31: lane l takes column 32b + l,
-// warp w the rows w, w + warps, ..., and block_sum_columns adds the warps' partials in order.
-__global__ void layernorm_param_grads_kernel(float* dweight, float* dbias, const floatX* dout,
-                                             const floatX* inp, const float* mean, const float* rstd,
-                                             int N, int C) {
+    float* stats = block_row_stats();
+    float *row_mean = stats, *row_rstd = stats + COLUMN_CHUNK_ROWS;
+    float *g_mean = stats + 2 * COLUMN_CHUNK_ROWS, *gx_mean = stats + 3 * COLUMN_CHUNK_ROWS;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    int c = blockIdx.x * 32 + lane;
-    float dw = 0.0f, db = 0.0f;
-    if (c < C) {
-        for (int n = warp; n < N; n += warps) {
-            float d = floatX_to_float(dout[(size_t)n * C + c]);
-            dw += d * ((floatX_to_float(inp[(size_t)n * C + c]) - mean[n]) * rstd[n]);
-            db += d;
+    int n0 = blockIdx.x * COLUMN_CHUNK_ROWS, rows = min_int(COLUMN_CHUNK_ROWS, N - n0);
+    for (int r = warp; r < rows; r += warps) {   // the same trips for the whole warp: shuffles are safe
+        const floatX* x = inp + (size_t)(n0 + r) * C;
+        const floatX* d = dout + (size_t)(n0 + r) * C;
+        float m = mean[n0 + r], s = rstd[n0 + r], g_sum = 0.0f, gx_sum = 0.0f;
+        for (int c = lane; c < C; c += 32) {
+            float g = floatX_to_float(d[c]) * floatX_to_float(weight[c]);
+            g_sum += g;
+            gx_sum += g * ((floatX_to_float(x[c]) - m) * s);
+        }
+        g_sum = warp_reduce_sum(g_sum);
+        gx_sum = warp_reduce_sum(gx_sum);
+        if (lane == 0) {
+            row_mean[r] = m;
+            row_rstd[r] = s;
+            g_mean[r] = g_sum / C;
+            gx_mean[r] = gx_sum / C;
         }
     }
-    dw = block_sum_columns(dw);  // every thread calls these: they synchronize the block
-    db = block_sum_columns(db);
-    if (warp == 0 && c < C) {
-        dweight[c] += dw;
-        dbias[c] += db;
+    __syncthreads();
+    int chunks = gridDim.x;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float w = floatX_to_float(weight[c]), dw = 0.0f, db = 0.0f;
+        for (int r = 0; r < rows; r++) {
+            size_t i = (size_t)(n0 + r) * C + c;
+            float d = floatX_to_float(dout[i]);
+            float xhat = (floatX_to_float(inp[i]) - row_mean[r]) * row_rstd[r];
+            dinp[i] = to_floatX(floatX_to_float(dinp[i]) + row_rstd[r] * (d * w - g_mean[r] - xhat * gx_mean[r]));
+            dw += d * xhat;
+            db += d;
+        }
+        partials[(size_t)blockIdx.x * C + c] = dw;
+        partials[(size_t)(chunks + blockIdx.x) * C + c] = db;
     }
 }
 
@@ -569,17 +621,17 @@ static void layernorm_forward(floatX* out, float* mean, float* rstd, const float
            out, mean, rstd, inp, weight, bias, N, C);
 }
 
-static void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+// partials: layernorm_grad_partials(N, C) floats of workspace
+static void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* partials, const floatX* dout,
                                const floatX* inp, const floatX* weight, const float* mean,
                                const float* rstd, int N, int C) {
-    LAUNCH(layernorm_backward_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0,
-           dinp, dout, inp, weight, mean, rstd, N, C);
-    LAUNCH(layernorm_param_grads_kernel, CEIL_DIV(C, 32), COLUMN_BLOCK, 0,
-           dweight, dbias, dout, inp, mean, rstd, N, C);
+    int chunks = layernorm_grad_chunks(N);
+    LAUNCH(layernorm_backward_kernel, chunks, COLUMN_BLOCK, 0, dinp, partials, dout, inp, weight, mean, rstd, N, C);
+    column_partials_add(dweight, dbias, partials, chunks, C);
 }
 #else
 #define layernorm_forward layernorm_forward_cpu
-#define layernorm_backward layernorm_backward_cpu
+#define layernorm_backward(dinp, dweight, dbias, partials, ...) layernorm_backward_cpu(dinp, dweight, dbias, __VA_ARGS__)
 #endif
 
 // ----------------------------------------------------------------------------
@@ -683,16 +735,33 @@ __global__ void fill_rows_kernel(floatX* out, const floatX* bias, int N, int OC)
     if (idx < (size_t)N * OC) out[idx] = bias[idx % OC];
 }
 
-// out[o] += sum over rows of x[n, o]: the bias gradient (see the column kernels above)
-__global__ void column_sums_kernel(float* out, const floatX* x, int N, int OC) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    int o = blockIdx.x * 32 + lane;
+// bias gradient, first step: block b sums chunk k = b / tiles of the rows, columns
+// [j * COLUMN_BLOCK, (j + 1) * COLUMN_BLOCK) with j = b % tiles, into partials[k, :]. Thread t
+// takes column j * COLUMN_BLOCK + t down the chunk's rows in order, so the block reads
+// COLUMN_BLOCK adjacent elements of a row at a time.
+__global__ void column_sums_partial_kernel(float* partials, const floatX* x, int N, int OC, int chunk_rows) {
+    int tiles = CEIL_DIV(OC, COLUMN_BLOCK);
+    int k = blockIdx.x / tiles, o = (blockIdx.x % tiles) * COLUMN_BLOCK + threadIdx.x;
+    if (o >= OC) return;
+    int n0 = k * chunk_rows, n1 = min_int(n0 + chunk_rows, N);
     float sum = 0.0f;
-    if (o < OC) {
-        for (int n = warp; n < N; n += warps) sum += floatX_to_float(x[(size_t)n * OC + o]);
-    }
-    sum = block_sum_columns(sum);
-    if (warp == 0 && o < OC) out[o] += sum;
+    for (int n = n0; n < n1; n++) sum += floatX_to_float(x[(size_t)n * OC + o]);
+    partials[(size_t)k * OC + o] = sum;
+}
+
+// out[o] += the column sums of x[N, OC], through `chunks` partial sums a column (at least
+// chunks * OC floats of workspace); the model takes bias_grad_chunks(N, OC), tests others
+static void column_sums_add_chunks(float* out, float* partials, const floatX* x, int N, int OC, int chunks) {
+    if (N <= 0 || OC <= 0) return;
+    int chunk_rows = CEIL_DIV(N, chunks);
+    chunks = CEIL_DIV(N, chunk_rows);   // none empty
+    LAUNCH(column_sums_partial_kernel, (size_t)chunks * CEIL_DIV(OC, COLUMN_BLOCK), COLUMN_BLOCK, 0,
+           partials, x, N, OC, chunk_rows);
+    column_partials_add(out, NULL, partials, chunks, OC);
+}
+
+static void column_sums_add(float* out, float* partials, const floatX* x, int N, int OC) {
+    column_sums_add_chunks(out, partials, x, N, OC, bias_grad_chunks(N, OC));
 }
 
 // C = A op B + beta C with floatX A and B, fp32 compute; C is floatX or fp32 (Ctype)
@@ -719,7 +788,8 @@ static void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, CUDA_R_FLOATX, OC);
 }
 
-static void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+// partials: bias_grad_partials(N, OC) floats of workspace (none needed without dbias)
+static void matmul_backward(floatX* dinp, float* dweight, float* dbias, float* partials, const floatX* dout,
                             const floatX* inp, const floatX* weight, int N, int C, int OC) {
     // dinp = dout @ W:  dinp^T [C, N] = W^T [C, OC] @ dout^T [OC, N]. Column-major, weight
     // is already W^T as a [C, OC] array (op = N, lda = C); dout is a [OC, N] array (op = N,
@@ -729,13 +799,11 @@ static void matmul_backward(floatX* dinp, float* dweight, float* dbias, const fl
     // [C, N] array (op = N, lda = C); dout is a [OC, N] array, op = T gives [N, OC]
     // (ldb = OC); dweight is an fp32 [C, OC] array (ldc = C), beta = 1 accumulates.
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C);
-    if (dbias != NULL) {
-        LAUNCH(column_sums_kernel, CEIL_DIV(OC, 32), COLUMN_BLOCK, 0, dbias, dout, N, OC);
-    }
+    if (dbias != NULL) column_sums_add(dbias, partials, dout, N, OC);
 }
 #else
 #define matmul_forward matmul_forward_cpu
-#define matmul_backward matmul_backward_cpu
+#define matmul_backward(dinp, dweight, dbias, partials, ...) matmul_backward_cpu(dinp, dweight, dbias, __VA_ARGS__)
 #endif
 
 // ----------------------------------------------------------------------------
@@ -1115,34 +1183,50 @@ static void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, s
 // cross-entropy fused with the softmax, vocab-parallel (Megatron, Shoeybi et al. 2019 §3)
 // Each rank holds the logits of V columns, of which the first `valid` are real vocabulary
 // (the rest is padding: masked out of the softmax, zero gradient). A row's loss needs the
-// maximum, the sum of exponentials and the target's logit over the whole vocabulary, so the
-// work is cut into three steps with a tensor-parallel reduction between them:
-//   row_max -> all-reduce(max) -> row_sums -> all-reduce(sum) -> forward / backward.
+// maximum, the sum of exponentials and the target's logit over the whole vocabulary. The
+// forward reads the logits once: each rank finds its own maximum and the sum of exp relative
+// to it in one pass, the online softmax normalizer (Milakov & Gimelshein 2018): when a larger
+// value m' turns up, the sum so far is rescaled by exp(m - m'). Between the ranks:
+//   online_stats -> all-reduce(max) -> rescale_sums (to the global max) -> all-reduce(sum)
+//   -> forward (the loss) / backward (one more pass: dlogits).
 // The softmax itself is never stored: the backward writes dlogits over the logits.
 
-static void crossentropy_row_max_cpu(float* row_max, const float* logits, int N, int V, int valid) {
-    #pragma omp parallel for
-    for (int n = 0; n < N; n++) {
-        const float* l = logits + (size_t)n * V;
-        float m = -INFINITY;
-        for (int v = 0; v < valid; v++) m = l[v] > m ? l[v] : m;
-        row_max[n] = m;
+// one value into a running (max, sum of exp(x - max)) pair
+HOST_DEVICE static inline void online_softmax_add(float* max, float* sum, float x) {
+    if (x > *max) {
+        *sum = *sum * expf(*max - x) + 1.0f;   // *max = -inf at first: exp(-inf) = 0
+        *max = x;
+    } else {
+        *sum += expf(x - *max);
     }
 }
 
-// sums[n] = sum over this rank's valid columns of exp(logit - row_max);
+// row_max[n] = local_max[n] = the maximum over this rank's valid columns (row_max is then
+// all-reduced to the global maximum; local_max stays, for rescale_sums);
+// sums[n] = sum over this rank's valid columns of exp(logit - local_max[n]);
 // sums[N + n] = the target's logit if this rank holds the target's column, else 0
-static void crossentropy_row_sums_cpu(float* sums, const float* logits, const float* row_max,
-                                      const int* targets, int N, int V, int valid, int vocab_start) {
+static void crossentropy_online_stats_cpu(float* row_max, float* local_max, float* sums, const float* logits,
+                                          const int* targets, int N, int V, int valid, int vocab_start) {
     #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float* l = logits + (size_t)n * V;
-        float s = 0.0f;
-        for (int v = 0; v < valid; v++) s += expf(l[v] - row_max[n]);
+        float m = -INFINITY, s = 0.0f;
+        for (int v = 0; v < valid; v++) online_softmax_add(&m, &s, l[v]);
         int local = targets[n] - vocab_start;
+        row_max[n] = local_max[n] = m;
         sums[n] = s;
         sums[N + n] = (local >= 0 && local < valid) ? l[local] : 0.0f;
     }
+}
+
+// sums[n] *= exp(local_max[n] - row_max[n]): this rank's sum relative to the global maximum
+// (a rank without valid columns has sum 0 and local max -inf: it stays 0)
+HOST_DEVICE static inline float rescaled_sum(float sum, float local_max, float row_max) {
+    return sum > 0.0f ? sum * expf(local_max - row_max) : 0.0f;
+}
+
+static void crossentropy_rescale_sums_cpu(float* sums, const float* local_max, const float* row_max, int N) {
+    for (int n = 0; n < N; n++) sums[n] = rescaled_sum(sums[n], local_max[n], row_max[n]);
 }
 
 // loss = log(sum exp(l - max)) + max - l[target]
@@ -1166,32 +1250,31 @@ static void crossentropy_backward_cpu(float* logits, const float* row_max, const
 }
 
 #ifdef __CUDACC__
-// cross-entropy, vocab-parallel (see crossentropy_row_max_cpu): one warp per row for the
-// reductions, one thread per row or per logit for the rest
+// cross-entropy, vocab-parallel (see crossentropy_online_stats_cpu): one warp per row for the
+// statistics, one thread per row or per logit for the rest
 
-__global__ void crossentropy_row_max_kernel(float* row_max, const floatX* logits, int N, int V, int valid) {
+// Each lane keeps its own online (max, sum) over the columns lane, lane + 32, ...; the warp
+// then takes the maximum of the lanes' maxima and adds the lanes' sums rescaled to it.
+__global__ void crossentropy_online_stats_kernel(float* row_max, float* local_max, float* sums, const floatX* logits,
+                                                 const int* targets, int N, int V, int valid, int vocab_start) {
     int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (n >= N) return;
     const floatX* l = logits + (size_t)n * V;
-    float m = -INFINITY;
-    for (int v = lane; v < valid; v += 32) m = fmaxf(m, floatX_to_float(l[v]));
-    m = warp_reduce_max(m);
-    if (lane == 0) row_max[n] = m;
-}
-
-__global__ void crossentropy_row_sums_kernel(float* sums, const floatX* logits, const float* row_max,
-                                             const int* targets, int N, int V, int valid, int vocab_start) {
-    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
-    if (n >= N) return;
-    const floatX* l = logits + (size_t)n * V;
-    float s = 0.0f;
-    for (int v = lane; v < valid; v += 32) s += expf(floatX_to_float(l[v]) - row_max[n]);
-    s = warp_reduce_sum(s);
+    float m = -INFINITY, s = 0.0f;
+    for (int v = lane; v < valid; v += 32) online_softmax_add(&m, &s, floatX_to_float(l[v]));
+    float row_m = warp_reduce_max(m);
+    s = warp_reduce_sum(rescaled_sum(s, m, row_m));
     if (lane == 0) {
         int local = targets[n] - vocab_start;
+        row_max[n] = local_max[n] = row_m;
         sums[n] = s;
         sums[N + n] = (local >= 0 && local < valid) ? floatX_to_float(l[local]) : 0.0f;
     }
+}
+
+__global__ void crossentropy_rescale_sums_kernel(float* sums, const float* local_max, const float* row_max, int N) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N) sums[n] = rescaled_sum(sums[n], local_max[n], row_max[n]);
 }
 
 __global__ void crossentropy_forward_kernel(float* losses, const float* row_max, const float* sums, int N) {
@@ -1211,14 +1294,15 @@ __global__ void crossentropy_backward_kernel(floatX* logits, const float* row_ma
     logits[idx] = to_floatX((p - onehot) * dloss);
 }
 
-static void crossentropy_row_max(float* row_max, const floatX* logits, int N, int V, int valid) {
-    LAUNCH(crossentropy_row_max_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0, row_max, logits, N, V, valid);
+static void crossentropy_online_stats(float* row_max, float* local_max, float* sums, const floatX* logits,
+                                      const int* targets, int N, int V, int valid, int vocab_start) {
+    LAUNCH(crossentropy_online_stats_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0,
+           row_max, local_max, sums, logits, targets, N, V, valid, vocab_start);
 }
 
-static void crossentropy_row_sums(float* sums, const floatX* logits, const float* row_max,
-                                  const int* targets, int N, int V, int valid, int vocab_start) {
-    LAUNCH(crossentropy_row_sums_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0,
-           sums, logits, row_max, targets, N, V, valid, vocab_start);
+static void crossentropy_rescale_sums(float* sums, const float* local_max, const float* row_max, int N) {
+    LAUNCH(crossentropy_rescale_sums_kernel, CEIL_DIV(N, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+           sums, local_max, row_max, N);
 }
 
 static void crossentropy_forward(float* losses, const float* row_max, const float* sums, int N) {
@@ -1231,8 +1315,8 @@ static void crossentropy_backward(floatX* logits, const float* row_max, const fl
            logits, row_max, sums, targets, dloss, N, V, valid, vocab_start);
 }
 #else
-#define crossentropy_row_max crossentropy_row_max_cpu
-#define crossentropy_row_sums crossentropy_row_sums_cpu
+#define crossentropy_online_stats crossentropy_online_stats_cpu
+#define crossentropy_rescale_sums crossentropy_rescale_sums_cpu
 #define crossentropy_forward crossentropy_forward_cpu
 #define crossentropy_backward crossentropy_backward_cpu
 #endif

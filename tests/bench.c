@@ -120,14 +120,14 @@ static double attention_flops;   // forward, per call
 #undef layernorm_backward
 #undef gelu_forward
 #undef gelu_backward
-#undef crossentropy_row_max
-#undef crossentropy_row_sums
+#undef crossentropy_online_stats
+#undef crossentropy_rescale_sums
 #undef crossentropy_forward
 #undef crossentropy_backward
 #undef adamw_update_ranges
 #undef sum_squares_ranges
 #define matmul_forward bench_matmul_forward
-#define matmul_backward bench_matmul_backward
+#define matmul_backward(dinp, dweight, dbias, partials, ...) bench_matmul_backward(dinp, dweight, dbias, __VA_ARGS__)
 #define attention_forward(out, att, scratch, ...) \
     TIMED("attention_forward", attention_flops, attention_forward_cpu(out, att, __VA_ARGS__))
 #define attention_backward(...) TIMED("attention_backward", 2.0 * attention_flops, attention_backward_cpu(__VA_ARGS__))
@@ -135,11 +135,12 @@ static double attention_flops;   // forward, per call
 #define encoder_backward(...) TIMED("encoder_backward", 0.0, encoder_backward_cpu(__VA_ARGS__))
 #define residual_forward(...) TIMED("residual_forward", 0.0, residual_forward_cpu(__VA_ARGS__))
 #define layernorm_forward(...) TIMED("layernorm_forward", 0.0, layernorm_forward_cpu(__VA_ARGS__))
-#define layernorm_backward(...) TIMED("layernorm_backward", 0.0, layernorm_backward_cpu(__VA_ARGS__))
+#define layernorm_backward(dinp, dweight, dbias, partials, ...) \
+    TIMED("layernorm_backward", 0.0, layernorm_backward_cpu(dinp, dweight, dbias, __VA_ARGS__))
 #define gelu_forward(...) TIMED("gelu_forward", 0.0, gelu_forward_cpu(__VA_ARGS__))
 #define gelu_backward(...) TIMED("gelu_backward", 0.0, gelu_backward_cpu(__VA_ARGS__))
-#define crossentropy_row_max(...) TIMED("crossentropy_row_max", 0.0, crossentropy_row_max_cpu(__VA_ARGS__))
-#define crossentropy_row_sums(...) TIMED("crossentropy_row_sums", 0.0, crossentropy_row_sums_cpu(__VA_ARGS__))
+#define crossentropy_online_stats(...) TIMED("crossentropy_online_stats", 0.0, crossentropy_online_stats_cpu(__VA_ARGS__))
+#define crossentropy_rescale_sums(...) TIMED("crossentropy_rescale_sums", 0.0, crossentropy_rescale_sums_cpu(__VA_ARGS__))
 #define crossentropy_forward(...) TIMED("crossentropy_forward", 0.0, crossentropy_forward_cpu(__VA_ARGS__))
 #define crossentropy_backward(...) TIMED("crossentropy_backward", 0.0, crossentropy_backward_cpu(__VA_ARGS__))
 #define adamw_update_ranges(...) TIMED("adamw_update", 0.0, adamw_update_ranges_cpu(__VA_ARGS__))

@@ -138,30 +138,86 @@ static void test_residual(void) {
     compare("residual_forward (in place)", from_dev_x(d_a, n), want, X_OUT);
 }
 
-static void test_layernorm(void) {
-    const int N = 74, C = 300;  // rows longer than a block
-    Vec x = random_vec(N * C, 2, false), w = random_vec(C, 1, true), b = random_vec(C, 1, true);
+// the same floats, bit for bit
+static bool same_bits(const Vec& a, const Vec& b) {
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+static void test_layernorm_shape(int N, int C) {
+    std::string shape = " N=" + std::to_string(N) + " C=" + std::to_string(C);
+    Vec x = random_vec((size_t)N * C, 2, false), w = random_vec(C, 1, true), b = random_vec(C, 1, true);
     for (auto& v : x) v = floatX_round(v + 0.5f);  // a mean away from 0
-    Vec out(N * C), mean(N), rstd(N);
+    Vec out((size_t)N * C), mean(N), rstd(N);
     layernorm_forward_cpu(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
-    floatX *d_x = to_dev_x(x), *d_w = to_dev_x(w), *d_b = to_dev_x(b), *d_out = (floatX*)dev_malloc(N * C * sizeof(floatX));
+    floatX *d_x = to_dev_x(x), *d_w = to_dev_x(w), *d_b = to_dev_x(b), *d_out = (floatX*)dev_malloc((size_t)N * C * sizeof(floatX));
     float *d_mean = (float*)dev_malloc(N * sizeof(float)), *d_rstd = (float*)dev_malloc(N * sizeof(float));
     layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
-    compare("layernorm_forward out", from_dev_x(d_out, N * C), out, X_OUT);
-    compare("layernorm_forward mean", from_dev_f(d_mean, N), mean, FP32_OUT);
-    compare("layernorm_forward rstd", from_dev_f(d_rstd, N), rstd, FP32_OUT);
+    compare(("layernorm_forward out" + shape).c_str(), from_dev_x(d_out, (size_t)N * C), out, X_OUT);
+    compare(("layernorm_forward mean" + shape).c_str(), from_dev_f(d_mean, N), mean, FP32_OUT);
+    compare(("layernorm_forward rstd" + shape).c_str(), from_dev_f(d_rstd, N), rstd, FP32_OUT);
 
-    Vec dout = random_vec(N * C, 1, true), dinp = random_vec(N * C, 1, true);  // dinp is added into
+    Vec dout = random_vec((size_t)N * C, 1, true), dinp = random_vec((size_t)N * C, 1, true);  // dinp is added into
     Vec dw = random_vec(C, 1, false), db = random_vec(C, 1, false);
-    floatX *d_dout = to_dev_x(dout), *d_dinp = to_dev_x(dinp);
-    float *d_dw = to_dev_f(dw), *d_db = to_dev_f(db);
+    floatX* d_dout = to_dev_x(dout);
+    float* d_partials = (float*)dev_malloc(layernorm_grad_partials(this_build(), N, C) * sizeof(float));
     // both sides use the kernel's statistics (fp32, already checked above)
-    Vec gmean = from_dev_f(d_mean, N), grstd = from_dev_f(d_rstd, N);
+    Vec gmean = from_dev_f(d_mean, N), grstd = from_dev_f(d_rstd, N), got[2][3];
+    for (int run = 0; run < 2; run++) {   // twice from the same inputs: the same bits
+        floatX* d_dinp = to_dev_x(dinp);
+        float *d_dw = to_dev_f(dw), *d_db = to_dev_f(db);
+        layernorm_backward(d_dinp, d_dw, d_db, d_partials, d_dout, d_x, d_w, d_mean, d_rstd, N, C);
+        got[run][0] = from_dev_x(d_dinp, (size_t)N * C), got[run][1] = from_dev_f(d_dw, C), got[run][2] = from_dev_f(d_db, C);
+        dev_free(d_dinp), dev_free(d_dw), dev_free(d_db);
+    }
     layernorm_backward_cpu(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), gmean.data(), grstd.data(), N, C);
-    layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_x, d_w, d_mean, d_rstd, N, C);
-    compare("layernorm_backward dinp (+=)", from_dev_x(d_dinp, N * C), dinp, X_OUT);
-    compare("layernorm_backward dweight (+=)", from_dev_f(d_dw, C), dw, FP32_OUT);
-    compare("layernorm_backward dbias (+=)", from_dev_f(d_db, C), db, FP32_OUT);
+    compare(("layernorm_backward dinp (+=)" + shape).c_str(), got[0][0], dinp, X_OUT);
+    compare(("layernorm_backward dweight (+=)" + shape).c_str(), got[0][1], dw, FP32_OUT);
+    compare(("layernorm_backward dbias (+=)" + shape).c_str(), got[0][2], db, FP32_OUT);
+    check(same_bits(got[0][0], got[1][0]) && same_bits(got[0][1], got[1][1]) && same_bits(got[0][2], got[1][2]),
+          (FLOATX_NAME " layernorm_backward twice: the same bits" + shape).c_str(), "the two runs differ");
+    for (void* p : {(void*)d_x, (void*)d_w, (void*)d_b, (void*)d_out, (void*)d_mean, (void*)d_rstd, (void*)d_dout, (void*)d_partials})
+        dev_free(p);
+}
+
+// rows not a multiple of the 32-row chunks (and fewer than one), rows longer than a block
+static void test_layernorm(void) {
+    const int shapes[5][2] = {{74, 300}, {1, 1}, {33, 7}, {97, 1100}, {32, 64}};
+    for (auto& s : shapes) test_layernorm_shape(s[0], s[1]);
+}
+
+// bias gradients: column sums added into out, for several chunk counts (the model's is
+// bias_grad_chunks(N, OC), the last one here); each twice from the same inputs
+static void test_column_sums(void) {
+    const int shapes[4][2] = {{37, 45}, {1, 1}, {300, 1027}, {1000, 3}};
+    for (auto& shape : shapes) {
+        int N = shape[0], OC = shape[1];
+        Vec x = random_vec((size_t)N * OC, 1, true), out0 = random_vec(OC, 1, false), want = out0;
+        column_sums_add_cpu(want.data(), x.data(), N, OC);
+        floatX* d_x = to_dev_x(x);
+        int chunk_counts[4] = {1, 3, 7, bias_grad_chunks(N, OC)};
+        for (int chunks : chunk_counts) {
+            float* d_partials = (float*)dev_malloc((size_t)chunks * OC * sizeof(float));
+            Vec got[2];
+            for (int run = 0; run < 2; run++) {
+                float* d_out = to_dev_f(out0);
+                column_sums_add_chunks(d_out, d_partials, d_x, N, OC, chunks);
+                got[run] = from_dev_f(d_out, OC);
+                dev_free(d_out);
+            }
+            char name[96];
+            snprintf(name, sizeof name, "column_sums_add N=%d OC=%d chunks=%d", N, OC, chunks);
+            compare(name, got[0], want, FP32_OUT);
+            check(same_bits(got[0], got[1]), (std::string(FLOATX_NAME " ") + name + " twice: the same bits").c_str(),
+                  "the two runs differ");
+            dev_free(d_partials);
+        }
+        dev_free(d_x);
+    }
+    // the model's chunking fills the GPU: about COLUMN_REDUCE_BLOCKS blocks for a GPT-2 small
+    // bias (N = 8 x 1024, OC = 768: 3 tiles of 256 columns), at least 32 rows a chunk
+    int chunks = bias_grad_chunks(8192, 768);
+    check(chunks * 3 >= 512 && (8192 + chunks - 1) / chunks >= COLUMN_CHUNK_ROWS,
+          FLOATX_NAME " bias_grad_chunks(8192, 768): hundreds of blocks of >= 32 rows", "%d chunks", chunks);
 }
 
 static void test_matmul(void) {
@@ -176,12 +232,13 @@ static void test_matmul(void) {
     }
     Vec dout = random_vec(N * OC, 1, true);
     floatX* d_dout = to_dev_x(dout);
+    float* d_partials = (float*)dev_malloc(bias_grad_partials(this_build(), N, OC) * sizeof(float));
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         Vec dinp(N * C), dw = random_vec(OC * C, 1, false), db = random_vec(OC, 1, false);
         float *d_dw = to_dev_f(dw), *d_db = to_dev_f(db);
         floatX* d_dinp = (floatX*)dev_malloc(N * C * sizeof(floatX));
         matmul_backward_cpu(dinp.data(), dw.data(), with_bias ? db.data() : NULL, dout.data(), x.data(), w.data(), N, C, OC);
-        matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_dout, d_x, d_w, N, C, OC);
+        matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_partials, d_dout, d_x, d_w, N, C, OC);
         compare(with_bias ? "matmul_backward dinp" : "matmul_backward dinp (no bias)", from_dev_x(d_dinp, N * C), dinp, X_OUT);
         compare(with_bias ? "matmul_backward dweight (+=)" : "matmul_backward dweight (no bias)", from_dev_f(d_dw, OC * C), dw, FP32_OUT);
         compare(with_bias ? "matmul_backward dbias (+=)" : "matmul_backward dbias untouched", from_dev_f(d_db, OC), db, FP32_OUT);
@@ -246,21 +303,36 @@ static void test_crossentropy(void) {
     targets[0] = vocab_start, targets[1] = vocab_start + valid - 1, targets[2] = vocab_start + valid;  // edges
     int* d_targets = to_dev_i(targets);
     floatX* d_logits = to_dev_x(logits);
-    float *d_max = (float*)dev_malloc(N * sizeof(float)), *d_sums = (float*)dev_malloc(2 * N * sizeof(float));
-    float* d_losses = (float*)dev_malloc(N * sizeof(float));
-    Vec row_max(N), sums(2 * N), losses(N);
-    crossentropy_row_max_cpu(row_max.data(), logits.data(), N, V, valid);
-    crossentropy_row_max(d_max, d_logits, N, V, valid);
-    compare("crossentropy_row_max", from_dev_f(d_max, N), row_max, FP32_OUT);
-    crossentropy_row_sums_cpu(sums.data(), logits.data(), row_max.data(), targets.data(), N, V, valid, vocab_start);
-    crossentropy_row_sums(d_sums, d_logits, d_max, d_targets, N, V, valid, vocab_start);
-    compare("crossentropy_row_sums", from_dev_f(d_sums, 2 * N), sums, FP32_OUT);
+    float *d_max = (float*)dev_malloc(N * sizeof(float)), *d_local_max = (float*)dev_malloc(N * sizeof(float));
+    float *d_sums = (float*)dev_malloc(2 * N * sizeof(float)), *d_losses = (float*)dev_malloc(N * sizeof(float));
+    Vec row_max(N), local_max(N), sums(2 * N), losses(N);
+    crossentropy_online_stats_cpu(row_max.data(), local_max.data(), sums.data(), logits.data(), targets.data(), N, V,
+                                  valid, vocab_start);
+    crossentropy_online_stats(d_max, d_local_max, d_sums, d_logits, d_targets, N, V, valid, vocab_start);
+    compare("crossentropy_online_stats row_max", from_dev_f(d_max, N), row_max, FP32_OUT);
+    compare("crossentropy_online_stats local_max", from_dev_f(d_local_max, N), local_max, FP32_OUT);
+    compare("crossentropy_online_stats sums", from_dev_f(d_sums, 2 * N), sums, FP32_OUT);
+    // as if another rank held larger logits: the global max is 1.5 above this rank's
+    for (int n = 0; n < N; n++) row_max[n] += 1.5f;
+    host_to_dev(d_max, row_max.data(), N * sizeof(float));
+    crossentropy_rescale_sums_cpu(sums.data(), local_max.data(), row_max.data(), N);
+    crossentropy_rescale_sums(d_sums, d_local_max, d_max, N);
+    compare("crossentropy_rescale_sums", from_dev_f(d_sums, 2 * N), sums, FP32_OUT);
     crossentropy_forward_cpu(losses.data(), row_max.data(), sums.data(), N);
     crossentropy_forward(d_losses, d_max, d_sums, N);
     compare("crossentropy_forward", from_dev_f(d_losses, N), losses, FP32_OUT);
     crossentropy_backward_cpu(logits.data(), row_max.data(), sums.data(), targets.data(), 0.25f, N, V, valid, vocab_start);
     crossentropy_backward(d_logits, d_max, d_sums, d_targets, 0.25f, N, V, valid, vocab_start);
     compare("crossentropy_backward (in place)", from_dev_x(d_logits, (size_t)N * V), logits, X_OUT);
+    // a rank whose slice is all padding: max -inf, sum 0, and 0 again after the rescale
+    crossentropy_online_stats(d_max, d_local_max, d_sums, d_logits, d_targets, N, V, 0, vocab_start);
+    Vec empty_max = from_dev_f(d_local_max, N);
+    host_to_dev(d_max, row_max.data(), N * sizeof(float));
+    crossentropy_rescale_sums(d_sums, d_local_max, d_max, N);
+    Vec empty_sums = from_dev_f(d_sums, 2 * N);
+    bool empty_ok = true;
+    for (int n = 0; n < N; n++) empty_ok = empty_ok && empty_max[n] == -INFINITY && empty_sums[n] == 0.0f && empty_sums[N + n] == 0.0f;
+    check(empty_ok, FLOATX_NAME " crossentropy_online_stats + rescale_sums, no valid columns: max -inf, sums 0", "a row differs");
 }
 
 static void test_adamw(void) {
@@ -359,6 +431,7 @@ int main(void) {
     test_residual();
     test_layernorm();
     test_matmul();
+    test_column_sums();
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     test_attention(none);
     test_attention(heads_2_to_4_of_5);

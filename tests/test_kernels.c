@@ -572,24 +572,24 @@ static void test_crossentropy(void) {
     double* fd = new_doubles((size_t)N * V);  // padding columns: the loss ignores them, so fd is 0 there
     finite_diff(fd, ce.logits, (size_t)N * V, crossentropy_loss, &ce);
 
-    // one rank holding the whole (padded) vocabulary
-    float *row_max = new_floats(N), *sums = new_floats(2 * N), *losses = new_floats(N);
-    crossentropy_row_max_cpu(row_max, logits, N, V, VOCAB);
-    crossentropy_row_sums_cpu(sums, logits, row_max, targets, N, V, VOCAB, 0);
+    // one rank holding the whole (padded) vocabulary: the rescale is by exp(0), a no-op
+    float *row_max = new_floats(N), *local_max = new_floats(N), *sums = new_floats(2 * N), *losses = new_floats(N);
+    crossentropy_online_stats_cpu(row_max, local_max, sums, logits, targets, N, V, VOCAB, 0);
+    crossentropy_rescale_sums_cpu(sums, local_max, row_max, N);
     crossentropy_forward_cpu(losses, row_max, sums, N);
     double* want_sums = new_doubles(2 * N);
     int max_ok = 1, target_ok = 1;
     for (int n = 0; n < N; n++) {
         float m = -INFINITY;
         for (int v = 0; v < VOCAB; v++) m = fmaxf(m, logits[n * V + v]);
-        max_ok &= row_max[n] == m;
+        max_ok &= row_max[n] == m && local_max[n] == m;
         target_ok &= sums[N + n] == logits[n * V + targets[n]];
         for (int v = 0; v < VOCAB; v++) want_sums[n] += exp((double)logits[n * V + v] - row_max[n]);
     }
-    check(max_ok, "crossentropy_row_max is the max over the real columns", "a row differs");
-    check(target_ok, "crossentropy_row_sums holds the target's logit", "a row differs");
-    // 50-term fp32 sums of exps in (0, 1]: <= 50 u ~ 3e-6 of the sum
-    expect_close("crossentropy_row_sums sum of exp", sums, NULL, want_sums, N, 1e-5);
+    check(max_ok, "crossentropy_online_stats: the max over the real columns", "a row differs");
+    check(target_ok, "crossentropy_online_stats holds the target's logit", "a row differs");
+    // 50 online steps, each an add and at most one rescale: a few u ~ 1e-7 per step of the sum
+    expect_close("crossentropy_online_stats sum of exp (online)", sums, NULL, want_sums, N, 1e-5);
     // log of that sum: ~3e-6 absolute on losses of ~4 (plus their own rounding)
     expect_close("crossentropy_forward loss = logsumexp - target logit", losses, NULL, want, N, 1e-5);
 
@@ -597,9 +597,9 @@ static void test_crossentropy(void) {
     float* padded = copy_floats(logits, (size_t)N * V);
     for (int n = 0; n < N; n++)
         for (int v = VOCAB; v < V; v++) padded[n * V + v] = huge;
-    float *losses2 = new_floats(N), *row_max2 = new_floats(N), *sums2 = new_floats(2 * N);
-    crossentropy_row_max_cpu(row_max2, padded, N, V, VOCAB);
-    crossentropy_row_sums_cpu(sums2, padded, row_max2, targets, N, V, VOCAB, 0);
+    float *losses2 = new_floats(N), *row_max2 = new_floats(N), *local_max2 = new_floats(N), *sums2 = new_floats(2 * N);
+    crossentropy_online_stats_cpu(row_max2, local_max2, sums2, padded, targets, N, V, VOCAB, 0);
+    crossentropy_rescale_sums_cpu(sums2, local_max2, row_max2, N);
     crossentropy_forward_cpu(losses2, row_max2, sums2, N);
     expect_identical("crossentropy_forward ignores padding columns (set to 1e30)", losses2, losses, N);
     crossentropy_backward_cpu(padded, row_max2, sums2, targets, dloss, N, V, VOCAB, 0);
@@ -607,9 +607,9 @@ static void test_crossentropy(void) {
     check(nonzero_padding(padded, N, V, VOCAB) == 0, "crossentropy_backward padding columns are exactly 0",
           "%zu are not", nonzero_padding(padded, N, V, VOCAB));
 
-    // vocab-parallel over TP = 2 ranks, with the two all-reduces done by hand:
-    // row_max -> max over ranks -> row_sums -> sum over ranks -> forward / backward
-    float *slice[TP], *rank_max[TP], *rank_sums[TP];
+    // vocab-parallel over TP = 2 ranks, with the two all-reduces done by hand: online_stats ->
+    // max over ranks -> rescale_sums -> sum over ranks -> forward / backward
+    float *slice[TP], *rank_max[TP], *rank_local_max[TP], *rank_sums[TP];
     int start[TP], valid[TP];
     float *global_max = filled_floats(N, -INFINITY), *global_sums = new_floats(2 * N);
     for (int r = 0; r < TP; r++) {
@@ -619,19 +619,23 @@ static void test_crossentropy(void) {
         for (int n = 0; n < N; n++)
             for (int v = 0; v < VL; v++) slice[r][n * VL + v] = v < valid[r] ? logits[n * V + start[r] + v] : huge;
         rank_max[r] = new_floats(N);
+        rank_local_max[r] = new_floats(N);
         rank_sums[r] = new_floats(2 * N);
-        crossentropy_row_max_cpu(rank_max[r], slice[r], N, VL, valid[r]);
+        crossentropy_online_stats_cpu(rank_max[r], rank_local_max[r], rank_sums[r], slice[r], targets, N, VL,
+                                      valid[r], start[r]);
         for (int n = 0; n < N; n++) global_max[n] = fmaxf(global_max[n], rank_max[r][n]);
     }
-    check(memcmp(global_max, row_max, N * sizeof(float)) == 0, "crossentropy_row_max vocab-parallel: max over ranks",
+    check(memcmp(global_max, row_max, N * sizeof(float)) == 0, "crossentropy_online_stats vocab-parallel: max over ranks",
           "differs from one rank's");
     for (int r = 0; r < TP; r++) {
-        crossentropy_row_sums_cpu(rank_sums[r], slice[r], global_max, targets, N, VL, valid[r], start[r]);
+        memcpy(rank_max[r], global_max, N * sizeof(float));   // what the all-reduce leaves on every rank
+        crossentropy_rescale_sums_cpu(rank_sums[r], rank_local_max[r], rank_max[r], N);
         for (int i = 0; i < 2 * N; i++) global_sums[i] += rank_sums[r][i];
     }
+    expect_close("crossentropy_rescale_sums vocab-parallel: the sum over ranks", global_sums, NULL, want_sums, N, 1e-5);
     // exactly one rank holds each target and the others add 0: the target logit is exact
     check(memcmp(global_sums + N, sums + N, N * sizeof(float)) == 0,
-          "crossentropy_row_sums vocab-parallel: target logit from exactly one rank", "differs");
+          "crossentropy_online_stats vocab-parallel: target logit from exactly one rank", "differs");
     float* tp_losses = new_floats(N);
     crossentropy_forward_cpu(tp_losses, global_max, global_sums, N);
     expect_close("crossentropy_forward vocab-parallel (TP=2)", tp_losses, NULL, want, N, 1e-5);
