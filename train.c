@@ -926,7 +926,8 @@ static void print_memory_header(const StageMemory* s) {
         snprintf(recompute, sizeof(recompute), " + a recomputed chunk's scratch of %.1f MiB (%d layer(s))",
                  s->recompute_bytes / mib, s->longest_chunk);
     printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations "
-           "(%d micro-batch slot(s) of %.1f MiB%s) | workspaces (backward scratch, logits, cross-entropy, gradient norm; "
+           "(%d micro-batch slot(s) of %.1f MiB%s) | workspaces (backward scratch, column partials, logits, cross-entropy, the optimizer's "
+           "norm and shard table; "
            "no communication buffers: NCCL and MPI use the arena's) | total\n", s->num_slots, s->slot_bytes / mib, recompute);
 }
 
@@ -1333,13 +1334,29 @@ static void cost_layer_forward(StageCost* c, const GPT* m, double x, int tp_size
     for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
 }
 
+// a bias gradient over [N, width]: the column partials' pass reads dout and writes one fp32
+// partial per chunk and column, the add kernel reads them back (bias_grad_chunks: the
+// chunking is a function of the shape alone)
+static double bias_grad_bytes(const GPT* m, int width, double x) {
+    double N = (double)m->B * m->T, partials = (double)bias_grad_chunks(m->B * m->T, width) * width * 4.0;
+    return N * width * x + 2.0 * partials + 8.0 * width;
+}
+
+// LayerNorm backward over [N, C]: dout and the input read, dinp read and written, the rows'
+// mean and rstd, the weight and bias partials (2 per 32-row chunk and column) written and read
+static double layernorm_backward_bytes(const GPT* m, double x) {
+    double N = (double)m->B * m->T, C = m->cfg.hidden_size, chunks = ceil(N / 32.0);
+    return 4.0 * N * C * x + 8.0 * N + 2.0 * 8.0 * chunks * C;
+}
+
 static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
     double HS = Cl / m->heads_local, P = (double)m->B * m->heads_local * m->T * m->T, S = N * Cl;
     charge_matmul(c, "linear layers (cuBLAS)", 8, 2.0 * 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
-    charge_kernel(c, "bias gradients (column_sums)", 4, N * (C + Fl + C + 3.0 * Cl) * x);
+    charge_kernel(c, "bias gradients (column partials + add)", 8,
+                  bias_grad_bytes(m, C, x) + bias_grad_bytes(m, Fl, x) + bias_grad_bytes(m, C, x) + bias_grad_bytes(m, 3 * Cl, x));
     charge_kernel(c, "gelu", 1, 3.0 * N * Fl * x);
-    charge_kernel(c, "layernorm backward", 4, 2.0 * (6.0 * N * C * x + 8.0 * N));
+    charge_kernel(c, "layernorm backward", 4, 2.0 * layernorm_backward_bytes(m, x));
     charge_kernel(c, "attention permutes", 3, (6.0 * S + 2.0 * S + 6.0 * S) * x);
     charge_matmul(c, "attention T x T products (cuBLAS, batched)", 4, 4.0 * 2.0 * P * HS);
     charge_kernel(c, "attention softmax", 1, P * 4.0 + P * x + P * 4.0 + P * x);   // datt written, read; att read; dscores
@@ -1355,7 +1372,7 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
         if (m->cfg.embed_layernorm) {
             charge_kernel(c, "layernorm forward", 1, 2.0 * N * C * x + 8.0 * N);
-            charge_kernel(c, "layernorm backward", 3, 7.0 * N * C * x + 8.0 * N);   // and zeroing its output
+            charge_kernel(c, "layernorm backward", 3, layernorm_backward_bytes(m, x) + N * C * x);   // and zeroing dinp
         }
     }
     for (int i = 0; i < m->num_local_layers; i++) {
@@ -1366,9 +1383,9 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
     }
     if (m->is_last_stage) {
         charge_kernel(c, "layernorm forward", 1, 2.0 * N * C * x + 8.0 * N);
-        charge_kernel(c, "layernorm backward", 3, 7.0 * N * C * x + 8.0 * N);   // and zeroing its output
+        charge_kernel(c, "layernorm backward", 3, layernorm_backward_bytes(m, x) + N * C * x);   // and zeroing dres
         charge_matmul(c, "logits (cuBLAS)", 3, 3.0 * 2.0 * N * C * V);
-        charge_kernel(c, "cross-entropy", 4, 4.0 * N * V * x);   // row max, row sums, the backward's read and write
+        charge_kernel(c, "cross-entropy", 4, 3.0 * N * V * x);   // one read forward (online), the backward's read and write
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * 4.0);         // the rows' maxima
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, 2.0 * N * 4.0);   // their sums
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);       // the head's f
