@@ -254,6 +254,7 @@ typedef struct GPT {
     LayerActivations* recompute_layers;              // [longest_chunk] scratch of the chunk being recomputed
     floatX* logits;                                  // [B*T, vocab_local], last stage, one micro-batch at a time
     float *ce_max, *ce_local_max, *ce_sums, *losses, *host_losses;
+    double* loss_sum;   // last stage: the step's micro-batch mean losses, added on the device
     floatX *dres, *dbuf_a, *dbuf_b;                  // backward scratch, reused layer after layer
     floatX* att_scratch;
     float* column_partials;                          // the GPU build's column reductions' partial sums
@@ -595,6 +596,7 @@ static void layout_arena(GPT* m, Arena* a) {
         m->ce_local_max = TAKE(a, float, N);
         m->ce_sums = TAKE(a, float, 2 * N);
         m->losses = TAKE(a, float, N);
+        m->loss_sum = TAKE(a, double, 1);
     }
     m->workspace_bytes = a->used - before;
 }
@@ -663,6 +665,7 @@ static void gpt_allocate(GPT* m) {
     m->arena = dev_malloc(m->arena_bytes);
     Arena real = {(char*)m->arena, 0, m->build.floatx_bytes};
     layout_arena(m, &real);
+    if (m->loss_sum) dev_zero(m->loss_sum, sizeof(double));   // step_loss zeroes it after each read
     m->host_losses = (float*)mallocCheck((size_t)m->B * m->T * sizeof(float));
 }
 
@@ -766,14 +769,21 @@ static void head_forward(GPT* m, MicroBatchActivations* s) {
 }
 
 // Forward of the micro-batch in `slot` through this stage. The first stage reads the
-// slot's tokens, the others its input (received from the previous stage). On the last
-// stage returns the mean loss over the micro-batch's tokens (else 0).
-static double gpt_forward(GPT* m, int slot) {
+// slot's tokens, the others its input (received from the previous stage). The last stage
+// leaves each token's loss in m->losses, on the device.
+static void gpt_forward_stage(GPT* m, int slot) {
     MicroBatchActivations* s = &m->slots[slot];
     if (m->is_first_stage) embedding_forward(m, s);
     for (int i = 0; i < m->num_local_layers; i++) block_forward(m, s, i);
+    if (m->is_last_stage) head_forward(m, s);
+}
+
+// gpt_forward_stage, then on the last stage the mean loss over the micro-batch's tokens read
+// back to the host (else 0): for tests, tools and generation. The training schedule keeps the
+// losses on the device instead (loss_mean_add) and reads them once a step.
+static double gpt_forward(GPT* m, int slot) {
+    gpt_forward_stage(m, slot);
     if (!m->is_last_stage) return 0.0;
-    head_forward(m, s);
     int N = m->B * m->T;
     dev_to_host(m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0.0;

@@ -1409,6 +1409,31 @@ static void adamw_update_ranges_cpu(float* master, float* param, const float* gr
     }
 }
 
+// *acc += the mean of a micro-batch's N token losses. The training schedule adds each
+// micro-batch's on the device and reads the sum once a step (a host copy and a wait per
+// micro-batch before). In double, in token order on the CPU build.
+static void loss_mean_add_cpu(double* acc, const float* losses, int N) {
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) sum += losses[n];
+    *acc += sum / N;
+}
+
+#ifdef __CUDACC__
+// one block: strided sums reduced in a fixed order (the same bits every run)
+__global__ void loss_mean_add_kernel(double* acc, const float* losses, int N) {
+    double s = 0.0;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) s += losses[n];
+    s = block_reduce_sum_double(s);
+    if (threadIdx.x == 0) *acc += s / N;
+}
+
+static void loss_mean_add(double* acc, const float* losses, int N) {
+    LAUNCH(loss_mean_add_kernel, 1, SUM_SQUARES_BLOCK, 0, acc, losses, N);
+}
+#else
+#define loss_mean_add loss_mean_add_cpu
+#endif
+
 #ifdef __CUDACC__
 // the range holding element i, or -1 (ranges sorted by start; a binary search over a table of
 // at most one range per tensor, which the cache keeps)

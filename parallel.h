@@ -799,7 +799,6 @@ typedef struct {
     LoadMicroBatch load;
     void* ctx;
     float dloss;
-    double loss_sum;     // last stage: sum of the micro-batches' mean losses
     int in_flight, max_in_flight;
 } Schedule;
 
@@ -811,7 +810,8 @@ static void forward_step(Schedule* s, int micro) {
     activity_phase("forward", activity.iteration, micro);
     MicroBatchActivations* a = slot_of(s, micro);
     if (m->is_first_stage || m->is_last_stage) s->load(s->ctx, micro, a->tokens, a->targets);
-    s->loss_sum += gpt_forward(m, micro % m->num_slots);
+    gpt_forward_stage(m, micro % m->num_slots);
+    if (m->is_last_stage) loss_mean_add(m->loss_sum, m->losses, m->B * m->T);   // no host copy per micro-batch
     if (++s->in_flight > s->max_in_flight) s->max_in_flight = s->in_flight;
 }
 
@@ -864,7 +864,13 @@ static void run_forward_only(Schedule* s, int M) {
 // The mean loss of the step, known on every rank: the last stage's sum, over the pipeline
 // (other stages add 0) and averaged over data-parallel ranks.
 static float step_loss(const Schedule* s, int M) {
-    double loss = s->model->is_last_stage ? s->loss_sum / M : 0.0;
+    const GPT* m = s->model;
+    double loss = 0.0;
+    if (m->is_last_stage) {   // the one read of the losses this step
+        dev_to_host(&loss, m->loss_sum, sizeof(double));
+        dev_zero(m->loss_sum, sizeof(double));
+        loss /= M;
+    }
     all_reduce_host(&grid.pp, &loss, 1, REDUCE_SUM);
     all_reduce_host(&grid.dp, &loss, 1, REDUCE_SUM);
     return (float)(loss / grid.dp_size);

@@ -813,7 +813,7 @@ static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch) {
     int num_micro = global_batch / (l->micro_batch_size * l->dp_size);
     double sum = 0.0;
     for (int it = 0; it < eval_iters; it++) {
-        Schedule s = {m, load_micro_batch, l, 0.0f, 0.0, 0, 0};
+        Schedule s = {m, load_micro_batch, l, 0.0f, 0, 0};
         run_forward_only(&s, num_micro);
         sum += step_loss(&s, num_micro);
         l->consumed += global_batch;
@@ -1782,7 +1782,7 @@ static StepResult train_step(Trainer* t) {
     activity_phase("forward and backward", t->progress.iteration + 1, -1);
     test_faults_in_step(t);
     // d(loss)/d(token loss), times the loss scale: the backward carries scaled gradients
-    Schedule s = {m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->T * r.global_batch), 0.0, 0, 0};
+    Schedule s = {m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->T * r.global_batch), 0, 0};
     run_1f1b(&s, num_micro);
     r.loss = step_loss(&s, num_micro);
     r.max_in_flight = s.max_in_flight;

@@ -388,6 +388,28 @@ static void test_shard_ranges(void) {
     dev_free(d_ranges);
 }
 
+// the micro-batch's mean loss added on the device: against the CPU build's sum in token order
+static void test_loss_mean_add(void) {
+    const int sizes[3] = {1, 255, 4097};
+    for (int N : sizes) {
+        Vec losses = random_vec(N, 5, false);
+        for (auto& x : losses) x = fabsf(x);
+        double want = 0.25, got = 0.25;   // it adds into *acc
+        loss_mean_add_cpu(&want, losses.data(), N);
+        float* d_losses = to_dev_f(losses);
+        double* d_acc = (double*)dev_malloc(sizeof(double));
+        host_to_dev(d_acc, &got, sizeof(double));
+        loss_mean_add(d_acc, d_losses, N);
+        dev_to_host(&got, d_acc, sizeof(double));
+        char label[96];
+        double rel = fabs(got - want) / want;
+        snprintf(label, sizeof label, FLOATX_NAME " loss_mean_add (+=) N=%-5d err %.2e (tol 1e-12)", N, rel);
+        check(rel <= 1e-12, label, "got %.17g, want %.17g", got, want);
+        dev_free(d_losses);
+        dev_free(d_acc);
+    }
+}
+
 static void test_sum_squares(void) {
     // 1 element, less than one block, and more than SUM_SQUARES_MAX_BLOCKS blocks (grid-stride)
     const size_t sizes[3] = {1, 1000, (size_t)SUM_SQUARES_MAX_BLOCKS * SUM_SQUARES_BLOCK + 777};
@@ -440,6 +462,7 @@ int main(void) {
     test_adamw();
     test_sum_squares();
     test_shard_ranges();
+    test_loss_mean_add();
 #ifdef EMU_MAX_BLOCK   // under the emulation (tests/emu); nvcc builds this file for make test-gpu too
     printf("(%ld emulated kernel launches)\n", emu.launches);
 #endif
