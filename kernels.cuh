@@ -296,6 +296,66 @@ __device__ float block_sum_columns(float val) {
     }
     return sum;
 }
+
+// ----------------------------------------------------------------------------
+// 128-bit packs (llm.c's "Packed128"): the elementwise kernels move 16 bytes per access
+// A GPU serves a warp's loads in 32-byte sectors; one 2-byte load per thread issues 8x as
+// many load instructions as one 16-byte load per thread for the same bytes. So a thread
+// takes a pack of X128 = 8 consecutive floatX and loads or stores it with one 128-bit access.
+// The GPU requires such an access to be 16-byte aligned (else "misaligned address"); the
+// emulation checks every one (CHECK_ALIGNED_128, tests/emu/cuda_runtime.h). The packs are
+// used only where they are known to be whole and aligned (load_pack/store_pack check both
+// and fall back to element by element, so every kernel still takes any n, any row length C
+// and any pointer: an odd C, a tail of n % 8, a buffer that is not 16-byte aligned).
+
+#define X128 8   // floatX per 128-bit pack
+typedef struct __align__(16) {
+    floatX e[X128];
+} x128;
+static_assert(sizeof(x128) == 16, "a pack is 16 bytes");
+
+#ifndef CHECK_ALIGNED_128
+#define CHECK_ALIGNED_128(p, access)   // nothing on the GPU: the hardware faults by itself
+#endif
+
+// one 128-bit load or store; p must be 16-byte aligned
+__device__ x128 load128(const floatX* p) {
+    CHECK_ALIGNED_128(p, "reads");
+    return *(const x128*)p;
+}
+__device__ void store128(floatX* p, x128 v) {
+    CHECK_ALIGNED_128(p, "writes");
+    *(x128*)p = v;
+}
+
+__device__ x128 zero_pack(void) {
+    x128 v;
+    for (int k = 0; k < X128; k++) v.e[k] = to_floatX(0.0f);
+    return v;
+}
+
+__device__ bool aligned_128(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
+// elements p[0 .. count) into a pack (count <= X128; the rest of the pack is 0): one 128-bit
+// load when the pack is whole and aligned, else one element at a time
+__device__ x128 load_pack(const floatX* p, int count) {
+    if (count == X128 && aligned_128(p)) return load128(p);
+    x128 v = zero_pack();
+    for (int k = 0; k < count && k < X128; k++) v.e[k] = p[k];
+    return v;
+}
+
+// the first `count` elements of v to p[0 .. count)
+__device__ void store_pack(floatX* p, x128 v, int count) {
+    if (count == X128 && aligned_128(p)) {
+        store128(p, v);
+        return;
+    }
+    for (int k = 0; k < count && k < X128; k++) p[k] = v.e[k];
+}
+
+// how many of the X128 elements from i on are below n
+__device__ int pack_count(size_t i, size_t n) { return n - i < (size_t)X128 ? (int)(n - i) : X128; }
 #endif
 
 // ============================================================================
@@ -351,15 +411,22 @@ static void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, co
 }
 
 #ifdef __CUDACC__
+// one warp per row n (see the warp-per-row kernels below), its lanes taking packs of the row:
+// the token and the position are looked up once per row, not per element
 __global__ void encoder_forward_kernel(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
                                        int N, int T, int C, int vocab_start, int vocab_local) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * C) return;
-    int n = (int)(idx / C), c = (int)(idx % C);
+    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
     int local = tokens[n] - vocab_start;
-    float val = (local >= 0 && local < vocab_local) ? floatX_to_float(wte[(size_t)local * C + c]) : 0.0f;
-    if (wpe != NULL) val += floatX_to_float(wpe[(size_t)(n % T) * C + c]);
-    out[idx] = to_floatX(val);
+    const floatX* w = local >= 0 && local < vocab_local ? wte + (size_t)local * C : NULL;
+    const floatX* p = wpe != NULL ? wpe + (size_t)(n % T) * C : NULL;
+    floatX* o = out + (size_t)n * C;
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        int count = C - c < X128 ? C - c : X128;
+        x128 pw = w ? load_pack(w + c, count) : zero_pack(), pp = p ? load_pack(p + c, count) : zero_pack(), po;
+        for (int k = 0; k < X128; k++) po.e[k] = to_floatX(floatX_to_float(pw.e[k]) + floatX_to_float(pp.e[k]));
+        store_pack(o + c, po, count);
+    }
 }
 
 // one thread per element of dout; tokens repeat, so rows of dwte are added with atomics
@@ -384,7 +451,7 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int
 
 static void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
                             int N, int T, int C, int vocab_start, int vocab_local) {
-    LAUNCH(encoder_forward_kernel, CEIL_DIV((size_t)N * C, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+    LAUNCH(encoder_forward_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0,
            out, tokens, wte, wpe, N, T, C, vocab_start, vocab_local);
 }
 
@@ -412,13 +479,18 @@ static void residual_forward_cpu(float* out, const float* a, const float* b, siz
 }
 
 #ifdef __CUDACC__
+// one thread per pack of X128 elements (the last one may be short)
 __global__ void residual_forward_kernel(floatX* out, const floatX* a, const floatX* b, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = to_floatX(floatX_to_float(a[i]) + floatX_to_float(b[i]));
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
+    if (i >= n) return;
+    int count = pack_count(i, n);
+    x128 pa = load_pack(a + i, count), pb = load_pack(b + i, count), po;
+    for (int k = 0; k < X128; k++) po.e[k] = to_floatX(floatX_to_float(pa.e[k]) + floatX_to_float(pb.e[k]));
+    store_pack(out + i, po, count);
 }
 
 static void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
-    LAUNCH(residual_forward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, a, b, n);
+    LAUNCH(residual_forward_kernel, CEIL_DIV(CEIL_DIV(n, X128), ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, a, b, n);
 }
 #else
 #define residual_forward residual_forward_cpu
@@ -484,35 +556,80 @@ static void layernorm_backward_cpu(float* dinp, float* dweight, float* dbias, co
     }
 }
 
+// residual = a + b, then out = LayerNorm(residual) with its mean and rstd: the residual add
+// and the LayerNorm that follows it, which the GPU build does in one pass over the rows
+static void residual_layernorm_forward_cpu(float* residual, float* out, float* mean, float* rstd,
+                                           const float* a, const float* b, const float* weight,
+                                           const float* bias, int N, int C) {
+    residual_forward_cpu(residual, a, b, (size_t)N * C);
+    layernorm_forward_cpu(out, mean, rstd, residual, weight, bias, N, C);
+}
+
 #ifdef __CUDACC__
 // LayerNorm: one warp per row; the parameter gradients by a column kernel
 
 // In the warp-per-row kernels, warp w of block b owns row b * ROWS_PER_BLOCK + w and its
 // lanes stride along the row. A warp past the last row leaves as a whole, so the shuffles
 // of the other warps still see all 32 lanes.
+// LayerNorm of the row x[0 .. C) into o[0 .. C), by the 32 lanes of one warp, lane l taking
+// the packs that start at 8l, 8l + 256, ...; writes the row's mean and rstd (lane 0).
+__device__ void layernorm_row(floatX* o, float* mean, float* rstd, const floatX* x, const floatX* weight,
+                              const floatX* bias, int C, int lane) {
+    float sum = 0.0f;
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        x128 px = load_pack(x + c, C - c < X128 ? C - c : X128);   // the missing elements are 0
+        for (int k = 0; k < X128; k++) sum += floatX_to_float(px.e[k]);
+    }
+    float m = warp_reduce_sum(sum) / C;
+    float var = 0.0f;  // two passes: the variance of (x - m), as the reference
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        int count = C - c < X128 ? C - c : X128;
+        x128 px = load_pack(x + c, count);
+        for (int k = 0; k < count; k++) {
+            float d = floatX_to_float(px.e[k]) - m;
+            var += d * d;
+        }
+    }
+    float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + LAYERNORM_EPS);
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        int count = C - c < X128 ? C - c : X128;
+        x128 px = load_pack(x + c, count), pw = load_pack(weight + c, count), pb = load_pack(bias + c, count), po;
+        for (int k = 0; k < X128; k++) {
+            float xhat = (floatX_to_float(px.e[k]) - m) * s;
+            po.e[k] = to_floatX(xhat * floatX_to_float(pw.e[k]) + floatX_to_float(pb.e[k]));
+        }
+        store_pack(o + c, po, count);
+    }
+    if (lane == 0) {
+        *mean = m;
+        *rstd = s;
+    }
+}
+
 __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
                                          const floatX* weight, const floatX* bias, int N, int C) {
     int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (n >= N) return;
-    const floatX* x = inp + (size_t)n * C;
-    float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += floatX_to_float(x[c]);
-    float m = warp_reduce_sum(sum) / C;
-    float var = 0.0f;  // two passes: the variance of (x - m), as the reference
-    for (int c = lane; c < C; c += 32) {
-        float d = floatX_to_float(x[c]) - m;
-        var += d * d;
+    layernorm_row(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, weight, bias, C, lane);
+}
+
+// residual = a + b, then out = LayerNorm(residual): one warp per row. The lane that writes a
+// pack of the residual row (rounded to floatX, as residual_forward stores it) is the lane
+// that reads it back in layernorm_row, so no barrier is needed; residual may be a or b.
+// Saves residual_forward's second pass over the residual stream (one read of N * C).
+__global__ void residual_layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd,
+                                                  const floatX* a, const floatX* b, const floatX* weight,
+                                                  const floatX* bias, int N, int C) {
+    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    size_t row = (size_t)n * C;
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        int count = C - c < X128 ? C - c : X128;
+        x128 pa = load_pack(a + row + c, count), pb = load_pack(b + row + c, count), pr;
+        for (int k = 0; k < X128; k++) pr.e[k] = to_floatX(floatX_to_float(pa.e[k]) + floatX_to_float(pb.e[k]));
+        store_pack(residual + row + c, pr, count);
     }
-    float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + LAYERNORM_EPS);
-    floatX* o = out + (size_t)n * C;
-    for (int c = lane; c < C; c += 32) {
-        float xhat = (floatX_to_float(x[c]) - m) * s;
-        o[c] = to_floatX(xhat * floatX_to_float(weight[c]) + floatX_to_float(bias[c]));
-    }
-    if (lane == 0) {
-        mean[n] = m;
-        rstd[n] = s;
-    }
+    layernorm_row(out + row, mean + n, rstd + n, residual + row, weight, bias, C, lane);
 }
 
 // dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight; one warp per row
@@ -569,6 +686,13 @@ static void layernorm_forward(floatX* out, float* mean, float* rstd, const float
            out, mean, rstd, inp, weight, bias, N, C);
 }
 
+static void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd,
+                                       const floatX* a, const floatX* b, const floatX* weight,
+                                       const floatX* bias, int N, int C) {
+    LAUNCH(residual_layernorm_forward_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0,
+           residual, out, mean, rstd, a, b, weight, bias, N, C);
+}
+
 static void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
                                const floatX* inp, const floatX* weight, const float* mean,
                                const float* rstd, int N, int C) {
@@ -580,6 +704,7 @@ static void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const
 #else
 #define layernorm_forward layernorm_forward_cpu
 #define layernorm_backward layernorm_backward_cpu
+#define residual_layernorm_forward residual_layernorm_forward_cpu
 #endif
 
 // ----------------------------------------------------------------------------
@@ -1081,30 +1206,41 @@ static void gelu_backward_cpu(float* dinp, const float* inp, const float* dout, 
 }
 
 #ifdef __CUDACC__
+// one thread per pack of X128 elements (the last one may be short)
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
     if (i >= n) return;
-    float x = floatX_to_float(inp[i]);
-    out[i] = to_floatX(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
+    int count = pack_count(i, n);
+    x128 px = load_pack(inp + i, count), po;
+    for (int k = 0; k < X128; k++) {
+        float x = floatX_to_float(px.e[k]);
+        po.e[k] = to_floatX(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
+    }
+    store_pack(out + i, po, count);
 }
 
-// dinp may be dout: each thread reads its element of dout before writing dinp's
+// dinp may be dout: each thread reads its pack of dout before writing dinp's
 __global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
     if (i >= n) return;
-    float x = floatX_to_float(inp[i]);
-    float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
-    float sech2 = 1.0f - th * th;
-    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = to_floatX(grad * floatX_to_float(dout[i]));
+    int count = pack_count(i, n);
+    x128 px = load_pack(inp + i, count), pd = load_pack(dout + i, count), po;
+    for (int k = 0; k < X128; k++) {
+        float x = floatX_to_float(px.e[k]);
+        float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        po.e[k] = to_floatX(grad * floatX_to_float(pd.e[k]));
+    }
+    store_pack(dinp + i, po, count);
 }
 
 static void gelu_forward(floatX* out, const floatX* inp, size_t n) {
-    LAUNCH(gelu_forward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, inp, n);
+    LAUNCH(gelu_forward_kernel, CEIL_DIV(CEIL_DIV(n, X128), ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, inp, n);
 }
 
 static void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
-    LAUNCH(gelu_backward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dinp, inp, dout, n);
+    LAUNCH(gelu_backward_kernel, CEIL_DIV(CEIL_DIV(n, X128), ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dinp, inp, dout, n);
 }
 #else
 #define gelu_forward gelu_forward_cpu

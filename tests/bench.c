@@ -118,6 +118,7 @@ static double attention_flops;   // forward, per call
 #undef residual_forward
 #undef layernorm_forward
 #undef layernorm_backward
+#undef residual_layernorm_forward
 #undef gelu_forward
 #undef gelu_backward
 #undef crossentropy_row_max
@@ -136,6 +137,7 @@ static double attention_flops;   // forward, per call
 #define residual_forward(...) TIMED("residual_forward", 0.0, residual_forward_cpu(__VA_ARGS__))
 #define layernorm_forward(...) TIMED("layernorm_forward", 0.0, layernorm_forward_cpu(__VA_ARGS__))
 #define layernorm_backward(...) TIMED("layernorm_backward", 0.0, layernorm_backward_cpu(__VA_ARGS__))
+#define residual_layernorm_forward(...) TIMED("residual_layernorm_forward", 0.0, residual_layernorm_forward_cpu(__VA_ARGS__))
 #define gelu_forward(...) TIMED("gelu_forward", 0.0, gelu_forward_cpu(__VA_ARGS__))
 #define gelu_backward(...) TIMED("gelu_backward", 0.0, gelu_backward_cpu(__VA_ARGS__))
 #define crossentropy_row_max(...) TIMED("crossentropy_row_max", 0.0, crossentropy_row_max_cpu(__VA_ARGS__))

@@ -103,8 +103,10 @@ static void compare(const char* name, const Vec& got, const Vec& want, double to
 
 // ----------------------------------------------------------------------------
 
-static void test_encoder(void) {
-    const int B = 2, T = 37, C = 70, N = B * T, vocab_start = 20, vocab_local = 50;
+// C = 70: rows that are not whole 128-bit packs (load_pack's element-by-element path);
+// C = 64: whole, aligned packs
+static void test_encoder(int C) {
+    const int B = 2, T = 37, N = B * T, vocab_start = 20, vocab_local = 50;
     std::vector<int> tokens(N);
     for (auto& t : tokens) t = (int)(urand() * 90);  // some fall outside [20, 70)
     tokens[3] = tokens[7] = tokens[40] = 25;          // repeats: atomics in the wte gradient
@@ -115,8 +117,10 @@ static void test_encoder(void) {
         Vec want(N * C);
         encoder_forward_cpu(want.data(), tokens.data(), wte.data(), with_wpe ? wpe.data() : NULL, N, T, C, vocab_start, vocab_local);
         encoder_forward(d_out, d_tokens, d_wte, with_wpe ? d_wpe : NULL, N, T, C, vocab_start, vocab_local);
-        compare(with_wpe ? "encoder_forward" : "encoder_forward (no wpe)", from_dev_x(d_out, N * C), want, X_OUT);
+        std::string name = std::string(with_wpe ? "encoder_forward" : "encoder_forward (no wpe)") + " C=" + std::to_string(C);
+        compare(name.c_str(), from_dev_x(d_out, N * C), want, X_OUT);
     }
+    if (C != 70) return;   // the backward is not packed: once is enough
     Vec dout = random_vec(N * C, 1, true);
     floatX* d_dout = to_dev_x(dout);
     for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
@@ -129,17 +133,56 @@ static void test_encoder(void) {
     }
 }
 
-static void test_residual(void) {
-    const size_t n = 1001;
-    Vec a = random_vec(n, 1, true), b = random_vec(n, 1, true), want(n);
-    residual_forward_cpu(want.data(), a.data(), b.data(), n);
-    floatX *d_a = to_dev_x(a), *d_b = to_dev_x(b);
-    residual_forward(d_a, d_a, d_b, n);  // in place, as the model calls it
-    compare("residual_forward (in place)", from_dev_x(d_a, n), want, X_OUT);
+// The packed elementwise kernels on: n = 1000, whole packs (the allocations are 16-byte
+// aligned under either EMU_GUARD); n = 1001, a tail of one element (and, with allocations
+// ending at a guard page, buffers that are only 2-byte aligned: element by element); and a
+// buffer one element past an aligned address, whose packs are all misaligned.
+static const size_t packed_sizes[3] = {1000, 1001, 1000};
+static floatX* offset_copy(const Vec& h, int offset) {   // on the device, `offset` elements in
+    floatX* d = (floatX*)dev_malloc((h.size() + offset) * sizeof(floatX)) + offset;
+    floats_to_dev_floatX(d, h.data(), h.size());
+    return d;
 }
 
-static void test_layernorm(void) {
-    const int N = 74, C = 300;  // rows longer than a block
+static void test_residual(void) {
+    for (int k = 0; k < 3; k++) {
+        size_t n = packed_sizes[k];
+        int offset = k == 2;
+        Vec a = random_vec(n, 1, true), b = random_vec(n, 1, true), want(n);
+        residual_forward_cpu(want.data(), a.data(), b.data(), n);
+        floatX *d_a = offset_copy(a, offset), *d_b = to_dev_x(b);
+        residual_forward(d_a, d_a, d_b, n);  // in place, as the model calls it
+        compare(offset ? "residual_forward (in place, misaligned)" : "residual_forward (in place)", from_dev_x(d_a, n), want, X_OUT);
+    }
+}
+
+// residual = a + b and out = LayerNorm(residual) in one kernel, against the two references;
+// in place (residual == a), as the model calls it
+static void test_residual_layernorm(int C) {
+    const int N = 74;
+    Vec a = random_vec(N * C, 2, true), b = random_vec(N * C, 1, true), w = random_vec(C, 1, true), bias = random_vec(C, 1, true);
+    for (auto& v : a) v = floatX_round(v + 0.5f);  // a mean away from 0
+    Vec res(N * C), out(N * C), mean(N), rstd(N);
+    residual_layernorm_forward_cpu(res.data(), out.data(), mean.data(), rstd.data(), a.data(), b.data(), w.data(), bias.data(), N, C);
+    // the reference normalizes fp32 sums; the kernel its floatX residual: give the reference that
+    Vec res_x(N * C);
+    for (size_t i = 0; i < res.size(); i++) res_x[i] = floatX_round(res[i]);
+    layernorm_forward_cpu(out.data(), mean.data(), rstd.data(), res_x.data(), w.data(), bias.data(), N, C);
+    floatX *d_a = to_dev_x(a), *d_b = to_dev_x(b), *d_w = to_dev_x(w), *d_bias = to_dev_x(bias);
+    floatX* d_out = (floatX*)dev_malloc(N * C * sizeof(floatX));
+    float *d_mean = (float*)dev_malloc(N * sizeof(float)), *d_rstd = (float*)dev_malloc(N * sizeof(float));
+    residual_layernorm_forward(d_a, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C);
+    std::string c = " C=" + std::to_string(C);
+    compare(("residual_layernorm_forward residual" + c).c_str(), from_dev_x(d_a, N * C), res, X_OUT);
+    compare(("residual_layernorm_forward out" + c).c_str(), from_dev_x(d_out, N * C), out, X_OUT);
+    compare(("residual_layernorm_forward mean" + c).c_str(), from_dev_f(d_mean, N), mean, FP32_OUT);
+    compare(("residual_layernorm_forward rstd" + c).c_str(), from_dev_f(d_rstd, N), rstd, FP32_OUT);
+}
+
+// C = 300: rows longer than a block (and than 32 packs), half of them not 16-byte aligned;
+// C = 77: odd; C = 264: whole aligned packs, more than 32 of them
+static void test_layernorm(int C) {
+    const int N = 74;
     Vec x = random_vec(N * C, 2, false), w = random_vec(C, 1, true), b = random_vec(C, 1, true);
     for (auto& v : x) v = floatX_round(v + 0.5f);  // a mean away from 0
     Vec out(N * C), mean(N), rstd(N);
@@ -147,9 +190,11 @@ static void test_layernorm(void) {
     floatX *d_x = to_dev_x(x), *d_w = to_dev_x(w), *d_b = to_dev_x(b), *d_out = (floatX*)dev_malloc(N * C * sizeof(floatX));
     float *d_mean = (float*)dev_malloc(N * sizeof(float)), *d_rstd = (float*)dev_malloc(N * sizeof(float));
     layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
-    compare("layernorm_forward out", from_dev_x(d_out, N * C), out, X_OUT);
-    compare("layernorm_forward mean", from_dev_f(d_mean, N), mean, FP32_OUT);
-    compare("layernorm_forward rstd", from_dev_f(d_rstd, N), rstd, FP32_OUT);
+    std::string c = " C=" + std::to_string(C);
+    compare(("layernorm_forward out" + c).c_str(), from_dev_x(d_out, N * C), out, X_OUT);
+    compare(("layernorm_forward mean" + c).c_str(), from_dev_f(d_mean, N), mean, FP32_OUT);
+    compare(("layernorm_forward rstd" + c).c_str(), from_dev_f(d_rstd, N), rstd, FP32_OUT);
+    if (C != 300) return;   // the backward is not packed: once is enough
 
     Vec dout = random_vec(N * C, 1, true), dinp = random_vec(N * C, 1, true);  // dinp is added into
     Vec dw = random_vec(C, 1, false), db = random_vec(C, 1, false);
@@ -225,15 +270,18 @@ static void test_attention(Alibi alibi) {
 }
 
 static void test_gelu(void) {
-    const size_t n = 999;
-    Vec x = random_vec(n, 4, true), dout = random_vec(n, 1, true), out(n), dinp(n);
-    gelu_forward_cpu(out.data(), x.data(), n);
-    gelu_backward_cpu(dinp.data(), x.data(), dout.data(), n);
-    floatX *d_x = to_dev_x(x), *d_dout = to_dev_x(dout), *d_out = (floatX*)dev_malloc(n * sizeof(floatX));
-    gelu_forward(d_out, d_x, n);
-    compare("gelu_forward", from_dev_x(d_out, n), out, X_OUT);
-    gelu_backward(d_dout, d_x, d_dout, n);  // in place, as the model calls it
-    compare("gelu_backward (in place)", from_dev_x(d_dout, n), dinp, X_OUT);
+    for (int k = 0; k < 3; k++) {   // see test_residual
+        size_t n = packed_sizes[k];
+        int offset = k == 2;
+        Vec x = random_vec(n, 4, true), dout = random_vec(n, 1, true), out(n), dinp(n);
+        gelu_forward_cpu(out.data(), x.data(), n);
+        gelu_backward_cpu(dinp.data(), x.data(), dout.data(), n);
+        floatX *d_x = offset_copy(x, offset), *d_dout = to_dev_x(dout), *d_out = (floatX*)dev_malloc(n * sizeof(floatX));
+        gelu_forward(d_out, d_x, n);
+        compare(offset ? "gelu_forward (misaligned input)" : "gelu_forward", from_dev_x(d_out, n), out, X_OUT);
+        gelu_backward(d_dout, d_x, d_dout, n);  // in place, as the model calls it
+        compare(offset ? "gelu_backward (in place, misaligned input)" : "gelu_backward (in place)", from_dev_x(d_dout, n), dinp, X_OUT);
+    }
 }
 
 static void test_crossentropy(void) {
@@ -317,9 +365,14 @@ static void test_cublas_checks(void) {
 int main(void) {
     kernels_init(0);
     test_cublas_checks();
-    test_encoder();
+    test_encoder(70);
+    test_encoder(64);
     test_residual();
-    test_layernorm();
+    test_layernorm(300);
+    test_layernorm(77);
+    test_layernorm(264);
+    test_residual_layernorm(77);
+    test_residual_layernorm(264);
     test_matmul();
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     test_attention(none);
@@ -329,7 +382,7 @@ int main(void) {
     test_adamw();
     test_sum_squares();
 #ifdef EMU_MAX_BLOCK   // under the emulation (tests/emu); nvcc builds this file for make test-gpu too
-    printf("(%ld emulated kernel launches)\n", emu.launches);
+    printf("(%ld emulated kernel launches, %ld 128-bit loads and stores)\n", emu.launches, emu_accesses_128);
 #endif
     return tests_summary();
 }
