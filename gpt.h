@@ -729,8 +729,8 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     residual_layernorm_forward(L->res2, L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, x,
                                param_of(m, t->ln2_w), param_of(m, t->ln2_b), N, C);
     // MLP: res3 = res2 + fcproj(gelu(fc(ln2)))
-    matmul_forward(L->fch, L->ln2, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, Fl);   // f, column-parallel
-    gelu_forward(L->fch_gelu, L->fch, (size_t)N * Fl);
+    // f, column-parallel; fch = fc(ln2) (kept for the GELU's backward), fch_gelu = gelu(fch)
+    matmul_gelu_forward(L->fch_gelu, L->fch, L->ln2, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, Fl);
     row_parallel_linear_forward(m, L->res3, L->fch_gelu, t->fcproj_w, t->fcproj_b, Fl);
     residual_forward(L->res3, L->res3, L->res2, (size_t)N * C);
 }

@@ -46,6 +46,7 @@ Conventions every kernel keeps:
 #include <cuda_bf16.h>
 #endif
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #endif
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
@@ -92,11 +93,16 @@ static void cublas_check_(cublasStatus_t status, const char* file, int line) {
 // only place that knows whether "device memory" is GPU memory or plain host memory.
 // HOST_DEVICE marks the few functions both the CPU loops and the CUDA kernels call.
 
-// The GPU build's kernels keep one workspace of their own, outside the model: the partial sums
-// of sum_squares (the gradient norm), handed out once by kernels_init. Its size is known to
-// both builds, so that either one can plan the GPU build's memory (train.c's --dry-run-build).
+// The GPU build's kernels keep workspaces of their own, outside the model, handed out once by
+// kernels_init: the partial sums of sum_squares (the gradient norm) and cuBLASLt's workspace.
+// Their size is known to both builds, so that either one can plan the GPU build's memory
+// (train.c's --dry-run-build).
 #define SUM_SQUARES_MAX_BLOCKS 1024  // partial sums of sum_squares, combined in order
-#define GPU_KERNELS_WORKSPACE_BYTES (SUM_SQUARES_MAX_BLOCKS * sizeof(double))
+#define SUM_SQUARES_PARTIALS_BYTES (SUM_SQUARES_MAX_BLOCKS * sizeof(double))
+// 32 MiB: what cuBLAS itself sets aside on Hopper (llm.c's choice too); some algorithms
+// (split-K) need one, and the heuristic only offers those that fit
+#define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define GPU_KERNELS_WORKSPACE_BYTES (SUM_SQUARES_PARTIALS_BYTES + CUBLASLT_WORKSPACE_BYTES)
 
 #ifndef __CUDACC__
 typedef float floatX;
@@ -232,6 +238,8 @@ static inline BuildTarget this_build(void) {
 #define SUM_SQUARES_BLOCK 256
 
 static cublasHandle_t cublas_handle;
+static cublasLtHandle_t cublaslt_handle;   // the linear layers' forward (epilogues: bias, GELU)
+static void* cublaslt_workspace;           // CUBLASLT_WORKSPACE_BYTES, allocated once
 static double* sum_squares_partials;  // [SUM_SQUARES_MAX_BLOCKS], allocated once
 static size_t kernels_workspace_bytes = 0;   // what kernels_init handed out through dev_malloc
 
@@ -242,10 +250,12 @@ static void kernels_init(int local_device) {
     // opt into TF32 or any reduced-precision accumulation
     cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH));
     cublasCheck(cublasSetStream(cublas_handle, 0));
+    cublasCheck(cublasLtCreate(&cublaslt_handle));
     // through dev_malloc, so that the memory table's check against dev_malloc counts it (build_model
     // adds kernels_workspace_bytes: this is allocated before the model, once per process)
     size_t before = dev_bytes_allocated;
-    sum_squares_partials = (double*)dev_malloc(GPU_KERNELS_WORKSPACE_BYTES);
+    sum_squares_partials = (double*)dev_malloc(SUM_SQUARES_PARTIALS_BYTES);
+    cublaslt_workspace = dev_malloc(CUBLASLT_WORKSPACE_BYTES);
     kernels_workspace_bytes = dev_bytes_allocated - before;
 }
 
@@ -802,10 +812,12 @@ static void matmul_backward_cpu(float* dinp, float* dweight, float* dbias, const
 // transposes: out^T = W inp^T, and so on. (transa, transb, m, n, k) describe
 // C[m, n] = op(A)[m, k] @ op(B)[k, n] in that column-major view.
 
-// out[n, :] = bias, for the forward GEMM to add its product onto (beta = 1)
+// out[n, :] = bias, for the forward GEMM to add its product onto (beta = 1): only for a bias
+// that cuBLASLt's epilogue cannot take (see matmul_forward). One warp per row.
 __global__ void fill_rows_kernel(floatX* out, const floatX* bias, int N, int OC) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx < (size_t)N * OC) out[idx] = bias[idx % OC];
+    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    for (int o = lane; o < OC; o += 32) out[(size_t)n * OC + o] = bias[o];
 }
 
 // out[o] += sum over rows of x[n, o]: the bias gradient (see the column kernels above)
@@ -830,18 +842,82 @@ static void gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int 
                              CUBLAS_GEMM_DEFAULT));
 }
 
+// the largest power of two, up to 256, that divides p's address: cuBLASLt's heuristic assumes
+// 256-byte aligned matrices unless told less (the tensors in the flat parameter buffer are not)
+static uint32_t alignment_of(const void* p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a != 0) a /= 2;
+    return a;
+}
+
+// out = inp @ weight^T through cuBLASLt, the rest done by the GEMM's epilogue on the fp32
+// result before it is rounded to floatX:
+//   pre_gelu NULL:  out = x + bias                       (CUBLASLT_EPILOGUE_BIAS; DEFAULT without a bias)
+//   pre_gelu given: pre_gelu = x + bias, out = GELU(x + bias)   (CUBLASLT_EPILOGUE_GELU_AUX_BIAS; GELU_AUX)
+// cuBLASLt's GELU is the tanh approximation, as ours. The product is laid out as in gemm():
+// out^T [OC, N] = W [OC, C] @ inp^T [C, N]; weight a [C, OC] array taken transposed, inp a
+// [C, N] array, out (and pre_gelu) [OC, N] arrays.
+static void matmul_cublaslt(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
+                            const floatX* bias, int N, int C, int OC) {
+    cublasLtEpilogue_t epilogue = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                           : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+    cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (bias != NULL) {
+        cudaDataType_t bias_type = CUDA_R_FLOATX;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
+    if (pre_gelu != NULL) {
+        int64_t aux_ld = OC;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_gelu, sizeof pre_gelu));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+    }
+    cublasLtMatrixLayout_t a, b, d;   // the arrays as stored: type, rows, columns, ld
+    cublasCheck(cublasLtMatrixLayoutCreate(&a, CUDA_R_FLOATX, C, OC, C));
+    cublasCheck(cublasLtMatrixLayoutCreate(&b, CUDA_R_FLOATX, C, N, C));
+    cublasCheck(cublasLtMatrixLayoutCreate(&d, CUDA_R_FLOATX, OC, N, OC));
+    cublasLtMatmulPreference_t pref;
+    uint64_t workspace = CUBLASLT_WORKSPACE_BYTES;
+    uint32_t align_a = alignment_of(weight), align_b = alignment_of(inp), align_d = alignment_of(out);
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, a, b, d, d, pref, 1, &heuristic, &found));
+    if (found == 0) fail("cuBLASLt has no algorithm for a linear layer's forward (N %d, C %d, OC %d, epilogue %d)", N, C, OC, (int)epilogue);
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, weight, a, inp, b, &beta, out, d, out, d,
+                               &heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(d));
+    cublasCheck(cublasLtMatrixLayoutDestroy(b));
+    cublasCheck(cublasLtMatrixLayoutDestroy(a));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+}
+
+// The bias goes in cuBLASLt's epilogue (no extra pass over out) when the epilogue can read it:
+// 16-byte aligned (see tests/emu/cublasLt.h). Otherwise (an odd-sized tensor before it in the
+// parameter buffer) out starts as the bias rows and the GEMM adds its product (beta = 1).
 static void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                            int N, int C, int OC) {
-    float beta = 0.0f;
-    if (bias != NULL) {
-        LAUNCH(fill_rows_kernel, CEIL_DIV((size_t)N * OC, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
-               out, bias, N, OC);
-        beta = 1.0f;
+    if (bias == NULL || (uintptr_t)bias % 16 == 0) {
+        matmul_cublaslt(out, NULL, inp, weight, bias, N, C, OC);
+        return;
     }
+    LAUNCH(fill_rows_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0, out, bias, N, OC);
     // out^T [OC, N] = W [OC, C] @ inp^T [C, N]. Column-major, weight is a [C, OC] array
     // (lda = C), so op = T gives W; inp is a [C, N] array (ldb = C), op = N; out is [OC, N]
     // (ldc = OC).
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, CUDA_R_FLOATX, OC);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, 1.0f, out, CUDA_R_FLOATX, OC);
 }
 
 static void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
@@ -1245,6 +1321,35 @@ static void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, s
 #else
 #define gelu_forward gelu_forward_cpu
 #define gelu_backward gelu_backward_cpu
+#endif
+
+// ----------------------------------------------------------------------------
+// the MLP's first linear layer and its GELU: pre_gelu = inp @ weight^T + bias (kept for the
+// backward), out = GELU(pre_gelu). On the GPU one cuBLASLt call writes both (the GELU in the
+// GEMM's epilogue) instead of a GEMM, then a GELU kernel reading pre_gelu back.
+
+static void matmul_gelu_forward_cpu(float* out, float* pre_gelu, const float* inp, const float* weight,
+                                    const float* bias, int N, int C, int OC) {
+    matmul_forward_cpu(pre_gelu, inp, weight, bias, N, C, OC);
+    gelu_forward_cpu(out, pre_gelu, (size_t)N * OC);
+}
+
+#ifdef __CUDACC__
+// cuBLASLt takes pre_gelu (its "aux" output) only with a leading dimension that is a multiple
+// of 8 and, we assume, 16-byte aligned, as the bias (see tests/emu/cublasLt.h); otherwise the
+// two steps of the reference. The GELU is applied to the fp32 sum there, to its floatX
+// rounding here: the same within a rounding.
+static void matmul_gelu_forward(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
+                                const floatX* bias, int N, int C, int OC) {
+    if (OC % 8 == 0 && (uintptr_t)pre_gelu % 16 == 0 && (bias == NULL || (uintptr_t)bias % 16 == 0)) {
+        matmul_cublaslt(out, pre_gelu, inp, weight, bias, N, C, OC);
+        return;
+    }
+    matmul_forward(pre_gelu, inp, weight, bias, N, C, OC);
+    gelu_forward(out, pre_gelu, (size_t)N * OC);
+}
+#else
+#define matmul_gelu_forward matmul_gelu_forward_cpu
 #endif
 
 // ----------------------------------------------------------------------------

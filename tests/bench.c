@@ -110,6 +110,7 @@ static void bench_matmul_backward(float* dinp, float* dweight, float* dbias, con
 static double attention_flops;   // forward, per call
 
 #undef matmul_forward
+#undef matmul_gelu_forward
 #undef matmul_backward
 #undef attention_forward
 #undef attention_backward
@@ -128,6 +129,12 @@ static double attention_flops;   // forward, per call
 #undef adamw_update
 #undef sum_squares
 #define matmul_forward bench_matmul_forward
+// the fc layer and its GELU, timed as the two calls they are on the CPU build
+#define matmul_gelu_forward(out, pre_gelu, inp, weight, bias, N, C, OC) \
+    do {                                                                \
+        bench_matmul_forward(pre_gelu, inp, weight, bias, N, C, OC);    \
+        gelu_forward(out, pre_gelu, (size_t)(N) * (OC));                \
+    } while (0)
 #define matmul_backward bench_matmul_backward
 #define attention_forward(out, att, scratch, ...) \
     TIMED("attention_forward", attention_flops, attention_forward_cpu(out, att, __VA_ARGS__))

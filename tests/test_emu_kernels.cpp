@@ -233,6 +233,98 @@ static void test_matmul(void) {
     }
 }
 
+// The forward through cuBLASLt's epilogues against the references: matmul_forward_reference
+// with the bias, and gelu_forward_cpu of that. OC = 48: the epilogues (GELU_AUX_BIAS takes an
+// aux ld that is a multiple of 8); OC = 45: matmul_gelu_forward's two-step fallback (and under
+// EMU_GUARD=end the bias, 90 bytes, is only 2-byte aligned: matmul_forward's fill_rows path).
+// C = 71: odd rows for the GEMM's inputs.
+static void test_matmul_epilogues(int OC) {
+    const int N = 74, C = 71;
+    Vec x = random_vec(N * C, 1, true), w = random_vec(OC * C, 1, true), b = random_vec(OC, 1, true);
+    floatX *d_x = to_dev_x(x), *d_w = to_dev_x(w), *d_b = to_dev_x(b);
+    floatX *d_out = (floatX*)dev_malloc(N * OC * sizeof(floatX)), *d_pre = (floatX*)dev_malloc(N * OC * sizeof(floatX));
+    std::string oc = " OC=" + std::to_string(OC);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        Vec pre(N * OC), out(N * OC);
+        matmul_forward_reference(pre.data(), x.data(), w.data(), with_bias ? b.data() : NULL, N, C, OC);
+        gelu_forward_cpu(out.data(), pre.data(), pre.size());
+        std::string with = (with_bias ? " (bias)" : " (no bias)") + oc;
+        matmul_forward(d_out, d_x, d_w, with_bias ? d_b : NULL, N, C, OC);
+        compare(("matmul_forward" + with).c_str(), from_dev_x(d_out, N * OC), pre, X_OUT);
+        matmul_gelu_forward(d_out, d_pre, d_x, d_w, with_bias ? d_b : NULL, N, C, OC);
+        compare(("matmul_gelu_forward pre_gelu" + with).c_str(), from_dev_x(d_pre, N * OC), pre, X_OUT);
+        compare(("matmul_gelu_forward out" + with).c_str(), from_dev_x(d_out, N * OC), out, X_OUT);
+    }
+}
+
+// the cuBLASLt emulation rejects what cuBLASLt rejects (and what we assume it does not take)
+static void test_cublaslt_checks(void) {
+    const int M = 16, K = 8, NN = 4;   // D [16, 4] = A [16, 8] @ B [8, 4]
+    floatX *a = (floatX*)dev_malloc(M * K * sizeof(floatX)), *bm = (floatX*)dev_malloc(K * NN * sizeof(floatX));
+    floatX *d = (floatX*)dev_malloc(M * NN * sizeof(floatX)), *aux = (floatX*)dev_malloc((M + 8) * NN * sizeof(floatX));
+    floatX* bias = (floatX*)dev_malloc(2 * M * sizeof(floatX));   // 64 bytes: 64-byte aligned at least
+    dev_zero(a, M * K * sizeof(floatX));
+    dev_zero(bm, K * NN * sizeof(floatX));
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_FLOATX, M, K, M);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_FLOATX, K, NN, K);
+    cublasLtMatrixLayoutCreate(&ld, CUDA_R_FLOATX, M, NN, M);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    uint32_t align16 = 16;   // B, C and D are 64 to 128 bytes: as aligned as that under EMU_GUARD=end
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align16, sizeof align16);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align16, sizeof align16);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align16, sizeof align16);
+    const float one = 1.0f, zero = 0.0f;
+    // epilogue, bias, aux, aux ld -> the status cublasLtMatmul answers
+    struct { cublasLtEpilogue_t e; const floatX* bias; floatX* aux; int64_t aux_ld; cublasStatus_t want; const char* what; } cases[] = {
+        {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, aux, M, CUBLAS_STATUS_SUCCESS, "GELU_AUX_BIAS with aux ld = m runs"},
+        {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, aux, M + 8, CUBLAS_STATUS_SUCCESS, "GELU_AUX_BIAS with aux ld = m + 8 runs"},
+        {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, aux, M + 2, CUBLAS_STATUS_INVALID_VALUE, "an aux ld not a multiple of 8 is INVALID_VALUE"},
+        {CUBLASLT_EPILOGUE_GELU_AUX, NULL, aux, M - 8, CUBLAS_STATUS_INVALID_VALUE, "an aux ld below m is INVALID_VALUE"},
+        {CUBLASLT_EPILOGUE_GELU_AUX, NULL, NULL, M, CUBLAS_STATUS_INVALID_VALUE, "GELU_AUX without an aux pointer is INVALID_VALUE"},
+        {CUBLASLT_EPILOGUE_BIAS, NULL, NULL, 0, CUBLAS_STATUS_INVALID_VALUE, "BIAS without a bias pointer is INVALID_VALUE"},
+        {CUBLASLT_EPILOGUE_BIAS, bias + 1, NULL, 0, CUBLAS_STATUS_NOT_SUPPORTED, "a bias not 16-byte aligned is NOT_SUPPORTED"},
+    };
+    for (const auto& c : cases) {
+        cublasLtMatmulDesc_t desc;
+        cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &c.e, sizeof c.e);
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof c.bias);
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux, sizeof c.aux);
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &c.aux_ld, sizeof c.aux_ld);
+        cublasLtMatmulHeuristicResult_t h = {};
+        int found = 0;
+        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref, 1, &h, &found);
+        if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmul(cublaslt_handle, desc, &one, a, la, bm, lb, &zero, d, ld, d, ld, &h.algo, NULL, 0, 0);
+        check(s == c.want, (std::string(FLOATX_NAME " emu cuBLASLt: ") + c.what).c_str(), "status %d", (int)s);
+        cublasLtMatmulDescDestroy(desc);
+    }
+    // a matrix less aligned than the heuristic was told (by default 256 bytes) is NOT_SUPPORTED;
+    // told its alignment, the heuristic gives an algorithm that takes it. A 16 bytes into a
+    // buffer of 2 * (M K + 16) bytes: 16-byte aligned, not 32 (under either EMU_GUARD)
+    floatX* a16 = (floatX*)dev_malloc((M * K + 16) * sizeof(floatX)) + 8;
+    dev_zero(a16, M * K * sizeof(floatX));
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulHeuristicResult_t h = {};
+    int found = 0;
+    cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref, 1, &h, &found);
+    cublasStatus_t s = cublasLtMatmul(cublaslt_handle, desc, &one, a16, la, bm, lb, &zero, d, ld, d, ld, &h.algo, NULL, 0, 0);
+    check(s == CUBLAS_STATUS_NOT_SUPPORTED, FLOATX_NAME " emu cuBLASLt: A 16-byte aligned under the default 256-byte preference is NOT_SUPPORTED", "status %d", (int)s);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align16, sizeof align16);
+    cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref, 1, &h, &found);
+    s = cublasLtMatmul(cublaslt_handle, desc, &one, a16, la, bm, lb, &zero, d, ld, d, ld, &h.algo, NULL, 0, 0);
+    check(s == CUBLAS_STATUS_SUCCESS && found == 1, FLOATX_NAME " emu cuBLASLt: the same A runs once the preference says 16 bytes", "status %d", (int)s);
+    dev_free(a16 - 8);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    dev_free(a), dev_free(bm), dev_free(d), dev_free(aux), dev_free(bias);
+}
+
 // alibi: none, or these 3 heads as global heads 2..4 of 5 (a tensor rank's share of a head
 // count that is not a power of two)
 static void test_attention(Alibi alibi) {
@@ -365,6 +457,7 @@ static void test_cublas_checks(void) {
 int main(void) {
     kernels_init(0);
     test_cublas_checks();
+    test_cublaslt_checks();
     test_encoder(70);
     test_encoder(64);
     test_residual();
@@ -374,6 +467,8 @@ int main(void) {
     test_residual_layernorm(77);
     test_residual_layernorm(264);
     test_matmul();
+    test_matmul_epilogues(48);
+    test_matmul_epilogues(45);
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     test_attention(none);
     test_attention(heads_2_to_4_of_5);
