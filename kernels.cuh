@@ -20,6 +20,10 @@ Conventions every kernel keeps:
   - Reductions are deterministic: a fixed split of the work, independent of the thread
     count, so two runs with the same seed are bit-identical. One exception on the GPU:
     encoder_backward's word-embedding gradient adds with atomics (repeated tokens collide).
+  - Elementwise and row kernels move floatX in 128-bit packs of 8 (x128, load_pack/store_pack)
+    where a pack is whole and 16-byte aligned, one element at a time where not, so they take
+    any size and any pointer. The linear layers' forward runs through cuBLASLt with the bias
+    (and the MLP's GELU) in the GEMM's epilogue; the rest of the GEMMs through cuBLAS.
   - CUDA kernels are plain `__global__ void` functions, launched only through LAUNCH()
     (1-D grids, a fixed block size per op); shared memory and warp shuffles appear only in
     the reduction helpers; every CUDA/cuBLAS call goes through a check; all math is fp32
