@@ -860,8 +860,10 @@ static uint32_t alignment_of(const void* p) {
 //   pre_gelu given: pre_gelu = x + bias, out = GELU(x + bias)   (CUBLASLT_EPILOGUE_GELU_AUX_BIAS; GELU_AUX)
 // cuBLASLt's GELU is the tanh approximation, as ours. The product is laid out as in gemm():
 // out^T [OC, N] = W [OC, C] @ inp^T [C, N]; weight a [C, OC] array taken transposed, inp a
-// [C, N] array, out (and pre_gelu) [OC, N] arrays.
-static void matmul_cublaslt(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
+// [C, N] array, out (and pre_gelu) [OC, N] arrays. False, having done nothing, when the
+// heuristic offers no algorithm (e.g. for matrices only 2-byte aligned): the caller then
+// takes the cuBLAS path.
+static bool matmul_cublaslt(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
                             const floatX* bias, int N, int C, int OC) {
     cublasLtEpilogue_t epilogue = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                                            : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
@@ -896,32 +898,37 @@ static void matmul_cublaslt(floatX* out, floatX* pre_gelu, const floatX* inp, co
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, a, b, d, d, pref, 1, &heuristic, &found));
-    if (found == 0) fail("cuBLASLt has no algorithm for a linear layer's forward (N %d, C %d, OC %d, epilogue %d)", N, C, OC, (int)epilogue);
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, a, b, d, d, pref, 1, &heuristic, &found);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;   // how cuBLASLt says it has no algorithm
+    else cublasCheck(status);
     const float alpha = 1.0f, beta = 0.0f;
-    cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, weight, a, inp, b, &beta, out, d, out, d,
-                               &heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));
+    if (found > 0)
+        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, weight, a, inp, b, &beta, out, d, out, d,
+                                   &heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
     cublasCheck(cublasLtMatrixLayoutDestroy(d));
     cublasCheck(cublasLtMatrixLayoutDestroy(b));
     cublasCheck(cublasLtMatrixLayoutDestroy(a));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
+    return found > 0;
 }
 
 // The bias goes in cuBLASLt's epilogue (no extra pass over out) when the epilogue can read it:
 // 16-byte aligned (see tests/emu/cublasLt.h). Otherwise (an odd-sized tensor before it in the
-// parameter buffer) out starts as the bias rows and the GEMM adds its product (beta = 1).
+// parameter buffer), or if cuBLASLt has no algorithm, cuBLAS: out starts as the bias rows and
+// the GEMM adds its product (beta = 1).
 static void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                            int N, int C, int OC) {
-    if (bias == NULL || (uintptr_t)bias % 16 == 0) {
-        matmul_cublaslt(out, NULL, inp, weight, bias, N, C, OC);
-        return;
+    if ((bias == NULL || (uintptr_t)bias % 16 == 0) && matmul_cublaslt(out, NULL, inp, weight, bias, N, C, OC)) return;
+    float beta = 0.0f;
+    if (bias != NULL) {
+        LAUNCH(fill_rows_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0, out, bias, N, OC);
+        beta = 1.0f;
     }
-    LAUNCH(fill_rows_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0, out, bias, N, OC);
     // out^T [OC, N] = W [OC, C] @ inp^T [C, N]. Column-major, weight is a [C, OC] array
     // (lda = C), so op = T gives W; inp is a [C, N] array (ldb = C), op = N; out is [OC, N]
     // (ldc = OC).
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, 1.0f, out, CUDA_R_FLOATX, OC);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, CUDA_R_FLOATX, OC);
 }
 
 static void matmul_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
@@ -1340,15 +1347,14 @@ static void matmul_gelu_forward_cpu(float* out, float* pre_gelu, const float* in
 
 #ifdef __CUDACC__
 // cuBLASLt takes pre_gelu (its "aux" output) only with a leading dimension that is a multiple
-// of 8 and, we assume, 16-byte aligned, as the bias (see tests/emu/cublasLt.h); otherwise the
-// two steps of the reference. The GELU is applied to the fp32 sum there, to its floatX
+// of 8 and, we assume, 16-byte aligned, as the bias (see tests/emu/cublasLt.h); otherwise (or
+// with no algorithm for it) the two steps of the reference. The GELU is applied to the fp32 sum there, to its floatX
 // rounding here: the same within a rounding.
 static void matmul_gelu_forward(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
                                 const floatX* bias, int N, int C, int OC) {
-    if (OC % 8 == 0 && (uintptr_t)pre_gelu % 16 == 0 && (bias == NULL || (uintptr_t)bias % 16 == 0)) {
-        matmul_cublaslt(out, pre_gelu, inp, weight, bias, N, C, OC);
+    if (OC % 8 == 0 && (uintptr_t)pre_gelu % 16 == 0 && (bias == NULL || (uintptr_t)bias % 16 == 0) &&
+        matmul_cublaslt(out, pre_gelu, inp, weight, bias, N, C, OC))
         return;
-    }
     matmul_forward(pre_gelu, inp, weight, bias, N, C, OC);
     gelu_forward(out, pre_gelu, (size_t)N * OC);
 }
