@@ -718,14 +718,12 @@ static void embedding_forward(GPT* m, MicroBatchActivations* s) {
                           param_of(m, m->lne_w), param_of(m, m->lne_b), N, C);
 }
 
-// Row-parallel linear (Megatron's RowParallelLinear) followed by the residual add:
-// out = x + g(inp @ W^T) + b. The bias is added by tensor rank 0 only, before the sum.
-static void row_parallel_residual_forward(GPT* m, floatX* out, const floatX* inp, int w, int b,
-                                          const floatX* x, int in_local) {
+// Row-parallel linear (Megatron's RowParallelLinear): out = g(inp @ W^T) + b. The bias is
+// added by tensor rank 0 only, before the sum. The residual add that follows is the caller's.
+static void row_parallel_linear_forward(GPT* m, floatX* out, const floatX* inp, int w, int b, int in_local) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
     matmul_forward(out, inp, param_of(m, w), m->tp_rank == 0 ? param_of(m, b) : NULL, N, in_local, C);
     reduce_from_tensor_model_parallel_region(out, (size_t)N * C);   // g
-    residual_forward(out, out, x, (size_t)N * C);
 }
 
 // this rank's heads for the attention kernels: with ALiBi, they are global heads
@@ -735,22 +733,46 @@ static Alibi alibi_of(const GPT* m) {
     return m->cfg.position_embedding_type == POSITION_ALIBI ? heads : none;
 }
 
+// Does block i end with the next block's ln1, fused with its last residual add (res3 + the
+// LayerNorm of it, residual_layernorm_forward)? Only inside a stage, and only when both blocks
+// are recomputed in the same chunk or both not recomputed: a recomputed chunk restarts from
+// its input alone, so its first block computes its own ln1, and its last one must not write
+// into the layer after it, whose activations may share the recomputation scratch. Fused or
+// not, the LayerNorm is the same code on the same floatX residual: the same bits.
+static int fuses_next_ln1(const GPT* m, int i) {
+    if (i < 0 || i + 1 >= m->num_local_layers) return 0;
+    int first, end, next_first, next_end;
+    int chunk = recompute_chunk(m, i, &first, &end), next_chunk = recompute_chunk(m, i + 1, &next_first, &next_end);
+    return chunk == next_chunk && (!chunk || first == next_first);
+}
+
 static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     int B = m->B, T = m->T, N = B * T, C = m->cfg.hidden_size;
     int Cl = m->hidden_local, Fl = m->ffn_local;
     const LayerTensors* t = &m->layer_tensors[i];
     LayerActivations* L = &s->layers[i];
     const floatX* x = layer_input(s, i);
-    // attention: res2 = x + proj(attention(qkv(ln1(x))))
-    layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, param_of(m, t->ln1_w), param_of(m, t->ln1_b), N, C);
+    // attention: res2 = x + proj(attention(qkv(ln1(x)))); ln1 may come from the block before
+    if (!fuses_next_ln1(m, i - 1))
+        layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, param_of(m, t->ln1_w), param_of(m, t->ln1_b), N, C);
     matmul_forward(L->qkv, L->ln1, param_of(m, t->qkv_w), param_of(m, t->qkv_b), N, C, 3 * Cl);   // f, column-parallel
     attention_forward(L->atty, L->att, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local, alibi_of(m));
-    row_parallel_residual_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, x, Cl);
-    // MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
-    layernorm_forward(L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, param_of(m, t->ln2_w), param_of(m, t->ln2_b), N, C);
-    matmul_forward(L->fch, L->ln2, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, Fl);   // f, column-parallel
-    gelu_forward(L->fch_gelu, L->fch, (size_t)N * Fl);
-    row_parallel_residual_forward(m, L->res3, L->fch_gelu, t->fcproj_w, t->fcproj_b, L->res2, Fl);
+    row_parallel_linear_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, Cl);
+    // the residual add and ln2 in one pass: res2 += x, ln2 = LayerNorm(res2)
+    residual_layernorm_forward(L->res2, L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, x,
+                               param_of(m, t->ln2_w), param_of(m, t->ln2_b), N, C);
+    // MLP: res3 = res2 + fcproj(gelu(fc(ln2)))
+    // f, column-parallel; fch = fc(ln2) (kept for the GELU's backward), fch_gelu = gelu(fch)
+    matmul_gelu_forward(L->fch_gelu, L->fch, L->ln2, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, Fl);
+    row_parallel_linear_forward(m, L->res3, L->fch_gelu, t->fcproj_w, t->fcproj_b, Fl);
+    if (fuses_next_ln1(m, i)) {   // res3 += res2, and the next block's ln1 = LayerNorm(res3) in the same pass
+        const LayerTensors* next_t = &m->layer_tensors[i + 1];
+        LayerActivations* next = &s->layers[i + 1];
+        residual_layernorm_forward(L->res3, next->ln1, next->ln1_mean, next->ln1_rstd, L->res3, L->res2,
+                                   param_of(m, next_t->ln1_w), param_of(m, next_t->ln1_b), N, C);
+    } else {
+        residual_forward(L->res3, L->res3, L->res2, (size_t)N * C);
+    }
 }
 
 // final LayerNorm, logits with the tied word embedding, and the vocab-parallel softmax

@@ -20,6 +20,10 @@ Conventions every kernel keeps:
   - Reductions are deterministic: a fixed split of the work, independent of the thread
     count, so two runs with the same seed are bit-identical. One exception on the GPU:
     encoder_backward's word-embedding gradient adds with atomics (repeated tokens collide).
+  - Elementwise and row kernels move floatX in 128-bit packs of 8 (x128, load_pack/store_pack)
+    where a pack is whole and 16-byte aligned, one element at a time where not, so they take
+    any size and any pointer. The linear layers' forward runs through cuBLASLt with the bias
+    (and the MLP's GELU) in the GEMM's epilogue; the rest of the GEMMs through cuBLAS.
   - CUDA kernels are plain `__global__ void` functions, launched only through LAUNCH()
     (1-D grids, a fixed block size per op); shared memory and warp shuffles appear only in
     the reduction helpers; every CUDA/cuBLAS call goes through a check; all math is fp32
@@ -46,6 +50,7 @@ Conventions every kernel keeps:
 #include <cuda_bf16.h>
 #endif
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #endif
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
@@ -92,17 +97,22 @@ static void cublas_check_(cublasStatus_t status, const char* file, int line) {
 // only place that knows whether "device memory" is GPU memory or plain host memory.
 // HOST_DEVICE marks the few functions both the CPU loops and the CUDA kernels call.
 
-// The GPU build's kernels keep one workspace of their own, outside the model: the partial sums
-// of sum_squares (the gradient norm), handed out once by kernels_init. Its size is known to
-// both builds, so that either one can plan the GPU build's memory (train.c's --dry-run-build).
+// The GPU build's kernels keep workspaces of their own, outside the model, handed out once by
+// kernels_init: the partial sums of sum_squares (the gradient norm) and cuBLASLt's workspace.
+// Their size is known to both builds, so that either one can plan the GPU build's memory
+// (train.c's --dry-run-build).
 #define SUM_SQUARES_MAX_BLOCKS 1024  // partial sums of sum_squares, combined in order
-#define GPU_KERNELS_WORKSPACE_BYTES (SUM_SQUARES_MAX_BLOCKS * sizeof(double))
 // The GPU build's column reductions (bias and LayerNorm gradients) cut the rows into chunks
 // by these rules, which both builds know: their workspace, in the model's arena, is planned
 // by either (bias_grad_partials, layernorm_grad_partials)
 #define COLUMN_BLOCK 256            // threads of a column reduction's block, one per column
 #define COLUMN_CHUNK_ROWS 32        // rows of a LayerNorm chunk; the fewest rows of a bias chunk
 #define COLUMN_REDUCE_BLOCKS 1024   // about how many blocks a bias sum launches: several per SM
+#define SUM_SQUARES_PARTIALS_BYTES (SUM_SQUARES_MAX_BLOCKS * sizeof(double))
+// 32 MiB: what cuBLAS itself sets aside on Hopper (llm.c's choice too); some algorithms
+// (split-K) need one, and the heuristic only offers those that fit
+#define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define GPU_KERNELS_WORKSPACE_BYTES (SUM_SQUARES_PARTIALS_BYTES + CUBLASLT_WORKSPACE_BYTES)
 
 #ifndef __CUDACC__
 typedef float floatX;
@@ -237,6 +247,8 @@ static inline BuildTarget this_build(void) {
 #define SUM_SQUARES_BLOCK 256
 
 static cublasHandle_t cublas_handle;
+static cublasLtHandle_t cublaslt_handle;   // the linear layers' forward (epilogues: bias, GELU)
+static void* cublaslt_workspace;           // CUBLASLT_WORKSPACE_BYTES, allocated once
 static double* sum_squares_partials;  // [SUM_SQUARES_MAX_BLOCKS], allocated once
 static size_t kernels_workspace_bytes = 0;   // what kernels_init handed out through dev_malloc
 
@@ -247,10 +259,12 @@ static void kernels_init(int local_device) {
     // opt into TF32 or any reduced-precision accumulation
     cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH));
     cublasCheck(cublasSetStream(cublas_handle, 0));
+    cublasCheck(cublasLtCreate(&cublaslt_handle));
     // through dev_malloc, so that the memory table's check against dev_malloc counts it (build_model
     // adds kernels_workspace_bytes: this is allocated before the model, once per process)
     size_t before = dev_bytes_allocated;
-    sum_squares_partials = (double*)dev_malloc(GPU_KERNELS_WORKSPACE_BYTES);
+    sum_squares_partials = (double*)dev_malloc(SUM_SQUARES_PARTIALS_BYTES);
+    cublaslt_workspace = dev_malloc(CUBLASLT_WORKSPACE_BYTES);
     kernels_workspace_bytes = dev_bytes_allocated - before;
 }
 
@@ -293,6 +307,66 @@ __device__ double block_reduce_sum_double(double val) {
     val = lane < warps ? warp_sums[lane] : 0.0;
     return warp_reduce_sum_double(val);
 }
+
+// ----------------------------------------------------------------------------
+// 128-bit packs (llm.c's "Packed128"): the elementwise kernels move 16 bytes per access
+// A GPU serves a warp's loads in 32-byte sectors; one 2-byte load per thread issues 8x as
+// many load instructions as one 16-byte load per thread for the same bytes. So a thread
+// takes a pack of X128 = 8 consecutive floatX and loads or stores it with one 128-bit access.
+// The GPU requires such an access to be 16-byte aligned (else "misaligned address"); the
+// emulation checks every one (CHECK_ALIGNED_128, tests/emu/cuda_runtime.h). The packs are
+// used only where they are known to be whole and aligned (load_pack/store_pack check both
+// and fall back to element by element, so every kernel still takes any n, any row length C
+// and any pointer: an odd C, a tail of n % 8, a buffer that is not 16-byte aligned).
+
+#define X128 8   // floatX per 128-bit pack
+typedef struct __align__(16) {
+    floatX e[X128];
+} x128;
+static_assert(sizeof(x128) == 16, "a pack is 16 bytes");
+
+#ifndef CHECK_ALIGNED_128
+#define CHECK_ALIGNED_128(p, access)   // nothing on the GPU: the hardware faults by itself
+#endif
+
+// one 128-bit load or store; p must be 16-byte aligned
+__device__ x128 load128(const floatX* p) {
+    CHECK_ALIGNED_128(p, "reads");
+    return *(const x128*)p;
+}
+__device__ void store128(floatX* p, x128 v) {
+    CHECK_ALIGNED_128(p, "writes");
+    *(x128*)p = v;
+}
+
+__device__ x128 zero_pack(void) {
+    x128 v;
+    for (int k = 0; k < X128; k++) v.e[k] = to_floatX(0.0f);
+    return v;
+}
+
+__device__ bool aligned_128(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
+// elements p[0 .. count) into a pack (count <= X128; the rest of the pack is 0): one 128-bit
+// load when the pack is whole and aligned, else one element at a time
+__device__ x128 load_pack(const floatX* p, int count) {
+    if (count == X128 && aligned_128(p)) return load128(p);
+    x128 v = zero_pack();
+    for (int k = 0; k < count && k < X128; k++) v.e[k] = p[k];
+    return v;
+}
+
+// the first `count` elements of v to p[0 .. count)
+__device__ void store_pack(floatX* p, x128 v, int count) {
+    if (count == X128 && aligned_128(p)) {
+        store128(p, v);
+        return;
+    }
+    for (int k = 0; k < count && k < X128; k++) p[k] = v.e[k];
+}
+
+// how many of the X128 elements from i on are below n
+__device__ int pack_count(size_t i, size_t n) { return n - i < (size_t)X128 ? (int)(n - i) : X128; }
 #endif
 
 // ============================================================================
@@ -348,15 +422,22 @@ static void encoder_backward_cpu(float* dwte, float* dwpe, const float* dout, co
 }
 
 #ifdef __CUDACC__
+// one warp per row n (see the warp-per-row kernels below), its lanes taking packs of the row:
+// the token and the position are looked up once per row, not per element
 __global__ void encoder_forward_kernel(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
                                        int N, int T, int C, int vocab_start, int vocab_local) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * C) return;
-    int n = (int)(idx / C), c = (int)(idx % C);
+    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
     int local = tokens[n] - vocab_start;
-    float val = (local >= 0 && local < vocab_local) ? floatX_to_float(wte[(size_t)local * C + c]) : 0.0f;
-    if (wpe != NULL) val += floatX_to_float(wpe[(size_t)(n % T) * C + c]);
-    out[idx] = to_floatX(val);
+    const floatX* w = local >= 0 && local < vocab_local ? wte + (size_t)local * C : NULL;
+    const floatX* p = wpe != NULL ? wpe + (size_t)(n % T) * C : NULL;
+    floatX* o = out + (size_t)n * C;
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        int count = C - c < X128 ? C - c : X128;
+        x128 pw = w ? load_pack(w + c, count) : zero_pack(), pp = p ? load_pack(p + c, count) : zero_pack(), po;
+        for (int k = 0; k < X128; k++) po.e[k] = to_floatX(floatX_to_float(pw.e[k]) + floatX_to_float(pp.e[k]));
+        store_pack(o + c, po, count);
+    }
 }
 
 // one thread per element of dout; tokens repeat, so rows of dwte are added with atomics
@@ -381,7 +462,7 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int
 
 static void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
                             int N, int T, int C, int vocab_start, int vocab_local) {
-    LAUNCH(encoder_forward_kernel, CEIL_DIV((size_t)N * C, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+    LAUNCH(encoder_forward_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0,
            out, tokens, wte, wpe, N, T, C, vocab_start, vocab_local);
 }
 
@@ -409,13 +490,18 @@ static void residual_forward_cpu(float* out, const float* a, const float* b, siz
 }
 
 #ifdef __CUDACC__
+// one thread per pack of X128 elements (the last one may be short)
 __global__ void residual_forward_kernel(floatX* out, const floatX* a, const floatX* b, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = to_floatX(floatX_to_float(a[i]) + floatX_to_float(b[i]));
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
+    if (i >= n) return;
+    int count = pack_count(i, n);
+    x128 pa = load_pack(a + i, count), pb = load_pack(b + i, count), po;
+    for (int k = 0; k < X128; k++) po.e[k] = to_floatX(floatX_to_float(pa.e[k]) + floatX_to_float(pb.e[k]));
+    store_pack(out + i, po, count);
 }
 
 static void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n) {
-    LAUNCH(residual_forward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, a, b, n);
+    LAUNCH(residual_forward_kernel, CEIL_DIV(CEIL_DIV(n, X128), ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, a, b, n);
 }
 #else
 #define residual_forward residual_forward_cpu
@@ -535,35 +621,80 @@ static void layernorm_backward_cpu(float* dinp, float* dweight, float* dbias, co
     }
 }
 
+// residual = a + b, then out = LayerNorm(residual) with its mean and rstd: the residual add
+// and the LayerNorm that follows it, which the GPU build does in one pass over the rows
+static void residual_layernorm_forward_cpu(float* residual, float* out, float* mean, float* rstd,
+                                           const float* a, const float* b, const float* weight,
+                                           const float* bias, int N, int C) {
+    residual_forward_cpu(residual, a, b, (size_t)N * C);
+    layernorm_forward_cpu(out, mean, rstd, residual, weight, bias, N, C);
+}
+
 #ifdef __CUDACC__
 // LayerNorm: the forward one warp per row; the backward one block per chunk of rows
 
 // In the warp-per-row kernels, warp w of block b owns row b * ROWS_PER_BLOCK + w and its
 // lanes stride along the row. A warp past the last row leaves as a whole, so the shuffles
 // of the other warps still see all 32 lanes.
+// LayerNorm of the row x[0 .. C) into o[0 .. C), by the 32 lanes of one warp, lane l taking
+// the packs that start at 8l, 8l + 256, ...; writes the row's mean and rstd (lane 0).
+__device__ void layernorm_row(floatX* o, float* mean, float* rstd, const floatX* x, const floatX* weight,
+                              const floatX* bias, int C, int lane) {
+    float sum = 0.0f;
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        x128 px = load_pack(x + c, C - c < X128 ? C - c : X128);   // the missing elements are 0
+        for (int k = 0; k < X128; k++) sum += floatX_to_float(px.e[k]);
+    }
+    float m = warp_reduce_sum(sum) / C;
+    float var = 0.0f;  // two passes: the variance of (x - m), as the reference
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        int count = C - c < X128 ? C - c : X128;
+        x128 px = load_pack(x + c, count);
+        for (int k = 0; k < count; k++) {
+            float d = floatX_to_float(px.e[k]) - m;
+            var += d * d;
+        }
+    }
+    float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + LAYERNORM_EPS);
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        int count = C - c < X128 ? C - c : X128;
+        x128 px = load_pack(x + c, count), pw = load_pack(weight + c, count), pb = load_pack(bias + c, count), po;
+        for (int k = 0; k < X128; k++) {
+            float xhat = (floatX_to_float(px.e[k]) - m) * s;
+            po.e[k] = to_floatX(xhat * floatX_to_float(pw.e[k]) + floatX_to_float(pb.e[k]));
+        }
+        store_pack(o + c, po, count);
+    }
+    if (lane == 0) {
+        *mean = m;
+        *rstd = s;
+    }
+}
+
 __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
                                          const floatX* weight, const floatX* bias, int N, int C) {
     int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (n >= N) return;
-    const floatX* x = inp + (size_t)n * C;
-    float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += floatX_to_float(x[c]);
-    float m = warp_reduce_sum(sum) / C;
-    float var = 0.0f;  // two passes: the variance of (x - m), as the reference
-    for (int c = lane; c < C; c += 32) {
-        float d = floatX_to_float(x[c]) - m;
-        var += d * d;
+    layernorm_row(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, weight, bias, C, lane);
+}
+
+// residual = a + b, then out = LayerNorm(residual): one warp per row. The lane that writes a
+// pack of the residual row (rounded to floatX, as residual_forward stores it) is the lane
+// that reads it back in layernorm_row, so no barrier is needed; residual may be a or b.
+// Saves residual_forward's second pass over the residual stream (one read of N * C).
+__global__ void residual_layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd,
+                                                  const floatX* a, const floatX* b, const floatX* weight,
+                                                  const floatX* bias, int N, int C) {
+    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    size_t row = (size_t)n * C;
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        int count = C - c < X128 ? C - c : X128;
+        x128 pa = load_pack(a + row + c, count), pb = load_pack(b + row + c, count), pr;
+        for (int k = 0; k < X128; k++) pr.e[k] = to_floatX(floatX_to_float(pa.e[k]) + floatX_to_float(pb.e[k]));
+        store_pack(residual + row + c, pr, count);
     }
-    float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + LAYERNORM_EPS);
-    floatX* o = out + (size_t)n * C;
-    for (int c = lane; c < C; c += 32) {
-        float xhat = (floatX_to_float(x[c]) - m) * s;
-        o[c] = to_floatX(xhat * floatX_to_float(weight[c]) + floatX_to_float(bias[c]));
-    }
-    if (lane == 0) {
-        mean[n] = m;
-        rstd[n] = s;
-    }
+    layernorm_row(out + row, mean + n, rstd + n, residual + row, weight, bias, C, lane);
 }
 
 // Block k takes the chunk of rows [32k, 32k + 32) (COLUMN_CHUNK_ROWS) in two steps:
@@ -621,6 +752,13 @@ static void layernorm_forward(floatX* out, float* mean, float* rstd, const float
            out, mean, rstd, inp, weight, bias, N, C);
 }
 
+static void residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd,
+                                       const floatX* a, const floatX* b, const floatX* weight,
+                                       const floatX* bias, int N, int C) {
+    LAUNCH(residual_layernorm_forward_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0,
+           residual, out, mean, rstd, a, b, weight, bias, N, C);
+}
+
 // partials: layernorm_grad_partials(N, C) floats of workspace
 static void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* partials, const floatX* dout,
                                const floatX* inp, const floatX* weight, const float* mean,
@@ -632,6 +770,7 @@ static void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float
 #else
 #define layernorm_forward layernorm_forward_cpu
 #define layernorm_backward(dinp, dweight, dbias, partials, ...) layernorm_backward_cpu(dinp, dweight, dbias, __VA_ARGS__)
+#define residual_layernorm_forward residual_layernorm_forward_cpu
 #endif
 
 // ----------------------------------------------------------------------------
@@ -729,10 +868,12 @@ static void matmul_backward_cpu(float* dinp, float* dweight, float* dbias, const
 // transposes: out^T = W inp^T, and so on. (transa, transb, m, n, k) describe
 // C[m, n] = op(A)[m, k] @ op(B)[k, n] in that column-major view.
 
-// out[n, :] = bias, for the forward GEMM to add its product onto (beta = 1)
+// out[n, :] = bias, for the forward GEMM to add its product onto (beta = 1): only for a bias
+// that cuBLASLt's epilogue cannot take (see matmul_forward). One warp per row.
 __global__ void fill_rows_kernel(floatX* out, const floatX* bias, int N, int OC) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx < (size_t)N * OC) out[idx] = bias[idx % OC];
+    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    for (int o = lane; o < OC; o += 32) out[(size_t)n * OC + o] = bias[o];
 }
 
 // bias gradient, first step: block b sums chunk k = b / tiles of the rows, columns
@@ -774,12 +915,83 @@ static void gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int 
                              CUBLAS_GEMM_DEFAULT));
 }
 
+// the largest power of two, up to 256, that divides p's address: cuBLASLt's heuristic assumes
+// 256-byte aligned matrices unless told less (the tensors in the flat parameter buffer are not)
+static uint32_t alignment_of(const void* p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a != 0) a /= 2;
+    return a;
+}
+
+// out = inp @ weight^T through cuBLASLt, the rest done by the GEMM's epilogue on the fp32
+// result before it is rounded to floatX:
+//   pre_gelu NULL:  out = x + bias                       (CUBLASLT_EPILOGUE_BIAS; DEFAULT without a bias)
+//   pre_gelu given: pre_gelu = x + bias, out = GELU(x + bias)   (CUBLASLT_EPILOGUE_GELU_AUX_BIAS; GELU_AUX)
+// cuBLASLt's GELU is the tanh approximation, as ours. The product is laid out as in gemm():
+// out^T [OC, N] = W [OC, C] @ inp^T [C, N]; weight a [C, OC] array taken transposed, inp a
+// [C, N] array, out (and pre_gelu) [OC, N] arrays. False, having done nothing, when the
+// heuristic offers no algorithm (e.g. for matrices only 2-byte aligned): the caller then
+// takes the cuBLAS path.
+static bool matmul_cublaslt(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
+                            const floatX* bias, int N, int C, int OC) {
+    cublasLtEpilogue_t epilogue = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                           : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+    cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (bias != NULL) {
+        cudaDataType_t bias_type = CUDA_R_FLOATX;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
+    if (pre_gelu != NULL) {
+        int64_t aux_ld = OC;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_gelu, sizeof pre_gelu));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+    }
+    cublasLtMatrixLayout_t a, b, d;   // the arrays as stored: type, rows, columns, ld
+    cublasCheck(cublasLtMatrixLayoutCreate(&a, CUDA_R_FLOATX, C, OC, C));
+    cublasCheck(cublasLtMatrixLayoutCreate(&b, CUDA_R_FLOATX, C, N, C));
+    cublasCheck(cublasLtMatrixLayoutCreate(&d, CUDA_R_FLOATX, OC, N, OC));
+    cublasLtMatmulPreference_t pref;
+    uint64_t workspace = CUBLASLT_WORKSPACE_BYTES;
+    uint32_t align_a = alignment_of(weight), align_b = alignment_of(inp), align_d = alignment_of(out);
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, a, b, d, d, pref, 1, &heuristic, &found);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;   // how cuBLASLt says it has no algorithm
+    else cublasCheck(status);
+    const float alpha = 1.0f, beta = 0.0f;
+    if (found > 0)
+        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, weight, a, inp, b, &beta, out, d, out, d,
+                                   &heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(d));
+    cublasCheck(cublasLtMatrixLayoutDestroy(b));
+    cublasCheck(cublasLtMatrixLayoutDestroy(a));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    return found > 0;
+}
+
+// The bias goes in cuBLASLt's epilogue (no extra pass over out) when the epilogue can read it:
+// 16-byte aligned (see tests/emu/cublasLt.h). Otherwise (an odd-sized tensor before it in the
+// parameter buffer), or if cuBLASLt has no algorithm, cuBLAS: out starts as the bias rows and
+// the GEMM adds its product (beta = 1).
 static void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                            int N, int C, int OC) {
+    if ((bias == NULL || (uintptr_t)bias % 16 == 0) && matmul_cublaslt(out, NULL, inp, weight, bias, N, C, OC)) return;
     float beta = 0.0f;
     if (bias != NULL) {
-        LAUNCH(fill_rows_kernel, CEIL_DIV((size_t)N * OC, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
-               out, bias, N, OC);
+        LAUNCH(fill_rows_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0, out, bias, N, OC);
         beta = 1.0f;
     }
     // out^T [OC, N] = W [OC, C] @ inp^T [C, N]. Column-major, weight is a [C, OC] array
@@ -1149,34 +1361,73 @@ static void gelu_backward_cpu(float* dinp, const float* inp, const float* dout, 
 }
 
 #ifdef __CUDACC__
+// one thread per pack of X128 elements (the last one may be short)
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
     if (i >= n) return;
-    float x = floatX_to_float(inp[i]);
-    out[i] = to_floatX(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
+    int count = pack_count(i, n);
+    x128 px = load_pack(inp + i, count), po;
+    for (int k = 0; k < X128; k++) {
+        float x = floatX_to_float(px.e[k]);
+        po.e[k] = to_floatX(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
+    }
+    store_pack(out + i, po, count);
 }
 
-// dinp may be dout: each thread reads its element of dout before writing dinp's
+// dinp may be dout: each thread reads its pack of dout before writing dinp's
 __global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
     if (i >= n) return;
-    float x = floatX_to_float(inp[i]);
-    float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
-    float sech2 = 1.0f - th * th;
-    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = to_floatX(grad * floatX_to_float(dout[i]));
+    int count = pack_count(i, n);
+    x128 px = load_pack(inp + i, count), pd = load_pack(dout + i, count), po;
+    for (int k = 0; k < X128; k++) {
+        float x = floatX_to_float(px.e[k]);
+        float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        po.e[k] = to_floatX(grad * floatX_to_float(pd.e[k]));
+    }
+    store_pack(dinp + i, po, count);
 }
 
 static void gelu_forward(floatX* out, const floatX* inp, size_t n) {
-    LAUNCH(gelu_forward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, inp, n);
+    LAUNCH(gelu_forward_kernel, CEIL_DIV(CEIL_DIV(n, X128), ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, inp, n);
 }
 
 static void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
-    LAUNCH(gelu_backward_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dinp, inp, dout, n);
+    LAUNCH(gelu_backward_kernel, CEIL_DIV(CEIL_DIV(n, X128), ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dinp, inp, dout, n);
 }
 #else
 #define gelu_forward gelu_forward_cpu
 #define gelu_backward gelu_backward_cpu
+#endif
+
+// ----------------------------------------------------------------------------
+// the MLP's first linear layer and its GELU: pre_gelu = inp @ weight^T + bias (kept for the
+// backward), out = GELU(pre_gelu). On the GPU one cuBLASLt call writes both (the GELU in the
+// GEMM's epilogue) instead of a GEMM, then a GELU kernel reading pre_gelu back.
+
+static void matmul_gelu_forward_cpu(float* out, float* pre_gelu, const float* inp, const float* weight,
+                                    const float* bias, int N, int C, int OC) {
+    matmul_forward_cpu(pre_gelu, inp, weight, bias, N, C, OC);
+    gelu_forward_cpu(out, pre_gelu, (size_t)N * OC);
+}
+
+#ifdef __CUDACC__
+// cuBLASLt takes pre_gelu (its "aux" output) only with a leading dimension that is a multiple
+// of 8 and, we assume, 16-byte aligned, as the bias (see tests/emu/cublasLt.h); otherwise (or
+// with no algorithm for it) the two steps of the reference. The GELU is applied to the fp32 sum there, to its floatX
+// rounding here: the same within a rounding.
+static void matmul_gelu_forward(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
+                                const floatX* bias, int N, int C, int OC) {
+    if (OC % 8 == 0 && (uintptr_t)pre_gelu % 16 == 0 && (bias == NULL || (uintptr_t)bias % 16 == 0) &&
+        matmul_cublaslt(out, pre_gelu, inp, weight, bias, N, C, OC))
+        return;
+    matmul_forward(pre_gelu, inp, weight, bias, N, C, OC);
+    gelu_forward(out, pre_gelu, (size_t)N * OC);
+}
+#else
+#define matmul_gelu_forward matmul_gelu_forward_cpu
 #endif
 
 // ----------------------------------------------------------------------------

@@ -110,6 +110,7 @@ static void bench_matmul_backward(float* dinp, float* dweight, float* dbias, con
 static double attention_flops;   // forward, per call
 
 #undef matmul_forward
+#undef matmul_gelu_forward
 #undef matmul_backward
 #undef attention_forward
 #undef attention_backward
@@ -118,6 +119,7 @@ static double attention_flops;   // forward, per call
 #undef residual_forward
 #undef layernorm_forward
 #undef layernorm_backward
+#undef residual_layernorm_forward
 #undef gelu_forward
 #undef gelu_backward
 #undef crossentropy_online_stats
@@ -127,6 +129,12 @@ static double attention_flops;   // forward, per call
 #undef adamw_update_ranges
 #undef sum_squares_ranges
 #define matmul_forward bench_matmul_forward
+// the fc layer and its GELU, timed as the two calls they are on the CPU build
+#define matmul_gelu_forward(out, pre_gelu, inp, weight, bias, N, C, OC) \
+    do {                                                                \
+        bench_matmul_forward(pre_gelu, inp, weight, bias, N, C, OC);    \
+        gelu_forward(out, pre_gelu, (size_t)(N) * (OC));                \
+    } while (0)
 #define matmul_backward(dinp, dweight, dbias, partials, ...) bench_matmul_backward(dinp, dweight, dbias, __VA_ARGS__)
 #define attention_forward(out, att, scratch, ...) \
     TIMED("attention_forward", attention_flops, attention_forward_cpu(out, att, __VA_ARGS__))
@@ -137,6 +145,7 @@ static double attention_flops;   // forward, per call
 #define layernorm_forward(...) TIMED("layernorm_forward", 0.0, layernorm_forward_cpu(__VA_ARGS__))
 #define layernorm_backward(dinp, dweight, dbias, partials, ...) \
     TIMED("layernorm_backward", 0.0, layernorm_backward_cpu(dinp, dweight, dbias, __VA_ARGS__))
+#define residual_layernorm_forward(...) TIMED("residual_layernorm_forward", 0.0, residual_layernorm_forward_cpu(__VA_ARGS__))
 #define gelu_forward(...) TIMED("gelu_forward", 0.0, gelu_forward_cpu(__VA_ARGS__))
 #define gelu_backward(...) TIMED("gelu_backward", 0.0, gelu_backward_cpu(__VA_ARGS__))
 #define crossentropy_online_stats(...) TIMED("crossentropy_online_stats", 0.0, crossentropy_online_stats_cpu(__VA_ARGS__))

@@ -40,6 +40,16 @@ __global__ void scatter_back_kernel(float* out, const float* in, int n) {  // wr
     if (i < n) out[i - 1] = in[i];
 }
 __global__ void write_null_kernel(float* out) { out[threadIdx.x] = 1.0f; }  // not a guard page
+// 128-bit copies of packs (kernels.cuh's load128/store128), one pack per thread, starting
+// `offset` elements into the buffers: the packs are misaligned unless offset % X128 == 0
+__global__ void copy_packs_kernel(floatX* out, const floatX* in, int offset, int packs) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < packs) store128(out + offset + i * X128, load128(in + offset + i * X128));
+}
+__global__ void store_packs_kernel(floatX* out, int offset, int packs) {   // misaligned stores only
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < packs) store128(out + offset + i * X128, zero_pack());
+}
 
 // ----------------------------------------------------------------------------
 // running a case in a child process
@@ -133,6 +143,19 @@ static void write_null_case(int n) {
     LAUNCH(write_null_kernel, 1, GUARD_BLOCK, 0, (float*)NULL);
 }
 
+// packs of 8 floatX, `offset` elements into page-aligned buffers (EMU_GUARD=start)
+static void copy_packs_case(int offset) {
+    const int packs = 100;
+    floatX *in = (floatX*)dev_malloc((packs + 1) * X128 * sizeof(floatX)), *out = (floatX*)dev_malloc((packs + 1) * X128 * sizeof(floatX));
+    dev_zero(in, (packs + 1) * X128 * sizeof(floatX));
+    LAUNCH(copy_packs_kernel, CEIL_DIV(packs, GUARD_BLOCK), GUARD_BLOCK, 0, out, in, offset, packs);
+}
+static void store_packs_case(int offset) {
+    const int packs = 100;
+    floatX* out = (floatX*)dev_malloc((packs + 1) * X128 * sizeof(floatX));
+    LAUNCH(store_packs_kernel, CEIL_DIV(packs, GUARD_BLOCK), GUARD_BLOCK, 0, out, offset, packs);
+}
+
 // ----------------------------------------------------------------------------
 
 static void test_in_bounds(void) {
@@ -179,10 +202,33 @@ static void test_other_faults(void) {
           "emu guard: a NULL write in a kernel still dies of SIGSEGV, the kernel named", "status %#x, stderr: %s", r.status, first_line(r));
 }
 
+// a 128-bit load or store at an address that is not 16-byte aligned stops the kernel with one
+// line naming it (the GPU's "misaligned address"); aligned ones run clean
+static void test_misaligned(void) {
+    ChildResult r = run_in_child(copy_packs_case, 0, "start");
+    check(child_succeeded(r), "emu alignment: aligned 128-bit loads and stores run clean", "status %#x: %s", r.status, first_line(r));
+    struct { Case one_case; int offset; const char *kernel, *access, *where; } cases[] = {
+        {copy_packs_case, 1, "copy_packs_kernel", "reads 16 bytes at misaligned address", "(2 bytes past a 16-byte boundary"},
+        {copy_packs_case, 4, "copy_packs_kernel", "reads 16 bytes at misaligned address", "(8 bytes past a 16-byte boundary"},
+        {store_packs_case, 3, "store_packs_kernel", "writes 16 bytes at misaligned address", "(6 bytes past a 16-byte boundary"},
+    };
+    for (const auto& c : cases) {
+        r = run_in_child(c.one_case, c.offset, "start");
+        char label[200], want_kernel[96];
+        snprintf(label, sizeof label, "emu alignment: %s %d elements off a 16-byte boundary is caught", c.kernel, c.offset);
+        snprintf(want_kernel, sizeof want_kernel, "emu error: kernel %s (block ", c.kernel);
+        bool named = strstr(r.err, want_kernel) && strstr(r.err, c.access) && strstr(r.err, c.where) &&
+                     strstr(r.err, "-byte device allocation at ");
+        check(!child_succeeded(r) && named, label, "status %#x, stderr: %s", r.status, first_line(r));
+        printf("    %s\n", first_line(r));
+    }
+}
+
 int main(void) {
     kernels_init(0);
     test_in_bounds();
     test_caught();
     test_other_faults();
+    test_misaligned();
     return tests_summary();
 }

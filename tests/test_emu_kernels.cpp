@@ -103,8 +103,10 @@ static void compare(const char* name, const Vec& got, const Vec& want, double to
 
 // ----------------------------------------------------------------------------
 
-static void test_encoder(void) {
-    const int B = 2, T = 37, C = 70, N = B * T, vocab_start = 20, vocab_local = 50;
+// C = 70: rows that are not whole 128-bit packs (load_pack's element-by-element path);
+// C = 64: whole, aligned packs
+static void test_encoder(int C) {
+    const int B = 2, T = 37, N = B * T, vocab_start = 20, vocab_local = 50;
     std::vector<int> tokens(N);
     for (auto& t : tokens) t = (int)(urand() * 90);  // some fall outside [20, 70)
     tokens[3] = tokens[7] = tokens[40] = 25;          // repeats: atomics in the wte gradient
@@ -115,8 +117,10 @@ static void test_encoder(void) {
         Vec want(N * C);
         encoder_forward_cpu(want.data(), tokens.data(), wte.data(), with_wpe ? wpe.data() : NULL, N, T, C, vocab_start, vocab_local);
         encoder_forward(d_out, d_tokens, d_wte, with_wpe ? d_wpe : NULL, N, T, C, vocab_start, vocab_local);
-        compare(with_wpe ? "encoder_forward" : "encoder_forward (no wpe)", from_dev_x(d_out, N * C), want, X_OUT);
+        std::string name = std::string(with_wpe ? "encoder_forward" : "encoder_forward (no wpe)") + " C=" + std::to_string(C);
+        compare(name.c_str(), from_dev_x(d_out, N * C), want, X_OUT);
     }
+    if (C != 70) return;   // the backward is not packed: once is enough
     Vec dout = random_vec(N * C, 1, true);
     floatX* d_dout = to_dev_x(dout);
     for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
@@ -129,18 +133,55 @@ static void test_encoder(void) {
     }
 }
 
-static void test_residual(void) {
-    const size_t n = 1001;
-    Vec a = random_vec(n, 1, true), b = random_vec(n, 1, true), want(n);
-    residual_forward_cpu(want.data(), a.data(), b.data(), n);
-    floatX *d_a = to_dev_x(a), *d_b = to_dev_x(b);
-    residual_forward(d_a, d_a, d_b, n);  // in place, as the model calls it
-    compare("residual_forward (in place)", from_dev_x(d_a, n), want, X_OUT);
+// The packed elementwise kernels on: n = 1000, whole packs (the allocations are 16-byte
+// aligned under either EMU_GUARD); n = 1001, a tail of one element (and, with allocations
+// ending at a guard page, buffers that are only 2-byte aligned: element by element); and a
+// buffer one element past an aligned address, whose packs are all misaligned.
+static const size_t packed_sizes[3] = {1000, 1001, 1000};
+static floatX* offset_copy(const Vec& h, int offset) {   // on the device, `offset` elements in
+    floatX* d = (floatX*)dev_malloc((h.size() + offset) * sizeof(floatX)) + offset;
+    floats_to_dev_floatX(d, h.data(), h.size());
+    return d;
 }
 
 // the same floats, bit for bit
 static bool same_bits(const Vec& a, const Vec& b) {
     return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+static void test_residual(void) {
+    for (int k = 0; k < 3; k++) {
+        size_t n = packed_sizes[k];
+        int offset = k == 2;
+        Vec a = random_vec(n, 1, true), b = random_vec(n, 1, true), want(n);
+        residual_forward_cpu(want.data(), a.data(), b.data(), n);
+        floatX *d_a = offset_copy(a, offset), *d_b = to_dev_x(b);
+        residual_forward(d_a, d_a, d_b, n);  // in place, as the model calls it
+        compare(offset ? "residual_forward (in place, misaligned)" : "residual_forward (in place)", from_dev_x(d_a, n), want, X_OUT);
+    }
+}
+
+// residual = a + b and out = LayerNorm(residual) in one kernel, against the two references;
+// in place (residual == a), as the model calls it
+static void test_residual_layernorm(int C) {
+    const int N = 74;
+    Vec a = random_vec(N * C, 2, true), b = random_vec(N * C, 1, true), w = random_vec(C, 1, true), bias = random_vec(C, 1, true);
+    for (auto& v : a) v = floatX_round(v + 0.5f);  // a mean away from 0
+    Vec res(N * C), out(N * C), mean(N), rstd(N);
+    residual_layernorm_forward_cpu(res.data(), out.data(), mean.data(), rstd.data(), a.data(), b.data(), w.data(), bias.data(), N, C);
+    // the reference normalizes fp32 sums; the kernel its floatX residual: give the reference that
+    Vec res_x(N * C);
+    for (size_t i = 0; i < res.size(); i++) res_x[i] = floatX_round(res[i]);
+    layernorm_forward_cpu(out.data(), mean.data(), rstd.data(), res_x.data(), w.data(), bias.data(), N, C);
+    floatX *d_a = to_dev_x(a), *d_b = to_dev_x(b), *d_w = to_dev_x(w), *d_bias = to_dev_x(bias);
+    floatX* d_out = (floatX*)dev_malloc(N * C * sizeof(floatX));
+    float *d_mean = (float*)dev_malloc(N * sizeof(float)), *d_rstd = (float*)dev_malloc(N * sizeof(float));
+    residual_layernorm_forward(d_a, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C);
+    std::string c = " C=" + std::to_string(C);
+    compare(("residual_layernorm_forward residual" + c).c_str(), from_dev_x(d_a, N * C), res, X_OUT);
+    compare(("residual_layernorm_forward out" + c).c_str(), from_dev_x(d_out, N * C), out, X_OUT);
+    compare(("residual_layernorm_forward mean" + c).c_str(), from_dev_f(d_mean, N), mean, FP32_OUT);
+    compare(("residual_layernorm_forward rstd" + c).c_str(), from_dev_f(d_rstd, N), rstd, FP32_OUT);
 }
 
 static void test_layernorm_shape(int N, int C) {
@@ -180,8 +221,10 @@ static void test_layernorm_shape(int N, int C) {
 }
 
 // rows not a multiple of the 32-row chunks (and fewer than one), rows longer than a block
+// (and than 32 packs: C = 300, half its rows not 16-byte aligned), odd (C = 77), whole
+// aligned packs (C = 264)
 static void test_layernorm(void) {
-    const int shapes[5][2] = {{74, 300}, {1, 1}, {33, 7}, {97, 1100}, {32, 64}};
+    const int shapes[7][2] = {{74, 300}, {1, 1}, {33, 7}, {97, 1100}, {32, 64}, {74, 77}, {74, 264}};
     for (auto& s : shapes) test_layernorm_shape(s[0], s[1]);
 }
 
@@ -245,6 +288,101 @@ static void test_matmul(void) {
     }
 }
 
+// The forward through cuBLASLt's epilogues against the references: matmul_forward_reference
+// with the bias, and gelu_forward_cpu of that. OC = 48: the epilogues (GELU_AUX_BIAS takes an
+// aux ld that is a multiple of 8); OC = 45: matmul_gelu_forward's two-step fallback (and under
+// EMU_GUARD=end the bias, 90 bytes, is only 2-byte aligned: matmul_forward's fill_rows path).
+// C = 71: odd rows for the GEMM's inputs.
+static void test_matmul_epilogues(int OC) {
+    const int N = 74, C = 71;
+    Vec x = random_vec(N * C, 1, true), w = random_vec(OC * C, 1, true), b = random_vec(OC, 1, true);
+    floatX *d_x = to_dev_x(x), *d_w = to_dev_x(w), *d_b = to_dev_x(b);
+    floatX *d_out = (floatX*)dev_malloc(N * OC * sizeof(floatX)), *d_pre = (floatX*)dev_malloc(N * OC * sizeof(floatX));
+    std::string oc = " OC=" + std::to_string(OC);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        Vec pre(N * OC), out(N * OC);
+        matmul_forward_reference(pre.data(), x.data(), w.data(), with_bias ? b.data() : NULL, N, C, OC);
+        gelu_forward_cpu(out.data(), pre.data(), pre.size());
+        std::string with = (with_bias ? " (bias)" : " (no bias)") + oc;
+        matmul_forward(d_out, d_x, d_w, with_bias ? d_b : NULL, N, C, OC);
+        compare(("matmul_forward" + with).c_str(), from_dev_x(d_out, N * OC), pre, X_OUT);
+        matmul_gelu_forward(d_out, d_pre, d_x, d_w, with_bias ? d_b : NULL, N, C, OC);
+        compare(("matmul_gelu_forward pre_gelu" + with).c_str(), from_dev_x(d_pre, N * OC), pre, X_OUT);
+        compare(("matmul_gelu_forward out" + with).c_str(), from_dev_x(d_out, N * OC), out, X_OUT);
+    }
+}
+
+// the cuBLASLt emulation rejects what cuBLASLt rejects (and what we assume it does not take:
+// so these run under the emulation only, not in make test-gpu)
+static void test_cublaslt_checks(void) {
+#ifdef EMU_MAX_BLOCK
+    const int M = 16, K = 8, NN = 4;   // D [16, 4] = A [16, 8] @ B [8, 4]
+    floatX *a = (floatX*)dev_malloc(M * K * sizeof(floatX)), *bm = (floatX*)dev_malloc(K * NN * sizeof(floatX));
+    floatX *d = (floatX*)dev_malloc(M * NN * sizeof(floatX)), *aux = (floatX*)dev_malloc((M + 8) * NN * sizeof(floatX));
+    floatX* bias = (floatX*)dev_malloc(2 * M * sizeof(floatX));   // 64 bytes: 64-byte aligned at least
+    dev_zero(a, M * K * sizeof(floatX));
+    dev_zero(bm, K * NN * sizeof(floatX));
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_FLOATX, M, K, M);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_FLOATX, K, NN, K);
+    cublasLtMatrixLayoutCreate(&ld, CUDA_R_FLOATX, M, NN, M);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    uint32_t align16 = 16;   // B, C and D are 64 to 128 bytes: as aligned as that under EMU_GUARD=end
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align16, sizeof align16);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align16, sizeof align16);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align16, sizeof align16);
+    const float one = 1.0f, zero = 0.0f;
+    // epilogue, bias, aux, aux ld -> the status cublasLtMatmul answers
+    struct { cublasLtEpilogue_t e; const floatX* bias; floatX* aux; int64_t aux_ld; cublasStatus_t want; const char* what; } cases[] = {
+        {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, aux, M, CUBLAS_STATUS_SUCCESS, "GELU_AUX_BIAS with aux ld = m runs"},
+        {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, aux, M + 8, CUBLAS_STATUS_SUCCESS, "GELU_AUX_BIAS with aux ld = m + 8 runs"},
+        {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, aux, M + 2, CUBLAS_STATUS_INVALID_VALUE, "an aux ld not a multiple of 8 is INVALID_VALUE"},
+        {CUBLASLT_EPILOGUE_GELU_AUX, NULL, aux, M - 8, CUBLAS_STATUS_INVALID_VALUE, "an aux ld below m is INVALID_VALUE"},
+        {CUBLASLT_EPILOGUE_GELU_AUX, NULL, NULL, M, CUBLAS_STATUS_INVALID_VALUE, "GELU_AUX without an aux pointer is INVALID_VALUE"},
+        {CUBLASLT_EPILOGUE_BIAS, NULL, NULL, 0, CUBLAS_STATUS_INVALID_VALUE, "BIAS without a bias pointer is INVALID_VALUE"},
+        {CUBLASLT_EPILOGUE_BIAS, bias + 1, NULL, 0, CUBLAS_STATUS_NOT_SUPPORTED, "a bias not 16-byte aligned is NOT_SUPPORTED"},
+    };
+    for (const auto& c : cases) {
+        cublasLtMatmulDesc_t desc;
+        cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &c.e, sizeof c.e);
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof c.bias);
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux, sizeof c.aux);
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &c.aux_ld, sizeof c.aux_ld);
+        cublasLtMatmulHeuristicResult_t h = {};
+        int found = 0;
+        cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref, 1, &h, &found);
+        if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmul(cublaslt_handle, desc, &one, a, la, bm, lb, &zero, d, ld, d, ld, &h.algo, NULL, 0, 0);
+        check(s == c.want, (std::string(FLOATX_NAME " emu cuBLASLt: ") + c.what).c_str(), "status %d", (int)s);
+        cublasLtMatmulDescDestroy(desc);
+    }
+    // a matrix less aligned than the heuristic was told (by default 256 bytes) is NOT_SUPPORTED;
+    // told its alignment, the heuristic gives an algorithm that takes it. A 16 bytes into a
+    // buffer of 2 * (M K + 16) bytes: 16-byte aligned, not 32 (under either EMU_GUARD)
+    floatX* a16 = (floatX*)dev_malloc((M * K + 16) * sizeof(floatX)) + 8;
+    dev_zero(a16, M * K * sizeof(floatX));
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulHeuristicResult_t h = {};
+    int found = 0;
+    cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref, 1, &h, &found);
+    cublasStatus_t s = cublasLtMatmul(cublaslt_handle, desc, &one, a16, la, bm, lb, &zero, d, ld, d, ld, &h.algo, NULL, 0, 0);
+    check(s == CUBLAS_STATUS_NOT_SUPPORTED, FLOATX_NAME " emu cuBLASLt: A 16-byte aligned under the default 256-byte preference is NOT_SUPPORTED", "status %d", (int)s);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align16, sizeof align16);
+    cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref, 1, &h, &found);
+    s = cublasLtMatmul(cublaslt_handle, desc, &one, a16, la, bm, lb, &zero, d, ld, d, ld, &h.algo, NULL, 0, 0);
+    check(s == CUBLAS_STATUS_SUCCESS && found == 1, FLOATX_NAME " emu cuBLASLt: the same A runs once the preference says 16 bytes", "status %d", (int)s);
+    dev_free(a16 - 8);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    dev_free(a), dev_free(bm), dev_free(d), dev_free(aux), dev_free(bias);
+#endif
+}
+
 // alibi: none, or these 3 heads as global heads 2..4 of 5 (a tensor rank's share of a head
 // count that is not a power of two)
 static void test_attention(Alibi alibi) {
@@ -282,15 +420,18 @@ static void test_attention(Alibi alibi) {
 }
 
 static void test_gelu(void) {
-    const size_t n = 999;
-    Vec x = random_vec(n, 4, true), dout = random_vec(n, 1, true), out(n), dinp(n);
-    gelu_forward_cpu(out.data(), x.data(), n);
-    gelu_backward_cpu(dinp.data(), x.data(), dout.data(), n);
-    floatX *d_x = to_dev_x(x), *d_dout = to_dev_x(dout), *d_out = (floatX*)dev_malloc(n * sizeof(floatX));
-    gelu_forward(d_out, d_x, n);
-    compare("gelu_forward", from_dev_x(d_out, n), out, X_OUT);
-    gelu_backward(d_dout, d_x, d_dout, n);  // in place, as the model calls it
-    compare("gelu_backward (in place)", from_dev_x(d_dout, n), dinp, X_OUT);
+    for (int k = 0; k < 3; k++) {   // see test_residual
+        size_t n = packed_sizes[k];
+        int offset = k == 2;
+        Vec x = random_vec(n, 4, true), dout = random_vec(n, 1, true), out(n), dinp(n);
+        gelu_forward_cpu(out.data(), x.data(), n);
+        gelu_backward_cpu(dinp.data(), x.data(), dout.data(), n);
+        floatX *d_x = offset_copy(x, offset), *d_dout = to_dev_x(dout), *d_out = (floatX*)dev_malloc(n * sizeof(floatX));
+        gelu_forward(d_out, d_x, n);
+        compare(offset ? "gelu_forward (misaligned input)" : "gelu_forward", from_dev_x(d_out, n), out, X_OUT);
+        gelu_backward(d_dout, d_x, d_dout, n);  // in place, as the model calls it
+        compare(offset ? "gelu_backward (in place, misaligned input)" : "gelu_backward (in place)", from_dev_x(d_dout, n), dinp, X_OUT);
+    }
 }
 
 static void test_crossentropy(void) {
@@ -449,11 +590,17 @@ static void test_cublas_checks(void) {
 int main(void) {
     kernels_init(0);
     test_cublas_checks();
-    test_encoder();
+    test_cublaslt_checks();
+    test_encoder(70);
+    test_encoder(64);
     test_residual();
     test_layernorm();
+    test_residual_layernorm(77);
+    test_residual_layernorm(264);
     test_matmul();
     test_column_sums();
+    test_matmul_epilogues(48);
+    test_matmul_epilogues(45);
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     test_attention(none);
     test_attention(heads_2_to_4_of_5);
@@ -464,7 +611,7 @@ int main(void) {
     test_shard_ranges();
     test_loss_mean_add();
 #ifdef EMU_MAX_BLOCK   // under the emulation (tests/emu); nvcc builds this file for make test-gpu too
-    printf("(%ld emulated kernel launches)\n", emu.launches);
+    printf("(%ld emulated kernel launches, %ld 128-bit loads and stores)\n", emu.launches, emu_accesses_128);
 #endif
     return tests_summary();
 }

@@ -18,7 +18,7 @@ kernel_checks() {
     local program=$1
     shift
     if ${NVCC:-nvcc} -x cu -std=c++17 -O2 $GENCODE -Xcompiler -fopenmp "$@" -I. -Itests tests/test_emu_kernels.cpp \
-        -o $B/$program -lcublas > $B/$program.build.log 2>&1; then
+        -o $B/$program -lcublas -lcublasLt > $B/$program.build.log 2>&1; then
         $B/$program
     else echo "FAIL build the kernel checks with nvcc $*: $(head -5 $B/$program.build.log)"; fi
 }

@@ -33,6 +33,11 @@ What it covers, and how:
     That is still the alignment of any one type whose array fills the allocation (the size
     is a multiple of it), so gridgpt does not notice, and x86 does not fault on misaligned
     loads anyway. EMU_GUARD=start gives page-aligned allocations.
+  - 128-bit accesses (kernels.cuh's load128/store128, through the CHECK_ALIGNED_128 hook):
+    each must be 16-byte aligned, as the GPU requires ("misaligned address"); one that is not
+    stops the run with a line naming the kernel, block, thread, the address and its place in
+    its allocation. (Under EMU_GUARD=end an allocation whose size is not a multiple of 16
+    starts less aligned: kernels.cuh's packs then take their element-by-element path.)
 What it cannot show: timing, races between blocks (they do not overlap), lost updates
 without atomics (one OS thread runs everything, so every read-modify-write is atomic),
 memory ordering between streams. Out-of-bounds accesses it misses (the slack): at the end
@@ -63,6 +68,7 @@ jumps past a guard page into other mapped memory (an ordinary segmentation fault
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __align__(n) __attribute__((aligned(n)))
 // all shared variables live in the section emu_shared, poisoned before each block
 #define __shared__ __attribute__((section("emu_shared"))) static
 extern "C" char __start_emu_shared[], __stop_emu_shared[];
@@ -361,6 +367,27 @@ static void emu_describe_running(char* out, size_t cap) {
     if (emu.kernel == NULL) snprintf(out, cap, "host code outside any kernel (the emulated runtime, cuBLAS, NCCL or the caller)");
     else if (emu.current >= 0) snprintf(out, cap, "kernel %s (block %u, thread %u)", emu.kernel, blockIdx.x, threadIdx.x);
     else snprintf(out, cap, "kernel %s (its scheduler, between threads)", emu.kernel);
+}
+
+// 128-bit accesses (kernels.cuh's load128 and store128 call CHECK_ALIGNED_128): the GPU
+// needs them 16-byte aligned and stops the kernel with "misaligned address" otherwise; x86
+// would not notice, so each one is checked here, and a misaligned one is an emu error that
+// names the kernel, block, thread, the address and where it lies in its allocation.
+#define CHECK_ALIGNED_128(p, access) emu_check_aligned_128((const void*)(p), (access))
+inline long emu_accesses_128 = 0;   // how many 128-bit accesses kernels made (tests report it)
+static void emu_check_aligned_128(const void* p, const char* access) {
+    uintptr_t a = (uintptr_t)p;
+    emu_accesses_128++;
+    if (a % 16 == 0) return;
+    char who[256], where[200] = "outside any device allocation", line[640];
+    emu_describe_running(who, sizeof who);
+    auto it = emu_allocations.upper_bound(a);
+    if (it != emu_allocations.begin() && a < (--it)->first + it->second.bytes)
+        snprintf(where, sizeof where, "byte %zu of the %zu-byte device allocation at %p", (size_t)(a - it->first),
+                 it->second.bytes, (void*)it->second.start);
+    snprintf(line, sizeof line, "%s %s 16 bytes at misaligned address %p (%u bytes past a 16-byte boundary; "
+             "a 128-bit access needs 16-byte alignment), %s", who, access, p, (unsigned)(a % 16), where);
+    emu_fail("%s", line);
 }
 
 inline struct sigaction emu_previous_segv;  // SIGSEGV's handling before ours: faults that are not ours go back to it
