@@ -1319,18 +1319,21 @@ static void charge_all_reduce(StageCost* c, const char* name, int group, int siz
 
 // what one micro-batch's layer forward does (gpt.h block_forward, kernels.cuh's GPU kernels)
 // x: the bytes of a floatX; P: attention probabilities [B, heads, T, T]; S: one of q, k, v
-static void cost_layer_forward(StageCost* c, const GPT* m, double x, int tp_size) {
+static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
     double HS = Cl / m->heads_local, P = (double)m->B * m->heads_local * m->T * m->T, S = N * Cl;
-    charge_kernel(c, "layernorm forward", 2, 2.0 * (2.0 * N * C * x + 8.0 * N));
-    charge_kernel(c, "bias fill (fill_rows)", 4, N * (3.0 * Cl + C + Fl + C) * x);
-    charge_matmul(c, "linear layers (cuBLAS)", 4, 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
+    double layernorm = 2.0 * N * C * x + 8.0 * N, residual_layernorm = 4.0 * N * C * x + 8.0 * N;
+    if (i == 0 || !fuses_next_ln1(m, i - 1)) charge_kernel(c, "layernorm forward", 1, layernorm);   // ln1
+    charge_kernel(c, "residual + layernorm (fused)", 1, residual_layernorm);                      // res2, ln2
+    if (fuses_next_ln1(m, i)) charge_kernel(c, "residual + layernorm (fused)", 1, residual_layernorm);   // res3, next ln1
+    else charge_kernel(c, "residual add", 1, 3.0 * N * C * x);
+    // biases in the epilogue; fc's GELU too, which also writes the pre-activation it keeps
+    charge_matmul(c, "linear layers forward (cuBLASLt epilogues)", 4, 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
+    charge_kernel(c, "GELU epilogue's second output", 0, N * Fl * x);
     charge_kernel(c, "attention permutes", 2, (6.0 * S + 2.0 * S) * x);
     charge_matmul(c, "attention T x T products (cuBLAS, batched)", 2, 2.0 * 2.0 * P * HS);
     // the softmax writes P fp32 scores first (the scores product); reads the causal half three times
     charge_kernel(c, "attention softmax", 1, P * 4.0 + 1.5 * P * 4.0 + P * x);
-    charge_kernel(c, "residual add", 2, 2.0 * 3.0 * N * C * x);
-    charge_kernel(c, "gelu", 1, 2.0 * N * Fl * x);
     for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
 }
 
@@ -1352,7 +1355,7 @@ static double layernorm_backward_bytes(const GPT* m, double x) {
 static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
     double HS = Cl / m->heads_local, P = (double)m->B * m->heads_local * m->T * m->T, S = N * Cl;
-    charge_matmul(c, "linear layers (cuBLAS)", 8, 2.0 * 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
+    charge_matmul(c, "linear layers backward (cuBLAS)", 8, 2.0 * 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
     charge_kernel(c, "bias gradients (column partials + add)", 8,
                   bias_grad_bytes(m, C, x) + bias_grad_bytes(m, Fl, x) + bias_grad_bytes(m, C, x) + bias_grad_bytes(m, 3 * Cl, x));
     charge_kernel(c, "gelu", 1, 3.0 * N * Fl * x);
@@ -1377,8 +1380,8 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
     }
     for (int i = 0; i < m->num_local_layers; i++) {
         int first, end;
-        cost_layer_forward(c, m, x, tp_size);
-        if (recompute_chunk(m, i, &first, &end)) cost_layer_forward(c, m, x, tp_size);
+        cost_layer_forward(c, m, i, x, tp_size);
+        if (recompute_chunk(m, i, &first, &end)) cost_layer_forward(c, m, i, x, tp_size);
         cost_layer_backward(c, m, x, tp_size);
     }
     if (m->is_last_stage) {

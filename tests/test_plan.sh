@@ -55,15 +55,18 @@ near() {  # a b relative-tolerance: both numbers, |a - b| <= tol x |b|
     awk -v a="$1" -v b="$2" -v tol="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= tol * (b < 0 ? -b : b) + 1e-12) }'
 }
 # N = 16384 tokens, C = 768, F = 3072, V = 50304 (padded), T = 1024, 12 layers: forward + 2 x backward
-linear=$(awk 'BEGIN { N = 16384; C = 768; F = 3072; printf "%.1f", 3 * 12 * 2 * N * C * (4 * C + 2 * F) / 1e9 }')
+linear=$(awk 'BEGIN { N = 16384; C = 768; F = 3072; printf "%.1f", 12 * 2 * N * C * (4 * C + 2 * F) / 1e9 }')
+linear_backward=$(awk 'BEGIN { N = 16384; C = 768; F = 3072; printf "%.1f", 2 * 12 * 2 * N * C * (4 * C + 2 * F) / 1e9 }')
 attention=$(awk 'BEGIN { printf "%.1f", 3 * 12 * 2 * 2 * 16 * 12 * 1024 * 1024 * 64 / 1e9 }')
 logits=$(awk 'BEGIN { printf "%.1f", 3 * 2 * 16384 * 768 * 50304 / 1e9 }')
-if [ "$(row 'linear layers (cuBLAS)' 2)" = "$linear" ] && [ "$(row 'attention T x T products (cuBLAS, batched)' 2)" = "$attention" ] &&
+if [ "$(row 'linear layers forward (cuBLASLt epilogues)' 2)" = "$linear" ] &&
+   [ "$(row 'linear layers backward (cuBLAS)' 2)" = "$linear_backward" ] &&
+   [ "$(row 'attention T x T products (cuBLAS, batched)' 2)" = "$attention" ] &&
    [ "$(row 'logits (cuBLAS)' 2)" = "$logits" ]; then
-    ok "124M: the matmuls' GFLOP per step = 3 x 2 N C (4C + 2F) L, 3 x 4 B H T^2 d L, 3 x 2 N C V ($linear, $attention, $logits)"
-else bad "124M matmul FLOPs" "expected $linear $attention $logits: $(grep -F cuBLAS $B/gpt2.plan | tr '\n' ' ')"; fi
+    ok "124M: the matmuls' GFLOP per step = (1 + 2) x 2 N C (4C + 2F) L, 3 x 4 B H T^2 d L, 3 x 2 N C V ($linear + $linear_backward, $attention, $logits)"
+else bad "124M matmul FLOPs" "expected $linear $linear_backward $attention $logits: $(grep -F cuBLAS $B/gpt2.plan | tr '\n' ' ')"; fi
 # a matmul takes FLOPs / (1000 TFLOP/s x 0.5): GFLOP / 500 ms; a kernel GB / 2000 GB/s: GB / 2 ms
-ms=$(row 'linear layers (cuBLAS)' 4); expected=$(awk -v g="$linear" 'BEGIN { print g / 500 }')
+ms=$(row 'linear layers backward (cuBLAS)' 4); expected=$(awk -v g="$linear_backward" 'BEGIN { print g / 500 }')
 if near "$ms" "$expected" 0.002; then ok "a matmul's time is its FLOPs at peak x efficiency ($ms ms)"
 else bad "matmul time" "$ms ms, expected $expected"; fi
 gb=$(row 'attention softmax' 3); ms=$(row 'attention softmax' 4); expected=$(awk -v g="$gb" 'BEGIN { print g / 2 }')
