@@ -51,9 +51,15 @@ static void random_batch(GPT* m, int vocab) {
     }
 }
 
+// one micro-batch's loss and gradients, the loss kept on the device as the training schedule
+// keeps it (loss_mean_add into m->loss_sum, read once)
 static double loss_and_grads(GPT* m) {
     dev_zero(m->grads, m->num_params * sizeof(float));
-    double loss = gpt_forward(m, 0);
+    dev_zero(m->loss_sum, sizeof(double));
+    gpt_forward_stage(m, 0);
+    loss_mean_add(m->loss_sum, m->losses, m->B * m->T);
+    double loss = 0.0;
+    dev_to_host(&loss, m->loss_sum, sizeof(double));
     gpt_backward(m, 0, 1.0f / (m->B * m->T));
     return loss;
 }
@@ -102,7 +108,7 @@ static void gradient_check(int embed_layernorm, int alibi) {
         memcpy(p, saved, t->numel * sizeof(float));
         double numeric = (up - down) / (2.0 * h);
         double err = fabs(numeric - analytic);
-        char name[160];
+        char name[256];
         snprintf(name, sizeof(name), "model gradient %s%s", t->name, variant);
         check(err <= 1e-3 + 1e-2 * fabs(analytic), name, "backward %.6e vs finite differences %.6e (error %.2e)",
               analytic, numeric, err);
@@ -400,7 +406,7 @@ static void recompute_same_bits(void) {
         random_batch(&m, c.vocab_size);
         double loss = loss_and_grads(&m);
         size_t written = arena_bytes_written(&m);
-        char name[160];
+        char name[256];
         if (k == 0) {
             loss0 = loss;
             grads0 = (float*)mallocCheck(m.num_params * sizeof(float));
