@@ -1079,6 +1079,12 @@ static void attention_backward_unfused(floatX* dqkv, floatX* scratch, const floa
 #define FLASH_WARPS (FLASH_TILE / 16)   // warp w owns rows (or keys) 16w .. 16w + 15 of a tile
 #define FLASH_THREADS (32 * FLASH_WARPS)
 #define FLASH_BLOCK_FOR_D 256
+// #pragma unroll where nvcc compiles (g++ compiling for the emulation does not know it)
+#ifdef __NVCC__
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
 
 using namespace nvcuda;
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, floatX, wmma::row_major> FragA;     // A
@@ -1269,7 +1275,9 @@ __device__ void flash_load_row_stats(FlashBackwardTiles* s, const float* lse, co
 // (row t at dst + t * stride), through the warp's staging tile; rows past T are not written.
 __device__ void flash_store_rows(floatX* dst, size_t stride, FlashBackwardTiles* s, const FragAcc* acc, int t0, int T, int HS) {
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int j = 0; j < HS / 16; j++) {
+    UNROLL
+    for (int j = 0; j < FLASH_HS_MAX / 16; j++) {
+        if (j >= HS / 16) break;
         wmma::store_matrix_sync(&s->stage[warp][0][0], acc[j], 16, wmma::mem_row_major);
         __syncthreads();   // every lane's share is in the staging tile
         for (int e = lane; e < 256; e += 32) {
@@ -1292,8 +1300,10 @@ __global__ void attention_backward_flash_kv_kernel(floatX* dqkv, const floatX* d
     const floatX* dout_rows = dout + (size_t)b * T * out_stride + (size_t)h * HS;
     flash_load_rows(s->k, qkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, k0, T, HS);
     flash_load_rows(s->v, qkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, k0, T, HS);
+    // the accumulators stay in registers: loops over them are unrolled to FLASH_HS_MAX / 16
     FragAcc dk[FLASH_HS_MAX / 16], dv[FLASH_HS_MAX / 16];
-    for (int j = 0; j < HS / 16; j++) wmma::fill_fragment(dk[j], 0.0f), wmma::fill_fragment(dv[j], 0.0f);
+    UNROLL
+    for (int j = 0; j < FLASH_HS_MAX / 16; j++) wmma::fill_fragment(dk[j], 0.0f), wmma::fill_fragment(dv[j], 0.0f);
     for (int qt = kt; qt < tiles; qt++) {   // causal: the query tiles above the diagonal see none of these keys
         int t0 = qt * FLASH_TILE;
         __syncthreads();   // the previous tile's readers are done with q, dout, p, ds
@@ -1302,7 +1312,9 @@ __global__ void attention_backward_flash_kv_kernel(floatX* dqkv, const floatX* d
         flash_load_row_stats(s, lse + (size_t)bh * T, D + (size_t)bh * T, t0, T);
         __syncthreads();
         flash_backward_scores(s, t0, k0, T, HS, scale, alibi, h);
-        for (int j = 0; j < HS / 16; j++) {   // dv += p^T dout, dk += ds^T q
+        UNROLL
+        for (int j = 0; j < FLASH_HS_MAX / 16; j++) {   // dv += p^T dout, dk += ds^T q
+            if (j >= HS / 16) break;
             mma_atb(dv[j], &s->p[0][16 * warp], FLASH_TILE, &s->dout[0][16 * j], FLASH_HS_MAX, FLASH_TILE);
             mma_atb(dk[j], &s->ds[0][16 * warp], FLASH_TILE, &s->q[0][16 * j], FLASH_HS_MAX, FLASH_TILE);
         }
@@ -1324,8 +1336,9 @@ __global__ void attention_backward_flash_q_kernel(floatX* dqkv, const floatX* do
     flash_load_rows(s->q, qkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, t0, T, HS);
     flash_load_rows(s->dout, dout + (size_t)b * T * out_stride + (size_t)h * HS, out_stride, t0, T, HS);
     flash_load_row_stats(s, lse + (size_t)bh * T, D + (size_t)bh * T, t0, T);
-    FragAcc dq[FLASH_HS_MAX / 16];
-    for (int j = 0; j < HS / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
+    FragAcc dq[FLASH_HS_MAX / 16];   // in registers, as dk and dv above
+    UNROLL
+    for (int j = 0; j < FLASH_HS_MAX / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
     for (int kt = 0; kt <= qt; kt++) {
         int k0 = kt * FLASH_TILE;
         __syncthreads();   // the previous tile's readers are done with k, v, ds
@@ -1333,8 +1346,9 @@ __global__ void attention_backward_flash_q_kernel(floatX* dqkv, const floatX* do
         flash_load_rows(s->v, qkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, k0, T, HS);
         __syncthreads();
         flash_backward_scores(s, t0, k0, T, HS, scale, alibi, h);
-        for (int j = 0; j < HS / 16; j++)   // dq += ds k, this warp's rows
-            mma_ab(dq[j], &s->ds[16 * warp][0], FLASH_TILE, &s->k[0][16 * j], FLASH_HS_MAX, FLASH_TILE);
+        UNROLL
+        for (int j = 0; j < FLASH_HS_MAX / 16; j++)   // dq += ds k, this warp's rows
+            if (j < HS / 16) mma_ab(dq[j], &s->ds[16 * warp][0], FLASH_TILE, &s->k[0][16 * j], FLASH_HS_MAX, FLASH_TILE);
     }
     flash_store_rows(dqkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, s, dq, t0 + 16 * warp, T, HS);
 }

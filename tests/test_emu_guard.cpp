@@ -1,7 +1,9 @@
 /*
 tests/test_emu_guard.cpp — the emulation's guard pages (tests/emu/cuda_runtime.h): a kernel
 that reads or writes one element outside its cudaMalloc'd buffer is stopped, with a line that
-names the kernel; in-bounds use of buffers of awkward sizes is not.
+names the kernel; in-bounds use of buffers of awkward sizes is not. Then the WMMA rules
+(tests/emu/mma.h): a misaligned pointer, a bad ldm, a call half a warp makes, each stopped
+with a line naming the kernel.
 
 Build and run: bash tests/test_emu.sh (emulation only: nvcc has no guard pages to test).
 
@@ -40,6 +42,24 @@ __global__ void scatter_back_kernel(float* out, const float* in, int n) {  // wr
     if (i < n) out[i - 1] = in[i];
 }
 __global__ void write_null_kernel(float* out) { out[threadIdx.x] = 1.0f; }  // not a guard page
+
+// WMMA's rules (tests/emu/mma.h): a 32-byte aligned pointer, ldm a multiple of 16 bytes, all 32
+// lanes at every call
+__global__ void wmma_misaligned_kernel(const floatX* in) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, floatX, nvcuda::wmma::row_major> a;
+    nvcuda::wmma::load_matrix_sync(a, in + 8, 16);   // 16 bytes past an aligned start
+}
+__global__ void wmma_bad_ldm_kernel(const floatX* in) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::col_major> b;
+    nvcuda::wmma::load_matrix_sync(b, in, 20);   // 40 bytes
+}
+__global__ void wmma_divergent_kernel(float* out) {
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> c;
+    if (threadIdx.x < 16) {   // half a warp
+        nvcuda::wmma::fill_fragment(c, 1.0f);
+        nvcuda::wmma::store_matrix_sync(out, c, 16, nvcuda::wmma::mem_row_major);
+    }
+}
 
 // ----------------------------------------------------------------------------
 // running a case in a child process
@@ -133,6 +153,19 @@ static void write_null_case(int n) {
     LAUNCH(write_null_kernel, 1, GUARD_BLOCK, 0, (float*)NULL);
 }
 
+static void wmma_misaligned_case(int n) {
+    floatX* in = (floatX*)dev_malloc((size_t)n * sizeof(floatX));
+    LAUNCH(wmma_misaligned_kernel, 1, 32, 0, in);
+}
+static void wmma_bad_ldm_case(int n) {
+    floatX* in = (floatX*)dev_malloc((size_t)n * sizeof(floatX));
+    LAUNCH(wmma_bad_ldm_kernel, 1, 32, 0, in);
+}
+static void wmma_divergent_case(int n) {
+    float* out = (float*)dev_malloc((size_t)n * sizeof(float));
+    LAUNCH(wmma_divergent_kernel, 1, 32, 0, out);
+}
+
 // ----------------------------------------------------------------------------
 
 static void test_in_bounds(void) {
@@ -179,10 +212,24 @@ static void test_other_faults(void) {
           "emu guard: a NULL write in a kernel still dies of SIGSEGV, the kernel named", "status %#x, stderr: %s", r.status, first_line(r));
 }
 
+// a broken WMMA rule: the child ends with an emu error line that names the kernel and the rule
+static void expect_wmma_error(Case one_case, const char* kernel, const char* rule) {
+    ChildResult r = run_in_child(one_case, 1024, "start");   // 1024: the allocation starts page-aligned
+    char label[200], want_kernel[96];
+    snprintf(label, sizeof label, "emu WMMA: %s is caught: %s", kernel, rule);
+    snprintf(want_kernel, sizeof want_kernel, "kernel %s", kernel);
+    check(!child_succeeded(r) && strstr(r.err, "emu error") && strstr(r.err, want_kernel) && strstr(r.err, rule), label,
+          "status %#x, stderr: %s", r.status, first_line(r));
+    printf("    %s\n", first_line(r));
+}
+
 int main(void) {
     kernels_init(0);
     test_in_bounds();
     test_caught();
     test_other_faults();
+    expect_wmma_error(wmma_misaligned_case, "wmma_misaligned_kernel", "is not 256-bit (32-byte) aligned");
+    expect_wmma_error(wmma_bad_ldm_case, "wmma_bad_ldm_kernel", "ldm 20 is not a multiple of 16 bytes");
+    expect_wmma_error(wmma_divergent_case, "wmma_divergent_kernel", "WMMA call");
     return tests_summary();
 }

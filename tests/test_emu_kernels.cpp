@@ -377,8 +377,24 @@ static void test_cublas_checks(void) {
     dev_free(c);
 }
 
-int main(void) {
+// the fused attention's checks alone: tests/test_emu.sh's planted bugs run these
+static void test_flash_attention_shapes(void) {
+    Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
+    // T past a tile boundary (37, 70: a partial last tile), T below one tile (20), head sizes
+    // 16, 32, 64, B and NH above 1, ALiBi on and off
+    test_flash_attention(2, 37, 3, 16, none);
+    test_flash_attention(2, 37, 3, 16, heads_2_to_4_of_5);
+    test_flash_attention(1, 20, 2, 32, none);
+    test_flash_attention(2, 70, 2, 64, heads_2_to_4_of_5);
+}
+
+// argument "flash": only the fused attention's checks
+int main(int argc, char** argv) {
     kernels_init(0);
+    if (argc > 1 && strcmp(argv[1], "flash") == 0) {
+        test_flash_attention_shapes();
+        return tests_summary();
+    }
     test_cublas_checks();
     test_encoder();
     test_residual();
@@ -387,12 +403,7 @@ int main(void) {
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     test_attention(none);
     test_attention(heads_2_to_4_of_5);
-    // the fused attention: T past a tile boundary (37, 70: a partial last tile), T below one
-    // tile (20), head sizes 16, 32, 64, B and NH above 1, ALiBi on and off
-    test_flash_attention(2, 37, 3, 16, none);
-    test_flash_attention(2, 37, 3, 16, heads_2_to_4_of_5);
-    test_flash_attention(1, 20, 2, 32, none);
-    test_flash_attention(2, 70, 2, 64, heads_2_to_4_of_5);
+    test_flash_attention_shapes();
     test_gelu();
     test_crossentropy();
     test_adamw();
