@@ -22,9 +22,11 @@ Conventions every kernel keeps:
     encoder_backward's word-embedding gradient adds with atomics (repeated tokens collide).
   - CUDA kernels are plain `__global__ void` functions, launched only through LAUNCH()
     (1-D grids, a fixed block size per op); shared memory and warp shuffles appear only in
-    the reduction helpers and the fused attention's tiles (WMMA, nvcuda::wmma); every CUDA/cuBLAS call goes through a check; all math is fp32
-    (fp64 for the gradient norm), 16 bits only in memory. So tests can run the CUDA code on a
-    CPU emulation of CUDA (tests/emu/).
+    the reduction helpers and the fused attention's tiles; every CUDA/cuBLAS call goes
+    through a check; all math is fp32 (fp64 for the gradient norm), 16 bits only in memory,
+    save the tensor cores' products of 16-bit inputs (WMMA, nvcuda::wmma, fp32 accumulation)
+    in the fused attention. So tests can run the CUDA code on a CPU emulation of CUDA
+    (tests/emu/).
 */
 #pragma once
 #include <math.h>
