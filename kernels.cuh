@@ -749,7 +749,8 @@ static void matmul_backward(floatX* dinp, float* dweight, float* dbias, const fl
 // qkv[N, 3*NH*HS] holds, for each token, the heads one after another and within a head
 // [q | k | v] (Megatron's layout: splitting the rows of the QKV weight into contiguous
 // blocks gives each tensor-parallel rank whole heads). out[N, NH*HS], heads side by side.
-// att[B, NH, T, T] keeps the softmax probabilities for the backward pass.
+// The cuBLAS path (--attention-backend unfused) keeps the softmax probabilities att[B, NH, T, T]
+// for the backward pass; the fused one (the next section) keeps their log-sum-exp [B, NH, T].
 
 HOST_DEVICE static inline size_t qkv_index(int b, int t, int h, int which, int T, int NH, int HS) {
     return ((size_t)(b * T + t) * NH + h) * 3 * HS + (size_t)which * HS;
