@@ -210,6 +210,7 @@ typedef struct {
 typedef struct {
     floatX *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fch_gelu, *res3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    float* lse;   // the fused attention's log-sum-exp [B, heads, T], kept instead of att [B, heads, T, T]
 } LayerActivations;
 
 // everything one micro-batch keeps from its forward until its backward on this stage
@@ -516,7 +517,8 @@ static void layout_layer(GPT* m, Arena* a, LayerActivations* L, int with_output)
     L->ln1_rstd = TAKE(a, float, N);
     L->qkv = take_floatX(a, N * 3 * Cl);
     L->atty = take_floatX(a, N * Cl);
-    L->att = take_floatX(a, (size_t)m->B * NHl * m->T * m->T);
+    if (m->build.flash_attention) L->lse = TAKE(a, float, (size_t)m->B * NHl * m->T);   // one per row: recomputes p
+    else L->att = take_floatX(a, (size_t)m->B * NHl * m->T * m->T);                    // the probabilities
     L->res2 = take_floatX(a, N * C);
     L->ln2 = take_floatX(a, N * C);
     L->ln2_mean = TAKE(a, float, N);
@@ -756,7 +758,7 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     if (!fuses_next_ln1(m, i - 1))
         layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, param_of(m, t->ln1_w), param_of(m, t->ln1_b), N, C);
     matmul_forward(L->qkv, L->ln1, param_of(m, t->qkv_w), param_of(m, t->qkv_b), N, C, 3 * Cl);   // f, column-parallel
-    attention_forward(L->atty, L->att, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local, alibi_of(m));
+    attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local, alibi_of(m));
     row_parallel_linear_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, Cl);
     // the residual add and ln2 in one pass: res2 += x, ln2 = LayerNorm(res2)
     residual_layernorm_forward(L->res2, L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, x,
@@ -847,7 +849,8 @@ static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
     // attention
     matmul_backward(da, grad_of(m, t->proj_w), grad_of(m, t->proj_b), m->column_partials, m->dres, L->atty,
                     param_of(m, t->proj_w), N, Cl, C);
-    attention_backward(db, m->att_scratch, da, L->qkv, L->att, B, T, m->heads_local, Cl / m->heads_local);
+    attention_backward(db, m->att_scratch, da, L->qkv, L->atty, L->att, L->lse, B, T, m->heads_local, Cl / m->heads_local,
+                       alibi_of(m));
     matmul_backward(da, grad_of(m, t->qkv_w), grad_of(m, t->qkv_b), m->column_partials, db, L->ln1,
                     param_of(m, t->qkv_w), N, C, 3 * Cl);
     copy_to_tensor_model_parallel_region_backward(da, (size_t)N * C);   // f

@@ -26,9 +26,11 @@ Conventions every kernel keeps:
     (and the MLP's GELU) in the GEMM's epilogue; the rest of the GEMMs through cuBLAS.
   - CUDA kernels are plain `__global__ void` functions, launched only through LAUNCH()
     (1-D grids, a fixed block size per op); shared memory and warp shuffles appear only in
-    the reduction helpers; every CUDA/cuBLAS call goes through a check; all math is fp32
-    (fp64 for the gradient norm), 16 bits only in memory. So tests can run the CUDA code on a
-    CPU emulation of CUDA (tests/emu/).
+    the reduction helpers and the fused attention's tiles; every CUDA/cuBLAS call goes
+    through a check; all math is fp32 (fp64 for the gradient norm), 16 bits only in memory,
+    save the tensor cores' products of 16-bit inputs (WMMA, nvcuda::wmma, fp32 accumulation)
+    in the fused attention. So tests can run the CUDA code on a CPU emulation of CUDA
+    (tests/emu/).
 */
 #pragma once
 #include <math.h>
@@ -51,6 +53,7 @@ Conventions every kernel keeps:
 #endif
 #include <cublas_v2.h>
 #include <cublasLt.h>
+#include <mma.h>   // nvcuda::wmma: the tensor-core tiles of the fused attention
 #endif
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
@@ -213,12 +216,15 @@ static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t 
 // The build a memory layout is for: this binary's (this_build()), or in a dry run's plan the
 // other one (train.c's --dry-run-build). What differs between the builds' layouts goes by it.
 typedef struct {
-    int gpu;            // the GPU build: 16-bit floatX, fp32 master weights, the kernels' workspace
-    int floatx_bytes;   // 2 (bf16, fp16) or 4 (fp32)
+    int gpu;               // the GPU build: 16-bit floatX, fp32 master weights, the kernels' workspace
+    int floatx_bytes;      // 2 (bf16, fp16) or 4 (fp32)
+    int flash_attention;   // the GPU build's fused attention (--attention-backend): a layer keeps the
+                           // log-sum-exp of its scores, not its probabilities
 } BuildTarget;
 
+// this binary's build, with the unfused attention (train.c sets flash_attention from the flag)
 static inline BuildTarget this_build(void) {
-    BuildTarget b = {GPU_BUILD, (int)sizeof(floatX)};
+    BuildTarget b = {GPU_BUILD, (int)sizeof(floatX), 0};
     return b;
 }
 
@@ -1023,9 +1029,10 @@ static void matmul_backward(floatX* dinp, float* dweight, float* dbias, float* p
 // qkv[N, 3*NH*HS] holds, for each token, the heads one after another and within a head
 // [q | k | v] (Megatron's layout: splitting the rows of the QKV weight into contiguous
 // blocks gives each tensor-parallel rank whole heads). out[N, NH*HS], heads side by side.
-// att[B, NH, T, T] keeps the softmax probabilities for the backward pass.
+// The cuBLAS path (--attention-backend unfused) keeps the softmax probabilities att[B, NH, T, T]
+// for the backward pass; the fused one (the next section) keeps their log-sum-exp [B, NH, T].
 
-static size_t qkv_index(int b, int t, int h, int which, int T, int NH, int HS) {
+HOST_DEVICE static inline size_t qkv_index(int b, int t, int h, int which, int T, int NH, int HS) {
     return ((size_t)(b * T + t) * NH + h) * 3 * HS + (size_t)which * HS;
 }
 
@@ -1134,16 +1141,25 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
     }
 }
 
+// The fused attention's tiles: FLASH_TILE query rows against FLASH_TILE keys, head sizes that
+// are multiples of 16 (WMMA's tile) up to FLASH_HS_MAX (what its static shared memory holds).
+// Known to both builds, for --attention-backend auto and the dry run's plans of the GPU build.
+#define FLASH_TILE 32
+#define FLASH_HS_MAX 64
+static int flash_attention_supports(int HS) { return HS % 16 == 0 && HS <= FLASH_HS_MAX; }
+
 // attention's scratch (gpt.h's att_scratch) in bytes on build b: both builds' formulas are
-// here, for a dry run plans either. The GPU build's: 7 head-major [B, NH, T, HS] floatX arrays,
-// [B, NH, T, T] fp32 scores and floatX dscores, each region starting on a SCRATCH_ALIGN
-// boundary, whatever the scratch's alignment (attention_scratch); the CPU build's backward
-// keeps one row of datt per (b, h) pair.
+// here, for a dry run plans either. The GPU build's unfused path: 7 head-major [B, NH, T, HS]
+// floatX arrays, [B, NH, T, T] fp32 scores and floatX dscores, each region starting on a
+// SCRATCH_ALIGN boundary, whatever the scratch's alignment (attention_scratch); its fused path:
+// the backward's D, one float per (b, h, t); the CPU build's backward keeps one row of datt per
+// (b, h) pair.
 #define SCRATCH_ALIGN 256
 #define ATTENTION_SCRATCH_REGIONS 9
 static size_t attention_scratch_bytes(BuildTarget b, int B, int T, int NH, int HS) {
     size_t S = (size_t)B * NH * T * HS, P = (size_t)B * NH * T * T, x = b.floatx_bytes;
     if (!b.gpu) return (size_t)B * NH * T * x;
+    if (b.flash_attention) return CEIL_DIV((size_t)B * NH * T * sizeof(float), x) * x;   // the backward's D, fp32
     size_t bytes = 7 * S * x + P * sizeof(float) + P * x;
     return CEIL_DIV(bytes + ATTENTION_SCRATCH_REGIONS * SCRATCH_ALIGN, x) * x;
 }
@@ -1284,8 +1300,8 @@ static void gemm_batched(cublasOperation_t transa, cublasOperation_t transb, int
 // ld HS); scores, att, datt, dscores are [T, T] (column-major: their transpose, ld T).
 // Each product is written for the transposes, as in the linear layer above.
 
-static void attention_forward(floatX* out, floatX* att, floatX* scratch, const floatX* qkv,
-                              int B, int T, int NH, int HS, Alibi alibi) {
+static void attention_forward_unfused(floatX* out, floatX* att, floatX* scratch, const floatX* qkv,
+                                      int B, int T, int NH, int HS, Alibi alibi) {
     AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
     size_t n = (size_t)B * NH * T * HS;
     long long sTH = (long long)T * HS, sTT = (long long)T * T;
@@ -1301,8 +1317,8 @@ static void attention_forward(floatX* out, floatX* att, floatX* scratch, const f
     LAUNCH(unpermute_heads_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, s.y, B, T, NH, HS);
 }
 
-static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout, const floatX* qkv,
-                               const floatX* att, int B, int T, int NH, int HS) {
+static void attention_backward_unfused(floatX* dqkv, floatX* scratch, const floatX* dout, const floatX* qkv,
+                                       const floatX* att, int B, int T, int NH, int HS) {
     AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
     size_t n = (size_t)B * NH * T * HS;
     long long sTH = (long long)T * HS, sTT = (long long)T * T;
@@ -1324,9 +1340,340 @@ static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout
     gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, s.q, HS, sTH, s.dscores, T, sTT, s.dk, CUDA_R_FLOATX, HS, sTH, B * NH);
     LAUNCH(unpermute_qkv_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dqkv, s.dq, s.dk, s.dv, B, T, NH, HS);
 }
+#endif
+
+// ----------------------------------------------------------------------------
+// causal self-attention, fused (FlashAttention-2, Dao 2023) on tensor cores
+// One block per (b, h, 32-row tile): tiles of q, k, v are read straight from qkv into shared
+// memory, the T x T scores never leave the chip. The forward walks the key tiles left of the
+// diagonal keeping, per query row, the running maximum m and sum l of the softmax and the
+// unnormalized output o (each new tile rescales them by exp(m_old - m_new)); it writes out and
+// the log-sum-exp m + log l of each row, all the backward needs to recompute the probabilities:
+// p = exp(score - lse). The backward is deterministic, no atomics: D = rowsum(dout * out) first,
+// then one block per key tile sums dK and dV over the query tiles below it, and one block per
+// query tile sums dQ over the key tiles left of it (each recomputing p from q, k and lse).
+// Products go through WMMA (16 x 16 x 16, 16-bit inputs, fp32 accumulators). The layout of an
+// accumulator's elements across the lanes is unspecified, so the row-wise softmax reads the
+// scores from shared memory, where store_matrix_sync put them, and writes p back there for
+// the next product to load as a matrix_a: the usual WMMA way. Shared memory is static (48 KiB
+// at most per block), sized for head sizes up to FLASH_HS_MAX.
+
+#ifdef __CUDACC__
+#define FLASH_WARPS (FLASH_TILE / 16)   // warp w owns rows (or keys) 16w .. 16w + 15 of a tile
+#define FLASH_THREADS (32 * FLASH_WARPS)
+#define FLASH_BLOCK_FOR_D 256
+// #pragma unroll where nvcc compiles (g++ compiling for the emulation does not know it)
+#ifdef __NVCC__
+#define UNROLL _Pragma("unroll")
 #else
-#define attention_forward(out, att, scratch, qkv, B, T, NH, HS, alibi) attention_forward_cpu(out, att, qkv, B, T, NH, HS, alibi)
-#define attention_backward attention_backward_cpu
+#define UNROLL
+#endif
+
+using namespace nvcuda;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, floatX, wmma::row_major> FragA;     // A
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, floatX, wmma::col_major> FragAt;    // A^T of a row-major A
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, floatX, wmma::row_major> FragB;     // B
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, floatX, wmma::col_major> FragBt;    // B^T of a row-major B
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragAcc;
+
+// The tiles in shared memory. Rows are FLASH_HS_MAX (or FLASH_TILE) wide whatever the head
+// size; every array's size is a multiple of 32 bytes, so every 16 x 16 sub-tile WMMA touches
+// starts 32-byte aligned, as it must.
+typedef struct {
+    floatX q[FLASH_TILE][FLASH_HS_MAX], k[FLASH_TILE][FLASH_HS_MAX], v[FLASH_TILE][FLASH_HS_MAX];
+    float s[FLASH_TILE][FLASH_TILE];       // scores of this query tile against this key tile
+    floatX p[FLASH_TILE][FLASH_TILE];      // their exp(score - running max)
+    float o[FLASH_TILE][FLASH_HS_MAX];     // the unnormalized output
+    float row_max[FLASH_TILE], row_sum[FLASH_TILE];
+} FlashForwardTiles;
+
+typedef struct {
+    floatX q[FLASH_TILE][FLASH_HS_MAX], k[FLASH_TILE][FLASH_HS_MAX], v[FLASH_TILE][FLASH_HS_MAX];
+    floatX dout[FLASH_TILE][FLASH_HS_MAX];
+    float s[FLASH_TILE][FLASH_TILE], dp[FLASH_TILE][FLASH_TILE];   // scores, dout v^T
+    floatX p[FLASH_TILE][FLASH_TILE], ds[FLASH_TILE][FLASH_TILE];  // probabilities, score gradients
+    float stage[FLASH_WARPS][16][16];      // a warp's accumulator on its way to global memory
+    float lse[FLASH_TILE], d[FLASH_TILE];  // of the query tile's rows
+} FlashBackwardTiles;
+
+// one static buffer the attention kernels share (each block gets its own on the GPU)
+typedef union {
+    FlashForwardTiles forward;
+    FlashBackwardTiles backward;
+} FlashTiles;
+
+__device__ FlashTiles* flash_tiles(void) {
+    __shared__ __align__(32) FlashTiles tiles;
+    return &tiles;
+}
+
+// rows t0 .. t0 + FLASH_TILE - 1 of one head's q, k, v, out or dout (row t at src + t * stride)
+// into tile; rows at or past T are zeros
+__device__ void flash_load_rows(floatX tile[][FLASH_HS_MAX], const floatX* src, size_t stride, int t0, int T, int HS) {
+    for (int idx = threadIdx.x; idx < FLASH_TILE * HS; idx += blockDim.x) {
+        int r = idx / HS, c = idx % HS;
+        tile[r][c] = t0 + r < T ? src[(size_t)(t0 + r) * stride + c] : to_floatX(0.0f);
+    }
+}
+
+// acc += A B^T, A [16, K] and B [16, K] row-major (ld in elements)
+__device__ void mma_abt(FragAcc& acc, const floatX* a, int lda, const floatX* b, int ldb, int K) {
+    FragA fa;
+    FragBt fb;
+    for (int kk = 0; kk < K; kk += 16) {
+        wmma::load_matrix_sync(fa, a + kk, lda);
+        wmma::load_matrix_sync(fb, b + kk, ldb);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+}
+
+// acc += A B, A [16, K] and B [K, 16] row-major
+__device__ void mma_ab(FragAcc& acc, const floatX* a, int lda, const floatX* b, int ldb, int K) {
+    FragA fa;
+    FragB fb;
+    for (int kk = 0; kk < K; kk += 16) {
+        wmma::load_matrix_sync(fa, a + kk, lda);
+        wmma::load_matrix_sync(fb, b + (size_t)kk * ldb, ldb);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+}
+
+// acc += A^T B, A [K, 16] and B [K, 16] row-major
+__device__ void mma_atb(FragAcc& acc, const floatX* a, int lda, const floatX* b, int ldb, int K) {
+    FragAt fa;
+    FragB fb;
+    for (int kk = 0; kk < K; kk += 16) {
+        wmma::load_matrix_sync(fa, a + (size_t)kk * lda, lda);
+        wmma::load_matrix_sync(fb, b + (size_t)kk * ldb, ldb);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+}
+
+// out[16 rows, FLASH_TILE] = A B^T for this warp's 16 rows of a and all FLASH_TILE rows of b
+__device__ void flash_tile_abt(float out[][FLASH_TILE], const floatX a[][FLASH_HS_MAX], const floatX b[][FLASH_HS_MAX], int HS) {
+    int warp = threadIdx.x / 32;
+    for (int j = 0; j < FLASH_TILE / 16; j++) {
+        FragAcc acc;
+        wmma::fill_fragment(acc, 0.0f);
+        mma_abt(acc, &a[16 * warp][0], FLASH_HS_MAX, &b[16 * j][0], FLASH_HS_MAX, HS);
+        wmma::store_matrix_sync(&out[16 * warp][16 * j], acc, FLASH_TILE, wmma::mem_row_major);
+    }
+}
+
+// One query row's step of the online softmax over key tile k0: the scores of the keys it sees
+// (k0 + c <= t), the new running max and sum, p = exp(score - max), the output rescaled.
+// Rows past T (padding of the last tile) see the keys up to T - 1; they are never written out.
+__device__ void flash_online_softmax_row(FlashForwardTiles* s, int r, int t, int k0, int T, int HS, float scale,
+                                         Alibi alibi, int h) {
+    if (t > T - 1) t = T - 1;
+    float old_max = s->row_max[r], new_max = old_max, sum = 0.0f;
+    for (int c = 0; c < FLASH_TILE && k0 + c <= t; c++)
+        new_max = fmaxf(new_max, s->s[r][c] * scale + alibi_bias(alibi, h, t, k0 + c));
+    for (int c = 0; c < FLASH_TILE; c++) {
+        float p = k0 + c <= t ? expf(s->s[r][c] * scale + alibi_bias(alibi, h, t, k0 + c) - new_max) : 0.0f;
+        s->p[r][c] = to_floatX(p);
+        sum += p;
+    }
+    float rescale = expf(old_max - new_max);   // 0 at the first tile (old_max = -inf)
+    s->row_sum[r] = s->row_sum[r] * rescale + sum;
+    s->row_max[r] = new_max;
+    for (int c = 0; c < HS; c++) s->o[r][c] *= rescale;
+}
+
+// grid: B * NH * tiles blocks of FLASH_THREADS; out [N, NH * HS], lse [B, NH, T]
+__global__ void attention_forward_flash_kernel(floatX* out, float* lse, const floatX* qkv, int T, int NH, int HS,
+                                               Alibi alibi) {
+    FlashForwardTiles* s = &flash_tiles()->forward;
+    int tiles = CEIL_DIV(T, FLASH_TILE), bh = blockIdx.x / tiles, b = bh / NH, h = bh % NH;
+    int qt = tiles - 1 - blockIdx.x % tiles;   // the longest rows first
+    int t0 = qt * FLASH_TILE, warp = threadIdx.x / 32;
+    size_t stride = (size_t)3 * NH * HS;
+    float scale = 1.0f / sqrtf((float)HS);
+    flash_load_rows(s->q, qkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, t0, T, HS);
+    for (int idx = threadIdx.x; idx < FLASH_TILE * HS; idx += blockDim.x) s->o[idx / HS][idx % HS] = 0.0f;
+    if (threadIdx.x < FLASH_TILE) s->row_max[threadIdx.x] = -INFINITY, s->row_sum[threadIdx.x] = 0.0f;
+    for (int kt = 0; kt <= qt; kt++) {   // causal: the key tiles right of the diagonal are skipped
+        int k0 = kt * FLASH_TILE;
+        __syncthreads();   // the previous tile's readers are done with k, v, p and o
+        flash_load_rows(s->k, qkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, k0, T, HS);
+        flash_load_rows(s->v, qkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, k0, T, HS);
+        __syncthreads();
+        flash_tile_abt(s->s, s->q, s->k, HS);   // s = q k^T
+        __syncthreads();
+        if (threadIdx.x < FLASH_TILE)
+            flash_online_softmax_row(s, threadIdx.x, t0 + threadIdx.x, k0, T, HS, scale, alibi, h);
+        __syncthreads();
+        for (int j = 0; j < HS / 16; j++) {   // o += p v, this warp's rows
+            FragAcc acc;
+            wmma::load_matrix_sync(acc, &s->o[16 * warp][16 * j], FLASH_HS_MAX, wmma::mem_row_major);
+            mma_ab(acc, &s->p[16 * warp][0], FLASH_TILE, &s->v[0][16 * j], FLASH_HS_MAX, FLASH_TILE);
+            wmma::store_matrix_sync(&s->o[16 * warp][16 * j], acc, FLASH_HS_MAX, wmma::mem_row_major);
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < FLASH_TILE * HS; idx += blockDim.x) {
+        int r = idx / HS, c = idx % HS, t = t0 + r;
+        if (t < T) out[((size_t)(b * T + t) * NH + h) * HS + c] = to_floatX(s->o[r][c] / s->row_sum[r]);
+    }
+    if (threadIdx.x < FLASH_TILE && t0 + (int)threadIdx.x < T)
+        lse[(size_t)bh * T + t0 + threadIdx.x] = s->row_max[threadIdx.x] + logf(s->row_sum[threadIdx.x]);
+}
+
+// D[b, h, t] = sum_i dout[b, t, h, i] * out[b, t, h, i]: the p . dp of every row, one thread per row
+__global__ void attention_backward_flash_d_kernel(float* D, const floatX* dout, const floatX* out, int B, int T, int NH, int HS) {
+    size_t row = (size_t)blockIdx.x * blockDim.x + threadIdx.x;   // (b * NH + h) * T + t
+    if (row >= (size_t)B * NH * T) return;
+    size_t t = row % T, bh = row / T, b = bh / NH, h = bh % NH, at = ((b * T + t) * NH + h) * HS;
+    float sum = 0.0f;
+    for (int i = 0; i < HS; i++) sum += floatX_to_float(dout[at + i]) * floatX_to_float(out[at + i]);
+    D[row] = sum;
+}
+
+// The query tile t0 against the key tile k0, in the backward tiles (q, k, v, dout, lse, d
+// loaded): s = q k^T and dp = dout v^T (WMMA), then p = exp(scale s + bias - lse) and
+// ds = scale p (dp - D), 0 where the key is masked or the query is past T.
+__device__ void flash_backward_scores(FlashBackwardTiles* s, int t0, int k0, int T, int HS, float scale, Alibi alibi, int h) {
+    flash_tile_abt(s->s, s->q, s->k, HS);
+    flash_tile_abt(s->dp, s->dout, s->v, HS);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < FLASH_TILE * FLASH_TILE; idx += blockDim.x) {
+        int r = idx / FLASH_TILE, c = idx % FLASH_TILE, t = t0 + r, t2 = k0 + c;
+        float p = t < T && t2 <= t ? expf(s->s[r][c] * scale + alibi_bias(alibi, h, t, t2) - s->lse[r]) : 0.0f;
+        s->p[r][c] = to_floatX(p);
+        s->ds[r][c] = to_floatX(scale * p * (s->dp[r][c] - s->d[r]));
+    }
+    __syncthreads();
+}
+
+// lse and D of the rows t0 .. t0 + FLASH_TILE - 1 (0 past T)
+__device__ void flash_load_row_stats(FlashBackwardTiles* s, const float* lse, const float* D, int t0, int T) {
+    if (threadIdx.x < FLASH_TILE) {
+        int t = t0 + threadIdx.x;
+        s->lse[threadIdx.x] = t < T ? lse[t] : 0.0f;
+        s->d[threadIdx.x] = t < T ? D[t] : 0.0f;
+    }
+}
+
+// A warp's accumulators acc[j] (16 rows from t0 of this head, columns 16j..) to rows of dst
+// (row t at dst + t * stride), through the warp's staging tile; rows past T are not written.
+__device__ void flash_store_rows(floatX* dst, size_t stride, FlashBackwardTiles* s, const FragAcc* acc, int t0, int T, int HS) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    UNROLL
+    for (int j = 0; j < FLASH_HS_MAX / 16; j++) {
+        if (j >= HS / 16) break;
+        wmma::store_matrix_sync(&s->stage[warp][0][0], acc[j], 16, wmma::mem_row_major);
+        __syncthreads();   // every lane's share is in the staging tile
+        for (int e = lane; e < 256; e += 32) {
+            int t = t0 + e / 16;
+            if (t < T) dst[(size_t)t * stride + 16 * j + e % 16] = to_floatX(s->stage[warp][e / 16][e % 16]);
+        }
+        __syncthreads();   // read before the next store overwrites it
+    }
+}
+
+// dK and dV of one key tile: the sum over the query tiles at and below the diagonal
+// grid: B * NH * tiles blocks of FLASH_THREADS; warp w owns keys 16w .. 16w + 15 of the tile
+__global__ void attention_backward_flash_kv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                                   const float* D, int T, int NH, int HS, Alibi alibi) {
+    FlashBackwardTiles* s = &flash_tiles()->backward;
+    int tiles = CEIL_DIV(T, FLASH_TILE), bh = blockIdx.x / tiles, b = bh / NH, h = bh % NH;
+    int kt = blockIdx.x % tiles, k0 = kt * FLASH_TILE, warp = threadIdx.x / 32;
+    size_t stride = (size_t)3 * NH * HS, out_stride = (size_t)NH * HS;
+    float scale = 1.0f / sqrtf((float)HS);
+    const floatX* dout_rows = dout + (size_t)b * T * out_stride + (size_t)h * HS;
+    flash_load_rows(s->k, qkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, k0, T, HS);
+    flash_load_rows(s->v, qkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, k0, T, HS);
+    // the accumulators stay in registers: loops over them are unrolled to FLASH_HS_MAX / 16
+    FragAcc dk[FLASH_HS_MAX / 16], dv[FLASH_HS_MAX / 16];
+    UNROLL
+    for (int j = 0; j < FLASH_HS_MAX / 16; j++) wmma::fill_fragment(dk[j], 0.0f), wmma::fill_fragment(dv[j], 0.0f);
+    for (int qt = kt; qt < tiles; qt++) {   // causal: the query tiles above the diagonal see none of these keys
+        int t0 = qt * FLASH_TILE;
+        __syncthreads();   // the previous tile's readers are done with q, dout, p, ds
+        flash_load_rows(s->q, qkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, t0, T, HS);
+        flash_load_rows(s->dout, dout_rows, out_stride, t0, T, HS);
+        flash_load_row_stats(s, lse + (size_t)bh * T, D + (size_t)bh * T, t0, T);
+        __syncthreads();
+        flash_backward_scores(s, t0, k0, T, HS, scale, alibi, h);
+        UNROLL
+        for (int j = 0; j < FLASH_HS_MAX / 16; j++) {   // dv += p^T dout, dk += ds^T q
+            if (j >= HS / 16) break;
+            mma_atb(dv[j], &s->p[0][16 * warp], FLASH_TILE, &s->dout[0][16 * j], FLASH_HS_MAX, FLASH_TILE);
+            mma_atb(dk[j], &s->ds[0][16 * warp], FLASH_TILE, &s->q[0][16 * j], FLASH_HS_MAX, FLASH_TILE);
+        }
+    }
+    int first_key = k0 + 16 * warp;
+    flash_store_rows(dqkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, s, dk, first_key, T, HS);
+    flash_store_rows(dqkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, s, dv, first_key, T, HS);
+}
+
+// dQ of one query tile: the sum over the key tiles at and left of the diagonal
+// grid: B * NH * tiles blocks of FLASH_THREADS; warp w owns rows 16w .. 16w + 15 of the tile
+__global__ void attention_backward_flash_q_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                                  const float* D, int T, int NH, int HS, Alibi alibi) {
+    FlashBackwardTiles* s = &flash_tiles()->backward;
+    int tiles = CEIL_DIV(T, FLASH_TILE), bh = blockIdx.x / tiles, b = bh / NH, h = bh % NH;
+    int qt = tiles - 1 - blockIdx.x % tiles, t0 = qt * FLASH_TILE, warp = threadIdx.x / 32;
+    size_t stride = (size_t)3 * NH * HS, out_stride = (size_t)NH * HS;
+    float scale = 1.0f / sqrtf((float)HS);
+    flash_load_rows(s->q, qkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, t0, T, HS);
+    flash_load_rows(s->dout, dout + (size_t)b * T * out_stride + (size_t)h * HS, out_stride, t0, T, HS);
+    flash_load_row_stats(s, lse + (size_t)bh * T, D + (size_t)bh * T, t0, T);
+    FragAcc dq[FLASH_HS_MAX / 16];   // in registers, as dk and dv above
+    UNROLL
+    for (int j = 0; j < FLASH_HS_MAX / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
+    for (int kt = 0; kt <= qt; kt++) {
+        int k0 = kt * FLASH_TILE;
+        __syncthreads();   // the previous tile's readers are done with k, v, ds
+        flash_load_rows(s->k, qkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, k0, T, HS);
+        flash_load_rows(s->v, qkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, k0, T, HS);
+        __syncthreads();
+        flash_backward_scores(s, t0, k0, T, HS, scale, alibi, h);
+        UNROLL
+        for (int j = 0; j < FLASH_HS_MAX / 16; j++)   // dq += ds k, this warp's rows
+            if (j < HS / 16) mma_ab(dq[j], &s->ds[16 * warp][0], FLASH_TILE, &s->k[0][16 * j], FLASH_HS_MAX, FLASH_TILE);
+    }
+    flash_store_rows(dqkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, s, dq, t0 + 16 * warp, T, HS);
+}
+
+static void check_flash_head_size(int HS) {
+    if (!flash_attention_supports(HS))
+        fail("the fused attention needs a head size that is a multiple of 16 and at most %d, got %d", FLASH_HS_MAX, HS);
+}
+
+static void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, Alibi alibi) {
+    check_flash_head_size(HS);
+    LAUNCH(attention_forward_flash_kernel, B * NH * CEIL_DIV(T, FLASH_TILE), FLASH_THREADS, 0, out, lse, qkv, T, NH, HS, alibi);
+}
+
+// D: B * NH * T floats of scratch; out and lse: the forward's
+static void attention_backward_flash(floatX* dqkv, float* D, const floatX* dout, const floatX* qkv, const floatX* out,
+                                     const float* lse, int B, int T, int NH, int HS, Alibi alibi) {
+    check_flash_head_size(HS);
+    int blocks = B * NH * CEIL_DIV(T, FLASH_TILE);
+    LAUNCH(attention_backward_flash_d_kernel, CEIL_DIV(B * NH * T, FLASH_BLOCK_FOR_D), FLASH_BLOCK_FOR_D, 0, D, dout, out, B, T, NH, HS);
+    LAUNCH(attention_backward_flash_kv_kernel, blocks, FLASH_THREADS, 0, dqkv, dout, qkv, lse, D, T, NH, HS, alibi);
+    LAUNCH(attention_backward_flash_q_kernel, blocks, FLASH_THREADS, 0, dqkv, dout, qkv, lse, D, T, NH, HS, alibi);
+}
+
+// The layer's layout decides which attention runs: lse given (the fused kernels keep the
+// log-sum-exp), or att (the cuBLAS path keeps the probabilities).
+static void attention_forward(floatX* out, floatX* att, float* lse, floatX* scratch, const floatX* qkv,
+                              int B, int T, int NH, int HS, Alibi alibi) {
+    if (lse) attention_forward_flash(out, lse, qkv, B, T, NH, HS, alibi);
+    else attention_forward_unfused(out, att, scratch, qkv, B, T, NH, HS, alibi);
+}
+
+static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
+                               const floatX* att, const float* lse, int B, int T, int NH, int HS, Alibi alibi) {
+    if (lse) attention_backward_flash(dqkv, (float*)scratch, dout, qkv, out, lse, B, T, NH, HS, alibi);
+    else attention_backward_unfused(dqkv, scratch, dout, qkv, att, B, T, NH, HS);
+}
+#else
+// one C attention: the layout's lse (never planned on this build) and out are not needed
+#define attention_forward(out, att, lse, scratch, qkv, B, T, NH, HS, alibi) attention_forward_cpu(out, att, qkv, B, T, NH, HS, alibi)
+#define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, HS, alibi) \
+    attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, NH, HS)
 #endif
 
 // ----------------------------------------------------------------------------

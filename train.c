@@ -37,6 +37,7 @@ step -> log -> sampling -> the run -> main.
     X(CHOICE, recompute_granularity, "none", 0, "none | full | selective (selective: not implemented)")                \
     X(CHOICE, recompute_method, "none", 0, "none | uniform | block (which layers: see --recompute-num-layers)")        \
     X(INT, recompute_num_layers, NULL, 1, "N: uniform: layers per chunk; block: first N layers of a stage (1)")        \
+    X(CHOICE, attention_backend, "auto", 0, "auto | flash | unfused (GPU build; auto: flash where the head size allows)") \
     X(INT, train_iters, NULL, 0, "steps to train (0 with --save: save the initial model)")                            \
     X(LONG, train_samples, NULL, 0, "samples to train (instead of --train-iters)")                                     \
     X(FLOAT, lr, "1e-4", 0, "peak learning rate")                                                                      \
@@ -108,6 +109,7 @@ typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_INVERSE_SQRT } LRDecayStyle
 typedef enum { PARTITION_UNIFORM, PARTITION_TRANSFORMER, PARTITION_TRANSFORMER_EMBEDDING } PartitionMethod;   // --pp-partition-method
 typedef enum { GRANULARITY_NONE, GRANULARITY_FULL, GRANULARITY_SELECTIVE } RecomputeGranularity;   // --recompute-granularity
 typedef enum { PLAN_GPU_BUILD, PLAN_CPU_BUILD } DryRunBuild;   // --dry-run-build (-1, not given: the GPU build)
+typedef enum { ATTENTION_AUTO, ATTENTION_FLASH, ATTENTION_UNFUSED } AttentionBackend;   // --attention-backend
 
 typedef struct {
     GPTConfig model;
@@ -366,6 +368,10 @@ static void check_model(Config* a) {
     if (m->seq_length > m->max_position_embeddings && m->position_embedding_type == POSITION_LEARNED_ABSOLUTE)
         config_error("--seq-length %d exceeds --max-position-embeddings %d", m->seq_length, m->max_position_embeddings);
     if (m->init_method_std <= 0.0f) config_error("--init-method-std must be positive, got %g", m->init_method_std);
+    int head_size = m->hidden_size / m->num_attention_heads;
+    if (a->attention_backend == ATTENTION_FLASH && !flash_attention_supports(head_size))
+        config_error("--attention-backend flash needs a head size (--hidden-size / --num-attention-heads) that is a "
+                     "multiple of 16 and at most %d, got %d (auto falls back to unfused there)", FLASH_HS_MAX, head_size);
     if (a->dry_run_build >= 0 && !a->dry_run)   // -1: not given
         config_error("--dry-run-build goes with --dry-run (a run allocates for its own build, %s)", BUILD_NAME);
     if (a->data_path.count == 0 && !a->dry_run)
@@ -902,11 +908,38 @@ static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) 
 // --dry-run-build: the build a dry run plans, whichever binary runs it (not given: the GPU build)
 static int plans_gpu_build(const Config* a) { return a->dry_run_build != PLAN_CPU_BUILD; }
 
+// --attention-backend on a build (gpu: the GPU build's): does it run the fused attention? The
+// CPU build has one attention, the C reference, whatever the flag says.
+static int runs_flash_attention(const Config* a, int gpu) {
+    int head_size = a->model.hidden_size / a->model.num_attention_heads;
+    if (!gpu || a->attention_backend == ATTENTION_UNFUSED) return 0;
+    return a->attention_backend == ATTENTION_FLASH || flash_attention_supports(head_size);
+}
+
+// the name of the value a CHOICE field of the run's list (at offset in Config) has in a
+static const char* run_choice_name(const Config* a, size_t offset, char* out, size_t len) {
+    out[0] = '\0';
+    for (int k = 0; k < NUM_RUN_FIELDS; k++)
+        if (RUN_FIELDS[k].offset == offset) choice_name(&RUN_FIELDS[k], *(const int*)((const char*)a + offset), out, len);
+    return out;
+}
+
+// the start-up line (and the dry run's) that says which attention runs
+static void print_attention(const Config* a, int gpu) {
+    char flag[32];
+    run_choice_name(a, offsetof(Config, attention_backend), flag, sizeof flag);
+    if (!gpu) printf("attention: the C reference (--attention-backend %s chooses among the GPU build's kernels)\n", flag);
+    else if (runs_flash_attention(a, gpu))
+        printf("attention: fused, flash kernels on tensor cores (WMMA), log-sum-exp kept (--attention-backend %s)\n", flag);
+    else printf("attention: unfused, cuBLAS batched products and a softmax kernel, probabilities kept (--attention-backend %s)\n", flag);
+}
+
 // stage p of the layout with tp_size x dp_size ranks, as its tensor rank 0 would hold it on the
 // build --dry-run-build names: planned and thrown away. The ranks of a stage hold the same sizes
 // (other slices of the vocabulary, of the matrices and of the ZeRO shard).
 static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp_size) {
-    BuildTarget build = {plans_gpu_build(a), plans_gpu_build(a) ? 2 : (int)sizeof(float)};   // bf16 or fp16; fp32
+    BuildTarget build = {plans_gpu_build(a), plans_gpu_build(a) ? 2 : (int)sizeof(float),   // bf16 or fp16; fp32
+                         runs_flash_attention(a, plans_gpu_build(a))};
     gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, pipeline_stage(a, p),
                    a->pipeline_model_parallel_size, dp_size, build);
 }
@@ -1007,6 +1040,7 @@ static void print_setup(const Trainer* t) {
                grid_name(name, sizeof(name)));
         warn_if_pthread_blas();
         print_model(&a->model);
+        print_attention(a, GPU_BUILD);
         data_splits_print(&t->data, stdout);
         if (a->eval_iters > 0 && !data_splits_has(&t->data, 1))
             printf("note: --split %s leaves no validation documents: no evaluation (as Megatron)\n", a->split);
@@ -1604,6 +1638,7 @@ static void dry_run_report(const Config* a) {
     printf("dry run: gridgpt %s build planned (--dry-run-build), %s, world %d as TP %d x PP %d x DP %d: nothing allocated, "
            "no step run\n", plans_gpu_build(a) ? "GPU" : "CPU", planned_precision(a), layout_world_size(a), TP, PP, DP);
     print_model(&a->model);
+    print_attention(a, plans_gpu_build(a));
     printf("each stage as its tensor rank 0, data rank 0 holds it (its other ranks hold the same sizes: another slice "
            "of the vocabulary, the matrices and the ZeRO shard)\n");
     for (int p = 0; p < PP; p++) {
@@ -1660,8 +1695,10 @@ static void build_model(Trainer* t) {
                    "%.1f GiB, but %s %.1f GiB", c->num_layers, table_entries * sizeof(TensorDesc) / (1 << 30), where,
                    have / (1 << 30));
     config_error_anywhere(table_err);
+    BuildTarget build = this_build();
+    build.flash_attention = runs_flash_attention(a, GPU_BUILD);
     gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, stage, grid.pp_size,
-                   grid.dp_size, this_build());
+                   grid.dp_size, build);
     StageMemory planned = stage_memory(&t->model, stage, grid.dp_size);
     check_memory(&planned, table_flags);
     size_t before = dev_bytes_allocated;

@@ -104,8 +104,8 @@ static void bench_matmul_backward(float* dinp, float* dweight, float* dbias, con
 }
 
 // The other kernels keep the trainer's arguments untouched: NAME(...) becomes a timed
-// NAME_cpu(...), as kernels.cuh maps them (attention_forward drops its scratch argument,
-// as kernels.cuh does on the CPU build). Attention's model FLOPs as flops_per_step counts
+// NAME_cpu(...), as kernels.cuh maps them (attention_forward drops its lse and scratch
+// arguments, attention_backward its out, lse and alibi, as kernels.cuh does on the CPU build). Attention's model FLOPs as flops_per_step counts
 // them: 4 B T^2 C forward, twice that backward.
 static double attention_flops;   // forward, per call
 
@@ -136,9 +136,10 @@ static double attention_flops;   // forward, per call
         gelu_forward(out, pre_gelu, (size_t)(N) * (OC));                \
     } while (0)
 #define matmul_backward(dinp, dweight, dbias, partials, ...) bench_matmul_backward(dinp, dweight, dbias, __VA_ARGS__)
-#define attention_forward(out, att, scratch, ...) \
+#define attention_forward(out, att, lse, scratch, ...) \
     TIMED("attention_forward", attention_flops, attention_forward_cpu(out, att, __VA_ARGS__))
-#define attention_backward(...) TIMED("attention_backward", 2.0 * attention_flops, attention_backward_cpu(__VA_ARGS__))
+#define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, HS, alibi) \
+    TIMED("attention_backward", 2.0 * attention_flops, attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, NH, HS))
 #define encoder_forward(...) TIMED("encoder_forward", 0.0, encoder_forward_cpu(__VA_ARGS__))
 #define encoder_backward(...) TIMED("encoder_backward", 0.0, encoder_backward_cpu(__VA_ARGS__))
 #define residual_forward(...) TIMED("residual_forward", 0.0, residual_forward_cpu(__VA_ARGS__))

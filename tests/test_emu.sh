@@ -9,7 +9,12 @@
 #   tests/test_emu_half.cpp     the emulated fp16's conversions: hand-checked values, and
 #                               numpy.float16's conversions on the cases tests/half_cases.py
 #                               writes (SKIP when /usr/bin/python3 has no numpy);
-#   tests/test_emu_guard.cpp    the guard pages catch a kernel's off-by-one, naming the kernel.
+#   tests/test_emu_guard.cpp    the guard pages catch a kernel's off-by-one, naming the kernel,
+#                               and the WMMA rules a misaligned or divergent call breaks;
+#   planted bugs                kernels.cuh copied with one bug planted by sed (no hooks in the
+#                               source), test_emu_kernels built against the copy and run on the
+#                               fused attention's checks alone: PASS when they catch the bug (a
+#                               check FAILs, or the emulation stops with an error).
 # Prints one PASS/FAIL line per check; the exit status is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,4 +69,26 @@ else
     $B/test_emu_half || status=1
 fi
 $B/test_emu_guard || status=1
+
+# plant NAME SED_SCRIPT: kernels.cuh with SED_SCRIPT applied, in $B/planted/ (first on the
+# include path); its fused-attention checks must fail
+plant() {
+    local name=$1 script=$2 dir=$B/planted
+    mkdir -p $dir
+    sed "$script" kernels.cuh > $dir/kernels.cuh
+    if cmp -s kernels.cuh $dir/kernels.cuh; then
+        echo "FAIL planted bug ($name): the sed script no longer matches kernels.cuh"; status=1; return
+    fi
+    build test_emu_planted tests/test_emu_kernels.cpp -O0 -I$dir   # -O0: the quicker build
+    $B/test_emu_planted flash > $B/planted.log 2>&1
+    local rc=$? caught
+    caught=$(grep -m1 '^emu error' $B/planted.log)
+    [ -n "$caught" ] || caught="$(grep -c '^FAIL' $B/planted.log) failed check(s), first: $(grep -m1 '^FAIL' $B/planted.log | cut -c6- | cut -d: -f1)"
+    if [ $rc -ne 0 ]; then echo "PASS planted bug ($name) is caught: $caught"
+    else echo "FAIL planted bug ($name) went unnoticed: $(tail -1 $B/planted.log)"; status=1; fi
+}
+plant "a wrong tile bound: the forward's causal loop stops one key tile early, before the diagonal" \
+    's|for (int kt = 0; kt <= qt; kt++) {   // causal|for (int kt = 0; kt < qt; kt++) {   // causal|'
+plant "a missing barrier: the forward's __syncthreads between storing the scores and the softmax reading them" \
+    '\|flash_tile_abt(s->s, s->q, s->k, HS);   // s = q k^T|{n;/__syncthreads();/d}'
 exit $status

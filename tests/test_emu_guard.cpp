@@ -1,7 +1,9 @@
 /*
 tests/test_emu_guard.cpp — the emulation's guard pages (tests/emu/cuda_runtime.h): a kernel
 that reads or writes one element outside its cudaMalloc'd buffer is stopped, with a line that
-names the kernel; in-bounds use of buffers of awkward sizes is not.
+names the kernel; in-bounds use of buffers of awkward sizes is not. Then the WMMA rules
+(tests/emu/mma.h): a misaligned pointer, a bad ldm, a call half a warp makes, each stopped
+with a line naming the kernel.
 
 Build and run: bash tests/test_emu.sh (emulation only: nvcc has no guard pages to test).
 
@@ -49,6 +51,24 @@ __global__ void copy_packs_kernel(floatX* out, const floatX* in, int offset, int
 __global__ void store_packs_kernel(floatX* out, int offset, int packs) {   // misaligned stores only
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < packs) store128(out + offset + i * X128, zero_pack());
+}
+
+// WMMA's rules (tests/emu/mma.h): a 32-byte aligned pointer, ldm a multiple of 16 bytes, all 32
+// lanes at every call
+__global__ void wmma_misaligned_kernel(const floatX* in) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, floatX, nvcuda::wmma::row_major> a;
+    nvcuda::wmma::load_matrix_sync(a, in + 8, 16);   // 16 bytes past an aligned start
+}
+__global__ void wmma_bad_ldm_kernel(const floatX* in) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::col_major> b;
+    nvcuda::wmma::load_matrix_sync(b, in, 20);   // 40 bytes
+}
+__global__ void wmma_divergent_kernel(float* out) {
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> c;
+    if (threadIdx.x < 16) {   // half a warp
+        nvcuda::wmma::fill_fragment(c, 1.0f);
+        nvcuda::wmma::store_matrix_sync(out, c, 16, nvcuda::wmma::mem_row_major);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -155,6 +175,18 @@ static void store_packs_case(int offset) {
     floatX* out = (floatX*)dev_malloc((packs + 1) * X128 * sizeof(floatX));
     LAUNCH(store_packs_kernel, CEIL_DIV(packs, GUARD_BLOCK), GUARD_BLOCK, 0, out, offset, packs);
 }
+static void wmma_misaligned_case(int n) {
+    floatX* in = (floatX*)dev_malloc((size_t)n * sizeof(floatX));
+    LAUNCH(wmma_misaligned_kernel, 1, 32, 0, in);
+}
+static void wmma_bad_ldm_case(int n) {
+    floatX* in = (floatX*)dev_malloc((size_t)n * sizeof(floatX));
+    LAUNCH(wmma_bad_ldm_kernel, 1, 32, 0, in);
+}
+static void wmma_divergent_case(int n) {
+    float* out = (float*)dev_malloc((size_t)n * sizeof(float));
+    LAUNCH(wmma_divergent_kernel, 1, 32, 0, out);
+}
 
 // ----------------------------------------------------------------------------
 
@@ -224,11 +256,25 @@ static void test_misaligned(void) {
     }
 }
 
+// a broken WMMA rule: the child ends with an emu error line that names the kernel and the rule
+static void expect_wmma_error(Case one_case, const char* kernel, const char* rule) {
+    ChildResult r = run_in_child(one_case, 1024, "start");   // 1024: the allocation starts page-aligned
+    char label[200], want_kernel[96];
+    snprintf(label, sizeof label, "emu WMMA: %s is caught: %s", kernel, rule);
+    snprintf(want_kernel, sizeof want_kernel, "kernel %s", kernel);
+    check(!child_succeeded(r) && strstr(r.err, "emu error") && strstr(r.err, want_kernel) && strstr(r.err, rule), label,
+          "status %#x, stderr: %s", r.status, first_line(r));
+    printf("    %s\n", first_line(r));
+}
+
 int main(void) {
     kernels_init(0);
     test_in_bounds();
     test_caught();
     test_other_faults();
     test_misaligned();
+    expect_wmma_error(wmma_misaligned_case, "wmma_misaligned_kernel", "is not 256-bit (32-byte) aligned");
+    expect_wmma_error(wmma_bad_ldm_case, "wmma_bad_ldm_kernel", "ldm 20 is not a multiple of 16 bytes");
+    expect_wmma_error(wmma_divergent_case, "wmma_divergent_kernel", "WMMA call");
     return tests_summary();
 }

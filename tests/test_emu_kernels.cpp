@@ -395,7 +395,7 @@ static void test_attention(Alibi alibi) {
     // scratch one element past an aligned address: the regions must align themselves
     floatX* scratch_base = (floatX*)dev_malloc((attention_scratch_elements(B, T, NH, HS) + 1) * sizeof(floatX));
     floatX* d_scratch = scratch_base + 1;
-    attention_forward(d_out, d_att, d_scratch, d_qkv, B, T, NH, HS, alibi);
+    attention_forward(d_out, d_att, NULL, d_scratch, d_qkv, B, T, NH, HS, alibi);  // no lse: the cuBLAS path
     Vec got_att = from_dev_x(d_att, n_att);
     compare(("attention_forward att" + with).c_str(), got_att, att, X_OUT);
     compare(("attention_forward out" + with).c_str(), from_dev_x(d_out, n_out), out, X_CHAIN);
@@ -408,7 +408,7 @@ static void test_attention(Alibi alibi) {
     Vec dout = random_vec(n_out, 1, true), dqkv(n_qkv), cpu_scratch((size_t)B * NH * T);
     attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), got_att.data(), B, T, NH, HS);
     floatX *d_dout = to_dev_x(dout), *d_dqkv = (floatX*)dev_malloc(n_qkv * sizeof(floatX));
-    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_att, B, T, NH, HS);
+    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_att, NULL, B, T, NH, HS, alibi);
     Vec got = from_dev_x(d_dqkv, n_qkv), parts_got[3], parts_want[3];  // split into dq, dk, dv
     for (size_t i = 0; i < n_qkv; i++) {
         parts_got[(i / HS) % 3].push_back(got[i]);
@@ -417,6 +417,69 @@ static void test_attention(Alibi alibi) {
     compare(("attention_backward dq" + with).c_str(), parts_got[0], parts_want[0], X_CHAIN);
     compare(("attention_backward dk" + with).c_str(), parts_got[1], parts_want[1], X_CHAIN);
     compare(("attention_backward dv" + with).c_str(), parts_got[2], parts_want[2], X_OUT);
+}
+
+// the log-sum-exp of each row's scaled, biased scores, in double: what the fused forward keeps
+static Vec reference_lse(const Vec& qkv, int B, int T, int NH, int HS, Alibi alibi) {
+    Vec lse((size_t)B * NH * T);
+    double scale = 1.0 / sqrt((double)HS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                std::vector<double> x(t + 1);
+                double mx = -INFINITY, sum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *q = &qkv[qkv_index(b, t, h, 0, T, NH, HS)], *k = &qkv[qkv_index(b, t2, h, 1, T, NH, HS)];
+                    double dot = 0.0;
+                    for (int i = 0; i < HS; i++) dot += (double)q[i] * k[i];
+                    x[t2] = dot * scale + alibi_bias(alibi, h, t, t2), mx = fmax(mx, x[t2]);
+                }
+                for (int t2 = 0; t2 <= t; t2++) sum += exp(x[t2] - mx);
+                lse[((size_t)b * NH + h) * T + t] = (float)(mx + log(sum));
+            }
+    return lse;
+}
+
+// The fused attention (the flash layout: lse, no att) against the C references, which keep
+// fp32 probabilities. Tolerances: out rounds p to floatX before the product with v and rounds
+// once at the end, as the unfused path does: X_CHAIN. The backward recomputes p from the
+// scores and lse, and reads D = rowsum(dout * out) from the floatX out; p and ds are rounded
+// to floatX before their products, each output rounded once more: two roundings, X_CHAIN, as the
+// unfused path's dq and dk (measured: about 1u each, dq and dk included, whose ds = p (dp - D)
+// also carries D's rounding through the cancellation in dp - D).
+// lse is fp32 on exact inputs: the summation order only (1e-5). Twice the same backward must
+// give the same bits: no atomics, whatever order the blocks run in.
+static void test_flash_attention(int B, int T, int NH, int HS, Alibi alibi) {
+    const int N = B * T;
+    char with[96];
+    snprintf(with, sizeof with, " B=%d T=%d NH=%d HS=%d%s", B, T, NH, HS, alibi.heads ? " ALiBi" : "");
+    const size_t n_qkv = (size_t)N * 3 * NH * HS, n_out = (size_t)N * NH * HS, rows = (size_t)B * NH * T;
+    Vec qkv = random_vec(n_qkv, 2, true), out(n_out), att(rows * T);
+    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, HS, alibi);
+    floatX *d_qkv = to_dev_x(qkv), *d_out = (floatX*)dev_malloc(n_out * sizeof(floatX));
+    float *d_lse = (float*)dev_malloc(rows * sizeof(float)), *d_D = (float*)dev_malloc(rows * sizeof(float));
+    attention_forward(d_out, NULL, d_lse, (floatX*)d_D, d_qkv, B, T, NH, HS, alibi);
+    compare((std::string("flash attention_forward out") + with).c_str(), from_dev_x(d_out, n_out), out, X_CHAIN);
+    compare((std::string("flash attention_forward lse") + with).c_str(), from_dev_f(d_lse, rows),
+            reference_lse(qkv, B, T, NH, HS, alibi), FP32_OUT);
+
+    Vec dout = random_vec(n_out, 1, true), dqkv(n_qkv), cpu_scratch(rows);
+    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, HS);
+    floatX *d_dout = to_dev_x(dout), *d_dqkv = (floatX*)dev_malloc(n_qkv * sizeof(floatX));
+    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, HS, alibi);
+    Vec got = from_dev_x(d_dqkv, n_qkv), parts_got[3], parts_want[3];  // split into dq, dk, dv
+    for (size_t i = 0; i < n_qkv; i++) {
+        parts_got[(i / HS) % 3].push_back(got[i]);
+        parts_want[(i / HS) % 3].push_back(dqkv[i]);
+    }
+    compare((std::string("flash attention_backward dq") + with).c_str(), parts_got[0], parts_want[0], X_CHAIN);
+    compare((std::string("flash attention_backward dk") + with).c_str(), parts_got[1], parts_want[1], X_CHAIN);
+    compare((std::string("flash attention_backward dv") + with).c_str(), parts_got[2], parts_want[2], X_CHAIN);
+    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, HS, alibi);
+    Vec again = from_dev_x(d_dqkv, n_qkv);
+    check(memcmp(again.data(), got.data(), n_qkv * sizeof(float)) == 0,
+          (std::string(FLOATX_NAME " flash attention_backward twice: the same bits") + with).c_str(), "the two runs differ");
+    dev_free(d_qkv), dev_free(d_out), dev_free(d_lse), dev_free(d_D), dev_free(d_dout), dev_free(d_dqkv);
 }
 
 static void test_gelu(void) {
@@ -587,8 +650,24 @@ static void test_cublas_checks(void) {
     dev_free(c);
 }
 
-int main(void) {
+// the fused attention's checks alone: tests/test_emu.sh's planted bugs run these
+static void test_flash_attention_shapes(void) {
+    Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
+    // T past a tile boundary (37, 70: a partial last tile), T below one tile (20), head sizes
+    // 16, 32, 64, B and NH above 1, ALiBi on and off
+    test_flash_attention(2, 37, 3, 16, none);
+    test_flash_attention(2, 37, 3, 16, heads_2_to_4_of_5);
+    test_flash_attention(1, 20, 2, 32, none);
+    test_flash_attention(2, 70, 2, 64, heads_2_to_4_of_5);
+}
+
+// argument "flash": only the fused attention's checks
+int main(int argc, char** argv) {
     kernels_init(0);
+    if (argc > 1 && strcmp(argv[1], "flash") == 0) {
+        test_flash_attention_shapes();
+        return tests_summary();
+    }
     test_cublas_checks();
     test_cublaslt_checks();
     test_encoder(70);
@@ -604,6 +683,7 @@ int main(void) {
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     test_attention(none);
     test_attention(heads_2_to_4_of_5);
+    test_flash_attention_shapes();
     test_gelu();
     test_crossentropy();
     test_adamw();

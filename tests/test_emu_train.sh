@@ -10,7 +10,10 @@
 # tables and bandwidth formulas (tests/test_check_cluster.sh --verify); --dry-run at (2,2,2)
 # against the bytes the run allocates (tests/test_dry_run.sh on the GPU path), and train_cpu's
 # plan of the GPU build (its --dry-run's default) against the GPU path's own dry run, line for
-# line, for several layouts and both precisions. Prints one PASS/FAIL line per check.
+# line, for several layouts and both precisions. The model's head size is 16 (hidden 32, 2
+# heads): the GPU path runs the fused attention (--attention-backend flash, WMMA); the cuBLAS
+# path (--attention-backend unfused) is compared at (1,1,1) and (2,2,2) too, and planned by
+# both binaries alike. Prints one PASS/FAIL line per check.
 #
 # Tolerance: |loss_emu - loss_cpu| <= u * loss_cpu at every step, u the unit roundoff of the
 # 16-bit type: 2^-8 for bf16 (8 significant bits), 2^-11 for fp16 (11). The CPU build keeps
@@ -19,12 +22,13 @@
 # rounded once from an fp32 result, and the fp32 master weights and AdamW moments keep the
 # roundings of one step from compounding into the next, so the loss (an fp32 mean over B*T
 # tokens of -log softmax of 16-bit logits) is allowed to differ by u of itself: what such a
-# model can resolve at all (measured: bf16 up to 7.8e-4 of 3.9e-3; fp16 up to 1.3e-4 of
-# 4.9e-4). A bug (a missing barrier, a wrong index, a wrong reduction) gives O(1)
+# model can resolve at all (measured: bf16 up to 5.4e-4 of 3.9e-3, either attention; fp16
+# up to 2.8e-5 of 4.9e-4). A bug (a missing barrier, a wrong index, a wrong reduction) gives O(1)
 # errors or NaN at once, or drifts by more than this within the 10 steps. --lr 1e-2 moves the
 # tiny model away from its near-uniform start (loss ~ ln 257 whatever the activations), so
 # that the loss witnesses the activations: with the TP all-reduce of bf16 activations
-# removed, (2,2,2) differs by 1.3e-2 (with --lr 1e-3 only by 5.5e-3).
+# removed, (2,2,2) differs by 1.3e-2 (with --lr 1e-3 only by 5.5e-3; measured on the earlier
+# model of 4 heads of 8).
 #
 # Out-of-bounds accesses: the emulation puts every device allocation against a guard page
 # (tests/emu/cuda_runtime.h); (1,1,1) runs with each allocation ending at one (EMU_GUARD=end:
@@ -65,7 +69,7 @@ done
 fi
 if [ ! -f "$data.idx" ]; then bad "data" "$data.idx missing (make test builds it)"; exit 1; fi
 
-run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 \
+run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
 --micro-batch-size 2 --global-batch-size 8 --train-iters 10 --log-interval 1 --eval-iters 0 --split 90,10,0 --lr 1e-2"
 losses() { sed -nE 's/^ iteration +([0-9]+)\/.*\| lm loss: ([0-9.E+-]+) \|.*/\1 \2/p' "$1"; }
 
@@ -129,31 +133,38 @@ compare() {
 # recomputation: at (1,1,1) one chunk of both layers (the first layer's output in the scratch),
 # at (2,2,2) one layer per stage (stage 0 sends its output from the scratch)
 name=$(basename "$BIN") bf16_tol=$(awk 'BEGIN{print 2^-8}') fp16_tol=$(awk 'BEGIN{print 2^-11}')
-compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1 end "$BIN" "$bf16_tol" \
-    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
-compare "$name matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" 8 2 2 start "$BIN" "$bf16_tol" "--checkpoint-activations"
+compare "$name --attention-backend flash matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1 end "$BIN" "$bf16_tol" \
+    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" --attention-backend flash
+compare "$name --attention-backend flash matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" 8 2 2 start "$BIN" "$bf16_tol" \
+    "--checkpoint-activations" --attention-backend flash
+compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1 end "$BIN" "$bf16_tol" \
+    "" --attention-backend unfused
+compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" 8 2 2 start "$BIN" "$bf16_tol" \
+    "" --attention-backend unfused
 if [ -z "${GPU_BINARY:-}" ]; then   # a real GPU's fp16 binary: make test-gpu
-    compare "train_emu_fp16 --fp16 --loss-scale 1024 matches train_cpu over 10 steps at (1,1,1)" 1 1 1 end \
+    compare "train_emu_fp16 --fp16 --loss-scale 1024 (flash) matches train_cpu over 10 steps at (1,1,1)" 1 1 1 end \
         tests/build/train_emu_fp16 "$fp16_tol" "" --fp16 --loss-scale 1024
-    compare "train_emu_fp16 --fp16 --loss-scale 1024 matches train_cpu over 10 steps at (2,2,2)" 8 2 2 start \
+    compare "train_emu_fp16 --fp16 --loss-scale 1024 (flash) matches train_cpu over 10 steps at (2,2,2)" 8 2 2 start \
         tests/build/train_emu_fp16 "$fp16_tol" "" --fp16 --loss-scale 1024
 fi
 
 # --dry-run on the GPU path: the bytes it plans per stage at (2,2,2) with recomputation (bf16
 # weights, fp32 gradients, moments and master copies) are every rank's, and what cudaMalloc
 # handed out (the emulation's, or a real GPU's with GPU_BINARY)
-mem="--vocab-size 257 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2
+mem="--vocab-size 257 --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2
      --global-batch-size 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --checkpoint-activations"
 in_bytes() { sed -nE 's/.*\(stage ([0-9]+)\) in bytes: (.*)/\1: \2/p' "$1"; }
+# (the fused attention's layout, lse per layer: auto at head size 16; the unfused one's, att per
+# layer, is planned the same way by both binaries below)
 $BIN --dry-run --world-size 8 $mem > "$tmp/plan" 2>&1
 $MPIRUN -np 8 $BIN $mem --data-path $data --train-iters 1 --eval-iters 0 --log-memory-bytes > "$tmp/real" 2>&1
 planned=$(in_bytes "$tmp/plan") real=$(in_bytes "$tmp/real" | sort -n | uniq)
 totals=$(in_bytes "$tmp/real" | sed -E 's/.*\| //' | sort -n | uniq)
 allocated=$(sed -nE 's/.*dev_malloc handed out ([0-9]+) bytes.*/\1/p' "$tmp/real" | sort -n | uniq)
 if [ "$(in_bytes "$tmp/real" | wc -l)" -eq 8 ] && [ "$(echo "$planned" | wc -l)" -eq 2 ] && [ "$planned" = "$real" ] &&
-   [ "$totals" = "$allocated" ]; then
-    ok "$(basename "$BIN") --dry-run at (2,2,2): each stage's planned bytes = every rank's = what dev_malloc asked cudaMalloc for ($(echo $planned))"
-else bad "$(basename "$BIN") --dry-run at (2,2,2)" "planned: $planned / real: $real / totals $totals, allocated $allocated"; fi
+   [ "$totals" = "$allocated" ] && grep -q '^attention: fused' "$tmp/real"; then
+    ok "$(basename "$BIN") --dry-run at (2,2,2), fused attention: each stage's planned bytes = every rank's = what dev_malloc asked cudaMalloc for ($(echo $planned))"
+else bad "$(basename "$BIN") --dry-run at (2,2,2), fused attention" "planned: $planned / real: $real / totals $totals, allocated $allocated"; fi
 
 # train_cpu plans the GPU build (--dry-run-build gpu, the default) as the GPU path plans itself:
 # the whole dry run, every byte count and the header, the same line for line
@@ -165,8 +176,9 @@ same_plan() {  # NAME BINARY FLAGS...
         ok "train_cpu --dry-run plans the GPU build as $(basename "$bin") does, byte for byte: $name"
     else bad "train_cpu's GPU plan = $(basename "$bin")'s: $name" "$(diff "$tmp/gpu.plan" "$tmp/cpu.plan" | head -4)"; fi
 }
-same_plan "(2,2,2) with recomputation" "$BIN" --world-size 8 $mem
-small="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2"
+same_plan "(2,2,2) with recomputation (flash: auto at head size 16)" "$BIN" --world-size 8 $mem
+same_plan "(2,2,2) with recomputation, --attention-backend unfused" "$BIN" --world-size 8 $mem --attention-backend unfused
+small="--vocab-size 257 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2"
 same_plan "TP 4, DP 3 (a padded ZeRO shard), MBS 1, seq 32" "$BIN" --world-size 12 $small \
     --tensor-model-parallel-size 4 --micro-batch-size 1 --seq-length 32 --global-batch-size 6
 same_plan "PP 4 type:transformer|embedding, ALiBi, embedding LayerNorm" "$BIN" --world-size 4 $small \

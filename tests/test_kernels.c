@@ -455,7 +455,7 @@ static void test_attention(Alibi alibi) {
     float* scratch = filled_floats(n_scratch, NAN);
     float* out = filled_floats(n_out, NAN);
     float* att = filled_floats(n_att, NAN);
-    attention_forward(out, att, NULL, qkv, B, T, NH, HS, alibi);
+    attention_forward(out, att, NULL, NULL, qkv, B, T, NH, HS, alibi);   // no lse, no scratch: the C attention
     // scores: 7-term fp32 dot products; softmax over <= 11 terms; then an 11-term weighted
     // sum: each step a few u, all told ~1e-6 of the scale; 1e-5 leaves a decade
     snprintf(name, sizeof(name), "attention_forward out%s", with);
@@ -481,7 +481,7 @@ static void test_attention(Alibi alibi) {
     check(worst_row <= 2e-6, name, "worst |sum - 1| = %.3g", worst_row);
 
     float* dqkv = filled_floats(n_qkv, NAN);  // overwritten: pre-filled with NaN
-    attention_backward(dqkv, scratch, R, qkv, att, B, T, NH, HS);
+    attention_backward(dqkv, scratch, R, qkv, out, att, NULL, B, T, NH, HS, alibi);
     double* fd = new_doubles(n_qkv);
     finite_diff(fd, a.qkv, n_qkv, attention_loss, &a);
     const char* parts[3] = {"dq", "dk", "dv"};

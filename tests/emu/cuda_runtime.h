@@ -167,7 +167,7 @@ static bool emu_open_barriers(void) {
             exited += emu.threads[i].state == EMU_EXITED;
         }
         if (waiting > 0 && waiting + exited == lanes && (exited > 0 || lanes < 32))
-            emu_fail("%s", "warp shuffle with mask 0xffffffff in a warp that has exited or missing lanes");
+            emu_fail("kernel %s: a warp shuffle or WMMA call (all 32 lanes) in a warp that has exited or missing lanes", emu.kernel);
         if (waiting == 32) {
             for (unsigned i = w0; i < w0 + 32; i++) emu.threads[i].state = EMU_RUNNABLE;
             opened = true;
@@ -215,7 +215,7 @@ static void emu_run_block(unsigned b) {
         for (unsigned i = 0; i < n; i++) exited += emu.threads[i].state == EMU_EXITED;
         if (exited == n) return;
         if (!emu_open_barriers())
-            emu_fail("%s", "deadlock: threads wait at different barriers (a __syncthreads or shuffle not reached by all)");
+            emu_fail("kernel %s: deadlock: threads wait at different barriers (a __syncthreads, shuffle or WMMA call not reached by all)", emu.kernel);
     }
 }
 
