@@ -1351,6 +1351,12 @@ static void charge_all_reduce(StageCost* c, const char* name, int group, int siz
     if (size > 1) charge_message(c, name, group, 2.0 * (size - 1), 2.0 * (size - 1) / size * bytes);
 }
 
+// the fused attention's (query tile, key tile) pairs of one head at and below the diagonal
+static double flash_tile_pairs(int T) {
+    double tiles = ceil(T / 32.0);
+    return tiles * (tiles + 1.0) / 2.0;
+}
+
 // what one micro-batch's layer forward does (gpt.h block_forward, kernels.cuh's GPU kernels)
 // x: the bytes of a floatX; P: attention probabilities [B, heads, T, T]; S: one of q, k, v
 static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int tp_size) {
@@ -1364,10 +1370,18 @@ static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int 
     // biases in the epilogue; fc's GELU too, which also writes the pre-activation it keeps
     charge_matmul(c, "linear layers forward (cuBLASLt epilogues)", 4, 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
     charge_kernel(c, "GELU epilogue's second output", 0, N * Fl * x);
-    charge_kernel(c, "attention permutes", 2, (6.0 * S + 2.0 * S) * x);
-    charge_matmul(c, "attention T x T products (cuBLAS, batched)", 2, 2.0 * 2.0 * P * HS);
-    // the softmax writes P fp32 scores first (the scores product); reads the causal half three times
-    charge_kernel(c, "attention softmax", 1, P * 4.0 + 1.5 * P * 4.0 + P * x);
+    if (m->build.flash_attention) {
+        // one fused kernel: 32 x 32 tiles at and below the diagonal through WMMA, q, k, v read
+        // once from memory (a head's k and v reused from the cache), out and the log-sum-exp written
+        double BH = (double)m->B * m->heads_local, tiles = flash_tile_pairs(m->T);
+        charge_matmul(c, "attention, fused (WMMA tiles)", 1, 4096.0 * HS * BH * tiles);
+        charge_kernel(c, "attention, fused: memory", 0, 4.0 * S * x + 4.0 * BH * m->T);
+    } else {
+        charge_kernel(c, "attention permutes", 2, (6.0 * S + 2.0 * S) * x);
+        charge_matmul(c, "attention T x T products (cuBLAS, batched)", 2, 2.0 * 2.0 * P * HS);
+        // the softmax writes P fp32 scores first (the scores product); reads the causal half three times
+        charge_kernel(c, "attention softmax", 1, P * 4.0 + 1.5 * P * 4.0 + P * x);
+    }
     for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
 }
 
@@ -1394,9 +1408,17 @@ static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_siz
                   bias_grad_bytes(m, C, x) + bias_grad_bytes(m, Fl, x) + bias_grad_bytes(m, C, x) + bias_grad_bytes(m, 3 * Cl, x));
     charge_kernel(c, "gelu", 1, 3.0 * N * Fl * x);
     charge_kernel(c, "layernorm backward", 4, 2.0 * layernorm_backward_bytes(m, x));
-    charge_kernel(c, "attention permutes", 3, (6.0 * S + 2.0 * S + 6.0 * S) * x);
-    charge_matmul(c, "attention T x T products (cuBLAS, batched)", 4, 4.0 * 2.0 * P * HS);
-    charge_kernel(c, "attention softmax", 1, P * 4.0 + P * x + P * 4.0 + P * x);   // datt written, read; att read; dscores
+    if (m->build.flash_attention) {
+        // D = rowsum(dout out); one block per key tile for dK, dV and one per query tile for dQ,
+        // each recomputing p from q, k and the log-sum-exp (5 tile products; no atomics)
+        double BH = (double)m->B * m->heads_local, tiles = flash_tile_pairs(m->T);
+        charge_matmul(c, "attention, fused (WMMA tiles)", 2, (8192.0 + 6144.0) * HS * BH * tiles);
+        charge_kernel(c, "attention, fused: memory", 1, (2.0 + 6.0 + 5.0) * S * x + 20.0 * BH * m->T);
+    } else {
+        charge_kernel(c, "attention permutes", 3, (6.0 * S + 2.0 * S + 6.0 * S) * x);
+        charge_matmul(c, "attention T x T products (cuBLAS, batched)", 4, 4.0 * 2.0 * P * HS);
+        charge_kernel(c, "attention softmax", 1, P * 4.0 + P * x + P * 4.0 + P * x);   // datt written, read; att read; dscores
+    }
     for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
 }
 

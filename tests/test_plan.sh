@@ -47,7 +47,8 @@ comm bloom-tp2-pp2-dp2 2 2 2 --position-embedding-type alibi --embed-layernorm -
 # --- the cost model on GPT-2 124M, 16 x 1024 per micro-batch, one GPU, explicit hardware
 gpt2="--vocab-size 50257 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 16"
 hw="--hw h100-80gb --hw-peak-tflops 1000 --hw-matmul-efficiency 0.5 --hw-memory-bandwidth 2000"
-./train_cpu --dry-run --world-size 1 $gpt2 $hw > $B/gpt2.plan 2>&1
+./train_cpu --dry-run --world-size 1 $gpt2 $hw --attention-backend unfused > $B/gpt2.plan 2>&1
+./train_cpu --dry-run --world-size 1 $gpt2 $hw > $B/gpt2-flash.plan 2>&1
 # row NAME COLUMN: the cost table's column (1 launches, 2 GFLOP, 3 GB, 4 ms) of the row NAME
 row() { grep -F "  $1 " $B/${3:-gpt2}.plan | head -1 | sed -E 's/^  .{44} //' | awk -F'|' -v c=$2 '{gsub(/[ %]/, "", $c); print $c}'; }
 near() {  # a b relative-tolerance: both numbers, |a - b| <= tol x |b|
@@ -65,6 +66,13 @@ if [ "$(row 'linear layers forward (cuBLASLt epilogues)' 2)" = "$linear" ] &&
    [ "$(row 'logits (cuBLAS)' 2)" = "$logits" ]; then
     ok "124M: the matmuls' GFLOP per step = (1 + 2) x 2 N C (4C + 2F) L, 3 x 4 B H T^2 d L, 3 x 2 N C V ($linear + $linear_backward, $attention, $logits)"
 else bad "124M matmul FLOPs" "expected $linear $linear_backward $attention $logits: $(grep -F cuBLAS $B/gpt2.plan | tr '\n' ' ')"; fi
+# the fused attention (head size 64: auto takes it): 32 x 32 tiles at and below the diagonal,
+# 528 pairs a head; 2 x 32^2 x 64 x 2 FLOPs a tile pair forward, 5 products backward; 16 x 12 heads
+fused=$(awk 'BEGIN { printf "%.1f", 12 * (4096 + 8192 + 6144) * 64 * 192 * 528 / 1e9 }')
+if [ "$(row 'attention, fused (WMMA tiles)' 2 gpt2-flash)" = "$fused" ] && [ "$(row 'attention, fused (WMMA tiles)' 1 gpt2-flash)" = 36 ] &&
+   ! grep -q 'attention softmax' $B/gpt2-flash.plan; then
+    ok "124M with the fused attention: $fused GFLOP of tile products in 36 launches, no softmax kernel"
+else bad "the fused attention's costs" "expected $fused GFLOP: $(grep -F 'attention' $B/gpt2-flash.plan | tr '\n' ' ')"; fi
 # a matmul takes FLOPs / (1000 TFLOP/s x 0.5): GFLOP / 500 ms; a kernel GB / 2000 GB/s: GB / 2 ms
 ms=$(row 'linear layers backward (cuBLAS)' 4); expected=$(awk -v g="$linear_backward" 'BEGIN { print g / 500 }')
 if near "$ms" "$expected" 0.002; then ok "a matmul's time is its FLOPs at peak x efficiency ($ms ms)"
