@@ -573,8 +573,11 @@ typedef struct {
     long long consumed;           // samples consumed before this step
     int micro_batch_size, dp_size, dp_rank, seq_length;
     int* host_sample;             // [seq_length + 1]
-    int* host_tokens;             // [micro_batch_size * seq_length]
-    int* host_targets;
+    // Two pinned staging buffers, each [tokens | targets] of one micro-batch, used in turn: the
+    // host fills one while the GPU may still be copying from the other (host_to_dev_async)
+    int* staging[2];
+    HostCopy copied[2];           // recorded after each buffer's copies
+    int next;                     // the buffer the next micro-batch fills
 } Loader;
 
 static void load_micro_batch(void* ctx, int micro_batch, int* tokens, int* targets) {
@@ -582,13 +585,19 @@ static void load_micro_batch(void* ctx, int micro_batch, int* tokens, int* targe
     int T = l->seq_length;
     long long first = l->consumed + (long long)micro_batch * l->micro_batch_size * l->dp_size
                     + (long long)l->dp_rank * l->micro_batch_size;
+    size_t n = (size_t)l->micro_batch_size * T;
+    int k = l->next;
+    l->next = 1 - k;
+    host_copy_wait(&l->copied[k]);   // the GPU has read this buffer (two micro-batches ago)
+    int *host_tokens = l->staging[k], *host_targets = l->staging[k] + n;
     for (int b = 0; b < l->micro_batch_size; b++) {
         data_splits_get(l->data, l->split, first + b, l->host_sample);
-        memcpy(l->host_tokens + (size_t)b * T, l->host_sample, T * sizeof(int));
-        memcpy(l->host_targets + (size_t)b * T, l->host_sample + 1, T * sizeof(int));
+        memcpy(host_tokens + (size_t)b * T, l->host_sample, T * sizeof(int));
+        memcpy(host_targets + (size_t)b * T, l->host_sample + 1, T * sizeof(int));
     }
-    host_to_dev(tokens, l->host_tokens, (size_t)l->micro_batch_size * T * sizeof(int));
-    host_to_dev(targets, l->host_targets, (size_t)l->micro_batch_size * T * sizeof(int));
+    host_to_dev_async(tokens, host_tokens, n * sizeof(int));
+    host_to_dev_async(targets, host_targets, n * sizeof(int));
+    host_copy_record(&l->copied[k]);
 }
 
 static Loader make_loader(const DataSplits* d, int split, const Config* a) {
@@ -601,15 +610,19 @@ static Loader make_loader(const DataSplits* d, int split, const Config* a) {
     l.dp_rank = grid.dp_rank;
     l.seq_length = a->model.seq_length;
     l.host_sample = (int*)mallocCheck((l.seq_length + 1) * sizeof(int));
-    l.host_tokens = (int*)mallocCheck((size_t)a->micro_batch_size * l.seq_length * sizeof(int));
-    l.host_targets = (int*)mallocCheck((size_t)a->micro_batch_size * l.seq_length * sizeof(int));
+    for (int k = 0; k < 2; k++) {
+        l.staging[k] = (int*)host_alloc_pinned(2 * (size_t)a->micro_batch_size * l.seq_length * sizeof(int));
+        host_copy_create(&l.copied[k]);
+    }
     return l;
 }
 
 static void free_loader(Loader* l) {
     free(l->host_sample);
-    free(l->host_tokens);
-    free(l->host_targets);
+    for (int k = 0; k < 2; k++) {
+        host_free_pinned(l->staging[k]);
+        host_copy_destroy(&l->copied[k]);
+    }
 }
 
 // Rank 0 builds the sample indexes (or finds them cached) and writes the cache; the others

@@ -492,6 +492,38 @@ static cudaError_t cudaMemset(void* p, int value, size_t bytes) {
     memset(p, value, bytes);
     return cudaSuccess;
 }
+// Pinned host memory: plain host memory here (the emulated device reads the host directly).
+static cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static cudaError_t cudaFreeHost(void* p) {
+    free(p);
+    return cudaSuccess;
+}
+
+// Events: the emulation runs each call to completion, so an event is complete as soon as it
+// is recorded (or never recorded: CUDA's cudaEventSynchronize returns at once then too).
+// What this cannot show: a host write into a buffer whose asynchronous copy has not run yet.
+typedef struct EmuEvent { int recorded; }* cudaEvent_t;
+#define cudaEventDisableTiming 0x02
+static cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+    (void)flags;
+    *e = (cudaEvent_t)calloc(1, sizeof(struct EmuEvent));
+    return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    free(e);
+    return cudaSuccess;
+}
+static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
+    (void)stream;
+    if (!e) return cudaErrorInvalidValue;
+    e->recorded = 1;
+    return cudaSuccess;
+}
+static cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+
 static cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
@@ -500,4 +532,9 @@ static cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemc
     if ((!dst_dev && emu_is_device_range(dst, 1)) || (!src_dev && emu_is_device_range(src, 1))) return cudaErrorInvalidValue;
     memmove(dst, src, bytes);
     return cudaSuccess;
+}
+// queued on `stream` on a GPU; here done at once, with cudaMemcpy's checks
+static cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+    (void)stream;
+    return cudaMemcpy(dst, src, bytes, kind);
 }
