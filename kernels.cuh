@@ -138,13 +138,13 @@ static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) { mem
 static inline void dev_synchronize(void) {}   // the CPU's work is done when its call returns
 // the GPU build's asynchronous copies from pinned host memory (below); here plain copies
 typedef int HostCopy;
-static void* host_alloc_pinned(size_t bytes) { return mallocCheck(bytes); }
-static void host_free_pinned(void* p) { free(p); }
-static void host_copy_create(HostCopy* done) { *done = 0; }
-static void host_copy_destroy(HostCopy* done) { (void)done; }
-static void host_to_dev_async(void* dev_dst, const void* host_src, size_t bytes) { memcpy(dev_dst, host_src, bytes); }
-static void host_copy_record(HostCopy* done) { (void)done; }
-static void host_copy_wait(HostCopy* done) { (void)done; }
+static inline void* host_alloc_pinned(size_t bytes) { return mallocCheck(bytes); }
+static inline void host_free_pinned(void* p) { free(p); }
+static inline void host_copy_create(HostCopy* done) { *done = 0; }
+static inline void host_copy_destroy(HostCopy* done) { (void)done; }
+static inline void host_to_dev_async(void* dev_dst, const void* host_src, size_t bytes) { memcpy(dev_dst, host_src, bytes); }
+static inline void host_copy_record(HostCopy* done) { (void)done; }
+static inline void host_copy_wait(HostCopy* done) { (void)done; }
 // float <-> floatX conversions between host float arrays and device floatX arrays
 static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) { memcpy(dev_dst, host_src, n * sizeof(float)); }
 static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
@@ -204,19 +204,19 @@ static inline void dev_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
 // buffer's copies says when the GPU has read it; the host waits for it (host_copy_wait)
 // before it writes that buffer again.
 typedef cudaEvent_t HostCopy;
-static void* host_alloc_pinned(size_t bytes) {
+static inline void* host_alloc_pinned(size_t bytes) {
     void* p = NULL;
     cudaCheck(cudaMallocHost(&p, bytes));
     return p;
 }
-static void host_free_pinned(void* p) { cudaCheck(cudaFreeHost(p)); }
-static void host_copy_create(HostCopy* done) { cudaCheck(cudaEventCreateWithFlags(done, cudaEventDisableTiming)); }
-static void host_copy_destroy(HostCopy* done) { cudaCheck(cudaEventDestroy(*done)); }
-static void host_to_dev_async(void* dev_dst, const void* host_src, size_t bytes) {
+static inline void host_free_pinned(void* p) { cudaCheck(cudaFreeHost(p)); }
+static inline void host_copy_create(HostCopy* done) { cudaCheck(cudaEventCreateWithFlags(done, cudaEventDisableTiming)); }
+static inline void host_copy_destroy(HostCopy* done) { cudaCheck(cudaEventDestroy(*done)); }
+static inline void host_to_dev_async(void* dev_dst, const void* host_src, size_t bytes) {
     cudaCheck(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyHostToDevice, 0));
 }
-static void host_copy_record(HostCopy* done) { cudaCheck(cudaEventRecord(*done, 0)); }
-static void host_copy_wait(HostCopy* done) { cudaCheck(cudaEventSynchronize(*done)); }
+static inline void host_copy_record(HostCopy* done) { cudaCheck(cudaEventRecord(*done, 0)); }
+static inline void host_copy_wait(HostCopy* done) { cudaCheck(cudaEventSynchronize(*done)); }
 
 // float <-> floatX conversions go through a host staging buffer of this many elements
 #define CONVERT_CHUNK ((size_t)1 << 20)
