@@ -29,6 +29,9 @@ static void copy_to_tensor_model_parallel_region_backward(floatX* dx, size_t n);
 static void reduce_from_tensor_model_parallel_region(floatX* x, size_t n);         // g's forward
 static void vocab_parallel_max(float* row_max, size_t n);
 static void vocab_parallel_sum(float* sums, size_t n);
+// and the backward's progress: every gradient of `layer` and above is final for this micro-batch
+// (the final LayerNorm's layer is num_layers), so the overlapped DP reduction may take them
+static void gradients_final_down_to(int layer);
 
 // ----------------------------------------------------------------------------
 // config: each field of the model declared once
@@ -882,12 +885,16 @@ static void embedding_backward(GPT* m, MicroBatchActivations* s) {
 // bits, and nobody reads them any more (what came after the chunk is done).
 static void gpt_backward(GPT* m, int slot, float dloss) {
     MicroBatchActivations* s = &m->slots[slot];
-    if (m->is_last_stage) head_backward(m, s, dloss);
+    if (m->is_last_stage) {
+        head_backward(m, s, dloss);
+        gradients_final_down_to(m->cfg.num_layers);
+    }
     for (int i = m->num_local_layers - 1; i >= 0; i--) {
         int first, end;
         if (recompute_chunk(m, i, &first, &end) && i == end - 1)
             for (int k = first; k < end; k++) block_forward(m, s, k);
         block_backward(m, s, i);
+        gradients_final_down_to(m->first_layer + i);
     }
     if (m->is_first_stage) embedding_backward(m, s);
 }

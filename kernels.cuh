@@ -145,6 +145,12 @@ static inline void host_copy_destroy(HostCopy* done) { (void)done; }
 static inline void host_to_dev_async(void* dev_dst, const void* host_src, size_t bytes) { memcpy(dev_dst, host_src, bytes); }
 static inline void host_copy_record(HostCopy* done) { (void)done; }
 static inline void host_copy_wait(HostCopy* done) { (void)done; }
+// the GPU build's communication stream (below); here every call is done when it returns
+typedef int StreamEvent;
+static inline void stream_event_create(StreamEvent* e) { *e = 0; }
+static inline void stream_event_destroy(StreamEvent* e) { (void)e; }
+static inline void comm_waits_for_compute(StreamEvent* e) { (void)e; }
+static inline void compute_waits_for_comm(StreamEvent* e) { (void)e; }
 // float <-> floatX conversions between host float arrays and device floatX arrays
 static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) { memcpy(dev_dst, host_src, n * sizeof(float)); }
 static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
@@ -218,6 +224,28 @@ static inline void host_to_dev_async(void* dev_dst, const void* host_src, size_t
 static inline void host_copy_record(HostCopy* done) { cudaCheck(cudaEventRecord(*done, 0)); }
 static inline void host_copy_wait(HostCopy* done) { cudaCheck(cudaEventSynchronize(*done)); }
 
+// The communication stream: collectives that can overlap compute (parallel.h's bucketed
+// gradient reduction) are queued here, everything else on the compute stream (0). It is
+// created non-blocking: the legacy default stream would otherwise wait for it, and it for
+// the default stream, at every call, and nothing would overlap. Two streams are ordered by
+// events: comm_waits_for_compute(e) makes what is queued on the communication stream next
+// start only after everything queued on the compute stream so far (say, the kernels that
+// wrote a bucket's gradients), and compute_waits_for_comm(e) the other way round (the norm
+// reads the reduced gradients). One event may serve again and again: a wait takes the
+// event's latest record.
+typedef cudaEvent_t StreamEvent;
+static cudaStream_t comm_stream;   // created by kernels_init
+static inline void stream_event_create(StreamEvent* e) { cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming)); }
+static inline void stream_event_destroy(StreamEvent* e) { cudaCheck(cudaEventDestroy(*e)); }
+static inline void comm_waits_for_compute(StreamEvent* e) {
+    cudaCheck(cudaEventRecord(*e, 0));
+    cudaCheck(cudaStreamWaitEvent(comm_stream, *e, 0));
+}
+static inline void compute_waits_for_comm(StreamEvent* e) {
+    cudaCheck(cudaEventRecord(*e, comm_stream));
+    cudaCheck(cudaStreamWaitEvent(0, *e, 0));
+}
+
 // float <-> floatX conversions go through a host staging buffer of this many elements
 #define CONVERT_CHUNK ((size_t)1 << 20)
 
@@ -263,7 +291,8 @@ static inline BuildTarget this_build(void) {
 #ifdef __CUDACC__
 // The one place a kernel is launched (a test build may define its own LAUNCH first). Grids
 // are 1-D; a launch over nothing (grid 0, e.g. an empty tensor) is skipped, not an error.
-// Everything runs on the default stream (0), as cuBLAS and NCCL do here.
+// Every kernel runs on the default stream (0), as cuBLAS does; NCCL too, but for the
+// collectives queued on the communication stream (comm_stream, above).
 #ifndef LAUNCH
 #define LAUNCH(kernel, grid, block, shmem, ...)                               \
     do {                                                                      \
@@ -295,6 +324,7 @@ static void kernels_init(int local_device) {
     cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH));
     cublasCheck(cublasSetStream(cublas_handle, 0));
     cublasCheck(cublasLtCreate(&cublaslt_handle));
+    cudaCheck(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
     // through dev_malloc, so that the memory table's check against dev_malloc counts it (build_model
     // adds kernels_workspace_bytes: this is allocated before the model, once per process)
     size_t before = dev_bytes_allocated;
@@ -1992,27 +2022,6 @@ static void adamw_update_cpu(float* master, float* param, const float* grad, flo
     }
 }
 
-#ifdef __CUDACC__
-// AdamW (see adamw_update_cpu): the fp32 master is updated, param gets its floatX rounding
-
-__global__ void adamw_kernel(float* master, floatX* param, const float* grad, float* m, float* v, size_t n,
-                             AdamWStep s) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float p = adamw_element(master[i], grad[i], &m[i], &v[i], s);
-    master[i] = p;
-    param[i] = to_floatX(p);
-}
-
-static void adamw_update(float* master, floatX* param, const float* grad, float* m, float* v,
-                         size_t n, float lr, float beta1, float beta2, float eps,
-                         float weight_decay, float grad_scale, int step) {
-    AdamWStep s = adamw_step(lr, beta1, beta2, eps, weight_decay, grad_scale, step);
-    LAUNCH(adamw_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, master, param, grad, m, v, n, s);
-}
-#else
-#define adamw_update adamw_update_cpu
-#endif
 
 // A rank's ZeRO shard holds parts of many tensors, each with its own weight decay and each
 // counted in the gradient norm or not. One ShardRange per part: [start, end) relative to the
@@ -2138,15 +2147,6 @@ static void sum_squares_ranges_cpu(double* acc, const float* x, size_t n, const 
 // The grid is a function of n alone and the partials are added in block order, so the
 // result does not change from run to run.
 
-// block b sums the elements b * blockDim + j + k * (gridDim * blockDim) into partials[b]
-__global__ void sum_squares_partial_kernel(double* partials, const float* x, size_t n) {
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    double s = 0.0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) s += (double)x[i] * x[i];
-    s = block_reduce_sum_double(s);
-    if (threadIdx.x == 0) partials[blockIdx.x] = s;
-}
-
 // one block: *acc += partials[0] + ... + partials[count - 1]
 __global__ void sum_squares_final_kernel(double* acc, const double* partials, int count) {
     double s = 0.0;
@@ -2155,15 +2155,8 @@ __global__ void sum_squares_final_kernel(double* acc, const double* partials, in
     if (threadIdx.x == 0) *acc += s;
 }
 
-static void sum_squares(double* acc, const float* x, size_t n) {
-    size_t blocks = CEIL_DIV(n, (size_t)SUM_SQUARES_BLOCK);
-    if (blocks > SUM_SQUARES_MAX_BLOCKS) blocks = SUM_SQUARES_MAX_BLOCKS;
-    if (blocks == 0) return;
-    LAUNCH(sum_squares_partial_kernel, blocks, SUM_SQUARES_BLOCK, 0, sum_squares_partials, x, n);
-    LAUNCH(sum_squares_final_kernel, 1, SUM_SQUARES_BLOCK, 0, acc, sum_squares_partials, (int)blocks);
-}
-
-// as sum_squares_partial_kernel, over the elements of a shard that lie in a range counted in the norm
+// block b sums the squares of the elements b * blockDim + j + k * (gridDim * blockDim) that lie
+// in a range counted in the norm into partials[b]
 __global__ void sum_squares_ranges_partial_kernel(double* partials, const float* x, size_t n, const ShardRange* ranges,
                                                   int count) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -2185,7 +2178,6 @@ static void sum_squares_ranges(double* acc, const float* x, size_t n, const Shar
     LAUNCH(sum_squares_final_kernel, 1, SUM_SQUARES_BLOCK, 0, acc, sum_squares_partials, (int)blocks);
 }
 #else
-#define sum_squares sum_squares_cpu
 #define sum_squares_ranges sum_squares_ranges_cpu
 #endif
 

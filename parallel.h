@@ -528,6 +528,20 @@ static void reduce_scatter(Group* g, const float* in, float* out, size_t shard) 
     wait_end();
 }
 
+// out[n] on rank `root` = sum over the group of in[n] (out is not touched elsewhere): fp32
+// gradients, queued on the communication stream (the CPU build: done when it returns). A ring
+// or chain reduce has every rank but the root send the buffer once.
+static void reduce_to(Group* g, const float* in, float* out, size_t n, int root) {
+    if (g->rank != root) g->bytes_sent += (double)n * sizeof(float);
+    wait_begin("reduce", g, -1);
+#ifdef __CUDACC__
+    ncclCheck(ncclReduce(in, out, n, ncclFloat, ncclSum, root, g->nccl, comm_stream));
+#else
+    mpiCheck(MPI_Reduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, root, g->mpi));
+#endif
+    wait_end();
+}
+
 // in place: every rank's shard buf[rank * shard .. +shard) is copied to all the others
 static void all_gather(Group* g, floatX* buf, size_t shard) {
     if (g->size <= 1) return;
@@ -784,6 +798,108 @@ static void send_backward_recv_forward(const floatX* dx, floatX* x, size_t n) {
 }
 
 // ----------------------------------------------------------------------------
+// the gradient reduction over DP, overlapped with the last backward (--overlap-grad-reduce,
+// Megatron-LM's flag; DeepSpeed's ZeRO reduces its gradient buckets the same way)
+// Without overlap the step's gradients are reduce-scattered once the last micro-batch's
+// backward is over: all of it on the critical path. With it, the flat gradient buffer is cut
+// into buckets of whole tensors, from its end (the last layers, whose gradients are final
+// first in the backward) towards its start. While the last micro-batch's backward runs, a
+// bucket is queued on the communication stream as soon as the backward has finished its
+// lowest layer: the part of it in rank r's ZeRO shard is summed onto rank r (a reduce with
+// root r), so each rank ends with what the reduce-scatter gave it, bytes sent included. The
+// embedding's bucket goes last, after the tied embedding's all-reduce. Nothing else changes:
+// the buckets are a plan over the buffer, no memory of their own.
+
+typedef struct {
+    size_t start, end;   // [start, end) of the flat gradient buffer
+    int lowest_layer;    // final once the backward has finished this layer (-1: the embedding's bucket)
+} GradBucket;
+
+// Cut [0, padded) into buckets: from the top, whole tensors until a bucket holds at least
+// `bucket_size` elements; the embedding's tensors (layer -1, at the start) in a last bucket of
+// their own; the padding with the top bucket. `out` has room for one per tensor; returns how many.
+static int grad_buckets(const GPT* m, size_t bucket_size, GradBucket* out) {
+    int count = 0;
+    size_t end = m->num_params_padded;
+    for (int i = m->num_tensors - 1; i >= 0; i--) {
+        const TensorDesc* t = &m->tensors[i];
+        int last_of_bucket = i == 0 || (t->layer >= 0 && m->tensors[i - 1].layer < 0) ||
+                             (t->layer >= 0 && end - t->offset >= bucket_size);
+        if (!last_of_bucket) continue;
+        GradBucket b = {i == 0 ? 0 : t->offset, end, t->layer};
+        out[count++] = b;
+        end = b.start;
+    }
+    return count;
+}
+
+typedef struct {
+    int enabled;             // --overlap-grad-reduce with DP > 1
+    GradBucket* buckets;     // in the order they are launched
+    int num_buckets, launched;
+    int armed;               // the last micro-batch's backward is running
+    float* grads;            // the whole flat buffer ...
+    float* shard_grad;       // ... and this rank's reduced shard of it
+    size_t shard_size;
+    StreamEvent grads_written, reduced;
+} GradReducer;
+static GradReducer grad_reducer;   // one per process, as the grid: gpt.h's backward calls in
+
+static void grad_reducer_init(const GPT* m, float* shard_grad, size_t shard_size, int overlap, size_t bucket_size) {
+    GradReducer* r = &grad_reducer;
+    memset(r, 0, sizeof(*r));
+    r->enabled = overlap && grid.dp_size > 1;
+    if (!r->enabled) return;
+    r->buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
+    r->num_buckets = grad_buckets(m, bucket_size, r->buckets);
+    r->grads = m->grads;
+    r->shard_grad = shard_grad;
+    r->shard_size = shard_size;
+    stream_event_create(&r->grads_written);
+    stream_event_create(&r->reduced);
+}
+
+static void grad_reducer_free(void) {
+    GradReducer* r = &grad_reducer;
+    if (!r->enabled) return;
+    free(r->buckets);
+    stream_event_destroy(&r->grads_written);
+    stream_event_destroy(&r->reduced);
+    memset(r, 0, sizeof(*r));
+}
+
+// queue bucket b's reduces on the communication stream, after the kernels that wrote it
+static void reduce_bucket(GradReducer* r, const GradBucket* b) {
+    comm_waits_for_compute(&r->grads_written);
+    for (int q = 0; q < grid.dp_size; q++) {   // the part of b in each rank's shard, onto that rank
+        size_t shard_start = q * r->shard_size, lo = b->start, hi = b->end;
+        if (lo < shard_start) lo = shard_start;
+        if (hi > shard_start + r->shard_size) hi = shard_start + r->shard_size;
+        if (lo < hi) reduce_to(&grid.dp, r->grads + lo, r->shard_grad + (lo - shard_start), hi - lo, q);
+    }
+}
+
+// the backward (of any micro-batch) has finished `layer`: in the last one, launch the buckets
+// that are final now (gpt.h calls this)
+static void gradients_final_down_to(int layer) {
+    GradReducer* r = &grad_reducer;
+    if (!r->armed) return;
+    while (r->launched < r->num_buckets && r->buckets[r->launched].lowest_layer >= 0 &&
+           r->buckets[r->launched].lowest_layer >= layer)
+        reduce_bucket(r, &r->buckets[r->launched++]);
+}
+
+// after the tied embedding's all-reduce: the buckets left (the embedding's), then the compute
+// stream waits for every reduce before anything reads the shard or writes the gradients again
+static void grad_reducer_finish(void) {
+    GradReducer* r = &grad_reducer;
+    while (r->launched < r->num_buckets) reduce_bucket(r, &r->buckets[r->launched++]);
+    compute_waits_for_comm(&r->reduced);
+    r->armed = 0;
+    r->launched = 0;
+}
+
+// ----------------------------------------------------------------------------
 // the schedule of one step: 1F1B (PipeDream-flush; Narayanan et al. 2021, Fig. 4)
 // Stage p of P runs min(P - p - 1, M) warm-up forwards, then alternates one forward and
 // one backward, then drains the backwards it still owes. A stage never holds more than P
@@ -800,6 +916,7 @@ typedef struct {
     void* ctx;
     float dloss;
     int in_flight, max_in_flight;
+    int num_micro;   // micro-batches in this step (run_1f1b sets it)
 } Schedule;
 
 static size_t hidden_elems(const GPT* m) { return (size_t)m->B * m->T * m->cfg.hidden_size; }
@@ -817,6 +934,7 @@ static void forward_step(Schedule* s, int micro) {
 
 static void backward_step(Schedule* s, int micro) {
     activity_phase("backward", activity.iteration, micro);
+    grad_reducer.armed = grad_reducer.enabled && micro == s->num_micro - 1;   // the gradients' last additions
     gpt_backward(s->model, micro % s->model->num_slots, s->dloss);
     s->in_flight--;
 }
@@ -827,6 +945,7 @@ static void run_1f1b(Schedule* s, int M) {
     int warmup = grid.pp_size - grid.pp_rank - 1;
     if (warmup > M) warmup = M;
     int steady = M - warmup, fwd = 0, bwd = 0;
+    s->num_micro = M;
     // warm-up
     for (int i = 0; i < warmup; i++, fwd++) {
         recv_forward(slot_of(s, fwd)->input, n);
@@ -1012,8 +1131,7 @@ static size_t adamw_state_bytes(size_t padded, int dp_size, int master_copy) {
 // shard's range table, room for one range per tensor (the same size on every rank)
 static size_t adamw_workspace_bytes(int num_tensors) { return sizeof(double) + num_tensors * sizeof(ShardRange); }
 
-static float global_grad_norm(GPT* model, AdamWState* s) {
-    (void)model;
+static float global_grad_norm(AdamWState* s) {
     dev_zero(s->norm_acc, sizeof(double));
     sum_squares_ranges(s->norm_acc, s->grad, s->shard_size, s->ranges, s->num_ranges);
     double sq = 0.0;
@@ -1033,9 +1151,10 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
         const TensorDesc* wte = &model->tensors[model->wte];
         all_reduce(&grid.embedding, model->grads + wte->offset, wte->numel, AS_FLOAT, REDUCE_SUM);
     }
-    if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size);
+    if (grad_reducer.enabled) grad_reducer_finish();   // reduced while the backward ran
+    else if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size);
     float unscale = 1.0f / s->scaler.scale;
-    float norm = global_grad_norm(model, s) * unscale;
+    float norm = global_grad_norm(s) * unscale;
     *skipped = !isfinite(norm);
     loss_scaler_update(&s->scaler, *skipped);
     if (*skipped) return norm;

@@ -38,6 +38,8 @@ step -> log -> sampling -> the run -> main.
     X(CHOICE, recompute_method, "none", 0, "none | uniform | block (which layers: see --recompute-num-layers)")        \
     X(INT, recompute_num_layers, NULL, 1, "N: uniform: layers per chunk; block: first N layers of a stage (1)")        \
     X(CHOICE, attention_backend, "auto", 0, "auto | flash | unfused (GPU build; auto: flash where the head size allows)") \
+    X(SWITCH, overlap_grad_reduce, NULL, 0, "reduce the DP gradients in buckets during the last backward (DP > 1)")  \
+    X(LONG, ddp_bucket_size, NULL, 0, "elements per --overlap-grad-reduce bucket (0: max(40M, 1M x DP))")             \
     X(INT, train_iters, NULL, 0, "steps to train (0 with --save: save the initial model)")                            \
     X(LONG, train_samples, NULL, 0, "samples to train (instead of --train-iters)")                                     \
     X(FLOAT, lr, "1e-4", 0, "peak learning rate")                                                                      \
@@ -490,13 +492,13 @@ static int current_global_batch_size(const BatchSchedule* b, long long consumed_
     return b->start + steps * b->increment;
 }
 
-static void check_rampup(const Config* a, const BatchSchedule* b) {
+// the ramp's own shape (each batch on it against the layout: layout_error)
+static void check_rampup(const BatchSchedule* b) {
     if (b->start <= 0 || b->increment <= 0 || b->rampup_samples <= 0)
         config_error("--rampup-batch-size expects three positive integers START INCREMENT SAMPLES");
     if (b->start > b->global_batch_size || (b->global_batch_size - b->start) % b->increment != 0)
         config_error("--rampup-batch-size: global batch %d minus start %d is not a multiple of the increment %d",
                      b->global_batch_size, b->start, b->increment);
-    (void)a;   // each batch on the ramp against the layout: layout_error
 }
 
 // Megatron's update_train_iters: the steps that --train-samples takes, counting the ramp
@@ -832,7 +834,7 @@ static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch) {
     int num_micro = global_batch / (l->micro_batch_size * l->dp_size);
     double sum = 0.0;
     for (int it = 0; it < eval_iters; it++) {
-        Schedule s = {m, load_micro_batch, l, 0.0f, 0, 0};
+        Schedule s = {m, load_micro_batch, l, 0.0f, 0, 0, num_micro};
         run_forward_only(&s, num_micro);
         sum += step_loss(&s, num_micro);
         l->consumed += global_batch;
@@ -904,6 +906,12 @@ typedef struct {
     size_t slot_bytes, recompute_bytes;
 } StageMemory;
 
+// --ddp-bucket-size, or Megatron-LM's default: max(40M, 1M x DP) elements
+static size_t grad_bucket_size(const Config* a, int dp_size) {
+    if (a->ddp_bucket_size > 0) return (size_t)a->ddp_bucket_size;
+    return dp_size > 40 ? (size_t)1000000 * dp_size : (size_t)40000000;
+}
+
 // a planned (or built) model's bytes over dp_size data ranks: what gpt_allocate, adamw_init and
 // kernels_init hand out on the build the model was laid out for (m->build)
 static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) {
@@ -945,6 +953,23 @@ static void print_attention(const Config* a, int gpu) {
     else if (runs_flash_attention(a, gpu))
         printf("attention: fused, flash kernels on tensor cores (WMMA), log-sum-exp kept (--attention-backend %s)\n", flag);
     else printf("attention: unfused, cuBLAS batched products and a softmax kernel, probabilities kept (--attention-backend %s)\n", flag);
+}
+
+// the start-up line that says how the DP gradients are reduced (rank 0's stage's buckets)
+static void print_grad_reduce(const Config* a, const GPT* m) {
+    if (grid.dp_size == 1) {
+        if (a->overlap_grad_reduce) printf("gradient reduction: none at DP 1 (--overlap-grad-reduce has nothing to do)\n");
+        return;
+    }
+    if (!grad_reducer.enabled) {
+        printf("gradient reduction: one reduce-scatter over DP after the last backward (--overlap-grad-reduce: in buckets, "
+               "during it)\n");
+        return;
+    }
+    printf("gradient reduction: %d bucket(s) of at least %zu elements on stage 0 (--ddp-bucket-size), each reduced "
+           "onto its shards' owners as soon as the last backward has finished its layers%s\n",
+           grad_reducer.num_buckets, grad_bucket_size(a, grid.dp_size), m->is_first_stage ? "; the embedding's last" : "");
+    if (!GPU_BUILD) printf("  (the CPU build runs the same reduces in the same order, each done when it returns: nothing overlaps)\n");
 }
 
 // stage p of the layout with tp_size x dp_size ranks, as its tensor rank 0 would hold it on the
@@ -1054,6 +1079,7 @@ static void print_setup(const Trainer* t) {
         warn_if_pthread_blas();
         print_model(&a->model);
         print_attention(a, GPU_BUILD);
+        print_grad_reduce(a, &t->model);
         data_splits_print(&t->data, stdout);
         if (a->eval_iters > 0 && !data_splits_has(&t->data, 1))
             printf("note: --split %s leaves no validation documents: no evaluation (as Megatron)\n", a->split);
@@ -1103,7 +1129,7 @@ static void setup_schedules(Trainer* t) {
     b->start = a->rampup_batch_size.v[0];
     b->increment = a->rampup_batch_size.v[1];
     b->rampup_samples = a->rampup_batch_size.v[2];
-    if (b->start || b->increment || b->rampup_samples) check_rampup(a, b);
+    if (b->start || b->increment || b->rampup_samples) check_rampup(b);
     if (a->train_iters == 0 && a->train_samples == 0) return;   // --train-iters 0 --save: the initial model only
     t->train_iters = a->train_iters > 0 ? a->train_iters : train_iters_for_samples(b, a->train_samples);
     if (t->train_iters <= 0) config_error("--train-samples %lld is less than one global batch", a->train_samples);
@@ -1251,7 +1277,9 @@ static void print_comm(const double most[4]) {
 // ----------------------------------------------------------------------------
 // the planner's cost model (--dry-run): one step's time on a described GPU cluster, from what
 // the step does on each pipeline stage, kernel by kernel and message by message, as the GPU
-// build does it. Everything runs on one stream in order, so nothing overlaps and the costs add:
+// build does it. Everything runs on one stream in order, so nothing overlaps and the costs add
+// (but for --overlap-grad-reduce's buckets, which run beside the last backward:
+// overlapped_reduce_seconds):
 //   a matmul (cuBLAS)     its FLOPs / (the GPU's dense peak x a matmul efficiency);
 //   any other kernel      the bytes it reads and writes / the memory bandwidth;
 //   a ring collective     steps x latency + the bytes each rank sends / the bandwidth of the
@@ -1327,6 +1355,7 @@ typedef struct {
     int num_costs;
     double bytes_sent[NUM_COMM_GROUPS];    // per step, as --log-comm counts them
     double seconds;
+    double overlap_total, overlap_hidden;  // --overlap-grad-reduce: its reduces' time, and how much of it the backward hides
 } StageCost;
 
 static void charge(StageCost* c, const char* name, int launches, double flops, double bytes, double seconds) {
@@ -1466,14 +1495,80 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
     if (!m->is_first_stage) charge_message(c, "pipeline send", GROUP_PP, 1.0, N * C * x);
 }
 
-// the optimizer step of the stage's ranks: their shard of the flat buffers
-static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, int pp_size) {
+// the backward of one micro-batch through one of the stage's layers (the average layer: they
+// differ only where some are recomputed), compute and tensor-parallel all-reduces
+static double layer_backward_seconds(const StageCost* c, const GPT* m, double x, int tp_size) {
+    if (m->num_local_layers == 0) return 0.0;
+    StageCost* scratch = (StageCost*)mallocCheck(sizeof(StageCost));
+    memcpy(scratch, c, sizeof(StageCost));
+    scratch->calls = 1.0;
+    scratch->seconds = 0.0;
+    for (int i = 0; i < m->num_local_layers; i++) {
+        int first, end;
+        if (recompute_chunk(m, i, &first, &end)) cost_layer_forward(scratch, m, i, x, tp_size);
+        cost_layer_backward(scratch, m, x, tp_size);
+    }
+    double seconds = scratch->seconds / m->num_local_layers;
+    free(scratch);
+    return seconds;
+}
+
+// --overlap-grad-reduce (parallel.h's GradReducer): the buckets as the trainer cuts them, each
+// a chain reduce per shard it touches ((DP - 1) latencies + its bytes over the DP link), queued
+// one after another on the communication stream. A layers' bucket may start once the last
+// micro-batch's backward has passed its lowest layer (the layers taken alike, the head's
+// backward before them left out: it moves every start and the end alike) and what is still
+// running when that backward ends is exposed; the embedding's bucket starts after it, after the
+// tied all-reduce: all exposed. Returns the exposed seconds; the total into *total.
+static double overlapped_reduce_seconds(const StageCost* c, const GPT* m, double t_layer, int dp_size,
+                                        size_t bucket_size, double* total, int* messages) {
+    GradBucket* buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
+    int count = grad_buckets(m, bucket_size, buckets);
+    double shard = (double)m->num_params_padded / dp_size, busy_until = 0.0, exposed = 0.0;
+    double backward_end = m->num_local_layers * t_layer;
+    *total = 0.0;
+    *messages = 0;
+    for (int k = 0; k < count; k++) {
+        const GradBucket* b = &buckets[k];
+        double seconds = 0.0;
+        for (int q = 0; q < dp_size; q++) {
+            double lo = fmax((double)b->start, q * shard), hi = fmin((double)b->end, (q + 1) * shard);
+            if (lo >= hi) continue;
+            seconds += (dp_size - 1.0) * 1e-6 * c->hw->latency_us + (hi - lo) * 4.0 / c->group_bandwidth[GROUP_DP];
+            (*messages)++;
+        }
+        *total += seconds;
+        if (b->lowest_layer < 0) {   // the embedding's: after the backward and the tied all-reduce
+            exposed += seconds;
+            continue;
+        }
+        int above = m->first_layer + m->num_local_layers - b->lowest_layer;   // this stage's layers at or above it
+        double ready = (above < 0 ? 0 : above > m->num_local_layers ? m->num_local_layers : above) * t_layer;
+        busy_until = fmax(busy_until, ready) + seconds;
+    }
+    exposed += fmax(0.0, busy_until - backward_end);
+    free(buckets);
+    return exposed;
+}
+
+// the optimizer step of the stage's ranks: their shard of the flat buffers. overlap_bucket: the
+// bucket size of --overlap-grad-reduce (0: off); t_layer: layer_backward_seconds
+static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, int pp_size, size_t overlap_bucket,
+                           double t_layer) {
     double shard = (double)m->num_params_padded / dp_size;
     c->calls = 1.0;
     charge_kernel(c, "zero gradients", 1, (double)m->num_params_padded * 4.0);
     if (pp_size > 1 && (m->is_first_stage || m->is_last_stage))
         charge_all_reduce(c, "tied embedding all-reduce", GROUP_EMBEDDING, 2, (double)m->tensors[m->wte].numel * 4.0);
-    if (dp_size > 1) charge_message(c, "ZeRO reduce-scatter", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * 4.0);
+    if (dp_size > 1 && overlap_bucket > 0) {
+        int messages;
+        double exposed = overlapped_reduce_seconds(c, m, t_layer, dp_size, overlap_bucket, &c->overlap_total, &messages);
+        c->overlap_hidden = c->overlap_total - exposed;
+        charge(c, "ZeRO gradient reduce, buckets: exposed", messages, 0.0, (dp_size - 1.0) * shard * 4.0, exposed);
+        c->bytes_sent[GROUP_DP] += (dp_size - 1.0) * shard * 4.0;
+    } else if (dp_size > 1) {
+        charge_message(c, "ZeRO reduce-scatter", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * 4.0);
+    }
     charge_kernel(c, "gradient norm", 2, shard * 4.0);   // the whole shard in one pass and a final sum
     charge_kernel(c, "AdamW", 1, shard * (7.0 * 4.0 + x));   // master, m, v read and written; grad read; param written
     if (dp_size > 1) charge_message(c, "ZeRO all-gather", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * x);
@@ -1488,8 +1583,8 @@ typedef struct {
 } LayoutPlan;
 
 // a planned stage's costs over a step of `micro` micro-batches, in its build's precision
-static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int PP, int DP, int micro, StageCost* c,
-                            double* micro_seconds) {
+static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int PP, int DP, int micro, size_t overlap_bucket,
+                            StageCost* c, double* micro_seconds) {
     double x = m->build.floatx_bytes;
     memset(c, 0, sizeof(*c));
     c->hw = hw;
@@ -1500,7 +1595,7 @@ static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int PP, in
     c->calls = micro;
     cost_micro_batch(c, m, x, TP);
     *micro_seconds = c->seconds / micro;
-    cost_optimizer(c, m, x, DP, PP);
+    cost_optimizer(c, m, x, DP, PP, overlap_bucket, layer_backward_seconds(c, m, x, TP));
 }
 
 // the layout of `a` on `hw`: every stage's memory and costs; the slowest stage's costs into
@@ -1522,7 +1617,8 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
             L.peak_stage = p;
         }
         double micro_seconds;
-        plan_stage_cost(&m, hw, L.tp, L.pp, L.dp, L.micro_batches, c, &micro_seconds);
+        size_t overlap_bucket = a->overlap_grad_reduce ? grad_bucket_size(a, L.dp) : 0;
+        plan_stage_cost(&m, hw, L.tp, L.pp, L.dp, L.micro_batches, overlap_bucket, c, &micro_seconds);
         gpt_free_plan(&m);
         if (micro_seconds > L.slot_seconds) {
             L.slot_seconds = micro_seconds;
@@ -1570,9 +1666,11 @@ static void print_hardware(const Config* a, const Hardware* hw) {
     char name[32];
     printf("cost model (--hw %s): %.0f TFLOP/s dense peak x %.2f matmul efficiency, %.0f GB/s memory, %.1f GiB "
            "(%.1f left to CUDA, cuBLAS and NCCL), NVLink %.0f GB/s, network %.2f GB/s per GPU, %d GPUs per node, "
-           "%.1f us per message; nothing overlaps\n", hw_name(a, name, sizeof(name)), hw->peak_tflops,
+           "%.1f us per message; %s\n", hw_name(a, name, sizeof(name)), hw->peak_tflops,
            hw->matmul_efficiency, hw->memory_bandwidth, hw->memory_gib, hw->reserve_gib, hw->nvlink_bandwidth,
-           hw->internode_bandwidth, hw->gpus_per_node, hw->latency_us);
+           hw->internode_bandwidth, hw->gpus_per_node, hw->latency_us,
+           a->overlap_grad_reduce && data_parallel_size(a) > 1 ? "nothing overlaps but the DP gradient reduce's buckets"
+                                                               : "nothing overlaps");
 }
 
 // the slowest stage's step, kind of work by kind of work
@@ -1694,6 +1792,9 @@ static void dry_run_report(const Config* a) {
     print_stage_costs(slowest, L.slowest_stage, micro);
     printf("step = (m + p - 1) x the slowest stage's micro-batch + the slowest optimizer step = %d x %.4g s + %.4g s\n",
            micro + PP - 1, L.slot_seconds, L.optimizer_seconds);
+    if (a->overlap_grad_reduce && DP > 1)
+        printf("--overlap-grad-reduce on stage %d: its bucketed reduces take %.3f ms, %.3f ms of them hidden behind the "
+               "last micro-batch's backward\n", L.slowest_stage, 1e3 * slowest->overlap_total, 1e3 * slowest->overlap_hidden);
     print_recomputation_alternative(a, &hw);
     if (L.out_of_memory)
         printf("does not fit: %.1f GiB of ours + %.1f GiB left to CUDA, cuBLAS and NCCL > %.1f GiB\n",
@@ -1741,6 +1842,7 @@ static void build_model(Trainer* t) {
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};
     t->adam = adam;
     adamw_init(&t->opt, &t->model);
+    grad_reducer_init(&t->model, t->opt.grad, t->opt.shard_size, a->overlap_grad_reduce, grad_bucket_size(a, grid.dp_size));
     t->allocated_bytes = dev_bytes_allocated - before + kernels_workspace_bytes;   // kernels_init's came first
     t->opt.scaler = make_loss_scaler(a);
 }
@@ -1825,6 +1927,7 @@ static void trainer_free(Trainer* t) {
     free_loader(&t->train);
     free_loader(&t->valid);
     free_loader(&t->test);
+    grad_reducer_free();
     adamw_free(&t->opt, &t->model);
     gpt_free(&t->model);
     data_splits_close(&t->data);
@@ -1857,7 +1960,7 @@ static StepResult train_step(Trainer* t) {
     activity_phase("forward and backward", t->progress.iteration + 1, -1);
     test_faults_in_step(t);
     // d(loss)/d(token loss), times the loss scale: the backward carries scaled gradients
-    Schedule s = {m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->T * r.global_batch), 0, 0};
+    Schedule s = {m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->T * r.global_batch), 0, 0, num_micro};
     run_1f1b(&s, num_micro);
     r.loss = step_loss(&s, num_micro);
     r.max_in_flight = s.max_in_flight;

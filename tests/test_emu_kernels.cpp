@@ -547,11 +547,15 @@ static void test_adamw(void) {
     floatX* d_param = (floatX*)dev_malloc(n * sizeof(floatX));
     Vec param(n);
     adamw_update_cpu(master.data(), param.data(), grad.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
-    adamw_update(d_master, d_param, d_grad, d_m, d_v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    const ShardRange whole = {0, n, 1, 1};   // the whole shard, decayed
+    ShardRange* d_whole = (ShardRange*)dev_malloc(sizeof(whole));
+    host_to_dev(d_whole, &whole, sizeof(whole));
+    adamw_update_ranges(d_master, d_param, d_grad, d_m, d_v, n, d_whole, 1, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
     compare("adamw_update master", from_dev_f(d_master, n), master, FP32_OUT);
     compare("adamw_update m", from_dev_f(d_m, n), m, FP32_OUT);
     compare("adamw_update v", from_dev_f(d_v, n), v, FP32_OUT);
     compare("adamw_update param (floatX)", from_dev_x(d_param, n), param, X_OUT);
+    dev_free(d_whole);
 }
 
 // the whole shard in one launch against the CPU build's walk over the same ranges: gaps
@@ -624,7 +628,11 @@ static void test_sum_squares(void) {
         float* d_x = to_dev_f(x);
         double* d_acc = (double*)dev_malloc(sizeof(double));
         host_to_dev(d_acc, &got, sizeof(double));
-        sum_squares(d_acc, d_x, n);
+        const ShardRange whole = {0, n, 0, 1};   // every element counted
+        ShardRange* d_whole = (ShardRange*)dev_malloc(sizeof(whole));
+        host_to_dev(d_whole, &whole, sizeof(whole));
+        sum_squares_ranges(d_acc, d_x, n, d_whole, 1);
+        dev_free(d_whole);
         dev_to_host(&got, d_acc, sizeof(double));
         char label[96];
         double rel = fabs(got - want) / want;

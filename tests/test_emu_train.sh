@@ -195,3 +195,68 @@ $MPIRUN -np 8 $BIN --check-cluster --tensor-model-parallel-size 2 --pipeline-mod
 status=$?
 if [ $status -eq 0 ]; then bash tests/test_check_cluster.sh --verify "$tmp/check" "$(basename "$BIN") --check-cluster at (2,2,2)"
 else bad "$(basename "$BIN") --check-cluster at (2,2,2)" "exit status $status: $(grep -m2 error "$tmp/check")"; fi
+
+# --overlap-grad-reduce on the GPU path: the DP gradients reduced in buckets (600 elements: many,
+# some across the ZeRO shards' boundaries) on the communication stream during the last backward,
+# at (2,2,2) and at (1,2,4). The emulated reduces add in rank order whatever the call, so the
+# overlapped run must give the bits of the run without, log lines and checkpoint (real NCCL
+# adds a reduce-scatter and the reduces in other orders: there, the tolerance against
+# train_cpu). Each runs twice: with the communication stream's work run at once (a bucket
+# queued before its gradients are final reads them too early) and held back until something
+# waits for it (EMU_DEFER_STREAMS=1: the norm reading the shard before the reduces ran reads
+# them too early), so a missing wait on either side shows; the planted bugs below show that it does.
+overlap="--overlap-grad-reduce --ddp-bucket-size 600"
+strip_startup() { strip_timing "$1"; grep -E '^gradient reduction' "$1"; }
+overlap_run() {  # NAME LAYOUT-ARGS DEFER BINARY: the run with overlap against $tmp/off (its run without)
+    local name=$1 args=$2 defer=$3 bin=$4
+    rm -rf "$tmp/on.ckpt"
+    $MPIRUN -x EMU_DEFER_STREAMS=$defer -np 8 $bin $args $overlap --save "$tmp/on.ckpt" > "$tmp/on" 2>&1 ||
+        { echo "bad exit status $?: $(grep -m2 -i error "$tmp/on")"; return; }
+    if [ -n "${GPU_BINARY:-}" ]; then within "$bf16_tol" "$tmp/on" "$tmp/cpu"
+    elif [ "$(strip_timing "$tmp/on" | wc -l)" -eq 10 ] && diff <(strip_timing "$tmp/off") <(strip_timing "$tmp/on") > /dev/null &&
+         cmp -s "$tmp/off.ckpt/iter_0000010/tensors.bin" "$tmp/on.ckpt/iter_0000010/tensors.bin"; then
+        echo "ok bit-identical log lines and checkpoint to the run without"
+    else echo "bad differs from the run without: $(diff <(strip_timing "$tmp/off") <(strip_timing "$tmp/on") | sed -n 2p | head -c 200)"; fi
+}
+for layout in "2 2" "1 2"; do
+    set -- $layout
+    dp=$((8 / ($1 * $2))) args="$run --tensor-model-parallel-size $1 --pipeline-model-parallel-size $2"
+    rm -rf "$tmp/off.ckpt"
+    $MPIRUN -np 8 $BIN $args --save "$tmp/off.ckpt" > "$tmp/off" 2>&1
+    $MPIRUN -np 8 ./train_cpu $args $overlap > "$tmp/cpu" 2>&1
+    report=$(within "$bf16_tol" "$tmp/off" "$tmp/cpu")
+    [ "${report%% *}" = ok ] || bad "$(basename "$BIN") at ($1,$2,$dp), the run without overlap" "${report#* }"
+    for defer in 0 1; do
+        [ $defer = 1 ] && [ -n "${GPU_BINARY:-}" ] && continue
+        what="$(basename "$BIN") $overlap at (TP,PP,DP)=($1,$2,$dp)$([ $defer = 1 ] && echo ', the stream held back (EMU_DEFER_STREAMS=1)')"
+        report=$(overlap_run "$what" "$args" $defer "$BIN")
+        if [ "${report%% *}" = ok ] && grep -q '^gradient reduction: [0-9]* bucket' "$tmp/on"; then ok "$what: ${report#* }"
+        else bad "$what" "${report#* }"; fi
+    done
+done
+
+# The planted bugs: a copy of parallel.h (a) without the compute stream's wait for the reduces
+# before the norm, (b) queueing each bucket one layer before its gradients are final. Each must
+# be caught: (a) with the stream held back, (b) with its work run at once.
+if [ -z "${GPU_BINARY:-}" ]; then
+    plant="$tmp/plant"
+    mkdir -p "$plant/tests"
+    cp train.c gpt.h parallel.h checkpoint.h kernels.cuh data.c "$plant/"
+    cp -r tests/emu "$plant/tests/"
+    args="$run --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
+    rm -rf "$tmp/off.ckpt"
+    $MPIRUN -np 8 $BIN $args --save "$tmp/off.ckpt" > "$tmp/off" 2>&1
+    planted() {  # NAME SED-EXPRESSION DEFER
+        cp parallel.h "$plant/parallel.h"
+        sed -i "$2" "$plant/parallel.h"
+        if cmp -s parallel.h "$plant/parallel.h"; then bad "planted bug: $1" "the sed expression no longer matches parallel.h"; return; fi
+        if ! $MPICXX -std=c++20 -O2 -fopenmp -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX -I"$plant/tests/emu" "$plant/train.c" \
+            -o "$plant/train_emu" -lz -lm > "$tmp/build" 2>&1; then bad "planted bug: $1" "$(head -3 "$tmp/build")"; return; fi
+        report=$(overlap_run "$1" "$args" $3 "$plant/train_emu")
+        if [ "${report%% *}" = bad ]; then ok "planted bug caught: $1 (EMU_DEFER_STREAMS=$3: ${report#* })"
+        else bad "planted bug not caught: $1" "$report"; fi
+    }
+    planted "no wait for the reduces before the norm" 's/^    compute_waits_for_comm(&r->reduced);$/    \/\/ planted: no wait/' 1
+    planted "each bucket queued one layer too early" \
+        's/r->buckets\[r->launched\].lowest_layer >= layer)$/r->buckets[r->launched].lowest_layer >= layer - 1)/' 0
+fi

@@ -38,9 +38,18 @@ What it covers, and how:
     stops the run with a line naming the kernel, block, thread, the address and its place in
     its allocation. (Under EMU_GUARD=end an allocation whose size is not a multiple of 16
     starts less aligned: kernels.cuh's packs then take their element-by-element path.)
+  - Streams and events (cudaStreamCreateWithFlags, cudaEventRecord, cudaStreamWaitEvent):
+    by default every call runs at once on whatever stream it is queued, so work queued on a
+    second stream before what it must wait for has run (a missing comm_waits_for_compute)
+    reads what is there too early and gives wrong numbers. EMU_DEFER_STREAMS=1 holds the work
+    queued on a created stream (not stream 0) back in that stream's queue until something
+    needs it: a cudaStreamWaitEvent on an event recorded behind it, a synchronize. Then the
+    compute stream running ahead of the communication it should wait for (a missing
+    compute_waits_for_comm) reads what is not written yet and gives wrong numbers too. A
+    test runs both ways.
 What it cannot show: timing, races between blocks (they do not overlap), lost updates
 without atomics (one OS thread runs everything, so every read-modify-write is atomic),
-memory ordering between streams. Out-of-bounds accesses it misses (the slack): at the end
+orders between streams other than those two extremes. Out-of-bounds accesses it misses (the slack): at the end
 that is not exact, those that stay in the allocation's partial last page, up to a page
 minus one byte (under the default EMU_GUARD=end a read at index -1 gets the 0xFF poison and
 a write there goes unseen, unless the size is a whole number of pages); those from one
@@ -58,8 +67,10 @@ jumps past a guard page into other mapped memory (an ordinary segmentation fault
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <deque>
 #include <functional>
 #include <map>
+#include <vector>
 
 // ----------------------------------------------------------------------------
 // qualifiers and the built-in variables
@@ -286,7 +297,31 @@ typedef enum {
     cudaErrorIllegalAddress = 700,
 } cudaError_t;
 typedef enum { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault } cudaMemcpyKind;
+// a created stream: the work EMU_DEFER_STREAMS holds back, in the order it was queued
+struct EmuStream {
+    std::deque<std::function<void()>> queue;
+};
 typedef struct EmuStream* cudaStream_t;
+#define cudaStreamNonBlocking 0x01
+inline std::vector<cudaStream_t> emu_streams;   // every live created stream
+static bool emu_defer_streams(void) {
+    static int defer = -1;
+    if (defer < 0) defer = getenv("EMU_DEFER_STREAMS") && strcmp(getenv("EMU_DEFER_STREAMS"), "1") == 0;
+    return defer == 1;
+}
+// run `op` now, or (EMU_DEFER_STREAMS=1, a created stream) when the stream is next flushed
+static void emu_on_stream(cudaStream_t stream, std::function<void()> op) {
+    if (stream && emu_defer_streams()) stream->queue.push_back(std::move(op));
+    else op();
+}
+// run the stream's held work in order, until `done` says stop (NULL: all of it)
+static void emu_stream_flush(cudaStream_t stream, const std::function<bool()>& done) {
+    while (stream && !stream->queue.empty() && !(done && done())) {
+        std::function<void()> op = std::move(stream->queue.front());
+        stream->queue.pop_front();
+        op();
+    }
+}
 
 static const char* cudaGetErrorString(cudaError_t e) {
     switch (e) {
@@ -480,7 +515,28 @@ static cudaError_t cudaSetDevice(int device) {
     return cudaSuccess;
 }
 static cudaError_t cudaGetLastError(void) { return cudaSuccess; }  // launch errors abort at once
-static cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+static cudaError_t cudaDeviceSynchronize(void) {
+    for (cudaStream_t st : emu_streams) emu_stream_flush(st, nullptr);
+    return cudaSuccess;
+}
+static cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+    (void)flags;   // stream 0 here never waits for a created stream: non-blocking either way
+    *stream = new EmuStream;
+    emu_streams.push_back(*stream);
+    return cudaSuccess;
+}
+static cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    emu_stream_flush(stream, nullptr);
+    return cudaSuccess;
+}
+static cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    if (!stream) return cudaErrorInvalidValue;
+    emu_stream_flush(stream, nullptr);
+    for (size_t i = 0; i < emu_streams.size(); i++)
+        if (emu_streams[i] == stream) emu_streams.erase(emu_streams.begin() + i);
+    delete stream;
+    return cudaSuccess;
+}
 
 // the emulated device's memory is the host's
 static cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
@@ -502,10 +558,16 @@ static cudaError_t cudaFreeHost(void* p) {
     return cudaSuccess;
 }
 
-// Events: the emulation runs each call to completion, so an event is complete as soon as it
-// is recorded (or never recorded: CUDA's cudaEventSynchronize returns at once then too).
+// Events: an event is complete when the work queued before its latest record has run: at
+// once, unless the record waits in a deferred stream's queue (EMU_DEFER_STREAMS). Waiting for
+// an event (cudaStreamWaitEvent, cudaEventSynchronize) runs that stream's queue up to the
+// record. An event never recorded counts as complete, as CUDA's.
 // What this cannot show: a host write into a buffer whose asynchronous copy has not run yet.
-typedef struct EmuEvent { int recorded; }* cudaEvent_t;
+typedef struct EmuEvent {
+    cudaStream_t stream;     // where the latest record was queued (NULL: stream 0)
+    unsigned long records;   // records queued so far
+    unsigned long reached;   // of them, the latest one that ran
+}* cudaEvent_t;
 #define cudaEventDisableTiming 0x02
 static cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
     (void)flags;
@@ -517,12 +579,28 @@ static cudaError_t cudaEventDestroy(cudaEvent_t e) {
     return cudaSuccess;
 }
 static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
-    (void)stream;
     if (!e) return cudaErrorInvalidValue;
-    e->recorded = 1;
+    unsigned long record = ++e->records;
+    e->stream = stream;
+    emu_on_stream(stream, [e, record] { e->reached = record; });
     return cudaSuccess;
 }
-static cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+static void emu_event_wait(cudaEvent_t e) {
+    emu_stream_flush(e->stream, [e] { return e->reached == e->records; });
+}
+static cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (!e) return cudaErrorInvalidValue;
+    emu_event_wait(e);
+    return cudaSuccess;
+}
+// `stream` waits for e: the work before e's record runs now if it was held back (what
+// `stream` queues later runs at once or is held anyway)
+static cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned flags) {
+    (void)stream, (void)flags;
+    if (!e) return cudaErrorInvalidValue;
+    emu_event_wait(e);
+    return cudaSuccess;
+}
 
 static cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;

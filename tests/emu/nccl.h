@@ -1,8 +1,10 @@
 /*
 tests/emu/nccl.h — the NCCL calls gridgpt makes, emulated over MPI (tests only).
 
-Every call is synchronous; the stream argument is ignored. Buffers must lie inside one
-emulated device allocation (NCCL reads device memory only), as cuda_runtime.h checks.
+Every call runs at once, on the stream it is given, as cuda_runtime.h runs a stream's work:
+under EMU_DEFER_STREAMS=1 a collective queued on a created stream waits in its queue until
+something waits for it. Buffers must lie inside one emulated device allocation (NCCL reads
+device memory only), as cuda_runtime.h checks.
 
 Communicators. An ncclUniqueId carries the world rank of the process that made it and a
 serial number (how many ids that process has made). ncclCommInitRank(comm, n, id, r) must
@@ -18,6 +20,10 @@ at EMU_NCCL_TAG so that they stay clear of anything else sent on MPI_COMM_WORLD.
 Reductions: ncclBfloat16 and ncclFloat16 are summed (or max-ed) in fp32 and rounded once to
 their type (real NCCL rounds after each ring step; either is within one rounding of the
 exact sum for the group sizes tested). ncclFloat and ncclDouble reduce in their own type.
+ncclReduce and ncclReduceScatter add the ranks' values in rank order, element by element,
+so that a reduce-scatter and the reduces to each owner of the same data (parallel.h's
+bucketed gradient reduction) give the same bits for any group size (real NCCL's orders
+differ between the two: there they agree to rounding).
 Grouped ncclSend/ncclRecv between ncclGroupStart and ncclGroupEnd are posted together as
 MPI_Isend/MPI_Irecv at ncclGroupEnd and waited for with MPI_Waitall, so neighbours that
 send to each other in one group do not deadlock. Outside a group a send or receive is a
@@ -150,6 +156,7 @@ static ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId 
 
 static ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (comm == NULL) return ncclInvalidArgument;
+    cudaDeviceSynchronize();   // nothing held back may run on a freed communicator
     MPI_Comm_free(&comm->mpi);
     delete comm;
     return ncclSuccess;
@@ -188,34 +195,97 @@ static ncclResult_t emu_nccl_allreduce_inplace(void* buf, size_t count, ncclData
     return err == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
 
-static ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
-    if (emu_nccl_size(t) == 0) return ncclInvalidArgument;
-    if (!emu_nccl_on_device(send, count, t) || !emu_nccl_on_device(recv, count, t)) return ncclInvalidArgument;
-    if (send != recv) memmove(recv, send, count * emu_nccl_size(t));
-    return emu_nccl_allreduce_inplace(recv, count, t, op, comm);
-}
-
-// recv[count] = reduction over ranks of send[rank * count .. +count)
-static ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
-    size_t es = emu_nccl_size(t);
-    if (es == 0) return ncclInvalidArgument;
-    if (!emu_nccl_on_device(send, count * comm->size, t) || !emu_nccl_on_device(recv, count, t)) return ncclInvalidArgument;
-    std::vector<char> all((const char*)send, (const char*)send + count * comm->size * es);
-    ncclResult_t r = emu_nccl_allreduce_inplace(all.data(), count * comm->size, t, op, comm);
-    if (r != ncclSuccess) return r;
-    memmove(recv, all.data() + comm->rank * count * es, count * es);
+// the call's data movement, now or held in the stream's queue (an error found then ends the run)
+static ncclResult_t emu_nccl_on_stream(cudaStream_t stream, std::function<ncclResult_t()> op) {
+    if (!stream || !emu_defer_streams()) return op();
+    emu_on_stream(stream, [op] {
+        ncclResult_t r = op();
+        if (r != ncclSuccess) emu_fail("a collective held on a stream failed: %s", ncclGetErrorString(r));
+    });
     return ncclSuccess;
 }
 
+static ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+    if (emu_nccl_size(t) == 0) return ncclInvalidArgument;
+    if (!emu_nccl_on_device(send, count, t) || !emu_nccl_on_device(recv, count, t)) return ncclInvalidArgument;
+    return emu_nccl_on_stream(stream, [=] {
+        if (send != recv) memmove(recv, send, count * emu_nccl_size(t));
+        return emu_nccl_allreduce_inplace(recv, count, t, op, comm);
+    });
+}
+
+// element i of a gathered buffer, widened to double (every type here is exact in double)
+static double emu_nccl_value(const char* buf, ncclDataType_t t, size_t i) {
+    switch (t) {
+    case ncclFloat: return ((const float*)buf)[i];
+    case ncclDouble: return ((const double*)buf)[i];
+    case ncclInt32: return ((const int32_t*)buf)[i];
+    default: return emu_nccl_widen(buf, t, i);
+    }
+}
+
+// recv on `root` = each rank's send[count] combined in rank order: in fp32 for float and the
+// 16-bit types (rounded once to a 16-bit type at the end), in double for double
+static ncclResult_t emu_nccl_reduce_to(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                                       int root, ncclComm_t comm) {
+    size_t es = emu_nccl_size(t);
+    if (op != ncclSum && op != ncclMax) return ncclInvalidArgument;
+    std::vector<char> all(comm->rank == root ? count * es * comm->size : 0);
+    if (MPI_Gather(send, (int)(count * es), MPI_BYTE, all.data(), (int)(count * es), MPI_BYTE, root, comm->mpi) != MPI_SUCCESS)
+        return ncclSystemError;
+    if (comm->rank != root) return ncclSuccess;
+    for (size_t i = 0; i < count; i++) {
+        double d = emu_nccl_value(all.data(), t, i);
+        float f = (float)d;
+        for (int r = 1; r < comm->size; r++) {
+            double x = emu_nccl_value(all.data() + r * count * es, t, i);
+            if (op == ncclSum) d += x, f += (float)x;
+            else d = fmax(d, x), f = fmaxf(f, (float)x);
+        }
+        if (t == ncclDouble) ((double*)recv)[i] = d;
+        else if (t == ncclFloat) ((float*)recv)[i] = f;
+        else if (t == ncclInt32) ((int32_t*)recv)[i] = (int32_t)d;
+        else emu_nccl_narrow(recv, t, i, f);
+    }
+    return ncclSuccess;
+}
+
+// recv on rank `root` = reduction over ranks of send[count]; recv is not touched elsewhere
+static ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, int root,
+                               ncclComm_t comm, cudaStream_t stream) {
+    if (emu_nccl_size(t) == 0 || root < 0 || root >= comm->size) return ncclInvalidArgument;
+    if (!emu_nccl_on_device(send, count, t) || (comm->rank == root && !emu_nccl_on_device(recv, count, t)))
+        return ncclInvalidArgument;
+    return emu_nccl_on_stream(stream, [=] { return emu_nccl_reduce_to(send, recv, count, t, op, root, comm); });
+}
+
+// recv[count] = reduction over ranks of send[rank * count .. +count): a reduce to each rank of its part
+static ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+    size_t es = emu_nccl_size(t);
+    if (es == 0) return ncclInvalidArgument;
+    if (!emu_nccl_on_device(send, count * comm->size, t) || !emu_nccl_on_device(recv, count, t)) return ncclInvalidArgument;
+    return emu_nccl_on_stream(stream, [=] {
+        std::vector<char> mine(count * es);   // send and recv may overlap (in place)
+        for (int r = 0; r < comm->size; r++) {
+            ncclResult_t res = emu_nccl_reduce_to((const char*)send + r * count * es, mine.data(), count, t, op, r, comm);
+            if (res != ncclSuccess) return res;
+        }
+        memmove(recv, mine.data(), count * es);
+        return ncclSuccess;
+    });
+}
+
 // recv[r * count .. +count) = rank r's send; send may be recv + rank * count (in place)
-static ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t) {
+static ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t stream) {
     size_t es = emu_nccl_size(t);
     if (es == 0) return ncclInvalidArgument;
     if (!emu_nccl_on_device(send, count, t) || !emu_nccl_on_device(recv, count * comm->size, t)) return ncclInvalidArgument;
-    char* mine = (char*)recv + comm->rank * count * es;
-    if (send != mine) memmove(mine, send, count * es);
-    int err = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)(count * es), MPI_BYTE, comm->mpi);
-    return err == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    return emu_nccl_on_stream(stream, [=] {
+        char* mine = (char*)recv + comm->rank * count * es;
+        if (send != mine) memmove(mine, send, count * es);
+        int err = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)(count * es), MPI_BYTE, comm->mpi);
+        return err == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    });
 }
 
 static ncclResult_t ncclGroupStart(void) {
