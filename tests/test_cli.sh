@@ -36,6 +36,16 @@ expect_error "unknown lr decay style" "--lr-decay-style" $base --lr-decay-style 
 expect_error "--attention-backend flash at a head size the fused kernels do not take (8)" "--attention-backend flash" \
     $base --attention-backend flash
 expect_error "unknown attention backend" "--attention-backend" $base --attention-backend fast
+expect_error "a negative bucket size" "--ddp-bucket-size must be at least 0, got -5" $base --ddp-bucket-size -5
+
+# how the DP gradients are reduced is said at start-up: nothing at DP 1, one reduce-scatter, or
+# the overlap's buckets (here one of the layers and the embedding's)
+reduce_line() { mpirun --oversubscribe --bind-to none -np $1 ./train_cpu $base --train-iters 1 --eval-iters 0 "${@:2}" 2>&1 |
+    grep -m1 '^gradient reduction: ' | cut -d' ' -f3-4; }
+lines="$(reduce_line 1 --overlap-grad-reduce)|$(reduce_line 2)|$(reduce_line 2 --overlap-grad-reduce)"
+if [ "$lines" = "none at|one reduce-scatter|2 bucket(s)" ]; then
+    ok "the gradient-reduction line: none at DP 1, the reduce-scatter at DP 2, the overlap's 2 buckets with --overlap-grad-reduce"
+else bad "the gradient-reduction line" "$lines"; fi
 
 # which attention runs is said at start-up: the CPU build has one (the C reference); its dry
 # run of the GPU build says which of the GPU's the flag and the head size choose

@@ -13,7 +13,9 @@
 # line, for several layouts and both precisions. The model's head size is 16 (hidden 32, 2
 # heads): the GPU path runs the fused attention (--attention-backend flash, WMMA); the cuBLAS
 # path (--attention-backend unfused) is compared at (1,1,1) and (2,2,2) too, and planned by
-# both binaries alike. Prints one PASS/FAIL line per check.
+# both binaries alike. Last, --overlap-grad-reduce on the GPU path (its communication stream
+# run at once and held back) against the run without, and two planted stream-ordering bugs.
+# Prints one PASS/FAIL line per check.
 #
 # Tolerance: |loss_emu - loss_cpu| <= u * loss_cpu at every step, u the unit roundoff of the
 # 16-bit type: 2^-8 for bf16 (8 significant bits), 2^-11 for fp16 (11). The CPU build keeps
