@@ -810,6 +810,12 @@ static void send_backward_recv_forward(const floatX* dx, floatX* x, size_t n) {
 // embedding's bucket goes last, after the tied embedding's all-reduce. Nothing else changes:
 // the buckets are a plan over the buffer, no memory of their own.
 
+// [lo, hi) = [a, b) ∩ [c, d) (empty when lo >= hi)
+static void intersect_ranges(size_t a, size_t b, size_t c, size_t d, size_t* lo, size_t* hi) {
+    *lo = a > c ? a : c;
+    *hi = b < d ? b : d;
+}
+
 typedef struct {
     size_t start, end;   // [start, end) of the flat gradient buffer
     int lowest_layer;    // final once the backward has finished this layer (-1: the embedding's bucket)
@@ -872,9 +878,8 @@ static void grad_reducer_free(void) {
 static void reduce_bucket(GradReducer* r, const GradBucket* b) {
     comm_waits_for_compute(&r->grads_written);
     for (int q = 0; q < grid.dp_size; q++) {   // the part of b in each rank's shard, onto that rank
-        size_t shard_start = q * r->shard_size, lo = b->start, hi = b->end;
-        if (lo < shard_start) lo = shard_start;
-        if (hi > shard_start + r->shard_size) hi = shard_start + r->shard_size;
+        size_t shard_start = q * r->shard_size, lo, hi;
+        intersect_ranges(b->start, b->end, shard_start, shard_start + r->shard_size, &lo, &hi);
         if (lo < hi) reduce_to(&grid.dp, r->grads + lo, r->shard_grad + (lo - shard_start), hi - lo, q);
     }
 }
@@ -884,8 +889,7 @@ static void reduce_bucket(GradReducer* r, const GradBucket* b) {
 static void gradients_final_down_to(int layer) {
     GradReducer* r = &grad_reducer;
     if (!r->armed) return;
-    while (r->launched < r->num_buckets && r->buckets[r->launched].lowest_layer >= 0 &&
-           r->buckets[r->launched].lowest_layer >= layer)
+    while (r->launched < r->num_buckets && r->buckets[r->launched].lowest_layer >= layer)   // layer >= 0
         reduce_bucket(r, &r->buckets[r->launched++]);
 }
 
@@ -916,7 +920,6 @@ typedef struct {
     void* ctx;
     float dloss;
     int in_flight, max_in_flight;
-    int num_micro;   // micro-batches in this step (run_1f1b sets it)
 } Schedule;
 
 static size_t hidden_elems(const GPT* m) { return (size_t)m->B * m->T * m->cfg.hidden_size; }
@@ -932,9 +935,10 @@ static void forward_step(Schedule* s, int micro) {
     if (++s->in_flight > s->max_in_flight) s->max_in_flight = s->in_flight;
 }
 
-static void backward_step(Schedule* s, int micro) {
+// micro-batch `micro` of M: the last one adds the gradients' last terms (the overlap's cue)
+static void backward_step(Schedule* s, int micro, int M) {
     activity_phase("backward", activity.iteration, micro);
-    grad_reducer.armed = grad_reducer.enabled && micro == s->num_micro - 1;   // the gradients' last additions
+    grad_reducer.armed = grad_reducer.enabled && micro == M - 1;
     gpt_backward(s->model, micro % s->model->num_slots, s->dloss);
     s->in_flight--;
 }
@@ -945,7 +949,6 @@ static void run_1f1b(Schedule* s, int M) {
     int warmup = grid.pp_size - grid.pp_rank - 1;
     if (warmup > M) warmup = M;
     int steady = M - warmup, fwd = 0, bwd = 0;
-    s->num_micro = M;
     // warm-up
     for (int i = 0; i < warmup; i++, fwd++) {
         recv_forward(slot_of(s, fwd)->input, n);
@@ -957,14 +960,14 @@ static void run_1f1b(Schedule* s, int M) {
     for (int i = 0; i < steady; i++, fwd++, bwd++) {
         forward_step(s, fwd);
         send_forward_recv_backward(stage_output(m, slot_of(s, fwd)), m->dres, n);
-        backward_step(s, bwd);
+        backward_step(s, bwd, M);
         if (i == steady - 1) send_backward(m->dres, n);
         else send_backward_recv_forward(m->dres, slot_of(s, fwd + 1)->input, n);
     }
     // cool-down
     for (int i = 0; i < warmup; i++, bwd++) {
         recv_backward(m->dres, n);
-        backward_step(s, bwd);
+        backward_step(s, bwd, M);
         send_backward(m->dres, n);
     }
 }
@@ -1053,9 +1056,7 @@ typedef struct {
 
 // [lo, hi): the part of tensor t inside this rank's shard (empty when lo >= hi)
 static void shard_part(const AdamWState* s, const TensorDesc* t, size_t* lo, size_t* hi) {
-    size_t a = t->offset, b = t->offset + t->numel, c = s->shard_start, d = s->shard_start + s->shard_size;
-    *lo = a > c ? a : c;
-    *hi = b < d ? b : d;
+    intersect_ranges(t->offset, t->offset + t->numel, s->shard_start, s->shard_start + s->shard_size, lo, hi);
 }
 
 // A parameter is counted once in the norm: a tensor replicated over tensor ranks only on

@@ -834,7 +834,7 @@ static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch) {
     int num_micro = global_batch / (l->micro_batch_size * l->dp_size);
     double sum = 0.0;
     for (int it = 0; it < eval_iters; it++) {
-        Schedule s = {m, load_micro_batch, l, 0.0f, 0, 0, num_micro};
+        Schedule s = {m, load_micro_batch, l, 0.0f, 0, 0};
         run_forward_only(&s, num_micro);
         sum += step_loss(&s, num_micro);
         l->consumed += global_batch;
@@ -1524,7 +1524,8 @@ static double overlapped_reduce_seconds(const StageCost* c, const GPT* m, double
                                         size_t bucket_size, double* total, int* messages) {
     GradBucket* buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
     int count = grad_buckets(m, bucket_size, buckets);
-    double shard = (double)m->num_params_padded / dp_size, busy_until = 0.0, exposed = 0.0;
+    size_t shard = m->num_params_padded / dp_size;
+    double busy_until = 0.0, exposed = 0.0;
     double backward_end = m->num_local_layers * t_layer;
     *total = 0.0;
     *messages = 0;
@@ -1532,7 +1533,8 @@ static double overlapped_reduce_seconds(const StageCost* c, const GPT* m, double
         const GradBucket* b = &buckets[k];
         double seconds = 0.0;
         for (int q = 0; q < dp_size; q++) {
-            double lo = fmax((double)b->start, q * shard), hi = fmin((double)b->end, (q + 1) * shard);
+            size_t lo, hi;
+            intersect_ranges(b->start, b->end, q * shard, (q + 1) * shard, &lo, &hi);
             if (lo >= hi) continue;
             seconds += (dp_size - 1.0) * 1e-6 * c->hw->latency_us + (hi - lo) * 4.0 / c->group_bandwidth[GROUP_DP];
             (*messages)++;
@@ -1960,7 +1962,7 @@ static StepResult train_step(Trainer* t) {
     activity_phase("forward and backward", t->progress.iteration + 1, -1);
     test_faults_in_step(t);
     // d(loss)/d(token loss), times the loss scale: the backward carries scaled gradients
-    Schedule s = {m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->T * r.global_batch), 0, 0, num_micro};
+    Schedule s = {m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->T * r.global_batch), 0, 0};
     run_1f1b(&s, num_micro);
     r.loss = step_loss(&s, num_micro);
     r.max_in_flight = s.max_in_flight;

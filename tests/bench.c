@@ -272,7 +272,7 @@ static float train_step_once(Bench* b) {
     int skipped = 0;
     GPT* m = &b->model;
     dev_zero(m->grads, m->num_params_padded * sizeof(float));
-    Schedule s = {m, load_random_batch, b, 1.0f / ((float)m->B * m->T), 0, 0, 0};
+    Schedule s = {m, load_random_batch, b, 1.0f / ((float)m->B * m->T), 0, 0};
     run_1f1b(&s, 1);
     float loss = step_loss(&s, 1);
     optimizer_step(m, &b->opt, &b->adam, BENCH_LR, &skipped);

@@ -209,8 +209,8 @@ else bad "$(basename "$BIN") --check-cluster at (2,2,2)" "exit status $status: $
 # them too early), so a missing wait on either side shows; the planted bugs below show that it does.
 overlap="--overlap-grad-reduce --ddp-bucket-size 600"
 strip_startup() { strip_timing "$1"; grep -E '^gradient reduction' "$1"; }
-overlap_run() {  # NAME LAYOUT-ARGS DEFER BINARY: the run with overlap against $tmp/off (its run without)
-    local name=$1 args=$2 defer=$3 bin=$4
+overlap_run() {  # LAYOUT-ARGS DEFER BINARY: the run with overlap against $tmp/off (its run without)
+    local args=$1 defer=$2 bin=$3
     rm -rf "$tmp/on.ckpt"
     $MPIRUN -x EMU_DEFER_STREAMS=$defer -np 8 $bin $args $overlap --save "$tmp/on.ckpt" > "$tmp/on" 2>&1 ||
         { echo "bad exit status $?: $(grep -m2 -i error "$tmp/on")"; return; }
@@ -231,7 +231,7 @@ for layout in "2 2" "1 2"; do
     for defer in 0 1; do
         [ $defer = 1 ] && [ -n "${GPU_BINARY:-}" ] && continue
         what="$(basename "$BIN") $overlap at (TP,PP,DP)=($1,$2,$dp)$([ $defer = 1 ] && echo ', the stream held back (EMU_DEFER_STREAMS=1)')"
-        report=$(overlap_run "$what" "$args" $defer "$BIN")
+        report=$(overlap_run "$args" $defer "$BIN")
         if [ "${report%% *}" = ok ] && grep -q '^gradient reduction: [0-9]* bucket' "$tmp/on"; then ok "$what: ${report#* }"
         else bad "$what" "${report#* }"; fi
     done
@@ -254,11 +254,11 @@ if [ -z "${GPU_BINARY:-}" ]; then
         if cmp -s parallel.h "$plant/parallel.h"; then bad "planted bug: $1" "the sed expression no longer matches parallel.h"; return; fi
         if ! $MPICXX -std=c++20 -O2 -fopenmp -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX -I"$plant/tests/emu" "$plant/train.c" \
             -o "$plant/train_emu" -lz -lm > "$tmp/build" 2>&1; then bad "planted bug: $1" "$(head -3 "$tmp/build")"; return; fi
-        report=$(overlap_run "$1" "$args" $3 "$plant/train_emu")
+        report=$(overlap_run "$args" $3 "$plant/train_emu")
         if [ "${report%% *}" = bad ]; then ok "planted bug caught: $1 (EMU_DEFER_STREAMS=$3: ${report#* })"
         else bad "planted bug not caught: $1" "$report"; fi
     }
     planted "no wait for the reduces before the norm" 's/^    compute_waits_for_comm(&r->reduced);$/    \/\/ planted: no wait/' 1
     planted "each bucket queued one layer too early" \
-        's/r->buckets\[r->launched\].lowest_layer >= layer)$/r->buckets[r->launched].lowest_layer >= layer - 1)/' 0
+        's/lowest_layer >= layer)/lowest_layer >= layer - 1)/' 0
 fi
