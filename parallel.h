@@ -759,9 +759,77 @@ static void* gather_bytes_to_rank0(Group* g, const void* mine, int bytes, size_t
 // group), so a stage that sends forward while its neighbour sends backward never waits on
 // itself. A neighbour of -1 (beyond the first or last stage) means nothing to do, so the
 // schedule below needs no first/last-stage branches.
+//
+// On the GPU build the exchanges go on the communication stream (Megatron's
+// --no-overlap-p2p-communication keeps them on the compute stream), each after the kernels
+// queued before it (they wrote what it sends and last read the buffer it receives into).
+// The compute stream waits for the exchanges only where it must: at once after one that
+// receives (the next kernel reads what arrives; 1F1B has nothing else to do meanwhile);
+// before it rewrites a buffer that a send alone still reads (a slot's output before the
+// slot's next forward, dres before the next backward); and at the end of the schedule. So a
+// send alone (stage 0's warm-up outputs, a stage's last gradient) runs beside the next
+// kernels. All exchanges share one stream: a send and a receive to one neighbour must stay
+// in one NCCL group, in the same order on both sides. The CPU build (MPI) waits for each.
+
+typedef struct {
+    int overlap;                 // exchanges on the communication stream (GPU build, PP > 1)
+    StreamEvent data_written;    // compute -> communication: what a send reads is written
+    StreamEvent exchanged;       // communication -> compute: the exchanges so far are done
+    const floatX** unsent;       // buffers of sends the compute stream has not waited for
+    int num_unsent, max_unsent;
+} PipelineLink;
+static PipelineLink pipeline_link;   // one per process, as the grid
+
+// `max_unsent`: the most sends in flight before a receive (the slots, and dres)
+static void pipeline_link_init(int overlap, int max_unsent) {
+    PipelineLink* l = &pipeline_link;
+    memset(l, 0, sizeof(*l));
+    l->overlap = overlap && GPU_BUILD && grid.pp_size > 1;
+    if (!l->overlap) return;
+    l->unsent = (const floatX**)mallocCheck(max_unsent * sizeof(const floatX*));
+    l->max_unsent = max_unsent;
+    stream_event_create(&l->data_written);
+    stream_event_create(&l->exchanged);
+}
+
+static void pipeline_link_free(void) {
+    PipelineLink* l = &pipeline_link;
+    if (!l->overlap) return;
+    free(l->unsent);
+    stream_event_destroy(&l->data_written);
+    stream_event_destroy(&l->exchanged);
+    memset(l, 0, sizeof(*l));
+}
+
+// the compute stream waits for every exchange queued so far (and what the communication
+// stream holds before them)
+static void wait_for_exchanges(void) {
+    PipelineLink* l = &pipeline_link;
+    if (!l->overlap) return;
+    compute_waits_for_comm(&l->exchanged);
+    l->num_unsent = 0;
+}
+
+// the compute stream is about to write buf: first the sends that read it must be done
+static void pipeline_before_writing(const floatX* buf) {
+    PipelineLink* l = &pipeline_link;
+    for (int i = 0; i < l->num_unsent; i++)
+        if (l->unsent[i] == buf) {
+            wait_for_exchanges();
+            return;
+        }
+}
+
+// a send alone: the compute stream need not wait for it until it rewrites buf
+static void remember_unsent(const floatX* buf) {
+    PipelineLink* l = &pipeline_link;
+    if (l->num_unsent == l->max_unsent) wait_for_exchanges();   // (not in 1F1B: a receive comes first)
+    l->unsent[l->num_unsent++] = buf;
+}
 
 static void pipeline_exchange(const floatX* send, int send_to, floatX* recv, int recv_from, size_t n) {
     Group* g = &grid.pp;
+    PipelineLink* l = &pipeline_link;
     if (send_to < 0) send = NULL;
     if (recv_from < 0) recv = NULL;
     if (!send && !recv) return;
@@ -769,9 +837,11 @@ static void pipeline_exchange(const floatX* send, int send_to, floatX* recv, int
     int peer = recv ? recv_from : send_to, TPxDP = grid.tp_size * grid.dp_size;   // the stage's world rank, same tp, dp
     wait_begin(send && recv ? "send and receive" : send ? "send" : "receive", g, grid.world_rank + (peer - grid.pp_rank) * TPxDP);
 #ifdef __CUDACC__
+    cudaStream_t stream = l->overlap ? comm_stream : 0;
+    if (l->overlap) comm_waits_for_compute(&l->data_written);
     ncclCheck(ncclGroupStart());
-    if (send) ncclCheck(ncclSend(send, n, NCCL_FLOATX, send_to, g->nccl, 0));
-    if (recv) ncclCheck(ncclRecv(recv, n, NCCL_FLOATX, recv_from, g->nccl, 0));
+    if (send) ncclCheck(ncclSend(send, n, NCCL_FLOATX, send_to, g->nccl, stream));
+    if (recv) ncclCheck(ncclRecv(recv, n, NCCL_FLOATX, recv_from, g->nccl, stream));
     ncclCheck(ncclGroupEnd());
 #else
     MPI_Request req[2];
@@ -780,6 +850,8 @@ static void pipeline_exchange(const floatX* send, int send_to, floatX* recv, int
     if (recv) mpiCheck(MPI_Irecv(recv, (int)n, MPI_FLOAT, recv_from, 0, g->mpi, &req[k++]));
     mpiCheck(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
 #endif
+    if (l->overlap && recv) wait_for_exchanges();   // the next kernel reads what arrives
+    else if (l->overlap) remember_unsent(send);
     wait_end();
 }
 
@@ -795,6 +867,10 @@ static void send_forward_recv_backward(const floatX* x, floatX* dx, size_t n) {
 }
 static void send_backward_recv_forward(const floatX* dx, floatX* x, size_t n) {
     pipeline_exchange(dx, prev_stage(), x, prev_stage(), n);
+}
+// one output on to the next stage while the next input comes in from the previous one
+static void send_forward_recv_forward(const floatX* x, floatX* next_x, size_t n) {
+    pipeline_exchange(x, next_stage(), next_x, prev_stage(), n);
 }
 
 // ----------------------------------------------------------------------------
@@ -930,6 +1006,7 @@ static void forward_step(Schedule* s, int micro) {
     activity_phase("forward", activity.iteration, micro);
     MicroBatchActivations* a = slot_of(s, micro);
     if (m->is_first_stage || m->is_last_stage) s->load(s->ctx, micro, a->tokens, a->targets);
+    pipeline_before_writing(stage_output(m, a));   // the slot's last output may still be on its way
     gpt_forward_stage(m, micro % m->num_slots);
     if (m->is_last_stage) loss_mean_add(m->loss_sum, m->losses, m->B * m->T);   // no host copy per micro-batch
     if (++s->in_flight > s->max_in_flight) s->max_in_flight = s->in_flight;
@@ -939,6 +1016,7 @@ static void forward_step(Schedule* s, int micro) {
 static void backward_step(Schedule* s, int micro, int M) {
     activity_phase("backward", activity.iteration, micro);
     grad_reducer.armed = grad_reducer.enabled && micro == M - 1;
+    pipeline_before_writing(s->model->dres);   // (in 1F1B an exchange that receives comes between)
     gpt_backward(s->model, micro % s->model->num_slots, s->dloss);
     s->in_flight--;
 }
@@ -949,14 +1027,13 @@ static void run_1f1b(Schedule* s, int M) {
     int warmup = grid.pp_size - grid.pp_rank - 1;
     if (warmup > M) warmup = M;
     int steady = M - warmup, fwd = 0, bwd = 0;
-    // warm-up
+    // warm-up: each output goes on while the next input comes in (one exchange, not two)
+    if (M > 0) recv_forward(slot_of(s, 0)->input, n);
     for (int i = 0; i < warmup; i++, fwd++) {
-        recv_forward(slot_of(s, fwd)->input, n);
         forward_step(s, fwd);
-        send_forward(stage_output(m, slot_of(s, fwd)), n);
+        send_forward_recv_forward(stage_output(m, slot_of(s, fwd)), fwd + 1 < M ? slot_of(s, fwd + 1)->input : NULL, n);
     }
     // steady 1F1B
-    if (steady > 0) recv_forward(slot_of(s, fwd)->input, n);
     for (int i = 0; i < steady; i++, fwd++, bwd++) {
         forward_step(s, fwd);
         send_forward_recv_backward(stage_output(m, slot_of(s, fwd)), m->dres, n);
@@ -970,6 +1047,7 @@ static void run_1f1b(Schedule* s, int M) {
         backward_step(s, bwd, M);
         send_backward(m->dres, n);
     }
+    wait_for_exchanges();   // the step's own work: none of it left queued behind the optimizer
 }
 
 // forward only, for evaluation
@@ -981,6 +1059,7 @@ static void run_forward_only(Schedule* s, int M) {
         s->in_flight--;
         send_forward(stage_output(s->model, slot_of(s, i)), n);
     }
+    wait_for_exchanges();
 }
 
 // The mean loss of the step, known on every rank: the last stage's sum, over the pipeline

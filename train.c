@@ -40,6 +40,7 @@ step -> log -> sampling -> the run -> main.
     X(CHOICE, attention_backend, "auto", 0, "auto | flash | unfused (GPU build; auto: flash where the head size allows)") \
     X(SWITCH, overlap_grad_reduce, NULL, 0, "reduce the DP gradients in buckets during the last backward (DP > 1)")  \
     X(LONG, ddp_bucket_size, NULL, 0, "elements per --overlap-grad-reduce bucket (0: max(40M, 1M x DP))")             \
+    X(SWITCH, no_overlap_p2p_communication, NULL, 0, "pipeline exchanges on the compute stream (GPU build; default: their own)") \
     X(INT, train_iters, NULL, 0, "steps to train (0 with --save: save the initial model)")                            \
     X(LONG, train_samples, NULL, 0, "samples to train (instead of --train-iters)")                                     \
     X(FLOAT, lr, "1e-4", 0, "peak learning rate")                                                                      \
@@ -972,6 +973,16 @@ static void print_grad_reduce(const Config* a, const GPT* m) {
     if (!GPU_BUILD) printf("  (the CPU build runs the same reduces in the same order, each done when it returns: nothing overlaps)\n");
 }
 
+// the start-up line that says where the pipeline's sends and receives run (PP > 1)
+static void print_pipeline_exchanges(void) {
+    if (grid.pp_size == 1) return;
+    if (!GPU_BUILD) printf("pipeline exchanges: MPI, each waited for before the schedule goes on\n");
+    else if (pipeline_link.overlap)
+        printf("pipeline exchanges: on the communication stream, a send alone beside the next forward "
+               "(--no-overlap-p2p-communication: on the compute stream)\n");
+    else printf("pipeline exchanges: on the compute stream (--no-overlap-p2p-communication)\n");
+}
+
 // stage p of the layout with tp_size x dp_size ranks, as its tensor rank 0 would hold it on the
 // build --dry-run-build names: planned and thrown away. The ranks of a stage hold the same sizes
 // (other slices of the vocabulary, of the matrices and of the ZeRO shard).
@@ -1080,6 +1091,7 @@ static void print_setup(const Trainer* t) {
         print_model(&a->model);
         print_attention(a, GPU_BUILD);
         print_grad_reduce(a, &t->model);
+        print_pipeline_exchanges();
         data_splits_print(&t->data, stdout);
         if (a->eval_iters > 0 && !data_splits_has(&t->data, 1))
             printf("note: --split %s leaves no validation documents: no evaluation (as Megatron)\n", a->split);
@@ -1845,6 +1857,7 @@ static void build_model(Trainer* t) {
     t->adam = adam;
     adamw_init(&t->opt, &t->model);
     grad_reducer_init(&t->model, t->opt.grad, t->opt.shard_size, a->overlap_grad_reduce, grad_bucket_size(a, grid.dp_size));
+    pipeline_link_init(!a->no_overlap_p2p_communication, t->model.num_slots + 1);   // the slots' outputs and dres
     t->allocated_bytes = dev_bytes_allocated - before + kernels_workspace_bytes;   // kernels_init's came first
     t->opt.scaler = make_loss_scaler(a);
 }
@@ -1930,6 +1943,7 @@ static void trainer_free(Trainer* t) {
     free_loader(&t->valid);
     free_loader(&t->test);
     grad_reducer_free();
+    pipeline_link_free();
     adamw_free(&t->opt, &t->model);
     gpt_free(&t->model);
     data_splits_close(&t->data);

@@ -47,6 +47,16 @@ if [ "$lines" = "none at|one reduce-scatter|2 bucket(s)" ]; then
     ok "the gradient-reduction line: none at DP 1, the reduce-scatter at DP 2, the overlap's 2 buckets with --overlap-grad-reduce"
 else bad "the gradient-reduction line" "$lines"; fi
 
+# where the pipeline's exchanges run is said at start-up when there is a pipeline: on the CPU
+# build MPI waits for each, with --no-overlap-p2p-communication or without (the GPU build's
+# two lines: tests/test_emu_train.sh)
+exchange_line() { mpirun --oversubscribe --bind-to none -np $1 ./train_cpu $base --train-iters 1 --eval-iters 0 \
+    --num-layers 2 "${@:2}" 2>&1 | grep -c '^pipeline exchanges: MPI, each waited for'; }
+lines="$(exchange_line 1)|$(exchange_line 2 --pipeline-model-parallel-size 2)|\
+$(exchange_line 2 --pipeline-model-parallel-size 2 --no-overlap-p2p-communication)"
+if [ "$lines" = "0|1|1" ]; then ok "the pipeline-exchange line: none at PP 1; at PP 2 MPI's, with or without --no-overlap-p2p-communication"
+else bad "the pipeline-exchange line" "$lines"; fi
+
 # which attention runs is said at start-up: the CPU build has one (the C reference); its dry
 # run of the GPU build says which of the GPU's the flag and the head size choose
 attention_line() { ./train_cpu "$@" 2>&1 | grep -m1 '^attention: ' | cut -d' ' -f2-3; }

@@ -237,9 +237,48 @@ for layout in "2 2" "1 2"; do
     done
 done
 
+# Pipeline exchanges on the communication stream (the default on the GPU path) against
+# --no-overlap-p2p-communication (the compute stream) at (1,4,2): stage 0 sends its three
+# warm-up outputs alone, the middle stages send one output and receive the next input in one
+# exchange. 24 samples a step make 6 micro-batches for 4 slots, so the evaluation's forwards
+# reuse slots whose outputs may still be on their way. Same data, same kernels: the log lines
+# (validation losses among them) and the checkpoint must be the same bits, with the stream run
+# at once and held back (EMU_DEFER_STREAMS=1: a receive not waited for before its input is
+# read, or a slot rewritten under its own send, sends or reads the wrong numbers; the planted
+# bugs below show both caught). Not testable here: a send queued before the kernel writing its
+# data (the emulated kernels run when launched).
+p2p_args="$run --num-layers 4 --tensor-model-parallel-size 1 --pipeline-model-parallel-size 4 --global-batch-size 24 \
+--train-iters 4 --eval-iters 1 --eval-interval 2 --split 80,20,0"
+p2p_lines() { strip_timing "$1"; grep 'validation loss' "$1"; }
+p2p_run() {  # DEFER BINARY: the run with the exchanges on their stream against $tmp/p2p_off
+    rm -rf "$tmp/p2p_on.ckpt"
+    $MPIRUN -x EMU_DEFER_STREAMS=$1 -np 8 $2 $p2p_args --save "$tmp/p2p_on.ckpt" > "$tmp/p2p_on" 2>&1 ||
+        { echo "bad exit status $?: $(grep -m2 -i error "$tmp/p2p_on")"; return; }
+    if [ "$(strip_timing "$tmp/p2p_on" | wc -l)" -eq 4 ] && [ "$(grep -c 'validation loss' "$tmp/p2p_on")" -eq 2 ] &&
+       diff <(p2p_lines "$tmp/p2p_off") <(p2p_lines "$tmp/p2p_on") > /dev/null &&
+       cmp -s "$tmp/p2p_off.ckpt/iter_0000004/tensors.bin" "$tmp/p2p_on.ckpt/iter_0000004/tensors.bin"; then
+        echo "ok bit-identical log lines, validation losses and checkpoint to the run on the compute stream"
+    else echo "bad differs from the run on the compute stream: $(diff <(p2p_lines "$tmp/p2p_off") <(p2p_lines "$tmp/p2p_on") |
+        sed -n 2p | head -c 200)"; fi
+}
+if [ -z "${GPU_BINARY:-}" ]; then
+    rm -rf "$tmp/p2p_off.ckpt"
+    $MPIRUN -np 8 $BIN $p2p_args --no-overlap-p2p-communication --save "$tmp/p2p_off.ckpt" > "$tmp/p2p_off" 2>&1
+    grep -q '^pipeline exchanges: on the compute stream' "$tmp/p2p_off" ||
+        bad "$(basename "$BIN") --no-overlap-p2p-communication at (1,4,2)" "no start-up line saying so: $(grep -m2 -i error "$tmp/p2p_off")"
+    for defer in 0 1; do
+        what="$(basename "$BIN") pipeline exchanges on the communication stream at (1,4,2)$([ $defer = 1 ] && echo ', held back (EMU_DEFER_STREAMS=1)')"
+        report=$(p2p_run $defer "$BIN")
+        if [ "${report%% *}" = ok ] && grep -q '^pipeline exchanges: on the communication stream' "$tmp/p2p_on"; then ok "$what: ${report#* }"
+        else bad "$what" "${report#* }"; fi
+    done
+fi
+
 # The planted bugs: a copy of parallel.h (a) without the compute stream's wait for the reduces
-# before the norm, (b) queueing each bucket one layer before its gradients are final. Each must
-# be caught: (a) with the stream held back, (b) with its work run at once.
+# before the norm, (b) queueing each bucket one layer before its gradients are final, (c)
+# without the compute stream's wait for an exchange that receives, (d) without the wait before
+# a forward rewrites a slot whose output is still being sent. Each must be caught: (b) with
+# the stream's work run at once, the others with it held back.
 if [ -z "${GPU_BINARY:-}" ]; then
     plant="$tmp/plant"
     mkdir -p "$plant/tests"
@@ -248,17 +287,22 @@ if [ -z "${GPU_BINARY:-}" ]; then
     args="$run --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
     rm -rf "$tmp/off.ckpt"
     $MPIRUN -np 8 $BIN $args --save "$tmp/off.ckpt" > "$tmp/off" 2>&1
-    planted() {  # NAME SED-EXPRESSION DEFER
+    grad_overlap_run() { overlap_run "$args" "$1" "$2"; }
+    planted() {  # NAME SED-EXPRESSION DEFER RUNNER (RUNNER DEFER BINARY: ok or bad against the run without)
         cp parallel.h "$plant/parallel.h"
         sed -i "$2" "$plant/parallel.h"
         if cmp -s parallel.h "$plant/parallel.h"; then bad "planted bug: $1" "the sed expression no longer matches parallel.h"; return; fi
         if ! $MPICXX -std=c++20 -O2 -fopenmp -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX -I"$plant/tests/emu" "$plant/train.c" \
             -o "$plant/train_emu" -lz -lm > "$tmp/build" 2>&1; then bad "planted bug: $1" "$(head -3 "$tmp/build")"; return; fi
-        report=$(overlap_run "$args" $3 "$plant/train_emu")
+        report=$($4 $3 "$plant/train_emu")
         if [ "${report%% *}" = bad ]; then ok "planted bug caught: $1 (EMU_DEFER_STREAMS=$3: ${report#* })"
         else bad "planted bug not caught: $1" "$report"; fi
     }
-    planted "no wait for the reduces before the norm" 's/^    compute_waits_for_comm(&r->reduced);$/    \/\/ planted: no wait/' 1
-    planted "each bucket queued one layer too early" \
-        's/lowest_layer >= layer)/lowest_layer >= layer - 1)/' 0
+    planted "no wait for the reduces before the norm" 's/^    compute_waits_for_comm(&r->reduced);$/    \/\/ planted: no wait/' 1 \
+        grad_overlap_run
+    planted "each bucket queued one layer too early" 's/lowest_layer >= layer)/lowest_layer >= layer - 1)/' 0 grad_overlap_run
+    planted "no wait for an exchange that receives" 's/if (l->overlap \&\& recv) wait_for_exchanges();/if (0) wait_for_exchanges();/' 1 \
+        p2p_run
+    planted "a slot rewritten while its output is sent" \
+        's/^    pipeline_before_writing(stage_output(m, a));.*/    \/\/ planted: no wait/' 1 p2p_run
 fi

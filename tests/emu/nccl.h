@@ -26,8 +26,9 @@ bucketed gradient reduction) give the same bits for any group size (real NCCL's 
 differ between the two: there they agree to rounding).
 Grouped ncclSend/ncclRecv between ncclGroupStart and ncclGroupEnd are posted together as
 MPI_Isend/MPI_Irecv at ncclGroupEnd and waited for with MPI_Waitall, so neighbours that
-send to each other in one group do not deadlock. Outside a group a send or receive is a
-group of its own.
+send to each other in one group do not deadlock; the group runs on its stream as a
+collective does (its calls must share one stream here). Outside a group a send or receive
+is a group of its own.
 What it cannot show: real NCCL transport, its ring/tree rounding order, overlap with
 kernels on streams.
 */
@@ -77,6 +78,7 @@ struct EmuNcclOp {
     size_t bytes;
     int peer;
     ncclComm_t comm;
+    cudaStream_t stream;
 };
 inline int emu_nccl_group_depth = 0;
 inline std::vector<EmuNcclOp> emu_nccl_group_ops;
@@ -293,32 +295,41 @@ static ncclResult_t ncclGroupStart(void) {
     return ncclSuccess;
 }
 
+// the group's sends and receives posted together and waited for, on the group's one stream
+// (held back under EMU_DEFER_STREAMS=1 like a collective)
 static ncclResult_t ncclGroupEnd(void) {
     if (emu_nccl_group_depth == 0) return ncclInvalidUsage;
     if (--emu_nccl_group_depth > 0) return ncclSuccess;
-    std::vector<MPI_Request> reqs(emu_nccl_group_ops.size());
-    int err = MPI_SUCCESS;
-    for (size_t i = 0; i < emu_nccl_group_ops.size() && err == MPI_SUCCESS; i++) {
-        EmuNcclOp& o = emu_nccl_group_ops[i];
-        err = o.send ? MPI_Isend(o.buf, (int)o.bytes, MPI_BYTE, o.peer, 0, o.comm->mpi, &reqs[i])
-                     : MPI_Irecv(o.buf, (int)o.bytes, MPI_BYTE, o.peer, 0, o.comm->mpi, &reqs[i]);
-    }
-    if (err == MPI_SUCCESS) err = MPI_Waitall((int)reqs.size(), reqs.data(), MPI_STATUSES_IGNORE);
-    emu_nccl_group_ops.clear();
-    return err == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    std::vector<EmuNcclOp> ops;
+    ops.swap(emu_nccl_group_ops);
+    if (ops.empty()) return ncclSuccess;
+    for (const EmuNcclOp& o : ops)   // real NCCL allows several; gridgpt's groups never need them
+        if (o.stream != ops[0].stream) return ncclInvalidUsage;
+    return emu_nccl_on_stream(ops[0].stream, [ops] {
+        std::vector<MPI_Request> reqs(ops.size());
+        int err = MPI_SUCCESS;
+        for (size_t i = 0; i < ops.size() && err == MPI_SUCCESS; i++) {
+            const EmuNcclOp& o = ops[i];
+            err = o.send ? MPI_Isend(o.buf, (int)o.bytes, MPI_BYTE, o.peer, 0, o.comm->mpi, &reqs[i])
+                         : MPI_Irecv(o.buf, (int)o.bytes, MPI_BYTE, o.peer, 0, o.comm->mpi, &reqs[i]);
+        }
+        if (err == MPI_SUCCESS) err = MPI_Waitall((int)reqs.size(), reqs.data(), MPI_STATUSES_IGNORE);
+        return err == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    });
 }
 
-static ncclResult_t emu_nccl_p2p(bool send, void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm) {
+static ncclResult_t emu_nccl_p2p(bool send, void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                                 cudaStream_t stream) {
     if (emu_nccl_size(t) == 0 || peer < 0 || peer >= comm->size) return ncclInvalidArgument;
     if (!emu_nccl_on_device(buf, count, t)) return ncclInvalidArgument;
     ncclGroupStart();
-    emu_nccl_group_ops.push_back({send, buf, count * emu_nccl_size(t), peer, comm});
+    emu_nccl_group_ops.push_back({send, buf, count * emu_nccl_size(t), peer, comm, stream});
     return ncclGroupEnd();
 }
 
-static ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
-    return emu_nccl_p2p(true, (void*)buf, count, t, peer, comm);
+static ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
+    return emu_nccl_p2p(true, (void*)buf, count, t, peer, comm, stream);
 }
-static ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
-    return emu_nccl_p2p(false, buf, count, t, peer, comm);
+static ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
+    return emu_nccl_p2p(false, buf, count, t, peer, comm, stream);
 }
