@@ -32,6 +32,9 @@ static void vocab_parallel_sum(float* sums, size_t n);
 // and the backward's progress: every gradient of `layer` and above is final for this micro-batch
 // (the final LayerNorm's layer is num_layers), so the overlapped DP reduction may take them
 static void gradients_final_down_to(int layer);
+// and the forward's: it is about to read `layer`'s parameters (-1: the embedding's), which the
+// overlapped ZeRO all-gather may still be bringing in
+static void parameters_needed(int layer);
 
 // ----------------------------------------------------------------------------
 // config: each field of the model declared once
@@ -800,9 +803,18 @@ static void head_forward(GPT* m, MicroBatchActivations* s) {
 // leaves each token's loss in m->losses, on the device.
 static void gpt_forward_stage(GPT* m, int slot) {
     MicroBatchActivations* s = &m->slots[slot];
-    if (m->is_first_stage) embedding_forward(m, s);
-    for (int i = 0; i < m->num_local_layers; i++) block_forward(m, s, i);
-    if (m->is_last_stage) head_forward(m, s);
+    if (m->is_first_stage) {
+        parameters_needed(-1);
+        embedding_forward(m, s);
+    }
+    for (int i = 0; i < m->num_local_layers; i++) {
+        parameters_needed(m->first_layer + i);
+        block_forward(m, s, i);
+    }
+    if (m->is_last_stage) {
+        parameters_needed(m->cfg.num_layers);   // the final LayerNorm, and the tied copy of the embedding
+        head_forward(m, s);
+    }
 }
 
 // gpt_forward_stage, then on the last stage the mean loss over the micro-batch's tokens read

@@ -136,6 +136,7 @@ static void dev_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes) { memcpy(host_dst, dev_src, bytes); }
 static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) { memcpy(dev_dst, host_src, bytes); }
 static inline void dev_synchronize(void) {}   // the CPU's work is done when its call returns
+static inline void compute_synchronize(void) {}
 // the GPU build's asynchronous copies from pinned host memory (below); here plain copies
 typedef int HostCopy;
 static inline void* host_alloc_pinned(size_t bytes) { return mallocCheck(bytes); }
@@ -151,6 +152,8 @@ static inline void stream_event_create(StreamEvent* e) { *e = 0; }
 static inline void stream_event_destroy(StreamEvent* e) { (void)e; }
 static inline void comm_waits_for_compute(StreamEvent* e) { (void)e; }
 static inline void compute_waits_for_comm(StreamEvent* e) { (void)e; }
+static inline void comm_mark(StreamEvent* e) { (void)e; }
+static inline void compute_waits_for_mark(StreamEvent* e) { (void)e; }
 // float <-> floatX conversions between host float arrays and device floatX arrays
 static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) { memcpy(dev_dst, host_src, n * sizeof(float)); }
 static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
@@ -203,6 +206,8 @@ static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) {
 }
 // wait until the GPU has finished everything queued (kernels, cuBLAS and NCCL calls are asynchronous): for timing
 static inline void dev_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
+// the compute stream's work only: what the communication stream runs beside it goes on
+static inline void compute_synchronize(void) { cudaCheck(cudaStreamSynchronize(0)); }
 
 // Copies of a micro-batch's tokens from pinned (page-locked) host memory, queued on the
 // compute stream: the host goes on at once, where a copy from pageable memory (cudaMemcpy)
@@ -245,6 +250,10 @@ static inline void compute_waits_for_comm(StreamEvent* e) {
     cudaCheck(cudaEventRecord(*e, comm_stream));
     cudaCheck(cudaStreamWaitEvent(0, *e, 0));
 }
+// the same in two halves: mark the communication stream's work so far now, wait for it later
+// (the compute stream waits for one gathered bucket, not for those queued after it)
+static inline void comm_mark(StreamEvent* e) { cudaCheck(cudaEventRecord(*e, comm_stream)); }
+static inline void compute_waits_for_mark(StreamEvent* e) { cudaCheck(cudaStreamWaitEvent(0, *e, 0)); }
 
 // float <-> floatX conversions go through a host staging buffer of this many elements
 #define CONVERT_CHUNK ((size_t)1 << 20)

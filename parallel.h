@@ -18,6 +18,7 @@ Rules it keeps: one wrapper per collective (MPI-IO's shared files too), and no M
 other file but start-up and shutdown; nobody else computes a rank by hand.
 */
 #pragma once
+#include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -542,6 +543,20 @@ static void reduce_to(Group* g, const float* in, float* out, size_t n, int root)
     wait_end();
 }
 
+// buf[n] of rank `root` copied to the group's other ranks, in place: floatX parameters, queued
+// on the communication stream (the CPU build: done when it returns). A ring broadcast has
+// every rank but the one before the root send the buffer once.
+static void broadcast_from(Group* g, floatX* buf, size_t n, int root) {
+    if (g->rank != (root + g->size - 1) % g->size) g->bytes_sent += (double)n * sizeof(floatX);
+    wait_begin("broadcast", g, -1);
+#ifdef __CUDACC__
+    ncclCheck(ncclBroadcast(buf, buf, n, NCCL_FLOATX, root, g->nccl, comm_stream));
+#else
+    mpiCheck(MPI_Bcast(buf, (int)n, MPI_FLOAT, root, g->mpi));
+#endif
+    wait_end();
+}
+
 // in place: every rank's shard buf[rank * shard .. +shard) is copied to all the others
 static void all_gather(Group* g, floatX* buf, size_t shard) {
     if (g->size <= 1) return;
@@ -980,6 +995,90 @@ static void grad_reducer_finish(void) {
 }
 
 // ----------------------------------------------------------------------------
+// ZeRO-1's parameter all-gather beside the next forward (--overlap-param-gather, Megatron-LM's flag)
+// Without it the updated parameters are all-gathered right after AdamW, on the critical path.
+// With it, the gradient reduction's buckets (grad_buckets), taken from the buffer's start
+// (the embedding, then the layers in the order the forward needs them), are each queued on
+// the communication stream after AdamW: the part of a bucket in rank r's shard is broadcast
+// from rank r, so every rank ends with the all-gather's buffer, bytes sent included. The
+// next forward, of training or of evaluation, waits before each layer only for the buckets
+// that hold it and the ones before (gpt.h calls parameters_needed); whatever else reads the
+// parameters first waits for them all (param_gather_finish). No memory of its own.
+
+typedef struct {
+    int enabled;             // --overlap-param-gather with DP > 1
+    GradBucket* buckets;     // in the order they are gathered: from the buffer's start
+    StreamEvent* gathered;   // [bucket]: marked on the communication stream after its broadcasts
+    int num_buckets, waited; // the compute stream has waited for buckets [0, waited)
+    floatX* params;          // the whole flat buffer, of which this rank updated its shard
+    size_t shard_size;
+    StreamEvent updated;     // compute -> communication: AdamW has written the shard
+} ParamGatherer;
+static ParamGatherer param_gatherer;   // one per process, as the grid: gpt.h's forward calls in
+
+static void param_gatherer_init(const GPT* m, size_t shard_size, int overlap, size_t bucket_size) {
+    ParamGatherer* g = &param_gatherer;
+    memset(g, 0, sizeof(*g));
+    g->enabled = overlap && grid.dp_size > 1;
+    if (!g->enabled) return;
+    GradBucket* from_end = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
+    g->num_buckets = grad_buckets(m, bucket_size, from_end);
+    g->buckets = (GradBucket*)mallocCheck(g->num_buckets * sizeof(GradBucket));
+    g->gathered = (StreamEvent*)mallocCheck(g->num_buckets * sizeof(StreamEvent));
+    for (int k = 0; k < g->num_buckets; k++) {
+        g->buckets[k] = from_end[g->num_buckets - 1 - k];
+        stream_event_create(&g->gathered[k]);
+    }
+    free(from_end);
+    g->waited = g->num_buckets;   // nothing in flight
+    g->params = m->params;
+    g->shard_size = shard_size;
+    stream_event_create(&g->updated);
+}
+
+// after AdamW: every bucket's broadcasts queued on the communication stream, in order
+static void param_gather_launch(void) {
+    ParamGatherer* g = &param_gatherer;
+    comm_waits_for_compute(&g->updated);
+    for (int k = 0; k < g->num_buckets; k++) {
+        const GradBucket* b = &g->buckets[k];
+        for (int q = 0; q < grid.dp_size; q++) {   // the part of b in each rank's shard, from that rank
+            size_t lo, hi;
+            intersect_ranges(b->start, b->end, q * g->shard_size, (q + 1) * g->shard_size, &lo, &hi);
+            if (lo < hi) broadcast_from(&grid.dp, g->params + lo, hi - lo, q);
+        }
+        comm_mark(&g->gathered[k]);
+    }
+    g->waited = 0;
+}
+
+// the forward is about to read `layer`'s parameters (-1: the embedding's): the compute stream
+// waits for the buckets up to the last one holding some of them (gpt.h calls this)
+static void parameters_needed(int layer) {
+    ParamGatherer* g = &param_gatherer;
+    int k = g->waited;
+    while (k < g->num_buckets && g->buckets[k].lowest_layer <= layer) k++;
+    if (k == g->waited) return;
+    compute_waits_for_mark(&g->gathered[k - 1]);
+    g->waited = k;
+}
+
+// everything gathered before anything but the forward reads the parameters (or AdamW writes them)
+static void param_gather_finish(void) { parameters_needed(INT_MAX); }
+
+static void param_gatherer_free(void) {
+    ParamGatherer* g = &param_gatherer;
+    if (!g->enabled) return;
+    param_gather_finish();   // the last step's broadcasts, if no forward came after them
+    dev_synchronize();
+    for (int k = 0; k < g->num_buckets; k++) stream_event_destroy(&g->gathered[k]);
+    stream_event_destroy(&g->updated);
+    free(g->buckets);
+    free(g->gathered);
+    memset(g, 0, sizeof(*g));
+}
+
+// ----------------------------------------------------------------------------
 // the schedule of one step: 1F1B (PipeDream-flush; Narayanan et al. 2021, Fig. 4)
 // Stage p of P runs min(P - p - 1, M) warm-up forwards, then alternates one forward and
 // one backward, then drains the backwards it still owes. A stage never holds more than P
@@ -1231,6 +1330,7 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
         const TensorDesc* wte = &model->tensors[model->wte];
         all_reduce(&grid.embedding, model->grads + wte->offset, wte->numel, AS_FLOAT, REDUCE_SUM);
     }
+    param_gather_finish();   // (the forward waited for every bucket; a stage without layers did not)
     if (grad_reducer.enabled) grad_reducer_finish();   // reduced while the backward ran
     else if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size);
     float unscale = 1.0f / s->scaler.scale;
@@ -1246,7 +1346,8 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
     s->step++;
     adamw_update_ranges(s->master, model->params + s->shard_start, s->grad, s->m, s->v, s->shard_size, s->ranges,
                         s->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
-    all_gather(&grid.dp, model->params, s->shard_size);
+    if (param_gatherer.enabled) param_gather_launch();   // waited for by the next forward
+    else all_gather(&grid.dp, model->params, s->shard_size);
     return norm;
 }
 

@@ -39,7 +39,8 @@ step -> log -> sampling -> the run -> main.
     X(INT, recompute_num_layers, NULL, 1, "N: uniform: layers per chunk; block: first N layers of a stage (1)")        \
     X(CHOICE, attention_backend, "auto", 0, "auto | flash | unfused (GPU build; auto: flash where the head size allows)") \
     X(SWITCH, overlap_grad_reduce, NULL, 0, "reduce the DP gradients in buckets during the last backward (DP > 1)")  \
-    X(LONG, ddp_bucket_size, NULL, 0, "elements per --overlap-grad-reduce bucket (0: max(40M, 1M x DP))")             \
+    X(SWITCH, overlap_param_gather, NULL, 0, "all-gather the updated parameters in buckets beside the next forward (DP > 1)") \
+    X(LONG, ddp_bucket_size, NULL, 0, "elements per --overlap-grad-reduce/-param-gather bucket (0: max(40M, 1M x DP))") \
     X(SWITCH, no_overlap_p2p_communication, NULL, 0, "pipeline exchanges on the compute stream (GPU build; default: their own)") \
     X(INT, train_iters, NULL, 0, "steps to train (0 with --save: save the initial model)")                            \
     X(LONG, train_samples, NULL, 0, "samples to train (instead of --train-iters)")                                     \
@@ -956,21 +957,28 @@ static void print_attention(const Config* a, int gpu) {
     else printf("attention: unfused, cuBLAS batched products and a softmax kernel, probabilities kept (--attention-backend %s)\n", flag);
 }
 
-// the start-up line that says how the DP gradients are reduced (rank 0's stage's buckets)
-static void print_grad_reduce(const Config* a, const GPT* m) {
+// the start-up lines that say how the DP gradients are reduced and the parameters gathered
+// (rank 0's stage's buckets)
+static void print_dp_communication(const Config* a, const GPT* m) {
     if (grid.dp_size == 1) {
         if (a->overlap_grad_reduce) printf("gradient reduction: none at DP 1 (--overlap-grad-reduce has nothing to do)\n");
+        if (a->overlap_param_gather) printf("parameter all-gather: none at DP 1 (--overlap-param-gather has nothing to do)\n");
         return;
     }
-    if (!grad_reducer.enabled) {
-        printf("gradient reduction: one reduce-scatter over DP after the last backward (--overlap-grad-reduce: in buckets, "
-               "during it)\n");
-        return;
-    }
-    printf("gradient reduction: %d bucket(s) of at least %zu elements on stage 0 (--ddp-bucket-size), each reduced "
-           "onto its shards' owners as soon as the last backward has finished its layers%s\n",
-           grad_reducer.num_buckets, grad_bucket_size(a, grid.dp_size), m->is_first_stage ? "; the embedding's last" : "");
-    if (!GPU_BUILD) printf("  (the CPU build runs the same reduces in the same order, each done when it returns: nothing overlaps)\n");
+    if (grad_reducer.enabled)
+        printf("gradient reduction: %d bucket(s) of at least %zu elements on stage 0 (--ddp-bucket-size), each reduced "
+               "onto its shards' owners as soon as the last backward has finished its layers%s\n",
+               grad_reducer.num_buckets, grad_bucket_size(a, grid.dp_size), m->is_first_stage ? "; the embedding's last" : "");
+    else printf("gradient reduction: one reduce-scatter over DP after the last backward (--overlap-grad-reduce: in buckets, "
+                "during it)\n");
+    if (param_gatherer.enabled)
+        printf("parameter all-gather: %d bucket(s) broadcast from their shards' owners after AdamW, each waited for by the "
+               "next forward before its layers\n", param_gatherer.num_buckets);
+    else printf("parameter all-gather: one all-gather over DP after AdamW (--overlap-param-gather: in buckets, beside the "
+                "next forward)\n");
+    if (!GPU_BUILD && (grad_reducer.enabled || param_gatherer.enabled))
+        printf("  (the CPU build runs the same reduces and broadcasts in the same order, each done when it returns: nothing "
+               "overlaps)\n");
 }
 
 // the start-up line that says where the pipeline's sends and receives run (PP > 1)
@@ -1090,7 +1098,7 @@ static void print_setup(const Trainer* t) {
         warn_if_pthread_blas();
         print_model(&a->model);
         print_attention(a, GPU_BUILD);
-        print_grad_reduce(a, &t->model);
+        print_dp_communication(a, &t->model);
         print_pipeline_exchanges();
         data_splits_print(&t->data, stdout);
         if (a->eval_iters > 0 && !data_splits_has(&t->data, 1))
@@ -1291,7 +1299,8 @@ static void print_comm(const double most[4]) {
 // the step does on each pipeline stage, kernel by kernel and message by message, as the GPU
 // build does it. Everything runs on one stream in order, so nothing overlaps and the costs add
 // (but for --overlap-grad-reduce's buckets, which run beside the last backward:
-// overlapped_reduce_seconds):
+// overlapped_reduce_seconds; and --overlap-param-gather's, beside the next forward:
+// overlapped_gather_seconds):
 //   a matmul (cuBLAS)     its FLOPs / (the GPU's dense peak x a matmul efficiency);
 //   any other kernel      the bytes it reads and writes / the memory bandwidth;
 //   a ring collective     steps x latency + the bytes each rank sends / the bandwidth of the
@@ -1368,7 +1377,13 @@ typedef struct {
     double bytes_sent[NUM_COMM_GROUPS];    // per step, as --log-comm counts them
     double seconds;
     double overlap_total, overlap_hidden;  // --overlap-grad-reduce: its reduces' time, and how much of it the backward hides
+    double gather_total, gather_hidden;    // --overlap-param-gather: its broadcasts' time, and how much the forward hides
 } StageCost;
+
+// the bucket sizes of the DP overlaps (0: off): --overlap-grad-reduce's and --overlap-param-gather's
+typedef struct {
+    size_t reduce_bucket, gather_bucket;
+} DPOverlap;
 
 static void charge(StageCost* c, const char* name, int launches, double flops, double bytes, double seconds) {
     int k = 0;
@@ -1507,9 +1522,10 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
     if (!m->is_first_stage) charge_message(c, "pipeline send", GROUP_PP, 1.0, N * C * x);
 }
 
-// the backward of one micro-batch through one of the stage's layers (the average layer: they
-// differ only where some are recomputed), compute and tensor-parallel all-reduces
-static double layer_backward_seconds(const StageCost* c, const GPT* m, double x, int tp_size) {
+// the forward, or the backward, of one micro-batch through one of the stage's layers (the
+// average layer: they differ only where some are recomputed), compute and tensor-parallel
+// all-reduces
+static double layer_seconds(const StageCost* c, const GPT* m, double x, int tp_size, int backward) {
     if (m->num_local_layers == 0) return 0.0;
     StageCost* scratch = (StageCost*)mallocCheck(sizeof(StageCost));
     memcpy(scratch, c, sizeof(StageCost));
@@ -1517,21 +1533,36 @@ static double layer_backward_seconds(const StageCost* c, const GPT* m, double x,
     scratch->seconds = 0.0;
     for (int i = 0; i < m->num_local_layers; i++) {
         int first, end;
-        if (recompute_chunk(m, i, &first, &end)) cost_layer_forward(scratch, m, i, x, tp_size);
-        cost_layer_backward(scratch, m, x, tp_size);
+        if (!backward || recompute_chunk(m, i, &first, &end)) cost_layer_forward(scratch, m, i, x, tp_size);
+        if (backward) cost_layer_backward(scratch, m, x, tp_size);
     }
     double seconds = scratch->seconds / m->num_local_layers;
     free(scratch);
     return seconds;
 }
 
+// one DP bucket's chain reduce, or chain broadcast, per shard it touches: (DP - 1) latencies
+// and its bytes over the DP link each (elem_bytes: fp32 gradients, floatX parameters)
+static double bucket_seconds(const StageCost* c, const GradBucket* b, size_t shard, int dp_size, double elem_bytes,
+                             int* messages) {
+    double seconds = 0.0;
+    for (int q = 0; q < dp_size; q++) {
+        size_t lo, hi;
+        intersect_ranges(b->start, b->end, q * shard, (q + 1) * shard, &lo, &hi);
+        if (lo >= hi) continue;
+        seconds += (dp_size - 1.0) * 1e-6 * c->hw->latency_us + (hi - lo) * elem_bytes / c->group_bandwidth[GROUP_DP];
+        (*messages)++;
+    }
+    return seconds;
+}
+
 // --overlap-grad-reduce (parallel.h's GradReducer): the buckets as the trainer cuts them, each
-// a chain reduce per shard it touches ((DP - 1) latencies + its bytes over the DP link), queued
-// one after another on the communication stream. A layers' bucket may start once the last
-// micro-batch's backward has passed its lowest layer (the layers taken alike, the head's
-// backward before them left out: it moves every start and the end alike) and what is still
-// running when that backward ends is exposed; the embedding's bucket starts after it, after the
-// tied all-reduce: all exposed. Returns the exposed seconds; the total into *total.
+// reduced (bucket_seconds) one after another on the communication stream. A layers' bucket may
+// start once the last micro-batch's backward has passed its lowest layer (the layers taken
+// alike, t_layer each; the head's backward before them left out: it moves every start and the
+// end alike) and what is still running when that backward ends is exposed; the embedding's
+// bucket starts after it, after the tied all-reduce: all exposed. Returns the exposed seconds;
+// the total into *total.
 static double overlapped_reduce_seconds(const StageCost* c, const GPT* m, double t_layer, int dp_size,
                                         size_t bucket_size, double* total, int* messages) {
     GradBucket* buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
@@ -1543,14 +1574,7 @@ static double overlapped_reduce_seconds(const StageCost* c, const GPT* m, double
     *messages = 0;
     for (int k = 0; k < count; k++) {
         const GradBucket* b = &buckets[k];
-        double seconds = 0.0;
-        for (int q = 0; q < dp_size; q++) {
-            size_t lo, hi;
-            intersect_ranges(b->start, b->end, q * shard, (q + 1) * shard, &lo, &hi);
-            if (lo >= hi) continue;
-            seconds += (dp_size - 1.0) * 1e-6 * c->hw->latency_us + (hi - lo) * 4.0 / c->group_bandwidth[GROUP_DP];
-            (*messages)++;
-        }
+        double seconds = bucket_seconds(c, b, shard, dp_size, 4.0, messages);
         *total += seconds;
         if (b->lowest_layer < 0) {   // the embedding's: after the backward and the tied all-reduce
             exposed += seconds;
@@ -1565,18 +1589,50 @@ static double overlapped_reduce_seconds(const StageCost* c, const GPT* m, double
     return exposed;
 }
 
-// the optimizer step of the stage's ranks: their shard of the flat buffers. overlap_bucket: the
-// bucket size of --overlap-grad-reduce (0: off); t_layer: layer_backward_seconds
-static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, int pp_size, size_t overlap_bucket,
-                           double t_layer) {
+// --overlap-param-gather (parallel.h's ParamGatherer): the same buckets from the buffer's start,
+// broadcast (bucket_seconds) one after another on the communication stream from the end of
+// AdamW on, while the next step's first forward waits before each layer for the buckets up to
+// it (the layers taken alike, t_layer each; the stage's input taken as there at once) and
+// before the head for all. The exposed seconds are how much later that forward ends; the
+// total into *total.
+static double overlapped_gather_seconds(const StageCost* c, const GPT* m, double t_layer, int dp_size,
+                                        size_t bucket_size, double x, double* total, int* messages) {
+    GradBucket* buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
+    int count = grad_buckets(m, bucket_size, buckets);
+    size_t shard = m->num_params_padded / dp_size;
+    double* done = (double*)mallocCheck((count + 1) * sizeof(double));   // done[k]: the k-th from the start
+    *total = 0.0;
+    *messages = 0;
+    for (int k = 0; k < count; k++) {
+        *total += bucket_seconds(c, &buckets[count - 1 - k], shard, dp_size, x, messages);
+        done[k] = *total;
+    }
+    double t = 0.0;
+    int waited = 0;
+    for (int i = 0; i <= m->num_local_layers; i++) {   // i == num_local_layers: the head (or the stage's end)
+        int layer = i < m->num_local_layers ? m->first_layer + i : INT_MAX;
+        while (waited < count && buckets[count - 1 - waited].lowest_layer <= layer) waited++;
+        if (waited > 0) t = fmax(t, done[waited - 1]);
+        if (i < m->num_local_layers) t += t_layer;
+    }
+    free(done);
+    free(buckets);
+    return t - m->num_local_layers * t_layer;
+}
+
+// the optimizer step of the stage's ranks: their shard of the flat buffers. overlap: the
+// buckets of the DP overlaps; t_forward, t_backward: layer_seconds
+static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, int pp_size, DPOverlap overlap,
+                           double t_forward, double t_backward) {
     double shard = (double)m->num_params_padded / dp_size;
+    int messages;
     c->calls = 1.0;
     charge_kernel(c, "zero gradients", 1, (double)m->num_params_padded * 4.0);
     if (pp_size > 1 && (m->is_first_stage || m->is_last_stage))
         charge_all_reduce(c, "tied embedding all-reduce", GROUP_EMBEDDING, 2, (double)m->tensors[m->wte].numel * 4.0);
-    if (dp_size > 1 && overlap_bucket > 0) {
-        int messages;
-        double exposed = overlapped_reduce_seconds(c, m, t_layer, dp_size, overlap_bucket, &c->overlap_total, &messages);
+    if (dp_size > 1 && overlap.reduce_bucket > 0) {
+        double exposed = overlapped_reduce_seconds(c, m, t_backward, dp_size, overlap.reduce_bucket, &c->overlap_total,
+                                                   &messages);
         c->overlap_hidden = c->overlap_total - exposed;
         charge(c, "ZeRO gradient reduce, buckets: exposed", messages, 0.0, (dp_size - 1.0) * shard * 4.0, exposed);
         c->bytes_sent[GROUP_DP] += (dp_size - 1.0) * shard * 4.0;
@@ -1585,19 +1641,19 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
     }
     charge_kernel(c, "gradient norm", 2, shard * 4.0);   // the whole shard in one pass and a final sum
     charge_kernel(c, "AdamW", 1, shard * (7.0 * 4.0 + x));   // master, m, v read and written; grad read; param written
-    if (dp_size > 1) charge_message(c, "ZeRO all-gather", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * x);
+    if (dp_size > 1 && overlap.gather_bucket > 0) {
+        double exposed = overlapped_gather_seconds(c, m, t_forward, dp_size, overlap.gather_bucket, x, &c->gather_total,
+                                                   &messages);
+        c->gather_hidden = c->gather_total - exposed;
+        charge(c, "ZeRO all-gather, buckets: exposed", messages, 0.0, (dp_size - 1.0) * shard * x, exposed);
+        c->bytes_sent[GROUP_DP] += (dp_size - 1.0) * shard * x;
+    } else if (dp_size > 1) {
+        charge_message(c, "ZeRO all-gather", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * x);
+    }
 }
 
-// a layout's plan: its peak memory (the stage that holds most), its step and what it sends
-typedef struct {
-    int tp, pp, dp, micro_batches, peak_stage, slowest_stage;
-    double peak_bytes, step_seconds, slot_seconds, optimizer_seconds, tflops_per_gpu, bubble;
-    double bytes_sent[NUM_COMM_GROUPS];   // the busiest rank's, per group: --log-comm's numbers
-    int out_of_memory;
-} LayoutPlan;
-
 // a planned stage's costs over a step of `micro` micro-batches, in its build's precision
-static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int PP, int DP, int micro, size_t overlap_bucket,
+static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int PP, int DP, int micro, DPOverlap overlap,
                             StageCost* c, double* micro_seconds) {
     double x = m->build.floatx_bytes;
     memset(c, 0, sizeof(*c));
@@ -1609,8 +1665,16 @@ static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int PP, in
     c->calls = micro;
     cost_micro_batch(c, m, x, TP);
     *micro_seconds = c->seconds / micro;
-    cost_optimizer(c, m, x, DP, PP, overlap_bucket, layer_backward_seconds(c, m, x, TP));
+    cost_optimizer(c, m, x, DP, PP, overlap, layer_seconds(c, m, x, TP, 0), layer_seconds(c, m, x, TP, 1));
 }
+
+// a layout's plan: its peak memory (the stage that holds most), its step and what it sends
+typedef struct {
+    int tp, pp, dp, micro_batches, peak_stage, slowest_stage;
+    double peak_bytes, step_seconds, slot_seconds, optimizer_seconds, tflops_per_gpu, bubble;
+    double bytes_sent[NUM_COMM_GROUPS];   // the busiest rank's, per group: --log-comm's numbers
+    int out_of_memory;
+} LayoutPlan;
 
 // the layout of `a` on `hw`: every stage's memory and costs; the slowest stage's costs into
 // `slowest` when given
@@ -1631,8 +1695,9 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
             L.peak_stage = p;
         }
         double micro_seconds;
-        size_t overlap_bucket = a->overlap_grad_reduce ? grad_bucket_size(a, L.dp) : 0;
-        plan_stage_cost(&m, hw, L.tp, L.pp, L.dp, L.micro_batches, overlap_bucket, c, &micro_seconds);
+        DPOverlap overlap = {a->overlap_grad_reduce ? grad_bucket_size(a, L.dp) : 0,
+                             a->overlap_param_gather ? grad_bucket_size(a, L.dp) : 0};
+        plan_stage_cost(&m, hw, L.tp, L.pp, L.dp, L.micro_batches, overlap, c, &micro_seconds);
         gpt_free_plan(&m);
         if (micro_seconds > L.slot_seconds) {
             L.slot_seconds = micro_seconds;
@@ -1678,13 +1743,16 @@ static const char* hw_name(const Config* a, char* out, size_t len) {
 
 static void print_hardware(const Config* a, const Hardware* hw) {
     char name[32];
+    int reduce = a->overlap_grad_reduce && data_parallel_size(a) > 1, gather = a->overlap_param_gather && data_parallel_size(a) > 1;
     printf("cost model (--hw %s): %.0f TFLOP/s dense peak x %.2f matmul efficiency, %.0f GB/s memory, %.1f GiB "
            "(%.1f left to CUDA, cuBLAS and NCCL), NVLink %.0f GB/s, network %.2f GB/s per GPU, %d GPUs per node, "
            "%.1f us per message; %s\n", hw_name(a, name, sizeof(name)), hw->peak_tflops,
            hw->matmul_efficiency, hw->memory_bandwidth, hw->memory_gib, hw->reserve_gib, hw->nvlink_bandwidth,
            hw->internode_bandwidth, hw->gpus_per_node, hw->latency_us,
-           a->overlap_grad_reduce && data_parallel_size(a) > 1 ? "nothing overlaps but the DP gradient reduce's buckets"
-                                                               : "nothing overlaps");
+           reduce && gather ? "nothing overlaps but the DP gradient reduce's and parameter all-gather's buckets"
+           : reduce         ? "nothing overlaps but the DP gradient reduce's buckets"
+           : gather         ? "nothing overlaps but the DP parameter all-gather's buckets"
+                            : "nothing overlaps");
 }
 
 // the slowest stage's step, kind of work by kind of work
@@ -1809,6 +1877,9 @@ static void dry_run_report(const Config* a) {
     if (a->overlap_grad_reduce && DP > 1)
         printf("--overlap-grad-reduce on stage %d: its bucketed reduces take %.3f ms, %.3f ms of them hidden behind the "
                "last micro-batch's backward\n", L.slowest_stage, 1e3 * slowest->overlap_total, 1e3 * slowest->overlap_hidden);
+    if (a->overlap_param_gather && DP > 1)
+        printf("--overlap-param-gather on stage %d: its bucketed broadcasts take %.3f ms, %.3f ms of them hidden behind the "
+               "next step's first forward\n", L.slowest_stage, 1e3 * slowest->gather_total, 1e3 * slowest->gather_hidden);
     print_recomputation_alternative(a, &hw);
     if (L.out_of_memory)
         printf("does not fit: %.1f GiB of ours + %.1f GiB left to CUDA, cuBLAS and NCCL > %.1f GiB\n",
@@ -1857,6 +1928,7 @@ static void build_model(Trainer* t) {
     t->adam = adam;
     adamw_init(&t->opt, &t->model);
     grad_reducer_init(&t->model, t->opt.grad, t->opt.shard_size, a->overlap_grad_reduce, grad_bucket_size(a, grid.dp_size));
+    param_gatherer_init(&t->model, t->opt.shard_size, a->overlap_param_gather, grad_bucket_size(a, grid.dp_size));
     pipeline_link_init(!a->no_overlap_p2p_communication, t->model.num_slots + 1);   // the slots' outputs and dres
     t->allocated_bytes = dev_bytes_allocated - before + kernels_workspace_bytes;   // kernels_init's came first
     t->opt.scaler = make_loss_scaler(a);
@@ -1943,6 +2015,7 @@ static void trainer_free(Trainer* t) {
     free_loader(&t->valid);
     free_loader(&t->test);
     grad_reducer_free();
+    param_gatherer_free();
     pipeline_link_free();
     adamw_free(&t->opt, &t->model);
     gpt_free(&t->model);
@@ -2174,7 +2247,9 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     while (t->progress.iteration < t->train_iters) {
         double t0 = now_seconds(), waited0 = seconds_waited();
         StepResult r = train_step(t);
-        dev_synchronize();   // the step's AdamW and all-gather are only queued on a GPU: count them in this step
+        // the step's AdamW and all-gather are only queued on a GPU: count them in this step (an
+        // overlapped all-gather, --overlap-param-gather, in the next: its forward waits for it)
+        compute_synchronize();
         test_slow_rank(now_seconds() - t0 - (seconds_waited() - waited0));
         double dt = now_seconds() - t0;
         w.waited += seconds_waited() - waited0;

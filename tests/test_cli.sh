@@ -40,12 +40,21 @@ expect_error "a negative bucket size" "--ddp-bucket-size must be at least 0, got
 
 # how the DP gradients are reduced is said at start-up: nothing at DP 1, one reduce-scatter, or
 # the overlap's buckets (here one of the layers and the embedding's)
-reduce_line() { mpirun --oversubscribe --bind-to none -np $1 ./train_cpu $base --train-iters 1 --eval-iters 0 "${@:2}" 2>&1 |
-    grep -m1 '^gradient reduction: ' | cut -d' ' -f3-4; }
+startup_words() {  # LINE-START RANKS FLAGS...: the two words after the start-up line's first two
+    mpirun --oversubscribe --bind-to none -np $2 ./train_cpu $base --train-iters 1 --eval-iters 0 "${@:3}" 2>&1 |
+        grep -m1 "^$1: " | cut -d' ' -f3-4; }
+reduce_line() { startup_words 'gradient reduction' "$@"; }
 lines="$(reduce_line 1 --overlap-grad-reduce)|$(reduce_line 2)|$(reduce_line 2 --overlap-grad-reduce)"
 if [ "$lines" = "none at|one reduce-scatter|2 bucket(s)" ]; then
     ok "the gradient-reduction line: none at DP 1, the reduce-scatter at DP 2, the overlap's 2 buckets with --overlap-grad-reduce"
 else bad "the gradient-reduction line" "$lines"; fi
+
+# and how the updated parameters are gathered: nothing at DP 1, one all-gather, or the buckets
+gather_line() { startup_words 'parameter all-gather' "$@"; }
+lines="$(gather_line 1 --overlap-param-gather)|$(gather_line 2)|$(gather_line 2 --overlap-param-gather)"
+if [ "$lines" = "none at|one all-gather|2 bucket(s)" ]; then
+    ok "the parameter all-gather line: none at DP 1, the all-gather at DP 2, the 2 buckets with --overlap-param-gather"
+else bad "the parameter all-gather line" "$lines"; fi
 
 # where the pipeline's exchanges run is said at start-up when there is a pipeline: on the CPU
 # build MPI waits for each, with --no-overlap-p2p-communication or without (the GPU build's

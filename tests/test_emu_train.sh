@@ -198,16 +198,18 @@ status=$?
 if [ $status -eq 0 ]; then bash tests/test_check_cluster.sh --verify "$tmp/check" "$(basename "$BIN") --check-cluster at (2,2,2)"
 else bad "$(basename "$BIN") --check-cluster at (2,2,2)" "exit status $status: $(grep -m2 error "$tmp/check")"; fi
 
-# --overlap-grad-reduce on the GPU path: the DP gradients reduced in buckets (600 elements: many,
-# some across the ZeRO shards' boundaries) on the communication stream during the last backward,
-# at (2,2,2) and at (1,2,4). The emulated reduces add in rank order whatever the call, so the
+# --overlap-grad-reduce and --overlap-param-gather on the GPU path: the DP gradients reduced in
+# buckets (600 elements: many, some across the ZeRO shards' boundaries) on the communication
+# stream during the last backward, the updated parameters broadcast in the same buckets beside
+# the next forward, at (2,2,2) and at (1,2,4). The emulated reduces add in rank order whatever the call, so the
 # overlapped run must give the bits of the run without, log lines and checkpoint (real NCCL
 # adds a reduce-scatter and the reduces in other orders: there, the tolerance against
 # train_cpu). Each runs twice: with the communication stream's work run at once (a bucket
 # queued before its gradients are final reads them too early) and held back until something
 # waits for it (EMU_DEFER_STREAMS=1: the norm reading the shard before the reduces ran reads
-# them too early), so a missing wait on either side shows; the planted bugs below show that it does.
-overlap="--overlap-grad-reduce --ddp-bucket-size 600"
+# them too early; a forward not waiting for its layer's broadcasts reads old parameters), so a
+# missing wait on either side shows; the planted bugs below show that it does.
+overlap="--overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 600"
 strip_startup() { strip_timing "$1"; grep -E '^gradient reduction' "$1"; }
 overlap_run() {  # LAYOUT-ARGS DEFER BINARY: the run with overlap against $tmp/off (its run without)
     local args=$1 defer=$2 bin=$3
@@ -232,7 +234,8 @@ for layout in "2 2" "1 2"; do
         [ $defer = 1 ] && [ -n "${GPU_BINARY:-}" ] && continue
         what="$(basename "$BIN") $overlap at (TP,PP,DP)=($1,$2,$dp)$([ $defer = 1 ] && echo ', the stream held back (EMU_DEFER_STREAMS=1)')"
         report=$(overlap_run "$args" $defer "$BIN")
-        if [ "${report%% *}" = ok ] && grep -q '^gradient reduction: [0-9]* bucket' "$tmp/on"; then ok "$what: ${report#* }"
+        if [ "${report%% *}" = ok ] && grep -q '^gradient reduction: [0-9]* bucket' "$tmp/on" &&
+           grep -q '^parameter all-gather: [0-9]* bucket' "$tmp/on"; then ok "$what: ${report#* }"
         else bad "$what" "${report#* }"; fi
     done
 done
@@ -276,9 +279,11 @@ fi
 
 # The planted bugs: a copy of parallel.h (a) without the compute stream's wait for the reduces
 # before the norm, (b) queueing each bucket one layer before its gradients are final, (c)
-# without the compute stream's wait for an exchange that receives, (d) without the wait before
-# a forward rewrites a slot whose output is still being sent. Each must be caught: (b) with
-# the stream's work run at once, the others with it held back.
+# without the forward's wait for its layer's broadcast parameters, (d) without the compute
+# stream's wait for an exchange that receives, (e) without the wait before a forward rewrites
+# a slot whose output is still being sent. Each must be caught: (b) with the stream's work run
+# at once, the others with it held back. Not testable here: work queued on the communication
+# stream before the kernels it follows (the emulated kernels run when launched).
 if [ -z "${GPU_BINARY:-}" ]; then
     plant="$tmp/plant"
     mkdir -p "$plant/tests"
@@ -301,6 +306,8 @@ if [ -z "${GPU_BINARY:-}" ]; then
     planted "no wait for the reduces before the norm" 's/^    compute_waits_for_comm(&r->reduced);$/    \/\/ planted: no wait/' 1 \
         grad_overlap_run
     planted "each bucket queued one layer too early" 's/lowest_layer >= layer)/lowest_layer >= layer - 1)/' 0 grad_overlap_run
+    planted "a forward not waiting for its parameters" 's/^    compute_waits_for_mark(&g->gathered\[k - 1\]);$/    \/\/ planted: no wait/' 1 \
+        grad_overlap_run
     planted "no wait for an exchange that receives" 's/if (l->overlap \&\& recv) wait_for_exchanges();/if (0) wait_for_exchanges();/' 1 \
         p2p_run
     planted "a slot rewritten while its output is sent" \

@@ -123,13 +123,16 @@ else bad "(2,2,2) twice with the same seed" "the recordings differ"; fi
 # each part onto its shard's owner. The CPU build runs the same reduces where the GPU build
 # queues them on its communication stream. At DP 2 every sum is a + b, whichever algorithm adds:
 # the same bits as the reduce-scatter; at DP 4 MPI may add in another order: one process's
-# tolerance. The bytes each rank sends are the reduce-scatter's.
-record tp2-pp2-dp2-overlap 2 2 2 --overlap-grad-reduce --ddp-bucket-size 600
-same_bits "(2,2,2)" tp2-pp2-dp2 tp2-pp2-dp2-overlap "--overlap-grad-reduce --ddp-bucket-size 600"
-record tp1-pp1-dp4-overlap 1 1 4 --overlap-grad-reduce --ddp-bucket-size 600
-$B/../test_parallel --compare $B/ref $B/tp1-pp1-dp4-overlap "(1,1,4) --overlap-grad-reduce" $flags | grep -E '^(PASS|FAIL)'
-record tp1-pp2-dp2-overlap 1 2 2 --overlap-grad-reduce   # the default bucket: one per stage
-same_bits "(1,2,2)" tp1-pp2-dp2 tp1-pp2-dp2-overlap "--overlap-grad-reduce (the default bucket size)"
+# tolerance. With them --overlap-param-gather: the updated parameters broadcast bucket by
+# bucket from each part's owner (a copy: the all-gather's bits at any DP). The bytes each rank
+# sends are the reduce-scatter's and the all-gather's.
+both="--overlap-grad-reduce --overlap-param-gather"
+record tp2-pp2-dp2-overlap 2 2 2 $both --ddp-bucket-size 600
+same_bits "(2,2,2)" tp2-pp2-dp2 tp2-pp2-dp2-overlap "$both --ddp-bucket-size 600"
+record tp1-pp1-dp4-overlap 1 1 4 $both --ddp-bucket-size 600
+$B/../test_parallel --compare $B/ref $B/tp1-pp1-dp4-overlap "(1,1,4) $both" $flags | grep -E '^(PASS|FAIL)'
+record tp1-pp2-dp2-overlap 1 2 2 $both   # the default bucket: one per stage
+same_bits "(1,2,2)" tp1-pp2-dp2 tp1-pp2-dp2-overlap "$both (the default bucket size)"
 
 info() { awk -v k="$2" '$1 == k { print $2 }' $B/$1.info; }
 # ZeRO-1: the optimizer state of a rank is 1/DP of the (padded) whole
@@ -149,8 +152,8 @@ for dp in 2 4; do
 done
 for run in tp1-pp1-dp4 tp2-pp2-dp2; do
     if [ "$(info $run-overlap comm_dp)" = "$(info $run comm_dp)" ]; then
-        ok "--overlap-grad-reduce: ${run}'s ranks send the bytes of the reduce-scatter and all-gather ($(info $run comm_dp))"
-    else bad "--overlap-grad-reduce's bytes at $run" "$(info $run-overlap comm_dp), without $(info $run comm_dp)"; fi
+        ok "$both: ${run}'s ranks send the bytes of the reduce-scatter and all-gather ($(info $run comm_dp))"
+    else bad "$both's bytes at $run" "$(info $run-overlap comm_dp), without $(info $run comm_dp)"; fi
 done
 # pipeline bytes per step on stage 0: one activation per micro-batch (8 in a full step at DP 1)
 got=$(info tp1-pp2-dp1 comm_pp); h=$(info tp1-pp2-dp1 hidden_bytes)

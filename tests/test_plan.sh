@@ -43,8 +43,8 @@ comm tp2-pp2-recompute 2 2 1 --checkpoint-activations --global-batch-size 8
 comm tp2-pp2-block-recompute 2 2 1 --recompute-granularity full --recompute-method block --recompute-num-layers 1 \
     --global-batch-size 12
 comm bloom-tp2-pp2-dp2 2 2 2 --position-embedding-type alibi --embed-layernorm --global-batch-size 8
-comm overlap-tp2-pp2-dp2 2 2 2 --overlap-grad-reduce --ddp-bucket-size 600 --global-batch-size 8
-comm overlap-dp3-padded-shard 1 1 3 --overlap-grad-reduce --ddp-bucket-size 600 --global-batch-size 6
+comm overlap-tp2-pp2-dp2 2 2 2 --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 600 --global-batch-size 8
+comm overlap-dp3-padded-shard 1 1 3 --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 600 --global-batch-size 6
 
 # --- the cost model on GPT-2 124M, 16 x 1024 per micro-batch, one GPU, explicit hardware
 gpt2="--vocab-size 50257 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 16"
@@ -129,27 +129,34 @@ if [ -n "$alternative" ] && [ "$alternative" = "$own" ] && [ "$back" = "$plain" 
     ok "recomputation the other way round: the plan's line = that layout's own dry run, both ways ($alternative)"
 else bad "recomputation's other side" "'$alternative' vs '$own'; '$back' vs '$plain'"; fi
 
-# --- --overlap-grad-reduce: GPT-2 124M on 2 nodes of 8 (DP 16 over the network at 20 GB/s).
-# The buckets' total is one chain reduce per (bucket, shard) part: (16 - 1) latencies and its
-# bytes at the DP link, which adds up to the whole buffer's bytes / 20 GB/s and 15 x 5 us per
-# part; the exposed row and the hidden part add up to it; one bucket of every layer (a bucket
-# size beyond the model) cannot start before the backward ends: nothing hidden.
+# --- the two DP overlaps on GPT-2 124M over 2 nodes of 8 (DP 16 over the network at 20 GB/s).
+# --overlap-grad-reduce: the buckets' total is one chain reduce per (bucket, shard) part:
+# (16 - 1) latencies and its bytes at the DP link, which adds up to the whole fp32 buffer's
+# bytes / 20 GB/s and 15 x 5 us per part; one bucket of every layer (a bucket size beyond the
+# model) cannot start before the backward ends: nothing hidden. --overlap-param-gather: the
+# same buckets, a chain broadcast per part, the whole bf16 buffer / 20 GB/s and the same
+# latencies; with one bucket of every layer the next forward waits for it all before its
+# first layer: nothing hidden. For both the exposed row and the hidden part add up to the
+# total, the bytes are the collective's they replace, and the step shrinks.
 dp16="$gpt2 --global-batch-size 256 $hw --hw-internode-bandwidth 20 --hw-latency-us 5"
 ./train_cpu --dry-run --world-size 16 $dp16 > $B/dp16.plan 2>&1
-./train_cpu --dry-run --world-size 16 $dp16 --overlap-grad-reduce > $B/dp16-overlap.plan 2>&1
-./train_cpu --dry-run --world-size 16 $dp16 --overlap-grad-reduce --ddp-bucket-size 1000000000 > $B/dp16-one.plan 2>&1
-overlap_ms() { sed -nE "s/^--overlap-grad-reduce on stage 0: its bucketed reduces take ([0-9.]+) ms, ([0-9.]+) ms of them hidden.*/\\$2/p" $B/$1.plan; }
-parts=$(row 'ZeRO gradient reduce, buckets: exposed' 1 dp16-overlap); exposed=$(row 'ZeRO gradient reduce, buckets: exposed' 4 dp16-overlap)
-total=$(overlap_ms dp16-overlap 1); hidden=$(overlap_ms dp16-overlap 2)
-gb=$(row 'ZeRO reduce-scatter' 3 dp16)
-expected=$(awk -v g="$gb" -v n="$parts" 'BEGIN { print g * 16 / 15 / 20 * 1e3 + n * 15 * 5e-3 }')   # the whole buffer: RS bytes x 16/15
-if [ -n "$total" ] && near "$total" "$expected" 0.01 && near "$(awk -v e="$exposed" -v h="$hidden" 'BEGIN { print e + h }')" "$total" 0.01 &&
-   [ "$(row 'ZeRO gradient reduce, buckets: exposed' 3 dp16-overlap)" = "$gb" ] &&
-   awk -v h="$hidden" 'BEGIN { exit !(h > 0) }' && [ "$(overlap_ms dp16-one 2)" = "0.000" ] &&
-   awk -v a="$(tail -1 $B/dp16-overlap.plan | sed -nE 's/.*step ([0-9.]+) s.*/\1/p')" \
-       -v b="$(tail -1 $B/dp16.plan | sed -nE 's/.*step ([0-9.]+) s.*/\1/p')" 'BEGIN { exit !(a < b) }'; then
-    ok "--overlap-grad-reduce on DP 16: $parts reduces take $total ms (the buffer at the link + latencies), $hidden ms hidden, $exposed ms exposed; one bucket hides nothing; the step shrinks"
-else bad "--overlap-grad-reduce's cost" "total $total (expected $expected), hidden $hidden, exposed $exposed, $parts parts; one bucket: $(overlap_ms dp16-one 2) hidden"; fi
+dp_overlap_cost() {  # FLAG ROW WHAT REPLACED-ROW
+    local flag=$1 r=$2 what=$3 replaced=$4 name=${1#--}
+    ./train_cpu --dry-run --world-size 16 $dp16 $flag > $B/dp16-$name.plan 2>&1
+    ./train_cpu --dry-run --world-size 16 $dp16 $flag --ddp-bucket-size 1000000000 > $B/dp16-$name-one.plan 2>&1
+    ms() { sed -nE "s/^$flag on stage 0: its bucketed $what take ([0-9.]+) ms, ([0-9.]+) ms of them hidden.*/\\$2/p" $B/$1.plan; }
+    local parts=$(row "$r" 1 dp16-$name) exposed=$(row "$r" 4 dp16-$name) total=$(ms dp16-$name 1) hidden=$(ms dp16-$name 2)
+    local gb=$(row "$replaced" 3 dp16)
+    local expected=$(awk -v g="$gb" -v n="$parts" 'BEGIN { print g * 16 / 15 / 20 * 1e3 + n * 15 * 5e-3 }')   # the whole buffer
+    if [ -n "$total" ] && near "$total" "$expected" 0.01 && near "$(awk -v e="$exposed" -v h="$hidden" 'BEGIN { print e + h }')" "$total" 0.01 &&
+       [ "$(row "$r" 3 dp16-$name)" = "$gb" ] && awk -v h="$hidden" 'BEGIN { exit !(h > 0) }' && [ "$(ms dp16-$name-one 2)" = "0.000" ] &&
+       awk -v a="$(tail -1 $B/dp16-$name.plan | sed -nE 's/.*step ([0-9.]+) s.*/\1/p')" \
+           -v b="$(tail -1 $B/dp16.plan | sed -nE 's/.*step ([0-9.]+) s.*/\1/p')" 'BEGIN { exit !(a < b) }'; then
+        ok "$flag on DP 16: $parts $what take $total ms (the buffer at the link + latencies), $hidden ms hidden, $exposed ms exposed; one bucket hides nothing; the step shrinks"
+    else bad "$flag's cost" "total $total (expected $expected), hidden $hidden, exposed $exposed, $parts parts; one bucket: $(ms dp16-$name-one 2) hidden"; fi
+}
+dp_overlap_cost --overlap-grad-reduce 'ZeRO gradient reduce, buckets: exposed' reduces 'ZeRO reduce-scatter'
+dp_overlap_cost --overlap-param-gather 'ZeRO all-gather, buckets: exposed' broadcasts 'ZeRO all-gather'
 
 # --- --sweep: world 8 of a model with 4 heads, FFN 128, 4 layers, global batch 8
 sweep_model="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --global-batch-size 8"

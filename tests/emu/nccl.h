@@ -290,6 +290,20 @@ static ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, nc
     });
 }
 
+// recv[count] on every rank = root's send[count] (in place where send == recv)
+static ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
+                                  cudaStream_t stream) {
+    size_t es = emu_nccl_size(t);
+    if (es == 0 || root < 0 || root >= comm->size) return ncclInvalidArgument;
+    if ((comm->rank == root && !emu_nccl_on_device(send, count, t)) || !emu_nccl_on_device(recv, count, t))
+        return ncclInvalidArgument;
+    return emu_nccl_on_stream(stream, [=] {
+        if (comm->rank == root && send != recv) memmove(recv, send, count * es);
+        int err = MPI_Bcast(recv, (int)(count * es), MPI_BYTE, root, comm->mpi);
+        return err == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    });
+}
+
 static ncclResult_t ncclGroupStart(void) {
     emu_nccl_group_depth++;
     return ncclSuccess;
