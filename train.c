@@ -1376,7 +1376,7 @@ typedef struct {
     int num_costs;
     double bytes_sent[NUM_COMM_GROUPS];    // per step, as --log-comm counts them
     double seconds;
-    double overlap_total, overlap_hidden;  // --overlap-grad-reduce: its reduces' time, and how much of it the backward hides
+    double reduce_total, reduce_hidden;    // --overlap-grad-reduce: its reduces' time, and how much of it the backward hides
     double gather_total, gather_hidden;    // --overlap-param-gather: its broadcasts' time, and how much the forward hides
 } StageCost;
 
@@ -1631,9 +1631,9 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
     if (pp_size > 1 && (m->is_first_stage || m->is_last_stage))
         charge_all_reduce(c, "tied embedding all-reduce", GROUP_EMBEDDING, 2, (double)m->tensors[m->wte].numel * 4.0);
     if (dp_size > 1 && overlap.reduce_bucket > 0) {
-        double exposed = overlapped_reduce_seconds(c, m, t_backward, dp_size, overlap.reduce_bucket, &c->overlap_total,
+        double exposed = overlapped_reduce_seconds(c, m, t_backward, dp_size, overlap.reduce_bucket, &c->reduce_total,
                                                    &messages);
-        c->overlap_hidden = c->overlap_total - exposed;
+        c->reduce_hidden = c->reduce_total - exposed;
         charge(c, "ZeRO gradient reduce, buckets: exposed", messages, 0.0, (dp_size - 1.0) * shard * 4.0, exposed);
         c->bytes_sent[GROUP_DP] += (dp_size - 1.0) * shard * 4.0;
     } else if (dp_size > 1) {
@@ -1876,7 +1876,7 @@ static void dry_run_report(const Config* a) {
            micro + PP - 1, L.slot_seconds, L.optimizer_seconds);
     if (a->overlap_grad_reduce && DP > 1)
         printf("--overlap-grad-reduce on stage %d: its bucketed reduces take %.3f ms, %.3f ms of them hidden behind the "
-               "last micro-batch's backward\n", L.slowest_stage, 1e3 * slowest->overlap_total, 1e3 * slowest->overlap_hidden);
+               "last micro-batch's backward\n", L.slowest_stage, 1e3 * slowest->reduce_total, 1e3 * slowest->reduce_hidden);
     if (a->overlap_param_gather && DP > 1)
         printf("--overlap-param-gather on stage %d: its bucketed broadcasts take %.3f ms, %.3f ms of them hidden behind the "
                "next step's first forward\n", L.slowest_stage, 1e3 * slowest->gather_total, 1e3 * slowest->gather_hidden);
