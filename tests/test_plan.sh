@@ -158,6 +158,18 @@ dp_overlap_cost() {  # FLAG ROW WHAT REPLACED-ROW
 dp_overlap_cost --overlap-grad-reduce 'ZeRO gradient reduce, buckets: exposed' reduces 'ZeRO reduce-scatter'
 dp_overlap_cost --overlap-param-gather 'ZeRO all-gather, buckets: exposed' broadcasts 'ZeRO all-gather'
 
+# --- tests/fit_matmul_efficiency.sh (bench_gpu.sh's fit of the one constant to a measured step):
+# given the step the planner prices at efficiency 0.37 on one GPU, it finds 0.37 again; a step
+# faster than any efficiency could make it is said to be out of reach, not fitted.
+one_gpu="--world-size 1 $gpt2 --global-batch-size 16 $hw"
+at37=$(./train_cpu --dry-run $one_gpu --hw-matmul-efficiency 0.37 2>&1 |
+    sed -nE 's/^step = .* = ([0-9]+) x ([0-9.e+-]+) s \+ ([0-9.e+-]+) s$/\1 \2 \3/p' | awk '{ printf "%.9g\n", 1e3 * ($1 * $2 + $3) }')
+fit=$(bash tests/fit_matmul_efficiency.sh "$at37" $one_gpu)
+beyond=$(bash tests/fit_matmul_efficiency.sh 1 $one_gpu)
+if [ -n "$at37" ] && [ "$fit" = "0.370" ] && [[ "$beyond" == "no matmul efficiency in [0.01, 1] gives 1 ms"* ]]; then
+    ok "fit_matmul_efficiency: the planner's step at efficiency 0.37 ($at37 ms) fits back to $fit; 1 ms is out of reach"
+else bad "fit_matmul_efficiency" "step at 0.37: '$at37' ms, fitted '$fit'; 1 ms: '$beyond'"; fi
+
 # --- --sweep: world 8 of a model with 4 heads, FFN 128, 4 layers, global batch 8
 sweep_model="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --global-batch-size 8"
 ./train_cpu --dry-run --sweep --world-size 8 $sweep_model > $B/sweep.out 2>&1
