@@ -1003,7 +1003,7 @@ static void grad_reducer_finish(void) {
 // from rank r, so every rank ends with the all-gather's buffer, bytes sent included. The
 // next forward, of training or of evaluation, waits before each layer only for the buckets
 // that hold it and the ones before (gpt.h calls parameters_needed); whatever else reads the
-// parameters first waits for them all (param_gather_finish). No memory of its own.
+// parameters first waits for them all (param_gather_finish). No device memory of its own.
 
 typedef struct {
     int enabled;             // --overlap-param-gather with DP > 1
