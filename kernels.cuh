@@ -229,8 +229,9 @@ static inline void host_to_dev_async(void* dev_dst, const void* host_src, size_t
 static inline void host_copy_record(HostCopy* done) { cudaCheck(cudaEventRecord(*done, 0)); }
 static inline void host_copy_wait(HostCopy* done) { cudaCheck(cudaEventSynchronize(*done)); }
 
-// The communication stream: collectives that can overlap compute (parallel.h's bucketed
-// gradient reduction) are queued here, everything else on the compute stream (0). It is
+// The communication stream: communication that can overlap compute (parallel.h's bucketed
+// gradient reduction and parameter all-gather, the pipeline's exchanges) is queued here,
+// everything else on the compute stream (0). It is
 // created non-blocking: the legacy default stream would otherwise wait for it, and it for
 // the default stream, at every call, and nothing would overlap. Two streams are ordered by
 // events: comm_waits_for_compute(e) makes what is queued on the communication stream next
@@ -246,14 +247,14 @@ static inline void comm_waits_for_compute(StreamEvent* e) {
     cudaCheck(cudaEventRecord(*e, 0));
     cudaCheck(cudaStreamWaitEvent(comm_stream, *e, 0));
 }
-static inline void compute_waits_for_comm(StreamEvent* e) {
-    cudaCheck(cudaEventRecord(*e, comm_stream));
-    cudaCheck(cudaStreamWaitEvent(0, *e, 0));
-}
-// the same in two halves: mark the communication stream's work so far now, wait for it later
-// (the compute stream waits for one gathered bucket, not for those queued after it)
+// compute_waits_for_comm in two halves: mark the communication stream's work so far now, wait
+// for it later (the compute stream waits for one gathered bucket, not for those queued after it)
 static inline void comm_mark(StreamEvent* e) { cudaCheck(cudaEventRecord(*e, comm_stream)); }
 static inline void compute_waits_for_mark(StreamEvent* e) { cudaCheck(cudaStreamWaitEvent(0, *e, 0)); }
+static inline void compute_waits_for_comm(StreamEvent* e) {
+    comm_mark(e);
+    compute_waits_for_mark(e);
+}
 
 // float <-> floatX conversions go through a host staging buffer of this many elements
 #define CONVERT_CHUNK ((size_t)1 << 20)
@@ -2030,7 +2031,6 @@ static void adamw_update_cpu(float* master, float* param, const float* grad, flo
         param[i] = p;
     }
 }
-
 
 // A rank's ZeRO shard holds parts of many tensors, each with its own weight decay and each
 // counted in the gradient norm or not. One ShardRange per part: [start, end) relative to the

@@ -912,6 +912,12 @@ typedef struct {
     int lowest_layer;    // final once the backward has finished this layer (-1: the embedding's bucket)
 } GradBucket;
 
+// [lo, hi): the part of bucket b inside DP rank q's shard of `shard` elements; 0 when empty
+static int bucket_part(const GradBucket* b, size_t shard, int q, size_t* lo, size_t* hi) {
+    intersect_ranges(b->start, b->end, q * shard, (q + 1) * shard, lo, hi);
+    return *lo < *hi;
+}
+
 // Cut [0, padded) into buckets: from the top, whole tensors until a bucket holds at least
 // `bucket_size` elements; the embedding's tensors (layer -1, at the start) in a last bucket of
 // their own; the padding with the top bucket. `out` has room for one per tensor; returns how many.
@@ -969,9 +975,9 @@ static void grad_reducer_free(void) {
 static void reduce_bucket(GradReducer* r, const GradBucket* b) {
     comm_waits_for_compute(&r->grads_written);
     for (int q = 0; q < grid.dp_size; q++) {   // the part of b in each rank's shard, onto that rank
-        size_t shard_start = q * r->shard_size, lo, hi;
-        intersect_ranges(b->start, b->end, shard_start, shard_start + r->shard_size, &lo, &hi);
-        if (lo < hi) reduce_to(&grid.dp, r->grads + lo, r->shard_grad + (lo - shard_start), hi - lo, q);
+        size_t lo, hi;
+        if (bucket_part(b, r->shard_size, q, &lo, &hi))
+            reduce_to(&grid.dp, r->grads + lo, r->shard_grad + (lo - q * r->shard_size), hi - lo, q);
     }
 }
 
@@ -1044,8 +1050,7 @@ static void param_gather_launch(void) {
         const GradBucket* b = &g->buckets[k];
         for (int q = 0; q < grid.dp_size; q++) {   // the part of b in each rank's shard, from that rank
             size_t lo, hi;
-            intersect_ranges(b->start, b->end, q * g->shard_size, (q + 1) * g->shard_size, &lo, &hi);
-            if (lo < hi) broadcast_from(&grid.dp, g->params + lo, hi - lo, q);
+            if (bucket_part(b, g->shard_size, q, &lo, &hi)) broadcast_from(&grid.dp, g->params + lo, hi - lo, q);
         }
         comm_mark(&g->gathered[k]);
     }

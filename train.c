@@ -1548,8 +1548,7 @@ static double bucket_seconds(const StageCost* c, const GradBucket* b, size_t sha
     double seconds = 0.0;
     for (int q = 0; q < dp_size; q++) {
         size_t lo, hi;
-        intersect_ranges(b->start, b->end, q * shard, (q + 1) * shard, &lo, &hi);
-        if (lo >= hi) continue;
+        if (!bucket_part(b, shard, q, &lo, &hi)) continue;
         seconds += (dp_size - 1.0) * 1e-6 * c->hw->latency_us + (hi - lo) * elem_bytes / c->group_bandwidth[GROUP_DP];
         (*messages)++;
     }
