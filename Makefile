@@ -6,7 +6,7 @@
 #   make emu      ./train_emu and ./train_emu_fp16: the GPU code path, in each precision, on a
 #                 CPU emulation of CUDA (tests/emu/)
 #   make test     installs what is missing, then every test; ends with "N passed, M failed"
-#   make check    every test, installing nothing
+#   make check    every test, installing nothing; make check T="data cli" only those named
 #   make test-gpu on a GPU machine: the kernel checks and a short training against the CPU build,
 #                 then the 124M benchmark (tokens/s, MFU) next to the planner's estimate and llm.c's
 #   make bench    CPU step time, throughput and memory for GPT-2 124M and a small shape
@@ -52,7 +52,7 @@ GENCODE    := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 # OMPI_SKIP_MPICXX: Open MPI's C++ bindings do not compile warning-free under nvcc
 NVCCFLAGS  := -x cu -std=c++17 -O3 --use_fast_math $(GENCODE) $(NVCC_WERROR) -Xcompiler -Wall,-Wextra,-fopenmp -DOMPI_SKIP_MPICXX $(MPI_CFLAGS)
 
-SOURCES := train.c gpt.h parallel.h checkpoint.h kernels.cuh data.c
+SOURCES := train.c gpt.h parallel.h checkpoint.h kernels.cuh blas_cores.h data.c
 
 HAVE_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo yes)
 ifeq ($(HAVE_GPU),yes)
@@ -101,8 +101,9 @@ test:
 	bash scripts/install.sh
 	$(MAKE) --no-print-directory check
 
+# make check T="data cli": only the named tests (tests/run.sh lists the names)
 check: train_cpu preprocess
-	BLAS="$(BLAS_FLAGS) $(BLAS_LIBS)" bash tests/run.sh
+	BLAS="$(BLAS_FLAGS) $(BLAS_LIBS)" bash tests/run.sh $(T)
 
 # on a machine with NVIDIA GPUs: the kernel checks on the GPU and train_gpu against train_cpu
 test-gpu: train_gpu train_cpu preprocess

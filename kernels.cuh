@@ -41,9 +41,7 @@ Conventions every kernel keeps:
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#ifdef USE_BLAS
-#include <cblas.h>
-#endif
+#include "blas_cores.h"   // the CPU build's sgemm: OpenBLAS, and the right kernels for this CPU
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #ifdef GRIDGPT_FP16

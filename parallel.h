@@ -172,6 +172,8 @@ static void nccl_check_(ncclResult_t err, const char* file, int line) {
 // the process grid
 
 static void grid_start(int* argc, char*** argv) {
+    // first, before MPI: OpenBLAS's kernels can only be changed by executing again (blas_cores.h)
+    blas_choose_kernels(*argv);
     // MPI_THREAD_MULTIPLE: the watchdog thread sends its report over MPI while the main thread
     // may be blocked inside MPI (without it the watchdog still reports, with no summary)
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &grid.thread_level);

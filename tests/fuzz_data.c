@@ -14,7 +14,7 @@ A broken rule aborts, which libFuzzer reports as a crash with the input that cau
 
     clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address -Wall -Wextra -Werror tests/fuzz_data.c -o fuzz_data
     clang -std=gnu11 -O1 -DFUZZ_SEED_MAIN -Wall -Wextra -Werror tests/fuzz_data.c -o fuzz_data_seeds
-    ./fuzz_data_seeds ../shared/fixtures/megatron/corpus_u16/corpus_u16 corpus   # the seed corpus
+    ./fuzz_data_seeds tests/data/megatron/corpus_u16/corpus_u16 corpus   # the seed corpus
     ./fuzz_data -max_total_time=60 corpus
 
 With FUZZ_SEED_MAIN defined, the program writes the seed corpus instead: the Megatron fixture

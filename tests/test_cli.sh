@@ -138,6 +138,43 @@ else
     else bad "pthread OpenBLAS warning" "pthread: $(head -c 200 "$tmp/pthread.err") / openmp: $(head -c 200 "$tmp/openmp.err")"; fi
 fi
 
+# the right OpenBLAS kernels (blas_cores.h). The kernels this CPU should run, from /proc/cpuinfo
+# (not from the trainer's __builtin_cpu_supports): the core OpenBLAS runs on the first CPUs of
+# its widest vectors. GRIDGPT_TEST_GENERIC_BLAS=1 with OPENBLAS_CORETYPE=Prescott plays an
+# OpenBLAS that fell back to its generic Prescott kernels by itself.
+cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+has() { [[ $cpu_flags == *" $1 "* ]]; }
+if has avx512f && has avx512bw && has avx512vl && has avx512dq; then right=SkylakeX
+elif has avx2 && has fma; then right=Haswell
+elif has avx; then right=Sandybridge
+else right=""; fi
+if ! ldd ./train_cpu | grep -q libopenblas; then echo "SKIP OpenBLAS kernel choice: train_cpu is not linked to OpenBLAS"
+else
+    ./train_cpu $base > "$tmp/blas_plain" 2>&1
+    if [ "$(grep -c '^BLAS: OpenBLAS' "$tmp/blas_plain")" -eq 1 ] && ! grep -q "restarted" "$tmp/blas_plain"; then
+        ok "OpenBLAS's own choice of kernels is said in one line, with no restart ($(grep -m1 '^BLAS' "$tmp/blas_plain" | cut -d, -f2))"
+    else bad "OpenBLAS's own choice in one line" "$(grep -E '^BLAS|warning' "$tmp/blas_plain" | head -3)"; fi
+    GRIDGPT_TEST_GENERIC_BLAS=1 OPENBLAS_CORETYPE=Prescott ./train_cpu $base > "$tmp/blas_generic" 2>&1
+    if [ -z "$right" ]; then
+        expected="^BLAS: OpenBLAS [0-9.]*, Prescott kernels"
+    else expected="^BLAS: OpenBLAS [0-9.]*, $right kernels: it found Prescott, .* OPENBLAS_CORETYPE=$right and restarted once"; fi
+    if [ "$(grep -c '^BLAS' "$tmp/blas_generic")" -eq 1 ] && grep -qE "$expected" "$tmp/blas_generic" &&
+       grep -qE '^ iteration +2/' "$tmp/blas_generic"; then
+        ok "generic Prescott kernels on this CPU: ${right:-kept (an SSE CPU)} chosen, the trainer restarted once and trained"
+    else bad "generic Prescott kernels replaced" "expected $expected: $(grep -E '^BLAS|warning|error' "$tmp/blas_generic" | head -3)"; fi
+    OPENBLAS_CORETYPE=Prescott ./train_cpu $base > "$tmp/blas_user" 2>&1
+    if grep -q "^BLAS: OpenBLAS [0-9.]*, Prescott kernels, as OPENBLAS_CORETYPE=Prescott asks" "$tmp/blas_user" &&
+       ! grep -q "restarted" "$tmp/blas_user"; then ok "a user's own OPENBLAS_CORETYPE is respected and said"
+    else bad "a user's own OPENBLAS_CORETYPE is respected" "$(grep -E '^BLAS|warning' "$tmp/blas_user" | head -3)"; fi
+    # under mpirun each rank restarts alone, before MPI starts (the test variable makes every rank say so)
+    mpirun --oversubscribe --bind-to none -np 2 -x GRIDGPT_TEST_GENERIC_BLAS=1 -x OPENBLAS_CORETYPE=Prescott \
+        ./train_cpu $base > "$tmp/blas_mpi" 2>&1
+    status=$?
+    if [ $status -eq 0 ] && [ "$(grep -cE "$expected" "$tmp/blas_mpi")" -eq 2 ] && grep -qE '^ iteration +2/' "$tmp/blas_mpi"; then
+        ok "under mpirun each of 2 ranks chose ${right:-its kernels} before MPI started, and the job trained"
+    else bad "the kernel choice under mpirun" "status $status: $(grep -E '^BLAS|warning|error' "$tmp/blas_mpi" | head -4)"; fi
+fi
+
 # an empty valid split: no evaluation and one note (as Megatron), not an error
 if ./train_cpu $base --split 100,0,0 > "$tmp/noval" 2>&1 && grep -q "^note: --split 100,0,0 leaves no validation documents" "$tmp/noval" &&
    ! grep -q "validation loss" "$tmp/noval"; then ok "an empty valid split skips evaluation with one note"

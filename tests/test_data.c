@@ -1,7 +1,7 @@
 /*
 tests/test_data.c — data.c against real Megatron files.
 
-The fixture (argv[1], default ../shared/fixtures/megatron/corpus_u16 from the repository
+The fixture (argv[1], default tests/data/megatron/corpus_u16 from the repository
 root) was written and indexed by Megatron's own code; its README.txt describes every file.
 Checks: the corpus reads back as docs.json lists it; doc_idx / sample_idx / shuffle_idx and
 the first samples equal Megatron's; more sample indexes (several epochs, a separated last
@@ -15,7 +15,7 @@ entropy; and the preprocess program turns text, JSON lines and ids into datasets
 them, and prints samples (--print-samples) equal to Megatron's.
 
     gcc -std=gnu11 -O1 -g -fsanitize=address -Wall -Wextra tests/test_data.c -o /tmp/test_data -lm
-    /tmp/test_data ../shared/fixtures/megatron/corpus_u16 [tests/data/gpt_index_cases.txt]
+    /tmp/test_data tests/data/megatron/corpus_u16 [tests/data/gpt_index_cases.txt]
 
 (run from the repository root, or from tests/; argv[2] names the cases file elsewhere)
 */
@@ -1070,10 +1070,19 @@ static void remove_scratch(void) {
 }
 
 int main(int argc, char** argv) {
-    snprintf(FIXTURE, sizeof FIXTURE, "%s", argc > 1 ? argv[1] : "../shared/fixtures/megatron/corpus_u16");
-    // tests/data/ sits beside this file; find it from the program's working directory
-    const char* cases = argc > 2 ? argv[2] : exists("tests/data/gpt_index_cases.txt") ? "tests/data/gpt_index_cases.txt"
-                                                                                       : "data/gpt_index_cases.txt";
+    // tests/data/ sits beside this file, in the repository: find it from the working directory
+    const char* data = exists("tests/data/gpt_index_cases.txt") ? "tests/data" : "data";
+    if (argc > 1) snprintf(FIXTURE, sizeof FIXTURE, "%s", argv[1]);
+    else snprintf(FIXTURE, sizeof FIXTURE, "%s/megatron/corpus_u16", data);
+    char cases[4096];
+    if (argc > 2) snprintf(cases, sizeof cases, "%s", argv[2]);
+    else snprintf(cases, sizeof cases, "%s/gpt_index_cases.txt", data);
+    // a fixture that is not there is one failure that names the file, not a cascade
+    if (!exists(fixture("corpus_u16.idx"))) {
+        check(0, "fixture", "%s not found: the Megatron fixture is part of the repository (tests/data/megatron/)",
+              fixture("corpus_u16.idx"));
+        return 1;
+    }
     snprintf(TMP, sizeof TMP, "/tmp/test_data_XXXXXX");
     if (mkdtemp(TMP) == NULL) { perror("mkdtemp"); return 2; }
     check(load_docs_json() == 0, "load_docs_json", "cannot parse %s", fixture("docs.json"));

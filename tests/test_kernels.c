@@ -760,7 +760,52 @@ static void test_device_memory(void) {
     free_buffers();
 }
 
-int main(void) {
+// blas_cores.h's decision on a table of (OpenBLAS core, CPU level) cases: only a known core
+// narrower than the CPU is replaced, by the core OpenBLAS runs on the first CPUs of that level
+static void test_blas_core_choice(void) {
+    struct { const char* core; IsaLevel cpu; const char* expect; } cases[] = {
+        {"Prescott", ISA_AVX512, "SkylakeX"},     // Debian 12's 0.3.21 on Xeon family 6 model 207
+        {"Prescott", ISA_AVX2, "Haswell"},        {"Prescott", ISA_AVX, "Sandybridge"},
+        {"Prescott", ISA_SSE, NULL},              {"prescott", ISA_AVX512, "SkylakeX"},   // any case
+        {"Nehalem", ISA_AVX2, "Haswell"},         {"Core2", ISA_AVX512, "SkylakeX"},
+        {"Barcelona", ISA_AVX2, "Haswell"},       {"Sandybridge", ISA_AVX512, "SkylakeX"},
+        {"Sandybridge", ISA_AVX, NULL},           {"Haswell", ISA_AVX512, "SkylakeX"},
+        {"Haswell", ISA_AVX2, NULL},              {"Zen", ISA_AVX2, NULL},
+        {"Zen", ISA_AVX512, "SkylakeX"},          {"SkylakeX", ISA_AVX512, NULL},
+        {"Cooperlake", ISA_AVX512, NULL},         {"SapphireRapids", ISA_AVX512, NULL},
+        {"SkylakeX", ISA_AVX2, NULL},             // wider than the CPU (a user's choice): never narrowed
+        {"NeoverseN1", ISA_UNKNOWN, NULL},        // another architecture
+        {"Prescott", ISA_UNKNOWN, NULL},          // a CPU whose level we cannot read
+        {"Emeraldrapids", ISA_AVX512, NULL},      // a name we do not know: left alone
+        {NULL, ISA_AVX2, NULL},
+    };
+    int wrong = 0;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char* got = blas_core_choice(cases[i].core, cases[i].cpu);
+        int same = (got == NULL) == (cases[i].expect == NULL) && (!got || strcmp(got, cases[i].expect) == 0);
+        if (!same) printf("  core %s on an %s CPU: chose %s, expected %s\n", cases[i].core ? cases[i].core : "(none)",
+                          isa_name(cases[i].cpu), got ? got : "nothing", cases[i].expect ? cases[i].expect : "nothing");
+        wrong += !same;
+    }
+    check(wrong == 0, "blas_core_choice on the table of cores and CPUs", "%d case(s) wrong", wrong);
+    int levels_right = 1;
+    for (IsaLevel cpu = ISA_AVX; cpu <= ISA_AVX512; cpu++)
+        levels_right &= blas_core_level(blas_core_choice("Prescott", cpu)) == cpu;
+    check(levels_right, "every chosen core is one of OpenBLAS's, of the CPU's level", "a choice is not in BLAS_CORES");
+#ifdef USE_BLAS
+    // this process, after grid_start's choice: running the right kernels unless a user chose them
+    const char* core = openblas_get_corename();
+    if (getenv("OPENBLAS_CORETYPE") && !getenv("GRIDGPT_TEST_GENERIC_BLAS"))
+        printf("SKIP OpenBLAS kernels fit this CPU: OPENBLAS_CORETYPE=%s is the user's\n", getenv("OPENBLAS_CORETYPE"));
+    else
+        check(blas_core_choice(core, cpu_isa_level()) == NULL, "this process runs OpenBLAS kernels that fit the CPU",
+              "OpenBLAS runs %s on an %s CPU", core, isa_name(cpu_isa_level()));
+#endif
+}
+
+int main(int argc, char** argv) {
+    (void)argc;
+    blas_choose_kernels(argv);   // as grid_start does in every program that starts MPI
     printf("test_kernels: %s kernels%s\n", PRECISION_NAME,
 #ifdef USE_BLAS
            ", matmul through BLAS"
@@ -768,6 +813,7 @@ int main(void) {
            ", matmul as plain loops"
 #endif
     );
+    test_blas_core_choice();
     test_device_memory();
     test_encoder(0, 56, 1);   // one rank, the whole padded vocabulary
     test_encoder(20, 17, 0);  // a vocab-parallel slice; wpe added by another rank

@@ -3,11 +3,11 @@
 Re-derives doc_idx, sample_idx and shuffle_idx the way Megatron's gpt_dataset.py
 (_num_epochs, _build_doc_idx, _build_sample_idx, _build_shuffle_idx, in
 _build_index_mappings' order, one np.random.RandomState(seed)) does, for the sizes of the
-fixture corpus ../shared/fixtures/megatron/corpus_u16 and a few other (documents, seq_length,
+fixture corpus tests/data/megatron/corpus_u16 and a few other (documents, seq_length,
 seed, num_samples), including several epochs with and without a separated last epoch.
 Case "fixture" reproduces the fixture's own files, which checks this script.
 
-    python3 tests/data/gen_gpt_index.py ../shared/fixtures/megatron/corpus_u16/docs.json > tests/data/gpt_index_cases.txt
+    python3 tests/data/gen_gpt_index.py tests/data/megatron/corpus_u16/docs.json > tests/data/gpt_index_cases.txt
 
 needs numpy (the legacy RandomState is the point); made with numpy 1.24.2.
 """
