@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `make bench`: the CPU build's step time, throughput, memory and time breakdown for GPT-2
 # 124M and a small shape. Builds tests/build/bench (tests/bench.c) with the flags the
-# Makefile gives train_cpu (plus -Werror), then runs each shape in a process of its own with
-# 2 OpenMP threads, so that each peak RSS is that shape's alone. About a minute on 2 cores.
+# Makefile gives train_cpu (plus -Werror), measures the machine's peaks (an FMA loop, the best
+# OpenBLAS sgemm), then runs each shape in a process of its own with 2 OpenMP threads, so that
+# each peak RSS is that shape's alone, and PyTorch on the same shape when `import torch` works
+# (tests/bench_torch.py). Every figure it prints is measured in this run. About two minutes.
 # BLAS="cflags libs" overrides the detected OpenBLAS (as in tests/run.sh); BLAS=none
 # builds with the plain-C matmuls.
 set -eu
@@ -36,8 +38,35 @@ echo "BLAS:    $(ldd $B/bench | grep -o '/[^ ]*blas[^ ]*' | head -1 || true)"
 echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15-min load average before; anything else running on these cores shows in the times)"
 echo
 status=0
+$B/bench machine | tee $B/bench_machine.txt || { echo "FAIL bench machine exited with status $?"; status=1; }
+peaks=$(sed -n 's/^peaks: //p' $B/bench_machine.txt)
+echo
+
+# PyTorch, run as the README says a comparison must be: Debian's python3-torch on the OpenMP
+# OpenBLAS with the kernels the trainer chose for this CPU (its "BLAS:" line), flush-denormal on
+python=/usr/bin/python3
+openblas_openmp=/usr/lib/$(${CC:-gcc} -print-multiarch)/openblas-openmp
+kernels=$(sed -n 's/^BLAS: OpenBLAS [0-9.]*, \([A-Za-z0-9_]*\) kernels.*/\1/p' $B/bench_machine.txt)
+torch_bench() {  # the "same shape:" line's settings
+    LD_LIBRARY_PATH=$openblas_openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} OPENBLAS_CORETYPE=$kernels \
+        $python tests/bench_torch.py "$@"
+}
+have_torch=no
+if [ -x $python ] && $python -c "import torch" 2> /dev/null; then have_torch=yes
+else echo "PyTorch: not measured (no 'import torch' in $python; Debian's python3-torch gives it)"; echo; fi
+
 for shape in 124M small; do
-    $B/bench $shape || { echo "FAIL bench $shape exited with status $?"; status=1; }
+    $B/bench $shape $peaks | tee $B/bench_$shape.txt || { echo "FAIL bench $shape exited with status $?"; status=1; }
+    if [ $have_torch = yes ]; then
+        echo "PyTorch on the same shape, measured now (tests/bench_torch.py):"
+        torch_bench $(sed -n 's/^same shape: //p' $B/bench_$shape.txt) > $B/bench_torch_$shape.txt 2>&1 ||
+            { echo "FAIL bench_torch $shape:"; tail -5 $B/bench_torch_$shape.txt; status=1; }
+        grep -v '^torch step ms:' $B/bench_torch_$shape.txt
+        ours=$(sed -n 's/^ *step time *median *\([0-9.]*\) ms.*/\1/p' $B/bench_$shape.txt)
+        read -r torch_median torch_min < <(sed -n 's/^torch step ms: //p' $B/bench_torch_$shape.txt)
+        [ -n "${torch_median:-}" ] && [ -n "$ours" ] &&
+            awk -v o="$ours" -v t="$torch_median" -v m="$torch_min" 'BEGIN { printf "   step time         median %9.1f ms   min %9.1f ms   -> gridgpt takes %.2fx its time (%.1f vs %.1f ms)\n", t, m, o / t, o, t }'
+    fi
     echo
 done
 

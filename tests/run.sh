@@ -49,7 +49,8 @@ wanted kernels && build test_kernels gcc $CFLAGS tests/test_kernels.c -o $B/test
 wanted kernels_blas && build test_kernels_blas gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels_blas $BLAS -lm
 wanted data && build test_data gcc $CFLAGS -O1 -g -fsanitize=address tests/test_data.c -o $B/test_data -lm
 wanted model && build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_model $BLAS -lz -lm
-wanted parallel && build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
+# test_parallel records every step's loss and norm in full precision, for three of the scripts
+{ wanted parallel || wanted checkpoint || wanted scale; } && build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
 wanted tensorboard && build test_tensorboard mpicc $CFLAGS tests/test_tensorboard.c -o $B/test_tensorboard $BLAS -lz -lm
 
 passed=0; failed=$build_failures
