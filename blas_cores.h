@@ -14,7 +14,10 @@ same way, and no MPI state is lost in the exec (the process keeps its pid and en
 
   blas_core_choice(core, level)   the decision, a pure function (tests/test_kernels.c checks
                                   it on a table of cases)
-  blas_choose_kernels(argv)       ask OpenBLAS, decide, execute again if needed, print one line
+  blas_choose_kernels(argv)       ask OpenBLAS, decide, execute again if needed; the line that
+                                  says so is kept in blas_kernels_line, which the trainer prints
+                                  with its start-up lines (with every rank's kernels, once MPI
+                                  has started) and make bench in its header
 
 The rules:
   - a user's own OPENBLAS_CORETYPE is respected (the line says what it asked for);
@@ -24,8 +27,7 @@ The rules:
   - the CPU's level counts only what the CPU has and the OS enables (GCC's
     __builtin_cpu_supports checks XCR0), so the choice never runs an instruction it lacks.
 Test-only: GRIDGPT_TEST_GENERIC_BLAS=1 with OPENBLAS_CORETYPE=Prescott plays an OpenBLAS that
-fell back to Prescott by itself (the variable is then not the user's), and every rank prints
-its line, so tests/test_cli.sh sees each rank's exec.
+fell back to Prescott by itself (the variable is then not the user's).
 */
 #pragma once
 #include <errno.h>
@@ -95,14 +97,8 @@ static inline IsaLevel cpu_isa_level(void) {
 // ----------------------------------------------------------------------------
 // asking OpenBLAS, executing again, the one line
 
-// Before MPI starts the rank is known only from the launcher's environment: one line per job.
-static int blas_reports(void) {
-    if (getenv("GRIDGPT_TEST_GENERIC_BLAS")) return 1;
-    const char* vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
-        if (getenv(vars[i])) return atoi(getenv(vars[i])) == 0;
-    return 1;
-}
+static char blas_kernels_line[320];   // "BLAS: OpenBLAS 0.3.21, Zen kernels (this CPU: AVX2)"
+static int blas_restarted;            // this process was executed again with the kernels chosen
 
 // "OpenBLAS 0.3.21" from openblas_get_config()'s "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..."
 static const char* openblas_version(char* buf, size_t len) {
@@ -117,11 +113,14 @@ static const char* openblas_version(char* buf, size_t len) {
 static void blas_report_choice(const char* found, const char* version, IsaLevel cpu) {
     const char* asked = getenv("OPENBLAS_CORETYPE");
     const char* core = openblas_get_corename();
+    blas_restarted = 1;
     if (asked && strcasecmp(core, asked) == 0) {
-        if (blas_reports())
-            printf("BLAS: %s, %s kernels: it found %s, a fallback below this %s CPU, so gridgpt set "
-                   "OPENBLAS_CORETYPE=%s and restarted once\n", version, core, found, isa_name(cpu), asked);
+        snprintf(blas_kernels_line, sizeof(blas_kernels_line), "BLAS: %s, %s kernels: it found %s, a fallback below "
+                 "this %s CPU, so gridgpt set OPENBLAS_CORETYPE=%s and restarted once", version, core, found,
+                 isa_name(cpu), asked);
     } else {
+        snprintf(blas_kernels_line, sizeof(blas_kernels_line), "BLAS: %s, %s kernels (this CPU: %s; it did not take "
+                 "OPENBLAS_CORETYPE=%s)", version, core, isa_name(cpu), asked ? asked : "(unset)");
         fprintf(stderr, "warning: %s did not take OPENBLAS_CORETYPE=%s: it still runs its %s kernels "
                 "(matmuls may run several times slower)\n", version, asked ? asked : "(unset)", core);
     }
@@ -141,15 +140,13 @@ static void blas_choose_kernels(char** argv) {
     const char* users = getenv("GRIDGPT_TEST_GENERIC_BLAS") ? NULL : getenv("OPENBLAS_CORETYPE");
     const char* choice = blas_core_choice(found, cpu);
     if (users) {
-        if (blas_reports())
-            printf("BLAS: %s, %s kernels, as OPENBLAS_CORETYPE=%s asks (this CPU: %s)\n", version, found,
-                   users, isa_name(cpu));
+        snprintf(blas_kernels_line, sizeof(blas_kernels_line), "BLAS: %s, %s kernels, as OPENBLAS_CORETYPE=%s asks "
+                 "(this CPU: %s)", version, found, users, isa_name(cpu));
         return;
     }
-    if (choice == NULL) {
-        if (blas_reports()) printf("BLAS: %s, %s kernels (this CPU: %s)\n", version, found, isa_name(cpu));
-        return;
-    }
+    snprintf(blas_kernels_line, sizeof(blas_kernels_line), "BLAS: %s, %s kernels (this CPU: %s)", version, found,
+             isa_name(cpu));
+    if (choice == NULL) return;
     if (!strstr(openblas_get_config(), "DYNAMIC_ARCH")) {
         fprintf(stderr, "warning: %s runs its %s kernels on this %s CPU and, built without DYNAMIC_ARCH, cannot "
                 "switch to %s (matmuls may run several times slower)\n", version, found, isa_name(cpu), choice);

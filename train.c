@@ -1083,8 +1083,47 @@ static void warn_if_pthread_blas(void) {
 #endif
 }
 
+// "BLAS: ..." for rank 0's start-up lines: the kernels it runs (blas_cores.h chose them before
+// MPI started), each rank whose kernels differ (a node of another CPU), and how many ranks
+// restarted to get theirs; "" without OpenBLAS. Every rank calls it (a gather).
+static void blas_kernels_everywhere(char* out, size_t len) {
+    out[0] = '\0';
+#ifdef USE_BLAS
+    typedef struct {
+        char core[32], host[64];
+        int restarted;
+    } RankKernels;
+    RankKernels mine;
+    memset(&mine, 0, sizeof(mine));
+    snprintf(mine.core, sizeof(mine.core), "%s", openblas_get_corename());
+    snprintf(mine.host, sizeof(mine.host), "%.63s", grid.host);
+    mine.restarted = blas_restarted;
+    size_t bytes;
+    RankKernels* all = (RankKernels*)gather_bytes_to_rank0(&grid.world, &mine, (int)sizeof(mine), &bytes);
+    if (grid.world_rank == 0) {
+        int restarted = 0, differ = 0;
+        snprintf(out, len, "%s", blas_kernels_line);
+        for (int r = 0; r < grid.world_size; r++) {
+            restarted += all[r].restarted;
+            if (strcmp(all[r].core, mine.core) == 0 || differ++ >= 4) continue;   // name the first few
+            size_t used = strlen(out);
+            snprintf(out + used, len - used, "; rank %d on %s runs %s kernels", r, all[r].host, all[r].core);
+        }
+        size_t used = strlen(out);
+        if (differ > 4) snprintf(out + used, len - used, "; %d ranks in all run other kernels", differ);
+        else if (grid.world_size > 1 && !differ)
+            snprintf(out + used, len - used, " (the same on all %d ranks, %d of them restarted)", grid.world_size, restarted);
+    }
+    free(all);
+#else
+    (void)len;
+#endif
+}
+
 static void print_setup(const Trainer* t) {
     const Config* a = &t->config;
+    char blas[1024];
+    blas_kernels_everywhere(blas, sizeof(blas));
     if (grid.world_rank == 0) {
         char name[96];
         printf("gridgpt %s build, %s, %d rank(s) as TP %d x PP %d x DP %d, %d OpenMP thread(s) per rank; rank 0 is %s\n",
@@ -1095,6 +1134,7 @@ static void print_setup(const Trainer* t) {
                1,
 #endif
                grid_name(name, sizeof(name)));
+        if (blas[0]) printf("%s\n", blas);
         warn_if_pthread_blas();
         print_model(&a->model);
         print_attention(a, GPU_BUILD);

@@ -412,6 +412,9 @@ static double sgemm_gflops(int n) {
 static int bench_machine(void) {
     int threads = omp_get_max_threads();
     double fma = fma_peak_gflops();
+#ifdef USE_BLAS
+    printf("%s\n", blas_kernels_line);
+#endif
     printf("machine peaks, measured now with %d OpenMP thread(s):\n", threads);
     printf("   FMA loop          %8.1f GFLOP/s = %d x %.1f per thread (%d-wide fp32 FMA, %d chains)\n", fma, threads,
            fma / threads, FMA_LANES, FMA_CHAINS);

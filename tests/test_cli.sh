@@ -166,13 +166,25 @@ else
     if grep -q "^BLAS: OpenBLAS [0-9.]*, Prescott kernels, as OPENBLAS_CORETYPE=Prescott asks" "$tmp/blas_user" &&
        ! grep -q "restarted" "$tmp/blas_user"; then ok "a user's own OPENBLAS_CORETYPE is respected and said"
     else bad "a user's own OPENBLAS_CORETYPE is respected" "$(grep -E '^BLAS|warning' "$tmp/blas_user" | head -3)"; fi
-    # under mpirun each rank restarts alone, before MPI starts (the test variable makes every rank say so)
+    # under mpirun each rank restarts alone, before MPI starts; rank 0's line counts them
     mpirun --oversubscribe --bind-to none -np 2 -x GRIDGPT_TEST_GENERIC_BLAS=1 -x OPENBLAS_CORETYPE=Prescott \
         ./train_cpu $base > "$tmp/blas_mpi" 2>&1
     status=$?
-    if [ $status -eq 0 ] && [ "$(grep -cE "$expected" "$tmp/blas_mpi")" -eq 2 ] && grep -qE '^ iteration +2/' "$tmp/blas_mpi"; then
+    restarted=" \(the same on all 2 ranks, 2 of them restarted\)"
+    [ -z "$right" ] && restarted=" \(the same on all 2 ranks, 0 of them restarted\)"
+    if [ $status -eq 0 ] && [ "$(grep -c '^BLAS' "$tmp/blas_mpi")" -eq 1 ] && grep -qE "$expected.*$restarted\$" "$tmp/blas_mpi" &&
+       grep -qE '^ iteration +2/' "$tmp/blas_mpi"; then
         ok "under mpirun each of 2 ranks chose ${right:-its kernels} before MPI started, and the job trained"
     else bad "the kernel choice under mpirun" "status $status: $(grep -E '^BLAS|warning|error' "$tmp/blas_mpi" | head -4)"; fi
+fi
+
+# a rank whose kernels differ from rank 0's (a node of another CPU) is named in rank 0's line
+if ldd ./train_cpu | grep -q libopenblas; then
+    mpirun --oversubscribe --bind-to none -np 1 -x OPENBLAS_CORETYPE=Haswell ./train_cpu $base : \
+        -np 1 -x OPENBLAS_CORETYPE=Prescott ./train_cpu $base > "$tmp/blas_mixed" 2>&1
+    if grep -qE "^BLAS: OpenBLAS [0-9.]*, Haswell kernels, as OPENBLAS_CORETYPE=Haswell asks .*; rank 1 on $(hostname) runs Prescott kernels\$" "$tmp/blas_mixed"; then
+        ok "a rank running other kernels than rank 0 is named in the BLAS line"
+    else bad "a rank running other kernels" "$(grep -m1 -E '^BLAS|error' "$tmp/blas_mixed")"; fi
 fi
 
 # an empty valid split: no evaluation and one note (as Megatron), not an error

@@ -806,6 +806,9 @@ static void test_blas_core_choice(void) {
 int main(int argc, char** argv) {
     (void)argc;
     blas_choose_kernels(argv);   // as grid_start does in every program that starts MPI
+#ifdef USE_BLAS
+    printf("%s\n", blas_kernels_line);
+#endif
     printf("test_kernels: %s kernels%s\n", PRECISION_NAME,
 #ifdef USE_BLAS
            ", matmul through BLAS"
