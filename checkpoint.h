@@ -24,6 +24,7 @@ checkpoint_load, export_hf.
 #pragma once
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <zlib.h>
@@ -134,8 +135,7 @@ typedef struct {
 static void log_piece(SaveLog* log, Piece p) {
     if (log->count == log->cap) {
         log->cap = log->cap ? 2 * log->cap : 1024;
-        log->pieces = (Piece*)realloc(log->pieces, log->cap * sizeof(Piece));
-        if (!log->pieces) fail("out of host memory for %zu checkpoint pieces", log->cap);
+        log->pieces = (Piece*)reallocCheck(log->pieces, log->cap * sizeof(Piece));
     }
     log->pieces[log->count++] = p;
 }
@@ -226,12 +226,15 @@ static int commit_file(FILE* f, const char* tmp, const char* path, char* err, si
     return error_line(err, errlen, "cannot write %s: %s", path, strerror(e));
 }
 
-static int write_metadata(const GPT* m, const AdamWState* opt, const Progress* p, const CanonicalLayout* L,
-                          const uint32_t* crc, const char* path, char* err, size_t errlen) {
-    char tmp[4500];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = fopen(tmp, "w");
-    if (!f) return error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+// metadata.txt's text, in a buffer the caller frees; its last line is the CRC-32 of the lines
+// before it, so that an edited counter (optimizer_step -1, consumed_samples off by one) is
+// refused at load instead of trusted
+static char* metadata_text(const GPT* m, const AdamWState* opt, const Progress* p, const CanonicalLayout* L,
+                           const uint32_t* crc) {
+    char* text = NULL;
+    size_t len = 0;
+    FILE* f = open_memstream(&text, &len);
+    if (!f) fail("out of host memory for a checkpoint's metadata");
     fprintf(f, "gridgpt-checkpoint 1\niteration %d\nconsumed_samples %lld\nscheduler_samples %lld\noptimizer_step %d\n"
             "consumed_valid_samples %lld\n", p->iteration, p->consumed_samples, p->scheduler_samples, opt->step,
             p->consumed_valid_samples);
@@ -247,24 +250,70 @@ static int write_metadata(const GPT* m, const AdamWState* opt, const Progress* p
         fprintf(f, "tensor %s %d %d %zu %08x %08x %08x\n", d->name, d->valid_rows, d->cols, L->offset[i],
                 crc[3 * i], crc[3 * i + 1], crc[3 * i + 2]);
     }
-    return commit_file(f, tmp, path, err, errlen);
+    fflush(f);
+    fprintf(f, "crc32 %08x\n", crc32_update(0, text, len));
+    fclose(f);
+    return text;
 }
 
-static void sync_dir(const char* path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return;
-    fsync(fd);
-    close(fd);
+// A new temporary file for writing, created exclusively and never through a link: a file left
+// by a crashed save, or planted there (a link named like the temporary file, pointing at
+// something of the user's, in a directory others can write), is removed first, never written
+// through. -1 (NULL) with errno set when it cannot be made.
+static int create_temporary_fd(const char* tmp) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)   // unlink removes a link itself, not its target
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    return fd;
+}
+static FILE* create_temporary(const char* tmp) {
+    int fd = create_temporary_fd(tmp);
+    FILE* f = fd < 0 ? NULL : fdopen(fd, "w");
+    if (fd >= 0 && !f) close(fd);
+    return f;
 }
 
-// write `text` to path through a temporary file and a rename; 0, or 1 with a line in err
-static int replace_file(const char* path, const char* text, char* err, size_t errlen) {
+// text into path through a temporary file: created exclusively, written with write(2) (each
+// call one a test can make fail or crash at), synced, renamed over path. 0, or 1 with a line
+// in err naming the step; the temporary file is removed on failure.
+static int write_file_atomically(const char* path, const char* text, size_t len, char* err, size_t errlen) {
     char tmp[4608];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = fopen(tmp, "w");
-    if (!f) return error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-    fputs(text, f);
-    return commit_file(f, tmp, path, err, errlen);
+    int fd = create_temporary_fd(tmp);
+    if (fd < 0) return error_line(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = write(fd, text + done, len - done);
+        if (n <= 0) break;
+        done += (size_t)n;
+    }
+    const char* step = "write";
+    int ok = done == len, e = errno;
+    if (ok) step = "sync", ok = fsync(fd) == 0, e = errno;
+    if (close(fd) != 0 && ok) step = "close", ok = 0, e = errno;
+    if (ok) step = "rename", ok = rename(tmp, path) == 0, e = errno;
+    if (ok) return 0;
+    unlink(tmp);
+    return error_line(err, errlen, "cannot %s %s: %s", step, tmp, strerror(e));
+}
+
+static int write_metadata(const GPT* m, const AdamWState* opt, const Progress* p, const CanonicalLayout* L,
+                          const uint32_t* crc, const char* path, char* err, size_t errlen) {
+    char* text = metadata_text(m, opt, p, L, crc);
+    int rc = write_file_atomically(path, text, strlen(text), err, errlen);
+    free(text);
+    return rc;
+}
+
+// fsync a directory, so that the names created and renamed in it are on disk. 0, or -1 with
+// errno set; a filesystem that cannot sync directories (EINVAL) is not a failure.
+static int sync_dir(const char* path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd) == 0 || errno == EINVAL ? 0 : -1, e = errno;
+    close(fd);
+    errno = e;
+    return rc;
 }
 
 static void iter_dir(char* out, size_t len, const char* dir, int iteration) {
@@ -308,11 +357,24 @@ static int prepare_dir(const char* flag, const char* dir, char* err, size_t errl
     return 0;
 }
 
-// A --save directory, prepared as above; iter_*.tmp/ (and .replaced/) left by an interrupted
-// save (each a checkpoint's worth of disk) are removed, said in one line. 0, or 1 with a line in err.
+// What a save does, done once on a probe at start-up: create a file exclusively, write and
+// sync it, rename it, remove it (`--save /proc` passed a test of the directory's permissions,
+// then ended the run at its first save). 0, or 1 with a line in err naming the step.
+static int probe_save_dir(const char* dir, char* err, size_t errlen) {
+    char probe[4300], why[4700];
+    snprintf(probe, sizeof(probe), "%s/.gridgpt-probe-%d", dir, (int)getpid());
+    int rc = write_file_atomically(probe, "probe\n", 6, why, sizeof(why));
+    if (rc == 0 && unlink(probe) != 0) rc = error_line(why, sizeof(why), "cannot remove %s: %s", probe, strerror(errno));
+    if (rc) return error_line(err, errlen, "--save %s: %s, so no checkpoint could be saved there", dir, why);
+    return 0;
+}
+
+// A --save directory, prepared as above and probed; iter_*.tmp/ (and .replaced/) left by an
+// interrupted save (each a checkpoint's worth of disk) are removed, said in one line. 0, or 1
+// with a line in err.
 static int prepare_save_dir(const char* dir, char* err, size_t errlen) {
     char tmp[4400];
-    if (prepare_dir("--save", dir, err, errlen)) return 1;
+    if (prepare_dir("--save", dir, err, errlen) || probe_save_dir(dir, err, errlen)) return 1;
     DIR* d = opendir(dir);
     int removed = 0, it;
     for (struct dirent* e; d && (e = readdir(d)) != NULL;) {
@@ -326,36 +388,153 @@ static int prepare_save_dir(const char* dir, char* err, size_t errlen) {
     return 0;
 }
 
-// --keep-last N: remove all but the N newest iter_* directories (rank 0, after a save)
-static void rotate_checkpoints(const char* dir, int keep) {
-    int iters[4096], n = 0;
+// ----------------------------------------------------------------------------
+// one job per --save directory
+
+// A --save directory belongs to one job at a time (a resubmitted job while the first still
+// runs, or a mistyped array index, once wrote the same iter_N and marker): rank 0 holds
+// DIR/gridgpt.lock for the run's life. It names the holder's host, pid and start time (in
+// clock ticks since boot, which tells a reused pid apart). A lock whose process is gone, on
+// this host, is taken over; one held on another host can only be judged by the person who
+// knows that host, so the run refuses and says which.
+#define SAVE_LOCK "gridgpt.lock"
+
+// the start of process pid in clock ticks since boot (/proc/PID/stat's 22nd field), 0 if unknown
+static unsigned long long process_start_ticks(int pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE* f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char* p = strrchr(buf, ')');   // the name (field 2) may hold spaces and parentheses
+    for (int field = 3; p && field <= 22; field++)
+        if ((p = strchr(p, ' ')) != NULL) p++;   // p: the start of field `field`
+    return p ? strtoull(p, NULL, 10) : 0;
+}
+
+typedef struct {
+    char host[256], since[64];
+    int pid;
+    unsigned long long start_ticks;
+} LockHolder;
+
+static int read_lock(const char* path, LockHolder* h) {   // 0, or 1 when unreadable
+    char text[512];
+    FILE* f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    memset(h, 0, sizeof(*h));
+    return sscanf(text, "host %255s pid %d start %llu since %63[^\n]", h->host, &h->pid, &h->start_ticks, h->since) != 4;
+}
+
+static int holder_is_running(const LockHolder* h) {
+    if (kill(h->pid, 0) != 0 && errno != EPERM) return 0;
+    return process_start_ticks(h->pid) == h->start_ticks;
+}
+
+static char save_lock_path[4300];   // the lock this process holds, "" if none
+
+static void release_save_lock(void) {
+    LockHolder h;
+    if (save_lock_path[0] && read_lock(save_lock_path, &h) == 0 && h.pid == (int)getpid()) unlink(save_lock_path);
+    save_lock_path[0] = '\0';
+}
+
+// rank 0 at start-up: 0 with the lock held (released at exit), or 1 with a line in err
+static int take_save_lock(const char* dir, char* err, size_t errlen) {
+    char path[4300], host[256] = "", since[64];
+    snprintf(path, sizeof(path), "%s/" SAVE_LOCK, dir);
+    gethostname(host, sizeof(host) - 1);
+    time_t now = time(NULL);
+    strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S %Z", localtime(&now));
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            FILE* f = fdopen(fd, "w");
+            if (!f) return close(fd), error_line(err, errlen, "--save %s: cannot write %s: %s", dir, path, strerror(errno));
+            fprintf(f, "host %s pid %d start %llu since %s\n", host, (int)getpid(), process_start_ticks(getpid()), since);
+            if (fclose(f) != 0) return error_line(err, errlen, "--save %s: cannot write %s: %s", dir, path, strerror(errno));
+            snprintf(save_lock_path, sizeof(save_lock_path), "%s", path);
+            atexit(release_save_lock);
+            return 0;
+        }
+        LockHolder h;
+        if (errno != EEXIST) return error_line(err, errlen, "--save %s: cannot create %s: %s", dir, path, strerror(errno));
+        if (read_lock(path, &h) != 0)
+            return error_line(err, errlen, "--save %s: %s is not a gridgpt lock; remove it if no job saves there", dir, path);
+        if (strcmp(h.host, host) != 0 || holder_is_running(&h))
+            return error_line(err, errlen, "--save %s is in use by another job: host %s, pid %d, since %s (%s; remove it "
+                              "if that job is gone)", dir, h.host, h.pid, h.since, path);
+        if (unlink(path) != 0) return error_line(err, errlen, "--save %s: cannot remove %s: %s", dir, path, strerror(errno));
+        printf("took over %s from pid %d (since %s), which is no longer running\n", path, h.pid, h.since);
+    }
+    return error_line(err, errlen, "--save %s: another job took %s at the same moment", dir, path);
+}
+
+// --keep-last N (rank 0, after a save and its marker): keep the checkpoint just saved, which the
+// marker names, and the N-1 others written most recently; remove the rest, one line each.
+// Ranked by when they were written, not by number: after a rollback (the marker set back by
+// hand, then a resumed run) the highest numbers are the abandoned run's, and ranking by number
+// removed the save just made and left the marker naming nothing.
+typedef struct {
+    int iteration;
+    double written;   // metadata.txt's modification time (the last file of a save), in seconds
+} SavedCheckpoint;
+
+static double written_time(const char* iter_path) {
+    char path[4400];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/metadata.txt", iter_path);
+    if (stat(path, &st) != 0 && stat(iter_path, &st) != 0) return 0.0;
+    return st.st_mtim.tv_sec + 1e-9 * st.st_mtim.tv_nsec;
+}
+
+// newest first; the same time (a coarse clock) by the higher number
+static int newest_first(const void* a, const void* b) {
+    const SavedCheckpoint *x = (const SavedCheckpoint*)a, *y = (const SavedCheckpoint*)b;
+    if (x->written != y->written) return x->written < y->written ? 1 : -1;
+    return (x->iteration < y->iteration) - (x->iteration > y->iteration);
+}
+
+static void rotate_checkpoints(const char* dir, int keep, int just_saved) {
+    SavedCheckpoint* others = NULL;
+    int n = 0, cap = 0;
+    char path[4200];
     DIR* d = opendir(dir);
     if (!d) return;
-    for (struct dirent* e; (e = readdir(d)) != NULL && n < 4096;) {
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
         int it;
         char rest;
-        if (sscanf(e->d_name, "iter_%d%c", &it, &rest) == 1) iters[n++] = it;
+        if (sscanf(e->d_name, "iter_%d%c", &it, &rest) != 1 || it == just_saved) continue;
+        if (n == cap) others = (SavedCheckpoint*)reallocCheck(others, (cap = cap ? 2 * cap : 64) * sizeof(SavedCheckpoint));
+        iter_dir(path, sizeof(path), dir, it);
+        others[n++] = (SavedCheckpoint){it, written_time(path)};
     }
     closedir(d);
-    for (int i = 0; i < n; i++) {
-        int newer = 0;
-        for (int j = 0; j < n; j++) newer += iters[j] > iters[i];
-        if (newer < keep) continue;
-        char path[4200];
-        iter_dir(path, sizeof(path), dir, iters[i]);
+    qsort(others, n, sizeof(SavedCheckpoint), newest_first);
+    for (int i = keep - 1; i < n; i++) {
+        iter_dir(path, sizeof(path), dir, others[i].iteration);
         if (remove_tree(path) != 0) fprintf(stderr, "warning: could not remove %s: %s\n", path, strerror(errno));
+        else printf("removed %s (--keep-last %d keeps the one just saved and the %d written last before it)\n", path,
+                    keep, keep - 1);
     }
+    free(others);
 }
 
 // Put the finished tmp_dir in final_dir's place. An iter_N/ already there (a run repeated into
 // the same --save directory, or a crash between this rename and the marker's update) is
 // replaced, said in one line: swapped atomically (Linux's renameat2 RENAME_EXCHANGE) where the
 // filesystem can, else moved aside first; then the old one is removed.
-static void install_dir(const char* tmp_dir, const char* final_dir) {
+static int install_dir(const char* tmp_dir, const char* final_dir, char* err, size_t errlen) {
     struct stat st;
-    if (stat(final_dir, &st) != 0) {
-        if (rename(tmp_dir, final_dir) != 0) fail("cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
-        return;
+    if (lstat(final_dir, &st) != 0) {
+        if (rename(tmp_dir, final_dir) != 0)
+            return error_line(err, errlen, "cannot rename %s to %s: %s", tmp_dir, final_dir, strerror(errno));
+        return 0;
     }
     char aside[4400];
     snprintf(aside, sizeof(aside), "%s.replaced", final_dir);
@@ -366,9 +545,10 @@ static void install_dir(const char* tmp_dir, const char* final_dir) {
     else
 #endif
     if (rename(final_dir, aside) != 0 || rename(tmp_dir, final_dir) != 0)
-        fail("cannot replace %s with %s: %s", final_dir, tmp_dir, strerror(errno));
+        return error_line(err, errlen, "cannot replace %s with %s: %s", final_dir, tmp_dir, strerror(errno));
     printf("replaced %s, which an earlier or interrupted run left there\n", final_dir);
     remove_tree(aside);
+    return 0;
 }
 
 // every piece read back and checked against the CRC of what was meant to be written: a write
@@ -416,9 +596,14 @@ static int save_tensors(const char* tmp_dir, const GPT* m, const AdamWState* opt
     SaveLog log;
     memset(&log, 0, sizeof(log));
     MPI_File f;
-    if (shared_file_open(path, 1, &f) != 0) fail("cannot create %s", path);
-    shared_file_set_size(f, 3 * L->section_bytes);
-    shard_io(m, opt, L, f, path, &log, 3);
+    // (a rank that did open it keeps the handle: closing is collective, and the others have none)
+    if (max_over_world(shared_file_open(path, 1, &f) != 0)) {
+        if (grid.world_rank == 0) report_error("checkpoint not saved: cannot create %s", path);
+        return 1;
+    }
+    if (!shared_file_set_size(f, 3 * L->section_bytes))
+        snprintf(log.error, sizeof(log.error), "cannot size %s to %zu bytes", path, 3 * L->section_bytes);
+    else shard_io(m, opt, L, f, path, &log, 3);
     if (!shared_file_sync(f) && !log.error[0]) snprintf(log.error, sizeof(log.error), "syncing %s failed", path);
     barrier(&grid.world);
     float* bounce = (float*)mallocCheck(RUN_MAX * sizeof(float));
@@ -445,38 +630,47 @@ static int finish_save(const char* dir, const char* tmp_dir, const char* final_d
         report_error("checkpoint not saved: %s", err);
         return 1;
     }
-    sync_dir(tmp_dir);
-    install_dir(tmp_dir, final_dir);
-    sync_dir(dir);
+    if (sync_dir(tmp_dir) != 0) {
+        report_error("checkpoint not saved: cannot sync %s: %s", tmp_dir, strerror(errno));
+        return 1;
+    }
+    if (install_dir(tmp_dir, final_dir, err, sizeof(err)) != 0 || (sync_dir(dir) != 0 &&
+        error_line(err, sizeof(err), "cannot sync %s: %s", dir, strerror(errno)))) {
+        report_error("checkpoint not saved: %s", err);
+        return 1;
+    }
     snprintf(text, sizeof(text), "%d\n", p->iteration);
     snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
-    if (replace_file(path, text, err, sizeof(err))) {   // the new iter_N stays, beyond the marker
+    if (write_file_atomically(path, text, strlen(text), err, sizeof(err))) {   // the new iter_N stays, beyond the marker
         report_error("checkpoint %s written but not marked as the latest: %s", final_dir, err);
         return 1;
     }
-    sync_dir(dir);
-    if (keep_last > 0) rotate_checkpoints(dir, keep_last);
+    if (sync_dir(dir) != 0) {
+        report_error("checkpoint %s marked as the latest, but syncing %s failed: %s", final_dir, dir, strerror(errno));
+        return 1;
+    }
+    if (keep_last > 0) rotate_checkpoints(dir, keep_last, p->iteration);
     return 0;
 }
 
-// Save the model and optimizer state as DIR/iter_N (N = p->iteration), every rank together;
-// with keep_last > 0, only the newest keep_last checkpoints are kept. Returns 0, or 1 on every
-// rank when it could not be saved: then iter_N.tmp/ is removed and the previous checkpoint
-// stays the latest, and the caller decides whether the run goes on.
-static int checkpoint_save(const char* dir, const GPT* m, const AdamWState* opt, const Progress* p, int keep_last) {
+static int save_on_every_rank(const char* dir, const GPT* m, const AdamWState* opt, const Progress* p, int keep_last) {
     double t0 = now_seconds();
     char final_dir[4200], tmp_dir[4300];
     iter_dir(final_dir, sizeof(final_dir), dir, p->iteration);
     snprintf(tmp_dir, sizeof(tmp_dir), "%s.tmp", final_dir);
+    int failed = 0;
     if (grid.world_rank == 0) {
-        mkdir(dir, 0755);
-        if (remove_tree(tmp_dir) != 0 || mkdir(tmp_dir, 0755) != 0)   // a crashed earlier attempt
-            fail("cannot create %s: %s", tmp_dir, strerror(errno));
+        mkdir(dir, 0755);   // removed since start-up? made again; if not possible, the next line says why
+        if (remove_tree(tmp_dir) != 0 || mkdir(tmp_dir, 0755) != 0) {   // a crashed earlier attempt
+            report_error("checkpoint of iteration %d not saved: cannot create %s: %s", p->iteration, tmp_dir, strerror(errno));
+            failed = 1;
+        }
     }
-    barrier(&grid.world);
+    broadcast_host(&grid.world, &failed, sizeof(failed), 0);   // also: no rank opens the file before it exists
+    if (failed) return 1;
     CanonicalLayout L = canonical_layout(&m->cfg);
     uint32_t* crc = (uint32_t*)mallocCheck(3 * L.whole.num_tensors * sizeof(uint32_t));
-    int failed = save_tensors(tmp_dir, m, opt, &L, crc);
+    failed = save_tensors(tmp_dir, m, opt, &L, crc);
     if (grid.world_rank == 0) {
         if (!failed) failed = finish_save(dir, tmp_dir, final_dir, m, opt, p, &L, crc, keep_last);
         double s = now_seconds() - t0, gb = 3.0 * L.section_bytes / 1e9;
@@ -489,6 +683,17 @@ static int checkpoint_save(const char* dir, const GPT* m, const AdamWState* opt,
     broadcast_host(&grid.world, &failed, sizeof(failed), 0);
     free(crc);
     free_layout(&L);
+    return failed;
+}
+
+// Save the model and optimizer state as DIR/iter_N (N = p->iteration), every rank together;
+// with keep_last > 0, only the newest keep_last checkpoints are kept. Returns 0, or 1 on every
+// rank when it could not be saved: then iter_N.tmp/ is removed and the previous checkpoint
+// stays the latest, and the caller decides whether the run goes on.
+static int checkpoint_save(const char* dir, const GPT* m, const AdamWState* opt, const Progress* p, int keep_last) {
+    activity_io(1);
+    int failed = save_on_every_rank(dir, m, opt, p, keep_last);
+    activity_io(0);
     return failed;
 }
 
@@ -508,6 +713,7 @@ typedef struct {
     int optimizer_step;
     int has_loss_scaler;   // a dynamic loss scaler's state: scale, growth and hysteresis trackers
     LossScaler loss_scaler;
+    int text_checked;      // metadata.txt ended with the CRC-32 of its text, and it matched
     GPTConfig cfg;
     size_t section_offset[3], section_bytes[3];
     int num_tensors;
@@ -534,8 +740,7 @@ static int meta_config_line(CheckpointMeta* m, const char* line, int* seen) {
 static int meta_tensor_line(CheckpointMeta* m, const char* line, int* cap) {
     if (m->num_tensors == *cap) {
         *cap = *cap ? 2 * *cap : 64;
-        m->tensors = (CkptTensor*)realloc(m->tensors, *cap * sizeof(CkptTensor));
-        if (!m->tensors) fail("out of host memory for %d checkpoint tensors", *cap);
+        m->tensors = (CkptTensor*)reallocCheck(m->tensors, *cap * sizeof(CkptTensor));
     }
     CkptTensor* t = &m->tensors[m->num_tensors];
     if (sscanf(line, "%*s %127s %d %d %zu %x %x %x", t->name, &t->rows, &t->cols, &t->offset, &t->crc[0], &t->crc[1],
@@ -578,14 +783,50 @@ static int meta_line(CheckpointMeta* m, const char* line, int* seen, int* sectio
     return 1;
 }
 
-// the lines of path into m; 0, or 1 with a line in err
+// The counters against each other: a checkpoint written before metadata.txt had its checksum
+// line still gets these. 0, or 1 with a line in err naming the first that is out of range.
+static int meta_check_counters(const char* path, const CheckpointMeta* m, char* err, size_t errlen) {
+    const Progress* p = &m->progress;
+    const char* what = NULL;
+    if (p->iteration < 0) what = "iteration is negative";
+    else if (m->optimizer_step < 0 || m->optimizer_step > p->iteration)
+        what = "optimizer_step is outside [0, iteration] (a step is taken or skipped once per iteration)";
+    else if (p->consumed_samples < p->iteration || (p->iteration == 0 && p->consumed_samples != 0))
+        what = "consumed_samples is below iteration (every iteration consumes a batch) or not 0 at iteration 0";
+    else if (p->scheduler_samples < 0 || p->scheduler_samples > p->consumed_samples)
+        what = "scheduler_samples is outside [0, consumed_samples] (it counts the samples of applied steps)";
+    else if (p->consumed_valid_samples < 0) what = "consumed_valid_samples is negative";
+    else if (m->has_loss_scaler && (m->loss_scaler.growth_tracker < 0 || m->loss_scaler.hysteresis_tracker < 0))
+        what = "a loss_scaler tracker is negative";
+    if (!what) return 0;
+    return error_line(err, errlen, "checkpoint %s: %s (iteration %d, optimizer_step %d, consumed_samples %lld, "
+                      "scheduler_samples %lld)", path, what, p->iteration, m->optimizer_step, p->consumed_samples,
+                      p->scheduler_samples);
+}
+
+// the lines of path into m (the last one, the CRC-32 of the others, checked); 0, or 1 with a line in err
 static int meta_parse(const char* path, CheckpointMeta* m, char* err, size_t errlen) {
     FILE* f = fopen(path, "r");
     if (!f) return error_line(err, errlen, "checkpoint %s: %s", path, strerror(errno));
     char line[1024];
     int version = 0, lineno = 0, cap = 0, seen[NUM_MODEL_FIELDS] = {0}, sections_seen[3] = {0};
+    uint32_t crc = 0, stored;
     while (fgets(line, sizeof(line), f)) {
         lineno++;
+        if (m->text_checked) {
+            fclose(f);
+            return error_line(err, errlen, "checkpoint %s: line %d follows the checksum line", path, lineno);
+        }
+        if (strncmp(line, "crc32 ", 6) == 0 && sscanf(line + 6, "%8x", &stored) == 1) {
+            if (stored != crc) {
+                fclose(f);
+                return error_line(err, errlen, "checkpoint %s: its text fails its checksum (crc32 %08x, computed %08x): "
+                                  "edited or damaged", path, stored, crc);
+            }
+            m->text_checked = 1;
+            continue;
+        }
+        crc = crc32_update(crc, line, strlen(line));
         if (meta_line(m, line, seen, sections_seen, &version, &cap)) {
             fclose(f);
             line[strcspn(line, "\n")] = '\0';
@@ -602,7 +843,7 @@ static int meta_parse(const char* path, CheckpointMeta* m, char* err, size_t err
             return error_line(err, errlen, "checkpoint %s: no `config %s` line", path, MODEL_FIELDS[k].name);
     for (int k = 0; k < 3; k++)
         if (!sections_seen[k]) return error_line(err, errlen, "checkpoint %s: no `section %s` line", path, SECTION_NAMES[k]);
-    return 0;
+    return meta_check_counters(path, m, err, errlen);
 }
 
 // the tensor lines must be the table of the config: same names, order, whole shapes
@@ -663,17 +904,35 @@ static void check_config_matches(const char* path, const GPTConfig* saved, const
     }
 }
 
+// The marker holds an iteration number and a newline, nothing else: digits only, at most
+// INT_MAX ("4x" was once read as 4, and "4294967302" wrapped to 6). 0, or 1 if it is not that.
+static int parse_marker(const char* text, size_t len, int* iteration) {
+    size_t digits = 0;
+    long long value = 0;
+    while (digits < len && text[digits] >= '0' && text[digits] <= '9' && value <= INT_MAX)
+        value = 10 * value + (text[digits++] - '0');
+    int rest_is_newline = digits == len || (digits + 1 == len && text[digits] == '\n');
+    if (digits == 0 || !rest_is_newline || value > INT_MAX) return 1;
+    *iteration = (int)value;
+    return 0;
+}
+
 // the directory of the latest checkpoint in dir, or "" when there is none (a fresh start);
 // 1 with the error line in err when the marker is not an iteration number
 static int latest_checkpoint(const char* dir, char* out, size_t len, char* err, size_t errlen) {
-    char path[4200];
+    char path[4200], text[32];
     snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
     out[0] = '\0';
     FILE* f = fopen(path, "r");
     if (!f) return 0;
-    int it = -1, ok = fscanf(f, "%d", &it) == 1 && it >= 0;
+    size_t n = fread(text, 1, sizeof(text), f);
     fclose(f);
-    if (!ok) return error_line(err, errlen, "%s: expected an iteration number", path);
+    int it;
+    if (n == sizeof(text) || parse_marker(text, n, &it)) {
+        for (size_t i = 0; i < n && i < 12; i++) text[i] = text[i] >= ' ' && text[i] <= '~' ? text[i] : '?';
+        return error_line(err, errlen, "%s: expected an iteration number (digits and a newline, at most %d), got '%.*s%s'",
+                          path, INT_MAX, (int)(n < 12 ? n : 12), text, n > 12 ? "..." : "");
+    }
     iter_dir(out, len, dir, it);
     return 0;
 }
@@ -713,6 +972,7 @@ static void load_params(GPT* m, const CanonicalLayout* L, MPI_File f, const char
 // weights, moments, step). Every checksum of the sections read is verified first. Returns
 // the gigabytes read.
 static double checkpoint_load(const CheckpointMeta* meta, GPT* m, AdamWState* opt, int with_optim) {
+    activity_io(1);
     int sections = with_optim ? 3 : 1;
     CanonicalLayout L = canonical_layout(&m->cfg);
     MPI_File f;
@@ -729,6 +989,7 @@ static double checkpoint_load(const CheckpointMeta* meta, GPT* m, AdamWState* op
     }
     double gb = sections * L.section_bytes / 1e9;
     free_layout(&L);
+    activity_io(0);
     return gb;
 }
 
@@ -820,7 +1081,7 @@ static int hf_write_config(const GPTConfig* c, HFArchitecture arch, const char* 
     char path[4200], tmp[4300], value[64];
     snprintf(path, sizeof(path), "%s/config.json", out_dir);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = fopen(tmp, "w");
+    FILE* f = create_temporary(tmp);
     if (!f) return error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n", hf_class_name(arch),
             arch == HF_BLOOM ? "bloom" : "gpt2");
@@ -913,7 +1174,7 @@ static int hf_write_safetensors(const CheckpointMeta* ck, const GPT* whole, HFAr
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* bin = fopen(ck->bin_path, "rb");
     if (!bin) return error_line(err, errlen, "checkpoint %s: %s", ck->bin_path, strerror(errno));
-    FILE* f = fopen(tmp, "wb");
+    FILE* f = create_temporary(tmp);
     int status = f ? hf_write_tensors(ck, whole, arch, bin, f, tmp, err, errlen)
                    : error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     fclose(bin);

@@ -75,8 +75,14 @@ static void* calloc_check_(size_t count, size_t size, const char* file, int line
     if (p == NULL) malloc_check_failed(count * size, file, line);
     return p;
 }
+static inline void* realloc_check_(void* p, size_t bytes, const char* file, int line) {
+    void* q = realloc(p, bytes ? bytes : 1);
+    if (q == NULL) malloc_check_failed(bytes, file, line);
+    return q;
+}
 #define mallocCheck(bytes) malloc_check_((bytes), __FILE__, __LINE__)
 #define callocCheck(count, size) calloc_check_((count), (size), __FILE__, __LINE__)
+#define reallocCheck(p, bytes) realloc_check_((p), (bytes), __FILE__, __LINE__)
 
 #ifdef __CUDACC__
 static void cuda_check_(cudaError_t err, const char* file, int line) {

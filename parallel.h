@@ -267,11 +267,12 @@ typedef struct {
     const char* group;                    // its group ("" before any)
     int peer;                             // the other world rank of a pipeline exchange, else -1
     int waiting;                          // 1 while inside op
+    int in_io;                            // 1 while a checkpoint is saved or loaded
     double progress_at;                   // when this rank last got anywhere
     double wait_started, wait_seconds;    // the wait in progress; all waits so far, summed
 } Activity;
 
-static Activity activity = {-1, -1, "setup", "", "", -1, 0, 0.0, 0.0, 0.0};
+static Activity activity = {-1, -1, "setup", "", "", -1, 0, 0, 0.0, 0.0, 0.0};
 static pthread_mutex_t activity_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void activity_phase(const char* phase, int iteration, int micro_batch) {
@@ -279,6 +280,16 @@ static void activity_phase(const char* phase, int iteration, int micro_batch) {
     activity.phase = phase;
     activity.iteration = iteration;
     activity.micro_batch = micro_batch;
+    activity.progress_at = now_seconds();
+    pthread_mutex_unlock(&activity_lock);
+}
+
+// Every rank, around a checkpoint's save or load: the watchdog then allows
+// --watchdog-io-timeout (an fsync on a busy parallel file system, or the ranks that wait for
+// rank 0's, can take far longer than a step without anything being wrong)
+static void activity_io(int in_io) {
+    pthread_mutex_lock(&activity_lock);
+    activity.in_io = in_io;
     activity.progress_at = now_seconds();
     pthread_mutex_unlock(&activity_lock);
 }
@@ -329,15 +340,17 @@ static double seconds_waited(void) {
 #define WATCHDOG_EXIT 3
 
 typedef struct {   // one rank's state, as rank 0 receives it (fixed size: one message)
-    int rank, iteration, micro_batch, waiting, peer;
+    int rank, pid, iteration, micro_batch, waiting, peer, in_io;
     double stuck;
     char host[64], phase[32], op[40], group[24];
 } WatchdogReport;
 
 static struct {
-    double timeout;
+    double timeout, io_timeout;   // seconds; io_timeout while a checkpoint is saved or loaded
     int stopped;     // watchdog_stop: the thread ends
     MPI_Comm comm;   // a copy of the world for the reports alone (MPI_COMM_NULL: no summary)
+    char (*hosts)[64];   // rank 0: every rank's host and process id, gathered at the start, so
+    int* pids;           // that a rank that sends no report (frozen, dead) is named fully too
 } watchdog;
 
 static int watchdog_stopped(void) {
@@ -352,9 +365,11 @@ static WatchdogReport watchdog_snapshot(void) {
     memset(&r, 0, sizeof(r));
     pthread_mutex_lock(&activity_lock);
     r.rank = grid.world_rank;
+    r.pid = (int)getpid();
     r.iteration = activity.iteration;
     r.micro_batch = activity.micro_batch;
     r.waiting = activity.waiting;
+    r.in_io = activity.in_io;
     r.peer = activity.peer;
     r.stuck = now_seconds() - activity.progress_at;
     snprintf(r.phase, sizeof(r.phase), "%s", activity.phase);
@@ -398,8 +413,9 @@ static void watchdog_report(const WatchdogReport* me) {
     char what[200], coords[64];
     describe_report(me, what, sizeof(what));
     coordinates_of(me->rank, coords, sizeof(coords));
-    fprintf(stderr, "error: [rank %d on %s %s] watchdog: no progress for %.0f s (--watchdog-timeout %.0f): %s\n",
-            me->rank, me->host, coords, me->stuck, watchdog.timeout, what);
+    fprintf(stderr, "error: [rank %d on %s pid %d %s] watchdog: no progress for %.0f s (%s %.0f): %s\n", me->rank,
+            me->host, me->pid, coords, me->stuck, me->in_io ? "--watchdog-io-timeout" : "--watchdog-timeout",
+            me->in_io ? watchdog.io_timeout : watchdog.timeout, what);
     fflush(stderr);
 }
 
@@ -409,20 +425,32 @@ static void list_rank(char* list, size_t len, int rank) {
     snprintf(list + used, len - used, "%s%d", used ? "," : "", rank);
 }
 
+// appends "; rank r on HOST pid P TP(.)-PP(.)-DP(.)-Rank(r)" (without "; " first), from what
+// rank 0 gathered at the start: all an operator needs to find the process
+static void list_rank_fully(char* list, size_t len, int rank) {
+    char coords[64];
+    size_t used = strlen(list);
+    coordinates_of(rank, coords, sizeof(coords));
+    if (watchdog.hosts)
+        snprintf(list + used, len - used, "%srank %d on %s pid %d %s", used ? "; " : "", rank, watchdog.hosts[rank],
+                 watchdog.pids[rank], coords);
+    else snprintf(list + used, len - used, "%srank %d %s", used ? "; " : "", rank, coords);
+}
+
 // rank 0: who waits in a collective, who waits in none (the ones the others wait for), who
 // sent nothing
 static void watchdog_summary(const WatchdogReport* reports, const int* heard) {
-    char waiting[512] = "", silent[512] = "", culprits[2048] = "";
+    char waiting[512] = "", silent[2048] = "", culprits[2048] = "";
     for (int r = 0; r < grid.world_size; r++) {
-        if (!heard[r]) list_rank(silent, sizeof(silent), r);
+        if (!heard[r]) list_rank_fully(silent, sizeof(silent), r);
         else if (reports[r].waiting) list_rank(waiting, sizeof(waiting), r);
         else {
             char what[200], coords[64];
             size_t used = strlen(culprits);
             describe_report(&reports[r], what, sizeof(what));
             coordinates_of(r, coords, sizeof(coords));
-            snprintf(culprits + used, sizeof(culprits) - used, "%srank %d on %s %s (%s)", used ? "; " : "", r,
-                     reports[r].host, coords, what);
+            snprintf(culprits + used, sizeof(culprits) - used, "%srank %d on %s pid %d %s (%s)", used ? "; " : "", r,
+                     reports[r].host, reports[r].pid, coords, what);
         }
     }
     fprintf(stderr, "error: watchdog summary: waiting in a collective: ranks %s | in none, so the others wait for "
@@ -454,7 +482,7 @@ static void* watchdog_main(void* unused) {
         sleep(1);
         if (watchdog_stopped()) return NULL;
         me = watchdog_snapshot();
-        if (!fired_at && me.stuck >= watchdog.timeout) {
+        if (!fired_at && me.stuck >= (me.in_io ? watchdog.io_timeout : watchdog.timeout)) {
             fired_at = now_seconds();
             watchdog_report(&me);
             if (!is_root && use_mpi) MPI_Isend(&me, (int)sizeof(me), MPI_BYTE, 0, 0, watchdog.comm, &sent);
@@ -481,11 +509,22 @@ static void watchdog_stop(void) {
 }
 
 // after the grid is built, on every rank at once (the report channel is made collectively)
-static void watchdog_start(double timeout_seconds) {
+static void watchdog_start(double timeout_seconds, double io_timeout_seconds) {
     if (timeout_seconds <= 0.0) return;
     watchdog.timeout = timeout_seconds;
+    watchdog.io_timeout = io_timeout_seconds;
     watchdog.comm = MPI_COMM_NULL;
     if (grid.thread_level >= MPI_THREAD_MULTIPLE) mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &watchdog.comm));
+    // every rank's host and pid to rank 0 (all ranks start the watchdog with the same timeout)
+    char host[64];
+    int pid = (int)getpid();
+    snprintf(host, sizeof(host), "%.63s", grid.host);
+    if (grid.world_rank == 0) {
+        watchdog.hosts = (char(*)[64])callocCheck(grid.world_size, 64);
+        watchdog.pids = (int*)callocCheck(grid.world_size, sizeof(int));
+    }
+    mpiCheck(MPI_Gather(host, 64, MPI_CHAR, watchdog.hosts, 64, MPI_CHAR, 0, MPI_COMM_WORLD));
+    mpiCheck(MPI_Gather(&pid, 1, MPI_INT, watchdog.pids, 1, MPI_INT, 0, MPI_COMM_WORLD));
     activity_phase("setup", -1, -1);
     pthread_t thread;
     if (pthread_create(&thread, NULL, watchdog_main, NULL) != 0) fail("cannot start the watchdog thread");
@@ -724,7 +763,9 @@ static int shared_file_open(const char* path, int writing, MPI_File* f) {
     wait_end();
     return rc;
 }
-static void shared_file_set_size(MPI_File f, size_t bytes) { mpiCheck(MPI_File_set_size(f, (MPI_Offset)bytes)); }
+static int shared_file_set_size(MPI_File f, size_t bytes) {   // 1: done
+    return MPI_File_set_size(f, (MPI_Offset)bytes) == MPI_SUCCESS;
+}
 static int shared_file_sync(MPI_File f) {   // 1: synced
     wait_begin("syncing a checkpoint file", &grid.world, -1);
     int synced = MPI_File_sync(f) == MPI_SUCCESS;

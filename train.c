@@ -74,6 +74,7 @@ step -> log -> sampling -> the run -> main.
     X(SWITCH, log_comm, NULL, 0, "log the bytes each group's communication sent per step")                             \
     X(SWITCH, log_memory_bytes, NULL, 0, "print the memory table in bytes too, with what dev_malloc handed out")       \
     X(INT, watchdog_timeout, "600", 0, "end the job, saying where every rank is, after S s without progress (0: off)") \
+    X(INT, watchdog_io_timeout, "3600", 1, "the watchdog's S while a checkpoint is saved or loaded (a slow fsync)")     \
     X(FLOAT, slow_rank_threshold, "1.5", 0, "name a rank computing this many times its stage's median (0: off)")       \
     X(STRING, tensorboard_dir, NULL, 0, "DIR: write the log line's values as TensorBoard events here")                 \
     X(STRING, save, NULL, 0, "DIR: save checkpoints here")                                                             \
@@ -504,16 +505,15 @@ static void check_rampup(const BatchSchedule* b) {
 }
 
 // Megatron's update_train_iters: the steps that --train-samples takes, counting the ramp
-static int train_iters_for_samples(const BatchSchedule* b, long long train_samples) {
-    if (b->rampup_samples == 0) return (int)(train_samples / b->global_batch_size);
-    long long consumed = 0;
-    int iters = 0;
+static long long train_iters_for_samples(const BatchSchedule* b, long long train_samples) {
+    if (b->rampup_samples == 0) return train_samples / b->global_batch_size;
+    long long consumed = 0, iters = 0;
     while (consumed <= b->rampup_samples) {
         consumed += current_global_batch_size(b, consumed);
         iters++;
     }
     long long rest = train_samples - consumed;   // Python's floor division, as Megatron
-    iters += (int)(rest >= 0 ? rest / b->global_batch_size : -((-rest + b->global_batch_size - 1) / b->global_batch_size));
+    iters += rest >= 0 ? rest / b->global_batch_size : -((-rest + b->global_batch_size - 1) / b->global_batch_size);
     return iters;
 }
 
@@ -1191,8 +1191,12 @@ static void setup_schedules(Trainer* t) {
     b->rampup_samples = a->rampup_batch_size.v[2];
     if (b->start || b->increment || b->rampup_samples) check_rampup(b);
     if (a->train_iters == 0 && a->train_samples == 0) return;   // --train-iters 0 --save: the initial model only
-    t->train_iters = a->train_iters > 0 ? a->train_iters : train_iters_for_samples(b, a->train_samples);
-    if (t->train_iters <= 0) config_error("--train-samples %lld is less than one global batch", a->train_samples);
+    long long iters = a->train_iters > 0 ? a->train_iters : train_iters_for_samples(b, a->train_samples);
+    if (iters <= 0) config_error("--train-samples %lld is less than one global batch", a->train_samples);
+    if (iters > INT_MAX)
+        config_error("--train-samples %lld at a global batch of %d is %lld iterations, more than %d", a->train_samples,
+                     a->global_batch_size, iters, INT_MAX);
+    t->train_iters = (int)iters;
     t->lr = make_lr_schedule(a, t->train_iters);
 }
 
@@ -1202,7 +1206,7 @@ static void check_paths(const Config* a) {
     char err[4600];
     int rc = 0;
     struct stat st;
-    if (a->save && grid.world_rank == 0) rc = prepare_save_dir(a->save, err, sizeof(err));
+    if (a->save && grid.world_rank == 0) rc = prepare_save_dir(a->save, err, sizeof(err)) || take_save_lock(a->save, err, sizeof(err));
     if (!rc && a->tensorboard_dir && grid.world_rank == 0) rc = prepare_dir("--tensorboard-dir", a->tensorboard_dir, err, sizeof(err));
     broadcast_host(&grid.world, &rc, sizeof(rc), 0);
     if (rc) config_error("%s", err);
@@ -1232,8 +1236,58 @@ static void find_checkpoint(Config* a, char* ckpt, size_t len, CheckpointMeta* m
     }
 }
 
-// the memory this rank's buffers may take: its share of the host's memory on the CPU build
-// (every rank on the host allocates as much), its GPU's on the GPU build
+#ifndef __CUDACC__
+// The room a cgroup (v2) leaves: memory.max - memory.current of this process's cgroup and of
+// each one above it (SLURM and containers set the limit on one of them); -1 when none is set.
+static double cgroup_memory_left(void) {
+    char line[4096], dir[4200], path[4300];
+    FILE* f = fopen("/proc/self/cgroup", "r");
+    if (!f) return -1.0;
+    int found = fgets(line, sizeof(line), f) && strncmp(line, "0::", 3) == 0;   // v2: one line "0::/path"
+    fclose(f);
+    if (!found) return -1.0;
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", strcmp(line + 3, "/") ? line + 3 : "");
+    double left = -1.0;
+    for (;;) {
+        double max = -1.0, current = 0.0;
+        snprintf(path, sizeof(path), "%s/memory.max", dir);
+        if ((f = fopen(path, "r")) != NULL) {
+            if (fscanf(f, "%lf", &max) != 1) max = -1.0;   // "max": no limit here
+            fclose(f);
+        }
+        snprintf(path, sizeof(path), "%s/memory.current", dir);
+        if (max >= 0.0 && (f = fopen(path, "r")) != NULL) {
+            if (fscanf(f, "%lf", &current) != 1) current = 0.0;
+            fclose(f);
+        }
+        if (max >= 0.0 && (left < 0.0 || max - current < left)) left = max > current ? max - current : 0.0;
+        char* slash = strrchr(dir, '/');
+        if (!slash || slash == dir + strlen("/sys/fs")) break;   // /sys/fs/cgroup itself is done
+        *slash = '\0';
+    }
+    return left;
+}
+
+// The room a process limit leaves (ulimit -v: RLIMIT_AS over the address space; RLIMIT_DATA
+// over the heap and mappings): the limit less what the process already uses; -1 when unlimited.
+static double rlimit_left(int resource, int statm_field) {
+    struct rlimit rl;
+    if (getrlimit(resource, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return -1.0;
+    long pages[7] = {0};
+    FILE* f = fopen("/proc/self/statm", "r");
+    if (f) {
+        for (int i = 0; i < 7 && fscanf(f, "%ld", &pages[i]) == 1; i++) {}
+        fclose(f);
+    }
+    double used = (double)pages[statm_field] * sysconf(_SC_PAGE_SIZE);
+    return (double)rl.rlim_cur > used ? (double)rl.rlim_cur - used : 0.0;
+}
+#endif
+
+// The memory this rank's buffers may take: on the GPU build its GPU's free memory; on the CPU
+// build the least of its share of the host's memory (every rank on the host allocates as
+// much), its share of the cgroup's room, and what its own process limits leave.
 static double memory_available(const char** where) {
 #ifdef __CUDACC__
     size_t free_bytes = 0, total = 0;
@@ -1241,8 +1295,13 @@ static double memory_available(const char** where) {
     *where = "its GPU has";
     return (double)free_bytes;
 #else
+    double have = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / grid.local_size;
+    double cgroup = cgroup_memory_left(), as = rlimit_left(RLIMIT_AS, 0), data = rlimit_left(RLIMIT_DATA, 5);
     *where = "its share of the host's memory is";
-    return (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / grid.local_size;
+    if (cgroup >= 0.0 && cgroup / grid.local_size < have) have = cgroup / grid.local_size, *where = "its share of the cgroup's memory.max leaves";
+    if (as >= 0.0 && as < have) have = as, *where = "its address-space limit (ulimit -v, RLIMIT_AS) leaves";
+    if (data >= 0.0 && data < have) have = data, *where = "its data limit (ulimit -d, RLIMIT_DATA) leaves";
+    return have;
 #endif
 }
 
@@ -1285,7 +1344,7 @@ static void start_grid(const Config* a) {
 #endif
     kernels_init(grid.local_rank);   // ranks on one host take distinct GPUs
     grid_build(a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
-    watchdog_start(a->watchdog_timeout);
+    watchdog_start(a->watchdog_timeout, a->watchdog_io_timeout);
 }
 
 // --check-cluster's flags: the sizes in MiB (1 16 64 by default, increasing) and the matmul's N
@@ -1838,8 +1897,7 @@ static void dry_run_sweep(const Config* a, const Hardware* hw) {
                 }
                 if (count == capacity) {
                     capacity *= 2;
-                    rows = (SweepRow*)realloc(rows, capacity * sizeof(SweepRow));
-                    if (!rows) fail("out of host memory for the sweep's %d layouts", capacity);
+                    rows = (SweepRow*)reallocCheck(rows, capacity * sizeof(SweepRow));
                 }
                 rows[count].plan = plan_layout(&b, hw, NULL);
                 rows[count].micro_batch_size = mbs;
@@ -1939,7 +1997,10 @@ static void dry_run_and_exit(Config* a) {
 }
 
 // the model, the optimizer and the grid they live on (every check has passed)
-static void build_model(Trainer* t) {
+// The model of this rank planned (nothing allocated) and its memory checked against what there
+// is. (It follows open_data, which settles the vocabulary --vocab-size 0 takes from the data;
+// so a run that cannot fit has built its sample index before it is refused.)
+static void plan_model(Trainer* t) {
     Config* a = &t->config;
     GPTConfig* c = &a->model;
     start_grid(a);
@@ -1961,6 +2022,11 @@ static void build_model(Trainer* t) {
                    grid.dp_size, build);
     StageMemory planned = stage_memory(&t->model, stage, grid.dp_size);
     check_memory(&planned, table_flags);
+}
+
+// the planned model, its optimizer and its communication helpers, allocated
+static void build_model(Trainer* t) {
+    Config* a = &t->config;
     size_t before = dev_bytes_allocated;
     gpt_allocate(&t->model);
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};
@@ -1984,6 +2050,9 @@ static void resume(Trainer* t, const char* ckpt, const CheckpointMeta* meta) {
         double s = now_seconds() - t0;
         printf("loaded checkpoint %s (iteration %d%s): %.3f GB in %.2f s (%.2f GB/s)\n", ckpt, meta->progress.iteration,
                a->finetune ? ", weights only: --finetune" : with_optim ? "" : ", without optimizer state", gb, s, gb / s);
+        if (!meta->text_checked)
+            printf("note: %s/metadata.txt has no checksum line (written before gridgpt added it): its counters were "
+                   "checked against each other only\n", ckpt);
         fflush(stdout);
     }
 }
@@ -2036,6 +2105,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
         start_grid(a);
         check_cluster(&cluster_check);
     }
+    plan_model(t);
     build_model(t);
     t->last_saved = -1;
     if (ckpt[0]) resume(t, ckpt, &meta);
@@ -2240,10 +2310,14 @@ static float run_evaluation(Trainer* t, int split, const char* what) {
 // SIGTERM and SIGUSR1 (what SLURM sends before a time limit), SIGINT (Ctrl-C) and SIGHUP (a
 // closed terminal) ask for a save and an exit after the current step; the same signal a
 // second time ends the run at once (a user who presses Ctrl-C twice means it).
-static volatile sig_atomic_t stop_requested = 0;
+static volatile sig_atomic_t stop_requested = 0;   // the signal's number
 static void request_stop(int sig) {
-    stop_requested = 1;
+    stop_requested = sig;
     signal(sig, SIG_DFL);
+}
+
+static const char* signal_name(int sig) {
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "a signal";
 }
 
 static void save_checkpoint_once(Trainer* t) {
@@ -2260,13 +2334,19 @@ static void save_checkpoint_once(Trainer* t) {
 static int after_step(Trainer* t, double start) {
     const Config* a = &t->config;
     int it = t->progress.iteration, at_exit_interval = a->exit_interval > 0 && it % a->exit_interval == 0;
-    int stop = max_over_world(stop_requested || at_exit_interval ||
-                              (a->exit_duration_in_mins > 0 && now_seconds() - start > 60.0 * a->exit_duration_in_mins));
+    // the reason, as the whole world sees it: a signal (the highest rank it reached, and which
+    // signal, as rank * 64 + signal), else --exit-interval (the same on every rank), else time
+    int signalled = max_over_world(stop_requested ? grid.world_rank * 64 + stop_requested : 0);
+    int out_of_time = max_over_world(a->exit_duration_in_mins > 0 && now_seconds() - start > 60.0 * a->exit_duration_in_mins);
+    int stop = signalled || at_exit_interval || out_of_time;
     if (stop || (a->save_interval > 0 && it % a->save_interval == 0)) save_checkpoint_once(t);
     if (stop && grid.world_rank == 0) {
-        printf("stopping at iteration %d (%s)%s\n", it,
-               stop_requested ? "signal" : at_exit_interval ? "--exit-interval" : "--exit-duration-in-mins",
-               a->save ? ", checkpoint saved" : "");
+        char reason[128];
+        if (signalled)
+            snprintf(reason, sizeof(reason), "%s on rank %d", signal_name(signalled % 64), signalled / 64);
+        else snprintf(reason, sizeof(reason), "%s", at_exit_interval ? "--exit-interval" : "--exit-duration-in-mins");
+        printf("stopping at iteration %d (%s)%s\n", it, reason,
+               !a->save ? "" : t->last_save_failed ? ", checkpoint not saved" : ", checkpoint saved");
         fflush(stdout);
     }
     return stop;

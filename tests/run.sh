@@ -7,7 +7,7 @@
 set -u
 cd "$(dirname "$0")/.."
 TESTS="fixtures kernels kernels_blas data model cli parallel scale watchdog configs check_cluster dry_run plan
-       checkpoint hf tensorboard emu_kernels emu_train"
+       checkpoint crash_points hf tensorboard emu_kernels emu_train"
 for name in "$@"; do
     case " $(echo $TESTS) " in
         *" $name "*) ;;
@@ -83,6 +83,7 @@ run check_cluster bash tests/test_check_cluster.sh $B/corpus_text_document
 run dry_run bash tests/test_dry_run.sh $B/corpus_text_document
 run plan bash tests/test_plan.sh $B/corpus_text_document
 run checkpoint bash tests/test_checkpoint.sh $B/corpus_text_document
+run crash_points bash tests/test_crash_points.sh $B/corpus_text_document
 run hf bash tests/test_hf.sh $B/corpus_text_document
 run tensorboard bash tests/test_tensorboard.sh $B/corpus_text_document
 run emu_kernels bash tests/test_emu.sh

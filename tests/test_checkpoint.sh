@@ -90,6 +90,52 @@ mkdir -p $B/broken.ckpt && echo "last Tuesday" > $B/broken.ckpt/latest_checkpoin
 expect_refusal "a broken latest_checkpointed_iteration.txt is refused" "latest_checkpointed_iteration.txt: expected an iteration number" \
     --load $B/broken.ckpt
 
+# the marker holds digits and a newline, in range, nothing else ("4x" once loaded 4, and
+# 4294967302 wrapped to 6)
+for marker in "10x" "4294967306" "-1" "" " 10" "10 " "0x0a" "10\n\n" "99999999999999999999"; do
+    mkdir -p $B/marker.ckpt && printf "$marker" > $B/marker.ckpt/latest_checkpointed_iteration.txt
+    ln -sfn "$PWD/$ck" $B/marker.ckpt/iter_0000010
+    expect_refusal "the marker '$marker' is refused" "marker.ckpt/latest_checkpointed_iteration.txt: expected an iteration number" \
+        --load $B/marker.ckpt
+done
+printf "10" > $B/marker.ckpt/latest_checkpointed_iteration.txt   # no newline: still an iteration number
+./train_cpu $flags --load $B/marker.ckpt --train-iters 11 > $B/marker.log 2>&1
+if grep -q "loaded checkpoint $B/marker.ckpt/iter_0000010" $B/marker.log; then ok "the marker '10' without a newline loads iteration 10"
+else bad "the marker '10' without a newline" "$(grep -m1 error $B/marker.log)"; fi
+
+# metadata.txt ends with the CRC-32 of its text: an edited counter is refused; without that
+# line (a checkpoint from before it), the counters are still checked against each other
+edited() {  # name sed-expression: a copy of first.ckpt with its metadata.txt edited
+    rm -rf $B/$1.ckpt && cp -r $B/first.ckpt $B/$1.ckpt && sed -i "$2" $B/$1.ckpt/iter_0000010/metadata.txt
+}
+refused_edit() {  # what, sed-expression, the error's words: a copy so edited is refused saying them
+    local name=edit$((++edits))
+    edited $name "$2"
+    expect_refusal "$1" "$3" --load $B/$name.ckpt
+}
+edits=0
+refused_edit "metadata.txt with optimizer_step -1 fails its checksum" 's/^optimizer_step .*/optimizer_step -1/' \
+    "edit1.ckpt/iter_0000010/metadata.txt: its text fails its checksum"
+refused_edit "metadata.txt with consumed_samples 160 -> 161 fails its checksum" 's/^consumed_samples 160$/consumed_samples 161/' \
+    "edit2.ckpt/iter_0000010/metadata.txt: its text fails its checksum"
+refused_edit "without its checksum line, optimizer_step -1 is out of range" \
+    '/^crc32 /d; s/^optimizer_step .*/optimizer_step -1/' "optimizer_step is outside [0, iteration]"
+refused_edit "without its checksum line, optimizer_step above the iteration is out of range" \
+    '/^crc32 /d; s/^optimizer_step .*/optimizer_step 11/' "optimizer_step is outside [0, iteration]"
+refused_edit "without its checksum line, fewer consumed samples than iterations is out of range" \
+    '/^crc32 /d; s/^consumed_samples .*/consumed_samples 9/' "consumed_samples is below iteration"
+refused_edit "without its checksum line, scheduler_samples above consumed_samples is out of range" \
+    '/^crc32 /d; s/^scheduler_samples .*/scheduler_samples 161/' "scheduler_samples is outside"
+edited trailing '$ a\
+iteration 3'
+expect_refusal "a line after the checksum line is refused" "line $(wc -l < $B/trailing.ckpt/iter_0000010/metadata.txt) follows the checksum line" \
+    --load $B/trailing.ckpt
+edited nocrc '/^crc32 /d'
+./train_cpu $flags --load $B/nocrc.ckpt --log-interval 1 > $B/nocrc.log 2>&1
+if grep -q "^note: $B/nocrc.ckpt/iter_0000010/metadata.txt has no checksum line" $B/nocrc.log &&
+   grep -qE '^ iteration +11/ +20 ' $B/nocrc.log; then ok "a checkpoint without the checksum line (an older one) loads, said in one note"
+else bad "a checkpoint without the checksum line loads" "$(grep -m1 -E 'error|note' $B/nocrc.log)"; fi
+
 # --finetune: the weights only, the iteration starts at 0; --no-load-optim: a fresh optimizer
 ./train_cpu $flags --load $B/first.ckpt --finetune --train-iters 3 --lr-warmup-iters 1 --log-interval 1 > $B/finetune.log 2>&1
 if grep -q "weights only" $B/finetune.log && grep -qE '^ iteration +1/ +3 \| consumed samples: +16 ' $B/finetune.log; then
@@ -106,6 +152,60 @@ kept=$(ls $B/rotate.ckpt | grep '^iter_' | tr '\n' ' ')
 if [ "$kept" = "iter_0000018 iter_0000020 " ] && [ "$(cat $B/rotate.ckpt/latest_checkpointed_iteration.txt)" = 20 ]; then
     ok "--keep-last 2 keeps the two newest checkpoints"
 else bad "--keep-last 2" "kept: $kept"; fi
+
+# --keep-last after a rollback (the marker set back by hand, as after a loss spike): the save
+# just made stays, and the others are ranked by when they were written, not by number
+rollback() {  # keep: train to 6 saving every 3, roll back to 3, resume to 5 saving there
+    local dir=$B/rollback$1.ckpt
+    ./train_cpu $flags --train-iters 6 --save $dir --save-interval 3 > $B/rollback$1-a.log 2>&1
+    echo 3 > $dir/latest_checkpointed_iteration.txt
+    ./train_cpu $flags --train-iters 5 --load $dir --save $dir --save-interval 5 --keep-last $1 > $B/rollback$1.log 2>&1
+}
+rollback 1
+kept=$(ls $B/rollback1.ckpt | grep '^iter_' | tr '\n' ' ')
+if [ "$kept" = "iter_0000005 " ] && [ "$(cat $B/rollback1.ckpt/latest_checkpointed_iteration.txt)" = 5 ] &&
+   grep -q "^removed $B/rollback1.ckpt/iter_0000006 (--keep-last 1" $B/rollback1.log &&
+   grep -q "^removed $B/rollback1.ckpt/iter_0000003 (--keep-last 1" $B/rollback1.log &&
+   ./train_cpu $flags --train-iters 6 --load $B/rollback1.ckpt > $B/rollback1-c.log 2>&1 &&
+   grep -q "loaded checkpoint $B/rollback1.ckpt/iter_0000005" $B/rollback1-c.log; then
+    ok "--keep-last 1 after a rollback keeps the save just made (which loads) and says what it removed"
+else bad "--keep-last 1 after a rollback" "kept: $kept; marker $(cat $B/rollback1.ckpt/latest_checkpointed_iteration.txt); $(grep -m2 -E '^removed|error' $B/rollback1.log)"; fi
+rollback 2
+kept=$(ls $B/rollback2.ckpt | grep '^iter_' | tr '\n' ' ')
+if [ "$kept" = "iter_0000005 iter_0000006 " ] && grep -q "^removed $B/rollback2.ckpt/iter_0000003 " $B/rollback2.log; then
+    ok "--keep-last 2 after a rollback keeps the save just made and the one written last before it (6, not 3)"
+else bad "--keep-last 2 after a rollback" "kept: $kept"; fi
+
+# one job per --save directory: a second job is refused naming the holder; a lock whose
+# process is gone (kill -9) is taken over on the same host; a lock from another host is refused
+lk=$B/locked.ckpt
+./train_cpu $flags --train-iters 100000 --save $lk > $B/lock-holder.log 2>&1 &
+holder=$!
+for i in $(seq 50); do [ -f $lk/gridgpt.lock ] && break; sleep 0.2; done
+expect_refusal "a second job with the same --save is refused, naming the holder" \
+    "--save $lk is in use by another job: host $(hostname), pid $holder, since" --train-iters 6 --save $lk
+kill -9 $holder; wait $holder 2> /dev/null
+./train_cpu $flags --train-iters 6 --save $lk > $B/lock-takeover.log 2>&1
+status=$?
+if [ $status -eq 0 ] && grep -q "^took over $lk/gridgpt.lock from pid $holder " $B/lock-takeover.log && [ ! -e $lk/gridgpt.lock ]; then
+    ok "the lock of a killed job is taken over in one line, and released at the end"
+else bad "the lock of a killed job" "status $status: $(grep -m1 -E 'took|error' $B/lock-takeover.log)"; fi
+echo "host some-other-node pid 4242 start 17 since 2026-01-01 00:00:00 UTC" > $lk/gridgpt.lock
+expect_refusal "a lock held on another host is refused, naming it" \
+    "--save $lk is in use by another job: host some-other-node, pid 4242" --train-iters 6 --save $lk
+rm $lk/gridgpt.lock
+
+# a --save where a save cannot work is refused before training, naming the step
+expect_refusal "--save /proc is refused at start-up (the probe cannot create a file there)" \
+    "--save /proc: cannot create /proc/.gridgpt-probe-" --train-iters 6 --save /proc
+
+# a planted link named like the marker's temporary file is removed, never written through
+pl=$B/planted.ckpt
+mkdir -p $pl && echo precious > $B/victim && ln -s "$PWD/$B/victim" $pl/latest_checkpointed_iteration.txt.tmp
+./train_cpu $flags --train-iters 6 --save $pl > $B/planted.log 2>&1
+if [ "$(cat $B/victim)" = precious ] && [ "$(cat $pl/latest_checkpointed_iteration.txt)" = 6 ] && [ ! -e $pl/latest_checkpointed_iteration.txt.tmp ]; then
+    ok "a link planted as the marker's temporary file is not written through; the marker is written"
+else bad "a planted link" "victim: $(cat $B/victim); marker: $(cat $pl/latest_checkpointed_iteration.txt 2>&1)"; fi
 
 # --train-iters 0 --save: the initial model as iteration 0; resuming from it trains exactly as
 # a fresh run does (the same losses, every digit)
@@ -215,26 +315,60 @@ else bad "a failed save on a grid" "status $status: $(head -c 300 $B/full_grid.e
 # SIGTERM (as SLURM sends before a time limit), Ctrl-C's SIGINT, SIGHUP: finish the step,
 # save, exit 0; the same signal twice ends the run at once (no save)
 long="$flags --train-iters 100000 --eval-interval 100000"
+training() {  # LOG: wait (up to 60 s) until the run has logged a step, so its handlers are in place
+    for i in $(seq 600); do grep -qE '^ iteration' "$1" 2> /dev/null && return; sleep 0.1; done
+}
 for sig in TERM INT HUP; do
     ./train_cpu $long --save $B/$sig.ckpt > $B/$sig.log 2>&1 &
     pid=$!
-    sleep 1.5
+    training $B/$sig.log
     kill -$sig $pid
     wait $pid
     status=$?
     it=$(cat $B/$sig.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
-    if [ $status -eq 0 ] && [ -n "$it" ] && grep -q "stopping at iteration $it (signal), checkpoint saved" $B/$sig.log; then
+    if [ $status -eq 0 ] && [ -n "$it" ] && grep -q "stopping at iteration $it (SIG$sig on rank 0), checkpoint saved" $B/$sig.log; then
         ok "SIG$sig saves the checkpoint of the current step and exits 0 (iteration $it)"
     else bad "SIG$sig saves and exits 0" "status $status, latest '$it': $(tail -2 $B/$sig.log)"; fi
 done
-./train_cpu $long --save $B/twice.ckpt > $B/twice.log 2>&1 &
+# (every fsync under twice.ckpt made 3 s late by tests/fault_fs.c, so that the second signal
+# surely comes while the first one's save is still going)
+gcc -shared -fPIC -O1 -Wall -Wextra -Werror tests/fault_fs.c -o $B/fault_fs.so -ldl
+LD_PRELOAD=$PWD/$B/fault_fs.so FAULT_DIR=$PWD/$B/twice.ckpt FAULT_CALLS=fsync FAULT_MODE=delay FAULT_DELAY=3 \
+    ./train_cpu $long --save $B/twice.ckpt > $B/twice.log 2>&1 &
 pid=$!
-sleep 1.5
-kill -INT $pid; sleep 0.05; kill -INT $pid
+training $B/twice.log
+kill -INT $pid; sleep 1; kill -INT $pid
 wait $pid
 status=$?
 if [ $status -eq 130 ]; then ok "Ctrl-C twice ends the run at once (status 130)"
 else bad "Ctrl-C twice" "status $status: $(tail -2 $B/twice.log)"; fi
+
+# under mpirun: SIGTERM to one rank stops the whole job after the step, naming that rank; and
+# scripts/launch turns a SIGTERM to the job into the SIGUSR1 Open MPI forwards at once (mpirun
+# itself, sent SIGTERM, kills a rank whose save takes over a second), so the job saves, exits 0
+$MPIRUN -np 2 ./train_cpu $long --save $B/rank1.ckpt > $B/rank1.log 2>&1 &
+pid=$!
+training $B/rank1.log
+rank1=$(pgrep -f "train_cpu .*--save $B/rank1.ckpt" | sort -n | tail -1)
+kill -TERM $rank1
+wait $pid
+status=$?
+it=$(cat $B/rank1.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
+if [ $status -eq 0 ] && [ -n "$it" ] && grep -qE "stopping at iteration $it \(SIGTERM on rank [01]\), checkpoint saved" $B/rank1.log; then
+    ok "SIGTERM to one rank of two: the job saves iteration $it and exits 0, naming the rank it reached"
+else bad "SIGTERM to one rank" "status $status, latest '$it': $(grep -m1 stopping $B/rank1.log)"; fi
+scripts/launch --oversubscribe --bind-to none -np 2 ./train_cpu $long --save $B/launch.ckpt > $B/launch.log 2>&1 &
+pid=$!
+training $B/launch.log
+kill -TERM $pid
+wait $pid
+status=$?
+it=$(cat $B/launch.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
+./train_cpu $flags --train-iters $((it + 1)) --load $B/launch.ckpt > $B/launch-load.log 2>&1
+if [ $status -eq 0 ] && [ -n "$it" ] && grep -qE "stopping at iteration $it \(SIGUSR1 on rank 1\), checkpoint saved" $B/launch.log &&
+   grep -q "loaded checkpoint $B/launch.ckpt/iter_" $B/launch-load.log; then
+    ok "scripts/launch -np 2 sent SIGTERM: every rank gets SIGUSR1, the job saves iteration $it (which loads) and exits 0"
+else bad "scripts/launch sent SIGTERM" "status $status, latest '$it': $(grep -m1 -E 'stopping|error' $B/launch.log)"; fi
 
 # kill -9 in the middle of a save: a model whose checkpoint (~150 MB) takes far longer to
 # write than a step, saved every step, killed as soon as one checkpoint is complete and the

@@ -196,6 +196,9 @@ else bad "an empty valid split skips evaluation" "$(grep -m1 -E 'error|note' "$t
 expect_error "an integer beyond int" "--hidden-size expects an integer up to 2147483647" $base --hidden-size 4294967328
 expect_error "a value below the field's minimum" "--weight-decay must be at least 0" $base --weight-decay -1
 expect_error "a list flag with too many values" "--data-path takes at most 512 values" $base --data-path $(seq 1 513)
+expect_error "--train-samples whose iterations overflow int names that flag" \
+    "--train-samples 9223372036854775807 at a global batch of 4 is 2305843009213693951 iterations" \
+    --data-path "$data" --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --train-samples 9223372036854775807
 
 # what a rank would allocate is checked against the memory before anything large is allocated
 expect_error "activations beyond the memory, named before allocating" "the largest part, activations, grows with --micro-batch-size" \

@@ -289,7 +289,7 @@ fi
 if [ -z "${GPU_BINARY:-}" ]; then
     plant="$tmp/plant"
     mkdir -p "$plant/tests"
-    cp train.c gpt.h parallel.h checkpoint.h kernels.cuh data.c "$plant/"
+    cp ./*.c ./*.h ./*.cuh "$plant/"   # every source of the trainer
     cp -r tests/emu "$plant/tests/"
     overlap_iters=3   # each bug shows in the first steps
     args="$run --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --train-iters $overlap_iters"

@@ -6,7 +6,7 @@
 # and then call `launch "$@"`:
 #   DATA=PREFIX script.sh [--tiny] [--print | --dry-run] [more trainer flags]
 #     full:    srun (or $LAUNCHER) $BINARY on GPUS ranks, checkpoints in ${SAVE:-checkpoints}
-#     --tiny:  mpirun with the tiny layout's ranks, ./train_cpu, a few steps on a laptop
+#     --tiny:  scripts/launch (mpirun) with the tiny layout's ranks, ./train_cpu, a few steps on a laptop
 #     --print: print the command instead of running it
 #     --dry-run: plan the layout with the trainer's planner instead (no DATA, no launcher, one
 #              process): ./train_cpu FULL --dry-run --world-size GPUS [more trainer flags];
@@ -40,7 +40,8 @@ launch() {
     : "${DATA:?set DATA to a Megatron .bin/.idx prefix (./preprocess makes one)}"
     local cmd
     if [ $tiny = 1 ]; then
-        cmd=(${LAUNCHER:-mpirun --oversubscribe --bind-to none} -np "$TINY_RANKS" ./train_cpu "${FULL[@]}" "${TINY[@]}"
+        # scripts/launch: mpirun whose Ctrl-C or SIGTERM saves and stops (it forwards SIGUSR1)
+        cmd=(${LAUNCHER:-$(dirname "${BASH_SOURCE[0]}")/../launch --oversubscribe --bind-to none} -np "$TINY_RANKS" ./train_cpu "${FULL[@]}" "${TINY[@]}"
              --data-path "$DATA" "$@")
     else
         cmd=(${LAUNCHER:-srun} ./"$BINARY" "${FULL[@]}" --data-path "$DATA" --save "${SAVE:-checkpoints}"
