@@ -29,13 +29,20 @@ build() {
     if ! $CXX -std=c++20 -O2 -g -Wall -Wextra -Wno-unused-function -fopenmp -x c++ -D__CUDACC__ "$@" \
         -I. -Itests -Itests/emu "$source" -o $B/$program -lm > $B/$program.build.log 2>&1; then
         echo "FAIL build $source $*: $(head -20 $B/$program.build.log)"
-        exit 1
+        return 1
     fi
 }
-build test_emu_kernels tests/test_emu_kernels.cpp
-build test_emu_kernels_fp16 tests/test_emu_kernels.cpp -DGRIDGPT_FP16
-build test_emu_half tests/test_emu_half.cpp
-build test_emu_guard tests/test_emu_guard.cpp
+# two builds at a time (each is one core's work); any that failed has said so, and ends the script
+rm -f $B/test_emu_kernels $B/test_emu_kernels_fp16 $B/test_emu_half $B/test_emu_guard
+build test_emu_kernels tests/test_emu_kernels.cpp &
+build test_emu_kernels_fp16 tests/test_emu_kernels.cpp -DGRIDGPT_FP16 &
+wait
+build test_emu_half tests/test_emu_half.cpp &
+build test_emu_guard tests/test_emu_guard.cpp &
+wait
+for program in test_emu_kernels test_emu_kernels_fp16 test_emu_half test_emu_guard; do
+    [ -x $B/$program ] || exit 1
+done
 
 status=0
 # run_kernels PROGRAM: its checks one per line, then all of them again under EMU_GUARD=start

@@ -55,15 +55,22 @@ if [ -n "${GPU_BINARY:-}" ]; then
 else
 BIN=tests/build/train_emu
 MPICXX=${MPICXX:-mpicxx}
-# the emulation headers define every runtime call, used or not: hence -Wno-unused-function
+# the emulation headers define every runtime call, used or not: hence -Wno-unused-function;
+# the two precisions build at the same time (each build is one core's work)
 for precision in bf16 fp16; do
     out=tests/build/train_emu define=""
     [ $precision = fp16 ] && out=tests/build/train_emu_fp16 define=-DGRIDGPT_FP16
-    if $MPICXX -std=c++20 -O2 -Wall -Wextra -Wno-unused-function -Werror -fopenmp -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX \
-        $define -Itests/emu train.c -o $out -lz -lm > "$tmp/build" 2>&1; then
-        ok "train.c builds on its GPU path against tests/emu in $precision (warnings as errors)"
+    rm -f $out
+    $MPICXX -std=c++20 -O2 -Wall -Wextra -Wno-unused-function -Werror -fopenmp -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX \
+        $define -Itests/emu train.c -o $out -lz -lm > "$tmp/build-$precision" 2>&1 &
+done
+wait
+for precision in bf16 fp16; do
+    out=tests/build/train_emu
+    [ $precision = fp16 ] && out=tests/build/train_emu_fp16
+    if [ -x $out ]; then ok "train.c builds on its GPU path against tests/emu in $precision (warnings as errors)"
     else
-        bad "train.c builds on its GPU path against tests/emu in $precision" "$(head -20 "$tmp/build")"
+        bad "train.c builds on its GPU path against tests/emu in $precision" "$(head -20 "$tmp/build-$precision")"
         exit 1
     fi
 done
@@ -287,32 +294,40 @@ fi
 # at once, the others with it held back. Not testable here: work queued on the communication
 # stream before the kernels it follows (the emulated kernels run when launched).
 if [ -z "${GPU_BINARY:-}" ]; then
-    plant="$tmp/plant"
-    mkdir -p "$plant/tests"
-    cp ./*.c ./*.h ./*.cuh "$plant/"   # every source of the trainer
-    cp -r tests/emu "$plant/tests/"
     overlap_iters=3   # each bug shows in the first steps
     args="$run --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --train-iters $overlap_iters"
     rm -rf "$tmp/off.ckpt"
     $MPIRUN -np 8 $BIN $args --save "$tmp/off.ckpt" > "$tmp/off" 2>&1
     grad_overlap_run() { overlap_run "$args" "$1" "$2"; }
-    planted() {  # NAME SED-EXPRESSION DEFER RUNNER (RUNNER DEFER BINARY: ok or bad against the run without)
-        cp parallel.h "$plant/parallel.h"
-        sed -i "$2" "$plant/parallel.h"
-        if cmp -s parallel.h "$plant/parallel.h"; then bad "planted bug: $1" "the sed expression no longer matches parallel.h"; return; fi
-        if ! $MPICXX -std=c++20 -O2 -fopenmp -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX -I"$plant/tests/emu" "$plant/train.c" \
-            -o "$plant/train_emu" -lz -lm > "$tmp/build" 2>&1; then bad "planted bug: $1" "$(head -3 "$tmp/build")"; return; fi
-        report=$($4 $3 "$plant/train_emu")
-        if [ "${report%% *}" = bad ]; then ok "planted bug caught: $1 (EMU_DEFER_STREAMS=$3: ${report#* })"
-        else bad "planted bug not caught: $1" "$report"; fi
+    names=("no wait for the reduces before the norm" "each bucket queued one layer too early"
+           "a forward not waiting for its parameters" "no wait for an exchange that receives"
+           "a slot rewritten while its output is sent")
+    seds=('s/^    compute_waits_for_comm(&r->reduced);$/    \/\/ planted: no wait/'
+          's/lowest_layer >= layer)/lowest_layer >= layer - 1)/'
+          's/^    compute_waits_for_mark(&g->gathered\[k - 1\]);$/    \/\/ planted: no wait/'
+          's/if (l->overlap \&\& recv) wait_for_exchanges();/if (0) wait_for_exchanges();/'
+          's/^    pipeline_before_writing(stage_output(m, a));.*/    \/\/ planted: no wait/')
+    defers=(1 0 1 1 1)
+    runners=(grad_overlap_run grad_overlap_run grad_overlap_run p2p_run p2p_run)
+    # each planted copy of the sources (every one, parallel.h changed) is built into its own
+    # folder, two at a time (a build is one core's work), then run one after another
+    plant_build() {  # K: build planted bug K into $tmp/plant$K/train_emu; the reason in build.log if not
+        local dir="$tmp/plant$1"
+        mkdir -p "$dir/tests" && cp ./*.c ./*.h ./*.cuh "$dir/" && cp -r tests/emu "$dir/tests/"
+        sed -i "${seds[$1]}" "$dir/parallel.h"
+        if cmp -s parallel.h "$dir/parallel.h"; then echo "the sed expression no longer matches parallel.h" > "$dir/build.log"; return; fi
+        $MPICXX -std=c++20 -O2 -fopenmp -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX -I"$dir/tests/emu" "$dir/train.c" \
+            -o "$dir/train_emu" -lz -lm > "$dir/build.log" 2>&1
     }
-    planted "no wait for the reduces before the norm" 's/^    compute_waits_for_comm(&r->reduced);$/    \/\/ planted: no wait/' 1 \
-        grad_overlap_run
-    planted "each bucket queued one layer too early" 's/lowest_layer >= layer)/lowest_layer >= layer - 1)/' 0 grad_overlap_run
-    planted "a forward not waiting for its parameters" 's/^    compute_waits_for_mark(&g->gathered\[k - 1\]);$/    \/\/ planted: no wait/' 1 \
-        grad_overlap_run
-    planted "no wait for an exchange that receives" 's/if (l->overlap \&\& recv) wait_for_exchanges();/if (0) wait_for_exchanges();/' 1 \
-        p2p_run
-    planted "a slot rewritten while its output is sent" \
-        's/^    pipeline_before_writing(stage_output(m, a));.*/    \/\/ planted: no wait/' 1 p2p_run
+    for k in "${!names[@]}"; do
+        plant_build $k &
+        [ $((k % 2)) -eq 1 ] && wait
+    done
+    wait
+    for k in "${!names[@]}"; do
+        if [ ! -x "$tmp/plant$k/train_emu" ]; then bad "planted bug: ${names[$k]}" "$(head -3 "$tmp/plant$k/build.log")"; continue; fi
+        report=$(${runners[$k]} ${defers[$k]} "$tmp/plant$k/train_emu")
+        if [ "${report%% *}" = bad ]; then ok "planted bug caught: ${names[$k]} (EMU_DEFER_STREAMS=${defers[$k]}: ${report#* })"
+        else bad "planted bug not caught: ${names[$k]}" "$report"; fi
+    done
 fi
