@@ -1174,6 +1174,8 @@ typedef struct {
     int64_t num_samples[3];       // length of each split that is there
     BlendIndex blend[3];          // weighted only
     char split[64];               // --split, for the print-out
+    int seq_length;               // the index's shape, kept by data_splits_plan for data_splits_build
+    uint64_t seed;
 } DataSplits;
 
 static const char* const SPLIT_NAMES[3] = {"train", "valid", "test"};
@@ -1234,25 +1236,65 @@ static int plan_splits(DataSplits* d, const char* const* v, const double* raw, c
     return 0;
 }
 
-// Returns 0; DATA_NO_CACHE when may_build is 0 and an index cache is missing or invalid;
-// 1 on any other error. err names the file and what is wrong.
-static inline int data_splits_open(DataSplits* d, const char* const* data_path, int count, const char* split, int seq_length,
-                                   uint64_t seed, const int64_t num_samples[3], const char* cache_dir, int may_build,
-                                   char* err, size_t errlen) {
+// Opening the data takes two calls, so that a trainer can check its memory between them:
+// data_splits_plan maps every prefix's .idx and .bin, splits the documents and works out each
+// split's index (its shape: samples, epochs), which data_splits_index_bytes prices;
+// data_splits_build then builds or maps the indexes. data_splits_open does both.
+
+// Returns 0, or 1 with err naming the file or flag and what is wrong (d is then closed).
+static inline int data_splits_plan(DataSplits* d, const char* const* data_path, int count, const char* split,
+                                   int seq_length, uint64_t seed, const int64_t num_samples[3], char* err, size_t errlen) {
     memset(d, 0, sizeof *d);
     double raw[256] = {0};
+    d->seq_length = seq_length;
+    d->seed = seed;
     if (snprintf(d->split, sizeof d->split, "%s", split) >= (int)sizeof d->split)
         return error_line(err, errlen, "--split %s: too long", split);
     int rc = parse_data_path(d, data_path, count, raw, err, errlen);
     if (rc == 0) rc = plan_splits(d, data_path, raw, num_samples, err, errlen);
+    for (int k = 0; k < 3 && rc == 0; k++) {
+        for (int i = 0; i < d->num_prefixes && rc == 0 && d->has[k]; i++) {
+            DataPrefix* p = &d->prefix[i];
+            int64_t first;
+            rc = gpt_plan(&p->split[k], &p->ds, p->bounds[k], p->bounds[k + 1], seq_length, seed, p->requested[k], &first,
+                          err, errlen);
+            d->num_samples[k] += p->split[k].num_samples;
+        }
+    }
+    if (rc) data_splits_close(d);
+    return rc;
+}
+
+// The bytes of host memory the planned indexes take once built: per split and prefix doc_idx
+// (4 bytes a document per epoch), sample_idx (8 a sample) and shuffle_idx (8 a sample); with
+// blending, 9 bytes a sample of each split. (Rank 0 builds them in memory, then every rank
+// maps the same cache files.)
+static inline double data_splits_index_bytes(const DataSplits* d) {
+    double bytes = 0.0;
+    for (int k = 0; k < 3; k++) {
+        if (!d->has[k]) continue;
+        for (int i = 0; i < d->num_prefixes; i++) {
+            const GPTDataset* g = &d->prefix[i].split[k];
+            bytes += 4.0 * (double)g->doc_idx_len + 8.0 * (double)(g->num_samples + 1) + 8.0 * (double)g->num_samples;
+        }
+        if (d->weighted) bytes += 9.0 * (double)d->num_samples[k];
+    }
+    return bytes;
+}
+
+// The planned indexes, built (and written to the cache in cache_dir, NULL: beside the data) or
+// found there. Returns 0; DATA_NO_CACHE when may_build is 0 and an index cache is missing or
+// invalid; 1 on any other error. err names the file and what is wrong; d is then closed.
+static inline int data_splits_build(DataSplits* d, const char* cache_dir, int may_build, char* err, size_t errlen) {
+    int rc = 0;
     for (int k = 0; k < 3 && rc == 0; k++) {
         if (!d->has[k]) continue;
         double w[256];
         int64_t size = 0;
         for (int i = 0; i < d->num_prefixes && rc == 0; i++) {
             DataPrefix* p = &d->prefix[i];
-            rc = gpt_dataset_open_cached(&p->split[k], &p->ds, SPLIT_NAMES[k], p->bounds[k], p->bounds[k + 1], seq_length,
-                                         seed, p->requested[k], cache_dir, may_build, err, errlen);
+            rc = gpt_dataset_open_cached(&p->split[k], &p->ds, SPLIT_NAMES[k], p->bounds[k], p->bounds[k + 1], d->seq_length,
+                                         d->seed, p->requested[k], cache_dir, may_build, err, errlen);
             size += p->split[k].num_samples;
             w[i] = p->weight;
         }
@@ -1261,6 +1303,14 @@ static inline int data_splits_open(DataSplits* d, const char* const* data_path, 
     }
     if (rc) data_splits_close(d);
     return rc;
+}
+
+// Both at once. Returns as data_splits_build.
+static inline int data_splits_open(DataSplits* d, const char* const* data_path, int count, const char* split, int seq_length,
+                                   uint64_t seed, const int64_t num_samples[3], const char* cache_dir, int may_build,
+                                   char* err, size_t errlen) {
+    if (data_splits_plan(d, data_path, count, split, seq_length, seed, num_samples, err, errlen)) return 1;
+    return data_splits_build(d, cache_dir, may_build, err, errlen);
 }
 
 static inline int data_splits_has(const DataSplits* d, int split) { return split >= 0 && split < 3 && d->has[split]; }

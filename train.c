@@ -629,30 +629,99 @@ static void free_loader(Loader* l) {
     }
 }
 
-// Rank 0 builds the sample indexes (or finds them cached) and writes the cache; the others
-// then map the same cache files. Also settles the vocabulary: --vocab-size, or the largest
-// token id + 1, and every id must lie below it.
-static void open_data(DataSplits* d, Config* a, const int64_t want[3]) {
-    char err[1024];
-    GPTConfig* c = &a->model;
-    int rc = 0;
-    if (grid.world_rank == 0)
-        rc = data_splits_open(d, a->data_path.v, a->data_path.count, a->split, c->seq_length, (uint64_t)c->seed, want,
-                              a->data_cache_path, 1, err, sizeof(err));
-    broadcast_host(&grid.world, &rc, sizeof(rc), 0);
-    if (rc) config_error("%s", err);   // rank 0 says why
-    err[0] = '\0';   // the other ranks map what rank 0 wrote: a host that cannot see it is named
-    if (grid.world_rank != 0) {
-        rc = data_splits_open(d, a->data_path.v, a->data_path.count, a->split, c->seq_length, (uint64_t)c->seed, want,
-                              a->data_cache_path, 0, err, sizeof(err));
-        if (rc == DATA_NO_CACHE) strncat(err, "; the index cache must be visible to every rank (see --data-cache-path)",
-                                         sizeof(err) - strlen(err) - 1);
+// What a rank's copy of one data prefix looks like: the .bin's size, a CRC-32 of the .idx's
+// contents (dtype, counts and its three arrays) and one of 64 blocks of 4 KiB spread evenly
+// over the .bin, the first and last among them. Ranks that read --data-path from node-local
+// disks compare these, so that a stale or half-copied file on one node is named, not trained
+// on. (A change inside the .bin that leaves its size and those blocks alone goes unseen.)
+typedef struct {
+    uint64_t bin_bytes;
+    uint32_t idx_crc, bin_crc;
+} DataFingerprint;
+
+enum { FINGERPRINT_BLOCKS = 64, FINGERPRINT_BLOCK_BYTES = 4096 };
+
+static DataFingerprint data_fingerprint(const IndexedDataset* ds) {
+    DataFingerprint f = {(uint64_t)ds->bin_bytes, 0, 0};
+    int64_t counts[3] = {ds->dtype_code, ds->num_items, ds->num_docs};
+    f.idx_crc = crc32_update(0, counts, sizeof(counts));
+    f.idx_crc = crc32_update(f.idx_crc, ds->sizes, (size_t)ds->num_items * sizeof(int32_t));
+    f.idx_crc = crc32_update(f.idx_crc, ds->pointers, (size_t)ds->num_items * sizeof(int64_t));
+    f.idx_crc = crc32_update(f.idx_crc, ds->doc_idx, (size_t)(ds->num_docs + 1) * sizeof(int64_t));
+    size_t block = ds->bin_bytes < FINGERPRINT_BLOCK_BYTES ? ds->bin_bytes : FINGERPRINT_BLOCK_BYTES;
+    for (int k = 0; k < FINGERPRINT_BLOCKS && block > 0; k++) {
+        size_t at = (size_t)((double)(ds->bin_bytes - block) * k / (FINGERPRINT_BLOCKS - 1));
+        f.bin_crc = crc32_update(f.bin_crc, ds->bin + at, block);
     }
+    return f;
+}
+
+// Every rank's fingerprints against rank 0's, like the flags: the first rank whose copy of a
+// prefix differs says so (naming the file, and rank 0's host), and every rank exits 2.
+static void check_same_data_everywhere(const DataSplits* d) {
+    int n = d->num_prefixes, W = grid.world_size;
+    DataFingerprint* mine = (DataFingerprint*)callocCheck(n, sizeof(DataFingerprint));
+    DataFingerprint* all = (DataFingerprint*)callocCheck((size_t)n * W, sizeof(DataFingerprint));
+    for (int i = 0; i < n; i++) mine[i] = data_fingerprint(&d->prefix[i].ds);
+    all_gather_host(&grid.world, mine, all, n * sizeof(DataFingerprint));
+    int rank = -1, prefix = -1;
+    for (int r = 1; r < W && rank < 0; r++)
+        for (int i = 0; i < n && rank < 0; i++)
+            if (memcmp(&all[(size_t)r * n + i], &all[i], sizeof(DataFingerprint)) != 0) rank = r, prefix = i;
+    char rank0_host[sizeof(grid.host)], what[4400] = "";
+    memcpy(rank0_host, grid.host, sizeof(rank0_host));
+    if (rank >= 0) broadcast_host(&grid.world, rank0_host, sizeof(rank0_host), 0);
+    if (rank >= 0 && grid.world_rank == rank) {
+        const DataFingerprint *here = &mine[prefix], *there = &all[prefix];
+        const char* path = d->prefix[prefix].ds.path_prefix;
+        if (here->bin_bytes != there->bin_bytes)
+            snprintf(what, sizeof(what), "%s.bin is %llu bytes here, %llu on rank 0", path,
+                     (unsigned long long)here->bin_bytes, (unsigned long long)there->bin_bytes);
+        else if (here->idx_crc != there->idx_crc)
+            snprintf(what, sizeof(what), "%s.idx differs (CRC-32 %08x here, %08x on rank 0)", path, here->idx_crc,
+                     there->idx_crc);
+        else
+            snprintf(what, sizeof(what), "%s.bin differs in the blocks sampled (CRC-32 %08x here, %08x on rank 0)", path,
+                     here->bin_crc, there->bin_crc);
+    }
+    free(mine);
+    free(all);
+    if (rank >= 0)   // (only that rank prints, with its host and coordinates)
+        config_error_on(rank, "--data-path: this rank's copy differs from rank 0's (on %s): %s; every rank must read "
+                        "the same data (a stale copy on a node-local disk?)", rank0_host, what);
+}
+
+// Every rank maps the data files and plans the sample indexes (nothing large is allocated
+// yet: the memory check, plan_model, comes next and counts them). Also settles the vocabulary:
+// --vocab-size, or the largest token id + 1, and every id must lie below it.
+static void open_data_files(DataSplits* d, Config* a, const int64_t want[3]) {
+    char err[1024] = "";
+    GPTConfig* c = &a->model;
+    data_splits_plan(d, a->data_path.v, a->data_path.count, a->split, c->seq_length, (uint64_t)c->seed, want, err,
+                     sizeof(err));
     config_error_anywhere(err);
+    check_same_data_everywhere(d);
     int64_t max_id = 0;
     if (data_splits_check_vocab(d, c->vocab_size, &max_id, err, sizeof(err)))
         config_error("%s (--vocab-size %d)", err, c->vocab_size);
     if (c->vocab_size == 0) c->vocab_size = (int)(max_id + 1);
+}
+
+// Rank 0 builds the planned sample indexes (or finds them cached) and writes the cache; the
+// others then map the same cache files.
+static void build_data_index(DataSplits* d, const Config* a) {
+    char err[1024] = "";
+    int rc = 0;
+    if (grid.world_rank == 0) rc = data_splits_build(d, a->data_cache_path, 1, err, sizeof(err));
+    broadcast_host(&grid.world, &rc, sizeof(rc), 0);
+    if (rc) config_error("%s", err);   // rank 0 says why
+    err[0] = '\0';   // the other ranks map what rank 0 wrote: a host that cannot see it is named
+    if (grid.world_rank != 0) {
+        rc = data_splits_build(d, a->data_cache_path, 0, err, sizeof(err));
+        if (rc == DATA_NO_CACHE) strncat(err, "; the index cache must be visible to every rank (see --data-cache-path)",
+                                         sizeof(err) - strlen(err) - 1);
+    }
+    config_error_anywhere(err);
 }
 
 // ----------------------------------------------------------------------------
@@ -1208,6 +1277,8 @@ static void check_paths(const Config* a) {
     struct stat st;
     if (a->save && grid.world_rank == 0) rc = prepare_save_dir(a->save, err, sizeof(err)) || take_save_lock(a->save, err, sizeof(err));
     if (!rc && a->tensorboard_dir && grid.world_rank == 0) rc = prepare_dir("--tensorboard-dir", a->tensorboard_dir, err, sizeof(err));
+    if (!rc && a->data_cache_path && grid.world_rank == 0)   // (Megatron makes it too)
+        rc = prepare_dir("--data-cache-path", a->data_cache_path, err, sizeof(err));
     broadcast_host(&grid.world, &rc, sizeof(rc), 0);
     if (rc) config_error("%s", err);
     err[0] = '\0';
@@ -1236,34 +1307,48 @@ static void find_checkpoint(Config* a, char* ckpt, size_t len, CheckpointMeta* m
     }
 }
 
-#ifndef __CUDACC__
-// The room a cgroup (v2) leaves: memory.max - memory.current of this process's cgroup and of
+// The room a memory cgroup leaves: its limit less its usage, for this process's cgroup and
 // each one above it (SLURM and containers set the limit on one of them); -1 when none is set.
+// cgroup v2 has one line "0::/path" in /proc/self/cgroup and the files memory.max and
+// memory.current; v1 has a line "N:...memory...:/path" and memory.limit_in_bytes and
+// memory.usage_in_bytes (an unlimited v1 limit reads as about 2^63).
 static double cgroup_memory_left(void) {
-    char line[4096], dir[4200], path[4300];
+    char line[4096], dir[4200], path[4300], v1_path[4096] = "", v2_path[4096] = "";
     FILE* f = fopen("/proc/self/cgroup", "r");
     if (!f) return -1.0;
-    int found = fgets(line, sizeof(line), f) && strncmp(line, "0::", 3) == 0;   // v2: one line "0::/path"
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *controllers = strchr(line, ':'), *where = controllers ? strchr(controllers + 1, ':') : NULL;
+        if (!where) continue;
+        *where++ = '\0';
+        controllers++;
+        if (strcmp(line, "0") == 0 && controllers[0] == '\0') snprintf(v2_path, sizeof(v2_path), "%s", where);
+        for (char* c = strtok(controllers, ","); c; c = strtok(NULL, ","))
+            if (strcmp(c, "memory") == 0) snprintf(v1_path, sizeof(v1_path), "%s", where);
+    }
     fclose(f);
-    if (!found) return -1.0;
-    line[strcspn(line, "\n")] = '\0';
-    snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", strcmp(line + 3, "/") ? line + 3 : "");
+    int v1 = v1_path[0] != '\0';
+    if (!v1 && !v2_path[0]) return -1.0;
+    const char *root = v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup", *rel = v1 ? v1_path : v2_path;
+    const char* limit_file = v1 ? "memory.limit_in_bytes" : "memory.max";
+    const char* usage_file = v1 ? "memory.usage_in_bytes" : "memory.current";
+    snprintf(dir, sizeof(dir), "%s%s", root, strcmp(rel, "/") ? rel : "");
     double left = -1.0;
     for (;;) {
         double max = -1.0, current = 0.0;
-        snprintf(path, sizeof(path), "%s/memory.max", dir);
+        snprintf(path, sizeof(path), "%s/%s", dir, limit_file);
         if ((f = fopen(path, "r")) != NULL) {
-            if (fscanf(f, "%lf", &max) != 1) max = -1.0;   // "max": no limit here
+            if (fscanf(f, "%lf", &max) != 1 || max > 0x1p62) max = -1.0;   // "max" or ~2^63: no limit here
             fclose(f);
         }
-        snprintf(path, sizeof(path), "%s/memory.current", dir);
+        snprintf(path, sizeof(path), "%s/%s", dir, usage_file);
         if (max >= 0.0 && (f = fopen(path, "r")) != NULL) {
             if (fscanf(f, "%lf", &current) != 1) current = 0.0;
             fclose(f);
         }
         if (max >= 0.0 && (left < 0.0 || max - current < left)) left = max > current ? max - current : 0.0;
         char* slash = strrchr(dir, '/');
-        if (!slash || slash == dir + strlen("/sys/fs")) break;   // /sys/fs/cgroup itself is done
+        if (!slash || (size_t)(slash - dir) < strlen(root)) break;   // the hierarchy's root is done
         *slash = '\0';
     }
     return left;
@@ -1283,11 +1368,22 @@ static double rlimit_left(int resource, int statm_field) {
     double used = (double)pages[statm_field] * sysconf(_SC_PAGE_SIZE);
     return (double)rl.rlim_cur > used ? (double)rl.rlim_cur - used : 0.0;
 }
-#endif
 
-// The memory this rank's buffers may take: on the GPU build its GPU's free memory; on the CPU
-// build the least of its share of the host's memory (every rank on the host allocates as
-// much), its share of the cgroup's room, and what its own process limits leave.
+// The host memory this rank may take: the least of its share of the host's memory (every rank
+// on the host takes as much), its share of the cgroup's room, and what its own process limits
+// leave. *where says which.
+static double host_memory_available(const char** where) {
+    double have = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / grid.local_size;
+    double cgroup = cgroup_memory_left(), as = rlimit_left(RLIMIT_AS, 0), data = rlimit_left(RLIMIT_DATA, 5);
+    *where = "its share of the host's memory is";
+    if (cgroup >= 0.0 && cgroup / grid.local_size < have) have = cgroup / grid.local_size, *where = "its share of the cgroup's memory limit leaves";
+    if (as >= 0.0 && as < have) have = as, *where = "its address-space limit (ulimit -v, RLIMIT_AS) leaves";
+    if (data >= 0.0 && data < have) have = data, *where = "its data limit (ulimit -d, RLIMIT_DATA) leaves";
+    return have;
+}
+
+// The memory this rank's buffers may take: its GPU's free memory on the GPU build, host
+// memory on the CPU build.
 static double memory_available(const char** where) {
 #ifdef __CUDACC__
     size_t free_bytes = 0, total = 0;
@@ -1295,13 +1391,7 @@ static double memory_available(const char** where) {
     *where = "its GPU has";
     return (double)free_bytes;
 #else
-    double have = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / grid.local_size;
-    double cgroup = cgroup_memory_left(), as = rlimit_left(RLIMIT_AS, 0), data = rlimit_left(RLIMIT_DATA, 5);
-    *where = "its share of the host's memory is";
-    if (cgroup >= 0.0 && cgroup / grid.local_size < have) have = cgroup / grid.local_size, *where = "its share of the cgroup's memory.max leaves";
-    if (as >= 0.0 && as < have) have = as, *where = "its address-space limit (ulimit -v, RLIMIT_AS) leaves";
-    if (data >= 0.0 && data < have) have = data, *where = "its data limit (ulimit -d, RLIMIT_DATA) leaves";
-    return have;
+    return host_memory_available(where);
 #endif
 }
 
@@ -1328,6 +1418,23 @@ static void check_memory(const StageMemory* s, const char* table_flags) {
                         "%.2f, activations %.2f, workspaces %.2f) but %s %.2f GiB: the largest part, %s, grows with %s",
                         total / gib, part[0] / gib, part[1] / gib, part[2] / gib, part[3] / gib, part[4] / gib, where,
                         have / gib, names[largest], flags[largest]);
+}
+
+// The sample index in host memory: rank 0 builds it, and every rank on a host maps the same
+// cache files (one copy a host: each rank counts its share). On the CPU build the rank's
+// model is host memory too. Refused, like check_memory, before the index is built.
+static void check_index_memory(double index_bytes, double host_model_bytes) {
+    double gib = 1024.0 * 1024.0 * 1024.0;
+    const char* where;
+    double share = index_bytes / grid.local_size, have = host_memory_available(&where);
+    char model[64] = "";
+    if (host_model_bytes > 0) snprintf(model, sizeof(model), " next to its %.2f GiB of model", host_model_bytes / gib);
+    int worst = max_over_world(share + host_model_bytes > have ? grid.world_rank + 1 : 0);
+    if (worst)
+        config_error_on(worst - 1, "the sample index would take %.2f GiB of host memory, this rank's share %.2f GiB%s, but "
+                        "%s %.2f GiB: it grows with --train-iters (or --train-samples) x --global-batch-size and with "
+                        "--eval-interval, --eval-iters (16 bytes a sample)", index_bytes / gib, share / gib, model, where,
+                        have / gib);
 }
 
 // this rank's GPU, the grid's communicators (NCCL binds a communicator to the current GPU)
@@ -1997,9 +2104,9 @@ static void dry_run_and_exit(Config* a) {
 }
 
 // the model, the optimizer and the grid they live on (every check has passed)
-// The model of this rank planned (nothing allocated) and its memory checked against what there
-// is. (It follows open_data, which settles the vocabulary --vocab-size 0 takes from the data;
-// so a run that cannot fit has built its sample index before it is refused.)
+// The model of this rank planned (nothing allocated) and its memory, and the sample index's,
+// checked against what there is. (It follows open_data_files, which settles the vocabulary
+// --vocab-size 0 takes from the data and plans the index without building it.)
 static void plan_model(Trainer* t) {
     Config* a = &t->config;
     GPTConfig* c = &a->model;
@@ -2022,6 +2129,9 @@ static void plan_model(Trainer* t) {
                    grid.dp_size, build);
     StageMemory planned = stage_memory(&t->model, stage, grid.dp_size);
     check_memory(&planned, table_flags);
+    double model_bytes = GPU_BUILD ? 0.0 : (double)(planned.params + planned.grads + planned.optimizer +
+                                                    planned.activations + planned.workspaces);
+    check_index_memory(data_splits_index_bytes(&t->data), model_bytes);
 }
 
 // the planned model, its optimizer and its communication helpers, allocated
@@ -2097,7 +2207,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     memset(&meta, 0, sizeof(meta));
     check_paths(a);
     find_checkpoint(a, ckpt, sizeof(ckpt), &meta);
-    open_data(&t->data, a, samples);
+    open_data_files(&t->data, a, samples);
     a->model.padded_vocab_size = padded_vocab_size(a->model.vocab_size, a->model.make_vocab_size_divisible_by,
                                                    a->tensor_model_parallel_size);
     if (ckpt[0]) check_config_matches(ckpt, &meta.cfg, &a->model);
@@ -2106,6 +2216,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
         check_cluster(&cluster_check);
     }
     plan_model(t);
+    build_data_index(&t->data, a);
     build_model(t);
     t->last_saved = -1;
     if (ckpt[0]) resume(t, ckpt, &meta);

@@ -206,6 +206,34 @@ expect_error "activations beyond the memory, named before allocating" "the large
 expect_error "parameters beyond the memory, named before allocating" "grows with --num-layers" $base --seq-length 4000 \
     --max-position-embeddings 99999999 --micro-batch-size 1
 expect_error "a tensor table beyond the memory" "--num-layers 1000000000: the tensor table alone" $base --num-layers 1000000000
+# ... and so is the sample index, before it is built: neither refusal leaves an index behind
+expect_error "a micro-batch beyond the memory names --micro-batch-size, before any index is built" \
+    "grows with --micro-batch-size" $base --micro-batch-size 1073741824 --data-cache-path "$tmp/index_cache"
+expect_error "a sample index beyond the memory, named before it is built" \
+    "the sample index would take 386.87 GiB of host memory" $base --train-iters 400000000 --global-batch-size 64 \
+    --data-cache-path "$tmp/index_cache"
+if [ -n "$(ls "$tmp/index_cache" 2>/dev/null)" ]; then bad "the refused runs built no sample index" "$(ls "$tmp/index_cache" | head -3)"
+else ok "the refused runs built no sample index"; fi
+
+# the memory a rank may take is the least of its share of the host's, the process limits
+# (ulimit -v, ulimit -d) and the cgroup's limit (v1 or v2): a 6 GiB model under 1.5 GiB
+big="$base --num-layers 8 --hidden-size 2048 --num-attention-heads 8"
+(ulimit -v 1500000; expect_error "an address-space limit (ulimit -v) is the memory there is" \
+    "but its address-space limit (ulimit -v, RLIMIT_AS) leaves" $big)
+(ulimit -d 1500000; expect_error "a data limit (ulimit -d) is the memory there is" \
+    "but its data limit (ulimit -d, RLIMIT_DATA) leaves" $big)
+# a child of this shell's memory cgroup (v1's memory hierarchy or v2), limited to 1 GiB
+cgroup_dir=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print "/sys/fs/cgroup/memory" $3; exit} $1 == "0" && $2 == "" {v2 = "/sys/fs/cgroup" $3}
+                     END {if (v2) print v2}' /proc/self/cgroup | head -1)
+cgroup_dir=${cgroup_dir%/}/gridgpt_test.$$
+if mkdir "$cgroup_dir" 2>/dev/null; then
+    limit_file=memory.limit_in_bytes; [ -e "$cgroup_dir/$limit_file" ] || limit_file=memory.max
+    if echo 1073741824 > "$cgroup_dir/$limit_file" 2>/dev/null; then
+        (echo $BASHPID > "$cgroup_dir/cgroup.procs" &&
+         expect_error "the cgroup's memory limit is the memory there is" "but its share of the cgroup's memory limit leaves" $big)
+    else echo "SKIP the cgroup's memory limit: $cgroup_dir/$limit_file cannot be written here"; fi
+    for i in 1 2 3 4 5; do rmdir "$cgroup_dir" 2>/dev/null && break; sleep 0.2; done
+else echo "SKIP the cgroup's memory limit: no memory cgroup can be made here (needs root and a writable cgroup file system)"; fi
 
 # ---- fp16's loss scaler, run on fp32 by the CPU build
 expect_error "--fp16 with --bf16" "give one of --fp16 and --bf16" $base --fp16 --bf16

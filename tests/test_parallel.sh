@@ -236,6 +236,24 @@ rm -rf $B/seen.ckpt
 expect_one_rank_error "a checkpoint one host cannot see: exit 2, rank and coordinates named" \
     "TP(0)-PP(0)-DP(2)-Rank(2)] checkpoint $B/seen.ckpt/iter_0000002/metadata.txt: No such file" \
     -np 2 ./train_cpu $small --load $B/seen.ckpt : -np 1 $(hide_on_rank2 metadata.txt) ./train_cpu $small --load $B/seen.ckpt
+# node-local copies of the data: each rank reads a relative --data-path from its own working
+# directory (mpirun -wdir), as ranks on different nodes read their own disks; rank 2's copy is
+# stale (an older corpus: fewer documents) or has one flipped byte, in a block the check samples
+rm -rf $B/node_a $B/node_b $B/node_c && mkdir -p $B/node_a $B/node_b $B/node_c
+cp $data.bin $data.idx $B/node_a/ && cp $data.bin $data.idx $B/node_c/
+head -n 40 $(dirname $data)/corpus.jsonl > $B/node_b/older.jsonl
+./preprocess --input $B/node_b/older.jsonl --json-keys text --append-eod --output-prefix $B/node_b/corpus > /dev/null
+printf '\xff' | dd of=$B/node_c/$(basename $data).bin bs=1 seek=100 conv=notrunc status=none
+local_data="${small/--data-path $data/--data-path $(basename $data)} --data-cache-path $PWD/$B/node_cache"
+expect_one_rank_error "a stale copy of the data on one node: exit 2, the rank, its host and the file named" \
+    "error: [rank 2 on $(hostname) TP(0)-PP(0)-DP(2)-Rank(2)] --data-path: this rank's copy differs from rank 0's (on $(hostname)): $(basename $data).bin is" \
+    -np 2 -wdir $B/node_a $PWD/train_cpu $local_data : -np 1 -wdir $B/node_b $PWD/train_cpu $local_data
+expect_one_rank_error "one flipped byte in a sampled block of one node's copy: exit 2, named" \
+    "$(basename $data).bin differs in the blocks sampled" \
+    -np 2 -wdir $B/node_a $PWD/train_cpu $local_data : -np 1 -wdir $B/node_c $PWD/train_cpu $local_data
+if timeout 120 $MPIRUN -np 2 -wdir $B/node_a $PWD/train_cpu $local_data : -np 1 -wdir $B/node_a $PWD/train_cpu $local_data \
+       > $B/local.out 2>&1; then ok "identical node-local copies of the data train"
+else bad "identical node-local copies of the data train" "$(grep -m1 error $B/local.out)"; fi
 expect_one_rank_error "an index cache one host cannot see: exit 2, naming --data-cache-path" \
     "the index cache must be visible to every rank (see --data-cache-path)" \
     -np 2 ./train_cpu $small : -np 1 $(hide_on_rank2 _doc_idx.npy) ./train_cpu $small
