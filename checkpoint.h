@@ -29,12 +29,25 @@ checkpoint_load, export_hf.
 #include <sys/syscall.h>
 #include <zlib.h>
 
+// The batch schedule the samples were consumed under (--global-batch-size and
+// --rampup-batch-size START INCREMENT SAMPLES, 0 0 0 without a ramp), since the iteration and
+// consumed_samples at which it took over (a resumed run may change it): so consumed_samples
+// can be checked at load against the sum of the batches the schedule gives.
+typedef struct {
+    int global_batch_size;              // 0: not recorded (a checkpoint from before gridgpt recorded it)
+    int rampup_start, rampup_increment;
+    long long rampup_samples;
+    int since_iteration;
+    long long since_consumed;
+} BatchRecord;
+
 // the run's counters a checkpoint stores, besides the optimizer's step
 typedef struct {
     int iteration;
     long long consumed_samples;         // samples trained on so far (the data position)
     long long scheduler_samples;        // samples of successful updates (drives the LR, as Megatron)
     long long consumed_valid_samples;   // the validation data's position
+    BatchRecord batch;
 } Progress;
 
 static const char* const SECTION_NAMES[3] = {"weight", "exp_avg", "exp_avg_sq"};
@@ -238,6 +251,10 @@ static char* metadata_text(const GPT* m, const AdamWState* opt, const Progress* 
     fprintf(f, "gridgpt-checkpoint 1\niteration %d\nconsumed_samples %lld\nscheduler_samples %lld\noptimizer_step %d\n"
             "consumed_valid_samples %lld\n", p->iteration, p->consumed_samples, p->scheduler_samples, opt->step,
             p->consumed_valid_samples);
+    const BatchRecord* b = &p->batch;
+    if (b->global_batch_size > 0)
+        fprintf(f, "batch_schedule %d %d %d %lld since %d %lld\n", b->global_batch_size, b->rampup_start,
+                b->rampup_increment, b->rampup_samples, b->since_iteration, b->since_consumed);
     if (opt->scaler.dynamic)   // the dynamic loss scale goes on where it was (as Megatron's grad scaler state)
         fprintf(f, "loss_scaler %.9g %d %d\n", opt->scaler.scale, opt->scaler.growth_tracker, opt->scaler.hysteresis_tracker);
     char value[64];
@@ -767,6 +784,12 @@ static int meta_line(CheckpointMeta* m, const char* line, int* seen, int* sectio
     if (!strcmp(word, "consumed_samples")) return sscanf(line, "%*s %lld", &p->consumed_samples) != 1;
     if (!strcmp(word, "scheduler_samples")) return sscanf(line, "%*s %lld", &p->scheduler_samples) != 1;
     if (!strcmp(word, "consumed_valid_samples")) return sscanf(line, "%*s %lld", &p->consumed_valid_samples) != 1;
+    if (!strcmp(word, "batch_schedule")) {
+        BatchRecord* b = &p->batch;
+        return sscanf(line, "%*s %d %d %d %lld since %d %lld", &b->global_batch_size, &b->rampup_start,
+                      &b->rampup_increment, &b->rampup_samples, &b->since_iteration, &b->since_consumed) != 6 ||
+               b->global_batch_size <= 0;
+    }
     if (!strcmp(word, "config")) return meta_config_line(m, line, seen);
     if (!strcmp(word, "tensor")) return meta_tensor_line(m, line, cap);
     if (!strcmp(word, "section")) {
@@ -796,6 +819,11 @@ static int meta_check_counters(const char* path, const CheckpointMeta* m, char* 
     else if (p->scheduler_samples < 0 || p->scheduler_samples > p->consumed_samples)
         what = "scheduler_samples is outside [0, consumed_samples] (it counts the samples of applied steps)";
     else if (p->consumed_valid_samples < 0) what = "consumed_valid_samples is negative";
+    else if (p->batch.global_batch_size > 0 &&
+             (p->batch.since_iteration < 0 || p->batch.since_iteration > p->iteration || p->batch.since_consumed < 0 ||
+              p->batch.since_consumed > p->consumed_samples || p->batch.rampup_start < 0 ||
+              p->batch.rampup_increment < 0 || p->batch.rampup_samples < 0))
+        what = "batch_schedule's counters are outside [0, iteration] and [0, consumed_samples], or negative";
     else if (m->has_loss_scaler && (m->loss_scaler.growth_tracker < 0 || m->loss_scaler.hysteresis_tracker < 0))
         what = "a loss_scaler tracker is negative";
     if (!what) return 0;

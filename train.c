@@ -495,6 +495,14 @@ static int current_global_batch_size(const BatchSchedule* b, long long consumed_
     return b->start + steps * b->increment;
 }
 
+// the samples consumed after `iterations` more steps from `consumed`: the ramp's batches one
+// by one, then whole global batches
+static long long consumed_after(const BatchSchedule* b, long long consumed, long long iterations) {
+    for (; iterations > 0 && b->rampup_samples && consumed <= b->rampup_samples; iterations--)
+        consumed += current_global_batch_size(b, consumed);
+    return consumed + iterations * b->global_batch_size;
+}
+
 // the ramp's own shape (each batch on it against the layout: layout_error)
 static void check_rampup(const BatchSchedule* b) {
     if (b->start <= 0 || b->increment <= 0 || b->rampup_samples <= 0)
@@ -1286,6 +1294,38 @@ static void check_paths(const Config* a) {
     config_error_anywhere(err);
 }
 
+// A checkpoint's consumed_samples against the batch schedule recorded with it: the schedule's
+// batches summed from the iteration it took over must give it exactly (Megatron adds the
+// global batch to consumed_samples once per iteration, skipped steps too). An edited or
+// miscounted value would move the data position and the learning rate without a word.
+static void check_consumed_samples(const char* ckpt, const Progress* p) {
+    const BatchRecord* r = &p->batch;
+    if (r->global_batch_size == 0) return;   // not recorded: meta_check_counters' checks only
+    BatchSchedule b = {0, r->global_batch_size, r->rampup_start, r->rampup_increment, r->rampup_samples};
+    int ramp_ok = b.rampup_samples == 0 || (b.start > 0 && b.increment > 0 && b.start <= b.global_batch_size &&
+                                            (b.global_batch_size - b.start) % b.increment == 0);
+    long long expected = ramp_ok ? consumed_after(&b, r->since_consumed, p->iteration - r->since_iteration) : -1;
+    char err[4600] = "";
+    if (expected != p->consumed_samples)
+        error_line(err, sizeof(err), "checkpoint %s: consumed_samples %lld is not what its batch schedule gives at "
+                   "iteration %d (%lld: global batch %d, ramp-up %d %d %lld, from %lld samples at iteration %d)", ckpt,
+                   p->consumed_samples, p->iteration, expected, r->global_batch_size, r->rampup_start, r->rampup_increment,
+                   r->rampup_samples, r->since_consumed, r->since_iteration);
+    config_error_anywhere(err);
+}
+
+// This run's batch schedule goes into its checkpoints, taking over at the iteration it starts
+// from, unless it is the schedule the loaded checkpoint recorded (then it goes on from there).
+static void record_batch_schedule(Trainer* t) {
+    const BatchSchedule* b = &t->batch;
+    BatchRecord now = {b->global_batch_size, b->start, b->increment, b->rampup_samples, t->progress.iteration,
+                       t->progress.consumed_samples};
+    BatchRecord* was = &t->progress.batch;
+    int same = was->global_batch_size == now.global_batch_size && was->rampup_start == now.rampup_start &&
+               was->rampup_increment == now.rampup_increment && was->rampup_samples == now.rampup_samples;
+    if (!same) *was = now;
+}
+
 // --load DIR: the latest checkpoint's metadata, read before anything else (its seed
 // continues the data order); "" in ckpt when DIR has none (a fresh start). Rank 0 reads the
 // marker, so that every rank loads the same checkpoint; each rank reads the metadata itself.
@@ -1301,6 +1341,7 @@ static void find_checkpoint(Config* a, char* ckpt, size_t len, CheckpointMeta* m
     if (ckpt[0]) {
         if (checkpoint_meta_read(ckpt, meta, err, sizeof(err)) != 0 && !err[0]) strcpy(err, "unreadable metadata");
         config_error_anywhere(err);
+        check_consumed_samples(ckpt, &meta->progress);
         if (!a->no_load_rng && !a->finetune) a->model.seed = meta->cfg.seed;   // the data order goes on
     } else if (grid.world_rank == 0) {
         printf("no checkpoint in %s (no latest_checkpointed_iteration.txt): starting from scratch\n", a->load);
@@ -2220,6 +2261,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     build_model(t);
     t->last_saved = -1;
     if (ckpt[0]) resume(t, ckpt, &meta);
+    record_batch_schedule(t);
     checkpoint_meta_free(&meta);
     t->train = make_loader(&t->data, 0, a);
     t->valid = make_loader(&t->data, 1, a);

@@ -136,6 +136,40 @@ if grep -q "^note: $B/nocrc.ckpt/iter_0000010/metadata.txt has no checksum line"
    grep -qE '^ iteration +11/ +20 ' $B/nocrc.log; then ok "a checkpoint without the checksum line (an older one) loads, said in one note"
 else bad "a checkpoint without the checksum line loads" "$(grep -m1 -E 'error|note' $B/nocrc.log)"; fi
 
+# consumed_samples is checked against the batch schedule metadata.txt records with it: an edit
+# that also forges the checksum line, or one in a checkpoint without that line, is refused
+forge_crc() {  # metadata.txt: the checksum line recomputed for the edited text
+    python3 -c 'import sys, zlib; p = sys.argv[1]; t = open(p, "rb").read(); t = t[:t.rindex(b"crc32 ")]
+open(p, "wb").write(t + b"crc32 %08x\n" % zlib.crc32(t))' "$1"
+}
+edited forged 's/^consumed_samples 160$/consumed_samples 176/'
+forge_crc $B/forged.ckpt/iter_0000010/metadata.txt
+expect_refusal "consumed_samples 160 -> 176 under a forged checksum is refused: not what the batch schedule gives" \
+    "consumed_samples 176 is not what its batch schedule gives at iteration 10 (160: global batch 16" --load $B/forged.ckpt
+refused_edit "without its checksum line, consumed_samples off the batch schedule is refused" \
+    '/^crc32 /d; s/^consumed_samples .*/consumed_samples 170/' "consumed_samples 170 is not what its batch schedule gives"
+refused_edit "a batch_schedule that starts after the checkpoint's iteration is out of range" \
+    '/^crc32 /d; s/^batch_schedule .*/batch_schedule 16 0 0 0 since 11 0/' "batch_schedule's counters are outside"
+# a resumed run may change the global batch: its schedule takes over at the iteration it starts
+# from, and its checkpoints still load; so do checkpoints saved during a ramp-up
+rm -rf $B/rebatch.ckpt
+./train_cpu $flags --load $B/first.ckpt --save $B/rebatch.ckpt --global-batch-size 32 --train-iters 12 > $B/rebatch.log 2>&1 &&
+  ./train_cpu $flags --load $B/rebatch.ckpt --global-batch-size 32 --train-iters 13 --log-interval 1 > $B/rebatch2.log 2>&1
+if grep -q "^batch_schedule 32 0 0 0 since 10 160$" $B/rebatch.ckpt/iter_0000012/metadata.txt &&
+   grep -qE '^ iteration +13/ +13 \| consumed samples: +256 ' $B/rebatch2.log; then
+    ok "a changed --global-batch-size takes over at the iteration resumed from (recorded: since 10 160), and its checkpoint loads"
+else bad "a changed --global-batch-size" "$(grep -m1 -E 'error' $B/rebatch.log $B/rebatch2.log; grep batch_schedule $B/rebatch.ckpt/iter_0000012/metadata.txt)"; fi
+rm -rf $B/ramp.ckpt
+ramp="$(echo $flags | sed "s/--train-iters 20//; s/--lr-warmup-iters 4/--lr-warmup-samples 16/") --rampup-batch-size 4 4 100 --log-interval 1"
+./train_cpu $ramp --save $B/ramp.ckpt --train-samples 60 > $B/ramp.log 2>&1 &&
+  ./train_cpu $ramp --load $B/ramp.ckpt --train-samples 120 > $B/ramp2.log 2>&1
+ramp_at=$(cat $B/ramp.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
+ramp_dir=$B/ramp.ckpt/iter_$(printf %07d "$ramp_at")
+if grep -q "^batch_schedule 16 4 4 100 since 0 0$" $ramp_dir/metadata.txt && grep -q "loaded checkpoint $ramp_dir" $B/ramp2.log &&
+   grep -qE "^ iteration +$((ramp_at + 1))/" $B/ramp2.log; then
+    ok "a checkpoint saved during a batch ramp-up (iteration $ramp_at) loads, its consumed samples replayed"
+else bad "a checkpoint saved during a batch ramp-up" "$(grep -m1 -E 'error' $B/ramp.log $B/ramp2.log)"; fi
+
 # --finetune: the weights only, the iteration starts at 0; --no-load-optim: a fresh optimizer
 ./train_cpu $flags --load $B/first.ckpt --finetune --train-iters 3 --lr-warmup-iters 1 --log-interval 1 > $B/finetune.log 2>&1
 if grep -q "weights only" $B/finetune.log && grep -qE '^ iteration +1/ +3 \| consumed samples: +16 ' $B/finetune.log; then
@@ -310,7 +344,7 @@ status=$?
 if [ $status -ne 0 ] && grep -q "checkpoint not saved" $B/full_grid.err && [ "$(cat $B/full_grid.ckpt/latest_checkpointed_iteration.txt)" = 5 ] &&
    [ "$(ls $B/full_grid.ckpt | tr '\n' ' ')" = "iter_0000005 latest_checkpointed_iteration.txt " ] && grep -q '^summary' $B/full_grid.log; then
     ok "on a (2,2,1) grid a failed save is refused on every rank, the run finishes, the exit status is not 0"
-else bad "a failed save on a grid" "status $status: $(head -c 300 $B/full_grid.err) | $(ls $B/full_grid.ckpt | tr '\n' ' ')"; fi
+else bad "a failed save on a grid" "status $status, marker $(cat $B/full_grid.ckpt/latest_checkpointed_iteration.txt), kept: $(ls -a $B/full_grid.ckpt | tr '\n' ' '), $(grep -c '^summary' $B/full_grid.log) summary line(s): $(head -c 300 $B/full_grid.err)"; fi
 
 # SIGTERM (as SLURM sends before a time limit), Ctrl-C's SIGINT, SIGHUP: finish the step,
 # save, exit 0; the same signal twice ends the run at once (no save)
