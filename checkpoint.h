@@ -131,8 +131,9 @@ static void for_each_run(const TensorDesc* t, size_t tensor_offset, size_t lo, s
 }
 
 // A save never trusts a write: the CRC-32 of each run is taken from memory before it is
-// written, each run is read back and checked against it, and the tensors' CRCs in
-// metadata.txt are combined from the runs' (so a damaged file can never match them).
+// written (runs are written several at a time: run_io), each run is read back and checked
+// against it, and the tensors' CRCs in metadata.txt are combined from the runs' (so a damaged
+// file can never match them).
 typedef struct {
     uint64_t offset, bytes;    // where in tensors.bin
     uint32_t crc, pad;         // of the bytes meant to be there
@@ -163,8 +164,22 @@ typedef struct {
     size_t dev_start;          // ... whose element 0 is this flat index
     float* bounce;             // [RUN_MAX] on the host
     SaveLog* log;              // writing: the pieces written; NULL: reading
+    size_t pending_at, pending_bytes;   // writing: runs gathered in bounce, not yet written
 } RunIO;
 
+// writing: the gathered runs, in one write
+static void write_pending(RunIO* io) {
+    size_t at = io->pending_at, bytes = io->pending_bytes;
+    io->pending_bytes = 0;
+    if (bytes == 0 || io->log->error[0]) return;   // after the first failed write this save is lost: no more
+    if (shared_file_io(io->file, at, io->bounce, bytes, 1) != 0)
+        snprintf(io->log->error, sizeof(io->log->error), "writing %s at byte %zu failed", io->path, at);
+}
+
+// A save gathers runs that follow each other in the file (biases, LayerNorms, whole tensors
+// of a small shard, the rows of a column slice) into one write of up to RUN_MAX floats: fewer
+// and larger writes, fewer points where a save can fail. Each run is still its own piece,
+// with its own CRC, so that the pieces of a tensor give the tensor's CRC.
 static void run_io(void* ctx, size_t flat, size_t n, size_t file_offset) {
     RunIO* io = (RunIO*)ctx;
     float* p = io->dev + (flat - io->dev_start);
@@ -174,12 +189,14 @@ static void run_io(void* ctx, size_t flat, size_t n, size_t file_offset) {
         host_to_dev(p, io->bounce, bytes);
         return;
     }
-    if (io->log->error[0]) return;   // after the first failed write this save is lost: no more
-    dev_to_host(io->bounce, p, bytes);
-    Piece piece = {at, bytes, crc32_update(0, io->bounce, bytes), 0};
-    if (shared_file_io(io->file, at, io->bounce, bytes, 1) != 0 && !io->log->error[0])
-        snprintf(io->log->error, sizeof(io->log->error), "writing %s at byte %zu failed", io->path, at);
+    int follows = io->pending_bytes > 0 && at == io->pending_at + io->pending_bytes;
+    if (!follows || io->pending_bytes + bytes > RUN_MAX * sizeof(float)) write_pending(io);
+    if (io->pending_bytes == 0) io->pending_at = at;
+    char* run = (char*)io->bounce + io->pending_bytes;
+    dev_to_host(run, p, bytes);
+    Piece piece = {at, bytes, crc32_update(0, run, bytes), 0};
     log_piece(io->log, piece);
+    io->pending_bytes += bytes;
 }
 
 // Does this rank write tensor t? Each element once: not the tied copy of the last stage, a
@@ -197,7 +214,7 @@ static void shard_io(const GPT* m, const AdamWState* opt, const CanonicalLayout*
     int reading = log == NULL;
     for (int k = 0; k < sections; k++) {
         if (reading && k == 0 && sizeof(floatX) == sizeof(float)) continue;   // CPU: the master is the params, loaded
-        RunIO io = {f, path, k * L->section_bytes, arrays[k], opt->shard_start, bounce, log};
+        RunIO io = {f, path, k * L->section_bytes, arrays[k], opt->shard_start, bounce, log, 0, 0};
         for (int i = 0; i < m->num_tensors; i++) {
             const TensorDesc* tensor = &m->tensors[i];
             if (!reading && !writes_tensor(m, tensor)) continue;
@@ -205,6 +222,7 @@ static void shard_io(const GPT* m, const AdamWState* opt, const CanonicalLayout*
             shard_part(opt, tensor, &lo, &hi);
             if (lo < hi) for_each_run(tensor, L->offset[canonical_index(L, tensor->name)], lo, hi, run_io, &io);
         }
+        if (!reading) write_pending(&io);
     }
     free(bounce);
 }
@@ -987,7 +1005,7 @@ static void load_params(GPT* m, const CanonicalLayout* L, MPI_File f, const char
     for (int i = 0; i < m->num_tensors; i++) {
         const TensorDesc* d = &m->tensors[i];
         float* host = (float*)callocCheck(d->numel, sizeof(float));   // padding rows stay zero
-        RunIO io = {f, path, 0, host, d->offset, bounce, NULL};   // the "device" array here is this host one
+        RunIO io = {f, path, 0, host, d->offset, bounce, NULL, 0, 0};   // the "device" array here is this host one
         for_each_run(d, L->offset[canonical_index(L, d->name)], d->offset, d->offset + d->numel, run_io, &io);
         floats_to_dev_floatX(m->params + d->offset, host, d->numel);
         free(host);

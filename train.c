@@ -656,7 +656,7 @@ static DataFingerprint data_fingerprint(const IndexedDataset* ds) {
     f.idx_crc = crc32_update(f.idx_crc, ds->sizes, (size_t)ds->num_items * sizeof(int32_t));
     f.idx_crc = crc32_update(f.idx_crc, ds->pointers, (size_t)ds->num_items * sizeof(int64_t));
     f.idx_crc = crc32_update(f.idx_crc, ds->doc_idx, (size_t)(ds->num_docs + 1) * sizeof(int64_t));
-    size_t block = ds->bin_bytes < FINGERPRINT_BLOCK_BYTES ? ds->bin_bytes : FINGERPRINT_BLOCK_BYTES;
+    size_t block = ds->bin_bytes < (size_t)FINGERPRINT_BLOCK_BYTES ? ds->bin_bytes : (size_t)FINGERPRINT_BLOCK_BYTES;
     for (int k = 0; k < FINGERPRINT_BLOCKS && block > 0; k++) {
         size_t at = (size_t)((double)(ds->bin_bytes - block) * k / (FINGERPRINT_BLOCKS - 1));
         f.bin_crc = crc32_update(f.bin_crc, ds->bin + at, block);

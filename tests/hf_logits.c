@@ -86,7 +86,7 @@ static void make_checkpoint(int argc, char** argv) {
         }
     }
     s.step = iteration;
-    Progress p = {iteration, 32LL * iteration, 32LL * iteration, 0};
+    Progress p = {.iteration = iteration, .consumed_samples = 32LL * iteration, .scheduler_samples = 32LL * iteration};
     checkpoint_save(argv[2], &m, &s, &p, 0);
     char iter[4300];
     iter_dir(iter, sizeof(iter), argv[2], iteration);

@@ -53,13 +53,15 @@ wanted model && build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_mod
 { wanted parallel || wanted checkpoint || wanted scale; } && build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
 wanted tensorboard && build test_tensorboard mpicc $CFLAGS tests/test_tensorboard.c -o $B/test_tensorboard $BLAS -lz -lm
 
-passed=0; failed=$build_failures
+passed=0; failed=$build_failures; times=""
 run() {  # label, command...
     local label=$1; shift
     wanted $label || return 0
     echo "== $label"
+    local began=$(date +%s)
     "$@" > $B/$label.log 2>&1
     local status=$?
+    times="$times $label $(( $(date +%s) - began ))s"
     grep -E '^(PASS|FAIL|SKIP)' $B/$label.log
     local p f
     p=$(grep -c '^PASS' $B/$label.log); f=$(grep -c '^FAIL' $B/$label.log)
@@ -90,5 +92,6 @@ run emu_kernels bash tests/test_emu.sh
 run emu_train bash tests/test_emu_train.sh $B/corpus_text_document
 
 seconds=$(( $(date +%s) - started ))
+echo "seconds per test:$times"
 echo "$passed passed, $failed failed in $((seconds / 60))m$((seconds % 60))s"
 [ $failed -eq 0 ]

@@ -543,7 +543,7 @@ static void checkpoint_without_trainer(void) {
             s.v[k] = fabsf(randn());
         }
     s.step = 17;
-    Progress p = {17, 1700, 1600, 40};
+    Progress p = {.iteration = 17, .consumed_samples = 1700, .scheduler_samples = 1600, .consumed_valid_samples = 40};
     char dir[] = "/tmp/gridgpt_ckpt_XXXXXX", iter[4300], err[1024];
     if (!mkdtemp(dir)) fail("mkdtemp: %s", strerror(errno));
     checkpoint_save(dir, &m, &s, &p, 0);
