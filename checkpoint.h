@@ -53,7 +53,7 @@ typedef struct {
 static const char* const SECTION_NAMES[3] = {"weight", "exp_avg", "exp_avg_sq"};
 
 // CRC-32 (zlib's crc32, start with crc = 0), in pieces: its length argument is 32-bit.
-// zlib's measured 1.6x the speed of a hand-written slicing-by-8 loop here (README).
+// zlib's measured 1.6x the speed of a hand-written slicing-by-8 loop here (docs/measured.md).
 static uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
     const Bytef* p = (const Bytef*)data;
     for (size_t k; n > 0; n -= k, p += k) crc = (uint32_t)crc32(crc, p, (uInt)(k = n < (1u << 30) ? n : (1u << 30)));

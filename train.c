@@ -1572,9 +1572,9 @@ typedef struct {
 // SXM5; NVLink's total bandwidth halved: one direction) and its reference nodes for the
 // network (DGX-1: 4 x 100 Gb/s EDR InfiniBand for 8 GPUs; DGX A100: 8 x 200 Gb/s HDR; DGX
 // H100: 8 x 400 Gb/s NDR). The matmul efficiency is the one constant per GPU kind fitted to a
-// published run (README, "Planning a layout"): V100 0.41 to BigScience's 104B at TP 4 x PP 32
+// published run (docs/cluster.md, "Planning a layout"): V100 0.41 to BigScience's 104B at TP 4 x PP 32
 // (696 s per step), A100 0.40 to their 200B at TP 8 x PP 10 x DP 4, MBS 1 (221 s); H100 has
-// no published run here and takes A100's. Latency and reserve are assumptions (README).
+// no published run here and takes A100's. Latency and reserve are assumptions (docs/cluster.md).
 enum { HW_V100_32GB, HW_A100_40GB, HW_A100_80GB, HW_H100_80GB };
 static const Hardware HARDWARE_PRESETS[] = {
     [HW_V100_32GB] = {125.0, 0.41, 32.0, 900.0, 150.0, 6.25, 8, 5.0, 2.0},

@@ -42,7 +42,7 @@ $B/bench machine | tee $B/bench_machine.txt || { echo "FAIL bench machine exited
 peaks=$(sed -n 's/^peaks: //p' $B/bench_machine.txt)
 echo
 
-# PyTorch, run as the README says a comparison must be: Debian's python3-torch on the OpenMP
+# PyTorch, run as docs/measured.md says a comparison must be: Debian's python3-torch on the OpenMP
 # OpenBLAS with the kernels the trainer chose for this CPU (its "BLAS:" line), flush-denormal on
 python=/usr/bin/python3
 openblas_openmp=/usr/lib/$(${CC:-gcc} -print-multiarch)/openblas-openmp

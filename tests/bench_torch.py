@@ -4,7 +4,7 @@ machine in one hour, never of ours against a remembered figure.
 
 tests/bench.sh passes the "same shape:" line that tests/bench.c prints (layers, hidden, heads,
 ffn, vocabulary, positions, micro-batch, sequence, warm-up and timed steps, AdamW's settings)
-and runs this script the way the README says PyTorch must be run for a fair comparison:
+and runs this script the way docs/measured.md says PyTorch must be run for a fair comparison:
   - Debian's python3-torch, on the OpenMP flavour of OpenBLAS (LD_LIBRARY_PATH to its folder),
     with the kernels gridgpt chose for this CPU (OPENBLAS_CORETYPE, as bench.sh passes it);
   - fp32, OMP_NUM_THREADS threads (torch.set_num_threads), torch.set_flush_denormal(True)

@@ -48,7 +48,7 @@ def check(ok, name, why=""):
     sys.stdout.flush()
 
 
-# ---- the checkpoint, read by hand as README.md describes it
+# ---- the checkpoint, read by hand as docs/checkpoints.md describes it
 config, sections, tensors = {}, {}, []
 with open(os.path.join(ckpt_dir, "metadata.txt")) as f:
     for line in f:
