@@ -89,8 +89,8 @@ train_emu: $(SOURCES) $(wildcard tests/emu/*.h)
 train_emu_fp16: $(SOURCES) $(wildcard tests/emu/*.h)
 	$(EMU_CXX) -DGRIDGPT_FP16 train.c -o $@ -lz -lm
 
-preprocess: data.c
-	$(CC) $(CFLAGS) -DPREPROCESS_MAIN -x c data.c -o $@ -lm
+preprocess: preprocess.c data.c
+	$(CC) $(CFLAGS) preprocess.c -o $@ -lm
 
 # ----------------------------------------------------------------------------
 # tests: tests/run.sh builds and runs every test program and script, and adds up the counts

@@ -20,7 +20,7 @@ them, and prints samples (--print-samples) equal to Megatron's.
 (run from the repository root, or from tests/; argv[2] names the cases file elsewhere)
 */
 #define DATA_TESTING
-#include "../data.c"
+#include "../preprocess.c"   // data.c and the preprocess program (no main: DATA_TESTING)
 #include "test.h"
 
 #include <dirent.h>

@@ -1,0 +1,550 @@
+/*
+preprocess.c — the `preprocess` program: text in, a Megatron indexed dataset out (Megatron's
+tools/preprocess_data.py, byte-level); also --inspect PREFIX and --print-samples.
+
+    cc -std=gnu11 -O3 -fopenmp preprocess.c -o preprocess -lm        (make preprocess)
+
+It is data.c's datasets plus a front end: flags, a JSON-lines reader, the tokenizer run over
+the input files (in parallel with --workers), and the builder. The trainer never compiles it.
+tests/test_data.c includes it with DATA_TESTING defined (then there is no main) to test
+preprocess_main as a function. The rules of data.c hold here too: plain C that is also valid
+C++, bad input returns non-zero with one line in err, only main exits.
+*/
+#include "data.c"
+
+// ----------------------------------------------------------------------------
+// preprocess: text in, .bin/.idx out (Megatron's tools/preprocess_data.py, byte-level)
+//
+// ./preprocess --input FILE [FILE ...] --output-prefix PREFIX [--json-keys KEY [KEY ...]]
+//              [--append-eod] [--tokenizer-type bytes|ids] [--vocab-size N] [--dtype NAME]
+//              [--workers N]          or          ./preprocess --inspect PREFIX
+//              or ./preprocess --print-samples --data-path ... (see PREPROCESS_USAGE)
+// Sources of documents: a whole input file (bytes, no --json-keys); one line (ids); or with
+// --json-keys, one string per key and JSON line. Output per key: PREFIX_KEY_document.bin/.idx
+// (key "text" without --json-keys). As preprocess_data.py: a document with no tokens is
+// skipped, and --append-eod adds the end-of-document token to the others. The ids tokenizer
+// is Megatron's NullTokenizer: whitespace-separated ids below --vocab-size N, EOD = N.
+#include <time.h>
+
+enum { PREPROCESS_MAX_KEYS = 16, PREPROCESS_BATCH_LINES = 4096 };
+
+typedef struct {
+    const char* inputs[1024]; int num_inputs;
+    const char* output_prefix;
+    const char* keys[PREPROCESS_MAX_KEYS]; int num_keys;
+    int json, ids, append_eod, dtype_code;
+    int64_t workers, vocab_size;   // ids: --vocab-size (0: largest id in the data + 1)
+    const char* inspect;
+    // --print-samples: the trainer's --data-path, --split, --seq-length, --seed, --data-cache-path
+    int print_samples, which;                    // which: 0 train, 1 valid, 2 test
+    const char* data_path[512]; int num_data_path;
+    const char* split; const char* cache_dir;
+    int64_t seq_length, seed, num_samples, first;   // first < 0: all num_samples
+} PreprocessArgs;
+
+typedef struct { uint8_t* data; size_t len; int64_t cap; } ByteBuf;
+typedef struct { int64_t* data; int64_t len, cap; } TokenBuf;
+
+// grow_array, but the preprocess program may stop on out-of-memory (the library functions
+// above never do)
+static void* grow_or_exit(void* p, int64_t* cap, int64_t need, size_t elem) {
+    if (need <= *cap) return p;
+    p = grow_array(p, cap, need, elem);
+    if (p == NULL) { fprintf(stderr, "error: preprocess: out of memory\n"); exit(2); }
+    return p;
+}
+
+static void bytes_push(ByteBuf* v, const void* p, size_t n) {
+    v->data = (uint8_t*)grow_or_exit(v->data, &v->cap, (int64_t)(v->len + n), 1);
+    memcpy(v->data + v->len, p, n);
+    v->len += n;
+}
+
+static void tokens_push(TokenBuf* v, int64_t t) {
+    v->data = (int64_t*)grow_or_exit(v->data, &v->cap, v->len + 1, sizeof(int64_t));
+    v->data[v->len++] = t;
+}
+
+// ----------------------------------------------------------------------------
+// a small JSON reader: enough to pull string fields out of one JSON object per line
+
+static const char* json_ws(const char* p, const char* end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
+    return p;
+}
+
+// code point cp as 1 to 4 bytes of UTF-8: a lead byte, then 6 bits in each continuation byte
+static void utf8_put(ByteBuf* out, uint32_t cp) {
+    static const uint8_t lead[5] = {0, 0, 0xc0, 0xe0, 0xf0};   // the lead byte's marker, by length
+    int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    uint8_t b[4];
+    for (int i = n - 1; i > 0; i--, cp >>= 6) b[i] = (uint8_t)(0x80 | (cp & 63));
+    b[0] = (uint8_t)(lead[n] | cp);
+    bytes_push(out, b, (size_t)n);
+}
+
+static int hex4(const char* p, const char* end, uint32_t* v) {
+    *v = 0;
+    if (end - p < 4) return 1;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return 1;
+        *v = *v * 16 + (uint32_t)d;
+    }
+    return 0;
+}
+
+// the string at *pp (just past its opening quote) decoded to UTF-8 bytes into out (may
+// be NULL: skip); a surrogate pair becomes one code point, a lone surrogate U+FFFD
+static const char* json_string(const char** pp, const char* end, ByteBuf* out) {
+    const char* p = *pp;
+    for (;;) {
+        if (p >= end) return "unterminated string";
+        unsigned char c = (unsigned char)*p++;
+        if (c == '"') break;
+        if (c < 0x20) return "control character inside a string";
+        if (c != '\\') { if (out) bytes_push(out, &c, 1); continue; }
+        if (p >= end) return "unterminated string";
+        char e = *p++;
+        static const char escapes[] = "\"\\/bfnrt", decoded[] = "\"\\/\b\f\n\r\t";
+        const char* simple = e ? strchr(escapes, e) : NULL;
+        if (simple != NULL) { if (out) bytes_push(out, &decoded[simple - escapes], 1); continue; }
+        if (e != 'u') return "bad escape in a string";
+        uint32_t cp, lo;
+        if (hex4(p, end, &cp)) return "bad \\u escape";
+        p += 4;
+        if (cp >= 0xd800 && cp < 0xdc00 && end - p >= 6 && p[0] == '\\' && p[1] == 'u' && !hex4(p + 2, end, &lo) &&
+            lo >= 0xdc00 && lo < 0xe000) {
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            p += 6;
+        } else if (cp >= 0xd800 && cp < 0xe000) {
+            cp = 0xfffd;
+        }
+        if (out) utf8_put(out, cp);
+    }
+    *pp = p;
+    return NULL;
+}
+
+// skip a number, true/false/null, or a nested object/array (brackets counted, strings skipped)
+static const char* json_skip_value(const char** pp, const char* end) {
+    const char* p = *pp;
+    int depth = 0;
+    do {
+        if (p >= end) return "unexpected end of line";
+        char c = *p++;
+        if (c == '"') {
+            const char* why = json_string(&p, end, NULL);
+            if (why) return why;
+        } else if (c == '{' || c == '[') depth++;
+        else if (c == '}' || c == ']') depth--;
+        else if (depth == 0) {   // a scalar: runs to the next delimiter
+            while (p < end && !strchr(",}] \t\r\n", *p)) p++;
+        }
+        if (depth < 0) return "unbalanced brackets";
+    } while (depth > 0);
+    *pp = p;
+    return NULL;
+}
+
+// out[k] = the string value of keys[k] in the object on this line; NULL or why not
+static const char* json_find_keys(const char* p, const char* end, const char* const* keys, int n, ByteBuf* out) {
+    int found[PREPROCESS_MAX_KEYS] = {0};
+    ByteBuf key = {NULL, 0, 0};
+    const char* why = NULL;
+    p = json_ws(p, end);
+    if (p >= end || *p++ != '{') return "expected a JSON object";
+    p = json_ws(p, end);
+    int done = p < end && *p == '}';   // {}
+    if (done) p++;
+    while (!done && !why) {            // "key": value, ... }
+        key.len = 0;
+        if (p >= end || *p++ != '"') { why = "expected a key"; break; }
+        if ((why = json_string(&p, end, &key)) != NULL) break;
+        p = json_ws(p, end);
+        if (p >= end || *p++ != ':') { why = "expected ':'"; break; }
+        p = json_ws(p, end);
+        int k = 0;
+        while (k < n && !(strlen(keys[k]) == key.len && memcmp(keys[k], key.data, key.len) == 0)) k++;
+        if (k == n) why = json_skip_value(&p, end);
+        else if (p < end && *p == '"') { p++; out[k].len = 0; found[k] = 1; why = json_string(&p, end, &out[k]); }
+        else why = "value is not a string";
+        p = json_ws(p, end);
+        if (why) break;
+        if (p < end && *p == ',') p = json_ws(p + 1, end);
+        else if (p < end && *p == '}') { p++; done = 1; }
+        else why = "expected ',' or '}'";
+    }
+    if (!why && json_ws(p, end) != end) why = "extra characters after the object";
+    for (int k = 0; k < n && !why; k++)
+        if (!found[k]) why = "a key given by --json-keys is missing";
+    free(key.data);
+    return why;
+}
+
+// ----------------------------------------------------------------------------
+// preprocess: tokenizing, and the input files
+
+static int is_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
+
+// text -> tokens (+ EOD when the document is not empty); why says what is wrong
+static int tokenize(const PreprocessArgs* a, const uint8_t* text, size_t n, TokenBuf* out, char* why, size_t whylen) {
+    out->len = 0;
+    for (size_t i = 0; i < n && !a->ids; i++) tokens_push(out, text[i]);
+    for (size_t i = 0; i < n && a->ids;) {   // Megatron's NullTokenizer: int() of each word
+        while (i < n && is_space(text[i])) i++;
+        if (i == n) break;
+        int64_t v = 0;
+        size_t start = i;
+        while (i < n && text[i] >= '0' && text[i] <= '9' && v < (INT64_MAX - 9) / 10) v = v * 10 + (text[i++] - '0');
+        if (i == start || (i < n && !is_space(text[i])))
+            return error_line(why, whylen, "not a token id (expected a non-negative integer) at byte %zu", start);
+        if (a->vocab_size > 0 && v >= a->vocab_size)
+            return error_line(why, whylen, "token id %lld is not below --vocab-size %lld", (long long)v,
+                              (long long)a->vocab_size);
+        tokens_push(out, v);
+    }
+    if (out->len > 0 && a->append_eod) tokens_push(out, a->ids ? a->vocab_size : (int64_t)BYTE_EOD);
+    return 0;
+}
+
+// one line of input and what it becomes (lines are tokenized in parallel, written in order)
+typedef struct {
+    char* text; size_t len;
+    int64_t line_no;
+    TokenBuf docs[PREPROCESS_MAX_KEYS];
+    int failed; char why[200];
+} Line;
+
+static void encode_line(const PreprocessArgs* a, Line* L) {
+    ByteBuf text[PREPROCESS_MAX_KEYS];
+    memset(text, 0, sizeof text);
+    int n = a->json ? a->num_keys : 1;
+    const char* bad = NULL;
+    if (json_ws(L->text, L->text + L->len) == L->text + L->len) n = 0;   // a blank line: nothing to encode
+    else if (a->json) bad = json_find_keys(L->text, L->text + L->len, a->keys, n, text);
+    else bytes_push(&text[0], L->text, L->len);
+    if (bad) { snprintf(L->why, sizeof L->why, "%s", bad); L->failed = 1; }
+    for (int k = 0; k < n && !L->failed; k++)
+        L->failed = tokenize(a, text[k].data, text[k].len, &L->docs[k], L->why, sizeof L->why);
+    for (int k = 0; k < PREPROCESS_MAX_KEYS; k++) free(text[k].data);
+}
+
+// where documents go: the builders (one per key), or, in a dry run, only the largest id
+typedef struct {
+    IndexedDatasetBuilder builders[PREPROCESS_MAX_KEYS];
+    int dry;
+    int64_t max_id, bytes;
+} Sink;
+
+static int sink_document(Sink* s, int k, const TokenBuf* t, char* err, size_t errlen) {
+    if (t->len == 0) return 0;   // preprocess_data.py skips documents without tokens
+    for (int64_t i = 0; i < t->len; i++)
+        if (t->data[i] > s->max_id) s->max_id = t->data[i];
+    return s->dry ? 0 : builder_add_document(&s->builders[k], t->data, t->len, err, errlen);
+}
+
+// a whole file is one document of bytes, streamed
+static int preprocess_file(const PreprocessArgs* a, const char* path, Sink* s, char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return error_line(err, errlen, "%s: %s", path, strerror(errno));
+    uint8_t buf[1 << 13];
+    int64_t tokens[1 << 13];
+    int64_t total = 0;
+    size_t n;
+    int rc = 0;
+    while (rc == 0 && (n = fread(buf, 1, sizeof buf, f)) > 0) {
+        for (size_t i = 0; i < n; i++) tokens[i] = buf[i];
+        rc = builder_append_tokens(&s->builders[0], tokens, (int64_t)n, err, errlen);
+        total += (int64_t)n;
+    }
+    if (rc == 0 && ferror(f)) rc = error_line(err, errlen, "%s: read failed", path);
+    fclose(f);
+    s->bytes += total;
+    if (rc || total == 0) return rc;
+    if (a->append_eod) { tokens[0] = BYTE_EOD; rc = builder_append_tokens(&s->builders[0], tokens, 1, err, errlen); }
+    return rc ? rc : builder_end_document(&s->builders[0], err, errlen);
+}
+
+// line by line: read a batch, encode it on --workers threads, write it in order
+static int preprocess_lines(const PreprocessArgs* a, const char* path, Sink* s, char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return error_line(err, errlen, "%s: %s", path, strerror(errno));
+    Line* batch = (Line*)calloc(PREPROCESS_BATCH_LINES, sizeof(Line));
+    int64_t line_no = 0;
+    int rc = batch ? 0 : error_line(err, errlen, "%s: out of memory", path);
+    while (rc == 0) {
+        int n = 0;
+        ssize_t len;
+        for (size_t cap = 0; n < PREPROCESS_BATCH_LINES && (len = getline(&batch[n].text, &cap, f)) >= 0; n++) {
+            batch[n].len = (size_t)len;
+            batch[n].line_no = ++line_no;
+            s->bytes += len;
+            cap = 0;   // the next line gets a buffer of its own
+        }
+        if (n < PREPROCESS_BATCH_LINES) { free(batch[n].text); batch[n].text = NULL; }   // getline's, at end of file
+        if (n == 0) break;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 16) num_threads(a->workers)
+#endif
+        for (int i = 0; i < n; i++) encode_line(a, &batch[i]);
+        for (int i = 0; i < n; i++) {
+            Line* L = &batch[i];
+            if (rc == 0 && L->failed) rc = error_line(err, errlen, "%s:%lld: %s", path, (long long)L->line_no, L->why);
+            for (int k = 0; k < PREPROCESS_MAX_KEYS; k++) {
+                if (rc == 0 && L->docs[k].len) rc = sink_document(s, k, &L->docs[k], err, errlen);
+                free(L->docs[k].data);
+            }
+            free(L->text);
+            memset(L, 0, sizeof *L);
+        }
+    }
+    if (rc == 0 && ferror(f)) rc = error_line(err, errlen, "%s: read failed", path);
+    free(batch);
+    fclose(f);
+    return rc;
+}
+
+static int preprocess_inputs(const PreprocessArgs* a, Sink* s, char* err, size_t errlen) {
+    for (int i = 0; i < a->num_inputs; i++) {
+        int rc = a->json || a->ids ? preprocess_lines(a, a->inputs[i], s, err, errlen)
+                                   : preprocess_file(a, a->inputs[i], s, err, errlen);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// preprocess: flags and main
+
+static int parse_int_flag(const char* flag, const char* v, int64_t lo, int64_t* out, char* err, size_t errlen) {
+    char* end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (*v == 0 || *end != 0 || errno || x < lo) return error_line(err, errlen, "%s %s: expected an integer >= %lld", flag, v, (long long)lo);
+    *out = x;
+    return 0;
+}
+
+// a flag that takes a list of values: where they go, and how many fit
+static const char** list_flag(PreprocessArgs* a, const char* f, int** count, int* cap) {
+    if (!strcmp(f, "--input")) { *count = &a->num_inputs; *cap = 1024; return a->inputs; }
+    if (!strcmp(f, "--json-keys")) { *count = &a->num_keys; *cap = PREPROCESS_MAX_KEYS; a->json = 1; return a->keys; }
+    if (!strcmp(f, "--data-path") || !strcmp(f, "--print-samples")) { *count = &a->num_data_path; *cap = 512; return a->data_path; }
+    return NULL;
+}
+
+static const char* const VALUE_FLAGS[] = {"--output-prefix", "--inspect", "--split", "--data-cache-path", "--which",
+                                          "--tokenizer-type", "--dtype", "--workers", "--vocab-size", "--seq-length",
+                                          "--seed", "--num-samples", "--first"};
+
+// one of VALUE_FLAGS and its value: 0, or 1 with err set
+static int value_flag(PreprocessArgs* a, const char* f, const char* value, char* err, size_t errlen) {
+    const struct { const char* name; int64_t lo; int64_t* at; } ints[] = {
+        {"--workers", 1, &a->workers}, {"--vocab-size", 1, &a->vocab_size}, {"--seq-length", 2, &a->seq_length},
+        {"--seed", 0, &a->seed}, {"--num-samples", 1, &a->num_samples}, {"--first", 0, &a->first}};
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+        if (!strcmp(f, ints[k].name)) return parse_int_flag(f, value, ints[k].lo, ints[k].at, err, errlen);
+    if (!strcmp(f, "--output-prefix")) a->output_prefix = value;
+    else if (!strcmp(f, "--inspect")) a->inspect = value;
+    else if (!strcmp(f, "--split")) a->split = value;
+    else if (!strcmp(f, "--data-cache-path")) a->cache_dir = value;
+    else if (!strcmp(f, "--which")) {
+        for (a->which = 0; a->which < 3 && strcmp(value, SPLIT_NAMES[a->which]); a->which++) {}
+        if (a->which == 3) return error_line(err, errlen, "--which %s: expected train, valid or test", value);
+    } else if (!strcmp(f, "--tokenizer-type")) {
+        if (strcmp(value, "bytes") && strcmp(value, "ids"))
+            return error_line(err, errlen, "--tokenizer-type %s: expected bytes or ids", value);
+        a->ids = !strcmp(value, "ids");
+    } else if (!strcmp(f, "--dtype")) {
+        for (int k = 0; k < NUM_TOKEN_DTYPES; k++)
+            if (!strcmp(value, TOKEN_DTYPES[k].name)) a->dtype_code = TOKEN_DTYPES[k].code;
+        if (!a->dtype_code) return error_line(err, errlen, "--dtype %s: expected uint8, int8, int16, uint16, int32 or int64", value);
+    }
+    return 0;
+}
+
+static int check_print_samples(const PreprocessArgs* a, char* err, size_t errlen) {
+    if (a->num_data_path == 0 || a->seq_length == 0 || a->num_samples == 0)
+        return error_line(err, errlen, "--print-samples needs --data-path [WEIGHT] PREFIX ..., --seq-length and --num-samples");
+    if (a->seed > 0xffffffffll) return error_line(err, errlen, "--seed %lld: numpy's RandomState takes 0..2^32-1", (long long)a->seed);
+    if (a->seq_length > (1 << 30)) return error_line(err, errlen, "--seq-length %lld: too long", (long long)a->seq_length);
+    return 0;
+}
+
+static int preprocess_parse(int argc, char** argv, PreprocessArgs* a, char* err, size_t errlen) {
+    memset(a, 0, sizeof *a);
+    a->workers = 1;
+    a->seed = 1234;   // Megatron's defaults
+    a->split = "969, 30, 1";
+    a->first = -1;
+    for (int i = 1; i < argc; i++) {
+        const char* f = argv[i];
+        int* count;
+        int cap;
+        const char** list = list_flag(a, f, &count, &cap);
+        if (!strcmp(f, "--append-eod")) { a->append_eod = 1; continue; }
+        a->print_samples |= !strcmp(f, "--print-samples");
+        if (list) {   // the values up to the next flag (--print-samples may have none)
+            int before = *count;
+            for (; i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0; i++) {
+                if (*count == cap) return error_line(err, errlen, "%s: too many values", f);
+                list[(*count)++] = argv[i + 1];
+            }
+            if (*count == before && !a->print_samples) return error_line(err, errlen, "%s: missing value", f);
+            continue;
+        }
+        int known = 0;
+        for (size_t k = 0; k < sizeof VALUE_FLAGS / sizeof VALUE_FLAGS[0]; k++) known |= !strcmp(f, VALUE_FLAGS[k]);
+        if (!known) return error_line(err, errlen, "%s: unknown flag (see --help)", f);
+        if (i + 1 == argc || strncmp(argv[i + 1], "--", 2) == 0) return error_line(err, errlen, "%s: missing value", f);
+        if (value_flag(a, f, argv[++i], err, errlen)) return 1;
+    }
+    if (a->print_samples) return check_print_samples(a, err, errlen);
+    if (a->inspect) return 0;
+    if (a->num_inputs == 0 || a->output_prefix == NULL)
+        return error_line(err, errlen, "--input and --output-prefix are required (see --help)");
+    if (a->ids && a->append_eod && a->vocab_size == 0)
+        return error_line(err, errlen, "--append-eod with --tokenizer-type ids needs --vocab-size N (EOD is N)");
+    if (a->num_keys == 0) a->keys[a->num_keys++] = "text";
+    for (int k = 0; k < a->num_keys; k++)
+        for (int j = 0; j < k; j++)
+            if (!strcmp(a->keys[j], a->keys[k])) return error_line(err, errlen, "--json-keys: %s given twice", a->keys[k]);
+    for (int i = 0; i < a->num_inputs; i++) {   // fail before writing anything
+        struct stat st;
+        if (stat(a->inputs[i], &st) != 0) return error_line(err, errlen, "%s: %s", a->inputs[i], strerror(errno));
+        if (S_ISDIR(st.st_mode)) return error_line(err, errlen, "%s: is a directory", a->inputs[i]);
+    }
+    return 0;
+}
+
+static int preprocess_inspect(const char* prefix, char* err, size_t errlen) {
+    IndexedDataset ds;
+    if (indexed_dataset_open(&ds, prefix, err, errlen)) return 1;
+    int64_t lo, hi;
+    indexed_dataset_max_token(&ds, &lo, &hi);
+    printf("%s: dtype %s, %lld documents, %lld items, %lld tokens, min token id %lld, max token id %lld", prefix,
+           token_dtype(ds.dtype_code)->name, (long long)ds.num_docs, (long long)ds.num_items, (long long)ds.num_tokens,
+           (long long)lo, (long long)hi);
+    double* counts = hi - lo < (1 << 26) ? (double*)calloc((size_t)(hi - lo + 1), sizeof(double)) : NULL;
+    if (counts) {   // (not for ids spread over more than 2^26 values)
+        count_tokens(&ds, 0, ds.num_items, counts, lo, hi - lo + 1);
+        printf(", unigram entropy %.4f nats/token", entropy_nats(counts, hi - lo + 1));
+    }
+    printf("\n");
+    free(counts);
+    indexed_dataset_close(&ds);
+    return 0;
+}
+
+// the first --first samples of a split, one line of seq_length+1 ids each, alone on stdout
+static int preprocess_print_samples(const PreprocessArgs* a, char* err, size_t errlen) {
+    int64_t samples[3] = {0, 0, 0};
+    samples[a->which] = a->num_samples;
+    DataSplits d;
+    int rc = data_splits_open(&d, a->data_path, a->num_data_path, a->split, (int)a->seq_length, (uint64_t)a->seed,
+                              samples, a->cache_dir, 1, err, errlen);
+    if (rc) return rc;
+    data_splits_print(&d, stderr);
+    int64_t n = a->first < 0 ? a->num_samples : a->first < d.num_samples[a->which] ? a->first : d.num_samples[a->which];
+    int* tokens = (int*)malloc((size_t)(a->seq_length + 1) * sizeof(int));
+    if (!d.has[a->which]) rc = error_line(err, errlen, "--split %s leaves the %s split without documents", a->split, SPLIT_NAMES[a->which]);
+    else if (tokens == NULL) rc = error_line(err, errlen, "out of memory");
+    for (int64_t i = 0; i < n && rc == 0; i++) {
+        data_splits_get(&d, a->which, i, tokens);
+        for (int64_t t = 0; t <= a->seq_length; t++) printf("%d%c", tokens[t], t == a->seq_length ? '\n' : ' ');
+    }
+    if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) rc = error_line(err, errlen, "stdout: write failed");
+    free(tokens);
+    data_splits_close(&d);
+    return rc;
+}
+
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// the dtype Megatron's best_fitting_dtype picks, unless --dtype forces one
+static int preprocess_dtype(PreprocessArgs* a, char* err, size_t errlen) {
+    if (a->dtype_code) return 0;
+    int64_t vocab = BYTE_VOCAB_SIZE;
+    if (a->ids && a->vocab_size) vocab = a->vocab_size + 1;   // NullTokenizer: ids + EOD
+    else if (a->ids) {   // no vocabulary given: one dry pass finds the largest id
+        Sink* dry = (Sink*)calloc(1, sizeof(Sink));
+        if (dry == NULL) return error_line(err, errlen, "out of memory");
+        dry->dry = 1;
+        dry->max_id = -1;
+        int rc = preprocess_inputs(a, dry, err, errlen);
+        vocab = dry->max_id + 1;
+        free(dry);
+        if (rc) return rc;
+    }
+    a->dtype_code = vocab < 65500 ? DTYPE_UINT16 : DTYPE_INT32;
+    return 0;
+}
+
+static int preprocess_run(PreprocessArgs* a, char* err, size_t errlen) {
+    if (preprocess_dtype(a, err, errlen)) return 1;
+    Sink* s = (Sink*)calloc(1, sizeof(Sink));
+    if (s == NULL) return error_line(err, errlen, "out of memory");
+    double t0 = seconds_now();
+    int rc = 0, opened = 0;
+    char prefix[4096];
+    for (; rc == 0 && opened < a->num_keys; opened++) {   // Megatron's names: PREFIX_KEY_document
+        int n = snprintf(prefix, sizeof prefix, "%s_%s_document", a->output_prefix, a->keys[opened]);
+        rc = n < 0 || (size_t)n >= sizeof prefix ? error_line(err, errlen, "%s: path too long", a->output_prefix)
+                                                 : builder_open(&s->builders[opened], prefix, a->dtype_code, err, errlen);
+    }
+    if (rc == 0) rc = preprocess_inputs(a, s, err, errlen);
+    for (int k = 0; k < opened; k++) {
+        int64_t docs = s->builders[k].num_items, tokens = s->builders[k].num_tokens;
+        if (rc == 0) rc = builder_finish(&s->builders[k], err, errlen);
+        else builder_abort(&s->builders[k]);
+        if (rc == 0)
+            printf("preprocess: %s_%s_document.bin/.idx: dtype %s, %lld documents, %lld tokens\n", a->output_prefix,
+                   a->keys[k], token_dtype(a->dtype_code)->name, (long long)docs, (long long)tokens);
+    }
+    double dt = seconds_now() - t0, mb = (double)s->bytes / 1e6;
+    if (rc == 0)
+        printf("preprocess: %d input file(s), %.2f MB in %.2f s (%.1f MB/s)\n", a->num_inputs, mb, dt, dt > 0 ? mb / dt : 0.0);
+    free(s);
+    return rc;
+}
+
+static const char* PREPROCESS_USAGE =
+    "usage: preprocess --input FILE [FILE ...] --output-prefix PREFIX [--json-keys KEY [KEY ...]]\n"
+    "                  [--append-eod] [--tokenizer-type bytes|ids] [--vocab-size N] [--dtype NAME] [--workers N]\n"
+    "       preprocess --inspect PREFIX\n"
+    "       preprocess --print-samples --data-path [WEIGHT] PREFIX [...] --seq-length S --num-samples K [--seed 1234]\n"
+    "                  [--split 969,30,1] [--which train|valid|test] [--first F] [--data-cache-path DIR]\n"
+    "Writes PREFIX_KEY_document.bin/.idx (KEY: text unless --json-keys) in Megatron's mmap format.\n"
+    "  bytes (default): token = byte 0..255, end of document 256; each input file is one document,\n"
+    "                   or with --json-keys each JSON line's KEY string is one document\n"
+    "  ids:             whitespace-separated token ids, one document per line (or per JSON string);\n"
+    "                   --vocab-size N: ids must be below N, and the end-of-document id is N\n"
+    "  --dtype:         uint8 int8 int16 uint16 int32 int64 (default: uint16 if the vocabulary < 65500, else int32)\n"
+    "--inspect prints dtype, counts, the id range and the order-0 entropy. --print-samples prints the first F\n"
+    "(default K) samples of a split as the trainer sees them, one line of S+1 token ids each, with K samples asked\n"
+    "of that split; the index cache goes beside the data unless --data-cache-path.\n";
+
+// returns the exit status: 0, or 2 after printing one error line
+static inline int preprocess_main(int argc, char** argv) {
+    PreprocessArgs a;
+    char err[8192];
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(PREPROCESS_USAGE, stdout); return 0; }
+    if (argc < 2) { fputs(PREPROCESS_USAGE, stderr); return 2; }
+    int rc = preprocess_parse(argc, argv, &a, err, sizeof err);
+    if (rc == 0) rc = a.print_samples ? preprocess_print_samples(&a, err, sizeof err)
+                      : a.inspect     ? preprocess_inspect(a.inspect, err, sizeof err)
+                                      : preprocess_run(&a, err, sizeof err);
+    if (rc) fprintf(stderr, "error: %s\n", err);
+    return rc ? 2 : 0;
+}
+
+#ifndef DATA_TESTING
+int main(int argc, char** argv) { return preprocess_main(argc, argv); }
+#endif
