@@ -51,7 +51,7 @@ wanted data && build test_data gcc $CFLAGS -O1 -g -fsanitize=address tests/test_
 wanted model && build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_model $BLAS -lz -lm
 # test_parallel records every step's loss and norm in full precision, for three of the scripts
 { wanted parallel || wanted checkpoint || wanted scale; } && build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
-wanted tensorboard && build test_tensorboard mpicc $CFLAGS tests/test_tensorboard.c -o $B/test_tensorboard $BLAS -lz -lm
+wanted tensorboard && build test_tensorboard gcc $CFLAGS tests/test_tensorboard.c -o $B/test_tensorboard
 
 # each test's command (its output goes to $B/NAME.log)
 test_command() {

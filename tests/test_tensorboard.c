@@ -1,5 +1,5 @@
 /*
-tests/test_tensorboard.c — the TensorBoard writer of train.c, and our own reader of its files.
+tests/test_tensorboard.c — the TensorBoard writer (tensorboard.h), and our own reader of its files.
 
   test_tensorboard --check DIR   CRC-32C against its standard check value, the record framing
                                  and protobuf encoding written and read back (every tag, step
@@ -9,13 +9,35 @@ tests/test_tensorboard.c — the TensorBoard writer of train.c, and our own read
                                  decoded: one line "TAG<TAB>STEP<TAB>VALUE" per scalar; exit
                                  status 1 and one line naming the record at the first damage
 
-The reader is written from the format (train.c's comment on it), not from the writer's code:
+The reader is written from the format (tensorboard.h's comment on it), not from the writer's code:
 it walks any protobuf message field by field and skips the fields it does not know.
 */
-#define TESTING
-#pragma GCC diagnostic ignored "-Wunused-function"   // the writer alone, not the trainer
-#include "../train.c"
+#include "../tensorboard.h"
 #include "test.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+
+// the reader's one line on what is wrong, into why; returns 1
+static int why_line(char* why, size_t len, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, len, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+// the writer's report function: counts the lines it would print (the trainer hands it report_error)
+static int reports = 0;
+static void count_report(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    reports++;
+}
 
 // ----------------------------------------------------------------------------
 // the reader
@@ -120,17 +142,17 @@ static int read_record(FILE* f, uint8_t* data, size_t cap, size_t* n, char* why,
     uint8_t header[12], footer[4];
     size_t got = fread(header, 1, 12, f);
     if (got == 0 && feof(f)) return 1;
-    if (got < 12) return -error_line(why, len, "truncated header (%zu of 12 bytes)", got);
+    if (got < 12) return -why_line(why, len, "truncated header (%zu of 12 bytes)", got);
     uint64_t length = get_le(header, 8);
     uint32_t stored = (uint32_t)get_le(header + 8, 4), computed = masked_crc32c(header, 8);
-    if (stored != computed) return -error_line(why, len, "length CRC mismatch (stored %08x, computed %08x)", stored, computed);
-    if (length > cap) return -error_line(why, len, "%llu bytes, more than an event of ours", (unsigned long long)length);
+    if (stored != computed) return -why_line(why, len, "length CRC mismatch (stored %08x, computed %08x)", stored, computed);
+    if (length > cap) return -why_line(why, len, "%llu bytes, more than an event of ours", (unsigned long long)length);
     *n = (size_t)length;
     if (fread(data, 1, *n, f) != *n || fread(footer, 1, 4, f) != 4)
-        return -error_line(why, len, "truncated (%zu data bytes announced)", *n);
+        return -why_line(why, len, "truncated (%zu data bytes announced)", *n);
     stored = (uint32_t)get_le(footer, 4);
     computed = masked_crc32c(data, *n);
-    if (stored != computed) return -error_line(why, len, "data CRC mismatch (stored %08x, computed %08x)", stored, computed);
+    if (stored != computed) return -why_line(why, len, "data CRC mismatch (stored %08x, computed %08x)", stored, computed);
     return 0;
 }
 
@@ -141,7 +163,7 @@ static int dump_events(const char* path, FILE* out, char* err, size_t len) {
     char why[256] = "";
     size_t n = 0;
     FILE* f = fopen(path, "rb");
-    if (!f) return error_line(err, len, "%s: %s", path, strerror(errno));
+    if (!f) return why_line(err, len, "%s: %s", path, strerror(errno));
     int record = 0, rc;
     long offset = 0;
     for (; (rc = read_record(f, data, sizeof(data), &n, why, sizeof(why))) == 0; record++, offset = ftell(f)) {
@@ -158,7 +180,7 @@ static int dump_events(const char* path, FILE* out, char* err, size_t len) {
     }
     if (rc == 1 && record == 0) snprintf(why, sizeof(why), "empty file");
     fclose(f);
-    if (why[0]) return error_line(err, len, "%s: record %d (at byte %ld): %s", path, record, offset, why);
+    if (why[0]) return why_line(err, len, "%s: record %d (at byte %ld): %s", path, record, offset, why);
     return 0;
 }
 
@@ -182,7 +204,7 @@ static void check_round_trip(const char* dir) {
     TensorBoardWriter w;
     char err[5000] = "", line[512];
     memset(&w, 0, sizeof(w));
-    int rc = tensorboard_open(&w, dir, err, sizeof(err));
+    int rc = tensorboard_open(&w, dir, count_report, err, sizeof(err));
     check(rc == 0, "tensorboard_open creates an event file", "%s", err);
     if (rc) return;
     check(strstr(w.path, "/events.out.tfevents.") != NULL, "the file name has TensorBoard's 'events.out.tfevents.' (what it looks for)",
@@ -217,6 +239,7 @@ static void check_failed_write(void) {
     memset(&w, 0, sizeof(w));
     snprintf(w.path, sizeof(w.path), "/dev/full");
     w.file = fopen("/dev/full", "wb");
+    w.report = count_report;
     if (!w.file) {
         printf("SKIP a failed write: no /dev/full\n");
         return;
@@ -228,6 +251,7 @@ static void check_failed_write(void) {
     tensorboard_flush(&w);
     tensorboard_close(&w);
     check(w.file == NULL, "after a failed write, scalars, flush and close do nothing", "file reopened");
+    check(reports == 1, "a failed write is said once", "%d reports", reports);
 }
 
 // the writer's cost per log interval: the 18 scalars log_step writes with --fp16, then the flush
@@ -235,19 +259,19 @@ static void measure_cost(const char* dir) {
     TensorBoardWriter w;
     char err[5000];
     memset(&w, 0, sizeof(w));
-    if (tensorboard_open(&w, dir, err, sizeof(err))) return;
+    if (tensorboard_open(&w, dir, count_report, err, sizeof(err))) return;
     const char* tags[18] = {"lm loss", "lm loss vs samples", "learning-rate", "learning-rate vs samples", "batch-size",
                             "batch-size vs samples", "loss-scale", "loss-scale vs samples", "grad-norm", "grad-norm vs samples",
                             "iteration-time", "iteration-time vs samples", "samples-per-second",
                             "samples-per-second vs samples", "throughput", "throughput vs samples", "mem-max-rss-bytes",
                             "mem-max-rss-bytes vs samples"};
     int intervals = 2000;
-    double t0 = now_seconds();
+    double t0 = wall_clock_seconds();
     for (int i = 0; i < intervals; i++) {
         for (int k = 0; k < 18; k++) tensorboard_scalar(&w, tags[k], 1.0 + i, (long long)i * 100);
         tensorboard_flush(&w);
     }
-    double us = (now_seconds() - t0) / intervals * 1e6;
+    double us = (wall_clock_seconds() - t0) / intervals * 1e6;
     long bytes = ftell(w.file);
     tensorboard_close(&w);
     char name[160];
