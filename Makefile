@@ -116,7 +116,11 @@ bench: train_cpu
 run:
 	bash scripts/run.sh
 
+# docs/flags.md is ./train_cpu --help-markdown (test_cli fails when they differ)
+docs: train_cpu
+	./train_cpu --help-markdown > docs/flags.md
+
 clean:
 	rm -rf train_cpu train_gpu train_gpu_fp16 train_emu train_emu_fp16 preprocess tests/build
 
-.PHONY: default cpu gpu emu test check test-gpu bench run clean
+.PHONY: default cpu gpu emu test check test-gpu bench run docs clean

@@ -192,6 +192,13 @@ if ./train_cpu $base --split 100,0,0 > "$tmp/noval" 2>&1 && grep -q "^note: --sp
    ! grep -q "validation loss" "$tmp/noval"; then ok "an empty valid split skips evaluation with one note"
 else bad "an empty valid split skips evaluation" "$(grep -m1 -E 'error|note' "$tmp/noval")"; fi
 
+# docs/flags.md is generated from the field lists: the committed file must be what the
+# trainer prints (make docs rewrites it)
+if ./train_cpu --help-markdown 2>&1 | diff -q - docs/flags.md > /dev/null; then
+    ok "docs/flags.md is ./train_cpu --help-markdown (every flag, its value, default, minimum and help)"
+else bad "docs/flags.md differs from ./train_cpu --help-markdown (run make docs)" \
+    "$(./train_cpu --help-markdown 2>&1 | diff - docs/flags.md | head -4 | tr '\n' ' ')"; fi
+
 # numbers are read as numbers: beyond int, below a field's minimum
 expect_error "an integer beyond int" "--hidden-size expects an integer up to 2147483647" $base --hidden-size 4294967328
 expect_error "a value below the field's minimum" "--weight-decay must be at least 0" $base --weight-decay -1
