@@ -494,7 +494,8 @@ static int take_save_lock(const char* dir, char* err, size_t errlen) {
             fprintf(f, "host %s pid %d start %llu since %s\n", host, (int)getpid(), process_start_ticks(getpid()), since);
             if (fclose(f) != 0) return error_line(err, errlen, "--save %s: cannot write %s: %s", dir, path, strerror(errno));
             snprintf(save_lock_path, sizeof(save_lock_path), "%s", path);
-            atexit(release_save_lock);
+            atexit(release_save_lock);              // any exit ...
+            before_mpi_finalize = release_save_lock;   // ... and before MPI ends, which every rank reaches
             return 0;
         }
         LockHolder h;

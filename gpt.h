@@ -22,21 +22,6 @@ tensor-parallel operators of parallel.h; it never allocates after gpt_build().
 #include <stdint.h>
 
 // ----------------------------------------------------------------------------
-// what the model needs from parallel.h (defined there): Megatron's tensor-parallel operators
-// f and g and the vocab-parallel reductions (with one tensor rank they do nothing)
-
-static void copy_to_tensor_model_parallel_region_backward(floatX* dx, size_t n);   // f's backward
-static void reduce_from_tensor_model_parallel_region(floatX* x, size_t n);         // g's forward
-static void vocab_parallel_max(float* row_max, size_t n);
-static void vocab_parallel_sum(float* sums, size_t n);
-// and the backward's progress: every gradient of `layer` and above is final for this micro-batch
-// (the final LayerNorm's layer is num_layers), so the overlapped DP reduction may take them
-static void gradients_final_down_to(int layer);
-// and the forward's: it is about to read `layer`'s parameters (-1: the embedding's), which the
-// overlapped ZeRO all-gather may still be bringing in
-static void parameters_needed(int layer);
-
-// ----------------------------------------------------------------------------
 // config: each field of the model declared once
 // X(kind, name, default, min, help, checkpoint, gpt2, bloom): the GPTConfig struct, the trainer's flag
 // (--name with '-' for '_', Megatron's), --help, the range check, checkpoint metadata
@@ -272,6 +257,13 @@ typedef struct GPT {
     size_t workspace_bytes;                          // the arena after the slots: backward scratch, attention
                                                      // scratch, column partials, logits and cross-entropy
                                                      // (part of arena_bytes)
+    // the step's hooks (step.h sets them; NULL: nothing to do): the backward says when every
+    // gradient of `layer` and above is final for this micro-batch (the final LayerNorm's layer
+    // is num_layers), so the overlapped DP reduction may take them; the forward says it is about
+    // to read `layer`'s parameters (-1: the embedding's), which the overlapped ZeRO all-gather
+    // may still be bringing in
+    void (*gradients_final_down_to)(int layer);
+    void (*parameters_needed)(int layer);
 } GPT;
 
 static floatX* param_of(const GPT* m, int id) { return id < 0 ? NULL : m->params + m->tensors[id].offset; }
@@ -801,18 +793,22 @@ static void head_forward(GPT* m, MicroBatchActivations* s) {
 // Forward of the micro-batch in `slot` through this stage. The first stage reads the
 // slot's tokens, the others its input (received from the previous stage). The last stage
 // leaves each token's loss in m->losses, on the device.
+static void before_reading_parameters(const GPT* m, int layer) {
+    if (m->parameters_needed) m->parameters_needed(layer);
+}
+
 static void gpt_forward_stage(GPT* m, int slot) {
     MicroBatchActivations* s = &m->slots[slot];
     if (m->is_first_stage) {
-        parameters_needed(-1);
+        before_reading_parameters(m, -1);
         embedding_forward(m, s);
     }
     for (int i = 0; i < m->num_local_layers; i++) {
-        parameters_needed(m->first_layer + i);
+        before_reading_parameters(m, m->first_layer + i);
         block_forward(m, s, i);
     }
     if (m->is_last_stage) {
-        parameters_needed(m->cfg.num_layers);   // the final LayerNorm, and the tied copy of the embedding
+        before_reading_parameters(m, m->cfg.num_layers);   // the final LayerNorm, and the tied copy of the embedding
         head_forward(m, s);
     }
 }
@@ -895,18 +891,22 @@ static void embedding_backward(GPT* m, MicroBatchActivations* s) {
 // chunk's input, which the slot kept, and refills the scratch (its tensor-parallel all-reduces
 // run again too). It also writes the chunk's output again, where the forward put it: the same
 // bits, and nobody reads them any more (what came after the chunk is done).
+static void after_final_gradients(const GPT* m, int layer) {
+    if (m->gradients_final_down_to) m->gradients_final_down_to(layer);
+}
+
 static void gpt_backward(GPT* m, int slot, float dloss) {
     MicroBatchActivations* s = &m->slots[slot];
     if (m->is_last_stage) {
         head_backward(m, s, dloss);
-        gradients_final_down_to(m->cfg.num_layers);
+        after_final_gradients(m, m->cfg.num_layers);
     }
     for (int i = m->num_local_layers - 1; i >= 0; i--) {
         int first, end;
         if (recompute_chunk(m, i, &first, &end) && i == end - 1)
             for (int k = first; k < end; k++) block_forward(m, s, k);
         block_backward(m, s, i);
-        gradients_final_down_to(m->first_layer + i);
+        after_final_gradients(m, m->first_layer + i);
     }
     if (m->is_first_stage) embedding_backward(m, s);
 }

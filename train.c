@@ -12,8 +12,10 @@ step -> log -> sampling -> the run -> main.
 */
 #include "data.c"
 #include "kernels.cuh"
-#include "gpt.h"
 #include "parallel.h"
+#include "gpt.h"
+#include "step.h"
+#include "cluster.h"
 #include "checkpoint.h"
 #include "tensorboard.h"
 #include <signal.h>

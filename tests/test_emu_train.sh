@@ -286,10 +286,10 @@ if [ -z "${GPU_BINARY:-}" ]; then
     done
 fi
 
-# The planted bugs: a copy of parallel.h (a) without the compute stream's wait for the reduces
+# The planted bugs: a copy of step.h (a) without the compute stream's wait for the reduces
 # before the norm, (b) queueing each bucket one layer before its gradients are final, (c)
 # without the forward's wait for its layer's broadcast parameters, (d) without the compute
-# stream's wait for an exchange that receives, (e) without the wait before a forward rewrites
+# stream's wait for an exchange that receives (in parallel.h), (e) without the wait before a forward rewrites
 # a slot whose output is still being sent. Each must be caught: (b) with the stream's work run
 # at once, the others with it held back. Not testable here: work queued on the communication
 # stream before the kernels it follows (the emulated kernels run when launched).
@@ -308,14 +308,16 @@ if [ -z "${GPU_BINARY:-}" ]; then
           's/if (l->overlap \&\& recv) wait_for_exchanges();/if (0) wait_for_exchanges();/'
           's/^    pipeline_before_writing(stage_output(m, a));.*/    \/\/ planted: no wait/')
     defers=(1 0 1 1 1)
+    planted_in=(step.h step.h step.h parallel.h step.h)
     runners=(grad_overlap_run grad_overlap_run grad_overlap_run p2p_run p2p_run)
-    # each planted copy of the sources (every one, parallel.h changed) is built into its own
+    # each planted copy of the sources (every one, the bug's file changed) is built into its own
     # folder, two at a time (a build is one core's work), then run one after another
     plant_build() {  # K: build planted bug K into $tmp/plant$K/train_emu; the reason in build.log if not
         local dir="$tmp/plant$1"
         mkdir -p "$dir/tests" && cp ./*.c ./*.h ./*.cuh "$dir/" && cp -r tests/emu "$dir/tests/"
-        sed -i "${seds[$1]}" "$dir/parallel.h"
-        if cmp -s parallel.h "$dir/parallel.h"; then echo "the sed expression no longer matches parallel.h" > "$dir/build.log"; return; fi
+        local file=${planted_in[$1]}
+        sed -i "${seds[$1]}" "$dir/$file"
+        if cmp -s $file "$dir/$file"; then echo "the sed expression no longer matches $file" > "$dir/build.log"; return; fi
         $MPICXX -std=c++20 -O2 -fopenmp -x c++ -D__CUDACC__ -DOMPI_SKIP_MPICXX -I"$dir/tests/emu" "$dir/train.c" \
             -o "$dir/train_emu" -lz -lm > "$dir/build.log" 2>&1
     }

@@ -1,0 +1,462 @@
+/*
+cluster.h — the cluster check (--check-cluster): every group's bus bandwidth and every rank's
+matmul throughput, measured through the same wrappers training uses, and the outliers named
+with their hosts and coordinates. A tool built on parallel.h's collectives and one kernel;
+train.c runs it before training (or alone, without --data-path).
+
+Interface (what train.c uses): ClusterCheck (its sizes and matmul size), check_cluster.
+*/
+#pragma once
+
+// ----------------------------------------------------------------------------
+// the cluster check (--check-cluster): what each group's links and each rank's arithmetic give
+// It measures what training will use, through the same wrappers: all-reduce in floatX (g, the
+// tied embedding), reduce-scatter in fp32 (ZeRO-1's gradients) and all-gather in floatX
+// (ZeRO-1's parameters) in every TP, DP and PP group and in the world; send/recv in floatX
+// (the activations) from each pipeline stage to the next; matmul_forward of N x N by N x N on
+// every rank. Bandwidths in nccl-tests' terms (its doc/PERFORMANCE.md), for an operation on n
+// ranks over a buffer of S bytes (the all-reduce's buffer, the reduce-scatter's input, the
+// all-gather's output, the message) that took t seconds:
+//   algorithm bandwidth  algbw = S / t
+//   bus bandwidth        busbw = algbw x 2(n-1)/n   all-reduce
+//                                algbw x (n-1)/n    reduce-scatter, all-gather
+//                                algbw              send/recv
+// The bus bandwidth is what each rank's link carries in a ring, so it can be held against the
+// hardware's peak whatever n is. GB/s are 1e9 bytes per second.
+// Timing: one group at a time (a figure then belongs to that group alone, not to whoever
+// shared its links meanwhile), the other ranks asleep in a barrier; the group's own barrier,
+// the operation, a wait for the device. A repetition lasts as long as its slowest member took
+// (a collective is as slow as its slowest member: that is what training waits for), and a
+// figure is the median of CHECK_REPS repetitions after CHECK_WARMUP untimed ones (one stray
+// hiccup does not move it). The repetitions interleave (repetition i of every group, then
+// i + 1), so a passing disturbance lands on every group alike. The matmuls likewise: the
+// ranks of a host take turns (on the CPU build they share the host's cores), hosts at once.
+// Outliers: a figure below CHECK_OUTLIER x the median of its peers' is named on a line that
+// starts with "slow": a group against the other groups of its kind (its bus bandwidth at the
+// largest size, for each operation), a rank's matmul against the other ranks', a host's
+// figures against the other hosts'. A figure with no peers (the world, one host) is never named.
+
+#define CHECK_WARMUP 3
+#define CHECK_REPS 10
+#define CHECK_MAX_SIZES 8
+#define CHECK_OUTLIER 0.8
+#ifdef __CUDACC__
+#define CHECK_MATMUL_DEFAULT 8192   // 1.1 TFLOP: about 2 ms on an H100 in bf16
+#else
+#define CHECK_MATMUL_DEFAULT 1024   // 2.1 GFLOP: about 15 ms on 2 cores in fp32
+#endif
+
+// what to measure: message sizes in bytes, increasing (each operation rounds them to whole
+// elements and shards), and the matmul's N
+typedef struct {
+    size_t bytes[CHECK_MAX_SIZES];
+    int num_sizes, matmul_n;
+} ClusterCheck;
+
+// the kinds of group; CHECK_LINK: a pipeline stage and the next one (send/recv)
+typedef enum { CHECK_TP, CHECK_DP, CHECK_PP, CHECK_WORLD, CHECK_LINK, CHECK_KINDS } CheckKind;
+typedef enum { OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_SEND_RECV, CHECK_OPS } CheckOp;
+static const char* const CHECK_KIND_NAMES[CHECK_KINDS] = {"TP group", "DP group", "PP group", "world", "pipeline link"};
+static const char* const CHECK_OP_NAMES[CHECK_OPS] = {"all-reduce", "reduce-scatter", "all-gather", "send/recv"};
+
+// what one rank measured and where it sits, gathered to rank 0 for the report
+typedef struct {
+    char host[256];
+    int tp, pp, dp;
+    int first[CHECK_KINDS];   // world rank of the first member of this rank's group of each kind
+                              // (CHECK_LINK: this rank when it sends to a next stage, else -1)
+    int next_stage;           // world rank of the next pipeline stage (-1: the last stage)
+    double seconds[CHECK_KINDS][CHECK_OPS][CHECK_MAX_SIZES];   // the time of this rank's group
+    double matmul_seconds;
+} CheckRecord;
+
+static int check_has_op(CheckKind k, CheckOp op) { return (k == CHECK_LINK) == (op == OP_SEND_RECV); }
+static size_t check_elem_bytes(CheckOp op) { return op == OP_REDUCE_SCATTER ? sizeof(float) : sizeof(floatX); }
+static const char* check_type_name(CheckOp op) { return op == OP_REDUCE_SCATTER ? "fp32" : FLOATX_NAME; }
+
+// S for a requested size on n ranks: whole elements, and whole shards for the sharded ops
+static size_t check_bytes(CheckOp op, size_t want, int n) {
+    size_t unit = check_elem_bytes(op) * (op == OP_REDUCE_SCATTER || op == OP_ALL_GATHER ? n : 1);
+    return want >= unit ? want / unit * unit : unit;
+}
+
+static double busbw_factor(CheckOp op, int n) {
+    return op == OP_ALL_REDUCE ? 2.0 * (n - 1) / n : op == OP_SEND_RECV ? 1.0 : (double)(n - 1) / n;
+}
+
+// bus bandwidth in GB/s of S bytes in t seconds on n ranks
+static double busbw_of(CheckOp op, size_t bytes, double seconds, int n) { return bytes / seconds / 1e9 * busbw_factor(op, n); }
+
+static Group* check_group(CheckKind k) {
+    return k == CHECK_TP ? &grid.tp : k == CHECK_DP ? &grid.dp : k == CHECK_WORLD ? &grid.world : &grid.pp;
+}
+
+// one operation of S bytes on device buffers a and b of at least S, timed on this rank from
+// its group's barrier; a link: stage `link` sends to stage link + 1 of this rank's pipeline
+static double check_once(CheckOp op, Group* g, void* a, void* b, size_t bytes, int link) {
+    size_t count = bytes / check_elem_bytes(op);
+    barrier(g);
+    double t0 = now_seconds();
+    if (op == OP_ALL_REDUCE) all_reduce(g, a, count, AS_FLOATX, REDUCE_SUM);
+    if (op == OP_REDUCE_SCATTER) reduce_scatter(g, (const float*)a, (float*)b, count / g->size);
+    if (op == OP_ALL_GATHER) all_gather(g, (floatX*)a, count / g->size);
+    if (op == OP_SEND_RECV && grid.pp_rank == link) send_forward((const floatX*)a, count);
+    if (op == OP_SEND_RECV && grid.pp_rank == link + 1) recv_forward((floatX*)b, count);
+    dev_synchronize();
+    test_slow_rank(now_seconds() - t0);
+    return now_seconds() - t0;
+}
+
+// Every kind of group, every operation, every size: the groups of a kind take turns in the
+// order of their first ranks (a pipeline's links one after another within its turn).
+static void check_bandwidths(CheckRecord* me, const ClusterCheck* cc) {
+    int W = grid.world_size, PP = grid.pp_size;
+    size_t most = cc->bytes[cc->num_sizes - 1] + sizeof(float) * W;   // check_bytes may round up to one shard per rank
+    void* a = dev_malloc(most);
+    void* b = dev_malloc(most);
+    dev_zero(a, most);
+    dev_zero(b, most);
+    int* stage_ranks = (int*)mallocCheck(PP * sizeof(int));   // world rank of each stage of this pipeline
+    all_gather_host(&grid.pp, &grid.world_rank, stage_ranks, sizeof(int));
+    me->next_stage = grid.pp_rank + 1 < PP ? stage_ranks[grid.pp_rank + 1] : -1;
+    int* turns = (int*)mallocCheck(W * sizeof(int));                      // turns[q]: the turn of rank q's group
+    double* t = (double*)mallocCheck(PP * CHECK_REPS * sizeof(double));   // [link, or 0][repetition]
+    dev_synchronize();
+    for (int k = 0; k < CHECK_KINDS; k++) {
+        Group* g = check_group((CheckKind)k);
+        me->first[k] = k == CHECK_LINK ? (me->next_stage >= 0 ? grid.world_rank : -1) : grid.world_rank;
+        if (k != CHECK_LINK) broadcast_host(g, &me->first[k], sizeof(int), 0);
+        if (g->size < 2) continue;   // a group of one sends nothing (the groups of a kind are all one size)
+        int links = k == CHECK_LINK ? PP - 1 : 1, turn = me->first[k == CHECK_LINK ? CHECK_PP : k];
+        all_gather_host(&grid.world, &turn, turns, sizeof(int));
+        for (int op = 0; op < CHECK_OPS; op++) {
+            if (!check_has_op((CheckKind)k, (CheckOp)op)) continue;
+            for (int s = 0; s < cc->num_sizes; s++) {
+                size_t bytes = check_bytes((CheckOp)op, cc->bytes[s], k == CHECK_LINK ? 2 : g->size);
+                memset(t, 0, PP * CHECK_REPS * sizeof(double));
+                for (int i = -CHECK_WARMUP; i < CHECK_REPS; i++)         // repetition i of every group, then i + 1
+                    for (int q = 0; q < W; q++)
+                        for (int link = 0; link < links && turns[q] == q; link++) {   // q: a group's first rank
+                            barrier_sleeping(&grid.world);
+                            if (turn != q) continue;
+                            double dt = check_once((CheckOp)op, g, a, b, bytes, k == CHECK_LINK ? link : -1);
+                            if (i >= 0) t[link * CHECK_REPS + i] = dt;
+                        }
+                all_reduce_host(g, t, links * CHECK_REPS, REDUCE_MAX);   // each repetition: its slowest member
+                int row = k == CHECK_LINK ? grid.pp_rank : 0;            // a link's figure: its sender's
+                if (row < links) me->seconds[k][op][s] = median_of(t + row * CHECK_REPS, CHECK_REPS);
+            }
+        }
+    }
+    free(stage_ranks);
+    free(turns);
+    free(t);
+    dev_free(a);
+    dev_free(b);
+}
+
+// this rank's N x N x N matmul_forward, median of CHECK_REPS; the ranks of a host take turns
+static double check_matmul(int N) {
+    size_t n = (size_t)N * N;
+    float* host = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) host[i] = (float)((splitmix64(i) >> 40) * 0x1p-24 - 0.5);   // in [-0.5, 0.5)
+    floatX* x = (floatX*)dev_malloc(n * sizeof(floatX));
+    floatX* w = (floatX*)dev_malloc(n * sizeof(floatX));
+    floatX* out = (floatX*)dev_malloc(n * sizeof(floatX));
+    floats_to_dev_floatX(x, host, n);
+    floats_to_dev_floatX(w, host, n);
+    free(host);
+    double t[CHECK_REPS];
+    int turns = max_over_world(grid.local_size);
+    for (int i = -CHECK_WARMUP; i < CHECK_REPS; i++)
+        for (int turn = 0; turn < turns; turn++) {
+            barrier_sleeping(&grid.world);
+            if (grid.local_rank != turn) continue;
+            double t0 = now_seconds();
+            matmul_forward(out, x, w, NULL, N, N, N);
+            dev_synchronize();
+            test_slow_rank(now_seconds() - t0);
+            if (i >= 0) t[i] = now_seconds() - t0;
+        }
+    dev_free(x);
+    dev_free(w);
+    dev_free(out);
+    return median_of(t, CHECK_REPS);
+}
+
+// ---- the report (rank 0), from every rank's record
+
+typedef struct {
+    const CheckRecord* r;   // [W], by world rank
+    int W;
+    const ClusterCheck* cc;
+    int named;              // figures named as slow
+    int named_groups;       // groups named as slow (once each, whatever the operation)
+    int* named_in;          // [W]: how many of those groups each rank is in
+} CheckReport;
+
+// "rank 5 on HOST TP(1)-PP(1)-DP(0)-Rank(5)", as the error lines name a rank
+static const char* check_rank_name(const CheckReport* c, int q, char* buf, size_t len) {
+    const CheckRecord* x = &c->r[q];
+    snprintf(buf, len, "rank %d on %s TP(%d)-PP(%d)-DP(%d)-Rank(%d)", q, x->host, x->tp, x->pp, x->dp, q);
+    return buf;
+}
+
+// the world ranks of the group of kind k whose first member is `first`, in rank order
+static int check_members(const CheckReport* c, CheckKind k, int first, int* out) {
+    if (k == CHECK_LINK) {
+        out[0] = first;
+        out[1] = c->r[first].next_stage;
+        return 2;
+    }
+    int n = 0;
+    for (int q = 0; q < c->W; q++)
+        if (c->r[q].first[k] == first) out[n++] = q;
+    return n;
+}
+
+// "4,5"; "0,8,16,...(64)" for a long list; "1>5" for a link; "all" for the world
+static const char* check_members_text(CheckKind k, const int* m, int n, char* buf, size_t len) {
+    size_t used = 0;
+    buf[0] = '\0';
+    if (k == CHECK_WORLD) return strcpy(buf, "all");
+    for (int i = 0; i < n && used < len; i++) {
+        if (i == 3 && n > 4) {
+            snprintf(buf + used, len - used, ",...(%d)", n);
+            break;
+        }
+        used += snprintf(buf + used, len - used, "%s%d", i == 0 ? "" : k == CHECK_LINK ? ">" : ",", m[i]);
+    }
+    return buf;
+}
+
+// Is x[i] below CHECK_OUTLIER x the median of the other x[j]? NAN entries are absent; with
+// no peers, no. *median: the peers' median (NAN without peers).
+static int below_peers(const double* x, int n, int i, double* median) {
+    double* peers = (double*)mallocCheck((n + 1) * sizeof(double));
+    int p = 0;
+    for (int j = 0; j < n; j++)
+        if (j != i && !isnan(x[j])) peers[p++] = x[j];
+    *median = p > 0 ? median_of(peers, p) : NAN;
+    free(peers);
+    return p > 0 && !isnan(x[i]) && x[i] < CHECK_OUTLIER * *median;
+}
+
+// one kind's table: per operation and size, the median of the groups and the slowest group;
+// then each group whose bus bandwidth at the largest size is below CHECK_OUTLIER x the others'
+static void report_kind(CheckReport* c, CheckKind k) {
+    int W = c->W, G = 0, n = 0, last = c->cc->num_sizes - 1;
+    int* firsts = (int*)mallocCheck(W * sizeof(int));   // the groups, by their first ranks
+    int* m = (int*)mallocCheck(W * sizeof(int));
+    for (int q = 0; q < W; q++)
+        if (c->r[q].first[k] == q) firsts[G++] = q;
+    if (G > 0) n = check_members(c, k, firsts[0], m);
+    if (k == CHECK_LINK) printf("\npipeline links (send/recv from a stage to the next): ");
+    else if (k == CHECK_WORLD) printf("\nworld: ");
+    else printf("\n%ss: ", CHECK_KIND_NAMES[k]);
+    if (G == 0 || n < 2) {
+        printf("%s\n", G == 0 ? "none (one pipeline stage)" : G == 1 ? "one rank, nothing to measure" : "one rank each, nothing to measure");
+        free(firsts);
+        free(m);
+        return;
+    }
+    printf("%d of %d ranks\n", G, n);
+    if (G > 1) printf("  %-14s %-4s %10s | %-40s | %s\n", "", "", "", "the median of the groups", "the slowest group");
+    printf("  %-14s %-4s %10s | %10s %14s %14s | %-14s %10s %14s %14s\n", "operation", "type", "bytes", "time (us)",
+           "algbw (GB/s)", "busbw (GB/s)", "ranks", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
+    double* t = (double*)mallocCheck(G * sizeof(double));
+    double* busbw = (double*)mallocCheck(G * sizeof(double));
+    int* named = (int*)callocCheck(G, sizeof(int));
+    char text[64], who[320];
+    for (int op = 0; op < CHECK_OPS; op++) {
+        if (!check_has_op(k, (CheckOp)op)) continue;
+        for (int s = 0; s <= last; s++) {
+            size_t bytes = check_bytes((CheckOp)op, c->cc->bytes[s], n);
+            int slowest = 0;
+            for (int i = 0; i < G; i++) {
+                t[i] = c->r[firsts[i]].seconds[k][op][s];
+                if (t[i] > t[slowest]) slowest = i;
+            }
+            double worst = t[slowest], mid = median_of(t, G);
+            check_members_text(k, m, check_members(c, k, firsts[slowest], m), text, sizeof(text));
+            printf("  %-14s %-4s %10zu | %10.2f %14.3f %14.3f | %-14s %10.2f %14.3f %14.3f\n", CHECK_OP_NAMES[op],
+                   check_type_name((CheckOp)op), bytes, mid * 1e6, bytes / mid / 1e9, busbw_of((CheckOp)op, bytes, mid, n),
+                   text, worst * 1e6, bytes / worst / 1e9, busbw_of((CheckOp)op, bytes, worst, n));
+        }
+    }
+    for (int op = 0; op < CHECK_OPS; op++) {   // the outliers, at the largest size
+        if (!check_has_op(k, (CheckOp)op)) continue;
+        size_t bytes = check_bytes((CheckOp)op, c->cc->bytes[last], n);
+        for (int i = 0; i < G; i++) busbw[i] = busbw_of((CheckOp)op, bytes, c->r[firsts[i]].seconds[k][op][last], n);
+        for (int i = 0; i < G; i++) {
+            double median;
+            if (!below_peers(busbw, G, i, &median)) continue;
+            int count = check_members(c, k, firsts[i], m);
+            printf("slow %s %s: %s bus bandwidth %.3f GB/s at %zu bytes, below %.1f x %.3f GB/s (the median of the other "
+                   "%d); its ranks:", CHECK_KIND_NAMES[k], check_members_text(k, m, count, text, sizeof(text)),
+                   CHECK_OP_NAMES[op], busbw[i], bytes, CHECK_OUTLIER, median, G - 1);
+            for (int j = 0; j < count && j < 8; j++) printf("%s %s", j ? "," : "", check_rank_name(c, m[j], who, sizeof(who)));
+            printf("%s\n", count > 8 ? ", ..." : "");
+            c->named++;
+            if (!named[i]++) {
+                c->named_groups++;
+                for (int j = 0; j < count; j++) c->named_in[m[j]]++;
+            }
+        }
+    }
+    free(named);
+    free(t);
+    free(busbw);
+    free(firsts);
+    free(m);
+}
+
+// every rank's matmul against the other ranks'
+static void report_matmul(CheckReport* c) {
+    double flop = 2.0 * pow(c->cc->matmul_n, 3);
+    double* tflops = (double*)mallocCheck(c->W * sizeof(double));
+    double* sorted = (double*)mallocCheck(c->W * sizeof(double));
+    int slowest = 0, N = c->cc->matmul_n;
+    for (int q = 0; q < c->W; q++) {
+        sorted[q] = tflops[q] = flop / c->r[q].matmul_seconds / 1e12;
+        if (tflops[q] < tflops[slowest]) slowest = q;
+    }
+    char who[320];
+    printf("\nmatmul (matmul_forward, %d x %d by %d x %d, %s, %.3g GFLOP) on each of %d ranks: median %.4g TFLOPs, slowest "
+           "%.4g TFLOPs (%s)\n", N, N, N, N, FLOATX_NAME, flop / 1e9, c->W, median_of(sorted, c->W), tflops[slowest],
+           check_rank_name(c, slowest, who, sizeof(who)));
+    for (int q = 0; q < c->W; q++) {
+        double median;
+        if (!below_peers(tflops, c->W, q, &median)) continue;
+        printf("slow rank: matmul of %s %.4g TFLOPs, below %.1f x %.4g TFLOPs (the median of the other %d)\n",
+               check_rank_name(c, q, who, sizeof(who)), tflops[q], CHECK_OUTLIER, median, c->W - 1);
+        c->named++;
+    }
+    free(tflops);
+    free(sorted);
+}
+
+// Per host: the matmul of its slowest rank and the median of its ranks; for the TP, DP and PP
+// groups and the pipeline links, the bus bandwidth of the slowest such group it has a rank
+// in (all-reduce, or send/recv, at the largest size). Each figure against the other hosts'.
+#define HOST_FIGURES 6
+static void report_hosts(CheckReport* c) {
+    static const char* const names[HOST_FIGURES] = {"matmul of its slowest rank (TFLOPs)", "median matmul of its ranks (TFLOPs)",
+        "all-reduce busbw of its slowest TP group (GB/s)", "all-reduce busbw of its slowest DP group (GB/s)",
+        "all-reduce busbw of its slowest PP group (GB/s)", "send/recv busbw of its slowest pipeline link (GB/s)"};
+    static const CheckKind kinds[HOST_FIGURES - 2] = {CHECK_TP, CHECK_DP, CHECK_PP, CHECK_LINK};
+    int W = c->W, H = 0, last = c->cc->num_sizes - 1;
+    int* host_of = (int*)mallocCheck(W * sizeof(int));
+    int* first_rank = (int*)mallocCheck(W * sizeof(int));   // of each host
+    int* ranks = (int*)callocCheck(W, sizeof(int));          // on each host
+    for (int q = 0; q < W; q++) {
+        int h = 0;
+        while (h < H && strcmp(c->r[first_rank[h]].host, c->r[q].host) != 0) h++;
+        if (h == H) first_rank[H++] = q;
+        host_of[q] = h;
+        ranks[h]++;
+    }
+    double* fig = (double*)mallocCheck((size_t)HOST_FIGURES * H * sizeof(double));   // [figure][host]
+    double* tflops = (double*)mallocCheck(W * sizeof(double));
+    int* m = (int*)mallocCheck(W * sizeof(int));
+    for (int i = 0; i < HOST_FIGURES * H; i++) fig[i] = NAN;
+    for (int h = 0; h < H; h++) {
+        int k = 0;
+        for (int q = 0; q < W; q++)
+            if (host_of[q] == h) tflops[k++] = 2.0 * pow(c->cc->matmul_n, 3) / c->r[q].matmul_seconds / 1e12;
+        fig[1 * H + h] = median_of(tflops, k);   // sorted: the slowest comes first
+        fig[0 * H + h] = tflops[0];
+    }
+    for (int j = 0; j < HOST_FIGURES - 2; j++) {
+        CheckKind k = kinds[j];
+        CheckOp op = k == CHECK_LINK ? OP_SEND_RECV : OP_ALL_REDUCE;
+        for (int q = 0; q < W; q++) {
+            int n = c->r[q].first[k] == q ? check_members(c, k, q, m) : 0;
+            if (n < 2) continue;
+            double bw = busbw_of(op, check_bytes(op, c->cc->bytes[last], n), c->r[q].seconds[k][op][last], n);
+            for (int i = 0; i < n; i++) {
+                double* x = &fig[(2 + j) * H + host_of[m[i]]];
+                *x = isnan(*x) ? bw : fmin(*x, bw);
+            }
+        }
+    }
+    printf("\nhosts: %d; matmul in TFLOPs; the bus bandwidth in GB/s at the largest size of the slowest group with a rank "
+           "on the host (all-reduce; send/recv for links; -: none)\n", H);
+    printf("  %-24s %5s | matmul: %8s %8s | busbw: %8s %8s %8s %8s\n", "host", "ranks", "slowest", "median", "TP", "DP", "PP",
+           "link");
+    for (int h = 0; h < H; h++) {
+        printf("  %-24s %5d |         %8.4g %8.4g |       ", c->r[first_rank[h]].host, ranks[h], fig[h], fig[H + h]);
+        for (int j = 2; j < HOST_FIGURES; j++) {
+            if (isnan(fig[j * H + h])) printf(" %8s", "-");
+            else printf(" %8.3f", fig[j * H + h]);
+        }
+        printf("\n");
+    }
+    for (int j = 0; j < HOST_FIGURES; j++)
+        for (int h = 0; h < H; h++) {
+            double median;
+            if (!below_peers(&fig[j * H], H, h, &median)) continue;
+            printf("slow host %s: %s %.4g, below %.1f x %.4g (the median of the other %d)\n", c->r[first_rank[h]].host,
+                   names[j], fig[j * H + h], CHECK_OUTLIER, median, H - 1);
+            c->named++;
+        }
+    free(host_of);
+    free(first_rank);
+    free(ranks);
+    free(fig);
+    free(tflops);
+    free(m);
+}
+
+// The tables and the outliers from every rank's record r[W] (rank 0; the tests call it on
+// made-up records). The caller frees c->named_in.
+static void check_report(CheckReport* c, const CheckRecord* r, int W, const ClusterCheck* cc) {
+    memset(c, 0, sizeof(*c));
+    c->r = r;
+    c->W = W;
+    c->cc = cc;
+    c->named_in = (int*)callocCheck(W, sizeof(int));
+    for (int k = 0; k < CHECK_KINDS; k++) report_kind(c, (CheckKind)k);
+    report_matmul(c);
+    report_hosts(c);
+    char who[320];
+    for (int q = 0; q < W && c->named_groups > 1; q++)   // a rank that every slow group shares
+        if (c->named_in[q] == c->named_groups) printf("every slow group has %s in it\n", check_rank_name(c, q, who, sizeof(who)));
+}
+
+// Measures, then rank 0 prints the tables and names the outliers; every rank returns.
+static void check_cluster(const ClusterCheck* cc) {
+    double start = now_seconds();
+    activity_phase("check-cluster", -1, -1);   // what the watchdog says if the check hangs
+    if (grid.world_rank == 0) {
+        printf("check-cluster: %d rank(s) as TP %d x PP %d x DP %d, %s build; one group at a time; each figure is the median "
+               "of %d repetitions (after %d untimed) of the slowest member's time\n", grid.world_size, grid.tp_size,
+               grid.pp_size, grid.dp_size, BUILD_NAME, CHECK_REPS, CHECK_WARMUP);
+        printf("  nccl-tests' definitions: algbw = bytes / time; busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for "
+               "reduce-scatter and all-gather, x 1 for send/recv; GB/s = 1e9 bytes/s\n");
+        fflush(stdout);
+    }
+    CheckRecord me;
+    memset(&me, 0, sizeof(me));
+    snprintf(me.host, sizeof(me.host), "%s", grid.host);
+    me.tp = grid.tp_rank;
+    me.pp = grid.pp_rank;
+    me.dp = grid.dp_rank;
+    check_bandwidths(&me, cc);
+    me.matmul_seconds = check_matmul(cc->matmul_n);
+    size_t total = 0;
+    CheckRecord* all = (CheckRecord*)gather_bytes_to_rank0(&grid.world, &me, sizeof(me), &total);
+    if (grid.world_rank == 0) {
+        CheckReport c;
+        check_report(&c, all, grid.world_size, cc);
+        if (c.named) printf("check-cluster: %d figure(s) below %.1f x the median of their peers (the lines that start with "
+                            "\"slow\"); %.1f s\n", c.named, CHECK_OUTLIER, now_seconds() - start);
+        else printf("check-cluster: every figure is at least %.1f x the median of its peers; %.1f s\n", CHECK_OUTLIER,
+                    now_seconds() - start);
+        fflush(stdout);
+        free(c.named_in);
+    }
+    free(all);
+    barrier(&grid.world);
+    activity_phase("setup", -1, -1);
+}

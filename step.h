@@ -1,0 +1,491 @@
+/*
+step.h — one training step above the model: what drives gpt.h's forward and backward over
+the grid, and updates the weights.
+
+  - the gradient reduction over DP, overlapped with the last backward (--overlap-grad-reduce);
+  - ZeRO-1's parameter all-gather beside the next forward (--overlap-param-gather);
+  - the 1F1B pipeline schedule of a step (with one stage: forward, backward, ...);
+  - ZeRO-1 AdamW: gradients reduce-scattered, master weights and moments sharded 1/DP, the
+    global gradient norm (each parameter once) and clipping, the loss scaler, parameters
+    all-gathered.
+
+Interface (what train.c, checkpoint.h and the tests use): grad_reducer_init / _free,
+param_gatherer_init / _free, pipeline_step (PipelineStep), AdamWConfig, AdamWState,
+adamw_init / adamw_free, shard_part, optimizer_step. The model calls back into the
+overlapped reduction and gather through the two hooks these inits set in the GPT
+(gradients_final_down_to, parameters_needed); gpt.h knows nothing of this file.
+
+It sits above gpt.h and parallel.h in the one include line (train.c includes them in order)
+and does its communication through parallel.h's wrappers only.
+*/
+#pragma once
+
+// ----------------------------------------------------------------------------
+// the gradient reduction over DP, overlapped with the last backward (--overlap-grad-reduce,
+// Megatron-LM's flag; DeepSpeed's ZeRO reduces its gradient buckets the same way)
+// Without overlap the step's gradients are reduce-scattered once the last micro-batch's
+// backward is over: all of it on the critical path. With it, the flat gradient buffer is cut
+// into buckets of whole tensors, from its end (the last layers, whose gradients are final
+// first in the backward) towards its start. While the last micro-batch's backward runs, a
+// bucket is queued on the communication stream as soon as the backward has finished its
+// lowest layer: the part of it in rank r's ZeRO shard is summed onto rank r (a reduce with
+// root r), so each rank ends with what the reduce-scatter gave it, bytes sent included. The
+// embedding's bucket goes last, after the tied embedding's all-reduce. Nothing else changes:
+// the buckets are a plan over the buffer, no memory of their own.
+
+// [lo, hi) = [a, b) ∩ [c, d) (empty when lo >= hi)
+static void intersect_ranges(size_t a, size_t b, size_t c, size_t d, size_t* lo, size_t* hi) {
+    *lo = a > c ? a : c;
+    *hi = b < d ? b : d;
+}
+
+typedef struct {
+    size_t start, end;   // [start, end) of the flat gradient buffer
+    int lowest_layer;    // final once the backward has finished this layer (-1: the embedding's bucket)
+} GradBucket;
+
+// [lo, hi): the part of bucket b inside DP rank q's shard of `shard` elements; 0 when empty
+static int bucket_part(const GradBucket* b, size_t shard, int q, size_t* lo, size_t* hi) {
+    intersect_ranges(b->start, b->end, q * shard, (q + 1) * shard, lo, hi);
+    return *lo < *hi;
+}
+
+// Cut [0, padded) into buckets: from the top, whole tensors until a bucket holds at least
+// `bucket_size` elements; the embedding's tensors (layer -1, at the start) in a last bucket of
+// their own; the padding with the top bucket. `out` has room for one per tensor; returns how many.
+static int grad_buckets(const GPT* m, size_t bucket_size, GradBucket* out) {
+    int count = 0;
+    size_t end = m->num_params_padded;
+    for (int i = m->num_tensors - 1; i >= 0; i--) {
+        const TensorDesc* t = &m->tensors[i];
+        int last_of_bucket = i == 0 || (t->layer >= 0 && m->tensors[i - 1].layer < 0) ||
+                             (t->layer >= 0 && end - t->offset >= bucket_size);
+        if (!last_of_bucket) continue;
+        GradBucket b = {i == 0 ? 0 : t->offset, end, t->layer};
+        out[count++] = b;
+        end = b.start;
+    }
+    return count;
+}
+
+typedef struct {
+    int enabled;             // --overlap-grad-reduce with DP > 1
+    GradBucket* buckets;     // in the order they are launched
+    int num_buckets, launched;
+    int armed;               // the last micro-batch's backward is running
+    float* grads;            // the whole flat buffer ...
+    float* shard_grad;       // ... and this rank's reduced shard of it
+    size_t shard_size;
+    StreamEvent grads_written, reduced;
+} GradReducer;
+static GradReducer grad_reducer;   // one per process, as the grid
+
+// queue bucket b's reduces on the communication stream, after the kernels that wrote it
+static void reduce_bucket(GradReducer* r, const GradBucket* b) {
+    comm_waits_for_compute(&r->grads_written);
+    for (int q = 0; q < grid.dp_size; q++) {   // the part of b in each rank's shard, onto that rank
+        size_t lo, hi;
+        if (bucket_part(b, r->shard_size, q, &lo, &hi))
+            reduce_to(&grid.dp, r->grads + lo, r->shard_grad + (lo - q * r->shard_size), hi - lo, q);
+    }
+}
+
+// the backward (of any micro-batch) has finished `layer`: in the last one, launch the buckets
+// that are final now (the backward calls it: the GPT's hook)
+static void gradients_final_down_to(int layer) {
+    GradReducer* r = &grad_reducer;
+    if (!r->armed) return;
+    while (r->launched < r->num_buckets && r->buckets[r->launched].lowest_layer >= layer)   // layer >= 0
+        reduce_bucket(r, &r->buckets[r->launched++]);
+}
+
+static void grad_reducer_init(GPT* m, float* shard_grad, size_t shard_size, int overlap, size_t bucket_size) {
+    GradReducer* r = &grad_reducer;
+    memset(r, 0, sizeof(*r));
+    r->enabled = overlap && grid.dp_size > 1;
+    if (!r->enabled) return;
+    r->buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
+    r->num_buckets = grad_buckets(m, bucket_size, r->buckets);
+    r->grads = m->grads;
+    r->shard_grad = shard_grad;
+    r->shard_size = shard_size;
+    stream_event_create(&r->grads_written);
+    stream_event_create(&r->reduced);
+    m->gradients_final_down_to = gradients_final_down_to;   // the backward's hook
+}
+
+static void grad_reducer_free(void) {
+    GradReducer* r = &grad_reducer;
+    if (!r->enabled) return;
+    free(r->buckets);
+    stream_event_destroy(&r->grads_written);
+    stream_event_destroy(&r->reduced);
+    memset(r, 0, sizeof(*r));
+}
+
+// after the tied embedding's all-reduce: the buckets left (the embedding's), then the compute
+// stream waits for every reduce before anything reads the shard or writes the gradients again
+static void grad_reducer_finish(void) {
+    GradReducer* r = &grad_reducer;
+    while (r->launched < r->num_buckets) reduce_bucket(r, &r->buckets[r->launched++]);
+    compute_waits_for_comm(&r->reduced);
+    r->armed = 0;
+    r->launched = 0;
+}
+
+// ----------------------------------------------------------------------------
+// ZeRO-1's parameter all-gather beside the next forward (--overlap-param-gather, Megatron-LM's flag)
+// Without it the updated parameters are all-gathered right after AdamW, on the critical path.
+// With it, the gradient reduction's buckets (grad_buckets), taken from the buffer's start
+// (the embedding, then the layers in the order the forward needs them), are each queued on
+// the communication stream after AdamW: the part of a bucket in rank r's shard is broadcast
+// from rank r, so every rank ends with the all-gather's buffer, bytes sent included. The
+// next forward, of training or of evaluation, waits before each layer only for the buckets
+// that hold it and the ones before (gpt.h calls parameters_needed); whatever else reads the
+// parameters first waits for them all (param_gather_finish). No device memory of its own.
+
+typedef struct {
+    int enabled;             // --overlap-param-gather with DP > 1
+    GradBucket* buckets;     // in the order they are gathered: from the buffer's start
+    StreamEvent* gathered;   // [bucket]: marked on the communication stream after its broadcasts
+    int num_buckets, waited; // the compute stream has waited for buckets [0, waited)
+    floatX* params;          // the whole flat buffer, of which this rank updated its shard
+    size_t shard_size;
+    StreamEvent updated;     // compute -> communication: AdamW has written the shard
+} ParamGatherer;
+static ParamGatherer param_gatherer;   // one per process, as the grid
+
+// the forward is about to read `layer`'s parameters (-1: the embedding's): the compute stream
+// waits for the buckets up to the last one holding some of them (the forward calls it: the GPT's hook)
+static void parameters_needed(int layer) {
+    ParamGatherer* g = &param_gatherer;
+    int k = g->waited;
+    while (k < g->num_buckets && g->buckets[k].lowest_layer <= layer) k++;
+    if (k == g->waited) return;
+    compute_waits_for_mark(&g->gathered[k - 1]);
+    g->waited = k;
+}
+
+static void param_gatherer_init(GPT* m, size_t shard_size, int overlap, size_t bucket_size) {
+    ParamGatherer* g = &param_gatherer;
+    memset(g, 0, sizeof(*g));
+    g->enabled = overlap && grid.dp_size > 1;
+    if (!g->enabled) return;
+    GradBucket* from_end = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
+    g->num_buckets = grad_buckets(m, bucket_size, from_end);
+    g->buckets = (GradBucket*)mallocCheck(g->num_buckets * sizeof(GradBucket));
+    g->gathered = (StreamEvent*)mallocCheck(g->num_buckets * sizeof(StreamEvent));
+    for (int k = 0; k < g->num_buckets; k++) {
+        g->buckets[k] = from_end[g->num_buckets - 1 - k];
+        stream_event_create(&g->gathered[k]);
+    }
+    free(from_end);
+    g->waited = g->num_buckets;   // nothing in flight
+    g->params = m->params;
+    g->shard_size = shard_size;
+    stream_event_create(&g->updated);
+    m->parameters_needed = parameters_needed;   // the forward's hook
+}
+
+// after AdamW: every bucket's broadcasts queued on the communication stream, in order
+static void param_gather_launch(void) {
+    ParamGatherer* g = &param_gatherer;
+    comm_waits_for_compute(&g->updated);
+    for (int k = 0; k < g->num_buckets; k++) {
+        const GradBucket* b = &g->buckets[k];
+        for (int q = 0; q < grid.dp_size; q++) {   // the part of b in each rank's shard, from that rank
+            size_t lo, hi;
+            if (bucket_part(b, g->shard_size, q, &lo, &hi)) broadcast_from(&grid.dp, g->params + lo, hi - lo, q);
+        }
+        comm_mark(&g->gathered[k]);
+    }
+    g->waited = 0;
+}
+
+// everything gathered before anything but the forward reads the parameters (or AdamW writes them)
+static void param_gather_finish(void) { parameters_needed(INT_MAX); }
+
+static void param_gatherer_free(void) {
+    ParamGatherer* g = &param_gatherer;
+    if (!g->enabled) return;
+    param_gather_finish();   // the last step's broadcasts, if no forward came after them
+    dev_synchronize();
+    for (int k = 0; k < g->num_buckets; k++) stream_event_destroy(&g->gathered[k]);
+    stream_event_destroy(&g->updated);
+    free(g->buckets);
+    free(g->gathered);
+    memset(g, 0, sizeof(*g));
+}
+
+// ----------------------------------------------------------------------------
+// the schedule of one step: 1F1B (PipeDream-flush; Narayanan et al. 2021, Fig. 4)
+// Stage p of P runs min(P - p - 1, M) warm-up forwards, then alternates one forward and
+// one backward, then drains the backwards it still owes. A stage never holds more than P
+// micro-batches' activations, whatever the number of micro-batches M. With one stage it
+// is simply forward, backward, forward, backward, ... (Megatron's no-pipelining schedule).
+// Each token's loss enters the gradient with weight dloss = 1 / (tokens in the global
+// batch), so summing gradients over micro-batches and data-parallel ranks gives the mean.
+
+typedef void (*LoadMicroBatch)(void* ctx, int micro_batch, int* tokens, int* targets);
+
+typedef struct {
+    GPT* model;
+    LoadMicroBatch load;
+    void* ctx;
+    float dloss;
+    int in_flight, max_in_flight;
+} Schedule;
+
+static size_t hidden_elems(const GPT* m) { return (size_t)m->B * m->T * m->cfg.hidden_size; }
+static MicroBatchActivations* slot_of(const Schedule* s, int micro) { return &s->model->slots[micro % s->model->num_slots]; }
+
+static void forward_step(Schedule* s, int micro) {
+    GPT* m = s->model;
+    activity_phase("forward", activity.iteration, micro);
+    MicroBatchActivations* a = slot_of(s, micro);
+    if (m->is_first_stage || m->is_last_stage) s->load(s->ctx, micro, a->tokens, a->targets);
+    pipeline_before_writing(stage_output(m, a));   // the slot's last output may still be on its way
+    gpt_forward_stage(m, micro % m->num_slots);
+    if (m->is_last_stage) loss_mean_add(m->loss_sum, m->losses, m->B * m->T);   // no host copy per micro-batch
+    if (++s->in_flight > s->max_in_flight) s->max_in_flight = s->in_flight;
+}
+
+// micro-batch `micro` of M: the last one adds the gradients' last terms (the overlap's cue)
+static void backward_step(Schedule* s, int micro, int M) {
+    activity_phase("backward", activity.iteration, micro);
+    grad_reducer.armed = grad_reducer.enabled && micro == M - 1;
+    pipeline_before_writing(s->model->dres);   // (in 1F1B an exchange that receives comes between)
+    gpt_backward(s->model, micro % s->model->num_slots, s->dloss);
+    s->in_flight--;
+}
+
+static void run_1f1b(Schedule* s, int M) {
+    GPT* m = s->model;
+    size_t n = hidden_elems(m);
+    int warmup = grid.pp_size - grid.pp_rank - 1;
+    if (warmup > M) warmup = M;
+    int steady = M - warmup, fwd = 0, bwd = 0;
+    // warm-up: each output goes on while the next input comes in (one exchange, not two)
+    if (M > 0) recv_forward(slot_of(s, 0)->input, n);
+    for (int i = 0; i < warmup; i++, fwd++) {
+        forward_step(s, fwd);
+        send_forward_recv_forward(stage_output(m, slot_of(s, fwd)), fwd + 1 < M ? slot_of(s, fwd + 1)->input : NULL, n);
+    }
+    // steady 1F1B
+    for (int i = 0; i < steady; i++, fwd++, bwd++) {
+        forward_step(s, fwd);
+        send_forward_recv_backward(stage_output(m, slot_of(s, fwd)), m->dres, n);
+        backward_step(s, bwd, M);
+        if (i == steady - 1) send_backward(m->dres, n);
+        else send_backward_recv_forward(m->dres, slot_of(s, fwd + 1)->input, n);
+    }
+    // cool-down
+    for (int i = 0; i < warmup; i++, bwd++) {
+        recv_backward(m->dres, n);
+        backward_step(s, bwd, M);
+        send_backward(m->dres, n);
+    }
+    wait_for_exchanges();   // the step's own work: none of it left queued behind the optimizer
+}
+
+// forward only, for evaluation
+static void run_forward_only(Schedule* s, int M) {
+    size_t n = hidden_elems(s->model);
+    for (int i = 0; i < M; i++) {
+        recv_forward(slot_of(s, i)->input, n);
+        forward_step(s, i);
+        s->in_flight--;
+        send_forward(stage_output(s->model, slot_of(s, i)), n);
+    }
+    wait_for_exchanges();
+}
+
+// The mean loss of the step, known on every rank: the last stage's sum, over the pipeline
+// (other stages add 0) and averaged over data-parallel ranks.
+static float step_loss(const Schedule* s, int M) {
+    const GPT* m = s->model;
+    double loss = 0.0;
+    if (m->is_last_stage) {   // the one read of the losses this step
+        dev_to_host(&loss, m->loss_sum, sizeof(double));
+        dev_zero(m->loss_sum, sizeof(double));
+        loss /= M;
+    }
+    all_reduce_host(&grid.pp, &loss, 1, REDUCE_SUM);
+    all_reduce_host(&grid.dp, &loss, 1, REDUCE_SUM);
+    return (float)(loss / grid.dp_size);
+}
+
+// ----------------------------------------------------------------------------
+// optimizer: ZeRO-1 AdamW (Rajbhandari et al. 2020, stage 1)
+// Every rank keeps the whole model of its (tp, pp) slot in floatX and its fp32 gradients,
+// but the fp32 master weights and the Adam moments only for its 1/DP shard of the flat
+// buffer (padded to a multiple of DP). A step: reduce-scatter the gradients (each rank gets
+// the summed gradient of its shard), the global norm over all shards, AdamW on the shard,
+// all-gather the updated parameters.
+
+typedef struct {
+    float beta1, beta2, eps, weight_decay, clip_grad;
+} AdamWConfig;
+
+// Megatron's loss scaler for fp16 (Micikevicius et al. 2018): the loss is multiplied by
+// `scale` before the backward, so that small gradients do not underflow fp16, and the
+// gradients are divided by it before the norm. A step whose gradients overflow (their norm
+// is not finite) is skipped. Dynamic scaling (Megatron's DynamicGradScaler): an overflow
+// resets the run of clean steps and uses up one unit of hysteresis; with none left the
+// scale halves (not below min_scale), and so on each further overflow; `window` clean steps
+// in a row double it (while it stays finite: fp32's largest power of two is 2^127) and
+// restore the hysteresis. Static (--loss-scale): the scale never
+// changes. scale 1 and not dynamic: no scaling (bf16, fp32).
+typedef struct {
+    float scale;
+    int dynamic;
+    float min_scale;
+    int window, hysteresis;
+    int growth_tracker;       // clean steps since the last growth or overflow
+    int hysteresis_tracker;   // overflows left before the scale halves
+} LossScaler;
+
+static void loss_scaler_update(LossScaler* s, int overflow) {
+    if (!s->dynamic) return;
+    if (overflow) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker--;
+        if (s->hysteresis_tracker <= 0) s->scale = fmaxf(s->scale * 0.5f, s->min_scale);
+    } else if (++s->growth_tracker == s->window) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker = s->hysteresis;
+        if (isfinite(s->scale * 2.0f)) s->scale *= 2.0f;   // 2^128 would be inf, and inf / 2 stays inf
+    }
+}
+
+typedef struct {
+    size_t shard_start, shard_size;  // this rank's part of the padded flat buffer
+    float* master;       // fp32 master weights of the shard (on the CPU build: the params themselves)
+    float* grad;         // summed gradient of the shard (the gradient buffer itself when DP = 1)
+    float* m;            // first moment, fp32, shard
+    float* v;            // second moment, fp32, shard
+    int step;            // updates applied so far
+    LossScaler scaler;   // the gradients in model->grads are the loss's times scaler.scale
+    double* norm_acc;    // device scalar for the gradient norm
+    ShardRange* ranges;  // device table: the shard's part of each tensor, in order (shard_ranges)
+    int num_ranges;
+} AdamWState;
+
+// [lo, hi): the part of tensor t inside this rank's shard (empty when lo >= hi)
+static void shard_part(const AdamWState* s, const TensorDesc* t, size_t* lo, size_t* hi) {
+    intersect_ranges(t->offset, t->offset + t->numel, s->shard_start, s->shard_start + s->shard_size, lo, hi);
+}
+
+// A parameter is counted once in the norm: a tensor replicated over tensor ranks only on
+// tensor rank 0, and the tied embedding only on the first stage.
+static int counts_in_norm(const GPT* m, const TensorDesc* t) {
+    if (t->split_axis < 0 && m->tp_rank != 0) return 0;
+    return !t->tied_copy;
+}
+
+// The shard's part of each tensor, in the flat buffer's order, as ShardRanges into `table`
+// (room for one per tensor); returns how many
+static int shard_ranges(const AdamWState* s, const GPT* model, ShardRange* table) {
+    int count = 0;
+    for (int i = 0; i < model->num_tensors; i++) {
+        const TensorDesc* t = &model->tensors[i];
+        size_t lo, hi;
+        shard_part(s, t, &lo, &hi);
+        if (lo >= hi) continue;
+        ShardRange r = {lo - s->shard_start, hi - s->shard_start, t->weight_decay, counts_in_norm(model, t)};
+        if (count > 0 && r.start < table[count - 1].end) fail("the tensor table is not in the flat buffer's order");
+        table[count++] = r;
+    }
+    return count;
+}
+
+static void adamw_init(AdamWState* s, const GPT* model) {
+    memset(s, 0, sizeof(*s));
+    s->shard_size = model->num_params_padded / grid.dp_size;
+    s->shard_start = grid.dp_rank * s->shard_size;
+    size_t bytes = s->shard_size * sizeof(float);
+    s->m = (float*)dev_malloc(bytes);
+    s->v = (float*)dev_malloc(bytes);
+    dev_zero(s->m, bytes);
+    dev_zero(s->v, bytes);
+    s->grad = grid.dp_size == 1 ? model->grads : (float*)dev_malloc(bytes);
+    if (sizeof(floatX) == sizeof(float)) {
+        s->master = (float*)model->params + s->shard_start;
+    } else {   // as Megatron: the fp32 main params start as copies of the bf16 params
+        float* host = (float*)mallocCheck(bytes);
+        dev_floatX_to_floats(host, model->params + s->shard_start, s->shard_size);
+        s->master = (float*)dev_malloc(bytes);
+        host_to_dev(s->master, host, bytes);
+        free(host);
+    }
+    s->norm_acc = (double*)dev_malloc(sizeof(double));
+    ShardRange* table = (ShardRange*)mallocCheck(model->num_tensors * sizeof(ShardRange));
+    s->num_ranges = shard_ranges(s, model, table);
+    s->ranges = (ShardRange*)dev_malloc(model->num_tensors * sizeof(ShardRange));   // as planned: one per tensor
+    host_to_dev(s->ranges, table, s->num_ranges * sizeof(ShardRange));
+    free(table);
+    s->scaler.scale = 1.0f;
+}
+
+static void adamw_free(AdamWState* s, const GPT* model) {
+    dev_free(s->m);
+    dev_free(s->v);
+    if (s->grad != model->grads) dev_free(s->grad);
+    if (sizeof(floatX) != sizeof(float)) dev_free(s->master);
+    dev_free(s->norm_acc);
+    dev_free(s->ranges);
+}
+
+// the bytes adamw_init allocates as state for a flat buffer of `padded` elements over DP ranks:
+// the shard's two moments, its fp32 master where it is a copy (`master_copy`: floatX is not
+// float, the GPU build), the reduce-scatter's gradient shard where DP > 1 (else the gradient
+// buffer serves). The norm's scalar is a workspace: adamw_workspace_bytes.
+static size_t adamw_state_bytes(size_t padded, int dp_size, int master_copy) {
+    size_t shard = padded / dp_size * sizeof(float);
+    return shard * (master_copy ? 3 : 2) + (dp_size > 1 ? shard : 0);
+}
+
+// the rest of what adamw_init allocates: norm_acc, the gradient norm's device scalar, and the
+// shard's range table, room for one range per tensor (the same size on every rank)
+static size_t adamw_workspace_bytes(int num_tensors) { return sizeof(double) + num_tensors * sizeof(ShardRange); }
+
+static float global_grad_norm(AdamWState* s) {
+    dev_zero(s->norm_acc, sizeof(double));
+    sum_squares_ranges(s->norm_acc, s->grad, s->shard_size, s->ranges, s->num_ranges);
+    double sq = 0.0;
+    dev_to_host(&sq, s->norm_acc, sizeof(double));
+    all_reduce_host(&grid.world, &sq, 1, REDUCE_SUM);
+    return (float)sqrt(sq);
+}
+
+// Gradients of the whole step, times the loss scale, are in model->grads. Tied embedding,
+// reduce-scatter, norm (of the unscaled gradients), the loss scaler's update, clipping
+// (Megatron's clip_grad_norm: scale by clip / (norm + 1e-6) when below 1), AdamW on the
+// shard with each tensor's decay, all-gather. A step whose gradient norm is not finite is
+// skipped. Returns the norm before clipping. Unscaling is one more factor in the gradient
+// multiplier AdamW applies anyway; for a power-of-two scale it changes no bit.
+static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, float lr, int* skipped) {
+    if (grid.embedding.size > 1) {   // the two copies of the tied embedding get the sum
+        const TensorDesc* wte = &model->tensors[model->wte];
+        all_reduce(&grid.embedding, model->grads + wte->offset, wte->numel, AS_FLOAT, REDUCE_SUM);
+    }
+    param_gather_finish();   // (the forward waited for every bucket; a stage without layers did not)
+    if (grad_reducer.enabled) grad_reducer_finish();   // reduced while the backward ran
+    else if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size);
+    float unscale = 1.0f / s->scaler.scale;
+    float norm = global_grad_norm(s) * unscale;
+    *skipped = !isfinite(norm);
+    loss_scaler_update(&s->scaler, *skipped);
+    if (*skipped) return norm;
+    float scale = unscale;
+    if (cfg->clip_grad > 0.0f) {
+        float clip_coeff = cfg->clip_grad / (norm + 1e-6f);
+        if (clip_coeff < 1.0f) scale = unscale * clip_coeff;
+    }
+    s->step++;
+    adamw_update_ranges(s->master, model->params + s->shard_start, s->grad, s->m, s->v, s->shard_size, s->ranges,
+                        s->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
+    if (param_gatherer.enabled) param_gather_launch();   // waited for by the next forward
+    else all_gather(&grid.dp, model->params, s->shard_size);
+    return norm;
+}
