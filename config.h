@@ -1,0 +1,536 @@
+/*
+config.h — the run's configuration: the model's fields (gpt.h's list) and the run's, each
+declared once, and everything that reads them before any work is done.
+
+  - RUN_CONFIG_FIELDS and the Config struct; flags (Megatron-LM's names), --help and
+    --help-markdown (docs/flags.md), the range checks, the same flags on every rank;
+  - every config check, one line each and exit status 2 before anything is allocated: the
+    grid, the model, the precision, recomputation, the run; the pipeline's stage layout;
+  - what a config costs: the layers recomputed and the FLOPs of one step (Narayanan et al.).
+
+Interface (what train.c and plan.h use): Config, set_defaults, parse_flags, print_usage,
+print_usage_markdown, check_same_config_everywhere, check_grid, check_model, check_precision,
+check_recompute, check_run, make_loss_scaler, stage_layers, pipeline_stage, this_stage,
+data_parallel_size, layout_error, recomputed_layers, flops_per_step.
+*/
+#pragma once
+
+// ----------------------------------------------------------------------------
+// the configuration: the model's fields (gpt.h's list) and the run's, each declared once
+// X(kind, name, default, min, help), as gpt.h's list without its checkpoint columns. The
+// Config struct, the flags (Megatron-LM's names and defaults; where Megatron has no default,
+// a small model), --help and the range checks walk both lists.
+
+#define RUN_CONFIG_FIELDS(X)                                                                                          \
+    X(INT, tensor_model_parallel_size, "1", 1, "TP: tensor-parallel ranks of one model replica")                      \
+    X(INT, pipeline_model_parallel_size, "1", 1, "PP: pipeline stages")                                                \
+    X(CHOICE, pp_partition_method, "uniform", 0, "uniform | type:transformer | type:transformer|embedding")            \
+    X(INT, decoder_first_pipeline_num_layers, NULL, 0, "layers of the first stage (0: not set)")                      \
+    X(INT, decoder_last_pipeline_num_layers, NULL, 0, "layers of the last stage (0: not set)")                        \
+    X(INT, micro_batch_size, "4", 1, "samples per micro-batch")                                                        \
+    X(INT, global_batch_size, NULL, 0, "samples per step (0: micro-batch x DP)")                                       \
+    X(INT3, rampup_batch_size, NULL, 0, "START INCREMENT SAMPLES: ramp the global batch up")                           \
+    X(SWITCH, checkpoint_activations, NULL, 0, "= --recompute-granularity full --recompute-method uniform")            \
+    X(CHOICE, recompute_granularity, "none", 0, "none | full | selective (selective: not implemented)")                \
+    X(CHOICE, recompute_method, "none", 0, "none | uniform | block (which layers: see --recompute-num-layers)")        \
+    X(INT, recompute_num_layers, NULL, 1, "N: uniform: layers per chunk; block: first N layers of a stage (1)")        \
+    X(CHOICE, attention_backend, "auto", 0, "auto | flash | unfused (GPU build; auto: flash where the head size allows)") \
+    X(SWITCH, overlap_grad_reduce, NULL, 0, "reduce the DP gradients in buckets during the last backward (DP > 1)")  \
+    X(SWITCH, overlap_param_gather, NULL, 0, "all-gather the updated parameters in buckets beside the next forward (DP > 1)") \
+    X(LONG, ddp_bucket_size, NULL, 0, "elements per --overlap-grad-reduce/-param-gather bucket (0: max(40M, 1M x DP))") \
+    X(SWITCH, no_overlap_p2p_communication, NULL, 0, "pipeline exchanges on the compute stream (GPU build; default: their own)") \
+    X(INT, train_iters, NULL, 0, "steps to train (0 with --save: save the initial model)")                            \
+    X(LONG, train_samples, NULL, 0, "samples to train (instead of --train-iters)")                                     \
+    X(FLOAT, lr, "1e-4", 0, "peak learning rate")                                                                      \
+    X(FLOAT, min_lr, NULL, 0, "final learning rate")                                                                   \
+    X(CHOICE, lr_decay_style, "linear", 0, "constant | linear | cosine | inverse-square-root")                         \
+    X(LONG, lr_warmup_samples, NULL, 0, "warm-up length in samples")                                                   \
+    X(INT, lr_warmup_iters, NULL, 0, "warm-up length in steps")                                                        \
+    X(FLOAT, lr_warmup_fraction, NULL, 0, "warm-up as a fraction of the decay length")                                 \
+    X(LONG, lr_decay_samples, NULL, 0, "decay length in samples (0: the train samples)")                               \
+    X(INT, lr_decay_iters, NULL, 0, "decay length in steps (0: the train iters)")                                      \
+    X(FLOAT, adam_beta1, "0.9", 0, "Adam's first-moment decay")                                                        \
+    X(FLOAT, adam_beta2, "0.999", 0, "Adam's second-moment decay")                                                     \
+    X(FLOAT, adam_eps, "1e-8", 0, "Adam's epsilon")                                                                    \
+    X(FLOAT, weight_decay, "0.01", 0, "decoupled decay of matrices and embeddings")                                    \
+    X(FLOAT, clip_grad, "1.0", 0, "clip the global gradient norm to this (0: off)")                                    \
+    X(SWITCH, fp16, NULL, 0, "fp16 with loss scaling (GPU: train_gpu_fp16; CPU: the scaler on fp32)")                 \
+    X(SWITCH, bf16, NULL, 0, "bf16 weights and activations (the GPU build's own precision)")                          \
+    X(FLOAT, loss_scale, NULL, 0, "static loss scale with --fp16 (0: dynamic)")                                        \
+    X(FLOAT, initial_loss_scale, "4294967296", 1, "the dynamic scale's start")                                         \
+    X(FLOAT, min_loss_scale, "1", 0, "the dynamic scale's floor")                                                      \
+    X(INT, loss_scale_window, "1000", 1, "clean steps before the dynamic scale doubles")                               \
+    X(INT, hysteresis, "2", 1, "overflows tolerated before the dynamic scale halves")                                  \
+    X(LIST, data_path, NULL, 0, "[WEIGHT] PREFIX [...]: Megatron .bin/.idx dataset(s)")                                \
+    X(STRING, split, "969,30,1", 0, "train,valid,test document split")                                                 \
+    X(STRING, data_cache_path, NULL, 0, "DIR for the sample-index cache (default: next to the data)")                  \
+    X(INT, eval_interval, "1000", 1, "steps between evaluations")                                                      \
+    X(INT, eval_iters, "100", 0, "global batches per evaluation")                                                      \
+    X(SWITCH, unigram_baseline, NULL, 0, "report the data's order-0 entropy next to the loss")                         \
+    X(INT, log_interval, "100", 1, "steps between log lines")                                                          \
+    X(SWITCH, log_comm, NULL, 0, "log the bytes each group's communication sent per step")                             \
+    X(SWITCH, log_memory_bytes, NULL, 0, "print the memory table in bytes too, with what dev_malloc handed out")       \
+    X(INT, watchdog_timeout, "600", 0, "end the job, saying where every rank is, after S s without progress (0: off)") \
+    X(INT, watchdog_io_timeout, "3600", 1, "the watchdog's S while a checkpoint is saved or loaded (a slow fsync)")     \
+    X(FLOAT, slow_rank_threshold, "1.5", 0, "name a rank computing this many times its stage's median (0: off)")       \
+    X(STRING, tensorboard_dir, NULL, 0, "DIR: write the log line's values as TensorBoard events here")                 \
+    X(STRING, save, NULL, 0, "DIR: save checkpoints here")                                                             \
+    X(STRING, load, NULL, 0, "DIR: resume from its latest checkpoint (any layout)")                                    \
+    X(INT, save_interval, NULL, 0, "steps between checkpoints (0: only at the end)")                                   \
+    X(INT, exit_interval, NULL, 0, "save and exit when the iteration is a multiple of this")                           \
+    X(INT, exit_duration_in_mins, NULL, 0, "save and exit after this many minutes")                                    \
+    X(INT, keep_last, NULL, 0, "keep only the newest N checkpoints (0: all)")                                          \
+    X(SWITCH, no_load_optim, NULL, 0, "load weights and counters, not the optimizer state")                            \
+    X(SWITCH, no_load_rng, NULL, 0, "use this run's --seed, not the checkpoint's")                                     \
+    X(SWITCH, finetune, NULL, 0, "load weights only; iteration and data position start at 0")                          \
+    X(STRING, export_hf, NULL, 0, "OUT: write --load's latest checkpoint as a Hugging Face model, then exit")          \
+    X(CHOICE, export_hf_architecture, "auto", 0, "auto | gpt2 | bloom (auto: bloom for ALiBi models)")                \
+    X(INT, generate_tokens, NULL, 0, "sample this many tokens after training")                                         \
+    X(STRING, generate_prompt, NULL, 0, "text the sample starts from (byte-level data)")                               \
+    X(FLOAT, temperature, "1.0", 0, "sampling temperature")                                                            \
+    X(SWITCH, check_cluster, NULL, 0, "measure bus bandwidths and matmuls, name outliers (no --data-path: only that)") \
+    X(LIST, check_cluster_sizes, NULL, 0, "MIB [...]: --check-cluster's message sizes (default 1 16 64)")              \
+    X(INT, check_cluster_matmul_size, NULL, 0, "N of --check-cluster's N x N matmul (0: 8192 GPU, 1024 CPU)")          \
+    X(SWITCH, dry_run, NULL, 0, "plan this layout: each stage's memory, the FLOPs, the bubble; allocate nothing")      \
+    X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                        \
+    X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS) of the world, fastest first")                 \
+    X(CHOICE, hw, NULL, 0, "v100-32gb | a100-40gb | a100-80gb | h100-80gb (default a100-80gb): the dry run's GPU")   \
+    X(FLOAT, hw_peak_tflops, NULL, 0, "dense fp16/bf16 peak, TFLOP/s (0: --hw's)")                                      \
+    X(FLOAT, hw_matmul_efficiency, NULL, 0, "the fraction of the peak matmuls reach (0: --hw's)")                       \
+    X(FLOAT, hw_memory_gib, NULL, 0, "GPU memory, GiB (0: --hw's)")                                                     \
+    X(FLOAT, hw_memory_bandwidth, NULL, 0, "GPU memory bandwidth, GB/s (0: --hw's)")                                    \
+    X(FLOAT, hw_nvlink_bandwidth, NULL, 0, "GB/s per GPU and direction inside a node (0: --hw's)")                     \
+    X(FLOAT, hw_internode_bandwidth, NULL, 0, "GB/s per GPU and direction between nodes (0: --hw's)")                  \
+    X(INT, hw_gpus_per_node, NULL, 0, "GPUs per node (0: --hw's)")                                                      \
+    X(FLOAT, hw_latency_us, NULL, 0, "microseconds per message: a ring step or a send (0: --hw's)")                    \
+    X(FLOAT, hw_reserve_gib, NULL, 0, "GiB per GPU left to CUDA, cuBLAS and NCCL (0: --hw's)")                          \
+    X(CHOICE, dry_run_build, NULL, 0, "gpu | cpu (default gpu): the build --dry-run plans, whichever binary runs it")  \
+    X(SWITCH, help, NULL, 0, "print this list")                                                                   \
+    X(SWITCH, help_markdown, NULL, 0, "print this list as Markdown tables: docs/flags.md")
+
+typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_INVERSE_SQRT } LRDecayStyle;   // in --lr-decay-style's order
+typedef enum { PARTITION_UNIFORM, PARTITION_TRANSFORMER, PARTITION_TRANSFORMER_EMBEDDING } PartitionMethod;   // --pp-partition-method
+typedef enum { GRANULARITY_NONE, GRANULARITY_FULL, GRANULARITY_SELECTIVE } RecomputeGranularity;   // --recompute-granularity
+typedef enum { PLAN_GPU_BUILD, PLAN_CPU_BUILD } DryRunBuild;   // --dry-run-build (-1, not given: the GPU build)
+typedef enum { ATTENTION_AUTO, ATTENTION_FLASH, ATTENTION_UNFUSED } AttentionBackend;   // --attention-backend
+
+typedef struct {
+    GPTConfig model;
+    RUN_CONFIG_FIELDS(DECLARE_FIELD)
+} Config;
+
+#define DESCRIBE_RUN_FIELD(kind, name, def, min, help) \
+    {#name, def, help, NULL, NULL, FIELD_##kind, offsetof(Config, name), min, NOT_STORED},
+static const ConfigField RUN_FIELDS[] = {RUN_CONFIG_FIELDS(DESCRIBE_RUN_FIELD)};
+#define NUM_RUN_FIELDS ((int)(sizeof(RUN_FIELDS) / sizeof(RUN_FIELDS[0])))
+
+// field k of both lists (model fields first), and where its value lives in c
+static const ConfigField* config_field(Config* c, int k, void** base) {
+    *base = k < NUM_MODEL_FIELDS ? (void*)&c->model : (void*)c;
+    return k < NUM_MODEL_FIELDS ? &MODEL_FIELDS[k] : &RUN_FIELDS[k - NUM_MODEL_FIELDS];
+}
+
+static void set_defaults(Config* c) {
+    memset(c, 0, sizeof(*c));
+    char err[256];
+    for (int k = 0; k < NUM_MODEL_FIELDS + NUM_RUN_FIELDS; k++) {
+        void* base;
+        const ConfigField* f = config_field(c, k, &base);
+        if (f->default_value && parse_field(f, base, f->default_value, err, sizeof(err))) fail("a default: %s", err);
+        if (!f->default_value && f->kind == FIELD_CHOICE) *(int*)field_in(f, base) = -1;   // -1: not given
+    }
+}
+
+static void print_usage(Config* c) {
+    printf("usage: train_cpu|train_gpu [flags]   (mpirun -np N for several ranks)\n");
+    for (int k = 0; k < NUM_MODEL_FIELDS + NUM_RUN_FIELDS; k++) {
+        void* base;
+        const ConfigField* f = config_field(c, k, &base);
+        char flag[96];
+        printf("  %-32s %s", flag_of(f, flag, sizeof(flag)), f->help);
+        if (f->default_value) printf(" (%s)", f->default_value);
+        printf("\n");
+    }
+}
+
+// --help-markdown: docs/flags.md, which is this output (make docs writes it; test_cli fails
+// when the two differ, so the reference cannot drift from the fields)
+static void print_markdown_cell(const char* text) {
+    for (; *text; text++) printf(*text == '|' ? "\\|" : "%c", *text);
+}
+
+static void print_usage_markdown(Config* c) {
+    static const char* const VALUE[] = {"integer", "integer", "number", "switch", "choice", "text", "3 integers", "list"};
+    printf("# Flags\n\nEvery flag of `train_cpu` and `train_gpu`, generated by `./train_cpu --help-markdown` from the "
+           "two field lists (`GPT_CONFIG_FIELDS` in `gpt.h`, `RUN_CONFIG_FIELDS` in `train.c`): do not edit it by hand; "
+           "`make docs` writes it, and `make test` fails when it differs. How flags are declared and checked, and the "
+           "flags by topic: [config.md](config.md).\n");
+    for (int k = 0; k < NUM_MODEL_FIELDS + NUM_RUN_FIELDS; k++) {
+        if (k == 0 || k == NUM_MODEL_FIELDS)
+            printf("\n## %s\n\n| flag | value | default | minimum | meaning |\n| --- | --- | --- | --- | --- |\n",
+                   k == 0 ? "The model (`gpt.h`, stored in checkpoints)" : "The run (`train.c`)");
+        void* base;
+        const ConfigField* f = config_field(c, k, &base);
+        char flag[96];
+        int numeric = f->kind == FIELD_INT || f->kind == FIELD_LONG || f->kind == FIELD_FLOAT;
+        printf("| `%s` | %s", flag_of(f, flag, sizeof(flag)), VALUE[f->kind]);
+        printf(f->kind == FIELD_LIST ? " (at most %d values) | " : " | ", MAX_LIST);
+        print_markdown_cell(f->default_value ? f->default_value : f->kind == FIELD_SWITCH ? "off" : numeric ? "0" : "");
+        printf(numeric ? " | %g | " : " | | ", f->min);
+        print_markdown_cell(f->help);
+        printf(" |\n");
+    }
+}
+
+// The parsers below move *i to the last index of argv they used and return 0, or 1 with the
+// error line in err (a rank's flags may differ from the others': the caller of parse_flags
+// settles the verdict with every rank).
+
+// the values of a list flag at argv[*i + 1 ...]: every one up to the next flag
+static int parse_list(const ConfigField* f, void* base, int argc, char** argv, int* i, char* err, size_t len) {
+    StringList* list = (StringList*)field_in(f, base);
+    const char* flag = argv[*i];
+    list->count = 0;
+    for (; *i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0; ++*i) {
+        if (list->count == MAX_LIST) return error_line(err, len, "%s takes at most %d values", flag, MAX_LIST);
+        list->v[list->count++] = argv[*i + 1];
+    }
+    return 0;
+}
+
+// the flag at argv[*i] and its values
+static int parse_flag(Config* c, int argc, char** argv, int* i, char* err, size_t len) {
+    char name[96];
+    const char* flag = argv[*i];
+    void* base = NULL;
+    const ConfigField* f = NULL;
+    for (int k = 0; k < NUM_MODEL_FIELDS + NUM_RUN_FIELDS && !f; k++) {
+        const ConfigField* candidate = config_field(c, k, &base);
+        if (strcmp(flag, flag_of(candidate, name, sizeof(name))) == 0) f = candidate;
+    }
+    if (!f) return error_line(err, len, "unknown flag '%s' (see --help)", flag);
+    if (f->kind == FIELD_SWITCH) {
+        *(int*)field_in(f, base) = 1;
+        return 0;
+    }
+    if (f->kind == FIELD_LIST) return parse_list(f, base, argc, argv, i, err, len);
+    int values = f->kind == FIELD_INT3 ? 3 : 1;
+    if (*i + values >= argc) return error_line(err, len, "%s expects %s", flag, values == 3 ? "three integers" : "a value");
+    for (int k = 1; k <= values; k++) {
+        ++*i;
+        if (strncmp(argv[*i], "--", 2) == 0) return error_line(err, len, "%s expects a value, got the flag '%s'", flag, argv[*i]);
+        ConfigField one = *f;   // a triple is three integers one after another
+        if (f->kind == FIELD_INT3) {
+            one.kind = FIELD_INT;
+            one.offset += (k - 1) * sizeof(int);
+        }
+        if (parse_field(&one, base, argv[*i], err, len)) return 1;
+    }
+    return 0;
+}
+
+// every flag; "" in err, or the first bad flag's error line
+static void parse_flags(Config* c, int argc, char** argv, char* err, size_t len) {
+    err[0] = '\0';
+    for (int i = 1; i < argc; i++)
+        if (parse_flag(c, argc, argv, &i, err, len)) return;
+}
+
+// a digest of field k's value (a list or a triple value by value)
+static uint64_t field_digest(Config* c, int k) {
+    void* base;
+    const ConfigField* f = config_field(c, k, &base);
+    char text[64];
+    uint64_t h = hash_name(format_field(f, base, text, sizeof(text)));
+    if (f->kind == FIELD_INT3)
+        for (int i = 0; i < 3; i++) h = splitmix64(h ^ (uint64_t)((IntTriple*)field_in(f, base))->v[i]);
+    const StringList* list = (const StringList*)field_in(f, base);
+    for (int i = 0; f->kind == FIELD_LIST && i < list->count; i++) h = splitmix64(h ^ hash_name(list->v[i]));
+    return h;
+}
+
+// Every rank must run the same configuration: ranks started with different flags are one
+// line naming the first flag that differs and two ranks that disagree, exit 2, on every rank
+// (before any collective that depends on the configuration).
+static void check_same_config_everywhere(Config* c) {
+    int n = NUM_MODEL_FIELDS + NUM_RUN_FIELDS;
+    uint64_t* mine = (uint64_t*)mallocCheck(n * sizeof(uint64_t));
+    uint64_t* all = (uint64_t*)mallocCheck((size_t)n * grid.world_size * sizeof(uint64_t));
+    for (int k = 0; k < n; k++) mine[k] = field_digest(c, k);
+    all_gather_host(&grid.world, mine, all, n * sizeof(uint64_t));
+    for (int k = 0; k < n; k++)
+        for (int r = 1; r < grid.world_size; r++)
+            if (all[(size_t)r * n + k] != all[k]) {
+                void* base;
+                char flag[96];
+                config_error("ranks were started with different flags: %s differs between rank 0 and rank %d (every rank "
+                             "must get the same flags)", flag_of(config_field(c, k, &base), flag, sizeof(flag)), r);
+            }
+    free(mine);
+    free(all);
+}
+
+// ----------------------------------------------------------------------------
+// config checks: every one before any allocation, one line each, exit status 2
+// (each field's type and lower bound were checked as it was parsed)
+
+// How many layers each pipeline stage holds (counts[p], p < PP); 0, or 1 with the flags' error in err.
+//   uniform (the default): L / PP each, L a multiple of PP;
+//   type:transformer (Megatron-DeepSpeed): the L layers spread as evenly as they go, the first
+//     L mod PP stages taking one more (DeepSpeed's uniform partition of the counted layers);
+//   type:transformer|embedding: the same for L + 2 slots, the word embedding on the first stage
+//     and the tied output layer on the last counting as one layer each (BigScience's runs);
+//   --decoder-first/last-pipeline-num-layers (Megatron-LM): the first / last stage that many,
+//     the other layers evenly over the other stages.
+static int stage_layer_counts(const Config* a, int* counts, char* err, size_t len) {
+    int L = a->model.num_layers, PP = a->pipeline_model_parallel_size;
+    int first = a->decoder_first_pipeline_num_layers, last = a->decoder_last_pipeline_num_layers;
+    if ((first || last) && a->pp_partition_method != PARTITION_UNIFORM)
+        return error_line(err, len, "give --pp-partition-method or --decoder-first/last-pipeline-num-layers, not both");
+    if ((first || last) && PP == 1)
+        return error_line(err, len, "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
+    if (first || last) {
+        int rest = L - first - last, others = PP - (first > 0) - (last > 0);
+        if (rest < 0 || (others == 0 && rest != 0) || (others > 0 && rest % others != 0))
+            return error_line(err, len, "--num-layers %d minus --decoder-first-pipeline-num-layers %d and "
+                              "--decoder-last-pipeline-num-layers %d leaves %d layers, which %d other stage(s) cannot "
+                              "share evenly", L, first, last, rest, others);
+        for (int p = 0; p < PP; p++) counts[p] = others ? rest / others : 0;
+        if (first) counts[0] = first;
+        if (last) counts[PP - 1] = last;
+        return 0;
+    }
+    if (a->pp_partition_method == PARTITION_UNIFORM && L % PP != 0)
+        return error_line(err, len, "--num-layers %d is not divisible by --pipeline-model-parallel-size %d (uneven stages: "
+                          "--pp-partition-method, or --decoder-first/last-pipeline-num-layers)", L, PP);
+    int embedding = a->pp_partition_method == PARTITION_TRANSFORMER_EMBEDDING, slots = L + 2 * embedding;
+    if (slots < PP)
+        return error_line(err, len, "--pp-partition-method %s: %d layer slot(s) for %d pipeline stages", embedding ?
+                          "type:transformer|embedding" : "type:transformer", slots, PP);
+    for (int p = 0; p < PP; p++)
+        counts[p] = slots / PP + (p < slots % PP) - embedding * ((p == 0) + (p == PP - 1));
+    return 0;
+}
+
+// the layers of each pipeline stage, malloc'd (the flags were checked by check_model)
+static int* stage_layers(const Config* a) {
+    int* counts = (int*)mallocCheck(a->pipeline_model_parallel_size * sizeof(int));
+    char err[512];
+    if (stage_layer_counts(a, counts, err, sizeof(err))) fail("%s", err);
+    return counts;
+}
+
+// pipeline stage p of the layout
+static PipelineStage pipeline_stage(const Config* a, int p) {
+    int* counts = stage_layers(a);
+    PipelineStage s = {p, a->pipeline_model_parallel_size, 0, counts[p]};
+    for (int q = 0; q < p; q++) s.first_layer += counts[q];
+    free(counts);
+    return s;
+}
+
+static PipelineStage this_stage(const Config* a) { return pipeline_stage(a, grid.pp_rank); }
+
+// whether any of --hw and --hw-* was given (each is 0, or -1 for --hw, when not)
+static int hardware_given(const Config* a) {
+    return a->hw >= 0 || a->hw_peak_tflops > 0.0f || a->hw_matmul_efficiency > 0.0f || a->hw_memory_gib > 0.0f ||
+           a->hw_memory_bandwidth > 0.0f || a->hw_nvlink_bandwidth > 0.0f || a->hw_internode_bandwidth > 0.0f ||
+           a->hw_gpus_per_node > 0 || a->hw_latency_us > 0.0f || a->hw_reserve_gib > 0.0f;
+}
+
+// the world the layout is for: --world-size (a dry run's), else the launched one
+static int layout_world_size(const Config* a) { return a->world_size ? a->world_size : grid.world_size; }
+static int data_parallel_size(const Config* a) {
+    return layout_world_size(a) / (a->tensor_model_parallel_size * a->pipeline_model_parallel_size);
+}
+
+// The first reason the layout of `a` (TP, PP, the DP the world leaves, MBS) cannot run its
+// model and batch, as the one line the trainer refuses it with; 0 if none. The trainer's checks
+// refuse with it and --sweep passes over the layouts it names. TP x PP divides the world
+// (check_grid); --ffn-hidden-size and --global-batch-size have their defaults.
+static int layout_error(const Config* a, char* err, size_t len) {
+    const GPTConfig* m = &a->model;
+    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, dp = data_parallel_size(a);
+    if (m->num_attention_heads % TP != 0)
+        return error_line(err, len, "--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d",
+                          m->num_attention_heads, TP);
+    if (m->ffn_hidden_size % TP != 0)
+        return error_line(err, len, "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
+                          m->ffn_hidden_size, TP);
+    int* layers = (int*)mallocCheck(PP * sizeof(int)), most = 0;
+    int bad = stage_layer_counts(a, layers, err, len);
+    for (int p = 0; p < PP && !bad; p++) most = layers[p] > most ? layers[p] : most;
+    free(layers);
+    if (bad) return bad;
+    int micro_batch_times_dp = a->micro_batch_size * dp;
+    if (a->global_batch_size % micro_batch_times_dp != 0)
+        return error_line(err, len, "--global-batch-size %d is not divisible by --micro-batch-size %d x data-parallel size %d",
+                          a->global_batch_size, a->micro_batch_size, dp);
+    const int* ramp = a->rampup_batch_size.v;   // START INCREMENT SAMPLES (the ramp's own shape: check_rampup)
+    for (int g = ramp[0]; ramp[0] > 0 && ramp[1] > 0 && g <= a->global_batch_size; g += ramp[1])
+        if (g % micro_batch_times_dp != 0)
+            return error_line(err, len, "--rampup-batch-size: batch size %d on the ramp is not divisible by micro-batch %d x "
+                              "data-parallel size %d", g, a->micro_batch_size, dp);
+    if (a->recompute_num_layers > most)
+        return error_line(err, len, "--recompute-num-layers %d is more layers than any pipeline stage holds (the largest: "
+                          "%d of --num-layers %d over --pipeline-model-parallel-size %d)", a->recompute_num_layers, most,
+                          m->num_layers, PP);
+    return 0;
+}
+
+// the grid's flags against the world size; then every rank knows its coordinates (not in a
+// dry run: its world is not the launched one)
+static void check_grid(const Config* a) {
+    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, W = layout_world_size(a);
+    if (a->world_size && !a->dry_run && a->world_size != grid.world_size)
+        config_error("--world-size %d, but the job has %d rank(s) (--world-size is for --dry-run)", a->world_size,
+                     grid.world_size);
+    if (W % (TP * PP) != 0 && !a->sweep)   // a sweep plans every layout of the world but this one
+        config_error("world size %d is not a multiple of --tensor-model-parallel-size %d x --pipeline-model-parallel-size %d",
+                     W, TP, PP);
+    if (!a->dry_run) grid_place(TP, PP);
+}
+
+static void check_model(Config* a) {
+    GPTConfig* m = &a->model;
+    if (m->ffn_hidden_size == 0) m->ffn_hidden_size = 4 * m->hidden_size;
+    if (m->max_position_embeddings == 0) m->max_position_embeddings = m->seq_length;
+    if (m->hidden_size % m->num_attention_heads != 0)
+        config_error("--hidden-size %d is not divisible by --num-attention-heads %d", m->hidden_size, m->num_attention_heads);
+    if (m->seq_length > m->max_position_embeddings && m->position_embedding_type == POSITION_LEARNED_ABSOLUTE)
+        config_error("--seq-length %d exceeds --max-position-embeddings %d", m->seq_length, m->max_position_embeddings);
+    if (m->init_method_std <= 0.0f) config_error("--init-method-std must be positive, got %g", m->init_method_std);
+    int head_size = m->hidden_size / m->num_attention_heads;
+    if (a->attention_backend == ATTENTION_FLASH && !flash_attention_supports(head_size))
+        config_error("--attention-backend flash needs a head size (--hidden-size / --num-attention-heads) that is a "
+                     "multiple of 16 and at most %d, got %d (auto falls back to unfused there)", FLASH_HS_MAX, head_size);
+    if (a->dry_run_build >= 0 && !a->dry_run)   // -1: not given
+        config_error("--dry-run-build goes with --dry-run (a run allocates for its own build, %s)", BUILD_NAME);
+    if (a->data_path.count == 0 && !a->dry_run)
+        config_error("--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one)");
+    if (a->sweep && !a->dry_run) config_error("--sweep goes with --dry-run (it plans every layout of --world-size)");
+    if (hardware_given(a) && !a->dry_run)
+        config_error("--hw and --hw-* describe the cluster a --dry-run prices its step on: give --dry-run");
+    if (a->sweep && a->global_batch_size == 0)
+        config_error("--sweep needs --global-batch-size: the batch every layout is planned for");
+    if (a->dry_run && m->vocab_size == 0)
+        config_error("--dry-run reads no data: give --vocab-size (the data's largest token id + 1)");
+    // parallel layout
+    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size;
+    check_grid(a);
+    if (a->global_batch_size == 0) a->global_batch_size = a->micro_batch_size * data_parallel_size(a);
+    char err[512];
+    if (!a->sweep && layout_error(a, err, sizeof(err))) config_error("%s", err);
+    if (a->generate_tokens > 0 && TP * PP != 1)
+        config_error("--generate-tokens samples on one model-parallel rank: it needs tensor and pipeline parallel size 1");
+}
+
+// --fp16 / --bf16 against what this binary computes in, and the loss scaler's flags
+static void check_precision(const Config* a) {
+    if (a->fp16 && a->bf16) config_error("give one of --fp16 and --bf16, not both");
+#if defined(__CUDACC__) && !defined(GRIDGPT_FP16)
+    if (a->fp16) config_error("--fp16: this binary computes in bf16; fp16 runs with train_gpu_fp16 (make gpu builds both)");
+#endif
+#ifdef GRIDGPT_FP16
+    if (!a->fp16) config_error("this binary computes in fp16: give --fp16 (train_gpu computes in bf16)");
+#endif
+    if (!a->fp16 && a->loss_scale > 0.0f) config_error("--loss-scale %g goes with --fp16 (bf16 and fp32 need no loss scaling)", a->loss_scale);
+    if (a->fp16 && a->min_loss_scale <= 0.0f) config_error("--min-loss-scale must be positive, got %g", a->min_loss_scale);
+}
+
+// the optimizer's loss scaler: with --fp16, static (--loss-scale) or dynamic; else none
+static LossScaler make_loss_scaler(const Config* a) {
+    LossScaler s = {1.0f, 0, 1.0f, 1, 1, 0, 0};
+    if (!a->fp16) return s;
+    s.dynamic = a->loss_scale == 0.0f;
+    s.scale = s.dynamic ? a->initial_loss_scale : a->loss_scale;
+    s.min_scale = a->min_loss_scale;
+    s.window = a->loss_scale_window;
+    s.hysteresis = s.hysteresis_tracker = a->hysteresis;
+    return s;
+}
+
+// Activation recomputation as Megatron-LM asks for it: --recompute-granularity full, a
+// --recompute-method and --recompute-num-layers N (1 if not given, as Megatron-LM had it and
+// Megatron-DeepSpeed has it); or Megatron-DeepSpeed's --checkpoint-activations, which is full
+// and uniform. N counts layers of one pipeline stage: more than the largest stage holds is
+// refused (Megatron-LM's range); a stage with fewer recomputes them all in one chunk, and
+// uniform lets the last chunk be shorter when N does not divide them, as Megatron-LM does.
+// Writes the model's recompute_method and recompute_num_layers.
+static void check_recompute(Config* a) {
+    if (a->checkpoint_activations) {
+        if (a->recompute_granularity == GRANULARITY_SELECTIVE || a->recompute_method == RECOMPUTE_BLOCK)
+            config_error("--checkpoint-activations is --recompute-granularity full --recompute-method uniform: it cannot go "
+                         "with --recompute-granularity selective or --recompute-method block");
+        a->recompute_granularity = GRANULARITY_FULL;
+        a->recompute_method = RECOMPUTE_UNIFORM;
+    }
+    if (a->recompute_granularity == GRANULARITY_SELECTIVE)
+        config_error("--recompute-granularity selective (Megatron-LM's recomputation of the attention core alone) is not "
+                     "implemented: use --recompute-granularity full with --recompute-method uniform or block");
+    if (a->recompute_granularity == GRANULARITY_NONE && a->recompute_method != RECOMPUTE_NONE)
+        config_error("--recompute-method needs --recompute-granularity full (as in Megatron-LM)");
+    if (a->recompute_granularity == GRANULARITY_NONE && a->recompute_num_layers)
+        config_error("--recompute-num-layers needs --recompute-granularity full and a --recompute-method (or "
+                     "--checkpoint-activations)");
+    if (a->recompute_granularity == GRANULARITY_FULL && a->recompute_method == RECOMPUTE_NONE)
+        config_error("--recompute-granularity full needs --recompute-method uniform or block (as in Megatron-LM)");
+    a->model.recompute_method = a->recompute_method;
+    a->model.recompute_num_layers = a->recompute_num_layers ? a->recompute_num_layers : 1;
+}
+
+static void check_run(Config* a) {
+    // length of training: iterations or samples, not both (Megatron's rule); 0 iterations
+    // with --save writes the initial model
+    int initial_only = a->train_iters == 0 && a->train_samples == 0 && a->save;
+    if (a->train_iters == 0 && a->train_samples == 0 && !initial_only && !a->dry_run)
+        config_error("the length of training is 0: give --train-iters or --train-samples a positive count "
+                     "(--train-iters 0 with --save writes the initial model and stops)");
+    if (a->train_iters > 0 && a->train_samples > 0)
+        config_error("give one of --train-iters and --train-samples, not both");
+    if (a->train_iters > 0 && (a->lr_warmup_samples || a->lr_decay_samples || a->rampup_batch_size.v[0]))
+        config_error("--train-iters goes with --lr-warmup-iters / --lr-decay-iters and no --rampup-batch-size (use --train-samples)");
+    if (a->train_samples > 0 && (a->lr_warmup_iters || a->lr_decay_iters))
+        config_error("--train-samples goes with --lr-warmup-samples / --lr-decay-samples, not the -iters forms");
+    if (a->lr_warmup_fraction != 0.0f && (a->lr_warmup_iters || a->lr_warmup_samples))
+        config_error("give --lr-warmup-fraction or --lr-warmup-iters/--lr-warmup-samples, not both");
+    if (a->min_lr > a->lr) config_error("--lr %g and --min-lr %g must satisfy 0 <= min-lr <= lr", a->lr, a->min_lr);
+    if (a->adam_beta1 >= 1.0f || a->adam_beta2 >= 1.0f) config_error("--adam-beta1 and --adam-beta2 must be in [0, 1)");
+    if (a->adam_eps <= 0.0f) config_error("--adam-eps must be positive");
+    check_precision(a);
+    if (a->temperature <= 0.0f) config_error("--temperature must be positive");
+    check_recompute(a);
+}
+
+// ----------------------------------------------------------------------------
+// what a config costs: the layers recomputed, the FLOPs of a step
+
+// layers of the whole model whose forward runs a second time in backward (activation
+// recomputation): all of them (uniform), the first N of each pipeline stage, all of a stage's
+// when it holds fewer (block), or none
+static int recomputed_layers(const Config* a) {
+    const GPTConfig* c = &a->model;
+    if (c->recompute_method != RECOMPUTE_BLOCK) return c->recompute_method == RECOMPUTE_UNIFORM ? c->num_layers : 0;
+    int* layers = stage_layers(a), total = 0;
+    for (int p = 0; p < a->pipeline_model_parallel_size; p++)
+        total += layers[p] < c->recompute_num_layers ? layers[p] : c->recompute_num_layers;
+    free(layers);
+    return total;
+}
+
+// Model FLOPs of one training step of global batch B (Narayanan et al. 2021, §5.1 and its
+// appendix): a forward pass costs 2 FLOPs per multiply-add,
+//   per layer: 2 B s (3h^2 + h^2 + 2 h F)  (QKV, projection, MLP)  +  4 B s^2 h  (scores, values)
+//   logits:    2 B s h V
+// and the backward twice the forward. For F = 4h a layer's forward is 24 B s h^2 (1 + s/(6h)),
+// so forward and backward make 72 B s l h^2 (1 + s/(6h) + V/(12 l h)). Activation
+// recomputation runs the forward of the recomputed layers once more, not the logits (the head
+// keeps its activations): with every layer recomputed the layers make four passes, the logits
+// three, 4 x 24 B s l h^2 (1 + s/(6h)) + 3 x 2 B s h V = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)),
+// the paper's formula (which assumes recomputation). `recomputed`: recomputed_layers().
+static double flops_per_step(const GPTConfig* c, int global_batch, int recomputed) {
+    double B = global_batch, s = c->seq_length, h = c->hidden_size, F = c->ffn_hidden_size;
+    double l = c->num_layers, V = c->padded_vocab_size;
+    double layer = 2.0 * B * s * (4.0 * h * h + 2.0 * h * F) + 4.0 * B * s * s * h, logits = 2.0 * B * s * h * V;
+    return (3.0 * l + recomputed) * layer + 3.0 * logits;
+}

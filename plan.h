@@ -1,0 +1,920 @@
+/*
+plan.h — what a run will take before it takes it: the memory plan of every pipeline stage
+(to the byte, from the same plan the model allocates from), the memory a rank may take
+(host, process limits, cgroup; or the GPU), and the planner (--dry-run, --sweep): a cost model
+of one step on a described GPU cluster, and the layouts a model and batch allow.
+
+Interface (what train.c uses): StageMemory, stage_memory, plan_stage_memory,
+print_memory_header, print_memory_row, print_attention, print_dp_communication,
+print_pipeline_exchanges, runs_flash_attention, memory_available, check_memory,
+check_index_memory, dry_run_and_exit (and, for the tests, Hardware, plan_layout and the
+cost of a stage).
+*/
+#pragma once
+#include <sys/resource.h>
+
+// ----------------------------------------------------------------------------
+// the lines a plan and a run share
+
+// "model: --num-layers 4 --hidden-size 256 ...": every model field as the flag that sets it
+static void print_model(const GPTConfig* c) {
+    printf("model:");
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
+        const ConfigField* f = &MODEL_FIELDS[k];
+        char flag[96], value[64];
+        format_field(f, c, value, sizeof(value));
+        if (f->kind != FIELD_SWITCH) printf(" %s %s", flag_of(f, flag, sizeof(flag)), value);
+        else if (strcmp(value, "0") != 0) printf(" %s", flag_of(f, flag, sizeof(flag)));
+    }
+    printf(" (vocabulary padded to %d)\n", c->padded_vocab_size);
+}
+
+// --log-comm's two lines: the bytes sent in each group (tp, dp, pp, embedding) in a step, the
+// most any rank sent, in MiB and in bytes (--dry-run prints the ones it predicts)
+static void print_comm(const double most[4]) {
+    double mib = 1024.0 * 1024.0;
+    printf(" communication per step (MiB sent by the busiest rank, ring algorithms): tensor-parallel %.3f |"
+           " data-parallel %.3f | pipeline %.3f | embedding %.3f |\n", most[0] / mib, most[1] / mib, most[2] / mib,
+           most[3] / mib);
+    printf(" communication per step in bytes: %.0f | %.0f | %.0f | %.0f\n", most[0], most[1], most[2], most[3]);
+}
+
+// ----------------------------------------------------------------------------
+// the memory plan: what one rank of a pipeline stage allocates, to the byte, from the plan
+// alone. The start-up table, the memory check and --dry-run all take their numbers here.
+// Activations are what the micro-batches in flight keep (and the recomputed chunk's scratch);
+// workspaces what a step only borrows: the arena's backward scratch, logits and cross-entropy
+// buffers, the gradient norm's scalar (adamw_init) and partials (kernels_init, GPU build).
+// There are no communication buffers: NCCL and MPI send from and receive into the arena and
+// the flat buffers themselves (NCCL's own internal buffers are NCCL's, outside this count).
+
+typedef struct {
+    PipelineStage stage;
+    size_t num_params;                                                  // this rank's parameters (unpadded)
+    size_t params, grads, optimizer, activations, workspaces, total;   // bytes
+    int num_slots, longest_chunk;                                       // the arena's make-up, for the table's header
+    size_t slot_bytes, recompute_bytes;
+} StageMemory;
+
+// --ddp-bucket-size, or Megatron-LM's default: max(40M, 1M x DP) elements
+static size_t grad_bucket_size(const Config* a, int dp_size) {
+    if (a->ddp_bucket_size > 0) return (size_t)a->ddp_bucket_size;
+    return dp_size > 40 ? (size_t)1000000 * dp_size : (size_t)40000000;
+}
+
+// a planned (or built) model's bytes over dp_size data ranks: what gpt_allocate, adamw_init and
+// kernels_init hand out on the build the model was laid out for (m->build)
+static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) {
+    int master_copy = m->build.floatx_bytes != (int)sizeof(float);   // adamw_init's rule
+    size_t workspaces = m->workspace_bytes + adamw_workspace_bytes(m->num_tensors) +
+                        (m->build.gpu ? GPU_KERNELS_WORKSPACE_BYTES : 0);
+    StageMemory s = {stage, m->num_params, m->num_params_padded * m->build.floatx_bytes,
+                     m->num_params_padded * sizeof(float), adamw_state_bytes(m->num_params_padded, dp_size, master_copy),
+                     m->arena_bytes - m->workspace_bytes, workspaces, 0, m->num_slots, m->longest_chunk, m->slot_bytes,
+                     m->recompute_bytes};
+    s.total = s.params + s.grads + s.optimizer + s.activations + s.workspaces;
+    return s;
+}
+
+// --dry-run-build: the build a dry run plans, whichever binary runs it (not given: the GPU build)
+static int plans_gpu_build(const Config* a) { return a->dry_run_build != PLAN_CPU_BUILD; }
+
+// --attention-backend on a build (gpu: the GPU build's): does it run the fused attention? The
+// CPU build has one attention, the C reference, whatever the flag says.
+static int runs_flash_attention(const Config* a, int gpu) {
+    int head_size = a->model.hidden_size / a->model.num_attention_heads;
+    if (!gpu || a->attention_backend == ATTENTION_UNFUSED) return 0;
+    return a->attention_backend == ATTENTION_FLASH || flash_attention_supports(head_size);
+}
+
+// the name of the value a CHOICE field of the run's list (at offset in Config) has in a
+static const char* run_choice_name(const Config* a, size_t offset, char* out, size_t len) {
+    out[0] = '\0';
+    for (int k = 0; k < NUM_RUN_FIELDS; k++)
+        if (RUN_FIELDS[k].offset == offset) choice_name(&RUN_FIELDS[k], *(const int*)((const char*)a + offset), out, len);
+    return out;
+}
+
+// the start-up line (and the dry run's) that says which attention runs
+static void print_attention(const Config* a, int gpu) {
+    char flag[32];
+    run_choice_name(a, offsetof(Config, attention_backend), flag, sizeof flag);
+    if (!gpu) printf("attention: the C reference (--attention-backend %s chooses among the GPU build's kernels)\n", flag);
+    else if (runs_flash_attention(a, gpu))
+        printf("attention: fused, flash kernels on tensor cores (WMMA), log-sum-exp kept (--attention-backend %s)\n", flag);
+    else printf("attention: unfused, cuBLAS batched products and a softmax kernel, probabilities kept (--attention-backend %s)\n", flag);
+}
+
+// the start-up lines that say how the DP gradients are reduced and the parameters gathered
+// (rank 0's stage's buckets)
+static void print_dp_communication(const Config* a, const GPT* m) {
+    if (grid.dp_size == 1) {
+        if (a->overlap_grad_reduce) printf("gradient reduction: none at DP 1 (--overlap-grad-reduce has nothing to do)\n");
+        if (a->overlap_param_gather) printf("parameter all-gather: none at DP 1 (--overlap-param-gather has nothing to do)\n");
+        return;
+    }
+    if (grad_reducer.enabled)
+        printf("gradient reduction: %d bucket(s) of at least %zu elements on stage 0 (--ddp-bucket-size), each reduced "
+               "onto its shards' owners as soon as the last backward has finished its layers%s\n",
+               grad_reducer.num_buckets, grad_bucket_size(a, grid.dp_size), m->is_first_stage ? "; the embedding's last" : "");
+    else printf("gradient reduction: one reduce-scatter over DP after the last backward (--overlap-grad-reduce: in buckets, "
+                "during it)\n");
+    if (param_gatherer.enabled)
+        printf("parameter all-gather: %d bucket(s) broadcast from their shards' owners after AdamW, each waited for by the "
+               "next forward before its layers\n", param_gatherer.num_buckets);
+    else printf("parameter all-gather: one all-gather over DP after AdamW (--overlap-param-gather: in buckets, beside the "
+                "next forward)\n");
+    if (!GPU_BUILD && (grad_reducer.enabled || param_gatherer.enabled))
+        printf("  (the CPU build runs the same reduces and broadcasts in the same order, each done when it returns: nothing "
+               "overlaps)\n");
+}
+
+// the start-up line that says where the pipeline's sends and receives run (PP > 1)
+static void print_pipeline_exchanges(void) {
+    if (grid.pp_size == 1) return;
+    if (!GPU_BUILD) printf("pipeline exchanges: MPI, each waited for before the schedule goes on\n");
+    else if (pipeline_link.overlap)
+        printf("pipeline exchanges: on the communication stream, a send alone beside the next forward "
+               "(--no-overlap-p2p-communication: on the compute stream)\n");
+    else printf("pipeline exchanges: on the compute stream (--no-overlap-p2p-communication)\n");
+}
+
+// stage p of the layout with tp_size x dp_size ranks, as its tensor rank 0 would hold it on the
+// build --dry-run-build names: planned and thrown away. The ranks of a stage hold the same sizes
+// (other slices of the vocabulary, of the matrices and of the ZeRO shard).
+static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp_size) {
+    BuildTarget build = {plans_gpu_build(a), plans_gpu_build(a) ? 2 : (int)sizeof(float),   // bf16 or fp16; fp32
+                         runs_flash_attention(a, plans_gpu_build(a))};
+    gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, pipeline_stage(a, p),
+                   a->pipeline_model_parallel_size, dp_size, build);
+}
+
+static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp_size) {
+    GPT m;
+    plan_stage_model(&m, a, p, tp_size, dp_size);
+    StageMemory s = stage_memory(&m, pipeline_stage(a, p), dp_size);
+    gpt_free_plan(&m);
+    return s;
+}
+
+static void print_memory_header(const StageMemory* s) {
+    double mib = 1024.0 * 1024.0;
+    char recompute[96] = "";
+    if (s->longest_chunk > 0)
+        snprintf(recompute, sizeof(recompute), " + a recomputed chunk's scratch of %.1f MiB (%d layer(s))",
+                 s->recompute_bytes / mib, s->longest_chunk);
+    printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations "
+           "(%d micro-batch slot(s) of %.1f MiB%s) | workspaces (backward scratch, column partials, logits, cross-entropy, the optimizer's "
+           "norm and shard table; "
+           "no communication buffers: NCCL and MPI use the arena's) | total\n", s->num_slots, s->slot_bytes / mib, recompute);
+}
+
+// "  LABEL (stage S, layers A-B): N parameters: x | x | x | x | x | x", and with `bytes` the same in bytes
+static void print_memory_row(const char* label, const StageMemory* s, int bytes) {
+    double mib = 1024.0 * 1024.0;
+    char layers[48] = "no layers";   // each stage shows its layers: the balance can be seen
+    if (s->stage.num_layers > 0)
+        snprintf(layers, sizeof(layers), "layers %d-%d", s->stage.first_layer, s->stage.first_layer + s->stage.num_layers - 1);
+    printf("  %s (stage %d, %s): %zu parameters: %9.1f | %9.1f | %9.1f | %9.1f | %9.1f | %9.1f\n", label, s->stage.rank,
+           layers, s->num_params, s->params / mib, s->grads / mib, s->optimizer / mib, s->activations / mib,
+           s->workspaces / mib, s->total / mib);
+    if (bytes)
+        printf("  %s (stage %d) in bytes: %zu | %zu | %zu | %zu | %zu | %zu\n", label, s->stage.rank, s->params, s->grads,
+               s->optimizer, s->activations, s->workspaces, s->total);
+}
+
+// ----------------------------------------------------------------------------
+// the memory there is
+
+// The room a memory cgroup leaves: its limit less its usage, for this process's cgroup and
+// each one above it (SLURM and containers set the limit on one of them); -1 when none is set.
+// cgroup v2 has one line "0::/path" in /proc/self/cgroup and the files memory.max and
+// memory.current; v1 has a line "N:...memory...:/path" and memory.limit_in_bytes and
+// memory.usage_in_bytes (an unlimited v1 limit reads as about 2^63).
+static double cgroup_memory_left(void) {
+    char line[4096], dir[4200], path[4300], v1_path[4096] = "", v2_path[4096] = "";
+    FILE* f = fopen("/proc/self/cgroup", "r");
+    if (!f) return -1.0;
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *controllers = strchr(line, ':'), *where = controllers ? strchr(controllers + 1, ':') : NULL;
+        if (!where) continue;
+        *where++ = '\0';
+        controllers++;
+        if (strcmp(line, "0") == 0 && controllers[0] == '\0') snprintf(v2_path, sizeof(v2_path), "%s", where);
+        for (char* c = strtok(controllers, ","); c; c = strtok(NULL, ","))
+            if (strcmp(c, "memory") == 0) snprintf(v1_path, sizeof(v1_path), "%s", where);
+    }
+    fclose(f);
+    int v1 = v1_path[0] != '\0';
+    if (!v1 && !v2_path[0]) return -1.0;
+    const char *root = v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup", *rel = v1 ? v1_path : v2_path;
+    const char* limit_file = v1 ? "memory.limit_in_bytes" : "memory.max";
+    const char* usage_file = v1 ? "memory.usage_in_bytes" : "memory.current";
+    snprintf(dir, sizeof(dir), "%s%s", root, strcmp(rel, "/") ? rel : "");
+    double left = -1.0;
+    for (;;) {
+        double max = -1.0, current = 0.0;
+        snprintf(path, sizeof(path), "%s/%s", dir, limit_file);
+        if ((f = fopen(path, "r")) != NULL) {
+            if (fscanf(f, "%lf", &max) != 1 || max > 0x1p62) max = -1.0;   // "max" or ~2^63: no limit here
+            fclose(f);
+        }
+        snprintf(path, sizeof(path), "%s/%s", dir, usage_file);
+        if (max >= 0.0 && (f = fopen(path, "r")) != NULL) {
+            if (fscanf(f, "%lf", &current) != 1) current = 0.0;
+            fclose(f);
+        }
+        if (max >= 0.0 && (left < 0.0 || max - current < left)) left = max > current ? max - current : 0.0;
+        char* slash = strrchr(dir, '/');
+        if (!slash || (size_t)(slash - dir) < strlen(root)) break;   // the hierarchy's root is done
+        *slash = '\0';
+    }
+    return left;
+}
+
+// The room a process limit leaves (ulimit -v: RLIMIT_AS over the address space; RLIMIT_DATA
+// over the heap and mappings): the limit less what the process already uses; -1 when unlimited.
+static double rlimit_left(int resource, int statm_field) {
+    struct rlimit rl;
+    if (getrlimit(resource, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return -1.0;
+    long pages[7] = {0};
+    FILE* f = fopen("/proc/self/statm", "r");
+    if (f) {
+        for (int i = 0; i < 7 && fscanf(f, "%ld", &pages[i]) == 1; i++) {}
+        fclose(f);
+    }
+    double used = (double)pages[statm_field] * sysconf(_SC_PAGE_SIZE);
+    return (double)rl.rlim_cur > used ? (double)rl.rlim_cur - used : 0.0;
+}
+
+// The host memory this rank may take: the least of its share of the host's memory (every rank
+// on the host takes as much), its share of the cgroup's room, and what its own process limits
+// leave. *where says which.
+static double host_memory_available(const char** where) {
+    double have = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / grid.local_size;
+    double cgroup = cgroup_memory_left(), as = rlimit_left(RLIMIT_AS, 0), data = rlimit_left(RLIMIT_DATA, 5);
+    *where = "its share of the host's memory is";
+    if (cgroup >= 0.0 && cgroup / grid.local_size < have) have = cgroup / grid.local_size, *where = "its share of the cgroup's memory limit leaves";
+    if (as >= 0.0 && as < have) have = as, *where = "its address-space limit (ulimit -v, RLIMIT_AS) leaves";
+    if (data >= 0.0 && data < have) have = data, *where = "its data limit (ulimit -d, RLIMIT_DATA) leaves";
+    return have;
+}
+
+// The memory this rank's buffers may take: its GPU's free memory on the GPU build, host
+// memory on the CPU build.
+static double memory_available(const char** where) {
+#ifdef __CUDACC__
+    size_t free_bytes = 0, total = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total));
+    *where = "its GPU has";
+    return (double)free_bytes;
+#else
+    return host_memory_available(where);
+#endif
+}
+
+// Before anything large is allocated: what this rank will hold (the numbers of the memory
+// table), against what there is. Too much is refused in one line by the rank that would hold
+// the most, naming the largest part and the flags that drive it; every rank exits 2.
+static void check_memory(const StageMemory* s, const char* table_flags) {
+    double gib = 1024.0 * 1024.0 * 1024.0;
+    double part[5] = {(double)s->params, (double)s->grads, (double)s->optimizer, (double)s->activations,
+                      (double)s->workspaces};
+    const char* names[5] = {"parameters", "gradients", "optimizer state", "activations", "workspaces"};
+    const char* flags[5] = {table_flags, table_flags, table_flags,
+                            "--micro-batch-size, --seq-length, --hidden-size, --num-attention-heads (scores: seq^2 per head; "
+                            "--checkpoint-activations keeps less)",
+                            "--micro-batch-size, --seq-length (the GPU's attention scratch: seq^2 per head; the logits: "
+                            "seq x the vocabulary / TP)"};
+    const char* where;
+    double total = part[0] + part[1] + part[2] + part[3] + part[4], have = memory_available(&where);
+    int largest = 0;
+    for (int k = 1; k < 5; k++) largest = part[k] > part[largest] ? k : largest;
+    int worst = max_over_world(total > have ? grid.world_rank + 1 : 0);   // the last rank that does not fit, + 1
+    if (worst)
+        config_error_on(worst - 1, "this rank would allocate %.2f GiB (parameters %.2f, gradients %.2f, optimizer state "
+                        "%.2f, activations %.2f, workspaces %.2f) but %s %.2f GiB: the largest part, %s, grows with %s",
+                        total / gib, part[0] / gib, part[1] / gib, part[2] / gib, part[3] / gib, part[4] / gib, where,
+                        have / gib, names[largest], flags[largest]);
+}
+
+// The sample index in host memory: rank 0 builds it, and every rank on a host maps the same
+// cache files (one copy a host: each rank counts its share). On the CPU build the rank's
+// model is host memory too. Refused, like check_memory, before the index is built.
+static void check_index_memory(double index_bytes, double host_model_bytes) {
+    double gib = 1024.0 * 1024.0 * 1024.0;
+    const char* where;
+    double share = index_bytes / grid.local_size, have = host_memory_available(&where);
+    char model[64] = "";
+    if (host_model_bytes > 0) snprintf(model, sizeof(model), " next to its %.2f GiB of model", host_model_bytes / gib);
+    int worst = max_over_world(share + host_model_bytes > have ? grid.world_rank + 1 : 0);
+    if (worst)
+        config_error_on(worst - 1, "the sample index would take %.2f GiB of host memory, this rank's share %.2f GiB%s, but "
+                        "%s %.2f GiB: it grows with --train-iters (or --train-samples) x --global-batch-size and with "
+                        "--eval-interval, --eval-iters (16 bytes a sample)", index_bytes / gib, share / gib, model, where,
+                        have / gib);
+}
+
+// ----------------------------------------------------------------------------
+// the planner's cost model (--dry-run): one step's time on a described GPU cluster, from what
+// the step does on each pipeline stage, kernel by kernel and message by message, as the GPU
+// build does it. Everything runs on one stream in order, so nothing overlaps and the costs add
+// (but for --overlap-grad-reduce's buckets, which run beside the last backward:
+// overlapped_reduce_seconds; and --overlap-param-gather's, beside the next forward:
+// overlapped_gather_seconds):
+//   a matmul (cuBLAS)     its FLOPs / (the GPU's dense peak x a matmul efficiency);
+//   any other kernel      the bytes it reads and writes / the memory bandwidth;
+//   a ring collective     steps x latency + the bytes each rank sends / the bandwidth of the
+//                         slowest link the group crosses (the alpha-beta model of Thakur,
+//                         Rabenseifner and Gropp 2005; the bytes as --log-comm counts them);
+//   a pipeline send       latency + its bytes / the link between the two stages.
+// A 1F1B step is (m + p - 1) slots of the slowest stage's forward and backward of one
+// micro-batch (p - 1 of them the bubble: Narayanan et al. 2021), then the optimizer: the tied
+// embedding's all-reduce, the ZeRO reduce-scatter, the norm, AdamW and the all-gather.
+
+typedef struct {
+    double peak_tflops;                             // dense fp16/bf16 tensor-core peak (datasheet)
+    double matmul_efficiency;                       // the fraction of it our matmuls are taken to reach
+    double memory_gib, memory_bandwidth;            // GiB; GB/s
+    double nvlink_bandwidth, internode_bandwidth;   // GB/s per GPU and direction
+    int gpus_per_node;
+    double latency_us;                              // per message: a ring step or a send
+    double reserve_gib;                             // memory left to CUDA, cuBLAS and NCCL: not ours
+} Hardware;
+
+// --hw's presets, in its order. NVIDIA's datasheets for the GPUs (V100 SXM2, A100 SXM4, H100
+// SXM5; NVLink's total bandwidth halved: one direction) and its reference nodes for the
+// network (DGX-1: 4 x 100 Gb/s EDR InfiniBand for 8 GPUs; DGX A100: 8 x 200 Gb/s HDR; DGX
+// H100: 8 x 400 Gb/s NDR). The matmul efficiency is the one constant per GPU kind fitted to a
+// published run (docs/cluster.md, "Planning a layout"): V100 0.41 to BigScience's 104B at TP 4 x PP 32
+// (696 s per step), A100 0.40 to their 200B at TP 8 x PP 10 x DP 4, MBS 1 (221 s); H100 has
+// no published run here and takes A100's. Latency and reserve are assumptions (docs/cluster.md).
+enum { HW_V100_32GB, HW_A100_40GB, HW_A100_80GB, HW_H100_80GB };
+static const Hardware HARDWARE_PRESETS[] = {
+    [HW_V100_32GB] = {125.0, 0.41, 32.0, 900.0, 150.0, 6.25, 8, 5.0, 2.0},
+    [HW_A100_40GB] = {312.0, 0.40, 40.0, 1555.0, 300.0, 25.0, 8, 5.0, 2.0},
+    [HW_A100_80GB] = {312.0, 0.40, 80.0, 2039.0, 300.0, 25.0, 8, 5.0, 2.0},
+    [HW_H100_80GB] = {989.0, 0.40, 80.0, 3350.0, 450.0, 50.0, 8, 5.0, 2.0},
+};
+
+// --hw's preset with each --hw-* flag given (non-zero) in its place
+static Hardware hardware_of(const Config* a) {
+    Hardware h = HARDWARE_PRESETS[a->hw < 0 ? HW_A100_80GB : a->hw];   // -1: --hw not given
+    if (a->hw_peak_tflops > 0.0f) h.peak_tflops = a->hw_peak_tflops;
+    if (a->hw_matmul_efficiency > 0.0f) h.matmul_efficiency = a->hw_matmul_efficiency;
+    if (a->hw_memory_gib > 0.0f) h.memory_gib = a->hw_memory_gib;
+    if (a->hw_memory_bandwidth > 0.0f) h.memory_bandwidth = a->hw_memory_bandwidth;
+    if (a->hw_nvlink_bandwidth > 0.0f) h.nvlink_bandwidth = a->hw_nvlink_bandwidth;
+    if (a->hw_internode_bandwidth > 0.0f) h.internode_bandwidth = a->hw_internode_bandwidth;
+    if (a->hw_gpus_per_node > 0) h.gpus_per_node = a->hw_gpus_per_node;
+    if (a->hw_latency_us > 0.0f) h.latency_us = a->hw_latency_us;
+    if (a->hw_reserve_gib > 0.0f) h.reserve_gib = a->hw_reserve_gib;
+    return h;
+}
+
+// The bandwidth (bytes/s) a group's ring runs at. Ranks fill nodes in order (gpus_per_node
+// each) and a group's members are `stride` ranks apart (TP 1, DP TP, PP TP x DP): the group
+// starting at rank 0 stays in one node when its last member is below gpus_per_node; else
+// its ring crosses the network, the slowest link.
+static double group_bandwidth(const Hardware* hw, int stride, int size) {
+    int in_one_node = (long long)stride * (size - 1) < hw->gpus_per_node;
+    return 1e9 * (in_one_node ? hw->nvlink_bandwidth : hw->internode_bandwidth);
+}
+
+enum { GROUP_TP, GROUP_DP, GROUP_PP, GROUP_EMBEDDING, NUM_COMM_GROUPS };   // --log-comm's order
+
+// One stage's costs: each kernel (summed over its calls) and each group's messages
+#define MAX_COSTS 32
+typedef struct {
+    const char* name;
+    double launches, flops, bytes, seconds;   // bytes: read + written, or sent; launches: kernels or messages
+} Cost;
+typedef struct {
+    const Hardware* hw;
+    double group_bandwidth[NUM_COMM_GROUPS];
+    double calls;                          // each charge is made this many times (micro-batches)
+    Cost costs[MAX_COSTS];
+    int num_costs;
+    double bytes_sent[NUM_COMM_GROUPS];    // per step, as --log-comm counts them
+    double seconds;
+    double reduce_total, reduce_hidden;    // --overlap-grad-reduce: its reduces' time, and how much of it the backward hides
+    double gather_total, gather_hidden;    // --overlap-param-gather: its broadcasts' time, and how much the forward hides
+} StageCost;
+
+// the bucket sizes of the DP overlaps (0: off): --overlap-grad-reduce's and --overlap-param-gather's
+typedef struct {
+    size_t reduce_bucket, gather_bucket;
+} DPOverlap;
+
+static void charge(StageCost* c, const char* name, int launches, double flops, double bytes, double seconds) {
+    int k = 0;
+    while (k < c->num_costs && strcmp(c->costs[k].name, name) != 0) k++;
+    if (k == c->num_costs) {
+        if (k == MAX_COSTS) fail("the cost model has more than %d kinds of work", MAX_COSTS);
+        Cost empty = {name, 0.0, 0.0, 0.0, 0.0};
+        c->costs[c->num_costs++] = empty;
+    }
+    Cost* k_cost = &c->costs[k];
+    k_cost->launches += c->calls * launches;
+    k_cost->flops += c->calls * flops;
+    k_cost->bytes += c->calls * bytes;
+    k_cost->seconds += c->calls * seconds;
+    c->seconds += c->calls * seconds;
+}
+
+static void charge_matmul(StageCost* c, const char* name, int launches, double flops) {
+    charge(c, name, launches, flops, 0.0, flops / (1e12 * c->hw->peak_tflops * c->hw->matmul_efficiency));
+}
+
+static void charge_kernel(StageCost* c, const char* name, int launches, double bytes) {
+    charge(c, name, launches, 0.0, bytes, bytes / (1e9 * c->hw->memory_bandwidth));
+}
+
+// a message of `bytes` sent by each rank of the group in `steps` ring steps
+static void charge_message(StageCost* c, const char* name, int group, double steps, double bytes) {
+    charge(c, name, 1, 0.0, bytes, steps * 1e-6 * c->hw->latency_us + bytes / c->group_bandwidth[group]);
+    c->bytes_sent[group] += c->calls * bytes;
+}
+
+// the ring algorithms, as parallel.h's wrappers count them
+static void charge_all_reduce(StageCost* c, const char* name, int group, int size, double bytes) {
+    if (size > 1) charge_message(c, name, group, 2.0 * (size - 1), 2.0 * (size - 1) / size * bytes);
+}
+
+// the fused attention's (query tile, key tile) pairs of one head at and below the diagonal
+static double flash_tile_pairs(int T) {
+    double tiles = ceil(T / 32.0);
+    return tiles * (tiles + 1.0) / 2.0;
+}
+
+// what one micro-batch's layer forward does (gpt.h block_forward, kernels.cuh's GPU kernels)
+// x: the bytes of a floatX; P: attention probabilities [B, heads, T, T]; S: one of q, k, v
+static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int tp_size) {
+    double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
+    double HS = Cl / m->heads_local, P = (double)m->B * m->heads_local * m->T * m->T, S = N * Cl;
+    double layernorm = 2.0 * N * C * x + 8.0 * N, residual_layernorm = 4.0 * N * C * x + 8.0 * N;
+    if (i == 0 || !fuses_next_ln1(m, i - 1)) charge_kernel(c, "layernorm forward", 1, layernorm);   // ln1
+    charge_kernel(c, "residual + layernorm (fused)", 1, residual_layernorm);                      // res2, ln2
+    if (fuses_next_ln1(m, i)) charge_kernel(c, "residual + layernorm (fused)", 1, residual_layernorm);   // res3, next ln1
+    else charge_kernel(c, "residual add", 1, 3.0 * N * C * x);
+    // biases in the epilogue; fc's GELU too, which also writes the pre-activation it keeps
+    charge_matmul(c, "linear layers forward (cuBLASLt epilogues)", 4, 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
+    charge_kernel(c, "GELU epilogue's second output", 0, N * Fl * x);
+    if (m->build.flash_attention) {
+        // one fused kernel: 32 x 32 tiles at and below the diagonal through WMMA, q, k, v read
+        // once from memory (a head's k and v reused from the cache), out and the log-sum-exp written
+        double BH = (double)m->B * m->heads_local, tiles = flash_tile_pairs(m->T);
+        charge_matmul(c, "attention, fused (WMMA tiles)", 1, 4096.0 * HS * BH * tiles);
+        charge_kernel(c, "attention, fused: memory", 0, 4.0 * S * x + 4.0 * BH * m->T);
+    } else {
+        charge_kernel(c, "attention permutes", 2, (6.0 * S + 2.0 * S) * x);
+        charge_matmul(c, "attention T x T products (cuBLAS, batched)", 2, 2.0 * 2.0 * P * HS);
+        // the softmax writes P fp32 scores first (the scores product); reads the causal half three times
+        charge_kernel(c, "attention softmax", 1, P * 4.0 + 1.5 * P * 4.0 + P * x);
+    }
+    for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
+}
+
+// a bias gradient over [N, width]: the column partials' pass reads dout and writes one fp32
+// partial per chunk and column, the add kernel reads them back (bias_grad_chunks: the
+// chunking is a function of the shape alone)
+static double bias_grad_bytes(const GPT* m, int width, double x) {
+    double N = (double)m->B * m->T, partials = (double)bias_grad_chunks(m->B * m->T, width) * width * 4.0;
+    return N * width * x + 2.0 * partials + 8.0 * width;
+}
+
+// LayerNorm backward over [N, C]: dout and the input read, dinp read and written, the rows'
+// mean and rstd, the weight and bias partials (2 per 32-row chunk and column) written and read
+static double layernorm_backward_bytes(const GPT* m, double x) {
+    double N = (double)m->B * m->T, C = m->cfg.hidden_size, chunks = ceil(N / 32.0);
+    return 4.0 * N * C * x + 8.0 * N + 2.0 * 8.0 * chunks * C;
+}
+
+static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_size) {
+    double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
+    double HS = Cl / m->heads_local, P = (double)m->B * m->heads_local * m->T * m->T, S = N * Cl;
+    charge_matmul(c, "linear layers backward (cuBLAS)", 8, 2.0 * 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
+    charge_kernel(c, "bias gradients (column partials + add)", 8,
+                  bias_grad_bytes(m, C, x) + bias_grad_bytes(m, Fl, x) + bias_grad_bytes(m, C, x) + bias_grad_bytes(m, 3 * Cl, x));
+    charge_kernel(c, "gelu", 1, 3.0 * N * Fl * x);
+    charge_kernel(c, "layernorm backward", 4, 2.0 * layernorm_backward_bytes(m, x));
+    if (m->build.flash_attention) {
+        // D = rowsum(dout out); one block per key tile for dK, dV and one per query tile for dQ,
+        // each recomputing p from q, k and the log-sum-exp (5 tile products; no atomics)
+        double BH = (double)m->B * m->heads_local, tiles = flash_tile_pairs(m->T);
+        charge_matmul(c, "attention, fused (WMMA tiles)", 2, (8192.0 + 6144.0) * HS * BH * tiles);
+        charge_kernel(c, "attention, fused: memory", 1, (2.0 + 6.0 + 5.0) * S * x + 20.0 * BH * m->T);
+    } else {
+        charge_kernel(c, "attention permutes", 3, (6.0 * S + 2.0 * S + 6.0 * S) * x);
+        charge_matmul(c, "attention T x T products (cuBLAS, batched)", 4, 4.0 * 2.0 * P * HS);
+        charge_kernel(c, "attention softmax", 1, P * 4.0 + P * x + P * 4.0 + P * x);   // datt written, read; att read; dscores
+    }
+    for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
+}
+
+// one micro-batch through the stage, forward and backward (the recomputed layers' forward
+// again), with its pipeline sends
+static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) {
+    double N = (double)m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local;
+    if (m->is_first_stage) {
+        charge_kernel(c, "embedding", 3, 3.0 * N * C * x + N * C * (2.0 * x + 8.0));   // forward; backward's fp32 rows
+        charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
+        if (m->cfg.embed_layernorm) {
+            charge_kernel(c, "layernorm forward", 1, 2.0 * N * C * x + 8.0 * N);
+            charge_kernel(c, "layernorm backward", 3, layernorm_backward_bytes(m, x) + N * C * x);   // and zeroing dinp
+        }
+    }
+    for (int i = 0; i < m->num_local_layers; i++) {
+        int first, end;
+        cost_layer_forward(c, m, i, x, tp_size);
+        if (recompute_chunk(m, i, &first, &end)) cost_layer_forward(c, m, i, x, tp_size);
+        cost_layer_backward(c, m, x, tp_size);
+    }
+    if (m->is_last_stage) {
+        charge_kernel(c, "layernorm forward", 1, 2.0 * N * C * x + 8.0 * N);
+        charge_kernel(c, "layernorm backward", 3, layernorm_backward_bytes(m, x) + N * C * x);   // and zeroing dres
+        charge_matmul(c, "logits (cuBLAS)", 3, 3.0 * 2.0 * N * C * V);
+        charge_kernel(c, "cross-entropy", 4, 3.0 * N * V * x);   // one read forward (online), the backward's read and write
+        charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * 4.0);         // the rows' maxima
+        charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, 2.0 * N * 4.0);   // their sums
+        charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);       // the head's f
+    }
+    if (!m->is_last_stage) charge_message(c, "pipeline send", GROUP_PP, 1.0, N * C * x);
+    if (!m->is_first_stage) charge_message(c, "pipeline send", GROUP_PP, 1.0, N * C * x);
+}
+
+// the forward, or the backward, of one micro-batch through one of the stage's layers (the
+// average layer: they differ only where some are recomputed), compute and tensor-parallel
+// all-reduces
+static double layer_seconds(const StageCost* c, const GPT* m, double x, int tp_size, int backward) {
+    if (m->num_local_layers == 0) return 0.0;
+    StageCost* scratch = (StageCost*)mallocCheck(sizeof(StageCost));
+    memcpy(scratch, c, sizeof(StageCost));
+    scratch->calls = 1.0;
+    scratch->seconds = 0.0;
+    for (int i = 0; i < m->num_local_layers; i++) {
+        int first, end;
+        if (!backward || recompute_chunk(m, i, &first, &end)) cost_layer_forward(scratch, m, i, x, tp_size);
+        if (backward) cost_layer_backward(scratch, m, x, tp_size);
+    }
+    double seconds = scratch->seconds / m->num_local_layers;
+    free(scratch);
+    return seconds;
+}
+
+// one DP bucket's chain reduce, or chain broadcast, per shard it touches: (DP - 1) latencies
+// and its bytes over the DP link each (elem_bytes: fp32 gradients, floatX parameters)
+static double bucket_seconds(const StageCost* c, const GradBucket* b, size_t shard, int dp_size, double elem_bytes,
+                             int* messages) {
+    double seconds = 0.0;
+    for (int q = 0; q < dp_size; q++) {
+        size_t lo, hi;
+        if (!bucket_part(b, shard, q, &lo, &hi)) continue;
+        seconds += (dp_size - 1.0) * 1e-6 * c->hw->latency_us + (hi - lo) * elem_bytes / c->group_bandwidth[GROUP_DP];
+        (*messages)++;
+    }
+    return seconds;
+}
+
+// --overlap-grad-reduce (parallel.h's GradReducer): the buckets as the trainer cuts them, each
+// reduced (bucket_seconds) one after another on the communication stream. A layers' bucket may
+// start once the last micro-batch's backward has passed its lowest layer (the layers taken
+// alike, t_layer each; the head's backward before them left out: it moves every start and the
+// end alike) and what is still running when that backward ends is exposed; the embedding's
+// bucket starts after it, after the tied all-reduce: all exposed. Returns the exposed seconds;
+// the total into *total.
+static double overlapped_reduce_seconds(const StageCost* c, const GPT* m, double t_layer, int dp_size,
+                                        size_t bucket_size, double* total, int* messages) {
+    GradBucket* buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
+    int count = grad_buckets(m, bucket_size, buckets);
+    size_t shard = m->num_params_padded / dp_size;
+    double busy_until = 0.0, exposed = 0.0;
+    double backward_end = m->num_local_layers * t_layer;
+    *total = 0.0;
+    *messages = 0;
+    for (int k = 0; k < count; k++) {
+        const GradBucket* b = &buckets[k];
+        double seconds = bucket_seconds(c, b, shard, dp_size, 4.0, messages);
+        *total += seconds;
+        if (b->lowest_layer < 0) {   // the embedding's: after the backward and the tied all-reduce
+            exposed += seconds;
+            continue;
+        }
+        int above = m->first_layer + m->num_local_layers - b->lowest_layer;   // this stage's layers at or above it
+        double ready = (above < 0 ? 0 : above > m->num_local_layers ? m->num_local_layers : above) * t_layer;
+        busy_until = fmax(busy_until, ready) + seconds;
+    }
+    exposed += fmax(0.0, busy_until - backward_end);
+    free(buckets);
+    return exposed;
+}
+
+// --overlap-param-gather (parallel.h's ParamGatherer): the same buckets from the buffer's start,
+// broadcast (bucket_seconds) one after another on the communication stream from the end of
+// AdamW on, while the next step's first forward waits before each layer for the buckets up to
+// it (the layers taken alike, t_layer each; the stage's input taken as there at once) and
+// before the head for all. The exposed seconds are how much later that forward ends; the
+// total into *total.
+static double overlapped_gather_seconds(const StageCost* c, const GPT* m, double t_layer, int dp_size,
+                                        size_t bucket_size, double x, double* total, int* messages) {
+    GradBucket* buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
+    int count = grad_buckets(m, bucket_size, buckets);
+    size_t shard = m->num_params_padded / dp_size;
+    double* done = (double*)mallocCheck((count + 1) * sizeof(double));   // done[k]: the k-th from the start
+    *total = 0.0;
+    *messages = 0;
+    for (int k = 0; k < count; k++) {
+        *total += bucket_seconds(c, &buckets[count - 1 - k], shard, dp_size, x, messages);
+        done[k] = *total;
+    }
+    double t = 0.0;
+    int waited = 0;
+    for (int i = 0; i <= m->num_local_layers; i++) {   // i == num_local_layers: the head (or the stage's end)
+        int layer = i < m->num_local_layers ? m->first_layer + i : INT_MAX;
+        while (waited < count && buckets[count - 1 - waited].lowest_layer <= layer) waited++;
+        if (waited > 0) t = fmax(t, done[waited - 1]);
+        if (i < m->num_local_layers) t += t_layer;
+    }
+    free(done);
+    free(buckets);
+    return t - m->num_local_layers * t_layer;
+}
+
+// the optimizer step of the stage's ranks: their shard of the flat buffers. overlap: the
+// buckets of the DP overlaps; t_forward, t_backward: layer_seconds
+static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, int pp_size, DPOverlap overlap,
+                           double t_forward, double t_backward) {
+    double shard = (double)m->num_params_padded / dp_size;
+    int messages;
+    c->calls = 1.0;
+    charge_kernel(c, "zero gradients", 1, (double)m->num_params_padded * 4.0);
+    if (pp_size > 1 && (m->is_first_stage || m->is_last_stage))
+        charge_all_reduce(c, "tied embedding all-reduce", GROUP_EMBEDDING, 2, (double)m->tensors[m->wte].numel * 4.0);
+    if (dp_size > 1 && overlap.reduce_bucket > 0) {
+        double exposed = overlapped_reduce_seconds(c, m, t_backward, dp_size, overlap.reduce_bucket, &c->reduce_total,
+                                                   &messages);
+        c->reduce_hidden = c->reduce_total - exposed;
+        charge(c, "ZeRO gradient reduce, buckets: exposed", messages, 0.0, (dp_size - 1.0) * shard * 4.0, exposed);
+        c->bytes_sent[GROUP_DP] += (dp_size - 1.0) * shard * 4.0;
+    } else if (dp_size > 1) {
+        charge_message(c, "ZeRO reduce-scatter", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * 4.0);
+    }
+    charge_kernel(c, "gradient norm", 2, shard * 4.0);   // the whole shard in one pass and a final sum
+    charge_kernel(c, "AdamW", 1, shard * (7.0 * 4.0 + x));   // master, m, v read and written; grad read; param written
+    if (dp_size > 1 && overlap.gather_bucket > 0) {
+        double exposed = overlapped_gather_seconds(c, m, t_forward, dp_size, overlap.gather_bucket, x, &c->gather_total,
+                                                   &messages);
+        c->gather_hidden = c->gather_total - exposed;
+        charge(c, "ZeRO all-gather, buckets: exposed", messages, 0.0, (dp_size - 1.0) * shard * x, exposed);
+        c->bytes_sent[GROUP_DP] += (dp_size - 1.0) * shard * x;
+    } else if (dp_size > 1) {
+        charge_message(c, "ZeRO all-gather", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * x);
+    }
+}
+
+// a planned stage's costs over a step of `micro` micro-batches, in its build's precision
+static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int PP, int DP, int micro, DPOverlap overlap,
+                            StageCost* c, double* micro_seconds) {
+    double x = m->build.floatx_bytes;
+    memset(c, 0, sizeof(*c));
+    c->hw = hw;
+    c->group_bandwidth[GROUP_TP] = group_bandwidth(hw, 1, TP);
+    c->group_bandwidth[GROUP_DP] = group_bandwidth(hw, TP, DP);
+    c->group_bandwidth[GROUP_PP] = group_bandwidth(hw, TP * DP, PP);
+    c->group_bandwidth[GROUP_EMBEDDING] = group_bandwidth(hw, TP * DP * (PP - 1), 2);
+    c->calls = micro;
+    cost_micro_batch(c, m, x, TP);
+    *micro_seconds = c->seconds / micro;
+    cost_optimizer(c, m, x, DP, PP, overlap, layer_seconds(c, m, x, TP, 0), layer_seconds(c, m, x, TP, 1));
+}
+
+// a layout's plan: its peak memory (the stage that holds most), its step and what it sends
+typedef struct {
+    int tp, pp, dp, micro_batches, peak_stage, slowest_stage;
+    double peak_bytes, step_seconds, slot_seconds, optimizer_seconds, tflops_per_gpu, bubble;
+    double bytes_sent[NUM_COMM_GROUPS];   // the busiest rank's, per group: --log-comm's numbers
+    int out_of_memory;
+} LayoutPlan;
+
+// the layout of `a` on `hw`: every stage's memory and costs; the slowest stage's costs into
+// `slowest` when given
+static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* slowest) {
+    LayoutPlan L;
+    memset(&L, 0, sizeof(L));
+    L.tp = a->tensor_model_parallel_size;
+    L.pp = a->pipeline_model_parallel_size;
+    L.dp = data_parallel_size(a);
+    L.micro_batches = a->global_batch_size / (a->micro_batch_size * L.dp);
+    StageCost* c = (StageCost*)mallocCheck(sizeof(StageCost));
+    for (int p = 0; p < L.pp; p++) {
+        GPT m;
+        plan_stage_model(&m, a, p, L.tp, L.dp);
+        StageMemory s = stage_memory(&m, pipeline_stage(a, p), L.dp);
+        if (s.total > L.peak_bytes) {
+            L.peak_bytes = (double)s.total;
+            L.peak_stage = p;
+        }
+        double micro_seconds;
+        DPOverlap overlap = {a->overlap_grad_reduce ? grad_bucket_size(a, L.dp) : 0,
+                             a->overlap_param_gather ? grad_bucket_size(a, L.dp) : 0};
+        plan_stage_cost(&m, hw, L.tp, L.pp, L.dp, L.micro_batches, overlap, c, &micro_seconds);
+        gpt_free_plan(&m);
+        if (micro_seconds > L.slot_seconds) {
+            L.slot_seconds = micro_seconds;
+            L.slowest_stage = p;
+            if (slowest) *slowest = *c;
+        }
+        double optimizer_seconds = c->seconds - micro_seconds * L.micro_batches;
+        if (optimizer_seconds > L.optimizer_seconds) L.optimizer_seconds = optimizer_seconds;
+        for (int g = 0; g < NUM_COMM_GROUPS; g++)
+            if (c->bytes_sent[g] > L.bytes_sent[g]) L.bytes_sent[g] = c->bytes_sent[g];
+    }
+    free(c);
+    L.step_seconds = (L.micro_batches + L.pp - 1) * L.slot_seconds + L.optimizer_seconds;
+    L.bubble = (L.pp - 1.0) / (L.micro_batches + L.pp - 1.0);
+    double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a));
+    L.tflops_per_gpu = flops / L.step_seconds / (L.tp * L.pp * L.dp) / 1e12;
+    L.out_of_memory = L.peak_bytes + hw->reserve_gib * (1 << 30) > hw->memory_gib * (1 << 30);
+    return L;
+}
+
+// a time in seconds with two significant digits at least ("12.3", "0.45", "0.0031")
+static void print_seconds(double s) {
+    int decimals = s >= 1.0 ? 1 : (int)ceil(-log10(s > 0.0 ? s : 1e-9)) + 1;
+    printf("%.*f", decimals, s);
+}
+
+// the fixed, parseable last line
+static void print_layout_line(const Config* a, const LayoutPlan* L) {
+    printf("dry-run: world %d TP %d PP %d DP %d MBS %d GBS %d: peak memory per GPU %.1f GiB (stage %d), step ",
+           L->tp * L->pp * L->dp, L->tp, L->pp, L->dp, a->micro_batch_size, a->global_batch_size,
+           L->peak_bytes / (1 << 30), L->peak_stage);
+    print_seconds(L->step_seconds);
+    printf(" s, %.1f TFLOPs per GPU, bubble %.1f%%%s\n", L->tflops_per_gpu, 100.0 * L->bubble,
+           L->out_of_memory ? " OOM" : "");
+}
+
+// --hw's preset name
+static const char* hw_name(const Config* a, char* out, size_t len) {
+    for (int k = 0; k < NUM_RUN_FIELDS; k++)
+        if (strcmp(RUN_FIELDS[k].name, "hw") == 0) choice_name(&RUN_FIELDS[k], a->hw < 0 ? HW_A100_80GB : a->hw, out, len);
+    return out;
+}
+
+static void print_hardware(const Config* a, const Hardware* hw) {
+    char name[32];
+    int reduce = a->overlap_grad_reduce && data_parallel_size(a) > 1, gather = a->overlap_param_gather && data_parallel_size(a) > 1;
+    printf("cost model (--hw %s): %.0f TFLOP/s dense peak x %.2f matmul efficiency, %.0f GB/s memory, %.1f GiB "
+           "(%.1f left to CUDA, cuBLAS and NCCL), NVLink %.0f GB/s, network %.2f GB/s per GPU, %d GPUs per node, "
+           "%.1f us per message; %s\n", hw_name(a, name, sizeof(name)), hw->peak_tflops,
+           hw->matmul_efficiency, hw->memory_bandwidth, hw->memory_gib, hw->reserve_gib, hw->nvlink_bandwidth,
+           hw->internode_bandwidth, hw->gpus_per_node, hw->latency_us,
+           reduce && gather ? "nothing overlaps but the DP gradient reduce's and parameter all-gather's buckets"
+           : reduce         ? "nothing overlaps but the DP gradient reduce's buckets"
+           : gather         ? "nothing overlaps but the DP parameter all-gather's buckets"
+                            : "nothing overlaps");
+}
+
+// the slowest stage's step, kind of work by kind of work
+static void print_stage_costs(const StageCost* c, int stage, int micro) {
+    printf("stage %d's step (the slowest; %d micro-batches): launches | GFLOP | GB moved or sent | estimated ms | share\n",
+           stage, micro);
+    for (int k = 0; k < c->num_costs; k++) {
+        const Cost* x = &c->costs[k];
+        printf("  %-44s %8.0f | %10.1f | %10.3f | %10.2f | %5.1f%%\n", x->name, x->launches, x->flops / 1e9, x->bytes / 1e9,
+               1e3 * x->seconds, 100.0 * x->seconds / c->seconds);
+    }
+}
+
+// --sweep: every layout of the world the model's shape and the batch allow, one line each,
+// those that fit first, each part fastest first
+typedef struct {
+    LayoutPlan plan;
+    int micro_batch_size;
+} SweepRow;
+
+static int compare_sweep_rows(const void* x, const void* y) {
+    const SweepRow *a = (const SweepRow*)x, *b = (const SweepRow*)y;
+    if (a->plan.out_of_memory != b->plan.out_of_memory) return a->plan.out_of_memory - b->plan.out_of_memory;
+    return (a->plan.step_seconds > b->plan.step_seconds) - (a->plan.step_seconds < b->plan.step_seconds);
+}
+
+static void dry_run_sweep(const Config* a, const Hardware* hw) {
+    int W = layout_world_size(a), count = 0, refused = 0, capacity = 64, oom = 0;
+    SweepRow* rows = (SweepRow*)mallocCheck(capacity * sizeof(SweepRow));
+    char err[512];
+    for (int tp = 1; tp <= W; tp++) {
+        for (int pp = 1; W % tp == 0 && pp <= W / tp; pp++) {
+            int dp = W / (tp * pp);
+            for (int mbs = 1; (W / tp) % pp == 0 && mbs <= a->global_batch_size / dp; mbs++) {
+                if ((a->global_batch_size / dp) % mbs != 0) continue;
+                Config b = *a;
+                b.tensor_model_parallel_size = tp;
+                b.pipeline_model_parallel_size = pp;
+                b.micro_batch_size = mbs;
+                b.model.padded_vocab_size = padded_vocab_size(b.model.vocab_size, b.model.make_vocab_size_divisible_by, tp);
+                if (layout_error(&b, err, sizeof(err))) {
+                    refused++;
+                    continue;
+                }
+                if (count == capacity) {
+                    capacity *= 2;
+                    rows = (SweepRow*)reallocCheck(rows, capacity * sizeof(SweepRow));
+                }
+                rows[count].plan = plan_layout(&b, hw, NULL);
+                rows[count].micro_batch_size = mbs;
+                oom += rows[count].plan.out_of_memory;
+                count++;
+            }
+        }
+    }
+    qsort(rows, count, sizeof(SweepRow), compare_sweep_rows);
+    printf("sweep: %d layout(s) of world %d at global batch %d (%d fit, %d above memory: OOM), %d refused by the "
+           "model's shape or the batch; those that fit first, each part fastest first\n", count, W,
+           a->global_batch_size, count - oom, oom, refused);
+    for (int k = 0; k < count; k++) {
+        Config b = *a;
+        b.micro_batch_size = rows[k].micro_batch_size;
+        print_layout_line(&b, &rows[k].plan);
+    }
+    free(rows);
+}
+
+// The same layout with recomputation the other way round (none, or every layer's: Megatron-
+// DeepSpeed's --checkpoint-activations), so the plan shows what it costs and what it saves
+static void print_recomputation_alternative(const Config* a, const Hardware* hw) {
+    Config other = *a;
+    int recomputing = a->model.recompute_method != RECOMPUTE_NONE;
+    other.model.recompute_method = recomputing ? RECOMPUTE_NONE : RECOMPUTE_UNIFORM;
+    other.model.recompute_num_layers = 1;
+    LayoutPlan L = plan_layout(&other, hw, NULL);
+    printf("%s: peak memory per GPU %.1f GiB (stage %d), step ", recomputing ? "without activation recomputation" :
+           "with every layer recomputed (--checkpoint-activations)", L.peak_bytes / (1 << 30), L.peak_stage);
+    print_seconds(L.step_seconds);
+    printf(" s, %.1f TFLOPs per GPU%s\n", L.tflops_per_gpu, L.out_of_memory ? " OOM" : "");
+}
+
+// the precision of the build --dry-run-build plans: the GPU build's 16-bit type (fp16 with --fp16,
+// train_gpu_fp16's; else bf16, train_gpu's) over fp32 master weights; the CPU build's fp32
+static const char* planned_precision(const Config* a) {
+    if (!plans_gpu_build(a)) return "fp32";
+    return a->fp16 ? "fp16 (fp32 master weights, fp32 grads)" : "bf16 (fp32 master weights, fp32 grads)";
+}
+
+// --dry-run: the layout of --world-size ranks (or the launched ones) planned stage by stage on
+// one rank: what each would allocate (the trainer's own numbers: plan_stage_memory), the model
+// FLOPs of a step, the bubble, what each group sends, the cost model's step on --hw, and a
+// last line in a fixed form. Every check of the flags has passed; nothing large is allocated,
+// no group built, no data read, no step run.
+static void dry_run_report(const Config* a) {
+    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, DP = data_parallel_size(a);
+    int micro = a->global_batch_size / (a->micro_batch_size * DP);
+    printf("dry run: gridgpt %s build planned (--dry-run-build), %s, world %d as TP %d x PP %d x DP %d: nothing allocated, "
+           "no step run\n", plans_gpu_build(a) ? "GPU" : "CPU", planned_precision(a), layout_world_size(a), TP, PP, DP);
+    print_model(&a->model);
+    print_attention(a, plans_gpu_build(a));
+    printf("each stage as its tensor rank 0, data rank 0 holds it (its other ranks hold the same sizes: another slice "
+           "of the vocabulary, the matrices and the ZeRO shard)\n");
+    for (int p = 0; p < PP; p++) {
+        StageMemory s = plan_stage_memory(a, p, TP, DP);
+        if (p == 0) print_memory_header(&s);
+        print_memory_row("planned", &s, 1);
+    }
+    double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a));
+    Hardware hw = hardware_of(a);
+    StageCost* slowest = (StageCost*)mallocCheck(sizeof(StageCost));
+    LayoutPlan L = plan_layout(a, &hw, slowest);
+    printf("model FLOPs per step: %.4g (global batch %d; Narayanan et al. 2021, recomputation included)\n", flops,
+           a->global_batch_size);
+    printf("1F1B bubble: (p - 1) / (m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per pipeline\n",
+           PP - 1, micro + PP - 1, 100.0 * L.bubble, micro);
+    print_comm(L.bytes_sent);
+    print_hardware(a, &hw);
+    print_stage_costs(slowest, L.slowest_stage, micro);
+    printf("step = (m + p - 1) x the slowest stage's micro-batch + the slowest optimizer step = %d x %.4g s + %.4g s\n",
+           micro + PP - 1, L.slot_seconds, L.optimizer_seconds);
+    if (a->overlap_grad_reduce && DP > 1)
+        printf("--overlap-grad-reduce on stage %d: its bucketed reduces take %.3f ms, %.3f ms of them hidden behind the "
+               "last micro-batch's backward\n", L.slowest_stage, 1e3 * slowest->reduce_total, 1e3 * slowest->reduce_hidden);
+    if (a->overlap_param_gather && DP > 1)
+        printf("--overlap-param-gather on stage %d: its bucketed broadcasts take %.3f ms, %.3f ms of them hidden behind the "
+               "next step's first forward\n", L.slowest_stage, 1e3 * slowest->gather_total, 1e3 * slowest->gather_hidden);
+    print_recomputation_alternative(a, &hw);
+    if (L.out_of_memory)
+        printf("does not fit: %.1f GiB of ours + %.1f GiB left to CUDA, cuBLAS and NCCL > %.1f GiB\n",
+               L.peak_bytes / (1 << 30), hw.reserve_gib, hw.memory_gib);
+    free(slowest);
+    print_layout_line(a, &L);
+}
+
+static void dry_run_and_exit(Config* a) {
+    a->model.padded_vocab_size = padded_vocab_size(a->model.vocab_size, a->model.make_vocab_size_divisible_by,
+                                                   a->tensor_model_parallel_size);
+    Hardware hw = hardware_of(a);
+    if (grid.world_rank == 0 && a->sweep) dry_run_sweep(a, &hw);
+    if (grid.world_rank == 0 && !a->sweep) dry_run_report(a);
+    fflush(stdout);
+    grid_finish();
+    exit(0);
+}
