@@ -1,14 +1,15 @@
 /*
-train.c — the gridgpt trainer: the configuration and its flags, setup, the training loop,
-schedules, logging (its scalars go to tensorboard.h), evaluation, sampling; checkpoints and
-the Hugging Face export are called from checkpoint.h.
+train.c — the gridgpt trainer: schedules, data loading, setup, the training loop, logging (its
+scalars go to tensorboard.h), evaluation, sampling. The flags and their checks are config.h's,
+the memory plan and the dry run plan.h's, the step step.h's; checkpoints and the Hugging Face
+export are called from checkpoint.h.
 
 One source, two builds: gcc compiles it with the plain-C kernels and MPI (train_cpu); nvcc
 compiles it as CUDA with cuBLAS and NCCL (train_gpu). Flags, log lines and files are the
 same in both, and follow Megatron-LM's names so that its users feel at home.
 
-Reading order: configuration -> config checks -> schedules -> data -> the trainer -> setup ->
-step -> log -> sampling -> the run -> main.
+Reading order: schedules -> data -> evaluation -> the trainer -> setup -> step -> log ->
+sampling -> the run -> main.
 */
 #include "data.c"
 #include "kernels.cuh"
