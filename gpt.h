@@ -160,6 +160,20 @@ static const char* format_field(const ConfigField* f, const void* base, char* ou
     return out;
 }
 
+// every model field at its default (NULL: zero; a choice without one: -1, "not given"): what
+// the trainer's config starts from, and the tests' models too, so a new field needs no edit there
+static GPTConfig gpt_default_config(void) {
+    GPTConfig c;
+    memset(&c, 0, sizeof(c));
+    char err[256];
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
+        const ConfigField* f = &MODEL_FIELDS[k];
+        if (f->default_value && parse_field(f, &c, f->default_value, err, sizeof(err))) fail("a default: %s", err);
+        if (!f->default_value && f->kind == FIELD_CHOICE) *(int*)field_in(f, &c) = -1;
+    }
+    return c;
+}
+
 // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP, so
 // that every tensor-parallel rank holds an equal slice and matmuls get friendly shapes.
 static int padded_vocab_size(int vocab_size, int divisible_by, int tensor_parallel_size) {
@@ -262,8 +276,8 @@ typedef struct GPT {
     // is num_layers), so the overlapped DP reduction may take them; the forward says it is about
     // to read `layer`'s parameters (-1: the embedding's), which the overlapped ZeRO all-gather
     // may still be bringing in
-    void (*gradients_final_down_to)(int layer);
-    void (*parameters_needed)(int layer);
+    void (*on_gradients_final)(int layer);
+    void (*on_parameters_needed)(int layer);
 } GPT;
 
 static floatX* param_of(const GPT* m, int id) { return id < 0 ? NULL : m->params + m->tensors[id].offset; }
@@ -794,7 +808,7 @@ static void head_forward(GPT* m, MicroBatchActivations* s) {
 // slot's tokens, the others its input (received from the previous stage). The last stage
 // leaves each token's loss in m->losses, on the device.
 static void before_reading_parameters(const GPT* m, int layer) {
-    if (m->parameters_needed) m->parameters_needed(layer);
+    if (m->on_parameters_needed) m->on_parameters_needed(layer);
 }
 
 static void gpt_forward_stage(GPT* m, int slot) {
@@ -892,7 +906,7 @@ static void embedding_backward(GPT* m, MicroBatchActivations* s) {
 // run again too). It also writes the chunk's output again, where the forward put it: the same
 // bits, and nobody reads them any more (what came after the chunk is done).
 static void after_final_gradients(const GPT* m, int layer) {
-    if (m->gradients_final_down_to) m->gradients_final_down_to(layer);
+    if (m->on_gradients_final) m->on_gradients_final(layer);
 }
 
 static void gpt_backward(GPT* m, int slot, float dloss) {

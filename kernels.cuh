@@ -34,6 +34,7 @@ Conventions every kernel keeps:
 */
 #pragma once
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,8 +60,19 @@ Conventions every kernel keeps:
 // ----------------------------------------------------------------------------
 // checking helpers: print file:line and the library's own message, then end the job
 
-// the trainer's one run-time error path: names rank, host and grid, ends the job (defined in parallel.h)
-static void fail(const char* fmt, ...);
+// How a failed check ends the program: alone (tests/test_kernels.c) one error line and exit
+// status 1; in the trainer parallel.h hands over its fail(), which names the rank, host and
+// grid and ends the whole job, when the grid starts. (Nothing here calls up the include line.)
+static void fail_alone(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+static void (*fail)(const char* fmt, ...) = fail_alone;
 
 static void malloc_check_failed(size_t bytes, const char* file, int line) {
     fail("out of host memory allocating %zu bytes at %s:%d", bytes, file, line);
@@ -304,13 +316,14 @@ static inline BuildTarget this_build(void) {
 
 #ifdef __CUDACC__
 // The one place a kernel is launched (a test build may define its own LAUNCH first). Grids
-// are 1-D; a launch over nothing (grid 0, e.g. an empty tensor) is skipped, not an error.
+// are 1-D (`blocks` of them); a launch over nothing (0 blocks, e.g. an empty tensor) is
+// skipped, not an error.
 // Every kernel runs on the default stream (0), as cuBLAS does; NCCL too, but for the
 // collectives queued on the communication stream (comm_stream, above).
 #ifndef LAUNCH
-#define LAUNCH(kernel, grid, block, shmem, ...)                               \
+#define LAUNCH(kernel, blocks, block, shmem, ...)                             \
     do {                                                                      \
-        unsigned int launch_grid_ = (unsigned int)(grid);                     \
+        unsigned int launch_grid_ = (unsigned int)(blocks);                   \
         if (launch_grid_ > 0) {                                               \
             kernel<<<launch_grid_, (block), (shmem), 0>>>(__VA_ARGS__);       \
             cudaCheck(cudaGetLastError());                                    \

@@ -104,8 +104,9 @@ static void print_rank_error(const char* fmt, va_list ap) {
     print_error(where, fmt, ap);
 }
 
-// A failure on one rank ends the whole job, and says where it happened.
-static void fail(const char* fmt, ...) {
+// A failure on one rank ends the whole job, and says where it happened. Once MPI runs, this
+// is fail() everywhere (grid_start hands it to kernels.cuh's checks).
+static void fail_job(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     print_rank_error(fmt, ap);
@@ -182,6 +183,7 @@ static void grid_start(int* argc, char*** argv) {
     // MPI_THREAD_MULTIPLE: the watchdog thread sends its report over MPI while the main thread
     // may be blocked inside MPI (without it the watchdog still reports, with no summary)
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &grid.thread_level);
+    fail = fail_job;
     MPI_Comm_rank(MPI_COMM_WORLD, &grid.world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &grid.world_size);
     gethostname(grid.host, sizeof(grid.host) - 1);

@@ -13,7 +13,7 @@ Interface (what train.c, checkpoint.h and the tests use): grad_reducer_init / _f
 param_gatherer_init / _free, pipeline_step (PipelineStep), AdamWConfig, AdamWState,
 adamw_init / adamw_free, shard_part, optimizer_step. The model calls back into the
 overlapped reduction and gather through the two hooks these inits set in the GPT
-(gradients_final_down_to, parameters_needed); gpt.h knows nothing of this file.
+(on_gradients_final, on_parameters_needed); gpt.h knows nothing of this file.
 
 It sits above gpt.h and parallel.h in the one include line (train.c includes them in order)
 and does its communication through parallel.h's wrappers only.
@@ -111,7 +111,7 @@ static void grad_reducer_init(GPT* m, float* shard_grad, size_t shard_size, int 
     r->shard_size = shard_size;
     stream_event_create(&r->grads_written);
     stream_event_create(&r->reduced);
-    m->gradients_final_down_to = gradients_final_down_to;   // the backward's hook
+    m->on_gradients_final = gradients_final_down_to;   // the backward's hook
 }
 
 static void grad_reducer_free(void) {
@@ -184,7 +184,7 @@ static void param_gatherer_init(GPT* m, size_t shard_size, int overlap, size_t b
     g->params = m->params;
     g->shard_size = shard_size;
     stream_event_create(&g->updated);
-    m->parameters_needed = parameters_needed;   // the forward's hook
+    m->on_parameters_needed = parameters_needed;   // the forward's hook
 }
 
 // after AdamW: every bucket's broadcasts queued on the communication stream, in order

@@ -820,7 +820,7 @@ typedef struct {
 } LogWindow;
 
 // --log-comm: the last step's
-static void log_comm(const StepResult* r) {
+static void print_comm_sent(const StepResult* r) {
     double most[4] = {r->comm[0], r->comm[1], r->comm[2], r->comm[3]};
     all_reduce_host(&grid.world, most, 4, REDUCE_MAX);
     if (grid.world_rank == 0) print_comm(most);
@@ -838,7 +838,7 @@ static void tensorboard_pair(Trainer* t, const char* tag, double value) {
 // The log line, and with --tensorboard-dir the same values under Megatron-LM's tags (rank 0
 // prints the line and writes the events: the loss and the norm are known on every rank)
 static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
-    if (t->config.log_comm) log_comm(r);
+    if (t->config.log_comm) print_comm_sent(r);
     if (grid.world_rank != 0) return;
     double ms = 1000.0 * w->seconds / w->steps, samples_per_second = w->samples / w->seconds;
     double tflops = flops_per_step(&t->config.model, r->global_batch, recomputed_layers(&t->config)) /

@@ -193,8 +193,7 @@ static const Shape* shape_named(const char* name) {
 }
 
 static GPTConfig shape_config(const Shape* s) {
-    GPTConfig c;
-    memset(&c, 0, sizeof(c));
+    GPTConfig c = gpt_default_config();   // every field the trainer's default, then the model's own
     c.num_layers = s->layers;
     c.hidden_size = s->hidden;
     c.num_attention_heads = s->heads;

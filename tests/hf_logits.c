@@ -37,8 +37,7 @@ static void usage_error(const char* why) {
 
 // the model flags (gpt.h's list) and --iteration N, --perturb A
 static GPTConfig make_config(int argc, char** argv, int* iteration, float* perturb) {
-    GPTConfig c;
-    memset(&c, 0, sizeof(c));
+    GPTConfig c = gpt_default_config();   // every field the trainer's default, then the model's own
     c.num_layers = 2;
     c.hidden_size = 32;
     c.num_attention_heads = 4;

@@ -6,7 +6,7 @@
 #   tests/run.sh NAME...      only the named tests (make check T="NAME..."); names below, in TESTS
 set -u
 cd "$(dirname "$0")/.."
-TESTS="fixtures kernels kernels_blas data model cli parallel scale watchdog configs check_cluster dry_run plan
+TESTS="rooms fixtures kernels kernels_blas data model cli parallel scale watchdog configs check_cluster dry_run plan
        checkpoint crash_points hf tensorboard emu_kernels emu_train"
 for name in "$@"; do
     case " $(echo $TESTS) " in
@@ -57,6 +57,7 @@ wanted tensorboard && build test_tensorboard gcc $CFLAGS tests/test_tensorboard.
 test_command() {
     local d=$B/corpus_text_document
     case $1 in
+        rooms) echo python3 tests/test_rooms.py ;;
         fixtures) echo bash tests/test_fixtures.sh ;;
         kernels) echo $B/test_kernels ;;
         kernels_blas) echo $B/test_kernels_blas ;;

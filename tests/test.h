@@ -28,21 +28,6 @@ static void check(int ok, const char* name, const char* why_fmt, ...) {
     fflush(stdout);
 }
 
-// A program of kernels.cuh alone (CEIL_DIV defined, parallel.h's mpiCheck not): kernels.cuh's
-// checks end through fail(), which the trainer defines in parallel.h; with no process grid a
-// failure is one error line and exit status 1
-#if defined(CEIL_DIV) && !defined(mpiCheck)
-static void fail(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
-#endif
-
 static int tests_summary(void) {
     printf("%d passed, %d failed\n", tests_passed, tests_failed);
     return tests_failed ? 1 : 0;

@@ -25,8 +25,7 @@ static float randn(void) {
 }
 
 static GPTConfig tiny_config(int embed_layernorm) {
-    GPTConfig c;
-    memset(&c, 0, sizeof(c));
+    GPTConfig c = gpt_default_config();   // every field the trainer's default, then the model's own
     c.num_layers = 2;
     c.hidden_size = 16;
     c.num_attention_heads = 2;
