@@ -52,7 +52,7 @@ GENCODE    := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 # OMPI_SKIP_MPICXX: Open MPI's C++ bindings do not compile warning-free under nvcc
 NVCCFLAGS  := -x cu -std=c++17 -O3 --use_fast_math $(GENCODE) $(NVCC_WERROR) -Xcompiler -Wall,-Wextra,-fopenmp -DOMPI_SKIP_MPICXX $(MPI_CFLAGS)
 
-SOURCES := train.c config.h plan.h gpt.h parallel.h step.h cluster.h checkpoint.h tensorboard.h kernels.cuh blas_cores.h data.c
+SOURCES := train.c config.h plan.h gpt.h parallel.h step.h cluster.h checkpoint.h tensorboard.h kernels.cuh device.cuh blas_cores.h data.c
 
 HAVE_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo yes)
 ifeq ($(HAVE_GPU),yes)

@@ -171,7 +171,7 @@ static void init_is_layout_free(void) {
 // schedules, with expected values worked out by hand from Megatron's formulas
 
 static void lr_schedule(void) {
-    LRSchedule s = {1e-3f, 1e-4f, 100, 1000, LR_LINEAR};
+    LRSchedule s = {.max_lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 100, .decay_steps = 1000, .style = LR_LINEAR};
     struct { LRDecayStyle style; long long at; double want; } cases[] = {
         {LR_LINEAR, 0, 0.0},            // warm-up starts at 0
         {LR_LINEAR, 50, 5e-4},          // 1e-3 * 50 / 100
