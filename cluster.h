@@ -1,12 +1,284 @@
 /*
-cluster.h — the cluster check (--check-cluster): every group's bus bandwidth and every rank's
-matmul throughput, measured through the same wrappers training uses, and the outliers named
-with their hosts and coordinates. A tool built on parallel.h's collectives and one kernel;
-train.c runs it before training (or alone, without --data-path).
+cluster.h — operating a cluster, on top of parallel.h: what names a sick rank.
 
-Interface (what train.c uses): ClusterCheck (its sizes and matmul size), check_cluster.
+  - the watchdog (--watchdog-timeout): a thread per rank that reads parallel.h's record of
+    what its rank is doing and, when the rank has got nowhere for too long, names where every
+    rank is (its own MPI communicator: the main thread may be stuck inside MPI);
+  - the slow-rank report (--slow-rank-threshold): each rank's compute time per step against
+    its stage's median;
+  - the cluster check (--check-cluster): every group's bus bandwidth and every rank's matmul
+    throughput, measured through the same wrappers training uses, and the outliers named with
+    their hosts and coordinates; train.c runs it before training (or alone, without
+    --data-path).
+
+Interface (what train.c uses): watchdog_start, watchdog_stop, slow_rank_report, ClusterCheck
+(its sizes and matmul size), check_cluster.
 */
 #pragma once
+
+// ----------------------------------------------------------------------------
+// The watchdog (--watchdog-timeout S): a thread per rank that, when its rank has got nowhere
+// for S seconds, prints one line (rank, host, coordinates, seconds stuck, what it waits in)
+// and ends the job. A hung collective blocks its whole group, so every stuck rank reports.
+// Each sends its report to rank 0's watchdog, which collects reports for WATCHDOG_GRACE
+// seconds and prints one summary naming the ranks that wait in no collective: the ones the
+// others are waiting for. Then the job ends with exit status 3, NCCL's communicators aborted
+// first on the GPU build so that no rank stays blocked in a kernel.
+
+#define WATCHDOG_GRACE 10.0
+#define WATCHDOG_EXIT 3
+
+typedef struct {   // one rank's state, as rank 0 receives it (fixed size: one message)
+    int rank, pid, iteration, micro_batch, waiting, peer, in_io;
+    double stuck;
+    char host[64], phase[32], op[40], group[24];
+} WatchdogReport;
+
+static struct {
+    double timeout, io_timeout;   // seconds; io_timeout while a checkpoint is saved or loaded
+    int stopped;     // watchdog_stop: the thread ends
+    MPI_Comm comm;   // a copy of the world for the reports alone (MPI_COMM_NULL: no summary)
+    char (*hosts)[64];   // rank 0: every rank's host and process id, gathered at the start, so
+    int* pids;           // that a rank that sends no report (frozen, dead) is named fully too
+} watchdog;
+
+static int watchdog_stopped(void) {
+    pthread_mutex_lock(&activity_lock);
+    int stopped = watchdog.stopped;
+    pthread_mutex_unlock(&activity_lock);
+    return stopped;
+}
+
+static WatchdogReport watchdog_snapshot(void) {
+    WatchdogReport r;
+    memset(&r, 0, sizeof(r));
+    pthread_mutex_lock(&activity_lock);
+    r.rank = grid.world_rank;
+    r.pid = (int)getpid();
+    r.iteration = activity.iteration;
+    r.micro_batch = activity.micro_batch;
+    r.waiting = activity.waiting;
+    r.in_io = activity.in_io;
+    r.peer = activity.peer;
+    r.stuck = now_seconds() - activity.progress_at;
+    snprintf(r.phase, sizeof(r.phase), "%s", activity.phase);
+    snprintf(r.op, sizeof(r.op), "%s", activity.op);
+    snprintf(r.group, sizeof(r.group), "%s", activity.group);
+    pthread_mutex_unlock(&activity_lock);
+    snprintf(r.host, sizeof(r.host), "%.63s", grid.host);
+    return r;
+}
+
+// "iteration 3, micro-batch 2, forward: waiting in all-reduce (tensor-parallel group)"
+static void describe_report(const WatchdogReport* r, char* out, size_t len) {
+    char where[96], peer[48] = "";
+    if (r->micro_batch >= 0) snprintf(where, sizeof(where), "iteration %d, micro-batch %d, %s", r->iteration, r->micro_batch, r->phase);
+    else snprintf(where, sizeof(where), "iteration %d, %s", r->iteration, r->phase);
+    if (r->peer >= 0) snprintf(peer, sizeof(peer), " with rank %d", r->peer);
+    if (r->waiting) snprintf(out, len, "%s: waiting in %s%s (%s group)", where, r->op, peer, r->group);
+    else if (r->op[0]) snprintf(out, len, "%s: in no collective (last: %s%s, %s group)", where, r->op, peer, r->group);
+    else snprintf(out, len, "%s: in no collective", where);
+}
+
+// a rank's grid coordinates, from its number (Megatron's order, as grid_place)
+static void coordinates_of(int rank, char* out, size_t len) {
+    int TP = grid.tp_size, DP = grid.dp_size;
+    snprintf(out, len, "TP(%d)-PP(%d)-DP(%d)-Rank(%d)", rank % TP, rank / (TP * DP), (rank / TP) % DP, rank);
+}
+
+static void watchdog_end(void) {
+#ifdef __CUDACC__
+    Group* groups[] = {&grid.world, &grid.tp, &grid.dp, &grid.pp, &grid.model_parallel, &grid.embedding};
+    for (int i = 0; i < 6; i++)
+        if (groups[i]->mpi != MPI_COMM_NULL) ncclCommAbort(groups[i]->nccl);
+#endif
+    fflush(stdout);
+    fflush(stderr);
+    _exit(WATCHDOG_EXIT);
+}
+
+// the line of a rank that has got nowhere for too long
+static void watchdog_report(const WatchdogReport* me) {
+    char what[200], coords[64];
+    describe_report(me, what, sizeof(what));
+    coordinates_of(me->rank, coords, sizeof(coords));
+    fprintf(stderr, "error: [rank %d on %s pid %d %s] watchdog: no progress for %.0f s (%s %.0f): %s\n", me->rank,
+            me->host, me->pid, coords, me->stuck, me->in_io ? "--watchdog-io-timeout" : "--watchdog-timeout",
+            me->in_io ? watchdog.io_timeout : watchdog.timeout, what);
+    fflush(stderr);
+}
+
+// appends ",r" (or "r") to a comma-separated list of ranks
+static void list_rank(char* list, size_t len, int rank) {
+    size_t used = strlen(list);
+    snprintf(list + used, len - used, "%s%d", used ? "," : "", rank);
+}
+
+// appends "; rank r on HOST pid P TP(.)-PP(.)-DP(.)-Rank(r)" (without "; " first), from what
+// rank 0 gathered at the start: all an operator needs to find the process
+static void list_rank_fully(char* list, size_t len, int rank) {
+    char coords[64];
+    size_t used = strlen(list);
+    coordinates_of(rank, coords, sizeof(coords));
+    if (watchdog.hosts)
+        snprintf(list + used, len - used, "%srank %d on %s pid %d %s", used ? "; " : "", rank, watchdog.hosts[rank],
+                 watchdog.pids[rank], coords);
+    else snprintf(list + used, len - used, "%srank %d %s", used ? "; " : "", rank, coords);
+}
+
+// rank 0: who waits in a collective, who waits in none (the ones the others wait for), who
+// sent nothing
+static void watchdog_summary(const WatchdogReport* reports, const int* heard) {
+    char waiting[512] = "", silent[2048] = "", culprits[2048] = "";
+    for (int r = 0; r < grid.world_size; r++) {
+        if (!heard[r]) list_rank_fully(silent, sizeof(silent), r);
+        else if (reports[r].waiting) list_rank(waiting, sizeof(waiting), r);
+        else {
+            char what[200], coords[64];
+            size_t used = strlen(culprits);
+            describe_report(&reports[r], what, sizeof(what));
+            coordinates_of(r, coords, sizeof(coords));
+            snprintf(culprits + used, sizeof(culprits) - used, "%srank %d on %s pid %d %s (%s)", used ? "; " : "", r,
+                     reports[r].host, reports[r].pid, coords, what);
+        }
+    }
+    fprintf(stderr, "error: watchdog summary: waiting in a collective: ranks %s | in none, so the others wait for "
+            "them: %s | no report within %.0f s (dead, frozen or still going): %s\n", waiting[0] ? waiting : "none",
+            culprits[0] ? culprits : "none", WATCHDOG_GRACE, silent[0] ? silent : "none");
+}
+
+// rank 0's watchdog: the reports that have arrived (heard[r] once rank r's has)
+static void watchdog_receive(MPI_Request* pending, int* heard, double* first_heard_at) {
+    for (int r = 1; r < grid.world_size; r++) {
+        if (heard[r]) continue;
+        MPI_Test(&pending[r], &heard[r], MPI_STATUS_IGNORE);
+        if (heard[r] && !*first_heard_at) *first_heard_at = now_seconds();
+    }
+}
+
+static void* watchdog_main(void* unused) {
+    (void)unused;
+    int n = grid.world_size, is_root = grid.world_rank == 0, use_mpi = watchdog.comm != MPI_COMM_NULL;
+    WatchdogReport* reports = (WatchdogReport*)callocCheck(n, sizeof(WatchdogReport));
+    int* heard = (int*)callocCheck(n, sizeof(int));
+    MPI_Request* pending = (MPI_Request*)callocCheck(n, sizeof(MPI_Request));
+    for (int r = 1; r < n && is_root && use_mpi; r++)
+        MPI_Irecv(&reports[r], (int)sizeof(WatchdogReport), MPI_BYTE, r, 0, watchdog.comm, &pending[r]);
+    double fired_at = 0.0, first_heard_at = 0.0;
+    WatchdogReport me;
+    MPI_Request sent;
+    for (;;) {
+        sleep(1);
+        if (watchdog_stopped()) return NULL;
+        me = watchdog_snapshot();
+        if (!fired_at && me.stuck >= (me.in_io ? watchdog.io_timeout : watchdog.timeout)) {
+            fired_at = now_seconds();
+            watchdog_report(&me);
+            if (!is_root && use_mpi) MPI_Isend(&me, (int)sizeof(me), MPI_BYTE, 0, 0, watchdog.comm, &sent);
+        }
+        if (is_root && use_mpi) watchdog_receive(pending, heard, &first_heard_at);
+        double since = fired_at ? fired_at : first_heard_at;
+        if (is_root && since && now_seconds() - since >= WATCHDOG_GRACE) {
+            reports[0] = me;   // rank 0's own state, stuck or not
+            heard[0] = 1;
+            if (use_mpi) watchdog_summary(reports, heard);
+            watchdog_end();
+        }
+        if (!is_root && fired_at && now_seconds() - fired_at >= WATCHDOG_GRACE + 5.0) watchdog_end();   // rank 0 is gone
+    }
+    return NULL;
+}
+
+// The training and its evaluations are over: what follows (sampling on rank 0 while the
+// others wait to finish) may take as long as it takes.
+static void watchdog_stop(void) {
+    pthread_mutex_lock(&activity_lock);
+    watchdog.stopped = 1;
+    pthread_mutex_unlock(&activity_lock);
+}
+
+// after the grid is built, on every rank at once (the report channel is made collectively)
+static void watchdog_start(double timeout_seconds, double io_timeout_seconds) {
+    if (timeout_seconds <= 0.0) return;
+    watchdog.timeout = timeout_seconds;
+    watchdog.io_timeout = io_timeout_seconds;
+    watchdog.comm = MPI_COMM_NULL;
+    if (grid.thread_level >= MPI_THREAD_MULTIPLE) mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &watchdog.comm));
+    // every rank's host and pid to rank 0 (all ranks start the watchdog with the same timeout)
+    char host[64];
+    int pid = (int)getpid();
+    snprintf(host, sizeof(host), "%.63s", grid.host);
+    if (grid.world_rank == 0) {
+        watchdog.hosts = (char(*)[64])callocCheck(grid.world_size, 64);
+        watchdog.pids = (int*)callocCheck(grid.world_size, sizeof(int));
+    }
+    mpiCheck(MPI_Gather(host, 64, MPI_CHAR, watchdog.hosts, 64, MPI_CHAR, 0, MPI_COMM_WORLD));
+    mpiCheck(MPI_Gather(&pid, 1, MPI_INT, watchdog.pids, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    activity_phase("setup", -1, -1);
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, watchdog_main, NULL) != 0) fail("cannot start the watchdog thread");
+    pthread_detach(thread);
+}
+
+// ----------------------------------------------------------------------------
+// Slow ranks: every log interval each rank's compute time per step (the step's wall time less
+// the time it waited in blocking operations) is gathered on rank 0 (one small collective).
+// Ranks of one pipeline stage do the same work, so each is held against the median of its
+// stage: above threshold x the median, one line names it (rank, host, coordinates, its time,
+// the median).
+
+// the median of n values (sorted in place)
+static int compare_doubles(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+static double median_of(double* x, int n) {
+    qsort(x, n, sizeof(double), compare_doubles);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+static void slow_rank_report(double compute_per_step, double wait_per_step, float threshold) {
+    static char (*hosts)[64] = NULL;   // every rank's host name, gathered once
+    int n = grid.world_size, per_stage = grid.tp_size * grid.dp_size;
+    if (!hosts) {
+        hosts = (char (*)[64])callocCheck(n, 64);
+        char mine[64];
+        snprintf(mine, sizeof(mine), "%.63s", grid.host);
+        all_gather_host(&grid.world, mine, hosts, 64);
+    }
+    double mine[2] = {compute_per_step, wait_per_step};
+    double* all = (double*)mallocCheck(2 * sizeof(double) * n);
+    gather_to_rank0(&grid.world, mine, all, 2);
+    double* stage = (double*)mallocCheck(sizeof(double) * per_stage);
+    for (int r = 0; r < n && grid.world_rank == 0 && threshold > 0.0f; r++) {
+        int first = r / per_stage * per_stage;
+        for (int k = 0; k < per_stage; k++) stage[k] = all[2 * (first + k)];
+        double median = median_of(stage, per_stage), ms = 1000.0;
+        if (per_stage < 2 || all[2 * r] <= threshold * median) continue;
+        char coords[64];
+        coordinates_of(r, coords, sizeof(coords));
+        printf("slow rank: rank %d on %s %s computes %.1f ms per step, %.1fx the median of its pipeline stage "
+               "(%.1f ms; --slow-rank-threshold %.2g); it waits %.1f ms per step\n", r, hosts[r], coords,
+               all[2 * r] * ms, all[2 * r] / median, median * ms, threshold, all[2 * r + 1] * ms);
+    }
+    fflush(stdout);
+    free(stage);
+    free(all);
+}
+
+// a barrier whose ranks sleep while they wait instead of spinning, leaving the cores to ranks
+// that work meanwhile (where ranks share a host's cores); it lets them go up to 50 us late
+static void barrier_sleeping(Group* g) {
+    wait_begin("barrier", g, -1);
+    MPI_Request request;
+    mpiCheck(MPI_Ibarrier(g->mpi, &request));
+    struct timespec nap = {0, 50000};
+    for (int done = 0; !done;) {
+        mpiCheck(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+        if (!done) nanosleep(&nap, NULL);
+    }
+    wait_end();
+}
 
 // ----------------------------------------------------------------------------
 // the cluster check (--check-cluster): what each group's links and each rank's arithmetic give
