@@ -80,7 +80,7 @@ run_quietly() {
 # Most tests leave the two cores half idle (process start-up, MPI's launch, waits for a
 # signal or a timeout), so they run in two lanes at once: the emulation (which keeps both cores
 # busy for minutes), the watchdog's tests and the planner's in one, the others in the other
-# (measured: 9m14s in all, against 11 minutes one at a time). The cluster
+# (measured: 8m2s to 9m14s in all, against 11 minutes one at a time). The cluster
 # check compares ranks' speeds and runs alone, last. Each lane runs its tests one at a time;
 # each test has its own folder under $B. The report comes afterwards, in the order of TESTS.
 LANE_A="emu_kernels emu_train watchdog plan"
