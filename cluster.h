@@ -38,9 +38,26 @@ static struct {
     double timeout, io_timeout;   // seconds; io_timeout while a checkpoint is saved or loaded
     int stopped;     // watchdog_stop: the thread ends
     MPI_Comm comm;   // a copy of the world for the reports alone (MPI_COMM_NULL: no summary)
-    char (*hosts)[64];   // rank 0: every rank's host and process id, gathered at the start, so
-    int* pids;           // that a rank that sends no report (frozen, dead) is named fully too
+    const struct RankName* names;   // every rank's host and pid, gathered at the start, so that a
+                                    // rank that sends no report (frozen, dead) is named fully too
 } watchdog;
+
+// every rank's host and process id, gathered once through parallel.h's wrapper (the first
+// call is collective: every rank makes it at the same point), for the lines that name a rank
+typedef struct RankName {
+    char host[64];
+    int pid;
+} RankName;
+
+static const RankName* rank_names(void) {
+    static RankName* all = NULL;
+    if (all) return all;
+    RankName me = {"", (int)getpid()};
+    snprintf(me.host, sizeof(me.host), "%.63s", grid.host);
+    all = (RankName*)callocCheck(grid.world_size, sizeof(RankName));
+    all_gather_host(&grid.world, &me, all, sizeof(me));
+    return all;
+}
 
 static int watchdog_stopped(void) {
     pthread_mutex_lock(&activity_lock);
@@ -120,9 +137,9 @@ static void list_rank_fully(char* list, size_t len, int rank) {
     char coords[64];
     size_t used = strlen(list);
     coordinates_of(rank, coords, sizeof(coords));
-    if (watchdog.hosts)
-        snprintf(list + used, len - used, "%srank %d on %s pid %d %s", used ? "; " : "", rank, watchdog.hosts[rank],
-                 watchdog.pids[rank], coords);
+    if (watchdog.names)
+        snprintf(list + used, len - used, "%srank %d on %s pid %d %s", used ? "; " : "", rank, watchdog.names[rank].host,
+                 watchdog.names[rank].pid, coords);
     else snprintf(list + used, len - used, "%srank %d %s", used ? "; " : "", rank, coords);
 }
 
@@ -204,16 +221,7 @@ static void watchdog_start(double timeout_seconds, double io_timeout_seconds) {
     watchdog.io_timeout = io_timeout_seconds;
     watchdog.comm = MPI_COMM_NULL;
     if (grid.thread_level >= MPI_THREAD_MULTIPLE) mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &watchdog.comm));
-    // every rank's host and pid to rank 0 (all ranks start the watchdog with the same timeout)
-    char host[64];
-    int pid = (int)getpid();
-    snprintf(host, sizeof(host), "%.63s", grid.host);
-    if (grid.world_rank == 0) {
-        watchdog.hosts = (char(*)[64])callocCheck(grid.world_size, 64);
-        watchdog.pids = (int*)callocCheck(grid.world_size, sizeof(int));
-    }
-    mpiCheck(MPI_Gather(host, 64, MPI_CHAR, watchdog.hosts, 64, MPI_CHAR, 0, MPI_COMM_WORLD));
-    mpiCheck(MPI_Gather(&pid, 1, MPI_INT, watchdog.pids, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    watchdog.names = rank_names();   // (every rank starts the watchdog with the same timeout)
     activity_phase("setup", -1, -1);
     pthread_t thread;
     if (pthread_create(&thread, NULL, watchdog_main, NULL) != 0) fail("cannot start the watchdog thread");
@@ -238,14 +246,8 @@ static double median_of(double* x, int n) {
 }
 
 static void slow_rank_report(double compute_per_step, double wait_per_step, float threshold) {
-    static char (*hosts)[64] = NULL;   // every rank's host name, gathered once
+    const RankName* names = rank_names();
     int n = grid.world_size, per_stage = grid.tp_size * grid.dp_size;
-    if (!hosts) {
-        hosts = (char (*)[64])callocCheck(n, 64);
-        char mine[64];
-        snprintf(mine, sizeof(mine), "%.63s", grid.host);
-        all_gather_host(&grid.world, mine, hosts, 64);
-    }
     double mine[2] = {compute_per_step, wait_per_step};
     double* all = (double*)mallocCheck(2 * sizeof(double) * n);
     gather_to_rank0(&grid.world, mine, all, 2);
@@ -258,26 +260,12 @@ static void slow_rank_report(double compute_per_step, double wait_per_step, floa
         char coords[64];
         coordinates_of(r, coords, sizeof(coords));
         printf("slow rank: rank %d on %s %s computes %.1f ms per step, %.1fx the median of its pipeline stage "
-               "(%.1f ms; --slow-rank-threshold %.2g); it waits %.1f ms per step\n", r, hosts[r], coords,
+               "(%.1f ms; --slow-rank-threshold %.2g); it waits %.1f ms per step\n", r, names[r].host, coords,
                all[2 * r] * ms, all[2 * r] / median, median * ms, threshold, all[2 * r + 1] * ms);
     }
     fflush(stdout);
     free(stage);
     free(all);
-}
-
-// a barrier whose ranks sleep while they wait instead of spinning, leaving the cores to ranks
-// that work meanwhile (where ranks share a host's cores); it lets them go up to 50 us late
-static void barrier_sleeping(Group* g) {
-    wait_begin("barrier", g, -1);
-    MPI_Request request;
-    mpiCheck(MPI_Ibarrier(g->mpi, &request));
-    struct timespec nap = {0, 50000};
-    for (int done = 0; !done;) {
-        mpiCheck(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-        if (!done) nanosleep(&nap, NULL);
-    }
-    wait_end();
 }
 
 // ----------------------------------------------------------------------------

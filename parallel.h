@@ -476,6 +476,20 @@ static void barrier(Group* g) {
     wait_end();
 }
 
+// a barrier whose ranks sleep while they wait instead of spinning, leaving the cores to ranks
+// that work meanwhile (where ranks share a host's cores); it lets them go up to 50 us late
+static void barrier_sleeping(Group* g) {
+    wait_begin("barrier", g, -1);
+    MPI_Request request;
+    mpiCheck(MPI_Ibarrier(g->mpi, &request));
+    struct timespec nap = {0, 50000};
+    for (int done = 0; !done;) {
+        mpiCheck(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+        if (!done) nanosleep(&nap, NULL);
+    }
+    wait_end();
+}
+
 // ----------------------------------------------------------------------------
 // Megatron's tensor-parallel operators (Shoeybi et al. 2019, §3, Fig. 3), by Megatron's names
 // f = copy_to_tensor_model_parallel_region: the identity forward (every tensor rank already
