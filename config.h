@@ -403,8 +403,8 @@ static void check_model(Config* a) {
     if (m->init_method_std <= 0.0f) config_error("--init-method-std must be positive, got %g", m->init_method_std);
     int head_size = m->hidden_size / m->num_attention_heads;
     if (a->attention_backend == ATTENTION_FLASH && !flash_attention_supports(head_size))
-        config_error("--attention-backend flash needs a head size (--hidden-size / --num-attention-heads) that is a "
-                     "multiple of 16 and at most %d, got %d (auto falls back to unfused there)", FLASH_HS_MAX, head_size);
+        config_error("--attention-backend flash needs a head size (--hidden-size / --num-attention-heads) of 64 or 128, "
+                     "got %d (auto falls back to unfused there)", head_size);
     if (a->dry_run_build >= 0 && !a->dry_run)   // -1: not given
         config_error("--dry-run-build goes with --dry-run (a run allocates for its own build, %s)", BUILD_NAME);
     if (a->data_path.count == 0 && !a->dry_run)

@@ -24,20 +24,17 @@ Conventions every kernel keeps:
     where a pack is whole and 16-byte aligned, one element at a time where not, so they take
     any size and any pointer. The linear layers' forward runs through cuBLASLt with the bias
     (and the MLP's GELU) in the GEMM's epilogue; the rest of the GEMMs through cuBLAS.
-  - CUDA kernels are plain `__global__ void` functions, launched only through LAUNCH()
-    (1-D grids, a fixed block size per op); shared memory and warp shuffles appear only in
-    the reduction helpers and the fused attention's tiles; every CUDA/cuBLAS call goes
-    through a check; all math is fp32 (fp64 for the gradient norm), 16 bits only in memory,
-    save the tensor cores' products of 16-bit inputs (WMMA, nvcuda::wmma, fp32 accumulation)
-    in the fused attention. So tests can run the CUDA code on a CPU emulation of CUDA
-    (tests/emu/).
+  - CUDA kernels are plain `__global__ void` functions (the fused attention's are templates
+    on the head size), launched only through LAUNCH() (1-D grids, a fixed block size per
+    op); shared memory and warp shuffles appear only in the reduction helpers and the fused
+    attention's tiles; every CUDA/cuBLAS call goes through a check; all math is fp32 (fp64
+    for the gradient norm), 16 bits only in memory, save the tensor cores' products of 16-bit
+    inputs (mma.sync, fp32 accumulation) in the fused attention, written as PTX beside its
+    emulation. So tests can run the CUDA code on a CPU emulation of CUDA (tests/emu/).
 */
 #pragma once
 #include "device.cuh"     // checks, floatX, device memory, streams: the runtime under the kernels
 #include "blas_cores.h"   // the CPU build's sgemm: OpenBLAS, and the right kernels for this CPU
-#ifdef __CUDACC__
-#include <mma.h>          // nvcuda::wmma: the tensor-core tiles of the fused attention
-#endif
 
 // ----------------------------------------------------------------------------
 // the CUDA build's shared pieces: the launch macro, block sizes, the cuBLAS handle
@@ -955,12 +952,31 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
     }
 }
 
-// The fused attention's tiles: FLASH_TILE query rows against FLASH_TILE keys, head sizes that
-// are multiples of 16 (WMMA's tile) up to FLASH_HS_MAX (what its static shared memory holds).
-// Known to both builds, for --attention-backend auto and the dry run's plans of the GPU build.
-#define FLASH_TILE 32
-#define FLASH_HS_MAX 64
-static int flash_attention_supports(int HS) { return HS % 16 == 0 && HS <= FLASH_HS_MAX; }
+// The fused attention's tiles (FlashAttention-2's, Dao 2023): a block of FLASH_ROWS / 16 warps
+// takes FLASH_ROWS query rows (the forward, the dQ kernel) or keys (the dK/dV kernel), 16 to a
+// warp; the forward walks key tiles of FLASH_KEYS(HS), the backward steps of FLASH_STEP. The head
+// size is a compile-time constant, 64 (every GPT-2) or 128 (BLOOM, GPT-3 175B). A tile row in
+// shared memory is padded by FLASH_PAD elements (16 bytes) so that the 8 rows one ldmatrix
+// phase reads begin in 8 different 4-bank groups: no bank conflicts. Known to both builds, for
+// --attention-backend auto and the dry run's plans of the GPU build.
+#define FLASH_ROWS 64
+#define FLASH_STEP 32
+#define FLASH_PAD 8
+static int flash_attention_supports(int HS) { return HS == 64 || HS == 128; }
+
+// The forward's key tile: 64 keys at head size 64, 32 at 128, where the two buffers of k and v
+// would otherwise take 70 KB and the block 87 KB of shared memory, one block per A100 SM
+// (164 KB) instead of two (52 KB).
+#define FLASH_KEYS(HS) ((HS) > 64 ? 32 : 64)
+
+// a block's dynamic shared memory, in bytes (16-bit elements on the GPU build): the forward's
+// q tile and two k and v tiles; the backward's two 64-row tiles (k, v or q, dout), two
+// 32-row steps of the other two, and the rows' log-sum-exp and D
+static size_t flash_shared_bytes(int HS, int forward) {
+    size_t row = (size_t)(HS + FLASH_PAD) * 2;
+    if (forward) return (FLASH_ROWS + 4 * FLASH_KEYS(HS)) * row;
+    return (2 * FLASH_ROWS + 4 * FLASH_STEP) * row + 2 * FLASH_ROWS * sizeof(float);
+}
 
 // attention's scratch (gpt.h's att_scratch) in bytes on build b: both builds' formulas are
 // here, for a dry run plans either. The GPU build's unfused path: 7 head-major [B, NH, T, HS]
@@ -1157,319 +1173,573 @@ static void attention_backward_unfused(floatX* dqkv, floatX* scratch, const floa
 #endif
 
 // ----------------------------------------------------------------------------
-// causal self-attention, fused (FlashAttention-2, Dao 2023) on tensor cores
-// One block per (b, h, 32-row tile): tiles of q, k, v are read straight from qkv into shared
-// memory, the T x T scores never leave the chip. The forward walks the key tiles left of the
-// diagonal keeping, per query row, the running maximum m and sum l of the softmax and the
-// unnormalized output o (each new tile rescales them by exp(m_old - m_new)); it writes out and
-// the log-sum-exp m + log l of each row, all the backward needs to recompute the probabilities:
-// p = exp(score - lse). The backward is deterministic, no atomics: D = rowsum(dout * out) first,
-// then one block per key tile sums dK and dV over the query tiles below it, and one block per
-// query tile sums dQ over the key tiles left of it (each recomputing p from q, k and lse).
-// Products go through WMMA (16 x 16 x 16, 16-bit inputs, fp32 accumulators). The layout of an
-// accumulator's elements across the lanes is unspecified, so the row-wise softmax reads the
-// scores from shared memory, where store_matrix_sync put them, and writes p back there for
-// the next product to load as a matrix_a: the usual WMMA way. Shared memory is static (48 KiB
-// at most per block), sized for head sizes up to FLASH_HS_MAX.
+// causal self-attention, fused, at FlashAttention-2's design (Dao 2023) on tensor cores
+//
+// The forward: one block of 4 warps per (b, h, 64-row query tile), each warp owning 16 rows.
+// The block copies its queries and the first key tile into shared memory with cp.async, then
+// walks the key tiles at and left of the diagonal (those right of it are never touched); the
+// copy of tile k + 1 is in flight while tile k is multiplied (two buffers). Each warp keeps
+// its rows' scores S = Q K^T, probabilities P and output O in registers, as the fragments of
+// mma.sync.m16n8k16 (16-bit inputs, fp32 sums): S's accumulators are exactly the A operand of
+// P V once rounded to 16 bits, so nothing goes back through shared memory. Per row it keeps
+// the running maximum m and sum l of the online softmax (each key tile rescales O and l by
+// 2^(m_old - m_new)); a row's values are spread over the 4 lanes of a quad, so a maximum or a
+// sum takes two shuffles. Q, K and V fragments come from shared memory through ldmatrix (.trans
+// for V: the B operand of P V is V's columns). Only the diagonal tile is masked. The block
+// writes out and each row's log-sum-exp m + log l, all the backward needs to recompute P.
+//
+// The backward, deterministic (no atomics): D = rowsum(dout * out) first; then one block per
+// 64-key tile (a warp per 16 keys) steps over the 32-row query steps at and below the diagonal,
+// summing dV += P^T dO and dK += dS^T Q in registers (S^T = K Q^T and dP^T = V dO^T recomputed);
+// and one block per 64-row query tile steps over the 32-key steps at and left of it, summing
+// dQ += dS K. FlashAttention-2's backward adds dQ across key tiles with atomics instead and so
+// does 5 products where these two kernels do 7; every block here owns what it writes.
+// Scores are kept in log2 units (scaled by log2 e), for exp2, the GPU's native exponential.
 
 #ifdef __CUDACC__
-#define FLASH_WARPS (FLASH_TILE / 16)   // warp w owns rows (or keys) 16w .. 16w + 15 of a tile
+#define FLASH_WARPS (FLASH_ROWS / 16)
 #define FLASH_THREADS (32 * FLASH_WARPS)
-#define FLASH_BLOCK_FOR_D 256
+#define FLASH_ROW(HS) ((HS) + FLASH_PAD)   // elements from one tile row to the next
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
 // #pragma unroll where nvcc compiles (g++ compiling for the emulation does not know it)
 #ifdef __NVCC__
 #define UNROLL _Pragma("unroll")
 #else
 #define UNROLL
 #endif
+#ifdef GRIDGPT_FP16
+#define PTX_FLOATX "f16"
+#else
+#define PTX_FLOATX "bf16"
+#endif
 
-using namespace nvcuda;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, floatX, wmma::row_major> FragA;     // A
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, floatX, wmma::col_major> FragAt;    // A^T of a row-major A
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, floatX, wmma::row_major> FragB;     // B
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, floatX, wmma::col_major> FragBt;    // B^T of a row-major B
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragAcc;
+// mma.sync.m16n8k16 and cp.async need sm_80 (A100) or newer: an fp16 build for an older GPU
+// (GPU_ARCH=70 or 75, see the Makefile) compiles these kernels as a trap, and
+// check_flash_arguments refuses to launch them there first.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define FLASH_PTX 0
+#else
+#define FLASH_PTX 1
+#endif
 
-// The tiles in shared memory. Rows are FLASH_HS_MAX (or FLASH_TILE) wide whatever the head
-// size; every array's size is a multiple of 32 bytes, so every 16 x 16 sub-tile WMMA touches
-// starts 32-byte aligned, as it must.
-typedef struct {
-    floatX q[FLASH_TILE][FLASH_HS_MAX], k[FLASH_TILE][FLASH_HS_MAX], v[FLASH_TILE][FLASH_HS_MAX];
-    float s[FLASH_TILE][FLASH_TILE];       // scores of this query tile against this key tile
-    floatX p[FLASH_TILE][FLASH_TILE];      // their exp(score - running max)
-    float o[FLASH_TILE][FLASH_HS_MAX];     // the unnormalized output
-    float row_max[FLASH_TILE], row_sum[FLASH_TILE];
-} FlashForwardTiles;
+// ---- the PTX: each instruction next to its emulation (tests/emu/ptx.h, which also draws
+// the fragment layouts). A 16 x 16 A operand is 4 registers of two 16-bit elements, a 16 x 8
+// B operand 2, a 16 x 8 fp32 accumulator 4: for lane L, g = L / 4 and t = L % 4, accumulator
+// registers 0 and 1 are row g, columns 2t and 2t + 1, registers 2 and 3 the same of row g + 8.
 
-typedef struct {
-    floatX q[FLASH_TILE][FLASH_HS_MAX], k[FLASH_TILE][FLASH_HS_MAX], v[FLASH_TILE][FLASH_HS_MAX];
-    floatX dout[FLASH_TILE][FLASH_HS_MAX];
-    float s[FLASH_TILE][FLASH_TILE], dp[FLASH_TILE][FLASH_TILE];   // scores, dout v^T
-    floatX p[FLASH_TILE][FLASH_TILE], ds[FLASH_TILE][FLASH_TILE];  // probabilities, score gradients
-    float stage[FLASH_WARPS][16][16];      // a warp's accumulator on its way to global memory
-    float lse[FLASH_TILE], d[FLASH_TILE];  // of the query tile's rows
-} FlashBackwardTiles;
+#ifdef __NVCC__
+// a generic pointer into shared memory as the 32-bit shared-window address the instructions take
+__device__ inline uint32_t shared_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+#endif
 
-// one static buffer the attention kernels share (each block gets its own on the GPU)
-typedef union {
-    FlashForwardTiles forward;
-    FlashBackwardTiles backward;
-} FlashTiles;
-
-__device__ FlashTiles* flash_tiles(void) {
-    __shared__ __align__(32) FlashTiles tiles;
-    return &tiles;
+// four 8 x 8 matrices: lane L gives the address of row L % 8 of matrix L / 8; r[j] is matrix j's
+// row L / 4, columns 2 (L % 4) and 2 (L % 4) + 1 (trans: column L / 4, rows 2 (L % 4) and + 1)
+__device__ inline void ldmatrix_x4(uint32_t r[4], const floatX* row, bool trans) {
+#if defined(__NVCC__) && !FLASH_PTX
+    (void)r, (void)row, (void)trans, __trap();
+#elif defined(__NVCC__)
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)) : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)) : "memory");
+#else
+    emu_ldmatrix_x4(r, row, trans);
+#endif
 }
 
-// rows t0 .. t0 + FLASH_TILE - 1 of one head's q, k, v, out or dout (row t at src + t * stride)
-// into tile; rows at or past T are zeros
-__device__ void flash_load_rows(floatX tile[][FLASH_HS_MAX], const floatX* src, size_t stride, int t0, int T, int HS) {
-    for (int idx = threadIdx.x; idx < FLASH_TILE * HS; idx += blockDim.x) {
-        int r = idx / HS, c = idx % HS;
-        tile[r][c] = t0 + r < T ? src[(size_t)(t0 + r) * stride + c] : to_floatX(0.0f);
+// d (16 x 8) += a (16 x 16) b (16 x 8), on the tensor cores
+__device__ inline void mma_16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(__NVCC__) && !FLASH_PTX
+    (void)d, (void)a, (void)b0, (void)b1, __trap();
+#elif defined(__NVCC__)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." PTX_FLOATX "." PTX_FLOATX ".f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    emu_mma_m16n8k16<floatX>(d, a, b0, b1);
+#endif
+}
+
+// 16 bytes from global to shared memory, in the background (zeros when !fill)
+__device__ inline void cp_async_16(void* dst, const void* src, bool fill) {
+#if defined(__NVCC__) && !FLASH_PTX
+    (void)dst, (void)src, (void)fill, __trap();
+#elif defined(__NVCC__)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(shared_address(dst)), "l"(src), "r"(fill ? 16 : 0) : "memory");
+#else
+    emu_cp_async_16(dst, src, fill);
+#endif
+}
+
+// the copies issued so far become one group
+__device__ inline void cp_async_commit(void) {
+#if defined(__NVCC__) && !FLASH_PTX
+    __trap();
+#elif defined(__NVCC__)
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#else
+    emu_cp_async_commit();
+#endif
+}
+
+// wait until at most `newest` groups are in flight (this thread's copies; a barrier shares them)
+template <int newest>
+__device__ inline void cp_async_wait(void) {
+#if defined(__NVCC__) && !FLASH_PTX
+    __trap();
+#elif defined(__NVCC__)
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(newest) : "memory");
+#else
+    emu_cp_async_wait(newest);
+#endif
+}
+
+// the launch's dynamic shared memory
+__device__ inline floatX* flash_shared(void) {
+#ifdef __NVCC__
+    extern __shared__ __align__(16) unsigned char flash_dynamic_shared[];
+    return (floatX*)flash_dynamic_shared;
+#else
+    return (floatX*)emu_dynamic_shared_memory();
+#endif
+}
+
+__device__ inline uint32_t pack_floatX2(float low, float high) {
+    floatX pair[2] = {to_floatX(low), to_floatX(high)};
+    uint32_t r;
+    memcpy(&r, pair, 4);
+    return r;
+}
+
+// the sum and the maximum over the 4 lanes of a quad (one row of a fragment)
+__device__ inline float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+__device__ inline float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+// ---- tiles and fragments
+
+// ROWS rows from t0 of one head's q, k, v or dout (row t at src + t * stride) into a tile of
+// padded rows, with cp.async (not waited for); rows at or past T become zeros
+template <int HS, int ROWS>
+__device__ void flash_copy_rows(floatX* tile, const floatX* src, size_t stride, int t0, int T) {
+    constexpr int pieces = HS / 8;   // 16 bytes each
+    static_assert(ROWS * pieces % FLASH_THREADS == 0, "every thread copies as many pieces");
+    UNROLL
+    for (int k = 0; k < ROWS * pieces / FLASH_THREADS; k++) {
+        int i = threadIdx.x + k * FLASH_THREADS, r = i / pieces, c = i % pieces, t = t0 + r;
+        bool inside = t < T;
+        cp_async_16(tile + r * FLASH_ROW(HS) + 8 * c, src + (size_t)(inside ? t : 0) * stride + 8 * c, inside);
     }
 }
 
-// acc += A B^T, A [16, K] and B [16, K] row-major (ld in elements)
-__device__ void mma_abt(FragAcc& acc, const floatX* a, int lda, const floatX* b, int ldb, int K) {
-    FragA fa;
-    FragBt fb;
-    for (int kk = 0; kk < K; kk += 16) {
-        wmma::load_matrix_sync(fa, a + kk, lda);
-        wmma::load_matrix_sync(fb, b + kk, ldb);
-        wmma::mma_sync(acc, fa, fb, acc);
+// the A fragment (16 x 16) at rows row0 .., columns 16 kk .. of a tile
+template <int HS>
+__device__ void load_a(uint32_t a[4], const floatX* tile, int row0, int kk) {
+    int lane = threadIdx.x % 32;
+    ldmatrix_x4(a, tile + (row0 + lane % 16) * FLASH_ROW(HS) + 16 * kk + lane / 16 * 8, false);
+}
+
+// acc (16 x N) += A_kk B_kk^T for one 16-column slice kk of the head: B^T = the N tile rows
+// from row 0, B[k][n] = tile[n][16 kk + k], which is what ldmatrix gives without .trans
+template <int HS, int N>
+__device__ void warp_product_abt_slice(float acc[][4], const uint32_t a[4], const floatX* tile, int kk) {
+    int lane = threadIdx.x % 32;
+    UNROLL
+    for (int j = 0; j < N / 16; j++) {   // two 8-column blocks of acc per ldmatrix
+        uint32_t b[4];
+        ldmatrix_x4(b, tile + (16 * j + lane / 16 * 8 + lane % 8) * FLASH_ROW(HS) + 16 * kk + (lane / 8) % 2 * 8, false);
+        mma_16816(acc[2 * j], a, b[0], b[1]);
+        mma_16816(acc[2 * j + 1], a, b[2], b[3]);
     }
 }
 
-// acc += A B, A [16, K] and B [K, 16] row-major
-__device__ void mma_ab(FragAcc& acc, const floatX* a, int lda, const floatX* b, int ldb, int K) {
-    FragA fa;
-    FragB fb;
-    for (int kk = 0; kk < K; kk += 16) {
-        wmma::load_matrix_sync(fa, a + kk, lda);
-        wmma::load_matrix_sync(fb, b + (size_t)kk * ldb, ldb);
-        wmma::mma_sync(acc, fa, fb, acc);
+// acc (16 x N) += A B^T, A's HS / 16 fragments in registers (the forward's queries)
+template <int HS, int N>
+__device__ void warp_product_abt(float acc[][4], const uint32_t a[][4], const floatX* tile) {
+    UNROLL
+    for (int kk = 0; kk < HS / 16; kk++) warp_product_abt_slice<HS, N>(acc, a[kk], tile, kk);
+}
+
+// the same with A = rows row0 .. row0 + 15 of a shared tile, one slice at a time (fewer registers)
+template <int HS, int N>
+__device__ void warp_product_abt(float acc[][4], const floatX* a_tile, int row0, const floatX* tile) {
+    UNROLL
+    for (int kk = 0; kk < HS / 16; kk++) {
+        uint32_t a[4];
+        load_a<HS>(a, a_tile, row0, kk);
+        warp_product_abt_slice<HS, N>(acc, a, tile, kk);
     }
 }
 
-// acc += A^T B, A [K, 16] and B [K, 16] row-major
-__device__ void mma_atb(FragAcc& acc, const floatX* a, int lda, const floatX* b, int ldb, int K) {
-    FragAt fa;
-    FragB fb;
-    for (int kk = 0; kk < K; kk += 16) {
-        wmma::load_matrix_sync(fa, a + (size_t)kk * lda, lda);
-        wmma::load_matrix_sync(fb, b + (size_t)kk * ldb, ldb);
-        wmma::mma_sync(acc, fa, fb, acc);
-    }
-}
-
-// out[16 rows, FLASH_TILE] = A B^T for this warp's 16 rows of a and all FLASH_TILE rows of b
-__device__ void flash_tile_abt(float out[][FLASH_TILE], const floatX a[][FLASH_HS_MAX], const floatX b[][FLASH_HS_MAX], int HS) {
-    int warp = threadIdx.x / 32;
-    for (int j = 0; j < FLASH_TILE / 16; j++) {
-        FragAcc acc;
-        wmma::fill_fragment(acc, 0.0f);
-        mma_abt(acc, &a[16 * warp][0], FLASH_HS_MAX, &b[16 * j][0], FLASH_HS_MAX, HS);
-        wmma::store_matrix_sync(&out[16 * warp][16 * j], acc, FLASH_TILE, wmma::mem_row_major);
-    }
-}
-
-// One query row's step of the online softmax over key tile k0: the scores of the keys it sees
-// (k0 + c <= t), the new running max and sum, p = exp(score - max), the output rescaled.
-// Rows past T (padding of the last tile) see the keys up to T - 1; they are never written out.
-__device__ void flash_online_softmax_row(FlashForwardTiles* s, int r, int t, int k0, int T, int HS, float scale,
-                                         Alibi alibi, int h) {
-    if (t > T - 1) t = T - 1;
-    float old_max = s->row_max[r], new_max = old_max, sum = 0.0f;
-    for (int c = 0; c < FLASH_TILE && k0 + c <= t; c++)
-        new_max = fmaxf(new_max, s->s[r][c] * scale + alibi_bias(alibi, h, t, k0 + c));
-    for (int c = 0; c < FLASH_TILE; c++) {
-        float p = k0 + c <= t ? expf(s->s[r][c] * scale + alibi_bias(alibi, h, t, k0 + c) - new_max) : 0.0f;
-        s->p[r][c] = to_floatX(p);
-        sum += p;
-    }
-    float rescale = expf(old_max - new_max);   // 0 at the first tile (old_max = -inf)
-    s->row_sum[r] = s->row_sum[r] * rescale + sum;
-    s->row_max[r] = new_max;
-    for (int c = 0; c < HS; c++) s->o[r][c] *= rescale;
-}
-
-// grid: B * NH * tiles blocks of FLASH_THREADS; out [N, NH * HS], lse [B, NH, T]
-__global__ void attention_forward_flash_kernel(floatX* out, float* lse, const floatX* qkv, int T, int NH, int HS,
-                                               Alibi alibi) {
-    FlashForwardTiles* s = &flash_tiles()->forward;
-    int tiles = CEIL_DIV(T, FLASH_TILE), bh = blockIdx.x / tiles, b = bh / NH, h = bh % NH;
-    int qt = tiles - 1 - blockIdx.x % tiles;   // the longest rows first
-    int t0 = qt * FLASH_TILE, warp = threadIdx.x / 32;
-    size_t stride = (size_t)3 * NH * HS;
-    float scale = 1.0f / sqrtf((float)HS);
-    flash_load_rows(s->q, qkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, t0, T, HS);
-    for (int idx = threadIdx.x; idx < FLASH_TILE * HS; idx += blockDim.x) s->o[idx / HS][idx % HS] = 0.0f;
-    if (threadIdx.x < FLASH_TILE) s->row_max[threadIdx.x] = -INFINITY, s->row_sum[threadIdx.x] = 0.0f;
-    for (int kt = 0; kt <= qt; kt++) {   // causal: the key tiles right of the diagonal are skipped
-        int k0 = kt * FLASH_TILE;
-        __syncthreads();   // the previous tile's readers are done with k, v, p and o
-        flash_load_rows(s->k, qkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, k0, T, HS);
-        flash_load_rows(s->v, qkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, k0, T, HS);
-        __syncthreads();
-        flash_tile_abt(s->s, s->q, s->k, HS);   // s = q k^T
-        __syncthreads();
-        if (threadIdx.x < FLASH_TILE)
-            flash_online_softmax_row(s, threadIdx.x, t0 + threadIdx.x, k0, T, HS, scale, alibi, h);
-        __syncthreads();
-        for (int j = 0; j < HS / 16; j++) {   // o += p v, this warp's rows
-            FragAcc acc;
-            wmma::load_matrix_sync(acc, &s->o[16 * warp][16 * j], FLASH_HS_MAX, wmma::mem_row_major);
-            mma_ab(acc, &s->p[16 * warp][0], FLASH_TILE, &s->v[0][16 * j], FLASH_HS_MAX, FLASH_TILE);
-            wmma::store_matrix_sync(&s->o[16 * warp][16 * j], acc, FLASH_HS_MAX, wmma::mem_row_major);
+// acc (16 x HS) += P B: P (16 x K) in accumulators, rounded to floatX, B = K tile rows (K x HS);
+// B[k][n] = tile[k][n] is what ldmatrix gives with .trans
+template <int HS, int K>
+__device__ void warp_product_pb(float acc[][4], const float p[][4], const floatX* tile) {
+    int lane = threadIdx.x % 32;
+    UNROLL
+    for (int j = 0; j < K / 16; j++) {
+        // accumulator blocks 2j and 2j + 1 (columns 16j ..) are the A fragment of those columns
+        uint32_t a[4] = {pack_floatX2(p[2 * j][0], p[2 * j][1]), pack_floatX2(p[2 * j][2], p[2 * j][3]),
+                         pack_floatX2(p[2 * j + 1][0], p[2 * j + 1][1]), pack_floatX2(p[2 * j + 1][2], p[2 * j + 1][3])};
+        UNROLL
+        for (int nb = 0; nb < HS / 16; nb++) {
+            uint32_t b[4];
+            ldmatrix_x4(b, tile + (16 * j + (lane / 8) % 2 * 8 + lane % 8) * FLASH_ROW(HS) + 16 * nb + lane / 16 * 8, true);
+            mma_16816(acc[2 * nb], a, b[0], b[1]);
+            mma_16816(acc[2 * nb + 1], a, b[2], b[3]);
         }
     }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < FLASH_TILE * HS; idx += blockDim.x) {
-        int r = idx / HS, c = idx % HS, t = t0 + r;
-        if (t < T) out[((size_t)(b * T + t) * NH + h) * HS + c] = to_floatX(s->o[r][c] / s->row_sum[r]);
-    }
-    if (threadIdx.x < FLASH_TILE && t0 + (int)threadIdx.x < T)
-        lse[(size_t)bh * T + t0 + threadIdx.x] = s->row_max[threadIdx.x] + logf(s->row_sum[threadIdx.x]);
 }
 
-// D[b, h, t] = sum_i dout[b, t, h, i] * out[b, t, h, i]: the p . dp of every row, one thread per row
+// acc (16 rows from row0, HS columns) to global memory, row t at dst + t * stride; rows past T
+// are not written. Lane (g, t) holds columns 2t and 2t + 1 of rows g and g + 8 in each block.
+template <int HS>
+__device__ void flash_store_rows(floatX* dst, size_t stride, const float acc[][4], int row0, int T, const float* divide_by) {
+    int lane = threadIdx.x % 32;
+    UNROLL
+    for (int half = 0; half < 2; half++) {
+        int t = row0 + lane / 4 + 8 * half;
+        if (t >= T) continue;
+        float d = divide_by ? divide_by[half] : 1.0f;
+        UNROLL
+        for (int nb = 0; nb < HS / 8; nb++) {
+            // one 4-byte store: the pair's offset is even and every row starts 4-byte aligned
+            *(uint32_t*)(dst + (size_t)t * stride + 8 * nb + 2 * (lane % 4)) =
+                pack_floatX2(acc[nb][2 * half] / d, acc[nb][2 * half + 1] / d);
+        }
+    }
+}
+
+// ---- the forward
+
+// One key tile's step of the online softmax for this lane's rows (row0 + g and row0 + g + 8):
+// s (scores) becomes p = 2^(x - m_new), x the score in log2 units with ALiBi's bias; keys
+// right of a row (on tiles that reach the diagonal only) get p = 0; m, l and o move to the new
+// maximum. A row whose keys in this tile are all masked keeps m: it saw key 0 in tile 0.
+template <int HS>
+__device__ void flash_online_softmax(float s[][4], float o[][4], float m[2], float l[2], int k0, int row0,
+                                     bool diagonal, float scale_log2, float slope_log2) {
+    int lane = threadIdx.x % 32;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+    UNROLL
+    for (int n = 0; n < FLASH_KEYS(HS) / 8; n++) {
+        UNROLL
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + lane / 4 + 8 * (e / 2), key = k0 + 8 * n + 2 * (lane % 4) + e % 2;
+            float x = s[n][e] * scale_log2 + slope_log2 * (float)(key - row);
+            s[n][e] = diagonal && key > row ? -INFINITY : x;
+            tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
+        }
+    }
+    float rescale[2];
+    UNROLL
+    for (int half = 0; half < 2; half++) {
+        float new_max = fmaxf(m[half], quad_max(tile_max[half]));   // finite: every row sees key 0 first
+        rescale[half] = exp2f(m[half] - new_max);                   // 0 at the first tile (m = -inf)
+        m[half] = new_max;
+        l[half] *= rescale[half];
+    }
+    UNROLL
+    for (int n = 0; n < FLASH_KEYS(HS) / 8; n++) {
+        UNROLL
+        for (int e = 0; e < 4; e++) {
+            s[n][e] = exp2f(s[n][e] - m[e / 2]);
+            l[e / 2] += s[n][e];   // this lane's part of the row's sum: the quad adds at the end
+        }
+    }
+    UNROLL
+    for (int nb = 0; nb < HS / 8; nb++)
+        UNROLL
+        for (int e = 0; e < 4; e++) o[nb][e] *= rescale[e / 2];
+}
+
+// grid: B * NH * tiles blocks of FLASH_THREADS, flash_shared_bytes(HS, 1) of dynamic shared
+// memory; out [N, NH * HS], lse [B, NH, T]
+template <int HS>
+__global__ void __launch_bounds__(FLASH_THREADS) attention_forward_flash_kernel(floatX* out, float* lse, const floatX* qkv,
+                                                                                int T, int NH, Alibi alibi) {
+    constexpr int KEYS = FLASH_KEYS(HS), tile = KEYS * FLASH_ROW(HS);
+    floatX* q = flash_shared();
+    floatX* k = q + FLASH_ROWS * FLASH_ROW(HS);   // two buffers, then v's two
+    floatX* v = k + 2 * tile;
+    int tiles = CEIL_DIV(T, FLASH_ROWS), bh = blockIdx.x / tiles, b = bh / NH, h = bh % NH;
+    int t0 = (tiles - 1 - blockIdx.x % tiles) * FLASH_ROWS;   // the longest rows first
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row0 = t0 + 16 * warp;
+    // causal: the key tiles up to the tile's last row; those right of it are never touched
+    int last_row = t0 + FLASH_ROWS < T ? t0 + FLASH_ROWS - 1 : T - 1, key_tiles = last_row / KEYS + 1;
+    size_t stride = (size_t)3 * NH * HS;
+    const floatX* q_rows = qkv + qkv_index(b, 0, h, 0, T, NH, HS);
+    const floatX* k_rows = qkv + qkv_index(b, 0, h, 1, T, NH, HS);
+    const floatX* v_rows = qkv + qkv_index(b, 0, h, 2, T, NH, HS);
+    const float scale_log2 = LOG2E / sqrtf((float)HS);
+    const float slope_log2 = alibi.heads ? LOG2E * alibi_slope(alibi.first_head + h, alibi.heads) : 0.0f;
+
+    flash_copy_rows<HS, FLASH_ROWS>(q, q_rows, stride, t0, T);
+    flash_copy_rows<HS, KEYS>(k, k_rows, stride, 0, T);
+    flash_copy_rows<HS, KEYS>(v, v_rows, stride, 0, T);
+    cp_async_commit();
+    float o[HS / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    uint32_t qa[HS / 16][4];   // this warp's queries, kept in registers
+    for (int kt = 0; kt < key_tiles; kt++) {
+        int buffer = kt % 2, k0 = kt * KEYS;
+        if (kt + 1 < key_tiles) {   // the next tile, into the buffer the previous one used
+            flash_copy_rows<HS, KEYS>(k + (1 - buffer) * tile, k_rows, stride, k0 + KEYS, T);
+            flash_copy_rows<HS, KEYS>(v + (1 - buffer) * tile, v_rows, stride, k0 + KEYS, T);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();   // all but the newest group: q and this tile are here
+        __syncthreads();      // ... and every thread's part of them
+        if (kt == 0)
+            UNROLL
+            for (int kk = 0; kk < HS / 16; kk++) load_a<HS>(qa[kk], q, 16 * warp, kk);
+        float s[KEYS / 8][4] = {};
+        warp_product_abt<HS, KEYS>(s, qa, k + buffer * tile);
+        flash_online_softmax<HS>(s, o, m, l, k0, row0, k0 + KEYS > t0, scale_log2, slope_log2);
+        warp_product_pb<HS, KEYS>(o, s, v + buffer * tile);
+        __syncthreads();   // every warp is done with this buffer before the next copy into it
+    }
+    UNROLL
+    for (int half = 0; half < 2; half++) l[half] = quad_sum(l[half]);
+    flash_store_rows<HS>(out + (size_t)b * T * NH * HS + (size_t)h * HS, (size_t)NH * HS, o, row0, T, l);
+    UNROLL
+    for (int half = 0; half < 2; half++) {
+        int t = row0 + lane / 4 + 8 * half;
+        if (lane % 4 == 0 && t < T) lse[(size_t)bh * T + t] = m[half] * LN2 + logf(l[half]);
+    }
+}
+
+// ---- the backward
+
+// D[b, h, t] = sum_i dout[b, t, h, i] * out[b, t, h, i]: the p . dp of every row, a warp per row
 __global__ void attention_backward_flash_d_kernel(float* D, const floatX* dout, const floatX* out, int B, int T, int NH, int HS) {
-    size_t row = (size_t)blockIdx.x * blockDim.x + threadIdx.x;   // (b * NH + h) * T + t
-    if (row >= (size_t)B * NH * T) return;
+    int lane = threadIdx.x % 32;
+    size_t row = (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;   // (b * NH + h) * T + t
+    if (row >= (size_t)B * NH * T) return;   // the whole warp
     size_t t = row % T, bh = row / T, b = bh / NH, h = bh % NH, at = ((b * T + t) * NH + h) * HS;
     float sum = 0.0f;
-    for (int i = 0; i < HS; i++) sum += floatX_to_float(dout[at + i]) * floatX_to_float(out[at + i]);
-    D[row] = sum;
+    for (int i = lane; i < HS; i += 32) sum += floatX_to_float(dout[at + i]) * floatX_to_float(out[at + i]);
+    sum = warp_reduce_sum(sum);
+    if (lane == 0) D[row] = sum;
 }
 
-// The query tile t0 against the key tile k0, in the backward tiles (q, k, v, dout, lse, d
-// loaded): s = q k^T and dp = dout v^T (WMMA), then p = exp(scale s + bias - lse) and
-// ds = scale p (dp - D), 0 where the key is masked or the query is past T.
-__device__ void flash_backward_scores(FlashBackwardTiles* s, int t0, int k0, int T, int HS, float scale, Alibi alibi, int h) {
-    flash_tile_abt(s->s, s->q, s->k, HS);
-    flash_tile_abt(s->dp, s->dout, s->v, HS);
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < FLASH_TILE * FLASH_TILE; idx += blockDim.x) {
-        int r = idx / FLASH_TILE, c = idx % FLASH_TILE, t = t0 + r, t2 = k0 + c;
-        float p = t < T && t2 <= t ? expf(s->s[r][c] * scale + alibi_bias(alibi, h, t, t2) - s->lse[r]) : 0.0f;
-        s->p[r][c] = to_floatX(p);
-        s->ds[r][c] = to_floatX(scale * p * (s->dp[r][c] - s->d[r]));
-    }
-    __syncthreads();
-}
-
-// lse and D of the rows t0 .. t0 + FLASH_TILE - 1 (0 past T)
-__device__ void flash_load_row_stats(FlashBackwardTiles* s, const float* lse, const float* D, int t0, int T) {
-    if (threadIdx.x < FLASH_TILE) {
-        int t = t0 + threadIdx.x;
-        s->lse[threadIdx.x] = t < T ? lse[t] : 0.0f;
-        s->d[threadIdx.x] = t < T ? D[t] : 0.0f;
-    }
-}
-
-// A warp's accumulators acc[j] (16 rows from t0 of this head, columns 16j..) to rows of dst
-// (row t at dst + t * stride), through the warp's staging tile; rows past T are not written.
-__device__ void flash_store_rows(floatX* dst, size_t stride, FlashBackwardTiles* s, const FragAcc* acc, int t0, int T, int HS) {
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+// The dK/dV kernel's step: st = S^T (this warp's 16 keys from key0 by FLASH_STEP queries from
+// q0) becomes P^T, dpt = dP^T becomes dS^T = scale P^T (dP^T - D); stats holds the step's
+// queries' lse (log2 units) then their D. Masked where a key is right of its query or the
+// query is past T.
+__device__ void flash_scores_to_gradients_kv(float st[][4], float dpt[][4], const float* stats, int key0, int q0, int T,
+                                             bool masked, float scale, float scale_log2, float slope_log2) {
+    int lane = threadIdx.x % 32;
     UNROLL
-    for (int j = 0; j < FLASH_HS_MAX / 16; j++) {
-        if (j >= HS / 16) break;
-        wmma::store_matrix_sync(&s->stage[warp][0][0], acc[j], 16, wmma::mem_row_major);
-        __syncthreads();   // every lane's share is in the staging tile
-        for (int e = lane; e < 256; e += 32) {
-            int t = t0 + e / 16;
-            if (t < T) dst[(size_t)t * stride + 16 * j + e % 16] = to_floatX(s->stage[warp][e / 16][e % 16]);
+    for (int n = 0; n < FLASH_STEP / 8; n++) {
+        UNROLL
+        for (int e = 0; e < 4; e++) {
+            int key = key0 + lane / 4 + 8 * (e / 2), c = 8 * n + 2 * (lane % 4) + e % 2, query = q0 + c;
+            float p = exp2f(st[n][e] * scale_log2 + slope_log2 * (float)(key - query) - stats[c]);
+            if (masked && (key > query || query >= T)) p = 0.0f;
+            st[n][e] = p;
+            dpt[n][e] = scale * p * (dpt[n][e] - stats[FLASH_STEP + c]);
         }
-        __syncthreads();   // read before the next store overwrites it
     }
 }
 
-// dK and dV of one key tile: the sum over the query tiles at and below the diagonal
 // grid: B * NH * tiles blocks of FLASH_THREADS; warp w owns keys 16w .. 16w + 15 of the tile
-__global__ void attention_backward_flash_kv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                                   const float* D, int T, int NH, int HS, Alibi alibi) {
-    FlashBackwardTiles* s = &flash_tiles()->backward;
-    int tiles = CEIL_DIV(T, FLASH_TILE), bh = blockIdx.x / tiles, b = bh / NH, h = bh % NH;
-    int kt = blockIdx.x % tiles, k0 = kt * FLASH_TILE, warp = threadIdx.x / 32;
+template <int HS>
+__global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_kv_kernel(floatX* dqkv, const floatX* dout,
+        const floatX* qkv, const float* lse, const float* D, int T, int NH, Alibi alibi) {
+    constexpr int step_tile = FLASH_STEP * FLASH_ROW(HS);
+    floatX* k = flash_shared();
+    floatX* v = k + FLASH_ROWS * FLASH_ROW(HS);
+    floatX* q = v + FLASH_ROWS * FLASH_ROW(HS);   // two buffers, then dout's two
+    floatX* dO = q + 2 * step_tile;
+    float* stats = (float*)(dO + 2 * step_tile);  // per buffer: FLASH_STEP lse (log2 units), then D
+    int tiles = CEIL_DIV(T, FLASH_ROWS), bh = blockIdx.x / tiles, b = bh / NH, h = bh % NH;
+    int k0 = (blockIdx.x % tiles) * FLASH_ROWS, warp = threadIdx.x / 32, key0 = k0 + 16 * warp;
     size_t stride = (size_t)3 * NH * HS, out_stride = (size_t)NH * HS;
-    float scale = 1.0f / sqrtf((float)HS);
+    const floatX* q_rows = qkv + qkv_index(b, 0, h, 0, T, NH, HS);
     const floatX* dout_rows = dout + (size_t)b * T * out_stride + (size_t)h * HS;
-    flash_load_rows(s->k, qkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, k0, T, HS);
-    flash_load_rows(s->v, qkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, k0, T, HS);
-    // the accumulators stay in registers: loops over them are unrolled to FLASH_HS_MAX / 16
-    FragAcc dk[FLASH_HS_MAX / 16], dv[FLASH_HS_MAX / 16];
-    UNROLL
-    for (int j = 0; j < FLASH_HS_MAX / 16; j++) wmma::fill_fragment(dk[j], 0.0f), wmma::fill_fragment(dv[j], 0.0f);
-    for (int qt = kt; qt < tiles; qt++) {   // causal: the query tiles above the diagonal see none of these keys
-        int t0 = qt * FLASH_TILE;
-        __syncthreads();   // the previous tile's readers are done with q, dout, p, ds
-        flash_load_rows(s->q, qkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, t0, T, HS);
-        flash_load_rows(s->dout, dout_rows, out_stride, t0, T, HS);
-        flash_load_row_stats(s, lse + (size_t)bh * T, D + (size_t)bh * T, t0, T);
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = LOG2E * scale;
+    const float slope_log2 = alibi.heads ? LOG2E * alibi_slope(alibi.first_head + h, alibi.heads) : 0.0f;
+    lse += (size_t)bh * T, D += (size_t)bh * T;
+    // the step's queries' row statistics into a buffer (plain loads: rows of T floats are not 16-byte aligned)
+    auto load_stats = [&](int buffer, int q0) {
+        int i = threadIdx.x;
+        if (i < FLASH_STEP) {
+            stats[buffer * 2 * FLASH_STEP + i] = q0 + i < T ? LOG2E * lse[q0 + i] : 0.0f;
+            stats[buffer * 2 * FLASH_STEP + FLASH_STEP + i] = q0 + i < T ? D[q0 + i] : 0.0f;
+        }
+    };
+
+    int first = k0 / FLASH_STEP, steps = CEIL_DIV(T, FLASH_STEP);   // causal: queries before k0 see none of these keys
+    flash_copy_rows<HS, FLASH_ROWS>(k, qkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, k0, T);
+    flash_copy_rows<HS, FLASH_ROWS>(v, qkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, k0, T);
+    flash_copy_rows<HS, FLASH_STEP>(q, q_rows, stride, first * FLASH_STEP, T);
+    flash_copy_rows<HS, FLASH_STEP>(dO, dout_rows, out_stride, first * FLASH_STEP, T);
+    cp_async_commit();
+    load_stats(0, first * FLASH_STEP);
+    float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+    for (int qs = first; qs < steps; qs++) {
+        int buffer = (qs - first) % 2, q0 = qs * FLASH_STEP;
+        if (qs + 1 < steps) {
+            flash_copy_rows<HS, FLASH_STEP>(q + (1 - buffer) * step_tile, q_rows, stride, q0 + FLASH_STEP, T);
+            flash_copy_rows<HS, FLASH_STEP>(dO + (1 - buffer) * step_tile, dout_rows, out_stride, q0 + FLASH_STEP, T);
+            load_stats(1 - buffer, q0 + FLASH_STEP);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
         __syncthreads();
-        flash_backward_scores(s, t0, k0, T, HS, scale, alibi, h);
+        float st[FLASH_STEP / 8][4] = {}, dpt[FLASH_STEP / 8][4] = {};
+        warp_product_abt<HS, FLASH_STEP>(st, k, 16 * warp, q + buffer * step_tile);    // S^T = K Q^T
+        warp_product_abt<HS, FLASH_STEP>(dpt, v, 16 * warp, dO + buffer * step_tile);  // dP^T = V dO^T
+        bool masked = q0 < k0 + FLASH_ROWS || q0 + FLASH_STEP > T;         // the diagonal, or past T
+        flash_scores_to_gradients_kv(st, dpt, stats + buffer * 2 * FLASH_STEP, key0, q0, T, masked, scale, scale_log2, slope_log2);
+        warp_product_pb<HS, FLASH_STEP>(dv, st, dO + buffer * step_tile);   // dV += P^T dO
+        warp_product_pb<HS, FLASH_STEP>(dk, dpt, q + buffer * step_tile);   // dK += dS^T Q
+        __syncthreads();   // every warp is done with this buffer before the next copy into it
+    }
+    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, dk, key0, T, NULL);
+    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, dv, key0, T, NULL);
+}
+
+// The dQ kernel's step: s = S (this warp's 16 queries from row0 by FLASH_STEP keys from k0)
+// becomes P, dp becomes dS = scale P (dP - D); the rows' lse (log2 units) and D in registers.
+__device__ void flash_scores_to_gradients_q(float s[][4], float dp[][4], const float lse_log2[2], const float d[2], int row0,
+                                            int k0, int T, bool masked, float scale, float scale_log2, float slope_log2) {
+    int lane = threadIdx.x % 32;
+    UNROLL
+    for (int n = 0; n < FLASH_STEP / 8; n++) {
         UNROLL
-        for (int j = 0; j < FLASH_HS_MAX / 16; j++) {   // dv += p^T dout, dk += ds^T q
-            if (j >= HS / 16) break;
-            mma_atb(dv[j], &s->p[0][16 * warp], FLASH_TILE, &s->dout[0][16 * j], FLASH_HS_MAX, FLASH_TILE);
-            mma_atb(dk[j], &s->ds[0][16 * warp], FLASH_TILE, &s->q[0][16 * j], FLASH_HS_MAX, FLASH_TILE);
+        for (int e = 0; e < 4; e++) {
+            int row = row0 + lane / 4 + 8 * (e / 2), key = k0 + 8 * n + 2 * (lane % 4) + e % 2;
+            float p = exp2f(s[n][e] * scale_log2 + slope_log2 * (float)(key - row) - lse_log2[e / 2]);
+            if (masked && (key > row || row >= T)) p = 0.0f;
+            s[n][e] = p;
+            dp[n][e] = scale * p * (dp[n][e] - d[e / 2]);
         }
     }
-    int first_key = k0 + 16 * warp;
-    flash_store_rows(dqkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, s, dk, first_key, T, HS);
-    flash_store_rows(dqkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, s, dv, first_key, T, HS);
 }
 
-// dQ of one query tile: the sum over the key tiles at and left of the diagonal
 // grid: B * NH * tiles blocks of FLASH_THREADS; warp w owns rows 16w .. 16w + 15 of the tile
-__global__ void attention_backward_flash_q_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                                  const float* D, int T, int NH, int HS, Alibi alibi) {
-    FlashBackwardTiles* s = &flash_tiles()->backward;
-    int tiles = CEIL_DIV(T, FLASH_TILE), bh = blockIdx.x / tiles, b = bh / NH, h = bh % NH;
-    int qt = tiles - 1 - blockIdx.x % tiles, t0 = qt * FLASH_TILE, warp = threadIdx.x / 32;
+template <int HS>
+__global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_q_kernel(floatX* dqkv, const floatX* dout,
+        const floatX* qkv, const float* lse, const float* D, int T, int NH, Alibi alibi) {
+    constexpr int step_tile = FLASH_STEP * FLASH_ROW(HS);
+    floatX* q = flash_shared();
+    floatX* dO = q + FLASH_ROWS * FLASH_ROW(HS);
+    floatX* k = dO + FLASH_ROWS * FLASH_ROW(HS);   // two buffers, then v's two
+    floatX* v = k + 2 * step_tile;
+    int tiles = CEIL_DIV(T, FLASH_ROWS), bh = blockIdx.x / tiles, b = bh / NH, h = bh % NH;
+    int t0 = (tiles - 1 - blockIdx.x % tiles) * FLASH_ROWS;   // the longest rows first
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row0 = t0 + 16 * warp;
     size_t stride = (size_t)3 * NH * HS, out_stride = (size_t)NH * HS;
-    float scale = 1.0f / sqrtf((float)HS);
-    flash_load_rows(s->q, qkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, t0, T, HS);
-    flash_load_rows(s->dout, dout + (size_t)b * T * out_stride + (size_t)h * HS, out_stride, t0, T, HS);
-    flash_load_row_stats(s, lse + (size_t)bh * T, D + (size_t)bh * T, t0, T);
-    FragAcc dq[FLASH_HS_MAX / 16];   // in registers, as dk and dv above
+    const floatX* k_rows = qkv + qkv_index(b, 0, h, 1, T, NH, HS);
+    const floatX* v_rows = qkv + qkv_index(b, 0, h, 2, T, NH, HS);
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = LOG2E * scale;
+    const float slope_log2 = alibi.heads ? LOG2E * alibi_slope(alibi.first_head + h, alibi.heads) : 0.0f;
+    float lse_log2[2], d[2];   // of this lane's rows
     UNROLL
-    for (int j = 0; j < FLASH_HS_MAX / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
-    for (int kt = 0; kt <= qt; kt++) {
-        int k0 = kt * FLASH_TILE;
-        __syncthreads();   // the previous tile's readers are done with k, v, ds
-        flash_load_rows(s->k, qkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, k0, T, HS);
-        flash_load_rows(s->v, qkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, k0, T, HS);
-        __syncthreads();
-        flash_backward_scores(s, t0, k0, T, HS, scale, alibi, h);
-        UNROLL
-        for (int j = 0; j < FLASH_HS_MAX / 16; j++)   // dq += ds k, this warp's rows
-            if (j < HS / 16) mma_ab(dq[j], &s->ds[16 * warp][0], FLASH_TILE, &s->k[0][16 * j], FLASH_HS_MAX, FLASH_TILE);
+    for (int half = 0; half < 2; half++) {
+        int t = row0 + lane / 4 + 8 * half;
+        lse_log2[half] = t < T ? LOG2E * lse[(size_t)bh * T + t] : 0.0f;
+        d[half] = t < T ? D[(size_t)bh * T + t] : 0.0f;
     }
-    flash_store_rows(dqkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, s, dq, t0 + 16 * warp, T, HS);
+
+    int last_row = t0 + FLASH_ROWS < T ? t0 + FLASH_ROWS - 1 : T - 1;
+    int steps = last_row / FLASH_STEP + 1;   // causal: up to the tile's last row
+    flash_copy_rows<HS, FLASH_ROWS>(q, qkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, t0, T);
+    flash_copy_rows<HS, FLASH_ROWS>(dO, dout + (size_t)b * T * out_stride + (size_t)h * HS, out_stride, t0, T);
+    flash_copy_rows<HS, FLASH_STEP>(k, k_rows, stride, 0, T);
+    flash_copy_rows<HS, FLASH_STEP>(v, v_rows, stride, 0, T);
+    cp_async_commit();
+    float dq[HS / 8][4] = {};
+    for (int ks = 0; ks < steps; ks++) {
+        int buffer = ks % 2, k0 = ks * FLASH_STEP;
+        if (ks + 1 < steps) {
+            flash_copy_rows<HS, FLASH_STEP>(k + (1 - buffer) * step_tile, k_rows, stride, k0 + FLASH_STEP, T);
+            flash_copy_rows<HS, FLASH_STEP>(v + (1 - buffer) * step_tile, v_rows, stride, k0 + FLASH_STEP, T);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        float s[FLASH_STEP / 8][4] = {}, dp[FLASH_STEP / 8][4] = {};
+        warp_product_abt<HS, FLASH_STEP>(s, q, 16 * warp, k + buffer * step_tile);    // S = Q K^T
+        warp_product_abt<HS, FLASH_STEP>(dp, dO, 16 * warp, v + buffer * step_tile);  // dP = dO V^T
+        bool masked = k0 + FLASH_STEP > t0 || t0 + FLASH_ROWS > T;          // the diagonal, or past T
+        flash_scores_to_gradients_q(s, dp, lse_log2, d, row0, k0, T, masked, scale, scale_log2, slope_log2);
+        warp_product_pb<HS, FLASH_STEP>(dq, dp, k + buffer * step_tile);   // dQ += dS K
+        __syncthreads();   // every warp is done with this buffer before the next copy into it
+    }
+    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, dq, row0, T, NULL);
 }
 
-static void check_flash_head_size(int HS) {
-    if (!flash_attention_supports(HS))
-        fail("the fused attention needs a head size that is a multiple of 16 and at most %d, got %d", FLASH_HS_MAX, HS);
+// ---- the launches
+
+static void check_flash_arguments(int HS, const void* qkv, const void* dout) {
+    static int major = 0;
+    if (major == 0) {
+        int device;
+        cudaCheck(cudaGetDevice(&device));
+        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    }
+    if (major < 8) fail("the fused attention needs a GPU of compute capability 8.0 or newer (A100, H100), this one is %d.x: "
+                        "run --attention-backend unfused", major);
+    if (!flash_attention_supports(HS)) fail("the fused attention is built for head sizes 64 and 128, got %d", HS);
+    if ((uintptr_t)qkv % 16 != 0 || (uintptr_t)dout % 16 != 0)
+        fail("the fused attention copies 16 bytes at a time: qkv (%p) and dout (%p) must be 16-byte aligned", qkv, dout);
+}
+
+// a kernel may use more than 48 KiB of dynamic shared memory only after it asked for it
+template <class Kernel>
+static void allow_shared_bytes(Kernel* kernel, size_t bytes) {
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+template <int HS>
+static void attention_forward_flash_at(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, Alibi alibi) {
+    static size_t allowed = 0;
+    size_t bytes = flash_shared_bytes(HS, 1);
+    if (allowed != bytes) allow_shared_bytes(attention_forward_flash_kernel<HS>, bytes), allowed = bytes;
+    LAUNCH(attention_forward_flash_kernel<HS>, B * NH * CEIL_DIV(T, FLASH_ROWS), FLASH_THREADS, bytes, out, lse, qkv, T, NH, alibi);
+}
+
+template <int HS>
+static void attention_backward_flash_at(floatX* dqkv, const float* D, const floatX* dout, const floatX* qkv,
+                                        const float* lse, int B, int T, int NH, Alibi alibi) {
+    static size_t allowed = 0;
+    size_t bytes = flash_shared_bytes(HS, 0);
+    if (allowed != bytes) {
+        allow_shared_bytes(attention_backward_flash_kv_kernel<HS>, bytes);
+        allow_shared_bytes(attention_backward_flash_q_kernel<HS>, bytes);
+        allowed = bytes;
+    }
+    int blocks = B * NH * CEIL_DIV(T, FLASH_ROWS);
+    LAUNCH(attention_backward_flash_kv_kernel<HS>, blocks, FLASH_THREADS, bytes, dqkv, dout, qkv, lse, D, T, NH, alibi);
+    LAUNCH(attention_backward_flash_q_kernel<HS>, blocks, FLASH_THREADS, bytes, dqkv, dout, qkv, lse, D, T, NH, alibi);
 }
 
 static void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, Alibi alibi) {
-    check_flash_head_size(HS);
-    LAUNCH(attention_forward_flash_kernel, B * NH * CEIL_DIV(T, FLASH_TILE), FLASH_THREADS, 0, out, lse, qkv, T, NH, HS, alibi);
+    check_flash_arguments(HS, qkv, qkv);
+    if (HS == 64) attention_forward_flash_at<64>(out, lse, qkv, B, T, NH, alibi);
+    else attention_forward_flash_at<128>(out, lse, qkv, B, T, NH, alibi);
 }
 
 // D: B * NH * T floats of scratch; out and lse: the forward's
 static void attention_backward_flash(floatX* dqkv, float* D, const floatX* dout, const floatX* qkv, const floatX* out,
                                      const float* lse, int B, int T, int NH, int HS, Alibi alibi) {
-    check_flash_head_size(HS);
-    int blocks = B * NH * CEIL_DIV(T, FLASH_TILE);
-    LAUNCH(attention_backward_flash_d_kernel, CEIL_DIV(B * NH * T, FLASH_BLOCK_FOR_D), FLASH_BLOCK_FOR_D, 0, D, dout, out, B, T, NH, HS);
-    LAUNCH(attention_backward_flash_kv_kernel, blocks, FLASH_THREADS, 0, dqkv, dout, qkv, lse, D, T, NH, HS, alibi);
-    LAUNCH(attention_backward_flash_q_kernel, blocks, FLASH_THREADS, 0, dqkv, dout, qkv, lse, D, T, NH, HS, alibi);
+    check_flash_arguments(HS, qkv, dout);
+    LAUNCH(attention_backward_flash_d_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0, D, dout, out, B, T, NH, HS);
+    if (HS == 64) attention_backward_flash_at<64>(dqkv, D, dout, qkv, lse, B, T, NH, alibi);
+    else attention_backward_flash_at<128>(dqkv, D, dout, qkv, lse, B, T, NH, alibi);
 }
-
 // The layer's layout decides which attention runs: lse given (the fused kernels keep the
 // log-sum-exp), or att (the cuBLAS path keeps the probabilities).
 static void attention_forward(floatX* out, floatX* att, float* lse, floatX* scratch, const floatX* qkv,

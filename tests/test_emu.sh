@@ -10,7 +10,8 @@
 #                               numpy.float16's conversions on the cases tests/half_cases.py
 #                               writes (SKIP when /usr/bin/python3 has no numpy);
 #   tests/test_emu_guard.cpp    the guard pages catch a kernel's off-by-one, naming the kernel,
-#                               and the WMMA rules a misaligned or divergent call breaks;
+#                               and the rules of the PTX the fused attention uses (ldmatrix,
+#                               cp.async, mma.sync) and of dynamic shared memory;
 #   planted bugs                kernels.cuh copied with one bug planted by sed (no hooks in the
 #                               source), test_emu_kernels built against the copy and run on the
 #                               fused attention's checks alone: PASS when they catch the bug (a
@@ -94,8 +95,12 @@ plant() {
     if [ $rc -ne 0 ]; then echo "PASS planted bug ($name) is caught: $caught"
     else echo "FAIL planted bug ($name) went unnoticed: $(tail -1 $B/planted.log)"; status=1; fi
 }
-plant "a wrong tile bound: the forward's causal loop stops one key tile early, before the diagonal" \
-    's|for (int kt = 0; kt <= qt; kt++) {   // causal|for (int kt = 0; kt < qt; kt++) {   // causal|'
-plant "a missing barrier: the forward's __syncthreads between storing the scores and the softmax reading them" \
-    '\|flash_tile_abt(s->s, s->q, s->k, HS);   // s = q k^T|{n;/__syncthreads();/d}'
+plant "a wrong tile bound: the forward's causal loop stops one key tile early" \
+    's|for (int kt = 0; kt < key_tiles; kt++) {|for (int kt = 0; kt < key_tiles - 1; kt++) {|'
+plant "a missing barrier: the forward's __syncthreads between the tile's copies landing and the warps reading them" \
+    '\|__syncthreads();      // ... and every thread.s part of them|d'
+plant "a missing cp.async wait: the forward reads a key tile whose copies may still be in flight" \
+    '\|cp_async_wait<1>();   // all but the newest group: q and this tile are here|d'
+plant "a missing barrier: the forward copies the next key tile into a buffer other warps still read" \
+    '0,\|__syncthreads();   // every warp is done with this buffer|{\|__syncthreads();   // every warp is done with this buffer|d}'
 exit $status

@@ -1,9 +1,11 @@
 /*
 tests/test_emu_guard.cpp — the emulation's guard pages (tests/emu/cuda_runtime.h): a kernel
 that reads or writes one element outside its cudaMalloc'd buffer is stopped, with a line that
-names the kernel; in-bounds use of buffers of awkward sizes is not. Then the WMMA rules
-(tests/emu/mma.h): a misaligned pointer, a bad ldm, a call half a warp makes, each stopped
-with a line naming the kernel.
+names the kernel; in-bounds use of buffers of awkward sizes is not. Then the rules of the PTX
+the fused attention uses (tests/emu/ptx.h) and of dynamic shared memory: an ldmatrix from
+global memory or a misaligned row, a cp.async into global memory or from a misaligned source,
+an mma half a warp reaches, lanes at different collectives, more than 48 KiB of dynamic shared
+memory without the kernel's opt-in, each stopped with a line naming the kernel.
 
 Build and run: bash tests/test_emu.sh (emulation only: nvcc has no guard pages to test).
 
@@ -53,22 +55,42 @@ __global__ void store_packs_kernel(floatX* out, int offset, int packs) {   // mi
     if (i < packs) store128(out + offset + i * X128, zero_pack());
 }
 
-// WMMA's rules (tests/emu/mma.h): a 32-byte aligned pointer, ldm a multiple of 16 bytes, all 32
-// lanes at every call
-__global__ void wmma_misaligned_kernel(const floatX* in) {
-    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, floatX, nvcuda::wmma::row_major> a;
-    nvcuda::wmma::load_matrix_sync(a, in + 8, 16);   // 16 bytes past an aligned start
+// the PTX rules (tests/emu/ptx.h): ldmatrix and cp.async's destination in shared memory, 16-byte
+// aligned; cp.async's source in a device allocation, 16-byte aligned; all 32 lanes at every
+// mma and ldmatrix, at the same one
+__global__ void ldmatrix_global_kernel(const floatX* in) {
+    uint32_t r[4];
+    ldmatrix_x4(r, in + 8 * (threadIdx.x % 8), false);   // rows of global memory
 }
-__global__ void wmma_bad_ldm_kernel(const floatX* in) {
-    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, floatX, nvcuda::wmma::col_major> b;
-    nvcuda::wmma::load_matrix_sync(b, in, 20);   // 40 bytes
+__global__ void ldmatrix_misaligned_kernel(void) {
+    __shared__ __align__(16) floatX tile[8 * 16];
+    uint32_t r[4];
+    ldmatrix_x4(r, tile + 16 * (threadIdx.x % 8) + 4, false);   // 8 bytes past each row's start
 }
-__global__ void wmma_divergent_kernel(float* out) {
-    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> c;
+__global__ void cp_async_to_global_kernel(floatX* out, const floatX* in) {
+    cp_async_16(out, in, true);
+}
+__global__ void cp_async_misaligned_source_kernel(const floatX* in) {
+    __shared__ __align__(16) floatX tile[8];
+    cp_async_16(tile, in + 1, true);
+}
+__global__ void mma_divergent_kernel(float* out) {
+    float d[4] = {};
+    uint32_t a[4] = {}, b0 = 0, b1 = 0;
     if (threadIdx.x < 16) {   // half a warp
-        nvcuda::wmma::fill_fragment(c, 1.0f);
-        nvcuda::wmma::store_matrix_sync(out, c, 16, nvcuda::wmma::mem_row_major);
+        mma_16816(d, a, b0, b1);
+        out[threadIdx.x] = d[0];
     }
+}
+__global__ void mma_and_shuffle_kernel(float* out) {
+    float d[4] = {};
+    uint32_t a[4] = {}, b0 = 0, b1 = 0;
+    if (threadIdx.x % 2) mma_16816(d, a, b0, b1);   // the odd lanes multiply, the even ones shuffle
+    else d[0] = __shfl_xor_sync(0xffffffffu, d[0], 1);
+    out[threadIdx.x] = d[0];
+}
+__global__ void dynamic_shared_kernel(float* out) {
+    out[threadIdx.x] = 0.0f;
 }
 
 // ----------------------------------------------------------------------------
@@ -175,17 +197,37 @@ static void store_packs_case(int offset) {
     floatX* out = (floatX*)dev_malloc((packs + 1) * X128 * sizeof(floatX));
     LAUNCH(store_packs_kernel, CEIL_DIV(packs, GUARD_BLOCK), GUARD_BLOCK, 0, out, offset, packs);
 }
-static void wmma_misaligned_case(int n) {
+static void ldmatrix_global_case(int n) {
     floatX* in = (floatX*)dev_malloc((size_t)n * sizeof(floatX));
-    LAUNCH(wmma_misaligned_kernel, 1, 32, 0, in);
+    LAUNCH(ldmatrix_global_kernel, 1, 32, 0, in);
 }
-static void wmma_bad_ldm_case(int n) {
+static void ldmatrix_misaligned_case(int n) {
+    (void)n;
+    LAUNCH(ldmatrix_misaligned_kernel, 1, 32, 0);
+}
+static void cp_async_to_global_case(int n) {
     floatX* in = (floatX*)dev_malloc((size_t)n * sizeof(floatX));
-    LAUNCH(wmma_bad_ldm_kernel, 1, 32, 0, in);
+    floatX* out = (floatX*)dev_malloc((size_t)n * sizeof(floatX));
+    LAUNCH(cp_async_to_global_kernel, 1, 32, 0, out, in);
 }
-static void wmma_divergent_case(int n) {
+static void cp_async_misaligned_source_case(int n) {
+    floatX* in = (floatX*)dev_malloc((size_t)n * sizeof(floatX));
+    LAUNCH(cp_async_misaligned_source_kernel, 1, 32, 0, in);
+}
+static void mma_divergent_case(int n) {
     float* out = (float*)dev_malloc((size_t)n * sizeof(float));
-    LAUNCH(wmma_divergent_kernel, 1, 32, 0, out);
+    LAUNCH(mma_divergent_kernel, 1, 32, 0, out);
+}
+static void mma_and_shuffle_case(int n) {
+    float* out = (float*)dev_malloc((size_t)n * sizeof(float));
+    LAUNCH(mma_and_shuffle_kernel, 1, 32, 0, out);
+}
+// n bytes of dynamic shared memory; n < 0: -n bytes after the kernel's opt-in for them
+static void dynamic_shared_case(int n) {
+    float* out = (float*)dev_malloc(32 * sizeof(float));
+    size_t bytes = (size_t)(n < 0 ? -n : n);
+    if (n < 0) cudaCheck(cudaFuncSetAttribute(dynamic_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    LAUNCH(dynamic_shared_kernel, 1, 32, bytes, out);
 }
 
 // ----------------------------------------------------------------------------
@@ -256,12 +298,12 @@ static void test_misaligned(void) {
     }
 }
 
-// a broken WMMA rule: the child ends with an emu error line that names the kernel and the rule
-static void expect_wmma_error(Case one_case, const char* kernel, const char* rule) {
-    ChildResult r = run_in_child(one_case, 1024, "start");   // 1024: the allocation starts page-aligned
+// a broken PTX or shared-memory rule: the child ends with an emu error line that names the kernel and the rule
+static void expect_emu_error(Case one_case, int n, const char* kernel, const char* rule) {
+    ChildResult r = run_in_child(one_case, n, "start");   // "start": allocations begin page-aligned
     char label[200], want_kernel[96];
-    snprintf(label, sizeof label, "emu WMMA: %s is caught: %s", kernel, rule);
-    snprintf(want_kernel, sizeof want_kernel, "kernel %s", kernel);
+    snprintf(label, sizeof label, "emu PTX: %s is caught: %s", kernel, rule);
+    snprintf(want_kernel, sizeof want_kernel, "%s", kernel);
     check(!child_succeeded(r) && strstr(r.err, "emu error") && strstr(r.err, want_kernel) && strstr(r.err, rule), label,
           "status %#x, stderr: %s", r.status, first_line(r));
     printf("    %s\n", first_line(r));
@@ -273,8 +315,16 @@ int main(void) {
     test_caught();
     test_other_faults();
     test_misaligned();
-    expect_wmma_error(wmma_misaligned_case, "wmma_misaligned_kernel", "is not 256-bit (32-byte) aligned");
-    expect_wmma_error(wmma_bad_ldm_case, "wmma_bad_ldm_kernel", "ldm 20 is not a multiple of 16 bytes");
-    expect_wmma_error(wmma_divergent_case, "wmma_divergent_kernel", "WMMA call");
+    expect_emu_error(ldmatrix_global_case, 1024, "ldmatrix_global_kernel", "ldmatrix.x4: the address is not in shared memory");
+    expect_emu_error(ldmatrix_misaligned_case, 0, "ldmatrix_misaligned_kernel", "ldmatrix.x4: the address is not 16-byte aligned");
+    expect_emu_error(cp_async_to_global_case, 1024, "cp_async_to_global_kernel", "cp.async: the address is not in shared memory");
+    expect_emu_error(cp_async_misaligned_source_case, 1024, "cp_async_misaligned_source_kernel",
+                     "cp.async: the source is not 16-byte aligned");
+    expect_emu_error(mma_divergent_case, 1024, "mma_divergent_kernel", "in a warp that has exited or missing lanes");
+    expect_emu_error(mma_and_shuffle_case, 1024, "mma_and_shuffle_kernel", "wait at different warp-collective instructions");
+    expect_emu_error(dynamic_shared_case, 64 * 1024, "dynamic_shared_kernel", "65536 bytes of dynamic shared memory, over its limit of 49152");
+    ChildResult r = run_in_child(dynamic_shared_case, -64 * 1024, "start");
+    check(child_succeeded(r), "emu shared memory: 64 KiB of dynamic shared memory after cudaFuncSetAttribute's opt-in runs",
+          "status %#x: %s", r.status, first_line(r));
     return tests_summary();
 }

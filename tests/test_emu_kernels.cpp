@@ -658,21 +658,102 @@ static void test_cublas_checks(void) {
     dev_free(c);
 }
 
+// ---- the PTX subset (tests/emu/ptx.h, kernels.cuh's wrappers) against the PTX ISA's layouts,
+// written here from the ISA's element formulas (not from the emulation's code), on random tiles
+
+// mma.m16n8k16: every lane builds its registers from A [16][16] and B [16][8] (row-major, in
+// global memory) by the ISA's formulas for element i of its fragment, multiplies, and writes
+// its part of D by the accumulator's formula
+__global__ void mma_layout_kernel(float* d_out, const floatX* A, const floatX* B, const float* C) {
+    int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    floatX a[8], b[4];
+    for (int i = 0; i < 8; i++) {   // a_i: row g (a0, a1, a4, a5) or g + 8; column 2t + (i & 1), + 8 for i >= 4
+        int row = g + ((i / 2) % 2 ? 8 : 0), col = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
+        a[i] = A[row * 16 + col];
+    }
+    for (int i = 0; i < 4; i++) {   // b_i: row 2t + (i & 1), + 8 for i >= 2; column g
+        int row = 2 * t + (i & 1) + (i >= 2 ? 8 : 0);
+        b[i] = B[row * 8 + g];
+    }
+    uint32_t ra[4], rb[2];
+    memcpy(ra, a, sizeof ra);   // two elements a register, the lower index in the low half
+    memcpy(rb, b, sizeof rb);
+    float d[4];
+    for (int i = 0; i < 4; i++) d[i] = C[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)];   // c_i: row g (+ 8), column 2t + (i & 1)
+    mma_16816(d, ra, rb[0], rb[1]);
+    for (int i = 0; i < 4; i++) d_out[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)] = d[i];
+}
+
+// cp.async of a [16][24] tile (rows padded to 24 elements) into shared memory, then
+// ldmatrix.x4 (trans or not) of the four 8 x 8 matrices at rows 8 (m % 2), columns 8 (m / 2):
+// out[lane][j][e] = register j's element e
+__global__ void ldmatrix_layout_kernel(floatX* out, const floatX* tile, int trans) {
+    __shared__ __align__(16) floatX s[16 * 24];
+    int lane = threadIdx.x;
+    for (int i = lane; i < 16 * 3; i += 32) cp_async_16(s + 8 * i, tile + 8 * i, true);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    int m = lane / 8, r = lane % 8;
+    uint32_t reg[4];
+    ldmatrix_x4(reg, s + (8 * (m % 2) + r) * 24 + 8 * (m / 2), trans);
+    memcpy(out + lane * 8, reg, sizeof reg);
+}
+
+static void test_ptx_layouts(void) {
+    Vec A = random_vec(16 * 16, 2, true), B = random_vec(16 * 8, 2, true), C = random_vec(16 * 8, 1, false), want(16 * 8);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++) {
+            double sum = C[i * 8 + j];
+            for (int k = 0; k < 16; k++) sum += (double)A[i * 16 + k] * B[k * 8 + j];
+            want[i * 8 + j] = (float)sum;
+        }
+    floatX *dA = to_dev_x(A), *dB = to_dev_x(B);
+    float *dC = to_dev_f(C), *dD = (float*)dev_malloc(16 * 8 * sizeof(float));
+    LAUNCH(mma_layout_kernel, 1, 32, 0, dD, dA, dB, dC);
+    compare(FLOATX_NAME " mma.m16n8k16: D = A B + C, fragments by the PTX ISA's layout, against a double product", from_dev_f(dD, 16 * 8),
+            want, FP32_OUT);
+    Vec tile = random_vec(16 * 24, 2, true);
+    floatX *dtile = to_dev_x(tile), *dout = (floatX*)dev_malloc(32 * 8 * sizeof(floatX));
+    for (int trans = 0; trans < 2; trans++) {
+        LAUNCH(ldmatrix_layout_kernel, 1, 32, 0, dout, dtile, trans);
+        Vec got = from_dev_x(dout, 32 * 8);
+        int wrong = 0;
+        for (int lane = 0; lane < 32; lane++)
+            for (int j = 0; j < 4; j++)
+                for (int e = 0; e < 2; e++) {
+                    // matrix j's (row, column): without .trans row lane / 4, column 2 (lane % 4) + e;
+                    // with .trans the transpose's, row 2 (lane % 4) + e of column lane / 4
+                    int row = trans ? 2 * (lane % 4) + e : lane / 4, col = trans ? lane / 4 : 2 * (lane % 4) + e;
+                    wrong += got[lane * 8 + 2 * j + e] != tile[(8 * (j % 2) + row) * 24 + 8 * (j / 2) + col];
+                }
+        check(wrong == 0, trans ? FLOATX_NAME " ldmatrix.x4.trans after cp.async: every lane's registers as the PTX ISA lays them out"
+                                : FLOATX_NAME " ldmatrix.x4 after cp.async: every lane's registers as the PTX ISA lays them out",
+              "%d of 256 elements differ", wrong);
+    }
+    dev_free(dA), dev_free(dB), dev_free(dC), dev_free(dD), dev_free(dtile), dev_free(dout);
+}
+
 // the fused attention's checks alone: tests/test_emu.sh's planted bugs run these
 static void test_flash_attention_shapes(void) {
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
-    // T past a tile boundary (37, 70: a partial last tile), T below one tile (20), head sizes
-    // 16, 32, 64, B and NH above 1, ALiBi on and off
-    test_flash_attention(2, 37, 3, 16, none);
-    test_flash_attention(2, 37, 3, 16, heads_2_to_4_of_5);
-    test_flash_attention(1, 20, 2, 32, none);
-    test_flash_attention(2, 70, 2, 64, heads_2_to_4_of_5);
+    // the two head sizes; T of a few rows (5), under one tile (37), one tile exactly (64), a partial
+    // last tile (70: the backward's 32-row steps past T too), three tiles (130); B and NH
+    // above 1; ALiBi on and off
+    test_flash_attention(1, 5, 2, 64, none);
+    test_flash_attention(2, 37, 3, 64, heads_2_to_4_of_5);
+    test_flash_attention(1, 64, 2, 64, none);
+    test_flash_attention(2, 70, 2, 64, none);
+    test_flash_attention(1, 130, 2, 64, heads_2_to_4_of_5);
+    test_flash_attention(1, 70, 2, 128, heads_2_to_4_of_5);
+    test_flash_attention(2, 130, 1, 128, none);
 }
 
 // argument "flash": only the fused attention's checks
 int main(int argc, char** argv) {
     kernels_init(0);
     if (argc > 1 && strcmp(argv[1], "flash") == 0) {
+        test_ptx_layouts();
         test_flash_attention_shapes();
         return tests_summary();
     }
@@ -691,6 +772,7 @@ int main(int argc, char** argv) {
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     test_attention(none);
     test_attention(heads_2_to_4_of_5);
+    test_ptx_layouts();
     test_flash_attention_shapes();
     test_gelu();
     test_crossentropy();

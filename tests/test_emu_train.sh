@@ -10,8 +10,9 @@
 # tables and bandwidth formulas (tests/test_check_cluster.sh --verify); --dry-run at (2,2,2)
 # against the bytes the run allocates (tests/test_dry_run.sh on the GPU path), and train_cpu's
 # plan of the GPU build (its --dry-run's default) against the GPU path's own dry run, line for
-# line, for several layouts and both precisions. The model's head size is 16 (hidden 32, 2
-# heads): the GPU path runs the fused attention (--attention-backend flash, WMMA); the cuBLAS
+# line, for several layouts and both precisions. The model's head size is 64 (hidden 128, 2
+# heads), one the fused attention is built for: the GPU path runs it (--attention-backend
+# flash: mma.sync, ldmatrix, cp.async); the cuBLAS
 # path (--attention-backend unfused) is compared at (1,1,1) and (2,2,2) too, and planned by
 # both binaries alike. Last, --overlap-grad-reduce on the GPU path (its communication stream
 # run at once and held back) against the run without, and two planted stream-ordering bugs.
@@ -24,13 +25,15 @@
 # rounded once from an fp32 result, and the fp32 master weights and AdamW moments keep the
 # roundings of one step from compounding into the next, so the loss (an fp32 mean over B*T
 # tokens of -log softmax of 16-bit logits) is allowed to differ by u of itself: what such a
-# model can resolve at all (measured: bf16 up to 5.4e-4 of 3.9e-3, either attention; fp16
-# up to 2.8e-5 of 4.9e-4). A bug (a missing barrier, a wrong index, a wrong reduction) gives O(1)
-# errors or NaN at once, or drifts by more than this within the 10 steps. --lr 1e-2 moves the
-# tiny model away from its near-uniform start (loss ~ ln 257 whatever the activations), so
-# that the loss witnesses the activations: with the TP all-reduce of bf16 activations
-# removed, (2,2,2) differs by 1.3e-2 (with --lr 1e-3 only by 5.5e-3; measured on the earlier
-# model of 4 heads of 8).
+# model can resolve at all (measured on this model: bf16 up to 4.4e-4 of 3.9e-3, either
+# attention; fp16 up to 5.0e-5 of 4.9e-4). A bug (a missing barrier, a wrong index, a wrong reduction) gives O(1)
+# errors or NaN at once, or drifts by more than this within the 10 steps. --lr 5e-3 moves the
+# tiny model away from its near-uniform start (loss ~ ln 257 whatever the activations; here
+# from 5.5 to 3.2 in the 10 steps), so that the loss witnesses the activations; at 1e-2 this
+# model (hidden 128) turns unstable by step 7 (loss 4.2, 5.3, grad norm 12 on train_cpu
+# alone), and the 16-bit and fp32 runs part by 0.3 there, either attention. With the TP
+# all-reduce of bf16 activations removed, (2,2,2) differed by 1.3e-2 (measured on the earlier
+# model of 4 heads of 8 at 1e-2).
 #
 # Out-of-bounds accesses: the emulation puts every device allocation against a guard page
 # (tests/emu/cuda_runtime.h); (1,1,1) runs with each allocation ending at one (EMU_GUARD=end:
@@ -78,8 +81,8 @@ done
 fi
 if [ ! -f "$data.idx" ]; then bad "data" "$data.idx missing (make test builds it)"; exit 1; fi
 
-run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
---micro-batch-size 2 --global-batch-size 8 --train-iters 10 --log-interval 1 --eval-iters 0 --split 90,10,0 --lr 1e-2"
+run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 128 --num-attention-heads 2 --seq-length 16 \
+--micro-batch-size 2 --global-batch-size 8 --train-iters 10 --log-interval 1 --eval-iters 0 --split 90,10,0 --lr 5e-3"
 losses() { sed -nE 's/^ iteration +([0-9]+)\/.*\| lm loss: ([0-9.E+-]+) \|.*/\1 \2/p' "$1"; }
 
 # the log lines without their timing fields: losses, grad norms, learning rates, counters
@@ -160,13 +163,13 @@ fi
 # --dry-run on the GPU path: the bytes it plans per stage at (2,2,2) with recomputation (bf16
 # weights, fp32 gradients, moments and master copies) are every rank's, and what cudaMalloc
 # handed out (the emulation's, or a real GPU's with GPU_BINARY)
-mem="--vocab-size 257 --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2
+mem="--vocab-size 257 --num-layers 2 --hidden-size 128 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2
      --global-batch-size 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --checkpoint-activations"
 in_bytes() { sed -nE 's/.*\(stage ([0-9]+)\) in bytes: (.*)/\1: \2/p' "$1"; }
-# (the fused attention's layout, lse per layer: auto at head size 16; the unfused one's, att per
-# layer, is planned the same way by both binaries below)
-$BIN --dry-run --world-size 8 $mem > "$tmp/plan" 2>&1
-$MPIRUN -np 8 $BIN $mem --data-path $data --train-iters 1 --eval-iters 0 --log-memory-bytes > "$tmp/real" 2>&1
+# (the fused attention's layout, lse per layer; the unfused one's, att per layer, is planned the
+# same way by both binaries below)
+$BIN --dry-run --world-size 8 $mem --attention-backend flash > "$tmp/plan" 2>&1
+$MPIRUN -np 8 $BIN $mem --attention-backend flash --data-path $data --train-iters 1 --eval-iters 0 --log-memory-bytes > "$tmp/real" 2>&1
 planned=$(in_bytes "$tmp/plan") real=$(in_bytes "$tmp/real" | sort -n | uniq)
 totals=$(in_bytes "$tmp/real" | sed -E 's/.*\| //' | sort -n | uniq)
 allocated=$(sed -nE 's/.*dev_malloc handed out ([0-9]+) bytes.*/\1/p' "$tmp/real" | sort -n | uniq)
@@ -185,7 +188,7 @@ same_plan() {  # NAME BINARY FLAGS...
         ok "train_cpu --dry-run plans the GPU build as $(basename "$bin") does, byte for byte: $name"
     else bad "train_cpu's GPU plan = $(basename "$bin")'s: $name" "$(diff "$tmp/gpu.plan" "$tmp/cpu.plan" | head -4)"; fi
 }
-same_plan "(2,2,2) with recomputation (flash: auto at head size 16)" "$BIN" --world-size 8 $mem
+same_plan "(2,2,2) with recomputation, --attention-backend flash" "$BIN" --world-size 8 $mem --attention-backend flash
 same_plan "(2,2,2) with recomputation, --attention-backend unfused" "$BIN" --world-size 8 $mem --attention-backend unfused
 small="--vocab-size 257 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2"
 same_plan "TP 4, DP 3 (a padded ZeRO shard), MBS 1, seq 32" "$BIN" --world-size 12 $small \

@@ -12,10 +12,12 @@ What it covers, and how:
     differ (a run with activation recomputation launches more forward kernels, and its
     atomic kernel, encoder_backward's, must add in the same order to give the same bits).
   - The threads of a block are coroutines (ucontext), one per CUDA thread, each on its own
-    stack. A thread runs until it waits at __syncthreads() or in a warp shuffle; a barrier
-    opens when every live thread of the block (or warp) is waiting at it, and the waiters
-    resume in a shuffled order. So a missing barrier or a wrong shuffle gives wrong numbers,
-    and a barrier that not all threads reach is reported (on the GPU it hangs or is UB).
+    stack. A thread runs until it waits at __syncthreads() or a warp-collective instruction
+    (a shuffle; mma, ldmatrix: tests/emu/ptx.h); a barrier opens when every live thread of
+    the block (or warp) is waiting at it, and the waiters resume in a shuffled order. A warp
+    whose barrier opens goes on at once, ahead of the other warps, up to the next
+    __syncthreads. So a missing barrier or a wrong shuffle gives wrong numbers, and a barrier
+    that not all threads reach is reported (on the GPU it hangs or is UB).
   - __shared__ variables are static, in one linker section that is filled with 0xFF (NaN
     for floats) before every block: reading shared memory before writing it shows up.
   - Device memory is host memory, filled with 0xFF by cudaMalloc, and every runtime and
@@ -79,6 +81,7 @@ jumps past a guard page into other mapped memory (an ordinary segmentation fault
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 // all shared variables live in the section emu_shared, poisoned before each block
 #define __shared__ __attribute__((section("emu_shared"))) static
@@ -102,14 +105,27 @@ static void emu_fail(const char* fmt, const char* what) {
 
 #define EMU_MAX_BLOCK 1024
 #define EMU_STACK_BYTES (128 * 1024)
-#define EMU_MAX_SHARED (48 * 1024)
+#define EMU_MAX_SHARED (48 * 1024)          // static, and dynamic without an opt-in
+#define EMU_MAX_BLOCK_SHARED (227 * 1024)   // a block's all (sm_90's limit)
+#define CEIL_128(n) (((n) + 127) / 128 * 128)
 
 enum EmuState { EMU_RUNNABLE, EMU_AT_SYNCTHREADS, EMU_AT_WARP_SYNC, EMU_EXITED };
+
+// a cp.async in flight (tests/emu/ptx.h): its 16 bytes land at dst when a wait_group completes it
+struct EmuCopy {
+    char* dst;
+    char data[16];
+    int group;   // the commit group it belongs to, -1 before its commit_group
+};
 
 struct EmuThread {
     ucontext_t ctx;
     EmuState state;
-    unsigned shuffles;  // how many shuffles this thread has done (picks the exchange buffer)
+    unsigned shuffles;       // how many shuffles this thread has done (picks the exchange buffer)
+    const char* collective;  // the warp-collective instruction it waits at (EMU_AT_WARP_SYNC)
+    std::vector<EmuCopy> copies;   // its cp.async copies in flight
+    int groups;                    // how many commit groups it has closed
+    unsigned ptx_collectives;      // how many mma and ldmatrix it has done (picks the exchange buffer)
 };
 
 struct EmuScheduler {
@@ -124,6 +140,10 @@ struct EmuScheduler {
     long launches = 0;
     const char* kernel = NULL;  // the kernel being launched (for the fault report), NULL between launches
     struct { uint64_t name; long launches; } kernels[256];  // launches of each kernel so far, by name hash
+    uint32_t ptx_exchange[2][EMU_MAX_BLOCK][6];   // mma, ldmatrix: each lane's offer (tests/emu/ptx.h)
+    char* dynamic_shared = NULL;                  // the launch's dynamic shared memory, NULL when none
+    size_t dynamic_shared_bytes = 0;
+    std::map<const void*, size_t> max_dynamic_shared;   // cudaFuncSetAttribute's opt-ins, by kernel
 };
 inline EmuScheduler emu;
 
@@ -167,23 +187,33 @@ static void emu_thread_main(void) {
     emu.threads[emu.current].state = EMU_EXITED;  // returns to emu.home through uc_link
 }
 
+// Opens the warp barrier of the warp starting at thread w0 when all its lanes have reached it
+// (and all at the same instruction); true when it opened.
+static bool emu_open_warp(unsigned w0) {
+    unsigned n = emu.block, lanes = n - w0 < 32 ? n - w0 : 32, waiting = 0, exited = 0;
+    for (unsigned i = w0; i < w0 + lanes; i++) {
+        waiting += emu.threads[i].state == EMU_AT_WARP_SYNC;
+        exited += emu.threads[i].state == EMU_EXITED;
+    }
+    if (waiting > 0 && waiting + exited == lanes && (exited > 0 || lanes < 32))
+        emu_fail("kernel %s: a warp-collective instruction (a shuffle, mma or ldmatrix: all 32 lanes) in a warp that has exited or missing lanes", emu.kernel);
+    if (waiting < 32) return false;
+    for (unsigned i = w0 + 1; i < w0 + 32; i++)
+        if (strcmp(emu.threads[i].collective, emu.threads[w0].collective) != 0) {
+            char line[300];
+            snprintf(line, sizeof line, "kernel %s: the lanes of warp %u wait at different warp-collective instructions (%s, %s)",
+                     emu.kernel, w0 / 32, emu.threads[w0].collective, emu.threads[i].collective);
+            emu_fail("%s", line);
+        }
+    for (unsigned i = w0; i < w0 + 32; i++) emu.threads[i].state = EMU_RUNNABLE;
+    return true;
+}
+
 // Opens the barriers that every live thread has reached; false when none can open.
 static bool emu_open_barriers(void) {
     unsigned n = emu.block, live = 0, at_sync = 0;
     bool opened = false;
-    for (unsigned w0 = 0; w0 < n; w0 += 32) {
-        unsigned lanes = n - w0 < 32 ? n - w0 : 32, waiting = 0, exited = 0;
-        for (unsigned i = w0; i < w0 + lanes; i++) {
-            waiting += emu.threads[i].state == EMU_AT_WARP_SYNC;
-            exited += emu.threads[i].state == EMU_EXITED;
-        }
-        if (waiting > 0 && waiting + exited == lanes && (exited > 0 || lanes < 32))
-            emu_fail("kernel %s: a warp shuffle or WMMA call (all 32 lanes) in a warp that has exited or missing lanes", emu.kernel);
-        if (waiting == 32) {
-            for (unsigned i = w0; i < w0 + 32; i++) emu.threads[i].state = EMU_RUNNABLE;
-            opened = true;
-        }
-    }
+    for (unsigned w0 = 0; w0 < n; w0 += 32) opened |= emu_open_warp(w0);
     if (opened) return true;
     for (unsigned i = 0; i < n; i++) {
         live += emu.threads[i].state != EMU_EXITED;
@@ -197,44 +227,90 @@ static bool emu_open_barriers(void) {
     return false;
 }
 
+// thread i of the block, ready to run the kernel from its start (a function of its own: the
+// caller's loop variable must not live across getcontext)
+static void emu_thread_start(unsigned i) {
+    EmuThread* t = &emu.threads[i];
+    getcontext(&t->ctx);
+    t->ctx.uc_stack.ss_sp = emu.stacks + (size_t)i * (EMU_STACK_BYTES + 4096) + 4096;
+    t->ctx.uc_stack.ss_size = EMU_STACK_BYTES;
+    t->ctx.uc_link = &emu.home;
+    makecontext(&t->ctx, emu_thread_main, 0);
+    t->state = EMU_RUNNABLE;
+    t->shuffles = 0;
+    t->collective = NULL;
+    t->copies.clear();
+    t->groups = 0;
+    t->ptx_collectives = 0;
+}
+
+// Runs the block's threads in rounds, each runnable thread in a shuffled order until it waits or
+// exits. A warp whose last lane reaches a warp barrier goes on at once, before the rest of the
+// round (its lanes in a shuffled order): a warp can run far ahead of the block's other
+// warps, up to their next __syncthreads, so a kernel that reads what another warp has not yet
+// written (a missing __syncthreads) reads the poison.
 static void emu_run_block(unsigned b) {
     unsigned n = emu.block;
     blockIdx = {b, 0, 0};
     memset(__start_emu_shared, 0xFF, __stop_emu_shared - __start_emu_shared);
-    for (unsigned i = 0; i < n; i++) {
-        EmuThread* t = &emu.threads[i];
-        getcontext(&t->ctx);
-        t->ctx.uc_stack.ss_sp = emu.stacks + (size_t)i * (EMU_STACK_BYTES + 4096) + 4096;
-        t->ctx.uc_stack.ss_size = EMU_STACK_BYTES;
-        t->ctx.uc_link = &emu.home;
-        makecontext(&t->ctx, emu_thread_main, 0);
-        t->state = EMU_RUNNABLE;
-        t->shuffles = 0;
-    }
-    unsigned order[EMU_MAX_BLOCK];
+    if (emu.dynamic_shared) memset(emu.dynamic_shared, 0xFF, emu.dynamic_shared_bytes);
+    for (unsigned i = 0; i < n; i++) emu_thread_start(i);
+    std::vector<unsigned> order(n);
+    unsigned lanes[32];
     for (;;) {
-        emu_shuffle_order(order, n);
-        for (unsigned k = 0; k < n; k++) {
+        order.resize(n);
+        emu_shuffle_order(order.data(), n);
+        for (size_t k = 0; k < order.size(); k++) {
             unsigned i = order[k];
             if (emu.threads[i].state != EMU_RUNNABLE) continue;
             emu.current = (int)i;
             threadIdx = {i, 0, 0};
             swapcontext(&emu.home, &emu.threads[i].ctx);
+            emu.current = -1;
+            unsigned w0 = i - i % 32;
+            if (emu.threads[i].state == EMU_AT_WARP_SYNC && emu_open_warp(w0)) {
+                emu_shuffle_order(lanes, 32);   // next, before the rest of the round
+                for (unsigned& lane : lanes) lane += w0;
+                order.insert(order.begin() + (long)k + 1, lanes, lanes + 32);
+            }
         }
-        emu.current = -1;
         unsigned exited = 0;
         for (unsigned i = 0; i < n; i++) exited += emu.threads[i].state == EMU_EXITED;
         if (exited == n) return;
         if (!emu_open_barriers())
-            emu_fail("kernel %s: deadlock: threads wait at different barriers (a __syncthreads, shuffle or WMMA call not reached by all)", emu.kernel);
+            emu_fail("kernel %s: deadlock: threads wait at different barriers (a __syncthreads, shuffle, mma or ldmatrix not reached by all)", emu.kernel);
     }
 }
 
-static void emu_launch(const char* name, unsigned grid, unsigned block, size_t shmem, const std::function<void()>& body) {
+// Dynamic shared memory, as CUDA has it: up to 48 KiB per block as it is; more only after
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) raised the
+// kernel's limit to at least the launch's, up to what one block may have (227 KiB on sm_90,
+// the most of the GPUs the project builds for). It is poisoned (0xFF) before every block.
+static void emu_set_dynamic_shared(const char* name, const void* kernel, size_t shmem) {
+    auto opted = emu.max_dynamic_shared.find(kernel);
+    size_t limit = opted == emu.max_dynamic_shared.end() ? EMU_MAX_SHARED : opted->second;
+    char line[300];
+    if (shmem > limit) {
+        snprintf(line, sizeof line, "launch of %s: %zu bytes of dynamic shared memory, over its limit of %zu "
+                 "(above 48 KiB a kernel needs cudaFuncSetAttribute(..., cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) first)",
+                 name, shmem, limit);
+        emu_fail("%s", line);
+    }
+    if ((size_t)(__stop_emu_shared - __start_emu_shared) + shmem > EMU_MAX_BLOCK_SHARED) {
+        snprintf(line, sizeof line, "launch of %s: static and dynamic shared memory over %d bytes", name, EMU_MAX_BLOCK_SHARED);
+        emu_fail("%s", line);
+    }
+    free(emu.dynamic_shared);
+    emu.dynamic_shared = shmem ? (char*)aligned_alloc(128, CEIL_128(shmem)) : NULL;
+    emu.dynamic_shared_bytes = shmem;
+}
+
+static void emu_launch(const char* name, const void* kernel, unsigned grid, unsigned block, size_t shmem,
+                       const std::function<void()>& body) {
     if (block == 0 || block > EMU_MAX_BLOCK) emu_fail("launch of %s: block size must be 1..1024", name);
     if (grid > 0x7fffffffu) emu_fail("launch of %s: grid too large", name);
-    if (shmem != 0) emu_fail("launch of %s: dynamic shared memory is not used by the project nor emulated", name);
     if ((size_t)(__stop_emu_shared - __start_emu_shared) > EMU_MAX_SHARED) emu_fail("%s: static shared memory over 48 KiB", name);
+    emu_set_dynamic_shared(name, kernel, shmem);
     if (emu.stacks == NULL) {
         size_t bytes = (size_t)EMU_MAX_BLOCK * (EMU_STACK_BYTES + 4096);
         emu.stacks = (char*)mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -257,12 +333,16 @@ static void emu_launch(const char* name, unsigned grid, unsigned block, size_t s
     emu.kernel = NULL;
 }
 
+// what `extern __shared__` names in a kernel: the launch's dynamic shared memory
+static inline void* emu_dynamic_shared_memory(void) { return emu.dynamic_shared; }
+
 // The project's launch macro (kernels.cuh keeps its own unless one is defined first).
 // The arguments are evaluated by each emulated thread; the project passes plain values.
 #define LAUNCH(kernel, grid, block, shmem, ...)                                                      \
     do {                                                                                             \
         unsigned int launch_grid_ = (unsigned int)(grid);                                            \
-        if (launch_grid_ > 0) emu_launch(#kernel, launch_grid_, (block), (shmem), [&]() { kernel(__VA_ARGS__); }); \
+        if (launch_grid_ > 0)                                                                        \
+            emu_launch(#kernel, (const void*)&kernel, launch_grid_, (block), (shmem), [&]() { kernel(__VA_ARGS__); }); \
     } while (0)
 
 // ----------------------------------------------------------------------------
@@ -278,6 +358,7 @@ static inline T __shfl_xor_sync(unsigned mask, T val, int lane_mask) {
     if (emu.current < 0) emu_fail("%s", "__shfl_xor_sync outside a kernel");
     unsigned i = (unsigned)emu.current, lane = i % 32, buf = emu.threads[i].shuffles++ % 2;
     emu.exchange[buf][i] = (double)val;  // exact for float, double and int
+    emu.threads[i].collective = "__shfl_xor_sync";
     emu_wait(EMU_AT_WARP_SYNC);
     return (T)emu.exchange[buf][i - lane + ((lane ^ (unsigned)lane_mask) % 32)];
 }
@@ -514,7 +595,31 @@ static cudaError_t cudaSetDevice(int device) {
     emu_device = device;
     return cudaSuccess;
 }
+static cudaError_t cudaGetDevice(int* device) {
+    *device = emu_device;
+    return cudaSuccess;
+}
 static cudaError_t cudaGetLastError(void) { return cudaSuccess; }  // launch errors abort at once
+typedef enum { cudaDevAttrComputeCapabilityMajor = 75 } cudaDeviceAttr;
+// the emulated GPU is an sm_90 (H100): the architecture the fused attention is built for
+static cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+    int count;
+    cudaGetDeviceCount(&count);
+    if (attribute != cudaDevAttrComputeCapabilityMajor || device < 0 || device >= count) return cudaErrorInvalidValue;
+    *value = 9;
+    return cudaSuccess;
+}
+
+typedef enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
+// the one attribute the project sets: a kernel's dynamic shared memory limit, up to a block's all
+template <class Kernel>
+static cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attribute, int value) {
+    if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > EMU_MAX_BLOCK_SHARED)
+        return cudaErrorInvalidValue;
+    emu.max_dynamic_shared[(const void*)kernel] = (size_t)value;
+    return cudaSuccess;
+}
+
 static cudaError_t cudaDeviceSynchronize(void) {
     for (cudaStream_t st : emu_streams) emu_stream_flush(st, nullptr);
     return cudaSuccess;
@@ -616,3 +721,6 @@ static cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cud
     (void)stream;
     return cudaMemcpy(dst, src, bytes, kind);
 }
+
+// the PTX the fused attention writes as inline assembly: mma.sync, ldmatrix, cp.async
+#include "ptx.h"

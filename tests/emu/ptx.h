@@ -1,0 +1,173 @@
+/*
+tests/emu/ptx.h — the PTX instructions kernels.cuh's fused attention writes as inline
+assembly, on the CPU emulation of tests/emu/cuda_runtime.h (tests only). kernels.cuh calls
+emu_<instruction> where nvcc compiles the asm statement, one line apart, so the two can be
+read side by side. The layouts are the PTX ISA's ("Warp-level matrix instructions",
+mma.m16n8k16 with .bf16/.f16 inputs; ldmatrix; cp.async); lane L's groupID is L / 4 and its
+threadID_in_group L % 4.
+
+  mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32   D = A B + C
+      A 16 x 16 in 4 registers of two 16-bit elements (the lower column in the low half):
+        a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
+      B 16 x 8 in 2: b0 (rows 2t..2t+1, column g)  b1 (rows 2t+8.., column g)
+      C, D 16 x 8 fp32 in 4: c0 c1 (g, 2t and 2t+1)  c2 c3 (g+8, 2t and 2t+1)
+  ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16   four 8 x 8 matrices of 16-bit elements
+      lane L gives the shared-memory address of row L % 8 of matrix L / 8; register j of lane
+      L gets matrix j's row L / 4, columns 2 (L % 4) and 2 (L % 4) + 1; with .trans the
+      transpose's: rows 2 (L % 4) and 2 (L % 4) + 1 of column L / 4.
+  cp.async.cg.shared.global [dst], [src], 16, src_size    16 bytes global -> shared, not
+      waited for; src_size 0 writes zeros. cp.async.commit_group closes the copies issued
+      so far (by this thread) into a group; cp.async.wait_group N waits until at most the N
+      newest groups are still in flight.
+
+What the emulation keeps of the hardware's rules, so that a kernel that breaks one fails here:
+  - mma and ldmatrix are warp-collective (.sync.aligned): all 32 lanes must reach the same
+    instruction (a lane that exited, or waits at another collective, is an emu error). Each
+    lane offers its operands (for ldmatrix, the 16 bytes of its row, read as it arrives), then,
+    once every lane has, each computes its own registers from all of them: nothing a lane does
+    after the instruction changes what the instruction saw. The offers are double-buffered, as
+    the shuffles' are: a lane comes back to a buffer only after every lane has read it.
+  - ldmatrix and cp.async's destination must lie in shared memory (static __shared__ or the
+    launch's dynamic shared memory) and be 16-byte aligned; cp.async's source must lie in a
+    device allocation and be 16-byte aligned. A violation is an emu error naming the kernel,
+    block and thread.
+  - A copy's data reaches shared memory only when a cp.async.wait_group lets it complete, the
+    latest the PTX ISA allows; from its issue until then its 16 bytes hold the 0xFF poison
+    (NaN), which the hardware leaves unspecified. So a missing wait_group, a wait for too
+    few groups, a missing __syncthreads after the wait (another thread reads before the
+    copier's wait ran), or a copy issued into a buffer other threads still read, all show up
+    as NaN. A __syncthreads completes nothing, as on the GPU.
+  - mma multiplies the 16-bit inputs exactly (a bf16 or fp16 product fits in a float) and
+    adds in fp32, in k order: d = c + sum_k a[i][k] b[k][j] (the hardware's order and its
+    rounding of the additions inside one instruction are unspecified).
+*/
+#pragma once
+#include <stdint.h>
+#include <string.h>
+#include <vector>
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
+
+static inline float emu_ptx_float(uint16_t bits, __nv_bfloat16*) {
+    __nv_bfloat16 x;
+    x.__x = bits;
+    return __bfloat162float(x);
+}
+static inline float emu_ptx_float(uint16_t bits, __half*) {
+    __half x;
+    memcpy(&x, &bits, 2);
+    return __half2float(x);
+}
+// element `high` (0: the low half, the lower index) of a register of two 16-bit values of type T
+template <class T>
+static inline float emu_ptx_element(uint32_t reg, int high) {
+    return emu_ptx_float((uint16_t)(high ? reg >> 16 : reg & 0xffffu), (T*)NULL);
+}
+
+// the running thread's kernel, block and thread, for an error line
+static void emu_ptx_fail(const char* op, const char* what, const void* p) {
+    char line[400];
+    snprintf(line, sizeof line, "kernel %s (block %u, thread %u): %s: %s (address %p)", emu.kernel ? emu.kernel : "?",
+             blockIdx.x, threadIdx.x, op, what, p);
+    emu_fail("%s", line);
+}
+
+static bool emu_is_shared(const void* p, size_t bytes) {
+    const char* c = (const char*)p;
+    bool in_static = c >= __start_emu_shared && c + bytes <= __stop_emu_shared;
+    bool in_dynamic = emu.dynamic_shared && c >= emu.dynamic_shared && c + bytes <= emu.dynamic_shared + emu.dynamic_shared_bytes;
+    return in_static || in_dynamic;
+}
+
+static void emu_check_shared_16(const char* op, const void* p) {
+    if (!emu_is_shared(p, 16)) emu_ptx_fail(op, "the address is not in shared memory", p);
+    if ((uintptr_t)p % 16 != 0) emu_ptx_fail(op, "the address is not 16-byte aligned", p);
+}
+
+// This lane's offer of four or six 32-bit words for the collective instruction `op`; once all
+// 32 lanes have offered, the warp's offers, lane L's at [L]
+static const uint32_t (*emu_ptx_exchange(const char* op, const uint32_t* offer, int words))[6] {
+    if (emu.current < 0) emu_fail("%s called outside a kernel", op);
+    EmuThread* t = &emu.threads[emu.current];
+    uint32_t(*buffer)[6] = emu.ptx_exchange[t->ptx_collectives++ % 2];
+    memcpy(buffer[emu.current], offer, (size_t)words * 4);
+    t->collective = op;
+    emu_wait(EMU_AT_WARP_SYNC);
+    return buffer + (emu.current - emu.current % 32);
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 {r0, r1, r2, r3}, [row]
+static inline void emu_ldmatrix_x4(uint32_t r[4], const void* row, bool trans) {
+    const char* op = trans ? "ldmatrix.x4.trans" : "ldmatrix.x4";
+    emu_check_shared_16(op, row);
+    uint32_t mine[4];   // the 8 elements of this lane's row
+    memcpy(mine, row, 16);
+    const uint32_t(*rows)[6] = emu_ptx_exchange(op, mine, 4);
+    unsigned lane = threadIdx.x % 32;
+    for (int j = 0; j < 4; j++) {
+        uint16_t half[2];
+        for (int e = 0; e < 2; e++) {
+            // matrix j's element (row, column) is element `column` of the row lane 8 j + row gave
+            unsigned matrix_row = trans ? 2 * (lane % 4) + e : lane / 4, column = trans ? lane / 4 : 2 * (lane % 4) + e;
+            half[e] = ((const uint16_t*)rows[8 * j + matrix_row])[column];
+        }
+        r[j] = (uint32_t)half[0] | (uint32_t)half[1] << 16;
+    }
+}
+
+// element (row, k) of the A operand and (k, col) of the B operand, from the lanes' registers
+template <class T>
+static inline float emu_mma_a(const uint32_t (*regs)[6], int row, int k) {
+    return emu_ptx_element<T>(regs[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
+}
+template <class T>
+static inline float emu_mma_b(const uint32_t (*regs)[6], int k, int col) {
+    return emu_ptx_element<T>(regs[4 * col + (k % 8) / 2][4 + (k >= 8)], k % 2);
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 {d}, {a}, {b0, b1}, {d}: d += a b
+template <class T>
+static inline void emu_mma_m16n8k16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+    const uint32_t(*regs)[6] = emu_ptx_exchange("mma.m16n8k16", mine, 6);
+    unsigned lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+        float sum = d[i];
+        for (int k = 0; k < 16; k++) sum += emu_mma_a<T>(regs, row, k) * emu_mma_b<T>(regs, k, col);
+        d[i] = sum;
+    }
+}
+
+// cp.async.cg.shared.global [dst], [src], 16, fill ? 16 : 0
+static inline void emu_cp_async_16(void* dst, const void* src, bool fill) {
+    emu_check_shared_16("cp.async", dst);
+    if (!emu_is_device_range(src, 16)) emu_ptx_fail("cp.async", "the source is not in a device allocation", src);
+    if ((uintptr_t)src % 16 != 0) emu_ptx_fail("cp.async", "the source is not 16-byte aligned", src);
+    EmuCopy copy;
+    copy.dst = (char*)dst;
+    if (fill) memcpy(copy.data, src, 16);
+    else memset(copy.data, 0, 16);
+    copy.group = -1;   // not committed yet
+    memset(dst, 0xFF, 16);   // unspecified until the copy completes
+    emu.threads[emu.current].copies.push_back(copy);
+}
+
+// cp.async.commit_group
+static inline void emu_cp_async_commit(void) {
+    EmuThread* t = &emu.threads[emu.current];
+    for (EmuCopy& c : t->copies)
+        if (c.group < 0) c.group = t->groups;
+    t->groups++;
+}
+
+// cp.async.wait_group n: the copies of every committed group but the n newest land now
+static inline void emu_cp_async_wait(int n) {
+    EmuThread* t = &emu.threads[emu.current];
+    std::vector<EmuCopy> pending;
+    for (const EmuCopy& c : t->copies) {
+        if (c.group >= 0 && c.group < t->groups - n) memcpy(c.dst, c.data, 16);
+        else pending.push_back(c);
+    }
+    t->copies.swap(pending);
+}
