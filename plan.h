@@ -980,13 +980,15 @@ static void print_layout_line(const Config* a, const LayoutPlan* L) {
 }
 
 static void print_hardware(const Config* a, const Hardware* hw) {
-    char name[32];
+    char name[32], attention[64] = "no fused attention kernels";
     int reduce = a->overlap_grad_reduce && data_parallel_size(a) > 1, gather = a->overlap_param_gather && data_parallel_size(a) > 1;
+    if (hw->attention_efficiency > 0.0)
+        snprintf(attention, sizeof attention, "x %.2f attention efficiency (the fused kernels)", hw->attention_efficiency);
     printf("cost model (--hw %s): %.0f TFLOP/s dense peak x %.2f matmul efficiency (large GEMMs; tiles in waves over "
-           "%d SMs) or x %.2f attention efficiency (the fused kernels), %.0f GB/s memory x %.2f memory efficiency, %.1f GiB "
+           "%d SMs) or %s, %.0f GB/s memory x %.2f memory efficiency, %.1f GiB "
            "(%.1f left to CUDA, cuBLAS and NCCL), NVLink %.0f GB/s, network %.2f GB/s per GPU, %d GPUs per node, "
            "%.1f us per message; %s\n", hw_name(a, name, sizeof(name)), hw->peak_tflops, hw->matmul_efficiency,
-           hw->sm_count, hw->attention_efficiency, hw->memory_bandwidth, hw->memory_efficiency, hw->memory_gib,
+           hw->sm_count, attention, hw->memory_bandwidth, hw->memory_efficiency, hw->memory_gib,
            hw->reserve_gib, hw->nvlink_bandwidth, hw->internode_bandwidth, hw->gpus_per_node, hw->latency_us,
            reduce && gather ? "nothing overlaps but the DP gradient reduce's and parameter all-gather's buckets"
            : reduce         ? "nothing overlaps but the DP gradient reduce's buckets"
