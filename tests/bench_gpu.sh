@@ -6,9 +6,9 @@
 # time per iteration and TFLOPs give tokens/s and MFU against the GPU's dense bf16 peak (from
 # its name, or BENCH_PEAK_TFLOPS), each printed next to the planner's estimate for the same
 # step and backend (`--dry-run --hw ... --attention-backend`), then which backend ran faster and
-# which the planner expected to, llm.c's published figures, and for each backend the matmul
-# efficiency that would make the estimate equal the measurement (tests/fit_matmul_efficiency.sh;
-# the two agree only where the planner prices both attentions right). A benchmark, not a
+# which the planner expected to, llm.c's published figures, and, where nsys is installed, the
+# GEMMs' own time (cuBLAS's kernels in a profile of the same run) and the matmul efficiency at
+# which the planner's GEMM rows equal it (tests/fit_matmul_efficiency.sh). A benchmark, not a
 # test: it prints numbers and asserts nothing about them; it exits non-zero if a run did not train.
 #   BINARY=./train_gpu (default) | any trainer binary; BENCH_ITERS=30; BENCH_MODEL: other model
 #   flags (to try the script on the CPU build with a small model; the labels still say 124M)
@@ -58,11 +58,6 @@ for backend in flash unfused; do
                bin, gpu, b, ms, 16 * 1024 / (ms / 1000), tf, 100 * tf / peak, peak
     }'
     echo "  the planner's estimate for this step (--hw $hw --attention-backend $backend): $plan"
-    # the one constant the estimate lacks for this GPU, fitted to this measurement (what unblocks
-    # issue 14's 40% criterion: HARDWARE_PRESETS' efficiency for the GPU, then the planner's MFU)
-    fit=$(bash tests/fit_matmul_efficiency.sh "$ms" $plan_flags)
-    echo "  the matmul efficiency at which the planner's step equals this measurement: $fit (--hw $hw's preset:" \
-         "$(sed -nE 's/.* x ([0-9.]+) matmul efficiency.*/\1/p' $B/bench_gpu_plan_$backend.log))"
     summary="$summary$backend $ms ${plan_ms:-?}
 "
 done
@@ -73,6 +68,23 @@ done
                      : sprintf("unfused, %.4g ms against flash %.4g ms (%.0f%% less)", u, f, 100 * (1 - u / f)) }
     END { print "faster, measured: " faster(ms)
           print "faster, as the planner estimates: " faster(plan) }' <<< "$summary"
+# The large-GEMM constant for this GPU (HARDWARE_PRESETS' matmul efficiency), fitted to the
+# GEMMs alone: cuBLAS's kernels (named gemm, xmma, nvjet or cutlass) summed from an nsys profile
+# of the same run, per step; the attention and the other kernels have constants of their own.
+preset=$(./train_cpu --dry-run --world-size 1 $gpt2 --hw $hw 2>&1 | sed -nE 's/.* x ([0-9.]+) matmul efficiency.*/\1/p')
+if command -v nsys > /dev/null; then
+    nsys profile --force-overwrite true -o $B/bench_gpu_gemms $binary --data-path $data $gpt2 --attention-backend flash --train-iters $iters \
+        --log-interval 10 --eval-iters 0 > $B/bench_gpu_nsys.log 2>&1
+    gemm_ms=$(nsys stats --report cuda_gpu_kern_sum --format csv $B/bench_gpu_gemms.nsys-rep 2>/dev/null |
+        awk -F'"?,"?' -v steps="$iters" 'tolower($0) ~ /gemm|xmma|nvjet|cutlass/ { ns += $2 }
+                                          END { if (ns > 0) printf "%.4f", ns / 1e6 / steps }')
+    if [ -n "$gemm_ms" ]; then
+        echo "the GEMMs (cuBLAS's kernels in an nsys profile): $gemm_ms ms per step; the planner's, at the preset: $(./train_cpu \
+--dry-run --world-size 1 $gpt2 --hw $hw --attention-backend flash 2>&1 | sed -nE 's/^GEMMs only \(the cuBLAS rows\): ([0-9.e+-]+) ms .*/\1/p') ms"
+        echo "the matmul efficiency at which the planner's GEMMs equal them: $(bash tests/fit_matmul_efficiency.sh "$gemm_ms" \
+--world-size 1 $gpt2 --hw $hw --attention-backend flash) (--hw $hw's preset: $preset)"
+    else echo "the GEMMs' time: no cuBLAS kernel found in the nsys profile ($B/bench_gpu_nsys.log)"; fi
+else echo "the GEMMs' time and the matmul efficiency fitted to it need nsys (not installed); --hw $hw's preset: $preset"; fi
 echo "llm.c, published (not measured here): its GPT-2 124M run on 10B tokens took 90 min on 8 A100 80GB, about 231K"
 echo "  tokens/s per GPU, 'up to ~60% model flops utilization' (karpathy/llm.c discussion #481), and 45 min on 8 H100s,"
 echo "  about 463K tokens/s per GPU (as modded-nanogpt's README cites it)"
