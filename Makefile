@@ -2,7 +2,8 @@
 #   make          the trainer that fits this machine (GPU build if a GPU is visible, else CPU)
 #   make cpu      ./train_cpu: C11 + OpenMP + MPI, plain-C kernels, OpenBLAS sgemm if installed
 #   make gpu      ./train_gpu (bf16) and ./train_gpu_fp16 (fp16, -DGRIDGPT_FP16): nvcc compiles
-#                 train.c as CUDA; cuBLAS, NCCL, MPI
+#                 train.c as CUDA; cuBLAS, NCCL, MPI. GPU_ARCH="80 90" by default (A100, H100);
+#                 with an architecture below 80 (70: V100) the fp16 binary alone
 #   make emu      ./train_emu and ./train_emu_fp16: the GPU code path, in each precision, on a
 #                 CPU emulation of CUDA (tests/emu/)
 #   make test     installs what is missing, then every test; ends with "N passed, M failed"
@@ -49,12 +50,41 @@ LDLIBS   := $(BLAS_LIBS) -lz -lm   # zlib: the checkpoints' CRC-32
 MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell $(MPICC) --showme:link 2>/dev/null)
 GENCODE    := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+# the flags that shape the kernels' machine code (tests/test_sass.py reads this line)
+NVCC_DEVICE_FLAGS := -std=c++17 -O3 --use_fast_math
 # OMPI_SKIP_MPICXX: Open MPI's C++ bindings do not compile warning-free under nvcc
-NVCCFLAGS  := -x cu -std=c++17 -O3 --use_fast_math $(GENCODE) $(NVCC_WERROR) -Xcompiler -Wall,-Wextra,-fopenmp -DOMPI_SKIP_MPICXX $(MPI_CFLAGS)
+NVCCFLAGS  := -x cu $(NVCC_DEVICE_FLAGS) $(GENCODE) $(NVCC_WERROR) -Xcompiler -Wall,-Wextra,-fopenmp -DOMPI_SKIP_MPICXX $(MPI_CFLAGS)
+
+HAVE_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo yes)
+
+# Architectures before sm_80 (70: V100, 75: T4) have no bf16 tensor cores, so a GPU_ARCH that
+# lists one builds train_gpu_fp16 alone, and train_gpu or make test-gpu (bf16) are refused.
+# CUDA 13 no longer compiles for sm_70 (nor sm_72): such a GPU_ARCH with an nvcc that does not
+# list the architecture (nvcc --list-gpu-arch) is refused, in one line naming the nvcc,
+# before anything compiles. nvcc is asked only then.
+GPU_ARCH_BEFORE_BF16 := $(filter 5% 6% 7%,$(GPU_ARCH))
+ifneq ($(GPU_ARCH_BEFORE_BF16),)
+  GPU_BINARIES := train_gpu_fp16
+  GPU_GOALS := $(if $(MAKECMDGOALS),$(filter gpu train_gpu train_gpu_fp16 test-gpu,$(MAKECMDGOALS)),$(HAVE_GPU))
+  ifneq ($(filter train_gpu test-gpu,$(MAKECMDGOALS)),)
+    $(error GPU_ARCH="$(GPU_ARCH)": train_gpu computes in bf16, which needs sm_80 or newer; make gpu builds train_gpu_fp16 alone for these architectures)
+  endif
+  ifneq ($(GPU_GOALS),)
+    NVCC_RELEASE := $(shell $(NVCC) --version 2>/dev/null | sed -nE 's/.*release ([0-9.]+).*/\1/p')
+    NVCC_CANNOT := $(filter-out $(patsubst compute_%,%,$(shell $(NVCC) --list-gpu-arch 2>/dev/null)),$(GPU_ARCH_BEFORE_BF16))
+    ifneq ($(NVCC_RELEASE),)
+      ifneq ($(NVCC_CANNOT),)
+        $(error GPU_ARCH="$(GPU_ARCH)": $(NVCC) is CUDA $(NVCC_RELEASE), which cannot compile for $(patsubst %,sm_%,$(NVCC_CANNOT)); CUDA 12 is the last that can: make gpu GPU_ARCH="$(GPU_ARCH)" NVCC=/path/to/cuda-12/bin/nvcc)
+      endif
+    endif
+    $(info note: GPU_ARCH="$(GPU_ARCH)" lists an architecture before sm_80, without bf16 tensor cores: make gpu builds train_gpu_fp16 alone (run it with --fp16))
+  endif
+else
+  GPU_BINARIES := train_gpu train_gpu_fp16
+endif
 
 SOURCES := train.c config.h plan.h gpt.h parallel.h step.h cluster.h checkpoint.h tensorboard.h kernels.cuh device.cuh blas_cores.h data.c
 
-HAVE_GPU := $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo yes)
 ifeq ($(HAVE_GPU),yes)
 default: gpu preprocess
 else
@@ -62,7 +92,7 @@ default: cpu preprocess
 endif
 
 cpu: train_cpu
-gpu: train_gpu train_gpu_fp16
+gpu: $(GPU_BINARIES)
 emu: train_emu train_emu_fp16
 
 train_cpu: $(SOURCES)

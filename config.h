@@ -96,7 +96,10 @@ data_parallel_size, layout_error, recomputed_layers, flops_per_step.
     X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS) of the world, fastest first")                 \
     X(CHOICE, hw, NULL, 0, "v100-32gb | a100-40gb | a100-80gb | h100-80gb (default a100-80gb): the dry run's GPU")   \
     X(FLOAT, hw_peak_tflops, NULL, 0, "dense fp16/bf16 peak, TFLOP/s (0: --hw's)")                                      \
-    X(FLOAT, hw_matmul_efficiency, NULL, 0, "the fraction of the peak matmuls reach (0: --hw's)")                       \
+    X(FLOAT, hw_matmul_efficiency, NULL, 0, "the fraction of the peak large matmuls reach (0: --hw's)")                 \
+    X(FLOAT, hw_attention_efficiency, NULL, 0, "the fraction of the peak the fused attention's products reach (0: --hw's)") \
+    X(FLOAT, hw_memory_efficiency, NULL, 0, "the fraction of the memory bandwidth streaming kernels reach (0: --hw's)")  \
+    X(INT, hw_sm_count, NULL, 0, "streaming multiprocessors per GPU: a matmul's waves of tiles (0: --hw's)")            \
     X(FLOAT, hw_memory_gib, NULL, 0, "GPU memory, GiB (0: --hw's)")                                                     \
     X(FLOAT, hw_memory_bandwidth, NULL, 0, "GPU memory bandwidth, GB/s (0: --hw's)")                                    \
     X(FLOAT, hw_nvlink_bandwidth, NULL, 0, "GB/s per GPU and direction inside a node (0: --hw's)")                     \
@@ -334,9 +337,10 @@ static PipelineStage this_stage(const Config* a) { return pipeline_stage(a, grid
 
 // whether any of --hw and --hw-* was given (each is 0, or -1 for --hw, when not)
 static int hardware_given(const Config* a) {
-    return a->hw >= 0 || a->hw_peak_tflops > 0.0f || a->hw_matmul_efficiency > 0.0f || a->hw_memory_gib > 0.0f ||
-           a->hw_memory_bandwidth > 0.0f || a->hw_nvlink_bandwidth > 0.0f || a->hw_internode_bandwidth > 0.0f ||
-           a->hw_gpus_per_node > 0 || a->hw_latency_us > 0.0f || a->hw_reserve_gib > 0.0f;
+    return a->hw >= 0 || a->hw_peak_tflops > 0.0f || a->hw_matmul_efficiency > 0.0f || a->hw_attention_efficiency > 0.0f ||
+           a->hw_memory_efficiency > 0.0f || a->hw_sm_count > 0 || a->hw_memory_gib > 0.0f || a->hw_memory_bandwidth > 0.0f ||
+           a->hw_nvlink_bandwidth > 0.0f || a->hw_internode_bandwidth > 0.0f || a->hw_gpus_per_node > 0 ||
+           a->hw_latency_us > 0.0f || a->hw_reserve_gib > 0.0f;
 }
 
 // the world the layout is for: --world-size (a dry run's), else the launched one
@@ -392,6 +396,11 @@ static void check_grid(const Config* a) {
     if (!a->dry_run) grid_place(TP, PP);
 }
 
+// an --hw-*-efficiency is a fraction of a peak (0: the preset's): above 1 is a typo, not a faster GPU
+static void check_fraction(const char* flag, float value) {
+    if (value > 1.0f) config_error("%s %g: a fraction of the peak, at most 1", flag, value);
+}
+
 static void check_model(Config* a) {
     GPTConfig* m = &a->model;
     if (m->ffn_hidden_size == 0) m->ffn_hidden_size = 4 * m->hidden_size;
@@ -412,6 +421,9 @@ static void check_model(Config* a) {
     if (a->sweep && !a->dry_run) config_error("--sweep goes with --dry-run (it plans every layout of --world-size)");
     if (hardware_given(a) && !a->dry_run)
         config_error("--hw and --hw-* describe the cluster a --dry-run prices its step on: give --dry-run");
+    check_fraction("--hw-matmul-efficiency", a->hw_matmul_efficiency);
+    check_fraction("--hw-attention-efficiency", a->hw_attention_efficiency);
+    check_fraction("--hw-memory-efficiency", a->hw_memory_efficiency);
     if (a->sweep && a->global_batch_size == 0)
         config_error("--sweep needs --global-batch-size: the batch every layout is planned for");
     if (a->dry_run && m->vocab_size == 0)

@@ -79,32 +79,6 @@ static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) 
 // --dry-run-build: the build a dry run plans, whichever binary runs it (not given: the GPU build)
 static int plans_gpu_build(const Config* a) { return a->dry_run_build != PLAN_CPU_BUILD; }
 
-// --attention-backend on a build (gpu: the GPU build's): does it run the fused attention? The
-// CPU build has one attention, the C reference, whatever the flag says.
-static int runs_flash_attention(const Config* a, int gpu) {
-    int head_size = a->model.hidden_size / a->model.num_attention_heads;
-    if (!gpu || a->attention_backend == ATTENTION_UNFUSED) return 0;
-    return a->attention_backend == ATTENTION_FLASH || flash_attention_supports(head_size);
-}
-
-// the name of the value a CHOICE field of the run's list (at offset in Config) has in a
-static const char* run_choice_name(const Config* a, size_t offset, char* out, size_t len) {
-    out[0] = '\0';
-    for (int k = 0; k < NUM_RUN_FIELDS; k++)
-        if (RUN_FIELDS[k].offset == offset) choice_name(&RUN_FIELDS[k], *(const int*)((const char*)a + offset), out, len);
-    return out;
-}
-
-// the start-up line (and the dry run's) that says which attention runs
-static void print_attention(const Config* a, int gpu) {
-    char flag[32];
-    run_choice_name(a, offsetof(Config, attention_backend), flag, sizeof flag);
-    if (!gpu) printf("attention: the C reference (--attention-backend %s chooses among the GPU build's kernels)\n", flag);
-    else if (runs_flash_attention(a, gpu))
-        printf("attention: fused, flash kernels on tensor cores (WMMA), log-sum-exp kept (--attention-backend %s)\n", flag);
-    else printf("attention: unfused, cuBLAS batched products and a softmax kernel, probabilities kept (--attention-backend %s)\n", flag);
-}
-
 // the start-up lines that say how the DP gradients are reduced and the parameters gathered
 // (rank 0's stage's buckets)
 static void print_dp_communication(const Config* a, const GPT* m) {
@@ -137,24 +111,6 @@ static void print_pipeline_exchanges(void) {
         printf("pipeline exchanges: on the communication stream, a send alone beside the next forward "
                "(--no-overlap-p2p-communication: on the compute stream)\n");
     else printf("pipeline exchanges: on the compute stream (--no-overlap-p2p-communication)\n");
-}
-
-// stage p of the layout with tp_size x dp_size ranks, as its tensor rank 0 would hold it on the
-// build --dry-run-build names: planned and thrown away. The ranks of a stage hold the same sizes
-// (other slices of the vocabulary, of the matrices and of the ZeRO shard).
-static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp_size) {
-    BuildTarget build = {plans_gpu_build(a), plans_gpu_build(a) ? 2 : (int)sizeof(float),   // bf16 or fp16; fp32
-                         runs_flash_attention(a, plans_gpu_build(a))};
-    gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, pipeline_stage(a, p),
-                   a->pipeline_model_parallel_size, dp_size, build);
-}
-
-static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp_size) {
-    GPT m;
-    plan_stage_model(&m, a, p, tp_size, dp_size);
-    StageMemory s = stage_memory(&m, pipeline_stage(a, p), dp_size);
-    gpt_free_plan(&m);
-    return s;
 }
 
 static void print_memory_header(const StageMemory* s) {
@@ -323,8 +279,14 @@ static void check_index_memory(double index_bytes, double host_model_bytes) {
 // (but for --overlap-grad-reduce's buckets, which run beside the last backward:
 // overlapped_reduce_seconds; and --overlap-param-gather's, beside the next forward:
 // overlapped_gather_seconds):
-//   a matmul (cuBLAS)     its FLOPs / (the GPU's dense peak x a matmul efficiency);
-//   any other kernel      the bytes it reads and writes / the memory bandwidth;
+//   a matmul (cuBLAS)     its FLOPs / (the dense peak x the matmul efficiency x its shape's
+//                         wave efficiency), or its bytes at the streaming bandwidth when that
+//                         is longer (gemm_seconds);
+//   the fused attention   each kernel's tile FLOPs / (the peak x the attention efficiency),
+//                         or its bytes at the streaming bandwidth when that is longer
+//                         (charge_flash_kernel);
+//   any other kernel      the bytes it reads and writes / the streaming bandwidth (the memory
+//                         bandwidth x the memory efficiency);
 //   a ring collective     steps x latency + the bytes each rank sends / the bandwidth of the
 //                         slowest link the group crosses (the alpha-beta model of Thakur,
 //                         Rabenseifner and Gropp 2005; the bytes as --log-comm counts them);
@@ -335,7 +297,10 @@ static void check_index_memory(double index_bytes, double host_model_bytes) {
 
 typedef struct {
     double peak_tflops;                             // dense fp16/bf16 tensor-core peak (datasheet)
-    double matmul_efficiency;                       // the fraction of it our matmuls are taken to reach
+    double matmul_efficiency;                       // the fraction of it a large GEMM reaches (gemm_seconds)
+    double attention_efficiency;                    // the fraction the fused attention's products reach (0: none)
+    double memory_efficiency;                       // the fraction of the memory bandwidth a streaming kernel reaches
+    int sm_count;                                   // streaming multiprocessors: a GEMM's tiles run in waves of these
     double memory_gib, memory_bandwidth;            // GiB; GB/s
     double nvlink_bandwidth, internode_bandwidth;   // GB/s per GPU and direction
     int gpus_per_node;
@@ -344,18 +309,27 @@ typedef struct {
 } Hardware;
 
 // --hw's presets, in its order. NVIDIA's datasheets for the GPUs (V100 SXM2, A100 SXM4, H100
-// SXM5; NVLink's total bandwidth halved: one direction) and its reference nodes for the
-// network (DGX-1: 4 x 100 Gb/s EDR InfiniBand for 8 GPUs; DGX A100: 8 x 200 Gb/s HDR; DGX
-// H100: 8 x 400 Gb/s NDR). The matmul efficiency is the one constant per GPU kind fitted to a
-// published run (docs/cluster.md, "Planning a layout"): V100 0.41 to BigScience's 104B at TP 4 x PP 32
-// (696 s per step), A100 0.40 to their 200B at TP 8 x PP 10 x DP 4, MBS 1 (221 s); H100 has
-// no published run here and takes A100's. Latency and reserve are assumptions (docs/cluster.md).
+// SXM5; NVLink's total bandwidth halved: one direction), its architecture whitepapers for the
+// SMs (80, 108, 132) and its reference nodes for the network (DGX-1: 4 x 100 Gb/s EDR
+// InfiniBand for 8 GPUs; DGX A100: 8 x 200 Gb/s HDR; DGX H100: 8 x 400 Gb/s NDR). The rest:
+//  - matmul efficiency: gemm_seconds' large-GEMM asymptote, the one constant per GPU kind
+//    fitted to a published run with the whole cost model in place (docs/cluster.md, "Planning
+//    a layout"): V100's to BigScience's 104B at TP 4 x PP 32 (696 s per step), A100's to
+//    their 200B at TP 8 x PP 10 x DP 4, MBS 1 (221.21 s); H100 has no published run here and
+//    takes A100's.
+//  - attention efficiency: FlashAttention-2's published figures (ATTENTION EFFICIENCY below);
+//    V100 none: the fused kernels need sm_80 (cp.async, mma.sync.m16n8k16).
+//  - memory efficiency: a copy kernel's measured bandwidth over the datasheet's, from the
+//    device pages of GPUInspector.jl (Paderborn's PC2, docs/src/devices): 1220.7 of 1448.4
+//    GiB/s on an A100-SXM4-40GB, 0.84; 722.3 of 836.4 GiB/s on a V100-SXM2-32GB, 0.86. H100
+//    has no such measurement there and takes A100's.
+//  - latency and reserve: assumptions (docs/cluster.md).
 enum { HW_V100_32GB, HW_A100_40GB, HW_A100_80GB, HW_H100_80GB };
 static const Hardware HARDWARE_PRESETS[] = {
-    [HW_V100_32GB] = {125.0, 0.41, 32.0, 900.0, 150.0, 6.25, 8, 5.0, 2.0},
-    [HW_A100_40GB] = {312.0, 0.40, 40.0, 1555.0, 300.0, 25.0, 8, 5.0, 2.0},
-    [HW_A100_80GB] = {312.0, 0.40, 80.0, 2039.0, 300.0, 25.0, 8, 5.0, 2.0},
-    [HW_H100_80GB] = {989.0, 0.40, 80.0, 3350.0, 450.0, 50.0, 8, 5.0, 2.0},
+    [HW_V100_32GB] = {125.0, 0.42, 0.0, 0.86, 80, 32.0, 900.0, 150.0, 6.25, 8, 5.0, 2.0},
+    [HW_A100_40GB] = {312.0, 0.43, 0.50, 0.84, 108, 40.0, 1555.0, 300.0, 25.0, 8, 5.0, 2.0},
+    [HW_A100_80GB] = {312.0, 0.43, 0.50, 0.84, 108, 80.0, 2039.0, 300.0, 25.0, 8, 5.0, 2.0},
+    [HW_H100_80GB] = {989.0, 0.43, 0.23, 0.84, 132, 80.0, 3350.0, 450.0, 50.0, 8, 5.0, 2.0},
 };
 
 // --hw's preset with each --hw-* flag given (non-zero) in its place
@@ -363,6 +337,9 @@ static Hardware hardware_of(const Config* a) {
     Hardware h = HARDWARE_PRESETS[a->hw < 0 ? HW_A100_80GB : a->hw];   // -1: --hw not given
     if (a->hw_peak_tflops > 0.0f) h.peak_tflops = a->hw_peak_tflops;
     if (a->hw_matmul_efficiency > 0.0f) h.matmul_efficiency = a->hw_matmul_efficiency;
+    if (a->hw_attention_efficiency > 0.0f) h.attention_efficiency = a->hw_attention_efficiency;
+    if (a->hw_memory_efficiency > 0.0f) h.memory_efficiency = a->hw_memory_efficiency;
+    if (a->hw_sm_count > 0) h.sm_count = a->hw_sm_count;
     if (a->hw_memory_gib > 0.0f) h.memory_gib = a->hw_memory_gib;
     if (a->hw_memory_bandwidth > 0.0f) h.memory_bandwidth = a->hw_memory_bandwidth;
     if (a->hw_nvlink_bandwidth > 0.0f) h.nvlink_bandwidth = a->hw_nvlink_bandwidth;
@@ -371,6 +348,13 @@ static Hardware hardware_of(const Config* a) {
     if (a->hw_latency_us > 0.0f) h.latency_us = a->hw_latency_us;
     if (a->hw_reserve_gib > 0.0f) h.reserve_gib = a->hw_reserve_gib;
     return h;
+}
+
+// --hw's preset name
+static const char* hw_name(const Config* a, char* out, size_t len) {
+    for (int k = 0; k < NUM_RUN_FIELDS; k++)
+        if (strcmp(RUN_FIELDS[k].name, "hw") == 0) choice_name(&RUN_FIELDS[k], a->hw < 0 ? HW_A100_80GB : a->hw, out, len);
+    return out;
 }
 
 // The bandwidth (bytes/s) a group's ring runs at. Ranks fill nodes in order (gpus_per_node
@@ -382,6 +366,41 @@ static double group_bandwidth(const Hardware* hw, int stride, int size) {
     return 1e9 * (in_one_node ? hw->nvlink_bandwidth : hw->internode_bandwidth);
 }
 
+// A GEMM's time by its shape (NVIDIA, "Matrix Multiplication Background User's Guide",
+// DU-09799-001, 2023). cuBLAS computes the M x N output in tiles, one thread block each, and
+// the GPU runs the blocks in waves of one per SM (ch. 3, "Dimension quantization effects"):
+// M and N are padded up to whole tiles (tile quantization) and a last, partial wave leaves SMs
+// idle (wave quantization), so a GEMM takes ceil(tiles / SMs) waves of one tile's time where
+// tiles / SMs would do. An output of fewer tiles than SMs (a weight gradient, hidden x hidden
+// over the tokens) is split along K across blocks (split-K, as CUTLASS's efficient_gemm.md
+// describes it), up to the SMs, each slice keeping GEMM_SPLIT_K of K at least. The tile is
+// 128 x 128, one of the typical cuBLAS tiles the guide lists (§2.3). A GEMM whose arithmetic
+// intensity is below the GPU's FLOPs-to-bytes ratio is bound by its bytes instead (ch. 2,
+// "Math and memory bounds"). What this leaves out: cuBLAS's choice among tile sizes (a GEMM
+// just past a whole wave may do better with another tile than this model says), and a tile's
+// own efficiency, which the fitted matmul efficiency carries.
+#define GEMM_TILE 128      // an output tile's rows and columns
+#define GEMM_SPLIT_K 256   // the least K one split-K slice keeps
+
+// the fraction of its waves' time batch GEMMs of (M x K) by (K x N) keep the SMs busy
+static double gemm_wave_efficiency(const Hardware* hw, double M, double N, double K, double batch) {
+    double sms = hw->sm_count, tiles = ceil(M / GEMM_TILE) * ceil(N / GEMM_TILE) * batch, splits = 1.0;
+    if (tiles < sms) splits = fmax(1.0, fmin(floor(sms / tiles), floor(K / GEMM_SPLIT_K)));
+    double waves = ceil(tiles * splits / sms);
+    return M * N * batch * splits / (waves * sms * GEMM_TILE * GEMM_TILE);
+}
+
+// the bytes a kernel moves in a second: the memory bandwidth at the memory efficiency
+static double streaming_bandwidth(const Hardware* hw) { return 1e9 * hw->memory_bandwidth * hw->memory_efficiency; }
+
+// batch GEMMs of (M x K) by (K x N) in floatX (x bytes): the math at the matmul efficiency and
+// the shape's wave efficiency, or both inputs read and the output written, whichever is longer
+static double gemm_seconds(const Hardware* hw, double M, double N, double K, double batch, double x) {
+    double math = 2.0 * M * N * K * batch /
+                  (1e12 * hw->peak_tflops * hw->matmul_efficiency * gemm_wave_efficiency(hw, M, N, K, batch));
+    return fmax(math, (M * K + K * N + M * N) * batch * x / streaming_bandwidth(hw));
+}
+
 enum { GROUP_TP, GROUP_DP, GROUP_PP, GROUP_EMBEDDING, NUM_COMM_GROUPS };   // --log-comm's order
 
 // One stage's costs: each kernel (summed over its calls) and each group's messages
@@ -389,6 +408,7 @@ enum { GROUP_TP, GROUP_DP, GROUP_PP, GROUP_EMBEDDING, NUM_COMM_GROUPS };   // --
 typedef struct {
     const char* name;
     double launches, flops, bytes, seconds;   // bytes: read + written, or sent; launches: kernels or messages
+    int matmul;                               // a cuBLAS GEMM's row: the GEMM-only part of the step
 } Cost;
 typedef struct {
     const Hardware* hw;
@@ -407,12 +427,13 @@ typedef struct {
     size_t reduce_bucket, gather_bucket;
 } DPOverlap;
 
-static void charge(StageCost* c, const char* name, int launches, double flops, double bytes, double seconds) {
+// adds to the row `name` (made on first use); returns it
+static Cost* charge(StageCost* c, const char* name, int launches, double flops, double bytes, double seconds) {
     int k = 0;
     while (k < c->num_costs && strcmp(c->costs[k].name, name) != 0) k++;
     if (k == c->num_costs) {
         if (k == MAX_COSTS) fail("the cost model has more than %d kinds of work", MAX_COSTS);
-        Cost empty = {name, 0.0, 0.0, 0.0, 0.0};
+        Cost empty = {name, 0.0, 0.0, 0.0, 0.0, 0};
         c->costs[c->num_costs++] = empty;
     }
     Cost* k_cost = &c->costs[k];
@@ -421,14 +442,24 @@ static void charge(StageCost* c, const char* name, int launches, double flops, d
     k_cost->bytes += c->calls * bytes;
     k_cost->seconds += c->calls * seconds;
     c->seconds += c->calls * seconds;
+    return k_cost;
 }
 
-static void charge_matmul(StageCost* c, const char* name, int launches, double flops) {
-    charge(c, name, launches, flops, 0.0, flops / (1e12 * c->hw->peak_tflops * c->hw->matmul_efficiency));
+// one cuBLAS GEMM launch: batch products of (M x K) by (K x N) in floatX (x bytes)
+static void charge_matmul(StageCost* c, const char* name, double M, double N, double K, double batch, double x) {
+    charge(c, name, 1, 2.0 * M * N * K * batch, (M * K + K * N + M * N) * batch * x,
+           gemm_seconds(c->hw, M, N, K, batch, x))->matmul = 1;
+}
+
+// a linear layer's backward over N tokens, `in` to `out` features: dinp = dout W (N x in, over
+// out) and dW = dout^T inp (out x in, over the tokens)
+static void charge_linear_backward(StageCost* c, const char* name, double N, double in, double out, double x) {
+    charge_matmul(c, name, N, in, out, 1.0, x);
+    charge_matmul(c, name, out, in, N, 1.0, x);
 }
 
 static void charge_kernel(StageCost* c, const char* name, int launches, double bytes) {
-    charge(c, name, launches, 0.0, bytes, bytes / (1e9 * c->hw->memory_bandwidth));
+    charge(c, name, launches, 0.0, bytes, bytes / streaming_bandwidth(c->hw));
 }
 
 // a message of `bytes` sent by each rank of the group in `steps` ring steps
@@ -442,37 +473,231 @@ static void charge_all_reduce(StageCost* c, const char* name, int group, int siz
     if (size > 1) charge_message(c, name, group, 2.0 * (size - 1), 2.0 * (size - 1) / size * bytes);
 }
 
-// the fused attention's (query tile, key tile) pairs of one head at and below the diagonal
-static double flash_tile_pairs(int T) {
-    double tiles = ceil(T / 32.0);
-    return tiles * (tiles + 1.0) / 2.0;
+// ----------------------------------------------------------------------------
+// the attention's costs, fused or not, and --attention-backend auto's choice between them
+
+// The fused kernels' tiles are kernels.cuh's: FLASH_ROWS, FLASH_KEYS(HS), FLASH_STEP.
+
+// ATTENTION EFFICIENCY: the presets' fraction of the peak the fused kernels' products reach,
+// from FlashAttention-2's published figures (Dao 2023, "FlashAttention-2: Faster Attention with
+// Better Parallelism and Work Partitioning", arXiv 2307.08691). The paper times its kernels on
+// an A100 80GB SXM4 and an H100 80GB SXM5 for sequences of 512 to 16k (16k tokens a batch),
+// head sizes 64 and 128, causal and not (Figs. 4-7). Its text says of them: on A100, 50-73% of
+// the peak across those settings (abstract), up to 73% in the forward and 63% in the backward
+// (§1); on H100, the same code, up to 335 TFLOP/s (§4.1, Fig. 7), 34% of 989 (35%, says
+// FlashAttention-3's abstract, Shah et al. 2024). GPT-2's shape (causal, head size 64, T 1024)
+// sits at the low end of the benchmark, and the figures' bars are not in the text, so: A100
+// 0.50, the low end of the stated range; H100 the best scaled as A100's range is, 0.34 x 50 /
+// 73 = 0.23. A check at exactly that shape: FlashAttention-2's forward on an H100 at 198
+// TFLOP/s (causal, d 64, T 1024; a third-party measurement in triton-lang/triton pull request
+// 2459), 0.20 of 989.
+// From their FLOPs to ours: the paper counts a causal forward as half the square, 4 T^2 d / 2
+// per head, and a backward as 2.5 forwards (5 products against 2). Our kernels execute more:
+// the diagonal tiles whole (at T 1024, 136 pairs of 64 x 64 a head against the 128 of half the
+// square: 1.06x) and a deterministic backward of 7 products on 32-wide steps (1.49x at T 1024).
+// The efficiency is applied to what we execute, so the extra work costs its full time: our
+// products are taken to run as fast as FlashAttention-2 runs its counted ones, no faster.
+
+// the fused kernels' work on one head of T rows (whole tiles, the diagonal's too: the causal
+// mask is applied inside a tile, never by skipping part of one)
+typedef struct {
+    double forward_pairs;   // (64-row query tile, key tile: 64 keys, 32 at HS 128) pairs at and left of the diagonal
+    double dkdv_steps;      // (64-key tile, 32-row query step) at and below the diagonal
+    double dq_steps;        // (64-row query tile, 32-key step) at and left of the diagonal
+} FlashWork;
+
+static FlashWork flash_work(double T, double HS) {
+    FlashWork f = {0.0, 0.0, 0.0};
+    for (double r0 = 0.0; r0 < T; r0 += FLASH_ROWS) {   // tile r0 .. r0 + 63: of queries, or of keys
+        double keys_seen = fmin(T, r0 + FLASH_ROWS);      // a query tile's keys at and left of the diagonal
+        f.forward_pairs += ceil(keys_seen / FLASH_KEYS(HS));
+        f.dq_steps += ceil(keys_seen / FLASH_STEP);
+        f.dkdv_steps += ceil((T - r0) / FLASH_STEP);       // a key tile's queries at and below it
+    }
+    return f;
+}
+
+// One fused kernel: its products at the attention efficiency or its bytes at the streaming
+// bandwidth, whichever is longer (the roofline, as gemm_seconds). Not their sum: the products of
+// one tile overlap the loads of the next (cp.async, double-buffered), and FlashAttention-2's
+// measured efficiency already holds its own loads. The bytes are every load the kernel issues;
+// K and V, read again for each tile pair, mostly come from L2 rather than memory, so the
+// memory side is a bound from above.
+static void charge_flash_kernel(StageCost* c, double flops, double bytes) {
+    double products = flops / (1e12 * c->hw->peak_tflops * c->hw->attention_efficiency);
+    double memory = bytes / streaming_bandwidth(c->hw);
+    charge(c, "attention, fused (FlashAttention-2 design)", 1, flops, bytes, fmax(products, memory));
+}
+
+// the fused forward of BH heads of T x HS: one block of 4 warps per 64-row query tile, stepping
+// over the key tiles (K = FLASH_KEYS(HS): 64 keys, 32 at HS 128) at and left of the diagonal; a
+// pair is S = Q K^T and O += P V, 2 x 64 x K x HS FLOPs each. Q read once, K and V once a pair,
+// the output and the log-sum-exp (fp32) written. Its shared memory, flash_shared_bytes (46,080
+// bytes at HS 64, 52,224 at 128; each backward kernel's about as much), bounds the blocks an SM
+// holds: not modelled apart, the efficiency carries it.
+static void cost_flash_forward(StageCost* c, double BH, double T, double HS, double x) {
+    FlashWork f = flash_work(T, HS);
+    charge_flash_kernel(c, BH * f.forward_pairs * 2.0 * (2.0 * FLASH_ROWS * FLASH_KEYS(HS) * HS),
+                        BH * ((2.0 * T * HS + f.forward_pairs * 2.0 * FLASH_KEYS(HS) * HS) * x + 4.0 * T));
+}
+
+// The fused backward, deterministic, three kernels: D = rowsum(dout * out) (dout and out read, D
+// written); one block per 64-key tile steps down the 32-row query steps at and below it, 4
+// products a step (S^T, dP^T, dV += P^T dO, dK += dS^T Q), K and V read and dK, dV written once,
+// Q and dO (and the rows' lse and D) read once a step; one block per 64-row query tile steps
+// over the 32-key steps at and left of it, 3 products (S, dP, dQ += dS K), Q, dO, lse and D read
+// and dQ written once, K and V read once a step. Each product 2 x 64 x 32 x HS FLOPs.
+// FlashAttention-2's own backward does 5 products and adds dQ across blocks atomically;
+// recomputing S and dP in both kernels (7) fixes the order of every sum instead.
+static void cost_flash_backward(StageCost* c, double BH, double T, double HS, double x) {
+    FlashWork f = flash_work(T, HS);
+    double tiles = ceil(T / FLASH_ROWS), tile = FLASH_ROWS * HS * x, step = FLASH_STEP * HS * x;
+    double product = 2.0 * FLASH_ROWS * FLASH_STEP * HS;
+    charge_flash_kernel(c, 0.0, BH * (2.0 * T * HS * x + 4.0 * T));   // D
+    charge_flash_kernel(c, BH * f.dkdv_steps * 4.0 * product,
+                        BH * (tiles * 4.0 * tile + f.dkdv_steps * (2.0 * step + 2.0 * 4.0 * FLASH_STEP)));
+    charge_flash_kernel(c, BH * f.dq_steps * 3.0 * product,
+                        BH * (tiles * (3.0 * tile + 2.0 * 4.0 * FLASH_ROWS) + f.dq_steps * 2.0 * step));
+}
+
+// the unfused attention of BH heads of T x HS (the cuBLAS path): q, k, v permuted out of qkv,
+// the scores and the values as batched GEMMs over the whole square, a softmax kernel that
+// writes P fp32 scores first (the scores product) and reads the causal half three times
+static void cost_unfused_forward(StageCost* c, double BH, double T, double HS, double x) {
+    double S = BH * T * HS, P = BH * T * T;   // one of q, k, v; the probabilities
+    charge_kernel(c, "attention permutes", 2, (6.0 * S + 2.0 * S) * x);
+    charge_matmul(c, "attention T x T products (cuBLAS, batched)", T, T, HS, BH, x);   // scores = q k^T
+    charge_matmul(c, "attention T x T products (cuBLAS, batched)", T, HS, T, BH, x);   // out = att v
+    charge_kernel(c, "attention softmax", 1, P * 4.0 + 1.5 * P * 4.0 + P * x);
+}
+
+static void cost_unfused_backward(StageCost* c, double BH, double T, double HS, double x) {
+    double S = BH * T * HS, P = BH * T * T;
+    const char* products = "attention T x T products (cuBLAS, batched)";
+    charge_kernel(c, "attention permutes", 3, (6.0 * S + 2.0 * S + 6.0 * S) * x);
+    charge_matmul(c, products, T, T, HS, BH, x);   // datt = dout v^T
+    charge_matmul(c, products, T, HS, T, BH, x);   // dv = att^T dout
+    charge_matmul(c, products, T, HS, T, BH, x);   // dq = dpreatt k
+    charge_matmul(c, products, T, HS, T, BH, x);   // dk = dpreatt^T q
+    charge_kernel(c, "attention softmax", 1, P * 4.0 + P * x + P * 4.0 + P * x);   // datt written, read; att read; dscores
+}
+
+// one layer's attention of BH heads of T x HS, fused or not, forward or backward
+static void cost_attention(StageCost* c, double BH, double T, double HS, double x, int fused, int backward) {
+    if (fused) backward ? cost_flash_backward(c, BH, T, HS, x) : cost_flash_forward(c, BH, T, HS, x);
+    else backward ? cost_unfused_backward(c, BH, T, HS, x) : cost_unfused_forward(c, BH, T, HS, x);
+}
+
+// the seconds of one layer's attention, forward and backward, of B sequences of T and H heads
+// of HS on hw in the GPU build's 16 bits, fused or not
+static double attention_seconds(const Hardware* hw, double B, double H, double T, double HS, int fused) {
+    StageCost c;
+    memset(&c, 0, sizeof(c));
+    c.hw = hw;
+    c.calls = 1.0;
+    cost_attention(&c, B * H, T, HS, 2.0, fused, 0);
+    cost_attention(&c, B * H, T, HS, 2.0, fused, 1);
+    return c.seconds;
+}
+
+// --attention-backend auto on the GPU build: the fused kernels where they take the head size and
+// --hw's GPU has them (a run's: the default preset's), if the cost model estimates them faster
+// than the unfused path for a micro-batch of the heads of one tensor rank; the two estimates
+// (seconds, 0 when not compared) into *fused_s and *unfused_s
+static int auto_picks_fused(const Config* a, double* fused_s, double* unfused_s) {
+    const GPTConfig* m = &a->model;
+    int head_size = m->hidden_size / m->num_attention_heads;
+    double B = a->micro_batch_size, H = (double)m->num_attention_heads / a->tensor_model_parallel_size;
+    Hardware hw = hardware_of(a);
+    *fused_s = *unfused_s = 0.0;
+    if (!flash_attention_supports(head_size) || hw.attention_efficiency <= 0.0) return 0;
+    *fused_s = attention_seconds(&hw, B, H, m->seq_length, head_size, 1);
+    *unfused_s = attention_seconds(&hw, B, H, m->seq_length, head_size, 0);
+    return *fused_s <= *unfused_s;
+}
+
+// --attention-backend on a build (gpu: the GPU build's): does it run the fused attention? The
+// CPU build has one attention, the C reference, whatever the flag says.
+static int runs_flash_attention(const Config* a, int gpu) {
+    double fused_s, unfused_s;
+    if (!gpu || a->attention_backend == ATTENTION_UNFUSED) return 0;
+    return a->attention_backend == ATTENTION_FLASH || auto_picks_fused(a, &fused_s, &unfused_s);
+}
+
+// the name of the value a CHOICE field of the run's list (at offset in Config) has in a
+static const char* run_choice_name(const Config* a, size_t offset, char* out, size_t len) {
+    out[0] = '\0';
+    for (int k = 0; k < NUM_RUN_FIELDS; k++)
+        if (RUN_FIELDS[k].offset == offset) choice_name(&RUN_FIELDS[k], *(const int*)((const char*)a + offset), out, len);
+    return out;
+}
+
+// why auto chose what it did, for the attention line: ": ..." (auto only)
+static void auto_attention_reason(const Config* a, char* why, size_t len) {
+    int head_size = a->model.hidden_size / a->model.num_attention_heads;
+    double fused_s, unfused_s;
+    char name[32];
+    int fused = auto_picks_fused(a, &fused_s, &unfused_s);
+    hw_name(a, name, sizeof name);
+    if (!flash_attention_supports(head_size))
+        snprintf(why, len, ": the fused kernels do not take head size %d", head_size);
+    else if (fused_s == 0.0) snprintf(why, len, ": --hw %s's GPU has no fused kernels (they need sm_80)", name);
+    else snprintf(why, len, ": the planner estimates a layer's attention, forward and backward, at %.3g ms %s against %.3g "
+                  "ms %s a micro-batch on --hw %s%s", 1e3 * (fused ? fused_s : unfused_s), fused ? "fused" : "unfused",
+                  1e3 * (fused ? unfused_s : fused_s), fused ? "unfused" : "fused", name, a->hw < 0 ? ", the default" : "");
+}
+
+// the start-up line (and the dry run's) that says which attention runs, and for auto why
+static void print_attention(const Config* a, int gpu) {
+    char flag[32], why[320] = "";
+    run_choice_name(a, offsetof(Config, attention_backend), flag, sizeof flag);
+    if (!gpu) {
+        printf("attention: the C reference (--attention-backend %s chooses among the GPU build's kernels)\n", flag);
+        return;
+    }
+    if (a->attention_backend == ATTENTION_AUTO) auto_attention_reason(a, why, sizeof why);
+    if (runs_flash_attention(a, gpu))
+        printf("attention: fused, flash kernels on tensor cores (mma.sync), log-sum-exp kept (--attention-backend %s%s)\n",
+               flag, why);
+    else printf("attention: unfused, cuBLAS batched products and a softmax kernel, probabilities kept (--attention-backend "
+                "%s%s)\n", flag, why);
+}
+
+// stage p of the layout with tp_size x dp_size ranks, as its tensor rank 0 would hold it on the
+// build --dry-run-build names: planned and thrown away. The ranks of a stage hold the same sizes
+// (other slices of the vocabulary, of the matrices and of the ZeRO shard).
+static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp_size) {
+    BuildTarget build = {plans_gpu_build(a), plans_gpu_build(a) ? 2 : (int)sizeof(float),   // bf16 or fp16; fp32
+                         runs_flash_attention(a, plans_gpu_build(a))};
+    gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, pipeline_stage(a, p),
+                   a->pipeline_model_parallel_size, dp_size, build);
+}
+
+static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp_size) {
+    GPT m;
+    plan_stage_model(&m, a, p, tp_size, dp_size);
+    StageMemory s = stage_memory(&m, pipeline_stage(a, p), dp_size);
+    gpt_free_plan(&m);
+    return s;
 }
 
 // what one micro-batch's layer forward does (gpt.h block_forward, kernels.cuh's GPU kernels)
-// x: the bytes of a floatX; P: attention probabilities [B, heads, T, T]; S: one of q, k, v
+// x: the bytes of a floatX
 static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
-    double HS = Cl / m->heads_local, P = (double)m->B * m->heads_local * m->T * m->T, S = N * Cl;
     double layernorm = 2.0 * N * C * x + 8.0 * N, residual_layernorm = 4.0 * N * C * x + 8.0 * N;
+    const char* linear = "linear layers forward (cuBLASLt epilogues)";
     if (i == 0 || !fuses_next_ln1(m, i - 1)) charge_kernel(c, "layernorm forward", 1, layernorm);   // ln1
     charge_kernel(c, "residual + layernorm (fused)", 1, residual_layernorm);                      // res2, ln2
     if (fuses_next_ln1(m, i)) charge_kernel(c, "residual + layernorm (fused)", 1, residual_layernorm);   // res3, next ln1
     else charge_kernel(c, "residual add", 1, 3.0 * N * C * x);
     // biases in the epilogue; fc's GELU too, which also writes the pre-activation it keeps
-    charge_matmul(c, "linear layers forward (cuBLASLt epilogues)", 4, 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
+    charge_matmul(c, linear, N, 3.0 * Cl, C, 1.0, x);   // qkv
+    charge_matmul(c, linear, N, C, Cl, 1.0, x);         // the attention's projection
+    charge_matmul(c, linear, N, Fl, C, 1.0, x);         // fc
+    charge_matmul(c, linear, N, C, Fl, 1.0, x);         // the MLP's projection
     charge_kernel(c, "GELU epilogue's second output", 0, N * Fl * x);
-    if (m->build.flash_attention) {
-        // one fused kernel: 32 x 32 tiles at and below the diagonal through WMMA, q, k, v read
-        // once from memory (a head's k and v reused from the cache), out and the log-sum-exp written
-        double BH = (double)m->B * m->heads_local, tiles = flash_tile_pairs(m->T);
-        charge_matmul(c, "attention, fused (WMMA tiles)", 1, 4096.0 * HS * BH * tiles);
-        charge_kernel(c, "attention, fused: memory", 0, 4.0 * S * x + 4.0 * BH * m->T);
-    } else {
-        charge_kernel(c, "attention permutes", 2, (6.0 * S + 2.0 * S) * x);
-        charge_matmul(c, "attention T x T products (cuBLAS, batched)", 2, 2.0 * 2.0 * P * HS);
-        // the softmax writes P fp32 scores first (the scores product); reads the causal half three times
-        charge_kernel(c, "attention softmax", 1, P * 4.0 + 1.5 * P * 4.0 + P * x);
-    }
+    cost_attention(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x, m->build.flash_attention, 0);
     for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
 }
 
@@ -493,23 +718,16 @@ static double layernorm_backward_bytes(const GPT* m, double x) {
 
 static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
-    double HS = Cl / m->heads_local, P = (double)m->B * m->heads_local * m->T * m->T, S = N * Cl;
-    charge_matmul(c, "linear layers backward (cuBLAS)", 8, 2.0 * 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
+    const char* linear = "linear layers backward (cuBLAS)";
+    charge_linear_backward(c, linear, N, C, 3.0 * Cl, x);   // qkv
+    charge_linear_backward(c, linear, N, Cl, C, x);         // the attention's projection
+    charge_linear_backward(c, linear, N, C, Fl, x);         // fc
+    charge_linear_backward(c, linear, N, Fl, C, x);         // the MLP's projection
     charge_kernel(c, "bias gradients (column partials + add)", 8,
                   bias_grad_bytes(m, C, x) + bias_grad_bytes(m, Fl, x) + bias_grad_bytes(m, C, x) + bias_grad_bytes(m, 3 * Cl, x));
     charge_kernel(c, "gelu", 1, 3.0 * N * Fl * x);
     charge_kernel(c, "layernorm backward", 4, 2.0 * layernorm_backward_bytes(m, x));
-    if (m->build.flash_attention) {
-        // D = rowsum(dout out); one block per key tile for dK, dV and one per query tile for dQ,
-        // each recomputing p from q, k and the log-sum-exp (5 tile products; no atomics)
-        double BH = (double)m->B * m->heads_local, tiles = flash_tile_pairs(m->T);
-        charge_matmul(c, "attention, fused (WMMA tiles)", 2, (8192.0 + 6144.0) * HS * BH * tiles);
-        charge_kernel(c, "attention, fused: memory", 1, (2.0 + 6.0 + 5.0) * S * x + 20.0 * BH * m->T);
-    } else {
-        charge_kernel(c, "attention permutes", 3, (6.0 * S + 2.0 * S + 6.0 * S) * x);
-        charge_matmul(c, "attention T x T products (cuBLAS, batched)", 4, 4.0 * 2.0 * P * HS);
-        charge_kernel(c, "attention softmax", 1, P * 4.0 + P * x + P * 4.0 + P * x);   // datt written, read; att read; dscores
-    }
+    cost_attention(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x, m->build.flash_attention, 1);
     for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
 }
 
@@ -534,7 +752,8 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
     if (m->is_last_stage) {
         charge_kernel(c, "layernorm forward", 1, 2.0 * N * C * x + 8.0 * N);
         charge_kernel(c, "layernorm backward", 3, layernorm_backward_bytes(m, x) + N * C * x);   // and zeroing dres
-        charge_matmul(c, "logits (cuBLAS)", 3, 3.0 * 2.0 * N * C * V);
+        charge_matmul(c, "logits (cuBLAS)", N, V, C, 1.0, x);             // the tied head: logits = x wte^T
+        charge_linear_backward(c, "logits (cuBLAS)", N, C, V, x);         // dx, and wte's gradient
         charge_kernel(c, "cross-entropy", 4, 3.0 * N * V * x);   // one read forward (online), the backward's read and write
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * 4.0);         // the rows' maxima
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, 2.0 * N * 4.0);   // their sums
@@ -755,25 +974,29 @@ static void print_layout_line(const Config* a, const LayoutPlan* L) {
            L->out_of_memory ? " OOM" : "");
 }
 
-// --hw's preset name
-static const char* hw_name(const Config* a, char* out, size_t len) {
-    for (int k = 0; k < NUM_RUN_FIELDS; k++)
-        if (strcmp(RUN_FIELDS[k].name, "hw") == 0) choice_name(&RUN_FIELDS[k], a->hw < 0 ? HW_A100_80GB : a->hw, out, len);
-    return out;
-}
-
 static void print_hardware(const Config* a, const Hardware* hw) {
-    char name[32];
+    char name[32], attention[64] = "no fused attention kernels";
     int reduce = a->overlap_grad_reduce && data_parallel_size(a) > 1, gather = a->overlap_param_gather && data_parallel_size(a) > 1;
-    printf("cost model (--hw %s): %.0f TFLOP/s dense peak x %.2f matmul efficiency, %.0f GB/s memory, %.1f GiB "
+    if (hw->attention_efficiency > 0.0)
+        snprintf(attention, sizeof attention, "x %.2f attention efficiency (the fused kernels)", hw->attention_efficiency);
+    printf("cost model (--hw %s): %.0f TFLOP/s dense peak x %.2f matmul efficiency (large GEMMs; tiles in waves over "
+           "%d SMs) or %s, %.0f GB/s memory x %.2f memory efficiency, %.1f GiB "
            "(%.1f left to CUDA, cuBLAS and NCCL), NVLink %.0f GB/s, network %.2f GB/s per GPU, %d GPUs per node, "
-           "%.1f us per message; %s\n", hw_name(a, name, sizeof(name)), hw->peak_tflops,
-           hw->matmul_efficiency, hw->memory_bandwidth, hw->memory_gib, hw->reserve_gib, hw->nvlink_bandwidth,
-           hw->internode_bandwidth, hw->gpus_per_node, hw->latency_us,
+           "%.1f us per message; %s\n", hw_name(a, name, sizeof(name)), hw->peak_tflops, hw->matmul_efficiency,
+           hw->sm_count, attention, hw->memory_bandwidth, hw->memory_efficiency, hw->memory_gib,
+           hw->reserve_gib, hw->nvlink_bandwidth, hw->internode_bandwidth, hw->gpus_per_node, hw->latency_us,
            reduce && gather ? "nothing overlaps but the DP gradient reduce's and parameter all-gather's buckets"
            : reduce         ? "nothing overlaps but the DP gradient reduce's buckets"
            : gather         ? "nothing overlaps but the DP parameter all-gather's buckets"
                             : "nothing overlaps");
+}
+
+// the GEMM-only part of a stage's step: its cuBLAS rows (what tests/fit_matmul_efficiency.sh fits
+// the matmul efficiency to, against the GEMMs' measured time)
+static double gemm_only_seconds(const StageCost* c) {
+    double seconds = 0.0;
+    for (int k = 0; k < c->num_costs; k++) seconds += c->costs[k].matmul ? c->costs[k].seconds : 0.0;
+    return seconds;
 }
 
 // the slowest stage's step, kind of work by kind of work
@@ -892,6 +1115,7 @@ static void dry_run_report(const Config* a) {
     print_comm(L.bytes_sent);
     print_hardware(a, &hw);
     print_stage_costs(slowest, L.slowest_stage, micro);
+    printf("GEMMs only (the cuBLAS rows): %.6g ms of stage %d's step\n", 1e3 * gemm_only_seconds(slowest), L.slowest_stage);
     printf("step = (m + p - 1) x the slowest stage's micro-batch + the slowest optimizer step = %d x %.4g s + %.4g s\n",
            micro + PP - 1, L.slot_seconds, L.optimizer_seconds);
     if (a->overlap_grad_reduce && DP > 1)
@@ -912,6 +1136,10 @@ static void dry_run_and_exit(Config* a) {
     a->model.padded_vocab_size = padded_vocab_size(a->model.vocab_size, a->model.make_vocab_size_divisible_by,
                                                    a->tensor_model_parallel_size);
     Hardware hw = hardware_of(a);
+    char name[32];
+    if (plans_gpu_build(a) && a->attention_backend == ATTENTION_FLASH && hw.attention_efficiency <= 0.0)
+        config_error("--attention-backend flash: --hw %s's GPU has no fused attention kernels (they need sm_80: cp.async, "
+                     "mma.sync.m16n8k16)", hw_name(a, name, sizeof name));
     if (grid.world_rank == 0 && a->sweep) dry_run_sweep(a, &hw);
     if (grid.world_rank == 0 && !a->sweep) dry_run_report(a);
     fflush(stdout);

@@ -67,7 +67,8 @@ if [ "$lines" = "0|1|1" ]; then ok "the pipeline-exchange line: none at PP 1; at
 else bad "the pipeline-exchange line" "$lines"; fi
 
 # which attention runs is said at start-up: the CPU build has one (the C reference); its dry
-# run of the GPU build says which of the GPU's the flag and the head size choose
+# run of the GPU build says which of the GPU's the flag, the head size and (auto) the cost
+# model's estimates choose (tests/test_plan.sh: auto's choices)
 attention_line() { ./train_cpu "$@" 2>&1 | grep -m1 '^attention: ' | cut -d' ' -f2-3; }
 plan="--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --vocab-size 257 --dry-run"
 lines="$(attention_line $base --train-iters 1 --eval-iters 0 --attention-backend flash --hidden-size 128)|\

@@ -1,0 +1,141 @@
+// tests/sass_planted.cu — kernels planted for tests/test_sass.py, never part of the trainer.
+// Each name contains "flash", so the test reads them exactly as it reads kernels.cuh's flash
+// kernels, and each breaks the rule its name says (or none), to show that every rule of the
+// test fires on a kernel that breaks it and stays quiet on one that does not:
+//   planted_flash_good_kernel<1>       a warp's 16 x 8 tile product the FlashAttention-2 way:
+//                                      the tile staged in shared memory with shared stores,
+//                                      fragments by ldmatrix, the product by mma.sync (bf16,
+//                                      fp32 accumulation): breaks nothing (LDSM, HMMA present)
+//   planted_flash_good_kernel<2>, <3>  the same; the test gives <2> a made-up launch with
+//                                      170 KB of dynamic shared memory (more than a block may
+//                                      have on sm_80, not on sm_90), and <3> no launch at all
+//   planted_flash_spill_kernel         the same, with more values live than the 32 registers a
+//                                      thread may have under its __launch_bounds__: spills
+//   planted_flash_local_kernel         the same, with an array indexed at run time: local memory
+//   planted_flash_generic_kernel       the same, with the tile reached through a pointer the
+//                                      compiler cannot trace to shared memory: the tile is
+//                                      stored and read with generic ST / LD
+//   planted_flash_callee_kernel        a tile loaded by a helper that is not inlined and
+//                                      reaches the tile the same opaque way: the generic ST is
+//                                      the helper's (ptxas puts it in the kernel's section)
+//   planted_flash_notensor_kernel      the product by fp32 multiply-adds: no LDSM, no HMMA
+//   planted_flash_d_kernel             a row sum, as the backward's D kernel: no LDSM, no HMMA,
+//                                      and exempt from that rule by its name
+//   planted_flash_never_kernel<HS>     a template never instantiated: named here, absent from
+//                                      the cubin (the test's "every flash kernel the source
+//                                      defines was compiled" check)
+// Compiled for sm_80 and up (mma.sync.m16n8k16 with bf16 needs sm_80).
+#include <cuda_bf16.h>
+
+// the 16 x 16 bf16 tile at `in` into shared memory (explicit shared stores), then one
+// m16n8k16 product: A = the tile, B = its first 8 rows read as a column-major 16 x 8 matrix
+__device__ void tile_product(float c[4], __nv_bfloat16* tile, const __nv_bfloat16* in) {
+    int lane = threadIdx.x % 32;
+    for (int i = lane; i < 16 * 16; i += 32) tile[i] = in[i];
+    __syncwarp();
+    // lanes 0-15 address rows 0-15 at column 0, lanes 16-31 the same rows at column 8
+    unsigned row = (unsigned)__cvta_generic_to_shared(&tile[(lane % 16) * 16 + (lane / 16) * 8]);
+    unsigned a0, a1, a2, a3, b0, b1;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(b0), "=r"(b1) : "r"(row));
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// one warp per block; out gets each lane's four accumulators
+template <int SCALE>
+__global__ void planted_flash_good_kernel(float* out, const __nv_bfloat16* in) {
+    __shared__ __align__(16) __nv_bfloat16 tile[16 * 16];
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    tile_product(c, tile, in);
+    for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = c[i] * SCALE;
+}
+template __global__ void planted_flash_good_kernel<1>(float*, const __nv_bfloat16*);
+template __global__ void planted_flash_good_kernel<2>(float*, const __nv_bfloat16*);
+template __global__ void planted_flash_good_kernel<3>(float*, const __nv_bfloat16*);
+
+// 64 values loaded before any is used, then every pair multiplied: all 64 live at once, in a
+// thread that may have 32 registers (1024 threads, 2 blocks per SM: 65536 / 2048)
+#define SPILL_LIVE 64
+__global__ void __launch_bounds__(1024, 2) planted_flash_spill_kernel(float* out, const __nv_bfloat16* in, const float* x) {
+    __shared__ __align__(16) __nv_bfloat16 tile[16 * 16];
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    tile_product(c, tile, in);
+    float v[SPILL_LIVE];
+#pragma unroll
+    for (int i = 0; i < SPILL_LIVE; i++) v[i] = x[i * blockDim.x + threadIdx.x];
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < SPILL_LIVE; i++)
+#pragma unroll
+        for (int j = i; j < SPILL_LIVE; j++) sum += v[i] * v[j];
+    for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = c[i] + sum;
+}
+
+// a per-thread array written and read at indices known only at run time lives in local memory
+#define LOCAL_ARRAY 256
+__global__ void planted_flash_local_kernel(float* out, const __nv_bfloat16* in, const int* pick) {
+    __shared__ __align__(16) __nv_bfloat16 tile[16 * 16];
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    tile_product(c, tile, in);
+    float scratch[LOCAL_ARRAY];
+    for (int i = 0; i < LOCAL_ARRAY; i++) scratch[i] = c[i % 4] * i;
+    scratch[pick[threadIdx.x] % LOCAL_ARRAY] += 1.0f;
+    for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = scratch[pick[threadIdx.x + 32 * (i + 1)] % LOCAL_ARRAY];
+}
+
+// The tile's address passes through an asm statement the compiler cannot see into: what comes
+// out is a plain (generic) pointer, as a pointer into shared memory becomes when the compiler
+// loses track of where it points, so the tile is stored and read with generic ST / LD.
+__global__ void planted_flash_generic_kernel(float* out, const __nv_bfloat16* in) {
+    __shared__ __align__(16) __nv_bfloat16 shared_tile[16 * 16];
+    __nv_bfloat16* tile;
+    asm("mov.b64 %0, %1;" : "=l"(tile) : "l"(shared_tile));
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    tile_product(c, tile, in);
+    for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = c[i] + __bfloat162float(tile[threadIdx.x % 32]);
+}
+
+// 16 x 16 values into the tile, through an address the compiler cannot trace; not inlined:
+// the kernel calls it
+__device__ __noinline__ void load_tile_opaquely(__nv_bfloat16* shared_tile, const __nv_bfloat16* in) {
+    __nv_bfloat16* tile;
+    asm("mov.b64 %0, %1;" : "=l"(tile) : "l"(shared_tile));
+    for (int i = threadIdx.x % 32; i < 16 * 16; i += 32) tile[i] = in[i];
+}
+__global__ void planted_flash_callee_kernel(float* out, const __nv_bfloat16* in) {
+    __shared__ __align__(16) __nv_bfloat16 tile[16 * 16];
+    load_tile_opaquely(tile, in);
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    tile_product(c, tile, in + 256);   // stores the next tile over it with shared stores, then multiplies
+    for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = c[i];
+}
+
+// the same tile through shared memory, multiplied by fp32 multiply-adds: no tensor cores
+__global__ void planted_flash_notensor_kernel(float* out, const __nv_bfloat16* in) {
+    __shared__ __align__(16) __nv_bfloat16 tile[16 * 16];
+    int lane = threadIdx.x % 32;
+    for (int i = lane; i < 16 * 16; i += 32) tile[i] = in[i];
+    __syncwarp();
+    float sum = 0.0f;
+    for (int k = 0; k < 16; k++) sum += __bfloat162float(tile[(lane % 16) * 16 + k]) * __bfloat162float(tile[k * 16 + lane / 2]);
+    out[threadIdx.x] = sum;
+}
+
+// D = rowsum(dout * out), one thread per row: what the backward's D kernel computes
+__global__ void planted_flash_d_kernel(float* D, const __nv_bfloat16* dout, const __nv_bfloat16* o, int rows, int HS) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    float d = 0.0f;
+    for (int c = 0; c < HS; c++) d += __bfloat162float(dout[(size_t)r * HS + c]) * __bfloat162float(o[(size_t)r * HS + c]);
+    D[r] = d;
+}
+
+// defined, never instantiated: no code for it exists
+template <int HS>
+__global__ void planted_flash_never_kernel(float* out) {
+    out[threadIdx.x] = HS;
+}
