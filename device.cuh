@@ -152,6 +152,7 @@ static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t 
 static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
 #define kernels_workspace_bytes ((size_t)0)   // what kernels_init handed out: nothing on the CPU
 static void kernels_init(int local_device) { (void)local_device; }
+static void kernels_free(void) {}
 #else
 #define BUILD_NAME "GPU"
 #define GPU_BUILD 1

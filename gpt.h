@@ -863,9 +863,9 @@ static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
     LayerActivations* L = &s->layers[i];
     floatX *da = m->dbuf_a, *db = m->dbuf_b;
     // MLP
-    matmul_backward(da, grad_of(m, t->fcproj_w), grad_of(m, t->fcproj_b), m->column_partials, m->dres, L->fch_gelu,
-                    param_of(m, t->fcproj_w), N, Fl, C);
-    gelu_backward(da, L->fch, da, (size_t)N * Fl);
+    // fcproj and the GELU before it: da = the gradient at fch
+    gelu_matmul_backward(da, grad_of(m, t->fcproj_w), grad_of(m, t->fcproj_b), m->column_partials, m->dres,
+                         L->fch_gelu, param_of(m, t->fcproj_w), L->fch, N, Fl, C);
     matmul_backward(db, grad_of(m, t->fc_w), grad_of(m, t->fc_b), m->column_partials, da, L->ln2, param_of(m, t->fc_w),
                     N, C, Fl);
     copy_to_tensor_model_parallel_region_backward(db, (size_t)N * C);   // f

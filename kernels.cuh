@@ -87,6 +87,7 @@ static void kernels_init(int local_device) {
     cublaslt_workspace = dev_malloc(CUBLASLT_WORKSPACE_BYTES);
     kernels_workspace_bytes = dev_bytes_allocated - before;
 }
+// (kernels_free, which undoes it at exit, follows the linear layers: it frees their cuBLASLt plans too)
 
 // ----------------------------------------------------------------------------
 // reduction helpers: the only code that touches warp shuffles and shared memory
@@ -114,6 +115,30 @@ __device__ float* block_row_stats(void) {
 __device__ double warp_reduce_sum_double(double val) {
     for (int offset = 16; offset > 0; offset /= 2) val += __shfl_xor_sync(0xffffffffu, val, offset);
     return val;
+}
+
+// Max and sum over the whole block, in a fixed order (the same bits every run); every thread
+// gets the result. All threads must call them.
+__device__ float block_reduce_max(float val) {
+    __shared__ float warp_maxima[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    val = warp_reduce_max(val);
+    __syncthreads();  // an earlier call's readers are done with warp_maxima
+    if (lane == 0) warp_maxima[warp] = val;
+    __syncthreads();
+    val = lane < warps ? warp_maxima[lane] : -INFINITY;
+    return warp_reduce_max(val);
+}
+
+__device__ float block_reduce_sum(float val) {
+    __shared__ float warp_sums[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    val = warp_reduce_sum(val);
+    __syncthreads();
+    if (lane == 0) warp_sums[warp] = val;
+    __syncthreads();
+    val = lane < warps ? warp_sums[lane] : 0.0f;
+    return warp_reduce_sum(val);
 }
 
 // Sum over the whole block; every thread gets the total. All threads must call it.
@@ -743,63 +768,142 @@ static uint32_t alignment_of(const void* p) {
     return a;
 }
 
-// out = inp @ weight^T through cuBLASLt, the rest done by the GEMM's epilogue on the fp32
-// result before it is rounded to floatX:
-//   pre_gelu NULL:  out = x + bias                       (CUBLASLT_EPILOGUE_BIAS; DEFAULT without a bias)
-//   pre_gelu given: pre_gelu = x + bias, out = GELU(x + bias)   (CUBLASLT_EPILOGUE_GELU_AUX_BIAS; GELU_AUX)
-// cuBLASLt's GELU is the tanh approximation, as ours. The product is laid out as in gemm():
-// out^T [OC, N] = W [OC, C] @ inp^T [C, N]; weight a [C, OC] array taken transposed, inp a
-// [C, N] array, out (and pre_gelu) [OC, N] arrays. False, having done nothing, when the
-// heuristic offers no algorithm (e.g. for matrices only 2-byte aligned): the caller then
-// takes the cuBLAS path.
-static bool matmul_cublaslt(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
-                            const floatX* bias, int N, int C, int OC) {
-    cublasLtEpilogue_t epilogue = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                                           : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
-    cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+// ---- cuBLASLt: a product with an epilogue, its descriptors and algorithm cached per shape
+// cuBLASLt applies the epilogue to the fp32 result, before the one rounding to D's type:
+//   DEFAULT                  D = product
+//   BIAS                     D = product + bias            (bias: floatX, one per row of D)
+//   GELU_AUX, GELU_AUX_BIAS  aux = product (+ bias), D = GELU(aux)
+//   DGELU                    D = product * GELU'(aux)      (aux read: what GELU_AUX wrote)
+// aux has D's shape and type, with leading dimension m (cuBLASLt: a multiple of 8).
+typedef struct {
+    cublasLtEpilogue_t kind;
+    const void* bias;   // NULL where the epilogue takes none
+    const void* aux;    // written by GELU_AUX*, read by DGELU; NULL where the epilogue takes none
+} LtEpilogue;
+
+// What a cached plan is for: everything cuBLASLt's heuristic sees. The alignments are part of
+// it because the heuristic only offers algorithms that can take the pointers it was shown
+// (the bias and aux pointers' too: it reads their alignment from the descriptor).
+typedef struct {
+    int transa, transb, m, n, k, lda, ldb, ldd, epilogue;
+    uint32_t align_a, align_b, align_d, align_bias, align_aux;
+} LtKey;
+
+typedef struct {
+    LtKey key;
     cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    if (bias != NULL) {
-        cudaDataType_t bias_type = CUDA_R_FLOATX;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    }
-    if (pre_gelu != NULL) {
-        int64_t aux_ld = OC;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_gelu, sizeof pre_gelu));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
-    }
     cublasLtMatrixLayout_t a, b, d;   // the arrays as stored: type, rows, columns, ld
-    cublasCheck(cublasLtMatrixLayoutCreate(&a, CUDA_R_FLOATX, C, OC, C));
-    cublasCheck(cublasLtMatrixLayoutCreate(&b, CUDA_R_FLOATX, C, N, C));
-    cublasCheck(cublasLtMatrixLayoutCreate(&d, CUDA_R_FLOATX, OC, N, OC));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found;                        // 0: cuBLASLt offered no algorithm (the caller takes cuBLAS)
+} LtPlan;
+
+// The plans made so far, looked up by key: a micro-batch makes about 50 cuBLASLt calls of a
+// few dozen shapes (the alignments of each layer's tensors in the flat buffer may differ), so
+// the table fills in the first micro-batch and a linear search finds each plan after that.
+// Grown with realloc; freed by kernels_free.
+static LtPlan* lt_plans;
+static int lt_plan_count, lt_plan_capacity;
+static long lt_heuristic_calls;   // plans made: tests check that a repeated call makes none
+
+static LtPlan* lt_plan_create(const LtKey* key, const LtEpilogue* e) {
+    if (lt_plan_count == lt_plan_capacity) {
+        lt_plan_capacity = lt_plan_capacity ? 2 * lt_plan_capacity : 64;
+        lt_plans = (LtPlan*)reallocCheck(lt_plans, lt_plan_capacity * sizeof(LtPlan));
+    }
+    LtPlan* p = &lt_plans[lt_plan_count++];
+    memset(p, 0, sizeof(*p));
+    p->key = *key;
+    cublasOperation_t transa = (cublasOperation_t)key->transa, transb = (cublasOperation_t)key->transb;
+    cublasLtEpilogue_t epilogue = e->kind;
+    cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (e->bias != NULL) {
+        cudaDataType_t bias_type = CUDA_R_FLOATX;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e->bias, sizeof e->bias));
+    }
+    if (e->aux != NULL) {
+        int64_t aux_ld = key->m;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux, sizeof e->aux));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+    }
+    int a_rows = transa == CUBLAS_OP_N ? key->m : key->k, b_rows = transb == CUBLAS_OP_N ? key->k : key->n;
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_FLOATX, a_rows, key->m + key->k - a_rows, key->lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_FLOATX, b_rows, key->k + key->n - b_rows, key->ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_FLOATX, key->m, key->n, key->ldd));
     cublasLtMatmulPreference_t pref;
     uint64_t workspace = CUBLASLT_WORKSPACE_BYTES;
-    uint32_t align_a = alignment_of(weight), align_b = alignment_of(inp), align_d = alignment_of(out);
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
-    cublasLtMatmulHeuristicResult_t heuristic;
-    int found = 0;
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, a, b, d, d, pref, 1, &heuristic, &found);
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;   // how cuBLASLt says it has no algorithm
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key->align_a, sizeof key->align_a));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key->align_b, sizeof key->align_b));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key->align_d, sizeof key->align_d));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key->align_d, sizeof key->align_d));
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, p->desc, p->a, p->b, p->d, p->d, pref, 1,
+                                                           &p->heuristic, &p->found);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) p->found = 0;   // how cuBLASLt says it has no algorithm
     else cublasCheck(status);
-    const float alpha = 1.0f, beta = 0.0f;
-    if (found > 0)
-        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, weight, a, inp, b, &beta, out, d, out, d,
-                                   &heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    cublasCheck(cublasLtMatrixLayoutDestroy(d));
-    cublasCheck(cublasLtMatrixLayoutDestroy(b));
-    cublasCheck(cublasLtMatrixLayoutDestroy(a));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-    return found > 0;
+    lt_heuristic_calls++;
+    return p;
+}
+
+static LtPlan* lt_plan(const LtKey* key, const LtEpilogue* e) {
+    for (int i = 0; i < lt_plan_count; i++)
+        if (memcmp(&lt_plans[i].key, key, sizeof *key) == 0) return &lt_plans[i];
+    return lt_plan_create(key, e);
+}
+
+static void lt_plans_free(void) {
+    for (int i = 0; i < lt_plan_count; i++) {
+        cublasCheck(cublasLtMatrixLayoutDestroy(lt_plans[i].d));
+        cublasCheck(cublasLtMatrixLayoutDestroy(lt_plans[i].b));
+        cublasCheck(cublasLtMatrixLayoutDestroy(lt_plans[i].a));
+        cublasCheck(cublasLtMatmulDescDestroy(lt_plans[i].desc));
+    }
+    free(lt_plans);
+    lt_plans = NULL;
+    lt_plan_count = lt_plan_capacity = 0;
+}
+
+// D = op(A) op(B), then the epilogue, laid out as in gemm() (column-major, D [m, n] with ld
+// ldd, floatX throughout). False, having done nothing, when cuBLASLt has no algorithm for it
+// (e.g. for matrices only 2-byte aligned): the caller then takes the cuBLAS path.
+static bool gemm_lt(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const floatX* A,
+                    int lda, const floatX* B, int ldb, floatX* D, int ldd, LtEpilogue e) {
+    LtKey key;
+    memset(&key, 0, sizeof key);   // the padding too: keys are compared with memcmp
+    key.transa = transa, key.transb = transb, key.m = m, key.n = n, key.k = k;
+    key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epilogue = e.kind;
+    key.align_a = alignment_of(A), key.align_b = alignment_of(B), key.align_d = alignment_of(D);
+    key.align_bias = e.bias ? alignment_of(e.bias) : 0, key.align_aux = e.aux ? alignment_of(e.aux) : 0;
+    LtPlan* p = lt_plan(&key, &e);
+    if (!p->found) return false;
+    // this call's pointers (the plan may have been made for others of the same alignment)
+    if (e.bias != NULL)
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof e.bias));
+    if (e.aux != NULL)
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasCheck(cublasLtMatmul(cublaslt_handle, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d,
+                               &p->heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));
+    return true;
+}
+
+// out = inp @ weight^T through cuBLASLt, the rest done by the GEMM's epilogue:
+//   pre_gelu NULL:  out = x + bias                       (BIAS; DEFAULT without a bias)
+//   pre_gelu given: pre_gelu = x + bias, out = GELU(x + bias)   (GELU_AUX_BIAS; GELU_AUX)
+// cuBLASLt's GELU is the tanh approximation, as ours. The product is laid out as in gemm():
+// out^T [OC, N] = W [OC, C] @ inp^T [C, N]; weight a [C, OC] array taken transposed, inp a
+// [C, N] array, out (and pre_gelu) [OC, N] arrays. False when cuBLASLt has no algorithm.
+static bool matmul_cublaslt(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
+                            const floatX* bias, int N, int C, int OC) {
+    cublasLtEpilogue_t kind = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                       : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+    LtEpilogue e = {kind, bias, pre_gelu};
+    return gemm_lt(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, e);
 }
 
 // The bias goes in cuBLASLt's epilogue (no extra pass over out) when the epilogue can read it:
@@ -820,18 +924,36 @@ static void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, CUDA_R_FLOATX, OC);
 }
 
+// dinp = dout @ W:  dinp^T [C, N] = W^T [C, OC] @ dout^T [OC, N]. Column-major, weight is
+// already W^T as a [C, OC] array (op = N, lda = C); dout is a [OC, N] array (op = N, ldb =
+// OC); dinp is [C, N] (ldc = C).
+static void matmul_backward_dinp(floatX* dinp, const floatX* dout, const floatX* weight, int N, int C, int OC) {
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 0.0f, dinp, CUDA_R_FLOATX, C);
+}
+
+// dweight += dout^T @ inp:  dweight^T [C, OC] = inp^T [C, N] @ dout [N, OC]. inp is a [C, N]
+// array (op = N, lda = C); dout is a [OC, N] array, op = T gives [N, OC] (ldb = OC); dweight
+// is an fp32 [C, OC] array (ldc = C), beta = 1 accumulates. Then dbias += dout's column sums.
+static void matmul_backward_params(float* dweight, float* dbias, float* partials, const floatX* dout,
+                                   const floatX* inp, int N, int C, int OC) {
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C);
+    if (dbias != NULL) column_sums_add(dbias, partials, dout, N, OC);
+}
+
 // partials: bias_grad_partials(N, OC) floats of workspace (none needed without dbias)
 static void matmul_backward(floatX* dinp, float* dweight, float* dbias, float* partials, const floatX* dout,
                             const floatX* inp, const floatX* weight, int N, int C, int OC) {
-    // dinp = dout @ W:  dinp^T [C, N] = W^T [C, OC] @ dout^T [OC, N]. Column-major, weight
-    // is already W^T as a [C, OC] array (op = N, lda = C); dout is a [OC, N] array (op = N,
-    // ldb = OC); dinp is [C, N] (ldc = C).
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 0.0f, dinp, CUDA_R_FLOATX, C);
-    // dweight += dout^T @ inp:  dweight^T [C, OC] = inp^T [C, N] @ dout [N, OC]. inp is a
-    // [C, N] array (op = N, lda = C); dout is a [OC, N] array, op = T gives [N, OC]
-    // (ldb = OC); dweight is an fp32 [C, OC] array (ldc = C), beta = 1 accumulates.
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C);
-    if (dbias != NULL) column_sums_add(dbias, partials, dout, N, OC);
+    matmul_backward_dinp(dinp, dout, weight, N, C, OC);
+    matmul_backward_params(dweight, dbias, partials, dout, inp, N, C, OC);
+}
+
+// kernels_init's counterpart, at exit: the cuBLASLt plans, the handles, the workspaces
+static void kernels_free(void) {
+    lt_plans_free();
+    cublasCheck(cublasLtDestroy(cublaslt_handle));
+    cublasCheck(cublasDestroy(cublas_handle));
+    dev_free(cublaslt_workspace);
+    dev_free(sum_squares_partials);
 }
 #else
 #define matmul_forward matmul_forward_cpu
@@ -1564,9 +1686,11 @@ static void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, s
 #endif
 
 // ----------------------------------------------------------------------------
-// the MLP's first linear layer and its GELU: pre_gelu = inp @ weight^T + bias (kept for the
+// the MLP's GELU and the linear layers on either side of it
+// Forward, the first linear layer and its GELU: pre_gelu = inp @ weight^T + bias (kept for the
 // backward), out = GELU(pre_gelu). On the GPU one cuBLASLt call writes both (the GELU in the
-// GEMM's epilogue) instead of a GEMM, then a GELU kernel reading pre_gelu back.
+// GEMM's epilogue) instead of a GEMM, then a GELU kernel reading pre_gelu back. Backward, the
+// second linear layer and the GELU before it, gelu_matmul_backward: below.
 
 static void matmul_gelu_forward_cpu(float* out, float* pre_gelu, const float* inp, const float* weight,
                                     const float* bias, int N, int C, int OC) {
@@ -1589,6 +1713,38 @@ static void matmul_gelu_forward(floatX* out, floatX* pre_gelu, const floatX* inp
 }
 #else
 #define matmul_gelu_forward matmul_gelu_forward_cpu
+#endif
+
+// The backward of out = GELU(pre_gelu) @ weight^T + bias: the MLP's second linear layer and the
+// GELU before it. dpre = (dout @ weight) * GELU'(pre_gelu), the gradient at the GELU's input;
+// dweight and dbias as matmul_backward's, inp being the layer's input GELU(pre_gelu). On the
+// GPU cuBLASLt multiplies by GELU' in the epilogue of the GEMM that computes dout @ weight
+// (CUBLASLT_EPILOGUE_DGELU, pre_gelu its aux input) instead of a GELU-backward kernel reading
+// pre_gelu and that product back, and writing the product again.
+static void gelu_matmul_backward_cpu(float* dpre, float* dweight, float* dbias, const float* dout, const float* inp,
+                                     const float* weight, const float* pre_gelu, int N, int C, int OC) {
+    matmul_backward_cpu(dpre, dweight, dbias, dout, inp, weight, N, C, OC);
+    gelu_backward_cpu(dpre, pre_gelu, dpre, (size_t)N * C);
+}
+
+#ifdef __CUDACC__
+// The epilogue applies GELU' to the fp32 product, which the two steps round to floatX first:
+// one rounding less. pre_gelu as an aux input: the rules matmul_gelu_forward's aux output
+// keeps (C a multiple of 8, 16-byte aligned); otherwise, or with no algorithm for it, the two
+// steps of the reference.
+static void gelu_matmul_backward(floatX* dpre, float* dweight, float* dbias, float* partials, const floatX* dout,
+                                 const floatX* inp, const floatX* weight, const floatX* pre_gelu, int N, int C, int OC) {
+    LtEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, pre_gelu};
+    // laid out as matmul_backward_dinp's product
+    if (!(C % 8 == 0 && (uintptr_t)pre_gelu % 16 == 0 &&
+          gemm_lt(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dpre, C, dgelu))) {
+        matmul_backward_dinp(dpre, dout, weight, N, C, OC);
+        gelu_backward(dpre, pre_gelu, dpre, (size_t)N * C);
+    }
+    matmul_backward_params(dweight, dbias, partials, dout, inp, N, C, OC);
+}
+#else
+#define gelu_matmul_backward(dpre, dweight, dbias, partials, ...) gelu_matmul_backward_cpu(dpre, dweight, dbias, __VA_ARGS__)
 #endif
 
 // ----------------------------------------------------------------------------

@@ -497,7 +497,7 @@ static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_siz
     charge_matmul(c, "linear layers backward (cuBLAS)", 8, 2.0 * 2.0 * N * C * (3.0 * Cl + Cl + 2.0 * Fl));
     charge_kernel(c, "bias gradients (column partials + add)", 8,
                   bias_grad_bytes(m, C, x) + bias_grad_bytes(m, Fl, x) + bias_grad_bytes(m, C, x) + bias_grad_bytes(m, 3 * Cl, x));
-    charge_kernel(c, "gelu", 1, 3.0 * N * Fl * x);
+    charge_kernel(c, "GELU backward: the DGELU epilogue's aux read", 0, N * Fl * x);   // in fcproj's dinp GEMM
     charge_kernel(c, "layernorm backward", 4, 2.0 * layernorm_backward_bytes(m, x));
     if (m->build.flash_attention) {
         // D = rowsum(dout out); one block per key tile for dK, dV and one per query tile for dQ,

@@ -120,6 +120,7 @@ static double attention_flops;   // forward, per call
 #undef matmul_forward
 #undef matmul_gelu_forward
 #undef matmul_backward
+#undef gelu_matmul_backward
 #undef attention_forward
 #undef attention_backward
 #undef encoder_forward
@@ -144,6 +145,12 @@ static double attention_flops;   // forward, per call
         gelu_forward(out, pre_gelu, (size_t)(N) * (OC));                \
     } while (0)
 #define matmul_backward(dinp, dweight, dbias, partials, ...) bench_matmul_backward(dinp, dweight, dbias, __VA_ARGS__)
+// the fcproj layer and the GELU before it, backward: the two calls they are on the CPU build
+#define gelu_matmul_backward(dpre, dweight, dbias, partials, dout, inp, weight, pre_gelu, N, C, OC) \
+    do {                                                                                            \
+        bench_matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC);                   \
+        gelu_backward(dpre, pre_gelu, dpre, (size_t)(N) * (C));                                     \
+    } while (0)
 #define attention_forward(out, att, lse, scratch, ...) \
     TIMED("attention_forward", attention_flops, attention_forward_cpu(out, att, __VA_ARGS__))
 #define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, HS, alibi) \

@@ -312,6 +312,71 @@ static void test_matmul_epilogues(int OC) {
     }
 }
 
+// Has cuBLASLt a plan of this epilogue for a product with m rows, with an algorithm?
+static bool lt_plan_found(cublasLtEpilogue_t kind, int m) {
+    for (int i = 0; i < lt_plan_count; i++)
+        if (lt_plans[i].key.epilogue == kind && lt_plans[i].key.m == m && lt_plans[i].found) return true;
+    return false;
+}
+
+// The MLP's second linear layer and the GELU before it, backward, against matmul_backward_cpu
+// then gelu_backward_cpu in fp32. C = 48: the GELU' in cuBLASLt's DGELU epilogue (one
+// rounding of dpre: X_OUT); C = 45: an aux ld that is not a multiple of 8, the two-step
+// fallback, whose product is rounded to floatX before the GELU' kernel rounds again (X_CHAIN).
+static void test_gelu_matmul_backward(int C) {
+    const int N = 74, OC = 37;
+    Vec pre = random_vec(N * C, 3, true), w = random_vec(OC * C, 1, true), dout = random_vec(N * OC, 1, true), inp(N * C);
+    gelu_forward_cpu(inp.data(), pre.data(), inp.size());
+    for (auto& v : inp) v = floatX_round(v);   // the layer's input lives in floatX
+    Vec dpre(N * C), dw = random_vec(OC * C, 1, false), db = random_vec(OC, 1, false);
+    floatX *d_pre = to_dev_x(pre), *d_w = to_dev_x(w), *d_dout = to_dev_x(dout), *d_inp = to_dev_x(inp);
+    floatX* d_dpre = (floatX*)dev_malloc(N * C * sizeof(floatX));
+    float *d_dw = to_dev_f(dw), *d_db = to_dev_f(db);
+    float* d_partials = (float*)dev_malloc(bias_grad_partials(this_build(), N, OC) * sizeof(float));
+    gelu_matmul_backward_cpu(dpre.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), pre.data(), N, C, OC);
+    gelu_matmul_backward(d_dpre, d_dw, d_db, d_partials, d_dout, d_inp, d_w, d_pre, N, C, OC);
+    bool epilogue = lt_plan_found(CUBLASLT_EPILOGUE_DGELU, C);
+    std::string c = " C=" + std::to_string(C) + (epilogue ? " (DGELU epilogue)" : " (GEMM, then GELU')");
+    check(epilogue == (C % 8 == 0), (FLOATX_NAME " gelu_matmul_backward takes cuBLASLt's DGELU exactly when C % 8 == 0" + c).c_str(),
+          "it did%s", epilogue ? "" : " not");
+    compare(("gelu_matmul_backward dpre" + c).c_str(), from_dev_x(d_dpre, N * C), dpre, epilogue ? X_OUT : X_CHAIN);
+    compare(("gelu_matmul_backward dweight (+=)" + c).c_str(), from_dev_f(d_dw, OC * C), dw, FP32_OUT);
+    compare(("gelu_matmul_backward dbias (+=)" + c).c_str(), from_dev_f(d_db, OC), db, FP32_OUT);
+    for (void* p : {(void*)d_pre, (void*)d_w, (void*)d_dout, (void*)d_inp, (void*)d_dpre, (void*)d_dw, (void*)d_db, (void*)d_partials})
+        dev_free(p);
+}
+
+// cuBLASLt's plans are made once per shape and alignment (kernels.cuh's lt_plan): the same
+// call again makes none, and still takes this call's pointers (a second bias and output of
+// the same alignment give their own results, not the first call's); a less aligned input is
+// another plan.
+static void test_cublaslt_plan_cache(void) {
+    const int N = 40, C = 24, OC = 32;
+    Vec x = random_vec(N * C, 1, true), w = random_vec(OC * C, 1, true), b1 = random_vec(OC, 1, true), b2 = random_vec(OC, 1, true);
+    floatX *d_x = to_dev_x(x), *d_w = to_dev_x(w), *d_b1 = to_dev_x(b1), *d_b2 = to_dev_x(b2);
+    floatX *d_out1 = (floatX*)dev_malloc(N * OC * sizeof(floatX)), *d_out2 = (floatX*)dev_malloc(N * OC * sizeof(floatX));
+    Vec want1(N * OC), want2(N * OC);
+    matmul_forward_reference(want1.data(), x.data(), w.data(), b1.data(), N, C, OC);
+    matmul_forward_reference(want2.data(), x.data(), w.data(), b2.data(), N, C, OC);
+    matmul_forward(d_out1, d_x, d_w, d_b1, N, C, OC);
+    long plans = lt_heuristic_calls;
+    matmul_forward(d_out2, d_x, d_w, d_b2, N, C, OC);
+    long again = lt_heuristic_calls - plans;
+    compare("cuBLASLt plan: first call", from_dev_x(d_out1, N * OC), want1, X_OUT);
+    compare("cuBLASLt plan: again, another bias and out", from_dev_x(d_out2, N * OC), want2, X_OUT);
+    check(again == 0, FLOATX_NAME " cuBLASLt plan: the same shape and alignments again runs the heuristic 0 times",
+          "%ld times", again);
+    // one element into a buffer of N C + 8: 2-byte aligned at either end of a guard page, a plan of its own
+    floatX* d_x2 = (floatX*)dev_malloc((N * C + 8) * sizeof(floatX)) + 1;
+    floats_to_dev_floatX(d_x2, x.data(), x.size());
+    plans = lt_heuristic_calls;
+    matmul_forward(d_out2, d_x2, d_w, d_b1, N, C, OC);
+    compare("cuBLASLt plan: a less aligned input", from_dev_x(d_out2, N * OC), want1, X_OUT);
+    check(lt_heuristic_calls - plans == 1, FLOATX_NAME " cuBLASLt plan: a less aligned input makes one new plan",
+          "%ld", lt_heuristic_calls - plans);
+    for (void* p : {(void*)d_x, (void*)d_w, (void*)d_b1, (void*)d_b2, (void*)d_out1, (void*)d_out2, (void*)(d_x2 - 1)}) dev_free(p);
+}
+
 // the cuBLASLt emulation rejects what cuBLASLt rejects (and what we assume it does not take:
 // so these run under the emulation only, not in make test-gpu)
 static void test_cublaslt_checks(void) {
@@ -688,6 +753,9 @@ int main(int argc, char** argv) {
     test_column_sums();
     test_matmul_epilogues(48);
     test_matmul_epilogues(45);
+    test_cublaslt_plan_cache();
+    test_gelu_matmul_backward(48);
+    test_gelu_matmul_backward(45);
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     test_attention(none);
     test_attention(heads_2_to_4_of_5);
