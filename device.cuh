@@ -94,7 +94,8 @@ static void cublas_check_(cublasStatus_t status, const char* file, int line) {
 // HOST_DEVICE marks the few functions both the CPU loops and the CUDA kernels call.
 
 // The GPU build's kernels keep workspaces of their own, outside the model, handed out once by
-// kernels_init: the partial sums of sum_squares (the gradient norm) and cuBLASLt's workspace.
+// kernels_init: the partial sums of sum_squares (the gradient norm), cuBLASLt's workspace and
+// the column sums' counters.
 // Their size is known to both builds, so that either one can plan the GPU build's memory
 // (train.c's --dry-run-build).
 #define SUM_SQUARES_MAX_BLOCKS 1024  // partial sums of sum_squares, combined in order
@@ -105,10 +106,17 @@ static void cublas_check_(cublasStatus_t status, const char* file, int line) {
 #define COLUMN_CHUNK_ROWS 32        // rows of a LayerNorm chunk; the fewest rows of a bias chunk
 #define COLUMN_REDUCE_BLOCKS 1024   // about how many blocks a bias sum launches: several per SM
 #define SUM_SQUARES_PARTIALS_BYTES (SUM_SQUARES_MAX_BLOCKS * sizeof(double))
+// The GPU build's optimizer walks the ZeRO shard in pieces of at most this many elements, one
+// tensor's part each, from a table made once (kernels.cuh's shard_pieces; planned by either build)
+#define SHARD_PIECE 4096
 // 32 MiB: what cuBLAS itself sets aside on Hopper (llm.c's choice too); some algorithms
 // (split-K) need one, and the heuristic only offers those that fit
 #define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
-#define GPU_KERNELS_WORKSPACE_BYTES (SUM_SQUARES_PARTIALS_BYTES + CUBLASLT_WORKSPACE_BYTES)
+// a bias sum's last block per column tile is the one the tile's counter finds (kernels.cuh's
+// block_is_last): one counter per tile of COLUMN_BLOCK columns, for sums up to 262,144 wide
+#define COLUMN_COUNTERS 1024
+#define COLUMN_COUNTERS_BYTES (COLUMN_COUNTERS * sizeof(unsigned int))
+#define GPU_KERNELS_WORKSPACE_BYTES (SUM_SQUARES_PARTIALS_BYTES + CUBLASLT_WORKSPACE_BYTES + COLUMN_COUNTERS_BYTES)
 
 #ifndef __CUDACC__
 typedef float floatX;
@@ -152,6 +160,7 @@ static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t 
 static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
 #define kernels_workspace_bytes ((size_t)0)   // what kernels_init handed out: nothing on the CPU
 static void kernels_init(int local_device) { (void)local_device; }
+static inline void kernels_free(void) {}   // (inline: programs without a trainer never call it)
 #else
 #define BUILD_NAME "GPU"
 #define GPU_BUILD 1

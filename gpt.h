@@ -259,6 +259,7 @@ typedef struct GPT {
     int longest_chunk;                               // layers in the longest recomputed chunk (0: none)
     LayerActivations* recompute_layers;              // [longest_chunk] scratch of the chunk being recomputed
     floatX* logits;                                  // [B*T, vocab_local], last stage, one micro-batch at a time
+    int logits_hold_gradient;                        // the last forward wrote dlogits over them (a backward follows)
     float *ce_max, *ce_local_max, *ce_sums, *losses, *host_losses;
     double* loss_sum;   // last stage: the step's micro-batch mean losses, added on the device
     floatX *dres, *dbuf_a, *dbuf_b;                  // backward scratch, reused layer after layer
@@ -607,7 +608,7 @@ static void layout_arena(GPT* m, Arena* a) {
     if (m->is_last_stage) {
         m->logits = take_floatX(a, N * m->vocab_local);
         m->ce_max = TAKE(a, float, N);
-        m->ce_local_max = TAKE(a, float, N);
+        if (m->tp_size > 1) m->ce_local_max = TAKE(a, float, N);   // a slice's own maxima (head_forward)
         m->ce_sums = TAKE(a, float, 2 * N);
         m->losses = TAKE(a, float, N);
         m->loss_sum = TAKE(a, double, 1);
@@ -789,29 +790,38 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     }
 }
 
-// final LayerNorm, logits with the tied word embedding, and the vocab-parallel softmax
-// statistics; leaves the logits in place for the backward
-static void head_forward(GPT* m, MicroBatchActivations* s) {
-    int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local;
+// final LayerNorm, logits with the tied word embedding, and the vocab-parallel cross-entropy.
+// dloss: the weight of each token's loss in the step's (see gpt_backward); with dloss != 0 a
+// backward follows, and the cross-entropy writes dlogits over the logits in the pass that
+// computes the loss, for head_backward. With 0 the logits stay (generation reads them).
+static void head_forward(GPT* m, MicroBatchActivations* s, float dloss) {
+    int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local, valid = m->vocab_valid_local;
     layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(m, s),
                       param_of(m, m->lnf_w), param_of(m, m->lnf_b), N, C);
     matmul_forward(m->logits, s->lnf, param_of(m, m->wte), NULL, N, C, V);   // f, column-parallel
-    crossentropy_online_stats(m->ce_max, m->ce_local_max, m->ce_sums, m->logits, s->targets, N, V,
-                              m->vocab_valid_local, m->vocab_start);   // the one read of the logits
-    vocab_parallel_max(m->ce_max, N);
-    crossentropy_rescale_sums(m->ce_sums, m->ce_local_max, m->ce_max, N);
-    vocab_parallel_sum(m->ce_sums, 2 * (size_t)N);
-    crossentropy_forward(m->losses, m->ce_max, m->ce_sums, N);
+    if (m->tp_size == 1) {   // whole rows here: statistics, loss and dlogits in one pass a row
+        crossentropy_forward_fused(m->losses, m->logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, valid);
+    } else {
+        crossentropy_online_stats(m->ce_max, m->ce_local_max, m->ce_sums, m->logits, s->targets, N, V, valid,
+                                  m->vocab_start);   // the first read of the logits
+        vocab_parallel_max(m->ce_max, N);
+        crossentropy_rescale_sums(m->ce_sums, m->ce_local_max, m->ce_max, N);
+        vocab_parallel_sum(m->ce_sums, 2 * (size_t)N);
+        crossentropy_forward(m->losses, m->logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, valid,
+                             m->vocab_start);   // the second: the loss, and dlogits
+    }
+    m->logits_hold_gradient = dloss != 0.0f;
 }
 
 // Forward of the micro-batch in `slot` through this stage. The first stage reads the
 // slot's tokens, the others its input (received from the previous stage). The last stage
-// leaves each token's loss in m->losses, on the device.
+// leaves each token's loss in m->losses, on the device. dloss: d(loss)/d(each token's loss)
+// of the backward that follows on the last stage (which its forward prepares), 0 if none.
 static void before_reading_parameters(const GPT* m, int layer) {
     if (m->on_parameters_needed) m->on_parameters_needed(layer);
 }
 
-static void gpt_forward_stage(GPT* m, int slot) {
+static void gpt_forward_stage(GPT* m, int slot, float dloss) {
     MicroBatchActivations* s = &m->slots[slot];
     if (m->is_first_stage) {
         before_reading_parameters(m, -1);
@@ -823,15 +833,16 @@ static void gpt_forward_stage(GPT* m, int slot) {
     }
     if (m->is_last_stage) {
         before_reading_parameters(m, m->cfg.num_layers);   // the final LayerNorm, and the tied copy of the embedding
-        head_forward(m, s);
+        head_forward(m, s, dloss);
     }
 }
 
-// gpt_forward_stage, then on the last stage the mean loss over the micro-batch's tokens read
-// back to the host (else 0): for tests, tools and generation. The training schedule keeps the
-// losses on the device instead (loss_mean_add) and reads them once a step.
+// gpt_forward_stage with no backward to follow, then on the last stage the mean loss over the
+// micro-batch's tokens read back to the host (else 0): for tests, tools and generation. The
+// training schedule keeps the losses on the device instead (loss_mean_add) and reads them once
+// a step.
 static double gpt_forward(GPT* m, int slot) {
-    gpt_forward_stage(m, slot);
+    gpt_forward_stage(m, slot, 0.0f);
     if (!m->is_last_stage) return 0.0;
     int N = m->B * m->T;
     dev_to_host(m->host_losses, m->losses, (size_t)N * sizeof(float));
@@ -846,9 +857,11 @@ static double gpt_forward(GPT* m, int slot) {
 // the gradient of a layer's output when the layer's backward starts, and of its input
 // when it ends.
 
-static void head_backward(GPT* m, MicroBatchActivations* s, float dloss) {
+// the logits hold dlogits already: head_forward wrote them
+static void head_backward(GPT* m, MicroBatchActivations* s) {
     int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local;
-    crossentropy_backward(m->logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, m->vocab_valid_local, m->vocab_start);
+    if (!m->logits_hold_gradient) fail("gpt_backward: the last stage's forward was run without a backward to follow (dloss 0)");
+    m->logits_hold_gradient = 0;
     matmul_backward(m->dbuf_a, grad_of(m, m->wte), NULL, NULL, m->logits, s->lnf, param_of(m, m->wte), N, C, V);
     copy_to_tensor_model_parallel_region_backward(m->dbuf_a, (size_t)N * C);   // f
     dev_zero(m->dres, (size_t)N * C * sizeof(floatX));
@@ -863,9 +876,9 @@ static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
     LayerActivations* L = &s->layers[i];
     floatX *da = m->dbuf_a, *db = m->dbuf_b;
     // MLP
-    matmul_backward(da, grad_of(m, t->fcproj_w), grad_of(m, t->fcproj_b), m->column_partials, m->dres, L->fch_gelu,
-                    param_of(m, t->fcproj_w), N, Fl, C);
-    gelu_backward(da, L->fch, da, (size_t)N * Fl);
+    // fcproj and the GELU before it: da = the gradient at fch
+    gelu_matmul_backward(da, grad_of(m, t->fcproj_w), grad_of(m, t->fcproj_b), m->column_partials, m->dres,
+                         L->fch_gelu, param_of(m, t->fcproj_w), L->fch, N, Fl, C);
     matmul_backward(db, grad_of(m, t->fc_w), grad_of(m, t->fc_b), m->column_partials, da, L->ln2, param_of(m, t->fc_w),
                     N, C, Fl);
     copy_to_tensor_model_parallel_region_backward(db, (size_t)N * C);   // f
@@ -898,9 +911,10 @@ static void embedding_backward(GPT* m, MicroBatchActivations* s) {
 }
 
 // Backward of the micro-batch in `slot`, right after its forward on the last stage (the
-// logits are shared by all slots). On other stages m->dres must hold the gradient of the
-// stage's output (received from the next stage); afterwards it holds the gradient of the
-// stage's input (to send to the previous stage). dloss is d(loss)/d(each token's loss).
+// logits are shared by all slots), whose dloss (d(loss)/d(each token's loss): 1 / the step's
+// tokens, times fp16's loss scale) has already gone into the dlogits that forward wrote. On
+// other stages m->dres must hold the gradient of the stage's output (received from the next
+// stage); afterwards it holds the gradient of the stage's input (to send to the previous stage).
 // Reaching the last layer of a recomputed chunk, the chunk's forward runs again from the
 // chunk's input, which the slot kept, and refills the scratch (its tensor-parallel all-reduces
 // run again too). It also writes the chunk's output again, where the forward put it: the same
@@ -909,10 +923,10 @@ static void after_final_gradients(const GPT* m, int layer) {
     if (m->on_gradients_final) m->on_gradients_final(layer);
 }
 
-static void gpt_backward(GPT* m, int slot, float dloss) {
+static void gpt_backward(GPT* m, int slot) {
     MicroBatchActivations* s = &m->slots[slot];
     if (m->is_last_stage) {
-        head_backward(m, s, dloss);
+        head_backward(m, s);
         after_final_gradients(m, m->cfg.num_layers);
     }
     for (int i = m->num_local_layers - 1; i >= 0; i--) {

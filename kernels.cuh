@@ -23,7 +23,9 @@ Conventions every kernel keeps:
   - Elementwise and row kernels move floatX in 128-bit packs of 8 (x128, load_pack/store_pack)
     where a pack is whole and 16-byte aligned, one element at a time where not, so they take
     any size and any pointer. The linear layers' forward runs through cuBLASLt with the bias
-    (and the MLP's GELU) in the GEMM's epilogue; the rest of the GEMMs through cuBLAS.
+    (and the MLP's GELU) in the GEMM's epilogue, and the GELU's backward in the epilogue of
+    the GEMM before it (each shape's cuBLASLt plan made once); the rest of the GEMMs through
+    cuBLAS.
   - CUDA kernels are plain `__global__ void` functions (the fused attention's are templates
     on the head size), launched only through LAUNCH() (1-D grids, a fixed block size per
     op); shared memory and warp shuffles appear only in the reduction helpers and the fused
@@ -66,6 +68,7 @@ static cublasHandle_t cublas_handle;
 static cublasLtHandle_t cublaslt_handle;   // the linear layers' forward (epilogues: bias, GELU)
 static void* cublaslt_workspace;           // CUBLASLT_WORKSPACE_BYTES, allocated once
 static double* sum_squares_partials;  // [SUM_SQUARES_MAX_BLOCKS], allocated once
+static unsigned int* column_counters; // [COLUMN_COUNTERS], zero between the launches that use them
 static size_t kernels_workspace_bytes = 0;   // what kernels_init handed out through dev_malloc
 
 static void kernels_init(int local_device) {
@@ -82,8 +85,11 @@ static void kernels_init(int local_device) {
     size_t before = dev_bytes_allocated;
     sum_squares_partials = (double*)dev_malloc(SUM_SQUARES_PARTIALS_BYTES);
     cublaslt_workspace = dev_malloc(CUBLASLT_WORKSPACE_BYTES);
+    column_counters = (unsigned int*)dev_malloc(COLUMN_COUNTERS_BYTES);
+    dev_zero(column_counters, COLUMN_COUNTERS_BYTES);
     kernels_workspace_bytes = dev_bytes_allocated - before;
 }
+// (kernels_free, which undoes it at exit, follows the linear layers: it frees their cuBLASLt plans too)
 
 // ----------------------------------------------------------------------------
 // reduction helpers: the only code that touches warp shuffles and shared memory
@@ -108,9 +114,50 @@ __device__ float* block_row_stats(void) {
     return stats;
 }
 
+// Is this block the last of `blocks` to finish a piece of work they share? `counter` counts
+// the blocks done (0 before the first): the last one gets true in every thread, and puts the
+// counter back to 0 for the next launch. Each thread's writes before the call are visible to
+// the last block after it (the fence orders them before the count, CUDA's threadFenceReduction
+// sample's way). All threads of the block must call it, once.
+__device__ bool block_is_last(unsigned int* counter, unsigned int blocks) {
+    __shared__ unsigned int done_before;
+    __threadfence();
+    __syncthreads();   // every thread's writes are fenced before the block is counted
+    if (threadIdx.x == 0) {
+        done_before = atomicAdd(counter, 1u);
+        if (done_before == blocks - 1) *counter = 0;   // every block has counted: nobody reads it again
+    }
+    __syncthreads();
+    return done_before == blocks - 1;
+}
+
 __device__ double warp_reduce_sum_double(double val) {
     for (int offset = 16; offset > 0; offset /= 2) val += __shfl_xor_sync(0xffffffffu, val, offset);
     return val;
+}
+
+// Max and sum over the whole block, in a fixed order (the same bits every run); every thread
+// gets the result. All threads must call them.
+__device__ float block_reduce_max(float val) {
+    __shared__ float warp_maxima[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    val = warp_reduce_max(val);
+    __syncthreads();  // an earlier call's readers are done with warp_maxima
+    if (lane == 0) warp_maxima[warp] = val;
+    __syncthreads();
+    val = lane < warps ? warp_maxima[lane] : -INFINITY;
+    return warp_reduce_max(val);
+}
+
+__device__ float block_reduce_sum(float val) {
+    __shared__ float warp_sums[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    val = warp_reduce_sum(val);
+    __syncthreads();
+    if (lane == 0) warp_sums[warp] = val;
+    __syncthreads();
+    val = lane < warps ? warp_sums[lane] : 0.0f;
+    return warp_reduce_sum(val);
 }
 
 // Sum over the whole block; every thread gets the total. All threads must call it.
@@ -327,11 +374,14 @@ static void residual_forward(floatX* out, const floatX* a, const floatX* b, size
 // ----------------------------------------------------------------------------
 // column reductions: the sums over rows that bias and LayerNorm parameter gradients need
 // On the GPU the rows are cut into chunks, fixed by the shapes alone (never by the device, so
-// the result is the same everywhere): a first kernel writes one fp32 partial sum per chunk and
-// column into a workspace, [chunks, columns]; a second adds each column's partials in chunk
-// order (0, 1, 2, ...) into the gradient. Each sum is then a fixed sequence of fp32 adds,
-// whatever order the blocks run in: two runs give the same bits. The CPU build sums straight
-// into the gradient and needs no workspace.
+// the result is the same everywhere): each block writes one fp32 partial sum per chunk and
+// column into a workspace, [chunks, columns], and each column's partials are then added in
+// chunk order (0, 1, 2, ...) into the gradient: for a bias by the last block to finish the
+// column's tile, in the same launch (column_sums_kernel); for LayerNorm, whose blocks each hold
+// all the columns of their rows (so one block would be left adding up every column), by a
+// second kernel, column_partials_add. Each sum is then a fixed sequence of fp32 adds, whatever
+// order the blocks run in: two runs give the same bits. The CPU build sums straight into the
+// gradient and needs no workspace.
 
 HOST_DEVICE static inline int min_int(int a, int b) { return a < b ? a : b; }
 
@@ -516,10 +566,12 @@ __global__ void residual_layernorm_forward_kernel(floatX* residual, floatX* out,
 
 // Block k takes the chunk of rows [32k, 32k + 32) (COLUMN_CHUNK_ROWS) in two steps:
 //   1. each warp some of its rows: mean(g) and mean(g xhat), g = dout * weight, into shared memory;
-//   2. each thread some columns, down the chunk's rows in order: dinp += rstd * (g - mean(g) -
-//      xhat * mean(g xhat)), and the chunk's partial sums of dweight (dout xhat) and dbias (dout),
-//      written to partials [2, chunks, C] for column_partials_add.
+//   2. each thread a pack of X128 columns, down the chunk's rows in order: dinp += rstd * (g -
+//      mean(g) - xhat * mean(g xhat)), and the chunk's partial sums of dweight (dout xhat) and
+//      dbias (dout), written to partials [2, chunks, C] for column_partials_add.
 // Step 2 reads again the rows step 1 read, from the cache: dout and inp come from memory once.
+// Both steps move floatX in 128-bit packs (load_pack: element by element where a row's pack is
+// not whole and aligned, e.g. an odd C), the forward kernels' way.
 __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
                                           const floatX* weight, const float* mean, const float* rstd,
                                           int N, int C) {
@@ -532,10 +584,14 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const f
         const floatX* x = inp + (size_t)(n0 + r) * C;
         const floatX* d = dout + (size_t)(n0 + r) * C;
         float m = mean[n0 + r], s = rstd[n0 + r], g_sum = 0.0f, gx_sum = 0.0f;
-        for (int c = lane; c < C; c += 32) {
-            float g = floatX_to_float(d[c]) * floatX_to_float(weight[c]);
-            g_sum += g;
-            gx_sum += g * ((floatX_to_float(x[c]) - m) * s);
+        for (int c = lane * X128; c < C; c += 32 * X128) {
+            int count = C - c < X128 ? C - c : X128;
+            x128 pd = load_pack(d + c, count), px = load_pack(x + c, count), pw = load_pack(weight + c, count);
+            for (int k = 0; k < count; k++) {
+                float g = floatX_to_float(pd.e[k]) * floatX_to_float(pw.e[k]);
+                g_sum += g;
+                gx_sum += g * ((floatX_to_float(px.e[k]) - m) * s);
+            }
         }
         g_sum = warp_reduce_sum(g_sum);
         gx_sum = warp_reduce_sum(gx_sum);
@@ -548,18 +604,26 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const f
     }
     __syncthreads();
     int chunks = gridDim.x;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float w = floatX_to_float(weight[c]), dw = 0.0f, db = 0.0f;
+    for (int c = threadIdx.x * X128; c < C; c += blockDim.x * X128) {
+        int count = C - c < X128 ? C - c : X128;   // the pack's missing elements are 0, and not stored
+        x128 pw = load_pack(weight + c, count);
+        float dw[X128] = {0.0f}, db[X128] = {0.0f};
         for (int r = 0; r < rows; r++) {
             size_t i = (size_t)(n0 + r) * C + c;
-            float d = floatX_to_float(dout[i]);
-            float xhat = (floatX_to_float(inp[i]) - row_mean[r]) * row_rstd[r];
-            dinp[i] = to_floatX(floatX_to_float(dinp[i]) + row_rstd[r] * (d * w - g_mean[r] - xhat * gx_mean[r]));
-            dw += d * xhat;
-            db += d;
+            x128 pd = load_pack(dout + i, count), px = load_pack(inp + i, count), pi = load_pack(dinp + i, count), po;
+            for (int k = 0; k < X128; k++) {
+                float d = floatX_to_float(pd.e[k]), xhat = (floatX_to_float(px.e[k]) - row_mean[r]) * row_rstd[r];
+                float g = d * floatX_to_float(pw.e[k]);
+                po.e[k] = to_floatX(floatX_to_float(pi.e[k]) + row_rstd[r] * (g - g_mean[r] - xhat * gx_mean[r]));
+                dw[k] += d * xhat;
+                db[k] += d;
+            }
+            store_pack(dinp + i, po, count);
         }
-        partials[(size_t)blockIdx.x * C + c] = dw;
-        partials[(size_t)(chunks + blockIdx.x) * C + c] = db;
+        for (int k = 0; k < count; k++) {
+            partials[(size_t)blockIdx.x * C + c + k] = dw[k];
+            partials[(size_t)(chunks + blockIdx.x) * C + c + k] = db[k];
+        }
     }
 }
 
@@ -693,29 +757,40 @@ __global__ void fill_rows_kernel(floatX* out, const floatX* bias, int N, int OC)
     for (int o = lane; o < OC; o += 32) out[(size_t)n * OC + o] = bias[o];
 }
 
-// bias gradient, first step: block b sums chunk k = b / tiles of the rows, columns
-// [j * COLUMN_BLOCK, (j + 1) * COLUMN_BLOCK) with j = b % tiles, into partials[k, :]. Thread t
-// takes column j * COLUMN_BLOCK + t down the chunk's rows in order, so the block reads
-// COLUMN_BLOCK adjacent elements of a row at a time.
-__global__ void column_sums_partial_kernel(float* partials, const floatX* x, int N, int OC, int chunk_rows) {
-    int tiles = CEIL_DIV(OC, COLUMN_BLOCK);
-    int k = blockIdx.x / tiles, o = (blockIdx.x % tiles) * COLUMN_BLOCK + threadIdx.x;
-    if (o >= OC) return;
-    int n0 = k * chunk_rows, n1 = min_int(n0 + chunk_rows, N);
-    float sum = 0.0f;
-    for (int n = n0; n < n1; n++) sum += floatX_to_float(x[(size_t)n * OC + o]);
-    partials[(size_t)k * OC + o] = sum;
+// Bias gradient, one launch: block b sums chunk k = b / tiles of the rows, columns [j *
+// COLUMN_BLOCK, (j + 1) * COLUMN_BLOCK) with j = b % tiles, into partials[k, :]. Thread t takes
+// column j * COLUMN_BLOCK + t down the chunk's rows in order, so the block reads COLUMN_BLOCK
+// adjacent elements of a row at a time. The block that finishes tile j last then adds the
+// tile's partials in chunk order into out: every sum is a fixed sequence of fp32 adds whatever
+// order the blocks ran in, as column_partials_add's, without its launch (a latency-bound one:
+// a thread per column, each adding up `chunks` partials). The last block reads the partials
+// through a volatile pointer: from L2, where the other blocks' writes are, never a stale L1 line.
+__global__ void column_sums_kernel(float* out, float* partials, unsigned int* counters, const floatX* x, int N,
+                                   int OC, int chunk_rows) {
+    int tiles = CEIL_DIV(OC, COLUMN_BLOCK), chunks = gridDim.x / tiles;
+    int k = blockIdx.x / tiles, j = blockIdx.x % tiles, o = j * COLUMN_BLOCK + threadIdx.x;
+    if (o < OC) {
+        int n0 = k * chunk_rows, n1 = min_int(n0 + chunk_rows, N);
+        float sum = 0.0f;
+        for (int n = n0; n < n1; n++) sum += floatX_to_float(x[(size_t)n * OC + o]);
+        partials[(size_t)k * OC + o] = sum;
+    }
+    if (!block_is_last(&counters[j], chunks) || o >= OC) return;
+    const volatile float* p = partials + o;
+    float total = 0.0f;
+    for (int c = 0; c < chunks; c++) total += p[(size_t)c * OC];
+    out[o] += total;
 }
 
 // out[o] += the column sums of x[N, OC], through `chunks` partial sums a column (at least
 // chunks * OC floats of workspace); the model takes bias_grad_chunks(N, OC), tests others
 static void column_sums_add_chunks(float* out, float* partials, const floatX* x, int N, int OC, int chunks) {
     if (N <= 0 || OC <= 0) return;
-    int chunk_rows = CEIL_DIV(N, chunks);
+    int chunk_rows = CEIL_DIV(N, chunks), tiles = CEIL_DIV(OC, COLUMN_BLOCK);
     chunks = CEIL_DIV(N, chunk_rows);   // none empty
-    LAUNCH(column_sums_partial_kernel, (size_t)chunks * CEIL_DIV(OC, COLUMN_BLOCK), COLUMN_BLOCK, 0,
-           partials, x, N, OC, chunk_rows);
-    column_partials_add(out, NULL, partials, chunks, OC);
+    if (tiles > COLUMN_COUNTERS) fail("column sums over %d columns: more than the %d tiles of %d there are counters for",
+                                      OC, COLUMN_COUNTERS, COLUMN_BLOCK);
+    LAUNCH(column_sums_kernel, (size_t)chunks * tiles, COLUMN_BLOCK, 0, out, partials, column_counters, x, N, OC, chunk_rows);
 }
 
 static void column_sums_add(float* out, float* partials, const floatX* x, int N, int OC) {
@@ -740,63 +815,142 @@ static uint32_t alignment_of(const void* p) {
     return a;
 }
 
-// out = inp @ weight^T through cuBLASLt, the rest done by the GEMM's epilogue on the fp32
-// result before it is rounded to floatX:
-//   pre_gelu NULL:  out = x + bias                       (CUBLASLT_EPILOGUE_BIAS; DEFAULT without a bias)
-//   pre_gelu given: pre_gelu = x + bias, out = GELU(x + bias)   (CUBLASLT_EPILOGUE_GELU_AUX_BIAS; GELU_AUX)
-// cuBLASLt's GELU is the tanh approximation, as ours. The product is laid out as in gemm():
-// out^T [OC, N] = W [OC, C] @ inp^T [C, N]; weight a [C, OC] array taken transposed, inp a
-// [C, N] array, out (and pre_gelu) [OC, N] arrays. False, having done nothing, when the
-// heuristic offers no algorithm (e.g. for matrices only 2-byte aligned): the caller then
-// takes the cuBLAS path.
-static bool matmul_cublaslt(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
-                            const floatX* bias, int N, int C, int OC) {
-    cublasLtEpilogue_t epilogue = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                                           : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
-    cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+// ---- cuBLASLt: a product with an epilogue, its descriptors and algorithm cached per shape
+// cuBLASLt applies the epilogue to the fp32 result, before the one rounding to D's type:
+//   DEFAULT                  D = product
+//   BIAS                     D = product + bias            (bias: floatX, one per row of D)
+//   GELU_AUX, GELU_AUX_BIAS  aux = product (+ bias), D = GELU(aux)
+//   DGELU                    D = product * GELU'(aux)      (aux read: what GELU_AUX wrote)
+// aux has D's shape and type, with leading dimension m (cuBLASLt: a multiple of 8).
+typedef struct {
+    cublasLtEpilogue_t kind;
+    const void* bias;   // NULL where the epilogue takes none
+    const void* aux;    // written by GELU_AUX*, read by DGELU; NULL where the epilogue takes none
+} LtEpilogue;
+
+// What a cached plan is for: everything cuBLASLt's heuristic sees. The alignments are part of
+// it because the heuristic only offers algorithms that can take the pointers it was shown
+// (the bias and aux pointers' too: it reads their alignment from the descriptor).
+typedef struct {
+    int transa, transb, m, n, k, lda, ldb, ldd, epilogue;
+    uint32_t align_a, align_b, align_d, align_bias, align_aux;
+} LtKey;
+
+typedef struct {
+    LtKey key;
     cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    if (bias != NULL) {
-        cudaDataType_t bias_type = CUDA_R_FLOATX;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    }
-    if (pre_gelu != NULL) {
-        int64_t aux_ld = OC;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_gelu, sizeof pre_gelu));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
-    }
     cublasLtMatrixLayout_t a, b, d;   // the arrays as stored: type, rows, columns, ld
-    cublasCheck(cublasLtMatrixLayoutCreate(&a, CUDA_R_FLOATX, C, OC, C));
-    cublasCheck(cublasLtMatrixLayoutCreate(&b, CUDA_R_FLOATX, C, N, C));
-    cublasCheck(cublasLtMatrixLayoutCreate(&d, CUDA_R_FLOATX, OC, N, OC));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found;                        // 0: cuBLASLt offered no algorithm (the caller takes cuBLAS)
+} LtPlan;
+
+// The plans made so far, looked up by key: a micro-batch makes about 50 cuBLASLt calls of a
+// few dozen shapes (the alignments of each layer's tensors in the flat buffer may differ), so
+// the table fills in the first micro-batch and a linear search finds each plan after that.
+// Grown with realloc; freed by kernels_free.
+static LtPlan* lt_plans;
+static int lt_plan_count, lt_plan_capacity;
+static long lt_heuristic_calls;   // plans made: tests check that a repeated call makes none
+
+static LtPlan* lt_plan_create(const LtKey* key, const LtEpilogue* e) {
+    if (lt_plan_count == lt_plan_capacity) {
+        lt_plan_capacity = lt_plan_capacity ? 2 * lt_plan_capacity : 64;
+        lt_plans = (LtPlan*)reallocCheck(lt_plans, lt_plan_capacity * sizeof(LtPlan));
+    }
+    LtPlan* p = &lt_plans[lt_plan_count++];
+    memset(p, 0, sizeof(*p));
+    p->key = *key;
+    cublasOperation_t transa = (cublasOperation_t)key->transa, transb = (cublasOperation_t)key->transb;
+    cublasLtEpilogue_t epilogue = e->kind;
+    cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (e->bias != NULL) {
+        cudaDataType_t bias_type = CUDA_R_FLOATX;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e->bias, sizeof e->bias));
+    }
+    if (e->aux != NULL) {
+        int64_t aux_ld = key->m;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux, sizeof e->aux));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+    }
+    int a_rows = transa == CUBLAS_OP_N ? key->m : key->k, b_rows = transb == CUBLAS_OP_N ? key->k : key->n;
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_FLOATX, a_rows, key->m + key->k - a_rows, key->lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_FLOATX, b_rows, key->k + key->n - b_rows, key->ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_FLOATX, key->m, key->n, key->ldd));
     cublasLtMatmulPreference_t pref;
     uint64_t workspace = CUBLASLT_WORKSPACE_BYTES;
-    uint32_t align_a = alignment_of(weight), align_b = alignment_of(inp), align_d = alignment_of(out);
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
-    cublasLtMatmulHeuristicResult_t heuristic;
-    int found = 0;
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, a, b, d, d, pref, 1, &heuristic, &found);
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;   // how cuBLASLt says it has no algorithm
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key->align_a, sizeof key->align_a));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key->align_b, sizeof key->align_b));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key->align_d, sizeof key->align_d));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key->align_d, sizeof key->align_d));
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, p->desc, p->a, p->b, p->d, p->d, pref, 1,
+                                                           &p->heuristic, &p->found);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) p->found = 0;   // how cuBLASLt says it has no algorithm
     else cublasCheck(status);
-    const float alpha = 1.0f, beta = 0.0f;
-    if (found > 0)
-        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, weight, a, inp, b, &beta, out, d, out, d,
-                                   &heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    cublasCheck(cublasLtMatrixLayoutDestroy(d));
-    cublasCheck(cublasLtMatrixLayoutDestroy(b));
-    cublasCheck(cublasLtMatrixLayoutDestroy(a));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-    return found > 0;
+    lt_heuristic_calls++;
+    return p;
+}
+
+static LtPlan* lt_plan(const LtKey* key, const LtEpilogue* e) {
+    for (int i = 0; i < lt_plan_count; i++)
+        if (memcmp(&lt_plans[i].key, key, sizeof *key) == 0) return &lt_plans[i];
+    return lt_plan_create(key, e);
+}
+
+static void lt_plans_free(void) {
+    for (int i = 0; i < lt_plan_count; i++) {
+        cublasCheck(cublasLtMatrixLayoutDestroy(lt_plans[i].d));
+        cublasCheck(cublasLtMatrixLayoutDestroy(lt_plans[i].b));
+        cublasCheck(cublasLtMatrixLayoutDestroy(lt_plans[i].a));
+        cublasCheck(cublasLtMatmulDescDestroy(lt_plans[i].desc));
+    }
+    free(lt_plans);
+    lt_plans = NULL;
+    lt_plan_count = lt_plan_capacity = 0;
+}
+
+// D = op(A) op(B), then the epilogue, laid out as in gemm() (column-major, D [m, n] with ld
+// ldd, floatX throughout). False, having done nothing, when cuBLASLt has no algorithm for it
+// (e.g. for matrices only 2-byte aligned): the caller then takes the cuBLAS path.
+static bool gemm_lt(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const floatX* A,
+                    int lda, const floatX* B, int ldb, floatX* D, int ldd, LtEpilogue e) {
+    LtKey key;
+    memset(&key, 0, sizeof key);   // the padding too: keys are compared with memcmp
+    key.transa = transa, key.transb = transb, key.m = m, key.n = n, key.k = k;
+    key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epilogue = e.kind;
+    key.align_a = alignment_of(A), key.align_b = alignment_of(B), key.align_d = alignment_of(D);
+    key.align_bias = e.bias ? alignment_of(e.bias) : 0, key.align_aux = e.aux ? alignment_of(e.aux) : 0;
+    LtPlan* p = lt_plan(&key, &e);
+    if (!p->found) return false;
+    // this call's pointers (the plan may have been made for others of the same alignment)
+    if (e.bias != NULL)
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof e.bias));
+    if (e.aux != NULL)
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasCheck(cublasLtMatmul(cublaslt_handle, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d,
+                               &p->heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));
+    return true;
+}
+
+// out = inp @ weight^T through cuBLASLt, the rest done by the GEMM's epilogue:
+//   pre_gelu NULL:  out = x + bias                       (BIAS; DEFAULT without a bias)
+//   pre_gelu given: pre_gelu = x + bias, out = GELU(x + bias)   (GELU_AUX_BIAS; GELU_AUX)
+// cuBLASLt's GELU is the tanh approximation, as ours. The product is laid out as in gemm():
+// out^T [OC, N] = W [OC, C] @ inp^T [C, N]; weight a [C, OC] array taken transposed, inp a
+// [C, N] array, out (and pre_gelu) [OC, N] arrays. False when cuBLASLt has no algorithm.
+static bool matmul_cublaslt(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
+                            const floatX* bias, int N, int C, int OC) {
+    cublasLtEpilogue_t kind = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                       : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+    LtEpilogue e = {kind, bias, pre_gelu};
+    return gemm_lt(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, e);
 }
 
 // The bias goes in cuBLASLt's epilogue (no extra pass over out) when the epilogue can read it:
@@ -817,18 +971,37 @@ static void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, CUDA_R_FLOATX, OC);
 }
 
+// dinp = dout @ W:  dinp^T [C, N] = W^T [C, OC] @ dout^T [OC, N]. Column-major, weight is
+// already W^T as a [C, OC] array (op = N, lda = C); dout is a [OC, N] array (op = N, ldb =
+// OC); dinp is [C, N] (ldc = C).
+static void matmul_backward_dinp(floatX* dinp, const floatX* dout, const floatX* weight, int N, int C, int OC) {
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 0.0f, dinp, CUDA_R_FLOATX, C);
+}
+
+// dweight += dout^T @ inp:  dweight^T [C, OC] = inp^T [C, N] @ dout [N, OC]. inp is a [C, N]
+// array (op = N, lda = C); dout is a [OC, N] array, op = T gives [N, OC] (ldb = OC); dweight
+// is an fp32 [C, OC] array (ldc = C), beta = 1 accumulates. Then dbias += dout's column sums.
+static void matmul_backward_params(float* dweight, float* dbias, float* partials, const floatX* dout,
+                                   const floatX* inp, int N, int C, int OC) {
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C);
+    if (dbias != NULL) column_sums_add(dbias, partials, dout, N, OC);
+}
+
 // partials: bias_grad_partials(N, OC) floats of workspace (none needed without dbias)
 static void matmul_backward(floatX* dinp, float* dweight, float* dbias, float* partials, const floatX* dout,
                             const floatX* inp, const floatX* weight, int N, int C, int OC) {
-    // dinp = dout @ W:  dinp^T [C, N] = W^T [C, OC] @ dout^T [OC, N]. Column-major, weight
-    // is already W^T as a [C, OC] array (op = N, lda = C); dout is a [OC, N] array (op = N,
-    // ldb = OC); dinp is [C, N] (ldc = C).
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 0.0f, dinp, CUDA_R_FLOATX, C);
-    // dweight += dout^T @ inp:  dweight^T [C, OC] = inp^T [C, N] @ dout [N, OC]. inp is a
-    // [C, N] array (op = N, lda = C); dout is a [OC, N] array, op = T gives [N, OC]
-    // (ldb = OC); dweight is an fp32 [C, OC] array (ldc = C), beta = 1 accumulates.
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C);
-    if (dbias != NULL) column_sums_add(dbias, partials, dout, N, OC);
+    matmul_backward_dinp(dinp, dout, weight, N, C, OC);
+    matmul_backward_params(dweight, dbias, partials, dout, inp, N, C, OC);
+}
+
+// kernels_init's counterpart, at exit: the cuBLASLt plans, the handles, the workspaces
+static void kernels_free(void) {
+    lt_plans_free();
+    cublasCheck(cublasLtDestroy(cublaslt_handle));
+    cublasCheck(cublasDestroy(cublas_handle));
+    dev_free(cublaslt_workspace);
+    dev_free(sum_squares_partials);
+    dev_free(column_counters);
 }
 #else
 #define matmul_forward matmul_forward_cpu
@@ -1834,9 +2007,11 @@ static void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, s
 #endif
 
 // ----------------------------------------------------------------------------
-// the MLP's first linear layer and its GELU: pre_gelu = inp @ weight^T + bias (kept for the
+// the MLP's GELU and the linear layers on either side of it
+// Forward, the first linear layer and its GELU: pre_gelu = inp @ weight^T + bias (kept for the
 // backward), out = GELU(pre_gelu). On the GPU one cuBLASLt call writes both (the GELU in the
-// GEMM's epilogue) instead of a GEMM, then a GELU kernel reading pre_gelu back.
+// GEMM's epilogue) instead of a GEMM, then a GELU kernel reading pre_gelu back. Backward, the
+// second linear layer and the GELU before it, gelu_matmul_backward: below.
 
 static void matmul_gelu_forward_cpu(float* out, float* pre_gelu, const float* inp, const float* weight,
                                     const float* bias, int N, int C, int OC) {
@@ -1861,17 +2036,55 @@ static void matmul_gelu_forward(floatX* out, floatX* pre_gelu, const floatX* inp
 #define matmul_gelu_forward matmul_gelu_forward_cpu
 #endif
 
+// The backward of out = GELU(pre_gelu) @ weight^T + bias: the MLP's second linear layer and the
+// GELU before it. dpre = (dout @ weight) * GELU'(pre_gelu), the gradient at the GELU's input;
+// dweight and dbias as matmul_backward's, inp being the layer's input GELU(pre_gelu). On the
+// GPU cuBLASLt multiplies by GELU' in the epilogue of the GEMM that computes dout @ weight
+// (CUBLASLT_EPILOGUE_DGELU, pre_gelu its aux input) instead of a GELU-backward kernel reading
+// pre_gelu and that product back, and writing the product again.
+static void gelu_matmul_backward_cpu(float* dpre, float* dweight, float* dbias, const float* dout, const float* inp,
+                                     const float* weight, const float* pre_gelu, int N, int C, int OC) {
+    matmul_backward_cpu(dpre, dweight, dbias, dout, inp, weight, N, C, OC);
+    gelu_backward_cpu(dpre, pre_gelu, dpre, (size_t)N * C);
+}
+
+#ifdef __CUDACC__
+// The epilogue applies GELU' to the fp32 product, which the two steps round to floatX first:
+// one rounding less. pre_gelu as an aux input: the rules matmul_gelu_forward's aux output
+// keeps (C a multiple of 8, 16-byte aligned); otherwise, or with no algorithm for it, the two
+// steps of the reference.
+static void gelu_matmul_backward(floatX* dpre, float* dweight, float* dbias, float* partials, const floatX* dout,
+                                 const floatX* inp, const floatX* weight, const floatX* pre_gelu, int N, int C, int OC) {
+    LtEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, pre_gelu};
+    // laid out as matmul_backward_dinp's product
+    if (!(C % 8 == 0 && (uintptr_t)pre_gelu % 16 == 0 &&
+          gemm_lt(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dpre, C, dgelu))) {
+        matmul_backward_dinp(dpre, dout, weight, N, C, OC);
+        gelu_backward(dpre, pre_gelu, dpre, (size_t)N * C);
+    }
+    matmul_backward_params(dweight, dbias, partials, dout, inp, N, C, OC);
+}
+#else
+#define gelu_matmul_backward(dpre, dweight, dbias, partials, ...) gelu_matmul_backward_cpu(dpre, dweight, dbias, __VA_ARGS__)
+#endif
+
 // ----------------------------------------------------------------------------
 // cross-entropy fused with the softmax, vocab-parallel (Megatron, Shoeybi et al. 2019 §3)
 // Each rank holds the logits of V columns, of which the first `valid` are real vocabulary
 // (the rest is padding: masked out of the softmax, zero gradient). A row's loss needs the
-// maximum, the sum of exponentials and the target's logit over the whole vocabulary. The
-// forward reads the logits once: each rank finds its own maximum and the sum of exp relative
-// to it in one pass, the online softmax normalizer (Milakov & Gimelshein 2018): when a larger
-// value m' turns up, the sum so far is rescaled by exp(m - m'). Between the ranks:
+// maximum, the sum of exponentials and the target's logit over the whole vocabulary. Each
+// rank finds its own maximum and the sum of exp relative to it in one pass, the online
+// softmax normalizer (Milakov & Gimelshein 2018): when a larger value m' turns up, the sum so
+// far is rescaled by exp(m - m'). Between the ranks:
 //   online_stats -> all-reduce(max) -> rescale_sums (to the global max) -> all-reduce(sum)
-//   -> forward (the loss) / backward (one more pass: dlogits).
-// The softmax itself is never stored: the backward writes dlogits over the logits.
+//   -> forward: the loss, and in the same pass dlogits when a backward follows.
+// The gradient, dloss (softmax - onehot), is known as soon as the maximum and the sum are, so
+// the forward writes it over the logits (llm.c's fused classifier): the backward finds it
+// there instead of reading the logits once more. dloss is the weight of each token's loss in
+// the step's loss (1 / the step's tokens, times fp16's loss scale); 0 means that no backward
+// follows (evaluation, generation: they may read the logits afterwards), and the logits stay.
+// With the whole vocabulary on one rank (no tensor parallelism) nothing is waited for between
+// the statistics and the loss: crossentropy_forward_fused does all of it, a row at a time.
 
 // one value into a running (max, sum of exp(x - max)) pair
 HOST_DEVICE static inline void online_softmax_add(float* max, float* sum, float x) {
@@ -1911,11 +2124,6 @@ static void crossentropy_rescale_sums_cpu(float* sums, const float* local_max, c
     for (int n = 0; n < N; n++) sums[n] = rescaled_sum(sums[n], local_max[n], row_max[n]);
 }
 
-// loss = log(sum exp(l - max)) + max - l[target]
-static void crossentropy_forward_cpu(float* losses, const float* row_max, const float* sums, int N) {
-    for (int n = 0; n < N; n++) losses[n] = logf(sums[n]) + row_max[n] - sums[N + n];
-}
-
 // dlogits = dloss * (softmax - onehot(target)), written over the logits
 static void crossentropy_backward_cpu(float* logits, const float* row_max, const float* sums,
                                       const int* targets, float dloss, int N, int V, int valid, int vocab_start) {
@@ -1931,11 +2139,27 @@ static void crossentropy_backward_cpu(float* logits, const float* row_max, const
     }
 }
 
+// loss = log(sum exp(l - max)) + max - l[target]; then, when a backward follows (dloss != 0),
+// dlogits over the logits (crossentropy_backward_cpu)
+static void crossentropy_forward_cpu(float* losses, float* logits, const float* row_max, const float* sums,
+                                     const int* targets, float dloss, int N, int V, int valid, int vocab_start) {
+    for (int n = 0; n < N; n++) losses[n] = logf(sums[n]) + row_max[n] - sums[N + n];
+    if (dloss != 0.0f) crossentropy_backward_cpu(logits, row_max, sums, targets, dloss, N, V, valid, vocab_start);
+}
+
+// the whole vocabulary on this rank (vocab_start 0, no all-reduce between): the statistics,
+// then the forward; row_max and sums are filled as by the two
+static void crossentropy_forward_fused_cpu(float* losses, float* logits, float* row_max, float* sums,
+                                           const int* targets, float dloss, int N, int V, int valid) {
+    crossentropy_online_stats_cpu(row_max, row_max, sums, logits, targets, N, V, valid, 0);
+    crossentropy_forward_cpu(losses, logits, row_max, sums, targets, dloss, N, V, valid, 0);
+}
+
 #ifdef __CUDACC__
 // cross-entropy, vocab-parallel (see crossentropy_online_stats_cpu): one warp per row for the
-// statistics, one thread per row or per logit for the rest
+// statistics, one thread per row to rescale, one block per row for the loss and the gradient
 
-// Each lane keeps its own online (max, sum) over the columns lane, lane + 32, ...; the warp
+// Each lane keeps its own online (max, sum) over the packs lane, lane + 32, ...; the warp
 // then takes the maximum of the lanes' maxima and adds the lanes' sums rescaled to it.
 __global__ void crossentropy_online_stats_kernel(float* row_max, float* local_max, float* sums, const floatX* logits,
                                                  const int* targets, int N, int V, int valid, int vocab_start) {
@@ -1943,7 +2167,11 @@ __global__ void crossentropy_online_stats_kernel(float* row_max, float* local_ma
     if (n >= N) return;
     const floatX* l = logits + (size_t)n * V;
     float m = -INFINITY, s = 0.0f;
-    for (int v = lane; v < valid; v += 32) online_softmax_add(&m, &s, floatX_to_float(l[v]));
+    for (int v = lane * X128; v < valid; v += 32 * X128) {
+        int count = valid - v < X128 ? valid - v : X128;
+        x128 pl = load_pack(l + v, count);
+        for (int k = 0; k < count; k++) online_softmax_add(&m, &s, floatX_to_float(pl.e[k]));
+    }
     float row_m = warp_reduce_max(m);
     s = warp_reduce_sum(rescaled_sum(s, m, row_m));
     if (lane == 0) {
@@ -1959,21 +2187,61 @@ __global__ void crossentropy_rescale_sums_kernel(float* sums, const float* local
     if (n < N) sums[n] = rescaled_sum(sums[n], local_max[n], row_max[n]);
 }
 
-__global__ void crossentropy_forward_kernel(float* losses, const float* row_max, const float* sums, int N) {
-    int n = blockIdx.x * blockDim.x + threadIdx.x;
-    if (n < N) losses[n] = logf(sums[n]) + row_max[n] - sums[N + n];
+// The rows' kernels below take one block of CROSSENTROPY_BLOCK threads per row, each thread
+// packs of the row. 1024 threads: 2 blocks on an SM, so the rows being worked on at any time
+// (2 x 132 on an H100, 100 KB each for GPT-2's 50,304 columns in bf16, about 26 MB) stay in
+// the 50 MB L2 cache between the fused kernel's two passes over a row (llm.c's choice too).
+#define CROSSENTROPY_BLOCK 1024
+
+// the block's row l[0 .. V) becomes its gradient, dloss * (softmax - onehot(local_target)):
+// p = exp(l - row_max) / sum on the valid columns, 0 on the padding
+__device__ void crossentropy_row_backward(floatX* l, float row_max, float sum, int local_target, float dloss,
+                                          int V, int valid) {
+    float inv_sum = 1.0f / sum;
+    for (int v = threadIdx.x * X128; v < V; v += blockDim.x * X128) {
+        int count = V - v < X128 ? V - v : X128;
+        x128 pl = load_pack(l + v, count), pg;
+        for (int k = 0; k < X128; k++) {
+            float p = v + k < valid ? expf(floatX_to_float(pl.e[k]) - row_max) * inv_sum : 0.0f;
+            pg.e[k] = to_floatX((p - (v + k == local_target ? 1.0f : 0.0f)) * dloss);
+        }
+        store_pack(l + v, pg, count);
+    }
 }
 
-// one thread per logit: dlogits = dloss * (softmax - onehot(target)), in place
-__global__ void crossentropy_backward_kernel(floatX* logits, const float* row_max, const float* sums,
-                                             const int* targets, float dloss, int N, int V, int valid,
-                                             int vocab_start) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * V) return;
-    int n = (int)(idx / V), v = (int)(idx % V);
-    float p = v < valid ? expf(floatX_to_float(logits[idx]) - row_max[n]) / sums[n] : 0.0f;
-    float onehot = v == targets[n] - vocab_start ? 1.0f : 0.0f;
-    logits[idx] = to_floatX((p - onehot) * dloss);
+// row n = blockIdx.x: the loss from the all-reduced statistics; dlogits over its logits if dloss != 0
+__global__ void crossentropy_forward_kernel(float* losses, floatX* logits, const float* row_max, const float* sums,
+                                            const int* targets, float dloss, int N, int V, int valid, int vocab_start) {
+    int n = blockIdx.x;
+    if (threadIdx.x == 0) losses[n] = logf(sums[n]) + row_max[n] - sums[N + n];
+    if (dloss != 0.0f)
+        crossentropy_row_backward(logits + (size_t)n * V, row_max[n], sums[n], targets[n] - vocab_start, dloss, V, valid);
+}
+
+// row n = blockIdx.x, the whole vocabulary: its maximum and sum (each thread online over its
+// packs, then the block's), the loss, then dlogits over the row if dloss != 0. The row is read
+// twice, the second time from the cache (see CROSSENTROPY_BLOCK).
+__global__ void crossentropy_forward_fused_kernel(float* losses, floatX* logits, float* row_max, float* sums,
+                                                  const int* targets, float dloss, int N, int V, int valid) {
+    int n = blockIdx.x, target = targets[n];
+    floatX* l = logits + (size_t)n * V;
+    float m = -INFINITY, s = 0.0f;
+    for (int v = threadIdx.x * X128; v < valid; v += blockDim.x * X128) {
+        int count = valid - v < X128 ? valid - v : X128;
+        x128 pl = load_pack(l + v, count);
+        for (int k = 0; k < count; k++) online_softmax_add(&m, &s, floatX_to_float(pl.e[k]));
+    }
+    float block_m = block_reduce_max(m);
+    float sum = block_reduce_sum(rescaled_sum(s, m, block_m));
+    if (threadIdx.x == 0) {
+        float target_logit = target >= 0 && target < valid ? floatX_to_float(l[target]) : 0.0f;
+        losses[n] = logf(sum) + block_m - target_logit;
+        row_max[n] = block_m;
+        sums[n] = sum;
+        sums[N + n] = target_logit;
+    }
+    __syncthreads();   // the target's logit is read before any thread writes the gradient over it
+    if (dloss != 0.0f) crossentropy_row_backward(l, block_m, sum, target, dloss, V, valid);
 }
 
 static void crossentropy_online_stats(float* row_max, float* local_max, float* sums, const floatX* logits,
@@ -1987,20 +2255,22 @@ static void crossentropy_rescale_sums(float* sums, const float* local_max, const
            sums, local_max, row_max, N);
 }
 
-static void crossentropy_forward(float* losses, const float* row_max, const float* sums, int N) {
-    LAUNCH(crossentropy_forward_kernel, CEIL_DIV(N, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, losses, row_max, sums, N);
+static void crossentropy_forward(float* losses, floatX* logits, const float* row_max, const float* sums,
+                                 const int* targets, float dloss, int N, int V, int valid, int vocab_start) {
+    LAUNCH(crossentropy_forward_kernel, N, CROSSENTROPY_BLOCK, 0,
+           losses, logits, row_max, sums, targets, dloss, N, V, valid, vocab_start);
 }
 
-static void crossentropy_backward(floatX* logits, const float* row_max, const float* sums,
-                                  const int* targets, float dloss, int N, int V, int valid, int vocab_start) {
-    LAUNCH(crossentropy_backward_kernel, CEIL_DIV((size_t)N * V, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
-           logits, row_max, sums, targets, dloss, N, V, valid, vocab_start);
+static void crossentropy_forward_fused(float* losses, floatX* logits, float* row_max, float* sums,
+                                       const int* targets, float dloss, int N, int V, int valid) {
+    LAUNCH(crossentropy_forward_fused_kernel, N, CROSSENTROPY_BLOCK, 0,
+           losses, logits, row_max, sums, targets, dloss, N, V, valid);
 }
 #else
 #define crossentropy_online_stats crossentropy_online_stats_cpu
 #define crossentropy_rescale_sums crossentropy_rescale_sums_cpu
 #define crossentropy_forward crossentropy_forward_cpu
-#define crossentropy_backward crossentropy_backward_cpu
+#define crossentropy_forward_fused crossentropy_forward_fused_cpu
 #endif
 
 // ----------------------------------------------------------------------------
@@ -2053,10 +2323,36 @@ static void adamw_update_cpu(float* master, float* param, const float* grad, flo
 // build updates the whole shard in one launch (and the norm in two) instead of one per tensor
 // (about 450 launches a step for GPT-2 124M); the CPU build walks the ranges in order, the
 // same calls as one per tensor, so its bits do not change.
+// The kernels take the ranges cut into pieces of at most SHARD_PIECE elements (shard_pieces,
+// once, on the host): a block works inside one piece, so it knows its range, and no thread
+// searches the table for the range its element is in.
 typedef struct {
     size_t start, end;
     int decay, in_norm;   // AdamW's weight decay applies; the part counts in the gradient norm
 } ShardRange;
+
+// the ranges as the kernels of build b walk them: each cut into pieces of at most SHARD_PIECE
+// elements on the GPU build (the last piece of a range shorter), whole on the CPU build
+static size_t shard_piece_size(BuildTarget b) { return b.gpu ? SHARD_PIECE : SIZE_MAX; }
+
+// The `count` ranges cut into pieces of at most `piece` elements, in order, into `pieces`;
+// returns how many. Room enough: shard_pieces_max.
+static int shard_pieces(const ShardRange* ranges, int count, size_t piece, ShardRange* pieces) {
+    int k = 0;
+    for (int r = 0; r < count; r++)
+        for (size_t a = ranges[r].start; a < ranges[r].end; a = pieces[k++].end) {
+            pieces[k] = ranges[r];
+            pieces[k].start = a;
+            pieces[k].end = ranges[r].end - a > piece ? a + piece : ranges[r].end;
+        }
+    return k;
+}
+
+// The most pieces up to `count` ranges inside a shard of n elements can become: a range of L
+// elements becomes at most floor(L / piece) + 1 pieces, and the lengths add up to at most n
+static size_t shard_pieces_max(BuildTarget b, int count, size_t n) {
+    return (size_t)count + (b.gpu ? n / SHARD_PIECE : 0);
+}
 
 static void adamw_update_ranges_cpu(float* master, float* param, const float* grad, float* m, float* v, size_t n,
                                     const ShardRange* ranges, int count, float lr, float beta1, float beta2, float eps,
@@ -2095,40 +2391,26 @@ static void loss_mean_add(double* acc, const float* losses, int N) {
 #endif
 
 #ifdef __CUDACC__
-// the range holding element i, or -1 (ranges sorted by start; a binary search over a table of
-// at most one range per tensor, which the cache keeps)
-__device__ int range_of(const ShardRange* ranges, int count, size_t i) {
-    int lo = 0, hi = count - 1, found = -1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (ranges[mid].start <= i) {
-            found = mid;
-            lo = mid + 1;
-        } else hi = mid - 1;
+// block b updates piece b of the shard (see shard_pieces), its threads striding through it
+__global__ void adamw_ranges_kernel(float* master, floatX* param, const float* grad, float* m, float* v,
+                                    const ShardRange* pieces, AdamWStep s, float weight_decay) {
+    ShardRange p = pieces[blockIdx.x];
+    s.weight_decay = p.decay ? weight_decay : 0.0f;
+    for (size_t i = p.start + threadIdx.x; i < p.end; i += blockDim.x) {
+        float x = adamw_element(master[i], grad[i], &m[i], &v[i], s);
+        master[i] = x;
+        param[i] = to_floatX(x);
     }
-    return found >= 0 && i < ranges[found].end ? found : -1;
 }
 
-__global__ void adamw_ranges_kernel(float* master, floatX* param, const float* grad, float* m, float* v, size_t n,
-                                    const ShardRange* ranges, int count, AdamWStep s, float weight_decay) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    int r = range_of(ranges, count, i);
-    if (r < 0) return;
-    s.weight_decay = ranges[r].decay ? weight_decay : 0.0f;
-    float p = adamw_element(master[i], grad[i], &m[i], &v[i], s);
-    master[i] = p;
-    param[i] = to_floatX(p);
-}
-
-// AdamW over a shard of n elements (master, param, grad, m, v all start at the shard's start)
+// AdamW over a shard of n elements (master, param, grad, m, v all start at the shard's
+// start), the `count` pieces of its ranges in `pieces` (shard_pieces; the CPU build: the ranges)
 static void adamw_update_ranges(float* master, floatX* param, const float* grad, float* m, float* v, size_t n,
-                                const ShardRange* ranges, int count, float lr, float beta1, float beta2, float eps,
+                                const ShardRange* pieces, int count, float lr, float beta1, float beta2, float eps,
                                 float weight_decay, float grad_scale, int step) {
-    if (n == 0) return;
+    (void)n;
     AdamWStep s = adamw_step(lr, beta1, beta2, eps, weight_decay, grad_scale, step);
-    LAUNCH(adamw_ranges_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, master, param, grad, m, v, n,
-           ranges, count, s, weight_decay);
+    LAUNCH(adamw_ranges_kernel, count, ELEMENTWISE_BLOCK, 0, master, param, grad, m, v, pieces, s, weight_decay);
 }
 #else
 #define adamw_update_ranges adamw_update_ranges_cpu
@@ -2168,9 +2450,6 @@ static void sum_squares_ranges_cpu(double* acc, const float* x, size_t n, const 
 }
 
 #ifdef __CUDACC__
-// The grid is a function of n alone and the partials are added in block order, so the
-// result does not change from run to run.
-
 // one block: *acc += partials[0] + ... + partials[count - 1]
 __global__ void sum_squares_final_kernel(double* acc, const double* partials, int count) {
     double s = 0.0;
@@ -2179,27 +2458,27 @@ __global__ void sum_squares_final_kernel(double* acc, const double* partials, in
     if (threadIdx.x == 0) *acc += s;
 }
 
-// block b sums the squares of the elements b * blockDim + j + k * (gridDim * blockDim) that lie
-// in a range counted in the norm into partials[b]
-__global__ void sum_squares_ranges_partial_kernel(double* partials, const float* x, size_t n, const ShardRange* ranges,
-                                                  int count) {
-    size_t stride = (size_t)gridDim.x * blockDim.x;
+// block b sums the squares of pieces b, b + gridDim, b + 2 gridDim, ... that count in the norm
+// (the pieces of shard_pieces) into partials[b]
+__global__ void sum_squares_ranges_partial_kernel(double* partials, const float* x, const ShardRange* pieces, int count) {
     double s = 0.0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        int r = range_of(ranges, count, i);
-        if (r >= 0 && ranges[r].in_norm) s += (double)x[i] * x[i];
+    for (int k = blockIdx.x; k < count; k += gridDim.x) {
+        ShardRange p = pieces[k];
+        if (!p.in_norm) continue;   // the same for the whole block
+        for (size_t i = p.start + threadIdx.x; i < p.end; i += blockDim.x) s += (double)x[i] * x[i];
     }
     s = block_reduce_sum_double(s);
     if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
-// *acc += the squares of the shard's elements counted in the norm, in two launches
-static void sum_squares_ranges(double* acc, const float* x, size_t n, const ShardRange* ranges, int count) {
-    size_t blocks = CEIL_DIV(n, (size_t)SUM_SQUARES_BLOCK);
-    if (blocks > SUM_SQUARES_MAX_BLOCKS) blocks = SUM_SQUARES_MAX_BLOCKS;
+// *acc += the squares of the shard's elements counted in the norm, in two launches; the grid
+// is a function of the table alone, so the result does not change from run to run
+static void sum_squares_ranges(double* acc, const float* x, size_t n, const ShardRange* pieces, int count) {
+    (void)n;
+    int blocks = count < SUM_SQUARES_MAX_BLOCKS ? count : SUM_SQUARES_MAX_BLOCKS;
     if (blocks == 0) return;
-    LAUNCH(sum_squares_ranges_partial_kernel, blocks, SUM_SQUARES_BLOCK, 0, sum_squares_partials, x, n, ranges, count);
-    LAUNCH(sum_squares_final_kernel, 1, SUM_SQUARES_BLOCK, 0, acc, sum_squares_partials, (int)blocks);
+    LAUNCH(sum_squares_ranges_partial_kernel, blocks, SUM_SQUARES_BLOCK, 0, sum_squares_partials, x, pieces, count);
+    LAUNCH(sum_squares_final_kernel, 1, SUM_SQUARES_BLOCK, 0, acc, sum_squares_partials, blocks);
 }
 #else
 #define sum_squares_ranges sum_squares_ranges_cpu

@@ -66,7 +66,7 @@ static size_t grad_bucket_size(const Config* a, int dp_size) {
 // kernels_init hand out on the build the model was laid out for (m->build)
 static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) {
     int master_copy = m->build.floatx_bytes != (int)sizeof(float);   // adamw_init's rule
-    size_t workspaces = m->workspace_bytes + adamw_workspace_bytes(m->num_tensors) +
+    size_t workspaces = m->workspace_bytes + adamw_workspace_bytes(m->build, m->num_tensors, m->num_params_padded, dp_size) +
                         (m->build.gpu ? GPU_KERNELS_WORKSPACE_BYTES : 0);
     StageMemory s = {stage, m->num_params, m->num_params_padded * m->build.floatx_bytes,
                      m->num_params_padded * sizeof(float), adamw_state_bytes(m->num_params_padded, dp_size, master_copy),
@@ -701,9 +701,9 @@ static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int 
     for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
 }
 
-// a bias gradient over [N, width]: the column partials' pass reads dout and writes one fp32
-// partial per chunk and column, the add kernel reads them back (bias_grad_chunks: the
-// chunking is a function of the shape alone)
+// a bias gradient over [N, width]: the column sums' blocks read dout and write one fp32
+// partial per chunk and column, the last block of each column tile reads them back
+// (bias_grad_chunks: the chunking is a function of the shape alone)
 static double bias_grad_bytes(const GPT* m, int width, double x) {
     double N = (double)m->B * m->T, partials = (double)bias_grad_chunks(m->B * m->T, width) * width * 4.0;
     return N * width * x + 2.0 * partials + 8.0 * width;
@@ -723,9 +723,9 @@ static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_siz
     charge_linear_backward(c, linear, N, Cl, C, x);         // the attention's projection
     charge_linear_backward(c, linear, N, C, Fl, x);         // fc
     charge_linear_backward(c, linear, N, Fl, C, x);         // the MLP's projection
-    charge_kernel(c, "bias gradients (column partials + add)", 8,
+    charge_kernel(c, "bias gradients (column sums)", 4,
                   bias_grad_bytes(m, C, x) + bias_grad_bytes(m, Fl, x) + bias_grad_bytes(m, C, x) + bias_grad_bytes(m, 3 * Cl, x));
-    charge_kernel(c, "gelu", 1, 3.0 * N * Fl * x);
+    charge_kernel(c, "GELU backward: the DGELU epilogue's aux read", 0, N * Fl * x);   // in fcproj's dinp GEMM
     charge_kernel(c, "layernorm backward", 4, 2.0 * layernorm_backward_bytes(m, x));
     cost_attention(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x, m->build.flash_attention, 1);
     for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
@@ -754,7 +754,11 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
         charge_kernel(c, "layernorm backward", 3, layernorm_backward_bytes(m, x) + N * C * x);   // and zeroing dres
         charge_matmul(c, "logits (cuBLAS)", N, V, C, 1.0, x);             // the tied head: logits = x wte^T
         charge_linear_backward(c, "logits (cuBLAS)", N, C, V, x);         // dx, and wte's gradient
-        charge_kernel(c, "cross-entropy", 4, 3.0 * N * V * x);   // one read forward (online), the backward's read and write
+        // the loss and dlogits in the forward's pass (kernels.cuh): at TP 1 one kernel, each row read
+        // from memory once (again from the cache) and dlogits written; else the statistics' read,
+        // the all-reduces' rescale, then the loss's read and the write of dlogits
+        if (tp_size == 1) charge_kernel(c, "cross-entropy", 1, 2.0 * N * V * x);
+        else charge_kernel(c, "cross-entropy", 3, 3.0 * N * V * x);
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * 4.0);         // the rows' maxima
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, 2.0 * N * 4.0);   // their sums
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);       // the head's f

@@ -245,7 +245,7 @@ static void forward_step(Schedule* s, int micro) {
     MicroBatchActivations* a = slot_of(s, micro);
     if (m->is_first_stage || m->is_last_stage) s->load(s->ctx, micro, a->tokens, a->targets);
     pipeline_before_writing(stage_output(m, a));   // the slot's last output may still be on its way
-    gpt_forward_stage(m, micro % m->num_slots);
+    gpt_forward_stage(m, micro % m->num_slots, s->dloss);   // dloss 0 (evaluation): no backward follows
     if (m->is_last_stage) loss_mean_add(m->loss_sum, m->losses, m->B * m->T);   // no host copy per micro-batch
     if (++s->in_flight > s->max_in_flight) s->max_in_flight = s->in_flight;
 }
@@ -255,7 +255,7 @@ static void backward_step(Schedule* s, int micro, int M) {
     activity_phase("backward", activity.iteration, micro);
     grad_reducer.armed = grad_reducer.enabled && micro == M - 1;
     pipeline_before_writing(s->model->dres);   // (in 1F1B an exchange that receives comes between)
-    gpt_backward(s->model, micro % s->model->num_slots, s->dloss);
+    gpt_backward(s->model, micro % s->model->num_slots);
     s->in_flight--;
 }
 
@@ -367,8 +367,8 @@ typedef struct {
     int step;            // updates applied so far
     LossScaler scaler;   // the gradients in model->grads are the loss's times scaler.scale
     double* norm_acc;    // device scalar for the gradient norm
-    ShardRange* ranges;  // device table: the shard's part of each tensor, in order (shard_ranges)
-    int num_ranges;
+    ShardRange* ranges;  // device table: the shard's part of each tensor, in order (shard_ranges), cut
+    int num_ranges;      // into the pieces the kernels walk (kernels.cuh's shard_pieces)
 } AdamWState;
 
 // [lo, hi): the part of tensor t inside this rank's shard (empty when lo >= hi)
@@ -420,9 +420,13 @@ static void adamw_init(AdamWState* s, const GPT* model) {
     }
     s->norm_acc = (double*)dev_malloc(sizeof(double));
     ShardRange* table = (ShardRange*)mallocCheck(model->num_tensors * sizeof(ShardRange));
-    s->num_ranges = shard_ranges(s, model, table);
-    s->ranges = (ShardRange*)dev_malloc(model->num_tensors * sizeof(ShardRange));   // as planned: one per tensor
-    host_to_dev(s->ranges, table, s->num_ranges * sizeof(ShardRange));
+    size_t room = shard_pieces_max(model->build, model->num_tensors, s->shard_size);   // the same on every rank
+    ShardRange* pieces = (ShardRange*)mallocCheck(room * sizeof(ShardRange));
+    int parts = shard_ranges(s, model, table);
+    s->num_ranges = shard_pieces(table, parts, shard_piece_size(model->build), pieces);
+    s->ranges = (ShardRange*)dev_malloc(room * sizeof(ShardRange));   // as planned
+    host_to_dev(s->ranges, pieces, s->num_ranges * sizeof(ShardRange));
+    free(pieces);
     free(table);
     s->scaler.scale = 1.0f;
 }
@@ -445,9 +449,12 @@ static size_t adamw_state_bytes(size_t padded, int dp_size, int master_copy) {
     return shard * (master_copy ? 3 : 2) + (dp_size > 1 ? shard : 0);
 }
 
-// the rest of what adamw_init allocates: norm_acc, the gradient norm's device scalar, and the
-// shard's range table, room for one range per tensor (the same size on every rank)
-static size_t adamw_workspace_bytes(int num_tensors) { return sizeof(double) + num_tensors * sizeof(ShardRange); }
+// the rest of what adamw_init allocates on build b for a flat buffer of `padded` elements over
+// DP ranks: norm_acc, the gradient norm's device scalar, and the shard's range table, room for
+// the pieces of one range per tensor (the same size on every rank)
+static size_t adamw_workspace_bytes(BuildTarget b, int num_tensors, size_t padded, int dp_size) {
+    return sizeof(double) + shard_pieces_max(b, num_tensors, padded / dp_size) * sizeof(ShardRange);
+}
 
 static float global_grad_norm(AdamWState* s) {
     dev_zero(s->norm_acc, sizeof(double));

@@ -1065,6 +1065,7 @@ int main(int argc, char** argv) {
     int status = t->last_save_failed;   // 1: the run's last checkpoint could not be saved
     trainer_free(t);
     free(t);
+    kernels_free();   // what start_grid's kernels_init made (the cuBLASLt plans among it)
     grid_finish();
     return status;
 }

@@ -120,6 +120,7 @@ static double attention_flops;   // forward, per call
 #undef matmul_forward
 #undef matmul_gelu_forward
 #undef matmul_backward
+#undef gelu_matmul_backward
 #undef attention_forward
 #undef attention_backward
 #undef encoder_forward
@@ -133,7 +134,7 @@ static double attention_flops;   // forward, per call
 #undef crossentropy_online_stats
 #undef crossentropy_rescale_sums
 #undef crossentropy_forward
-#undef crossentropy_backward
+#undef crossentropy_forward_fused
 #undef adamw_update_ranges
 #undef sum_squares_ranges
 #define matmul_forward bench_matmul_forward
@@ -144,6 +145,12 @@ static double attention_flops;   // forward, per call
         gelu_forward(out, pre_gelu, (size_t)(N) * (OC));                \
     } while (0)
 #define matmul_backward(dinp, dweight, dbias, partials, ...) bench_matmul_backward(dinp, dweight, dbias, __VA_ARGS__)
+// the fcproj layer and the GELU before it, backward: the two calls they are on the CPU build
+#define gelu_matmul_backward(dpre, dweight, dbias, partials, dout, inp, weight, pre_gelu, N, C, OC) \
+    do {                                                                                            \
+        bench_matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC);                   \
+        gelu_backward(dpre, pre_gelu, dpre, (size_t)(N) * (C));                                     \
+    } while (0)
 #define attention_forward(out, att, lse, scratch, ...) \
     TIMED("attention_forward", attention_flops, attention_forward_cpu(out, att, __VA_ARGS__))
 #define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, HS, alibi) \
@@ -160,7 +167,7 @@ static double attention_flops;   // forward, per call
 #define crossentropy_online_stats(...) TIMED("crossentropy_online_stats", 0.0, crossentropy_online_stats_cpu(__VA_ARGS__))
 #define crossentropy_rescale_sums(...) TIMED("crossentropy_rescale_sums", 0.0, crossentropy_rescale_sums_cpu(__VA_ARGS__))
 #define crossentropy_forward(...) TIMED("crossentropy_forward", 0.0, crossentropy_forward_cpu(__VA_ARGS__))
-#define crossentropy_backward(...) TIMED("crossentropy_backward", 0.0, crossentropy_backward_cpu(__VA_ARGS__))
+#define crossentropy_forward_fused(...) TIMED("crossentropy_forward_fused", 0.0, crossentropy_forward_fused_cpu(__VA_ARGS__))
 #define adamw_update_ranges(...) TIMED("adamw_update", 0.0, adamw_update_ranges_cpu(__VA_ARGS__))
 #define sum_squares_ranges(...) TIMED("sum_squares", 0.0, sum_squares_ranges_cpu(__VA_ARGS__))
 
@@ -322,9 +329,9 @@ static void profile_steps(Bench* b, double* phases[NUM_PHASES]) {
         dev_zero(m->grads, m->num_params * sizeof(float));
         load_random_batch(b, 0, m->slots[0].tokens, m->slots[0].targets);
         t[1] = bench_clock();
-        gpt_forward(m, 0);
+        gpt_forward_stage(m, 0, 1.0f / ((float)m->B * m->T));   // and dlogits, for the backward
         t[2] = bench_clock();
-        gpt_backward(m, 0, 1.0f / ((float)m->B * m->T));
+        gpt_backward(m, 0);
         t[3] = bench_clock();
         optimizer_step(m, &b->opt, &b->adam, BENCH_LR, &skipped);
         t[4] = bench_clock();

@@ -222,14 +222,16 @@ static void test_layernorm_shape(int N, int C) {
 
 // rows not a multiple of the 32-row chunks (and fewer than one), rows longer than a block
 // (and than 32 packs: C = 300, half its rows not 16-byte aligned), odd (C = 77), whole
-// aligned packs (C = 264)
+// aligned packs (C = 264), more packs than the backward's block has threads (C = 2056: 257)
 static void test_layernorm(void) {
-    const int shapes[7][2] = {{74, 300}, {1, 1}, {33, 7}, {97, 1100}, {32, 64}, {74, 77}, {74, 264}};
+    const int shapes[8][2] = {{74, 300}, {1, 1}, {33, 7}, {97, 1100}, {32, 64}, {74, 77}, {74, 264}, {40, 2056}};
     for (auto& s : shapes) test_layernorm_shape(s[0], s[1]);
 }
 
 // bias gradients: column sums added into out, for several chunk counts (the model's is
-// bias_grad_chunks(N, OC), the last one here); each twice from the same inputs
+// bias_grad_chunks(N, OC), the last one here); each twice from the same inputs, the blocks in
+// another order each time (the emulation shuffles them per launch): the last block of a tile,
+// which adds its partials, is another one, the bits the same
 static void test_column_sums(void) {
     const int shapes[4][2] = {{37, 45}, {1, 1}, {300, 1027}, {1000, 3}};
     for (auto& shape : shapes) {
@@ -256,6 +258,13 @@ static void test_column_sums(void) {
         }
         dev_free(d_x);
     }
+#ifdef EMU_MAX_BLOCK   // the last block of each column tile put its counter back to 0
+    std::vector<unsigned int> counters(COLUMN_COUNTERS);
+    dev_to_host(counters.data(), column_counters, COLUMN_COUNTERS_BYTES);
+    size_t left = 0;
+    for (unsigned int c : counters) left += c != 0;
+    check(left == 0, FLOATX_NAME " column_sums_add: every tile's counter is 0 again after the sums", "%zu are not", left);
+#endif
     // the model's chunking fills the GPU: about COLUMN_REDUCE_BLOCKS blocks for a GPT-2 small
     // bias (N = 8 x 1024, OC = 768: 3 tiles of 256 columns), at least 32 rows a chunk
     int chunks = bias_grad_chunks(8192, 768);
@@ -310,6 +319,73 @@ static void test_matmul_epilogues(int OC) {
         compare(("matmul_gelu_forward pre_gelu" + with).c_str(), from_dev_x(d_pre, N * OC), pre, X_OUT);
         compare(("matmul_gelu_forward out" + with).c_str(), from_dev_x(d_out, N * OC), out, X_OUT);
     }
+}
+
+// Has cuBLASLt a plan of this epilogue for a product with m rows, with an algorithm?
+static bool lt_plan_found(cublasLtEpilogue_t kind, int m) {
+    for (int i = 0; i < lt_plan_count; i++)
+        if (lt_plans[i].key.epilogue == kind && lt_plans[i].key.m == m && lt_plans[i].found) return true;
+    return false;
+}
+
+// The MLP's second linear layer and the GELU before it, backward, against matmul_backward_cpu
+// then gelu_backward_cpu in fp32. C = 48: the GELU' in cuBLASLt's DGELU epilogue (one
+// rounding of dpre: X_OUT); C = 45: an aux ld that is not a multiple of 8, the two-step
+// fallback, whose product is rounded to floatX before the GELU' kernel rounds again (X_CHAIN).
+static void test_gelu_matmul_backward(int C) {
+    const int N = 74, OC = 37;
+    Vec pre = random_vec(N * C, 3, true), w = random_vec(OC * C, 1, true), dout = random_vec(N * OC, 1, true), inp(N * C);
+    gelu_forward_cpu(inp.data(), pre.data(), inp.size());
+    for (auto& v : inp) v = floatX_round(v);   // the layer's input lives in floatX
+    Vec dpre(N * C), dw = random_vec(OC * C, 1, false), db = random_vec(OC, 1, false);
+    floatX *d_pre = to_dev_x(pre), *d_w = to_dev_x(w), *d_dout = to_dev_x(dout), *d_inp = to_dev_x(inp);
+    floatX* d_dpre = (floatX*)dev_malloc(N * C * sizeof(floatX));
+    float *d_dw = to_dev_f(dw), *d_db = to_dev_f(db);
+    float* d_partials = (float*)dev_malloc(bias_grad_partials(this_build(), N, OC) * sizeof(float));
+    gelu_matmul_backward_cpu(dpre.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), pre.data(), N, C, OC);
+    gelu_matmul_backward(d_dpre, d_dw, d_db, d_partials, d_dout, d_inp, d_w, d_pre, N, C, OC);
+    bool epilogue = lt_plan_found(CUBLASLT_EPILOGUE_DGELU, C);
+    std::string c = " C=" + std::to_string(C) + (epilogue ? " (DGELU epilogue)" : " (GEMM, then GELU')");
+#ifdef EMU_MAX_BLOCK   // the emulated heuristic offers an algorithm for every aux that follows the rules
+    check(epilogue == (C % 8 == 0), (FLOATX_NAME " gelu_matmul_backward takes cuBLASLt's DGELU exactly when C % 8 == 0" + c).c_str(),
+          "it did%s", epilogue ? "" : " not");
+#endif
+    compare(("gelu_matmul_backward dpre" + c).c_str(), from_dev_x(d_dpre, N * C), dpre, epilogue ? X_OUT : X_CHAIN);
+    compare(("gelu_matmul_backward dweight (+=)" + c).c_str(), from_dev_f(d_dw, OC * C), dw, FP32_OUT);
+    compare(("gelu_matmul_backward dbias (+=)" + c).c_str(), from_dev_f(d_db, OC), db, FP32_OUT);
+    for (void* p : {(void*)d_pre, (void*)d_w, (void*)d_dout, (void*)d_inp, (void*)d_dpre, (void*)d_dw, (void*)d_db, (void*)d_partials})
+        dev_free(p);
+}
+
+// cuBLASLt's plans are made once per shape and alignment (kernels.cuh's lt_plan): the same
+// call again makes none, and still takes this call's pointers (a second bias and output of
+// the same alignment give their own results, not the first call's); a less aligned input is
+// another plan.
+static void test_cublaslt_plan_cache(void) {
+    const int N = 40, C = 24, OC = 32;
+    Vec x = random_vec(N * C, 1, true), w = random_vec(OC * C, 1, true), b1 = random_vec(OC, 1, true), b2 = random_vec(OC, 1, true);
+    floatX *d_x = to_dev_x(x), *d_w = to_dev_x(w), *d_b1 = to_dev_x(b1), *d_b2 = to_dev_x(b2);
+    floatX *d_out1 = (floatX*)dev_malloc(N * OC * sizeof(floatX)), *d_out2 = (floatX*)dev_malloc(N * OC * sizeof(floatX));
+    Vec want1(N * OC), want2(N * OC);
+    matmul_forward_reference(want1.data(), x.data(), w.data(), b1.data(), N, C, OC);
+    matmul_forward_reference(want2.data(), x.data(), w.data(), b2.data(), N, C, OC);
+    matmul_forward(d_out1, d_x, d_w, d_b1, N, C, OC);
+    long plans = lt_heuristic_calls;
+    matmul_forward(d_out2, d_x, d_w, d_b2, N, C, OC);
+    long again = lt_heuristic_calls - plans;
+    compare("cuBLASLt plan: first call", from_dev_x(d_out1, N * OC), want1, X_OUT);
+    compare("cuBLASLt plan: again, another bias and out", from_dev_x(d_out2, N * OC), want2, X_OUT);
+    check(again == 0, FLOATX_NAME " cuBLASLt plan: the same shape and alignments again runs the heuristic 0 times",
+          "%ld times", again);
+    // one element into a buffer of N C + 8: 2-byte aligned at either end of a guard page, a plan of its own
+    floatX* d_x2 = (floatX*)dev_malloc((N * C + 8) * sizeof(floatX)) + 1;
+    floats_to_dev_floatX(d_x2, x.data(), x.size());
+    plans = lt_heuristic_calls;
+    matmul_forward(d_out2, d_x2, d_w, d_b1, N, C, OC);
+    compare("cuBLASLt plan: a less aligned input", from_dev_x(d_out2, N * OC), want1, X_OUT);
+    check(lt_heuristic_calls - plans == 1, FLOATX_NAME " cuBLASLt plan: a less aligned input makes one new plan",
+          "%ld", lt_heuristic_calls - plans);
+    for (void* p : {(void*)d_x, (void*)d_w, (void*)d_b1, (void*)d_b2, (void*)d_out1, (void*)d_out2, (void*)(d_x2 - 1)}) dev_free(p);
 }
 
 // the cuBLASLt emulation rejects what cuBLASLt rejects (and what we assume it does not take:
@@ -522,12 +598,18 @@ static void test_crossentropy(void) {
     crossentropy_rescale_sums_cpu(sums.data(), local_max.data(), row_max.data(), N);
     crossentropy_rescale_sums(d_sums, d_local_max, d_max, N);
     compare("crossentropy_rescale_sums", from_dev_f(d_sums, 2 * N), sums, FP32_OUT);
-    crossentropy_forward_cpu(losses.data(), row_max.data(), sums.data(), N);
-    crossentropy_forward(d_losses, d_max, d_sums, N);
-    compare("crossentropy_forward", from_dev_f(d_losses, N), losses, FP32_OUT);
-    crossentropy_backward_cpu(logits.data(), row_max.data(), sums.data(), targets.data(), 0.25f, N, V, valid, vocab_start);
-    crossentropy_backward(d_logits, d_max, d_sums, d_targets, 0.25f, N, V, valid, vocab_start);
-    compare("crossentropy_backward (in place)", from_dev_x(d_logits, (size_t)N * V), logits, X_OUT);
+    // no backward to follow (dloss 0): the losses, and the logits stay as they were
+    crossentropy_forward_cpu(losses.data(), NULL, row_max.data(), sums.data(), targets.data(), 0.0f, N, V, valid, vocab_start);
+    crossentropy_forward(d_losses, d_logits, d_max, d_sums, d_targets, 0.0f, N, V, valid, vocab_start);
+    compare("crossentropy_forward, dloss 0: losses", from_dev_f(d_losses, N), losses, FP32_OUT);
+    check(same_bits(from_dev_x(d_logits, (size_t)N * V), logits), FLOATX_NAME " crossentropy_forward, dloss 0: the logits stay",
+          "they changed");
+    // a backward to follow: the losses, and dlogits over the logits in the same pass
+    crossentropy_forward_cpu(losses.data(), logits.data(), row_max.data(), sums.data(), targets.data(), 0.25f, N, V, valid,
+                             vocab_start);
+    crossentropy_forward(d_losses, d_logits, d_max, d_sums, d_targets, 0.25f, N, V, valid, vocab_start);
+    compare("crossentropy_forward, dloss 0.25: losses", from_dev_f(d_losses, N), losses, FP32_OUT);
+    compare("crossentropy_forward, dloss 0.25: dlogits", from_dev_x(d_logits, (size_t)N * V), logits, X_OUT);
     // a rank whose slice is all padding: max -inf, sum 0, and 0 again after the rescale
     crossentropy_online_stats(d_max, d_local_max, d_sums, d_logits, d_targets, N, V, 0, vocab_start);
     Vec empty_max = from_dev_f(d_local_max, N);
@@ -539,6 +621,56 @@ static void test_crossentropy(void) {
     check(empty_ok, FLOATX_NAME " crossentropy_online_stats + rescale_sums, no valid columns: max -inf, sums 0", "a row differs");
 }
 
+// Cross-entropy over the whole vocabulary on one rank (no tensor parallelism): statistics, loss
+// and dlogits in one kernel, against crossentropy_forward_fused_cpu (the statistics, then the
+// forward). V = 300: rows whose packs are not 16-byte aligned, 10 columns of padding; V = 9000:
+// rows longer than one pass of the block (1024 threads x 8); V = 304: whole, aligned packs.
+static void test_crossentropy_fused(int N, int V, int valid) {
+    char shape[64];
+    snprintf(shape, sizeof shape, " N=%d V=%d valid=%d", N, V, valid);
+    Vec logits = random_vec((size_t)N * V, 5, true);
+    for (int n = 0; n < N; n++)
+        for (int v = valid; v < V; v++) logits[(size_t)n * V + v] = 100.0f;  // padding: must be masked
+    std::vector<int> targets(N);
+    for (auto& t : targets) t = (int)(urand() * valid);
+    targets[0] = 0, targets[N - 1] = valid - 1;
+    int* d_targets = to_dev_i(targets);
+    float *d_max = (float*)dev_malloc(N * sizeof(float)), *d_sums = (float*)dev_malloc(2 * N * sizeof(float));
+    float* d_losses = (float*)dev_malloc(N * sizeof(float));
+    for (float dloss : {0.0f, 0.125f}) {
+        Vec l = logits, row_max(N), sums(2 * N), losses(N);
+        crossentropy_forward_fused_cpu(losses.data(), l.data(), row_max.data(), sums.data(), targets.data(), dloss, N, V, valid);
+        floatX* d_logits = to_dev_x(logits);
+        crossentropy_forward_fused(d_losses, d_logits, d_max, d_sums, d_targets, dloss, N, V, valid);
+        std::string with = std::string(dloss != 0.0f ? ", dloss 1/8" : ", dloss 0") + shape;
+        compare(("crossentropy_forward_fused losses" + with).c_str(), from_dev_f(d_losses, N), losses, FP32_OUT);
+        compare(("crossentropy_forward_fused row_max" + with).c_str(), from_dev_f(d_max, N), row_max, FP32_OUT);
+        compare(("crossentropy_forward_fused sums" + with).c_str(), from_dev_f(d_sums, 2 * N), sums, FP32_OUT);
+        Vec got = from_dev_x(d_logits, (size_t)N * V);
+        if (dloss != 0.0f) {
+            compare(("crossentropy_forward_fused dlogits" + with).c_str(), got, l, X_OUT);
+            size_t nonzero = 0;
+            for (int n = 0; n < N; n++)
+                for (int v = valid; v < V; v++) nonzero += got[(size_t)n * V + v] != 0.0f;
+            check(nonzero == 0, (FLOATX_NAME " crossentropy_forward_fused: padding columns' dlogits exactly 0" + with).c_str(),
+                  "%zu are not", nonzero);
+        } else {
+            check(same_bits(got, logits), (FLOATX_NAME " crossentropy_forward_fused: the logits stay" + with).c_str(), "they changed");
+        }
+        dev_free(d_logits);
+    }
+    for (void* p : {(void*)d_targets, (void*)d_max, (void*)d_sums, (void*)d_losses}) dev_free(p);
+}
+
+// the ranges cut into pieces of at most `piece` elements (shard_pieces), on the device
+static ShardRange* dev_pieces(const ShardRange* ranges, int count, size_t n, size_t piece, int* pieces_count) {
+    std::vector<ShardRange> pieces(count + n / piece + 1);
+    *pieces_count = shard_pieces(ranges, count, piece, pieces.data());
+    ShardRange* d = (ShardRange*)dev_malloc(*pieces_count * sizeof(ShardRange));
+    host_to_dev(d, pieces.data(), *pieces_count * sizeof(ShardRange));
+    return d;
+}
+
 static void test_adamw(void) {
     const size_t n = 777;
     Vec master = random_vec(n, 1, false), grad = random_vec(n, 1, false), m = random_vec(n, 0.1f, false), v = random_vec(n, 0.1f, false);
@@ -548,9 +680,9 @@ static void test_adamw(void) {
     Vec param(n);
     adamw_update_cpu(master.data(), param.data(), grad.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
     const ShardRange whole = {0, n, 1, 1};   // the whole shard, decayed
-    ShardRange* d_whole = (ShardRange*)dev_malloc(sizeof(whole));
-    host_to_dev(d_whole, &whole, sizeof(whole));
-    adamw_update_ranges(d_master, d_param, d_grad, d_m, d_v, n, d_whole, 1, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    int count;
+    ShardRange* d_whole = dev_pieces(&whole, 1, n, SHARD_PIECE, &count);
+    adamw_update_ranges(d_master, d_param, d_grad, d_m, d_v, n, d_whole, count, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
     compare("adamw_update master", from_dev_f(d_master, n), master, FP32_OUT);
     compare("adamw_update m", from_dev_f(d_m, n), m, FP32_OUT);
     compare("adamw_update v", from_dev_f(d_v, n), v, FP32_OUT);
@@ -558,9 +690,11 @@ static void test_adamw(void) {
     dev_free(d_whole);
 }
 
-// the whole shard in one launch against the CPU build's walk over the same ranges: gaps
-// (padding, other tensors' parts) untouched, decay and the norm per range
-static void test_shard_ranges(void) {
+// The whole shard in one launch against the CPU build's walk over the same ranges: gaps
+// (padding, other tensors' parts) untouched, decay and the norm per range. The kernels walk
+// the ranges cut into pieces: the model's size (SHARD_PIECE: here one piece a range), and 100
+// (a range of many pieces, and the last piece of a range shorter).
+static void test_shard_ranges(size_t piece) {
     const size_t n = 2000;
     const ShardRange ranges[4] = {{0, 300, 1, 1}, {300, 301, 0, 1}, {512, 1500, 0, 0}, {1500, 1990, 1, 1}};
     Vec master = random_vec(n, 1, false), grad = random_vec(n, 1, false), m = random_vec(n, 0.1f, false);
@@ -569,31 +703,55 @@ static void test_shard_ranges(void) {
     float *d_master = to_dev_f(master), *d_grad = to_dev_f(grad), *d_m = to_dev_f(m), *d_v = to_dev_f(v);
     floatX* d_param = (floatX*)dev_malloc(n * sizeof(floatX));
     floats_to_dev_floatX(d_param, param.data(), n);
-    ShardRange* d_ranges = (ShardRange*)dev_malloc(sizeof(ranges));
-    host_to_dev(d_ranges, ranges, sizeof(ranges));
+    int count;
+    ShardRange* d_pieces = dev_pieces(ranges, 4, n, piece, &count);
     adamw_update_ranges_cpu(master.data(), param.data(), grad.data(), m.data(), v.data(), n, ranges, 4, 1e-2f, 0.9f,
                             0.95f, 1e-8f, 0.1f, 0.5f, 3);
-    adamw_update_ranges(d_master, d_param, d_grad, d_m, d_v, n, d_ranges, 4, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
-    compare("adamw_update_ranges master (gaps untouched)", from_dev_f(d_master, n), master, FP32_OUT);
-    compare("adamw_update_ranges m", from_dev_f(d_m, n), m, FP32_OUT);
-    compare("adamw_update_ranges v", from_dev_f(d_v, n), v, FP32_OUT);
-    compare("adamw_update_ranges param (floatX)", from_dev_x(d_param, n), param, X_OUT);
+    adamw_update_ranges(d_master, d_param, d_grad, d_m, d_v, n, d_pieces, count, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3);
+    char with[48];
+    snprintf(with, sizeof with, " (%d pieces of <= %zu)", count, piece);
+    compare((std::string("adamw_update_ranges master, gaps untouched") + with).c_str(), from_dev_f(d_master, n), master, FP32_OUT);
+    compare((std::string("adamw_update_ranges m") + with).c_str(), from_dev_f(d_m, n), m, FP32_OUT);
+    compare((std::string("adamw_update_ranges v") + with).c_str(), from_dev_f(d_v, n), v, FP32_OUT);
+    compare((std::string("adamw_update_ranges param (floatX)") + with).c_str(), from_dev_x(d_param, n), param, X_OUT);
     double want = 0.0, got = 0.0;
     sum_squares_ranges_cpu(&want, grad.data(), n, ranges, 4);
     double* d_acc = (double*)dev_malloc(sizeof(double));
     dev_zero(d_acc, sizeof(double));
-    sum_squares_ranges(d_acc, d_grad, n, d_ranges, 4);
+    sum_squares_ranges(d_acc, d_grad, n, d_pieces, count);
     dev_to_host(&got, d_acc, sizeof(double));
     double by_hand = 0.0;   // ranges 0, 1 and 3 count in the norm
     for (size_t i = 0; i < n; i++)
         if (i < 301 || (i >= 1500 && i < 1990)) by_hand += (double)grad[i] * grad[i];
     double rel = fabs(got - want) / want, rel_hand = fabs(want - by_hand) / by_hand;
-    char label[128];
-    snprintf(label, sizeof label, FLOATX_NAME " sum_squares_ranges: err %.2e against the CPU walk, %.2e against the "
-             "sum written out (tol 1e-12)", rel, rel_hand);
+    char label[160];
+    snprintf(label, sizeof label, FLOATX_NAME " sum_squares_ranges%s: err %.2e against the CPU walk, %.2e against the "
+             "sum written out (tol 1e-12)", with, rel, rel_hand);
     check(rel <= 1e-12 && rel_hand <= 1e-12, label, "got %.17g, want %.17g, by hand %.17g", got, want, by_hand);
     dev_free(d_acc);
-    dev_free(d_ranges);
+    dev_free(d_pieces);
+}
+
+// shard_pieces: every piece inside its range, none longer than the piece size, together
+// exactly the ranges in order, and no more of them than shard_pieces_max plans room for
+static void test_shard_pieces(void) {
+    const size_t n = 20000, piece = 4096;
+    const ShardRange ranges[4] = {{0, 4096, 1, 1}, {4096, 4097, 0, 1}, {5000, 13193, 0, 0}, {13193, 19999, 1, 1}};
+    std::vector<ShardRange> pieces(4 + n / piece);
+    BuildTarget gpu = {1, 2, 0};
+    bool ok = shard_pieces_max(gpu, 4, n) == pieces.size();
+    int count = shard_pieces(ranges, 4, piece, pieces.data()), r = 0;
+    size_t next = ranges[0].start;
+    for (int k = 0; k < count && ok; k++) {
+        const ShardRange& p = pieces[k];
+        if (next == ranges[r].end) next = ranges[++r].start;
+        ok = p.start == next && p.end > p.start && p.end - p.start <= piece && p.end <= ranges[r].end &&
+             p.decay == ranges[r].decay && p.in_norm == ranges[r].in_norm;
+        next = p.end;
+    }
+    ok = ok && r == 3 && next == ranges[3].end && count == 1 + 1 + 3 + 2;
+    check(ok, FLOATX_NAME " shard_pieces: 4 ranges of 4096, 1, 8193 and 6806 elements in 7 pieces of <= 4096, in order",
+          "%d pieces, the last checked in range %d", count, r);
 }
 
 // the micro-batch's mean loss added on the device: against the CPU build's sum in token order
@@ -619,9 +777,11 @@ static void test_loss_mean_add(void) {
 }
 
 static void test_sum_squares(void) {
-    // 1 element, less than one block, and more than SUM_SQUARES_MAX_BLOCKS blocks (grid-stride)
+    // 1 element, less than one block, and more pieces than SUM_SQUARES_MAX_BLOCKS blocks (each
+    // block takes several: pieces of 256 here, SHARD_PIECE for the others)
     const size_t sizes[3] = {1, 1000, (size_t)SUM_SQUARES_MAX_BLOCKS * SUM_SQUARES_BLOCK + 777};
     for (size_t n : sizes) {
+        size_t piece = n > 1000 ? 256 : SHARD_PIECE;
         Vec x = random_vec(n, 1, false);
         double want = 1.5, got = 1.5;  // it adds into *acc
         sum_squares_cpu(&want, x.data(), n);
@@ -629,14 +789,15 @@ static void test_sum_squares(void) {
         double* d_acc = (double*)dev_malloc(sizeof(double));
         host_to_dev(d_acc, &got, sizeof(double));
         const ShardRange whole = {0, n, 0, 1};   // every element counted
-        ShardRange* d_whole = (ShardRange*)dev_malloc(sizeof(whole));
-        host_to_dev(d_whole, &whole, sizeof(whole));
-        sum_squares_ranges(d_acc, d_x, n, d_whole, 1);
+        int count;
+        ShardRange* d_whole = dev_pieces(&whole, 1, n, piece, &count);
+        sum_squares_ranges(d_acc, d_x, n, d_whole, count);
         dev_free(d_whole);
         dev_to_host(&got, d_acc, sizeof(double));
         char label[96];
         double rel = fabs(got - want) / want;
-        snprintf(label, sizeof label, FLOATX_NAME " sum_squares (+=) n=%-7zu err %.2e (tol 1e-12)", n, rel);
+        snprintf(label, sizeof label, FLOATX_NAME " sum_squares (+=) n=%-7zu pieces of <= %-4zu err %.2e (tol 1e-12)", n,
+                 piece, rel);
         check(rel <= 1e-12, label, "got %.17g, want %.17g", got, want);
         dev_free(d_x);
         dev_free(d_acc);
@@ -769,6 +930,9 @@ int main(int argc, char** argv) {
     test_column_sums();
     test_matmul_epilogues(48);
     test_matmul_epilogues(45);
+    test_cublaslt_plan_cache();
+    test_gelu_matmul_backward(48);
+    test_gelu_matmul_backward(45);
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     test_attention(none);
     test_attention(heads_2_to_4_of_5);
@@ -776,9 +940,14 @@ int main(int argc, char** argv) {
     test_flash_attention_shapes();
     test_gelu();
     test_crossentropy();
+    test_crossentropy_fused(37, 300, 290);
+    test_crossentropy_fused(5, 9000, 9000);
+    test_crossentropy_fused(16, 304, 304);
     test_adamw();
     test_sum_squares();
-    test_shard_ranges();
+    test_shard_pieces();
+    test_shard_ranges(SHARD_PIECE);
+    test_shard_ranges(100);
     test_loss_mean_add();
 #ifdef EMU_MAX_BLOCK   // under the emulation (tests/emu); nvcc builds this file for make test-gpu too
     printf("(%ld emulated kernel launches, %ld 128-bit loads and stores)\n", emu.launches, emu_accesses_128);

@@ -576,7 +576,7 @@ static void test_crossentropy(void) {
     float *row_max = new_floats(N), *local_max = new_floats(N), *sums = new_floats(2 * N), *losses = new_floats(N);
     crossentropy_online_stats_cpu(row_max, local_max, sums, logits, targets, N, V, VOCAB, 0);
     crossentropy_rescale_sums_cpu(sums, local_max, row_max, N);
-    crossentropy_forward_cpu(losses, row_max, sums, N);
+    crossentropy_forward_cpu(losses, NULL, row_max, sums, targets, 0.0f, N, V, VOCAB, 0);   // no backward follows
     double* want_sums = new_doubles(2 * N);
     int max_ok = 1, target_ok = 1;
     for (int n = 0; n < N; n++) {
@@ -600,12 +600,19 @@ static void test_crossentropy(void) {
     float *losses2 = new_floats(N), *row_max2 = new_floats(N), *local_max2 = new_floats(N), *sums2 = new_floats(2 * N);
     crossentropy_online_stats_cpu(row_max2, local_max2, sums2, padded, targets, N, V, VOCAB, 0);
     crossentropy_rescale_sums_cpu(sums2, local_max2, row_max2, N);
-    crossentropy_forward_cpu(losses2, row_max2, sums2, N);
+    float* padded_fused = copy_floats(padded, (size_t)N * V);
+    crossentropy_forward_cpu(losses2, padded, row_max2, sums2, targets, 0.0f, N, V, VOCAB, 0);
     expect_identical("crossentropy_forward ignores padding columns (set to 1e30)", losses2, losses, N);
     crossentropy_backward_cpu(padded, row_max2, sums2, targets, dloss, N, V, VOCAB, 0);
     expect_close("crossentropy_backward dlogits = dloss (softmax - onehot)", padded, NULL, fd, (size_t)N * V, FD_TOL);
     check(nonzero_padding(padded, N, V, VOCAB) == 0, "crossentropy_backward padding columns are exactly 0",
           "%zu are not", nonzero_padding(padded, N, V, VOCAB));
+    // with a backward to follow (dloss != 0) the one-rank forward also writes dlogits: the same
+    // operations as the statistics, the loss and the backward one after another, bit for bit
+    float *losses3 = new_floats(N), *row_max3 = new_floats(N), *sums3 = new_floats(2 * N);
+    crossentropy_forward_fused_cpu(losses3, padded_fused, row_max3, sums3, targets, dloss, N, V, VOCAB);
+    expect_identical("crossentropy_forward_fused: the loss of forward", losses3, losses, N);
+    expect_identical("crossentropy_forward_fused: the dlogits of backward", padded_fused, padded, (size_t)N * V);
 
     // vocab-parallel over TP = 2 ranks, with the two all-reduces done by hand: online_stats ->
     // max over ranks -> rescale_sums -> sum over ranks -> forward / backward
@@ -637,7 +644,7 @@ static void test_crossentropy(void) {
     check(memcmp(global_sums + N, sums + N, N * sizeof(float)) == 0,
           "crossentropy_online_stats vocab-parallel: target logit from exactly one rank", "differs");
     float* tp_losses = new_floats(N);
-    crossentropy_forward_cpu(tp_losses, global_max, global_sums, N);
+    crossentropy_forward_cpu(tp_losses, NULL, global_max, global_sums, targets, 0.0f, N, VL, valid[0], start[0]);
     expect_close("crossentropy_forward vocab-parallel (TP=2)", tp_losses, NULL, want, N, 1e-5);
     char name[128];
     double* want_slice = new_doubles((size_t)N * VL);

@@ -55,11 +55,11 @@ static void random_batch(GPT* m, int vocab) {
 static double loss_and_grads(GPT* m) {
     dev_zero(m->grads, m->num_params * sizeof(float));
     dev_zero(m->loss_sum, sizeof(double));
-    gpt_forward_stage(m, 0);
+    gpt_forward_stage(m, 0, 1.0f / (m->B * m->T));
     loss_mean_add(m->loss_sum, m->losses, m->B * m->T);
     double loss = 0.0;
     dev_to_host(&loss, m->loss_sum, sizeof(double));
-    gpt_backward(m, 0, 1.0f / (m->B * m->T));
+    gpt_backward(m, 0);
     return loss;
 }
 

@@ -11,7 +11,11 @@ to D's type, as cuBLASLt applies its epilogue to the fp32 accumulator:
   BIAS           + bias[i] (a vector of m elements, broadcast over the columns);
   GELU_AUX       aux = x (rounded to D's type, aux[i + j*aux_ld]), D = GELU(x);
   GELU_AUX_BIAS  x = x + bias[i], then as GELU_AUX.
-GELU is the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). cuBLASLt's
+  DGELU          D = x * GELU'(aux[i + j*aux_ld]): aux is read (the GELU's input, as GELU_AUX
+                 wrote it in the forward), with the same ld rules; the backward of a GELU
+                 folded into the GEMM that computes the gradient at its output.
+GELU is the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and GELU' its
+derivative. cuBLASLt's
 documentation only says "GELU point-wise transform"; that it is the tanh form is what
 PyTorch relies on (its _addmm_activation with use_gelu=True stands for gelu(approximate=
 "tanh") and is checked against it) and what llm.c's fused GELU epilogue matches.
@@ -41,6 +45,7 @@ typedef enum {
     CUBLASLT_EPILOGUE_GELU_AUX = 160,
     CUBLASLT_EPILOGUE_GELU_BIAS = 36,
     CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+    CUBLASLT_EPILOGUE_DGELU = 192,
 } cublasLtEpilogue_t;
 
 typedef enum {
@@ -177,7 +182,7 @@ static cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
 
 static bool emu_lt_has_bias(cublasLtEpilogue_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
 static bool emu_lt_has_gelu(cublasLtEpilogue_t e) { return e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
-static bool emu_lt_has_aux(cublasLtEpilogue_t e) { return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+static bool emu_lt_has_aux(cublasLtEpilogue_t e) { return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU; }
 static bool emu_is_16bit(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_16F; }
 
 // m, n, k from the layouts, or INVALID_VALUE / NOT_SUPPORTED as cuBLASLt would answer
@@ -197,7 +202,8 @@ static cublasStatus_t emu_lt_problem(cublasLtMatmulDesc_t d, cublasLtMatrixLayou
     if (emu_lt_has_aux(d->epilogue) && (d->aux == NULL || d->aux_ld < (int64_t)D->rows || d->aux_ld % 8 != 0))
         return CUBLAS_STATUS_INVALID_VALUE;
     cudaDataType_t bias_type = d->bias_type == -1 ? D->type : (cudaDataType_t)d->bias_type;
-    bool epilogue_known = d->epilogue == CUBLASLT_EPILOGUE_DEFAULT || emu_lt_has_bias(d->epilogue) || emu_lt_has_gelu(d->epilogue);
+    bool epilogue_known = d->epilogue == CUBLASLT_EPILOGUE_DEFAULT || emu_lt_has_bias(d->epilogue) || emu_lt_has_gelu(d->epilogue) ||
+                          d->epilogue == CUBLASLT_EPILOGUE_DGELU;
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F || A->type != B->type || !emu_is_16bit(A->type) ||
         C->type != D->type || (D->type != A->type && D->type != CUDA_R_32F) || !epilogue_known ||
         (emu_lt_has_bias(d->epilogue) && bias_type != D->type && bias_type != CUDA_R_32F))
@@ -226,8 +232,12 @@ static cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cu
     return CUBLAS_STATUS_SUCCESS;
 }
 
-// GELU, tanh approximation (see the header)
+// GELU, tanh approximation (see the header), and its derivative
 static double emu_gelu(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+static double emu_gelu_grad(double x) {
+    double s = 0.7978845608028654, th = tanh(s * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
 
 static cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha,
                                      const void* A, cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
@@ -268,7 +278,9 @@ static cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc
             }
             double x = al * acc + (be != 0.0 ? be * emu_load(C, Cdesc->type, (size_t)i + (size_t)j * ldc) : 0.0);
             if (emu_lt_has_bias(e)) x += emu_load(desc->bias, bias_type, (size_t)i);
-            if (emu_lt_has_aux(e)) emu_store(desc->aux, Ddesc->type, (size_t)i + (size_t)j * desc->aux_ld, x);
+            size_t at_aux = (size_t)i + (size_t)j * desc->aux_ld;
+            if (e == CUBLASLT_EPILOGUE_DGELU) x *= emu_gelu_grad(emu_load(desc->aux, Ddesc->type, at_aux));
+            else if (emu_lt_has_aux(e)) emu_store(desc->aux, Ddesc->type, at_aux, x);
             if (emu_lt_has_gelu(e)) x = emu_gelu(x);
             emu_store(D, Ddesc->type, (size_t)i + (size_t)j * ldd, x);
         }

@@ -49,6 +49,7 @@ static cublasStatus_t cublasCreate(cublasHandle_t* handle) {
     *handle = &the_handle;
     return CUBLAS_STATUS_SUCCESS;
 }
+static cublasStatus_t cublasDestroy(cublasHandle_t h) { return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED; }
 static cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t) { return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED; }
 static cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t) { return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED; }
 

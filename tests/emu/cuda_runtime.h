@@ -366,6 +366,9 @@ static inline T __shfl_xor_sync(unsigned mask, T val, int lane_mask) {
 // one OS thread runs every emulated thread, so a read-modify-write is atomic as it stands
 static inline float atomicAdd(float* p, float v) { float old = *p; *p = old + v; return old; }
 static inline double atomicAdd(double* p, double v) { double old = *p; *p = old + v; return old; }
+static inline unsigned int atomicAdd(unsigned int* p, unsigned int v) { unsigned int old = *p; *p = old + v; return old; }
+// blocks run one after another: every write is seen by the blocks after it
+static inline void __threadfence(void) {}
 
 // ----------------------------------------------------------------------------
 // runtime API: synchronous, on host memory
