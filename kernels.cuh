@@ -1856,15 +1856,24 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_q_kern
 
 // ---- the launches
 
-static void check_flash_arguments(int HS, const void* qkv, const void* dout) {
+// this process's GPU's compute capability, its major number (7: V100, 8: A100, 9: H100), asked once
+static int device_major_version(void) {
     static int major = 0;
     if (major == 0) {
         int device;
         cudaCheck(cudaGetDevice(&device));
         cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     }
-    if (major < 8) fail("the fused attention needs a GPU of compute capability 8.0 or newer (A100, H100), this one is %d.x: "
-                        "run --attention-backend unfused", major);
+    return major;
+}
+
+// can this process's GPU run the fused attention? mma.sync.m16n8k16 and cp.async need sm_80
+static int flash_attention_runs_here(void) { return device_major_version() >= 8; }
+
+static void check_flash_arguments(int HS, const void* qkv, const void* dout) {
+    if (!flash_attention_runs_here())
+        fail("the fused attention needs a GPU of compute capability 8.0 or newer (A100, H100), this one is %d.x: "
+             "run --attention-backend unfused", device_major_version());
     if (!flash_attention_supports(HS)) fail("the fused attention is built for head sizes 64 and 128, got %d", HS);
     if ((uintptr_t)qkv % 16 != 0 || (uintptr_t)dout % 16 != 0)
         fail("the fused attention copies 16 bytes at a time: qkv (%p) and dout (%p) must be 16-byte aligned", qkv, dout);
@@ -1927,6 +1936,8 @@ static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout
     else attention_backward_unfused(dqkv, scratch, dout, qkv, att, B, T, NH, HS);
 }
 #else
+static int flash_attention_runs_here(void) { return 1; }   // the CPU build plans for any GPU
+
 // one C attention: the layout's lse (never planned on this build) and out are not needed
 #define attention_forward(out, att, lse, scratch, qkv, B, T, NH, HS, alibi) attention_forward_cpu(out, att, qkv, B, T, NH, HS, alibi)
 #define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, HS, alibi) \
@@ -2193,6 +2204,14 @@ __global__ void crossentropy_rescale_sums_kernel(float* sums, const float* local
 // the 50 MB L2 cache between the fused kernel's two passes over a row (llm.c's choice too).
 #define CROSSENTROPY_BLOCK 1024
 
+// a row's block: a thread per 16-byte pack of the row, in whole warps, up to CROSSENTROPY_BLOCK
+// (GPT-2's 50,304 columns take all 1024; a vocabulary of 257 takes 64, not 1024 threads of
+// which 991 would find no pack)
+static int crossentropy_block(int V) {
+    int threads = CEIL_DIV(CEIL_DIV(V, X128), 32) * 32;
+    return threads < CROSSENTROPY_BLOCK ? threads : CROSSENTROPY_BLOCK;
+}
+
 // the block's row l[0 .. V) becomes its gradient, dloss * (softmax - onehot(local_target)):
 // p = exp(l - row_max) / sum on the valid columns, 0 on the padding
 __device__ void crossentropy_row_backward(floatX* l, float row_max, float sum, int local_target, float dloss,
@@ -2257,13 +2276,13 @@ static void crossentropy_rescale_sums(float* sums, const float* local_max, const
 
 static void crossentropy_forward(float* losses, floatX* logits, const float* row_max, const float* sums,
                                  const int* targets, float dloss, int N, int V, int valid, int vocab_start) {
-    LAUNCH(crossentropy_forward_kernel, N, CROSSENTROPY_BLOCK, 0,
+    LAUNCH(crossentropy_forward_kernel, N, crossentropy_block(V), 0,
            losses, logits, row_max, sums, targets, dloss, N, V, valid, vocab_start);
 }
 
 static void crossentropy_forward_fused(float* losses, floatX* logits, float* row_max, float* sums,
                                        const int* targets, float dloss, int N, int V, int valid) {
-    LAUNCH(crossentropy_forward_fused_kernel, N, CROSSENTROPY_BLOCK, 0,
+    LAUNCH(crossentropy_forward_fused_kernel, N, crossentropy_block(V), 0,
            losses, logits, row_max, sums, targets, dloss, N, V, valid);
 }
 #else

@@ -611,6 +611,7 @@ static int auto_picks_fused(const Config* a, double* fused_s, double* unfused_s)
     Hardware hw = hardware_of(a);
     *fused_s = *unfused_s = 0.0;
     if (!flash_attention_supports(head_size) || hw.attention_efficiency <= 0.0) return 0;
+    if (GPU_BUILD && !a->dry_run && !flash_attention_runs_here()) return 0;   // a real run on a GPU before sm_80
     *fused_s = attention_seconds(&hw, B, H, m->seq_length, head_size, 1);
     *unfused_s = attention_seconds(&hw, B, H, m->seq_length, head_size, 0);
     return *fused_s <= *unfused_s;
@@ -641,6 +642,8 @@ static void auto_attention_reason(const Config* a, char* why, size_t len) {
     hw_name(a, name, sizeof name);
     if (!flash_attention_supports(head_size))
         snprintf(why, len, ": the fused kernels do not take head size %d", head_size);
+    else if (GPU_BUILD && !a->dry_run && !flash_attention_runs_here())
+        snprintf(why, len, ": this GPU has no fused kernels (they need sm_80: A100, H100, later)");
     else if (fused_s == 0.0) snprintf(why, len, ": --hw %s's GPU has no fused kernels (they need sm_80)", name);
     else snprintf(why, len, ": the planner estimates a layer's attention, forward and backward, at %.3g ms %s against %.3g "
                   "ms %s a micro-batch on --hw %s%s", 1e3 * (fused ? fused_s : unfused_s), fused ? "fused" : "unfused",

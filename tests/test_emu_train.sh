@@ -10,12 +10,13 @@
 # tables and bandwidth formulas (tests/test_check_cluster.sh --verify); --dry-run at (2,2,2)
 # against the bytes the run allocates (tests/test_dry_run.sh on the GPU path), and train_cpu's
 # plan of the GPU build (its --dry-run's default) against the GPU path's own dry run, line for
-# line, for several layouts and both precisions. The model's head size is 64 (hidden 128, 2
-# heads), one the fused attention is built for: the GPU path runs it (--attention-backend
-# flash: mma.sync, ldmatrix, cp.async); the cuBLAS
-# path (--attention-backend unfused) is compared at (1,1,1) and (2,2,2) too, and planned by
-# both binaries alike. Last, --overlap-grad-reduce on the GPU path (its communication stream
-# run at once and held back) against the run without, and two planted stream-ordering bugs.
+# line, for several layouts and both precisions. Two tiny models: the fused attention's runs
+# (--attention-backend flash: mma.sync, ldmatrix, cp.async) take one of head size 64 (hidden
+# 128, 2 heads), a size the fused kernels are built for; the cuBLAS path (--attention-backend
+# unfused) and everything else take one of head size 16 (hidden 32), a quarter of the emulated
+# work. Both attentions are compared at (1,1,1) and (2,2,2), and planned by both binaries
+# alike. Last, --overlap-grad-reduce on the GPU path (its communication stream run at once and
+# held back) against the run without, and two planted stream-ordering bugs.
 # Prints one PASS/FAIL line per check.
 #
 # Tolerance: |loss_emu - loss_cpu| <= u * loss_cpu at every step, u the unit roundoff of the
@@ -25,15 +26,15 @@
 # rounded once from an fp32 result, and the fp32 master weights and AdamW moments keep the
 # roundings of one step from compounding into the next, so the loss (an fp32 mean over B*T
 # tokens of -log softmax of 16-bit logits) is allowed to differ by u of itself: what such a
-# model can resolve at all (measured on this model: bf16 up to 4.4e-4 of 3.9e-3, either
-# attention; fp16 up to 5.0e-5 of 4.9e-4). A bug (a missing barrier, a wrong index, a wrong reduction) gives O(1)
-# errors or NaN at once, or drifts by more than this within the 10 steps. --lr 5e-3 moves the
-# tiny model away from its near-uniform start (loss ~ ln 257 whatever the activations; here
-# from 5.5 to 3.2 in the 10 steps), so that the loss witnesses the activations; at 1e-2 this
-# model (hidden 128) turns unstable by step 7 (loss 4.2, 5.3, grad norm 12 on train_cpu
-# alone), and the 16-bit and fp32 runs part by 0.3 there, either attention. With the TP
-# all-reduce of bf16 activations removed, (2,2,2) differed by 1.3e-2 (measured on the earlier
-# model of 4 heads of 8 at 1e-2).
+# model can resolve at all (measured: bf16 up to 5.5e-4 of 3.9e-3, either attention; fp16
+# up to 5.0e-5 of 4.9e-4). A bug (a missing barrier, a wrong index, a wrong reduction) gives
+# O(1) errors or NaN at once, or drifts by more than this within the 10 steps. The learning
+# rate moves each tiny model away from its near-uniform start (loss ~ ln 257 whatever the
+# activations), so that the loss witnesses the activations: 1e-2 for hidden 32, 5e-3 for hidden
+# 128 (from 5.5 to 3.2 in the 10 steps), which at 1e-2 turns unstable by step 7 (loss 4.2, 5.3,
+# grad norm 12 on train_cpu alone: the 16-bit and fp32 runs part by 0.3 there, either
+# attention). With the TP all-reduce of bf16 activations removed, (2,2,2) differed by 1.3e-2
+# (measured on the earlier model of 4 heads of 8 at 1e-2).
 #
 # Out-of-bounds accesses: the emulation puts every device allocation against a guard page
 # (tests/emu/cuda_runtime.h); (1,1,1) runs with each allocation ending at one (EMU_GUARD=end:
@@ -81,8 +82,12 @@ done
 fi
 if [ ! -f "$data.idx" ]; then bad "data" "$data.idx missing (make test builds it)"; exit 1; fi
 
-run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 128 --num-attention-heads 2 --seq-length 16 \
---micro-batch-size 2 --global-batch-size 8 --train-iters 10 --log-interval 1 --eval-iters 0 --split 90,10,0 --lr 5e-3"
+# two tiny models: `run` (hidden 32, 2 heads of 16) for everything but the fused attention,
+# which takes head sizes 64 and 128 only: `flash_run` (hidden 128, 2 heads of 64), four times
+# the emulated work a step, used where the fused attention runs
+steps="--micro-batch-size 2 --global-batch-size 8 --train-iters 10 --log-interval 1 --eval-iters 0 --split 90,10,0"
+run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 $steps --lr 1e-2"
+flash_run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 128 --num-attention-heads 2 --seq-length 16 $steps --lr 5e-3"
 losses() { sed -nE 's/^ iteration +([0-9]+)\/.*\| lm loss: ([0-9.E+-]+) \|.*/\1 \2/p' "$1"; }
 
 # the log lines without their timing fields: losses, grad norms, learning rates, counters
@@ -100,15 +105,15 @@ within() {
                      (n == 10 && !fail) ? "ok" : "bad", n, worst, at, tol, steps }'
 }
 
-# compare NAME NP TP PP GUARD BINARY TOLERANCE RECOMPUTE [FLAGS...]: BINARY against train_cpu,
-# both with FLAGS; then, unless RECOMPUTE is "", BINARY again with the recomputation flags
+# compare NAME MODEL NP TP PP GUARD BINARY TOLERANCE RECOMPUTE [FLAGS...]: BINARY against
+# train_cpu, both with MODEL's flags and FLAGS; then, unless RECOMPUTE is "", BINARY again with the recomputation flags
 # RECOMPUTE, which must change no bit of the log lines or of the saved checkpoint under the
 # emulation. On a real GPU the word embedding's gradient adds with atomics in no fixed order, so
 # no two runs are bit-identical: there the recomputing run is held to the tolerance instead.
 compare() {
-    local name=$1 np=$2 tp=$3 pp=$4 guard=$5 bin=$6 tol=$7 recompute=$8 t0 t1
-    shift 8
-    local args="$run --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp $*"
+    local name=$1 model=$2 np=$3 tp=$4 pp=$5 guard=$6 bin=$7 tol=$8 recompute=$9 t0 t1
+    shift 9
+    local args="$model --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp $*"
     [ -n "${GPU_BINARY:-}" ] || name="$name, EMU_GUARD=$guard"
     rm -rf "$tmp/emu.ckpt" "$tmp/rc.ckpt"
     t0=$(date +%s.%N)
@@ -143,21 +148,23 @@ compare() {
 }
 
 # recomputation: at (1,1,1) one chunk of both layers (the first layer's output in the scratch),
-# at (2,2,2) one layer per stage (stage 0 sends its output from the scratch)
+# at (2,2,2) one layer per stage (stage 0 sends its output from the scratch), the fused
+# attention's log-sum-exp recomputed with it. The fp16 build's fused attention at (1,1,1), its
+# (2,2,2) on the smaller model (the emulated fused attention's runs are the slowest here)
 name=$(basename "$BIN") bf16_tol=$(awk 'BEGIN{print 2^-8}') fp16_tol=$(awk 'BEGIN{print 2^-11}')
-compare "$name --attention-backend flash matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1 end "$BIN" "$bf16_tol" \
-    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" --attention-backend flash
-compare "$name --attention-backend flash matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" 8 2 2 start "$BIN" "$bf16_tol" \
+compare "$name --attention-backend flash matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" "$flash_run" 1 1 1 end "$BIN" "$bf16_tol" \
+    "" --attention-backend flash
+compare "$name --attention-backend flash matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" "$flash_run" 8 2 2 start "$BIN" "$bf16_tol" \
     "--checkpoint-activations" --attention-backend flash
-compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" 1 1 1 end "$BIN" "$bf16_tol" \
-    "" --attention-backend unfused
-compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" 8 2 2 start "$BIN" "$bf16_tol" \
+compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" "$run" 1 1 1 end "$BIN" "$bf16_tol" \
+    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" --attention-backend unfused
+compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" "$run" 8 2 2 start "$BIN" "$bf16_tol" \
     "" --attention-backend unfused
 if [ -z "${GPU_BINARY:-}" ]; then   # a real GPU's fp16 binary: make test-gpu
-    compare "train_emu_fp16 --fp16 --loss-scale 1024 (flash) matches train_cpu over 10 steps at (1,1,1)" 1 1 1 end \
-        tests/build/train_emu_fp16 "$fp16_tol" "" --fp16 --loss-scale 1024
-    compare "train_emu_fp16 --fp16 --loss-scale 1024 (flash) matches train_cpu over 10 steps at (2,2,2)" 8 2 2 start \
-        tests/build/train_emu_fp16 "$fp16_tol" "" --fp16 --loss-scale 1024
+    compare "train_emu_fp16 --fp16 --loss-scale 1024 (flash) matches train_cpu over 10 steps at (1,1,1)" "$flash_run" 1 1 1 end \
+        tests/build/train_emu_fp16 "$fp16_tol" "" --fp16 --loss-scale 1024 --attention-backend flash
+    compare "train_emu_fp16 --fp16 --loss-scale 1024 (unfused) matches train_cpu over 10 steps at (2,2,2)" "$run" 8 2 2 start \
+        tests/build/train_emu_fp16 "$fp16_tol" "" --fp16 --loss-scale 1024 --attention-backend unfused
 fi
 
 # --dry-run on the GPU path: the bytes it plans per stage at (2,2,2) with recomputation (bf16
