@@ -379,7 +379,9 @@ else bad "Ctrl-C twice" "status $status: $(tail -2 $B/twice.log)"; fi
 
 # under mpirun: SIGTERM to one rank stops the whole job after the step, naming that rank; and
 # scripts/launch turns a SIGTERM to the job into the SIGUSR1 Open MPI forwards at once (mpirun
-# itself, sent SIGTERM, kills a rank whose save takes over a second), so the job saves, exits 0
+# itself, sent SIGTERM, kills a rank whose save takes over a second), so the job saves, exits 0.
+# Every rank gets the signal; which one the stop line names is whichever reached it first (rank
+# 0 or 1: the check once asked for 1 and failed now and then in CI runs)
 $MPIRUN -np 2 ./train_cpu $long --save $B/rank1.ckpt > $B/rank1.log 2>&1 &
 pid=$!
 training $B/rank1.log
@@ -399,7 +401,7 @@ wait $pid
 status=$?
 it=$(cat $B/launch.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
 ./train_cpu $flags --train-iters $((it + 1)) --load $B/launch.ckpt > $B/launch-load.log 2>&1
-if [ $status -eq 0 ] && [ -n "$it" ] && grep -qE "stopping at iteration $it \(SIGUSR1 on rank 1\), checkpoint saved" $B/launch.log &&
+if [ $status -eq 0 ] && [ -n "$it" ] && grep -qE "stopping at iteration $it \(SIGUSR1 on rank [01]\), checkpoint saved" $B/launch.log &&
    grep -q "loaded checkpoint $B/launch.ckpt/iter_" $B/launch-load.log; then
     ok "scripts/launch -np 2 sent SIGTERM: every rank gets SIGUSR1, the job saves iteration $it (which loads) and exits 0"
 else bad "scripts/launch sent SIGTERM" "status $status, latest '$it': $(grep -m1 -E 'stopping|error' $B/launch.log)"; fi
