@@ -218,11 +218,16 @@ typedef struct {
     float* lse;   // the fused attention's log-sum-exp [B, heads, T], kept instead of att [B, heads, T, T]
 } LayerActivations;
 
-// everything one micro-batch keeps from its forward until its backward on this stage
+// everything one micro-batch keeps from its forward until its backward through one model chunk
+// of this stage (a plain 1F1B stage is one chunk)
 typedef struct {
+    int chunk, first, end; // the chunk, and its local layers [first, end) (layers[i] for i in that range)
+    int holder;           // the micro-batch in it now (-1: free; the schedule checks it, step.h take_slot)
     int* tokens;          // [B*T] inputs (first stage)
     int* targets;         // [B*T] next tokens (last stage)
-    floatX* input;        // [B*T, C] stage input: embedding output, or received from the previous stage
+    floatX* input;        // [B*T, C] chunk input: embedding output, or received from the previous stage
+    floatX* dout;         // [B*T, C] the gradient of the chunk's output, received ahead of its backward
+                          // (interleaved 1F1B, a chunk without the head; else NULL: it arrives in dres)
     floatX* embed_ln;     // [B*T, C] output of the embedding LayerNorm (if any)
     float *embed_ln_mean, *embed_ln_rstd;
     LayerActivations* layers;
@@ -237,8 +242,10 @@ typedef struct GPT {
     GPTConfig cfg;
     int B, T;                          // micro-batch size, sequence length
     int tp_rank, tp_size;
-    int first_layer, num_local_layers; // the layers this pipeline stage holds
-    int is_first_stage, is_last_stage;
+    int first_layer, num_local_layers; // chunk 0's first layer; the layers of all this rank's chunks
+    int num_chunks, chunk_layers;      // model chunks on this rank (virtual pipeline stages; 1: plain 1F1B), layers of each
+    int round_layers;                  // the model's layers / num_chunks: chunk c starts c x this after chunk 0
+    int is_first_stage, is_last_stage; // this rank holds the embedding (its chunk 0) / the head (its last chunk)
     // per tensor-rank sizes
     int heads_local, hidden_local, ffn_local;        // hidden_local = heads_local * head size
     int vocab_start, vocab_local, vocab_valid_local; // rows of the word embedding held here
@@ -254,7 +261,8 @@ typedef struct GPT {
     floatX* params;                                  // what the kernels read
     float* grads;                                    // fp32 gradients, accumulated over micro-batches
     // activation arena
-    int num_slots;                                   // micro-batches in flight (1F1B: up to PP)
+    int num_slots;                                   // micro-batches in flight, over all chunks (the schedule's count)
+    int* chunk_slots;                                // [num_chunks]: how many of them each chunk has, in chunk order
     MicroBatchActivations* slots;
     int longest_chunk;                               // layers in the longest recomputed chunk (0: none)
     LayerActivations* recompute_layers;              // [longest_chunk] scratch of the chunk being recomputed
@@ -267,7 +275,8 @@ typedef struct GPT {
     float* column_partials;                          // the GPU build's column reductions' partial sums
     void* arena;
     size_t arena_bytes;
-    size_t slot_bytes;                               // activation bytes of one micro-batch in flight
+    size_t slot_bytes;                               // activation bytes of the largest slot (one micro-batch in
+                                                     // flight through one chunk)
     size_t recompute_bytes;                          // the recomputation scratch (part of arena_bytes)
     size_t workspace_bytes;                          // the arena after the slots: backward scratch, attention
                                                      // scratch, column partials, logits and cross-entropy
@@ -369,8 +378,20 @@ static void add_layer(GPT* m, int capacity, int l, LayerTensors* t) {
                              &t->fcproj_b);
 }
 
+// Local layer i of a rank: in chunk i / chunk_layers, which starts round_layers after the one
+// before it (the interleaved schedule's virtual stage c x PP + rank holds the c-th round of the
+// layers: Narayanan et al. 2021, §2.2). With one chunk, the stage's layers are consecutive.
+static int chunk_of_layer(const GPT* m, int i) { return m->num_chunks <= 1 ? 0 : i / m->chunk_layers; }
+static int global_layer(const GPT* m, int i) {
+    return m->first_layer + chunk_of_layer(m, i) * m->round_layers + (m->num_chunks <= 1 ? i : i % m->chunk_layers);
+}
+// the embedding is chunk 0's of the first stage, the head the last chunk's of the last stage
+static int chunk_holds_embedding(const GPT* m, int chunk) { return m->is_first_stage && chunk == 0; }
+static int chunk_holds_head(const GPT* m, int chunk) { return m->is_last_stage && chunk == m->num_chunks - 1; }
+
 // The one list of the model's tensors, in canonical order: embedding, layers, final norm
-// (also GPT2LMHeadModel's state_dict order).
+// (also GPT2LMHeadModel's state_dict order; a rank's chunks hold increasing layers, so their
+// tensors keep that order).
 static void build_tensor_table(GPT* m) {
     const GPTConfig* c = &m->cfg;
     int C = c->hidden_size, capacity = 8 + 12 * m->num_local_layers;
@@ -393,7 +414,7 @@ static void build_tensor_table(GPT* m) {
             m->wpe = add_tensor(m, capacity, wpe, -1, c->max_position_embeddings, C, -1, INIT_NORMAL, std);
         if (c->embed_layernorm) m->lne_w = add_layernorm(m, capacity, lne, -1, C, &m->lne_b);
     }
-    for (int i = 0; i < m->num_local_layers; i++) add_layer(m, capacity, m->first_layer + i, &m->layer_tensors[i]);
+    for (int i = 0; i < m->num_local_layers; i++) add_layer(m, capacity, global_layer(m, i), &m->layer_tensors[i]);
     TensorNames lnf = {"language_model.encoder.final_layernorm", "transformer.ln_f", "transformer.ln_f"};
     if (m->is_last_stage) m->lnf_w = add_layernorm(m, capacity, lnf, c->num_layers, C, &m->lnf_b);
 }
@@ -452,38 +473,52 @@ static void gpt_init_params(GPT* m) {
 
 // ----------------------------------------------------------------------------
 // activation recomputation (Chen et al. 2016; Megatron-LM's --recompute-granularity full)
-// The layers of a stage are cut into chunks. From a recomputed chunk's forward a micro-batch
-// keeps only the chunk's output, which is the next chunk's input; everything else the chunk
-// computes goes to one scratch shared by all micro-batches, and the chunk's backward first
-// runs its forward again to fill that scratch. uniform: chunks of N layers (the last one
-// shorter when N does not divide the stage's layers, as Megatron-LM cuts them); block: the
-// stage's first N layers are chunks of one, the others keep all their activations.
-// Recomputation changes no value: the same kernels see the same inputs (there is no dropout).
+// The layers of a model chunk (a stage's, or with interleaving each of its virtual stages', as
+// Megatron-LM recomputes each of its model chunks alone) are cut into recomputed chunks. From a
+// recomputed chunk's forward a micro-batch keeps only the chunk's output, which is the next
+// chunk's input; everything else the chunk computes goes to one scratch shared by all
+// micro-batches, and the chunk's backward first runs its forward again to fill that scratch.
+// uniform: chunks of N layers (the last one shorter when N does not divide the model chunk's
+// layers, as Megatron-LM cuts them); block: the model chunk's first N layers are chunks of one,
+// the others keep all their activations. Recomputation changes no value: the same kernels see
+// the same inputs (there is no dropout).
 
 // the recomputed chunk [*first, *end) that local layer i is in; 0: layer i is not recomputed
 static int recompute_chunk(const GPT* m, int i, int* first, int* end) {
-    int n = m->cfg.recompute_num_layers, L = m->num_local_layers;
+    int n = m->cfg.recompute_num_layers, model_chunk_first = 0, L = m->num_local_layers;
+    if (m->num_chunks > 1) {   // within its model chunk
+        model_chunk_first = chunk_of_layer(m, i) * m->chunk_layers;
+        L = m->chunk_layers;
+        i -= model_chunk_first;
+    }
     if (m->cfg.recompute_method == RECOMPUTE_UNIFORM) {
-        *first = i / n * n;
-        *end = *first + n < L ? *first + n : L;
+        *first = model_chunk_first + i / n * n;
+        *end = model_chunk_first + (i / n * n + n < L ? i / n * n + n : L);
         return 1;
     }
     if (m->cfg.recompute_method == RECOMPUTE_BLOCK && i < n) {
-        *first = i;
-        *end = i + 1;
+        *first = model_chunk_first + i;
+        *end = *first + 1;
         return 1;
     }
     return 0;
 }
 
+// the last local layer of local layer i's model chunk
+static int model_chunk_last(const GPT* m, int i) {
+    return m->num_chunks <= 1 ? m->num_local_layers - 1 : (chunk_of_layer(m, i) + 1) * m->chunk_layers - 1;
+}
+
 // Does a micro-batch keep local layer i's output until its backward? A layer that is not
 // recomputed keeps everything; a recomputed one only when something after its chunk reads it:
-// the next layer, or the final LayerNorm (last stage). A stage's output that goes to the next
-// stage is sent right after the forward, and the scratch may hold it till then.
+// the next layer, or the final LayerNorm (the head's model chunk). A stage's output that goes to
+// the next stage is sent right after the forward in plain 1F1B, and the scratch may hold it till
+// then; the interleaved schedule runs a backward (which may recompute into the scratch) between a
+// forward and the exchange that sends its output, so there the slot keeps it.
 static int keeps_output(const GPT* m, int i) {
     int first, end;
     if (!recompute_chunk(m, i, &first, &end)) return 1;
-    if (i == m->num_local_layers - 1) return m->is_last_stage;
+    if (i == model_chunk_last(m, i)) return chunk_holds_head(m, chunk_of_layer(m, i)) || m->num_chunks > 1;
     return i == end - 1;
 }
 
@@ -549,17 +584,20 @@ static void layout_recompute_scratch(GPT* m, Arena* a) {
     m->recompute_bytes = a->used - before;
 }
 
+// a slot of model chunk s->chunk: its layers [s->first, s->end), the embedding's or the head's
+// activations where the chunk holds them
 static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
     size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
     s->tokens = TAKE(a, int, N);
     s->targets = TAKE(a, int, N);
     s->input = take_floatX(a, N * C);
-    if (m->is_first_stage && m->cfg.embed_layernorm) {
+    if (m->num_chunks > 1 && !chunk_holds_head(m, s->chunk)) s->dout = take_floatX(a, N * C);
+    if (chunk_holds_embedding(m, s->chunk) && m->cfg.embed_layernorm) {
         s->embed_ln = take_floatX(a, N * C);
         s->embed_ln_mean = TAKE(a, float, N);
         s->embed_ln_rstd = TAKE(a, float, N);
     }
-    for (int i = 0; i < m->num_local_layers; i++) {
+    for (int i = s->first; i < s->end; i++) {
         int first, end;
         if (!recompute_chunk(m, i, &first, &end)) {
             layout_layer(m, a, &s->layers[i], 1);
@@ -568,7 +606,7 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
         s->layers[i] = m->recompute_layers[i - first];   // in the shared scratch ...
         if (keeps_output(m, i)) s->layers[i].res3 = take_floatX(a, N * C);   // ... but for its output
     }
-    if (m->is_last_stage) {
+    if (chunk_holds_head(m, s->chunk)) {
         s->lnf = take_floatX(a, N * C);
         s->lnf_mean = TAKE(a, float, N);
         s->lnf_rstd = TAKE(a, float, N);
@@ -591,10 +629,11 @@ static void layout_arena(GPT* m, Arena* a) {
     size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
     size_t Cl = m->hidden_local, Fl = m->ffn_local;
     layout_recompute_scratch(m, a);   // first: the slots' recomputed layers point into it
+    m->slot_bytes = 0;
     for (int s = 0; s < m->num_slots; s++) {
         size_t before = a->used;
         layout_slot(m, a, &m->slots[s]);
-        m->slot_bytes = a->used - before;
+        if (a->used - before > m->slot_bytes) m->slot_bytes = a->used - before;
     }
     // block_backward's two buffers take turns: dbuf_a holds the MLP's gradients (N x Fl) and
     // inputs' (N x C), dbuf_b the QKV gradient (N x 3Cl) and inputs' (N x C)
@@ -618,25 +657,46 @@ static void layout_arena(GPT* m, Arena* a) {
 
 // ----------------------------------------------------------------------------
 // build: the tensor table, the flat buffers and the arena of one rank
-// num_slots: micro-batches in flight (the pipeline depth for 1F1B); pad_multiple: the flat
-// buffers are padded with zeros to a multiple of it (the data-parallel size, for ZeRO).
+// chunk_slots: micro-batches in flight per model chunk (what the schedule needs: step.h's
+// schedule_slots); pad_multiple: the flat buffers are padded with zeros to a multiple of it (the
+// data-parallel size, for ZeRO).
 
 // gpt_plan_model: the tensor table and the sizes of the flat buffers and the arena, nothing large
 // allocated (so the trainer can check the memory first); gpt_allocate: the buffers, the init.
 // build: this_build() for a model to allocate; a plan alone may lay out the other build.
-// One pipeline stage: stage `rank` of `size`, holding layers [first_layer, first_layer + num_layers)
+// One pipeline stage: stage `rank` of `size`, holding `chunks` model chunks of num_layers /
+// chunks layers each, chunk c from layer first_layer + c x round_layers (round_layers: the
+// model's layers / chunks, one trip round the pipeline); with one chunk, layers
+// [first_layer, first_layer + num_layers)
 typedef struct {
-    int rank, size, first_layer, num_layers;
+    int rank, size, first_layer, num_layers, chunks, round_layers;
 } PipelineStage;
 
-// the even split: every stage num_layers / size of them (a multiple)
+// the even split: every stage num_layers / size of them (a multiple), one chunk
 static PipelineStage even_stage(int num_layers, int rank, int size) {
-    PipelineStage s = {rank, size, rank * (num_layers / size), num_layers / size};
+    PipelineStage s = {rank, size, rank * (num_layers / size), num_layers / size, 1, num_layers};
     return s;
 }
 
+// the local layers of model chunk c: [c x chunk_layers, (c + 1) x chunk_layers)
+static void plan_slots(GPT* m, const int* chunk_slots) {
+    m->chunk_slots = (int*)mallocCheck(m->num_chunks * sizeof(int));
+    m->num_slots = 0;
+    for (int c = 0; c < m->num_chunks; c++) m->num_slots += m->chunk_slots[c] = chunk_slots[c];
+    m->slots = (MicroBatchActivations*)callocCheck(m->num_slots, sizeof(MicroBatchActivations));
+    for (int c = 0, s = 0; c < m->num_chunks; c++)
+        for (int k = 0; k < chunk_slots[c]; k++, s++) {
+            MicroBatchActivations* slot = &m->slots[s];
+            slot->chunk = c;
+            slot->holder = -1;
+            slot->first = c * m->chunk_layers;
+            slot->end = slot->first + m->chunk_layers;
+            slot->layers = (LayerActivations*)callocCheck(m->num_local_layers, sizeof(LayerActivations));
+        }
+}
+
 static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
-                           PipelineStage stage, int num_slots, int pad_multiple, BuildTarget build) {
+                           PipelineStage stage, const int* chunk_slots, int pad_multiple, BuildTarget build) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->build = build;
@@ -646,6 +706,9 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
     m->tp_size = tp_size;
     m->first_layer = stage.first_layer;
     m->num_local_layers = stage.num_layers;   // may be 0: a stage that holds only the embedding or the head
+    m->num_chunks = stage.chunks;
+    m->chunk_layers = stage.num_layers / stage.chunks;
+    m->round_layers = stage.round_layers;
     m->is_first_stage = stage.rank == 0;
     m->is_last_stage = stage.rank == stage.size - 1;
     m->heads_local = cfg->num_attention_heads / tp_size;
@@ -658,12 +721,9 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
 
     build_tensor_table(m);
     m->num_params_padded = CEIL_DIV(m->num_params, (size_t)pad_multiple) * pad_multiple;
-    m->num_slots = num_slots;
     m->longest_chunk = longest_recomputed_chunk(m);
     m->recompute_layers = (LayerActivations*)callocCheck(m->longest_chunk, sizeof(LayerActivations));
-    m->slots = (MicroBatchActivations*)callocCheck(num_slots, sizeof(MicroBatchActivations));
-    for (int s = 0; s < num_slots; s++)
-        m->slots[s].layers = (LayerActivations*)callocCheck(m->num_local_layers, sizeof(LayerActivations));
+    plan_slots(m, chunk_slots);
     Arena sizing = {NULL, 0, build.floatx_bytes};
     layout_arena(m, &sizing);
     m->arena_bytes = sizing.used;
@@ -687,7 +747,7 @@ static void gpt_allocate(GPT* m) {
 // both at once (tests and tools; inline: the trainer, which checks memory between, does not call it)
 static inline void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
                              int pp_rank, int pp_size, int num_slots, int pad_multiple) {
-    gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, even_stage(cfg->num_layers, pp_rank, pp_size), num_slots, pad_multiple,
+    gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, even_stage(cfg->num_layers, pp_rank, pp_size), &num_slots, pad_multiple,
                    this_build());
     gpt_allocate(m);
 }
@@ -696,6 +756,7 @@ static inline void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_
 static void gpt_free_plan(GPT* m) {
     for (int s = 0; s < m->num_slots; s++) free(m->slots[s].layers);
     free(m->slots);
+    free(m->chunk_slots);
     free(m->recompute_layers);
     free(m->tensors);
     free(m->layer_tensors);
@@ -712,15 +773,14 @@ static void gpt_free(GPT* m) {
 // ----------------------------------------------------------------------------
 // forward
 
-// the input of local layer i: the previous layer's output, or the stage's input
+// the input of local layer i: the previous layer's output, or the input of the slot's model chunk
 static floatX* layer_input(const MicroBatchActivations* s, int i) {
-    if (i > 0) return s->layers[i - 1].res3;
+    if (i > s->first) return s->layers[i - 1].res3;
     return s->embed_ln ? s->embed_ln : s->input;
 }
 
-static floatX* stage_output(const GPT* m, const MicroBatchActivations* s) {
-    return layer_input(s, m->num_local_layers);
-}
+// what the slot's model chunk sends on (its last layer's output)
+static floatX* stage_output(const MicroBatchActivations* s) { return layer_input(s, s->end); }
 
 // word embedding (vocab-parallel, summed over tensor ranks) + position embedding
 static void embedding_forward(GPT* m, MicroBatchActivations* s) {
@@ -749,13 +809,13 @@ static Alibi alibi_of(const GPT* m) {
 }
 
 // Does block i end with the next block's ln1, fused with its last residual add (res3 + the
-// LayerNorm of it, residual_layernorm_forward)? Only inside a stage, and only when both blocks
+// LayerNorm of it, residual_layernorm_forward)? Only inside a model chunk, and only when both blocks
 // are recomputed in the same chunk or both not recomputed: a recomputed chunk restarts from
 // its input alone, so its first block computes its own ln1, and its last one must not write
 // into the layer after it, whose activations may share the recomputation scratch. Fused or
 // not, the LayerNorm is the same code on the same floatX residual: the same bits.
 static int fuses_next_ln1(const GPT* m, int i) {
-    if (i < 0 || i + 1 >= m->num_local_layers) return 0;
+    if (i < 0 || i + 1 >= m->num_local_layers || chunk_of_layer(m, i) != chunk_of_layer(m, i + 1)) return 0;
     int first, end, next_first, next_end;
     int chunk = recompute_chunk(m, i, &first, &end), next_chunk = recompute_chunk(m, i + 1, &next_first, &next_end);
     return chunk == next_chunk && (!chunk || first == next_first);
@@ -796,7 +856,7 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
 // computes the loss, for head_backward. With 0 the logits stay (generation reads them).
 static void head_forward(GPT* m, MicroBatchActivations* s, float dloss) {
     int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local, valid = m->vocab_valid_local;
-    layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(m, s),
+    layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(s),
                       param_of(m, m->lnf_w), param_of(m, m->lnf_b), N, C);
     matmul_forward(m->logits, s->lnf, param_of(m, m->wte), NULL, N, C, V);   // f, column-parallel
     if (m->tp_size == 1) {   // whole rows here: statistics, loss and dlogits in one pass a row
@@ -813,25 +873,26 @@ static void head_forward(GPT* m, MicroBatchActivations* s, float dloss) {
     m->logits_hold_gradient = dloss != 0.0f;
 }
 
-// Forward of the micro-batch in `slot` through this stage. The first stage reads the
-// slot's tokens, the others its input (received from the previous stage). The last stage
-// leaves each token's loss in m->losses, on the device. dloss: d(loss)/d(each token's loss)
-// of the backward that follows on the last stage (which its forward prepares), 0 if none.
+// Forward of the micro-batch in `slot` through the slot's model chunk of this stage (the whole
+// stage without interleaving). The embedding's chunk reads the slot's tokens, the others its
+// input (received from the previous stage). The head's chunk leaves each token's loss in
+// m->losses, on the device. dloss: d(loss)/d(each token's loss) of the backward that follows
+// on the head's chunk (which its forward prepares), 0 if none.
 static void before_reading_parameters(const GPT* m, int layer) {
     if (m->on_parameters_needed) m->on_parameters_needed(layer);
 }
 
 static void gpt_forward_stage(GPT* m, int slot, float dloss) {
     MicroBatchActivations* s = &m->slots[slot];
-    if (m->is_first_stage) {
+    if (chunk_holds_embedding(m, s->chunk)) {
         before_reading_parameters(m, -1);
         embedding_forward(m, s);
     }
-    for (int i = 0; i < m->num_local_layers; i++) {
-        before_reading_parameters(m, m->first_layer + i);
+    for (int i = s->first; i < s->end; i++) {
+        before_reading_parameters(m, global_layer(m, i));
         block_forward(m, s, i);
     }
-    if (m->is_last_stage) {
+    if (chunk_holds_head(m, s->chunk)) {
         before_reading_parameters(m, m->cfg.num_layers);   // the final LayerNorm, and the tied copy of the embedding
         head_forward(m, s, dloss);
     }
@@ -843,7 +904,7 @@ static void gpt_forward_stage(GPT* m, int slot, float dloss) {
 // a step.
 static double gpt_forward(GPT* m, int slot) {
     gpt_forward_stage(m, slot, 0.0f);
-    if (!m->is_last_stage) return 0.0;
+    if (!chunk_holds_head(m, m->slots[slot].chunk)) return 0.0;
     int N = m->B * m->T;
     dev_to_host(m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0.0;
@@ -866,7 +927,7 @@ static void head_backward(GPT* m, MicroBatchActivations* s) {
     copy_to_tensor_model_parallel_region_backward(m->dbuf_a, (size_t)N * C);   // f
     dev_zero(m->dres, (size_t)N * C * sizeof(floatX));
     layernorm_backward(m->dres, grad_of(m, m->lnf_w), grad_of(m, m->lnf_b), m->column_partials, m->dbuf_a,
-                       stage_output(m, s), param_of(m, m->lnf_w), s->lnf_mean, s->lnf_rstd, N, C);
+                       stage_output(s), param_of(m, m->lnf_w), s->lnf_mean, s->lnf_rstd, N, C);
 }
 
 static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
@@ -910,11 +971,12 @@ static void embedding_backward(GPT* m, MicroBatchActivations* s) {
     encoder_backward(grad_of(m, m->wte), grad_of(m, m->wpe), d, s->tokens, N, m->T, C, m->vocab_start, m->vocab_local);
 }
 
-// Backward of the micro-batch in `slot`, right after its forward on the last stage (the
-// logits are shared by all slots), whose dloss (d(loss)/d(each token's loss): 1 / the step's
-// tokens, times fp16's loss scale) has already gone into the dlogits that forward wrote. On
-// other stages m->dres must hold the gradient of the stage's output (received from the next
-// stage); afterwards it holds the gradient of the stage's input (to send to the previous stage).
+// Backward of the micro-batch in `slot` through the slot's model chunk: in the head's chunk
+// right after its forward (the logits are shared by all slots), whose dloss (d(loss)/d(each
+// token's loss): 1 / the step's tokens, times fp16's loss scale) has already gone into the
+// dlogits that forward wrote. In other chunks m->dres must hold the gradient of the chunk's
+// output (received from the next stage); afterwards it holds the gradient of the chunk's input
+// (to send to the previous stage).
 // Reaching the last layer of a recomputed chunk, the chunk's forward runs again from the
 // chunk's input, which the slot kept, and refills the scratch (its tensor-parallel all-reduces
 // run again too). It also writes the chunk's output again, where the forward put it: the same
@@ -925,16 +987,16 @@ static void after_final_gradients(const GPT* m, int layer) {
 
 static void gpt_backward(GPT* m, int slot) {
     MicroBatchActivations* s = &m->slots[slot];
-    if (m->is_last_stage) {
+    if (chunk_holds_head(m, s->chunk)) {
         head_backward(m, s);
         after_final_gradients(m, m->cfg.num_layers);
     }
-    for (int i = m->num_local_layers - 1; i >= 0; i--) {
+    for (int i = s->end - 1; i >= s->first; i--) {
         int first, end;
         if (recompute_chunk(m, i, &first, &end) && i == end - 1)
             for (int k = first; k < end; k++) block_forward(m, s, k);
         block_backward(m, s, i);
-        after_final_gradients(m, m->first_layer + i);
+        after_final_gradients(m, global_layer(m, i));
     }
-    if (m->is_first_stage) embedding_backward(m, s);
+    if (chunk_holds_embedding(m, s->chunk)) embedding_backward(m, s);
 }

@@ -113,27 +113,35 @@ static void print_pipeline_exchanges(void) {
     else printf("pipeline exchanges: on the compute stream (--no-overlap-p2p-communication)\n");
 }
 
-static void print_memory_header(const StageMemory* s) {
-    double mib = 1024.0 * 1024.0;
-    char recompute[96] = "";
-    if (s->longest_chunk > 0)
-        snprintf(recompute, sizeof(recompute), " + a recomputed chunk's scratch of %.1f MiB (%d layer(s))",
-                 s->recompute_bytes / mib, s->longest_chunk);
-    printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations "
-           "(%d micro-batch slot(s) of %.1f MiB%s) | workspaces (backward scratch, column partials, logits, cross-entropy, the optimizer's "
-           "norm and shard table; "
-           "no communication buffers: NCCL and MPI use the arena's) | total\n", s->num_slots, s->slot_bytes / mib, recompute);
+static void print_memory_header(void) {
+    printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations (the "
+           "micro-batch slots the row names, each one micro-batch's through one model chunk, and a recomputed chunk's "
+           "scratch) | workspaces (backward scratch, column partials, logits, cross-entropy, the optimizer's norm and "
+           "shard table; no communication buffers: NCCL and MPI use the arena's) | total\n");
 }
 
-// "  LABEL (stage S, layers A-B): N parameters: x | x | x | x | x | x", and with `bytes` the same in bytes
+// "layers A-B" of a stage, each model chunk's ("layers 0-1, 4-5"), or "no layers"
+static void format_stage_layers(const PipelineStage* stage, char* out, size_t len) {
+    snprintf(out, len, "no layers");   // each stage shows its layers: the balance can be seen
+    int per_chunk = stage->num_layers / stage->chunks;
+    for (int c = 0, used = 0; c < stage->chunks && per_chunk > 0 && used < (int)len; c++) {
+        int first = stage->first_layer + c * stage->round_layers;
+        used += snprintf(out + used, len - used, "%s%d-%d", c ? ", " : "layers ", first, first + per_chunk - 1);
+    }
+}
+
+// "  LABEL (stage S, layers A-B): N parameters, K micro-batch slot(s) of up to X MiB[, ...]: x | x | x | x | x | x",
+// and with `bytes` the same in bytes
 static void print_memory_row(const char* label, const StageMemory* s, int bytes) {
     double mib = 1024.0 * 1024.0;
-    char layers[48] = "no layers";   // each stage shows its layers: the balance can be seen
-    if (s->stage.num_layers > 0)
-        snprintf(layers, sizeof(layers), "layers %d-%d", s->stage.first_layer, s->stage.first_layer + s->stage.num_layers - 1);
-    printf("  %s (stage %d, %s): %zu parameters: %9.1f | %9.1f | %9.1f | %9.1f | %9.1f | %9.1f\n", label, s->stage.rank,
-           layers, s->num_params, s->params / mib, s->grads / mib, s->optimizer / mib, s->activations / mib,
-           s->workspaces / mib, s->total / mib);
+    char layers[256], recompute[96] = "";
+    format_stage_layers(&s->stage, layers, sizeof layers);
+    if (s->longest_chunk > 0)
+        snprintf(recompute, sizeof(recompute), ", a recomputed chunk's scratch of %.1f MiB (%d layer(s))",
+                 s->recompute_bytes / mib, s->longest_chunk);
+    printf("  %s (stage %d, %s): %zu parameters, %d micro-batch slot(s) of up to %.1f MiB%s: %9.1f | %9.1f | %9.1f | %9.1f "
+           "| %9.1f | %9.1f\n", label, s->stage.rank, layers, s->num_params, s->num_slots, s->slot_bytes / mib, recompute,
+           s->params / mib, s->grads / mib, s->optimizer / mib, s->activations / mib, s->workspaces / mib, s->total / mib);
     if (bytes)
         printf("  %s (stage %d) in bytes: %zu | %zu | %zu | %zu | %zu | %zu\n", label, s->stage.rank, s->params, s->grads,
                s->optimizer, s->activations, s->workspaces, s->total);
@@ -293,7 +301,9 @@ static void check_index_memory(double index_bytes, double host_model_bytes) {
 //   a pipeline send       latency + its bytes / the link between the two stages.
 // A 1F1B step is (m + p - 1) slots of the slowest stage's forward and backward of one
 // micro-batch (p - 1 of them the bubble: Narayanan et al. 2021), then the optimizer: the tied
-// embedding's all-reduce, the ZeRO reduce-scatter, the norm, AdamW and the all-gather.
+// embedding's all-reduce, the ZeRO reduce-scatter, the norm, AdamW and the all-gather. With v
+// model chunks a stage (interleaved 1F1B, §2.2) the bubble is p - 1 slots of one chunk, so the
+// step is (m + (p - 1) / v) slots, each slot with v times the pipeline's messages.
 
 typedef struct {
     double peak_tflops;                             // dense fp16/bf16 tensor-core peak (datasheet)
@@ -672,8 +682,11 @@ static void print_attention(const Config* a, int gpu) {
 static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp_size) {
     BuildTarget build = {plans_gpu_build(a), plans_gpu_build(a) ? 2 : (int)sizeof(float),   // bf16 or fp16; fp32
                          runs_flash_attention(a, plans_gpu_build(a))};
-    gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, pipeline_stage(a, p),
-                   a->pipeline_model_parallel_size, dp_size, build);
+    PipelineStage stage = pipeline_stage(a, p);
+    int* slots = (int*)mallocCheck(stage.chunks * sizeof(int));   // what the schedule needs, as the trainer's
+    stage_slots(a, p, slots);
+    gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, stage, slots, dp_size, build);
+    free(slots);
 }
 
 static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp_size) {
@@ -766,8 +779,10 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, 2.0 * N * 4.0);   // their sums
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);       // the head's f
     }
-    if (!m->is_last_stage) charge_message(c, "pipeline send", GROUP_PP, 1.0, N * C * x);
-    if (!m->is_first_stage) charge_message(c, "pipeline send", GROUP_PP, 1.0, N * C * x);
+    // each model chunk's output to the next stage but the head's, each one's input gradient to the
+    // previous stage but the embedding's: v times plain 1F1B's messages with v model chunks
+    int sends = 2 * m->num_chunks - m->is_last_stage - m->is_first_stage;
+    for (int k = 0; k < sends; k++) charge_message(c, "pipeline send", GROUP_PP, 1.0, N * C * x);
 }
 
 // the forward, or the backward, of one micro-batch through one of the stage's layers (the
@@ -827,8 +842,9 @@ static double overlapped_reduce_seconds(const StageCost* c, const GPT* m, double
             exposed += seconds;
             continue;
         }
-        int above = m->first_layer + m->num_local_layers - b->lowest_layer;   // this stage's layers at or above it
-        double ready = (above < 0 ? 0 : above > m->num_local_layers ? m->num_local_layers : above) * t_layer;
+        int above = 0;   // this stage's layers at or above it
+        for (int i = 0; i < m->num_local_layers; i++) above += global_layer(m, i) >= b->lowest_layer;
+        double ready = above * t_layer;
         busy_until = fmax(busy_until, ready) + seconds;
     }
     exposed += fmax(0.0, busy_until - backward_end);
@@ -857,7 +873,7 @@ static double overlapped_gather_seconds(const StageCost* c, const GPT* m, double
     double t = 0.0;
     int waited = 0;
     for (int i = 0; i <= m->num_local_layers; i++) {   // i == num_local_layers: the head (or the stage's end)
-        int layer = i < m->num_local_layers ? m->first_layer + i : INT_MAX;
+        int layer = i < m->num_local_layers ? global_layer(m, i) : INT_MAX;
         while (waited < count && buckets[count - 1 - waited].lowest_layer <= layer) waited++;
         if (waited > 0) t = fmax(t, done[waited - 1]);
         if (i < m->num_local_layers) t += t_layer;
@@ -917,7 +933,7 @@ static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int PP, in
 
 // a layout's plan: its peak memory (the stage that holds most), its step and what it sends
 typedef struct {
-    int tp, pp, dp, micro_batches, peak_stage, slowest_stage;
+    int tp, pp, dp, vp, micro_batches, peak_stage, slowest_stage;   // vp: model chunks per stage (interleaving)
     double peak_bytes, step_seconds, slot_seconds, optimizer_seconds, tflops_per_gpu, bubble;
     double bytes_sent[NUM_COMM_GROUPS];   // the busiest rank's, per group: --log-comm's numbers
     int out_of_memory;
@@ -931,6 +947,7 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
     L.tp = a->tensor_model_parallel_size;
     L.pp = a->pipeline_model_parallel_size;
     L.dp = data_parallel_size(a);
+    L.vp = virtual_chunks(a);
     L.micro_batches = a->global_batch_size / (a->micro_batch_size * L.dp);
     StageCost* c = (StageCost*)mallocCheck(sizeof(StageCost));
     for (int p = 0; p < L.pp; p++) {
@@ -957,8 +974,9 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
             if (c->bytes_sent[g] > L.bytes_sent[g]) L.bytes_sent[g] = c->bytes_sent[g];
     }
     free(c);
-    L.step_seconds = (L.micro_batches + L.pp - 1) * L.slot_seconds + L.optimizer_seconds;
-    L.bubble = (L.pp - 1.0) / (L.micro_batches + L.pp - 1.0);
+    // the bubble is p - 1 of a chunk's slots, a v-th of a stage's (Narayanan et al. 2021, §2.2.1)
+    L.step_seconds = (L.micro_batches + (L.pp - 1.0) / L.vp) * L.slot_seconds + L.optimizer_seconds;
+    L.bubble = (L.pp - 1.0) / ((double)L.vp * L.micro_batches + L.pp - 1.0);
     double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a));
     L.tflops_per_gpu = flops / L.step_seconds / (L.tp * L.pp * L.dp) / 1e12;
     L.out_of_memory = L.peak_bytes + hw->reserve_gib * (1 << 30) > hw->memory_gib * (1 << 30);
@@ -973,8 +991,10 @@ static void print_seconds(double s) {
 
 // the fixed, parseable last line
 static void print_layout_line(const Config* a, const LayoutPlan* L) {
-    printf("dry-run: world %d TP %d PP %d DP %d MBS %d GBS %d: peak memory per GPU %.1f GiB (stage %d), step ",
-           L->tp * L->pp * L->dp, L->tp, L->pp, L->dp, a->micro_batch_size, a->global_batch_size,
+    char vp[16] = "";   // interleaved: its model chunks per stage (Megatron-LM's virtual pipeline size)
+    if (L->vp > 1) snprintf(vp, sizeof vp, " VPP %d", L->vp);
+    printf("dry-run: world %d TP %d PP %d DP %d MBS %d GBS %d%s: peak memory per GPU %.1f GiB (stage %d), step ",
+           L->tp * L->pp * L->dp, L->tp, L->pp, L->dp, a->micro_batch_size, a->global_batch_size, vp,
            L->peak_bytes / (1 << 30), L->peak_stage);
     print_seconds(L->step_seconds);
     printf(" s, %.1f TFLOPs per GPU, bubble %.1f%%%s\n", L->tflops_per_gpu, 100.0 * L->bubble,
@@ -1017,8 +1037,9 @@ static void print_stage_costs(const StageCost* c, int stage, int micro) {
     }
 }
 
-// --sweep: every layout of the world the model's shape and the batch allow, one line each,
-// those that fit first, each part fastest first
+// --sweep: every layout of the world the model's shape and the batch allow, one line each, with
+// each interleaving (v model chunks per stage) its layers and micro-batches allow, those that fit
+// first, each part fastest first
 typedef struct {
     LayoutPlan plan;
     int micro_batch_size;
@@ -1043,19 +1064,25 @@ static void dry_run_sweep(const Config* a, const Hardware* hw) {
                 b.tensor_model_parallel_size = tp;
                 b.pipeline_model_parallel_size = pp;
                 b.micro_batch_size = mbs;
+                b.num_layers_per_virtual_pipeline_stage = b.num_virtual_stages_per_pipeline_rank = 0;
                 b.model.padded_vocab_size = padded_vocab_size(b.model.vocab_size, b.model.make_vocab_size_divisible_by, tp);
                 if (layout_error(&b, err, sizeof(err))) {
                     refused++;
                     continue;
                 }
-                if (count == capacity) {
-                    capacity *= 2;
-                    rows = (SweepRow*)reallocCheck(rows, capacity * sizeof(SweepRow));
+                // plain 1F1B (v = 1), then each interleaving the layers and the micro-batches allow
+                for (int v = 1; v == 1 || (pp > 1 && v <= a->model.num_layers / pp); v++) {
+                    b.num_virtual_stages_per_pipeline_rank = v > 1 ? v : 0;
+                    if (v > 1 && layout_error(&b, err, sizeof(err))) continue;
+                    if (count == capacity) {
+                        capacity *= 2;
+                        rows = (SweepRow*)reallocCheck(rows, capacity * sizeof(SweepRow));
+                    }
+                    rows[count].plan = plan_layout(&b, hw, NULL);
+                    rows[count].micro_batch_size = mbs;
+                    oom += rows[count].plan.out_of_memory;
+                    count++;
                 }
-                rows[count].plan = plan_layout(&b, hw, NULL);
-                rows[count].micro_batch_size = mbs;
-                oom += rows[count].plan.out_of_memory;
-                count++;
             }
         }
     }
@@ -1085,6 +1112,54 @@ static void print_recomputation_alternative(const Config* a, const Hardware* hw)
     printf(" s, %.1f TFLOPs per GPU%s\n", L.tflops_per_gpu, L.out_of_memory ? " OOM" : "");
 }
 
+// a plan's figures after "LABEL: ", as the last line has them, with the pipeline's bytes
+static void print_plan_summary(const char* label, const LayoutPlan* L) {
+    printf("%s: peak memory per GPU %.1f GiB (stage %d), step ", label, L->peak_bytes / (1 << 30), L->peak_stage);
+    print_seconds(L->step_seconds);
+    printf(" s, %.1f TFLOPs per GPU, bubble %.1f%%, pipeline %.1f MiB sent per step (the busiest rank)%s\n",
+           L->tflops_per_gpu, 100.0 * L->bubble, L->bytes_sent[GROUP_PP] / (1024.0 * 1024.0),
+           L->out_of_memory ? " OOM" : "");
+}
+
+// The same layout the other way round for interleaving, so the plan shows what it saves and
+// costs: plain 1F1B for an interleaved one; for a plain one with PP > 1 the fastest interleaving
+// its layers and micro-batches allow (--num-virtual-stages-per-pipeline-rank v), or why none.
+static void print_interleaving_alternative(const Config* a, const Hardware* hw) {
+    if (a->pipeline_model_parallel_size == 1) return;
+    Config other = *a;
+    other.num_layers_per_virtual_pipeline_stage = other.num_virtual_stages_per_pipeline_rank = 0;
+    if (virtual_chunks(a) > 1) {
+        LayoutPlan L = plan_layout(&other, hw, NULL);
+        print_plan_summary("without interleaving (plain 1F1B)", &L);
+        return;
+    }
+    int* layers = stage_layers(a), most = 0, best_v = 0;
+    for (int p = 0; p < a->pipeline_model_parallel_size; p++) most = layers[p] > most ? layers[p] : most;
+    free(layers);
+    LayoutPlan best;
+    char err[512], why[512] = "its stages hold one layer at most";
+    for (int v = 2; v <= most; v++) {
+        other.num_virtual_stages_per_pipeline_rank = v;
+        if (layout_error(&other, err, sizeof err)) {
+            if (v == 2) snprintf(why, sizeof why, "%s", err);
+            continue;
+        }
+        LayoutPlan L = plan_layout(&other, hw, NULL);
+        if (!best_v || L.step_seconds < best.step_seconds) {
+            best = L;
+            best_v = v;
+        }
+    }
+    if (!best_v) {
+        printf("interleaving: no v of 2 or more model chunks per stage fits this layout (v = 2: %s)\n", why);
+        return;
+    }
+    char label[160];
+    snprintf(label, sizeof label, "with interleaving, the fastest its layers and micro-batches allow "
+             "(--num-virtual-stages-per-pipeline-rank %d)", best_v);
+    print_plan_summary(label, &best);
+}
+
 // the precision of the build --dry-run-build plans: the GPU build's 16-bit type (fp16 with --fp16,
 // train_gpu_fp16's; else bf16, train_gpu's) over fp32 master weights; the CPU build's fp32
 static const char* planned_precision(const Config* a) {
@@ -1108,7 +1183,7 @@ static void dry_run_report(const Config* a) {
            "of the vocabulary, the matrices and the ZeRO shard)\n");
     for (int p = 0; p < PP; p++) {
         StageMemory s = plan_stage_memory(a, p, TP, DP);
-        if (p == 0) print_memory_header(&s);
+        if (p == 0) print_memory_header();
         print_memory_row("planned", &s, 1);
     }
     double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a));
@@ -1117,14 +1192,23 @@ static void dry_run_report(const Config* a) {
     LayoutPlan L = plan_layout(a, &hw, slowest);
     printf("model FLOPs per step: %.4g (global batch %d; Narayanan et al. 2021, recomputation included)\n", flops,
            a->global_batch_size);
-    printf("1F1B bubble: (p - 1) / (m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per pipeline\n",
-           PP - 1, micro + PP - 1, 100.0 * L.bubble, micro);
+    if (L.vp == 1)
+        printf("1F1B bubble: (p - 1) / (m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per pipeline\n",
+               PP - 1, micro + PP - 1, 100.0 * L.bubble, micro);
+    else
+        printf("interleaved 1F1B bubble: (p - 1) / (v m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per "
+               "pipeline, v = %d model chunks per stage (Narayanan et al. 2021, §2.2.1); the pipeline sends v times plain "
+               "1F1B's messages\n", PP - 1, L.vp * micro + PP - 1, 100.0 * L.bubble, micro, L.vp);
     print_comm(L.bytes_sent);
     print_hardware(a, &hw);
     print_stage_costs(slowest, L.slowest_stage, micro);
     printf("GEMMs only (the cuBLAS rows): %.6g ms of stage %d's step\n", 1e3 * gemm_only_seconds(slowest), L.slowest_stage);
-    printf("step = (m + p - 1) x the slowest stage's micro-batch + the slowest optimizer step = %d x %.4g s + %.4g s\n",
-           micro + PP - 1, L.slot_seconds, L.optimizer_seconds);
+    if (L.vp == 1)
+        printf("step = (m + p - 1) x the slowest stage's micro-batch + the slowest optimizer step = %d x %.4g s + %.4g s\n",
+               micro + PP - 1, L.slot_seconds, L.optimizer_seconds);
+    else
+        printf("step = (m + (p - 1) / v) x the slowest stage's micro-batch + the slowest optimizer step = %.4g x %.4g s + "
+               "%.4g s\n", micro + (PP - 1.0) / L.vp, L.slot_seconds, L.optimizer_seconds);
     if (a->overlap_grad_reduce && DP > 1)
         printf("--overlap-grad-reduce on stage %d: its bucketed reduces take %.3f ms, %.3f ms of them hidden behind the "
                "last micro-batch's backward\n", L.slowest_stage, 1e3 * slowest->reduce_total, 1e3 * slowest->reduce_hidden);
@@ -1132,6 +1216,7 @@ static void dry_run_report(const Config* a) {
         printf("--overlap-param-gather on stage %d: its bucketed broadcasts take %.3f ms, %.3f ms of them hidden behind the "
                "next step's first forward\n", L.slowest_stage, 1e3 * slowest->gather_total, 1e3 * slowest->gather_hidden);
     print_recomputation_alternative(a, &hw);
+    print_interleaving_alternative(a, &hw);
     if (L.out_of_memory)
         printf("does not fit: %.1f GiB of ours + %.1f GiB left to CUDA, cuBLAS and NCCL > %.1f GiB\n",
                L.peak_bytes / (1 << 30), hw.reserve_gib, hw.memory_gib);
