@@ -130,18 +130,19 @@ static void format_stage_layers(const PipelineStage* stage, char* out, size_t le
     }
 }
 
-// "  LABEL (stage S, layers A-B): N parameters, K micro-batch slot(s) of up to X MiB[, ...]: x | x | x | x | x | x",
+// "  LABEL (stage S, layers A-B): N parameters: x | x | x | x | x | x  (K micro-batch slot(s) of up to X MiB ...)",
 // and with `bytes` the same in bytes
 static void print_memory_row(const char* label, const StageMemory* s, int bytes) {
     double mib = 1024.0 * 1024.0;
     char layers[256], recompute[96] = "";
     format_stage_layers(&s->stage, layers, sizeof layers);
     if (s->longest_chunk > 0)
-        snprintf(recompute, sizeof(recompute), ", a recomputed chunk's scratch of %.1f MiB (%d layer(s))",
+        snprintf(recompute, sizeof(recompute), " + a recomputed chunk's scratch of %.1f MiB (%d layer(s))",
                  s->recompute_bytes / mib, s->longest_chunk);
-    printf("  %s (stage %d, %s): %zu parameters, %d micro-batch slot(s) of up to %.1f MiB%s: %9.1f | %9.1f | %9.1f | %9.1f "
-           "| %9.1f | %9.1f\n", label, s->stage.rank, layers, s->num_params, s->num_slots, s->slot_bytes / mib, recompute,
-           s->params / mib, s->grads / mib, s->optimizer / mib, s->activations / mib, s->workspaces / mib, s->total / mib);
+    printf("  %s (stage %d, %s): %zu parameters: %9.1f | %9.1f | %9.1f | %9.1f | %9.1f | %9.1f  (%d micro-batch slot(s) of "
+           "up to %.1f MiB%s)\n", label, s->stage.rank, layers, s->num_params, s->params / mib, s->grads / mib,
+           s->optimizer / mib, s->activations / mib, s->workspaces / mib, s->total / mib, s->num_slots, s->slot_bytes / mib,
+           recompute);
     if (bytes)
         printf("  %s (stage %d) in bytes: %zu | %zu | %zu | %zu | %zu | %zu\n", label, s->stage.rank, s->params, s->grads,
                s->optimizer, s->activations, s->workspaces, s->total);

@@ -315,8 +315,8 @@ if [ -z "${GPU_BINARY:-}" ]; then
     seds=('s/^    compute_waits_for_comm(&r->reduced);$/    \/\/ planted: no wait/'
           's/lowest_layer >= layer)/lowest_layer >= layer - 1)/'
           's/^    compute_waits_for_mark(&g->gathered\[k - 1\]);$/    \/\/ planted: no wait/'
-          's/if (l->overlap \&\& recv) wait_for_exchanges();/if (0) wait_for_exchanges();/'
-          's/^    pipeline_before_writing(stage_output(m, a));.*/    \/\/ planted: no wait/')
+          's/if (l->overlap \&\& recvs) {/if (0) {/'
+          's/^    pipeline_before_writing(stage_output(a));.*/    \/\/ planted: no wait/')
     defers=(1 0 1 1 1)
     planted_in=(step.h step.h step.h parallel.h step.h)
     runners=(grad_overlap_run grad_overlap_run grad_overlap_run p2p_run p2p_run)
