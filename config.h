@@ -426,9 +426,10 @@ static int interleaving_error(const Config* a, const int* layers, int micro_time
         if (r / micro_times_dp % PP != 0) g = r;   // the first batch of the ramp that breaks it
     char what[96];
     if (g / micro_times_dp % PP != 0)
-        return error_line(err, len, "%s makes %d micro-batches per pipeline (micro-batch x data-parallel size %d), not a "
+        return error_line(err, len, "%s makes %d micro-batches per pipeline (micro-batch %d x data-parallel size %d), not a "
                           "multiple of --pipeline-model-parallel-size %d: the interleaved schedule (%s) takes them in groups "
-                          "of PP", batch_named(a, g, what, sizeof what), g / micro_times_dp, micro_times_dp, PP, flag);
+                          "of PP", batch_named(a, g, what, sizeof what), g / micro_times_dp, a->micro_batch_size,
+                          micro_times_dp / a->micro_batch_size, PP, flag);
     return 0;
 }
 

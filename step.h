@@ -270,9 +270,14 @@ typedef struct {
     void* trace_ctx;
 } Schedule;
 
+// a test's look at the trainer's schedules (NULL: none; tests/test_parallel.c records the order)
+static ScheduleTrace schedule_trace;
+static void* schedule_trace_ctx;
+
 // the schedule of this rank's model for one step; dloss 0: forwards only (evaluation)
 static Schedule schedule_for(GPT* m, LoadMicroBatch load, void* ctx, float dloss) {
-    Schedule s = {m, load, ctx, dloss, grid.pp_rank, grid.pp_size, m->num_chunks, -1, 0, 0, NULL, NULL};
+    Schedule s = {m, load, ctx, dloss, grid.pp_rank, grid.pp_size, m->num_chunks, -1, 0, 0, schedule_trace,
+                  schedule_trace_ctx};
     return s;
 }
 
