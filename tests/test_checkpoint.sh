@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_checkpoint.sh DATA_PREFIX — checkpoints survive anything.
 #   exact resume: stop at step 10, resume, and steps 11-20 are bit-identical to one
-#   uninterrupted run; resumed under other layouts they match within 1e-5; a kill -9 in the
+#   uninterrupted run; resumed under other layouts they match within 1e-5 (interleaved and plain
+#   1F1B resume each other's, the same bits); a kill -9 in the
 #   middle of a save leaves the previous checkpoint loadable; a truncated or bit-flipped
 #   checkpoint and a different model config are refused naming the file, tensor or field;
 #   SIGTERM saves and exits 0; --keep-last rotates; --finetune and --no-load-optim load.
@@ -61,6 +62,21 @@ for resume in "1 4 1 --pp-partition-method type:transformer|embedding" "1 2 2 --
         ok "saved with stages of 1, 2, 1 layers, resumed at ($1,$2,$3) with ${*:4}: steps 11-20 within 1e-5 of one process (worst $w)"
     else bad "saved with uneven stages, resumed at ($1,$2,$3) ${*:4}" "$n steps compared, worst relative difference $w"; fi
 done
+
+# interleaved 1F1B (2 model chunks of 1 layer a stage) and plain 1F1B at (1,2,1): the checkpoint
+# is canonical, and the two schedules compute the same bits, so each saves the very file the
+# other does at step 10, and each resumes the other's: steps 11-20 the same bits both ways, and
+# within 1e-5 of one process
+run first-interleaved 1 2 1 --exit-interval 10 --num-layers-per-virtual-pipeline-stage 1
+run first-plain 1 2 1 --exit-interval 10
+run interleaved-to-plain 1 2 1 --load $B/first-interleaved.ckpt
+run plain-to-interleaved 1 2 1 --load $B/first-plain.ckpt --num-layers-per-virtual-pipeline-stage 1
+read n w <<< "$(worst $B/full.steps $B/interleaved-to-plain.steps)"
+if cmp -s $B/first-interleaved.ckpt/iter_0000010/tensors.bin $B/first-plain.ckpt/iter_0000010/tensors.bin &&
+   cmp -s $B/interleaved-to-plain.steps $B/plain-to-interleaved.steps && [ "$n" -eq 10 ] &&
+   awk -v w="$w" 'BEGIN { exit !(w <= 1e-5) }'; then
+    ok "saved interleaved (v = 2) and resumed plain at (1,2,1), and the reverse: the same checkpoint, the same bits resumed, within 1e-5 of one process (worst $w)"
+else bad "interleaved and plain checkpoints" "$n steps compared, worst $w; checkpoints $(cmp $B/first-interleaved.ckpt/iter_0000010/tensors.bin $B/first-plain.ckpt/iter_0000010/tensors.bin 2>&1 | head -c 100)"; fi
 
 # corruption: a truncated file, a flipped bit, a different model
 expect_refusal() {  # name needle flags...
