@@ -59,6 +59,11 @@ compare pp2-dp2-recompute 1 2 2 --checkpoint-activations --global-batch-size 8
 compare tp2-pp2-recompute-block 2 2 1 --recompute-granularity full --recompute-method block --recompute-num-layers 1
 compare bloom-tp2-pp2 2 2 1 --position-embedding-type alibi --embed-layernorm --global-batch-size 8
 compare first-last-layers 1 3 1 --num-layers 6 --decoder-first-pipeline-num-layers 1 --decoder-last-pipeline-num-layers 1
+# interleaved 1F1B: each model chunk's slots as the schedule counts them (v = 2 at (2,2,1); an uneven
+# split of 6 layers, 2 + 4, in 2 chunks each, recomputed)
+compare interleaved-tp2-pp2 2 2 1 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 16
+compare interleaved-uneven-recompute 1 2 1 --num-layers 6 --decoder-first-pipeline-num-layers 2 \
+    --num-virtual-stages-per-pipeline-rank 2 --checkpoint-activations --global-batch-size 8
 
 # the last line's fixed form: 4 micro-batches per pipeline over PP 2: bubble 1/5
 ./train_cpu --dry-run --world-size 8 $model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
