@@ -160,6 +160,10 @@ compare "$name --attention-backend unfused matches train_cpu over 10 steps at (T
     "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" --attention-backend unfused
 compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" "$run" 8 2 2 start "$BIN" "$bf16_tol" \
     "" --attention-backend unfused
+# interleaved 1F1B (4 layers: 2 model chunks of 1 layer a stage; 2 micro-batches = PP): the
+# exchanges of both neighbours on the ring, the gradients that arrive ahead in a slot's dout
+compare "$name interleaved 1F1B (--num-layers-per-virtual-pipeline-stage 1) matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" \
+    "${run/--num-layers 2/--num-layers 4}" 8 2 2 start "$BIN" "$bf16_tol" "" --attention-backend unfused --num-layers-per-virtual-pipeline-stage 1
 if [ -z "${GPU_BINARY:-}" ]; then   # a real GPU's fp16 binary: make test-gpu
     compare "train_emu_fp16 --fp16 --loss-scale 1024 (flash) matches train_cpu over 10 steps at (1,1,1)" "$flash_run" 1 1 1 end \
         tests/build/train_emu_fp16 "$fp16_tol" "" --fp16 --loss-scale 1024 --attention-backend flash
@@ -205,6 +209,8 @@ same_plan "PP 4 type:transformer|embedding, ALiBi, embedding LayerNorm" "$BIN" -
     --position-embedding-type alibi --embed-layernorm
 same_plan "PP 2 x DP 2 recomputing the first layer of each stage (block)" "$BIN" --world-size 4 $small \
     --pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method block --recompute-num-layers 1
+same_plan "PP 2 x DP 2 interleaved, 2 model chunks a stage" "$BIN" --world-size 4 $small \
+    --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 16
 [ -n "${GPU_BINARY:-}" ] || same_plan "(2,2,2) with --fp16" tests/build/train_emu_fp16 --world-size 8 $mem --fp16
 
 # --check-cluster on the GPU path (NCCL's collectives and send/recv, cuBLAS's matmul, a device
