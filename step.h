@@ -377,7 +377,8 @@ static void finish_exchanges(const Schedule* s) {
     if (s->model) wait_for_exchanges();   // the step's own work: none of it left queued behind the optimizer
 }
 
-static Work micro_batch(int j) {
+// micro-batch j through plain 1F1B's one chunk
+static Work plain_work(int j) {
     Work w = {j, 0};
     return w;
 }
@@ -387,23 +388,23 @@ static void run_1f1b(Schedule* s, int M) {
     if (warmup > M) warmup = M;
     int steady = M - warmup, fwd = 0, bwd = 0;
     // warm-up: each output goes on while the next input comes in (one exchange, not two)
-    if (M > 0) exchange(s, NO_WORK, micro_batch(0), NO_WORK, NO_WORK);   // receive forward
+    if (M > 0) exchange(s, NO_WORK, plain_work(0), NO_WORK, NO_WORK);   // receive forward
     for (int i = 0; i < warmup; i++, fwd++) {
-        forward_step(s, micro_batch(fwd));
-        exchange(s, micro_batch(fwd), fwd + 1 < M ? micro_batch(fwd + 1) : NO_WORK, NO_WORK, NO_WORK);
+        forward_step(s, plain_work(fwd));
+        exchange(s, plain_work(fwd), fwd + 1 < M ? plain_work(fwd + 1) : NO_WORK, NO_WORK, NO_WORK);
     }
     // steady 1F1B
     for (int i = 0; i < steady; i++, fwd++, bwd++) {
-        forward_step(s, micro_batch(fwd));
-        exchange(s, micro_batch(fwd), NO_WORK, NO_WORK, micro_batch(bwd));   // send forward, receive backward
-        backward_step(s, micro_batch(bwd), M);
-        exchange(s, NO_WORK, i < steady - 1 ? micro_batch(fwd + 1) : NO_WORK, micro_batch(bwd), NO_WORK);
+        forward_step(s, plain_work(fwd));
+        exchange(s, plain_work(fwd), NO_WORK, NO_WORK, plain_work(bwd));   // send forward, receive backward
+        backward_step(s, plain_work(bwd), M);
+        exchange(s, NO_WORK, i < steady - 1 ? plain_work(fwd + 1) : NO_WORK, plain_work(bwd), NO_WORK);
     }
     // cool-down
     for (int i = 0; i < warmup; i++, bwd++) {
-        exchange(s, NO_WORK, NO_WORK, NO_WORK, micro_batch(bwd));   // receive backward
-        backward_step(s, micro_batch(bwd), M);
-        exchange(s, NO_WORK, NO_WORK, micro_batch(bwd), NO_WORK);   // send backward
+        exchange(s, NO_WORK, NO_WORK, NO_WORK, plain_work(bwd));   // receive backward
+        backward_step(s, plain_work(bwd), M);
+        exchange(s, NO_WORK, NO_WORK, plain_work(bwd), NO_WORK);   // send backward
     }
     finish_exchanges(s);
 }
@@ -477,10 +478,10 @@ static void run_interleaved_1f1b(Schedule* s, int M) {
 static void run_forward_only(Schedule* s, int M) {
     if (s->chunks == 1) {
         for (int i = 0; i < M; i++) {
-            exchange(s, NO_WORK, micro_batch(i), NO_WORK, NO_WORK);
-            forward_step(s, micro_batch(i));
-            release_slot(s, micro_batch(i));
-            exchange(s, micro_batch(i), NO_WORK, NO_WORK, NO_WORK);
+            exchange(s, NO_WORK, plain_work(i), NO_WORK, NO_WORK);
+            forward_step(s, plain_work(i));
+            release_slot(s, plain_work(i));
+            exchange(s, plain_work(i), NO_WORK, NO_WORK, NO_WORK);
         }
     } else {
         int total = M * s->chunks;
