@@ -1049,9 +1049,10 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
         double tokens = (double)samples * t->config.model.seq_length;
         printf("summary: %d iterations, %lld samples (%.0f tokens) in %.1f s of training (%.1f s in all): "
                "%.0f tokens/s, %.1f ms per iteration; final lm loss %.4f; peak memory %.2f GiB (rank 0); "
-               "at most %d micro-batch(es) in flight on a pipeline stage\n",
+               "at most %d micro-batch(es) in flight on a pipeline stage%s\n",
                it, samples, tokens, train_seconds, now_seconds() - start, train_seconds > 0 ? tokens / train_seconds : 0.0,
-               it ? 1000.0 * train_seconds / it : 0.0, last_loss, peak_rss_gib(), in_flight);
+               it ? 1000.0 * train_seconds / it : 0.0, last_loss, peak_rss_gib(), in_flight,
+               t->model.num_chunks > 1 ? " (interleaved: a micro-batch counted once in each model chunk it is in)" : "");
         if (t->config.unigram_baseline) {
             double h = data_splits_unigram_entropy(&t->data, t->config.model.vocab_size);
             printf("validation loss %.4f nats/token vs unigram (order-0) entropy of the train split %.4f nats/token: "
