@@ -149,7 +149,8 @@ compare() {
 
 # recomputation: at (1,1,1) one chunk of both layers (the first layer's output in the scratch),
 # at (2,2,2) one layer per stage (stage 0 sends its output from the scratch), the fused
-# attention's log-sum-exp recomputed with it. The fp16 build's fused attention at (1,1,1), its
+# attention's log-sum-exp recomputed with it; the unfused attention's probabilities alone
+# (selective) at (2,2,2). The fp16 build's fused attention at (1,1,1), its
 # (2,2,2) on the smaller model (the emulated fused attention's runs are the slowest here)
 name=$(basename "$BIN") bf16_tol=$(awk 'BEGIN{print 2^-8}') fp16_tol=$(awk 'BEGIN{print 2^-11}')
 compare "$name --attention-backend flash matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" "$flash_run" 1 1 1 end "$BIN" "$bf16_tol" \
@@ -159,7 +160,7 @@ compare "$name --attention-backend flash matches train_cpu over 10 steps at (TP,
 compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" "$run" 1 1 1 end "$BIN" "$bf16_tol" \
     "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" --attention-backend unfused
 compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" "$run" 8 2 2 start "$BIN" "$bf16_tol" \
-    "" --attention-backend unfused
+    "--recompute-activations" --attention-backend unfused
 # interleaved 1F1B (4 layers: 2 model chunks of 1 layer a stage; 2 micro-batches = PP): the
 # exchanges of both neighbours on the ring, the gradients that arrive ahead in a slot's dout
 compare "$name interleaved 1F1B (--num-layers-per-virtual-pipeline-stage 1) matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" \
@@ -201,6 +202,8 @@ same_plan() {  # NAME BINARY FLAGS...
 }
 same_plan "(2,2,2) with recomputation, --attention-backend flash" "$BIN" --world-size 8 $mem --attention-backend flash
 same_plan "(2,2,2) with recomputation, --attention-backend unfused" "$BIN" --world-size 8 $mem --attention-backend unfused
+same_plan "(2,2,2) with selective recomputation, --attention-backend unfused" "$BIN" --world-size 8 \
+    ${mem/--checkpoint-activations/--recompute-activations} --attention-backend unfused
 small="--vocab-size 257 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2"
 same_plan "TP 4, DP 3 (a padded ZeRO shard), MBS 1, seq 32" "$BIN" --world-size 12 $small \
     --tensor-model-parallel-size 4 --micro-batch-size 1 --seq-length 32 --global-batch-size 6
