@@ -691,7 +691,8 @@ static PipelineStage even_stage(int num_layers, int rank, int size) {
     return s;
 }
 
-// the local layers of model chunk c: [c x chunk_layers, (c + 1) x chunk_layers)
+// the slots, chunk_slots[c] of each model chunk c in chunk order, each for the chunk's local
+// layers [c x chunk_layers, (c + 1) x chunk_layers)
 static void plan_slots(GPT* m, const int* chunk_slots) {
     m->chunk_slots = (int*)mallocCheck(m->num_chunks * sizeof(int));
     m->num_slots = 0;
