@@ -147,37 +147,35 @@ same_bits "(1,2,2)" tp1-pp2-dp2 tp1-pp2-dp2-overlap "$both (the default bucket s
 # inputs, each chunk's micro-batches backward in order 0..M-1 (so every gradient adds its terms in
 # the plain schedule's order), and the head's losses summed in that order too: the very bits of
 # plain 1F1B on the same (TP, PP, DP), and so one process's within the tolerance. v = 2 over 4
-# layers at PP 2, without and with recomputation, and at (2,2,2) with the DP overlaps (the ramp's
-# 4 micro-batches at DP 2 are 2 = PP: every stage but the last warms up with all its forwards);
-# v = 3 and an uneven split (2 + 4 layers, 2 chunks each), without and with recomputation, over
-# 6 layers against a 6-layer one process.
+# layers at (1,2,1) with recomputation (the bits of plain 1F1B without it) and at (2,2,2) with
+# the DP overlaps (the ramp's 4 micro-batches at DP 2 are 2 = PP: every stage but the last warms
+# up with all its forwards); over 6 layers against a 6-layer one process, v = 3, and an uneven
+# split (2 + 4 layers, 2 chunks each) with recomputation, the same bits as v = 3 (at TP 1 and
+# DP 1 every PP 2 split and schedule computes the same sums in the same order).
 N="--num-layers-per-virtual-pipeline-stage"
-interleaved() {  # name tp pp dp plain-run flags...: one process's tolerance, plain 1F1B's bits
-    local name=$1 tp=$2 pp=$3 dp=$4 plain=$5; shift 5
+interleaved() {  # name tp pp dp same-bits-run flags...: one process's tolerance, another run's bits
+    local name=$1 tp=$2 pp=$3 dp=$4 same=$5; shift 5
     record $name $tp $pp $dp "$@"
     $B/../test_parallel --compare $B/$ref $B/$name "$layers layers ($tp,$pp,$dp) $*" $flags | grep -E '^(PASS|FAIL)'
-    same_bits "$layers layers ($tp,$pp,$dp) plain 1F1B" $plain $name "$*"
+    [ -z "$same" ] || same_bits "$layers layers ($tp,$pp,$dp), against the run $same," $same $name "$*"
 }
 ref=ref layers=4
-interleaved vpp2-tp1-pp2-dp1 1 2 1 tp1-pp2-dp1 $N 1
 interleaved vpp2-tp1-pp2-dp1-recompute 1 2 1 tp1-pp2-dp1 $N 1 $full uniform --recompute-num-layers 1
 interleaved vpp2-tp2-pp2-dp2-overlap 2 2 2 tp2-pp2-dp2-overlap $N 1 $both --ddp-bucket-size 600
 four_layers=$flags
 flags=${flags/--num-layers 4/--num-layers 6}
 ref=ref6 layers=6
 record ref6 1 1 1
-record six-tp1-pp2-dp1 1 2 1
-interleaved vpp3-tp1-pp2-dp1 1 2 1 six-tp1-pp2-dp1 $N 1
-interleaved vpp2-uneven 1 2 1 six-tp1-pp2-dp1 --decoder-first-pipeline-num-layers 2 --num-virtual-stages-per-pipeline-rank 2
-interleaved vpp2-uneven-recompute 1 2 1 six-tp1-pp2-dp1 --decoder-first-pipeline-num-layers 2 \
+interleaved vpp3-tp1-pp2-dp1 1 2 1 "" $N 1
+interleaved vpp2-uneven-recompute 1 2 1 vpp3-tp1-pp2-dp1 --decoder-first-pipeline-num-layers 2 \
     --num-virtual-stages-per-pipeline-rank 2 $full block --recompute-num-layers 1
 flags=$four_layers
 chunk_layers() { grep -oE 'rank +[0-9]+ \(stage [0-9]+, layers [0-9, -]+\)' $B/$1.log | sed -E 's/.*stage ([0-9]+), (.*)\)/\1:\2/' |
     sort -u | tr '\n' ' '; }
-if [ "$(chunk_layers vpp2-uneven)" = "0:layers 0-0, 3-3 1:layers 1-2, 4-5 " ] &&
+if [ "$(chunk_layers vpp2-uneven-recompute)" = "0:layers 0-0, 3-3 1:layers 1-2, 4-5 " ] &&
    [ "$(chunk_layers vpp3-tp1-pp2-dp1)" = "0:layers 0-0, 2-2, 4-4 1:layers 1-1, 3-3, 5-5 " ]; then
     ok "the memory table shows each stage's model chunks: 2 + 4 layers in 2 chunks: 0, 3 | 1-2, 4-5; v = 3 over 6: 0, 2, 4 | 1, 3, 5"
-else bad "model chunks in the memory table" "uneven: $(chunk_layers vpp2-uneven); v = 3: $(chunk_layers vpp3-tp1-pp2-dp1)"; fi
+else bad "model chunks in the memory table" "uneven: $(chunk_layers vpp2-uneven-recompute); v = 3: $(chunk_layers vpp3-tp1-pp2-dp1)"; fi
 
 # The order each stage runs its forwards and backwards in: Narayanan et al. 2021's Fig. 4
 # (bottom), PP 4, v = 2, 8 micro-batches (8 layers; micro-batches numbered from 0, a and b the
@@ -223,7 +221,7 @@ if [ "$got" = "$((8 * h))" ]; then ok "PP 2: stage 0 sends micro-batches x activ
 else bad "PP 2: stage 0 bytes per step" "counted $got, want 8 x $h"; fi
 # interleaved, v = 2: stage 0 sends each micro-batch's output of both chunks and chunk b's input
 # gradient (chunk a's is the first virtual stage's): 3 where plain 1F1B sends 1
-got=$(info vpp2-tp1-pp2-dp1 comm_pp)
+got=$(info vpp2-tp1-pp2-dp1-recompute comm_pp)
 if [ "$got" = "$((3 * 8 * h))" ]; then ok "PP 2, v = 2: stage 0 sends 3 activations per micro-batch per step ($got)"
 else bad "PP 2, v = 2: stage 0 bytes per step" "counted $got, want 3 x 8 x $h"; fi
 
