@@ -362,6 +362,15 @@ static int layout_error(const Config* a, char* err, size_t len) {
     if (m->ffn_hidden_size % TP != 0)
         return error_line(err, len, "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
                           m->ffn_hidden_size, TP);
+    // sequence parallelism splits each sequence's tokens over the tensor ranks: Megatron-LM's
+    // ModelParallelConfig refuses it without tensor parallelism (its arguments.py turns the switch
+    // off instead, with a warning) and asserts that the sequence splits evenly
+    if (m->sequence_parallel && TP == 1)
+        return error_line(err, len, "--sequence-parallel needs --tensor-model-parallel-size > 1 (cannot use sequence "
+                          "parallelism without tensor parallelism: it splits the tokens over the tensor-parallel ranks)");
+    if (m->sequence_parallel && m->seq_length % TP != 0)
+        return error_line(err, len, "--seq-length %d is not divisible by --tensor-model-parallel-size %d: "
+                          "--sequence-parallel splits each sequence over the tensor-parallel ranks", m->seq_length, TP);
     int* layers = (int*)mallocCheck(PP * sizeof(int)), most = 0;
     int bad = stage_layer_counts(a, layers, err, len);
     for (int p = 0; p < PP && !bad; p++) most = layers[p] > most ? layers[p] : most;
