@@ -72,7 +72,7 @@ layer_bytes() {  # R: the residual rows
                 print s }'
 }
 ./train_cpu --dry-run --dry-run-build cpu --world-size 2 $model --tensor-model-parallel-size 2 > $B/layer.plan 2>&1
-want="activations of one layer for one micro-batch: $(layer_bytes 32) bytes (0.02 MiB); with --sequence-parallel $(layer_bytes 16) bytes"
+want="activations of one layer for one micro-batch: $(layer_bytes 32) bytes (0.04 MiB); with --sequence-parallel $(layer_bytes 16) bytes"
 if grep -qF "$want" $B/layer.plan; then
     ok "one layer's activations at TP 2: $(layer_bytes 32) bytes, $(layer_bytes 16) with --sequence-parallel (the residual rows halved)"
 else bad "one layer's activations" "want '$want': $(grep -m1 '^activations of one layer' $B/layer.plan)"; fi
