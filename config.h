@@ -93,7 +93,7 @@ data_parallel_size, layout_error, recomputed_layers, flops_per_step.
     X(INT, check_cluster_matmul_size, NULL, 0, "N of --check-cluster's N x N matmul (0: 8192 GPU, 1024 CPU)")          \
     X(SWITCH, dry_run, NULL, 0, "plan this layout: each stage's memory, the FLOPs, the bubble; allocate nothing")      \
     X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                        \
-    X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS) of the world, fastest first")                 \
+    X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS; SP on and off at TP > 1) of the world, fastest first") \
     X(CHOICE, hw, NULL, 0, "v100-32gb | a100-40gb | a100-80gb | h100-80gb (default a100-80gb): the dry run's GPU")   \
     X(FLOAT, hw_peak_tflops, NULL, 0, "dense fp16/bf16 peak, TFLOP/s (0: --hw's)")                                      \
     X(FLOAT, hw_matmul_efficiency, NULL, 0, "the fraction of the peak large matmuls reach (0: --hw's)")                 \
