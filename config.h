@@ -11,7 +11,7 @@ declared once, and everything that reads them before any work is done.
 Interface (what train.c and plan.h use): Config, set_defaults, parse_flags, print_usage,
 print_usage_markdown, check_same_config_everywhere, check_grid, check_model, check_precision,
 check_recompute, check_run, make_loss_scaler, stage_layers, pipeline_stage, this_stage,
-data_parallel_size, layout_error, recomputed_layers, flops_per_step.
+data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores, flops_per_step.
 */
 #pragma once
 
@@ -31,7 +31,8 @@ data_parallel_size, layout_error, recomputed_layers, flops_per_step.
     X(INT, global_batch_size, NULL, 0, "samples per step (0: micro-batch x DP)")                                       \
     X(INT3, rampup_batch_size, NULL, 0, "START INCREMENT SAMPLES: ramp the global batch up")                           \
     X(SWITCH, checkpoint_activations, NULL, 0, "= --recompute-granularity full --recompute-method uniform")            \
-    X(CHOICE, recompute_granularity, "none", 0, "none | full | selective (selective: not implemented)")                \
+    X(SWITCH, recompute_activations, NULL, 0, "= --recompute-granularity selective (Megatron-LM's)")                   \
+    X(CHOICE, recompute_granularity, "none", 0, "none | full | selective (selective: the attention core alone)")        \
     X(CHOICE, recompute_method, "none", 0, "none | uniform | block (which layers: see --recompute-num-layers)")        \
     X(INT, recompute_num_layers, NULL, 1, "N: uniform: layers per chunk; block: first N layers of a stage (1)")        \
     X(CHOICE, attention_backend, "auto", 0, "auto | flash | unfused (GPU build; auto: flash where the head size allows)") \
@@ -478,27 +479,38 @@ static LossScaler make_loss_scaler(const Config* a) {
 // and uniform. N counts layers of one pipeline stage: more than the largest stage holds is
 // refused (Megatron-LM's range); a stage with fewer recomputes them all in one chunk, and
 // uniform lets the last chunk be shorter when N does not divide them, as Megatron-LM does.
-// Writes the model's recompute_method and recompute_num_layers.
+// --recompute-granularity selective (or Megatron-LM's --recompute-activations) recomputes the
+// attention core of every layer and takes no method, as in Megatron-LM. Where Megatron-LM lets
+// --recompute-activations quietly override a --recompute-granularity full, the two are refused.
+// Writes the model's recompute_method, recompute_num_layers and recompute_attention_core.
 static void check_recompute(Config* a) {
     if (a->checkpoint_activations) {
-        if (a->recompute_granularity == GRANULARITY_SELECTIVE || a->recompute_method == RECOMPUTE_BLOCK)
+        if (a->recompute_granularity == GRANULARITY_SELECTIVE || a->recompute_method == RECOMPUTE_BLOCK ||
+            a->recompute_activations)
             config_error("--checkpoint-activations is --recompute-granularity full --recompute-method uniform: it cannot go "
-                         "with --recompute-granularity selective or --recompute-method block");
+                         "with --recompute-granularity selective, --recompute-activations or --recompute-method block");
         a->recompute_granularity = GRANULARITY_FULL;
         a->recompute_method = RECOMPUTE_UNIFORM;
     }
-    if (a->recompute_granularity == GRANULARITY_SELECTIVE)
-        config_error("--recompute-granularity selective (Megatron-LM's recomputation of the attention core alone) is not "
-                     "implemented: use --recompute-granularity full with --recompute-method uniform or block");
-    if (a->recompute_granularity == GRANULARITY_NONE && a->recompute_method != RECOMPUTE_NONE)
+    if (a->recompute_activations) {
+        if (a->recompute_granularity == GRANULARITY_FULL)
+            config_error("--recompute-activations is --recompute-granularity selective: it cannot go with "
+                         "--recompute-granularity full");
+        a->recompute_granularity = GRANULARITY_SELECTIVE;
+    }
+    if (a->recompute_granularity == GRANULARITY_SELECTIVE && a->recompute_method != RECOMPUTE_NONE)
+        config_error("--recompute-method is not supported with --recompute-granularity selective (as in Megatron-LM: "
+                     "selective recomputes the attention core of every layer)");
+    if (a->recompute_granularity != GRANULARITY_FULL && a->recompute_method != RECOMPUTE_NONE)
         config_error("--recompute-method needs --recompute-granularity full (as in Megatron-LM)");
-    if (a->recompute_granularity == GRANULARITY_NONE && a->recompute_num_layers)
+    if (a->recompute_granularity != GRANULARITY_FULL && a->recompute_num_layers)
         config_error("--recompute-num-layers needs --recompute-granularity full and a --recompute-method (or "
                      "--checkpoint-activations)");
     if (a->recompute_granularity == GRANULARITY_FULL && a->recompute_method == RECOMPUTE_NONE)
         config_error("--recompute-granularity full needs --recompute-method uniform or block (as in Megatron-LM)");
     a->model.recompute_method = a->recompute_method;
     a->model.recompute_num_layers = a->recompute_num_layers ? a->recompute_num_layers : 1;
+    a->model.recompute_attention_core = a->recompute_granularity == GRANULARITY_SELECTIVE;
 }
 
 static void check_run(Config* a) {
@@ -540,6 +552,13 @@ static int recomputed_layers(const Config* a) {
     return total;
 }
 
+// layers whose attention core, softmax(q k^T) v, runs forward a second time in backward
+// (selective recomputation): every layer, where the attention keeps its probabilities (not the
+// fused one, whose backward recomputes them whatever the flags: flash)
+static int recomputed_attention_cores(const Config* a, int flash) {
+    return a->model.recompute_attention_core && !flash ? a->model.num_layers : 0;
+}
+
 // Model FLOPs of one training step of global batch B (Narayanan et al. 2021, §5.1 and its
 // appendix): a forward pass costs 2 FLOPs per multiply-add,
 //   per layer: 2 B s (3h^2 + h^2 + 2 h F)  (QKV, projection, MLP)  +  4 B s^2 h  (scores, values)
@@ -549,10 +568,12 @@ static int recomputed_layers(const Config* a) {
 // recomputation runs the forward of the recomputed layers once more, not the logits (the head
 // keeps its activations): with every layer recomputed the layers make four passes, the logits
 // three, 4 x 24 B s l h^2 (1 + s/(6h)) + 3 x 2 B s h V = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)),
-// the paper's formula (which assumes recomputation). `recomputed`: recomputed_layers().
-static double flops_per_step(const GPTConfig* c, int global_batch, int recomputed) {
+// the paper's formula (which assumes recomputation). `recomputed`: recomputed_layers(); a
+// selectively recomputed layer (`cores`: recomputed_attention_cores()) adds its attention
+// core's forward, 4 B s^2 h (Korthikanti et al. 2022, §5).
+static double flops_per_step(const GPTConfig* c, int global_batch, int recomputed, int cores) {
     double B = global_batch, s = c->seq_length, h = c->hidden_size, F = c->ffn_hidden_size;
     double l = c->num_layers, V = c->padded_vocab_size;
-    double layer = 2.0 * B * s * (4.0 * h * h + 2.0 * h * F) + 4.0 * B * s * s * h, logits = 2.0 * B * s * h * V;
-    return (3.0 * l + recomputed) * layer + 3.0 * logits;
+    double core = 4.0 * B * s * s * h, layer = 2.0 * B * s * (4.0 * h * h + 2.0 * h * F) + core, logits = 2.0 * B * s * h * V;
+    return (3.0 * l + recomputed) * layer + cores * core + 3.0 * logits;
 }

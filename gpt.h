@@ -73,6 +73,7 @@ typedef struct {
     // back, never stored in checkpoints (a run may resume with or without it)
     int recompute_method;    // RecomputeMethod
     int recompute_num_layers;
+    int recompute_attention_core;   // --recompute-granularity selective: each layer's softmax(q k^T) again in backward
 } GPTConfig;
 
 typedef enum { MATCH, STORED, NOT_STORED } CheckpointRole;
@@ -264,6 +265,7 @@ typedef struct GPT {
     MicroBatchActivations* slots;
     int longest_chunk;                               // layers in the longest recomputed chunk (0: none)
     LayerActivations* recompute_layers;              // [longest_chunk] scratch of the chunk being recomputed
+    floatX* recomputed_att;                          // selective: the one [B, heads, T, T] every layer's att points to
     floatX* logits;                                  // [B*T, vocab_local], last stage, one micro-batch at a time
     int logits_hold_gradient;                        // the last forward wrote dlogits over them (a backward follows)
     float *ce_max, *ce_local_max, *ce_sums, *losses, *host_losses;
@@ -529,6 +531,13 @@ static void* arena_take(Arena* a, size_t bytes) {
 #define TAKE(arena, type, count) ((type*)arena_take((arena), (size_t)(count) * sizeof(type)))
 static floatX* take_floatX(Arena* a, size_t count) { return (floatX*)arena_take(a, count * a->floatx_bytes); }
 
+// Does the backward recompute the attention core, the probabilities softmax(q k^T) (selective
+// recomputation)? Only where a layer would keep them: the fused attention keeps none (its
+// backward recomputes them from the log-sum-exp anyway), so there selective changes nothing.
+static int recomputes_attention_core(const GPT* m) {
+    return m->cfg.recompute_attention_core && !m->build.flash_attention;
+}
+
 // one layer's activations; its output (res3) only when `with_output`. The tensor-parallel
 // region's (qkv, atty, att or lse, fch, fch_gelu) hold every row and this rank's heads or MLP
 // columns; the residual stream and the LayerNorms' (ln1, res2, ln2, res3, their statistics)
@@ -543,6 +552,7 @@ static void layout_layer(GPT* m, Arena* a, LayerActivations* L, int with_output)
     L->qkv = take_floatX(a, N * 3 * Cl);
     L->atty = take_floatX(a, N * Cl);
     if (m->build.flash_attention) L->lse = TAKE(a, float, (size_t)m->B * NHl * m->T);   // one per row: recomputes p
+    else if (recomputes_attention_core(m)) L->att = m->recomputed_att;                 // selective: shared, refilled
     else L->att = take_floatX(a, (size_t)m->B * NHl * m->T * m->T);                    // the probabilities
     L->res2 = take_floatX(a, R * C);
     L->ln2 = take_floatX(a, R * C);
@@ -562,11 +572,14 @@ static size_t layer_activation_bytes(GPT* m) {
     return sizing.used;
 }
 
-// the scratch of the chunk being recomputed: one layer's activations per position in a chunk
+// the recomputation's scratch: of the chunk being recomputed (full), one layer's activations
+// per position in a chunk; or (selective) one layer's attention probabilities, which every
+// layer of every micro-batch refills in its backward
 static void layout_recompute_scratch(GPT* m, Arena* a) {
     size_t before = a->used;
     for (int k = 0; k < m->longest_chunk; k++)
         layout_layer(m, a, &m->recompute_layers[k], scratch_holds_output(m, k));
+    if (recomputes_attention_core(m)) m->recomputed_att = take_floatX(a, (size_t)m->B * m->heads_local * m->T * m->T);
     m->recompute_bytes = a->used - before;
 }
 
@@ -985,6 +998,9 @@ static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
                        param_of(m, t->ln2_w), L->ln2_mean, L->ln2_rstd, R, C);
     // attention
     row_parallel_linear_backward(m, da, L->atty, NULL, t->proj_w, t->proj_b, Cl);
+    if (recomputes_attention_core(m))   // selective: the probabilities again (and atty, the same bits, where it was)
+        attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local,
+                          alibi_of(m));
     attention_backward(db, m->att_scratch, da, L->qkv, L->atty, L->att, L->lse, B, T, m->heads_local, Cl / m->heads_local,
                        alibi_of(m));
     d = column_parallel_linear_backward(m, da, db, db, L->ln1, t->qkv_w, t->qkv_b, 3 * Cl);   // f

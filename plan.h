@@ -115,10 +115,13 @@ static void print_pipeline_exchanges(void) {
 
 static void print_memory_header(const StageMemory* s) {
     double mib = 1024.0 * 1024.0;
-    char recompute[96] = "";
+    char recompute[128] = "";
     if (s->longest_chunk > 0)
         snprintf(recompute, sizeof(recompute), " + a recomputed chunk's scratch of %.1f MiB (%d layer(s))",
                  s->recompute_bytes / mib, s->longest_chunk);
+    else if (s->recompute_bytes > 0)
+        snprintf(recompute, sizeof(recompute), " + the recomputed attention probabilities' scratch of %.1f MiB (one layer's)",
+                 s->recompute_bytes / mib);
     printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations "
            "(%d micro-batch slot(s) of %.1f MiB%s) | workspaces (backward scratch, column partials, logits, cross-entropy, the optimizer's "
            "norm and shard table; "
@@ -761,6 +764,8 @@ static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_siz
                   bias_grad_bytes(R, C, x) + bias_grad_bytes(rows, 3 * Cl, x));
     charge_kernel(c, "GELU backward: the DGELU epilogue's aux read", 0, N * Fl * x);   // in fcproj's dinp GEMM
     charge_kernel(c, "layernorm backward", 4, 2.0 * layernorm_backward_bytes(m, x));
+    if (recomputes_attention_core(m))   // selective: the attention's forward again, for its probabilities
+        cost_attention(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x, m->build.flash_attention, 0);
     cost_attention(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x, m->build.flash_attention, 1);
     // f's backward twice; with sequence parallelism the projections' output gradients gathered,
     // ln2 and ln1 gathered again for the weight gradients, the input gradients scattered
@@ -1008,7 +1013,8 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
     free(c);
     L.step_seconds = (L.micro_batches + L.pp - 1) * L.slot_seconds + L.optimizer_seconds;
     L.bubble = (L.pp - 1.0) / (L.micro_batches + L.pp - 1.0);
-    double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a));
+    double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a),
+                                  recomputed_attention_cores(a, runs_flash_attention(a, plans_gpu_build(a))));
     L.tflops_per_gpu = flops / L.step_seconds / (L.tp * L.pp * L.dp) / 1e12;
     L.out_of_memory = L.peak_bytes + hw->reserve_gib * (1 << 30) > hw->memory_gib * (1 << 30);
     return L;
@@ -1125,18 +1131,28 @@ static void dry_run_sweep(const Config* a, const Hardware* hw) {
     free(rows);
 }
 
-// The same layout with recomputation the other way round (none, or every layer's: Megatron-
-// DeepSpeed's --checkpoint-activations), so the plan shows what it costs and what it saves
-static void print_recomputation_alternative(const Config* a, const Hardware* hw) {
+// The same layout with each other form of recomputation: none, the attention core of every
+// layer (Megatron-LM's --recompute-activations), every layer (Megatron-DeepSpeed's
+// --checkpoint-activations), so the plan shows what each would cost and save
+static void print_recomputation_alternative(const Config* a, const Hardware* hw, int method, int core, const char* label) {
     Config other = *a;
-    int recomputing = a->model.recompute_method != RECOMPUTE_NONE;
-    other.model.recompute_method = recomputing ? RECOMPUTE_NONE : RECOMPUTE_UNIFORM;
+    other.model.recompute_method = method;
     other.model.recompute_num_layers = 1;
+    other.model.recompute_attention_core = core;
     LayoutPlan L = plan_layout(&other, hw, NULL);
-    printf("%s: peak memory per GPU %.1f GiB (stage %d), step ", recomputing ? "without activation recomputation" :
-           "with every layer recomputed (--checkpoint-activations)", L.peak_bytes / (1 << 30), L.peak_stage);
+    printf("%s: peak memory per GPU %.1f GiB (stage %d), step ", label, L.peak_bytes / (1 << 30), L.peak_stage);
     print_seconds(L.step_seconds);
     printf(" s, %.1f TFLOPs per GPU%s\n", L.tflops_per_gpu, L.out_of_memory ? " OOM" : "");
+}
+
+static void print_recomputation_alternatives(const Config* a, const Hardware* hw) {
+    const GPTConfig* m = &a->model;
+    int none = m->recompute_method == RECOMPUTE_NONE && !m->recompute_attention_core;
+    if (!none) print_recomputation_alternative(a, hw, RECOMPUTE_NONE, 0, "without activation recomputation");
+    if (!m->recompute_attention_core)
+        print_recomputation_alternative(a, hw, RECOMPUTE_NONE, 1, "with the attention core recomputed (--recompute-activations)");
+    if (m->recompute_method != RECOMPUTE_UNIFORM)
+        print_recomputation_alternative(a, hw, RECOMPUTE_UNIFORM, 0, "with every layer recomputed (--checkpoint-activations)");
 }
 
 // With TP > 1, the same layout with sequence parallelism the other way round: its memory (one
@@ -1207,7 +1223,8 @@ static void dry_run_report(const Config* a) {
         print_memory_row("planned", &s, 1);
     }
     print_layer_activations(a);
-    double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a));
+    double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a),
+                                  recomputed_attention_cores(a, runs_flash_attention(a, plans_gpu_build(a))));
     Hardware hw = hardware_of(a);
     StageCost* slowest = (StageCost*)mallocCheck(sizeof(StageCost));
     LayoutPlan L = plan_layout(a, &hw, slowest);
@@ -1227,7 +1244,7 @@ static void dry_run_report(const Config* a) {
     if (a->overlap_param_gather && DP > 1)
         printf("--overlap-param-gather on stage %d: its bucketed broadcasts take %.3f ms, %.3f ms of them hidden behind the "
                "next step's first forward\n", L.slowest_stage, 1e3 * slowest->gather_total, 1e3 * slowest->gather_hidden);
-    print_recomputation_alternative(a, &hw);
+    print_recomputation_alternatives(a, &hw);
     print_sequence_parallel_alternative(a, &hw);
     if (L.out_of_memory)
         printf("does not fit: %.1f GiB of ours + %.1f GiB left to CUDA, cuBLAS and NCCL > %.1f GiB\n",

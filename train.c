@@ -453,6 +453,10 @@ static void print_setup(const Trainer* t) {
             printf("; activation recomputation: full, uniform, chunks of %d layer(s)", a->model.recompute_num_layers);
         if (a->model.recompute_method == RECOMPUTE_BLOCK)
             printf("; activation recomputation: full, block, the first %d layer(s) of a stage", a->model.recompute_num_layers);
+        if (a->model.recompute_attention_core)
+            printf("; activation recomputation: selective, %s", recomputes_attention_core(&t->model) ?
+                   "each layer's attention probabilities again in its backward" :
+                   "nothing to do (the fused attention keeps no probabilities: its backward recomputes them anyway)");
         printf("\n");
         fflush(stdout);
     }
@@ -841,7 +845,8 @@ static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
     if (t->config.log_comm) print_comm_sent(r);
     if (grid.world_rank != 0) return;
     double ms = 1000.0 * w->seconds / w->steps, samples_per_second = w->samples / w->seconds;
-    double tflops = flops_per_step(&t->config.model, r->global_batch, recomputed_layers(&t->config)) /
+    double tflops = flops_per_step(&t->config.model, r->global_batch, recomputed_layers(&t->config),
+                                   recomputed_attention_cores(&t->config, t->model.build.flash_attention)) /
                     (ms / 1000.0) / 1e12 / grid.world_size;
     double loss = w->steps > w->nan_loss ? w->loss_sum / (w->steps - w->nan_loss) : NAN;
     printf(" iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |"

@@ -472,7 +472,7 @@ static double fma_peak, sgemm_peak;   // GFLOP/s, from `bench machine` (0: not g
 static void print_step(const Bench* b, const double* sorted_times) {
     const Shape* s = b->shape;
     double med = median_of_sorted(sorted_times, s->timed), min = sorted_times[0];
-    double flops = flops_per_step(&b->cfg, b->model.B, 0);
+    double flops = flops_per_step(&b->cfg, b->model.B, 0, 0);
     int tokens = b->model.B * b->model.T;
     printf("step (zero grads + forward + backward + AdamW with clipping, 1 micro-batch), %d warm-up + %d timed:\n",
            s->warmup, s->timed);
@@ -519,11 +519,13 @@ static void print_bench_memory(const Bench* b, double rss_start, double rss_buil
 }
 
 // the activation arena gpt_plan_model lays out (nothing allocated, no step run) on one rank for
-// micro-batch B and sequence T, with recomputation `method` in chunks of one layer
-static size_t planned_arena(GPTConfig c, int B, int T, int method) {
+// micro-batch B and sequence T, with recomputation `method` in chunks of one layer, or the
+// attention core's (`core`: selective)
+static size_t planned_arena(GPTConfig c, int B, int T, int method, int core) {
     c.seq_length = T;
     c.recompute_method = method;
     c.recompute_num_layers = 1;
+    c.recompute_attention_core = core;
     GPT m;
     gpt_plan_model(&m, &c, B, T, 0, 1, even_stage(c.num_layers, 0, 1), 1, 1, this_build());
     size_t bytes = m.arena_bytes;
@@ -531,21 +533,25 @@ static size_t planned_arena(GPTConfig c, int B, int T, int method) {
     return bytes;
 }
 
-// --checkpoint-activations (full, uniform, chunks of one layer): the arena without and with, at
-// this shape's micro-batch and sequence and at the trainer's defaults
+// the arena without recomputation, with the selective one (--recompute-activations) and with
+// --checkpoint-activations (full, uniform, chunks of one layer), at this shape's micro-batch
+// and sequence and at the trainer's defaults
 static void print_recompute_memory(const Bench* b) {
     Config defaults;
     set_defaults(&defaults);
     int sizes[2][2] = {{b->model.B, b->model.T}, {defaults.micro_batch_size, defaults.model.seq_length}};
     double mib = 1024.0 * 1024.0;
-    printf("activation recomputation (--checkpoint-activations), the arena as gpt_plan_model lays it out:\n");
+    printf("activation recomputation, the arena as gpt_plan_model lays it out (selective: --recompute-activations; "
+           "full: --checkpoint-activations):\n");
     for (int k = 0; k < 2; k++) {
         int B = sizes[k][0], T = sizes[k][1];
         if ((k == 1 && B == sizes[0][0] && T == sizes[0][1]) || T > b->cfg.max_position_embeddings) continue;
-        double without = planned_arena(b->cfg, B, T, RECOMPUTE_NONE) / mib;
-        double with = planned_arena(b->cfg, B, T, RECOMPUTE_UNIFORM) / mib;
-        printf("   micro-batch %d, seq %4d %-26s %8.1f MiB without, %7.1f MiB with: %.3f of it (%.1f MiB less)\n", B, T,
-               k ? "(the trainer's defaults):" : "(this bench's shape):", without, with, with / without, without - with);
+        double without = planned_arena(b->cfg, B, T, RECOMPUTE_NONE, 0) / mib;
+        double selective = planned_arena(b->cfg, B, T, RECOMPUTE_NONE, 1) / mib;
+        double full = planned_arena(b->cfg, B, T, RECOMPUTE_UNIFORM, 0) / mib;
+        printf("   micro-batch %d, seq %4d %-26s %8.1f MiB without, %7.1f MiB selective (%.3f of it), %7.1f MiB full "
+               "(%.3f)\n", B, T, k ? "(the trainer's defaults):" : "(this bench's shape):", without, selective,
+               selective / without, full, full / without);
     }
 }
 

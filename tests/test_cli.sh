@@ -91,8 +91,17 @@ expect_error "--recompute-method without --recompute-granularity" "--recompute-m
 expect_error "--recompute-num-layers without --recompute-granularity" "--recompute-num-layers needs --recompute-granularity full" \
     $base --recompute-num-layers 1
 expect_error "--recompute-granularity full without a method" "--recompute-granularity full needs --recompute-method" $base $full
-expect_error "--recompute-granularity selective, not implemented" "--recompute-granularity selective (Megatron-LM's" \
-    $base --recompute-granularity selective
+expect_error "selective with a recompute method (Megatron-LM's refusal)" \
+    "--recompute-method is not supported with --recompute-granularity selective" \
+    $base --recompute-granularity selective --recompute-method uniform
+expect_error "selective with --recompute-num-layers" "--recompute-num-layers needs --recompute-granularity full" \
+    $base --recompute-activations --recompute-num-layers 1
+expect_error "--recompute-activations (selective) with --recompute-granularity full, where Megatron-LM overrides quietly" \
+    "--recompute-activations is --recompute-granularity selective: it cannot go with --recompute-granularity full" \
+    $base --recompute-activations $full --recompute-method uniform
+expect_error "--checkpoint-activations (full) with --recompute-activations (selective)" \
+    "--checkpoint-activations is --recompute-granularity full --recompute-method uniform: it cannot go" \
+    $base --checkpoint-activations --recompute-activations
 expect_error "a recompute method that does not exist" "--recompute-method must be one of none | uniform | block" \
     $base $full --recompute-method chunked
 expect_error "--recompute-num-layers below 1" "--recompute-num-layers must be at least 1" $base --checkpoint-activations --recompute-num-layers 0

@@ -57,6 +57,7 @@ compare pp4-uneven-embedding 1 4 1 --pp-partition-method 'type:transformer|embed
 compare pp3-uneven-transformer 1 3 1 --num-layers 5 --pp-partition-method type:transformer --global-batch-size 6
 compare pp2-dp2-recompute 1 2 2 --checkpoint-activations --global-batch-size 8
 compare tp2-pp2-recompute-block 2 2 1 --recompute-granularity full --recompute-method block --recompute-num-layers 1
+compare tp2-pp2-selective 2 2 1 --recompute-activations
 compare bloom-tp2-pp2 2 2 1 --position-embedding-type alibi --embed-layernorm --global-batch-size 8
 compare first-last-layers 1 3 1 --num-layers 6 --decoder-first-pipeline-num-layers 1 --decoder-last-pipeline-num-layers 1
 compare tp2-pp2-dp2-sequence-parallel-recompute 2 2 2 --global-batch-size 8 --sequence-parallel --checkpoint-activations

@@ -149,7 +149,8 @@ compare() {
 
 # recomputation: at (1,1,1) one chunk of both layers (the first layer's output in the scratch),
 # at (2,2,2) one layer per stage (stage 0 sends its output from the scratch), the fused
-# attention's log-sum-exp recomputed with it. The fp16 build's fused attention at (1,1,1), its
+# attention's log-sum-exp recomputed with it; the unfused attention's probabilities alone
+# (selective) at (2,2,2). The fp16 build's fused attention at (1,1,1), its
 # (2,2,2) on the smaller model (the emulated fused attention's runs are the slowest here)
 name=$(basename "$BIN") bf16_tol=$(awk 'BEGIN{print 2^-8}') fp16_tol=$(awk 'BEGIN{print 2^-11}')
 compare "$name --attention-backend flash matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" "$flash_run" 1 1 1 end "$BIN" "$bf16_tol" \
@@ -158,8 +159,8 @@ compare "$name --attention-backend flash matches train_cpu over 10 steps at (TP,
     "--checkpoint-activations" --attention-backend flash
 compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" "$run" 1 1 1 end "$BIN" "$bf16_tol" \
     "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" --attention-backend unfused
-compare "$name --attention-backend unfused matches train_cpu XX
-    "" --attention-backend unfused
+compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" "$run" 8 2 2 start "$BIN" "$bf16_tol" \
+    "--recompute-activations" --attention-backend unfused
 # sequence parallelism (the bf16 all-gathers and reduce-scatters of the residual rows, the bias
 # and position adds on them, the replicated tensors' gradients summed over TP, 1/TP of the rows
 # between stages); its memory as planned, to the byte (the run's --log-memory-bytes lines). One
@@ -214,6 +215,8 @@ same_plan() {  # NAME BINARY FLAGS...
 }
 same_plan "(2,2,2) with recomputation, --attention-backend flash" "$BIN" --world-size 8 $mem --attention-backend flash
 same_plan "(2,2,2) with recomputation, --attention-backend unfused" "$BIN" --world-size 8 $mem --attention-backend unfused
+same_plan "(2,2,2) with selective recomputation, --attention-backend unfused" "$BIN" --world-size 8 \
+    ${mem/--checkpoint-activations/--recompute-activations} --attention-backend unfused
 small="--vocab-size 257 --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2"
 same_plan "TP 4, DP 3 (a padded ZeRO shard), MBS 1, seq 32" "$BIN" --world-size 12 $small \
     --tensor-model-parallel-size 4 --micro-batch-size 1 --seq-length 32 --global-batch-size 6

@@ -117,10 +117,17 @@ done
 # and recomputed (the embedding LayerNorm is kept; each recomputed layer re-runs ALiBi's attention)
 record bloom-tp2-pp2-dp2-recompute 2 2 2 --checkpoint-activations
 same_bits "ALiBi (2,2,2)" bloom-tp2-pp2-dp2 bloom-tp2-pp2-dp2-recompute --checkpoint-activations
+# selective recomputation (Megatron-LM's --recompute-granularity selective): every layer's
+# attention probabilities again in its backward, ALiBi's slopes included; the same bits
+record bloom-tp2-pp2-dp2-selective 2 2 2 --recompute-granularity selective
+same_bits "ALiBi (2,2,2)" bloom-tp2-pp2-dp2 bloom-tp2-pp2-dp2-selective "--recompute-granularity selective"
 # and with sequence parallelism: no position table, the embedding LayerNorm on each rank's rows
 record bloom-tp2-pp1-dp1-sp 2 1 1 --sequence-parallel
 $B/../test_parallel --compare $B/bloom-ref $B/bloom-tp2-pp1-dp1-sp "ALiBi (2,1,1) --sequence-parallel" $flags | grep -E '^(PASS|FAIL)'
 flags=$learned_flags
+# and on the learned-position model, over uneven stages (the last holding only the head)
+record uneven-te4-selective 1 4 1 --pp-partition-method 'type:transformer|embedding' --recompute-activations
+same_bits "(1,4,1) type:transformer|embedding" uneven-te4 uneven-te4-selective --recompute-activations
 
 # the same layout twice: the same bits
 record again 2 2 2

@@ -11,9 +11,10 @@ What it covers, and how:
     kernel as often in the same order get the same orders for it however many other launches
     differ (a run with activation recomputation launches more forward kernels, and its
     atomic kernel, encoder_backward's, must add in the same order to give the same bits).
-  - The threads of a block are coroutines (ucontext), one per CUDA thread, each on its own
-    stack. A thread runs until it waits at __syncthreads() or a warp-collective instruction
-    (a shuffle; mma, ldmatrix: tests/emu/ptx.h); a barrier opens when every live thread of
+  - The threads of a block are coroutines, one per CUDA thread, each on its own stack (on
+    x86-64 switched by a few instructions of our own; elsewhere by ucontext). A thread runs
+    until it waits at __syncthreads() or a warp-collective instruction (a shuffle; mma,
+    ldmatrix: tests/emu/ptx.h); a barrier opens when every live thread of
     the block (or warp) is waiting at it, and the waiters resume in a shuffled order. A warp
     whose barrier opens goes on at once, ahead of the other warps, up to the next
     __syncthreads. So a missing barrier or a wrong shuffle gives wrong numbers, and a barrier
@@ -101,6 +102,55 @@ static void emu_fail(const char* fmt, const char* what) {
 }
 
 // ----------------------------------------------------------------------------
+// coroutines: switching between the launching code and the threads of a block
+// glibc's swapcontext also saves and restores the signal mask, a system call each time, and
+// an emulated training run switches hundreds of millions of times: that call alone was 40% of
+// the emulated tests' time. On x86-64 a switch is what the System V ABI asks a function call
+// to keep: push the callee-saved registers, swap the stack pointers, pop the other thread's
+// (everything else the calling code has already saved; the kernels never change MXCSR or the
+// x87 control word). Elsewhere, ucontext.
+
+#if defined(__x86_64__)
+struct EmuContext {
+    void* sp;   // where the registers were pushed, at its last switch away
+};
+// emu_switch_stacks(&from->sp, to->sp): a weak symbol, as every program includes this header once
+extern "C" void emu_switch_stacks(void** save_sp, void* resume_sp);
+asm(".text\n"
+    ".weak emu_switch_stacks\n"
+    ".type emu_switch_stacks, @function\n"
+    "emu_switch_stacks:\n"
+    "    pushq %rbp\n    pushq %rbx\n    pushq %r12\n    pushq %r13\n    pushq %r14\n    pushq %r15\n"
+    "    movq %rsp, (%rdi)\n"
+    "    movq %rsi, %rsp\n"
+    "    popq %r15\n    popq %r14\n    popq %r13\n    popq %r12\n    popq %rbx\n    popq %rbp\n"
+    "    ret\n"
+    ".size emu_switch_stacks, .-emu_switch_stacks\n");
+static void emu_switch(EmuContext* from, EmuContext* to) { emu_switch_stacks(&from->sp, to->sp); }
+// a context whose first switch to it calls entry() on the stack [base, base + bytes) (bytes and
+// base 16-byte aligned); entry must never return
+static void emu_make_context(EmuContext* c, char* base, size_t bytes, void (*entry)(void)) {
+    void** top = (void**)(base + bytes);
+    *--top = NULL;                              // entry's return address: none; keeps the ABI's alignment
+    *--top = (void*)entry;                      // the first switch's ret goes there
+    for (int k = 0; k < 6; k++) *--top = NULL;  // rbp, rbx, r12 to r15
+    c->sp = top;
+}
+#else
+struct EmuContext {
+    ucontext_t uc;
+};
+static void emu_switch(EmuContext* from, EmuContext* to) { swapcontext(&from->uc, &to->uc); }
+static void emu_make_context(EmuContext* c, char* base, size_t bytes, void (*entry)(void)) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = base;
+    c->uc.uc_stack.ss_size = bytes;
+    c->uc.uc_link = NULL;   // entry never returns
+    makecontext(&c->uc, entry, 0);
+}
+#endif
+
+// ----------------------------------------------------------------------------
 // the scheduler: one coroutine per thread of the running block
 
 #define EMU_MAX_BLOCK 1024
@@ -119,7 +169,7 @@ struct EmuCopy {
 };
 
 struct EmuThread {
-    ucontext_t ctx;
+    EmuContext ctx;
     EmuState state;
     unsigned shuffles;       // how many shuffles this thread has done (picks the exchange buffer)
     const char* collective;  // the warp-collective instruction it waits at (EMU_AT_WARP_SYNC)
@@ -131,7 +181,7 @@ struct EmuThread {
 struct EmuScheduler {
     EmuThread threads[EMU_MAX_BLOCK];
     char* stacks = NULL;  // EMU_MAX_BLOCK stacks, each with a guard page below it
-    ucontext_t home;      // the launching code
+    EmuContext home;      // the launching code
     int current = -1;     // running thread, -1 outside kernels
     unsigned block = 0;
     const std::function<void()>* body = NULL;
@@ -179,12 +229,15 @@ static void emu_wait(EmuState why) {
     if (emu.current < 0) emu_fail("%s called outside a kernel", why == EMU_AT_SYNCTHREADS ? "__syncthreads" : "a warp shuffle");
     EmuThread* t = &emu.threads[emu.current];
     t->state = why;
-    swapcontext(&t->ctx, &emu.home);
+    emu_switch(&t->ctx, &emu.home);
 }
 
 static void emu_thread_main(void) {
     (*emu.body)();
-    emu.threads[emu.current].state = EMU_EXITED;  // returns to emu.home through uc_link
+    EmuThread* t = &emu.threads[emu.current];
+    t->state = EMU_EXITED;
+    emu_switch(&t->ctx, &emu.home);   // never resumed
+    abort();
 }
 
 // Opens the warp barrier of the warp starting at thread w0 when all its lanes have reached it
@@ -227,15 +280,10 @@ static bool emu_open_barriers(void) {
     return false;
 }
 
-// thread i of the block, ready to run the kernel from its start (a function of its own: the
-// caller's loop variable must not live across getcontext)
+// thread i of the block, ready to run the kernel from its start
 static void emu_thread_start(unsigned i) {
     EmuThread* t = &emu.threads[i];
-    getcontext(&t->ctx);
-    t->ctx.uc_stack.ss_sp = emu.stacks + (size_t)i * (EMU_STACK_BYTES + 4096) + 4096;
-    t->ctx.uc_stack.ss_size = EMU_STACK_BYTES;
-    t->ctx.uc_link = &emu.home;
-    makecontext(&t->ctx, emu_thread_main, 0);
+    emu_make_context(&t->ctx, emu.stacks + (size_t)i * (EMU_STACK_BYTES + 4096) + 4096, EMU_STACK_BYTES, emu_thread_main);
     t->state = EMU_RUNNABLE;
     t->shuffles = 0;
     t->collective = NULL;
@@ -265,7 +313,7 @@ static void emu_run_block(unsigned b) {
             if (emu.threads[i].state != EMU_RUNNABLE) continue;
             emu.current = (int)i;
             threadIdx = {i, 0, 0};
-            swapcontext(&emu.home, &emu.threads[i].ctx);
+            emu_switch(&emu.home, &emu.threads[i].ctx);
             emu.current = -1;
             unsigned w0 = i - i % 32;
             if (emu.threads[i].state == EMU_AT_WARP_SYNC && emu_open_warp(w0)) {
