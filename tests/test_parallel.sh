@@ -71,6 +71,10 @@ for run in "${runs[@]}"; do
     record $name-recompute $1 $2 $3 $sp $recompute
     same_bits "($1,$2,$3)${sp:+ $sp}" $name $name-recompute "$recompute"
 done
+# and selective recomputation with sequence parallelism (the probabilities again from the kept
+# qkv of every row): the same bits
+record tp2-pp2-dp2-sp-selective 2 2 2 --sequence-parallel --recompute-granularity selective
+same_bits "(2,2,2) --sequence-parallel" tp2-pp2-dp2-sp tp2-pp2-dp2-sp-selective "--recompute-granularity selective"
 
 # Uneven pipeline stages (4 layers): BigScience's split counting the embedding and the tied
 # output layer as one layer each (over 3 stages: 1, 2, 1; over 4: 1, 2, 1, 0, the last stage
