@@ -98,7 +98,7 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(INT, check_cluster_matmul_size, NULL, 0, "N of --check-cluster's N x N matmul (0: 8192 GPU, 1024 CPU)")          \
     X(SWITCH, dry_run, NULL, 0, "plan this layout: each stage's memory, the FLOPs, the bubble; allocate nothing")      \
     X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                        \
-    X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS) of the world, fastest first")                 \
+    X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS; SP on and off at TP > 1) of the world, fastest first") \
     X(CHOICE, hw, NULL, 0, "v100-32gb | a100-40gb | a100-80gb | h100-80gb (default a100-80gb): the dry run's GPU")   \
     X(FLOAT, hw_peak_tflops, NULL, 0, "dense fp16/bf16 peak, TFLOP/s (0: --hw's)")                                      \
     X(FLOAT, hw_matmul_efficiency, NULL, 0, "the fraction of the peak large matmuls reach (0: --hw's)")                 \
@@ -447,6 +447,15 @@ static int layout_error(const Config* a, char* err, size_t len) {
     if (m->ffn_hidden_size % TP != 0)
         return error_line(err, len, "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
                           m->ffn_hidden_size, TP);
+    // sequence parallelism splits each sequence's tokens over the tensor ranks: Megatron-LM's
+    // ModelParallelConfig refuses it without tensor parallelism (its arguments.py turns the switch
+    // off instead, with a warning) and asserts that the sequence splits evenly
+    if (m->sequence_parallel && TP == 1)
+        return error_line(err, len, "--sequence-parallel needs --tensor-model-parallel-size > 1 (cannot use sequence "
+                          "parallelism without tensor parallelism: it splits the tokens over the tensor-parallel ranks)");
+    if (m->sequence_parallel && m->seq_length % TP != 0)
+        return error_line(err, len, "--seq-length %d is not divisible by --tensor-model-parallel-size %d: "
+                          "--sequence-parallel splits each sequence over the tensor-parallel ranks", m->seq_length, TP);
     int* layers = (int*)mallocCheck(PP * sizeof(int)), most = 0;
     int bad = stage_layer_counts(a, layers, err, len);
     for (int p = 0; p < PP && !bad; p++) most = layers[p] > most ? layers[p] : most;

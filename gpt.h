@@ -44,7 +44,9 @@ tensor-parallel operators of parallel.h; it never allocates after gpt_build().
     X(SWITCH, embed_layernorm, NULL, 0, "LayerNorm after the embedding (BLOOM)", MATCH, NULL, NULL)                    \
     X(CHOICE, position_embedding_type, "learned_absolute", 0, "learned_absolute | alibi", MATCH, NULL, NULL)           \
     X(FLOAT, init_method_std, "0.02", 0, "std of the normal init", STORED, "initializer_range", "initializer_range")   \
-    X(INT, seed, "1234", 0, "seed of the init and the data order", STORED, NULL, NULL)
+    X(INT, seed, "1234", 0, "seed of the init and the data order", STORED, NULL, NULL)                                \
+    X(SWITCH, sequence_parallel, NULL, 0, "split the LayerNorm and residual rows over the TP ranks (TP > 1)", STORED,   \
+      NULL, NULL)
 
 // the kinds of value a config field holds, and their C types
 typedef enum { FIELD_INT, FIELD_LONG, FIELD_FLOAT, FIELD_SWITCH, FIELD_CHOICE, FIELD_STRING, FIELD_INT3, FIELD_LIST } FieldKind;
@@ -243,6 +245,10 @@ typedef struct GPT {
     GPTConfig cfg;
     int B, T;                          // micro-batch size, sequence length
     int tp_rank, tp_size;
+    // sequence parallelism (--sequence-parallel with TP > 1): the rows of a micro-batch's [B*T, C]
+    // residual stream (and of the LayerNorms around it) are split over the tensor ranks, this rank
+    // holding residual_rows = B*T / TP of them from first_residual_row on; without: all B*T from 0
+    int sequence_parallel, residual_rows, first_residual_row;
     int first_layer, num_local_layers; // chunk 0's first layer; the layers of all this rank's chunks
     int num_chunks, chunk_layers;      // model chunks on this rank (virtual pipeline stages; 1: plain 1F1B), layers of each
     int round_layers;                  // the model's layers / num_chunks: chunk c starts c x this after chunk 0
@@ -273,6 +279,8 @@ typedef struct GPT {
     float *ce_max, *ce_local_max, *ce_sums, *losses, *host_losses;
     double* loss_sum;   // last stage: the step's micro-batch mean losses, added on the device
     floatX *dres, *dbuf_a, *dbuf_b;                  // backward scratch, reused layer after layer
+    floatX* whole_rows;                              // sequence parallelism: [B*T, C], the whole rows a tensor-
+                                                     // parallel matmul reads or writes, gathered or to be scattered
     floatX* att_scratch;
     float* column_partials;                          // the GPU build's column reductions' partial sums
     void* arena;
@@ -565,25 +573,38 @@ static int recomputes_attention_core(const GPT* m) {
     return m->cfg.recompute_attention_core && !m->build.flash_attention;
 }
 
-// one layer's activations; its output (res3) only when `with_output`
+// one layer's activations; its output (res3) only when `with_output`. The tensor-parallel
+// region's (qkv, atty, att or lse, fch, fch_gelu) hold every row and this rank's heads or MLP
+// columns; the residual stream and the LayerNorms' (ln1, res2, ln2, res3, their statistics)
+// this rank's residual rows: all of them, or 1/TP with sequence parallelism (Korthikanti et al.
+// 2022, §4.2.2: the 10sbh of the LayerNorm and residual regions become 10sbh / t)
 static void layout_layer(GPT* m, Arena* a, LayerActivations* L, int with_output) {
-    size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
+    size_t N = (size_t)m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size;
     size_t Cl = m->hidden_local, Fl = m->ffn_local, NHl = m->heads_local;
-    L->ln1 = take_floatX(a, N * C);
-    L->ln1_mean = TAKE(a, float, N);
-    L->ln1_rstd = TAKE(a, float, N);
+    L->ln1 = take_floatX(a, R * C);
+    L->ln1_mean = TAKE(a, float, R);
+    L->ln1_rstd = TAKE(a, float, R);
     L->qkv = take_floatX(a, N * 3 * Cl);
     L->atty = take_floatX(a, N * Cl);
     if (m->build.flash_attention) L->lse = TAKE(a, float, (size_t)m->B * NHl * m->T);   // one per row: recomputes p
     else if (recomputes_attention_core(m)) L->att = m->recomputed_att;                 // selective: shared, refilled
     else L->att = take_floatX(a, (size_t)m->B * NHl * m->T * m->T);                    // the probabilities
-    L->res2 = take_floatX(a, N * C);
-    L->ln2 = take_floatX(a, N * C);
-    L->ln2_mean = TAKE(a, float, N);
-    L->ln2_rstd = TAKE(a, float, N);
+    L->res2 = take_floatX(a, R * C);
+    L->ln2 = take_floatX(a, R * C);
+    L->ln2_mean = TAKE(a, float, R);
+    L->ln2_rstd = TAKE(a, float, R);
     L->fch = take_floatX(a, N * Fl);
     L->fch_gelu = take_floatX(a, N * Fl);
-    L->res3 = with_output ? take_floatX(a, N * C) : NULL;
+    L->res3 = with_output ? take_floatX(a, R * C) : NULL;
+}
+
+// the bytes of one layer's activations, its output included, as layout_layer lays them out
+// (the planner's line: what sequence parallelism saves a layer)
+static size_t layer_activation_bytes(GPT* m) {
+    Arena sizing = {NULL, 0, m->build.floatx_bytes};
+    LayerActivations L;
+    layout_layer(m, &sizing, &L, 1);
+    return sizing.used;
 }
 
 // the recomputation's scratch: of the chunk being recomputed (full), one layer's activations
@@ -600,15 +621,15 @@ static void layout_recompute_scratch(GPT* m, Arena* a) {
 // a slot of model chunk s->chunk: its layers [s->first, s->end), the embedding's or the head's
 // activations where the chunk holds them
 static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
-    size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
+    size_t N = (size_t)m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size;
     s->tokens = TAKE(a, int, N);
     s->targets = TAKE(a, int, N);
-    s->input = take_floatX(a, N * C);
-    if (m->num_chunks > 1 && !chunk_holds_head(m, s->chunk)) s->dout = take_floatX(a, N * C);
+    s->input = take_floatX(a, R * C);
+    if (m->num_chunks > 1 && !chunk_holds_head(m, s->chunk)) s->dout = take_floatX(a, R * C);
     if (chunk_holds_embedding(m, s->chunk) && m->cfg.embed_layernorm) {
-        s->embed_ln = take_floatX(a, N * C);
-        s->embed_ln_mean = TAKE(a, float, N);
-        s->embed_ln_rstd = TAKE(a, float, N);
+        s->embed_ln = take_floatX(a, R * C);
+        s->embed_ln_mean = TAKE(a, float, R);
+        s->embed_ln_rstd = TAKE(a, float, R);
     }
     for (int i = s->first; i < s->end; i++) {
         int first, end;
@@ -617,22 +638,25 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
             continue;
         }
         s->layers[i] = m->recompute_layers[i - first];   // in the shared scratch ...
-        if (keeps_output(m, i)) s->layers[i].res3 = take_floatX(a, N * C);   // ... but for its output
+        if (keeps_output(m, i)) s->layers[i].res3 = take_floatX(a, R * C);   // ... but for its output
     }
     if (chunk_holds_head(m, s->chunk)) {
-        s->lnf = take_floatX(a, N * C);
-        s->lnf_mean = TAKE(a, float, N);
-        s->lnf_rstd = TAKE(a, float, N);
+        s->lnf = take_floatX(a, R * C);
+        s->lnf_mean = TAKE(a, float, R);
+        s->lnf_rstd = TAKE(a, float, R);
     }
 }
 
 // the workspace of the column reductions (kernels.cuh; none on the CPU build), the largest any
-// call needs: the LayerNorms' (width C) and the biases' (widths C, 3 Cl and Fl)
+// call needs: the LayerNorms' (width C, over the residual rows) and the biases' (widths 3 Cl and
+// Fl over every row; C over the residual rows: the row-parallel biases, summed over every row
+// without sequence parallelism)
 static size_t column_partials_floats(const GPT* m) {
-    int N = m->B * m->T, C = m->cfg.hidden_size, widths[3] = {C, 3 * m->hidden_local, m->ffn_local};
-    size_t floats = layernorm_grad_partials(m->build, N, C);
+    int N = m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size;
+    int rows[3] = {R, N, N}, widths[3] = {C, 3 * m->hidden_local, m->ffn_local};
+    size_t floats = layernorm_grad_partials(m->build, R, C);
     for (int i = 0; i < 3; i++) {
-        size_t bias = bias_grad_partials(m->build, N, widths[i]);
+        size_t bias = bias_grad_partials(m->build, rows[i], widths[i]);
         floats = bias > floats ? bias : floats;
     }
     return floats;
@@ -651,9 +675,10 @@ static void layout_arena(GPT* m, Arena* a) {
     // block_backward's two buffers take turns: dbuf_a holds the MLP's gradients (N x Fl) and
     // inputs' (N x C), dbuf_b the QKV gradient (N x 3Cl) and inputs' (N x C)
     size_t wide_a = Fl > C ? Fl : C, wide_b = 3 * Cl > C ? 3 * Cl : C, before = a->used;
-    m->dres = take_floatX(a, N * C);
+    m->dres = take_floatX(a, (size_t)m->residual_rows * C);
     m->dbuf_a = take_floatX(a, N * wide_a);
     m->dbuf_b = take_floatX(a, N * wide_b);
+    if (m->sequence_parallel) m->whole_rows = take_floatX(a, N * C);   // one for every layer and micro-batch
     m->att_scratch = (floatX*)arena_take(a, attention_scratch_bytes(m->build, m->B, m->T, m->heads_local,
                                                                     C / m->cfg.num_attention_heads));
     m->column_partials = TAKE(a, float, column_partials_floats(m));
@@ -718,6 +743,12 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
     m->T = T;
     m->tp_rank = tp_rank;
     m->tp_size = tp_size;
+    // one tensor rank has nothing to split (a checkpoint saved with the switch may be built at TP 1)
+    m->sequence_parallel = cfg->sequence_parallel && tp_size > 1;
+    if (m->sequence_parallel && (B * T) % tp_size != 0)
+        fail("sequence parallelism: %d x %d rows do not split over %d tensor ranks", B, T, tp_size);
+    m->residual_rows = m->sequence_parallel ? B * T / tp_size : B * T;
+    m->first_residual_row = m->sequence_parallel ? tp_rank * m->residual_rows : 0;
     m->first_layer = stage.first_layer;
     m->num_local_layers = stage.num_layers;   // may be 0: a stage that holds only the embedding or the head
     m->num_chunks = stage.chunks;
@@ -796,21 +827,50 @@ static floatX* layer_input(const MicroBatchActivations* s, int i) {
 // what the slot's model chunk sends on (its last layer's output)
 static floatX* stage_output(const MicroBatchActivations* s) { return layer_input(s, s->end); }
 
-// word embedding (vocab-parallel, summed over tensor ranks) + position embedding
+// elements of this rank's rows of an [B*T, C] activation of the residual stream
+static size_t residual_elems(const GPT* m) { return (size_t)m->residual_rows * m->cfg.hidden_size; }
+
+// word embedding (vocab-parallel, summed over tensor ranks) + position embedding. With sequence
+// parallelism the sums go to the rows' owners (reduce-scatter, not all-reduce), and each rank
+// adds its rows' positions.
 static void embedding_forward(GPT* m, MicroBatchActivations* s) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
-    const floatX* wpe = m->tp_rank == 0 ? param_of(m, m->wpe) : NULL;   // added once
-    encoder_forward(s->input, s->tokens, param_of(m, m->wte), wpe, N, m->T, C, m->vocab_start, m->vocab_local);
-    reduce_from_tensor_model_parallel_region(s->input, (size_t)N * C);   // g (vocab-parallel embedding)
+    if (m->sequence_parallel) {
+        encoder_forward(m->whole_rows, s->tokens, param_of(m, m->wte), NULL, N, m->T, C, m->vocab_start, m->vocab_local);
+        reduce_scatter_to_sequence_parallel_region(s->input, m->whole_rows, residual_elems(m));
+        if (m->wpe >= 0) rows_add_forward(s->input, param_of(m, m->wpe), m->residual_rows, C, m->first_residual_row, m->T);
+    } else {
+        const floatX* wpe = m->tp_rank == 0 ? param_of(m, m->wpe) : NULL;   // added once
+        encoder_forward(s->input, s->tokens, param_of(m, m->wte), wpe, N, m->T, C, m->vocab_start, m->vocab_local);
+        reduce_from_tensor_model_parallel_region(s->input, (size_t)N * C);   // g (vocab-parallel embedding)
+    }
     if (m->cfg.embed_layernorm)
         layernorm_forward(s->embed_ln, s->embed_ln_mean, s->embed_ln_rstd, s->input,
-                          param_of(m, m->lne_w), param_of(m, m->lne_b), N, C);
+                          param_of(m, m->lne_w), param_of(m, m->lne_b), m->residual_rows, C);
 }
 
-// Row-parallel linear (Megatron's RowParallelLinear): out = g(inp @ W^T) + b. The bias is
-// added by tensor rank 0 only, before the sum. The residual add that follows is the caller's.
+// The input of a column-parallel layer (QKV, FC1, the head) from a LayerNorm's output x of this
+// rank's residual rows: x itself, every row (f's forward is the identity); with sequence
+// parallelism every rank's rows gathered into the shared whole_rows.
+static const floatX* column_parallel_input(GPT* m, const floatX* x) {
+    if (!m->sequence_parallel) return x;
+    gather_from_sequence_parallel_region(m->whole_rows, x, residual_elems(m));
+    return m->whole_rows;
+}
+
+// Row-parallel linear (Megatron's RowParallelLinear): out = g(inp @ W^T) + b, of this rank's
+// residual rows. Without sequence parallelism the bias is added by tensor rank 0 only, before
+// the all-reduce; with it the partial products are reduce-scattered to the rows' owners and
+// every rank adds the bias to its own rows (as Megatron-LM). The residual add that follows is
+// the caller's.
 static void row_parallel_linear_forward(GPT* m, floatX* out, const floatX* inp, int w, int b, int in_local) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
+    if (m->sequence_parallel) {
+        matmul_forward(m->whole_rows, inp, param_of(m, w), NULL, N, in_local, C);
+        reduce_scatter_to_sequence_parallel_region(out, m->whole_rows, residual_elems(m));
+        rows_add_forward(out, param_of(m, b), m->residual_rows, C, 0, 1);
+        return;
+    }
     matmul_forward(out, inp, param_of(m, w), m->tp_rank == 0 ? param_of(m, b) : NULL, N, in_local, C);
     reduce_from_tensor_model_parallel_region(out, (size_t)N * C);   // g
 }
@@ -836,31 +896,33 @@ static int fuses_next_ln1(const GPT* m, int i) {
 }
 
 static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
-    int B = m->B, T = m->T, N = B * T, C = m->cfg.hidden_size;
+    int B = m->B, T = m->T, N = B * T, R = m->residual_rows, C = m->cfg.hidden_size;
     int Cl = m->hidden_local, Fl = m->ffn_local;
     const LayerTensors* t = &m->layer_tensors[i];
     LayerActivations* L = &s->layers[i];
     const floatX* x = layer_input(s, i);
     // attention: res2 = x + proj(attention(qkv(ln1(x)))); ln1 may come from the block before
     if (!fuses_next_ln1(m, i - 1))
-        layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, param_of(m, t->ln1_w), param_of(m, t->ln1_b), N, C);
-    matmul_forward(L->qkv, L->ln1, param_of(m, t->qkv_w), param_of(m, t->qkv_b), N, C, 3 * Cl);   // f, column-parallel
+        layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, param_of(m, t->ln1_w), param_of(m, t->ln1_b), R, C);
+    matmul_forward(L->qkv, column_parallel_input(m, L->ln1), param_of(m, t->qkv_w), param_of(m, t->qkv_b), N, C,
+                   3 * Cl);   // f, column-parallel
     attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local, alibi_of(m));
     row_parallel_linear_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, Cl);
     // the residual add and ln2 in one pass: res2 += x, ln2 = LayerNorm(res2)
     residual_layernorm_forward(L->res2, L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, x,
-                               param_of(m, t->ln2_w), param_of(m, t->ln2_b), N, C);
+                               param_of(m, t->ln2_w), param_of(m, t->ln2_b), R, C);
     // MLP: res3 = res2 + fcproj(gelu(fc(ln2)))
     // f, column-parallel; fch = fc(ln2) (kept for the GELU's backward), fch_gelu = gelu(fch)
-    matmul_gelu_forward(L->fch_gelu, L->fch, L->ln2, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, Fl);
+    matmul_gelu_forward(L->fch_gelu, L->fch, column_parallel_input(m, L->ln2), param_of(m, t->fc_w), param_of(m, t->fc_b),
+                        N, C, Fl);
     row_parallel_linear_forward(m, L->res3, L->fch_gelu, t->fcproj_w, t->fcproj_b, Fl);
     if (fuses_next_ln1(m, i)) {   // res3 += res2, and the next block's ln1 = LayerNorm(res3) in the same pass
         const LayerTensors* next_t = &m->layer_tensors[i + 1];
         LayerActivations* next = &s->layers[i + 1];
         residual_layernorm_forward(L->res3, next->ln1, next->ln1_mean, next->ln1_rstd, L->res3, L->res2,
-                                   param_of(m, next_t->ln1_w), param_of(m, next_t->ln1_b), N, C);
+                                   param_of(m, next_t->ln1_w), param_of(m, next_t->ln1_b), R, C);
     } else {
-        residual_forward(L->res3, L->res3, L->res2, (size_t)N * C);
+        residual_forward(L->res3, L->res3, L->res2, residual_elems(m));
     }
 }
 
@@ -871,8 +933,8 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
 static void head_forward(GPT* m, MicroBatchActivations* s, float dloss) {
     int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local, valid = m->vocab_valid_local;
     layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(s),
-                      param_of(m, m->lnf_w), param_of(m, m->lnf_b), N, C);
-    matmul_forward(m->logits, s->lnf, param_of(m, m->wte), NULL, N, C, V);   // f, column-parallel
+                      param_of(m, m->lnf_w), param_of(m, m->lnf_b), m->residual_rows, C);
+    matmul_forward(m->logits, column_parallel_input(m, s->lnf), param_of(m, m->wte), NULL, N, C, V);   // f, column-parallel
     if (m->tp_size == 1) {   // whole rows here: statistics, loss and dlogits in one pass a row
         crossentropy_forward_fused(m->losses, m->logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, valid);
     } else {
@@ -932,60 +994,102 @@ static double gpt_forward(GPT* m, int slot) {
 // the gradient of a layer's output when the layer's backward starts, and of its input
 // when it ends.
 
+// A column-parallel layer's backward, of `out_local` output features (this rank's) and input x
+// (the LayerNorm's output of this rank's residual rows, gathered again with sequence
+// parallelism: as Megatron-LM, a micro-batch keeps only its own rows of it): the weight's and
+// the bias's gradients, and into dinp [B*T, C] this rank's part of the input's gradient, then
+// summed over the tensor ranks: in place by an all-reduce (f's backward), or with sequence
+// parallelism reduce-scattered into `dlocal` (this rank's rows). Returns where the sum is.
+static floatX* column_parallel_linear_backward(GPT* m, floatX* dinp, floatX* dlocal, const floatX* dout, const floatX* x,
+                                               int w, int b, int out_local) {
+    int N = m->B * m->T, C = m->cfg.hidden_size;
+    matmul_backward(dinp, grad_of(m, w), grad_of(m, b), m->column_partials, dout, column_parallel_input(m, x),
+                    param_of(m, w), N, C, out_local);
+    if (!m->sequence_parallel) {
+        copy_to_tensor_model_parallel_region_backward(dinp, (size_t)N * C);   // f
+        return dinp;
+    }
+    gather_from_sequence_parallel_region_backward(dlocal, dinp, residual_elems(m));
+    return dlocal;
+}
+
+// A row-parallel layer's backward, of `in_local` input features and input `inp` [B*T,
+// in_local], from the gradient of its output in m->dres (this rank's residual rows, all of
+// them gathered with sequence parallelism: the reduce-scatter's backward): dinp, and the
+// weight's and bias's gradients. pre_gelu: the MLP's GELU input, whose backward then goes into
+// the same product (else NULL). With sequence parallelism the bias was added to this rank's rows
+// only, and its gradient is theirs (step.h sums it over the tensor ranks).
+static void row_parallel_linear_backward(GPT* m, floatX* dinp, const floatX* inp, const floatX* pre_gelu, int w, int b,
+                                         int in_local) {
+    int N = m->B * m->T, C = m->cfg.hidden_size;
+    const floatX* dout = m->dres;
+    float* dbias = grad_of(m, b);
+    if (m->sequence_parallel) {
+        rows_add_backward(dbias, m->column_partials, m->dres, m->residual_rows, C, 0, 1);
+        reduce_scatter_to_sequence_parallel_region_backward(m->whole_rows, m->dres, residual_elems(m));
+        dout = m->whole_rows;
+        dbias = NULL;
+    }
+    if (pre_gelu) gelu_matmul_backward(dinp, grad_of(m, w), dbias, m->column_partials, dout, inp, param_of(m, w), pre_gelu,
+                                       N, in_local, C);
+    else matmul_backward(dinp, grad_of(m, w), dbias, m->column_partials, dout, inp, param_of(m, w), N, in_local, C);
+}
+
 // the logits hold dlogits already: head_forward wrote them
 static void head_backward(GPT* m, MicroBatchActivations* s) {
-    int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local;
+    int C = m->cfg.hidden_size;
     if (!m->logits_hold_gradient) fail("gpt_backward: the last stage's forward was run without a backward to follow (dloss 0)");
     m->logits_hold_gradient = 0;
-    matmul_backward(m->dbuf_a, grad_of(m, m->wte), NULL, NULL, m->logits, s->lnf, param_of(m, m->wte), N, C, V);
-    copy_to_tensor_model_parallel_region_backward(m->dbuf_a, (size_t)N * C);   // f
-    dev_zero(m->dres, (size_t)N * C * sizeof(floatX));
-    layernorm_backward(m->dres, grad_of(m, m->lnf_w), grad_of(m, m->lnf_b), m->column_partials, m->dbuf_a,
-                       stage_output(s), param_of(m, m->lnf_w), s->lnf_mean, s->lnf_rstd, N, C);
+    floatX* d = column_parallel_linear_backward(m, m->dbuf_a, m->dbuf_b, m->logits, s->lnf, m->wte, -1, m->vocab_local);
+    dev_zero(m->dres, residual_elems(m) * sizeof(floatX));
+    layernorm_backward(m->dres, grad_of(m, m->lnf_w), grad_of(m, m->lnf_b), m->column_partials, d,
+                       stage_output(s), param_of(m, m->lnf_w), s->lnf_mean, s->lnf_rstd, m->residual_rows, C);
 }
 
 static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
-    int B = m->B, T = m->T, N = B * T, C = m->cfg.hidden_size;
+    int B = m->B, T = m->T, R = m->residual_rows, C = m->cfg.hidden_size;
     int Cl = m->hidden_local, Fl = m->ffn_local;
     const LayerTensors* t = &m->layer_tensors[i];
     LayerActivations* L = &s->layers[i];
-    floatX *da = m->dbuf_a, *db = m->dbuf_b;
+    floatX *da = m->dbuf_a, *db = m->dbuf_b, *d;
     // MLP
     // fcproj and the GELU before it: da = the gradient at fch
-    gelu_matmul_backward(da, grad_of(m, t->fcproj_w), grad_of(m, t->fcproj_b), m->column_partials, m->dres,
-                         L->fch_gelu, param_of(m, t->fcproj_w), L->fch, N, Fl, C);
-    matmul_backward(db, grad_of(m, t->fc_w), grad_of(m, t->fc_b), m->column_partials, da, L->ln2, param_of(m, t->fc_w),
-                    N, C, Fl);
-    copy_to_tensor_model_parallel_region_backward(db, (size_t)N * C);   // f
-    layernorm_backward(m->dres, grad_of(m, t->ln2_w), grad_of(m, t->ln2_b), m->column_partials, db, L->res2,
-                       param_of(m, t->ln2_w), L->ln2_mean, L->ln2_rstd, N, C);
+    row_parallel_linear_backward(m, da, L->fch_gelu, L->fch, t->fcproj_w, t->fcproj_b, Fl);
+    d = column_parallel_linear_backward(m, db, da, da, L->ln2, t->fc_w, t->fc_b, Fl);   // f
+    layernorm_backward(m->dres, grad_of(m, t->ln2_w), grad_of(m, t->ln2_b), m->column_partials, d, L->res2,
+                       param_of(m, t->ln2_w), L->ln2_mean, L->ln2_rstd, R, C);
     // attention
-    matmul_backward(da, grad_of(m, t->proj_w), grad_of(m, t->proj_b), m->column_partials, m->dres, L->atty,
-                    param_of(m, t->proj_w), N, Cl, C);
+    row_parallel_linear_backward(m, da, L->atty, NULL, t->proj_w, t->proj_b, Cl);
     if (recomputes_attention_core(m))   // selective: the probabilities again (and atty, the same bits, where it was)
         attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local,
                           alibi_of(m));
     attention_backward(db, m->att_scratch, da, L->qkv, L->atty, L->att, L->lse, B, T, m->heads_local, Cl / m->heads_local,
                        alibi_of(m));
-    matmul_backward(da, grad_of(m, t->qkv_w), grad_of(m, t->qkv_b), m->column_partials, db, L->ln1,
-                    param_of(m, t->qkv_w), N, C, 3 * Cl);
-    copy_to_tensor_model_parallel_region_backward(da, (size_t)N * C);   // f
-    layernorm_backward(m->dres, grad_of(m, t->ln1_w), grad_of(m, t->ln1_b), m->column_partials, da,
-                       layer_input(s, i), param_of(m, t->ln1_w), L->ln1_mean, L->ln1_rstd, N, C);
+    d = column_parallel_linear_backward(m, da, db, db, L->ln1, t->qkv_w, t->qkv_b, 3 * Cl);   // f
+    layernorm_backward(m->dres, grad_of(m, t->ln1_w), grad_of(m, t->ln1_b), m->column_partials, d,
+                       layer_input(s, i), param_of(m, t->ln1_w), L->ln1_mean, L->ln1_rstd, R, C);
 }
 
 static void embedding_backward(GPT* m, MicroBatchActivations* s) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
     const floatX* d = m->dres;
     if (m->cfg.embed_layernorm) {
-        dev_zero(m->dbuf_a, (size_t)N * C * sizeof(floatX));
+        dev_zero(m->dbuf_a, residual_elems(m) * sizeof(floatX));
         layernorm_backward(m->dbuf_a, grad_of(m, m->lne_w), grad_of(m, m->lne_b), m->column_partials, m->dres,
-                           s->input, param_of(m, m->lne_w), s->embed_ln_mean, s->embed_ln_rstd, N, C);
+                           s->input, param_of(m, m->lne_w), s->embed_ln_mean, s->embed_ln_rstd, m->residual_rows, C);
         d = m->dbuf_a;
     }
-    // every tensor rank holds the whole gradient of the (replicated) embedding output, so
-    // each computes the same position-embedding gradient and its own word-embedding rows
-    encoder_backward(grad_of(m, m->wte), grad_of(m, m->wpe), d, s->tokens, N, m->T, C, m->vocab_start, m->vocab_local);
+    if (!m->sequence_parallel) {
+        // every tensor rank holds the whole gradient of the (replicated) embedding output, so
+        // each computes the same position-embedding gradient and its own word-embedding rows
+        encoder_backward(grad_of(m, m->wte), grad_of(m, m->wpe), d, s->tokens, N, m->T, C, m->vocab_start, m->vocab_local);
+        return;
+    }
+    // sequence parallelism: the positions' gradient from this rank's rows (step.h sums it over
+    // the tensor ranks), the word embedding's rows from every row, gathered (the reduce-scatter's backward)
+    if (m->wpe >= 0) rows_add_backward(grad_of(m, m->wpe), m->column_partials, d, m->residual_rows, C, m->first_residual_row, m->T);
+    reduce_scatter_to_sequence_parallel_region_backward(m->whole_rows, d, residual_elems(m));
+    encoder_backward(grad_of(m, m->wte), NULL, m->whole_rows, s->tokens, N, m->T, C, m->vocab_start, m->vocab_local);
 }
 
 // Backward of the micro-batch in `slot` through the slot's model chunk: in the head's chunk

@@ -363,12 +363,13 @@ static void all_reduce(Group* g, void* buf, size_t n, Elem elem, Reduction op) {
     wait_end();
 }
 
-// out[shard] = sum over the group of in[rank * shard .. +shard): fp32 gradients
-static void reduce_scatter(Group* g, const float* in, float* out, size_t shard) {
-    g->bytes_sent += (double)(g->size - 1) * shard * sizeof(float);
+// out[shard] = sum over the group of in[rank * shard .. +shard): fp32 gradients (ZeRO), or
+// floatX activations (sequence parallelism)
+static void reduce_scatter(Group* g, const void* in, void* out, size_t shard, Elem elem) {
+    g->bytes_sent += (double)(g->size - 1) * shard * elem_bytes(elem);
     wait_begin("reduce-scatter", g, -1);
 #ifdef __CUDACC__
-    ncclCheck(ncclReduceScatter(in, out, shard, ncclFloat, ncclSum, g->nccl, 0));
+    ncclCheck(ncclReduceScatter(in, out, shard, nccl_type(elem), ncclSum, g->nccl, 0));
 #else
     mpiCheck(MPI_Reduce_scatter_block(in, out, (int)shard, MPI_FLOAT, MPI_SUM, g->mpi));
 #endif
@@ -403,15 +404,17 @@ static void broadcast_from(Group* g, floatX* buf, size_t n, int root) {
     wait_end();
 }
 
-// in place: every rank's shard buf[rank * shard .. +shard) is copied to all the others
-static void all_gather(Group* g, floatX* buf, size_t shard) {
-    if (g->size <= 1) return;
+// out[r * shard .. +shard) = rank r's in[shard], on every rank: floatX parameters (ZeRO) or
+// activations (sequence parallelism). in may be out + rank * shard (in place).
+static void all_gather(Group* g, const floatX* in, floatX* out, size_t shard) {
+    int in_place = in == out + g->rank * shard;
+    if (g->size <= 1 && in_place) return;
     g->bytes_sent += (double)(g->size - 1) * shard * sizeof(floatX);
     wait_begin("all-gather", g, -1);
 #ifdef __CUDACC__
-    ncclCheck(ncclAllGather(buf + g->rank * shard, buf, shard, NCCL_FLOATX, g->nccl, 0));
+    ncclCheck(ncclAllGather(in, out, shard, NCCL_FLOATX, g->nccl, 0));
 #else
-    mpiCheck(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, MPI_FLOAT, g->mpi));
+    mpiCheck(MPI_Allgather(in_place ? MPI_IN_PLACE : in, (int)shard, MPI_FLOAT, out, (int)shard, MPI_FLOAT, g->mpi));
 #endif
     wait_end();
 }
@@ -505,6 +508,34 @@ static void copy_to_tensor_model_parallel_region_backward(floatX* dx, size_t n) 
 static void reduce_from_tensor_model_parallel_region(floatX* x, size_t n) {
     all_reduce(&grid.tp, x, n, AS_FLOATX, REDUCE_SUM);
 }
+
+// Sequence parallelism's two operators (Korthikanti et al. 2022, §4.2.2, Fig. 5: their g and
+// g-bar), by Megatron-LM's names. With --sequence-parallel a micro-batch's [N, C] residual
+// stream is split along its rows (tokens) over the tensor ranks, rank r holding rows
+// [r N/t, (r + 1) N/t) (gpt.h's residual rows), and where f and g stood:
+// gather_from_sequence_parallel_region: before a column-parallel layer (QKV, FC1, the head),
+//     the LayerNorm's output of every rank's rows all-gathered into the whole [N, C] (forward);
+//     the layer's input gradient, a partial sum on each rank, reduce-scattered back to the
+//     rows' owners (backward);
+// reduce_scatter_to_sequence_parallel_region: after a row-parallel layer (and the
+//     vocab-parallel embedding), the ranks' partial [N, C] outputs summed and scattered to the
+//     rows' owners (forward); the output's gradient all-gathered (backward).
+// An all-reduce is a reduce-scatter followed by an all-gather (the ring algorithm does just
+// that), so the pair sends what f and g sent; in between, each rank holds 1/t of the rows.
+// local_n: elements of this rank's rows; the whole buffer holds t times as many.
+static void gather_from_sequence_parallel_region(floatX* whole, const floatX* local, size_t local_n) {
+    all_gather(&grid.tp, local, whole, local_n);
+}
+static void gather_from_sequence_parallel_region_backward(floatX* dlocal, const floatX* dwhole, size_t local_n) {
+    reduce_scatter(&grid.tp, dwhole, dlocal, local_n, AS_FLOATX);
+}
+static void reduce_scatter_to_sequence_parallel_region(floatX* local, const floatX* whole, size_t local_n) {
+    reduce_scatter(&grid.tp, whole, local, local_n, AS_FLOATX);
+}
+static void reduce_scatter_to_sequence_parallel_region_backward(floatX* dwhole, const floatX* dlocal, size_t local_n) {
+    all_gather(&grid.tp, dlocal, dwhole, local_n);
+}
+
 // vocab-parallel cross-entropy (Megatron's _VocabParallelCrossEntropy): each tensor rank holds
 // a slice of the logits; the row maxima, then the sums of exponentials and target logits, are
 // reduced over the tensor ranks, so no rank ever holds a whole row of logits

@@ -35,6 +35,26 @@ and does its communication through parallel.h's wrappers only.
 // embedding's bucket goes last, after the tied embedding's all-reduce. Nothing else changes:
 // the buckets are a plan over the buffer, no memory of their own.
 
+// ----------------------------------------------------------------------------
+// sequence parallelism's gradients (Korthikanti et al. 2022, §4.2.2)
+// With --sequence-parallel every tensor that tensor parallelism replicates (the tensor table's
+// split_axis -1: the LayerNorms, the row-parallel biases, the position embedding) meets only
+// this rank's rows of the residual stream, so its gradient here covers 1/TP of the tokens: it
+// is summed over the tensor-parallel group once a step, before the data-parallel reduction and
+// the norm read it (Megatron-LM marks these parameters `sequence_parallel` and all-reduces their
+// gradients in finalize_model_grads). Then every tensor rank holds the same sum, updates the same
+// bits, and the norm still counts them on tensor rank 0 alone (counts_in_norm).
+
+// the gradients of the replicated tensors of layers [lo, hi], summed over the tensor ranks
+static void sequence_parallel_grads_all_reduce(const GPT* m, int lo, int hi) {
+    if (!m->sequence_parallel) return;
+    for (int i = 0; i < m->num_tensors; i++) {
+        const TensorDesc* t = &m->tensors[i];
+        if (t->split_axis < 0 && t->layer >= lo && t->layer <= hi)
+            all_reduce(&grid.tp, m->grads + t->offset, t->numel, AS_FLOAT, REDUCE_SUM);
+    }
+}
+
 // [lo, hi) = [a, b) ∩ [c, d) (empty when lo >= hi)
 static void intersect_ranges(size_t a, size_t b, size_t c, size_t d, size_t* lo, size_t* hi) {
     *lo = a > c ? a : c;
@@ -72,6 +92,7 @@ static int grad_buckets(const GPT* m, size_t bucket_size, GradBucket* out) {
 
 typedef struct {
     int enabled;             // --overlap-grad-reduce with DP > 1
+    const GPT* model;
     GradBucket* buckets;     // in the order they are launched
     int num_buckets, launched;
     int armed;               // the last micro-batch's backward is running
@@ -93,10 +114,11 @@ static void reduce_bucket(GradReducer* r, const GradBucket* b) {
 }
 
 // the backward (of any micro-batch) has finished `layer`: in the last one, launch the buckets
-// that are final now (the backward calls it: the GPT's hook)
+// that are final now (the backward calls it: the GPT's hook), the layer's sequence-parallel sums first
 static void gradients_final_down_to(int layer) {
     GradReducer* r = &grad_reducer;
     if (!r->armed) return;
+    sequence_parallel_grads_all_reduce(r->model, layer, layer);
     while (r->launched < r->num_buckets && r->buckets[r->launched].lowest_layer >= layer)   // layer >= 0
         reduce_bucket(r, &r->buckets[r->launched++]);
 }
@@ -108,6 +130,7 @@ static void grad_reducer_init(GPT* m, float* shard_grad, size_t shard_size, int 
     if (!r->enabled) return;
     r->buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
     r->num_buckets = grad_buckets(m, bucket_size, r->buckets);
+    r->model = m;
     r->grads = m->grads;
     r->shard_grad = shard_grad;
     r->shard_size = shard_size;
@@ -129,6 +152,7 @@ static void grad_reducer_free(void) {
 // stream waits for every reduce before anything reads the shard or writes the gradients again
 static void grad_reducer_finish(void) {
     GradReducer* r = &grad_reducer;
+    sequence_parallel_grads_all_reduce(r->model, -1, -1);   // the embedding's
     while (r->launched < r->num_buckets) reduce_bucket(r, &r->buckets[r->launched++]);
     compute_waits_for_comm(&r->reduced);
     r->armed = 0;
@@ -285,7 +309,8 @@ static void trace(const Schedule* s, TraceEvent event, Work w) {
     if (s->trace) s->trace(s->trace_ctx, event, w);
 }
 
-static size_t hidden_elems(const GPT* m) { return (size_t)m->B * m->T * m->cfg.hidden_size; }
+// what goes between stages: this rank's rows of a micro-batch's [B*T, C] (1/TP of them with sequence parallelism)
+static size_t hidden_elems(const GPT* m) { return (size_t)m->residual_rows * m->cfg.hidden_size; }
 
 // the slot of a chunk's micro-batch: the chunk's slots, taken in turn
 static MicroBatchActivations* slot_of(const Schedule* s, Work w) {
@@ -691,8 +716,9 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
         all_reduce(&grid.embedding, model->grads + wte->offset, wte->numel, AS_FLOAT, REDUCE_SUM);
     }
     param_gather_finish();   // (the forward waited for every bucket; a stage without layers did not)
+    if (!grad_reducer.enabled) sequence_parallel_grads_all_reduce(model, -1, INT_MAX);   // (else in the buckets' turn)
     if (grad_reducer.enabled) grad_reducer_finish();   // reduced while the backward ran
-    else if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size);
+    else if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size, AS_FLOAT);
     float unscale = 1.0f / s->scaler.scale;
     float norm = global_grad_norm(s) * unscale;
     *skipped = !isfinite(norm);
@@ -707,6 +733,6 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
     adamw_update_ranges(s->master, model->params + s->shard_start, s->grad, s->m, s->v, s->shard_size, s->ranges,
                         s->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
     if (param_gatherer.enabled) param_gather_launch();   // waited for by the next forward
-    else all_gather(&grid.dp, model->params, s->shard_size);
+    else all_gather(&grid.dp, model->params + s->shard_start, model->params, s->shard_size);
     return norm;
 }

@@ -107,6 +107,17 @@ expect_error "a recompute method that does not exist" "--recompute-method must b
 expect_error "--recompute-num-layers below 1" "--recompute-num-layers must be at least 1" $base --checkpoint-activations --recompute-num-layers 0
 expect_error "--recompute-num-layers beyond the stage's layers" "--recompute-num-layers 2 is more layers than any pipeline stage holds (the largest: 1 of" \
     $base $full --recompute-method block --recompute-num-layers 2
+
+# sequence parallelism: Megatron-LM's refusals (no tensor parallelism to split over; a sequence
+# the tensor ranks do not divide), one line each; the second planned for 2 ranks by --dry-run,
+# which refuses a layout with the trainer's own line
+expect_error "--sequence-parallel without tensor parallelism" \
+    "--sequence-parallel needs --tensor-model-parallel-size > 1 (cannot use sequence parallelism without tensor parallelism" \
+    $base --sequence-parallel
+expect_error "--sequence-parallel with a sequence TP does not divide" \
+    "--seq-length 15 is not divisible by --tensor-model-parallel-size 2: --sequence-parallel splits each sequence" \
+    --dry-run --world-size 2 --vocab-size 257 --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 15 \
+    --tensor-model-parallel-size 2 --sequence-parallel
 expect_error "--checkpoint-activations with the block method" "--checkpoint-activations is --recompute-granularity full --recompute-method uniform" \
     $base --checkpoint-activations --recompute-method block
 

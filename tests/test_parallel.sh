@@ -2,8 +2,9 @@
 # tests/test_parallel.sh DATA_PREFIX — every parallel layout trains exactly like one process.
 # A tiny model with gradient accumulation and batch-size ramp-up trains 22 steps under each
 # (TP, PP, DP) layout; losses and grad norms at every step and the final weights must match
-# the (1,1,1) run within 1e-5 relative (tests/test_parallel.c records and compares), the
-# interleaved schedule's layouts too, bit for bit as plain 1F1B's, in its order. Also:
+# the (1,1,1) run within 1e-5 relative (tests/test_parallel.c records and compares), with
+# sequence parallelism too (TP 2 and 4, ALiBi with the embedding LayerNorm), the interleaved
+# schedule's layouts too, bit for bit as plain 1F1B's, in its order. Also:
 # the same layout twice is bit-identical, so is each layout with activation recomputation,
 # optimizer state shrinks as 1/DP, the communication counters match the ring formulas, and a
 # grid that does not fit is refused.
@@ -35,7 +36,11 @@ record() {  # name tp pp dp [extra flags]
 
 # Activation recomputation changes no value: each layout runs again with one of its forms
 # (every method, chunk lengths that divide a stage's layers and one that does not), and its
-# losses, grad norms, weights and optimizer state must be the same bits.
+# losses, grad norms, weights and optimizer state must be the same bits. A layout marked "sp"
+# runs with --sequence-parallel (Korthikanti et al. 2022: the LayerNorm and residual rows split
+# over the tensor ranks, whose recomputed chunks keep 1/TP of their input): at (2,2,2) its
+# recomputing run also reduces and gathers the DP buckets during the step (at DP 2 the same
+# bits), where the replicated tensors' gradients are summed over TP as each layer's turn comes.
 same_bits() {  # name run recomputed-run flags
     if cmp -s $B/$2.steps $B/$3.steps && [ "$(wc -l < $B/$2.steps)" -ge 20 ] &&
        cmp -s $B/$2.ckpt/iter_0000022/tensors.bin $B/$3.ckpt/iter_0000022/tensors.bin; then
@@ -54,17 +59,23 @@ runs=("1 1 1|--checkpoint-activations"                    # one process: every l
       "2 2 1|$full block --recompute-num-layers 1"
       "2 1 2|$full uniform --recompute-num-layers 3"
       "1 2 2|--checkpoint-activations --recompute-num-layers 2"
-      "2 2 2|$full uniform --recompute-num-layers 2")
+      "2 2 2|$full uniform --recompute-num-layers 2"
+      "4 1 1 sp|$full block --recompute-num-layers 2"
+      "2 2 2 sp|--checkpoint-activations --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 600")
 for run in "${runs[@]}"; do
     recompute=${run#*|}
     set -- ${run%%|*}
-    name="tp$1-pp$2-dp$3"
+    name="tp$1-pp$2-dp$3${4:+-sp}" sp=${4:+--sequence-parallel}
     [ "$name" = tp1-pp1-dp1 ] && name=ref
-    record $name $1 $2 $3
-    [ $name = ref ] || $B/../test_parallel --compare $B/ref $B/$name "($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
-    record $name-recompute $1 $2 $3 $recompute
-    same_bits "($1,$2,$3)" $name $name-recompute "$recompute"
+    record $name $1 $2 $3 $sp
+    [ $name = ref ] || $B/../test_parallel --compare $B/ref $B/$name "($1,$2,$3)${sp:+ $sp}" $flags | grep -E '^(PASS|FAIL)'
+    record $name-recompute $1 $2 $3 $sp $recompute
+    same_bits "($1,$2,$3)${sp:+ $sp}" $name $name-recompute "$recompute"
 done
+# and selective recomputation with sequence parallelism (the probabilities again from the kept
+# qkv of every row): the same bits
+record tp2-pp2-dp2-sp-selective 2 2 2 --sequence-parallel --recompute-granularity selective
+same_bits "(2,2,2) --sequence-parallel" tp2-pp2-dp2-sp tp2-pp2-dp2-sp-selective "--recompute-granularity selective"
 
 # Uneven pipeline stages (4 layers): BigScience's split counting the embedding and the tied
 # output layer as one layer each (over 3 stages: 1, 2, 1; over 4: 1, 2, 1, 0, the last stage
@@ -115,6 +126,9 @@ same_bits "ALiBi (2,2,2)" bloom-tp2-pp2-dp2 bloom-tp2-pp2-dp2-recompute --checkp
 # attention probabilities again in its backward, ALiBi's slopes included; the same bits
 record bloom-tp2-pp2-dp2-selective 2 2 2 --recompute-granularity selective
 same_bits "ALiBi (2,2,2)" bloom-tp2-pp2-dp2 bloom-tp2-pp2-dp2-selective "--recompute-granularity selective"
+# and with sequence parallelism: no position table, the embedding LayerNorm on each rank's rows
+record bloom-tp2-pp1-dp1-sp 2 1 1 --sequence-parallel
+$B/../test_parallel --compare $B/bloom-ref $B/bloom-tp2-pp1-dp1-sp "ALiBi (2,1,1) --sequence-parallel" $flags | grep -E '^(PASS|FAIL)'
 flags=$learned_flags
 # and on the learned-position model, over uneven stages (the last holding only the head)
 record uneven-te4-selective 1 4 1 --pp-partition-method 'type:transformer|embedding' --recompute-activations
@@ -224,6 +238,12 @@ else bad "PP 2: stage 0 bytes per step" "counted $got, want 8 x $h"; fi
 got=$(info vpp2-tp1-pp2-dp1-recompute comm_pp)
 if [ "$got" = "$((3 * 8 * h))" ]; then ok "PP 2, v = 2: stage 0 sends 3 activations per micro-batch per step ($got)"
 else bad "PP 2, v = 2: stage 0 bytes per step" "counted $got, want 3 x 8 x $h"; fi
+
+# sequence parallelism: what goes between stages is a rank's 1/TP of the rows
+sp_pp=$(info tp2-pp2-dp2-sp comm_pp) pp=$(info tp2-pp2-dp2 comm_pp)
+if [ -n "$sp_pp" ] && [ -n "$pp" ] && [ $((2 * sp_pp)) -eq "$pp" ]; then
+    ok "(2,2,2) --sequence-parallel: the pipeline sends half the bytes, the rank's rows ($sp_pp against $pp)"
+else bad "(2,2,2) --sequence-parallel's pipeline bytes" "$sp_pp, without it $pp"; fi
 
 # recomputation runs a layer's forward again, its two tensor-parallel all-reduces too (as
 # Megatron does), and --log-comm counts them: at TP 2 each recomputed layer of each micro-batch
