@@ -1184,7 +1184,10 @@ static void print_recomputation_alternatives(const Config* a, const Hardware* hw
     const GPTConfig* m = &a->model;
     int none = m->recompute_method == RECOMPUTE_NONE && !m->recompute_attention_core;
     if (!none) print_recomputation_alternative(a, hw, RECOMPUTE_NONE, 0, "without activation recomputation");
-    if (!m->recompute_attention_core)
+    if (runs_flash_attention(a, plans_gpu_build(a)))   // selective's plan would be the plan without, line for line
+        printf("with the attention core recomputed (--recompute-activations): the same as without recomputation: the "
+               "fused attention keeps no T x T probabilities, and its backward recomputes them already\n");
+    else if (!m->recompute_attention_core)
         print_recomputation_alternative(a, hw, RECOMPUTE_NONE, 1, "with the attention core recomputed (--recompute-activations)");
     if (m->recompute_method != RECOMPUTE_UNIFORM)
         print_recomputation_alternative(a, hw, RECOMPUTE_UNIFORM, 0, "with every layer recomputed (--checkpoint-activations)");

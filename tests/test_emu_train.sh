@@ -168,13 +168,15 @@ compare "$name interleaved 1F1B (--num-layers-per-virtual-pipeline-stage 1) matc
 # sequence parallelism (the bf16 all-gathers and reduce-scatters of the residual rows, the bias
 # and position adds on them, the replicated tensors' gradients summed over TP, 1/TP of the rows
 # between stages); its memory as planned, to the byte (the run's --log-memory-bytes lines). One
-# emulated run (13 to 22 s here, under load): recomputed with it, which would take as long again, is
-# bit-identical on the CPU build (test_parallel: (4,1,1), (2,2,2)), whose code it shares; the
-# attention sees whole rows either way (the unfused one here: the cheaper model).
+# emulated run (13 to 22 s here, under load), interleaved as the run above (so a chunk's early
+# gradient is the rank's rows too): plain 1F1B with it, and recomputed with it, are bit-identical
+# to it on the CPU build (test_parallel: (4,1,1), (2,2,2)), whose code it shares; the attention
+# sees whole rows either way (the unfused one here: the cheaper model).
+sp_run="${run/--num-layers 2/--num-layers 4} --num-layers-per-virtual-pipeline-stage 1"
 sp_args="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --attention-backend unfused --sequence-parallel"
-compare "$name --sequence-parallel matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" "$run" 8 2 2 start "$BIN" \
+compare "$name --sequence-parallel, interleaved, matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" "$sp_run" 8 2 2 start "$BIN" \
     "$bf16_tol" "" --attention-backend unfused --sequence-parallel --log-memory-bytes
-$BIN --dry-run --world-size 8 $run $sp_args > "$tmp/sp.plan" 2>&1
+$BIN --dry-run --world-size 8 $sp_run $sp_args > "$tmp/sp.plan" 2>&1
 sp_planned=$(sed -nE 's/.*\(stage ([0-9]+)\) in bytes: (.*)/\1: \2/p' "$tmp/sp.plan")
 sp_real=$(sed -nE 's/.*\(stage ([0-9]+)\) in bytes: (.*)/\1: \2/p' "$tmp/emu" | sort -n | uniq)
 sp_totals=$(sed -nE 's/.*\(stage ([0-9]+)\) in bytes: .*\| ([0-9]+)$/\2/p' "$tmp/emu" | sort -n | uniq)

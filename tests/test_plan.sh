@@ -102,6 +102,13 @@ if [ "$(row "$fused_row" 2 gpt2-flash)" = "$fused" ] && [ "$(row "$fused_row" 1 
    [ "$(tail -1 $B/gpt2-flash.plan)" = "$(tail -1 $B/gpt2-flash-forced.plan)" ]; then
     ok "124M with the fused attention: $fused GFLOP of tile products and $fused_gb GB in 48 launches, $fused_ms ms (each kernel the longer of its products and its bytes); no softmax kernel"
 else bad "the fused attention's costs" "expected $fused GFLOP, $fused_gb GB, $fused_ms ms: $(grep -F 'attention' $B/gpt2-flash.plan | tr '\n' ' ')"; fi
+# selective recomputation with the fused attention recomputes nothing: its plan is the plan
+# without, and the alternatives' line says so instead of repeating it
+./train_cpu --dry-run --world-size 1 $gpt2 $hw --recompute-activations > $B/gpt2-flash-selective.plan 2>&1
+if [ "$(tail -1 $B/gpt2-flash-selective.plan)" = "$(tail -1 $B/gpt2-flash.plan)" ] &&
+   grep -q '^with the attention core recomputed (--recompute-activations): the same as without recomputation: the fused' $B/gpt2-flash.plan; then
+    ok "selective recomputation with the fused attention: the same plan as without, and the alternatives' line says so"
+else bad "selective recomputation with the fused attention" "$(tail -1 $B/gpt2-flash-selective.plan) / $(grep '^with the attention core' $B/gpt2-flash.plan)"; fi
 # a GEMM of (M x K) by (K x N) in 128 x 128 output tiles over the 132 SMs of --hw h100-80gb: ceil(M/128)
 # ceil(N/128) tiles, split along K (keeping 256 a slice, up to the SMs) when fewer than the SMs, run
 # in whole waves; its time the FLOPs at 1000 TFLOP/s x 0.5 x (M N splits / (waves x 132 x 128^2)),
