@@ -645,10 +645,9 @@ static int recomputed_layers(const Config* a) {
 }
 
 // layers whose attention core, softmax(q k^T) v, runs forward a second time in backward
-// (selective recomputation): every layer, where the attention keeps its probabilities (not the
-// fused one, whose backward recomputes them whatever the flags: flash)
+// (selective recomputation, gpt.h's rule): every layer, or none (flash: the fused attention)
 static int recomputed_attention_cores(const Config* a, int flash) {
-    return a->model.recompute_attention_core && !flash ? a->model.num_layers : 0;
+    return selective_recomputes_core(&a->model, flash) ? a->model.num_layers : 0;
 }
 
 // Model FLOPs of one training step of global batch B (Narayanan et al. 2021, §5.1 and its

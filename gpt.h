@@ -567,11 +567,11 @@ static void* arena_take(Arena* a, size_t bytes) {
 static floatX* take_floatX(Arena* a, size_t count) { return (floatX*)arena_take(a, count * a->floatx_bytes); }
 
 // Does the backward recompute the attention core, the probabilities softmax(q k^T) (selective
-// recomputation)? Only where a layer would keep them: the fused attention keeps none (its
-// backward recomputes them from the log-sum-exp anyway), so there selective changes nothing.
-static int recomputes_attention_core(const GPT* m) {
-    return m->cfg.recompute_attention_core && !m->build.flash_attention;
-}
+// recomputation)? Only where a layer would keep them: the fused attention (`flash`) keeps none
+// (its backward recomputes them from the log-sum-exp anyway), so there selective changes nothing.
+// The one rule, for the model's layout and backward and for the FLOPs count (config.h).
+static int selective_recomputes_core(const GPTConfig* c, int flash) { return c->recompute_attention_core && !flash; }
+static int recomputes_attention_core(const GPT* m) { return selective_recomputes_core(&m->cfg, m->build.flash_attention); }
 
 // one layer's activations; its output (res3) only when `with_output`. The tensor-parallel
 // region's (qkv, atty, att or lse, fch, fch_gelu) hold every row and this rank's heads or MLP
