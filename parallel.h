@@ -310,7 +310,16 @@ static void activity_progress(void) {
     pthread_mutex_unlock(&activity_lock);
 }
 
-static void wait_begin(const char* op, const Group* g, int peer) {
+// Where an operation's work runs on the GPU build: nowhere but the host (host values, files),
+// or queued on the compute stream (0) or the communication stream (device.cuh's comm_stream)
+typedef enum { ON_HOST, ON_COMPUTE_STREAM, ON_COMM_STREAM } StreamId;
+
+// The profiler's hooks (trace.h sets them while this rank records, NULL otherwise): told of
+// every operation below as it begins (its buffer's or message's bytes, its stream) and ends.
+static void (*on_wait_begin)(const char* op, const Group* g, int peer, size_t bytes, StreamId stream);
+static void (*on_wait_end)(void);
+
+static void wait_begin_on(const char* op, const Group* g, int peer, size_t bytes, StreamId stream) {
     pthread_mutex_lock(&activity_lock);
     activity.op = op;
     activity.group = g->name ? g->name : "";
@@ -318,9 +327,14 @@ static void wait_begin(const char* op, const Group* g, int peer) {
     activity.waiting = 1;
     activity.wait_started = now_seconds();
     pthread_mutex_unlock(&activity_lock);
+    if (on_wait_begin) on_wait_begin(op, g, peer, bytes, stream);
 }
 
+// an operation on host values (or files): no device work, no bytes counted
+static void wait_begin(const char* op, const Group* g, int peer) { wait_begin_on(op, g, peer, 0, ON_HOST); }
+
 static void wait_end(void) {
+    if (on_wait_end) on_wait_end();
     pthread_mutex_lock(&activity_lock);
     double now = now_seconds();
     activity.waiting = 0;
@@ -353,7 +367,7 @@ static ncclDataType_t nccl_type(Elem e) { return e == AS_FLOATX ? NCCL_FLOATX : 
 static void all_reduce(Group* g, void* buf, size_t n, Elem elem, Reduction op) {
     if (g->size <= 1) return;
     g->bytes_sent += 2.0 * (g->size - 1) / g->size * n * elem_bytes(elem);
-    wait_begin("all-reduce", g, -1);
+    wait_begin_on("all-reduce", g, -1, n * elem_bytes(elem), ON_COMPUTE_STREAM);
 #ifdef __CUDACC__
     ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(elem), op == REDUCE_SUM ? ncclSum : ncclMax, g->nccl, 0));
 #else
@@ -366,7 +380,7 @@ static void all_reduce(Group* g, void* buf, size_t n, Elem elem, Reduction op) {
 // out[shard] = sum over the group of in[rank * shard .. +shard): fp32 gradients
 static void reduce_scatter(Group* g, const float* in, float* out, size_t shard) {
     g->bytes_sent += (double)(g->size - 1) * shard * sizeof(float);
-    wait_begin("reduce-scatter", g, -1);
+    wait_begin_on("reduce-scatter", g, -1, g->size * shard * sizeof(float), ON_COMPUTE_STREAM);
 #ifdef __CUDACC__
     ncclCheck(ncclReduceScatter(in, out, shard, ncclFloat, ncclSum, g->nccl, 0));
 #else
@@ -380,7 +394,7 @@ static void reduce_scatter(Group* g, const float* in, float* out, size_t shard) 
 // or chain reduce has every rank but the root send the buffer once.
 static void reduce_to(Group* g, const float* in, float* out, size_t n, int root) {
     if (g->rank != root) g->bytes_sent += (double)n * sizeof(float);
-    wait_begin("reduce", g, -1);
+    wait_begin_on("reduce", g, -1, n * sizeof(float), ON_COMM_STREAM);
 #ifdef __CUDACC__
     ncclCheck(ncclReduce(in, out, n, ncclFloat, ncclSum, root, g->nccl, comm_stream));
 #else
@@ -394,7 +408,7 @@ static void reduce_to(Group* g, const float* in, float* out, size_t n, int root)
 // every rank but the one before the root send the buffer once.
 static void broadcast_from(Group* g, floatX* buf, size_t n, int root) {
     if (g->rank != (root + g->size - 1) % g->size) g->bytes_sent += (double)n * sizeof(floatX);
-    wait_begin("broadcast", g, -1);
+    wait_begin_on("broadcast", g, -1, n * sizeof(floatX), ON_COMM_STREAM);
 #ifdef __CUDACC__
     ncclCheck(ncclBroadcast(buf, buf, n, NCCL_FLOATX, root, g->nccl, comm_stream));
 #else
@@ -407,7 +421,7 @@ static void broadcast_from(Group* g, floatX* buf, size_t n, int root) {
 static void all_gather(Group* g, floatX* buf, size_t shard) {
     if (g->size <= 1) return;
     g->bytes_sent += (double)(g->size - 1) * shard * sizeof(floatX);
-    wait_begin("all-gather", g, -1);
+    wait_begin_on("all-gather", g, -1, g->size * shard * sizeof(floatX), ON_COMPUTE_STREAM);
 #ifdef __CUDACC__
     ncclCheck(ncclAllGather(buf + g->rank * shard, buf, shard, NCCL_FLOATX, g->nccl, 0));
 #else
@@ -652,10 +666,11 @@ static void pipeline_exchange(const floatX* send, int send_to, floatX* recv, int
     if (!send && !recv) return;
     if (send) g->bytes_sent += (double)n * sizeof(floatX);
     int peer = recv ? recv_from : send_to, TPxDP = grid.tp_size * grid.dp_size;   // the stage's world rank, same tp, dp
-    wait_begin(send && recv ? "send and receive" : send ? "send" : "receive", g, grid.world_rank + (peer - grid.pp_rank) * TPxDP);
+    if (l->overlap) comm_waits_for_compute(&l->data_written);   // (first: the exchange's device time starts after it)
+    wait_begin_on(send && recv ? "send and receive" : send ? "send" : "receive", g, grid.world_rank + (peer - grid.pp_rank) * TPxDP,
+                  n * sizeof(floatX), l->overlap ? ON_COMM_STREAM : ON_COMPUTE_STREAM);
 #ifdef __CUDACC__
     cudaStream_t stream = l->overlap ? comm_stream : 0;
-    if (l->overlap) comm_waits_for_compute(&l->data_written);
     ncclCheck(ncclGroupStart());
     if (send) ncclCheck(ncclSend(send, n, NCCL_FLOATX, send_to, g->nccl, stream));
     if (recv) ncclCheck(ncclRecv(recv, n, NCCL_FLOATX, recv_from, g->nccl, stream));

@@ -242,21 +242,25 @@ static MicroBatchActivations* slot_of(const Schedule* s, int micro) { return &s-
 static void forward_step(Schedule* s, int micro) {
     GPT* m = s->model;
     activity_phase("forward", activity.iteration, micro);
+    trace_begin_micro("forward", micro, m->first_layer, m->num_local_layers);
     MicroBatchActivations* a = slot_of(s, micro);
     if (m->is_first_stage || m->is_last_stage) s->load(s->ctx, micro, a->tokens, a->targets);
     pipeline_before_writing(stage_output(m, a));   // the slot's last output may still be on its way
     gpt_forward_stage(m, micro % m->num_slots, s->dloss);   // dloss 0 (evaluation): no backward follows
     if (m->is_last_stage) loss_mean_add(m->loss_sum, m->losses, m->B * m->T);   // no host copy per micro-batch
     if (++s->in_flight > s->max_in_flight) s->max_in_flight = s->in_flight;
+    trace_end();
 }
 
 // micro-batch `micro` of M: the last one adds the gradients' last terms (the overlap's cue)
 static void backward_step(Schedule* s, int micro, int M) {
     activity_phase("backward", activity.iteration, micro);
+    trace_begin_micro("backward", micro, s->model->first_layer, s->model->num_local_layers);
     grad_reducer.armed = grad_reducer.enabled && micro == M - 1;
     pipeline_before_writing(s->model->dres);   // (in 1F1B an exchange that receives comes between)
     gpt_backward(s->model, micro % s->model->num_slots);
     s->in_flight--;
+    trace_end();
 }
 
 static void run_1f1b(Schedule* s, int M) {
@@ -480,7 +484,9 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
     if (grad_reducer.enabled) grad_reducer_finish();   // reduced while the backward ran
     else if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size);
     float unscale = 1.0f / s->scaler.scale;
+    trace_begin("gradient norm", "optimizer", ON_COMPUTE_STREAM);
     float norm = global_grad_norm(s) * unscale;
+    trace_end();
     *skipped = !isfinite(norm);
     loss_scaler_update(&s->scaler, *skipped);
     if (*skipped) return norm;
@@ -490,8 +496,10 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
         if (clip_coeff < 1.0f) scale = unscale * clip_coeff;
     }
     s->step++;
+    trace_begin("AdamW", "optimizer", ON_COMPUTE_STREAM);
     adamw_update_ranges(s->master, model->params + s->shard_start, s->grad, s->m, s->v, s->shard_size, s->ranges,
                         s->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
+    trace_end();
     if (param_gatherer.enabled) param_gather_launch();   // waited for by the next forward
     else all_gather(&grid.dp, model->params, s->shard_size);
     return norm;
