@@ -285,7 +285,7 @@ static void add_rank_events(Text* out, const TraceRank* me, double offset, doubl
         add_event(out, s, me->rank, TRACK_HOST, s->begin - offset - origin, s->end - offset - origin);
 #ifdef __CUDACC__
         if (s->stream == ON_HOST) continue;
-        float to_begin, to_end;   // ms after the anchor, on the device's clock
+        float to_begin = 0.0f, to_end = 0.0f;   // ms after the anchor, on the device's clock
         cudaCheck(cudaEventElapsedTime(&to_begin, tracer.anchor, tracer.device_begin[i]));
         cudaCheck(cudaEventElapsedTime(&to_end, tracer.anchor, tracer.device_end[i]));
         double at = tracer.anchor_host - offset - origin;

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""tests/trace_check.py TRACE.json [--pp P] [--micro-batches M] [--device-streams] [--name TEXT]
+"""tests/trace_check.py TRACE.json [--pp P --micro-batches M] [--device-streams] [--expect NAME,...]
+                        [--profiled R,...] [--name TEXT]
 
 Checks a file written by --profile (trace.h) against Chrome's trace-event format and against
 what the run did, one PASS/FAIL line per check (tests/test_trace.sh, tests/test_emu_train.sh):
@@ -15,6 +16,10 @@ what the run did, one PASS/FAIL line per check (tests/test_trace.sh, tests/test_
     the order of 1F1B (PipeDream-flush; Narayanan et al. 2021): min(P - p - 1, M) warm-up
     forwards, then one forward and one backward in turn, then the backwards still owed; read
     from the device's compute stream where the file has one, else from the host's track;
+  - --expect NAME,...: each named kind of span is there, and with its arguments (a pipeline
+    exchange its group, peer and bytes; a collective its group and bytes > 0; a forward or
+    backward its micro-batch, chunk, stage and layers);
+  - --profiled R,...: exactly these ranks were profiled (and have spans), the others none;
   - --device-streams (the GPU build): every rank has spans on the compute stream and on the
     communication stream, and each device span has its host (launch) span of the same name.
 Standard library only.
@@ -55,13 +60,15 @@ def check_nesting(spans):
 
 
 def main(argv):
-    path, pp, micro, device, label = argv[1], None, None, False, ""
+    path, pp, micro, device, label, expect, profiled_want = argv[1], None, None, False, "", [], None
     i = 2
     while i < len(argv):
         if argv[i] == "--pp": pp, i = int(argv[i + 1]), i + 2
         elif argv[i] == "--micro-batches": micro, i = int(argv[i + 1]), i + 2
         elif argv[i] == "--device-streams": device, i = True, i + 1
         elif argv[i] == "--name": label, i = argv[i + 1] + ": ", i + 2
+        elif argv[i] == "--expect": expect, i = argv[i + 1].split(","), i + 2
+        elif argv[i] == "--profiled": profiled_want, i = [int(r) for r in argv[i + 1].split(",")], i + 2
         else: sys.exit("usage: trace_check.py TRACE.json [--pp P --micro-batches M] [--device-streams] [--name TEXT]")
     try:
         with open(path) as f:
@@ -118,6 +125,25 @@ def main(argv):
                    == want_steps for r in profiled)
     report(profiled and steps_ok, label + "each of the %d profiled ranks has one step span per iteration %s" %
            (len(profiled), want_steps), "step spans differ")
+
+    if profiled_want is not None:
+        with_spans = sorted({e["pid"] for e in spans})
+        report(profiled == profiled_want and with_spans == profiled_want, label + "only --profile-ranks %s were profiled" %
+               profiled_want, "profiled %s, with spans %s" % (profiled, with_spans))
+    def has_arguments(e):
+        a = e["args"]
+        if e["cat"] == "pipeline":
+            return isinstance(a.get("group"), str) and a.get("peer", -1) >= 0 and a.get("bytes", 0) > 0
+        if e["cat"] == "collective":
+            return isinstance(a.get("group"), str) and a.get("bytes", 0) > 0
+        if e["cat"] == "compute":
+            return all(isinstance(a.get(k), int) for k in ("micro_batch", "chunk", "stage", "first_layer", "num_layers"))
+        return True
+    for name in expect:
+        found = [e for e in spans if e["name"] == name]
+        report(found and all(has_arguments(e) for e in found), label + "%d '%s' spans, each with its arguments (%s)" %
+               (len(found), name, ", ".join(sorted(found[0]["args"])) if found else ""),
+               "missing or without arguments: %s" % json.dumps([e for e in found if not has_arguments(e)][:1]))
 
     device_tracks = {t for t in tracks if t[1] != 0}
     def work_track(r):   # where a rank's forwards and backwards ran: the compute stream, else the host
