@@ -17,7 +17,7 @@ Nsight Systems' export speak it), one track per rank and stream.
 
 Interface (what parallel.h's hooks, step.h and train.c use): trace_init / trace_free,
 trace_start, trace_begin, trace_begin_step, trace_begin_micro, trace_end, trace_finish, and
-tracer.active (between trace_start and trace_finish, on every rank).
+tracer.active (between trace_start and trace_finish, on every rank); trace_stop (tests/bench.c).
 
 It sits above parallel.h (the grid, the barrier and the gathers it aligns and merges with) and
 below gpt.h; parallel.h tells it of every collective and exchange through the two hooks
@@ -192,6 +192,13 @@ static void trace_start(void) {
     on_wait_end = trace_wait_end;
 }
 
+// recording stops (its spans are kept for trace_finish)
+static void trace_stop(void) {
+    on_wait_begin = NULL;
+    on_wait_end = NULL;
+    tracer.recording = tracer.active = 0;
+}
+
 // ----------------------------------------------------------------------------
 // the writer: trace events (Chrome's "Trace Event Format": complete events "X" with ts and
 // dur in microseconds, metadata events "M" naming processes and threads), one per line
@@ -331,9 +338,7 @@ static void add_other_data(Text* out, const TraceRank* all, int first_iteration,
 // (malloc'd, *len bytes, *dropped spans that did not fit in all), NULL on the others.
 static char* trace_finish(int first_iteration, int last_iteration, size_t* len, long* dropped) {
     Tracer* t = &tracer;
-    on_wait_begin = NULL;
-    on_wait_end = NULL;
-    t->recording = t->active = 0;
+    trace_stop();
     dev_synchronize();   // every event recorded has happened
     TraceRank me;
     memset(&me, 0, sizeof(me));

@@ -5,7 +5,7 @@ Draws one step of a trace written by --profile (docs/profiling.md) as a timeline
 row per rank and track (the host's; on the GPU build also the compute stream and the
 communication stream), time to the right in milliseconds from the step's first start on any
 rank. Each span is a bar coloured by its kind; a span inside another (an all-reduce inside a
-forward) is drawn as a thinner bar inside its parent's; forwards and backwards are labelled
+forward) is a thin strip along its parent's lower edge; forwards and backwards are labelled
 F3 / B3 (micro-batch 3, counted from 1) where they are wide enough. Needs matplotlib
 (Debian's python3-matplotlib); the text tools (scripts/trace_schedule.py) need nothing.
 """
@@ -14,7 +14,7 @@ import sys
 
 COLOURS = {   # by span name, then by category
     "forward": "#4c72b0", "backward": "#55a868", "load micro-batch": "#937860",
-    "pipeline": "#8c8c8c", "collective": "#dd8452", "host communication": "#ccb974",
+    "pipeline": "#c4c4c4", "collective": "#dd8452", "host communication": "#e0cf8a",
     "optimizer": "#8172b3", "data": "#937860", "evaluation": "#64b5cd", "checkpoint": "#da8bc3",
 }
 LEGEND = [("forward", "forward"), ("backward", "backward"), ("pipeline", "pipeline send / receive"),
@@ -71,10 +71,11 @@ def main(argv):
                        e["ts"] < t1 and e["ts"] + e["dur"] > t0), key=lambda e: (e["ts"], -e["dur"]))
         y = len(tracks) - 1 - rows[track]
         for e, depth in zip(mine, depths(mine)):
-            height = 0.8 * 0.6 ** depth
             x, w = (e["ts"] - t0) / 1e3, e["dur"] / 1e3
-            ax.barh(y, w, left=x, height=height, color=colour(e), edgecolor="white" if depth == 0 else "none",
-                    linewidth=0.3)
+            if depth == 0:
+                ax.barh(y, w, left=x, height=0.8, color=colour(e), edgecolor="white", linewidth=0.3)
+            else:   # inside its parent: a strip along the lower edge, one step up per level
+                ax.barh(y - 0.4 + 0.2 * depth - 0.1, w, left=x, height=0.2, color=colour(e), linewidth=0)
             if e["name"] in ("forward", "backward") and w > (t1 - t0) / 1e3 / 90:
                 ax.text(x + w / 2, y, "%s%d" % (e["name"][0].upper(), e["args"]["micro_batch"] + 1), ha="center",
                         va="center", fontsize=6, color="white", clip_on=True)
