@@ -7,7 +7,8 @@ parallel.h — everything that crosses a process boundary (the step built on it 
   - collectives over a group (Megatron's f and g by name) and exchanges between pipeline
     neighbours: MPI on the CPU build, NCCL on the GPU build (MPI only to start), counting bytes;
   - what each rank is doing (before every blocking operation) and how long it waited: what
-    cluster.h's watchdog and slow-rank report read;
+    cluster.h's watchdog and slow-rank report read; the same marks feed --profile's spans,
+    through the two hooks trace.h sets while it records (on_wait_begin, on_wait_end);
   - MPI-IO's shared files.
 
 Rules it keeps: one wrapper per collective (MPI-IO's shared files too), and no MPI call in any
