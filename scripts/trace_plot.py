@@ -91,9 +91,9 @@ def main(argv):
     ax.set_title("gridgpt --profile, %s build: iteration %d at (TP, PP, DP) = (%d, %d, %d), rows: rank (tp,pp,dp) track"
                  % (other["build"].split(",")[0], it, layout["tp"], layout["pp"], layout["dp"]), fontsize=9)
     ax.tick_params(axis="x", labelsize=7)
-    ax.legend(handles=[Patch(color=COLOURS[k], label=text) for k, text in LEGEND], fontsize=7, ncol=len(LEGEND),
-              loc="upper center", bbox_to_anchor=(0.5, -0.22 if len(tracks) < 10 else -0.12), frameon=False)
-    fig.tight_layout()
+    fig.legend(handles=[Patch(color=COLOURS[k], label=text) for k, text in LEGEND], fontsize=7, ncol=len(LEGEND),
+               loc="lower center", frameon=False)
+    fig.tight_layout(rect=(0, 0.3 / fig.get_figheight(), 1, 1))   # 0.3 inch below for the legend
     fig.savefig(out, dpi=110)
     print("%s: iteration %d, %d tracks, %.3f ms" % (out, it, len(tracks), (t1 - t0) / 1e3))
     return 0
