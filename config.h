@@ -540,9 +540,11 @@ static void check_profile(const Config* a, int train_iters, int first_iteration)
     if (!a->profile) return;
     if (a->profile_step_end <= a->profile_step_start)
         config_error("--profile-step-end %d must be greater than --profile-step-start %d (it records the steps from "
-                     "iteration %d to --profile-step-end)", a->profile_step_end, a->profile_step_start, a->profile_step_start + 1);
+                     "iteration %d to --profile-step-end)", a->profile_step_end, a->profile_step_start,
+                     a->profile_step_start + 1);
     if (a->profile_step_end > train_iters)
-        config_error("--profile-step-end %d is beyond the run, which ends at iteration %d", a->profile_step_end, train_iters);
+        config_error("--profile-step-end %d is beyond the run, which ends at iteration %d", a->profile_step_end,
+                     train_iters);
     if (a->profile_step_start < first_iteration)
         config_error("--profile-step-start %d is before the run, which resumes after iteration %d", a->profile_step_start,
                      first_iteration);

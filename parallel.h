@@ -668,8 +668,9 @@ static void pipeline_exchange(const floatX* send, int send_to, floatX* recv, int
     if (send) g->bytes_sent += (double)n * sizeof(floatX);
     int peer = recv ? recv_from : send_to, TPxDP = grid.tp_size * grid.dp_size;   // the stage's world rank, same tp, dp
     if (l->overlap) comm_waits_for_compute(&l->data_written);   // (first: the exchange's device time starts after it)
-    wait_begin_on(send && recv ? "send and receive" : send ? "send" : "receive", g, grid.world_rank + (peer - grid.pp_rank) * TPxDP,
-                  n * sizeof(floatX), l->overlap ? ON_COMM_STREAM : ON_COMPUTE_STREAM);
+    wait_begin_on(send && recv ? "send and receive" : send ? "send" : "receive", g,
+                  grid.world_rank + (peer - grid.pp_rank) * TPxDP, n * sizeof(floatX),
+                  l->overlap ? ON_COMM_STREAM : ON_COMPUTE_STREAM);
 #ifdef __CUDACC__
     cudaStream_t stream = l->overlap ? comm_stream : 0;
     ncclCheck(ncclGroupStart());

@@ -247,7 +247,8 @@ static void add_metadata(Text* out, int pid, int tid, const char* what, const ch
 // one complete event of span s: from begin to end (seconds on rank 0's clock, from the origin)
 static void add_event(Text* out, const Span* s, int pid, int tid, double begin, double end) {
     text_add(out, "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
-             "\"args\": {\"iteration\": %d", s->name, s->category, pid, tid, begin * 1e6, (end - begin) * 1e6, s->iteration);
+             "\"args\": {\"iteration\": %d", s->name, s->category, pid, tid, begin * 1e6, (end - begin) * 1e6,
+             s->iteration);
     if (s->micro_batches) text_add(out, ", \"micro_batches\": %d", s->micro_batches);
     if (s->micro_batch >= 0) text_add(out, ", \"micro_batch\": %d", s->micro_batch);
     if (strcmp(s->category, "compute") == 0)
@@ -321,7 +322,8 @@ static void add_other_data(Text* out, const TraceRank* all, int first_iteration,
              "rank 0's host's ranks, who read one clock: %.1f us\",\n\"offsets_us\": [", 1e6 * skew);
     for (int r = 0; r < grid.world_size; r++) text_add(out, "%s%.3f", r ? ", " : "", 1e6 * clock_offset(all, r));
     text_add(out, "],\n\"barrier_exit_us\": [");
-    for (int r = 0; r < grid.world_size; r++) text_add(out, "%s%.3f", r ? ", " : "", 1e6 * (all[r].barrier_exit - all[0].barrier_exit));
+    for (int r = 0; r < grid.world_size; r++)
+        text_add(out, "%s%.3f", r ? ", " : "", 1e6 * (all[r].barrier_exit - all[0].barrier_exit));
     text_add(out, "]},\n\"ranks\": [\n");
     for (int r = 0; r < grid.world_size; r++) {
         text_add(out, "{\"rank\": %d, \"host\": \"", r);

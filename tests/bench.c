@@ -651,12 +651,14 @@ static void print_kernels(const Bench* b, double step_seconds) {
 }
 
 static void print_profiler(const Bench* b, const ProfilerCost* c) {
-    printf("profiler (--profile, trace.h), %d pairs of steps, with and without recording, interleaved:\n", b->shape->profiled);
+    printf("profiler (--profile, trace.h), %d pairs of steps, with and without recording, interleaved:\n",
+           b->shape->profiled);
     printf("   recording off     a hook pair (begin, end) %.2f ns; %d pairs a step: %.3f us, %.5f%% of the step\n",
            c->hook_ns, c->spans, 1e-3 * c->hook_ns * c->spans, 100.0 * 1e-6 * c->hook_ns * c->spans / c->off_ms[0]);
-    printf("   step time off     median %9.2f ms   min %9.2f ms   max %9.2f ms\n", c->off_ms[0], c->off_ms[1], c->off_ms[2]);
-    printf("   step time on      median %9.2f ms   min %9.2f ms   max %9.2f ms   (%+.2f%% at the median; %d spans a step)\n",
-           c->on_ms[0], c->on_ms[1], c->on_ms[2], 100.0 * (c->on_ms[0] / c->off_ms[0] - 1.0), c->spans);
+    printf("   step time off     median %9.2f ms   min %9.2f ms   max %9.2f ms\n", c->off_ms[0], c->off_ms[1],
+           c->off_ms[2]);
+    printf("   step time on      median %9.2f ms   min %9.2f ms   max %9.2f ms   (%+.2f%% at the median; %d spans a "
+           "step)\n", c->on_ms[0], c->on_ms[1], c->on_ms[2], 100.0 * (c->on_ms[0] / c->off_ms[0] - 1.0), c->spans);
 }
 
 // ----------------------------------------------------------------------------
