@@ -36,7 +36,7 @@ typedef struct {
     const char* category;         // "step", "compute", "pipeline", "collective", "optimizer", "data", ...
     const char* group;            // a collective's or an exchange's group, else NULL
     int iteration;                // the log line's iteration it belongs to
-    int micro_batch, chunk;       // forward, backward, data: the micro-batch (-1: none); the model chunk
+    int micro_batch, chunk;       // forward, backward: the micro-batch (-1: none) and the model chunk
     int first_layer, num_layers;  // forward, backward: the stage's layers
     int peer;                     // an exchange's other world rank, else -1
     int micro_batches;            // a step: how many micro-batches it has, else 0
