@@ -178,6 +178,7 @@ typedef __half floatX;
 #define CUDA_R_FLOATX CUDA_R_16F
 #define NCCL_FLOATX ncclFloat16
 #define FLOATX_NAME "fp16"
+#define PTX_FLOATX "f16"   // the type's name in PTX (the fused attention's mma.sync)
 #define PRECISION_NAME "fp16 (fp32 master weights, fp32 grads, dynamic loss scaling)"
 HOST_DEVICE static inline floatX to_floatX(float f) { return __float2half(f); }
 HOST_DEVICE static inline float floatX_to_float(floatX x) { return __half2float(x); }
@@ -186,6 +187,7 @@ typedef __nv_bfloat16 floatX;
 #define CUDA_R_FLOATX CUDA_R_16BF
 #define NCCL_FLOATX ncclBfloat16
 #define FLOATX_NAME "bf16"
+#define PTX_FLOATX "bf16"
 #define PRECISION_NAME "bf16 (fp32 master weights, fp32 grads)"
 HOST_DEVICE static inline floatX to_floatX(float f) { return __float2bfloat16(f); }
 HOST_DEVICE static inline float floatX_to_float(floatX x) { return __bfloat162float(x); }

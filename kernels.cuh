@@ -1381,11 +1381,6 @@ static void attention_backward_unfused(floatX* dqkv, floatX* scratch, const floa
 #else
 #define UNROLL
 #endif
-#ifdef GRIDGPT_FP16
-#define PTX_FLOATX "f16"
-#else
-#define PTX_FLOATX "bf16"
-#endif
 
 // mma.sync.m16n8k16 and cp.async need sm_80 (A100) or newer: an fp16 build for an older GPU
 // (GPU_ARCH=70 or 75, see the Makefile) compiles these kernels as a trap, and
@@ -1577,20 +1572,39 @@ __device__ void warp_product_pb(float acc[][4], const float p[][4], const floatX
 // acc (16 rows from row0, HS columns) to global memory, row t at dst + t * stride; rows past T
 // are not written. Lane (g, t) holds columns 2t and 2t + 1 of rows g and g + 8 in each block.
 template <int HS>
-__device__ void flash_store_rows(floatX* dst, size_t stride, const float acc[][4], int row0, int T, const float* divide_by) {
+__device__ void flash_store_rows(floatX* dst, size_t stride, const float acc[][4], int row0, int T) {
     int lane = threadIdx.x % 32;
     UNROLL
     for (int half = 0; half < 2; half++) {
         int t = row0 + lane / 4 + 8 * half;
         if (t >= T) continue;
-        float d = divide_by ? divide_by[half] : 1.0f;
         UNROLL
         for (int nb = 0; nb < HS / 8; nb++) {
             // one 4-byte store: the pair's offset is even and every row starts 4-byte aligned
             *(uint32_t*)(dst + (size_t)t * stride + 8 * nb + 2 * (lane % 4)) =
-                pack_floatX2(acc[nb][2 * half] / d, acc[nb][2 * half + 1] / d);
+                pack_floatX2(acc[nb][2 * half], acc[nb][2 * half + 1]);
         }
     }
+}
+
+// A head's constants for its scores in log2 units (the kernels use exp2): the score of query
+// `row` and key `key` is x = s / sqrt(HS) + slope (key - row) (ALiBi's bias; 0 without), and
+// x log2(e) = s scale_log2 + slope_log2 (key - row). The forward and both backward kernels take
+// them from here, so P recomputed in the backward is the forward's to the bit.
+struct FlashHead {
+    float scale, scale_log2, slope_log2;   // 1 / sqrt(HS), and the two in log2 units
+};
+
+__device__ FlashHead flash_head(int HS, Alibi alibi, int h) {
+    FlashHead f;
+    f.scale = 1.0f / sqrtf((float)HS);
+    f.scale_log2 = LOG2E * f.scale;
+    f.slope_log2 = alibi.heads ? LOG2E * alibi_slope(alibi.first_head + h, alibi.heads) : 0.0f;
+    return f;
+}
+
+__device__ float flash_score_log2(const FlashHead& f, float s, int key, int row) {
+    return s * f.scale_log2 + f.slope_log2 * (float)(key - row);
 }
 
 // ---- the forward
@@ -1601,7 +1615,7 @@ __device__ void flash_store_rows(floatX* dst, size_t stride, const float acc[][4
 // maximum. A row whose keys in this tile are all masked keeps m: it saw key 0 in tile 0.
 template <int HS>
 __device__ void flash_online_softmax(float s[][4], float o[][4], float m[2], float l[2], int k0, int row0,
-                                     bool diagonal, float scale_log2, float slope_log2) {
+                                     bool diagonal, const FlashHead& head) {
     int lane = threadIdx.x % 32;
     float tile_max[2] = {-INFINITY, -INFINITY};
     UNROLL
@@ -1609,7 +1623,7 @@ __device__ void flash_online_softmax(float s[][4], float o[][4], float m[2], flo
         UNROLL
         for (int e = 0; e < 4; e++) {
             int row = row0 + lane / 4 + 8 * (e / 2), key = k0 + 8 * n + 2 * (lane % 4) + e % 2;
-            float x = s[n][e] * scale_log2 + slope_log2 * (float)(key - row);
+            float x = flash_score_log2(head, s[n][e], key, row);
             s[n][e] = diagonal && key > row ? -INFINITY : x;
             tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
         }
@@ -1654,8 +1668,7 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_forward_flash_kernel(
     const floatX* q_rows = qkv + qkv_index(b, 0, h, 0, T, NH, HS);
     const floatX* k_rows = qkv + qkv_index(b, 0, h, 1, T, NH, HS);
     const floatX* v_rows = qkv + qkv_index(b, 0, h, 2, T, NH, HS);
-    const float scale_log2 = LOG2E / sqrtf((float)HS);
-    const float slope_log2 = alibi.heads ? LOG2E * alibi_slope(alibi.first_head + h, alibi.heads) : 0.0f;
+    const FlashHead head = flash_head(HS, alibi, h);
 
     flash_copy_rows<HS, FLASH_ROWS>(q, q_rows, stride, t0, T);
     flash_copy_rows<HS, KEYS>(k, k_rows, stride, 0, T);
@@ -1677,13 +1690,17 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_forward_flash_kernel(
             for (int kk = 0; kk < HS / 16; kk++) load_a<HS>(qa[kk], q, 16 * warp, kk);
         float s[KEYS / 8][4] = {};
         warp_product_abt<HS, KEYS>(s, qa, k + buffer * tile);
-        flash_online_softmax<HS>(s, o, m, l, k0, row0, k0 + KEYS > t0, scale_log2, slope_log2);
+        flash_online_softmax<HS>(s, o, m, l, k0, row0, k0 + KEYS > t0, head);
         warp_product_pb<HS, KEYS>(o, s, v + buffer * tile);
         __syncthreads();   // every warp is done with this buffer before the next copy into it
     }
     UNROLL
     for (int half = 0; half < 2; half++) l[half] = quad_sum(l[half]);
-    flash_store_rows<HS>(out + (size_t)b * T * NH * HS + (size_t)h * HS, (size_t)NH * HS, o, row0, T, l);
+    UNROLL
+    for (int nb = 0; nb < HS / 8; nb++)   // the softmax's division, once a row
+        UNROLL
+        for (int e = 0; e < 4; e++) o[nb][e] /= l[e / 2];
+    flash_store_rows<HS>(out + (size_t)b * T * NH * HS + (size_t)h * HS, (size_t)NH * HS, o, row0, T);
     UNROLL
     for (int half = 0; half < 2; half++) {
         int t = row0 + lane / 4 + 8 * half;
@@ -1710,17 +1727,17 @@ __global__ void attention_backward_flash_d_kernel(float* D, const floatX* dout, 
 // queries' lse (log2 units) then their D. Masked where a key is right of its query or the
 // query is past T.
 __device__ void flash_scores_to_gradients_kv(float st[][4], float dpt[][4], const float* stats, int key0, int q0, int T,
-                                             bool masked, float scale, float scale_log2, float slope_log2) {
+                                             bool masked, const FlashHead& head) {
     int lane = threadIdx.x % 32;
     UNROLL
     for (int n = 0; n < FLASH_STEP / 8; n++) {
         UNROLL
         for (int e = 0; e < 4; e++) {
             int key = key0 + lane / 4 + 8 * (e / 2), c = 8 * n + 2 * (lane % 4) + e % 2, query = q0 + c;
-            float p = exp2f(st[n][e] * scale_log2 + slope_log2 * (float)(key - query) - stats[c]);
+            float p = exp2f(flash_score_log2(head, st[n][e], key, query) - stats[c]);
             if (masked && (key > query || query >= T)) p = 0.0f;
             st[n][e] = p;
-            dpt[n][e] = scale * p * (dpt[n][e] - stats[FLASH_STEP + c]);
+            dpt[n][e] = head.scale * p * (dpt[n][e] - stats[FLASH_STEP + c]);
         }
     }
 }
@@ -1740,8 +1757,7 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_kv_ker
     size_t stride = (size_t)3 * NH * HS, out_stride = (size_t)NH * HS;
     const floatX* q_rows = qkv + qkv_index(b, 0, h, 0, T, NH, HS);
     const floatX* dout_rows = dout + (size_t)b * T * out_stride + (size_t)h * HS;
-    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = LOG2E * scale;
-    const float slope_log2 = alibi.heads ? LOG2E * alibi_slope(alibi.first_head + h, alibi.heads) : 0.0f;
+    const FlashHead head = flash_head(HS, alibi, h);
     lse += (size_t)bh * T, D += (size_t)bh * T;
     // the step's queries' row statistics into a buffer (plain loads: rows of T floats are not 16-byte aligned)
     auto load_stats = [&](int buffer, int q0) {
@@ -1774,29 +1790,29 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_kv_ker
         warp_product_abt<HS, FLASH_STEP>(st, k, 16 * warp, q + buffer * step_tile);    // S^T = K Q^T
         warp_product_abt<HS, FLASH_STEP>(dpt, v, 16 * warp, dO + buffer * step_tile);  // dP^T = V dO^T
         bool masked = q0 < k0 + FLASH_ROWS || q0 + FLASH_STEP > T;         // the diagonal, or past T
-        flash_scores_to_gradients_kv(st, dpt, stats + buffer * 2 * FLASH_STEP, key0, q0, T, masked, scale, scale_log2, slope_log2);
+        flash_scores_to_gradients_kv(st, dpt, stats + buffer * 2 * FLASH_STEP, key0, q0, T, masked, head);
         warp_product_pb<HS, FLASH_STEP>(dv, st, dO + buffer * step_tile);   // dV += P^T dO
         warp_product_pb<HS, FLASH_STEP>(dk, dpt, q + buffer * step_tile);   // dK += dS^T Q
         __syncthreads();   // every warp is done with this buffer before the next copy into it
     }
-    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, dk, key0, T, NULL);
-    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, dv, key0, T, NULL);
+    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, dk, key0, T);
+    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, dv, key0, T);
 }
 
 // The dQ kernel's step: s = S (this warp's 16 queries from row0 by FLASH_STEP keys from k0)
 // becomes P, dp becomes dS = scale P (dP - D); the rows' lse (log2 units) and D in registers.
 __device__ void flash_scores_to_gradients_q(float s[][4], float dp[][4], const float lse_log2[2], const float d[2], int row0,
-                                            int k0, int T, bool masked, float scale, float scale_log2, float slope_log2) {
+                                            int k0, int T, bool masked, const FlashHead& head) {
     int lane = threadIdx.x % 32;
     UNROLL
     for (int n = 0; n < FLASH_STEP / 8; n++) {
         UNROLL
         for (int e = 0; e < 4; e++) {
             int row = row0 + lane / 4 + 8 * (e / 2), key = k0 + 8 * n + 2 * (lane % 4) + e % 2;
-            float p = exp2f(s[n][e] * scale_log2 + slope_log2 * (float)(key - row) - lse_log2[e / 2]);
+            float p = exp2f(flash_score_log2(head, s[n][e], key, row) - lse_log2[e / 2]);
             if (masked && (key > row || row >= T)) p = 0.0f;
             s[n][e] = p;
-            dp[n][e] = scale * p * (dp[n][e] - d[e / 2]);
+            dp[n][e] = head.scale * p * (dp[n][e] - d[e / 2]);
         }
     }
 }
@@ -1816,8 +1832,7 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_q_kern
     size_t stride = (size_t)3 * NH * HS, out_stride = (size_t)NH * HS;
     const floatX* k_rows = qkv + qkv_index(b, 0, h, 1, T, NH, HS);
     const floatX* v_rows = qkv + qkv_index(b, 0, h, 2, T, NH, HS);
-    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = LOG2E * scale;
-    const float slope_log2 = alibi.heads ? LOG2E * alibi_slope(alibi.first_head + h, alibi.heads) : 0.0f;
+    const FlashHead head = flash_head(HS, alibi, h);
     float lse_log2[2], d[2];   // of this lane's rows
     UNROLL
     for (int half = 0; half < 2; half++) {
@@ -1847,11 +1862,11 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_q_kern
         warp_product_abt<HS, FLASH_STEP>(s, q, 16 * warp, k + buffer * step_tile);    // S = Q K^T
         warp_product_abt<HS, FLASH_STEP>(dp, dO, 16 * warp, v + buffer * step_tile);  // dP = dO V^T
         bool masked = k0 + FLASH_STEP > t0 || t0 + FLASH_ROWS > T;          // the diagonal, or past T
-        flash_scores_to_gradients_q(s, dp, lse_log2, d, row0, k0, T, masked, scale, scale_log2, slope_log2);
+        flash_scores_to_gradients_q(s, dp, lse_log2, d, row0, k0, T, masked, head);
         warp_product_pb<HS, FLASH_STEP>(dq, dp, k + buffer * step_tile);   // dQ += dS K
         __syncthreads();   // every warp is done with this buffer before the next copy into it
     }
-    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, dq, row0, T, NULL);
+    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, dq, row0, T);
 }
 
 // ---- the launches
