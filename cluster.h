@@ -358,8 +358,8 @@ static double check_once(CheckOp op, Group* g, void* a, void* b, size_t bytes, i
     barrier(g);
     double t0 = now_seconds();
     if (op == OP_ALL_REDUCE) all_reduce(g, a, count, AS_FLOATX, REDUCE_SUM);
-    if (op == OP_REDUCE_SCATTER) reduce_scatter(g, (const float*)a, (float*)b, count / g->size);
-    if (op == OP_ALL_GATHER) all_gather(g, (floatX*)a, count / g->size);
+    if (op == OP_REDUCE_SCATTER) reduce_scatter(g, a, b, count / g->size, AS_FLOAT);
+    if (op == OP_ALL_GATHER) all_gather(g, (floatX*)a + g->rank * (count / g->size), (floatX*)a, count / g->size);
     if (op == OP_SEND_RECV && grid.pp_rank == link) send_forward((const floatX*)a, count);
     if (op == OP_SEND_RECV && grid.pp_rank == link + 1) recv_forward((floatX*)b, count);
     dev_synchronize();

@@ -27,6 +27,10 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(CHOICE, pp_partition_method, "uniform", 0, "uniform | type:transformer | type:transformer|embedding")            \
     X(INT, decoder_first_pipeline_num_layers, NULL, 0, "layers of the first stage (0: not set)")                      \
     X(INT, decoder_last_pipeline_num_layers, NULL, 0, "layers of the last stage (0: not set)")                        \
+    X(INT, num_layers_per_virtual_pipeline_stage, NULL, 0, "N: interleaved 1F1B, each stage's layers in model chunks of N " \
+      "(0: plain 1F1B)")                                                                                               \
+    X(INT, num_virtual_stages_per_pipeline_rank, NULL, 0, "v: interleaved 1F1B, v model chunks per stage (uneven stages "  \
+      "too; 0: plain 1F1B)")                                                                                           \
     X(INT, micro_batch_size, "4", 1, "samples per micro-batch")                                                        \
     X(INT, global_batch_size, NULL, 0, "samples per step (0: micro-batch x DP)")                                       \
     X(INT3, rampup_batch_size, NULL, 0, "START INCREMENT SAMPLES: ramp the global batch up")                           \
@@ -99,7 +103,7 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(INT, check_cluster_matmul_size, NULL, 0, "N of --check-cluster's N x N matmul (0: 8192 GPU, 1024 CPU)")          \
     X(SWITCH, dry_run, NULL, 0, "plan this layout: each stage's memory, the FLOPs, the bubble; allocate nothing")      \
     X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                        \
-    X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS) of the world, fastest first")                 \
+    X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS; SP on and off at TP > 1) of the world, fastest first") \
     X(CHOICE, hw, NULL, 0, "v100-32gb | a100-40gb | a100-80gb | h100-80gb (default a100-80gb): the dry run's GPU")   \
     X(FLOAT, hw_peak_tflops, NULL, 0, "dense fp16/bf16 peak, TFLOP/s (0: --hw's)")                                      \
     X(FLOAT, hw_matmul_efficiency, NULL, 0, "the fraction of the peak large matmuls reach (0: --hw's)")                 \
@@ -330,11 +334,25 @@ static int* stage_layers(const Config* a) {
     return counts;
 }
 
-// pipeline stage p of the layout
+// Model chunks per pipeline stage, v: the interleaved schedule's (a stage's layers / N with
+// --num-layers-per-virtual-pipeline-stage N, or --num-virtual-stages-per-pipeline-rank); 1
+// without interleaving (layout_error has checked the flags)
+static int virtual_chunks(const Config* a) {
+    if (a->num_virtual_stages_per_pipeline_rank > 0) return a->num_virtual_stages_per_pipeline_rank;
+    if (a->num_layers_per_virtual_pipeline_stage == 0) return 1;
+    int* counts = stage_layers(a), v = counts[0] / a->num_layers_per_virtual_pipeline_stage;
+    free(counts);
+    return v;
+}
+
+// Pipeline stage p of the layout. With v model chunks, each stage's layers are cut into v equal
+// chunks and virtual stage c x PP + p (stage p's chunk c) holds the c-th of v rounds of the
+// layers: round c is layers [c L / v, (c + 1) L / v), stage p's chunk of it starting after the
+// earlier stages' chunks (Megatron-LM's offsets, uneven stages included).
 static PipelineStage pipeline_stage(const Config* a, int p) {
-    int* counts = stage_layers(a);
-    PipelineStage s = {p, a->pipeline_model_parallel_size, 0, counts[p]};
-    for (int q = 0; q < p; q++) s.first_layer += counts[q];
+    int* counts = stage_layers(a), v = virtual_chunks(a);
+    PipelineStage s = {p, a->pipeline_model_parallel_size, 0, counts[p], v, a->model.num_layers / v};
+    for (int q = 0; q < p; q++) s.first_layer += counts[q] / v;
     free(counts);
     return s;
 }
@@ -355,6 +373,72 @@ static int data_parallel_size(const Config* a) {
     return layout_world_size(a) / (a->tensor_model_parallel_size * a->pipeline_model_parallel_size);
 }
 
+// The micro-batch slots stage p needs for each of its model chunks (slots[c]): what the schedule
+// holds at the most (step.h's schedule_slots, a walk of the schedule itself) in a step of every
+// micro-batch count the run has (each batch of the ramp-up, the full batch), and in an
+// evaluation (the full batch's forwards)
+static void stage_slots(const Config* a, int p, int* slots) {
+    int v = virtual_chunks(a), PP = a->pipeline_model_parallel_size, per_micro = a->micro_batch_size * data_parallel_size(a);
+    int full = a->global_batch_size / per_micro;
+    const int* ramp = a->rampup_batch_size.v;   // START INCREMENT SAMPLES
+    for (int c = 0; c < v; c++) slots[c] = 1;
+    schedule_slots(p, PP, v, full, 0, slots);
+    schedule_slots(p, PP, v, full, 1, slots);
+    for (int g = ramp[0]; ramp[0] > 0 && ramp[1] > 0 && g < a->global_batch_size; g += ramp[1])
+        schedule_slots(p, PP, v, g / per_micro, 0, slots);
+}
+
+// "the global batch" or "batch size G on the ramp" for an error line about batch g
+static const char* batch_named(const Config* a, int g, char* out, size_t len) {
+    if (g == a->global_batch_size) snprintf(out, len, "--global-batch-size %d", g);
+    else snprintf(out, len, "--rampup-batch-size: batch size %d on the ramp", g);
+    return out;
+}
+
+// The first reason the interleaved schedule cannot run the layout of `a` (stage p holding
+// layers[p] layers; micro_times_dp samples a micro-batch over DP), as one line; 0 if none, or
+// no interleaving. Megatron-LM's refusals (its arguments.py, and its schedule's for the
+// micro-batches, which it meets only mid-run when a ramp-up batch breaks it), with one choice
+// of ours: PP 2 is allowed, as Megatron-LM allows it with its --overlap-p2p-comm (older versions
+// refused any PP below 3: with both neighbours one rank, an exchange holds two messages each way
+// between the same two ranks; ours posts them in one fixed order on both sides, parallel.h's
+// pipeline_exchange, and NCCL and MPI match them in that order).
+static int interleaving_error(const Config* a, const int* layers, int micro_times_dp, char* err, size_t len) {
+    int N = a->num_layers_per_virtual_pipeline_stage, v = a->num_virtual_stages_per_pipeline_rank;
+    int PP = a->pipeline_model_parallel_size;
+    if (!N && !v) return 0;
+    if (N && v) return error_line(err, len, "give --num-layers-per-virtual-pipeline-stage or "
+                                  "--num-virtual-stages-per-pipeline-rank, not both (as in Megatron-LM)");
+    const char* flag = N ? "--num-layers-per-virtual-pipeline-stage" : "--num-virtual-stages-per-pipeline-rank";
+    if (PP == 1) return error_line(err, len, "%s: the interleaved schedule needs --pipeline-model-parallel-size > 1", flag);
+    for (int p = 0; p < PP && N; p++)
+        if (layers[p] != layers[0])
+            return error_line(err, len, "--num-layers-per-virtual-pipeline-stage needs stages of equal layers, but stage %d "
+                              "holds %d and stage 0 %d: uneven stages take --num-virtual-stages-per-pipeline-rank (as in "
+                              "Megatron-LM)", p, layers[p], layers[0]);
+    if (N && layers[0] % N != 0)
+        return error_line(err, len, "--num-layers-per-virtual-pipeline-stage %d does not divide the %d layers of each "
+                          "pipeline stage (--num-layers %d over --pipeline-model-parallel-size %d)", N, layers[0],
+                          a->model.num_layers, PP);
+    if (N) v = layers[0] / N;
+    for (int p = 0; p < PP; p++)
+        if (layers[p] == 0 || layers[p] % v != 0)
+            return error_line(err, len, "--num-virtual-stages-per-pipeline-rank %d: stage %d's %d layer(s) do not split into "
+                              "%d model chunks of equal layers, one at least", v, p, layers[p], v);
+    if (v == 1) return 0;   // one chunk a stage: plain 1F1B (Megatron-LM too)
+    const int* ramp = a->rampup_batch_size.v;   // START INCREMENT SAMPLES
+    int g = a->global_batch_size;
+    for (int r = ramp[0]; ramp[0] > 0 && ramp[1] > 0 && r < a->global_batch_size && g == a->global_batch_size; r += ramp[1])
+        if (r / micro_times_dp % PP != 0) g = r;   // the first batch of the ramp that breaks it
+    char what[96];
+    if (g / micro_times_dp % PP != 0)
+        return error_line(err, len, "%s makes %d micro-batches per pipeline (micro-batch %d x data-parallel size %d), not a "
+                          "multiple of --pipeline-model-parallel-size %d: the interleaved schedule (%s) takes them in groups "
+                          "of PP", batch_named(a, g, what, sizeof what), g / micro_times_dp, a->micro_batch_size,
+                          micro_times_dp / a->micro_batch_size, PP, flag);
+    return 0;
+}
+
 // The first reason the layout of `a` (TP, PP, the DP the world leaves, MBS) cannot run its
 // model and batch, as the one line the trainer refuses it with; 0 if none. The trainer's checks
 // refuse with it and --sweep passes over the layouts it names. TP x PP divides the world
@@ -368,11 +452,22 @@ static int layout_error(const Config* a, char* err, size_t len) {
     if (m->ffn_hidden_size % TP != 0)
         return error_line(err, len, "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
                           m->ffn_hidden_size, TP);
+    // sequence parallelism splits each sequence's tokens over the tensor ranks: Megatron-LM's
+    // ModelParallelConfig refuses it without tensor parallelism (its arguments.py turns the switch
+    // off instead, with a warning) and asserts that the sequence splits evenly
+    if (m->sequence_parallel && TP == 1)
+        return error_line(err, len, "--sequence-parallel needs --tensor-model-parallel-size > 1 (cannot use sequence "
+                          "parallelism without tensor parallelism: it splits the tokens over the tensor-parallel ranks)");
+    if (m->sequence_parallel && m->seq_length % TP != 0)
+        return error_line(err, len, "--seq-length %d is not divisible by --tensor-model-parallel-size %d: "
+                          "--sequence-parallel splits each sequence over the tensor-parallel ranks", m->seq_length, TP);
     int* layers = (int*)mallocCheck(PP * sizeof(int)), most = 0;
     int bad = stage_layer_counts(a, layers, err, len);
     for (int p = 0; p < PP && !bad; p++) most = layers[p] > most ? layers[p] : most;
-    free(layers);
-    if (bad) return bad;
+    if (bad) {
+        free(layers);
+        return bad;
+    }
     int micro_batch_times_dp = a->micro_batch_size * dp;
     if (a->global_batch_size % micro_batch_times_dp != 0)
         return error_line(err, len, "--global-batch-size %d is not divisible by --micro-batch-size %d x data-parallel size %d",
@@ -382,10 +477,16 @@ static int layout_error(const Config* a, char* err, size_t len) {
         if (g % micro_batch_times_dp != 0)
             return error_line(err, len, "--rampup-batch-size: batch size %d on the ramp is not divisible by micro-batch %d x "
                               "data-parallel size %d", g, a->micro_batch_size, dp);
-    if (a->recompute_num_layers > most)
+    bad = interleaving_error(a, layers, micro_batch_times_dp, err, len);
+    free(layers);
+    if (bad) return bad;
+    int v = virtual_chunks(a);   // N counts the layers of one model chunk: a stage's, or one of its v
+    char chunks[64] = "";
+    if (v > 1) snprintf(chunks, sizeof chunks, ", in %d model chunks a stage", v);
+    if (a->recompute_num_layers > most / v)
         return error_line(err, len, "--recompute-num-layers %d is more layers than any pipeline stage holds (the largest: "
-                          "%d of --num-layers %d over --pipeline-model-parallel-size %d)", a->recompute_num_layers, most,
-                          m->num_layers, PP);
+                          "%d of --num-layers %d over --pipeline-model-parallel-size %d%s)", a->recompute_num_layers,
+                          most / v, m->num_layers, PP, chunks);
     return 0;
 }
 

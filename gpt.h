@@ -44,7 +44,9 @@ tensor-parallel operators of parallel.h; it never allocates after gpt_build().
     X(SWITCH, embed_layernorm, NULL, 0, "LayerNorm after the embedding (BLOOM)", MATCH, NULL, NULL)                    \
     X(CHOICE, position_embedding_type, "learned_absolute", 0, "learned_absolute | alibi", MATCH, NULL, NULL)           \
     X(FLOAT, init_method_std, "0.02", 0, "std of the normal init", STORED, "initializer_range", "initializer_range")   \
-    X(INT, seed, "1234", 0, "seed of the init and the data order", STORED, NULL, NULL)
+    X(INT, seed, "1234", 0, "seed of the init and the data order", STORED, NULL, NULL)                                \
+    X(SWITCH, sequence_parallel, NULL, 0, "split the LayerNorm and residual rows over the TP ranks (TP > 1)", STORED,   \
+      NULL, NULL)
 
 // the kinds of value a config field holds, and their C types
 typedef enum { FIELD_INT, FIELD_LONG, FIELD_FLOAT, FIELD_SWITCH, FIELD_CHOICE, FIELD_STRING, FIELD_INT3, FIELD_LIST } FieldKind;
@@ -219,11 +221,16 @@ typedef struct {
     float* lse;   // the fused attention's log-sum-exp [B, heads, T], kept instead of att [B, heads, T, T]
 } LayerActivations;
 
-// everything one micro-batch keeps from its forward until its backward on this stage
+// everything one micro-batch keeps from its forward until its backward through one model chunk
+// of this stage (a plain 1F1B stage is one chunk)
 typedef struct {
+    int chunk, first, end; // the chunk, and its local layers [first, end) (layers[i] for i in that range)
+    int holder;           // the micro-batch in it now (-1: free; the schedule checks it, step.h take_slot)
     int* tokens;          // [B*T] inputs (first stage)
     int* targets;         // [B*T] next tokens (last stage)
-    floatX* input;        // [B*T, C] stage input: embedding output, or received from the previous stage
+    floatX* input;        // [B*T, C] chunk input: embedding output, or received from the previous stage
+    floatX* dout;         // [B*T, C] the gradient of the chunk's output, received ahead of its backward
+                          // (interleaved 1F1B, a chunk without the head; else NULL: it arrives in dres)
     floatX* embed_ln;     // [B*T, C] output of the embedding LayerNorm (if any)
     float *embed_ln_mean, *embed_ln_rstd;
     LayerActivations* layers;
@@ -238,8 +245,14 @@ typedef struct GPT {
     GPTConfig cfg;
     int B, T;                          // micro-batch size, sequence length
     int tp_rank, tp_size;
-    int first_layer, num_local_layers; // the layers this pipeline stage holds
-    int is_first_stage, is_last_stage;
+    // sequence parallelism (--sequence-parallel with TP > 1): the rows of a micro-batch's [B*T, C]
+    // residual stream (and of the LayerNorms around it) are split over the tensor ranks, this rank
+    // holding residual_rows = B*T / TP of them from first_residual_row on; without: all B*T from 0
+    int sequence_parallel, residual_rows, first_residual_row;
+    int first_layer, num_local_layers; // chunk 0's first layer; the layers of all this rank's chunks
+    int num_chunks, chunk_layers;      // model chunks on this rank (virtual pipeline stages; 1: plain 1F1B), layers of each
+    int round_layers;                  // the model's layers / num_chunks: chunk c starts c x this after chunk 0
+    int is_first_stage, is_last_stage; // this rank holds the embedding (its chunk 0) / the head (its last chunk)
     // per tensor-rank sizes
     int heads_local, hidden_local, ffn_local;        // hidden_local = heads_local * head size
     int vocab_start, vocab_local, vocab_valid_local; // rows of the word embedding held here
@@ -255,7 +268,8 @@ typedef struct GPT {
     floatX* params;                                  // what the kernels read
     float* grads;                                    // fp32 gradients, accumulated over micro-batches
     // activation arena
-    int num_slots;                                   // micro-batches in flight (1F1B: up to PP)
+    int num_slots;                                   // micro-batches in flight, over all chunks (the schedule's count)
+    int* chunk_slots;                                // [num_chunks]: how many of them each chunk has, in chunk order
     MicroBatchActivations* slots;
     int longest_chunk;                               // layers in the longest recomputed chunk (0: none)
     LayerActivations* recompute_layers;              // [longest_chunk] scratch of the chunk being recomputed
@@ -265,11 +279,14 @@ typedef struct GPT {
     float *ce_max, *ce_local_max, *ce_sums, *losses, *host_losses;
     double* loss_sum;   // last stage: the step's micro-batch mean losses, added on the device
     floatX *dres, *dbuf_a, *dbuf_b;                  // backward scratch, reused layer after layer
+    floatX* whole_rows;                              // sequence parallelism: [B*T, C], the whole rows a tensor-
+                                                     // parallel matmul reads or writes, gathered or to be scattered
     floatX* att_scratch;
     float* column_partials;                          // the GPU build's column reductions' partial sums
     void* arena;
     size_t arena_bytes;
-    size_t slot_bytes;                               // activation bytes of one micro-batch in flight
+    size_t slot_bytes;                               // activation bytes of the largest slot (one micro-batch in
+                                                     // flight through one chunk)
     size_t recompute_bytes;                          // the recomputation scratch (part of arena_bytes)
     size_t workspace_bytes;                          // the arena after the slots: backward scratch, attention
                                                      // scratch, column partials, logits and cross-entropy
@@ -371,8 +388,20 @@ static void add_layer(GPT* m, int capacity, int l, LayerTensors* t) {
                              &t->fcproj_b);
 }
 
+// Local layer i of a rank: in chunk i / chunk_layers, which starts round_layers after the one
+// before it (the interleaved schedule's virtual stage c x PP + rank holds the c-th round of the
+// layers: Narayanan et al. 2021, §2.2). With one chunk, the stage's layers are consecutive.
+static int chunk_of_layer(const GPT* m, int i) { return m->num_chunks <= 1 ? 0 : i / m->chunk_layers; }
+static int global_layer(const GPT* m, int i) {
+    return m->first_layer + chunk_of_layer(m, i) * m->round_layers + (m->num_chunks <= 1 ? i : i % m->chunk_layers);
+}
+// the embedding is chunk 0's of the first stage, the head the last chunk's of the last stage
+static int chunk_holds_embedding(const GPT* m, int chunk) { return m->is_first_stage && chunk == 0; }
+static int chunk_holds_head(const GPT* m, int chunk) { return m->is_last_stage && chunk == m->num_chunks - 1; }
+
 // The one list of the model's tensors, in canonical order: embedding, layers, final norm
-// (also GPT2LMHeadModel's state_dict order).
+// (also GPT2LMHeadModel's state_dict order; a rank's chunks hold increasing layers, so their
+// tensors keep that order).
 static void build_tensor_table(GPT* m) {
     const GPTConfig* c = &m->cfg;
     int C = c->hidden_size, capacity = 8 + 12 * m->num_local_layers;
@@ -395,7 +424,7 @@ static void build_tensor_table(GPT* m) {
             m->wpe = add_tensor(m, capacity, wpe, -1, c->max_position_embeddings, C, -1, INIT_NORMAL, std);
         if (c->embed_layernorm) m->lne_w = add_layernorm(m, capacity, lne, -1, C, &m->lne_b);
     }
-    for (int i = 0; i < m->num_local_layers; i++) add_layer(m, capacity, m->first_layer + i, &m->layer_tensors[i]);
+    for (int i = 0; i < m->num_local_layers; i++) add_layer(m, capacity, global_layer(m, i), &m->layer_tensors[i]);
     TensorNames lnf = {"language_model.encoder.final_layernorm", "transformer.ln_f", "transformer.ln_f"};
     if (m->is_last_stage) m->lnf_w = add_layernorm(m, capacity, lnf, c->num_layers, C, &m->lnf_b);
 }
@@ -454,38 +483,52 @@ static void gpt_init_params(GPT* m) {
 
 // ----------------------------------------------------------------------------
 // activation recomputation (Chen et al. 2016; Megatron-LM's --recompute-granularity full)
-// The layers of a stage are cut into chunks. From a recomputed chunk's forward a micro-batch
-// keeps only the chunk's output, which is the next chunk's input; everything else the chunk
-// computes goes to one scratch shared by all micro-batches, and the chunk's backward first
-// runs its forward again to fill that scratch. uniform: chunks of N layers (the last one
-// shorter when N does not divide the stage's layers, as Megatron-LM cuts them); block: the
-// stage's first N layers are chunks of one, the others keep all their activations.
-// Recomputation changes no value: the same kernels see the same inputs (there is no dropout).
+// The layers of a model chunk (a stage's, or with interleaving each of its virtual stages', as
+// Megatron-LM recomputes each of its model chunks alone) are cut into recomputed chunks. From a
+// recomputed chunk's forward a micro-batch keeps only the chunk's output, which is the next
+// chunk's input; everything else the chunk computes goes to one scratch shared by all
+// micro-batches, and the chunk's backward first runs its forward again to fill that scratch.
+// uniform: chunks of N layers (the last one shorter when N does not divide the model chunk's
+// layers, as Megatron-LM cuts them); block: the model chunk's first N layers are chunks of one,
+// the others keep all their activations. Recomputation changes no value: the same kernels see
+// the same inputs (there is no dropout).
 
 // the recomputed chunk [*first, *end) that local layer i is in; 0: layer i is not recomputed
 static int recompute_chunk(const GPT* m, int i, int* first, int* end) {
-    int n = m->cfg.recompute_num_layers, L = m->num_local_layers;
+    int n = m->cfg.recompute_num_layers, model_chunk_first = 0, L = m->num_local_layers;
+    if (m->num_chunks > 1) {   // within its model chunk
+        model_chunk_first = chunk_of_layer(m, i) * m->chunk_layers;
+        L = m->chunk_layers;
+        i -= model_chunk_first;
+    }
     if (m->cfg.recompute_method == RECOMPUTE_UNIFORM) {
-        *first = i / n * n;
-        *end = *first + n < L ? *first + n : L;
+        *first = model_chunk_first + i / n * n;
+        *end = model_chunk_first + (i / n * n + n < L ? i / n * n + n : L);
         return 1;
     }
     if (m->cfg.recompute_method == RECOMPUTE_BLOCK && i < n) {
-        *first = i;
-        *end = i + 1;
+        *first = model_chunk_first + i;
+        *end = *first + 1;
         return 1;
     }
     return 0;
 }
 
+// the last local layer of local layer i's model chunk
+static int model_chunk_last(const GPT* m, int i) {
+    return m->num_chunks <= 1 ? m->num_local_layers - 1 : (chunk_of_layer(m, i) + 1) * m->chunk_layers - 1;
+}
+
 // Does a micro-batch keep local layer i's output until its backward? A layer that is not
 // recomputed keeps everything; a recomputed one only when something after its chunk reads it:
-// the next layer, or the final LayerNorm (last stage). A stage's output that goes to the next
-// stage is sent right after the forward, and the scratch may hold it till then.
+// the next layer, or the final LayerNorm (the head's model chunk). A stage's output that goes to
+// the next stage is sent right after the forward in plain 1F1B, and the scratch may hold it till
+// then; the interleaved schedule runs a backward (which may recompute into the scratch) between a
+// forward and the exchange that sends its output, so there the slot keeps it.
 static int keeps_output(const GPT* m, int i) {
     int first, end;
     if (!recompute_chunk(m, i, &first, &end)) return 1;
-    if (i == m->num_local_layers - 1) return m->is_last_stage;
+    if (i == model_chunk_last(m, i)) return chunk_holds_head(m, chunk_of_layer(m, i)) || m->num_chunks > 1;
     return i == end - 1;
 }
 
@@ -530,25 +573,38 @@ static int recomputes_attention_core(const GPT* m) {
     return m->cfg.recompute_attention_core && !m->build.flash_attention;
 }
 
-// one layer's activations; its output (res3) only when `with_output`
+// one layer's activations; its output (res3) only when `with_output`. The tensor-parallel
+// region's (qkv, atty, att or lse, fch, fch_gelu) hold every row and this rank's heads or MLP
+// columns; the residual stream and the LayerNorms' (ln1, res2, ln2, res3, their statistics)
+// this rank's residual rows: all of them, or 1/TP with sequence parallelism (Korthikanti et al.
+// 2022, §4.2.2: the 10sbh of the LayerNorm and residual regions become 10sbh / t)
 static void layout_layer(GPT* m, Arena* a, LayerActivations* L, int with_output) {
-    size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
+    size_t N = (size_t)m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size;
     size_t Cl = m->hidden_local, Fl = m->ffn_local, NHl = m->heads_local;
-    L->ln1 = take_floatX(a, N * C);
-    L->ln1_mean = TAKE(a, float, N);
-    L->ln1_rstd = TAKE(a, float, N);
+    L->ln1 = take_floatX(a, R * C);
+    L->ln1_mean = TAKE(a, float, R);
+    L->ln1_rstd = TAKE(a, float, R);
     L->qkv = take_floatX(a, N * 3 * Cl);
     L->atty = take_floatX(a, N * Cl);
     if (m->build.flash_attention) L->lse = TAKE(a, float, (size_t)m->B * NHl * m->T);   // one per row: recomputes p
     else if (recomputes_attention_core(m)) L->att = m->recomputed_att;                 // selective: shared, refilled
     else L->att = take_floatX(a, (size_t)m->B * NHl * m->T * m->T);                    // the probabilities
-    L->res2 = take_floatX(a, N * C);
-    L->ln2 = take_floatX(a, N * C);
-    L->ln2_mean = TAKE(a, float, N);
-    L->ln2_rstd = TAKE(a, float, N);
+    L->res2 = take_floatX(a, R * C);
+    L->ln2 = take_floatX(a, R * C);
+    L->ln2_mean = TAKE(a, float, R);
+    L->ln2_rstd = TAKE(a, float, R);
     L->fch = take_floatX(a, N * Fl);
     L->fch_gelu = take_floatX(a, N * Fl);
-    L->res3 = with_output ? take_floatX(a, N * C) : NULL;
+    L->res3 = with_output ? take_floatX(a, R * C) : NULL;
+}
+
+// the bytes of one layer's activations, its output included, as layout_layer lays them out
+// (the planner's line: what sequence parallelism saves a layer)
+static size_t layer_activation_bytes(GPT* m) {
+    Arena sizing = {NULL, 0, m->build.floatx_bytes};
+    LayerActivations L;
+    layout_layer(m, &sizing, &L, 1);
+    return sizing.used;
 }
 
 // the recomputation's scratch: of the chunk being recomputed (full), one layer's activations
@@ -562,39 +618,45 @@ static void layout_recompute_scratch(GPT* m, Arena* a) {
     m->recompute_bytes = a->used - before;
 }
 
+// a slot of model chunk s->chunk: its layers [s->first, s->end), the embedding's or the head's
+// activations where the chunk holds them
 static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
-    size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
+    size_t N = (size_t)m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size;
     s->tokens = TAKE(a, int, N);
     s->targets = TAKE(a, int, N);
-    s->input = take_floatX(a, N * C);
-    if (m->is_first_stage && m->cfg.embed_layernorm) {
-        s->embed_ln = take_floatX(a, N * C);
-        s->embed_ln_mean = TAKE(a, float, N);
-        s->embed_ln_rstd = TAKE(a, float, N);
+    s->input = take_floatX(a, R * C);
+    if (m->num_chunks > 1 && !chunk_holds_head(m, s->chunk)) s->dout = take_floatX(a, R * C);
+    if (chunk_holds_embedding(m, s->chunk) && m->cfg.embed_layernorm) {
+        s->embed_ln = take_floatX(a, R * C);
+        s->embed_ln_mean = TAKE(a, float, R);
+        s->embed_ln_rstd = TAKE(a, float, R);
     }
-    for (int i = 0; i < m->num_local_layers; i++) {
+    for (int i = s->first; i < s->end; i++) {
         int first, end;
         if (!recompute_chunk(m, i, &first, &end)) {
             layout_layer(m, a, &s->layers[i], 1);
             continue;
         }
         s->layers[i] = m->recompute_layers[i - first];   // in the shared scratch ...
-        if (keeps_output(m, i)) s->layers[i].res3 = take_floatX(a, N * C);   // ... but for its output
+        if (keeps_output(m, i)) s->layers[i].res3 = take_floatX(a, R * C);   // ... but for its output
     }
-    if (m->is_last_stage) {
-        s->lnf = take_floatX(a, N * C);
-        s->lnf_mean = TAKE(a, float, N);
-        s->lnf_rstd = TAKE(a, float, N);
+    if (chunk_holds_head(m, s->chunk)) {
+        s->lnf = take_floatX(a, R * C);
+        s->lnf_mean = TAKE(a, float, R);
+        s->lnf_rstd = TAKE(a, float, R);
     }
 }
 
 // the workspace of the column reductions (kernels.cuh; none on the CPU build), the largest any
-// call needs: the LayerNorms' (width C) and the biases' (widths C, 3 Cl and Fl)
+// call needs: the LayerNorms' (width C, over the residual rows) and the biases' (widths 3 Cl and
+// Fl over every row; C over the residual rows: the row-parallel biases, summed over every row
+// without sequence parallelism)
 static size_t column_partials_floats(const GPT* m) {
-    int N = m->B * m->T, C = m->cfg.hidden_size, widths[3] = {C, 3 * m->hidden_local, m->ffn_local};
-    size_t floats = layernorm_grad_partials(m->build, N, C);
+    int N = m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size;
+    int rows[3] = {R, N, N}, widths[3] = {C, 3 * m->hidden_local, m->ffn_local};
+    size_t floats = layernorm_grad_partials(m->build, R, C);
     for (int i = 0; i < 3; i++) {
-        size_t bias = bias_grad_partials(m->build, N, widths[i]);
+        size_t bias = bias_grad_partials(m->build, rows[i], widths[i]);
         floats = bias > floats ? bias : floats;
     }
     return floats;
@@ -604,17 +666,19 @@ static void layout_arena(GPT* m, Arena* a) {
     size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
     size_t Cl = m->hidden_local, Fl = m->ffn_local;
     layout_recompute_scratch(m, a);   // first: the slots' recomputed layers point into it
+    m->slot_bytes = 0;
     for (int s = 0; s < m->num_slots; s++) {
         size_t before = a->used;
         layout_slot(m, a, &m->slots[s]);
-        m->slot_bytes = a->used - before;
+        if (a->used - before > m->slot_bytes) m->slot_bytes = a->used - before;
     }
     // block_backward's two buffers take turns: dbuf_a holds the MLP's gradients (N x Fl) and
     // inputs' (N x C), dbuf_b the QKV gradient (N x 3Cl) and inputs' (N x C)
     size_t wide_a = Fl > C ? Fl : C, wide_b = 3 * Cl > C ? 3 * Cl : C, before = a->used;
-    m->dres = take_floatX(a, N * C);
+    m->dres = take_floatX(a, (size_t)m->residual_rows * C);
     m->dbuf_a = take_floatX(a, N * wide_a);
     m->dbuf_b = take_floatX(a, N * wide_b);
+    if (m->sequence_parallel) m->whole_rows = take_floatX(a, N * C);   // one for every layer and micro-batch
     m->att_scratch = (floatX*)arena_take(a, attention_scratch_bytes(m->build, m->B, m->T, m->heads_local,
                                                                     C / m->cfg.num_attention_heads));
     m->column_partials = TAKE(a, float, column_partials_floats(m));
@@ -631,25 +695,47 @@ static void layout_arena(GPT* m, Arena* a) {
 
 // ----------------------------------------------------------------------------
 // build: the tensor table, the flat buffers and the arena of one rank
-// num_slots: micro-batches in flight (the pipeline depth for 1F1B); pad_multiple: the flat
-// buffers are padded with zeros to a multiple of it (the data-parallel size, for ZeRO).
+// chunk_slots: micro-batches in flight per model chunk (what the schedule needs: step.h's
+// schedule_slots); pad_multiple: the flat buffers are padded with zeros to a multiple of it (the
+// data-parallel size, for ZeRO).
 
 // gpt_plan_model: the tensor table and the sizes of the flat buffers and the arena, nothing large
 // allocated (so the trainer can check the memory first); gpt_allocate: the buffers, the init.
 // build: this_build() for a model to allocate; a plan alone may lay out the other build.
-// One pipeline stage: stage `rank` of `size`, holding layers [first_layer, first_layer + num_layers)
+// One pipeline stage: stage `rank` of `size`, holding `chunks` model chunks of num_layers /
+// chunks layers each, chunk c from layer first_layer + c x round_layers (round_layers: the
+// model's layers / chunks, one trip round the pipeline); with one chunk, layers
+// [first_layer, first_layer + num_layers)
 typedef struct {
-    int rank, size, first_layer, num_layers;
+    int rank, size, first_layer, num_layers, chunks, round_layers;
 } PipelineStage;
 
-// the even split: every stage num_layers / size of them (a multiple)
+// the even split: every stage num_layers / size of them (a multiple), one chunk
 static PipelineStage even_stage(int num_layers, int rank, int size) {
-    PipelineStage s = {rank, size, rank * (num_layers / size), num_layers / size};
+    PipelineStage s = {rank, size, rank * (num_layers / size), num_layers / size, 1, num_layers};
     return s;
 }
 
+// the slots, chunk_slots[c] of each model chunk c in chunk order, each for the chunk's local
+// layers [c x chunk_layers, (c + 1) x chunk_layers)
+static void plan_slots(GPT* m, const int* chunk_slots) {
+    m->chunk_slots = (int*)mallocCheck(m->num_chunks * sizeof(int));
+    m->num_slots = 0;
+    for (int c = 0; c < m->num_chunks; c++) m->num_slots += m->chunk_slots[c] = chunk_slots[c];
+    m->slots = (MicroBatchActivations*)callocCheck(m->num_slots, sizeof(MicroBatchActivations));
+    for (int c = 0, s = 0; c < m->num_chunks; c++)
+        for (int k = 0; k < chunk_slots[c]; k++, s++) {
+            MicroBatchActivations* slot = &m->slots[s];
+            slot->chunk = c;
+            slot->holder = -1;
+            slot->first = c * m->chunk_layers;
+            slot->end = slot->first + m->chunk_layers;
+            slot->layers = (LayerActivations*)callocCheck(m->num_local_layers, sizeof(LayerActivations));
+        }
+}
+
 static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
-                           PipelineStage stage, int num_slots, int pad_multiple, BuildTarget build) {
+                           PipelineStage stage, const int* chunk_slots, int pad_multiple, BuildTarget build) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->build = build;
@@ -657,8 +743,17 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
     m->T = T;
     m->tp_rank = tp_rank;
     m->tp_size = tp_size;
+    // one tensor rank has nothing to split (a checkpoint saved with the switch may be built at TP 1)
+    m->sequence_parallel = cfg->sequence_parallel && tp_size > 1;
+    if (m->sequence_parallel && (B * T) % tp_size != 0)
+        fail("sequence parallelism: %d x %d rows do not split over %d tensor ranks", B, T, tp_size);
+    m->residual_rows = m->sequence_parallel ? B * T / tp_size : B * T;
+    m->first_residual_row = m->sequence_parallel ? tp_rank * m->residual_rows : 0;
     m->first_layer = stage.first_layer;
     m->num_local_layers = stage.num_layers;   // may be 0: a stage that holds only the embedding or the head
+    m->num_chunks = stage.chunks;
+    m->chunk_layers = stage.num_layers / stage.chunks;
+    m->round_layers = stage.round_layers;
     m->is_first_stage = stage.rank == 0;
     m->is_last_stage = stage.rank == stage.size - 1;
     m->heads_local = cfg->num_attention_heads / tp_size;
@@ -671,12 +766,9 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
 
     build_tensor_table(m);
     m->num_params_padded = CEIL_DIV(m->num_params, (size_t)pad_multiple) * pad_multiple;
-    m->num_slots = num_slots;
     m->longest_chunk = longest_recomputed_chunk(m);
     m->recompute_layers = (LayerActivations*)callocCheck(m->longest_chunk, sizeof(LayerActivations));
-    m->slots = (MicroBatchActivations*)callocCheck(num_slots, sizeof(MicroBatchActivations));
-    for (int s = 0; s < num_slots; s++)
-        m->slots[s].layers = (LayerActivations*)callocCheck(m->num_local_layers, sizeof(LayerActivations));
+    plan_slots(m, chunk_slots);
     Arena sizing = {NULL, 0, build.floatx_bytes};
     layout_arena(m, &sizing);
     m->arena_bytes = sizing.used;
@@ -700,7 +792,7 @@ static void gpt_allocate(GPT* m) {
 // both at once (tests and tools; inline: the trainer, which checks memory between, does not call it)
 static inline void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
                              int pp_rank, int pp_size, int num_slots, int pad_multiple) {
-    gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, even_stage(cfg->num_layers, pp_rank, pp_size), num_slots, pad_multiple,
+    gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, even_stage(cfg->num_layers, pp_rank, pp_size), &num_slots, pad_multiple,
                    this_build());
     gpt_allocate(m);
 }
@@ -709,6 +801,7 @@ static inline void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_
 static void gpt_free_plan(GPT* m) {
     for (int s = 0; s < m->num_slots; s++) free(m->slots[s].layers);
     free(m->slots);
+    free(m->chunk_slots);
     free(m->recompute_layers);
     free(m->tensors);
     free(m->layer_tensors);
@@ -725,31 +818,59 @@ static void gpt_free(GPT* m) {
 // ----------------------------------------------------------------------------
 // forward
 
-// the input of local layer i: the previous layer's output, or the stage's input
+// the input of local layer i: the previous layer's output, or the input of the slot's model chunk
 static floatX* layer_input(const MicroBatchActivations* s, int i) {
-    if (i > 0) return s->layers[i - 1].res3;
+    if (i > s->first) return s->layers[i - 1].res3;
     return s->embed_ln ? s->embed_ln : s->input;
 }
 
-static floatX* stage_output(const GPT* m, const MicroBatchActivations* s) {
-    return layer_input(s, m->num_local_layers);
-}
+// what the slot's model chunk sends on (its last layer's output)
+static floatX* stage_output(const MicroBatchActivations* s) { return layer_input(s, s->end); }
 
-// word embedding (vocab-parallel, summed over tensor ranks) + position embedding
+// elements of this rank's rows of an [B*T, C] activation of the residual stream
+static size_t residual_elems(const GPT* m) { return (size_t)m->residual_rows * m->cfg.hidden_size; }
+
+// word embedding (vocab-parallel, summed over tensor ranks) + position embedding. With sequence
+// parallelism the sums go to the rows' owners (reduce-scatter, not all-reduce), and each rank
+// adds its rows' positions.
 static void embedding_forward(GPT* m, MicroBatchActivations* s) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
-    const floatX* wpe = m->tp_rank == 0 ? param_of(m, m->wpe) : NULL;   // added once
-    encoder_forward(s->input, s->tokens, param_of(m, m->wte), wpe, N, m->T, C, m->vocab_start, m->vocab_local);
-    reduce_from_tensor_model_parallel_region(s->input, (size_t)N * C);   // g (vocab-parallel embedding)
+    if (m->sequence_parallel) {
+        encoder_forward(m->whole_rows, s->tokens, param_of(m, m->wte), NULL, N, m->T, C, m->vocab_start, m->vocab_local);
+        reduce_scatter_to_sequence_parallel_region(s->input, m->whole_rows, residual_elems(m));
+        if (m->wpe >= 0) rows_add_forward(s->input, param_of(m, m->wpe), m->residual_rows, C, m->first_residual_row, m->T);
+    } else {
+        const floatX* wpe = m->tp_rank == 0 ? param_of(m, m->wpe) : NULL;   // added once
+        encoder_forward(s->input, s->tokens, param_of(m, m->wte), wpe, N, m->T, C, m->vocab_start, m->vocab_local);
+        reduce_from_tensor_model_parallel_region(s->input, (size_t)N * C);   // g (vocab-parallel embedding)
+    }
     if (m->cfg.embed_layernorm)
         layernorm_forward(s->embed_ln, s->embed_ln_mean, s->embed_ln_rstd, s->input,
-                          param_of(m, m->lne_w), param_of(m, m->lne_b), N, C);
+                          param_of(m, m->lne_w), param_of(m, m->lne_b), m->residual_rows, C);
 }
 
-// Row-parallel linear (Megatron's RowParallelLinear): out = g(inp @ W^T) + b. The bias is
-// added by tensor rank 0 only, before the sum. The residual add that follows is the caller's.
+// The input of a column-parallel layer (QKV, FC1, the head) from a LayerNorm's output x of this
+// rank's residual rows: x itself, every row (f's forward is the identity); with sequence
+// parallelism every rank's rows gathered into the shared whole_rows.
+static const floatX* column_parallel_input(GPT* m, const floatX* x) {
+    if (!m->sequence_parallel) return x;
+    gather_from_sequence_parallel_region(m->whole_rows, x, residual_elems(m));
+    return m->whole_rows;
+}
+
+// Row-parallel linear (Megatron's RowParallelLinear): out = g(inp @ W^T) + b, of this rank's
+// residual rows. Without sequence parallelism the bias is added by tensor rank 0 only, before
+// the all-reduce; with it the partial products are reduce-scattered to the rows' owners and
+// every rank adds the bias to its own rows (as Megatron-LM). The residual add that follows is
+// the caller's.
 static void row_parallel_linear_forward(GPT* m, floatX* out, const floatX* inp, int w, int b, int in_local) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
+    if (m->sequence_parallel) {
+        matmul_forward(m->whole_rows, inp, param_of(m, w), NULL, N, in_local, C);
+        reduce_scatter_to_sequence_parallel_region(out, m->whole_rows, residual_elems(m));
+        rows_add_forward(out, param_of(m, b), m->residual_rows, C, 0, 1);
+        return;
+    }
     matmul_forward(out, inp, param_of(m, w), m->tp_rank == 0 ? param_of(m, b) : NULL, N, in_local, C);
     reduce_from_tensor_model_parallel_region(out, (size_t)N * C);   // g
 }
@@ -762,44 +883,46 @@ static Alibi alibi_of(const GPT* m) {
 }
 
 // Does block i end with the next block's ln1, fused with its last residual add (res3 + the
-// LayerNorm of it, residual_layernorm_forward)? Only inside a stage, and only when both blocks
+// LayerNorm of it, residual_layernorm_forward)? Only inside a model chunk, and only when both blocks
 // are recomputed in the same chunk or both not recomputed: a recomputed chunk restarts from
 // its input alone, so its first block computes its own ln1, and its last one must not write
 // into the layer after it, whose activations may share the recomputation scratch. Fused or
 // not, the LayerNorm is the same code on the same floatX residual: the same bits.
 static int fuses_next_ln1(const GPT* m, int i) {
-    if (i < 0 || i + 1 >= m->num_local_layers) return 0;
+    if (i < 0 || i + 1 >= m->num_local_layers || chunk_of_layer(m, i) != chunk_of_layer(m, i + 1)) return 0;
     int first, end, next_first, next_end;
     int chunk = recompute_chunk(m, i, &first, &end), next_chunk = recompute_chunk(m, i + 1, &next_first, &next_end);
     return chunk == next_chunk && (!chunk || first == next_first);
 }
 
 static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
-    int B = m->B, T = m->T, N = B * T, C = m->cfg.hidden_size;
+    int B = m->B, T = m->T, N = B * T, R = m->residual_rows, C = m->cfg.hidden_size;
     int Cl = m->hidden_local, Fl = m->ffn_local;
     const LayerTensors* t = &m->layer_tensors[i];
     LayerActivations* L = &s->layers[i];
     const floatX* x = layer_input(s, i);
     // attention: res2 = x + proj(attention(qkv(ln1(x)))); ln1 may come from the block before
     if (!fuses_next_ln1(m, i - 1))
-        layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, param_of(m, t->ln1_w), param_of(m, t->ln1_b), N, C);
-    matmul_forward(L->qkv, L->ln1, param_of(m, t->qkv_w), param_of(m, t->qkv_b), N, C, 3 * Cl);   // f, column-parallel
+        layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, param_of(m, t->ln1_w), param_of(m, t->ln1_b), R, C);
+    matmul_forward(L->qkv, column_parallel_input(m, L->ln1), param_of(m, t->qkv_w), param_of(m, t->qkv_b), N, C,
+                   3 * Cl);   // f, column-parallel
     attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local, alibi_of(m));
     row_parallel_linear_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, Cl);
     // the residual add and ln2 in one pass: res2 += x, ln2 = LayerNorm(res2)
     residual_layernorm_forward(L->res2, L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, x,
-                               param_of(m, t->ln2_w), param_of(m, t->ln2_b), N, C);
+                               param_of(m, t->ln2_w), param_of(m, t->ln2_b), R, C);
     // MLP: res3 = res2 + fcproj(gelu(fc(ln2)))
     // f, column-parallel; fch = fc(ln2) (kept for the GELU's backward), fch_gelu = gelu(fch)
-    matmul_gelu_forward(L->fch_gelu, L->fch, L->ln2, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, Fl);
+    matmul_gelu_forward(L->fch_gelu, L->fch, column_parallel_input(m, L->ln2), param_of(m, t->fc_w), param_of(m, t->fc_b),
+                        N, C, Fl);
     row_parallel_linear_forward(m, L->res3, L->fch_gelu, t->fcproj_w, t->fcproj_b, Fl);
     if (fuses_next_ln1(m, i)) {   // res3 += res2, and the next block's ln1 = LayerNorm(res3) in the same pass
         const LayerTensors* next_t = &m->layer_tensors[i + 1];
         LayerActivations* next = &s->layers[i + 1];
         residual_layernorm_forward(L->res3, next->ln1, next->ln1_mean, next->ln1_rstd, L->res3, L->res2,
-                                   param_of(m, next_t->ln1_w), param_of(m, next_t->ln1_b), N, C);
+                                   param_of(m, next_t->ln1_w), param_of(m, next_t->ln1_b), R, C);
     } else {
-        residual_forward(L->res3, L->res3, L->res2, (size_t)N * C);
+        residual_forward(L->res3, L->res3, L->res2, residual_elems(m));
     }
 }
 
@@ -809,9 +932,9 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
 // computes the loss, for head_backward. With 0 the logits stay (generation reads them).
 static void head_forward(GPT* m, MicroBatchActivations* s, float dloss) {
     int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local, valid = m->vocab_valid_local;
-    layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(m, s),
-                      param_of(m, m->lnf_w), param_of(m, m->lnf_b), N, C);
-    matmul_forward(m->logits, s->lnf, param_of(m, m->wte), NULL, N, C, V);   // f, column-parallel
+    layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(s),
+                      param_of(m, m->lnf_w), param_of(m, m->lnf_b), m->residual_rows, C);
+    matmul_forward(m->logits, column_parallel_input(m, s->lnf), param_of(m, m->wte), NULL, N, C, V);   // f, column-parallel
     if (m->tp_size == 1) {   // whole rows here: statistics, loss and dlogits in one pass a row
         crossentropy_forward_fused(m->losses, m->logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, valid);
     } else {
@@ -826,25 +949,26 @@ static void head_forward(GPT* m, MicroBatchActivations* s, float dloss) {
     m->logits_hold_gradient = dloss != 0.0f;
 }
 
-// Forward of the micro-batch in `slot` through this stage. The first stage reads the
-// slot's tokens, the others its input (received from the previous stage). The last stage
-// leaves each token's loss in m->losses, on the device. dloss: d(loss)/d(each token's loss)
-// of the backward that follows on the last stage (which its forward prepares), 0 if none.
+// Forward of the micro-batch in `slot` through the slot's model chunk of this stage (the whole
+// stage without interleaving). The embedding's chunk reads the slot's tokens, the others its
+// input (received from the previous stage). The head's chunk leaves each token's loss in
+// m->losses, on the device. dloss: d(loss)/d(each token's loss) of the backward that follows
+// on the head's chunk (which its forward prepares), 0 if none.
 static void before_reading_parameters(const GPT* m, int layer) {
     if (m->on_parameters_needed) m->on_parameters_needed(layer);
 }
 
 static void gpt_forward_stage(GPT* m, int slot, float dloss) {
     MicroBatchActivations* s = &m->slots[slot];
-    if (m->is_first_stage) {
+    if (chunk_holds_embedding(m, s->chunk)) {
         before_reading_parameters(m, -1);
         embedding_forward(m, s);
     }
-    for (int i = 0; i < m->num_local_layers; i++) {
-        before_reading_parameters(m, m->first_layer + i);
+    for (int i = s->first; i < s->end; i++) {
+        before_reading_parameters(m, global_layer(m, i));
         block_forward(m, s, i);
     }
-    if (m->is_last_stage) {
+    if (chunk_holds_head(m, s->chunk)) {
         before_reading_parameters(m, m->cfg.num_layers);   // the final LayerNorm, and the tied copy of the embedding
         head_forward(m, s, dloss);
     }
@@ -856,7 +980,7 @@ static void gpt_forward_stage(GPT* m, int slot, float dloss) {
 // a step.
 static double gpt_forward(GPT* m, int slot) {
     gpt_forward_stage(m, slot, 0.0f);
-    if (!m->is_last_stage) return 0.0;
+    if (!chunk_holds_head(m, m->slots[slot].chunk)) return 0.0;
     int N = m->B * m->T;
     dev_to_host(m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0.0;
@@ -870,67 +994,110 @@ static double gpt_forward(GPT* m, int slot) {
 // the gradient of a layer's output when the layer's backward starts, and of its input
 // when it ends.
 
+// A column-parallel layer's backward, of `out_local` output features (this rank's) and input x
+// (the LayerNorm's output of this rank's residual rows, gathered again with sequence
+// parallelism: as Megatron-LM, a micro-batch keeps only its own rows of it): the weight's and
+// the bias's gradients, and into dinp [B*T, C] this rank's part of the input's gradient, then
+// summed over the tensor ranks: in place by an all-reduce (f's backward), or with sequence
+// parallelism reduce-scattered into `dlocal` (this rank's rows). Returns where the sum is.
+static floatX* column_parallel_linear_backward(GPT* m, floatX* dinp, floatX* dlocal, const floatX* dout, const floatX* x,
+                                               int w, int b, int out_local) {
+    int N = m->B * m->T, C = m->cfg.hidden_size;
+    matmul_backward(dinp, grad_of(m, w), grad_of(m, b), m->column_partials, dout, column_parallel_input(m, x),
+                    param_of(m, w), N, C, out_local);
+    if (!m->sequence_parallel) {
+        copy_to_tensor_model_parallel_region_backward(dinp, (size_t)N * C);   // f
+        return dinp;
+    }
+    gather_from_sequence_parallel_region_backward(dlocal, dinp, residual_elems(m));
+    return dlocal;
+}
+
+// A row-parallel layer's backward, of `in_local` input features and input `inp` [B*T,
+// in_local], from the gradient of its output in m->dres (this rank's residual rows, all of
+// them gathered with sequence parallelism: the reduce-scatter's backward): dinp, and the
+// weight's and bias's gradients. pre_gelu: the MLP's GELU input, whose backward then goes into
+// the same product (else NULL). With sequence parallelism the bias was added to this rank's rows
+// only, and its gradient is theirs (step.h sums it over the tensor ranks).
+static void row_parallel_linear_backward(GPT* m, floatX* dinp, const floatX* inp, const floatX* pre_gelu, int w, int b,
+                                         int in_local) {
+    int N = m->B * m->T, C = m->cfg.hidden_size;
+    const floatX* dout = m->dres;
+    float* dbias = grad_of(m, b);
+    if (m->sequence_parallel) {
+        rows_add_backward(dbias, m->column_partials, m->dres, m->residual_rows, C, 0, 1);
+        reduce_scatter_to_sequence_parallel_region_backward(m->whole_rows, m->dres, residual_elems(m));
+        dout = m->whole_rows;
+        dbias = NULL;
+    }
+    if (pre_gelu) gelu_matmul_backward(dinp, grad_of(m, w), dbias, m->column_partials, dout, inp, param_of(m, w), pre_gelu,
+                                       N, in_local, C);
+    else matmul_backward(dinp, grad_of(m, w), dbias, m->column_partials, dout, inp, param_of(m, w), N, in_local, C);
+}
+
 // the logits hold dlogits already: head_forward wrote them
 static void head_backward(GPT* m, MicroBatchActivations* s) {
-    int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local;
+    int C = m->cfg.hidden_size;
     if (!m->logits_hold_gradient) fail("gpt_backward: the last stage's forward was run without a backward to follow (dloss 0)");
     m->logits_hold_gradient = 0;
-    matmul_backward(m->dbuf_a, grad_of(m, m->wte), NULL, NULL, m->logits, s->lnf, param_of(m, m->wte), N, C, V);
-    copy_to_tensor_model_parallel_region_backward(m->dbuf_a, (size_t)N * C);   // f
-    dev_zero(m->dres, (size_t)N * C * sizeof(floatX));
-    layernorm_backward(m->dres, grad_of(m, m->lnf_w), grad_of(m, m->lnf_b), m->column_partials, m->dbuf_a,
-                       stage_output(m, s), param_of(m, m->lnf_w), s->lnf_mean, s->lnf_rstd, N, C);
+    floatX* d = column_parallel_linear_backward(m, m->dbuf_a, m->dbuf_b, m->logits, s->lnf, m->wte, -1, m->vocab_local);
+    dev_zero(m->dres, residual_elems(m) * sizeof(floatX));
+    layernorm_backward(m->dres, grad_of(m, m->lnf_w), grad_of(m, m->lnf_b), m->column_partials, d,
+                       stage_output(s), param_of(m, m->lnf_w), s->lnf_mean, s->lnf_rstd, m->residual_rows, C);
 }
 
 static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
-    int B = m->B, T = m->T, N = B * T, C = m->cfg.hidden_size;
+    int B = m->B, T = m->T, R = m->residual_rows, C = m->cfg.hidden_size;
     int Cl = m->hidden_local, Fl = m->ffn_local;
     const LayerTensors* t = &m->layer_tensors[i];
     LayerActivations* L = &s->layers[i];
-    floatX *da = m->dbuf_a, *db = m->dbuf_b;
+    floatX *da = m->dbuf_a, *db = m->dbuf_b, *d;
     // MLP
     // fcproj and the GELU before it: da = the gradient at fch
-    gelu_matmul_backward(da, grad_of(m, t->fcproj_w), grad_of(m, t->fcproj_b), m->column_partials, m->dres,
-                         L->fch_gelu, param_of(m, t->fcproj_w), L->fch, N, Fl, C);
-    matmul_backward(db, grad_of(m, t->fc_w), grad_of(m, t->fc_b), m->column_partials, da, L->ln2, param_of(m, t->fc_w),
-                    N, C, Fl);
-    copy_to_tensor_model_parallel_region_backward(db, (size_t)N * C);   // f
-    layernorm_backward(m->dres, grad_of(m, t->ln2_w), grad_of(m, t->ln2_b), m->column_partials, db, L->res2,
-                       param_of(m, t->ln2_w), L->ln2_mean, L->ln2_rstd, N, C);
+    row_parallel_linear_backward(m, da, L->fch_gelu, L->fch, t->fcproj_w, t->fcproj_b, Fl);
+    d = column_parallel_linear_backward(m, db, da, da, L->ln2, t->fc_w, t->fc_b, Fl);   // f
+    layernorm_backward(m->dres, grad_of(m, t->ln2_w), grad_of(m, t->ln2_b), m->column_partials, d, L->res2,
+                       param_of(m, t->ln2_w), L->ln2_mean, L->ln2_rstd, R, C);
     // attention
-    matmul_backward(da, grad_of(m, t->proj_w), grad_of(m, t->proj_b), m->column_partials, m->dres, L->atty,
-                    param_of(m, t->proj_w), N, Cl, C);
+    row_parallel_linear_backward(m, da, L->atty, NULL, t->proj_w, t->proj_b, Cl);
     if (recomputes_attention_core(m))   // selective: the probabilities again (and atty, the same bits, where it was)
         attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local,
                           alibi_of(m));
     attention_backward(db, m->att_scratch, da, L->qkv, L->atty, L->att, L->lse, B, T, m->heads_local, Cl / m->heads_local,
                        alibi_of(m));
-    matmul_backward(da, grad_of(m, t->qkv_w), grad_of(m, t->qkv_b), m->column_partials, db, L->ln1,
-                    param_of(m, t->qkv_w), N, C, 3 * Cl);
-    copy_to_tensor_model_parallel_region_backward(da, (size_t)N * C);   // f
-    layernorm_backward(m->dres, grad_of(m, t->ln1_w), grad_of(m, t->ln1_b), m->column_partials, da,
-                       layer_input(s, i), param_of(m, t->ln1_w), L->ln1_mean, L->ln1_rstd, N, C);
+    d = column_parallel_linear_backward(m, da, db, db, L->ln1, t->qkv_w, t->qkv_b, 3 * Cl);   // f
+    layernorm_backward(m->dres, grad_of(m, t->ln1_w), grad_of(m, t->ln1_b), m->column_partials, d,
+                       layer_input(s, i), param_of(m, t->ln1_w), L->ln1_mean, L->ln1_rstd, R, C);
 }
 
 static void embedding_backward(GPT* m, MicroBatchActivations* s) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
     const floatX* d = m->dres;
     if (m->cfg.embed_layernorm) {
-        dev_zero(m->dbuf_a, (size_t)N * C * sizeof(floatX));
+        dev_zero(m->dbuf_a, residual_elems(m) * sizeof(floatX));
         layernorm_backward(m->dbuf_a, grad_of(m, m->lne_w), grad_of(m, m->lne_b), m->column_partials, m->dres,
-                           s->input, param_of(m, m->lne_w), s->embed_ln_mean, s->embed_ln_rstd, N, C);
+                           s->input, param_of(m, m->lne_w), s->embed_ln_mean, s->embed_ln_rstd, m->residual_rows, C);
         d = m->dbuf_a;
     }
-    // every tensor rank holds the whole gradient of the (replicated) embedding output, so
-    // each computes the same position-embedding gradient and its own word-embedding rows
-    encoder_backward(grad_of(m, m->wte), grad_of(m, m->wpe), d, s->tokens, N, m->T, C, m->vocab_start, m->vocab_local);
+    if (!m->sequence_parallel) {
+        // every tensor rank holds the whole gradient of the (replicated) embedding output, so
+        // each computes the same position-embedding gradient and its own word-embedding rows
+        encoder_backward(grad_of(m, m->wte), grad_of(m, m->wpe), d, s->tokens, N, m->T, C, m->vocab_start, m->vocab_local);
+        return;
+    }
+    // sequence parallelism: the positions' gradient from this rank's rows (step.h sums it over
+    // the tensor ranks), the word embedding's rows from every row, gathered (the reduce-scatter's backward)
+    if (m->wpe >= 0) rows_add_backward(grad_of(m, m->wpe), m->column_partials, d, m->residual_rows, C, m->first_residual_row, m->T);
+    reduce_scatter_to_sequence_parallel_region_backward(m->whole_rows, d, residual_elems(m));
+    encoder_backward(grad_of(m, m->wte), NULL, m->whole_rows, s->tokens, N, m->T, C, m->vocab_start, m->vocab_local);
 }
 
-// Backward of the micro-batch in `slot`, right after its forward on the last stage (the
-// logits are shared by all slots), whose dloss (d(loss)/d(each token's loss): 1 / the step's
-// tokens, times fp16's loss scale) has already gone into the dlogits that forward wrote. On
-// other stages m->dres must hold the gradient of the stage's output (received from the next
-// stage); afterwards it holds the gradient of the stage's input (to send to the previous stage).
+// Backward of the micro-batch in `slot` through the slot's model chunk: in the head's chunk
+// right after its forward (the logits are shared by all slots), whose dloss (d(loss)/d(each
+// token's loss): 1 / the step's tokens, times fp16's loss scale) has already gone into the
+// dlogits that forward wrote. In other chunks m->dres must hold the gradient of the chunk's
+// output (received from the next stage); afterwards it holds the gradient of the chunk's input
+// (to send to the previous stage).
 // Reaching the last layer of a recomputed chunk, the chunk's forward runs again from the
 // chunk's input, which the slot kept, and refills the scratch (its tensor-parallel all-reduces
 // run again too). It also writes the chunk's output again, where the forward put it: the same
@@ -941,16 +1108,16 @@ static void after_final_gradients(const GPT* m, int layer) {
 
 static void gpt_backward(GPT* m, int slot) {
     MicroBatchActivations* s = &m->slots[slot];
-    if (m->is_last_stage) {
+    if (chunk_holds_head(m, s->chunk)) {
         head_backward(m, s);
         after_final_gradients(m, m->cfg.num_layers);
     }
-    for (int i = m->num_local_layers - 1; i >= 0; i--) {
+    for (int i = s->end - 1; i >= s->first; i--) {
         int first, end;
         if (recompute_chunk(m, i, &first, &end) && i == end - 1)
             for (int k = first; k < end; k++) block_forward(m, s, k);
         block_backward(m, s, i);
-        after_final_gradients(m, m->first_layer + i);
+        after_final_gradients(m, global_layer(m, i));
     }
-    if (m->is_first_stage) embedding_backward(m, s);
+    if (chunk_holds_embedding(m, s->chunk)) embedding_backward(m, s);
 }

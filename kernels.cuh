@@ -371,6 +371,7 @@ static void residual_forward(floatX* out, const floatX* a, const floatX* b, size
 #define residual_forward residual_forward_cpu
 #endif
 
+
 // ----------------------------------------------------------------------------
 // column reductions: the sums over rows that bias and LayerNorm parameter gradients need
 // On the GPU the rows are cut into chunks, fixed by the shapes alone (never by the device, so
@@ -1006,6 +1007,82 @@ static void kernels_free(void) {
 #else
 #define matmul_forward matmul_forward_cpu
 #define matmul_backward(dinp, dweight, dbias, partials, ...) matmul_backward_cpu(dinp, dweight, dbias, __VA_ARGS__)
+#endif
+
+// ----------------------------------------------------------------------------
+// a table's rows added to a buffer's: out[n] += table[(first_row + n) % period], out [N, C]
+// Sequence parallelism (gpt.h) leaves each tensor rank rows first_row .. first_row + N - 1 of a
+// micro-batch's residual stream, and each rank adds to its rows what tensor parallelism alone
+// adds before its all-reduce: a row-parallel linear's bias (a table of one row, period 1) and
+// the position embedding (wpe's first T rows, period T: a row's position in its sequence).
+// The backward adds each table row's share of dout: dtable[p] += the sum of dout[n] over the
+// rows n with (first_row + n) % period == p, in the order of n.
+
+static void rows_add_forward_cpu(float* out, const float* table, int N, int C, int first_row, int period) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* t = table + (size_t)((first_row + n) % period) * C;
+        float* o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] += t[c];
+    }
+}
+
+static void rows_add_backward_cpu(float* dtable, const float* dout, int N, int C, int first_row, int period) {
+    // as encoder_backward_cpu: each thread owns some columns of every row, adding in row order
+    int chunks = CEIL_DIV(C, 64);
+    #pragma omp parallel for
+    for (int k = 0; k < chunks; k++) {
+        int c0 = k * 64, c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int n = 0; n < N; n++) {
+            float* t = dtable + (size_t)((first_row + n) % period) * C;
+            const float* d = dout + (size_t)n * C;
+            for (int c = c0; c < c1; c++) t[c] += d[c];
+        }
+    }
+}
+
+#ifdef __CUDACC__
+// one warp per row, its lanes taking packs of the row (as encoder_forward_kernel)
+__global__ void rows_add_forward_kernel(floatX* out, const floatX* table, int N, int C, int first_row, int period) {
+    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    const floatX* t = table + (size_t)((first_row + n) % period) * C;
+    floatX* o = out + (size_t)n * C;
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        int count = C - c < X128 ? C - c : X128;
+        x128 po = load_pack(o + c, count), pt = load_pack(t + c, count);
+        for (int k = 0; k < X128; k++) po.e[k] = to_floatX(floatX_to_float(po.e[k]) + floatX_to_float(pt.e[k]));
+        store_pack(o + c, po, count);
+    }
+}
+
+// one thread per element of dtable, adding its rows in order (as encoder_backward_wpe_kernel)
+__global__ void rows_add_backward_kernel(float* dtable, const floatX* dout, int N, int C, int first_row, int period) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)period * C) return;
+    int p = (int)(idx / C), c = (int)(idx % C);
+    float sum = 0.0f;
+    for (int n = ((p - first_row) % period + period) % period; n < N; n += period) sum += floatX_to_float(dout[(size_t)n * C + c]);
+    dtable[idx] += sum;
+}
+
+static void rows_add_forward(floatX* out, const floatX* table, int N, int C, int first_row, int period) {
+    LAUNCH(rows_add_forward_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0, out, table, N, C, first_row, period);
+}
+
+// partials: bias_grad_partials(N, C) floats of workspace where period is 1 (a bias: its column
+// sums, chunked as a linear layer's bias gradient is, column_sums_add); else none
+static void rows_add_backward(float* dtable, float* partials, const floatX* dout, int N, int C, int first_row, int period) {
+    if (period == 1) {
+        column_sums_add(dtable, partials, dout, N, C);
+        return;
+    }
+    LAUNCH(rows_add_backward_kernel, CEIL_DIV((size_t)period * C, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+           dtable, dout, N, C, first_row, period);
+}
+#else
+#define rows_add_forward rows_add_forward_cpu
+#define rows_add_backward(dtable, partials, ...) rows_add_backward_cpu(dtable, __VA_ARGS__)
 #endif
 
 // ----------------------------------------------------------------------------

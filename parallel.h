@@ -378,12 +378,13 @@ static void all_reduce(Group* g, void* buf, size_t n, Elem elem, Reduction op) {
     wait_end();
 }
 
-// out[shard] = sum over the group of in[rank * shard .. +shard): fp32 gradients
-static void reduce_scatter(Group* g, const float* in, float* out, size_t shard) {
-    g->bytes_sent += (double)(g->size - 1) * shard * sizeof(float);
-    wait_begin_on("reduce-scatter", g, -1, g->size * shard * sizeof(float), ON_COMPUTE_STREAM);
+// out[shard] = sum over the group of in[rank * shard .. +shard): fp32 gradients (ZeRO), or
+// floatX activations (sequence parallelism)
+static void reduce_scatter(Group* g, const void* in, void* out, size_t shard, Elem elem) {
+    g->bytes_sent += (double)(g->size - 1) * shard * elem_bytes(elem);
+    wait_begin_on("reduce-scatter", g, -1, g->size * shard * elem_bytes(elem), ON_COMPUTE_STREAM);
 #ifdef __CUDACC__
-    ncclCheck(ncclReduceScatter(in, out, shard, ncclFloat, ncclSum, g->nccl, 0));
+    ncclCheck(ncclReduceScatter(in, out, shard, nccl_type(elem), ncclSum, g->nccl, 0));
 #else
     mpiCheck(MPI_Reduce_scatter_block(in, out, (int)shard, MPI_FLOAT, MPI_SUM, g->mpi));
 #endif
@@ -418,15 +419,17 @@ static void broadcast_from(Group* g, floatX* buf, size_t n, int root) {
     wait_end();
 }
 
-// in place: every rank's shard buf[rank * shard .. +shard) is copied to all the others
-static void all_gather(Group* g, floatX* buf, size_t shard) {
-    if (g->size <= 1) return;
+// out[r * shard .. +shard) = rank r's in[shard], on every rank: floatX parameters (ZeRO) or
+// activations (sequence parallelism). in may be out + rank * shard (in place).
+static void all_gather(Group* g, const floatX* in, floatX* out, size_t shard) {
+    int in_place = in == out + g->rank * shard;
+    if (g->size <= 1 && in_place) return;
     g->bytes_sent += (double)(g->size - 1) * shard * sizeof(floatX);
     wait_begin_on("all-gather", g, -1, g->size * shard * sizeof(floatX), ON_COMPUTE_STREAM);
 #ifdef __CUDACC__
-    ncclCheck(ncclAllGather(buf + g->rank * shard, buf, shard, NCCL_FLOATX, g->nccl, 0));
+    ncclCheck(ncclAllGather(in, out, shard, NCCL_FLOATX, g->nccl, 0));
 #else
-    mpiCheck(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, MPI_FLOAT, g->mpi));
+    mpiCheck(MPI_Allgather(in_place ? MPI_IN_PLACE : in, (int)shard, MPI_FLOAT, out, (int)shard, MPI_FLOAT, g->mpi));
 #endif
     wait_end();
 }
@@ -520,6 +523,34 @@ static void copy_to_tensor_model_parallel_region_backward(floatX* dx, size_t n) 
 static void reduce_from_tensor_model_parallel_region(floatX* x, size_t n) {
     all_reduce(&grid.tp, x, n, AS_FLOATX, REDUCE_SUM);
 }
+
+// Sequence parallelism's two operators (Korthikanti et al. 2022, §4.2.2, Fig. 5: their g and
+// g-bar), by Megatron-LM's names. With --sequence-parallel a micro-batch's [N, C] residual
+// stream is split along its rows (tokens) over the tensor ranks, rank r holding rows
+// [r N/t, (r + 1) N/t) (gpt.h's residual rows), and where f and g stood:
+// gather_from_sequence_parallel_region: before a column-parallel layer (QKV, FC1, the head),
+//     the LayerNorm's output of every rank's rows all-gathered into the whole [N, C] (forward);
+//     the layer's input gradient, a partial sum on each rank, reduce-scattered back to the
+//     rows' owners (backward);
+// reduce_scatter_to_sequence_parallel_region: after a row-parallel layer (and the
+//     vocab-parallel embedding), the ranks' partial [N, C] outputs summed and scattered to the
+//     rows' owners (forward); the output's gradient all-gathered (backward).
+// An all-reduce is a reduce-scatter followed by an all-gather (the ring algorithm does just
+// that), so the pair sends what f and g sent; in between, each rank holds 1/t of the rows.
+// local_n: elements of this rank's rows; the whole buffer holds t times as many.
+static void gather_from_sequence_parallel_region(floatX* whole, const floatX* local, size_t local_n) {
+    all_gather(&grid.tp, local, whole, local_n);
+}
+static void gather_from_sequence_parallel_region_backward(floatX* dlocal, const floatX* dwhole, size_t local_n) {
+    reduce_scatter(&grid.tp, dwhole, dlocal, local_n, AS_FLOATX);
+}
+static void reduce_scatter_to_sequence_parallel_region(floatX* local, const floatX* whole, size_t local_n) {
+    reduce_scatter(&grid.tp, whole, local, local_n, AS_FLOATX);
+}
+static void reduce_scatter_to_sequence_parallel_region_backward(floatX* dwhole, const floatX* dlocal, size_t local_n) {
+    all_gather(&grid.tp, dlocal, dwhole, local_n);
+}
+
 // vocab-parallel cross-entropy (Megatron's _VocabParallelCrossEntropy): each tensor rank holds
 // a slice of the logits; the row maxima, then the sums of exponentials and target logits, are
 // reduced over the tensor ranks, so no rank ever holds a whole row of logits
@@ -659,50 +690,85 @@ static void remember_unsent(const floatX* buf) {
     l->unsent[l->num_unsent++] = buf;
 }
 
-static void pipeline_exchange(const floatX* send, int send_to, floatX* recv, int recv_from, size_t n) {
+// The messages of one exchange, each of n floatX (NULL: none): an activation to the next stage
+// and one from the previous, a gradient to the previous stage and one from the next. They are
+// posted in this order on every rank: where the next and the previous stage are one rank (PP 2
+// with interleaving), the two messages each way are then matched in the order both sides post
+// them (NCCL, like MPI with one tag, matches a pair's messages in posting order).
+typedef struct {
+    const floatX* to_next;
+    floatX* from_prev;
+    const floatX* to_prev;
+    floatX* from_next;
+} PipelineMessages;
+
+// the world rank of pipeline stage `stage` of this rank's pipeline (same tp, dp)
+static int pipeline_world_rank(int stage) { return grid.world_rank + (stage - grid.pp_rank) * grid.tp_size * grid.dp_size; }
+
+// one exchange with the stages `next` and `prev` (-1: none, and so nothing to or from it)
+static void pipeline_exchange(PipelineMessages msg, int next, int prev, size_t n) {
     Group* g = &grid.pp;
     PipelineLink* l = &pipeline_link;
-    if (send_to < 0) send = NULL;
-    if (recv_from < 0) recv = NULL;
-    if (!send && !recv) return;
-    if (send) g->bytes_sent += (double)n * sizeof(floatX);
-    int peer = recv ? recv_from : send_to, TPxDP = grid.tp_size * grid.dp_size;   // the stage's world rank, same tp, dp
+    if (next < 0) msg.to_next = msg.from_next = NULL;
+    if (prev < 0) msg.to_prev = msg.from_prev = NULL;
+    int sends = (msg.to_next != NULL) + (msg.to_prev != NULL), recvs = (msg.from_prev != NULL) + (msg.from_next != NULL);
+    if (sends + recvs == 0) return;
+    g->bytes_sent += (double)sends * n * sizeof(floatX);
+    int peer = msg.from_prev ? prev : msg.from_next ? next : msg.to_next ? next : prev;
     if (l->overlap) comm_waits_for_compute(&l->data_written);   // (first: the exchange's device time starts after it)
-    wait_begin_on(send && recv ? "send and receive" : send ? "send" : "receive", g,
-                  grid.world_rank + (peer - grid.pp_rank) * TPxDP, n * sizeof(floatX),
-                  l->overlap ? ON_COMM_STREAM : ON_COMPUTE_STREAM);
+    wait_begin_on(sends && recvs ? "send and receive" : sends ? "send" : "receive", g, pipeline_world_rank(peer),
+                  (sends + recvs) * n * sizeof(floatX), l->overlap ? ON_COMM_STREAM : ON_COMPUTE_STREAM);
+    const void* bufs[4] = {msg.to_next, msg.from_prev, msg.to_prev, msg.from_next};
+    int peers[4] = {next, prev, prev, next}, is_send[4] = {1, 0, 1, 0};
 #ifdef __CUDACC__
     cudaStream_t stream = l->overlap ? comm_stream : 0;
     ncclCheck(ncclGroupStart());
-    if (send) ncclCheck(ncclSend(send, n, NCCL_FLOATX, send_to, g->nccl, stream));
-    if (recv) ncclCheck(ncclRecv(recv, n, NCCL_FLOATX, recv_from, g->nccl, stream));
+    for (int k = 0; k < 4; k++) {
+        if (!bufs[k]) continue;
+        if (is_send[k]) ncclCheck(ncclSend(bufs[k], n, NCCL_FLOATX, peers[k], g->nccl, stream));
+        else ncclCheck(ncclRecv((void*)bufs[k], n, NCCL_FLOATX, peers[k], g->nccl, stream));
+    }
     ncclCheck(ncclGroupEnd());
 #else
-    MPI_Request req[2];
-    int k = 0;
-    if (send) mpiCheck(MPI_Isend(send, (int)n, MPI_FLOAT, send_to, 0, g->mpi, &req[k++]));
-    if (recv) mpiCheck(MPI_Irecv(recv, (int)n, MPI_FLOAT, recv_from, 0, g->mpi, &req[k++]));
-    mpiCheck(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+    MPI_Request req[4];
+    int posted = 0;
+    for (int k = 0; k < 4; k++) {
+        if (!bufs[k]) continue;
+        if (is_send[k]) mpiCheck(MPI_Isend(bufs[k], (int)n, MPI_FLOAT, peers[k], 0, g->mpi, &req[posted++]));
+        else mpiCheck(MPI_Irecv((void*)bufs[k], (int)n, MPI_FLOAT, peers[k], 0, g->mpi, &req[posted++]));
+    }
+    mpiCheck(MPI_Waitall(posted, req, MPI_STATUSES_IGNORE));
 #endif
-    if (l->overlap && recv) wait_for_exchanges();   // the next kernel reads what arrives
-    else if (l->overlap) remember_unsent(send);
+    if (l->overlap && recvs) {
+        wait_for_exchanges();   // the next kernel reads what arrives
+    } else if (l->overlap) {
+        if (msg.to_next) remember_unsent(msg.to_next);
+        if (msg.to_prev) remember_unsent(msg.to_prev);
+    }
     wait_end();
 }
 
 static int next_stage(void) { return grid.pp_rank + 1 < grid.pp_size ? grid.pp_rank + 1 : -1; }
 static int prev_stage(void) { return grid.pp_rank - 1; }
 
-static void recv_forward(floatX* x, size_t n) { pipeline_exchange(NULL, -1, x, prev_stage(), n); }
-static void send_forward(const floatX* x, size_t n) { pipeline_exchange(x, next_stage(), NULL, -1, n); }
-static void recv_backward(floatX* dx, size_t n) { pipeline_exchange(NULL, -1, dx, next_stage(), n); }
-static void send_backward(const floatX* dx, size_t n) { pipeline_exchange(dx, prev_stage(), NULL, -1, n); }
-static void send_forward_recv_backward(const floatX* x, floatX* dx, size_t n) {
-    pipeline_exchange(x, next_stage(), dx, next_stage(), n);
+// an activation to the next stage, or from the previous one (the cluster check's link test)
+static void send_forward(const floatX* x, size_t n) {
+    PipelineMessages msg = {x, NULL, NULL, NULL};
+    pipeline_exchange(msg, next_stage(), prev_stage(), n);
 }
-static void send_backward_recv_forward(const floatX* dx, floatX* x, size_t n) {
-    pipeline_exchange(dx, prev_stage(), x, prev_stage(), n);
+static void recv_forward(floatX* x, size_t n) {
+    PipelineMessages msg = {NULL, x, NULL, NULL};
+    pipeline_exchange(msg, next_stage(), prev_stage(), n);
 }
-// one output on to the next stage while the next input comes in from the previous one
-static void send_forward_recv_forward(const floatX* x, floatX* next_x, size_t n) {
-    pipeline_exchange(x, next_stage(), next_x, prev_stage(), n);
+
+// The schedule's exchange (Megatron-LM's send_forward_backward_recv_forward_backward, which its
+// other exchanges are with some messages NULL). With interleaving the virtual stages c x PP + p
+// go round the pipeline v times, so the last stage's next is the first and the first's previous
+// the last: the neighbours are taken on that ring, and the schedule passes NULL at the virtual
+// pipeline's two ends (step.h's exchange; without interleaving those are the stages' own ends).
+static void send_forward_backward_recv_forward_backward(const floatX* x, const floatX* dx, floatX* next_x,
+                                                         floatX* next_dx, size_t n) {
+    PipelineMessages msg = {x, next_x, dx, next_dx};
+    int P = grid.pp_size;
+    pipeline_exchange(msg, (grid.pp_rank + 1) % P, (grid.pp_rank + P - 1) % P, n);
 }

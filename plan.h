@@ -113,30 +113,39 @@ static void print_pipeline_exchanges(void) {
     else printf("pipeline exchanges: on the compute stream (--no-overlap-p2p-communication)\n");
 }
 
-static void print_memory_header(const StageMemory* s) {
+static void print_memory_header(void) {
+    printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations (the "
+           "micro-batch slots the row names, each one micro-batch's through one model chunk, and a recomputed chunk's "
+           "scratch) | workspaces (backward scratch, column partials, logits, cross-entropy, the optimizer's norm and "
+           "shard table; no communication buffers: NCCL and MPI use the arena's) | total\n");
+}
+
+// "layers A-B" of a stage, each model chunk's ("layers 0-1, 4-5"), or "no layers"
+static void format_stage_layers(const PipelineStage* stage, char* out, size_t len) {
+    snprintf(out, len, "no layers");   // each stage shows its layers: the balance can be seen
+    int per_chunk = stage->num_layers / stage->chunks;
+    for (int c = 0, used = 0; c < stage->chunks && per_chunk > 0 && used < (int)len; c++) {
+        int first = stage->first_layer + c * stage->round_layers;
+        used += snprintf(out + used, len - used, "%s%d-%d", c ? ", " : "layers ", first, first + per_chunk - 1);
+    }
+}
+
+// "  LABEL (stage S, layers A-B): N parameters: x | x | x | x | x | x  (K micro-batch slot(s) of up to X MiB ...)",
+// and with `bytes` the same in bytes
+static void print_memory_row(const char* label, const StageMemory* s, int bytes) {
     double mib = 1024.0 * 1024.0;
-    char recompute[128] = "";
+    char layers[256], recompute[128] = "";
+    format_stage_layers(&s->stage, layers, sizeof layers);
     if (s->longest_chunk > 0)
         snprintf(recompute, sizeof(recompute), " + a recomputed chunk's scratch of %.1f MiB (%d layer(s))",
                  s->recompute_bytes / mib, s->longest_chunk);
     else if (s->recompute_bytes > 0)
         snprintf(recompute, sizeof(recompute), " + the recomputed attention probabilities' scratch of %.1f MiB (one layer's)",
                  s->recompute_bytes / mib);
-    printf("memory per rank (MiB): parameters | gradients | optimizer state (1/DP shard) | activations "
-           "(%d micro-batch slot(s) of %.1f MiB%s) | workspaces (backward scratch, column partials, logits, cross-entropy, the optimizer's "
-           "norm and shard table; "
-           "no communication buffers: NCCL and MPI use the arena's) | total\n", s->num_slots, s->slot_bytes / mib, recompute);
-}
-
-// "  LABEL (stage S, layers A-B): N parameters: x | x | x | x | x | x", and with `bytes` the same in bytes
-static void print_memory_row(const char* label, const StageMemory* s, int bytes) {
-    double mib = 1024.0 * 1024.0;
-    char layers[48] = "no layers";   // each stage shows its layers: the balance can be seen
-    if (s->stage.num_layers > 0)
-        snprintf(layers, sizeof(layers), "layers %d-%d", s->stage.first_layer, s->stage.first_layer + s->stage.num_layers - 1);
-    printf("  %s (stage %d, %s): %zu parameters: %9.1f | %9.1f | %9.1f | %9.1f | %9.1f | %9.1f\n", label, s->stage.rank,
-           layers, s->num_params, s->params / mib, s->grads / mib, s->optimizer / mib, s->activations / mib,
-           s->workspaces / mib, s->total / mib);
+    printf("  %s (stage %d, %s): %zu parameters: %9.1f | %9.1f | %9.1f | %9.1f | %9.1f | %9.1f  (%d micro-batch slot(s) of "
+           "up to %.1f MiB%s)\n", label, s->stage.rank, layers, s->num_params, s->params / mib, s->grads / mib,
+           s->optimizer / mib, s->activations / mib, s->workspaces / mib, s->total / mib, s->num_slots, s->slot_bytes / mib,
+           recompute);
     if (bytes)
         printf("  %s (stage %d) in bytes: %zu | %zu | %zu | %zu | %zu | %zu\n", label, s->stage.rank, s->params, s->grads,
                s->optimizer, s->activations, s->workspaces, s->total);
@@ -296,7 +305,9 @@ static void check_index_memory(double index_bytes, double host_model_bytes) {
 //   a pipeline send       latency + its bytes / the link between the two stages.
 // A 1F1B step is (m + p - 1) slots of the slowest stage's forward and backward of one
 // micro-batch (p - 1 of them the bubble: Narayanan et al. 2021), then the optimizer: the tied
-// embedding's all-reduce, the ZeRO reduce-scatter, the norm, AdamW and the all-gather.
+// embedding's all-reduce, the ZeRO reduce-scatter, the norm, AdamW and the all-gather. With v
+// model chunks a stage (interleaved 1F1B, §2.2) the bubble is p - 1 slots of one chunk, so the
+// step is (m + (p - 1) / v) slots, each slot with v times the pipeline's messages.
 
 typedef struct {
     double peak_tflops;                             // dense fp16/bf16 tensor-core peak (datasheet)
@@ -474,6 +485,24 @@ static void charge_message(StageCost* c, const char* name, int group, double ste
 // the ring algorithms, as parallel.h's wrappers count them
 static void charge_all_reduce(StageCost* c, const char* name, int group, int size, double bytes) {
     if (size > 1) charge_message(c, name, group, 2.0 * (size - 1), 2.0 * (size - 1) / size * bytes);
+}
+// a reduce-scatter or an all-gather of a whole buffer of `bytes` (each rank's part 1/size of it):
+// an all-reduce's two halves
+static void charge_half_all_reduce(StageCost* c, const char* name, int group, int size, double bytes) {
+    if (size > 1) charge_message(c, name, group, size - 1.0, (size - 1.0) / size * bytes);
+}
+
+// Where tensor parallelism joins the residual stream, `count` times, on the whole rows' [N, C]
+// of `bytes`: an all-reduce each (f or g); with sequence parallelism `gathers` all-gathers and
+// `scatters` reduce-scatters instead (gpt.h's column_parallel_input, row_parallel_linear_forward ...)
+static void charge_tensor_parallel_joins(StageCost* c, const GPT* m, int tp_size, double bytes, int all_reduces,
+                                         int gathers, int scatters) {
+    for (int k = 0; k < all_reduces && !m->sequence_parallel; k++)
+        charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, bytes);
+    for (int k = 0; k < gathers && m->sequence_parallel; k++)
+        charge_half_all_reduce(c, "sequence-parallel all-gather", GROUP_TP, tp_size, bytes);
+    for (int k = 0; k < scatters && m->sequence_parallel; k++)
+        charge_half_all_reduce(c, "sequence-parallel reduce-scatter", GROUP_TP, tp_size, bytes);
 }
 
 // ----------------------------------------------------------------------------
@@ -675,8 +704,11 @@ static void print_attention(const Config* a, int gpu) {
 static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp_size) {
     BuildTarget build = {plans_gpu_build(a), plans_gpu_build(a) ? 2 : (int)sizeof(float),   // bf16 or fp16; fp32
                          runs_flash_attention(a, plans_gpu_build(a))};
-    gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, pipeline_stage(a, p),
-                   a->pipeline_model_parallel_size, dp_size, build);
+    PipelineStage stage = pipeline_stage(a, p);
+    int* slots = (int*)mallocCheck(stage.chunks * sizeof(int));   // what the schedule needs, as the trainer's
+    stage_slots(a, p, slots);
+    gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, stage, slots, dp_size, build);
+    free(slots);
 }
 
 static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp_size) {
@@ -689,14 +721,22 @@ static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp
 
 // what one micro-batch's layer forward does (gpt.h block_forward, kernels.cuh's GPU kernels)
 // x: the bytes of a floatX
+// with sequence parallelism, each rank adding a row-parallel linear's bias to its R rows of C
+// (rows_add_forward: the rows read and written, the bias read once a row)
+static void charge_bias_adds(StageCost* c, const GPT* m, double x, int count) {
+    double R = m->residual_rows, C = m->cfg.hidden_size;
+    if (m->sequence_parallel) charge_kernel(c, "bias and position adds (sequence parallel)", count, count * 3.0 * R * C * x);
+}
+
 static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
-    double layernorm = 2.0 * N * C * x + 8.0 * N, residual_layernorm = 4.0 * N * C * x + 8.0 * N;
+    double R = m->residual_rows;   // the LayerNorms' and the residual's rows: N, or N / TP (sequence parallelism)
+    double layernorm = 2.0 * R * C * x + 8.0 * R, residual_layernorm = 4.0 * R * C * x + 8.0 * R;
     const char* linear = "linear layers forward (cuBLASLt epilogues)";
     if (i == 0 || !fuses_next_ln1(m, i - 1)) charge_kernel(c, "layernorm forward", 1, layernorm);   // ln1
     charge_kernel(c, "residual + layernorm (fused)", 1, residual_layernorm);                      // res2, ln2
     if (fuses_next_ln1(m, i)) charge_kernel(c, "residual + layernorm (fused)", 1, residual_layernorm);   // res3, next ln1
-    else charge_kernel(c, "residual add", 1, 3.0 * N * C * x);
+    else charge_kernel(c, "residual add", 1, 3.0 * R * C * x);
     // biases in the epilogue; fc's GELU too, which also writes the pre-activation it keeps
     charge_matmul(c, linear, N, 3.0 * Cl, C, 1.0, x);   // qkv
     charge_matmul(c, linear, N, C, Cl, 1.0, x);         // the attention's projection
@@ -704,53 +744,71 @@ static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int 
     charge_matmul(c, linear, N, C, Fl, 1.0, x);         // the MLP's projection
     charge_kernel(c, "GELU epilogue's second output", 0, N * Fl * x);
     cost_attention(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x, m->build.flash_attention, 0);
-    for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
+    // f and g around attention and MLP; with sequence parallelism ln1 and ln2 gathered, the two
+    // projections' outputs scattered, each rank adding the biases to its rows
+    charge_tensor_parallel_joins(c, m, tp_size, N * C * x, 2, 2, 2);
+    charge_bias_adds(c, m, x, 2);
 }
 
-// a bias gradient over [N, width]: the column sums' blocks read dout and write one fp32
+// a bias gradient over [rows, width]: the column sums' blocks read dout and write one fp32
 // partial per chunk and column, the last block of each column tile reads them back
 // (bias_grad_chunks: the chunking is a function of the shape alone)
-static double bias_grad_bytes(const GPT* m, int width, double x) {
-    double N = (double)m->B * m->T, partials = (double)bias_grad_chunks(m->B * m->T, width) * width * 4.0;
-    return N * width * x + 2.0 * partials + 8.0 * width;
+static double bias_grad_bytes(int rows, int width, double x) {
+    double partials = (double)bias_grad_chunks(rows, width) * width * 4.0;
+    return (double)rows * width * x + 2.0 * partials + 8.0 * width;
 }
 
-// LayerNorm backward over [N, C]: dout and the input read, dinp read and written, the rows'
-// mean and rstd, the weight and bias partials (2 per 32-row chunk and column) written and read
+// LayerNorm backward over the [R, C] of the residual rows: dout and the input read, dinp read
+// and written, the rows' mean and rstd, the weight and bias partials (2 per 32-row chunk and
+// column) written and read
 static double layernorm_backward_bytes(const GPT* m, double x) {
-    double N = (double)m->B * m->T, C = m->cfg.hidden_size, chunks = ceil(N / 32.0);
-    return 4.0 * N * C * x + 8.0 * N + 2.0 * 8.0 * chunks * C;
+    double R = m->residual_rows, C = m->cfg.hidden_size, chunks = ceil(R / 32.0);
+    return 4.0 * R * C * x + 8.0 * R + 2.0 * 8.0 * chunks * C;
 }
 
 static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
+    int rows = m->B * m->T, R = m->residual_rows;   // the row-parallel biases' gradients: over the residual rows
     const char* linear = "linear layers backward (cuBLAS)";
     charge_linear_backward(c, linear, N, C, 3.0 * Cl, x);   // qkv
     charge_linear_backward(c, linear, N, Cl, C, x);         // the attention's projection
     charge_linear_backward(c, linear, N, C, Fl, x);         // fc
     charge_linear_backward(c, linear, N, Fl, C, x);         // the MLP's projection
-    charge_kernel(c, "bias gradients (column sums)", 4,
-                  bias_grad_bytes(m, C, x) + bias_grad_bytes(m, Fl, x) + bias_grad_bytes(m, C, x) + bias_grad_bytes(m, 3 * Cl, x));
+    charge_kernel(c, "bias gradients (column sums)", 4, bias_grad_bytes(R, C, x) + bias_grad_bytes(rows, Fl, x) +
+                  bias_grad_bytes(R, C, x) + bias_grad_bytes(rows, 3 * Cl, x));
     charge_kernel(c, "GELU backward: the DGELU epilogue's aux read", 0, N * Fl * x);   // in fcproj's dinp GEMM
     charge_kernel(c, "layernorm backward", 4, 2.0 * layernorm_backward_bytes(m, x));
     if (recomputes_attention_core(m))   // selective: the attention's forward again, for its probabilities
         cost_attention(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x, m->build.flash_attention, 0);
     cost_attention(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x, m->build.flash_attention, 1);
-    for (int k = 0; k < 2; k++) charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
+    // f's backward twice; with sequence parallelism the projections' output gradients gathered,
+    // ln2 and ln1 gathered again for the weight gradients, the input gradients scattered
+    charge_tensor_parallel_joins(c, m, tp_size, N * C * x, 2, 4, 2);
 }
 
 // one micro-batch through the stage, forward and backward (the recomputed layers' forward
 // again), with its pipeline sends
-static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) {
-    double N = (double)m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local;
-    if (m->is_first_stage) {
+// the embedding's kernels (encoder_forward, encoder_backward; with sequence parallelism the
+// positions added to and their gradient taken from the residual rows alone, rows_add) and
+// its g, or its reduce-scatter and the all-gather of its output's gradient
+static void cost_embedding(StageCost* c, const GPT* m, double x, int tp_size) {
+    double N = (double)m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size, T = m->T;
+    if (!m->sequence_parallel) {
         charge_kernel(c, "embedding", 3, 3.0 * N * C * x + N * C * (2.0 * x + 8.0));   // forward; backward's fp32 rows
-        charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);
-        if (m->cfg.embed_layernorm) {
-            charge_kernel(c, "layernorm forward", 1, 2.0 * N * C * x + 8.0 * N);
-            charge_kernel(c, "layernorm backward", 3, layernorm_backward_bytes(m, x) + N * C * x);   // and zeroing dinp
-        }
+    } else {
+        charge_kernel(c, "embedding", 2, 2.0 * N * C * x + N * C * (x + 8.0));   // the word embedding's rows alone
+        if (m->wpe >= 0) charge_kernel(c, "bias and position adds (sequence parallel)", 2, 3.0 * R * C * x + R * C * x + 8.0 * T * C);
     }
+    charge_tensor_parallel_joins(c, m, tp_size, N * C * x, 1, 1, 1);
+    if (m->cfg.embed_layernorm) {
+        charge_kernel(c, "layernorm forward", 1, 2.0 * R * C * x + 8.0 * R);
+        charge_kernel(c, "layernorm backward", 3, layernorm_backward_bytes(m, x) + R * C * x);   // and zeroing dinp
+    }
+}
+
+static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) {
+    double N = (double)m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size, V = m->vocab_local;
+    if (m->is_first_stage) cost_embedding(c, m, x, tp_size);
     for (int i = 0; i < m->num_local_layers; i++) {
         int first, end;
         cost_layer_forward(c, m, i, x, tp_size);
@@ -758,8 +816,8 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
         cost_layer_backward(c, m, x, tp_size);
     }
     if (m->is_last_stage) {
-        charge_kernel(c, "layernorm forward", 1, 2.0 * N * C * x + 8.0 * N);
-        charge_kernel(c, "layernorm backward", 3, layernorm_backward_bytes(m, x) + N * C * x);   // and zeroing dres
+        charge_kernel(c, "layernorm forward", 1, 2.0 * R * C * x + 8.0 * R);
+        charge_kernel(c, "layernorm backward", 3, layernorm_backward_bytes(m, x) + R * C * x);   // and zeroing dres
         charge_matmul(c, "logits (cuBLAS)", N, V, C, 1.0, x);             // the tied head: logits = x wte^T
         charge_linear_backward(c, "logits (cuBLAS)", N, C, V, x);         // dx, and wte's gradient
         // the loss and dlogits in the forward's pass (kernels.cuh): at TP 1 one kernel, each row read
@@ -769,10 +827,14 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
         else charge_kernel(c, "cross-entropy", 3, 3.0 * N * V * x);
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * 4.0);         // the rows' maxima
         charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, 2.0 * N * 4.0);   // their sums
-        charge_all_reduce(c, "tensor-parallel all-reduce", GROUP_TP, tp_size, N * C * x);       // the head's f
+        // the head's f; with sequence parallelism lnf gathered (forward, and again for wte's
+        // gradient), its input gradient scattered
+        charge_tensor_parallel_joins(c, m, tp_size, N * C * x, 1, 2, 1);
     }
-    if (!m->is_last_stage) charge_message(c, "pipeline send", GROUP_PP, 1.0, N * C * x);
-    if (!m->is_first_stage) charge_message(c, "pipeline send", GROUP_PP, 1.0, N * C * x);
+    // each model chunk's output to the next stage but the head's, each one's input gradient to the
+    // previous stage but the embedding's: v times plain 1F1B's messages with v model chunks
+    int sends = 2 * m->num_chunks - m->is_last_stage - m->is_first_stage;
+    for (int k = 0; k < sends; k++) charge_message(c, "pipeline send", GROUP_PP, 1.0, R * C * x);
 }
 
 // the forward, or the backward, of one micro-batch through one of the stage's layers (the
@@ -832,8 +894,9 @@ static double overlapped_reduce_seconds(const StageCost* c, const GPT* m, double
             exposed += seconds;
             continue;
         }
-        int above = m->first_layer + m->num_local_layers - b->lowest_layer;   // this stage's layers at or above it
-        double ready = (above < 0 ? 0 : above > m->num_local_layers ? m->num_local_layers : above) * t_layer;
+        int above = 0;   // this stage's layers at or above it
+        for (int i = 0; i < m->num_local_layers; i++) above += global_layer(m, i) >= b->lowest_layer;
+        double ready = above * t_layer;
         busy_until = fmax(busy_until, ready) + seconds;
     }
     exposed += fmax(0.0, busy_until - backward_end);
@@ -862,7 +925,7 @@ static double overlapped_gather_seconds(const StageCost* c, const GPT* m, double
     double t = 0.0;
     int waited = 0;
     for (int i = 0; i <= m->num_local_layers; i++) {   // i == num_local_layers: the head (or the stage's end)
-        int layer = i < m->num_local_layers ? m->first_layer + i : INT_MAX;
+        int layer = i < m->num_local_layers ? global_layer(m, i) : INT_MAX;
         while (waited < count && buckets[count - 1 - waited].lowest_layer <= layer) waited++;
         if (waited > 0) t = fmax(t, done[waited - 1]);
         if (i < m->num_local_layers) t += t_layer;
@@ -880,6 +943,9 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
     int messages;
     c->calls = 1.0;
     charge_kernel(c, "zero gradients", 1, (double)m->num_params_padded * 4.0);
+    for (int i = 0; i < m->num_tensors && m->sequence_parallel; i++)   // step.h's sequence_parallel_grads_all_reduce
+        if (m->tensors[i].split_axis < 0)
+            charge_all_reduce(c, "sequence-parallel gradient all-reduce", GROUP_TP, m->tp_size, m->tensors[i].numel * 4.0);
     if (pp_size > 1 && (m->is_first_stage || m->is_last_stage))
         charge_all_reduce(c, "tied embedding all-reduce", GROUP_EMBEDDING, 2, (double)m->tensors[m->wte].numel * 4.0);
     if (dp_size > 1 && overlap.reduce_bucket > 0) {
@@ -922,7 +988,7 @@ static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int PP, in
 
 // a layout's plan: its peak memory (the stage that holds most), its step and what it sends
 typedef struct {
-    int tp, pp, dp, micro_batches, peak_stage, slowest_stage;
+    int tp, pp, dp, vp, micro_batches, peak_stage, slowest_stage;   // vp: model chunks per stage (interleaving)
     double peak_bytes, step_seconds, slot_seconds, optimizer_seconds, tflops_per_gpu, bubble;
     double bytes_sent[NUM_COMM_GROUPS];   // the busiest rank's, per group: --log-comm's numbers
     int out_of_memory;
@@ -936,6 +1002,7 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
     L.tp = a->tensor_model_parallel_size;
     L.pp = a->pipeline_model_parallel_size;
     L.dp = data_parallel_size(a);
+    L.vp = virtual_chunks(a);
     L.micro_batches = a->global_batch_size / (a->micro_batch_size * L.dp);
     StageCost* c = (StageCost*)mallocCheck(sizeof(StageCost));
     for (int p = 0; p < L.pp; p++) {
@@ -962,8 +1029,9 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
             if (c->bytes_sent[g] > L.bytes_sent[g]) L.bytes_sent[g] = c->bytes_sent[g];
     }
     free(c);
-    L.step_seconds = (L.micro_batches + L.pp - 1) * L.slot_seconds + L.optimizer_seconds;
-    L.bubble = (L.pp - 1.0) / (L.micro_batches + L.pp - 1.0);
+    // the bubble is p - 1 of a chunk's slots, a v-th of a stage's (Narayanan et al. 2021, §2.2.1)
+    L.step_seconds = (L.micro_batches + (L.pp - 1.0) / L.vp) * L.slot_seconds + L.optimizer_seconds;
+    L.bubble = (L.pp - 1.0) / ((double)L.vp * L.micro_batches + L.pp - 1.0);
     double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a),
                                   recomputed_attention_cores(a, runs_flash_attention(a, plans_gpu_build(a))));
     L.tflops_per_gpu = flops / L.step_seconds / (L.tp * L.pp * L.dp) / 1e12;
@@ -979,9 +1047,11 @@ static void print_seconds(double s) {
 
 // the fixed, parseable last line
 static void print_layout_line(const Config* a, const LayoutPlan* L) {
-    printf("dry-run: world %d TP %d PP %d DP %d MBS %d GBS %d: peak memory per GPU %.1f GiB (stage %d), step ",
-           L->tp * L->pp * L->dp, L->tp, L->pp, L->dp, a->micro_batch_size, a->global_batch_size,
-           L->peak_bytes / (1 << 30), L->peak_stage);
+    char vp[16] = "";   // interleaved: its model chunks per stage (Megatron-LM's virtual pipeline size)
+    if (L->vp > 1) snprintf(vp, sizeof vp, " VPP %d", L->vp);
+    printf("dry-run: world %d TP %d PP %d DP %d MBS %d GBS %d%s%s: peak memory per GPU %.1f GiB (stage %d), step ",
+           L->tp * L->pp * L->dp, L->tp, L->pp, L->dp, a->micro_batch_size, a->global_batch_size, vp,
+           a->model.sequence_parallel ? " SP" : "", L->peak_bytes / (1 << 30), L->peak_stage);
     print_seconds(L->step_seconds);
     printf(" s, %.1f TFLOPs per GPU, bubble %.1f%%%s\n", L->tflops_per_gpu, 100.0 * L->bubble,
            L->out_of_memory ? " OOM" : "");
@@ -1023,11 +1093,13 @@ static void print_stage_costs(const StageCost* c, int stage, int micro) {
     }
 }
 
-// --sweep: every layout of the world the model's shape and the batch allow, one line each,
+// --sweep: every layout of the world the model's shape and the batch allow, with sequence
+// parallelism and without where TP > 1 (a --sequence-parallel given is not read) and with each
+// interleaving (v model chunks per stage) its layers and micro-batches allow, one line each,
 // those that fit first, each part fastest first
 typedef struct {
     LayoutPlan plan;
-    int micro_batch_size;
+    int micro_batch_size, sequence_parallel;
 } SweepRow;
 
 static int compare_sweep_rows(const void* x, const void* y) {
@@ -1043,25 +1115,34 @@ static void dry_run_sweep(const Config* a, const Hardware* hw) {
     for (int tp = 1; tp <= W; tp++) {
         for (int pp = 1; W % tp == 0 && pp <= W / tp; pp++) {
             int dp = W / (tp * pp);
-            for (int mbs = 1; (W / tp) % pp == 0 && mbs <= a->global_batch_size / dp; mbs++) {
+            for (int k = 0; (W / tp) % pp == 0 && k < a->global_batch_size / dp * (tp > 1 ? 2 : 1); k++) {
+                int mbs = k / (tp > 1 ? 2 : 1) + 1, sp = tp > 1 && k % 2;   // each MBS without SP, then with
                 if ((a->global_batch_size / dp) % mbs != 0) continue;
                 Config b = *a;
                 b.tensor_model_parallel_size = tp;
                 b.pipeline_model_parallel_size = pp;
                 b.micro_batch_size = mbs;
+                b.num_layers_per_virtual_pipeline_stage = b.num_virtual_stages_per_pipeline_rank = 0;
+                b.model.sequence_parallel = sp;
                 b.model.padded_vocab_size = padded_vocab_size(b.model.vocab_size, b.model.make_vocab_size_divisible_by, tp);
                 if (layout_error(&b, err, sizeof(err))) {
                     refused++;
                     continue;
                 }
-                if (count == capacity) {
-                    capacity *= 2;
-                    rows = (SweepRow*)reallocCheck(rows, capacity * sizeof(SweepRow));
+                // plain 1F1B (v = 1), then each interleaving the layers and the micro-batches allow
+                for (int v = 1; v == 1 || (pp > 1 && v <= a->model.num_layers / pp); v++) {
+                    b.num_virtual_stages_per_pipeline_rank = v > 1 ? v : 0;
+                    if (v > 1 && layout_error(&b, err, sizeof(err))) continue;
+                    if (count == capacity) {
+                        capacity *= 2;
+                        rows = (SweepRow*)reallocCheck(rows, capacity * sizeof(SweepRow));
+                    }
+                    rows[count].plan = plan_layout(&b, hw, NULL);
+                    rows[count].micro_batch_size = mbs;
+                    rows[count].sequence_parallel = sp;
+                    oom += rows[count].plan.out_of_memory;
+                    count++;
                 }
-                rows[count].plan = plan_layout(&b, hw, NULL);
-                rows[count].micro_batch_size = mbs;
-                oom += rows[count].plan.out_of_memory;
-                count++;
             }
         }
     }
@@ -1072,9 +1153,19 @@ static void dry_run_sweep(const Config* a, const Hardware* hw) {
     for (int k = 0; k < count; k++) {
         Config b = *a;
         b.micro_batch_size = rows[k].micro_batch_size;
+        b.model.sequence_parallel = rows[k].sequence_parallel;
         print_layout_line(&b, &rows[k].plan);
     }
     free(rows);
+}
+
+// a plan's figures after "LABEL: ", as the last line has them, with the pipeline's bytes
+static void print_plan_summary(const char* label, const LayoutPlan* L) {
+    printf("%s: peak memory per GPU %.1f GiB (stage %d), step ", label, L->peak_bytes / (1 << 30), L->peak_stage);
+    print_seconds(L->step_seconds);
+    printf(" s, %.1f TFLOPs per GPU, bubble %.1f%%, pipeline %.1f MiB sent per step (the busiest rank)%s\n",
+           L->tflops_per_gpu, 100.0 * L->bubble, L->bytes_sent[GROUP_PP] / (1024.0 * 1024.0),
+           L->out_of_memory ? " OOM" : "");
 }
 
 // The same layout with each other form of recomputation: none, the attention core of every
@@ -1086,9 +1177,7 @@ static void print_recomputation_alternative(const Config* a, const Hardware* hw,
     other.model.recompute_num_layers = 1;
     other.model.recompute_attention_core = core;
     LayoutPlan L = plan_layout(&other, hw, NULL);
-    printf("%s: peak memory per GPU %.1f GiB (stage %d), step ", label, L.peak_bytes / (1 << 30), L.peak_stage);
-    print_seconds(L.step_seconds);
-    printf(" s, %.1f TFLOPs per GPU%s\n", L.tflops_per_gpu, L.out_of_memory ? " OOM" : "");
+    print_plan_summary(label, &L);
 }
 
 static void print_recomputation_alternatives(const Config* a, const Hardware* hw) {
@@ -1099,6 +1188,84 @@ static void print_recomputation_alternatives(const Config* a, const Hardware* hw
         print_recomputation_alternative(a, hw, RECOMPUTE_NONE, 1, "with the attention core recomputed (--recompute-activations)");
     if (m->recompute_method != RECOMPUTE_UNIFORM)
         print_recomputation_alternative(a, hw, RECOMPUTE_UNIFORM, 0, "with every layer recomputed (--checkpoint-activations)");
+}
+
+// The same layout the other way round for interleaving, so the plan shows what it saves and
+// costs: plain 1F1B for an interleaved one; for a plain one with PP > 1 the fastest interleaving
+// its layers and micro-batches allow (--num-virtual-stages-per-pipeline-rank v), or why none.
+static void print_interleaving_alternative(const Config* a, const Hardware* hw) {
+    if (a->pipeline_model_parallel_size == 1) return;
+    Config other = *a;
+    other.num_layers_per_virtual_pipeline_stage = other.num_virtual_stages_per_pipeline_rank = 0;
+    if (virtual_chunks(a) > 1) {
+        LayoutPlan L = plan_layout(&other, hw, NULL);
+        print_plan_summary("without interleaving (plain 1F1B)", &L);
+        return;
+    }
+    int* layers = stage_layers(a), most = 0, best_v = 0;
+    for (int p = 0; p < a->pipeline_model_parallel_size; p++) most = layers[p] > most ? layers[p] : most;
+    free(layers);
+    LayoutPlan best;
+    char err[512], why[512] = "its stages hold one layer at most";
+    for (int v = 2; v <= most; v++) {
+        other.num_virtual_stages_per_pipeline_rank = v;
+        if (layout_error(&other, err, sizeof err)) {
+            if (v == 2) snprintf(why, sizeof why, "%s", err);
+            continue;
+        }
+        LayoutPlan L = plan_layout(&other, hw, NULL);
+        if (!best_v || L.step_seconds < best.step_seconds) {
+            best = L;
+            best_v = v;
+        }
+    }
+    if (!best_v) {
+        printf("interleaving: no v of 2 or more model chunks per stage fits this layout (v = 2: %s)\n", why);
+        return;
+    }
+    char label[160];
+    snprintf(label, sizeof label, "with interleaving, the fastest its layers and micro-batches allow "
+             "(--num-virtual-stages-per-pipeline-rank %d)", best_v);
+    print_plan_summary(label, &best);
+}
+
+// With TP > 1, the same layout with sequence parallelism the other way round: its memory (one
+// layer's activations, the peak) and its step, so the plan shows what it saves and costs
+static void print_sequence_parallel_alternative(const Config* a, const Hardware* hw) {
+    Config other = *a;
+    other.model.sequence_parallel = !a->model.sequence_parallel;
+    const char* name = other.model.sequence_parallel ? "with --sequence-parallel" : "without sequence parallelism";
+    char err[512];
+    if (a->tensor_model_parallel_size == 1) return;
+    if (layout_error(&other, err, sizeof(err))) {
+        printf("%s: refused (%s)\n", name, err);
+        return;
+    }
+    LayoutPlan L = plan_layout(&other, hw, NULL);
+    print_plan_summary(name, &L);
+}
+
+// One layer's activations for one micro-batch, as stage 0's tensor rank 0 lays them out, and
+// with TP > 1 the same with sequence parallelism the other way round (Korthikanti et al. 2022,
+// Table 2: the LayerNorm and residual rows' share 1/TP with it; docs/parallelism.md compares)
+static void print_layer_activations(const Config* a) {
+    Config other = *a;
+    other.model.sequence_parallel = !a->model.sequence_parallel;
+    int TP = a->tensor_model_parallel_size, DP = data_parallel_size(a);
+    char err[512];
+    GPT m;
+    plan_stage_model(&m, a, 0, TP, DP);
+    size_t bytes = layer_activation_bytes(&m);
+    gpt_free_plan(&m);
+    printf("activations of one layer for one micro-batch: %zu bytes (%.2f MiB)", bytes, bytes / 1048576.0);
+    if (TP > 1 && !layout_error(&other, err, sizeof(err))) {
+        plan_stage_model(&m, &other, 0, TP, DP);
+        size_t other_bytes = layer_activation_bytes(&m);
+        gpt_free_plan(&m);
+        printf("; %s %zu bytes (%.2f MiB)", other.model.sequence_parallel ? "with --sequence-parallel" :
+               "without sequence parallelism", other_bytes, other_bytes / 1048576.0);
+    }
+    printf("\n");
 }
 
 // the precision of the build --dry-run-build plans: the GPU build's 16-bit type (fp16 with --fp16,
@@ -1124,9 +1291,10 @@ static void dry_run_report(const Config* a) {
            "of the vocabulary, the matrices and the ZeRO shard)\n");
     for (int p = 0; p < PP; p++) {
         StageMemory s = plan_stage_memory(a, p, TP, DP);
-        if (p == 0) print_memory_header(&s);
+        if (p == 0) print_memory_header();
         print_memory_row("planned", &s, 1);
     }
+    print_layer_activations(a);
     double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a),
                                   recomputed_attention_cores(a, runs_flash_attention(a, plans_gpu_build(a))));
     Hardware hw = hardware_of(a);
@@ -1134,14 +1302,23 @@ static void dry_run_report(const Config* a) {
     LayoutPlan L = plan_layout(a, &hw, slowest);
     printf("model FLOPs per step: %.4g (global batch %d; Narayanan et al. 2021, recomputation included)\n", flops,
            a->global_batch_size);
-    printf("1F1B bubble: (p - 1) / (m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per pipeline\n",
-           PP - 1, micro + PP - 1, 100.0 * L.bubble, micro);
+    if (L.vp == 1)
+        printf("1F1B bubble: (p - 1) / (m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per pipeline\n",
+               PP - 1, micro + PP - 1, 100.0 * L.bubble, micro);
+    else
+        printf("interleaved 1F1B bubble: (p - 1) / (v m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per "
+               "pipeline, v = %d model chunks per stage (Narayanan et al. 2021, §2.2.1); the pipeline sends v times plain "
+               "1F1B's messages\n", PP - 1, L.vp * micro + PP - 1, 100.0 * L.bubble, micro, L.vp);
     print_comm(L.bytes_sent);
     print_hardware(a, &hw);
     print_stage_costs(slowest, L.slowest_stage, micro);
     printf("GEMMs only (the cuBLAS rows): %.6g ms of stage %d's step\n", 1e3 * gemm_only_seconds(slowest), L.slowest_stage);
-    printf("step = (m + p - 1) x the slowest stage's micro-batch + the slowest optimizer step = %d x %.4g s + %.4g s\n",
-           micro + PP - 1, L.slot_seconds, L.optimizer_seconds);
+    if (L.vp == 1)
+        printf("step = (m + p - 1) x the slowest stage's micro-batch + the slowest optimizer step = %d x %.4g s + %.4g s\n",
+               micro + PP - 1, L.slot_seconds, L.optimizer_seconds);
+    else
+        printf("step = (m + (p - 1) / v) x the slowest stage's micro-batch + the slowest optimizer step = %.4g x %.4g s + "
+               "%.4g s\n", micro + (PP - 1.0) / L.vp, L.slot_seconds, L.optimizer_seconds);
     if (a->overlap_grad_reduce && DP > 1)
         printf("--overlap-grad-reduce on stage %d: its bucketed reduces take %.3f ms, %.3f ms of them hidden behind the "
                "last micro-batch's backward\n", L.slowest_stage, 1e3 * slowest->reduce_total, 1e3 * slowest->reduce_hidden);
@@ -1149,6 +1326,8 @@ static void dry_run_report(const Config* a) {
         printf("--overlap-param-gather on stage %d: its bucketed broadcasts take %.3f ms, %.3f ms of them hidden behind the "
                "next step's first forward\n", L.slowest_stage, 1e3 * slowest->gather_total, 1e3 * slowest->gather_hidden);
     print_recomputation_alternatives(a, &hw);
+    print_interleaving_alternative(a, &hw);
+    print_sequence_parallel_alternative(a, &hw);
     if (L.out_of_memory)
         printf("does not fit: %.1f GiB of ours + %.1f GiB left to CUDA, cuBLAS and NCCL > %.1f GiB\n",
                L.peak_bytes / (1 << 30), hw.reserve_gib, hw.memory_gib);

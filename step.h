@@ -4,13 +4,15 @@ the grid, and updates the weights.
 
   - the gradient reduction over DP, overlapped with the last backward (--overlap-grad-reduce);
   - ZeRO-1's parameter all-gather beside the next forward (--overlap-param-gather);
-  - the 1F1B pipeline schedule of a step (with one stage: forward, backward, ...);
+  - the 1F1B pipeline schedule of a step, plain or interleaved (with one stage: forward,
+    backward, ...), and the micro-batch slots it needs;
   - ZeRO-1 AdamW: gradients reduce-scattered, master weights and moments sharded 1/DP, the
     global gradient norm (each parameter once) and clipping, the loss scaler, parameters
     all-gathered.
 
 Interface (what train.c, checkpoint.h and the tests use): grad_reducer_init / _free,
-param_gatherer_init / _free, pipeline_step (PipelineStep), AdamWConfig, AdamWState,
+param_gatherer_init / _free, Schedule, schedule_for, run_schedule, run_forward_only, step_loss,
+schedule_slots, AdamWConfig, AdamWState,
 adamw_init / adamw_free, shard_part, optimizer_step. The model calls back into the
 overlapped reduction and gather through the two hooks these inits set in the GPT
 (on_gradients_final, on_parameters_needed); gpt.h knows nothing of this file.
@@ -32,6 +34,26 @@ and does its communication through parallel.h's wrappers only.
 // root r), so each rank ends with what the reduce-scatter gave it, bytes sent included. The
 // embedding's bucket goes last, after the tied embedding's all-reduce. Nothing else changes:
 // the buckets are a plan over the buffer, no memory of their own.
+
+// ----------------------------------------------------------------------------
+// sequence parallelism's gradients (Korthikanti et al. 2022, §4.2.2)
+// With --sequence-parallel every tensor that tensor parallelism replicates (the tensor table's
+// split_axis -1: the LayerNorms, the row-parallel biases, the position embedding) meets only
+// this rank's rows of the residual stream, so its gradient here covers 1/TP of the tokens: it
+// is summed over the tensor-parallel group once a step, before the data-parallel reduction and
+// the norm read it (Megatron-LM marks these parameters `sequence_parallel` and all-reduces their
+// gradients in finalize_model_grads). Then every tensor rank holds the same sum, updates the same
+// bits, and the norm still counts them on tensor rank 0 alone (counts_in_norm).
+
+// the gradients of the replicated tensors of layers [lo, hi], summed over the tensor ranks
+static void sequence_parallel_grads_all_reduce(const GPT* m, int lo, int hi) {
+    if (!m->sequence_parallel) return;
+    for (int i = 0; i < m->num_tensors; i++) {
+        const TensorDesc* t = &m->tensors[i];
+        if (t->split_axis < 0 && t->layer >= lo && t->layer <= hi)
+            all_reduce(&grid.tp, m->grads + t->offset, t->numel, AS_FLOAT, REDUCE_SUM);
+    }
+}
 
 // [lo, hi) = [a, b) ∩ [c, d) (empty when lo >= hi)
 static void intersect_ranges(size_t a, size_t b, size_t c, size_t d, size_t* lo, size_t* hi) {
@@ -70,6 +92,7 @@ static int grad_buckets(const GPT* m, size_t bucket_size, GradBucket* out) {
 
 typedef struct {
     int enabled;             // --overlap-grad-reduce with DP > 1
+    const GPT* model;
     GradBucket* buckets;     // in the order they are launched
     int num_buckets, launched;
     int armed;               // the last micro-batch's backward is running
@@ -91,10 +114,11 @@ static void reduce_bucket(GradReducer* r, const GradBucket* b) {
 }
 
 // the backward (of any micro-batch) has finished `layer`: in the last one, launch the buckets
-// that are final now (the backward calls it: the GPT's hook)
+// that are final now (the backward calls it: the GPT's hook), the layer's sequence-parallel sums first
 static void gradients_final_down_to(int layer) {
     GradReducer* r = &grad_reducer;
     if (!r->armed) return;
+    sequence_parallel_grads_all_reduce(r->model, layer, layer);
     while (r->launched < r->num_buckets && r->buckets[r->launched].lowest_layer >= layer)   // layer >= 0
         reduce_bucket(r, &r->buckets[r->launched++]);
 }
@@ -106,6 +130,7 @@ static void grad_reducer_init(GPT* m, float* shard_grad, size_t shard_size, int 
     if (!r->enabled) return;
     r->buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
     r->num_buckets = grad_buckets(m, bucket_size, r->buckets);
+    r->model = m;
     r->grads = m->grads;
     r->shard_grad = shard_grad;
     r->shard_size = shard_size;
@@ -127,6 +152,7 @@ static void grad_reducer_free(void) {
 // stream waits for every reduce before anything reads the shard or writes the gradients again
 static void grad_reducer_finish(void) {
     GradReducer* r = &grad_reducer;
+    sequence_parallel_grads_all_reduce(r->model, -1, -1);   // the embedding's
     while (r->launched < r->num_buckets) reduce_bucket(r, &r->buckets[r->launched++]);
     compute_waits_for_comm(&r->reduced);
     r->armed = 0;
@@ -218,90 +244,303 @@ static void param_gatherer_free(void) {
 }
 
 // ----------------------------------------------------------------------------
-// the schedule of one step: 1F1B (PipeDream-flush; Narayanan et al. 2021, Fig. 4)
-// Stage p of P runs min(P - p - 1, M) warm-up forwards, then alternates one forward and
-// one backward, then drains the backwards it still owes. A stage never holds more than P
-// micro-batches' activations, whatever the number of micro-batches M. With one stage it
-// is simply forward, backward, forward, backward, ... (Megatron's no-pipelining schedule).
+// the schedule of one step: 1F1B (PipeDream-flush; Narayanan et al. 2021, Fig. 4), plain or
+// interleaved
+// Plain: stage p of P runs min(P - p - 1, M) warm-up forwards, then alternates one forward
+// and one backward, then drains the backwards it still owes. With one stage it is simply
+// forward, backward, forward, backward, ... (Megatron's no-pipelining schedule).
+// Interleaved (§2.2, Fig. 4 bottom; Megatron-LM's forward_backward_pipelining_with_interleaving):
+// each rank holds v model chunks, virtual stage c x P + p being chunk c of stage p, so a
+// micro-batch goes round the pipeline v times. Micro-batches are taken in groups of P per
+// chunk: P forwards of chunk 0, P of chunk 1, ..., then the next P micro-batches (so M must be
+// a multiple of P); backwards the same with the chunks reversed. A stage warms up with
+// 2 (P - p - 1) + (v - 1) P forwards, then 1F1B, then the cool-down. The bubble shrinks from
+// (P - 1) / M of the ideal step to (P - 1) / (v M), for v times the pipeline's messages.
 // Each token's loss enters the gradient with weight dloss = 1 / (tokens in the global
 // batch), so summing gradients over micro-batches and data-parallel ranks gives the mean.
+//
+// A micro-batch's activations through a chunk live in one of the chunk's slots from the moment
+// its input arrives (or its forward starts, on virtual stage 0) until its backward ends. A
+// chunk's micro-batches run, and finish, in order, so those in flight are consecutive and
+// micro-batch j takes slot j mod (the chunk's slots). How many slots each chunk needs is
+// counted by walking the very schedule below without a model (schedule_slots), so that the
+// arena, the memory plan and the run cannot disagree; the run checks it (take_slot).
 
 typedef void (*LoadMicroBatch)(void* ctx, int micro_batch, int* tokens, int* targets);
 
+// A unit of the schedule: micro-batch `micro` through model chunk `chunk` of this stage
+// (micro -1: none)
 typedef struct {
-    GPT* model;
+    int micro, chunk;
+} Work;
+static const Work NO_WORK = {-1, 0};
+
+// What a walk of the schedule can report, in order (the tests record the order it runs in):
+// a forward, a backward, an exchange's start and each of its messages
+typedef enum { TRACE_FORWARD, TRACE_BACKWARD, TRACE_EXCHANGE, TRACE_TO_NEXT, TRACE_FROM_PREV, TRACE_TO_PREV,
+               TRACE_FROM_NEXT } TraceEvent;
+typedef void (*ScheduleTrace)(void* ctx, TraceEvent event, Work w);
+
+typedef struct {
+    GPT* model;             // NULL: a walk that runs nothing, only counts slots and traces
     LoadMicroBatch load;
     void* ctx;
     float dloss;
-    int in_flight, max_in_flight;
+    int stage, stages;      // this rank's pipeline stage, of how many
+    int chunks;             // its model chunks (1: plain 1F1B)
+    int counted_chunk;      // the chunk whose slots in use are counted (-1: all chunks)
+    int held, most_held;    // slots in use, now and at the most
+    ScheduleTrace trace;    // (tests) told each forward, backward and message; NULL: none
+    void* trace_ctx;
 } Schedule;
 
-static size_t hidden_elems(const GPT* m) { return (size_t)m->B * m->T * m->cfg.hidden_size; }
-static MicroBatchActivations* slot_of(const Schedule* s, int micro) { return &s->model->slots[micro % s->model->num_slots]; }
+// a test's look at the trainer's schedules (NULL: none; tests/test_parallel.c records the order)
+static ScheduleTrace schedule_trace;
+static void* schedule_trace_ctx;
 
-static void forward_step(Schedule* s, int micro) {
+// the schedule of this rank's model for one step; dloss 0: forwards only (evaluation)
+static Schedule schedule_for(GPT* m, LoadMicroBatch load, void* ctx, float dloss) {
+    Schedule s = {m, load, ctx, dloss, grid.pp_rank, grid.pp_size, m->num_chunks, -1, 0, 0, schedule_trace,
+                  schedule_trace_ctx};
+    return s;
+}
+
+static void trace(const Schedule* s, TraceEvent event, Work w) {
+    if (s->trace) s->trace(s->trace_ctx, event, w);
+}
+
+// what goes between stages: this rank's rows of a micro-batch's [B*T, C] (1/TP of them with sequence parallelism)
+static size_t hidden_elems(const GPT* m) { return (size_t)m->residual_rows * m->cfg.hidden_size; }
+
+// the slot of a chunk's micro-batch: the chunk's slots, taken in turn
+static MicroBatchActivations* slot_of(const Schedule* s, Work w) {
+    const GPT* m = s->model;
+    int first = 0;
+    for (int c = 0; c < w.chunk; c++) first += m->chunk_slots[c];
+    return &m->slots[first + w.micro % m->chunk_slots[w.chunk]];
+}
+
+// the ends of the (virtual) pipeline: the first virtual stage reads tokens and receives nothing,
+// the last computes the loss and sends nothing on
+static int first_virtual_stage(const Schedule* s, Work w) { return s->stage == 0 && w.chunk == 0; }
+static int last_virtual_stage(const Schedule* s, Work w) { return s->stage == s->stages - 1 && w.chunk == s->chunks - 1; }
+
+// w's slot is in use from now: counted, and (in a run) checked free
+static void take_slot(Schedule* s, Work w) {
+    if (s->counted_chunk < 0 || s->counted_chunk == w.chunk)
+        if (++s->held > s->most_held) s->most_held = s->held;
+    if (!s->model) return;
+    MicroBatchActivations* a = slot_of(s, w);
+    if (a->holder >= 0)
+        fail("the schedule gave micro-batch %d of chunk %d the slot micro-batch %d still holds (the slots planned are "
+             "fewer than it needs)", w.micro, w.chunk, a->holder);
+    a->holder = w.micro;
+}
+
+static void release_slot(Schedule* s, Work w) {
+    if (s->counted_chunk < 0 || s->counted_chunk == w.chunk) s->held--;
+    if (s->model) slot_of(s, w)->holder = -1;
+}
+
+// One exchange with the neighbouring stages: the output of forward `out` to the next stage, the
+// input of forward `in` from the previous, the input's gradient of backward `grad_out` to the
+// previous, the output's gradient for backward `grad_in` from the next (NO_WORK: none; nothing
+// crosses the virtual pipeline's ends). An input that arrives takes its slot. Its gradient
+// arrives in dres, or with interleaving in the slot (dres is being sent in the same exchange,
+// and the gradient may wait there while other work runs).
+static void exchange(Schedule* s, Work out, Work in, Work grad_out, Work grad_in) {
+    if (out.micro >= 0 && last_virtual_stage(s, out)) out = NO_WORK;
+    if (in.micro >= 0 && first_virtual_stage(s, in)) in = NO_WORK;
+    if (grad_out.micro >= 0 && first_virtual_stage(s, grad_out)) grad_out = NO_WORK;
+    if (grad_in.micro >= 0 && last_virtual_stage(s, grad_in)) grad_in = NO_WORK;
+    if (out.micro < 0 && in.micro < 0 && grad_out.micro < 0 && grad_in.micro < 0) return;
+    trace(s, TRACE_EXCHANGE, NO_WORK);
+    Work works[4] = {out, in, grad_out, grad_in};
+    TraceEvent events[4] = {TRACE_TO_NEXT, TRACE_FROM_PREV, TRACE_TO_PREV, TRACE_FROM_NEXT};
+    for (int k = 0; k < 4; k++)
+        if (works[k].micro >= 0) trace(s, events[k], works[k]);
+    if (in.micro >= 0) take_slot(s, in);
     GPT* m = s->model;
-    activity_phase("forward", activity.iteration, micro);
-    trace_begin_micro("forward", micro, m->first_layer, m->num_local_layers);
-    MicroBatchActivations* a = slot_of(s, micro);
-    if (m->is_first_stage || m->is_last_stage) s->load(s->ctx, micro, a->tokens, a->targets);
-    pipeline_before_writing(stage_output(m, a));   // the slot's last output may still be on its way
-    gpt_forward_stage(m, micro % m->num_slots, s->dloss);   // dloss 0 (evaluation): no backward follows
-    if (m->is_last_stage) loss_mean_add(m->loss_sum, m->losses, m->B * m->T);   // no host copy per micro-batch
-    if (++s->in_flight > s->max_in_flight) s->max_in_flight = s->in_flight;
+    if (!m) return;
+    floatX* grad = NULL;
+    if (grad_in.micro >= 0) grad = s->chunks > 1 ? slot_of(s, grad_in)->dout : m->dres;
+    send_forward_backward_recv_forward_backward(out.micro >= 0 ? stage_output(slot_of(s, out)) : NULL,
+                                                grad_out.micro >= 0 ? m->dres : NULL,
+                                                in.micro >= 0 ? slot_of(s, in)->input : NULL, grad, hidden_elems(m));
+}
+
+static void forward_step(Schedule* s, Work w) {
+    trace(s, TRACE_FORWARD, w);
+    if (first_virtual_stage(s, w)) take_slot(s, w);   // (elsewhere its input took it)
+    GPT* m = s->model;
+    if (!m) return;
+    activity_phase("forward", activity.iteration, w.micro);
+    MicroBatchActivations* a = slot_of(s, w);
+    trace_begin_micro("forward", w.micro, w.chunk, global_layer(m, a->first), a->end - a->first);
+    int head = chunk_holds_head(m, w.chunk);
+    if (chunk_holds_embedding(m, w.chunk) || head) s->load(s->ctx, w.micro, a->tokens, a->targets);
+    pipeline_before_writing(stage_output(a));   // the slot's last output may still be on its way
+    gpt_forward_stage(m, (int)(a - m->slots), s->dloss);   // dloss 0 (evaluation): no backward follows
+    if (head) loss_mean_add(m->loss_sum, m->losses, m->B * m->T);   // no host copy per micro-batch
     trace_end();
 }
 
-// micro-batch `micro` of M: the last one adds the gradients' last terms (the overlap's cue)
-static void backward_step(Schedule* s, int micro, int M) {
-    activity_phase("backward", activity.iteration, micro);
-    trace_begin_micro("backward", micro, s->model->first_layer, s->model->num_local_layers);
-    grad_reducer.armed = grad_reducer.enabled && micro == M - 1;
-    pipeline_before_writing(s->model->dres);   // (in 1F1B an exchange that receives comes between)
-    gpt_backward(s->model, micro % s->model->num_slots);
-    s->in_flight--;
-    trace_end();
+// micro-batch w.micro of M: the last one adds its chunk's gradients' last terms (the overlap's cue)
+static void backward_step(Schedule* s, Work w, int M) {
+    trace(s, TRACE_BACKWARD, w);
+    GPT* m = s->model;
+    if (m) {
+        activity_phase("backward", activity.iteration, w.micro);
+        MicroBatchActivations* a = slot_of(s, w);
+        trace_begin_micro("backward", w.micro, w.chunk, global_layer(m, a->first), a->end - a->first);
+        grad_reducer.armed = grad_reducer.enabled && w.micro == M - 1;
+        pipeline_before_writing(m->dres);   // (in 1F1B an exchange that receives comes between)
+        if (a->dout) dev_copy(m->dres, a->dout, hidden_elems(m) * sizeof(floatX));   // the gradient that came ahead
+        gpt_backward(m, (int)(a - m->slots));
+        trace_end();
+    }
+    release_slot(s, w);
+}
+
+static void finish_exchanges(const Schedule* s) {
+    if (s->model) wait_for_exchanges();   // the step's own work: none of it left queued behind the optimizer
+}
+
+// micro-batch j through plain 1F1B's one chunk
+static Work plain_work(int j) {
+    Work w = {j, 0};
+    return w;
 }
 
 static void run_1f1b(Schedule* s, int M) {
-    GPT* m = s->model;
-    size_t n = hidden_elems(m);
-    int warmup = grid.pp_size - grid.pp_rank - 1;
+    int warmup = s->stages - s->stage - 1;
     if (warmup > M) warmup = M;
     int steady = M - warmup, fwd = 0, bwd = 0;
     // warm-up: each output goes on while the next input comes in (one exchange, not two)
-    if (M > 0) recv_forward(slot_of(s, 0)->input, n);
+    if (M > 0) exchange(s, NO_WORK, plain_work(0), NO_WORK, NO_WORK);   // receive forward
     for (int i = 0; i < warmup; i++, fwd++) {
-        forward_step(s, fwd);
-        send_forward_recv_forward(stage_output(m, slot_of(s, fwd)), fwd + 1 < M ? slot_of(s, fwd + 1)->input : NULL, n);
+        forward_step(s, plain_work(fwd));
+        exchange(s, plain_work(fwd), fwd + 1 < M ? plain_work(fwd + 1) : NO_WORK, NO_WORK, NO_WORK);
     }
     // steady 1F1B
     for (int i = 0; i < steady; i++, fwd++, bwd++) {
-        forward_step(s, fwd);
-        send_forward_recv_backward(stage_output(m, slot_of(s, fwd)), m->dres, n);
-        backward_step(s, bwd, M);
-        if (i == steady - 1) send_backward(m->dres, n);
-        else send_backward_recv_forward(m->dres, slot_of(s, fwd + 1)->input, n);
+        forward_step(s, plain_work(fwd));
+        exchange(s, plain_work(fwd), NO_WORK, NO_WORK, plain_work(bwd));   // send forward, receive backward
+        backward_step(s, plain_work(bwd), M);
+        exchange(s, NO_WORK, i < steady - 1 ? plain_work(fwd + 1) : NO_WORK, plain_work(bwd), NO_WORK);
     }
     // cool-down
     for (int i = 0; i < warmup; i++, bwd++) {
-        recv_backward(m->dres, n);
-        backward_step(s, bwd, M);
-        send_backward(m->dres, n);
+        exchange(s, NO_WORK, NO_WORK, NO_WORK, plain_work(bwd));   // receive backward
+        backward_step(s, plain_work(bwd), M);
+        exchange(s, NO_WORK, NO_WORK, plain_work(bwd), NO_WORK);   // send backward
     }
-    wait_for_exchanges();   // the step's own work: none of it left queued behind the optimizer
+    finish_exchanges(s);
 }
 
-// forward only, for evaluation
-static void run_forward_only(Schedule* s, int M) {
-    size_t n = hidden_elems(s->model);
-    for (int i = 0; i < M; i++) {
-        recv_forward(slot_of(s, i)->input, n);
-        forward_step(s, i);
-        s->in_flight--;
-        send_forward(stage_output(s->model, slot_of(s, i)), n);
+// the k-th forward of a stage in the interleaved schedule: micro-batches in groups of P per chunk
+// (Megatron-LM's get_model_chunk_id): chunk (k mod P v) / P, micro-batch (k / P v) P + k mod P
+static Work forward_work(const Schedule* s, int k) {
+    int P = s->stages, group = P * s->chunks;
+    Work w = {k / group * P + k % P, k % group / P};
+    return w;
+}
+
+// the k-th backward: the same micro-batches, the chunks in reverse (NO_WORK for k < 0)
+static Work backward_work(const Schedule* s, int k) {
+    if (k < 0) return NO_WORK;
+    Work w = forward_work(s, k);
+    w.chunk = s->chunks - 1 - w.chunk;
+    return w;
+}
+
+// what arrives from the previous stage while forward fk runs in the steady phase: the next
+// forward's input, but on the first stage the last stage's output of P - 1 forwards back (the
+// first stage runs that far ahead), for the next chunk; what arrives from the next stage after
+// backward k: the next backward's gradient, but on the last stage the first stage's of P - 1
+// backwards back, for the chunk before (Megatron-LM's rule both ways)
+static Work steady_input(const Schedule* s, int fk, int total) {
+    if (s->stage > 0) return fk + 1 < total ? forward_work(s, fk + 1) : NO_WORK;
+    Work w = forward_work(s, fk - (s->stages - 1));
+    return ++w.chunk < s->chunks ? w : NO_WORK;
+}
+static Work steady_gradient(const Schedule* s, int k, int total) {
+    if (s->stage < s->stages - 1) return k + 1 < total ? backward_work(s, k + 1) : NO_WORK;
+    Work w = backward_work(s, k - (s->stages - 1));
+    return w.micro >= 0 && --w.chunk >= 0 ? w : NO_WORK;
+}
+
+// Megatron-LM's interleaved schedule (without its special case for M = P, where every stage
+// would run all its forwards first: the last stage's head keeps one micro-batch's logits, so
+// its backward must follow its forward, as it does in the general case)
+static void run_interleaved_1f1b(Schedule* s, int M) {
+    int P = s->stages, total = M * s->chunks;
+    int warmup = 2 * (P - s->stage - 1) + (s->chunks - 1) * P;
+    if (warmup > total) warmup = total;
+    int steady = total - warmup;
+    // warm-up: each output goes on while the next input comes in, the last one's exchange also
+    // bringing the first backward's gradient
+    exchange(s, NO_WORK, forward_work(s, 0), NO_WORK, NO_WORK);   // receive forward
+    for (int k = 0; k < warmup; k++) {
+        forward_step(s, forward_work(s, k));
+        exchange(s, forward_work(s, k), k + 1 < total ? forward_work(s, k + 1) : NO_WORK, NO_WORK,
+                 k == warmup - 1 ? backward_work(s, 0) : NO_WORK);
     }
-    wait_for_exchanges();
+    // steady 1F1B: one exchange after each pair, all four messages at once
+    for (int k = 0; k < steady; k++) {
+        int fk = k + warmup;
+        forward_step(s, forward_work(s, fk));
+        backward_step(s, backward_work(s, k), M);
+        exchange(s, forward_work(s, fk), steady_input(s, fk, total), backward_work(s, k), steady_gradient(s, k, total));
+    }
+    // cool-down
+    for (int k = steady; k < total; k++) {
+        backward_step(s, backward_work(s, k), M);
+        exchange(s, NO_WORK, NO_WORK, backward_work(s, k), k + 1 < total ? backward_work(s, k + 1) : NO_WORK);
+    }
+    finish_exchanges(s);
+}
+
+// forwards only, for evaluation: plain, each input in, the forward, its output on; interleaved,
+// in the training's forward order (Megatron-LM's forward-only pass), each output going on while
+// the next input comes in
+static void run_forward_only(Schedule* s, int M) {
+    if (s->chunks == 1) {
+        for (int i = 0; i < M; i++) {
+            exchange(s, NO_WORK, plain_work(i), NO_WORK, NO_WORK);
+            forward_step(s, plain_work(i));
+            release_slot(s, plain_work(i));
+            exchange(s, plain_work(i), NO_WORK, NO_WORK, NO_WORK);
+        }
+    } else {
+        int total = M * s->chunks;
+        exchange(s, NO_WORK, forward_work(s, 0), NO_WORK, NO_WORK);
+        for (int k = 0; k < total; k++) {
+            forward_step(s, forward_work(s, k));
+            release_slot(s, forward_work(s, k));
+            exchange(s, forward_work(s, k), k + 1 < total ? forward_work(s, k + 1) : NO_WORK, NO_WORK, NO_WORK);
+        }
+    }
+    finish_exchanges(s);
+}
+
+// one training step's forwards and backwards
+static void run_schedule(Schedule* s, int M) {
+    if (s->chunks > 1) run_interleaved_1f1b(s, M);
+    else run_1f1b(s, M);
+}
+
+// The slots stage `stage` of `stages` needs for each of its `chunks` model chunks in a step of M
+// micro-batches (forward_only: an evaluation's), at least the slots[c] given: the most
+// micro-batches the chunk holds at once in a walk of the schedule above (no model: nothing runs,
+// one walk per chunk). Plain 1F1B: min(P - p, M) for training, 1 for an evaluation.
+static void schedule_slots(int stage, int stages, int chunks, int M, int forward_only, int* slots) {
+    for (int c = 0; c < chunks; c++) {
+        Schedule s = {NULL, NULL, NULL, 0.0f, stage, stages, chunks, c, 0, 0, NULL, NULL};
+        if (forward_only) run_forward_only(&s, M);
+        else run_schedule(&s, M);
+        if (s.most_held > slots[c]) slots[c] = s.most_held;
+    }
 }
 
 // The mean loss of the step, known on every rank: the last stage's sum, over the pipeline
@@ -481,8 +720,9 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
         all_reduce(&grid.embedding, model->grads + wte->offset, wte->numel, AS_FLOAT, REDUCE_SUM);
     }
     param_gather_finish();   // (the forward waited for every bucket; a stage without layers did not)
+    if (!grad_reducer.enabled) sequence_parallel_grads_all_reduce(model, -1, INT_MAX);   // (else in the buckets' turn)
     if (grad_reducer.enabled) grad_reducer_finish();   // reduced while the backward ran
-    else if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size);
+    else if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size, AS_FLOAT);
     float unscale = 1.0f / s->scaler.scale;
     trace_begin("gradient norm", "optimizer", ON_COMPUTE_STREAM);
     float norm = global_grad_norm(s) * unscale;
@@ -501,6 +741,6 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
                         s->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
     trace_end();
     if (param_gatherer.enabled) param_gather_launch();   // waited for by the next forward
-    else all_gather(&grid.dp, model->params, s->shard_size);
+    else all_gather(&grid.dp, model->params + s->shard_start, model->params, s->shard_size);
     return norm;
 }

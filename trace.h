@@ -150,13 +150,14 @@ static inline void trace_begin_step(int iteration, int micro_batches) {
     if (s) s->micro_batches = micro_batches;
 }
 
-// a forward or backward of one micro-batch through this stage's layers (the model chunk is
-// 0: one chunk per stage until the interleaved schedule gives a stage several)
-static inline void trace_begin_micro(const char* name, int micro_batch, int first_layer, int num_layers) {
+// a forward or backward of one micro-batch through one of this stage's model chunks (0 in
+// plain 1F1B), which holds the model's layers [first_layer, first_layer + num_layers)
+static inline void trace_begin_micro(const char* name, int micro_batch, int chunk, int first_layer, int num_layers) {
     if (!tracer.recording) return;
     Span* s = trace_open(name, "compute", ON_COMPUTE_STREAM);
     if (!s) return;
     s->micro_batch = micro_batch;
+    s->chunk = chunk;
     s->first_layer = first_layer;
     s->num_layers = num_layers;
 }

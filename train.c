@@ -300,7 +300,7 @@ static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch) {
     int num_micro = global_batch / (l->micro_batch_size * l->dp_size);
     double sum = 0.0;
     for (int it = 0; it < eval_iters; it++) {
-        Schedule s = {m, load_micro_batch, l, 0.0f, 0, 0};
+        Schedule s = schedule_for(m, load_micro_batch, l, 0.0f);
         run_forward_only(&s, num_micro);
         sum += step_loss(&s, num_micro);
         l->consumed += global_batch;
@@ -359,17 +359,20 @@ static void add_comm_counters(double out[4], double sign) {
 // 0; with --log-memory-bytes also in bytes, and the bytes dev_malloc really handed out for them
 static void print_memory(const Trainer* t) {
     StageMemory s = stage_memory(&t->model, this_stage(&t->config), grid.dp_size);
-    double mine[10] = {(double)s.num_params, (double)s.params, (double)s.grads, (double)s.optimizer, (double)s.activations,
-                       (double)s.stage.rank, (double)s.stage.first_layer, (double)s.stage.num_layers,
-                       (double)t->allocated_bytes, (double)s.workspaces};
-    double* all = (double*)mallocCheck(10 * sizeof(double) * grid.world_size);
-    gather_to_rank0(&grid.world, mine, all, 10);
+    enum { FIELDS = 14 };
+    double mine[FIELDS] = {(double)s.num_params, (double)s.params, (double)s.grads, (double)s.optimizer, (double)s.activations,
+                           (double)s.stage.rank, (double)s.stage.first_layer, (double)s.stage.num_layers,
+                           (double)t->allocated_bytes, (double)s.workspaces, (double)s.num_slots, (double)s.slot_bytes,
+                           (double)s.longest_chunk, (double)s.recompute_bytes};
+    double* all = (double*)mallocCheck(FIELDS * sizeof(double) * grid.world_size);
+    gather_to_rank0(&grid.world, mine, all, FIELDS);
     if (grid.world_rank == 0) {
-        print_memory_header(&s);
+        print_memory_header();
         for (int r = 0; r < grid.world_size; r++) {
-            const double* x = all + 10 * r;
-            StageMemory row = {{(int)x[5], grid.pp_size, (int)x[6], (int)x[7]}, (size_t)x[0], (size_t)x[1], (size_t)x[2],
-                               (size_t)x[3], (size_t)x[4], (size_t)x[9], 0, 0, 0, 0, 0};
+            const double* x = all + FIELDS * r;
+            StageMemory row = {{(int)x[5], grid.pp_size, (int)x[6], (int)x[7], s.stage.chunks, s.stage.round_layers},
+                               (size_t)x[0], (size_t)x[1], (size_t)x[2], (size_t)x[3], (size_t)x[4], (size_t)x[9], 0,
+                               (int)x[10], (int)x[12], (size_t)x[11], (size_t)x[13]};
             row.total = row.params + row.grads + row.optimizer + row.activations + row.workspaces;
             char label[32];
             snprintf(label, sizeof(label), "rank %3d", r);
@@ -660,8 +663,11 @@ static void plan_model(Trainer* t) {
     config_error_anywhere(table_err);
     BuildTarget build = this_build();
     build.flash_attention = runs_flash_attention(a, GPU_BUILD);
-    gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, stage, grid.pp_size,
+    int* slots = (int*)mallocCheck(stage.chunks * sizeof(int));   // what the schedule needs
+    stage_slots(a, grid.pp_rank, slots);
+    gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, stage, slots,
                    grid.dp_size, build);
+    free(slots);
     StageMemory planned = stage_memory(&t->model, stage, grid.dp_size);
     check_memory(&planned, table_flags);
     double model_bytes = GPU_BUILD ? 0.0 : (double)(planned.params + planned.grads + planned.optimizer +
@@ -810,10 +816,10 @@ static StepResult train_step(Trainer* t) {
     activity_phase("forward and backward", t->progress.iteration + 1, -1);
     test_faults_in_step(t);
     // d(loss)/d(token loss), times the loss scale: the backward carries scaled gradients
-    Schedule s = {m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->T * r.global_batch), 0, 0};
-    run_1f1b(&s, num_micro);
+    Schedule s = schedule_for(m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->T * r.global_batch));
+    run_schedule(&s, num_micro);
     r.loss = step_loss(&s, num_micro);
-    r.max_in_flight = s.max_in_flight;
+    r.max_in_flight = s.most_held;
     r.nan_loss = !isfinite(r.loss);
     float lr = learning_rate(&t->lr, t->progress.scheduler_samples);
     activity_phase("optimizer", t->progress.iteration + 1, -1);
@@ -1094,9 +1100,10 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
         double tokens = (double)samples * t->config.model.seq_length;
         printf("summary: %d iterations, %lld samples (%.0f tokens) in %.1f s of training (%.1f s in all): "
                "%.0f tokens/s, %.1f ms per iteration; final lm loss %.4f; peak memory %.2f GiB (rank 0); "
-               "at most %d micro-batch(es) in flight on a pipeline stage\n",
+               "at most %d micro-batch(es) in flight on a pipeline stage%s\n",
                it, samples, tokens, train_seconds, now_seconds() - start, train_seconds > 0 ? tokens / train_seconds : 0.0,
-               it ? 1000.0 * train_seconds / it : 0.0, last_loss, peak_rss_gib(), in_flight);
+               it ? 1000.0 * train_seconds / it : 0.0, last_loss, peak_rss_gib(), in_flight,
+               t->model.num_chunks > 1 ? " (interleaved: a micro-batch counted once in each model chunk it is in)" : "");
         if (t->config.unigram_baseline) {
             double h = data_splits_unigram_entropy(&t->data, t->config.model.vocab_size);
             printf("validation loss %.4f nats/token vs unigram (order-0) entropy of the train split %.4f nats/token: "

@@ -283,7 +283,7 @@ static float train_step_once(Bench* b) {
     int skipped = 0;
     GPT* m = &b->model;
     dev_zero(m->grads, m->num_params_padded * sizeof(float));
-    Schedule s = {m, load_random_batch, b, 1.0f / ((float)m->B * m->T), 0, 0};
+    Schedule s = schedule_for(m, load_random_batch, b, 1.0f / ((float)m->B * m->T));
     run_1f1b(&s, 1);
     float loss = step_loss(&s, 1);
     optimizer_step(m, &b->opt, &b->adam, BENCH_LR, &skipped);
@@ -575,7 +575,8 @@ static size_t planned_arena(GPTConfig c, int B, int T, int method, int core) {
     c.recompute_num_layers = 1;
     c.recompute_attention_core = core;
     GPT m;
-    gpt_plan_model(&m, &c, B, T, 0, 1, even_stage(c.num_layers, 0, 1), 1, 1, this_build());
+    int one_slot = 1;
+    gpt_plan_model(&m, &c, B, T, 0, 1, even_stage(c.num_layers, 0, 1), &one_slot, 1, this_build());
     size_t bytes = m.arena_bytes;
     gpt_free(&m);
     return bytes;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_checkpoint.sh DATA_PREFIX — checkpoints survive anything.
 #   exact resume: stop at step 10, resume, and steps 11-20 are bit-identical to one
-#   uninterrupted run; resumed under other layouts they match within 1e-5; a kill -9 in the
+#   uninterrupted run; resumed under other layouts they match within 1e-5 (interleaved and plain
+#   1F1B resume each other's, the same bits); a kill -9 in the
 #   middle of a save leaves the previous checkpoint loadable; a truncated or bit-flipped
 #   checkpoint and a different model config are refused naming the file, tensor or field;
 #   SIGTERM saves and exits 0; --keep-last rotates; --finetune and --no-load-optim load.
@@ -61,6 +62,52 @@ for resume in "1 4 1 --pp-partition-method type:transformer|embedding" "1 2 2 --
         ok "saved with stages of 1, 2, 1 layers, resumed at ($1,$2,$3) with ${*:4}: steps 11-20 within 1e-5 of one process (worst $w)"
     else bad "saved with uneven stages, resumed at ($1,$2,$3) ${*:4}" "$n steps compared, worst relative difference $w"; fi
 done
+
+# interleaved 1F1B (2 model chunks of 1 layer a stage) and plain 1F1B at (1,2,1): the checkpoint
+# is canonical, and the two schedules compute the same bits, so each saves the very file the
+# other does at step 10, and each resumes the other's: steps 11-20 the same bits both ways, and
+# within 1e-5 of one process
+run first-interleaved 1 2 1 --exit-interval 10 --num-layers-per-virtual-pipeline-stage 1
+run first-plain 1 2 1 --exit-interval 10
+run interleaved-to-plain 1 2 1 --load $B/first-interleaved.ckpt
+run plain-to-interleaved 1 2 1 --load $B/first-plain.ckpt --num-layers-per-virtual-pipeline-stage 1
+read n w <<< "$(worst $B/full.steps $B/interleaved-to-plain.steps)"
+if cmp -s $B/first-interleaved.ckpt/iter_0000010/tensors.bin $B/first-plain.ckpt/iter_0000010/tensors.bin &&
+   cmp -s $B/interleaved-to-plain.steps $B/plain-to-interleaved.steps && [ "$n" -eq 10 ] &&
+   awk -v w="$w" 'BEGIN { exit !(w <= 1e-5) }'; then
+    ok "saved interleaved (v = 2) and resumed plain at (1,2,1), and the reverse: the same checkpoint, the same bits resumed, within 1e-5 of one process (worst $w)"
+else bad "interleaved and plain checkpoints" "$n steps compared, worst $w; checkpoints $(cmp $B/first-interleaved.ckpt/iter_0000010/tensors.bin $B/first-plain.ckpt/iter_0000010/tensors.bin 2>&1 | head -c 100)"; fi
+
+# Sequence parallelism is a way of computing the same model, not another model: metadata.txt
+# records --sequence-parallel (STORED), and a checkpoint moves between runs with it and without.
+# Saved with it at (2,1,1) and resumed with it: bit-identical to 20 uninterrupted steps; loaded
+# the other way round (with it from the (1,1,1) checkpoint above, without it from this one) and
+# saved again with no step between: the same bytes; trained on the other way round: steps 11-20
+# within 1e-5 of the uninterrupted run.
+run sp-full 2 1 1 --sequence-parallel
+run sp-first 2 1 1 --sequence-parallel --exit-interval 10
+run sp-second 2 1 1 --sequence-parallel --load $B/sp-first.ckpt
+if [ "$(cat $B/sp-first.steps $B/sp-second.steps | wc -l)" -eq 20 ] && cat $B/sp-first.steps $B/sp-second.steps | cmp -s - $B/sp-full.steps &&
+   grep -q '^config sequence_parallel 1$' $B/sp-first.ckpt/iter_0000010/metadata.txt; then
+    ok "--sequence-parallel at (2,1,1): metadata.txt records it; stop at step 10 and resume: bit-identical to 20 uninterrupted steps"
+else bad "--sequence-parallel: stop at step 10 and resume" "$(diff <(cat $B/sp-first.steps $B/sp-second.steps) $B/sp-full.steps | head -4)"; fi
+resave() {  # name ckpt flags...: load ckpt (iteration 10), train no step, save again
+    local name=$1 ckpt=$2; shift 2
+    rm -rf $B/$name.ckpt
+    $MPIRUN -np 2 ./train_cpu $flags --tensor-model-parallel-size 2 --train-iters 10 --eval-iters 0 --load $ckpt \
+        --save $B/$name.ckpt "$@" > $B/$name.log 2>&1
+    cmp -s $ckpt/iter_0000010/tensors.bin $B/$name.ckpt/iter_0000010/tensors.bin
+}
+if resave sp-resaved $B/sp-first.ckpt && resave plain-resaved $B/first.ckpt --sequence-parallel; then
+    ok "a checkpoint saved with --sequence-parallel loads without it, and the reverse: saved again, the same bytes"
+else bad "checkpoints between --sequence-parallel and not" "$(grep -m1 -i error $B/sp-resaved.log $B/plain-resaved.log)"; fi
+run sp-then-plain 2 1 1 --load $B/sp-first.ckpt
+run plain-then-sp 2 1 1 --sequence-parallel --load $B/first.ckpt
+read n1 w1 <<< "$(worst $B/sp-full.steps $B/sp-then-plain.steps)"
+read n2 w2 <<< "$(worst $B/full.steps $B/plain-then-sp.steps)"
+if [ "$n1" -eq 10 ] && [ "$n2" -eq 10 ] && awk -v a="$w1" -v b="$w2" 'BEGIN { exit !(a <= 1e-5 && b <= 1e-5) }'; then
+    ok "saved with --sequence-parallel, resumed without it, and the reverse: steps 11-20 within 1e-5 (worst $w1, $w2)"
+else bad "resumed the other way round from --sequence-parallel" "$n1 and $n2 steps compared, worst $w1, $w2"; fi
 
 # corruption: a truncated file, a flipped bit, a different model
 expect_refusal() {  # name needle flags...

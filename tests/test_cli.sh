@@ -107,8 +107,44 @@ expect_error "a recompute method that does not exist" "--recompute-method must b
 expect_error "--recompute-num-layers below 1" "--recompute-num-layers must be at least 1" $base --checkpoint-activations --recompute-num-layers 0
 expect_error "--recompute-num-layers beyond the stage's layers" "--recompute-num-layers 2 is more layers than any pipeline stage holds (the largest: 1 of" \
     $base $full --recompute-method block --recompute-num-layers 2
+
+# sequence parallelism: Megatron-LM's refusals (no tensor parallelism to split over; a sequence
+# the tensor ranks do not divide), one line each; the second planned for 2 ranks by --dry-run,
+# which refuses a layout with the trainer's own line
+expect_error "--sequence-parallel without tensor parallelism" \
+    "--sequence-parallel needs --tensor-model-parallel-size > 1 (cannot use sequence parallelism without tensor parallelism" \
+    $base --sequence-parallel
+expect_error "--sequence-parallel with a sequence TP does not divide" \
+    "--seq-length 15 is not divisible by --tensor-model-parallel-size 2: --sequence-parallel splits each sequence" \
+    --dry-run --world-size 2 --vocab-size 257 --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 15 \
+    --tensor-model-parallel-size 2 --sequence-parallel
 expect_error "--checkpoint-activations with the block method" "--checkpoint-activations is --recompute-granularity full --recompute-method uniform" \
     $base --checkpoint-activations --recompute-method block
+
+# interleaved 1F1B: Megatron-LM's refusals, one line each (a dry run of 2 ranks at PP 2: the flags
+# are checked as the trainer checks them, and no ranks are needed)
+pp2="--dry-run --world-size 2 --vocab-size 257 --num-layers 4 --hidden-size 16 --num-attention-heads 2 --seq-length 16
+     --pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 4"
+N="--num-layers-per-virtual-pipeline-stage"
+expect_error "interleaving: both of its flags" "give --num-layers-per-virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank, not both" \
+    $pp2 $N 1 --num-virtual-stages-per-pipeline-rank 2
+expect_error "interleaving without a pipeline" "--num-layers-per-virtual-pipeline-stage: the interleaved schedule needs --pipeline-model-parallel-size > 1" \
+    $pp2 $N 1 --pipeline-model-parallel-size 1 --world-size 1
+expect_error "interleaving: N that does not divide a stage's layers" "--num-layers-per-virtual-pipeline-stage 3 does not divide the 4 layers of each pipeline stage (--num-layers 8 over --pipeline-model-parallel-size 2)" \
+    $pp2 --num-layers 8 $N 3
+expect_error "interleaving: N with uneven stages names the flag for them" "--num-layers-per-virtual-pipeline-stage needs stages of equal layers, but stage 1 holds 4 and stage 0 2: uneven stages take --num-virtual-stages-per-pipeline-rank" \
+    $pp2 --num-layers 6 --decoder-first-pipeline-num-layers 2 $N 1
+expect_error "interleaving: v that does not divide an uneven stage's layers" "--num-virtual-stages-per-pipeline-rank 2: stage 0's 3 layer(s) do not split into 2 model chunks" \
+    $pp2 --num-layers 6 --decoder-first-pipeline-num-layers 3 --num-virtual-stages-per-pipeline-rank 2
+expect_error "interleaving: a stage with no layers" "--num-virtual-stages-per-pipeline-rank 2: stage 1's 0 layer(s) do not split" \
+    $pp2 --pipeline-model-parallel-size 3 --world-size 3 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 2 \
+    --num-virtual-stages-per-pipeline-rank 2
+expect_error "interleaving: micro-batches not a multiple of PP" "--global-batch-size 6 makes 3 micro-batches per pipeline (micro-batch 2 x data-parallel size 1), not a multiple of --pipeline-model-parallel-size 2" \
+    $pp2 --micro-batch-size 2 --global-batch-size 6 $N 1
+expect_error "interleaving: a ramp-up batch whose micro-batches are not a multiple of PP" "--rampup-batch-size: batch size 5 on the ramp makes 5 micro-batches per pipeline" \
+    $pp2 --global-batch-size 8 --rampup-batch-size 2 3 100 --train-samples 1000 $N 1
+expect_error "interleaving: --recompute-num-layers counts a model chunk's layers" "--recompute-num-layers 2 is more layers than any pipeline stage holds (the largest: 1 of --num-layers 4 over --pipeline-model-parallel-size 2, in 2 model chunks a stage)" \
+    $pp2 --checkpoint-activations --recompute-num-layers 2 $N 1
 
 if ./train_cpu --help > "$tmp/help" 2>&1 && grep -q -- "--num-layers" "$tmp/help"; then ok "--help lists the flags"
 else bad "--help lists the flags" "$(head -3 "$tmp/help")"; fi

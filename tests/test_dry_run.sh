@@ -60,6 +60,29 @@ compare tp2-pp2-recompute-block 2 2 1 --recompute-granularity full --recompute-m
 compare tp2-pp2-selective 2 2 1 --recompute-activations
 compare bloom-tp2-pp2 2 2 1 --position-embedding-type alibi --embed-layernorm --global-batch-size 8
 compare first-last-layers 1 3 1 --num-layers 6 --decoder-first-pipeline-num-layers 1 --decoder-last-pipeline-num-layers 1
+# interleaved 1F1B: each model chunk's slots as the schedule counts them (v = 2 at (2,2,1); an uneven
+# split of 6 layers, 2 + 4, in 2 chunks each, recomputed)
+compare interleaved-tp2-pp2 2 2 1 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 16
+compare interleaved-uneven-recompute 1 2 1 --num-layers 6 --decoder-first-pipeline-num-layers 2 \
+    --num-virtual-stages-per-pipeline-rank 2 --checkpoint-activations --global-batch-size 8
+
+compare tp2-pp2-dp2-sequence-parallel-recompute 2 2 2 --global-batch-size 8 --sequence-parallel --checkpoint-activations
+
+# one layer's activations for one micro-batch, without and with --sequence-parallel, against
+# what layout_layer takes, written out: every buffer rounded up to 256 bytes; at TP 2 (CPU
+# build: fp32, the probabilities kept) N = 2 x 16 rows, R = N or N / 2 residual rows
+layer_bytes() {  # R: the residual rows
+    awk -v R=$1 'function take(b) { return int((b + 255) / 256) * 256 }
+        BEGIN { N = 32; C = 32; Cl = 16; Fl = 64; x = 4
+                s = take(R * C * x) + 2 * take(R * 4) + take(N * 3 * Cl * x) + take(N * Cl * x) + take(2 * 2 * 16 * 16 * x)
+                s += take(R * C * x) + take(R * C * x) + 2 * take(R * 4) + 2 * take(N * Fl * x) + take(R * C * x)
+                print s }'
+}
+./train_cpu --dry-run --dry-run-build cpu --world-size 2 $model --tensor-model-parallel-size 2 > $B/layer.plan 2>&1
+want="activations of one layer for one micro-batch: $(layer_bytes 32) bytes (0.04 MiB); with --sequence-parallel $(layer_bytes 16) bytes"
+if grep -qF "$want" $B/layer.plan; then
+    ok "one layer's activations at TP 2: $(layer_bytes 32) bytes, $(layer_bytes 16) with --sequence-parallel (the residual rows halved)"
+else bad "one layer's activations" "want '$want': $(grep -m1 '^activations of one layer' $B/layer.plan)"; fi
 
 # the last line's fixed form: 4 micro-batches per pipeline over PP 2: bubble 1/5
 ./train_cpu --dry-run --world-size 8 $model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \

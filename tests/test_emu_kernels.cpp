@@ -161,6 +161,27 @@ static void test_residual(void) {
     }
 }
 
+// out[n] += table[(first_row + n) % period]: a bias (period 1; its gradient through the column
+// sums' chunks) and positions from the middle of a sequence (period T); C = 70 and 64 as the encoder's
+static void test_rows_add(int C) {
+    const int N = 37, T = 11, first_row = 16;
+    for (int period : {1, T}) {
+        Vec base = random_vec((size_t)N * C, 1, true), table = random_vec((size_t)period * C, 1, true), want = base;
+        rows_add_forward_cpu(want.data(), table.data(), N, C, first_row, period);
+        floatX *d_out = to_dev_x(base), *d_table = to_dev_x(table);
+        rows_add_forward(d_out, d_table, N, C, first_row, period);
+        std::string name = "rows_add_forward period " + std::to_string(period) + " C=" + std::to_string(C);
+        compare(name.c_str(), from_dev_x(d_out, (size_t)N * C), want, X_OUT);
+        Vec dout = random_vec((size_t)N * C, 1, true), dtable = random_vec(table.size(), 1, false);   // += into dtable
+        floatX* d_dout = to_dev_x(dout);
+        float *d_dtable = to_dev_f(dtable), *d_partials = (float*)dev_malloc(bias_grad_partials(this_build(), N, C) * sizeof(float));
+        rows_add_backward_cpu(dtable.data(), dout.data(), N, C, first_row, period);
+        rows_add_backward(d_dtable, d_partials, d_dout, N, C, first_row, period);
+        name = "rows_add_backward period " + std::to_string(period) + " C=" + std::to_string(C);
+        compare(name.c_str(), from_dev_f(d_dtable, dtable.size()), dtable, FP32_OUT);
+    }
+}
+
 // residual = a + b and out = LayerNorm(residual) in one kernel, against the two references;
 // in place (residual == a), as the model calls it
 static void test_residual_layernorm(int C) {
@@ -923,6 +944,8 @@ int main(int argc, char** argv) {
     test_encoder(70);
     test_encoder(64);
     test_residual();
+    test_rows_add(70);
+    test_rows_add(64);
     test_layernorm();
     test_residual_layernorm(77);
     test_residual_layernorm(264);

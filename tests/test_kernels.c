@@ -214,6 +214,46 @@ static void test_residual(void) {
 }
 
 // ----------------------------------------------------------------------------
+// rows_add: out[n] += table[(first_row + n) % period] (sequence parallelism's bias and
+// position adds on a rank's rows of the residual stream)
+
+typedef struct { double *table, *base, *R, *out; int N, C, first_row, period; } RowsAddCase;
+
+static double rows_add_loss(const void* p) {
+    const RowsAddCase* e = p;
+    for (int n = 0; n < e->N; n++)
+        for (int c = 0; c < e->C; c++)
+            e->out[n * e->C + c] = e->base[n * e->C + c] + e->table[((e->first_row + n) % e->period) * e->C + c];
+    return dot(e->out, e->R, (size_t)e->N * e->C);
+}
+
+// period 1: a bias; period 11 from row 16: positions of the second of three ranks' rows, which
+// start mid-sequence and wrap into the next sequence
+static void test_rows_add(int first_row, int period) {
+    const int N = 37, C = 45;
+    char name[128];
+    float* table = random_floats((size_t)period * C, -1, 1);
+    float* base = random_floats((size_t)N * C, -1, 1);
+    float* R = random_floats((size_t)N * C, -1, 1);
+    RowsAddCase e = {doubles_of(table, (size_t)period * C), doubles_of(base, (size_t)N * C), doubles_of(R, (size_t)N * C),
+                     new_doubles((size_t)N * C), N, C, first_row, period};
+    float* out = copy_floats(base, (size_t)N * C);
+    rows_add_forward_cpu(out, table, N, C, first_row, period);
+    rows_add_loss(&e);
+    snprintf(name, sizeof name, "rows_add_forward (rows from %d, period %d)", first_row, period);
+    expect_close(name, out, NULL, e.out, (size_t)N * C, 1e-7);   // one fp32 add: <= u
+    // the gradient adds onto what is there (gradients accumulate over micro-batches)
+    float* dtable = random_floats((size_t)period * C, -1, 1);
+    float* before = copy_floats(dtable, (size_t)period * C);
+    rows_add_backward_cpu(dtable, R, N, C, first_row, period);
+    double* fd = new_doubles((size_t)period * C);
+    finite_diff(fd, e.table, (size_t)period * C, rows_add_loss, &e);
+    snprintf(name, sizeof name, "rows_add_backward accumulates dtable (rows from %d, period %d)", first_row, period);
+    expect_close(name, dtable, before, fd, (size_t)period * C, FD_TOL);
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
 // LayerNorm: out = (x - mean) / sqrt(var + 1e-5) * weight + bias, var biased (divides by C)
 
 typedef struct { double *inp, *weight, *bias, *R, *out, *mean, *rstd; int N, C; } LayerNormCase;
@@ -829,6 +869,8 @@ int main(int argc, char** argv) {
     test_encoder(20, 17, 0);  // a vocab-parallel slice; wpe added by another rank
     test_encoder(20, 17, 1);
     test_residual();
+    test_rows_add(0, 1);
+    test_rows_add(16, 11);
     test_layernorm();
     test_matmul();
     test_alibi_slopes();

@@ -482,9 +482,209 @@ static void memory_table_is_the_arena(const char* data_prefix) {
           "%.1f MiB vs %.1f MiB", arena[1], arena[0]);
 }
 
-// Model FLOPs against the closed forms for F = 4h (Narayanan et al. 2021): three passes
-// 72 B s l h^2 (1 + s/6h + V/12lh); every layer recomputed 96 B s l h^2 (1 + s/6h + V/16lh);
-// block adds one layer forward per recomputed layer: N of each stage, all of a smaller stage's
+// ----------------------------------------------------------------------------
+// the pipeline schedule, walked without a model for every stage of a pipeline (step.h's own
+// functions, as the trainer and schedule_slots run them)
+
+#define MAX_EVENTS 8192
+typedef struct {
+    TraceEvent event;
+    Work w;
+    int exchange;   // the exchange it belongs to (messages), or the exchanges before it (work)
+} Event;
+typedef struct {
+    Event e[MAX_EVENTS];
+    int n, exchanges, overflow;
+} StageWalk;
+
+static void record_event(void* ctx, TraceEvent event, Work w) {
+    StageWalk* t = (StageWalk*)ctx;
+    if (event == TRACE_EXCHANGE) t->exchanges++;
+    Event x = {event, w, t->exchanges - 1};
+    if (t->n < MAX_EVENTS) t->e[t->n++] = x;
+    else t->overflow = 1;
+}
+
+static void walk_stage(StageWalk* t, int stage, int stages, int chunks, int M, int forward_only) {
+    memset(t, 0, sizeof(*t));
+    Schedule s = {NULL, NULL, NULL, 0.0f, stage, stages, chunks, -1, 0, 0, record_event, t};
+    if (forward_only) run_forward_only(&s, M);
+    else run_schedule(&s, M);
+}
+
+// A message as its receiver sees it: from which stage, activation or gradient, for which work
+typedef struct {
+    int from, gradient, micro, chunk, exchange;
+} Message;
+
+// each stage's messages, sent (to each peer) and received (from each peer), in posting order
+typedef struct {
+    Message* sent[8][8];   // [from][to]
+    Message* got[8][8];    // [to][from]
+    int num_sent[8][8], num_got[8][8];
+} Messages;
+
+static void add_message(Message** list, int* n, Message m) {
+    *list = (Message*)reallocCheck(*list, (*n + 1) * sizeof(Message));
+    (*list)[(*n)++] = m;
+}
+
+// The stages' messages from their walks. A sent activation of chunk c from the last stage
+// feeds chunk c + 1 of the first; a gradient of chunk c from the first stage, chunk c - 1 of the last.
+static void collect_messages(const StageWalk* walks, int P, Messages* out) {
+    memset(out, 0, sizeof(*out));
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < walks[p].n; i++) {
+            const Event* e = &walks[p].e[i];
+            int next = (p + 1) % P, prev = (p + P - 1) % P;
+            Message m = {p, 0, e->w.micro, e->w.chunk, e->exchange};
+            if (e->event == TRACE_TO_NEXT) {
+                m.chunk += p == P - 1;
+                add_message(&out->sent[p][next], &out->num_sent[p][next], m);
+            } else if (e->event == TRACE_TO_PREV) {
+                m.gradient = 1;
+                m.chunk -= p == 0;
+                add_message(&out->sent[p][prev], &out->num_sent[p][prev], m);
+            } else if (e->event == TRACE_FROM_PREV) {
+                m.from = prev;
+                add_message(&out->got[p][prev], &out->num_got[p][prev], m);
+            } else if (e->event == TRACE_FROM_NEXT) {
+                m.from = next;
+                m.gradient = 1;
+                add_message(&out->got[p][next], &out->num_got[p][next], m);
+            }
+        }
+}
+
+static void free_messages(Messages* ms) {
+    for (int a = 0; a < 8; a++)
+        for (int b = 0; b < 8; b++) {
+            free(ms->sent[a][b]);
+            free(ms->got[a][b]);
+        }
+}
+
+// Do the exchanges run to the end, each waiting for its peers to post what it sends to and
+// receives from them (a send completes only once its receive is posted, as NCCL's and MPI's
+// large messages)? Each stage's k-th message to a peer is the peer's k-th from it.
+static int runs_to_the_end(const StageWalk* walks, const Messages* ms, int P) {
+    int at[8] = {0}, progress = 1;
+    while (progress) {
+        progress = 0;
+        for (int p = 0; p < P; p++) {
+            if (at[p] >= walks[p].exchanges) continue;
+            int ready = 1;
+            for (int q = 0; q < P && ready; q++) {
+                for (int k = 0; k < ms->num_sent[p][q] && ready; k++)   // my k-th send to q: q's k-th receive from me
+                    if (ms->sent[p][q][k].exchange == at[p] && ms->got[q][p][k].exchange > at[q]) ready = 0;
+                for (int k = 0; k < ms->num_got[p][q] && ready; k++)
+                    if (ms->got[p][q][k].exchange == at[p] && ms->sent[q][p][k].exchange > at[q]) ready = 0;
+            }
+            if (ready) {
+                at[p]++;
+                progress = 1;
+            }
+        }
+    }
+    for (int p = 0; p < P; p++)
+        if (at[p] < walks[p].exchanges) return 0;
+    return 1;
+}
+
+// For every stage of P with v chunks and M micro-batches, training and forward-only: each
+// (micro-batch, chunk) runs forward once and backward once after it (the head's backward right
+// after its forward: the logits hold one micro-batch), every message one stage sends is the
+// one its peer receives (the same micro-batch, the next virtual stage, in the same order: NCCL
+// and MPI match a pair's messages in posting order, the two kinds one queue where both
+// neighbours are one rank at PP 2), and the exchanges run to the end without a deadlock.
+static void schedule_walks_pair_up(void) {
+    int cases[][3] = {{2, 1, 1}, {2, 1, 5}, {4, 1, 3}, {4, 1, 8}, {2, 2, 2}, {2, 2, 4}, {2, 3, 2}, {2, 3, 8},
+                      {3, 2, 3}, {3, 2, 9}, {4, 2, 4}, {4, 2, 8}, {4, 3, 12}, {4, 4, 16}, {8, 2, 8}, {8, 3, 16}};
+    int bad_work = 0, bad_pairs = 0, deadlocks = 0, walks_done = 0;
+    char first_bad[256] = "";
+    StageWalk* walks = (StageWalk*)mallocCheck(8 * sizeof(StageWalk));
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        int P = cases[k][0], v = cases[k][1], M = cases[k][2];
+        for (int forward_only = 0; forward_only <= 1; forward_only++) {
+            for (int p = 0; p < P; p++) walk_stage(&walks[p], p, P, v, M, forward_only);
+            for (int p = 0; p < P; p++) {   // every work once, its backward after its forward
+                int* done = (int*)callocCheck(M * v, sizeof(int));   // 1 forward, 2 backward
+                int wrong = walks[p].overflow, last_forward = -1;
+                for (int i = 0; i < walks[p].n; i++) {
+                    const Event* e = &walks[p].e[i];
+                    if (e->event != TRACE_FORWARD && e->event != TRACE_BACKWARD) continue;
+                    int* d = &done[e->w.micro * v + e->w.chunk], want = e->event == TRACE_FORWARD ? 0 : 1;
+                    if (*d != want) wrong = 1;
+                    *d = want + 1;
+                    int head = p == P - 1 && e->w.chunk == v - 1;
+                    if (head && e->event == TRACE_BACKWARD && last_forward != e->w.micro) wrong = 1;
+                    if (head) last_forward = e->event == TRACE_FORWARD ? e->w.micro : -1;
+                }
+                for (int j = 0; j < M * v; j++) wrong |= done[j] != (forward_only ? 1 : 2);
+                free(done);
+                if (wrong && !first_bad[0]) snprintf(first_bad, sizeof first_bad, "P %d v %d M %d stage %d%s", P, v, M, p,
+                                                     forward_only ? " (forwards only)" : "");
+                bad_work += wrong;
+            }
+            Messages ms;
+            collect_messages(walks, P, &ms);
+            for (int a = 0; a < P; a++)
+                for (int b = 0; b < P; b++) {
+                    int same = ms.num_sent[a][b] == ms.num_got[b][a];
+                    for (int i = 0; same && i < ms.num_sent[a][b]; i++) {
+                        const Message *s = &ms.sent[a][b][i], *g = &ms.got[b][a][i];
+                        same = s->gradient == g->gradient && s->micro == g->micro && s->chunk == g->chunk;
+                    }
+                    if (!same && !first_bad[0]) snprintf(first_bad, sizeof first_bad, "P %d v %d M %d: stage %d to %d",
+                                                         P, v, M, a, b);
+                    bad_pairs += !same;
+                }
+            int ends = runs_to_the_end(walks, &ms, P);
+            if (!ends && !first_bad[0]) snprintf(first_bad, sizeof first_bad, "P %d v %d M %d deadlocks", P, v, M);
+            deadlocks += !ends;
+            free_messages(&ms);
+            walks_done++;
+        }
+    }
+    free(walks);
+    check(bad_work == 0 && bad_pairs == 0 && deadlocks == 0,
+          "the pipeline schedule, plain and interleaved, PP 2 to 8, v 1 to 4, training and forwards only (32 walks of "
+          "every stage): every work once, each message sent is the one received, in order, and no exchange deadlocks",
+          "%d stage(s) with wrong work, %d pair(s) of stages whose messages differ, %d deadlock(s) (first: %s)", bad_work,
+          bad_pairs, deadlocks, first_bad);
+    (void)walks_done;
+}
+
+// The slots each chunk needs: plain 1F1B min(P - p, M) on stage p (the arena held P before);
+// interleaved at P 4, v 2, M 8 (Narayanan et al.'s Fig. 4, drawn in docs/parallelism.md): a
+// micro-batch's slot is taken when its input arrives (Megatron-LM's receives: on stage p > 0 the
+// next forward's, on stage 0 the last stage's output of P - 1 forwards back) and freed by its
+// backward. Stages 0 and 1 forward all 8 micro-batches of chunk 0 before its first backward;
+// stage 3 alternates the head's forward and backward (1 slot) and holds chunk 0's micro-batches
+// 0-4 when B0 of chunk 0 runs after F4. Megatron-LM holds 11 on stage 0 at once (its warm-up
+// + 1); a slot per chunk takes the sum of the chunks' peaks, 12.
+static void schedule_slot_counts(void) {
+    int plain_ok = 1;
+    for (int P = 1; P <= 4; P++)
+        for (int M = 1; M <= 6; M++)
+            for (int p = 0; p < P; p++) {
+                int slots[1] = {1};
+                schedule_slots(p, P, 1, M, 0, slots);
+                plain_ok &= slots[0] == (P - p < M ? P - p : M);
+            }
+    check(plain_ok, "plain 1F1B: stage p of P needs min(P - p, M) micro-batch slots, for P 1-4 and M 1-6",
+          "a count differs");
+    int want[4][2] = {{8, 4}, {8, 4}, {7, 3}, {5, 1}}, got[4][2], ok = 1;
+    for (int p = 0; p < 4; p++) {
+        got[p][0] = got[p][1] = 1;
+        schedule_slots(p, 4, 2, 8, 0, got[p]);
+        ok &= got[p][0] == want[p][0] && got[p][1] == want[p][1];
+    }
+    check(ok, "interleaved 1F1B at P 4, v 2, M 8: slots per chunk 8+4, 8+4, 7+3, 5+1 on stages 0-3",
+          "got %d+%d, %d+%d, %d+%d, %d+%d", got[0][0], got[0][1], got[1][0], got[1][1], got[2][0], got[2][1], got[3][0],
+          got[3][1]);
+}
+
 static void flops_formulas(void) {
     Config a;
     set_defaults(&a);
@@ -663,6 +863,8 @@ int main(int argc, char** argv) {
     overfit_one_batch();
     checkpoint_without_trainer();
     recompute_same_bits();
+    schedule_walks_pair_up();
+    schedule_slot_counts();
     flops_formulas();
     if (argc > 1) {
         same_seed_same_losses(argv[1]);

@@ -9,7 +9,9 @@ hold it against the single-process run.
       per rank, most micro-batches in flight, bytes sent per step in each group); prints PASS /
       FAIL lines for what only the live grid can check: replicated tensors identical on every
       tensor rank, the two copies of the tied embedding identical, at most PP micro-batches in
-      flight.
+      flight and min(PP - p, M) slots on stage p (plain 1F1B); and OUT.order, the last step's
+      forwards and backwards on each stage in the order they ran ("stage 0: F0a F1a ... B7b",
+      a, b, ... the model chunks).
   test_parallel --fail-rank R OUT [flags]          the same, but world rank R fails after step 2
       (the whole job must end, naming the rank, its host and grid coordinates)
   test_parallel --compare REF RUN NAME              PASS / FAIL: RUN's losses and grad norms
@@ -61,6 +63,17 @@ static int sum_over_world(int x) {
     return x;
 }
 
+// --order: each step's forwards and backwards on this rank, "F3a" for micro-batch 3's forward
+// through model chunk 0 (b, c, ... the next chunks), as docs/parallelism.md draws them
+static char order_now[16384], order_last[16384];
+static void record_order(void* ctx, TraceEvent event, Work w) {
+    (void)ctx;
+    size_t used = strlen(order_now);
+    if (event == TRACE_FORWARD || event == TRACE_BACKWARD)
+        snprintf(order_now + used, sizeof(order_now) - used, "%s%c%d%c", used ? " " : "", event == TRACE_FORWARD ? 'F' : 'B',
+                 w.micro, 'a' + w.chunk);
+}
+
 typedef struct {
     FILE* steps;
     int most_in_flight;
@@ -74,17 +87,21 @@ static void record_step(const Trainer* t, const StepResult* r, void* ctx) {
     if (rec->steps) fprintf(rec->steps, "%d %.17g %.17g %d\n", t->progress.iteration, r->loss, r->grad_norm, r->global_batch);
     if (r->max_in_flight > rec->most_in_flight) rec->most_in_flight = r->max_in_flight;
     int micro = r->global_batch / t->batch.micro_batch_times_dp, want = grid.pp_size < micro ? grid.pp_size : micro;
-    if (grid.pp_rank == 0 && r->max_in_flight != want && !rec->wrong_peak_step) {   // stage 0 holds the most
+    int plain = t->model.num_chunks == 1;   // (interleaved: tests/test_model.c counts the slots)
+    if (plain && grid.pp_rank == 0 && r->max_in_flight != want && !rec->wrong_peak_step) {   // stage 0 holds the most
         rec->wrong_peak_step = t->progress.iteration;
         rec->wrong_peak = r->max_in_flight;
         rec->wanted_peak = want;
     }
     for (int k = 0; k < 4; k++) rec->comm_last[k] = r->comm[k];
+    memcpy(order_last, order_now, sizeof(order_now));   // (an evaluation's forwards would come first)
+    order_now[0] = '\0';
     if (rec->fail_rank == grid.world_rank && t->progress.iteration == 2) fail("injected failure after step 2 (test)");
 }
 
 static int record(const char* out, int fail_rank, int argc, char** argv) {
     Trainer* t = (Trainer*)callocCheck(1, sizeof(Trainer));
+    schedule_trace = record_order;
     trainer_setup(t, argc, argv);
     char path[4096], ckpt[4096];
     snprintf(ckpt, sizeof(ckpt), "%s.ckpt", out);
@@ -99,15 +116,35 @@ static int record(const char* out, int fail_rank, int argc, char** argv) {
 
     int replicated = sum_over_world(replicated_tensors_differ(&t->model));
     int tied = sum_over_world(tied_copies_differ(&t->model));
-    int worst = most_in_flight;
+    int worst = most_in_flight, plain = t->model.num_chunks == 1;
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    // the arena's slots: stage p of P needs min(P - p, M) for the largest step's M micro-batches
+    int M = t->config.global_batch_size / t->batch.micro_batch_times_dp, P = grid.pp_size;
+    int wrong_slots = sum_over_world(plain && t->model.num_slots != (P - grid.pp_rank < M ? P - grid.pp_rank : M));
     if (grid.world_rank == 0) {   // rank 0 is stage 0: in a step of M micro-batches it holds min(P, M) at the peak
         check(replicated == 0, "replicated LayerNorm and bias tensors identical on every tensor rank", "%d differ", replicated);
         check(tied == 0, "the tied embedding's two copies are identical", "%d ranks differ", tied);
-        check(worst <= grid.pp_size && !rec.wrong_peak_step, "1F1B keeps at most PP micro-batches in flight, and stage 0 "
-              "min(PP, micro-batches) at every step's peak", "most in flight %d, PP %d; step %d: stage 0 held %d, want %d",
-              worst, grid.pp_size, rec.wrong_peak_step, rec.wrong_peak, rec.wanted_peak);
+        if (plain) {
+            check(worst <= grid.pp_size && !rec.wrong_peak_step, "1F1B keeps at most PP micro-batches in flight, and stage 0 "
+                  "min(PP, micro-batches) at every step's peak", "most in flight %d, PP %d; step %d: stage 0 held %d, want %d",
+                  worst, grid.pp_size, rec.wrong_peak_step, rec.wrong_peak, rec.wanted_peak);
+            check(wrong_slots == 0, "each stage p's arena holds min(PP - p, micro-batches) slots, what 1F1B needs",
+                  "%d rank(s) hold another count", wrong_slots);
+        }
     }
+
+    // the last step's order of forwards and backwards on each stage, "stage P: F0a F1a ..."
+    size_t bytes;
+    char* orders = (char*)gather_bytes_to_rank0(&grid.world, order_last, (int)sizeof(order_last), &bytes);
+    snprintf(path, sizeof(path), "%s.order", out);
+    if (grid.world_rank == 0) {
+        FILE* f = fopen(path, "w");
+        for (int r = 0; r < grid.world_size; r++)   // the ranks of tensor and data rank 0: one per stage
+            if (r % (grid.tp_size * grid.dp_size) == 0) fprintf(f, "stage %d: %s\n", r / (grid.tp_size * grid.dp_size),
+                                                               orders + (size_t)r * sizeof(order_last));
+        fclose(f);
+    }
+    free(orders);
 
     // facts for the script: the Adam moments' bytes, micro-batches in flight, rank 0's bytes per group
     snprintf(path, sizeof(path), "%s.info", out);

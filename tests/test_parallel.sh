@@ -2,7 +2,9 @@
 # tests/test_parallel.sh DATA_PREFIX — every parallel layout trains exactly like one process.
 # A tiny model with gradient accumulation and batch-size ramp-up trains 22 steps under each
 # (TP, PP, DP) layout; losses and grad norms at every step and the final weights must match
-# the (1,1,1) run within 1e-5 relative (tests/test_parallel.c records and compares). Also:
+# the (1,1,1) run within 1e-5 relative (tests/test_parallel.c records and compares), with
+# sequence parallelism too (TP 2 and 4, ALiBi with the embedding LayerNorm), the interleaved
+# schedule's layouts too, bit for bit as plain 1F1B's, in its order. Also:
 # the same layout twice is bit-identical, so is each layout with activation recomputation,
 # optimizer state shrinks as 1/DP, the communication counters match the ring formulas, and a
 # grid that does not fit is refused.
@@ -34,7 +36,11 @@ record() {  # name tp pp dp [extra flags]
 
 # Activation recomputation changes no value: each layout runs again with one of its forms
 # (every method, chunk lengths that divide a stage's layers and one that does not), and its
-# losses, grad norms, weights and optimizer state must be the same bits.
+# losses, grad norms, weights and optimizer state must be the same bits. A layout marked "sp"
+# runs with --sequence-parallel (Korthikanti et al. 2022: the LayerNorm and residual rows split
+# over the tensor ranks, whose recomputed chunks keep 1/TP of their input): at (2,2,2) its
+# recomputing run also reduces and gathers the DP buckets during the step (at DP 2 the same
+# bits), where the replicated tensors' gradients are summed over TP as each layer's turn comes.
 same_bits() {  # name run recomputed-run flags
     if cmp -s $B/$2.steps $B/$3.steps && [ "$(wc -l < $B/$2.steps)" -ge 20 ] &&
        cmp -s $B/$2.ckpt/iter_0000022/tensors.bin $B/$3.ckpt/iter_0000022/tensors.bin; then
@@ -53,17 +59,23 @@ runs=("1 1 1|--checkpoint-activations"                    # one process: every l
       "2 2 1|$full block --recompute-num-layers 1"
       "2 1 2|$full uniform --recompute-num-layers 3"
       "1 2 2|--checkpoint-activations --recompute-num-layers 2"
-      "2 2 2|$full uniform --recompute-num-layers 2")
+      "2 2 2|$full uniform --recompute-num-layers 2"
+      "4 1 1 sp|$full block --recompute-num-layers 2"
+      "2 2 2 sp|--checkpoint-activations --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 600")
 for run in "${runs[@]}"; do
     recompute=${run#*|}
     set -- ${run%%|*}
-    name="tp$1-pp$2-dp$3"
+    name="tp$1-pp$2-dp$3${4:+-sp}" sp=${4:+--sequence-parallel}
     [ "$name" = tp1-pp1-dp1 ] && name=ref
-    record $name $1 $2 $3
-    [ $name = ref ] || $B/../test_parallel --compare $B/ref $B/$name "($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
-    record $name-recompute $1 $2 $3 $recompute
-    same_bits "($1,$2,$3)" $name $name-recompute "$recompute"
+    record $name $1 $2 $3 $sp
+    [ $name = ref ] || $B/../test_parallel --compare $B/ref $B/$name "($1,$2,$3)${sp:+ $sp}" $flags | grep -E '^(PASS|FAIL)'
+    record $name-recompute $1 $2 $3 $sp $recompute
+    same_bits "($1,$2,$3)${sp:+ $sp}" $name $name-recompute "$recompute"
 done
+# and selective recomputation with sequence parallelism (the probabilities again from the kept
+# qkv of every row): the same bits
+record tp2-pp2-dp2-sp-selective 2 2 2 --sequence-parallel --recompute-granularity selective
+same_bits "(2,2,2) --sequence-parallel" tp2-pp2-dp2-sp tp2-pp2-dp2-sp-selective "--recompute-granularity selective"
 
 # Uneven pipeline stages (4 layers): BigScience's split counting the embedding and the tied
 # output layer as one layer each (over 3 stages: 1, 2, 1; over 4: 1, 2, 1, 0, the last stage
@@ -114,6 +126,9 @@ same_bits "ALiBi (2,2,2)" bloom-tp2-pp2-dp2 bloom-tp2-pp2-dp2-recompute --checkp
 # attention probabilities again in its backward, ALiBi's slopes included; the same bits
 record bloom-tp2-pp2-dp2-selective 2 2 2 --recompute-granularity selective
 same_bits "ALiBi (2,2,2)" bloom-tp2-pp2-dp2 bloom-tp2-pp2-dp2-selective "--recompute-granularity selective"
+# and with sequence parallelism: no position table, the embedding LayerNorm on each rank's rows
+record bloom-tp2-pp1-dp1-sp 2 1 1 --sequence-parallel
+$B/../test_parallel --compare $B/bloom-ref $B/bloom-tp2-pp1-dp1-sp "ALiBi (2,1,1) --sequence-parallel" $flags | grep -E '^(PASS|FAIL)'
 flags=$learned_flags
 # and on the learned-position model, over uneven stages (the last holding only the head)
 record uneven-te4-selective 1 4 1 --pp-partition-method 'type:transformer|embedding' --recompute-activations
@@ -141,6 +156,58 @@ $B/../test_parallel --compare $B/ref $B/tp1-pp1-dp4-overlap "(1,1,4) $both" $fla
 record tp1-pp2-dp2-overlap 1 2 2 $both   # the default bucket: one per stage
 same_bits "(1,2,2)" tp1-pp2-dp2 tp1-pp2-dp2-overlap "$both (the default bucket size)"
 
+# Interleaved 1F1B (Megatron-LM's virtual pipeline stages): each stage holds v model chunks,
+# virtual stage c x PP + p holding the c-th round of the layers. The same kernels on the same
+# inputs, each chunk's micro-batches backward in order 0..M-1 (so every gradient adds its terms in
+# the plain schedule's order), and the head's losses summed in that order too: the very bits of
+# plain 1F1B on the same (TP, PP, DP), and so one process's within the tolerance. v = 2 over 4
+# layers at (1,2,1) with recomputation (the bits of plain 1F1B without it) and at (2,2,2) with
+# the DP overlaps (the ramp's 4 micro-batches at DP 2 are 2 = PP: every stage but the last warms
+# up with all its forwards); over 6 layers against a 6-layer one process, v = 3, and an uneven
+# split (2 + 4 layers, 2 chunks each) with recomputation, the same bits as v = 3 (at TP 1 and
+# DP 1 every PP 2 split and schedule computes the same sums in the same order).
+N="--num-layers-per-virtual-pipeline-stage"
+interleaved() {  # name tp pp dp same-bits-run flags...: one process's tolerance, another run's bits
+    local name=$1 tp=$2 pp=$3 dp=$4 same=$5; shift 5
+    record $name $tp $pp $dp "$@"
+    $B/../test_parallel --compare $B/$ref $B/$name "$layers layers ($tp,$pp,$dp) $*" $flags | grep -E '^(PASS|FAIL)'
+    [ -z "$same" ] || same_bits "$layers layers ($tp,$pp,$dp), against the run $same," $same $name "$*"
+}
+ref=ref layers=4
+interleaved vpp2-tp1-pp2-dp1-recompute 1 2 1 tp1-pp2-dp1 $N 1 $full uniform --recompute-num-layers 1
+interleaved vpp2-tp2-pp2-dp2-overlap 2 2 2 tp2-pp2-dp2-overlap $N 1 $both --ddp-bucket-size 600
+four_layers=$flags
+flags=${flags/--num-layers 4/--num-layers 6}
+ref=ref6 layers=6
+record ref6 1 1 1
+interleaved vpp3-tp1-pp2-dp1 1 2 1 "" $N 1
+interleaved vpp2-uneven-recompute 1 2 1 vpp3-tp1-pp2-dp1 --decoder-first-pipeline-num-layers 2 \
+    --num-virtual-stages-per-pipeline-rank 2 $full block --recompute-num-layers 1
+flags=$four_layers
+chunk_layers() { grep -oE 'rank +[0-9]+ \(stage [0-9]+, layers [0-9, -]+\)' $B/$1.log | sed -E 's/.*stage ([0-9]+), (.*)\)/\1:\2/' |
+    sort -u | tr '\n' ' '; }
+if [ "$(chunk_layers vpp2-uneven-recompute)" = "0:layers 0-0, 3-3 1:layers 1-2, 4-5 " ] &&
+   [ "$(chunk_layers vpp3-tp1-pp2-dp1)" = "0:layers 0-0, 2-2, 4-4 1:layers 1-1, 3-3, 5-5 " ]; then
+    ok "the memory table shows each stage's model chunks: 2 + 4 layers in 2 chunks: 0, 3 | 1-2, 4-5; v = 3 over 6: 0, 2, 4 | 1, 3, 5"
+else bad "model chunks in the memory table" "uneven: $(chunk_layers vpp2-uneven-recompute); v = 3: $(chunk_layers vpp3-tp1-pp2-dp1)"; fi
+
+# The order each stage runs its forwards and backwards in: Narayanan et al. 2021's Fig. 4
+# (bottom), PP 4, v = 2, 8 micro-batches (8 layers; micro-batches numbered from 0, a and b the
+# two model chunks), as docs/parallelism.md draws it: the last step's, as the trainer ran it
+order_flags="--data-path $data --vocab-size 257 --num-layers 8 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+             --micro-batch-size 2 --global-batch-size 16 --train-iters 2 --eval-iters 0 --split 90,10,0 $N 1"
+rm -rf $B/order.ckpt
+$MPIRUN -np 4 $B/../test_parallel $B/order $order_flags --pipeline-model-parallel-size 4 > $B/order.log 2>&1
+cat > $B/order.want <<'ORDER'
+stage 0: F0a F1a F2a F3a F0b F1b F2b F3b F4a F5a F6a B0b F7a B1b F4b B2b F5b B3b F6b B0a F7b B1a B2a B3a B4b B5b B6b B7b B4a B5a B6a B7a
+stage 1: F0a F1a F2a F3a F0b F1b F2b F3b F4a B0b F5a B1b F6a B2b F7a B3b F4b B0a F5b B1a F6b B2a F7b B3a B4b B5b B6b B7b B4a B5a B6a B7a
+stage 2: F0a F1a F2a F3a F0b F1b F2b B0b F3b B1b F4a B2b F5a B3b F6a B0a F7a B1a F4b B2a F5b B3a F6b B4b F7b B5b B6b B7b B4a B5a B6a B7a
+stage 3: F0a F1a F2a F3a F0b B0b F1b B1b F2b B2b F3b B3b F4a B0a F5a B1a F6a B2a F7a B3a F4b B4b F5b B5b F6b B6b F7b B7b B4a B5a B6a B7a
+ORDER
+if cmp -s $B/order.want $B/order.order; then
+    ok "(1,4,1), v = 2, 8 micro-batches: every stage runs the interleaved schedule's order (Narayanan et al.'s Fig. 4)"
+else bad "the interleaved order" "$(diff $B/order.want $B/order.order | head -4)"; fi
+
 info() { awk -v k="$2" '$1 == k { print $2 }' $B/$1.info; }
 # ZeRO-1: the optimizer state of a rank is 1/DP of the (padded) whole
 o1=$(info ref optimizer_bytes); o2=$(info tp1-pp1-dp2 optimizer_bytes); o4=$(info tp1-pp1-dp4 optimizer_bytes)
@@ -166,6 +233,17 @@ done
 got=$(info tp1-pp2-dp1 comm_pp); h=$(info tp1-pp2-dp1 hidden_bytes)
 if [ "$got" = "$((8 * h))" ]; then ok "PP 2: stage 0 sends micro-batches x activation size per step ($got)"
 else bad "PP 2: stage 0 bytes per step" "counted $got, want 8 x $h"; fi
+# interleaved, v = 2: stage 0 sends each micro-batch's output of both chunks and chunk b's input
+# gradient (chunk a's is the first virtual stage's): 3 where plain 1F1B sends 1
+got=$(info vpp2-tp1-pp2-dp1-recompute comm_pp)
+if [ "$got" = "$((3 * 8 * h))" ]; then ok "PP 2, v = 2: stage 0 sends 3 activations per micro-batch per step ($got)"
+else bad "PP 2, v = 2: stage 0 bytes per step" "counted $got, want 3 x 8 x $h"; fi
+
+# sequence parallelism: what goes between stages is a rank's 1/TP of the rows
+sp_pp=$(info tp2-pp2-dp2-sp comm_pp) pp=$(info tp2-pp2-dp2 comm_pp)
+if [ -n "$sp_pp" ] && [ -n "$pp" ] && [ $((2 * sp_pp)) -eq "$pp" ]; then
+    ok "(2,2,2) --sequence-parallel: the pipeline sends half the bytes, the rank's rows ($sp_pp against $pp)"
+else bad "(2,2,2) --sequence-parallel's pipeline bytes" "$sp_pp, without it $pp"; fi
 
 # recomputation runs a layer's forward again, its two tensor-parallel all-reduces too (as
 # Megatron does), and --log-comm counts them: at TP 2 each recomputed layer of each micro-batch

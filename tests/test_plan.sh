@@ -49,6 +49,11 @@ comm tp2-pp2-block-recompute 2 2 1 --recompute-granularity full --recompute-meth
 comm bloom-tp2-pp2-dp2 2 2 2 --position-embedding-type alibi --embed-layernorm --global-batch-size 8
 comm overlap-tp2-pp2-dp2 2 2 2 --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 600 --global-batch-size 8
 comm overlap-dp3-padded-shard 1 1 3 --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 600 --global-batch-size 6
+comm interleaved-tp2-pp2-v2 2 2 1 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 8
+# sequence parallelism: the all-gathers and reduce-scatters (the backward's gathers again), the
+# replicated tensors' gradients summed over TP, the pipeline's 1/TP rows; recomputed, overlapped
+comm sp-tp2-pp2-dp2 2 2 2 --sequence-parallel --checkpoint-activations --overlap-grad-reduce --ddp-bucket-size 600 \
+    --global-batch-size 8
 
 # --- the cost model on GPT-2 124M, 16 x 1024 per micro-batch, one GPU, explicit hardware
 gpt2="--vocab-size 50257 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 16"
@@ -163,11 +168,35 @@ if grep -qE '^step = \(m \+ p - 1\) x .* = 7 x ' $B/pp4.plan && tail -1 $B/pp4.p
     ok "PP 4, 4 micro-batches: 7 slots of the slowest stage, bubble 3/7"
 else bad "the bubble" "$(grep '^step' $B/pp4.plan); $(tail -1 $B/pp4.plan)"; fi
 
+# interleaved: PP 4, v = 2 (24 layers), 4 micro-batches: the bubble (p - 1) / (v m + p - 1) = 3/11,
+# the step m + (p - 1) / v = 5.5 slots, the busiest rank's pipeline bytes twice plain 1F1B's (a
+# middle stage sends 2 v activations a micro-batch); the plain layout's line is that layout's own
+# dry run
+vpp4="--world-size 4 $gpt2 --num-layers 24 --micro-batch-size 1 --global-batch-size 4 --pipeline-model-parallel-size 4 $hw"
+./train_cpu --dry-run $vpp4 --num-layers-per-virtual-pipeline-stage 3 > $B/vpp4.plan 2>&1
+./train_cpu --dry-run $vpp4 > $B/vpp4-plain.plan 2>&1
+plain_line=$(tail -1 $B/vpp4-plain.plan | sed -E 's/.*: peak/peak/')
+from_interleaved=$(grep '^without interleaving (plain 1F1B)' $B/vpp4.plan | sed -E 's/.*: peak/peak/; s/, pipeline .*//')
+pp_bytes() { comm_bytes "$1" | awk -F'|' '{ gsub(/ /, "", $3); print $3 }'; }
+if grep -qE '^interleaved 1F1B bubble: \(p - 1\) / \(v m \+ p - 1\) = 3 / 11 = 27\.3% ' $B/vpp4.plan &&
+   grep -qE '^step = \(m \+ \(p - 1\) / v\) x .* = 5\.5 x ' $B/vpp4.plan && tail -1 $B/vpp4.plan | grep -q ' VPP 2: .*bubble 27\.3%$' &&
+   [ "$from_interleaved" = "$plain_line" ] && [ -n "$(pp_bytes $B/vpp4.plan)" ] &&
+   [ "$(pp_bytes $B/vpp4.plan)" = "$((2 * $(pp_bytes $B/vpp4-plain.plan)))" ]; then
+    ok "PP 4, v = 2, 4 micro-batches: bubble 3/11 of a step of 5.5 slots, twice plain 1F1B's pipeline bytes ($(pp_bytes $B/vpp4.plan)), the plain line its own dry run's"
+else bad "the interleaved bubble" "$(grep 'bubble:' $B/vpp4.plan); $(grep '^step' $B/vpp4.plan); bytes $(pp_bytes $B/vpp4.plan) vs $(pp_bytes $B/vpp4-plain.plan); '$from_interleaved' vs '$plain_line'"; fi
+# a plain layout's plan names the fastest interleaving it allows, as that layout's own dry run
+fastest=$(grep '^with interleaving, the fastest' $B/vpp4-plain.plan)
+v=$(sed -nE 's/.*--num-virtual-stages-per-pipeline-rank ([0-9]+).*/\1/p' <<< "$fastest")
+own=$(./train_cpu --dry-run $vpp4 --num-virtual-stages-per-pipeline-rank ${v:-0} 2>&1 | tail -1 | sed -E 's/.*: peak/peak/')
+if [ -n "$v" ] && [ "$(sed -E 's/.*\): peak/peak/; s/, pipeline .*//' <<< "$fastest")" = "$own" ]; then
+    ok "the plain plan's fastest interleaving (v = $v of 2, 3, 4, 6) is that layout's own dry run"
+else bad "the plain plan's interleaving" "'$fastest' vs '$own'"; fi
+
 # the other side of recomputation: the plan's line for it = that layout's own dry run
 pp4="$gpt2 --micro-batch-size 1 --global-batch-size 4 --pipeline-model-parallel-size 4 $hw"
-alternative=$(grep '^with every layer recomputed' $B/pp4.plan | sed 's/.*: peak/peak/')
+alternative=$(grep '^with every layer recomputed' $B/pp4.plan | sed -E 's/.*: peak/peak/; s/, bubble.*//')
 own=$(./train_cpu --dry-run --world-size 4 $pp4 --checkpoint-activations 2>&1 | tail -1 | sed -E 's/.*: peak/peak/; s/, bubble.*//')
-back=$(./train_cpu --dry-run --world-size 4 $pp4 --checkpoint-activations 2>&1 | grep '^without activation recomputation' | sed 's/.*: peak/peak/')
+back=$(./train_cpu --dry-run --world-size 4 $pp4 --checkpoint-activations 2>&1 | grep '^without activation recomputation' | sed -E 's/.*: peak/peak/; s/, bubble.*//')
 plain=$(tail -1 $B/pp4.plan | sed -E 's/.*: peak/peak/; s/, bubble.*//')
 if [ -n "$alternative" ] && [ "$alternative" = "$own" ] && [ "$back" = "$plain" ]; then
     ok "recomputation the other way round: the plan's line = that layout's own dry run, both ways ($alternative)"
@@ -263,31 +292,47 @@ tuneup "200B A100 MBS 4" 208.18 100.30 tr11-176B-bloom $a200 --micro-batch-size 
 tuneup "200B A100 MBS 8" 229.69 90.91 tr11-176B-bloom $a200 --micro-batch-size 8
 tuneup "104B V100" 696 39.17 tr8-104B --hw v100-32gb --hw-gpus-per-node 4 --world-size 128
 
-# --- --sweep: world 8 of a model with 4 heads, FFN 128, 4 layers, global batch 8
+# --- --sweep: world 8 of a model with 4 heads, FFN 128, 4 layers, global batch 8; where TP > 1
+# each layout with --sequence-parallel and without (the sequence of 16 splits over TP 2 and 4)
 sweep_model="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --global-batch-size 8"
 ./train_cpu --dry-run --sweep --world-size 8 $sweep_model > $B/sweep.out 2>&1
 status=$?
-# counted here: TP | 4 heads and 128, PP | 4 layers (uniform), MBS | 8 / DP
-expected=0
+# counted here: TP | 4 heads and 128, PP | 4 layers (uniform), MBS | 8 / DP; each such layout with
+# and without sequence parallelism where TP > 1; and each interleaved with v >= 2 chunks of a
+# stage's 4 / PP layers when PP > 1 and PP | its micro-batches
+expected=0 expected_sp=0
 for tp in 1 2 4 8; do for pp in 1 2 4 8; do
     [ $((8 % (tp * pp))) -eq 0 ] || continue
     dp=$((8 / (tp * pp)))
     for mbs in 1 2 3 4 5 6 7 8; do
-        [ $((4 % tp)) -eq 0 ] && [ $((128 % tp)) -eq 0 ] && [ $((4 % pp)) -eq 0 ] && [ $((8 % (mbs * dp))) -eq 0 ] &&
-            expected=$((expected + 1))
+        [ $((4 % tp)) -eq 0 ] && [ $((128 % tp)) -eq 0 ] && [ $((4 % pp)) -eq 0 ] && [ $((8 % (mbs * dp))) -eq 0 ] || continue
+        schedules=1
+        for v in 2 3 4; do
+            [ $pp -gt 1 ] && [ $(((4 / pp) % v)) -eq 0 ] && [ $((8 / (mbs * dp) % pp)) -eq 0 ] && schedules=$((schedules + 1))
+        done
+        expected=$((expected + schedules * (tp > 1 ? 2 : 1))) expected_sp=$((expected_sp + schedules * (tp > 1)))
     done
 done; done
-lines=$(grep -c '^dry-run: ' $B/sweep.out)
+lines=$(grep -c '^dry-run: ' $B/sweep.out) sp_lines=$(grep -c ' SP: ' $B/sweep.out)
 sorted=$(grep '^dry-run: ' $B/sweep.out | sed -E 's/.*, step ([0-9.]+) s,.*/\1/' | sort -g -c 2>&1 && echo yes)
-if [ $status -eq 0 ] && [ "$lines" -eq "$expected" ] && [ "$sorted" = yes ] && grep -q "^sweep: $expected layout(s) of world 8" $B/sweep.out; then
-    ok "--sweep: all $expected layouts the model and batch allow at world 8, fastest first"
-else bad "--sweep" "status $status, $lines lines (expected $expected), sorted: $sorted; $(head -2 $B/sweep.out)"; fi
-# a sweep's line is the single dry run's last line of that layout
-line=$(grep -m1 'TP 2 PP 2 DP 2 MBS 2 ' $B/sweep.out)
-single=$(./train_cpu --dry-run --world-size 8 $sweep_model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
-    --micro-batch-size 2 2>&1 | tail -1)
-if [ -n "$line" ] && [ "$line" = "$single" ]; then ok "a sweep's line = that layout's own dry run"
-else bad "a sweep's line" "sweep: $line / single: $single"; fi
+if [ $status -eq 0 ] && [ "$lines" -eq "$expected" ] && [ "$sorted" = yes ] && grep -q "^sweep: $expected layout(s) of world 8" $B/sweep.out &&
+   [ "$sp_lines" -eq "$expected_sp" ]; then
+    ok "--sweep: all $expected layouts the model and batch allow at world 8 ($sp_lines with --sequence-parallel), fastest first"
+else bad "--sweep" "status $status, $lines lines (expected $expected), $sp_lines SP (expected $expected_sp), sorted: $sorted; $(head -2 $B/sweep.out)"; fi
+# a sweep's line is the single dry run's last line of that layout, with and without SP, plain and interleaved
+for sp in "" --sequence-parallel; do
+    line=$(grep -m1 "TP 2 PP 2 DP 2 MBS 2 GBS 8${sp:+ SP}: " $B/sweep.out)
+    single=$(./train_cpu --dry-run --world-size 8 $sweep_model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+        --micro-batch-size 2 $sp 2>&1 | tail -1)
+    if [ -n "$line" ] && [ "$line" = "$single" ]; then ok "a sweep's line = that layout's own dry run${sp:+ (with $sp)}"
+    else bad "a sweep's line${sp:+ with $sp}" "sweep: $line / single: $single"; fi
+done
+interleaved_line=$(grep -m1 'TP 2 PP 2 DP 2 MBS 2 GBS 8 VPP 2:' $B/sweep.out)
+interleaved_single=$(./train_cpu --dry-run --world-size 8 $sweep_model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    --micro-batch-size 2 --num-layers-per-virtual-pipeline-stage 1 2>&1 | tail -1)
+if [ -n "$interleaved_line" ] && [ "$interleaved_line" = "$interleaved_single" ]; then
+    ok "a sweep's line = that layout's own dry run, interleaved (VPP 2)"
+else bad "a sweep's interleaved line" "sweep: $interleaved_line / single: $interleaved_single"; fi
 # above the memory: OOM marked, after those that fit
 ./train_cpu --dry-run --sweep --world-size 8 $sweep_model --hw-memory-gib 0.00001 --hw-reserve-gib 0.0000001 > $B/sweep-oom.out 2>&1
 if [ "$(grep -c ' OOM$' $B/sweep-oom.out)" -eq "$expected" ] && grep -q "(0 fit, $expected above memory: OOM)" $B/sweep-oom.out; then
