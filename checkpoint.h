@@ -394,13 +394,14 @@ static int prepare_dir(const char* flag, const char* dir, char* err, size_t errl
 
 // What a save does, done once on a probe at start-up: create a file exclusively, write and
 // sync it, rename it, remove it (`--save /proc` passed a test of the directory's permissions,
-// then ended the run at its first save). 0, or 1 with a line in err naming the step.
-static int probe_save_dir(const char* dir, char* err, size_t errlen) {
+// then ended the run at its first save). `what` the flag's files ("checkpoint"). 0, or 1 with
+// a line in err naming the step.
+static int probe_dir(const char* flag, const char* dir, const char* what, char* err, size_t errlen) {
     char probe[4300], why[4700];
     snprintf(probe, sizeof(probe), "%s/.gridgpt-probe-%d", dir, (int)getpid());
     int rc = write_file_atomically(probe, "probe\n", 6, why, sizeof(why));
     if (rc == 0 && unlink(probe) != 0) rc = error_line(why, sizeof(why), "cannot remove %s: %s", probe, strerror(errno));
-    if (rc) return error_line(err, errlen, "--save %s: %s, so no checkpoint could be saved there", dir, why);
+    if (rc) return error_line(err, errlen, "%s %s: %s, so no %s could be saved there", flag, dir, why, what);
     return 0;
 }
 
@@ -409,7 +410,7 @@ static int probe_save_dir(const char* dir, char* err, size_t errlen) {
 // with a line in err.
 static int prepare_save_dir(const char* dir, char* err, size_t errlen) {
     char tmp[4400];
-    if (prepare_dir("--save", dir, err, errlen) || probe_save_dir(dir, err, errlen)) return 1;
+    if (prepare_dir("--save", dir, err, errlen) || probe_dir("--save", dir, "checkpoint", err, errlen)) return 1;
     DIR* d = opendir(dir);
     int removed = 0, it;
     for (struct dirent* e; d && (e = readdir(d)) != NULL;) {

@@ -10,7 +10,7 @@ declared once, and everything that reads them before any work is done.
 
 Interface (what train.c and plan.h use): Config, set_defaults, parse_flags, print_usage,
 print_usage_markdown, check_same_config_everywhere, check_grid, check_model, check_precision,
-check_recompute, check_run, make_loss_scaler, stage_layers, pipeline_stage, this_stage,
+check_recompute, check_run, check_profile, profiles_rank, make_loss_scaler, stage_layers, pipeline_stage, this_stage,
 data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores, flops_per_step.
 */
 #pragma once
@@ -79,6 +79,11 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(INT, watchdog_io_timeout, "3600", 1, "the watchdog's S while a checkpoint is saved or loaded (a slow fsync)")     \
     X(FLOAT, slow_rank_threshold, "1.5", 0, "name a rank computing this many times its stage's median (0: off)")       \
     X(STRING, tensorboard_dir, NULL, 0, "DIR: write the log line's values as TensorBoard events here")                 \
+    X(SWITCH, profile, NULL, 0, "record a timeline of every rank's steps: a Chrome trace (docs/profiling.md)")          \
+    X(INT, profile_step_start, "10", 0, "--profile starts with this many iterations done (Megatron-LM's count) ...")   \
+    X(INT, profile_step_end, "12", 0, "... and stops with this many: it records the steps in between")               \
+    X(LIST, profile_ranks, NULL, 0, "R [...]: the ranks --profile records (default: every rank)")                     \
+    X(STRING, profile_dir, "profile", 0, "DIR where rank 0 writes --profile's trace_iterations_A-B.json")              \
     X(STRING, save, NULL, 0, "DIR: save checkpoints here")                                                             \
     X(STRING, load, NULL, 0, "DIR: resume from its latest checkpoint (any layout)")                                    \
     X(INT, save_interval, NULL, 0, "steps between checkpoints (0: only at the end)")                                   \
@@ -626,6 +631,42 @@ static void check_run(Config* a) {
     check_precision(a);
     if (a->temperature <= 0.0f) config_error("--temperature must be positive");
     check_recompute(a);
+}
+
+// --profile: the steps it records lie inside this run (of train_iters iterations, starting
+// after first_iteration: a resumed run's), its ranks in the world. Its directory is checked
+// with the others' (train.c's check_paths). Megatron-LM counts the same way: profiling starts
+// when `iteration` (steps done) equals --profile-step-start and stops when it equals --profile-step-end.
+static void check_profile(const Config* a, int train_iters, int first_iteration) {
+    if (!a->profile) return;
+    if (a->profile_step_end <= a->profile_step_start)
+        config_error("--profile-step-end %d must be greater than --profile-step-start %d (it records the steps from "
+                     "iteration %d to --profile-step-end)", a->profile_step_end, a->profile_step_start,
+                     a->profile_step_start + 1);
+    if (a->profile_step_end > train_iters)
+        config_error("--profile-step-end %d is beyond the run, which ends at iteration %d", a->profile_step_end,
+                     train_iters);
+    if (a->profile_step_start < first_iteration)
+        config_error("--profile-step-start %d is before the run, which resumes after iteration %d", a->profile_step_start,
+                     first_iteration);
+    for (int i = 0; i < a->profile_ranks.count; i++) {
+        const char* v = a->profile_ranks.v[i];
+        char* end;
+        long r = strtol(v, &end, 10);
+        if (end == v || *end) config_error("--profile-ranks expects rank numbers, got '%s'", v);
+        if (r < 0 || r >= grid.world_size)
+            config_error("--profile-ranks %s: no such rank in a world of %d (ranks 0 to %d)", v, grid.world_size,
+                         grid.world_size - 1);
+    }
+}
+
+// whether --profile records `rank` (every rank unless --profile-ranks names some; Megatron-LM's
+// default is rank 0 alone, for Nsight Systems: here one file shows the pipeline's stages side by side)
+static int profiles_rank(const Config* a, int rank) {
+    if (!a->profile) return 0;
+    for (int i = 0; i < a->profile_ranks.count; i++)
+        if (atoi(a->profile_ranks.v[i]) == rank) return 1;
+    return a->profile_ranks.count == 0;
 }
 
 // ----------------------------------------------------------------------------

@@ -7,7 +7,8 @@ parallel.h — everything that crosses a process boundary (the step built on it 
   - collectives over a group (Megatron's f and g by name) and exchanges between pipeline
     neighbours: MPI on the CPU build, NCCL on the GPU build (MPI only to start), counting bytes;
   - what each rank is doing (before every blocking operation) and how long it waited: what
-    cluster.h's watchdog and slow-rank report read;
+    cluster.h's watchdog and slow-rank report read; the same marks feed --profile's spans,
+    through the two hooks trace.h sets while it records (on_wait_begin, on_wait_end);
   - MPI-IO's shared files.
 
 Rules it keeps: one wrapper per collective (MPI-IO's shared files too), and no MPI call in any
@@ -310,7 +311,16 @@ static void activity_progress(void) {
     pthread_mutex_unlock(&activity_lock);
 }
 
-static void wait_begin(const char* op, const Group* g, int peer) {
+// Where an operation's work runs on the GPU build: nowhere but the host (host values, files),
+// or queued on the compute stream (0) or the communication stream (device.cuh's comm_stream)
+typedef enum { ON_HOST, ON_COMPUTE_STREAM, ON_COMM_STREAM } StreamId;
+
+// The profiler's hooks (trace.h sets them while this rank records, NULL otherwise): told of
+// every operation below as it begins (its buffer's or message's bytes, its stream) and ends.
+static void (*on_wait_begin)(const char* op, const Group* g, int peer, size_t bytes, StreamId stream);
+static void (*on_wait_end)(void);
+
+static void wait_begin_on(const char* op, const Group* g, int peer, size_t bytes, StreamId stream) {
     pthread_mutex_lock(&activity_lock);
     activity.op = op;
     activity.group = g->name ? g->name : "";
@@ -318,9 +328,14 @@ static void wait_begin(const char* op, const Group* g, int peer) {
     activity.waiting = 1;
     activity.wait_started = now_seconds();
     pthread_mutex_unlock(&activity_lock);
+    if (on_wait_begin) on_wait_begin(op, g, peer, bytes, stream);
 }
 
+// an operation on host values (or files): no device work, no bytes counted
+static void wait_begin(const char* op, const Group* g, int peer) { wait_begin_on(op, g, peer, 0, ON_HOST); }
+
 static void wait_end(void) {
+    if (on_wait_end) on_wait_end();
     pthread_mutex_lock(&activity_lock);
     double now = now_seconds();
     activity.waiting = 0;
@@ -353,7 +368,7 @@ static ncclDataType_t nccl_type(Elem e) { return e == AS_FLOATX ? NCCL_FLOATX : 
 static void all_reduce(Group* g, void* buf, size_t n, Elem elem, Reduction op) {
     if (g->size <= 1) return;
     g->bytes_sent += 2.0 * (g->size - 1) / g->size * n * elem_bytes(elem);
-    wait_begin("all-reduce", g, -1);
+    wait_begin_on("all-reduce", g, -1, n * elem_bytes(elem), ON_COMPUTE_STREAM);
 #ifdef __CUDACC__
     ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(elem), op == REDUCE_SUM ? ncclSum : ncclMax, g->nccl, 0));
 #else
@@ -367,7 +382,7 @@ static void all_reduce(Group* g, void* buf, size_t n, Elem elem, Reduction op) {
 // floatX activations (sequence parallelism)
 static void reduce_scatter(Group* g, const void* in, void* out, size_t shard, Elem elem) {
     g->bytes_sent += (double)(g->size - 1) * shard * elem_bytes(elem);
-    wait_begin("reduce-scatter", g, -1);
+    wait_begin_on("reduce-scatter", g, -1, g->size * shard * elem_bytes(elem), ON_COMPUTE_STREAM);
 #ifdef __CUDACC__
     ncclCheck(ncclReduceScatter(in, out, shard, nccl_type(elem), ncclSum, g->nccl, 0));
 #else
@@ -381,7 +396,7 @@ static void reduce_scatter(Group* g, const void* in, void* out, size_t shard, El
 // or chain reduce has every rank but the root send the buffer once.
 static void reduce_to(Group* g, const float* in, float* out, size_t n, int root) {
     if (g->rank != root) g->bytes_sent += (double)n * sizeof(float);
-    wait_begin("reduce", g, -1);
+    wait_begin_on("reduce", g, -1, n * sizeof(float), ON_COMM_STREAM);
 #ifdef __CUDACC__
     ncclCheck(ncclReduce(in, out, n, ncclFloat, ncclSum, root, g->nccl, comm_stream));
 #else
@@ -395,7 +410,7 @@ static void reduce_to(Group* g, const float* in, float* out, size_t n, int root)
 // every rank but the one before the root send the buffer once.
 static void broadcast_from(Group* g, floatX* buf, size_t n, int root) {
     if (g->rank != (root + g->size - 1) % g->size) g->bytes_sent += (double)n * sizeof(floatX);
-    wait_begin("broadcast", g, -1);
+    wait_begin_on("broadcast", g, -1, n * sizeof(floatX), ON_COMM_STREAM);
 #ifdef __CUDACC__
     ncclCheck(ncclBroadcast(buf, buf, n, NCCL_FLOATX, root, g->nccl, comm_stream));
 #else
@@ -410,7 +425,7 @@ static void all_gather(Group* g, const floatX* in, floatX* out, size_t shard) {
     int in_place = in == out + g->rank * shard;
     if (g->size <= 1 && in_place) return;
     g->bytes_sent += (double)(g->size - 1) * shard * sizeof(floatX);
-    wait_begin("all-gather", g, -1);
+    wait_begin_on("all-gather", g, -1, g->size * shard * sizeof(floatX), ON_COMPUTE_STREAM);
 #ifdef __CUDACC__
     ncclCheck(ncclAllGather(in, out, shard, NCCL_FLOATX, g->nccl, 0));
 #else
@@ -700,12 +715,13 @@ static void pipeline_exchange(PipelineMessages msg, int next, int prev, size_t n
     if (sends + recvs == 0) return;
     g->bytes_sent += (double)sends * n * sizeof(floatX);
     int peer = msg.from_prev ? prev : msg.from_next ? next : msg.to_next ? next : prev;
-    wait_begin(sends && recvs ? "send and receive" : sends ? "send" : "receive", g, pipeline_world_rank(peer));
+    if (l->overlap) comm_waits_for_compute(&l->data_written);   // (first: the exchange's device time starts after it)
+    wait_begin_on(sends && recvs ? "send and receive" : sends ? "send" : "receive", g, pipeline_world_rank(peer),
+                  (sends + recvs) * n * sizeof(floatX), l->overlap ? ON_COMM_STREAM : ON_COMPUTE_STREAM);
     const void* bufs[4] = {msg.to_next, msg.from_prev, msg.to_prev, msg.from_next};
     int peers[4] = {next, prev, prev, next}, is_send[4] = {1, 0, 1, 0};
 #ifdef __CUDACC__
     cudaStream_t stream = l->overlap ? comm_stream : 0;
-    if (l->overlap) comm_waits_for_compute(&l->data_written);
     ncclCheck(ncclGroupStart());
     for (int k = 0; k < 4; k++) {
         if (!bufs[k]) continue;

@@ -376,11 +376,13 @@ static void forward_step(Schedule* s, Work w) {
     if (!m) return;
     activity_phase("forward", activity.iteration, w.micro);
     MicroBatchActivations* a = slot_of(s, w);
+    trace_begin_micro("forward", w.micro, w.chunk, global_layer(m, a->first), a->end - a->first);
     int head = chunk_holds_head(m, w.chunk);
     if (chunk_holds_embedding(m, w.chunk) || head) s->load(s->ctx, w.micro, a->tokens, a->targets);
     pipeline_before_writing(stage_output(a));   // the slot's last output may still be on its way
     gpt_forward_stage(m, (int)(a - m->slots), s->dloss);   // dloss 0 (evaluation): no backward follows
     if (head) loss_mean_add(m->loss_sum, m->losses, m->B * m->T);   // no host copy per micro-batch
+    trace_end();
 }
 
 // micro-batch w.micro of M: the last one adds its chunk's gradients' last terms (the overlap's cue)
@@ -390,10 +392,12 @@ static void backward_step(Schedule* s, Work w, int M) {
     if (m) {
         activity_phase("backward", activity.iteration, w.micro);
         MicroBatchActivations* a = slot_of(s, w);
+        trace_begin_micro("backward", w.micro, w.chunk, global_layer(m, a->first), a->end - a->first);
         grad_reducer.armed = grad_reducer.enabled && w.micro == M - 1;
         pipeline_before_writing(m->dres);   // (in 1F1B an exchange that receives comes between)
         if (a->dout) dev_copy(m->dres, a->dout, hidden_elems(m) * sizeof(floatX));   // the gradient that came ahead
         gpt_backward(m, (int)(a - m->slots));
+        trace_end();
     }
     release_slot(s, w);
 }
@@ -720,7 +724,9 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
     if (grad_reducer.enabled) grad_reducer_finish();   // reduced while the backward ran
     else if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size, AS_FLOAT);
     float unscale = 1.0f / s->scaler.scale;
+    trace_begin("gradient norm", "optimizer", ON_COMPUTE_STREAM);
     float norm = global_grad_norm(s) * unscale;
+    trace_end();
     *skipped = !isfinite(norm);
     loss_scaler_update(&s->scaler, *skipped);
     if (*skipped) return norm;
@@ -730,8 +736,10 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
         if (clip_coeff < 1.0f) scale = unscale * clip_coeff;
     }
     s->step++;
+    trace_begin("AdamW", "optimizer", ON_COMPUTE_STREAM);
     adamw_update_ranges(s->master, model->params + s->shard_start, s->grad, s->m, s->v, s->shard_size, s->ranges,
                         s->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
+    trace_end();
     if (param_gatherer.enabled) param_gather_launch();   // waited for by the next forward
     else all_gather(&grid.dp, model->params + s->shard_start, model->params, s->shard_size);
     return norm;

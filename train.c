@@ -2,7 +2,7 @@
 train.c — the gridgpt trainer: schedules, data loading, setup, the training loop, logging (its
 scalars go to tensorboard.h), evaluation, sampling. The flags and their checks are config.h's,
 the memory plan and the dry run plan.h's, the step step.h's; checkpoints and the Hugging Face
-export are called from checkpoint.h.
+export are called from checkpoint.h, --profile's recorder and writer from trace.h.
 
 One source, two builds: gcc compiles it with the plain-C kernels and MPI (train_cpu); nvcc
 compiles it as CUDA with cuBLAS and NCCL (train_gpu). Flags, log lines and files are the
@@ -14,6 +14,7 @@ sampling -> the run -> main.
 #include "data.c"
 #include "kernels.cuh"
 #include "parallel.h"
+#include "trace.h"
 #include "gpt.h"
 #include "step.h"
 #include "cluster.h"
@@ -149,6 +150,7 @@ static void load_micro_batch(void* ctx, int micro_batch, int* tokens, int* targe
     size_t n = (size_t)l->micro_batch_size * T;
     int k = l->next;
     l->next = 1 - k;
+    trace_begin("load micro-batch", "data", ON_HOST);
     host_copy_wait(&l->copied[k]);   // the GPU has read this buffer (two micro-batches ago)
     int *host_tokens = l->staging[k], *host_targets = l->staging[k] + n;
     for (int b = 0; b < l->micro_batch_size; b++) {
@@ -159,6 +161,7 @@ static void load_micro_batch(void* ctx, int micro_batch, int* tokens, int* targe
     host_to_dev_async(tokens, host_tokens, n * sizeof(int));
     host_to_dev_async(targets, host_targets, n * sizeof(int));
     host_copy_record(&l->copied[k]);
+    trace_end();
 }
 
 static Loader make_loader(const DataSplits* d, int split, const Config* a) {
@@ -511,14 +514,17 @@ static void setup_schedules(Trainer* t) {
     t->lr = make_lr_schedule(a, t->train_iters);
 }
 
-// --save, --tensorboard-dir and --load checked before any work: rank 0 prepares the save
-// and TensorBoard directories (it alone writes events), every rank learns its verdict
+// --save, --tensorboard-dir, --profile-dir and --load checked before any work: rank 0 prepares
+// the save, TensorBoard and profile directories (it alone writes events and the trace), every
+// rank learns its verdict
 static void check_paths(const Config* a) {
     char err[4600];
     int rc = 0;
     struct stat st;
     if (a->save && grid.world_rank == 0) rc = prepare_save_dir(a->save, err, sizeof(err)) || take_save_lock(a->save, err, sizeof(err));
     if (!rc && a->tensorboard_dir && grid.world_rank == 0) rc = prepare_dir("--tensorboard-dir", a->tensorboard_dir, err, sizeof(err));
+    if (!rc && a->profile && grid.world_rank == 0)   // (rank 0 writes the trace)
+        rc = prepare_dir("--profile-dir", a->profile_dir, err, sizeof(err)) || probe_dir("--profile-dir", a->profile_dir, "trace", err, sizeof(err));
     if (!rc && a->data_cache_path && grid.world_rank == 0)   // (Megatron makes it too)
         rc = prepare_dir("--data-cache-path", a->data_cache_path, err, sizeof(err));
     broadcast_host(&grid.world, &rc, sizeof(rc), 0);
@@ -680,6 +686,7 @@ static void build_model(Trainer* t) {
     grad_reducer_init(&t->model, t->opt.grad, t->opt.shard_size, a->overlap_grad_reduce, grad_bucket_size(a, grid.dp_size));
     param_gatherer_init(&t->model, t->opt.shard_size, a->overlap_param_gather, grad_bucket_size(a, grid.dp_size));
     pipeline_link_init(!a->no_overlap_p2p_communication, t->model.num_slots + 1);   // the slots' outputs and dres
+    trace_init(profiles_rank(a, grid.world_rank));
     t->allocated_bytes = dev_bytes_allocated - before + kernels_workspace_bytes;   // kernels_init's came first
     t->opt.scaler = make_loss_scaler(a);
 }
@@ -743,6 +750,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     memset(&meta, 0, sizeof(meta));
     check_paths(a);
     find_checkpoint(a, ckpt, sizeof(ckpt), &meta);
+    check_profile(a, t->train_iters, ckpt[0] && !a->finetune ? meta.progress.iteration : 0);
     open_data_files(&t->data, a, samples);
     a->model.padded_vocab_size = padded_vocab_size(a->model.vocab_size, a->model.make_vocab_size_divisible_by,
                                                    a->tensor_model_parallel_size);
@@ -774,6 +782,7 @@ static void trainer_free(Trainer* t) {
     grad_reducer_free();
     param_gatherer_free();
     pipeline_link_free();
+    trace_free();
     adamw_free(&t->opt, &t->model);
     gpt_free(&t->model);
     data_splits_close(&t->data);
@@ -800,6 +809,7 @@ static StepResult train_step(Trainer* t) {
     GPT* m = &t->model;
     r.global_batch = current_global_batch_size(&t->batch, t->progress.consumed_samples);
     int num_micro = r.global_batch / t->batch.micro_batch_times_dp;
+    trace_begin_step(t->progress.iteration + 1, num_micro);
     add_comm_counters(r.comm, -1.0);
     dev_zero(m->grads, m->num_params_padded * sizeof(float));
     t->train.consumed = t->progress.consumed_samples;
@@ -813,12 +823,15 @@ static StepResult train_step(Trainer* t) {
     r.nan_loss = !isfinite(r.loss);
     float lr = learning_rate(&t->lr, t->progress.scheduler_samples);
     activity_phase("optimizer", t->progress.iteration + 1, -1);
+    trace_begin("optimizer step", "optimizer", ON_COMPUTE_STREAM);
     r.grad_norm = optimizer_step(&t->model, &t->opt, &t->adam, lr, &r.skipped);
+    trace_end();
     t->progress.consumed_samples += r.global_batch;
     if (!r.skipped) t->progress.scheduler_samples += r.global_batch;
     t->progress.iteration++;
     r.lr = learning_rate(&t->lr, t->progress.scheduler_samples);   // Megatron logs the rate set for the next step
     add_comm_counters(r.comm, 1.0);
+    trace_end();
     return r;
 }
 
@@ -946,7 +959,9 @@ static float run_evaluation(Trainer* t, int split, const char* what) {
     if (t->config.eval_iters == 0 || !data_splits_has(&t->data, split)) return NAN;
     Loader* l = split == 1 ? &t->valid : &t->test;
     activity_phase(split == 1 ? "validation" : "test", t->progress.iteration, -1);
+    trace_begin("evaluation", "evaluation", ON_COMPUTE_STREAM);
     float loss = evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size);
+    trace_end();
     print_eval(what, loss);
     if (split == 1) {   // the test loss is printed, not written
         tensorboard_pair(t, "lm loss validation", loss);
@@ -973,7 +988,9 @@ static void save_checkpoint_once(Trainer* t) {
     if (!t->config.save || t->last_saved == t->progress.iteration) return;
     t->progress.consumed_valid_samples = t->valid.consumed;
     activity_phase("saving a checkpoint", t->progress.iteration, -1);
+    trace_begin("checkpoint save", "checkpoint", ON_HOST);
     t->last_save_failed = checkpoint_save(t->config.save, &t->model, &t->opt, &t->progress, t->config.keep_last);
+    trace_end();
     t->last_saved = t->progress.iteration;
 }
 
@@ -1001,6 +1018,32 @@ static int after_step(Trainer* t, double start) {
     return stop;
 }
 
+// --profile: every rank starts recording (where --profile-ranks has it) before the step that
+// follows --profile-step-start iterations, as Megatron-LM starts its profiler ...
+static void profile_start_if_due(const Trainer* t) {
+    if (t->config.profile && t->progress.iteration == t->config.profile_step_start) trace_start();
+}
+
+// ... and stops after --profile-step-end's, that step's evaluation and checkpoint included (or
+// at an earlier stop): every rank's spans merged into one file by rank 0, written atomically
+static void profile_write_if_due(const Trainer* t, int stop) {
+    const Config* a = &t->config;
+    if (!tracer.active || (t->progress.iteration < a->profile_step_end && !stop)) return;
+    activity_phase("writing the profile", t->progress.iteration, -1);
+    size_t len = 0;
+    long dropped = 0;
+    int first = a->profile_step_start + 1, last = t->progress.iteration;
+    char* json = trace_finish(first, last, &len, &dropped);
+    if (grid.world_rank != 0) return;
+    char path[4300], err[4700];
+    snprintf(path, sizeof(path), "%s/trace_iterations_%d-%d.json", a->profile_dir, first, last);
+    if (write_file_atomically(path, json, len, err, sizeof(err))) report_error("--profile: %s", err);
+    else printf("profile: iterations %d to %d of %d rank(s) written to %s (%.1f MB)%s\n", first, last, grid.world_size,
+                path, len / 1e6, dropped ? "; some spans did not fit (see its otherData): profile fewer steps" : "");
+    fflush(stdout);
+    free(json);
+}
+
 // on_step, if given, sees every step's result (the tests record runs through it)
 typedef void (*StepHook)(const Trainer* t, const StepResult* r, void* ctx);
 
@@ -1013,6 +1056,7 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     int stop_signals[] = {SIGTERM, SIGUSR1, SIGINT, SIGHUP};
     for (int i = 0; i < 4; i++) signal(stop_signals[i], request_stop);
     while (t->progress.iteration < t->train_iters) {
+        profile_start_if_due(t);
         double t0 = now_seconds(), waited0 = seconds_waited();
         StepResult r = train_step(t);
         // the step's AdamW and all-gather are only queued on a GPU: count them in this step (an
@@ -1041,7 +1085,9 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
             snprintf(what, sizeof(what), "validation loss at iteration %d", t->progress.iteration);
             run_evaluation(t, 1, what);
         }
-        if (after_step(t, start)) return;
+        int stop = after_step(t, start);
+        profile_write_if_due(t, stop);
+        if (stop) return;
     }
     save_checkpoint_once(t);
     float valid_loss = run_evaluation(t, 1, "validation loss at the end of training");

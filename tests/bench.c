@@ -341,6 +341,54 @@ static void profile_steps(Bench* b, double* phases[NUM_PHASES]) {
 }
 
 // ----------------------------------------------------------------------------
+// the profiler's cost (--profile, trace.h). Recording off, each hook is one branch: measured
+// as a begin and end pair in a loop (a compiler barrier in it, so that the flag is read each
+// time, as in the step), times the pairs a step makes. Recording on, a span is two clock
+// readings and a few stores: steps with it against steps without, in interleaved pairs (the
+// one with recording first in every other pair, so that a step's place in a pair cancels out).
+
+typedef struct {
+    double hook_ns;        // one begin + end pair, recording off
+    int spans;             // spans one step records
+    double off_ms[3], on_ms[3];   // the interleaved steps' median, min, max
+} ProfilerCost;
+
+static ProfilerCost measure_profiler(Bench* b) {
+    ProfilerCost c;
+    int n = b->shape->profiled;
+    long pairs = 20000000;
+    double t0 = bench_clock();
+    for (long i = 0; i < pairs; i++) {
+        trace_begin("forward", "compute", ON_COMPUTE_STREAM);
+        trace_end();
+        __asm__ volatile("" ::: "memory");
+    }
+    c.hook_ns = (bench_clock() - t0) / pairs * 1e9;
+    double* off = (double*)callocCheck(n, sizeof(double));
+    double* on = (double*)callocCheck(n, sizeof(double));
+    trace_init(1);
+    for (int i = 0; i < 2 * n; i++) {   // pairs, the step with recording first in every other one
+        int recording = (i % 2) ^ ((i / 2) % 2);
+        if (recording) trace_start();
+        double t = bench_clock();
+        train_step_once(b);
+        (recording ? on : off)[i / 2] = bench_clock() - t;
+        if (recording) c.spans = tracer.count;
+        trace_stop();
+    }
+    trace_free();
+    qsort(off, n, sizeof(double), compare_doubles);
+    qsort(on, n, sizeof(double), compare_doubles);
+    double off_ms[3] = {1e3 * median_of_sorted(off, n), 1e3 * off[0], 1e3 * off[n - 1]};
+    double on_ms[3] = {1e3 * median_of_sorted(on, n), 1e3 * on[0], 1e3 * on[n - 1]};
+    memcpy(c.off_ms, off_ms, sizeof(off_ms));
+    memcpy(c.on_ms, on_ms, sizeof(on_ms));
+    free(off);
+    free(on);
+    return c;
+}
+
+// ----------------------------------------------------------------------------
 // the machine's peaks, measured now
 
 // The widest vectors this build compiles for (-march=native: the machine's own).
@@ -602,6 +650,17 @@ static void print_kernels(const Bench* b, double step_seconds) {
            100.0 * (step_seconds - sum) / step_seconds);
 }
 
+static void print_profiler(const Bench* b, const ProfilerCost* c) {
+    printf("profiler (--profile, trace.h), %d pairs of steps, with and without recording, interleaved:\n",
+           b->shape->profiled);
+    printf("   recording off     a hook pair (begin, end) %.2f ns; %d pairs a step: %.3f us, %.5f%% of the step\n",
+           c->hook_ns, c->spans, 1e-3 * c->hook_ns * c->spans, 100.0 * 1e-6 * c->hook_ns * c->spans / c->off_ms[0]);
+    printf("   step time off     median %9.2f ms   min %9.2f ms   max %9.2f ms\n", c->off_ms[0], c->off_ms[1],
+           c->off_ms[2]);
+    printf("   step time on      median %9.2f ms   min %9.2f ms   max %9.2f ms   (%+.2f%% at the median; %d spans a "
+           "step)\n", c->on_ms[0], c->on_ms[1], c->on_ms[2], 100.0 * (c->on_ms[0] / c->off_ms[0] - 1.0), c->spans);
+}
+
 // ----------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
@@ -623,12 +682,14 @@ int main(int argc, char** argv) {
     double* phases[NUM_PHASES];
     for (int p = 0; p < NUM_PHASES; p++) phases[p] = (double*)callocCheck(s->profiled, sizeof(double));
     profile_steps(b, phases);
+    ProfilerCost profiler = measure_profiler(b);
     print_header(b);
     print_step(b, times);
     print_bench_memory(b, rss_start, rss_built);
     print_recompute_memory(b);
     print_same_shape(b);
     print_kernels(b, print_phases(b, phases));
+    print_profiler(b, &profiler);
     fflush(stdout);
     for (int p = 0; p < NUM_PHASES; p++) free(phases[p]);
     free(times);

@@ -7,7 +7,7 @@
 set -u
 cd "$(dirname "$0")/.."
 TESTS="rooms fixtures kernels kernels_blas data model cli parallel scale watchdog configs check_cluster dry_run plan
-       checkpoint crash_points hf tensorboard emu_kernels emu_train sass"
+       checkpoint crash_points hf tensorboard trace emu_kernels emu_train sass"
 for name in "$@"; do
     case " $(echo $TESTS) " in
         *" $name "*) ;;

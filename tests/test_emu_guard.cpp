@@ -5,7 +5,8 @@ names the kernel; in-bounds use of buffers of awkward sizes is not. Then the rul
 the fused attention uses (tests/emu/ptx.h) and of dynamic shared memory: an ldmatrix from
 global memory or a misaligned row, a cp.async into global memory or from a misaligned source,
 an mma half a warp reaches, lanes at different collectives, more than 48 KiB of dynamic shared
-memory without the kernel's opt-in, each stopped with a line naming the kernel.
+memory without the kernel's opt-in, each stopped with a line naming the kernel. Last, the
+timing of events (cudaEventElapsedTime, the profiler's) and CUDA's refusals of it.
 
 Build and run: bash tests/test_emu.sh (emulation only: nvcc has no guard pages to test).
 
@@ -309,6 +310,41 @@ static void expect_emu_error(Case one_case, int n, const char* kernel, const cha
     printf("    %s\n", first_line(r));
 }
 
+// cudaEventElapsedTime as CUDA's (the profiler's device spans, trace.h): the milliseconds between
+// two records, and its refusals: an event made without timing or never recorded (invalid
+// resource handle), one whose record waits in a held-back stream (not ready) until it runs.
+// In the child, with its stream held back (EMU_DEFER_STREAMS=1); a wrong answer exits 1 naming it.
+static void event_timing_case(int n) {
+    (void)n;
+    setenv("EMU_DEFER_STREAMS", "1", 1);
+    cudaEvent_t a, b, untimed, never;
+    cudaStream_t side;
+    cudaCheck(cudaEventCreateWithFlags(&a, cudaEventDefault));
+    cudaCheck(cudaEventCreateWithFlags(&b, cudaEventDefault));
+    cudaCheck(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&never, cudaEventDefault));
+    cudaCheck(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    float ms = -1.0f;
+    const char* wrong = NULL;
+    cudaCheck(cudaEventRecord(a, 0));
+    usleep(20000);
+    cudaCheck(cudaEventRecord(b, 0));
+    cudaCheck(cudaEventRecord(untimed, 0));
+    if (cudaEventElapsedTime(&ms, a, b) != cudaSuccess || !(ms >= 20.0f && ms < 1000.0f)) wrong = "20 ms slept between two records";
+    else if (cudaEventElapsedTime(&ms, a, untimed) != cudaErrorInvalidResourceHandle) wrong = "an event made with cudaEventDisableTiming";
+    else if (cudaEventElapsedTime(&ms, a, never) != cudaErrorInvalidResourceHandle) wrong = "an event never recorded";
+    if (!wrong) {
+        cudaCheck(cudaEventRecord(b, side));   // held back in the side stream's queue
+        if (cudaEventElapsedTime(&ms, a, b) != cudaErrorNotReady) wrong = "an event whose record has not run yet";
+        cudaCheck(cudaStreamSynchronize(side));
+        if (!wrong && cudaEventElapsedTime(&ms, a, b) != cudaSuccess) wrong = "the same event once its stream ran";
+    }
+    if (wrong) {
+        fprintf(stderr, "cudaEventElapsedTime is wrong on %s (%.3f ms)\n", wrong, ms);
+        _exit(1);
+    }
+}
+
 int main(void) {
     kernels_init(0);
     test_in_bounds();
@@ -325,6 +361,10 @@ int main(void) {
     expect_emu_error(dynamic_shared_case, 64 * 1024, "dynamic_shared_kernel", "65536 bytes of dynamic shared memory, over its limit of 49152");
     ChildResult r = run_in_child(dynamic_shared_case, -64 * 1024, "start");
     check(child_succeeded(r), "emu shared memory: 64 KiB of dynamic shared memory after cudaFuncSetAttribute's opt-in runs",
+          "status %#x: %s", r.status, first_line(r));
+    r = run_in_child(event_timing_case, 0, "end");
+    check(child_succeeded(r), "emu events: cudaEventElapsedTime gives the 20 ms slept between two records, and refuses as "
+          "CUDA does an event without timing or never recorded (invalid resource handle) and one held back (not ready)",
           "status %#x: %s", r.status, first_line(r));
     return tests_summary();
 }

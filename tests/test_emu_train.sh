@@ -16,7 +16,9 @@
 # unfused) and everything else take one of head size 16 (hidden 32), a quarter of the emulated
 # work. Both attentions are compared at (1,1,1) and (2,2,2), and planned by both binaries
 # alike. Last, --overlap-grad-reduce on the GPU path (its communication stream run at once and
-# held back) against the run without, and two planted stream-ordering bugs.
+# held back) against the run without, the held-back run at (2,2,2) also writing --profile's
+# trace (its device spans on both streams checked by tests/trace_check.py), and the planted
+# stream-ordering bugs.
 # Prints one PASS/FAIL line per check.
 #
 # Tolerance: |loss_emu - loss_cpu| <= u * loss_cpu at every step, u the unit roundoff of the
@@ -279,11 +281,21 @@ for layout in "2 2" "1 2"; do
     [ "${report%% *}" = ok ] || bad "$(basename "$BIN") at ($1,$2,$dp), the run without overlap" "${report#* }"
     for defer in 0 1; do
         [ $defer = 1 ] && [ -n "${GPU_BINARY:-}" ] && continue
-        what="$(basename "$BIN") $overlap at (TP,PP,DP)=($1,$2,$dp)$([ $defer = 1 ] && echo ', the stream held back (EMU_DEFER_STREAMS=1)')"
-        report=$(overlap_run "$args" $defer "$BIN")
+        # the last run at (2,2,2) also records --profile's trace: its device spans checked below
+        profile=""
+        [ "$1 $2" = "2 2" ] && { [ $defer = 1 ] || [ -n "${GPU_BINARY:-}" ]; } &&
+            profile="--profile --profile-step-start 2 --profile-step-end 4 --profile-dir $tmp/trace"
+        what="$(basename "$BIN") $overlap${profile:+ --profile} at (TP,PP,DP)=($1,$2,$dp)$([ $defer = 1 ] && echo ', the stream held back (EMU_DEFER_STREAMS=1)')"
+        report=$(overlap_run "$args $profile" $defer "$BIN")
         if [ "${report%% *}" = ok ] && grep -q '^gradient reduction: [0-9]* bucket' "$tmp/on" &&
            grep -q '^parameter all-gather: [0-9]* bucket' "$tmp/on"; then ok "$what: ${report#* }"
         else bad "$what" "${report#* }"; fi
+        # its trace (trace.h): well-formed, 1F1B's order on the compute stream, and device spans on
+        # both streams (the exchanges, the gradient reduces and the parameter broadcasts on the
+        # communication stream), each beside its host (launch) span
+        [ -z "$profile" ] || python3 tests/trace_check.py "$tmp/trace/trace_iterations_3-4.json" --pp 2 --micro-batches 2 \
+            --device-streams --expect "forward,backward,send and receive,all-reduce,reduce,broadcast,AdamW" \
+            --name "$(basename "$BIN") --profile at (2,2,2)"
     done
 done
 

@@ -68,6 +68,7 @@ jumps past a guard page into other mapped memory (an ordinary segmentation fault
 #include <string.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 #include <deque>
@@ -426,6 +427,8 @@ typedef enum {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600,
     cudaErrorIllegalAddress = 700,
 } cudaError_t;
 typedef enum { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault } cudaMemcpyKind;
@@ -461,6 +464,8 @@ static const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered (emulated: range outside a device allocation)";
     }
     return "unknown error";
@@ -717,18 +722,30 @@ static cudaError_t cudaFreeHost(void* p) {
 // Events: an event is complete when the work queued before its latest record has run: at
 // once, unless the record waits in a deferred stream's queue (EMU_DEFER_STREAMS). Waiting for
 // an event (cudaStreamWaitEvent, cudaEventSynchronize) runs that stream's queue up to the
-// record. An event never recorded counts as complete, as CUDA's.
+// record. An event never recorded counts as complete, as CUDA's. A timing event (created
+// without cudaEventDisableTiming) reads the host's clock when its record runs, and
+// cudaEventElapsedTime gives the milliseconds between two such readings, refusing what CUDA
+// refuses: an event never recorded or made without timing (invalid resource handle), one whose
+// record has not run yet (not ready).
 // What this cannot show: a host write into a buffer whose asynchronous copy has not run yet.
 typedef struct EmuEvent {
     cudaStream_t stream;     // where the latest record was queued (NULL: stream 0)
     unsigned long records;   // records queued so far
     unsigned long reached;   // of them, the latest one that ran
+    bool timing;             // made without cudaEventDisableTiming
+    double reached_at;       // the host's clock (CLOCK_MONOTONIC, s) when the latest record ran
 }* cudaEvent_t;
+#define cudaEventDefault 0x00
 #define cudaEventDisableTiming 0x02
 static cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
-    (void)flags;
     *e = (cudaEvent_t)calloc(1, sizeof(struct EmuEvent));
+    if (*e) (*e)->timing = !(flags & cudaEventDisableTiming);
     return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static double emu_clock_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 static cudaError_t cudaEventDestroy(cudaEvent_t e) {
     free(e);
@@ -738,7 +755,18 @@ static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
     if (!e) return cudaErrorInvalidValue;
     unsigned long record = ++e->records;
     e->stream = stream;
-    emu_on_stream(stream, [e, record] { e->reached = record; });
+    emu_on_stream(stream, [e, record] {
+        e->reached = record;
+        e->reached_at = emu_clock_seconds();
+    });
+    return cudaSuccess;
+}
+// the milliseconds from start's latest record to end's, as each ran
+static cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!ms || !start || !end) return cudaErrorInvalidValue;
+    if (!start->timing || !end->timing || !start->records || !end->records) return cudaErrorInvalidResourceHandle;
+    if (start->reached != start->records || end->reached != end->records) return cudaErrorNotReady;
+    *ms = (float)(1e3 * (end->reached_at - start->reached_at));
     return cudaSuccess;
 }
 static void emu_event_wait(cudaEvent_t e) {

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""scripts/trace_schedule.py TRACE.json [--iteration N] [--cells-per-forward C] [--all-ranks]
+
+What a trace written by --profile (docs/profiling.md) says about the pipeline, as text:
+  - each profiled step's schedule, one line per stage, the way the papers draw it (Narayanan
+    et al. 2021, Fig. 4): F3 is the forward of micro-batch 3 (counted from 1, as there), B3
+    its backward; time runs to the right at a fixed time per character (C characters for the
+    median forward); '.' where the stage runs neither (waiting in an exchange, or idle: the
+    bubble). Where a stage holds several model chunks (an interleaved schedule), a letter
+    names the chunk: F3a, F3b;
+  - each stage's order of work, one token per forward or backward;
+  - the measured bubble of each stage, 1 - (its forwards' and backwards' time) / (the
+    schedule's time, from the first forward's start to the last backward's end on any stage),
+    next to the planner's (p - 1) / (m + p - 1) (equal stages, no communication);
+  - the time per kind of work on each stage, in ms per step: self time, a span's time less
+    its children's (a forward's time less its tensor-parallel all-reduces, ...).
+One rank per stage (the first profiled one; --all-ranks: every profiled rank). On the GPU
+build the work is read from the compute stream's track, else from the host's. Standard library only.
+"""
+import json
+import statistics
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        doc = json.load(f)
+    tracks = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X":
+            tracks.setdefault((e["pid"], e["tid"]), []).append(e)
+    for spans in tracks.values():
+        spans.sort(key=lambda e: (e["ts"], -e["dur"]))
+    return doc["otherData"], tracks
+
+
+def label(e, chunked):
+    """F3 / B3 (micro-batch 3 counted from 1), with the chunk's letter where stages hold several"""
+    token = "%s%d" % (e["name"][0].upper(), e["args"]["micro_batch"] + 1)
+    return token + chr(ord("a") + e["args"].get("chunk", 0)) if chunked else token
+
+
+def within(spans, step):
+    s0, s1 = step["ts"], step["ts"] + step["dur"]
+    return [e for e in spans if s0 <= e["ts"] <= s1 and e is not step]
+
+
+def draw(work, t0, t1, cell, chunked):
+    """one stage's line: each span its label, padded to its length in cells; '.' between"""
+    line, cursor = "", 0
+    for e in work:
+        token = label(e, chunked)
+        start = max(cursor, round((e["ts"] - t0) / cell))
+        stop = max(start + len(token) + 1, round((e["ts"] + e["dur"] - t0) / cell))
+        line += "." * (start - cursor) + token.ljust(stop - start)
+        cursor = stop
+    return line + "." * max(0, round((t1 - t0) / cell) - cursor)
+
+
+def self_times(spans):
+    """{kind: seconds of self time} over spans (sorted by start), a kind being the name and group"""
+    out, stack = {}, []   # stack: [end, kind, children's time]
+    def close(item):
+        end, kind, children, dur = item
+        out[kind] = out.get(kind, 0.0) + (dur - children) / 1e6
+    for e in spans:
+        while stack and stack[-1][0] <= e["ts"]:
+            close(stack.pop())
+        if stack:
+            stack[-1][2] += e["dur"]
+        group = e["args"].get("group")
+        kind = e["name"] + (" (%s)" % group if group else "")
+        stack.append([e["ts"] + e["dur"], kind, 0.0, e["dur"]])
+    while stack:
+        close(stack.pop())
+    return out
+
+
+def main(argv):
+    args = argv[1:]
+    if not args or args[0].startswith("--"):
+        sys.exit(__doc__.strip().splitlines()[0])
+    path, only, per_forward, all_ranks = args[0], None, 4, False
+    i = 1
+    while i < len(args):
+        if args[i] == "--iteration": only, i = int(args[i + 1]), i + 2
+        elif args[i] == "--cells-per-forward": per_forward, i = int(args[i + 1]), i + 2
+        elif args[i] == "--all-ranks": all_ranks, i = True, i + 1
+        else: sys.exit("unknown argument %s; usage: %s" % (args[i], __doc__.strip().splitlines()[0]))
+    other, tracks = load(path)
+    layout = other["layout"]
+    P = layout["pp"]
+    device = any(tid == 1 for _, tid in tracks)
+    ranks = sorted((r for r in other["ranks"] if r["profiled"]), key=lambda r: (r["pp"], r["rank"]))
+    if not all_ranks:
+        ranks = [next(r for r in ranks if r["pp"] == p) for p in sorted({r["pp"] for r in ranks})]
+    chunked = any(e["args"].get("chunk", 0) > 0 for spans in tracks.values() for e in spans)
+    first, last = other["iterations"]
+    print("%s: %s, world %d = TP %d x PP %d x DP %d, iterations %d to %d; read from the %s" %
+          (path, other["build"], layout["world"], layout["tp"], P, layout["dp"], first, last,
+           "compute stream's track (device times)" if device else "host's track"))
+    kinds = [{} for _ in ranks]
+    bubbles = [[] for _ in ranks]
+    for it in range(first, last + 1):
+        if only is not None and it != only:
+            continue
+        rows = []
+        for r in ranks:
+            spans = tracks.get((r["rank"], 1 if device else 0), [])
+            step = next((e for e in spans if e["name"] == "step" and e["args"]["iteration"] == it), None)
+            if step is None:
+                sys.exit("%s: rank %d has no step span for iteration %d" % (path, r["rank"], it))
+            inside = within(spans, step)
+            rows.append((r, step, inside, [e for e in inside if e["name"] in ("forward", "backward")]))
+        M = rows[0][1]["args"]["micro_batches"]
+        t0 = min(w[0]["ts"] for _, _, _, w in rows if w)
+        t1 = max(e["ts"] + e["dur"] for _, _, _, w in rows for e in w)
+        forwards = [e["dur"] for _, _, _, w in rows for e in w if e["name"] == "forward"]
+        cell = statistics.median(forwards) / per_forward
+        print("\niteration %d: %d micro-batches; the schedule, first forward to last backward: %.3f ms; one character "
+              "= %.3f ms ('.': neither forward nor backward)" % (it, M, (t1 - t0) / 1e3, cell / 1e3))
+        for k, (r, step, inside, work) in enumerate(rows):
+            name = "stage %d (rank %d)" % (r["pp"], r["rank"])
+            print("%-18s %s" % (name, draw(work, t0, t1, cell, chunked)))
+        print("order of work:")
+        for k, (r, step, inside, work) in enumerate(rows):
+            print("%-18s %s" % ("stage %d (rank %d)" % (r["pp"], r["rank"]), " ".join(label(e, chunked) for e in work)))
+            busy = sum(e["dur"] for e in work)
+            bubbles[k].append(1.0 - busy / (t1 - t0))
+            for kind, seconds in self_times([step] + inside).items():
+                kinds[k][kind] = kinds[k].get(kind, 0.0) + seconds
+        print("bubble: " + ", ".join("stage %d %.1f%%" % (r["pp"], 100 * b[-1]) for r, b in zip(ranks, bubbles)) +
+              "; the planner's (p - 1) / (m + p - 1) = %d / %d = %.1f%%" % (P - 1, M + P - 1, 100.0 * (P - 1) / (M + P - 1)))
+    steps = len(bubbles[0])
+    if steps > 1:
+        print("\nbubble, mean of %d steps: " % steps + ", ".join("stage %d %.1f%%" % (r["pp"], 100 * statistics.mean(b))
+                                                             for r, b in zip(ranks, bubbles)))
+    print("\ntime per kind of work, ms per step (self time: a span's time less its children's; 'step' is the step's "
+          "own time between them), mean of %d step(s):" % steps)
+    order = sorted({k for d in kinds for k in d}, key=lambda k: -sum(d.get(k, 0.0) for d in kinds))
+    print("%-44s" % "kind" + "".join("%12s" % ("stage %d" % r["pp"] if not all_ranks else "rank %d" % r["rank"])
+                                      for r in ranks))
+    for kind in order:
+        print("%-44s" % kind[:44] + "".join("%12.3f" % (1e3 * d.get(kind, 0.0) / steps) for d in kinds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
