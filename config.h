@@ -104,6 +104,7 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(SWITCH, dry_run, NULL, 0, "plan this layout: each stage's memory, the FLOPs, the bubble; allocate nothing")      \
     X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                        \
     X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS; SP on and off at TP > 1) of the world, fastest first") \
+    X(SWITCH, print_schedule, NULL, 0, "with --dry-run: draw one step's pipeline schedule, a line per stage ('.': the bubble)") \
     X(CHOICE, hw, NULL, 0, "v100-32gb | a100-40gb | a100-80gb | h100-80gb (default a100-80gb): the dry run's GPU")   \
     X(FLOAT, hw_peak_tflops, NULL, 0, "dense fp16/bf16 peak, TFLOP/s (0: --hw's)")                                      \
     X(FLOAT, hw_matmul_efficiency, NULL, 0, "the fraction of the peak large matmuls reach (0: --hw's)")                 \
@@ -526,6 +527,8 @@ static void check_model(Config* a) {
     if (a->data_path.count == 0 && !a->dry_run)
         config_error("--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one)");
     if (a->sweep && !a->dry_run) config_error("--sweep goes with --dry-run (it plans every layout of --world-size)");
+    if (a->print_schedule && (!a->dry_run || a->sweep))
+        config_error("--print-schedule goes with --dry-run, not --sweep (it draws the one layout planned)");
     if (hardware_given(a) && !a->dry_run)
         config_error("--hw and --hw-* describe the cluster a --dry-run prices its step on: give --dry-run");
     check_fraction("--hw-matmul-efficiency", a->hw_matmul_efficiency);

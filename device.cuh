@@ -136,7 +136,7 @@ static void dev_free(void* p) { free(p); }
 static void dev_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes) { memcpy(host_dst, dev_src, bytes); }
 static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) { memcpy(dev_dst, host_src, bytes); }
-static void dev_copy(void* dev_dst, const void* dev_src, size_t bytes) { memcpy(dev_dst, dev_src, bytes); }
+static inline void dev_copy(void* dev_dst, const void* dev_src, size_t bytes) { memcpy(dev_dst, dev_src, bytes); }
 static inline void dev_synchronize(void) {}   // the CPU's work is done when its call returns
 static inline void compute_synchronize(void) {}
 // the GPU build's asynchronous copies from pinned host memory (below); here plain copies

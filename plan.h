@@ -1271,6 +1271,116 @@ static void print_layer_activations(const Config* a) {
     printf("\n");
 }
 
+// ----------------------------------------------------------------------------
+// --print-schedule: one step's pipeline schedule drawn as text, the way Narayanan et al. 2021
+// draw it (Figs. 3 and 4): each stage's forwards and backwards in the order step.h runs them
+// (the very walk the trainer takes, without a model), each placed at the earliest cell its
+// inputs allow: a forward after the previous virtual stage's forward of the micro-batch, a
+// backward after the next virtual stage's backward (the last one's after its own forward), and
+// each after the stage's work before it. Every forward and backward is one cell (the paper
+// draws a backward twice as long; the bubble's share is the same either way); messages take no
+// time. '.': a cell where the stage runs nothing, the bubble.
+
+typedef struct {
+    int count;
+    Work* work;
+    char* backward;   // 1: a backward, 0: a forward
+} StageOrder;
+
+static void record_order(void* ctx, TraceEvent event, Work w) {
+    StageOrder* o = (StageOrder*)ctx;
+    if (event != TRACE_FORWARD && event != TRACE_BACKWARD) return;
+    o->work[o->count] = w;
+    o->backward[o->count++] = event == TRACE_BACKWARD;
+}
+
+// stage p's forwards and backwards in one step of M micro-batches over P stages of v chunks
+static StageOrder stage_order(int p, int P, int v, int M) {
+    StageOrder o = {0, (Work*)mallocCheck(2 * (size_t)M * v * sizeof(Work)), (char*)mallocCheck(2 * (size_t)M * v)};
+    Schedule s = {NULL, NULL, NULL, 0.0f, p, P, v, -1, 0, 0, record_order, &o};
+    run_schedule(&s, M);
+    return o;
+}
+
+// "F3" / "B3": micro-batch j counted from 1 (as the papers and scripts/trace_schedule.py count),
+// with the chunk's letter where a stage holds several ("F3a")
+static void work_label(char* out, size_t len, Work w, int backward, int v) {
+    snprintf(out, len, "%c%d%s", backward ? 'B' : 'F', w.micro + 1, v > 1 ? (char[]){(char)('a' + w.chunk), 0} : "");
+}
+
+// The cell each stage's k-th work starts in (cells[p][k]), placing work as its inputs arrive;
+// returns the step's length in cells. done[0 or 1][virtual stage][micro-batch]: the cell after
+// that forward or backward ends (-1: not yet placed).
+static int place_schedule(StageOrder* orders, int P, int v, int M, int** cells) {
+    int V = P * v, total = 0, placed = 0, length = 0;
+    int* done = (int*)mallocCheck(2 * (size_t)V * M * sizeof(int));
+    int *next = (int*)calloc(P, sizeof(int)), *free_at = (int*)calloc(P, sizeof(int));
+    for (int i = 0; i < 2 * V * M; i++) done[i] = -1;
+    for (int p = 0; p < P; p++) total += orders[p].count;
+    while (placed < total) {
+        int progress = 0;
+        for (int p = 0; p < P; p++) {
+            while (next[p] < orders[p].count) {
+                int k = next[p], b = orders[p].backward[k];
+                Work w = orders[p].work[k];
+                int vs = w.chunk * P + p, ready = 0;   // virtual stage c x P + p
+                if (!b && vs > 0) ready = done[(0 * V + vs - 1) * M + w.micro];
+                if (b) ready = vs < V - 1 ? done[(1 * V + vs + 1) * M + w.micro] : done[(0 * V + vs) * M + w.micro];
+                if (ready < 0) break;   // its input is not placed yet
+                int start = ready > free_at[p] ? ready : free_at[p];
+                cells[p][k] = start;
+                free_at[p] = done[(b * V + vs) * M + w.micro] = start + 1;
+                if (start + 1 > length) length = start + 1;
+                next[p]++, placed++, progress = 1;
+            }
+        }
+        if (!progress) fail("--print-schedule: the schedule waits on itself (stage 0 at its work %d): a deadlock", next[0]);
+    }
+    free(done);
+    free(next);
+    free(free_at);
+    return length;
+}
+
+static void print_schedule(const Config* a, int M) {
+    int P = a->pipeline_model_parallel_size, v = virtual_chunks(a), width = 0;
+    StageOrder* orders = (StageOrder*)mallocCheck(P * sizeof(StageOrder));
+    int** cells = (int**)mallocCheck(P * sizeof(int*));
+    char label[32];
+    for (int p = 0; p < P; p++) {
+        orders[p] = stage_order(p, P, v, M);
+        cells[p] = (int*)mallocCheck(orders[p].count * sizeof(int));
+    }
+    int length = place_schedule(orders, P, v, M, cells);
+    work_label(label, sizeof label, (Work){M - 1, v - 1}, 1, v);
+    width = (int)strlen(label) + 1;
+    printf("the schedule of one step (--print-schedule): %s, PP %d, %d micro-batches; F3 = micro-batch 3's forward, B3 "
+           "its backward%s, each one cell; '.': the bubble\n", v > 1 ? "interleaved 1F1B" : "1F1B", P, M,
+           v > 1 ? ", through the stage's first model chunk (a), its second (b), ..." : "");
+    for (int p = 0; p < P; p++) {
+        printf("stage %d: ", p);
+        for (int t = 0, k = 0; t < length; t++) {
+            if (k < orders[p].count && cells[p][k] == t) work_label(label, sizeof label, orders[p].work[k], orders[p].backward[k], v), k++;
+            else snprintf(label, sizeof label, ".");
+            printf("%-*s", t + 1 < length ? width : 0, label);
+        }
+        printf("\n");
+    }
+    printf("bubble of each stage, drawn:");
+    for (int p = 0; p < P; p++)
+        printf(" %d of %d cells (%.1f%%)%s", length - orders[p].count, length, 100.0 * (length - orders[p].count) / length,
+               p + 1 < P ? "," : "");
+    printf("; %s = %d / %d = %.1f%%\n", v > 1 ? "(p - 1) / (v m + p - 1)" : "(p - 1) / (m + p - 1)", P - 1, v * M + P - 1,
+           100.0 * (P - 1) / (v * M + P - 1));
+    for (int p = 0; p < P; p++) {
+        free(orders[p].work);
+        free(orders[p].backward);
+        free(cells[p]);
+    }
+    free(orders);
+    free(cells);
+}
+
 // the precision of the build --dry-run-build plans: the GPU build's 16-bit type (fp16 with --fp16,
 // train_gpu_fp16's; else bf16, train_gpu's) over fp32 master weights; the CPU build's fp32
 static const char* planned_precision(const Config* a) {
@@ -1312,6 +1422,7 @@ static void dry_run_report(const Config* a) {
         printf("interleaved 1F1B bubble: (p - 1) / (v m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per "
                "pipeline, v = %d model chunks per stage (Narayanan et al. 2021, §2.2.1); the pipeline sends v times plain "
                "1F1B's messages\n", PP - 1, L.vp * micro + PP - 1, 100.0 * L.bubble, micro, L.vp);
+    if (a->print_schedule) print_schedule(a, micro);
     print_comm(L.bytes_sent);
     print_hardware(a, &hw);
     print_stage_costs(slowest, L.slowest_stage, micro);

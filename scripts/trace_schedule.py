@@ -11,7 +11,8 @@ What a trace written by --profile (docs/profiling.md) says about the pipeline, a
   - each stage's order of work, one token per forward or backward;
   - the measured bubble of each stage, 1 - (its forwards' and backwards' time) / (the
     schedule's time, from the first forward's start to the last backward's end on any stage),
-    next to the planner's (p - 1) / (m + p - 1) (equal stages, no communication);
+    next to the planner's (p - 1) / (m + p - 1), or (p - 1) / (v m + p - 1) with v model chunks a
+    stage (equal stages, no communication);
   - the time per kind of work on each stage, in ms per step: self time, a span's time less
     its children's (a forward's time less its tensor-parallel all-reduces, ...).
 One rank per stage (the first profiled one; --all-ranks: every profiled rank). On the GPU
@@ -94,7 +95,8 @@ def main(argv):
     ranks = sorted((r for r in other["ranks"] if r["profiled"]), key=lambda r: (r["pp"], r["rank"]))
     if not all_ranks:
         ranks = [next(r for r in ranks if r["pp"] == p) for p in sorted({r["pp"] for r in ranks})]
-    chunked = any(e["args"].get("chunk", 0) > 0 for spans in tracks.values() for e in spans)
+    v = 1 + max((e["args"].get("chunk", 0) for spans in tracks.values() for e in spans), default=0)   # model chunks a stage
+    chunked = v > 1
     first, last = other["iterations"]
     print("%s: %s, world %d = TP %d x PP %d x DP %d, iterations %d to %d; read from the %s" %
           (path, other["build"], layout["world"], layout["tp"], P, layout["dp"], first, last,
@@ -129,8 +131,12 @@ def main(argv):
             bubbles[k].append(1.0 - busy / (t1 - t0))
             for kind, seconds in self_times([step] + inside).items():
                 kinds[k][kind] = kinds[k].get(kind, 0.0) + seconds
+        if v == 1:
+            formula = "(p - 1) / (m + p - 1) = %d / %d" % (P - 1, M + P - 1)
+        else:
+            formula = "(p - 1) / (v m + p - 1) = %d / %d" % (P - 1, v * M + P - 1)
         print("bubble: " + ", ".join("stage %d %.1f%%" % (r["pp"], 100 * b[-1]) for r, b in zip(ranks, bubbles)) +
-              "; the planner's (p - 1) / (m + p - 1) = %d / %d = %.1f%%" % (P - 1, M + P - 1, 100.0 * (P - 1) / (M + P - 1)))
+              "; the planner's %s = %.1f%%" % (formula, 100.0 * (P - 1) / (v * M + P - 1)))
     steps = len(bubbles[0])
     if steps > 1:
         print("\nbubble, mean of %d steps: " % steps + ", ".join("stage %d %.1f%%" % (r["pp"], 100 * statistics.mean(b))

@@ -8,6 +8,9 @@
 #     exactly 1F1B's order (tests/trace_check.py); scripts/trace_schedule.py draws the same
 #     order and the bubble next to the planner's; scripts/trace_plot.py draws a PNG (needs
 #     matplotlib: SKIP without it, FAIL with REQUIRE_MATPLOTLIB=1, as CI sets);
+#   - --dry-run --print-schedule draws that schedule (its lines, its bubble = the formula), and
+#     the run's trace follows the drawing's order; the same for interleaved 1F1B (PP 4, v = 2:
+#     stage 0's order the paper's Fig. 4); the README and docs/parallelism.md show the drawings;
 #   - the same run without --profile: bit-identical log lines but the timing fields;
 #   - (2,2,2) with --overlap-grad-reduce profiling ranks 0, 3 and 5 only: the tensor- and
 #     data-parallel collectives with their groups and bytes, the other ranks silent;
@@ -15,7 +18,7 @@
 #     that overlap on one track, a track without a name);
 #   - the refusals, one line and exit status 2 each: --profile-step-end not after the start,
 #     beyond the run, before a resumed run, a rank not in the world, not a rank number, an
-#     unwritable --profile-dir.
+#     unwritable --profile-dir; --print-schedule without --dry-run, or with --sweep.
 # The GPU path's trace (device spans on both streams, under the emulation): tests/test_emu_train.sh.
 # Prints one PASS/FAIL line per check.
 set -u
@@ -57,6 +60,45 @@ drawn=$(grep -B4 '^order of work:' "$tmp/schedule" | grep -cE '^stage [0-3] \(ra
 if [ "$orders" = "$want" ] && [ "$bubbles" -eq 2 ] && [ "$drawn" -eq 8 ] && grep -q '^forward  ' "$tmp/schedule"; then
     ok "scripts/trace_schedule.py: each stage's line and order as 1F1B's, the measured bubble next to the planner's 27.3%, time per kind of work ($(grep '^bubble, mean' "$tmp/schedule"))"
 else bad "scripts/trace_schedule.py" "$(head -c 600 "$tmp/schedule")"; fi
+
+# The planner's drawing of the same schedule (--dry-run --print-schedule): each stage's line, its
+# bubble (3 x 2 of 22 cells, (p - 1) / (m + p - 1) = 3 / 11), and the order the run's trace shows
+./train_cpu --dry-run --world-size 4 $model --pipeline-model-parallel-size 4 --print-schedule > "$tmp/drawn" 2>&1
+drawn_plain="stage 0: F1 F2 F3 F4 .  .  .  B1 F5 B2 F6 B3 F7 B4 F8 B5 .  B6 .  B7 .  B8
+stage 1: .  F1 F2 F3 .  .  B1 F4 B2 F5 B3 F6 B4 F7 B5 F8 B6 .  B7 .  B8 .
+stage 2: .  .  F1 F2 .  B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 F8 B7 .  B8 .  .
+stage 3: .  .  .  F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 F8 B8 .  .  ."
+if [ "$(grep -E '^stage [0-9]+: ' "$tmp/drawn")" = "$drawn_plain" ] &&
+   grep -q '^bubble of each stage, drawn: 6 of 22 cells (27.3%), 6 of 22 cells (27.3%), 6 of 22 cells (27.3%), 6 of 22 cells (27.3%); (p - 1) / (m + p - 1) = 3 / 11 = 27.3%$' "$tmp/drawn"; then
+    ok "--dry-run --print-schedule at PP 4, 8 micro-batches: 1F1B drawn, each stage's bubble 6 of 22 cells = (p - 1) / (m + p - 1)"
+else bad "--print-schedule, plain 1F1B" "$(grep -A5 '^the schedule' "$tmp/drawn")"; fi
+python3 tests/trace_check.py "$trace" --name "(1,4,1) against --print-schedule" --schedule "$tmp/drawn" | grep 'follow'
+
+# Interleaved 1F1B, PP 4, v = 2 (8 layers, one a chunk), 8 micro-batches: the trace's order is
+# the drawing's, stage 0's as Narayanan et al. 2021 draw it (Fig. 4, bottom), bubble 3 / 19
+interleaved="${model/--num-layers 4/--num-layers 8} --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1"
+$MPIRUN -np 4 ./train_cpu $interleaved --train-iters 2 --eval-iters 0 --profile --profile-step-start 1 --profile-step-end 2 \
+    --profile-dir "$tmp/vpp" > "$tmp/vpp.log" 2>&1 || bad "(1,4,1) interleaved --profile" "$(grep -m2 -i error "$tmp/vpp.log")"
+./train_cpu --dry-run --world-size 4 $interleaved --print-schedule > "$tmp/drawn-vpp" 2>&1
+fig4="F1a F2a F3a F4a F1b F2b F3b F4b F5a F6a F7a B1b F8a B2b F5b B3b F6b B4b F7b B1a F8b B2a B3a B4a B5b B6b B7b B8b B5a B6a B7a B8a"
+if [ "$(grep '^stage 0: ' "$tmp/drawn-vpp" | tr -s ' ' | sed 's/ \.//g; s/^stage 0: //')" = "$fig4" ] &&
+   grep -q '^bubble of each stage, drawn: 6 of 38 cells (15.8%), 6 of 38 cells (15.8%), 6 of 38 cells (15.8%), 6 of 38 cells (15.8%); (p - 1) / (v m + p - 1) = 3 / 19 = 15.8%$' "$tmp/drawn-vpp"; then
+    ok "--print-schedule, interleaved (v = 2): stage 0's order is the paper's Fig. 4, each stage's bubble 6 of 38 cells = (p - 1) / (v m + p - 1)"
+else bad "--print-schedule, interleaved" "$(grep -A5 '^the schedule' "$tmp/drawn-vpp")"; fi
+python3 tests/trace_check.py "$tmp/vpp/trace_iterations_2-2.json" --name "(1,4,1) interleaved, v = 2" --schedule "$tmp/drawn-vpp" \
+    --expect "forward,backward,send and receive"
+python3 scripts/trace_schedule.py "$tmp/vpp/trace_iterations_2-2.json" > "$tmp/schedule-vpp" 2>&1
+if grep -q "^bubble: stage 0 [0-9.]*%, stage 1 [0-9.]*%, stage 2 [0-9.]*%, stage 3 [0-9.]*%; the planner's (p - 1) / (v m + p - 1) = 3 / 19 = 15.8%$" "$tmp/schedule-vpp" &&
+   grep -q "^stage 0 (rank 0)   $fig4$" "$tmp/schedule-vpp"; then
+    ok "scripts/trace_schedule.py on the interleaved trace: stage 0's order as Fig. 4, its measured bubble next to the planner's 15.8% ($(grep '^bubble: ' "$tmp/schedule-vpp" | cut -d';' -f1))"
+else bad "scripts/trace_schedule.py, interleaved" "$(head -c 600 "$tmp/schedule-vpp")"; fi
+
+# the drawings in the README and docs/parallelism.md are the trainer's, line for line
+for doc in README.md docs/parallelism.md; do
+    missing=$(cat "$tmp/drawn" "$tmp/drawn-vpp" | grep -E '^stage [0-9]+: ' | while IFS= read -r line; do grep -qxF "$line" $doc || echo "$line"; done)
+    if [ -z "$missing" ]; then ok "$doc shows --print-schedule's drawings of PP 4, 8 micro-batches, plain and v = 2, line for line"
+    else bad "$doc's schedule drawings" "not there: $(echo "$missing" | head -1)"; fi
+done
 
 # the picture (Debian's matplotlib, /usr/bin/python3: the one python3-matplotlib installs into)
 if /usr/bin/python3 -c "import matplotlib" 2> /dev/null; then
@@ -132,3 +174,6 @@ refused "not a rank number" "--profile-ranks expects rank numbers, got 'one'" 1 
     --profile --profile-step-start 1 --profile-step-end 2 --profile-ranks one --profile-dir "$tmp/r"
 refused "an unwritable directory" "--profile-dir /proc: cannot create /proc/.gridgpt-probe-.*, so no trace could be saved there" 1 \
     --profile --profile-step-start 1 --profile-step-end 2 --profile-dir /proc
+refused "--print-schedule without --dry-run" "--print-schedule goes with --dry-run, not --sweep (it draws the one layout planned)" 1 \
+    --print-schedule
+refused "--print-schedule with --sweep" "--print-schedule goes with --dry-run, not --sweep" 1 --dry-run --sweep --print-schedule

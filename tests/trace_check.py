@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""tests/trace_check.py TRACE.json [--pp P --micro-batches M] [--device-streams] [--expect NAME,...]
-                        [--profiled R,...] [--name TEXT]
+"""tests/trace_check.py TRACE.json [--pp P --micro-batches M | --schedule DRAWING] [--device-streams]
+                        [--expect NAME,...] [--profiled R,...] [--name TEXT]
 
 Checks a file written by --profile (trace.h) against Chrome's trace-event format and against
 what the run did, one PASS/FAIL line per check (tests/test_trace.sh, tests/test_emu_train.sh):
@@ -16,6 +16,10 @@ what the run did, one PASS/FAIL line per check (tests/test_trace.sh, tests/test_
     the order of 1F1B (PipeDream-flush; Narayanan et al. 2021): min(P - p - 1, M) warm-up
     forwards, then one forward and one backward in turn, then the backwards still owed; read
     from the device's compute stream where the file has one, else from the host's track;
+  - --schedule DRAWING (what `train_cpu --dry-run --print-schedule` printed for the run's layout):
+    each stage's forwards and backwards in each step come in exactly the drawing's order, its
+    model chunks too (F3a: micro-batch 3's forward through the stage's first chunk), plain or
+    interleaved 1F1B;
   - --expect NAME,...: each named kind of span is there, and with its arguments (a pipeline
     exchange its group, peer and bytes; a collective its group and bytes > 0; a forward or
     backward its micro-batch, chunk, stage and layers);
@@ -25,6 +29,7 @@ what the run did, one PASS/FAIL line per check (tests/test_trace.sh, tests/test_
 Standard library only.
 """
 import json
+import re
 import sys
 
 EPS = 0.002   # microseconds: ts and dur are each written to 1 ns, so an end may round by 1 ns
@@ -47,6 +52,16 @@ def one_f_one_b(p, P, M):
     return order
 
 
+def drawn_orders(path):
+    """{stage: ["F1a", ...]} from --print-schedule's output: each "stage p:" line's work, the bubble's '.' left out"""
+    out = {}
+    for line in open(path):
+        drawn = re.match(r"stage (\d+): (.*)", line)
+        if drawn:
+            out[int(drawn.group(1))] = [t for t in drawn.group(2).split() if t != "."]
+    return out
+
+
 def check_nesting(spans):
     """the first pair of spans (sorted by start) that overlap without one inside the other, or None"""
     open_ends = []
@@ -60,7 +75,7 @@ def check_nesting(spans):
 
 
 def main(argv):
-    path, pp, micro, device, label, expect, profiled_want = argv[1], None, None, False, "", [], None
+    path, pp, micro, device, label, expect, profiled_want, drawing = argv[1], None, None, False, "", [], None, None
     i = 2
     while i < len(argv):
         if argv[i] == "--pp": pp, i = int(argv[i + 1]), i + 2
@@ -69,7 +84,8 @@ def main(argv):
         elif argv[i] == "--name": label, i = argv[i + 1] + ": ", i + 2
         elif argv[i] == "--expect": expect, i = argv[i + 1].split(","), i + 2
         elif argv[i] == "--profiled": profiled_want, i = [int(r) for r in argv[i + 1].split(",")], i + 2
-        else: sys.exit("usage: trace_check.py TRACE.json [--pp P --micro-batches M] [--device-streams] [--name TEXT]")
+        elif argv[i] == "--schedule": drawing, i = argv[i + 1], i + 2
+        else: sys.exit(__doc__.strip().splitlines()[0])
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -148,7 +164,14 @@ def main(argv):
     device_tracks = {t for t in tracks if t[1] != 0}
     def work_track(r):   # where a rank's forwards and backwards ran: the compute stream, else the host
         return (r, 1) if (r, 1) in device_tracks else (r, 0)
-    if pp is not None and micro is not None:
+    if drawing is not None or (pp is not None and micro is not None):
+        if drawing is not None:
+            orders = drawn_orders(drawing)
+            what = "the order --print-schedule draws (%s)" % drawing
+        else:
+            orders = {p: ["%s%d" % (k, m + 1) for k, m in one_f_one_b(p, pp, micro)] for p in range(pp)}
+            what = "1F1B exactly (P = %d, M = %d)" % (pp, micro)
+        chunked = any(t[-1].isalpha() for order in orders.values() for t in order)
         wrong = []
         for rank in ranks:
             if not rank.get("profiled"):
@@ -160,15 +183,14 @@ def main(argv):
                     wrong.append("rank %d iteration %d: %d step spans" % (rank["rank"], it, len(steps)))
                     continue
                 s0, s1 = steps[0]["ts"], steps[0]["ts"] + steps[0]["dur"]
-                work = sorted((e["ts"], e["name"][0].upper(), e["args"]["micro_batch"]) for e in spans
+                work = sorted((e["ts"], e["name"][0].upper(), e["args"]["micro_batch"], e["args"]["chunk"]) for e in spans
                               if (e["pid"], e["tid"]) == track and e["name"] in ("forward", "backward") and
                               s0 - EPS <= e["ts"] <= s1 + EPS)
-                got = [(k, m) for _, k, m in work]
-                if got != one_f_one_b(p, pp, micro):
-                    wrong.append("rank %d (stage %d) iteration %d: %s" % (rank["rank"], p, it,
-                                 " ".join("%s%d" % (k, m + 1) for k, m in got)))
-        report(not wrong, label + "every stage's forwards and backwards follow 1F1B exactly (P = %d, M = %d; stage 0: %s)" %
-               (pp, micro, " ".join("%s%d" % (k, m + 1) for k, m in one_f_one_b(0, pp, micro))), "; ".join(wrong[:3]))
+                got = ["%s%d%s" % (k, m + 1, chr(ord("a") + c) if chunked else "") for _, k, m, c in work]
+                if got != orders.get(p):
+                    wrong.append("rank %d (stage %d) iteration %d: %s" % (rank["rank"], p, it, " ".join(got)))
+        report(not wrong and orders, label + "every stage's forwards and backwards follow %s; stage 0: %s" %
+               (what, " ".join(orders.get(0, []))), "; ".join(wrong[:3]) or "nothing drawn")
     if device:
         missing = [r for r in profiled if (r, 1) not in device_tracks or (r, 2) not in device_tracks]
         report(profiled and not missing, label + "every profiled rank has device spans on the compute stream and on the "
