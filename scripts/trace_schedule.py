@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/trace_schedule.py TRACE.json [--iteration N] [--cells-per-forward C] [--all-ranks]
+"""scripts/trace_schedule.py TRACE.json [--iteration N] [--cells-per-forward C] [--all-ranks] [--plan DRY-RUN]
 
 What a trace written by --profile (docs/profiling.md) says about the pipeline, as text:
   - each profiled step's schedule, one line per stage, the way the papers draw it (Narayanan
@@ -15,10 +15,16 @@ What a trace written by --profile (docs/profiling.md) says about the pipeline, a
     stage (equal stages, no communication);
   - the time per kind of work on each stage, in ms per step: self time, a span's time less
     its children's (a forward's time less its tensor-parallel all-reduces, ...).
+  - --plan DRY-RUN (what `--dry-run` printed for the run's layout, build and a --hw that describes
+    the machine): the cost model's table of the slowest stage's step next to that stage's
+    measured time, both in the same kinds (the kernels of the forwards and backwards, the
+    tensor-parallel and sequence-parallel collectives, the pipeline exchanges, the data-parallel
+    and embedding collectives, the optimizer's kernels) with their ratio, and the step's time.
 One rank per stage (the first profiled one; --all-ranks: every profiled rank). On the GPU
 build the work is read from the compute stream's track, else from the host's. Standard library only.
 """
 import json
+import re
 import statistics
 import sys
 
@@ -77,16 +83,85 @@ def self_times(spans):
     return out
 
 
+# The cost model's rows (plan.h charge_*) and the trace's kinds of work, sorted into the kinds
+# both know. A trace's collective is "NAME (GROUP)"; those on host values (the step's loss, the
+# checks) and the data loading are not in the cost model.
+KINDS = ["forward and backward kernels", "tensor-parallel collectives", "pipeline exchanges",
+         "data-parallel and embedding collectives", "optimizer kernels (AdamW, gradient norm)"]
+
+
+def planned_kind(row):
+    if row.startswith("pipeline"):
+        return KINDS[2]
+    if "tensor-parallel" in row or row.startswith("sequence-parallel"):
+        return KINDS[1]
+    if row.startswith("ZeRO") or row.startswith("tied embedding") or "data-parallel" in row or "bucket" in row:
+        return KINDS[3]
+    if row in ("AdamW", "gradient norm", "zero gradients"):
+        return KINDS[4]
+    return KINDS[0]
+
+
+def measured_kind(kind):
+    if kind in ("forward", "backward"):
+        return KINDS[0]
+    if "(host values)" in kind or "(" not in kind:
+        return KINDS[4] if kind in ("AdamW", "gradient norm") else None
+    group = kind[kind.rindex("(") + 1:-1]
+    return {"tensor-parallel": KINDS[1], "pipeline": KINDS[2], "data-parallel": KINDS[3], "embedding": KINDS[3]}.get(group)
+
+
+def read_plan(path):
+    """(stage, {kind: planned ms per step}, planned step s) from a --dry-run's output: the slowest stage's table"""
+    stage, rows, step, inside = None, {}, None, False
+    for line in open(path):
+        head = re.match(r"stage (\d+)'s step \(the slowest", line)
+        if head:
+            stage, inside = int(head.group(1)), True
+            continue
+        row = re.match(r"  (.+?)\s+\d+ \|\s+[\d.]+ \|\s+[\d.]+ \|\s+([\d.]+) \|", line) if inside else None
+        if row:
+            kind = planned_kind(row.group(1).strip())
+            rows[kind] = rows.get(kind, 0.0) + float(row.group(2))
+        elif inside:
+            inside = False
+        total = re.match(r"step = .* = ([\d.e+-]+) x ([\d.e+-]+) s \+ ([\d.e+-]+) s$", line)   # slots x slot + optimizer
+        if total:
+            step = float(total.group(1)) * float(total.group(2)) + float(total.group(3))
+    if stage is None or step is None:
+        sys.exit("%s: no cost table of a stage and 'step = ...' line of a --dry-run in it" % path)
+    return stage, rows, step
+
+
+def print_against_plan(path, stage, kinds, steps, measured_step):
+    """the slowest stage's measured ms per step next to the cost model's, kind by kind"""
+    planned_stage, planned, planned_step = read_plan(path)
+    if planned_stage != stage["pp"]:
+        print("\n(the plan's slowest stage is %d; stage %d measured below)" % (planned_stage, stage["pp"]))
+    measured = {}
+    for kind, seconds in kinds.items():
+        k = measured_kind(kind)
+        if k:
+            measured[k] = measured.get(k, 0.0) + 1e3 * seconds / steps
+    print("\nstage %d against the cost model (%s), ms per step:" % (stage["pp"], path))
+    print("%-44s%12s%12s%10s" % ("kind", "measured", "planned", "ratio"))
+    for k in KINDS:
+        m, p = measured.get(k, 0.0), planned.get(k, 0.0)
+        print("%-44s%12.3f%12.3f%10s" % (k, m, p, "%.2f" % (m / p) if p > 0 else "-"))
+    print("%-44s%12.3f%12.3f%10.2f" % ("the step", 1e3 * measured_step, 1e3 * planned_step, measured_step / planned_step))
+
+
 def main(argv):
     args = argv[1:]
     if not args or args[0].startswith("--"):
         sys.exit(__doc__.strip().splitlines()[0])
-    path, only, per_forward, all_ranks = args[0], None, 4, False
+    path, only, per_forward, all_ranks, plan = args[0], None, 4, False, None
     i = 1
     while i < len(args):
         if args[i] == "--iteration": only, i = int(args[i + 1]), i + 2
         elif args[i] == "--cells-per-forward": per_forward, i = int(args[i + 1]), i + 2
         elif args[i] == "--all-ranks": all_ranks, i = True, i + 1
+        elif args[i] == "--plan": plan, i = args[i + 1], i + 2
         else: sys.exit("unknown argument %s; usage: %s" % (args[i], __doc__.strip().splitlines()[0]))
     other, tracks = load(path)
     layout = other["layout"]
@@ -103,6 +178,7 @@ def main(argv):
            "compute stream's track (device times)" if device else "host's track"))
     kinds = [{} for _ in ranks]
     bubbles = [[] for _ in ranks]
+    step_seconds = [0.0 for _ in ranks]
     for it in range(first, last + 1):
         if only is not None and it != only:
             continue
@@ -128,6 +204,7 @@ def main(argv):
         for k, (r, step, inside, work) in enumerate(rows):
             print("%-18s %s" % ("stage %d (rank %d)" % (r["pp"], r["rank"]), " ".join(label(e, chunked) for e in work)))
             busy = sum(e["dur"] for e in work)
+            step_seconds[k] += step["dur"] / 1e6
             bubbles[k].append(1.0 - busy / (t1 - t0))
             for kind, seconds in self_times([step] + inside).items():
                 kinds[k][kind] = kinds[k].get(kind, 0.0) + seconds
@@ -148,6 +225,10 @@ def main(argv):
                                       for r in ranks))
     for kind in order:
         print("%-44s" % kind[:44] + "".join("%12.3f" % (1e3 * d.get(kind, 0.0) / steps) for d in kinds))
+    if plan:
+        slowest = read_plan(plan)[0]
+        k = next((k for k, r in enumerate(ranks) if r["pp"] == slowest), 0)
+        print_against_plan(plan, ranks[k], kinds[k], steps, step_seconds[k] / steps)
     return 0
 
 

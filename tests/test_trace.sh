@@ -6,7 +6,8 @@
 #     track named, spans of one track nested or apart, one step span per profiled iteration,
 #     every kind of span with its arguments, and each stage's forwards and backwards in
 #     exactly 1F1B's order (tests/trace_check.py); scripts/trace_schedule.py draws the same
-#     order and the bubble next to the planner's; scripts/trace_plot.py draws a PNG (needs
+#     order and the bubble next to the planner's, and with --plan the time per kind of work next
+#     to the cost model's; scripts/trace_plot.py draws a PNG (needs
 #     matplotlib: SKIP without it, FAIL with REQUIRE_MATPLOTLIB=1, as CI sets);
 #   - --dry-run --print-schedule draws that schedule (its lines, its bubble = the formula), and
 #     the run's trace follows the drawing's order; the same for interleaved 1F1B (PP 4, v = 2:
@@ -60,6 +61,28 @@ drawn=$(grep -B4 '^order of work:' "$tmp/schedule" | grep -cE '^stage [0-3] \(ra
 if [ "$orders" = "$want" ] && [ "$bubbles" -eq 2 ] && [ "$drawn" -eq 8 ] && grep -q '^forward  ' "$tmp/schedule"; then
     ok "scripts/trace_schedule.py: each stage's line and order as 1F1B's, the measured bubble next to the planner's 27.3%, time per kind of work ($(grep '^bubble, mean' "$tmp/schedule"))"
 else bad "scripts/trace_schedule.py" "$(head -c 600 "$tmp/schedule")"; fi
+
+# The measured time per kind of work next to the cost model's (scripts/trace_schedule.py --plan,
+# on the plan of this layout and build): its planned column is the dry run's slowest stage's
+# rows summed by kind (summed here independently), its measured forward-and-backward row is
+# that stage's forward and backward self times from the per-kind table above it
+./train_cpu --dry-run --dry-run-build cpu --world-size 4 $model --pipeline-model-parallel-size 4 > "$tmp/plan-cpu" 2>&1
+python3 scripts/trace_schedule.py "$trace" --plan "$tmp/plan-cpu" > "$tmp/against" 2>&1
+slowest=$(sed -nE "s/^stage ([0-9]+)'s step \(the slowest.*/\1/p" "$tmp/plan-cpu")
+planned=$(awk '/step \(the slowest/ { on = 1; next } on && !/^  / { on = 0 }
+    on { split($0, f, "|"); name = f[1]; sub(/^  /, "", name); sub(/ +[0-9]+ *$/, "", name); ms = f[4] + 0
+         if (name ~ /^pipeline/) pipe += ms; else if (name ~ /^(AdamW|gradient norm|zero gradients)$/) opt += ms
+         else if (name !~ /(tensor-parallel|sequence-parallel|ZeRO|tied embedding)/) kern += ms }
+    END { printf "%.3f %.3f %.3f", kern, pipe, opt }' "$tmp/plan-cpu")
+got=$(awk '/^forward and backward kernels/ { k = $(NF - 1) } /^pipeline exchanges/ { p = $(NF - 1) }
+    /^optimizer kernels/ { o = $(NF - 1) } END { printf "%.3f %.3f %.3f", k, p, o }' "$tmp/against")
+column=$((slowest + 2))
+own=$(awk -v c=$column '/^time per kind of work/ { on = 1; next } on && /^(forward|backward) / { s += $c } END { printf "%.3f", s }' "$tmp/schedule")
+measured=$(awk '/^forward and backward kernels/ { printf "%.3f", $(NF - 2) }' "$tmp/against")
+if [ -n "$slowest" ] && [ "$got" = "$planned" ] && grep -q "^stage $slowest against the cost model" "$tmp/against" &&
+   awk -v a="$own" -v b="$measured" 'BEGIN { exit !(a - b < 0.01 && b - a < 0.01) }'; then
+    ok "scripts/trace_schedule.py --plan: stage $slowest's measured kinds next to the cost model's (planned kernels, pipeline, optimizer ms: $planned; measured kernels $measured ms = its forwards' and backwards' self time)"
+else bad "scripts/trace_schedule.py --plan" "stage '$slowest', planned '$planned' vs '$got', measured '$measured' vs '$own': $(tail -8 "$tmp/against")"; fi
 
 # The planner's drawing of the same schedule (--dry-run --print-schedule): each stage's line, its
 # bubble (3 x 2 of 22 cells, (p - 1) / (m + p - 1) = 3 / 11), and the order the run's trace shows
