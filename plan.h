@@ -1287,7 +1287,7 @@ typedef struct {
     char* backward;   // 1: a backward, 0: a forward
 } StageOrder;
 
-static void record_order(void* ctx, TraceEvent event, Work w) {
+static void add_to_stage_order(void* ctx, TraceEvent event, Work w) {
     StageOrder* o = (StageOrder*)ctx;
     if (event != TRACE_FORWARD && event != TRACE_BACKWARD) return;
     o->work[o->count] = w;
@@ -1297,7 +1297,7 @@ static void record_order(void* ctx, TraceEvent event, Work w) {
 // stage p's forwards and backwards in one step of M micro-batches over P stages of v chunks
 static StageOrder stage_order(int p, int P, int v, int M) {
     StageOrder o = {0, (Work*)mallocCheck(2 * (size_t)M * v * sizeof(Work)), (char*)mallocCheck(2 * (size_t)M * v)};
-    Schedule s = {NULL, NULL, NULL, 0.0f, p, P, v, -1, 0, 0, record_order, &o};
+    Schedule s = {NULL, NULL, NULL, 0.0f, p, P, v, -1, 0, 0, add_to_stage_order, &o};
     run_schedule(&s, M);
     return o;
 }
