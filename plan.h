@@ -2,7 +2,8 @@
 plan.h — what a run will take before it takes it: the memory plan of every pipeline stage
 (to the byte, from the same plan the model allocates from), the memory a rank may take
 (host, process limits, cgroup; or the GPU), and the planner (--dry-run, --sweep): a cost model
-of one step on a described GPU cluster, and the layouts a model and batch allow.
+of one step on a described GPU cluster, the layouts a model and batch allow, and the pipeline
+schedule of a step drawn as text (--print-schedule).
 
 Interface (what train.c uses): StageMemory, stage_memory, plan_stage_memory,
 print_memory_header, print_memory_row, print_attention, print_dp_communication,
@@ -1305,7 +1306,8 @@ static StageOrder stage_order(int p, int P, int v, int M) {
 // "F3" / "B3": micro-batch j counted from 1 (as the papers and scripts/trace_schedule.py count),
 // with the chunk's letter where a stage holds several ("F3a")
 static void work_label(char* out, size_t len, Work w, int backward, int v) {
-    snprintf(out, len, "%c%d%s", backward ? 'B' : 'F', w.micro + 1, v > 1 ? (char[]){(char)('a' + w.chunk), 0} : "");
+    char chunk[2] = {(char)('a' + w.chunk), '\0'};
+    snprintf(out, len, "%c%d%s", backward ? 'B' : 'F', w.micro + 1, v > 1 ? chunk : "");
 }
 
 // The cell each stage's k-th work starts in (cells[p][k]), placing work as its inputs arrive;
@@ -1342,7 +1344,7 @@ static int place_schedule(StageOrder* orders, int P, int v, int M, int** cells) 
     return length;
 }
 
-static void print_schedule(const Config* a, int M) {
+static void draw_schedule(const Config* a, int M) {
     int P = a->pipeline_model_parallel_size, v = virtual_chunks(a), width = 0;
     StageOrder* orders = (StageOrder*)mallocCheck(P * sizeof(StageOrder));
     int** cells = (int**)mallocCheck(P * sizeof(int*));
@@ -1352,7 +1354,8 @@ static void print_schedule(const Config* a, int M) {
         cells[p] = (int*)mallocCheck(orders[p].count * sizeof(int));
     }
     int length = place_schedule(orders, P, v, M, cells);
-    work_label(label, sizeof label, (Work){M - 1, v - 1}, 1, v);
+    Work widest = {M - 1, v - 1};
+    work_label(label, sizeof label, widest, 1, v);
     width = (int)strlen(label) + 1;
     printf("the schedule of one step (--print-schedule): %s, PP %d, %d micro-batches; F3 = micro-batch 3's forward, B3 "
            "its backward%s, each one cell; '.': the bubble\n", v > 1 ? "interleaved 1F1B" : "1F1B", P, M,
@@ -1422,7 +1425,7 @@ static void dry_run_report(const Config* a) {
         printf("interleaved 1F1B bubble: (p - 1) / (v m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per "
                "pipeline, v = %d model chunks per stage (Narayanan et al. 2021, §2.2.1); the pipeline sends v times plain "
                "1F1B's messages\n", PP - 1, L.vp * micro + PP - 1, 100.0 * L.bubble, micro, L.vp);
-    if (a->print_schedule) print_schedule(a, micro);
+    if (a->print_schedule) draw_schedule(a, micro);
     print_comm(L.bytes_sent);
     print_hardware(a, &hw);
     print_stage_costs(slowest, L.slowest_stage, micro);
