@@ -1310,35 +1310,43 @@ static void work_label(char* out, size_t len, Work w, int backward, int v) {
     snprintf(out, len, "%c%d%s", backward ? 'B' : 'F', w.micro + 1, v > 1 ? chunk : "");
 }
 
+// where place_schedule keeps the cell after the forward (backward 0) or backward (1) of
+// micro-batch `micro` through virtual stage vs ends: -1 until it is placed
+static int* finish_cell(int* finish, int V, int M, int backward, int vs, int micro) {
+    return &finish[((size_t)backward * V + vs) * M + micro];
+}
+
 // The cell each stage's k-th work starts in (cells[p][k]), placing work as its inputs arrive;
-// returns the step's length in cells. done[0 or 1][virtual stage][micro-batch]: the cell after
-// that forward or backward ends (-1: not yet placed).
+// returns the step's length in cells.
 static int place_schedule(StageOrder* orders, int P, int v, int M, int** cells) {
     int V = P * v, total = 0, placed = 0, length = 0;
-    int* done = (int*)mallocCheck(2 * (size_t)V * M * sizeof(int));
-    int *next = (int*)calloc(P, sizeof(int)), *free_at = (int*)calloc(P, sizeof(int));
-    for (int i = 0; i < 2 * V * M; i++) done[i] = -1;
+    int* finish = (int*)mallocCheck(2 * (size_t)V * M * sizeof(int));
+    int* next = (int*)callocCheck(P, sizeof(int));      // each stage's next work to place
+    int* free_at = (int*)callocCheck(P, sizeof(int));   // the cell each stage is free from
+    for (size_t i = 0; i < 2 * (size_t)V * M; i++) finish[i] = -1;
     for (int p = 0; p < P; p++) total += orders[p].count;
     while (placed < total) {
         int progress = 0;
         for (int p = 0; p < P; p++) {
             while (next[p] < orders[p].count) {
-                int k = next[p], b = orders[p].backward[k];
+                int k = next[p], backward = orders[p].backward[k];
                 Work w = orders[p].work[k];
                 int vs = w.chunk * P + p, ready = 0;   // virtual stage c x P + p
-                if (!b && vs > 0) ready = done[(0 * V + vs - 1) * M + w.micro];
-                if (b) ready = vs < V - 1 ? done[(1 * V + vs + 1) * M + w.micro] : done[(0 * V + vs) * M + w.micro];
-                if (ready < 0) break;   // its input is not placed yet
+                if (!backward && vs > 0) ready = *finish_cell(finish, V, M, 0, vs - 1, w.micro);   // its input
+                if (backward)   // its output's gradient; the last virtual stage's own forward made its loss
+                    ready = vs < V - 1 ? *finish_cell(finish, V, M, 1, vs + 1, w.micro) : *finish_cell(finish, V, M, 0, vs, w.micro);
+                if (ready < 0) break;   // not placed yet: another stage first
                 int start = ready > free_at[p] ? ready : free_at[p];
                 cells[p][k] = start;
-                free_at[p] = done[(b * V + vs) * M + w.micro] = start + 1;
+                free_at[p] = *finish_cell(finish, V, M, backward, vs, w.micro) = start + 1;
                 if (start + 1 > length) length = start + 1;
                 next[p]++, placed++, progress = 1;
             }
         }
-        if (!progress) fail("--print-schedule: the schedule waits on itself (stage 0 at its work %d): a deadlock", next[0]);
+        if (!progress) fail("--print-schedule: no stage can go on (stage 0 at its work %d of %d): the schedule deadlocks",
+                            next[0], orders[0].count);
     }
-    free(done);
+    free(finish);
     free(next);
     free(free_at);
     return length;

@@ -97,6 +97,19 @@ if [ "$(grep -E '^stage [0-9]+: ' "$tmp/drawn")" = "$drawn_plain" ] &&
 else bad "--print-schedule, plain 1F1B" "$(grep -A5 '^the schedule' "$tmp/drawn")"; fi
 python3 tests/trace_check.py "$trace" --name "(1,4,1) against --print-schedule" --schedule "$tmp/drawn" | grep 'follow'
 
+# ... and for every P, v and M drawn here (P 2-8, v 1-3, M = P, 2P, 3P; plain also M < P and M
+# not a multiple of P): each stage idle 2 (P - 1) cells of 2 v M + 2 (P - 1), i.e. the drawn
+# bubble is the formula's (p - 1) / (v m + p - 1) on every stage
+wrong=""
+for P in 2 3 4 8; do for v in 1 2 3; do for M in $P $((2 * P)) $((3 * P)) $([ $v -eq 1 ] && echo 1 $((P + 1))); do
+    drawn=$(./train_cpu --dry-run --world-size $P --vocab-size 257 --num-layers $((2 * P * v)) --hidden-size 32 \
+        --num-attention-heads 4 --seq-length 16 --micro-batch-size 1 --global-batch-size $M --pipeline-model-parallel-size $P \
+        $([ $v -gt 1 ] && echo --num-virtual-stages-per-pipeline-rank $v) --print-schedule 2>&1 | grep '^bubble of each')
+    [ "$(grep -o "$((2 * (P - 1))) of $((2 * v * M + 2 * (P - 1))) cells" <<< "$drawn" | wc -l)" -eq $P ] || wrong+=" P=$P,v=$v,M=$M"
+done; done; done
+if [ -z "$wrong" ]; then ok "--print-schedule for P 2-8, v 1-3 and M from 1 to 3P: every stage's drawn bubble is 2 (P - 1) cells, (p - 1) / (v m + p - 1)"
+else bad "--print-schedule's bubble" "not 2 (P - 1) of 2 v M + 2 (P - 1) cells at$wrong"; fi
+
 # Interleaved 1F1B, PP 4, v = 2 (8 layers, one a chunk), 8 micro-batches: the trace's order is
 # the drawing's, stage 0's as Narayanan et al. 2021 draw it (Fig. 4, bottom), bubble 3 / 19
 interleaved="${model/--num-layers 4/--num-layers 8} --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1"
