@@ -440,9 +440,9 @@ static double fma_peak_gflops(void) {
     return best;
 }
 
+#ifdef USE_BLAS
 // the best of 3 sgemm calls (after one untimed) of n x n by n x n, in GFLOP/s
 static double sgemm_gflops(int n) {
-#ifdef USE_BLAS
     size_t count = (size_t)n * n;
     float* a = (float*)mallocCheck(3 * count * sizeof(float));
     float *b = a + count, *c = b + count;
@@ -456,11 +456,8 @@ static double sgemm_gflops(int n) {
     }
     free(a);
     return best;
-#else
-    (void)n;
-    return 0.0;
-#endif
 }
+#endif
 
 // `bench machine`: both peaks, and a last line "peaks: FMA SGEMM" for tests/bench.sh
 static int bench_machine(void) {
