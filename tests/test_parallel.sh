@@ -162,7 +162,8 @@ same_bits "(1,2,2)" tp1-pp2-dp2 tp1-pp2-dp2-overlap "$both (the default bucket s
 # the plain schedule's order), and the head's losses summed in that order too: the very bits of
 # plain 1F1B on the same (TP, PP, DP), and so one process's within the tolerance. v = 2 over 4
 # layers at (1,2,1) with recomputation (the bits of plain 1F1B without it), at (2,2,2) with
-# sequence parallelism (a chunk's early gradient is the rank's rows) and with the DP overlaps (the ramp's 4 micro-batches at DP 2 are 2 = PP: every stage but the last warms
+# sequence parallelism and selective recomputation (a chunk's early gradient is the rank's rows;
+# the bits of plain 1F1B with neither recomputation) and with the DP overlaps (the ramp's 4 micro-batches at DP 2 are 2 = PP: every stage but the last warms
 # up with all its forwards); over 6 layers against a 6-layer one process, v = 3, and an uneven
 # split (2 + 4 layers, 2 chunks each) with recomputation, the same bits as v = 3 (at TP 1 and
 # DP 1 every PP 2 split and schedule computes the same sums in the same order).
@@ -176,7 +177,7 @@ interleaved() {  # name tp pp dp same-bits-run flags...: one process's tolerance
 ref=ref layers=4
 interleaved vpp2-tp1-pp2-dp1-recompute 1 2 1 tp1-pp2-dp1 $N 1 $full uniform --recompute-num-layers 1
 interleaved vpp2-tp2-pp2-dp2-overlap 2 2 2 tp2-pp2-dp2-overlap $N 1 $both --ddp-bucket-size 600
-interleaved vpp2-tp2-pp2-dp2-sp 2 2 2 tp2-pp2-dp2-sp $N 1 --sequence-parallel
+interleaved vpp2-tp2-pp2-dp2-sp-selective 2 2 2 tp2-pp2-dp2-sp $N 1 --sequence-parallel --recompute-activations
 four_layers=$flags
 flags=${flags/--num-layers 4/--num-layers 6}
 ref=ref6 layers=6
