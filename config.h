@@ -704,11 +704,12 @@ static int recomputed_attention_cores(const Config* a, int flash) {
 // keeps its activations): with every layer recomputed the layers make four passes, the logits
 // three, 4 x 24 B s l h^2 (1 + s/(6h)) + 3 x 2 B s h V = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)),
 // the paper's formula (which assumes recomputation). `recomputed`: recomputed_layers(); a
-// selectively recomputed layer (`cores`: recomputed_attention_cores()) adds its attention
-// core's forward, 4 B s^2 h (Korthikanti et al. 2022, §5).
+// selectively recomputed layer (`cores`: recomputed_attention_cores()) adds its probabilities'
+// scores q k^T once more, 2 B s^2 h: half the attention core's 4 B s^2 h that Korthikanti et al.
+// 2022 (§5) and Megatron-LM recompute, since the product with v is kept (gpt.h block_backward).
 static double flops_per_step(const GPTConfig* c, int global_batch, int recomputed, int cores) {
     double B = global_batch, s = c->seq_length, h = c->hidden_size, F = c->ffn_hidden_size;
     double l = c->num_layers, V = c->padded_vocab_size;
     double core = 4.0 * B * s * s * h, layer = 2.0 * B * s * (4.0 * h * h + 2.0 * h * F) + core, logits = 2.0 * B * s * h * V;
-    return (3.0 * l + recomputed) * layer + cores * core + 3.0 * logits;
+    return (3.0 * l + recomputed) * layer + cores * core / 2.0 + 3.0 * logits;
 }

@@ -1060,9 +1060,8 @@ static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
                        param_of(m, t->ln2_w), L->ln2_mean, L->ln2_rstd, R, C);
     // attention
     row_parallel_linear_backward(m, da, L->atty, NULL, t->proj_w, t->proj_b, Cl);
-    if (recomputes_attention_core(m))   // selective: the probabilities again (and atty, the same bits, where it was)
-        attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local,
-                          alibi_of(m));
+    if (recomputes_attention_core(m))   // selective: the probabilities again (atty, the product with v, was kept)
+        attention_probabilities(L->att, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local, alibi_of(m));
     attention_backward(db, m->att_scratch, da, L->qkv, L->atty, L->att, L->lse, B, T, m->heads_local, Cl / m->heads_local,
                        alibi_of(m));
     d = column_parallel_linear_backward(m, da, db, db, L->ln1, t->qkv_w, t->qkv_b, 3 * Cl);   // f

@@ -1120,32 +1120,39 @@ HOST_DEVICE static inline float alibi_bias(Alibi alibi, int h, int t, int t2) {
     return alibi.heads ? alibi_slope(alibi.first_head + h, alibi.heads) * (float)(t2 - t) : 0.0f;
 }
 
-static void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int T, int NH, int HS, Alibi alibi) {
+// Query t's row a[0..T) of head h of sequence b: the probabilities softmax(q k^T / sqrt(HS) +
+// ALiBi's bias) over the keys at or before t, zeros after
+static void attention_row_probabilities(float* a, const float* qkv, int b, int t, int h, int T, int NH, int HS,
+                                        Alibi alibi) {
     const float scale = 1.0f / sqrtf((float)HS);
+    const float* q = qkv + qkv_index(b, t, h, 0, T, NH, HS);
+    // scores of the keys at or before t, and their maximum for a stable softmax
+    float maxval = -INFINITY;
+    for (int t2 = 0; t2 <= t; t2++) {
+        const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, HS);
+        float s = 0.0f;
+        #pragma omp simd reduction(+ : s)   // lets the dot product use vector lanes
+        for (int i = 0; i < HS; i++) s += q[i] * k[i];
+        a[t2] = s * scale + alibi_bias(alibi, h, t, t2);
+        if (a[t2] > maxval) maxval = a[t2];
+    }
+    float sum = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++) {
+        a[t2] = expf(a[t2] - maxval);
+        sum += a[t2];
+    }
+    for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
+}
+
+static void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int T, int NH, int HS, Alibi alibi) {
     // one (b, h) pair per iteration: every pair has the same triangle of work
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
-                const float* q = qkv + qkv_index(b, t, h, 0, T, NH, HS);
                 float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                // scores of the keys at or before t, and their maximum for a stable softmax
-                float maxval = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, HS);
-                    float s = 0.0f;
-                    #pragma omp simd reduction(+ : s)   // lets the dot product use vector lanes
-                    for (int i = 0; i < HS; i++) s += q[i] * k[i];
-                    a[t2] = s * scale + alibi_bias(alibi, h, t, t2);
-                    if (a[t2] > maxval) maxval = a[t2];
-                }
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    a[t2] = expf(a[t2] - maxval);
-                    sum += a[t2];
-                }
-                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
-                // weighted sum of the values
+                attention_row_probabilities(a, qkv, b, t, h, T, NH, HS, alibi);
+                // weighted sum of the values (the row still in the cache)
                 float* o = out + ((size_t)(b * T + t) * NH + h) * HS;
                 for (int i = 0; i < HS; i++) o[i] = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) {
@@ -1155,6 +1162,16 @@ static void attention_forward_cpu(float* out, float* att, const float* qkv, int 
             }
         }
     }
+}
+
+// the forward's probabilities alone, the same bits (selective recomputation's pass: the
+// backward needs them, not the output, which the forward kept)
+static void attention_probabilities_cpu(float* att, const float* qkv, int B, int T, int NH, int HS, Alibi alibi) {
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++)
+                attention_row_probabilities(att + (((size_t)b * NH + h) * T + t) * T, qkv, b, t, h, T, NH, HS, alibi);
 }
 
 // Backward of out = softmax(q k^T * scale) v. For one query row with probabilities p and
@@ -1380,8 +1397,9 @@ static void gemm_batched(cublasOperation_t transa, cublasOperation_t transb, int
 // ld HS); scores, att, datt, dscores are [T, T] (column-major: their transpose, ld T).
 // Each product is written for the transposes, as in the linear layer above.
 
-static void attention_forward_unfused(floatX* out, floatX* att, floatX* scratch, const floatX* qkv,
-                                      int B, int T, int NH, int HS, Alibi alibi) {
+// att = softmax(q k^T / sqrt(HS) + ALiBi's bias), causal; q, k and v left permuted in the scratch
+static void attention_probabilities_unfused(floatX* att, floatX* scratch, const floatX* qkv, int B, int T, int NH, int HS,
+                                            Alibi alibi) {
     AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
     size_t n = (size_t)B * NH * T * HS;
     long long sTH = (long long)T * HS, sTT = (long long)T * T;
@@ -1391,6 +1409,14 @@ static void attention_forward_unfused(floatX* out, floatX* att, floatX* scratch,
     gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, s.k, HS, sTH, s.q, HS, sTH, s.scores, CUDA_R_32F, T, sTT, B * NH);
     LAUNCH(attention_softmax_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0,
            att, s.scores, 1.0f / sqrtf((float)HS), B * NH * T, T, NH, alibi);
+}
+
+static void attention_forward_unfused(floatX* out, floatX* att, floatX* scratch, const floatX* qkv,
+                                      int B, int T, int NH, int HS, Alibi alibi) {
+    AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
+    size_t n = (size_t)B * NH * T * HS;
+    long long sTH = (long long)T * HS, sTT = (long long)T * T;
+    attention_probabilities_unfused(att, scratch, qkv, B, T, NH, HS, alibi);
     // y = att v:  y^T [HS, T] = v^T [HS, T] @ att^T [T, T]; both arrays are already these
     // transposes, op = N, N
     gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, s.v, HS, sTH, att, T, sTT, s.y, CUDA_R_FLOATX, HS, sTH, B * NH);
@@ -2027,6 +2053,12 @@ static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout
     if (lse) attention_backward_flash(dqkv, (float*)scratch, dout, qkv, out, lse, B, T, NH, HS, alibi);
     else attention_backward_unfused(dqkv, scratch, dout, qkv, att, B, T, NH, HS);
 }
+// selective recomputation's pass: the probabilities again, for the backward (the cuBLAS path
+// alone: the fused attention keeps none, and its backward recomputes them itself)
+static void attention_probabilities(floatX* att, floatX* scratch, const floatX* qkv, int B, int T, int NH, int HS,
+                                    Alibi alibi) {
+    attention_probabilities_unfused(att, scratch, qkv, B, T, NH, HS, alibi);
+}
 #else
 static int flash_attention_runs_here(void) { return 1; }   // the CPU build plans for any GPU
 
@@ -2034,6 +2066,7 @@ static int flash_attention_runs_here(void) { return 1; }   // the CPU build plan
 #define attention_forward(out, att, lse, scratch, qkv, B, T, NH, HS, alibi) attention_forward_cpu(out, att, qkv, B, T, NH, HS, alibi)
 #define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, HS, alibi) \
     attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, NH, HS)
+#define attention_probabilities(att, scratch, qkv, B, T, NH, HS, alibi) attention_probabilities_cpu(att, qkv, B, T, NH, HS, alibi)
 #endif
 
 // ----------------------------------------------------------------------------

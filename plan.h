@@ -596,12 +596,19 @@ static void cost_flash_backward(StageCost* c, double BH, double T, double HS, do
 // the unfused attention of BH heads of T x HS (the cuBLAS path): q, k, v permuted out of qkv,
 // the scores and the values as batched GEMMs over the whole square, a softmax kernel that
 // writes P fp32 scores first (the scores product) and reads the causal half three times
-static void cost_unfused_forward(StageCost* c, double BH, double T, double HS, double x) {
+// the probabilities (attention_probabilities_unfused): q, k, v permuted, the scores, the softmax
+static void cost_unfused_probabilities(StageCost* c, double BH, double T, double HS, double x) {
     double S = BH * T * HS, P = BH * T * T;   // one of q, k, v; the probabilities
-    charge_kernel(c, "attention permutes", 2, (6.0 * S + 2.0 * S) * x);
+    charge_kernel(c, "attention permutes", 1, 6.0 * S * x);
     charge_matmul(c, "attention T x T products (cuBLAS, batched)", T, T, HS, BH, x);   // scores = q k^T
-    charge_matmul(c, "attention T x T products (cuBLAS, batched)", T, HS, T, BH, x);   // out = att v
     charge_kernel(c, "attention softmax", 1, P * 4.0 + 1.5 * P * 4.0 + P * x);
+}
+
+static void cost_unfused_forward(StageCost* c, double BH, double T, double HS, double x) {
+    double S = BH * T * HS;
+    cost_unfused_probabilities(c, BH, T, HS, x);
+    charge_matmul(c, "attention T x T products (cuBLAS, batched)", T, HS, T, BH, x);   // out = att v
+    charge_kernel(c, "attention permutes", 1, 2.0 * S * x);                            // out's heads back in place
 }
 
 static void cost_unfused_backward(StageCost* c, double BH, double T, double HS, double x) {
@@ -779,8 +786,8 @@ static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_siz
                   bias_grad_bytes(R, C, x) + bias_grad_bytes(rows, 3 * Cl, x));
     charge_kernel(c, "GELU backward: the DGELU epilogue's aux read", 0, N * Fl * x);   // in fcproj's dinp GEMM
     charge_kernel(c, "layernorm backward", 4, 2.0 * layernorm_backward_bytes(m, x));
-    if (recomputes_attention_core(m))   // selective: the attention's forward again, for its probabilities
-        cost_attention(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x, m->build.flash_attention, 0);
+    if (recomputes_attention_core(m))   // selective: the probabilities again (never the fused attention's)
+        cost_unfused_probabilities(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x);
     cost_attention(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x, m->build.flash_attention, 1);
     // f's backward twice; with sequence parallelism the projections' output gradients gathered,
     // ln2 and ln1 gathered again for the weight gradients, the input gradients scattered

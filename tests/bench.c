@@ -113,7 +113,7 @@ static void bench_matmul_backward(float* dinp, float* dweight, float* dbias, con
 
 // The other kernels keep the trainer's arguments untouched: NAME(...) becomes a timed
 // NAME_cpu(...), as kernels.cuh maps them (attention_forward drops its lse and scratch
-// arguments, attention_backward its out, lse and alibi, as kernels.cuh does on the CPU build). Attention's model FLOPs as flops_per_step counts
+// arguments, attention_probabilities its scratch, attention_backward its out, lse and alibi, as kernels.cuh does on the CPU build). Attention's model FLOPs as flops_per_step counts
 // them: 4 B T^2 C forward, twice that backward.
 static double attention_flops;   // forward, per call
 
@@ -123,6 +123,7 @@ static double attention_flops;   // forward, per call
 #undef gelu_matmul_backward
 #undef attention_forward
 #undef attention_backward
+#undef attention_probabilities
 #undef encoder_forward
 #undef encoder_backward
 #undef residual_forward
@@ -155,6 +156,9 @@ static double attention_flops;   // forward, per call
     TIMED("attention_forward", attention_flops, attention_forward_cpu(out, att, __VA_ARGS__))
 #define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, HS, alibi) \
     TIMED("attention_backward", 2.0 * attention_flops, attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, NH, HS))
+// selective recomputation's pass: the scores q k^T again, half the forward's products
+#define attention_probabilities(att, scratch, ...) \
+    TIMED("attention_probabilities", attention_flops / 2.0, attention_probabilities_cpu(att, __VA_ARGS__))
 #define encoder_forward(...) TIMED("encoder_forward", 0.0, encoder_forward_cpu(__VA_ARGS__))
 #define encoder_backward(...) TIMED("encoder_backward", 0.0, encoder_backward_cpu(__VA_ARGS__))
 #define residual_forward(...) TIMED("residual_forward", 0.0, residual_forward_cpu(__VA_ARGS__))

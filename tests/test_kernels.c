@@ -519,6 +519,11 @@ static void test_attention(Alibi alibi) {
     // <= 11 terms: within ~(2T + 2) u ~ 1.5e-6 of 1
     snprintf(name, sizeof(name), "attention_forward att rows sum to 1%s", with);
     check(worst_row <= 2e-6, name, "worst |sum - 1| = %.3g", worst_row);
+    // selective recomputation's pass: the forward's probabilities again, to the bit
+    float* again = filled_floats(n_att, NAN);
+    attention_probabilities(again, NULL, qkv, B, T, NH, HS, alibi);
+    snprintf(name, sizeof(name), "attention_probabilities gives attention_forward's att, bit for bit%s", with);
+    check(memcmp(again, att, n_att * sizeof(float)) == 0, name, "they differ");
 
     float* dqkv = filled_floats(n_qkv, NAN);  // overwritten: pre-filled with NaN
     attention_backward(dqkv, scratch, R, qkv, out, att, NULL, B, T, NH, HS, alibi);

@@ -706,14 +706,14 @@ static void flops_formulas(void) {
     double got_block = flops_per_step(&a.model, 8, recomputed_layers(&a), 0);
     a.decoder_last_pipeline_num_layers = 2;      // stages of 10 and 2 layers: 3 + 2 recomputed
     double got_uneven = flops_per_step(&a.model, 8, recomputed_layers(&a), 0);
-    a.model.recompute_method = RECOMPUTE_NONE;   // selective: every layer's scores and values once more
+    a.model.recompute_method = RECOMPUTE_NONE;   // selective: every layer's scores q k^T once more (B s^2 h multiply-adds)
     a.model.recompute_attention_core = 1;
-    double core = 4 * B * s * s * h, got_selective = flops_per_step(&a.model, 8, 0, recomputed_attention_cores(&a, 0));
+    double scores = 2 * B * s * s * h, got_selective = flops_per_step(&a.model, 8, 0, recomputed_attention_cores(&a, 0));
     double got_selective_fused = flops_per_step(&a.model, 8, 0, recomputed_attention_cores(&a, 1));
-    check(fabs(got_selective / (three + l * core) - 1) < 1e-12 &&
+    check(fabs(got_selective / (three + l * scores) - 1) < 1e-12 &&
           fabs(got_selective_fused / three - 1) < 1e-12,
-          "model FLOPs with selective recomputation: the attention core's 4 B s^2 h once more per layer (none where the "
-          "fused attention keeps no probabilities)", "%.6g vs %.6g, fused %.6g vs %.6g", got_selective, three + l * core,
+          "model FLOPs with selective recomputation: the probabilities' scores, 2 B s^2 h, once more per layer (none where "
+          "the fused attention keeps no probabilities)", "%.6g vs %.6g, fused %.6g vs %.6g", got_selective, three + l * scores,
           got_selective_fused, three);
     check(fabs(got3 / three - 1) < 1e-12 && fabs(got4 / four - 1) < 1e-12 &&
           fabs(got_block / (three + 6 * layer_forward) - 1) < 1e-12 && fabs(got_uneven / (three + 5 * layer_forward) - 1) < 1e-12,
