@@ -827,7 +827,8 @@ static floatX* layer_input(const MicroBatchActivations* s, int i) {
 // what the slot's model chunk sends on (its last layer's output)
 static floatX* stage_output(const MicroBatchActivations* s) { return layer_input(s, s->end); }
 
-// elements of this rank's rows of an [B*T, C] activation of the residual stream
+// elements of this rank's rows of an [B*T, C] activation of the residual stream (and what goes
+// between pipeline stages: 1/TP of the rows with sequence parallelism)
 static size_t residual_elems(const GPT* m) { return (size_t)m->residual_rows * m->cfg.hidden_size; }
 
 // word embedding (vocab-parallel, summed over tensor ranks) + position embedding. With sequence

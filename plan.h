@@ -1240,12 +1240,28 @@ static void print_interleaving_alternative(const Config* a, const Hardware* hw) 
     print_plan_summary(label, &best);
 }
 
+// the same run with --sequence-parallel the other way round, and that way's name
+static Config sequence_parallel_toggled(const Config* a, const char** name) {
+    Config other = *a;
+    other.model.sequence_parallel = !a->model.sequence_parallel;
+    *name = other.model.sequence_parallel ? "with --sequence-parallel" : "without sequence parallelism";
+    return other;
+}
+
+// one layer's activations for one micro-batch, as stage 0's tensor rank 0 lays them out
+static size_t stage0_layer_bytes(const Config* a) {
+    GPT m;
+    plan_stage_model(&m, a, 0, a->tensor_model_parallel_size, data_parallel_size(a));
+    size_t bytes = layer_activation_bytes(&m);
+    gpt_free_plan(&m);
+    return bytes;
+}
+
 // With TP > 1, the same layout with sequence parallelism the other way round: its memory (one
 // layer's activations, the peak) and its step, so the plan shows what it saves and costs
 static void print_sequence_parallel_alternative(const Config* a, const Hardware* hw) {
-    Config other = *a;
-    other.model.sequence_parallel = !a->model.sequence_parallel;
-    const char* name = other.model.sequence_parallel ? "with --sequence-parallel" : "without sequence parallelism";
+    const char* name;
+    Config other = sequence_parallel_toggled(a, &name);
     char err[512];
     if (a->tensor_model_parallel_size == 1) return;
     if (layout_error(&other, err, sizeof(err))) {
@@ -1260,21 +1276,14 @@ static void print_sequence_parallel_alternative(const Config* a, const Hardware*
 // with TP > 1 the same with sequence parallelism the other way round (Korthikanti et al. 2022,
 // Table 2: the LayerNorm and residual rows' share 1/TP with it; docs/parallelism.md compares)
 static void print_layer_activations(const Config* a) {
-    Config other = *a;
-    other.model.sequence_parallel = !a->model.sequence_parallel;
-    int TP = a->tensor_model_parallel_size, DP = data_parallel_size(a);
+    const char* name;
+    Config other = sequence_parallel_toggled(a, &name);
     char err[512];
-    GPT m;
-    plan_stage_model(&m, a, 0, TP, DP);
-    size_t bytes = layer_activation_bytes(&m);
-    gpt_free_plan(&m);
+    size_t bytes = stage0_layer_bytes(a);
     printf("activations of one layer for one micro-batch: %zu bytes (%.2f MiB)", bytes, bytes / 1048576.0);
-    if (TP > 1 && !layout_error(&other, err, sizeof(err))) {
-        plan_stage_model(&m, &other, 0, TP, DP);
-        size_t other_bytes = layer_activation_bytes(&m);
-        gpt_free_plan(&m);
-        printf("; %s %zu bytes (%.2f MiB)", other.model.sequence_parallel ? "with --sequence-parallel" :
-               "without sequence parallelism", other_bytes, other_bytes / 1048576.0);
+    if (a->tensor_model_parallel_size > 1 && !layout_error(&other, err, sizeof(err))) {
+        size_t other_bytes = stage0_layer_bytes(&other);
+        printf("; %s %zu bytes (%.2f MiB)", name, other_bytes, other_bytes / 1048576.0);
     }
     printf("\n");
 }
@@ -1305,7 +1314,7 @@ static void add_to_stage_order(void* ctx, TraceEvent event, Work w) {
 // stage p's forwards and backwards in one step of M micro-batches over P stages of v chunks
 static StageOrder stage_order(int p, int P, int v, int M) {
     StageOrder o = {0, (Work*)mallocCheck(2 * (size_t)M * v * sizeof(Work)), (char*)mallocCheck(2 * (size_t)M * v)};
-    Schedule s = {NULL, NULL, NULL, 0.0f, p, P, v, -1, 0, 0, add_to_stage_order, &o};
+    Schedule s = schedule_walk(p, P, v, -1, add_to_stage_order, &o);
     run_schedule(&s, M);
     return o;
 }

@@ -12,7 +12,7 @@ the grid, and updates the weights.
 
 Interface (what train.c, checkpoint.h and the tests use): grad_reducer_init / _free,
 param_gatherer_init / _free, Schedule, schedule_for, run_schedule, run_forward_only, step_loss,
-schedule_slots, AdamWConfig, AdamWState,
+schedule_walk, schedule_slots, AdamWConfig, AdamWState,
 adamw_init / adamw_free, shard_part, optimizer_step. The model calls back into the
 overlapped reduction and gather through the two hooks these inits set in the GPT
 (on_gradients_final, on_parameters_needed); gpt.h knows nothing of this file.
@@ -309,8 +309,6 @@ static void trace(const Schedule* s, TraceEvent event, Work w) {
     if (s->trace) s->trace(s->trace_ctx, event, w);
 }
 
-// what goes between stages: this rank's rows of a micro-batch's [B*T, C] (1/TP of them with sequence parallelism)
-static size_t hidden_elems(const GPT* m) { return (size_t)m->residual_rows * m->cfg.hidden_size; }
 
 // the slot of a chunk's micro-batch: the chunk's slots, taken in turn
 static MicroBatchActivations* slot_of(const Schedule* s, Work w) {
@@ -366,7 +364,7 @@ static void exchange(Schedule* s, Work out, Work in, Work grad_out, Work grad_in
     if (grad_in.micro >= 0) grad = s->chunks > 1 ? slot_of(s, grad_in)->dout : m->dres;
     send_forward_backward_recv_forward_backward(out.micro >= 0 ? stage_output(slot_of(s, out)) : NULL,
                                                 grad_out.micro >= 0 ? m->dres : NULL,
-                                                in.micro >= 0 ? slot_of(s, in)->input : NULL, grad, hidden_elems(m));
+                                                in.micro >= 0 ? slot_of(s, in)->input : NULL, grad, residual_elems(m));
 }
 
 static void forward_step(Schedule* s, Work w) {
@@ -395,7 +393,7 @@ static void backward_step(Schedule* s, Work w, int M) {
         trace_begin_micro("backward", w.micro, w.chunk, global_layer(m, a->first), a->end - a->first);
         grad_reducer.armed = grad_reducer.enabled && w.micro == M - 1;
         pipeline_before_writing(m->dres);   // (in 1F1B an exchange that receives comes between)
-        if (a->dout) dev_copy(m->dres, a->dout, hidden_elems(m) * sizeof(floatX));   // the gradient that came ahead
+        if (a->dout) dev_copy(m->dres, a->dout, residual_elems(m) * sizeof(floatX));   // the gradient that came ahead
         gpt_backward(m, (int)(a - m->slots));
         trace_end();
     }
@@ -530,13 +528,20 @@ static void run_schedule(Schedule* s, int M) {
     else run_1f1b(s, M);
 }
 
+// a walk of stage `stage`'s schedule that runs nothing: it counts chunk `counted_chunk`'s slots
+// in use (-1: every chunk's) and tells `trace` each forward, backward and message
+static Schedule schedule_walk(int stage, int stages, int chunks, int counted_chunk, ScheduleTrace trace, void* ctx) {
+    Schedule s = {NULL, NULL, NULL, 0.0f, stage, stages, chunks, counted_chunk, 0, 0, trace, ctx};
+    return s;
+}
+
 // The slots stage `stage` of `stages` needs for each of its `chunks` model chunks in a step of M
 // micro-batches (forward_only: an evaluation's), at least the slots[c] given: the most
 // micro-batches the chunk holds at once in a walk of the schedule above (no model: nothing runs,
 // one walk per chunk). Plain 1F1B: min(P - p, M) for training, 1 for an evaluation.
 static void schedule_slots(int stage, int stages, int chunks, int M, int forward_only, int* slots) {
     for (int c = 0; c < chunks; c++) {
-        Schedule s = {NULL, NULL, NULL, 0.0f, stage, stages, chunks, c, 0, 0, NULL, NULL};
+        Schedule s = schedule_walk(stage, stages, chunks, c, NULL, NULL);
         if (forward_only) run_forward_only(&s, M);
         else run_schedule(&s, M);
         if (s.most_held > slots[c]) slots[c] = s.most_held;

@@ -507,7 +507,7 @@ static void record_event(void* ctx, TraceEvent event, Work w) {
 
 static void walk_stage(StageWalk* t, int stage, int stages, int chunks, int M, int forward_only) {
     memset(t, 0, sizeof(*t));
-    Schedule s = {NULL, NULL, NULL, 0.0f, stage, stages, chunks, -1, 0, 0, record_event, t};
+    Schedule s = schedule_walk(stage, stages, chunks, -1, record_event, t);
     if (forward_only) run_forward_only(&s, M);
     else run_schedule(&s, M);
 }

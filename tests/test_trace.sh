@@ -32,6 +32,19 @@ trap 'rm -rf "$tmp"' EXIT
 ok() { echo "PASS $1"; }
 bad() { echo "FAIL $1: $2"; }
 [ -x ./train_cpu ] || make -s cpu > /dev/null
+# tests/trace_check.py's PASS/FAIL lines (only those naming `only`, when given); a check that
+# crashed or printed none of them is a FAIL too, not a silence
+trace_check() {  # [--only TEXT] ARGS...
+    local only="" out status
+    [ "$1" = --only ] && { only=$2; shift 2; }
+    out=$(python3 tests/trace_check.py "$@" 2>&1)
+    status=$?
+    out=$(grep -E '^(PASS|FAIL)' <<< "$out" | grep -F -- "$only")
+    [ -n "$out" ] && echo "$out"
+    if [ -z "$out" ] || { [ $status -ne 0 ] && ! grep -q '^FAIL' <<< "$out"; }; then
+        bad "tests/trace_check.py $*" "exit status $status, $(grep -c . <<< "$out") check line(s)"
+    fi
+}
 
 model="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --micro-batch-size 1 --global-batch-size 8 --train-iters 4 --log-interval 1 --split 90,10,0 --seed 7"
@@ -46,7 +59,7 @@ trace=$tmp/trace/trace_iterations_2-3.json
 if [ $status -eq 0 ] && [ -f "$trace" ] && grep -q "^profile: iterations 2 to 3 of 4 rank(s) written to $trace" "$tmp/on"; then
     ok "(1,4,1) --profile-step-start 1 --profile-step-end 3: rank 0 wrote $(basename "$trace") and said so"
 else bad "(1,4,1) --profile" "exit status $status, $(ls "$tmp/trace" 2>&1 | head -2): $(grep -m2 -i error "$tmp/on")"; fi
-python3 tests/trace_check.py "$trace" --name "(1,4,1)" --pp 4 --micro-batches 8 --profiled 0,1,2,3 \
+trace_check "$trace" --name "(1,4,1)" --pp 4 --micro-batches 8 --profiled 0,1,2,3 \
     --expect "forward,backward,send,receive,send and receive,all-reduce,all-reduce (host values),gradient norm,AdamW,optimizer step,load micro-batch,evaluation,checkpoint save"
 
 # the text drawing: each stage's order as 1F1B's (warm-up P - p - 1 forwards), the bubble beside the planner's
@@ -95,7 +108,7 @@ if [ "$(grep -E '^stage [0-9]+: ' "$tmp/drawn")" = "$drawn_plain" ] &&
    grep -q '^bubble of each stage, drawn: 6 of 22 cells (27.3%), 6 of 22 cells (27.3%), 6 of 22 cells (27.3%), 6 of 22 cells (27.3%); (p - 1) / (m + p - 1) = 3 / 11 = 27.3%$' "$tmp/drawn"; then
     ok "--dry-run --print-schedule at PP 4, 8 micro-batches: 1F1B drawn, each stage's bubble 6 of 22 cells = (p - 1) / (m + p - 1)"
 else bad "--print-schedule, plain 1F1B" "$(grep -A5 '^the schedule' "$tmp/drawn")"; fi
-python3 tests/trace_check.py "$trace" --name "(1,4,1) against --print-schedule" --schedule "$tmp/drawn" | grep 'follow'
+trace_check --only follow "$trace" --name "(1,4,1) against --print-schedule" --schedule "$tmp/drawn"
 
 # ... and for every P, v and M drawn here (P 2-8, v 1-3, M = P, 2P, 3P; plain also M < P and M
 # not a multiple of P): each stage idle 2 (P - 1) cells of 2 v M + 2 (P - 1), i.e. the drawn
@@ -121,7 +134,7 @@ if [ "$(grep '^stage 0: ' "$tmp/drawn-vpp" | tr -s ' ' | sed 's/ \.//g; s/^stage
    grep -q '^bubble of each stage, drawn: 6 of 38 cells (15.8%), 6 of 38 cells (15.8%), 6 of 38 cells (15.8%), 6 of 38 cells (15.8%); (p - 1) / (v m + p - 1) = 3 / 19 = 15.8%$' "$tmp/drawn-vpp"; then
     ok "--print-schedule, interleaved (v = 2): stage 0's order is the paper's Fig. 4, each stage's bubble 6 of 38 cells = (p - 1) / (v m + p - 1)"
 else bad "--print-schedule, interleaved" "$(grep -A5 '^the schedule' "$tmp/drawn-vpp")"; fi
-python3 tests/trace_check.py "$tmp/vpp/trace_iterations_2-2.json" --name "(1,4,1) interleaved, v = 2" --schedule "$tmp/drawn-vpp" \
+trace_check "$tmp/vpp/trace_iterations_2-2.json" --name "(1,4,1) interleaved, v = 2" --schedule "$tmp/drawn-vpp" \
     --expect "forward,backward,send and receive"
 python3 scripts/trace_schedule.py "$tmp/vpp/trace_iterations_2-2.json" > "$tmp/schedule-vpp" 2>&1
 if grep -q "^bubble: stage 0 [0-9.]*%, stage 1 [0-9.]*%, stage 2 [0-9.]*%, stage 3 [0-9.]*%; the planner's (p - 1) / (v m + p - 1) = 3 / 19 = 15.8%$" "$tmp/schedule-vpp" &&
@@ -155,7 +168,7 @@ else bad "(1,4,1) with --profile against without" "$(diff <(strip_timing "$tmp/o
 $MPIRUN -np 8 ./train_cpu $model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --eval-iters 0 \
     --overlap-grad-reduce --ddp-bucket-size 600 $profile --profile-ranks 0 3 5 --profile-step-end 2 > "$tmp/grid" 2>&1 ||
     bad "(2,2,2) --profile-ranks 0 3 5" "exit status $?: $(grep -m2 -i error "$tmp/grid")"
-python3 tests/trace_check.py "$tmp/trace/trace_iterations_2-2.json" --name "(2,2,2) --profile-ranks 0 3 5" --pp 2 \
+trace_check "$tmp/trace/trace_iterations_2-2.json" --name "(2,2,2) --profile-ranks 0 3 5" --pp 2 \
     --micro-batches 4 --profiled 0,3,5 --expect "all-reduce,reduce,all-gather,send and receive"
 
 # the checks catch what they look for: three planted errors, each failing its check alone
