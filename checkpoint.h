@@ -160,11 +160,12 @@ typedef struct {
     MPI_File file;
     const char* path;
     size_t section_base;       // byte offset of the section in tensors.bin
-    float* dev;                // the array (device memory) ...
+    float* dev;                // the array (device memory, or host memory with on_host) ...
     size_t dev_start;          // ... whose element 0 is this flat index
     float* bounce;             // [RUN_MAX] on the host
     SaveLog* log;              // writing: the pieces written; NULL: reading
     size_t pending_at, pending_bytes;   // writing: runs gathered in bounce, not yet written
+    int on_host;               // reading: `dev` is a host array, read into directly
 } RunIO;
 
 // writing: the gathered runs, in one write
@@ -185,8 +186,9 @@ static void run_io(void* ctx, size_t flat, size_t n, size_t file_offset) {
     float* p = io->dev + (flat - io->dev_start);
     size_t at = io->section_base + file_offset, bytes = n * sizeof(float);
     if (!io->log) {
-        if (shared_file_io(io->file, at, io->bounce, bytes, 0) != 0) fail("reading %s at byte %zu failed", io->path, at);
-        host_to_dev(p, io->bounce, bytes);
+        float* into = io->on_host ? p : io->bounce;
+        if (shared_file_io(io->file, at, into, bytes, 0) != 0) fail("reading %s at byte %zu failed", io->path, at);
+        if (!io->on_host) host_to_dev(p, io->bounce, bytes);
         return;
     }
     int follows = io->pending_bytes > 0 && at == io->pending_at + io->pending_bytes;
@@ -214,7 +216,7 @@ static void shard_io(const GPT* m, const AdamWState* opt, const CanonicalLayout*
     int reading = log == NULL;
     for (int k = 0; k < sections; k++) {
         if (reading && k == 0 && sizeof(floatX) == sizeof(float)) continue;   // CPU: the master is the params, loaded
-        RunIO io = {f, path, k * L->section_bytes, arrays[k], opt->shard_start, bounce, log, 0, 0};
+        RunIO io = {f, path, k * L->section_bytes, arrays[k], opt->shard_start, bounce, log, 0, 0, 0};
         for (int i = 0; i < m->num_tensors; i++) {
             const TensorDesc* tensor = &m->tensors[i];
             if (!reading && !writes_tensor(m, tensor)) continue;
@@ -844,8 +846,8 @@ static int meta_check_counters(const char* path, const CheckpointMeta* m, char* 
               p->batch.since_consumed > p->consumed_samples || p->batch.rampup_start < 0 ||
               p->batch.rampup_increment < 0 || p->batch.rampup_samples < 0))
         what = "batch_schedule's counters are outside [0, iteration] and [0, consumed_samples], or negative";
-    else if (m->has_loss_scaler && (m->loss_scaler.growth_tracker < 0 || m->loss_scaler.hysteresis_tracker < 0))
-        what = "a loss_scaler tracker is negative";
+    else if (m->has_loss_scaler && m->loss_scaler.growth_tracker < 0)   // (the hysteresis tracker may be: step.h)
+        what = "the loss_scaler's growth tracker is negative";
     if (!what) return 0;
     return error_line(err, errlen, "checkpoint %s: %s (iteration %d, optimizer_step %d, consumed_samples %lld, "
                       "scheduler_samples %lld)", path, what, p->iteration, m->optimizer_step, p->consumed_samples,
@@ -1007,7 +1009,7 @@ static void load_params(GPT* m, const CanonicalLayout* L, MPI_File f, const char
     for (int i = 0; i < m->num_tensors; i++) {
         const TensorDesc* d = &m->tensors[i];
         float* host = (float*)callocCheck(d->numel, sizeof(float));   // padding rows stay zero
-        RunIO io = {f, path, 0, host, d->offset, bounce, NULL, 0, 0};   // the "device" array here is this host one
+        RunIO io = {f, path, 0, host, d->offset, bounce, NULL, 0, 0, 1};   // read into this host array
         for_each_run(d, L->offset[canonical_index(L, d->name)], d->offset, d->offset + d->numel, run_io, &io);
         floats_to_dev_floatX(m->params + d->offset, host, d->numel);
         free(host);

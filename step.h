@@ -590,7 +590,8 @@ typedef struct {
     float min_scale;
     int window, hysteresis;
     int growth_tracker;       // clean steps since the last growth or overflow
-    int hysteresis_tracker;   // overflows left before the scale halves
+    int hysteresis_tracker;   // overflows left before the scale halves; below 0 after more
+                              // overflows than that, as in Megatron (a checkpoint stores it so)
 } LossScaler;
 
 static void loss_scaler_update(LossScaler* s, int overflow) {
