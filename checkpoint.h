@@ -25,6 +25,7 @@ checkpoint_load, export_hf.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <zlib.h>
@@ -174,7 +175,7 @@ static void write_pending(RunIO* io) {
     io->pending_bytes = 0;
     if (bytes == 0 || io->log->error[0]) return;   // after the first failed write this save is lost: no more
     if (shared_file_io(io->file, at, io->bounce, bytes, 1) != 0)
-        snprintf(io->log->error, sizeof(io->log->error), "writing %s at byte %zu failed", io->path, at);
+        snprintf(io->log->error, sizeof(io->log->error), "writing %s at byte %zu failed: %s", io->path, at, shared_file_why);
 }
 
 // A save gathers runs that follow each other in the file (biases, LayerNorms, whole tensors
@@ -187,7 +188,8 @@ static void run_io(void* ctx, size_t flat, size_t n, size_t file_offset) {
     size_t at = io->section_base + file_offset, bytes = n * sizeof(float);
     if (!io->log) {
         float* into = io->on_host ? p : io->bounce;
-        if (shared_file_io(io->file, at, into, bytes, 0) != 0) fail("reading %s at byte %zu failed", io->path, at);
+        if (shared_file_io(io->file, at, into, bytes, 0) != 0)
+            fail("reading %s at byte %zu failed: %s", io->path, at, shared_file_why);
         if (!io->on_host) host_to_dev(p, io->bounce, bytes);
         return;
     }
@@ -238,7 +240,7 @@ static void section_checksums(const CanonicalLayout* L, MPI_File f, uint32_t* cr
         uint8_t* buf = (uint8_t*)mallocCheck(bytes);
         for (int k = 0; k < 3; k++) {
             if (shared_file_io(f, k * L->section_bytes + L->offset[i], buf, bytes, 0) != 0)
-                fail("reading tensor %s of a checkpoint failed", L->whole.tensors[i].name);
+                fail("reading tensor %s of a checkpoint failed: %s", L->whole.tensors[i].name, shared_file_why);
             crc[3 * i + k] = crc32_update(0, buf, bytes);
         }
         free(buf);
@@ -382,10 +384,11 @@ static int prepare_dir(const char* flag, const char* dir, char* err, size_t errl
     struct stat st;
     if (!dir[0]) return error_line(err, errlen, "%s expects a directory, got ''", flag);
     if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) return error_line(err, errlen, "%s: path too long", flag);
-    for (char* p = path + 1; *p; p++)   // mkdir -p
-        if (*p == '/') {
+    for (char* p = path + 1; *p; p++)   // mkdir -p: the first parent that cannot be made is named, with why
+        if (*p == '/' && p[-1] != '/') {
             *p = '\0';
-            mkdir(path, 0755);
+            int made = mkdir(path, 0755) == 0 || errno == EEXIST;
+            if (!made && errno != ENOENT) return error_line(err, errlen, "%s %s: cannot create %s: %s", flag, dir, path, strerror(errno));
             *p = '/';
         }
     if (mkdir(path, 0755) != 0 && errno != EEXIST) return error_line(err, errlen, "%s %s: %s", flag, dir, strerror(errno));
@@ -407,22 +410,43 @@ static int probe_dir(const char* flag, const char* dir, const char* what, char* 
     return 0;
 }
 
-// A --save directory, prepared as above and probed; iter_*.tmp/ (and .replaced/) left by an
-// interrupted save (each a checkpoint's worth of disk) are removed, said in one line. 0, or 1
-// with a line in err.
-static int prepare_save_dir(const char* dir, char* err, size_t errlen) {
-    char tmp[4400];
-    if (prepare_dir("--save", dir, err, errlen) || probe_dir("--save", dir, "checkpoint", err, errlen)) return 1;
-    DIR* d = opendir(dir);
-    int removed = 0, it;
-    for (struct dirent* e; d && (e = readdir(d)) != NULL;) {
-        char rest[16];   // iter_N.tmp (an interrupted save) or iter_N.replaced (an interrupted replacement)
-        if (sscanf(e->d_name, "iter_%d.%15s", &it, rest) != 2 || (strcmp(rest, "tmp") && strcmp(rest, "replaced"))) continue;
-        if (snprintf(tmp, sizeof(tmp), "%s/%s", dir, e->d_name) < (int)sizeof(tmp)) removed += remove_tree(tmp) == 0;
+// The marker holds an iteration number and a newline, nothing else: digits only, at most
+// INT_MAX ("4x" was once read as 4, and "4294967302" wrapped to 6). 0, or 1 if it is not that.
+static int parse_marker(const char* text, size_t len, int* iteration) {
+    size_t digits = 0;
+    long long value = 0;
+    while (digits < len && text[digits] >= '0' && text[digits] <= '9' && value <= INT_MAX)
+        value = 10 * value + (text[digits++] - '0');
+    int rest_is_newline = digits == len || (digits + 1 == len && text[digits] == '\n');
+    if (digits == 0 || !rest_is_newline || value > INT_MAX) return 1;
+    *iteration = (int)value;
+    return 0;
+}
+
+// the directory of the latest checkpoint in dir, or "" when there is none (a fresh start);
+// 1 with the error line in err when the marker is not an iteration number
+static int latest_checkpoint(const char* dir, char* out, size_t len, char* err, size_t errlen) {
+    char path[4200], text[32];
+    snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
+    out[0] = '\0';
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   // (a FIFO must not block the open)
+    if (fd < 0 && errno == ENOENT) return 0;
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        const char* why = fd < 0 ? strerror(errno) : "not a regular file";
+        if (fd >= 0) close(fd);
+        return error_line(err, errlen, "%s: %s (the marker is a file holding an iteration number)", path, why);
     }
-    if (d) closedir(d);
-    if (removed) printf("removed %d iter_*.tmp director%s left in %s by an interrupted save\n", removed,
-                        removed > 1 ? "ies" : "y", dir);
+    ssize_t got = read(fd, text, sizeof(text));
+    close(fd);
+    size_t n = got > 0 ? (size_t)got : 0;
+    int it;
+    if (n == sizeof(text) || parse_marker(text, n, &it)) {
+        for (size_t i = 0; i < n && i < 12; i++) text[i] = text[i] >= ' ' && text[i] <= '~' ? text[i] : '?';
+        return error_line(err, errlen, "%s: expected an iteration number (digits and a newline, at most %d), got '%.*s%s'",
+                          path, INT_MAX, (int)(n < 12 ? n : 12), text, n > 12 ? "..." : "");
+    }
+    iter_dir(out, len, dir, it);
     return 0;
 }
 
@@ -430,12 +454,22 @@ static int prepare_save_dir(const char* dir, char* err, size_t errlen) {
 // one job per --save directory
 
 // A --save directory belongs to one job at a time (a resubmitted job while the first still
-// runs, or a mistyped array index, once wrote the same iter_N and marker): rank 0 holds
-// DIR/gridgpt.lock for the run's life. It names the holder's host, pid and start time (in
-// clock ticks since boot, which tells a reused pid apart). A lock whose process is gone, on
-// this host, is taken over; one held on another host can only be judged by the person who
-// knows that host, so the run refuses and says which.
+// runs, or a mistyped array index, once wrote the same iter_N and marker): rank 0 holds an
+// exclusive flock(2) on DIR/gridgpt.lock for the run's life. The kernel decides who gets it,
+// atomically (two jobs that both found a dead job's lock file once both took it over:
+// reading, judging and replacing a file are three steps), and lets it go when the process
+// ends, however it ends. The file names the holder's host, pid and start time (in clock ticks
+// since boot, which tells a reused pid apart) for the refusal's line; the holder removes it
+// at the end, while still holding the flock, so a job that was waiting on the removed file
+// sees that the name now points elsewhere, or nowhere, and starts over.
+// A file that names someone although nobody holds its flock was left by a killed job (or by a
+// file system that does not pass flocks between hosts): on this host, a holder that is gone is
+// taken over in one line; one named on another host can only be judged by the person who knows
+// that host, so the run refuses and says which.
 #define SAVE_LOCK "gridgpt.lock"
+#define SAVE_LOCK_BUSY 75            // the exit status of a run whose --save is busy (EX_TEMPFAIL: try later)
+#define SAVE_LOCK_WAIT_SECONDS 5.0   // a holder on this host may be a job's last rank, exiting (a rank
+                                     // stuck in a collective held it 1.6 s after mpirun returned)
 
 // the start of process pid in clock ticks since boot (/proc/PID/stat's 22nd field), 0 if unknown
 static unsigned long long process_start_ticks(int pid) {
@@ -458,15 +492,15 @@ typedef struct {
     unsigned long long start_ticks;
 } LockHolder;
 
-static int read_lock(const char* path, LockHolder* h) {   // 0, or 1 when unreadable
+// the holder the lock file names: 0 named, 1 empty (its holder is about to write), -1 not a gridgpt lock
+static int read_lock(int fd, LockHolder* h) {
     char text[512];
-    FILE* f = fopen(path, "r");
-    if (!f) return 1;
-    size_t n = fread(text, 1, sizeof(text) - 1, f);
-    fclose(f);
-    text[n] = '\0';
+    ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
     memset(h, 0, sizeof(*h));
-    return sscanf(text, "host %255s pid %d start %llu since %63[^\n]", h->host, &h->pid, &h->start_ticks, h->since) != 4;
+    if (n <= 0) return n == 0 ? 1 : -1;
+    text[n] = '\0';
+    int fields = sscanf(text, "host %255s pid %d start %llu since %63[^\n]", h->host, &h->pid, &h->start_ticks, h->since);
+    return fields == 4 ? 0 : -1;
 }
 
 static int holder_is_running(const LockHolder* h) {
@@ -474,44 +508,165 @@ static int holder_is_running(const LockHolder* h) {
     return process_start_ticks(h->pid) == h->start_ticks;
 }
 
-static char save_lock_path[4300];   // the lock this process holds, "" if none
+static int save_lock_fd = -1;       // the lock this process holds, -1 if none ...
+static char save_lock_path[4300];   // ... and its file
 
+// remove the file, then close it, which lets the flock go (both async-signal-safe: train.c's
+// start-up signal handler calls this)
 static void release_save_lock(void) {
-    LockHolder h;
-    if (save_lock_path[0] && read_lock(save_lock_path, &h) == 0 && h.pid == (int)getpid()) unlink(save_lock_path);
-    save_lock_path[0] = '\0';
+    if (save_lock_fd < 0) return;
+    unlink(save_lock_path);
+    close(save_lock_fd);
+    save_lock_fd = -1;
 }
 
-// rank 0 at start-up: 0 with the lock held (released at exit), or 1 with a line in err
-static int take_save_lock(const char* dir, char* err, size_t errlen) {
-    char path[4300], host[256] = "", since[64];
-    snprintf(path, sizeof(path), "%s/" SAVE_LOCK, dir);
-    gethostname(host, sizeof(host) - 1);
-    time_t now = time(NULL);
-    strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S %Z", localtime(&now));
-    for (int attempt = 0; attempt < 2; attempt++) {
-        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd >= 0) {
-            FILE* f = fdopen(fd, "w");
-            if (!f) return close(fd), error_line(err, errlen, "--save %s: cannot write %s: %s", dir, path, strerror(errno));
-            fprintf(f, "host %s pid %d start %llu since %s\n", host, (int)getpid(), process_start_ticks(getpid()), since);
-            if (fclose(f) != 0) return error_line(err, errlen, "--save %s: cannot write %s: %s", dir, path, strerror(errno));
-            snprintf(save_lock_path, sizeof(save_lock_path), "%s", path);
-            atexit(release_save_lock);              // any exit ...
-            before_mpi_finalize = release_save_lock;   // ... and before MPI ends, which every rank reaches
-            return 0;
+// flock within `seconds` (polled): 1 taken, 0 held by another process, -1 not supported here
+static int flock_within(int fd, double seconds) {
+    double deadline = now_seconds() + seconds;
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 1;
+        if (errno != EWOULDBLOCK && errno != EINTR) return -1;   // ENOLCK, EOPNOTSUPP...: a file system without flocks
+        if (now_seconds() >= deadline) return 0;
+        usleep(100000);
+    }
+}
+
+// is fd still the file at path? (not once its holder has removed it at the end)
+static int still_named(int fd, const char* path) {
+    struct stat by_fd, by_name;
+    return fstat(fd, &by_fd) == 0 && stat(path, &by_name) == 0 && by_fd.st_dev == by_name.st_dev &&
+           by_fd.st_ino == by_name.st_ino;
+}
+
+// Open path and take its flock (waiting a little for a holder on this host, which may be a job
+// exiting): the descriptor, with *flocked 1, or -1 for none on this file system; -2 when
+// another job holds it (its line in err); -3 when path cannot be opened or is not a file.
+static int open_and_flock(const char* dir, const char* path, const char* host, int* flocked, char* err, size_t errlen) {
+    for (int attempt = 0; attempt < 100; attempt++) {   // (each further attempt: a holder removed the file meanwhile)
+        int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            if (fd < 0) error_line(err, errlen, "--save %s: cannot open %s: %s", dir, path, strerror(errno));
+            else error_line(err, errlen, "--save %s: %s is not a regular file; remove it if no job saves there", dir, path);
+            if (fd >= 0) close(fd);
+            return -3;
         }
         LockHolder h;
-        if (errno != EEXIST) return error_line(err, errlen, "--save %s: cannot create %s: %s", dir, path, strerror(errno));
-        if (read_lock(path, &h) != 0)
-            return error_line(err, errlen, "--save %s: %s is not a gridgpt lock; remove it if no job saves there", dir, path);
-        if (strcmp(h.host, host) != 0 || holder_is_running(&h))
-            return error_line(err, errlen, "--save %s is in use by another job: host %s, pid %d, since %s (%s; remove it "
-                              "if that job is gone)", dir, h.host, h.pid, h.since, path);
-        if (unlink(path) != 0) return error_line(err, errlen, "--save %s: cannot remove %s: %s", dir, path, strerror(errno));
-        printf("took over %s from pid %d (since %s), which is no longer running\n", path, h.pid, h.since);
+        *flocked = flock_within(fd, 0.0);
+        if (*flocked == 0 && read_lock(fd, &h) == 0 && strcmp(h.host, host) == 0) {
+            printf("waiting up to %.0f s for pid %d on this host, which holds %s, to exit\n", SAVE_LOCK_WAIT_SECONDS,
+                   h.pid, path);
+            fflush(stdout);
+            *flocked = flock_within(fd, SAVE_LOCK_WAIT_SECONDS);
+        }
+        if (*flocked == 0) {
+            int named = read_lock(fd, &h);
+            char who[512] = "its holder is writing its name";
+            if (named == 0) snprintf(who, sizeof(who), "host %s, pid %d, since %s", h.host, h.pid, h.since);
+            close(fd);
+            error_line(err, errlen, "--save %s is in use by another job: %s (%s is released when it ends): wait for it, "
+                       "or save elsewhere", dir, who, path);
+            return -2;
+        }
+        if (*flocked < 0 || still_named(fd, path)) return fd;
+        close(fd);
     }
-    return error_line(err, errlen, "--save %s: another job took %s at the same moment", dir, path);
+    error_line(err, errlen, "--save %s: %s kept being replaced while this job took it", dir, path);
+    return -2;
+}
+
+// Rank 0 at start-up: 0 with the lock held (released at exit, or by the kernel when the
+// process dies); SAVE_LOCK_BUSY when another job holds it; 1 for bad input (the file is not a
+// lock). Each refusal has its line in err.
+static int take_save_lock(const char* dir, char* err, size_t errlen) {
+    char path[4300], host[256] = "", since[64], text[512];
+    snprintf(path, sizeof(path), "%s/" SAVE_LOCK, dir);
+    gethostname(host, sizeof(host) - 1);
+    int flocked, fd = open_and_flock(dir, path, host, &flocked, err, errlen);
+    if (fd < 0) return fd == -2 ? SAVE_LOCK_BUSY : 1;
+    if (flocked < 0)
+        printf("note: %s's file system has no flock(2) (%s): the lock is its file's text alone, so two jobs that start "
+               "at the same moment are not told apart\n", dir, strerror(errno));
+    LockHolder h;
+    int named = read_lock(fd, &h);
+    if (named < 0) {
+        close(fd);
+        return error_line(err, errlen, "--save %s: %s is not a gridgpt lock; remove it if no job saves there", dir, path);
+    }
+    // a holder on this host that still runs although its flock is free is exiting (its files
+    // are closed before its pid is gone): wait for it a little
+    for (double t0 = now_seconds(); named == 0 && flocked > 0 && strcmp(h.host, host) == 0 && holder_is_running(&h) &&
+                                    now_seconds() - t0 < SAVE_LOCK_WAIT_SECONDS;)
+        usleep(100000);
+    if (named == 0 && (strcmp(h.host, host) != 0 || holder_is_running(&h))) {
+        close(fd);
+        error_line(err, errlen, "--save %s is in use by another job: host %s, pid %d, since %s (%s; remove it if that "
+                   "job is gone)", dir, h.host, h.pid, h.since, path);
+        return SAVE_LOCK_BUSY;
+    }
+    if (named == 0) printf("took over %s from pid %d (since %s), which is no longer running\n", path, h.pid, h.since);
+    time_t now = time(NULL);
+    strftime(since, sizeof(since), "%Y-%m-%d %H:%M:%S %Z", localtime(&now));
+    int len = snprintf(text, sizeof(text), "host %s pid %d start %llu since %s\n", host, (int)getpid(),
+                       process_start_ticks(getpid()), since);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, len, 0) != len) {
+        int e = errno;
+        close(fd);
+        return error_line(err, errlen, "--save %s: cannot write %s: %s", dir, path, strerror(e));
+    }
+    save_lock_fd = fd;
+    snprintf(save_lock_path, sizeof(save_lock_path), "%s", path);
+    atexit(release_save_lock);              // any exit ...
+    before_mpi_finalize = release_save_lock;   // ... and before MPI ends, which every rank reaches
+    return 0;
+}
+
+// same directory: the same file-system object, however spelled
+static int same_directory(const char* x, const char* y) {
+    struct stat a, b;
+    return stat(x, &a) == 0 && stat(y, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// A --save directory whose marker names a checkpoint holds a run's series of checkpoints, and
+// only the run that continues it (--load of that directory, not --finetune) may save there:
+// any other would train from elsewhere, replace its iter_N and rotate the rest away with
+// --keep-last. (Megatron-LM users resume with --load and --save the same.) 0, or 1 with a line.
+static int check_save_series(const char* dir, const char* load, int finetune, char* err, size_t errlen) {
+    char latest[4300];
+    if (latest_checkpoint(dir, latest, sizeof(latest), err, errlen)) return 1;
+    int continues = load && same_directory(load, dir);
+    if (!latest[0] || (continues && !finetune)) return 0;
+    if (continues)
+        return error_line(err, errlen, "--finetune --load %s --save %s would replace the checkpoints it starts from "
+                          "(the latest: %s): save the fine-tuned run to another directory", load, dir, latest);
+    return error_line(err, errlen, "--save %s holds a run's checkpoints (the latest: %s), which this run, %s%s, would "
+                      "replace: resume that run with --load %s, or save to another directory", dir, latest,
+                      load ? "starting from --load " : "starting from scratch", load ? load : "", dir);
+}
+
+// A --save directory, before any training (rank 0): prepared (prepare_dir), probed
+// (probe_dir), locked, checked to be this run's (check_save_series); then the iter_*.tmp/ (and
+// .replaced/) left by an interrupted save, each a checkpoint's worth of disk, are removed, said
+// in one line. Nothing in it is touched before the lock is held: a second job once removed the
+// first one's save in progress, then was refused. 0, SAVE_LOCK_BUSY, or 1 (bad input), with a
+// line in err.
+static int prepare_save_dir(const char* dir, const char* load, int finetune, char* err, size_t errlen) {
+    char tmp[4400];
+    int rc = prepare_dir("--save", dir, err, errlen) || probe_dir("--save", dir, "checkpoint", err, errlen);
+    if (!rc) rc = take_save_lock(dir, err, errlen);
+    if (!rc) rc = check_save_series(dir, load, finetune, err, errlen);
+    if (rc) return rc;
+    DIR* d = opendir(dir);
+    int removed = 0, it;
+    for (struct dirent* e; d && (e = readdir(d)) != NULL;) {
+        char rest[16];   // iter_N.tmp (an interrupted save) or iter_N.replaced (an interrupted replacement)
+        if (sscanf(e->d_name, "iter_%d.%15s", &it, rest) != 2 || (strcmp(rest, "tmp") && strcmp(rest, "replaced"))) continue;
+        if (snprintf(tmp, sizeof(tmp), "%s/%s", dir, e->d_name) < (int)sizeof(tmp)) removed += remove_tree(tmp) == 0;
+    }
+    if (d) closedir(d);
+    if (removed) printf("removed %d iter_*.tmp director%s left in %s by an interrupted save\n", removed,
+                        removed > 1 ? "ies" : "y", dir);
+    return 0;
 }
 
 // --keep-last N (rank 0, after a save and its marker): keep the checkpoint just saved, which the
@@ -931,7 +1086,9 @@ static int checkpoint_meta_read(const char* dir, CheckpointMeta* m, char* err, s
         c->vocab_size < 1)
         return error_line(err, errlen, "checkpoint %s: the model config is not valid", path);
     if (c->make_vocab_size_divisible_by < 1) c->make_vocab_size_divisible_by = 1;
-    c->padded_vocab_size = padded_vocab_size(c->vocab_size, c->make_vocab_size_divisible_by, 1);
+    long long padded = padded_vocab_size(c->vocab_size, c->make_vocab_size_divisible_by, 1);
+    if (padded > INT_MAX) return error_line(err, errlen, "checkpoint %s: its vocabulary padded is %lld, more than %d", path, padded, INT_MAX);
+    c->padded_vocab_size = (int)padded;
     if (c->seq_length < 1) c->seq_length = c->max_position_embeddings;
     if (meta_check_tensors(path, m, err, errlen)) return 1;
     struct stat st;
@@ -952,39 +1109,6 @@ static void check_config_matches(const char* path, const GPTConfig* saved, const
         if (f->checkpoint == MATCH && strcmp(format_field(f, saved, a, sizeof(a)), format_field(f, now, b, sizeof(b))))
             config_error("checkpoint %s has %s %s, this run %s", path, flag_of(f, flag, sizeof(flag)), a, b);
     }
-}
-
-// The marker holds an iteration number and a newline, nothing else: digits only, at most
-// INT_MAX ("4x" was once read as 4, and "4294967302" wrapped to 6). 0, or 1 if it is not that.
-static int parse_marker(const char* text, size_t len, int* iteration) {
-    size_t digits = 0;
-    long long value = 0;
-    while (digits < len && text[digits] >= '0' && text[digits] <= '9' && value <= INT_MAX)
-        value = 10 * value + (text[digits++] - '0');
-    int rest_is_newline = digits == len || (digits + 1 == len && text[digits] == '\n');
-    if (digits == 0 || !rest_is_newline || value > INT_MAX) return 1;
-    *iteration = (int)value;
-    return 0;
-}
-
-// the directory of the latest checkpoint in dir, or "" when there is none (a fresh start);
-// 1 with the error line in err when the marker is not an iteration number
-static int latest_checkpoint(const char* dir, char* out, size_t len, char* err, size_t errlen) {
-    char path[4200], text[32];
-    snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
-    out[0] = '\0';
-    FILE* f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(text, 1, sizeof(text), f);
-    fclose(f);
-    int it;
-    if (n == sizeof(text) || parse_marker(text, n, &it)) {
-        for (size_t i = 0; i < n && i < 12; i++) text[i] = text[i] >= ' ' && text[i] <= '~' ? text[i] : '?';
-        return error_line(err, errlen, "%s: expected an iteration number (digits and a newline, at most %d), got '%.*s%s'",
-                          path, INT_MAX, (int)(n < 12 ? n : 12), text, n > 12 ? "..." : "");
-    }
-    iter_dir(out, len, dir, it);
-    return 0;
 }
 
 // ----------------------------------------------------------------------------

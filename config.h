@@ -509,6 +509,17 @@ static void check_fraction(const char* flag, float value) {
     if (value > 1.0f) config_error("%s %g: a fraction of the peak, at most 1", flag, value);
 }
 
+// the vocabulary as Megatron pads it (gpt.h), which must fit the int that shapes are counted in
+static void set_padded_vocab_size(Config* a) {
+    GPTConfig* c = &a->model;
+    long long padded = padded_vocab_size(c->vocab_size, c->make_vocab_size_divisible_by, a->tensor_model_parallel_size);
+    if (padded > INT_MAX)
+        config_error("--make-vocab-size-divisible-by %d x --tensor-model-parallel-size %d pads the vocabulary of %d to "
+                     "%lld, more than %d", c->make_vocab_size_divisible_by, a->tensor_model_parallel_size, c->vocab_size,
+                     padded, INT_MAX);
+    c->padded_vocab_size = (int)padded;
+}
+
 static void check_model(Config* a) {
     GPTConfig* m = &a->model;
     if (m->ffn_hidden_size == 0) m->ffn_hidden_size = 4 * m->hidden_size;

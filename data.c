@@ -9,7 +9,7 @@ What lives here, in reading order:
   - the GPT sample index exactly as Megatron's GPTDataset builds it, so that the same files,
     seed, sequence length and sample count give the same samples in the same order;
   - its cache on disk: the three index arrays as .npy files, np.save's bytes, keyed by a
-    hash of every input, checked before use;
+    hash of every input, with their CRC-32s beside them, checked before use;
   - blending several datasets by weight (Megatron's BlendableDataset), and DataSplits: the
     whole --data-path / --split setup of a run in one object (what the trainer uses).
 The `preprocess` program that writes datasets is preprocess.c, which includes this file.
@@ -21,9 +21,11 @@ prints it after its "error: "); nothing here exits (only the preprocess program 
 out of memory). The public functions are `static inline` only so that a program including
 this file and using part of it compiles without unused-function warnings.
 */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -140,17 +142,19 @@ static inline void indexed_dataset_close(IndexedDataset* ds) {
     memset(ds, 0, sizeof *ds);
 }
 
-// read exactly n bytes at offset, or fail
+// read exactly n bytes at offset, or fail with errno set (0: the file ended first; read_error)
 static int read_at(int fd, void* buf, size_t n, off_t offset) {
     uint8_t* p = (uint8_t*)buf;
     while (n > 0) {
         ssize_t got = pread(fd, p, n, offset);
         if (got < 0 && errno == EINTR) continue;
+        if (got == 0) errno = 0;
         if (got <= 0) return 1;
         p += got; n -= (size_t)got; offset += got;
     }
     return 0;
 }
+static const char* read_error(void) { return errno ? strerror(errno) : "the file ended early (is it being rewritten?)"; }
 
 // the header: magic, version, dtype, counts, and that the counts match the file's size
 static int check_idx_header(IndexedDataset* ds, const char* path, const uint8_t* h, int64_t file_bytes,
@@ -207,7 +211,7 @@ static int read_idx(IndexedDataset* ds, const char* path, char* err, size_t errl
     else if (st.st_size < IDX_HEADER_BYTES)
         rc = error_line(err, errlen, "%s: %lld bytes, too short for the %d-byte header", path, (long long)st.st_size,
                         IDX_HEADER_BYTES);
-    else if (read_at(fd, header, IDX_HEADER_BYTES, 0)) rc = error_line(err, errlen, "%s: read failed", path);
+    else if (read_at(fd, header, IDX_HEADER_BYTES, 0)) rc = error_line(err, errlen, "%s: read failed: %s", path, read_error());
     if (rc == 0) rc = check_idx_header(ds, path, header, (int64_t)st.st_size, err, errlen);
     if (rc == 0) {
         uint64_t n = (uint64_t)ds->num_items, d = (uint64_t)ds->num_docs + 1;
@@ -218,7 +222,7 @@ static int read_idx(IndexedDataset* ds, const char* path, char* err, size_t errl
         if (!sizes || !pointers || !doc_idx) rc = error_line(err, errlen, "%s: out of memory for the index", path);
         else if (read_at(fd, sizes, 4 * n, IDX_HEADER_BYTES) || read_at(fd, pointers, 8 * n, IDX_HEADER_BYTES + 4 * n) ||
                  read_at(fd, doc_idx, 8 * d, IDX_HEADER_BYTES + 12 * n))
-            rc = error_line(err, errlen, "%s: read failed", path);
+            rc = error_line(err, errlen, "%s: read failed: %s", path, read_error());
     }
     close(fd);
     if (rc == 0) rc = check_doc_idx(ds, path, err, errlen);
@@ -240,8 +244,9 @@ static int map_bin(IndexedDataset* ds, const char* path, char* err, size_t errle
     return rc;
 }
 
-// every item lies inside the .bin, in order: after this, no read can leave the mapping
-static int check_items(IndexedDataset* ds, const char* path, char* err, size_t errlen) {
+// Every item lies inside the .bin, in order (after this no read can leave the mapping), the last
+// ending where the .bin ends, as Megatron's builder leaves them: else another corpus's .idx is half used.
+static int check_items(IndexedDataset* ds, const char* idx_path, const char* path, char* err, size_t errlen) {
     int64_t bin_bytes = (int64_t)ds->bin_bytes, prev_end = 0;   // items lie in order, never overlapping
     ds->num_tokens = 0;
     for (int64_t i = 0; i < ds->num_items; i++) {
@@ -259,6 +264,9 @@ static int check_items(IndexedDataset* ds, const char* path, char* err, size_t e
         prev_end = ptr + bytes;
         ds->num_tokens += size;
     }
+    if (prev_end != bin_bytes)
+        return error_line(err, errlen, "%s: its items describe %lld bytes of tokens, but %s has %lld bytes (an index of another "
+                          "corpus, or a .bin changed after it was indexed?)", idx_path, (long long)prev_end, path, (long long)bin_bytes);
     return 0;
 }
 
@@ -272,7 +280,7 @@ static inline int indexed_dataset_open(IndexedDataset* ds, const char* prefix, c
         join_path(idx_path, sizeof idx_path, prefix, ".idx") || join_path(bin_path, sizeof bin_path, prefix, ".bin"))
         return error_line(err, errlen, "%s: path too long", prefix);
     int rc = read_idx(ds, idx_path, err, errlen) || map_bin(ds, bin_path, err, errlen) ||
-             check_items(ds, bin_path, err, errlen);
+             check_items(ds, idx_path, bin_path, err, errlen);
     if (rc != 0) indexed_dataset_close(ds);
     return rc;
 }
@@ -601,19 +609,16 @@ typedef struct {
     // files (NULL: malloc'd), whose names are cache_stem + "_doc_idx.npy" etc.
     void* maps[3]; size_t map_bytes[3];
     int built;                    // 1: this call built the cache; 0: found it
+    char note[2048];              // built: stale temporaries removed, why a cache there was not used
     char cache_stem[4096];
 } GPTDataset;
 
 // mapped (from the cache) or malloc'd (gpt_dataset_build), never both
 static inline void gpt_dataset_free(GPTDataset* g) {
-    if (g->maps[0] || g->maps[1] || g->maps[2]) {
-        for (int k = 0; k < 3; k++)
-            if (g->maps[k]) munmap(g->maps[k], g->map_bytes[k]);
-    } else {
-        free(g->doc_idx);
-        free(g->sample_idx);
-        free(g->shuffle_idx);
-    }
+    int mapped = g->maps[0] || g->maps[1] || g->maps[2];
+    for (int k = 0; k < 3; k++)
+        if (g->maps[k]) munmap(g->maps[k], g->map_bytes[k]);
+    if (!mapped) { free(g->doc_idx); free(g->sample_idx); free(g->shuffle_idx); }
     memset(g, 0, sizeof *g);
 }
 
@@ -762,6 +767,22 @@ static inline void gpt_dataset_get(const GPTDataset* g, int64_t i, int* tokens_o
 }
 
 // ----------------------------------------------------------------------------
+// CRC-32 (zlib's, Python's zlib.crc32: polynomial 0xEDB88320 reflected, a byte a step through a
+// table, about 0.5 GB/s) of the n bytes at data after those that gave crc (0 to start).
+
+static uint32_t crc32_bytes(uint32_t crc, const void* data, size_t n) {
+    static uint32_t table[256];   // [b]: the CRC of byte b; the first call fills it, up to table[255] != 0
+    for (uint32_t b = 0, c; table[255] == 0 && b < 256; table[b++] = c) {
+        c = b;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+    }
+    const uint8_t* p = (const uint8_t*)data;
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 255] ^ (crc >> 8);
+    return ~crc;
+}
+
+// ----------------------------------------------------------------------------
 // .npy files (numpy's format), for the index cache
 //
 // "\x93NUMPY", version 1.0, a uint16 header length, then an ASCII header such as
@@ -847,10 +868,32 @@ static int npy_map(NpyArray* a, const char* path, char* why, size_t whylen) {
     return error_line(why, whylen, "%s: %s", path, reason);
 }
 
-// np.save's bytes, to a temporary name that is renamed over path once complete
+static void this_host(char* out, size_t size) { if (gethostname(out, size - 1) != 0) out[0] = 0; out[size - 1] = 0; }
+
+// Write the pieces to a temporary, sync it and rename it over path: a reader sees the whole file
+// or none. The temporary, PATH.tmpPID.HOST, is unique per writer and names it: a later build
+// tells one whose writer was killed from one still being written (remove_stale_temporaries).
+static int write_cache_file(const char* path, const void* const* pieces, const size_t* lens, int n, char* err, size_t errlen) {
+    char tmp[4500], host[256];
+    this_host(host, sizeof host);
+    snprintf(tmp, sizeof tmp, "%s.tmp%d%s%s", path, (int)getpid(), host[0] ? "." : "", host);
+    FILE* f = fopen(tmp, "wb");
+    if (f == NULL) return error_line(err, errlen, "%s: %s (--data-cache-path names a writable directory)", tmp, strerror(errno));
+    int e = 0;   // the errno of the first failure
+    for (int i = 0; i < n && !e; i++)
+        if (fwrite(pieces[i], 1, lens[i], f) != lens[i]) e = errno ? errno : EIO;
+    if (close_synced(f) && !e) e = errno ? errno : EIO;
+    int rc = e ? error_line(err, errlen, "%s: write failed: %s", tmp, strerror(e)) : 0;
+    if (rc == 0 && rename(tmp, path) != 0) rc = error_line(err, errlen, "%s: rename to %s failed: %s", tmp, path, strerror(errno));
+    if (rc) unlink(tmp);
+    else fsync_parent_dir(path);
+    return rc;
+}
+
+// np.save's bytes, written atomically; *crc (if not NULL) = the CRC-32 of the file's bytes
 static int npy_write(const char* path, const char* descr, int64_t rows, int64_t cols, const void* data, size_t itemsize,
-                     char* err, size_t errlen) {
-    char h[256], tmp[4200];
+                     uint32_t* crc, char* err, size_t errlen) {
+    char h[256];
     int n = cols ? snprintf(h, 128, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld, %lld), }", descr, (long long)rows, (long long)cols)
                  : snprintf(h, 128, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld,), }", descr, (long long)rows);
     char digits[32];
@@ -859,19 +902,10 @@ static int npy_write(const char* path, const char* descr, int64_t rows, int64_t 
     memset(h + n, ' ', (size_t)(total - 11 - n));
     h[total - 11] = '\n';
     uint8_t prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)(total - 10), (uint8_t)((total - 10) >> 8)};
-    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());   // unique per process: concurrent builders never share one
-    FILE* f = fopen(tmp, "wb");
-    if (f == NULL) return error_line(err, errlen, "%s: %s (--data-cache-path names a writable directory)", tmp, strerror(errno));
-    size_t count = (size_t)rows * (size_t)(cols ? cols : 1);
-    int bad = fwrite(prefix, 1, 10, f) != 10 || fwrite(h, 1, (size_t)(total - 10), f) != (size_t)(total - 10) ||
-              fwrite(data, itemsize, count, f) != count;
-    if (close_synced(f) || bad || rename(tmp, path) != 0) {
-        int rc = error_line(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
-        unlink(tmp);
-        return rc;
-    }
-    fsync_parent_dir(path);
-    return 0;
+    const void* pieces[3] = {prefix, h, data};
+    const size_t lens[3] = {10, (size_t)(total - 10), (size_t)rows * (size_t)(cols ? cols : 1) * itemsize};
+    if (crc) *crc = crc32_bytes(crc32_bytes(crc32_bytes(0, prefix, lens[0]), h, lens[1]), data, lens[2]);
+    return write_cache_file(path, pieces, lens, 3, err, errlen);
 }
 
 // ----------------------------------------------------------------------------
@@ -887,8 +921,9 @@ static int npy_write(const char* path, const char* descr, int64_t rows, int64_t 
 // HASH (16 hex digits) covers every input of the arrays: the .idx file's size and its sizes
 // array, the document range, seq_length, seed and num_samples (not the tokens: the arrays do
 // not depend on them). Files are written under a temporary name and renamed, so a reader
-// sees a whole file or none; and a file that is there is still checked before it is used
-// (check_cached_index), and rebuilt, never trusted, when it fails.
+// sees a whole file or none; and one that is there is checked (header, shape, contents as far as one
+// pass can tell, bytes against the CRC-32s taken as they were written, which go last to PREFIX_..._
+// {HASH}_crc32.txt, a line "<8 hex digits>  <file name>" each) and rebuilt, never trusted, if it fails.
 
 enum { DATA_NO_CACHE = 2 };   // returned when may_build is 0 and there is no valid cache
 
@@ -924,9 +959,12 @@ static int cache_stem(GPTDataset* g, const char* cache_dir, const char* name, ui
 
 static const char* const INDEX_FILES[3] = {"doc_idx", "sample_idx", "shuffle_idx"};
 
-static void cache_path(char* out, size_t size, const GPTDataset* g, int k) {
-    snprintf(out, size, "%s_%s.npy", g->cache_stem, INDEX_FILES[k]);
+static void cache_path(char* out, size_t size, const GPTDataset* g, int k) {   // k: 0..2 the arrays, 3 their checksums
+    if (k == 3) snprintf(out, size, "%s_crc32.txt", g->cache_stem);
+    else snprintf(out, size, "%s_%s.npy", g->cache_stem, INDEX_FILES[k]);
 }
+
+static const char* base_name(const char* path) { return strrchr(path, '/') ? strrchr(path, '/') + 1 : path; }
 
 // The arrays are what gpt_dataset_build makes for g's inputs, as far as one linear pass can
 // tell: the planned lengths; every doc_idx entry inside the document range; row k of
@@ -961,6 +999,36 @@ static int check_cached_index(const GPTDataset* g, char* why, size_t whylen) {
     return 0;
 }
 
+// each mapped file's bytes against the CRC-32 the checksum file holds for it
+static int check_checksums(const GPTDataset* g, char* why, size_t whylen) {
+    char sums[4200], path[4200], line[4400], name[4300];
+    cache_path(sums, sizeof sums, g, 3);
+    FILE* f = fopen(sums, "r");
+    if (f == NULL) return error_line(why, whylen, "%s: %s (a cache without checksums is not trusted)", sums, strerror(errno));
+    int rc = 0;
+    for (int k = 0; k < 3 && rc == 0; k++) {
+        unsigned int crc = 0, now = crc32_bytes(0, g->maps[k], g->map_bytes[k]);
+        cache_path(path, sizeof path, g, k);
+        if (!fgets(line, sizeof line, f) || sscanf(line, "%8x %4299s", &crc, name) != 2 || strcmp(name, base_name(path)) || crc != now)
+            rc = error_line(why, whylen, "%s: CRC-32 %08x, not what line %d of %s says: changed since written", path, now, k + 1, sums);
+    }
+    fclose(f);
+    return rc;
+}
+
+// the checksum file of the arrays just written, their CRC-32s taken from the bytes in memory
+static int write_checksums(const GPTDataset* g, const uint32_t crc[3], char* err, size_t errlen) {
+    char text[3 * 4400], path[4200];
+    size_t len = 0;
+    for (int k = 0; k < 3; k++) {
+        cache_path(path, sizeof path, g, k);
+        len += (size_t)snprintf(text + len, sizeof text - len, "%08x  %s\n", crc[k], base_name(path));
+    }
+    cache_path(path, sizeof path, g, 3);
+    const void* pieces[1] = {text};
+    return write_cache_file(path, pieces, &len, 1, err, errlen);
+}
+
 // map the three files into g (planned, with its stem) and check them; on failure g keeps the
 // mappings made so far, for gpt_dataset_free
 static int load_index(GPTDataset* g, char* why, size_t whylen) {
@@ -982,30 +1050,60 @@ static int load_index(GPTDataset* g, char* why, size_t whylen) {
     g->sample_idx = (int32_t*)a[1].data;
     if (!strcmp(a[2].descr, "<i8")) g->shuffle_idx = (int64_t*)a[2].data;
     else g->shuffle_idx_u32 = (const uint32_t*)a[2].data;
-    return check_cached_index(g, why, whylen);
+    return check_cached_index(g, why, whylen) || check_checksums(g, why, whylen);
 }
 
-static int write_index(const GPTDataset* g, const GPTDataset* built, char* err, size_t errlen) {
+// the three arrays, and the CRC-32 of each file's bytes into crc
+static int write_index(const GPTDataset* g, const GPTDataset* built, uint32_t crc[3], char* err, size_t errlen) {
     char path[3][4200];
     for (int k = 0; k < 3; k++) cache_path(path[k], sizeof path[k], g, k);
     int64_t n = built->num_samples;
-    if (npy_write(path[0], "<i4", built->doc_idx_len, 0, built->doc_idx, 4, err, errlen) ||
-        npy_write(path[1], "<i4", n + 1, 2, built->sample_idx, 4, err, errlen))
+    if (npy_write(path[0], "<i4", built->doc_idx_len, 0, built->doc_idx, 4, &crc[0], err, errlen) ||
+        npy_write(path[1], "<i4", n + 1, 2, built->sample_idx, 4, &crc[1], err, errlen))
         return 1;
-    if (n >= 0xfffffffell) return npy_write(path[2], "<i8", n, 0, built->shuffle_idx, 8, err, errlen);   // as Megatron
+    if (n >= 0xfffffffell) return npy_write(path[2], "<i8", n, 0, built->shuffle_idx, 8, &crc[2], err, errlen);   // as Megatron
     uint32_t* narrow = (uint32_t*)malloc((size_t)n * 4);   // Megatron's dtype below 2^32-1 samples
     if (narrow == NULL) return error_line(err, errlen, "%s: out of memory", path[2]);
     for (int64_t i = 0; i < n; i++) narrow[i] = (uint32_t)built->shuffle_idx[i];
-    int rc = npy_write(path[2], "<u4", n, 0, narrow, 4, err, errlen);
+    int rc = npy_write(path[2], "<u4", n, 0, narrow, 4, &crc[2], err, errlen);
     free(narrow);
     return rc;
+}
+
+// NAME.tmpPID.HOST (NAME.tmpPID from older gridgpts: this host's), NAME a cache's file, is stale
+// when HOST is this host and no process PID runs here: its writer was killed and it would stay,
+// an array's size, forever. Not one whose writer runs (another job building the same cache),
+// nor another host's: its pid means nothing here.
+static int is_stale_temporary(const char* name, const char* host) {
+    const char *npy = strstr(name, ".npy.tmp"), *sums = strstr(name, "_crc32.txt.tmp"), *t = npy ? npy + 4 : sums ? sums + 10 : NULL;
+    if (t == NULL || strstr(name, "_indexmap_") == NULL || !(t[4] >= '0' && t[4] <= '9')) return 0;
+    char* end;
+    long long pid = strtoll(t + 4, &end, 10);
+    if (pid <= 0 || pid > 0x7fffffff || (*end != 0 && (*end != '.' || strcmp(end + 1, host) != 0))) return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;   // (EPERM: it runs, as another user)
+}
+
+// remove the stale temporaries of index caches in stem's folder (into dir: "." if stem has no '/'); how many
+static int remove_stale_temporaries(const char* stem, char* dir, size_t size) {
+    char host[256], path[4400];
+    const char* slash = strrchr(stem, '/');
+    snprintf(dir, size, "%.*s", slash ? (int)(slash - stem) + (slash == stem) : 1, slash ? stem : ".");
+    this_host(host, sizeof host);
+    DIR* d = opendir(dir);
+    int removed = 0;
+    for (struct dirent* e; d && (e = readdir(d)) != NULL;)
+        if (is_stale_temporary(e->d_name, host) && snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path)
+            removed += unlink(path) == 0;
+    if (d) closedir(d);
+    return removed;
 }
 
 // gpt_dataset_build's dataset, through the cache in cache_dir (NULL: beside the data). A
 // valid cache is mapped; else with may_build the index is built, written and then mapped like
 // one found (so every rank reads the same files the same way), and without it DATA_NO_CACHE
 // is returned with the reason. The trainer calls this with may_build on one rank, waits at a
-// barrier, then calls it without on the others.
+// barrier, then calls it without on the others. A build first removes the temporaries killed
+// builds left in the cache's folder; g->note says so, and why a cache that was there failed.
 static inline int gpt_dataset_open_cached(GPTDataset* g, const IndexedDataset* ds, const char* name, int64_t doc_begin,
                                           int64_t doc_end, int seq_length, uint64_t seed, int64_t num_samples,
                                           const char* cache_dir, int may_build, char* err, size_t errlen) {
@@ -1021,11 +1119,20 @@ static inline int gpt_dataset_open_cached(GPTDataset* g, const IndexedDataset* d
         error_line(err, errlen, "%s (no valid index cache, and this process may not build it)", why);
         return DATA_NO_CACHE;
     }
+    char dir[4096], path[4200];
+    int removed = remove_stale_temporaries(plan.cache_stem, dir, sizeof dir);
+    cache_path(path, sizeof path, &plan, 0);   // written first: if it is there, the cache was (damaged, or incomplete)
+    int found = access(path, F_OK) == 0;
     GPTDataset built;
     if (gpt_dataset_build(&built, ds, doc_begin, doc_end, seq_length, seed, num_samples, err, errlen)) return 1;
-    int rc = write_index(&plan, &built, err, errlen);
+    uint32_t crc[3];   // the checksums go last: a cache is whole once they are there
+    int rc = write_index(&plan, &built, crc, err, errlen) || write_checksums(&plan, crc, err, errlen);
     gpt_dataset_free(&built);
     *g = plan;
+    size_t n = removed ? (size_t)snprintf(g->note, sizeof g->note, "data:   %s: removed %d stale temporar%s of index builds no "
+                                          "longer running on this host from %s\n", name, removed, removed > 1 ? "ies" : "y", dir) : 0;
+    if (found && n < sizeof g->note)
+        snprintf(g->note + n, sizeof g->note - n, "data:   %s: rebuilt the index cache, which failed its check: %s\n", name, why);
     if (rc == 0 && load_index(g, why, sizeof why) != 0) rc = error_line(err, errlen, "%s (just written)", why);
     if (rc) gpt_dataset_free(g);
     g->built = rc == 0;
@@ -1364,6 +1471,7 @@ static inline double data_splits_unigram_entropy(const DataSplits* d, int vocab_
 }
 
 // what the trainer prints at start-up: each prefix's split, each split's samples and index cache
+// (and what a build had to say: stale temporaries removed, a damaged cache rebuilt)
 static inline void data_splits_print(const DataSplits* d, FILE* f) {
     for (int i = 0; i < d->num_prefixes; i++) {
         const DataPrefix* p = &d->prefix[i];
@@ -1376,6 +1484,7 @@ static inline void data_splits_print(const DataSplits* d, FILE* f) {
         for (int k = 0; k < 3; k++) {
             const GPTDataset* g = &p->split[k];
             if (!d->has[k]) continue;
+            fputs(g->note, f);
             fprintf(f, "data:   %s: %lld samples asked, %lld in %d epoch(s)%s; index %s %s_*.npy\n", SPLIT_NAMES[k],
                     (long long)p->requested[k], (long long)g->num_samples, g->num_epochs,
                     g->separate_last_epoch ? " (last one shuffled apart)" : "", g->built ? "built into" : "loaded from",

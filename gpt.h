@@ -179,9 +179,10 @@ static GPTConfig gpt_default_config(void) {
 
 // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP, so
 // that every tensor-parallel rank holds an equal slice and matmuls get friendly shapes.
-static int padded_vocab_size(int vocab_size, int divisible_by, int tensor_parallel_size) {
-    int multiple = divisible_by * tensor_parallel_size;
-    return CEIL_DIV(vocab_size, multiple) * multiple;
+// (In 64 bits: a large multiple once wrapped to a vocabulary of 0. The callers check it fits an int.)
+static long long padded_vocab_size(int vocab_size, int divisible_by, int tensor_parallel_size) {
+    long long multiple = (long long)divisible_by * tensor_parallel_size;
+    return (vocab_size + multiple - 1) / multiple * multiple;
 }
 
 // ----------------------------------------------------------------------------

@@ -180,9 +180,12 @@ static void nccl_check_(ncclResult_t err, const char* file, int line) {
 // ----------------------------------------------------------------------------
 // the process grid
 
+static void shared_files_before_mpi_init(void);   // MPI-IO's shared files, below
+
 static void grid_start(int* argc, char*** argv) {
     // first, before MPI: OpenBLAS's kernels can only be changed by executing again (blas_cores.h)
     blas_choose_kernels(*argv);
+    shared_files_before_mpi_init();
     // MPI_THREAD_MULTIPLE: the watchdog thread sends its report over MPI while the main thread
     // may be blocked inside MPI (without it the watchdog still reports, with no summary)
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &grid.thread_level);
@@ -561,7 +564,66 @@ static void vocab_parallel_sum(float* sums, size_t n) { all_reduce(&grid.tp, sum
 // files every rank of the world writes and reads at once (MPI-IO): each rank its own ranges
 // (open, set_size, sync and close are collective: every rank calls them together)
 
+// Open MPI's sharedfp components serve MPI-IO's shared file pointer, which gridgpt never uses
+// (explicit offsets only), yet ompio asks each of them at every MPI_File_open whether it can
+// serve the file. Open MPI 4.1's lockedfile answers by sprintf-ing "<path>.locktest.<rank>" into
+// 256 bytes on its stack: a checkpoint file's path of 245 characters or more at ranks 0 to 9 (a
+// --save of 216: <save>/iter_0000002.tmp/tensors.bin) overran them, and glibc aborted the run at
+// the first save ("buffer overflow detected", exit 134; a --load the same). Fixed upstream in
+// 2025 (open-mpi/ompi#13571, for 5.0.x and 6.0.x). So, before MPI reads its parameters,
+// lockedfile is left out, unless the user chose the components (OMPI_MCA_sharedfp: mpirun's
+// --mca and -x put it in the environment too; set here, it outranks Open MPI's parameter files).
+// What remains names its files from malloc'd buffers: sm (all ranks on one host: a file in the
+// session directory named after the basename) or individual (files opened for writing across
+// hosts: <path>.data.<rank> and <path>.metadata.<rank> beside the file, deleted at close). One
+// must remain: with none available, ompio opens no file at all.
+static void shared_files_before_mpi_init(void) {
+#ifdef OPEN_MPI
+    setenv("OMPI_MCA_sharedfp", "^lockedfile", 0);
+#endif
+}
+
+// Whether an MCA component list ("": all; "a,b": these; "^a,b": all but these) lets `name` run
+static int mca_list_allows(const char* list, const char* name) {
+    int excluding = list[0] == '^', listed = 0;
+    for (const char* p = list + excluding; *p; p += *p == ',') {
+        size_t n = strcspn(p, ",");
+        listed |= n == strlen(name) && strncmp(p, name, n) == 0;
+        p += n;
+    }
+    return list[0] == '\0' || excluding != listed;
+}
+
+// The longest path shared_file_open takes in this run, and why (for train.c's check_paths, which
+// refuses a --save or --load at start-up whose checkpoint file would be longer): PATH_MAX less
+// individual's ".metadata.<rank>"; where the user's OMPI_MCA_sharedfp lets lockedfile run, its
+// 256 bytes less ".locktest.<rank>" and the NUL.
+static size_t shared_file_path_max(const char** why) {
+    size_t rank_digits = (size_t)snprintf(NULL, 0, "%d", grid.world_size - 1);
+    *why = "the system's PATH_MAX, less the suffix Open MPI adds to name its own files beside it";
+#ifdef OPEN_MPI
+    const char* list = getenv("OMPI_MCA_sharedfp");
+    if (list && mca_list_allows(list, "lockedfile")) {
+        *why = "OMPI_MCA_sharedfp lets Open MPI's sharedfp/lockedfile run, which names a file after the path in "
+               "256 bytes: leave it out (^lockedfile)";
+        return 255 - strlen(".locktest.") - rank_digits;
+    }
+#endif
+    return PATH_MAX - 1 - strlen(".metadata.") - rank_digits;
+}
+
+// -1, and no rank enters MPI_File_open, where the path is too long for it on any rank (the first
+// says why): train.c's check_paths refuses such a --save or --load at start-up; this keeps Open
+// MPI from aborting a run that got past it
 static int shared_file_open(const char* path, int writing, MPI_File* f) {
+    const char* why;
+    size_t max = shared_file_path_max(&why);
+    int first = grid.world_size - max_over_world(strlen(path) > max ? grid.world_size - grid.world_rank : 0);
+    if (first < grid.world_size) {
+        if (grid.world_rank == first)
+            report_error("%s: %zu characters, more than the %zu MPI-IO takes here (%s)", path, strlen(path), max, why);
+        return -1;
+    }
     int mode = writing ? MPI_MODE_CREATE | MPI_MODE_RDWR : MPI_MODE_RDONLY;
     wait_begin("opening a checkpoint file", &grid.world, -1);
     int rc = MPI_File_open(grid.world.mpi, path, mode, MPI_INFO_NULL, f) == MPI_SUCCESS ? 0 : -1;
@@ -585,15 +647,28 @@ static void shared_file_close(MPI_File* f) {
 // bytes at offset to (writing) or from the file, in pieces of at most 1 GiB (MPI counts are
 // ints). 0, or -1 when MPI reports an error or moved fewer bytes. (Open MPI's ompio has been
 // seen to report success for a write the disk refused: checkpoint.h reads every write back.)
+// A short transfer is progress, as with write(2): the rest is asked for again, and a disk that
+// is full says so then (ENOSPC), which shared_file_why keeps: the system's reason where the
+// file system gave one ("No space left on device"), else MPI's.
+static char shared_file_why[MPI_MAX_ERROR_STRING + 64];
 static int shared_file_io(MPI_File f, size_t offset, void* buf, size_t bytes, int writing) {
-    for (size_t done = 0, n; done < bytes; done += n) {
-        n = bytes - done < ((size_t)1 << 30) ? bytes - done : (size_t)1 << 30;
+    for (size_t done = 0; done < bytes;) {
+        size_t n = bytes - done < ((size_t)1 << 30) ? bytes - done : (size_t)1 << 30;
         MPI_Offset at = (MPI_Offset)(offset + done);
         MPI_Status status;
+        errno = 0;
         int count = 0, rc = writing ? MPI_File_write_at(f, at, (char*)buf + done, (int)n, MPI_BYTE, &status)
                                     : MPI_File_read_at(f, at, (char*)buf + done, (int)n, MPI_BYTE, &status);
-        if (rc != MPI_SUCCESS || MPI_Get_count(&status, MPI_BYTE, &count) != MPI_SUCCESS || count != (int)n) return -1;
-        activity_progress();
+        int e = errno, len = 0;
+        if (rc == MPI_SUCCESS && MPI_Get_count(&status, MPI_BYTE, &count) == MPI_SUCCESS && count > 0) {
+            done += (size_t)count;
+            activity_progress();
+            continue;
+        }
+        if (e) snprintf(shared_file_why, sizeof(shared_file_why), "%s", strerror(e));
+        else if (rc != MPI_SUCCESS) MPI_Error_string(rc, shared_file_why, &len);
+        else snprintf(shared_file_why, sizeof(shared_file_why), "no bytes %s (end of file?)", writing ? "written" : "read");
+        return -1;
     }
     return 0;
 }

@@ -1132,8 +1132,9 @@ static void dry_run_sweep(const Config* a, const Hardware* hw) {
                 b.micro_batch_size = mbs;
                 b.num_layers_per_virtual_pipeline_stage = b.num_virtual_stages_per_pipeline_rank = 0;
                 b.model.sequence_parallel = sp;
-                b.model.padded_vocab_size = padded_vocab_size(b.model.vocab_size, b.model.make_vocab_size_divisible_by, tp);
-                if (layout_error(&b, err, sizeof(err))) {
+                long long padded = padded_vocab_size(b.model.vocab_size, b.model.make_vocab_size_divisible_by, tp);
+                b.model.padded_vocab_size = padded > INT_MAX ? 0 : (int)padded;
+                if (padded > INT_MAX || layout_error(&b, err, sizeof(err))) {
                     refused++;
                     continue;
                 }
@@ -1477,8 +1478,7 @@ static void dry_run_report(const Config* a) {
 }
 
 static void dry_run_and_exit(Config* a) {
-    a->model.padded_vocab_size = padded_vocab_size(a->model.vocab_size, a->model.make_vocab_size_divisible_by,
-                                                   a->tensor_model_parallel_size);
+    set_padded_vocab_size(a);
     Hardware hw = hardware_of(a);
     char name[32];
     if (plans_gpu_build(a) && a->attention_backend == ATTENTION_FLASH && hw.attention_efficiency <= 0.0)

@@ -259,7 +259,7 @@ static int preprocess_file(const PreprocessArgs* a, const char* path, Sink* s, c
         rc = builder_append_tokens(&s->builders[0], tokens, (int64_t)n, err, errlen);
         total += (int64_t)n;
     }
-    if (rc == 0 && ferror(f)) rc = error_line(err, errlen, "%s: read failed", path);
+    if (rc == 0 && ferror(f)) rc = error_line(err, errlen, "%s: read failed: %s", path, strerror(errno));
     fclose(f);
     s->bytes += total;
     if (rc || total == 0) return rc;
@@ -300,7 +300,7 @@ static int preprocess_lines(const PreprocessArgs* a, const char* path, Sink* s, 
             memset(L, 0, sizeof *L);
         }
     }
-    if (rc == 0 && ferror(f)) rc = error_line(err, errlen, "%s: read failed", path);
+    if (rc == 0 && ferror(f)) rc = error_line(err, errlen, "%s: read failed: %s", path, strerror(errno));
     free(batch);
     fclose(f);
     return rc;
@@ -405,6 +405,12 @@ static int preprocess_parse(int argc, char** argv, PreprocessArgs* a, char* err,
     if (a->inspect) return 0;
     if (a->num_inputs == 0 || a->output_prefix == NULL)
         return error_line(err, errlen, "--input and --output-prefix are required (see --help)");
+    const char* last = strrchr(a->output_prefix, '/');   // the prefix's last component: the start of the file names
+    last = last ? last + 1 : a->output_prefix;
+    if (!*last || !strcmp(last, ".") || !strcmp(last, ".."))
+        return error_line(err, errlen, "--output-prefix '%s': %s; expected a path and file-name prefix such as data/my "
+                          "(which writes data/my_text_document.bin and .idx)", a->output_prefix,
+                          *a->output_prefix ? "names a directory, not a file-name prefix" : "empty");
     if (a->ids && a->append_eod && a->vocab_size == 0)
         return error_line(err, errlen, "--append-eod with --tokenizer-type ids needs --vocab-size N (EOD is N)");
     if (a->num_keys == 0) a->keys[a->num_keys++] = "text";
@@ -455,7 +461,7 @@ static int preprocess_print_samples(const PreprocessArgs* a, char* err, size_t e
         data_splits_get(&d, a->which, i, tokens);
         for (int64_t t = 0; t <= a->seq_length; t++) printf("%d%c", tokens[t], t == a->seq_length ? '\n' : ' ');
     }
-    if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) rc = error_line(err, errlen, "stdout: write failed");
+    if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) rc = error_line(err, errlen, "stdout: write failed: %s", strerror(errno));
     free(tokens);
     data_splits_close(&d);
     return rc;

@@ -321,6 +321,40 @@ static void print_eval(const char* what, float loss) {
 }
 
 // ----------------------------------------------------------------------------
+// stop signals
+
+// SIGTERM and SIGUSR1 (what SLURM sends before a time limit), SIGINT (Ctrl-C) and SIGHUP (a
+// closed terminal) ask for a save and an exit after the current step; the same signal a
+// second time ends the run at once (a user who presses Ctrl-C twice means it).
+static volatile sig_atomic_t stop_requested = 0;   // the signal's number
+static void request_stop(int sig) {
+    stop_requested = sig;
+    signal(sig, SIG_DFL);
+}
+
+static const char* signal_name(int sig) {
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "a signal";
+}
+
+static void on_stop_signals(void (*handler)(int)) {
+    int stop_signals[] = {SIGTERM, SIGUSR1, SIGINT, SIGHUP};
+    for (int i = 0; i < 4; i++) signal(stop_signals[i], handler);
+}
+
+// The same signals during start-up (building the sample index can take minutes) end the run
+// at once: nothing is trained, so nothing is lost. Rank 0 says so in one line, the --save lock
+// is let go, and the status is 128 + the signal, as a shell reports a process a signal ended.
+// (In a handler only async-signal-safe calls: write, unlink, close, _exit.)
+static void stop_during_startup(int sig) {
+    const char* name = signal_name(sig);
+    const char* rest = " during start-up, before any training: nothing to save\n";
+    if (grid.world_rank == 0 && (write(STDERR_FILENO, "stopped by ", 11) < 0 || write(STDERR_FILENO, name, strlen(name)) < 0 ||
+                                 write(STDERR_FILENO, rest, strlen(rest)) < 0)) { /* nothing more to say */ }
+    release_save_lock();
+    _exit(128 + sig);
+}
+
+// ----------------------------------------------------------------------------
 // the trainer
 
 typedef struct {
@@ -514,20 +548,41 @@ static void setup_schedules(Trainer* t) {
     t->lr = make_lr_schedule(a, t->train_iters);
 }
 
+// Not bad input but a busy --save directory (another job's): rank 0's line, and every rank
+// exits with its own status, so that a script can tell "try again later" from "fix the flags"
+static void busy_exit(const char* err) {
+    if (grid.world_rank == 0) fprintf(stderr, "error: %s\n", err);
+    finalize_mpi();
+    exit(SAVE_LOCK_BUSY);
+}
+
 // --save, --tensorboard-dir, --profile-dir and --load checked before any work: rank 0 prepares
 // the save, TensorBoard and profile directories (it alone writes events and the trace), every
 // rank learns its verdict
 static void check_paths(const Config* a) {
-    char err[4600];
+    char err[4600] = "";
     int rc = 0;
     struct stat st;
-    if (a->save && grid.world_rank == 0) rc = prepare_save_dir(a->save, err, sizeof(err)) || take_save_lock(a->save, err, sizeof(err));
+    // the checkpoint file MPI-IO opens under --save or --load must fit what it takes in this run
+    // (parallel.h: shared_file_path_max), checked before anything is made on disk
+    const char* why;
+    size_t max = shared_file_path_max(&why);
+    const char *saved = "/iter_0000000.tmp/tensors.bin", *loaded = "/iter_0000000/tensors.bin";
+    if (a->save && strlen(a->save) + strlen(saved) > max)
+        error_line(err, sizeof(err), "--save %s: %zu characters, at most %zu here (%s)", a->save, strlen(a->save),
+                   max - strlen(saved), why);
+    else if (a->load && strlen(a->load) + strlen(loaded) > max)
+        error_line(err, sizeof(err), "--load %s: %zu characters, at most %zu here (%s)", a->load, strlen(a->load),
+                   max - strlen(loaded), why);
+    config_error_anywhere(err);
+    if (a->save && grid.world_rank == 0) rc = prepare_save_dir(a->save, a->load, a->finetune, err, sizeof(err));
     if (!rc && a->tensorboard_dir && grid.world_rank == 0) rc = prepare_dir("--tensorboard-dir", a->tensorboard_dir, err, sizeof(err));
     if (!rc && a->profile && grid.world_rank == 0)   // (rank 0 writes the trace)
         rc = prepare_dir("--profile-dir", a->profile_dir, err, sizeof(err)) || probe_dir("--profile-dir", a->profile_dir, "trace", err, sizeof(err));
     if (!rc && a->data_cache_path && grid.world_rank == 0)   // (Megatron makes it too)
         rc = prepare_dir("--data-cache-path", a->data_cache_path, err, sizeof(err));
     broadcast_host(&grid.world, &rc, sizeof(rc), 0);
+    if (rc == SAVE_LOCK_BUSY) busy_exit(err);
     if (rc) config_error("%s", err);
     err[0] = '\0';
     if (a->load && stat(a->load, &st) == 0 && !S_ISDIR(st.st_mode)) error_line(err, sizeof(err), "--load %s: not a directory", a->load);
@@ -722,6 +777,7 @@ static void open_tensorboard(Trainer* t) {
 
 static void trainer_setup(Trainer* t, int argc, char** argv) {
     memset(t, 0, sizeof(*t));
+    on_stop_signals(stop_during_startup);   // trainer_run's handlers take over when training starts
     Config* a = &t->config;
     set_defaults(a);
     char err[1024];
@@ -752,8 +808,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     find_checkpoint(a, ckpt, sizeof(ckpt), &meta);
     check_profile(a, t->train_iters, ckpt[0] && !a->finetune ? meta.progress.iteration : 0);
     open_data_files(&t->data, a, samples);
-    a->model.padded_vocab_size = padded_vocab_size(a->model.vocab_size, a->model.make_vocab_size_divisible_by,
-                                                   a->tensor_model_parallel_size);
+    set_padded_vocab_size(a);
     if (ckpt[0]) check_config_matches(ckpt, &meta.cfg, &a->model);
     if (a->check_cluster) {   // every input is checked: now the cluster, then the run
         start_grid(a);
@@ -930,6 +985,11 @@ static void generate(Trainer* t) {
     printf("---------- sample (%d tokens, temperature %.2f) ----------\n%s", t->config.generate_tokens,
            t->config.temperature, prompt);
     for (int i = 0; i < t->config.generate_tokens; i++) {
+        if (stop_requested) {   // a stop signal ends sampling too (the same signal again, at once)
+            printf("\n[sampling stopped by %s after %d of %d tokens]", signal_name(stop_requested), i,
+                   t->config.generate_tokens);
+            break;
+        }
         m->B = 1;
         m->T = len;
         host_to_dev(m->slots[0].tokens, ctx, len * sizeof(int));
@@ -971,19 +1031,6 @@ static float run_evaluation(Trainer* t, int split, const char* what) {
     return loss;
 }
 
-// SIGTERM and SIGUSR1 (what SLURM sends before a time limit), SIGINT (Ctrl-C) and SIGHUP (a
-// closed terminal) ask for a save and an exit after the current step; the same signal a
-// second time ends the run at once (a user who presses Ctrl-C twice means it).
-static volatile sig_atomic_t stop_requested = 0;   // the signal's number
-static void request_stop(int sig) {
-    stop_requested = sig;
-    signal(sig, SIG_DFL);
-}
-
-static const char* signal_name(int sig) {
-    return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "a signal";
-}
-
 static void save_checkpoint_once(Trainer* t) {
     if (!t->config.save || t->last_saved == t->progress.iteration) return;
     t->progress.consumed_valid_samples = t->valid.consumed;
@@ -994,18 +1041,26 @@ static void save_checkpoint_once(Trainer* t) {
     t->last_saved = t->progress.iteration;
 }
 
+// a stop signal as the whole world sees it: the highest rank it reached, and which signal, as
+// rank * 64 + signal (0: none)
+static int signal_over_world(void) { return max_over_world(stop_requested ? grid.world_rank * 64 + stop_requested : 0); }
+
 // After a step: save at --save-interval; save and stop on a signal, at --exit-interval or
 // after --exit-duration-in-mins. Every rank takes the same decision (a signal may reach
 // only some ranks, clocks differ). Returns 1 to stop.
 static int after_step(Trainer* t, double start) {
     const Config* a = &t->config;
     int it = t->progress.iteration, at_exit_interval = a->exit_interval > 0 && it % a->exit_interval == 0;
-    // the reason, as the whole world sees it: a signal (the highest rank it reached, and which
-    // signal, as rank * 64 + signal), else --exit-interval (the same on every rank), else time
-    int signalled = max_over_world(stop_requested ? grid.world_rank * 64 + stop_requested : 0);
+    // the reason, as the whole world sees it: a signal, else --exit-interval (the same on every
+    // rank), else time
+    int signalled = signal_over_world();
     int out_of_time = max_over_world(a->exit_duration_in_mins > 0 && now_seconds() - start > 60.0 * a->exit_duration_in_mins);
     int stop = signalled || at_exit_interval || out_of_time;
-    if (stop || (a->save_interval > 0 && it % a->save_interval == 0)) save_checkpoint_once(t);
+    if (!stop && a->save_interval > 0 && it % a->save_interval == 0) {
+        save_checkpoint_once(t);   // a signal during this save stops the run here, on the save just made
+        stop = signalled = signal_over_world();
+    }
+    if (stop) save_checkpoint_once(t);
     if (stop && grid.world_rank == 0) {
         char reason[128];
         if (signalled)
@@ -1053,8 +1108,7 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     double start = now_seconds(), train_seconds = 0.0, last_loss = NAN;
     long long tokens_start = t->progress.consumed_samples;
     int in_flight = 0;   // most micro-batches any stage held at once (1F1B: at most PP)
-    int stop_signals[] = {SIGTERM, SIGUSR1, SIGINT, SIGHUP};
-    for (int i = 0; i < 4; i++) signal(stop_signals[i], request_stop);
+    on_stop_signals(request_stop);
     while (t->progress.iteration < t->train_iters) {
         profile_start_if_due(t);
         double t0 = now_seconds(), waited0 = seconds_waited();

@@ -110,11 +110,11 @@ if [ "$n1" -eq 10 ] && [ "$n2" -eq 10 ] && awk -v a="$w1" -v b="$w2" 'BEGIN { ex
 else bad "resumed the other way round from --sequence-parallel" "$n1 and $n2 steps compared, worst $w1, $w2"; fi
 
 # corruption: a truncated file, a flipped bit, a different model
-expect_refusal() {  # name needle flags...
+expect_refusal() {  # name needle flags... (the exit status: $WANT_STATUS, 2 by default: bad input)
     local name=$1 needle=$2; shift 2
-    ./train_cpu $flags "$@" > $B/refusal.out 2> $B/refusal.err
+    ${TRAIN:-./train_cpu} $flags "$@" > $B/refusal.out 2> $B/refusal.err
     local status=$?
-    if [ $status -eq 2 ] && [ "$(wc -l < $B/refusal.err)" -eq 1 ] && grep -qF -- "$needle" $B/refusal.err; then ok "$name"
+    if [ $status -eq ${WANT_STATUS:-2} ] && [ "$(wc -l < $B/refusal.err)" -eq 1 ] && grep -qF -- "$needle" $B/refusal.err; then ok "$name"
     else bad "$name" "status $status: $(head -c 300 $B/refusal.err)"; fi
 }
 ck=$B/first.ckpt/iter_0000010
@@ -263,7 +263,7 @@ lk=$B/locked.ckpt
 ./train_cpu $flags --train-iters 100000 --save $lk > $B/lock-holder.log 2>&1 &
 holder=$!
 for i in $(seq 50); do [ -f $lk/gridgpt.lock ] && break; sleep 0.2; done
-expect_refusal "a second job with the same --save is refused, naming the holder" \
+WANT_STATUS=75 expect_refusal "a second job with the same --save is refused (exit 75: busy, not bad input), naming the holder" \
     "--save $lk is in use by another job: host $(hostname), pid $holder, since" --train-iters 6 --save $lk
 kill -9 $holder; wait $holder 2> /dev/null
 ./train_cpu $flags --train-iters 6 --save $lk > $B/lock-takeover.log 2>&1
@@ -272,7 +272,7 @@ if [ $status -eq 0 ] && grep -q "^took over $lk/gridgpt.lock from pid $holder " 
     ok "the lock of a killed job is taken over in one line, and released at the end"
 else bad "the lock of a killed job" "status $status: $(grep -m1 -E 'took|error' $B/lock-takeover.log)"; fi
 echo "host some-other-node pid 4242 start 17 since 2026-01-01 00:00:00 UTC" > $lk/gridgpt.lock
-expect_refusal "a lock held on another host is refused, naming it" \
+WANT_STATUS=75 expect_refusal "a lock named on another host is refused (exit 75), naming it" \
     "--save $lk is in use by another job: host some-other-node, pid 4242" --train-iters 6 --save $lk
 rm $lk/gridgpt.lock
 
@@ -346,7 +346,8 @@ else bad "a stale iter_N/ beyond the marker" "status $status: $(ls $B/rr.ckpt | 
 # A failed write never becomes a checkpoint. tests/fault_write.c (LD_PRELOAD) lets the first
 # save through and fails the second halfway: with ENOSPC and a short write, or silently (the
 # write reports success and writes nothing, as a failing device or a dropped MPI-IO error
-# would). Either way the save is refused in one line naming the rank, its .tmp is removed,
+# would). Either way the save is refused in one line naming the rank (and with ENOSPC the cause,
+# "No space left on device"), its .tmp is removed,
 # the marker still names iteration 5, the exit status is 1 (the last save failed), and a run
 # resumed from iteration 5 prints exactly the lines of an uninterrupted run.
 gcc -shared -fPIC -O1 tests/fault_write.c -o $B/fault_write.so -ldl
@@ -361,6 +362,7 @@ for mode in ENOSPC SILENT; do
     ./train_cpu $flags --train-iters 10 --log-interval 1 --load $ck > $B/after_$mode.log 2>&1
     if [ $status -eq 1 ] && [ "$(grep -c 'checkpoint not saved' $B/full_$mode.err)" -eq 1 ] &&
        grep -q "^error: \[rank 0 on .*TP(0)-PP(0)-DP(0)-Rank(0)\] checkpoint not saved: .*tensors.bin" $B/full_$mode.err &&
+       { [ $mode = SILENT ] || grep -q "tensors.bin at byte [0-9]* failed: No space left on device" $B/full_$mode.err; } &&
        [ "$(ls $ck | tr '\n' ' ')" = "iter_0000005 latest_checkpointed_iteration.txt " ] &&
        [ "$(cat $ck/latest_checkpointed_iteration.txt)" = 5 ] && grep -q "loaded checkpoint .*iter_0000005" $B/after_$mode.log &&
        diff <(strip_timing $B/ref10.log | tail -5) <(strip_timing $B/after_$mode.log) > /dev/null; then
@@ -377,8 +379,8 @@ if mount -t tmpfs -o size=$(( (S + S / 2) / 1024 ))k tmpfs $T 2> /dev/null; then
     kept=$(ls $T/ck | tr '\n' ' ')
     umount $T
     if [ $status -eq 1 ] && [ "$(grep -c 'checkpoint not saved' $B/tmpfs.err)" -eq 1 ] &&
-       [ "$kept" = "iter_0000005 latest_checkpointed_iteration.txt " ]; then
-        ok "a full filesystem (tmpfs): the save is refused in one line and the previous checkpoint stays"
+       grep -q "No space left on device" $B/tmpfs.err && [ "$kept" = "iter_0000005 latest_checkpointed_iteration.txt " ]; then
+        ok "a full filesystem (tmpfs): the save is refused in one line naming the cause (ENOSPC), and the previous checkpoint stays"
     else bad "a full filesystem (tmpfs)" "status $status, kept: $kept: $(head -c 300 $B/tmpfs.err)"; fi
 else echo "SKIP full filesystem: cannot mount a tmpfs here (needs root and a mount namespace)"; fi
 
@@ -484,3 +486,140 @@ if [ $caught -eq 1 ]; then
         ok "kill -9 during a save: the previous checkpoint (iteration $it) loads and the run goes on"
     else bad "kill -9 during a save" "resume status $status: $(grep -m1 error $B/kill_resume.log)"; fi
 else bad "kill -9 during a save" "no kill landed inside a save in 6 attempts"; fi
+
+# ----------------------------------------------------------------------------
+# Nothing a user saved is lost, round three (issue 34). $TRAIN is ./train_cpu (a variable so
+# that these checks can be run against an older build, to see them fail there).
+TRAIN=${TRAIN:-./train_cpu}
+FS="LD_PRELOAD=$PWD/$B/fault_fs.so FAULT_MODE=delay"
+exited_within() {  # PID SECONDS: wait for PID to end within SECONDS; its status in $status, 255 if it had to be killed
+    for i in $(seq $(($2 * 10))); do kill -0 $1 2> /dev/null || break; sleep 0.1; done
+    kill -0 $1 2> /dev/null && { kill -9 $1; wait $1 2> /dev/null; status=255; return 1; }
+    wait $1; status=$?
+}
+lock_taken() { for i in $(seq 300); do [ -s $1/gridgpt.lock ] && return; sleep 0.1; done; }   # DIR: rank 0 holds its lock
+
+# a second job started while the first one saves (its fsyncs made 2 s late) is refused without
+# touching the first one's iter_N.tmp/: the first job's save completes and loads
+sv=$B/busy-save.ckpt
+env $FS FAULT_DIR=$PWD/$sv FAULT_CALLS=fsync FAULT_DELAY=2 $TRAIN $flags --train-iters 6 --save $sv > $B/busy-save.log 2>&1 &
+first=$!
+for i in $(seq 300); do ls -d $sv/iter_*.tmp > /dev/null 2>&1 && break; sleep 0.1; done
+$TRAIN $flags --train-iters 6 --save $sv > $B/busy-second.log 2>&1
+second=$?
+wait $first; status=$?
+$TRAIN $flags --train-iters 7 --load $sv --save $sv > $B/busy-load.log 2>&1
+if [ $second -eq 75 ] && [ $status -eq 0 ] && grep -q "^saved checkpoint $sv/iter_0000006" $B/busy-save.log &&
+   ! grep -q "iter_\*.tmp" $B/busy-second.log && grep -q "loaded checkpoint $sv/iter_0000006" $B/busy-load.log; then
+    ok "a second job started during the first one's save is refused (75) and leaves that save alone: it completes and loads"
+else bad "a second job during a save" "second $second, first $status: $(grep -m1 -E 'removed|error' $B/busy-second.log) | $(grep -m1 -E 'saved|error' $B/busy-save.log)"; fi
+
+# two jobs that find the same dead job's lock at the same moment (every unlink under the
+# directory made 1 s late, the window in which both once took it over): exactly one runs
+rc=$B/race.ckpt
+mkdir -p $rc && echo "host $(hostname) pid 999999 start 1 since 2026-01-01 00:00:00 UTC" > $rc/gridgpt.lock
+env $FS FAULT_DIR=$PWD/$rc FAULT_CALLS=unlink FAULT_DELAY=1 $TRAIN $long --save $rc > $B/race-a.log 2>&1 &
+a=$!
+env $FS FAULT_DIR=$PWD/$rc FAULT_CALLS=unlink FAULT_DELAY=1 $TRAIN $long --save $rc > $B/race-b.log 2>&1 &
+b=$!
+for i in $(seq 200); do kill -0 $a 2> /dev/null && kill -0 $b 2> /dev/null || break; sleep 0.1; done   # (the loser waits 5 s)
+sleep 1
+alive=0; refused=0
+for p in $a $b; do
+    if kill -0 $p 2> /dev/null; then alive=$((alive + 1)); kill -9 $p; wait $p 2> /dev/null
+    else wait $p; [ $? -eq 75 ] && refused=$((refused + 1)); fi
+done
+if [ $alive -eq 1 ] && [ $refused -eq 1 ] && [ "$(cat $B/race-[ab].log | grep -c '^took over')" -eq 1 ]; then
+    ok "two jobs taking over the same dead job's lock at once: one takes it (one line), the other is refused (75)"
+else bad "two jobs taking over one lock" "$alive running, $refused refused: $(grep -h -m1 -E 'took over|error' $B/race-[ab].log | tr '\n' ' ')"; fi
+
+# a run whose rank 1 was killed, relaunched at once on the same --save: rank 0 may still hold
+# the lock for a moment (stuck in a collective until the launcher ends it); the relaunch waits
+# for it and runs
+kr=$B/killed-rank.ckpt
+$MPIRUN -x GRIDGPT_TEST_KILL_RANK=1 -x GRIDGPT_TEST_HANG_ITERATION=3 -np 2 $TRAIN $flags --save $kr > $B/killed-rank.log 2>&1
+$TRAIN $flags --train-iters 6 --save $kr > $B/relaunch.log 2>&1
+status=$?
+if [ $status -eq 0 ] && [ ! -e $kr/gridgpt.lock ]; then
+    ok "a relaunch right after a rank of the last run was killed waits for its rank 0 to let the lock go, and runs$(grep -q '^waiting' $B/relaunch.log && echo ' (it waited)')"
+else bad "a relaunch after kill -9 of one rank" "status $status: $(grep -m1 error $B/relaunch.log)"; fi
+
+# a fresh run (no --load) pointed at a --save holding checkpoints is refused before anything
+# in it changes; so is --finetune --load D --save D (it would replace what it loaded)
+us=$B/used.ckpt
+$TRAIN $flags --train-iters 6 --save-interval 3 --save $us > $B/used.log 2>&1
+before=$(ls $us | tr '\n' ' ')
+expect_refusal "a fresh run into a --save holding checkpoints is refused, saying how to resume" \
+    "--save $us holds a run's checkpoints (the latest: $us/iter_0000006), which this run, starting from scratch, would replace: resume that run with --load $us" \
+    --train-iters 8 --keep-last 1 --save $us
+expect_refusal "--finetune --load D --save D is refused: a loaded checkpoint is never replaced" \
+    "--finetune --load $us --save $us would replace the checkpoints it starts from" --train-iters 8 --finetune --load $us --save $us
+if [ "$(ls $us | tr '\n' ' ')" = "$before" ] && [ "$(cat $us/latest_checkpointed_iteration.txt)" = 6 ]; then
+    ok "the refused runs left the --save directory as it was ($before)"
+else bad "the refused runs changed the --save directory" "$before -> $(ls $us | tr '\n' ' ')"; fi
+
+# a FIFO as the marker is refused at once (it once blocked start-up forever)
+mkdir -p $B/fifo.ckpt && mkfifo $B/fifo.ckpt/latest_checkpointed_iteration.txt
+timeout 60 $TRAIN $flags --train-iters 6 --load $B/fifo.ckpt > $B/fifo.out 2> $B/fifo.err
+status=$?
+if [ $status -eq 2 ] && [ "$(wc -l < $B/fifo.err)" -eq 1 ] && grep -q "latest_checkpointed_iteration.txt: not a regular file" $B/fifo.err; then
+    ok "a FIFO as latest_checkpointed_iteration.txt is refused in one line (not a regular file)"
+else bad "a FIFO as the marker" "status $status: $(head -c 300 $B/fifo.err)"; fi
+
+# --save in a new directory under a read-only mount names the mount's error, not ENOENT
+ro=$B/ro
+mkdir -p $ro
+if mount -t tmpfs -o ro,size=64k tmpfs $ro 2> /dev/null; then
+    $TRAIN $flags --train-iters 6 --save $ro/new/sub > $B/ro.out 2> $B/ro.err
+    status=$?
+    umount $ro
+    if [ $status -eq 2 ] && grep -q "cannot create $ro/new: Read-only file system" $B/ro.err; then
+        ok "--save under a read-only mount names the directory it cannot create and why (EROFS)"
+    else bad "--save under a read-only mount" "status $status: $(head -c 300 $B/ro.err)"; fi
+else echo "SKIP --save under a read-only mount: cannot mount a tmpfs here"; fi
+
+# a stop signal during start-up (here while the sample index is written, its renames made 4 s
+# late) ends the run at once in one line and lets the lock go; through scripts/launch too
+for how in alone launch; do
+    sd=$B/startup-$how.ckpt
+    cache=$PWD/$B/startup-$how-cache
+    if [ $how = alone ]; then
+        env $FS FAULT_DIR=$cache FAULT_CALLS=rename FAULT_DELAY=4 $TRAIN $flags --save $sd --data-cache-path $cache > $B/startup-$how.log 2>&1 &
+        sig=TERM want=143
+    else
+        env $FS FAULT_DIR=$cache FAULT_CALLS=rename FAULT_DELAY=4 scripts/launch --oversubscribe --bind-to none -x LD_PRELOAD \
+            -x FAULT_DIR -x FAULT_CALLS -x FAULT_MODE -x FAULT_DELAY -np 2 $TRAIN $flags --save $sd --data-cache-path $cache > $B/startup-$how.log 2>&1 &
+        sig=USR1 want=138
+    fi
+    pid=$!
+    lock_taken $sd
+    sleep 1
+    kill -TERM $pid
+    exited_within $pid 30
+    if [ $status -eq $want ] && [ "$(grep -c "^stopped by SIG$sig during start-up" $B/startup-$how.log)" -eq 1 ] && [ ! -e $sd/gridgpt.lock ]; then
+        ok "SIGTERM during start-up ($how): one line, the lock let go, exit $want (SIG$sig)"
+    else bad "SIGTERM during start-up ($how)" "status $status, lock $(ls $sd/gridgpt.lock 2>&1): $(grep -v '^ *$' $B/startup-$how.log | tail -3 | tr '\n' ' ')"; fi
+done
+
+# a signal during sampling ends it (sampling once ran on for more than 10 minutes)
+$TRAIN $flags --train-iters 6 --generate-tokens 100000000 > $B/sampling.log 2>&1 &
+pid=$!
+for i in $(seq 300); do grep -q -- '---------- sample' $B/sampling.log 2> /dev/null && break; sleep 0.1; done
+kill -TERM $pid
+exited_within $pid 20
+if [ $status -eq 0 ] && grep -q "\[sampling stopped by SIGTERM after [0-9]* of 100000000 tokens\]" $B/sampling.log; then
+    ok "SIGTERM during --generate-tokens stops sampling at once, saying so"
+else bad "SIGTERM during sampling" "status $status: $(tail -c 200 $B/sampling.log)"; fi
+
+# SIGINT during a periodic save (its fsyncs 1 s late) stops right after that save: no step
+# more, no second save
+pi=$B/periodic.ckpt
+env $FS FAULT_DIR=$PWD/$pi FAULT_CALLS=fsync FAULT_DELAY=1 $TRAIN $long --save-interval 3 --save $pi > $B/periodic.log 2>&1 &
+pid=$!
+for i in $(seq 300); do ls -d $pi/iter_*.tmp > /dev/null 2>&1 && break; sleep 0.1; done
+kill -INT $pid
+exited_within $pid 60
+if [ $status -eq 0 ] && [ "$(grep -c '^saved checkpoint' $B/periodic.log)" -eq 1 ] &&
+   grep -q "stopping at iteration 3 (SIGINT on rank 0), checkpoint saved" $B/periodic.log; then
+    ok "SIGINT during a periodic save stops at that save's iteration (3), with one save"
+else bad "SIGINT during a periodic save" "status $status: $(grep -E '^saved|stopping' $B/periodic.log | tr '\n' ' ')"; fi

@@ -28,6 +28,11 @@ expect_error "value that is not a number" "--hidden-size" $base --hidden-size wi
 expect_error "hidden size not divisible by heads" "--num-attention-heads" $base --hidden-size 30 --num-attention-heads 4
 expect_error "global batch not divisible by micro batch" "--global-batch-size" $base --micro-batch-size 4 --global-batch-size 10
 expect_error "seq-length above max-position-embeddings" "--max-position-embeddings" $base --max-position-embeddings 8
+# the padded vocabulary once wrapped to 0 ("vocabulary padded to 0", NaN losses, exit 0)
+expect_error "a padded vocabulary past 2^31 - 1" "--make-vocab-size-divisible-by 2 x --tensor-model-parallel-size 1 pads the vocabulary of 2147483647 to 2147483648" \
+    $base --vocab-size 2147483647 --make-vocab-size-divisible-by 2
+expect_error "a padded vocabulary past 2^31 - 1 (the dry run of TP 2)" "--make-vocab-size-divisible-by 1073741824 x --tensor-model-parallel-size 2 pads the vocabulary of 257 to 2147483648" \
+    $base --vocab-size 257 --make-vocab-size-divisible-by 1073741824 --tensor-model-parallel-size 2 --world-size 2 --dry-run
 expect_error "neither --train-iters nor --train-samples" "--train-samples" --data-path "$data"
 expect_error "both --train-iters and --train-samples" "--train-samples" $base --train-samples 100
 expect_error "--train-iters 0 without --save has its own message" "the length of training is 0" \

@@ -7,12 +7,15 @@ Checks: the corpus reads back as docs.json lists it; doc_idx / sample_idx / shuf
 the first samples equal Megatron's; more sample indexes (several epochs, a separated last
 epoch) equal tests/data/gpt_index_cases.txt (made with numpy's RandomState by
 tests/data/gen_gpt_index.py); the builder writes the fixture byte for byte; corrupted
-copies are refused with a message; --split and blending follow Megatron's formulas; the
-index cache reads Megatron's .npy files and writes them byte for byte, round-trips, is not
-used when stale and is refused or rebuilt when damaged; DataSplits (--data-path with weights,
+copies, and an .idx that does not describe its .bin exactly, are refused with a message;
+--split and blending follow Megatron's formulas; the index cache reads Megatron's .npy files
+and writes them byte for byte, round-trips, is not used when stale, is refused or rebuilt (in
+one line) when damaged, even where only its CRC-32s can tell, and a build removes the
+temporaries of killed builds, not those of live ones; DataSplits (--data-path with weights,
 --split, blending) serves Megatron's samples, checks the vocabulary and computes the unigram
-entropy; and the preprocess program turns text, JSON lines and ids into datasets, inspects
-them, and prints samples (--print-samples) equal to Megatron's.
+entropy; and the preprocess program turns text, JSON lines and ids into datasets (refusing
+an empty or directory --output-prefix), inspects them, and prints samples (--print-samples)
+equal to Megatron's.
 
     gcc -std=gnu11 -O1 -g -fsanitize=address -Wall -Wextra tests/test_data.c -o /tmp/test_data -lm
     /tmp/test_data tests/data/megatron/corpus_u16 [tests/data/gpt_index_cases.txt]
@@ -24,6 +27,7 @@ them, and prints samples (--print-samples) equal to Megatron's.
 #include "test.h"
 
 #include <dirent.h>
+#include <sys/wait.h>
 
 static char FIXTURE[4096];   // fixture directory
 static char TMP[4096];       // scratch directory, removed at the end
@@ -424,6 +428,51 @@ static void test_corruptions(void) {
           "refuses_an_idx_that_is_a_directory", "%s", err);
 }
 
+// An .idx must describe its .bin exactly: its last item ends at the .bin's last byte (issue 34,
+// item 8). The fixture's .idx beside its .bin with 1,000 bytes appended, a smaller corpus's
+// .idx beside the fixture's .bin (it would train on the first 24 bytes), an empty index beside
+// tokens: each refused in one line naming both files and both sizes.
+static void test_idx_covers_bin(void) {
+    size_t idx_len, bin_len;
+    uint8_t* idx = slurp(fixture("corpus_u16.idx"), &idx_len);
+    uint8_t* bin = slurp(fixture("corpus_u16.bin"), &bin_len);
+    if (!idx || !bin) { check(0, "idx_covers_bin_setup", "cannot read the fixture"); free(idx); free(bin); return; }
+    uint8_t* longer = (uint8_t*)calloc(bin_len + 1000, 1);
+    memcpy(longer, bin, bin_len);
+    spit(scratch("longer.idx"), idx, idx_len);
+    spit(scratch("longer.bin"), longer, bin_len + 1000);
+    IndexedDatasetBuilder b;   // one document: the fixture's first 12 tokens (24 bytes)
+    int rc = builder_open(&b, scratch("smaller"), DTYPE_UINT16, err, sizeof err) ||
+             builder_add_document(&b, doc_tokens, 12, err, sizeof err) || builder_finish(&b, err, sizeof err) ||
+             builder_open(&b, scratch("none"), DTYPE_UINT16, err, sizeof err) || builder_finish(&b, err, sizeof err);
+    spit(scratch("smaller.bin"), bin, bin_len);
+    spit(scratch("none.bin"), bin, bin_len);
+    static const struct { const char* name; const char* prefix; long long idx_bytes, bin_bytes; } cases[] = {
+        {"refuses_bin_longer_than_its_index", "longer", 2 * NUM_TOKENS, 2 * NUM_TOKENS + 1000},
+        {"refuses_idx_of_a_smaller_corpus", "smaller", 24, 2 * NUM_TOKENS},
+        {"refuses_empty_index_beside_tokens", "none", 0, 2 * NUM_TOKENS},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0] && rc == 0; c++) {
+        char prefix[8300], idx_path[8400], bin_path[8400], idx_says[64], bin_says[64];
+        snprintf(prefix, sizeof prefix, "%s", scratch(cases[c].prefix));
+        snprintf(idx_path, sizeof idx_path, "%s.idx", prefix);
+        snprintf(bin_path, sizeof bin_path, "%s.bin", prefix);
+        snprintf(idx_says, sizeof idx_says, " %lld bytes", cases[c].idx_bytes);
+        snprintf(bin_says, sizeof bin_says, " %lld bytes", cases[c].bin_bytes);
+        IndexedDataset ds;
+        err[0] = 0;
+        int opened = indexed_dataset_open(&ds, prefix, err, sizeof err) == 0;
+        if (opened) snprintf(err, sizeof err, "accepted, %lld documents", (long long)ds.num_docs);
+        check(!opened && strstr(err, idx_path) && strstr(err, bin_path) && strstr(err, idx_says) && strstr(err, bin_says) &&
+                  !strchr(err, '\n'), cases[c].name, "%s", err);
+        if (opened) indexed_dataset_close(&ds);
+    }
+    check(rc == 0, "idx_covers_bin_builds", "%s", err);
+    free(idx);
+    free(bin);
+    free(longer);
+}
+
 // random damage to the .idx: whatever opens must be safe to read in full (run under ASan)
 static void test_random_corruptions(void) {
     size_t idx_len, bin_len;
@@ -558,9 +607,9 @@ static void test_npy_fixture(void) {
 
     uint32_t narrow[195];
     for (int i = 0; i < 195; i++) narrow[i] = (uint32_t)g.shuffle_idx[i];
-    int rc = npy_write(scratch("d.npy"), "<i4", 40, 0, g.doc_idx, 4, err, sizeof err) ||
-             npy_write(scratch("s.npy"), "<i4", 196, 2, g.sample_idx, 4, err, sizeof err) ||
-             npy_write(scratch("h.npy"), "<u4", 195, 0, narrow, 4, err, sizeof err);
+    int rc = npy_write(scratch("d.npy"), "<i4", 40, 0, g.doc_idx, 4, NULL, err, sizeof err) ||
+             npy_write(scratch("s.npy"), "<i4", 196, 2, g.sample_idx, 4, NULL, err, sizeof err) ||
+             npy_write(scratch("h.npy"), "<u4", 195, 0, narrow, 4, NULL, err, sizeof err);
     check(rc == 0 && same_file(scratch("d.npy"), fixture(MEGATRON_NPY[0])) &&
               same_file(scratch("s.npy"), fixture(MEGATRON_NPY[1])) && same_file(scratch("h.npy"), fixture(MEGATRON_NPY[2])),
           "npy_write_is_byte_identical_to_np_save", "%s", rc ? err : "bytes differ");
@@ -600,8 +649,10 @@ static void test_cache_roundtrip(void) {
     check(rc == 0 && g.built && g.maps[0] && strncmp(g.cache_stem, stem, strlen(stem)) == 0 && strlen(g.cache_stem) == strlen(stem) + 16,
           "cache_built_beside_data_with_hash_in_name", "rc %d (%s), stem %s", rc, err, g.cache_stem);
     check(rc == 0 && same_index(&ref, &g) && g.shuffle_idx_u32 && !g.shuffle_idx, "cache_built_equals_gpt_build", "differs");
-    check(count_scratch_files(".tmp") == 0 && count_scratch_files("cached_train_indexmap") == 3, "cache_writes_three_files_no_temporaries",
-          "%d temporaries, %d cache files", count_scratch_files(".tmp"), count_scratch_files("cached_train_indexmap"));
+    check(count_scratch_files(".tmp") == 0 && count_scratch_files("cached_train_indexmap") == 4 &&
+              count_scratch_files("cached_train_indexmap_100ns_32sl_1234s_") == 4 && count_scratch_files("_crc32.txt") == 1,
+          "cache_writes_three_arrays_and_checksums_no_temporaries", "%d temporaries, %d cache files",
+          count_scratch_files(".tmp"), count_scratch_files("cached_train_indexmap"));
     rc = open_cached(&h, &ds, 0, NUM_DOCS, 1234, 100, NULL, 0);
     int same = rc == 0 && !h.built && same_index(&ref, &h);
     int s1[33], s2[33];
@@ -615,9 +666,18 @@ static void test_cache_roundtrip(void) {
     // Megatron writes shuffle_idx as int64 from 2^32-1 samples on: such a file reads too
     char path[8300];
     snprintf(path, sizeof path, "%s_shuffle_idx.npy", g.cache_stem);
+    uint32_t crc[3];   // (its checksum too, or the cache would not be trusted)
+    for (int k = 0; k < 2; k++) {
+        char array[8300];
+        size_t len = 0;
+        snprintf(array, sizeof array, "%s_%s.npy", g.cache_stem, INDEX_FILES[k]);
+        uint8_t* bytes = slurp(array, &len);
+        crc[k] = bytes ? crc32_bytes(0, bytes, len) : 0;
+        free(bytes);
+    }
+    rc = npy_write(path, "<i8", ref.num_samples, 0, ref.shuffle_idx, 8, &crc[2], err, sizeof err) ||
+         write_checksums(&g, crc, err, sizeof err) || open_cached(&h, &ds, 0, NUM_DOCS, 1234, 100, NULL, 0);
     gpt_dataset_free(&g);
-    rc = npy_write(path, "<i8", ref.num_samples, 0, ref.shuffle_idx, 8, err, sizeof err) ||
-         open_cached(&h, &ds, 0, NUM_DOCS, 1234, 100, NULL, 0);
     check(rc == 0 && h.shuffle_idx && !h.shuffle_idx_u32 && same_index(&ref, &h), "cache_reads_int64_shuffle_idx", "rc %d: %s", rc, err);
     gpt_dataset_free(&h);
 
@@ -717,7 +777,7 @@ static void test_cache_random_damage(void) {
     }
     gpt_dataset_free(&g);
     uint64_t x = 2463534242ull;   // xorshift64: the same damage every run
-    int accepted = 0, tries = 300, sample[33];
+    int accepted = 0, accepted_changed = 0, tries = 300, sample[33];
     for (int t = 0; t < tries && rc == 0; t++) {
         x ^= x << 13; x ^= x >> 7; x ^= x << 17;
         int k = (int)(x % 3);
@@ -728,18 +788,143 @@ static void test_cache_random_damage(void) {
             size_t at = t % 2 ? 8 + x % 120 : 128 + x % (len[k] - 128);   // the header, or the data
             bytes[at] = (uint8_t)(x >> 40);
         }
-        spit(path[k], bytes, t % 5 == 0 ? len[k] - x % 9 : len[k]);
+        size_t damaged_len = t % 5 == 0 ? len[k] - x % 9 : len[k];
+        int changed = damaged_len != len[k] || memcmp(bytes, good[k], len[k]) != 0;   // (a flip may write the same byte)
+        spit(path[k], bytes, damaged_len);
         free(bytes);
         if (open_cached(&g, &ds, 0, NUM_DOCS, 1234, 100, TMP, 0) == 0) {
             accepted++;
+            accepted_changed += changed;
             for (int64_t i = 0; i < g.num_samples; i++) gpt_dataset_get(&g, i, sample);
         }
         gpt_dataset_free(&g);
         spit(path[k], good[k], len[k]);
     }
     check(rc == 0 && accepted < tries, "cache_random_damage_read_safely", "rc %d, %d of %d damaged caches accepted", rc, accepted, tries);
+    check(rc == 0 && accepted_changed == 0, "cache_random_damage_every_change_refused", "%d changed caches of %d accepted",
+          accepted_changed, tries);
     for (int k = 0; k < 3; k++) free(good[k]);
     indexed_dataset_close(&ds);
+}
+
+// the CRC-32 of the cache's checksums is zlib's: its check value, and the same in pieces
+static void test_crc32(void) {
+    const char* digits = "123456789";
+    uint8_t bytes[1001];
+    for (int i = 0; i < 1001; i++) bytes[i] = (uint8_t)(i * 2654435761u >> 13);
+    uint32_t whole = crc32_bytes(0, bytes, 1001), pieces = crc32_bytes(crc32_bytes(crc32_bytes(0, bytes, 3), bytes + 3, 500), bytes + 503, 498);
+    check(crc32_bytes(0, digits, 9) == 0xcbf43926u && crc32_bytes(0, digits, 0) == 0 && whole == pieces, "crc32_is_zlibs",
+          "check value %08x (zlib: cbf43926), whole %08x, in pieces %08x", crc32_bytes(0, digits, 9), whole, pieces);
+}
+
+// what data_splits_print says
+static char* printed(const DataSplits* d) {
+    char* text = NULL;
+    size_t len = 0;
+    FILE* f = open_memstream(&text, &len);
+    if (f == NULL) return NULL;
+    data_splits_print(d, f);
+    fclose(f);
+    return text;
+}
+
+static int count_lines_with(const char* text, const char* part) {
+    int n = 0;
+    for (const char* p = text; p && (p = strstr(p, part)) != NULL; p++) n++;
+    return n;
+}
+
+// A built cache with one entry of one array replaced by another in-range value (issue 34,
+// item 9): the structural checks cannot see every such change (any order of documents of equal
+// length passes them; so does a shuffle_idx entry that names another sample), the checksums
+// do. The damaged cache is refused where this process may not build, and rebuilt, in one
+// line that says so, where it may: the arrays come back clean.
+static void test_cache_checksum(void) {
+    IndexedDatasetBuilder b;
+    int64_t doc[20];
+    int rc = builder_open(&b, scratch("even"), DTYPE_UINT16, err, sizeof err);
+    for (int d = 0; d < 24 && rc == 0; d++) {   // 24 documents of 20 tokens
+        for (int t = 0; t < 20; t++) doc[t] = 100 * d + t;
+        rc = builder_add_document(&b, doc, 20, err, sizeof err);
+    }
+    IndexedDataset ds;
+    GPTDataset ref;
+    rc = rc || builder_finish(&b, err, sizeof err) || indexed_dataset_open(&ds, scratch("even"), err, sizeof err) ||
+         gpt_dataset_build(&ref, &ds, 0, 24, 16, 1234, 60, err, sizeof err);
+    if (rc) { check(0, "cache_checksum_setup", "%s", err); return; }
+    char prefix[8300];
+    snprintf(prefix, sizeof prefix, "%s", scratch("even"));
+    const char* path[] = {prefix};
+    const int64_t ns[3] = {60, 0, 0};
+    for (int k = 0; k < 3; k++) {
+        DataSplits d;
+        char file[8300], name[128];
+        rc = data_splits_open(&d, path, 1, "100,0,0", 16, 1234, ns, TMP, 1, err, sizeof err);   // a clean cache
+        if (rc == 0) snprintf(file, sizeof file, "%s_%s.npy", d.prefix[0].split[0].cache_stem, INDEX_FILES[k]);
+        if (rc == 0) data_splits_close(&d);
+        size_t len = 0;
+        uint8_t* bytes = rc ? NULL : slurp(file, &len);
+        NpyArray a;
+        memset(&a, 0, sizeof a);
+        if (bytes == NULL || npy_parse(&a, bytes, len, err, sizeof err)) { check(0, "cache_checksum_setup", "%s", err); free(bytes); continue; }
+        uint8_t* data = bytes + ((const uint8_t*)a.data - bytes);
+        if (k == 1) memcpy(data + 8 * 3 + 4, data + 8 * 4 + 4, 4);   // row 3's offset := row 4's
+        else memcpy(data, data + 4, 4);                               // entry 0 := entry 1
+        spit(file, bytes, len);
+        free(bytes);
+        rc = data_splits_open(&d, path, 1, "100,0,0", 16, 1234, ns, TMP, 0, err, sizeof err);
+        snprintf(name, sizeof name, "cache_damaged_%s_refused", INDEX_FILES[k]);
+        check(rc == DATA_NO_CACHE && strstr(err, file), name, "rc %d: %s", rc, rc ? err : "the damaged cache was used");
+        if (rc == 0) data_splits_close(&d);
+        rc = data_splits_open(&d, path, 1, "100,0,0", 16, 1234, ns, TMP, 1, err, sizeof err);
+        char* said = rc ? NULL : printed(&d);
+        snprintf(name, sizeof name, "cache_damaged_%s_rebuilt_in_one_line", INDEX_FILES[k]);
+        check(rc == 0 && d.prefix[0].split[0].built && same_index(&ref, &d.prefix[0].split[0]) && said &&
+                  count_lines_with(said, "rebuilt") == 1 && strstr(said, INDEX_FILES[k]),
+              name, "rc %d: %s", rc, rc ? err : said ? said : "");
+        free(said);
+        if (rc == 0) data_splits_close(&d);
+    }
+    gpt_dataset_free(&ref);
+    indexed_dataset_close(&ds);
+}
+
+// A sample-index build killed mid-write (kill -9) leaves NAME.npy.tmpPID (a file the size of
+// the array) behind (issue 34, item 16). The next build removes each one whose writer is no
+// longer running on this host, in one line; one whose writer still runs (here: this process),
+// one written on another host, and other files are left alone.
+static void test_stale_temporaries(void) {
+    char dir[8300], host[256] = "";
+    snprintf(dir, sizeof dir, "%s", scratch("cache_dir"));
+    mkdir(dir, 0755);
+    gethostname(host, sizeof host - 1);
+    pid_t dead = fork();   // a pid that ran, and runs no more
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    const char* stem = "corpus_u16_train_indexmap_100ns_32sl_1234s_0123456789abcdef";
+    char files[6][9000];
+    snprintf(files[0], sizeof files[0], "%s/%s_sample_idx.npy.tmp%d", dir, stem, (int)dead);               // stale
+    snprintf(files[1], sizeof files[1], "%s/%s_doc_idx.npy.tmp%d.%s", dir, stem, (int)dead, host);         // stale
+    snprintf(files[2], sizeof files[2], "%s/%s_shuffle_idx.npy.tmp%d.%s", dir, stem, (int)getpid(), host); // alive
+    snprintf(files[3], sizeof files[3], "%s/%s_shuffle_idx.npy.tmp%d.another-host", dir, stem, (int)dead); // elsewhere
+    snprintf(files[4], sizeof files[4], "%s/notes.npy.tmp%d", dir, (int)dead);                             // not ours
+    snprintf(files[5], sizeof files[5], "%s/%s_doc_idx.npy.tmpx%d", dir, stem, (int)dead);                 // not ours
+    for (int i = 0; i < 6; i++) spit(files[i], "partial", 7);
+    char prefix[8300];
+    snprintf(prefix, sizeof prefix, "%s", fixture("corpus_u16"));
+    const char* path[] = {prefix};
+    const int64_t ns[3] = {100, 0, 0};
+    DataSplits d;
+    int rc = data_splits_open(&d, path, 1, "100,0,0", 32, 1234, ns, dir, 1, err, sizeof err);
+    char* said = rc ? NULL : printed(&d);
+    check(rc == 0 && said && count_lines_with(said, "removed 2 ") == 1 && count_lines_with(said, dir) >= 1 &&
+              !exists(files[0]) && !exists(files[1]),
+          "stale_index_temporaries_removed_in_one_line", "rc %d, %s left: %s", rc, exists(files[0]) ? "legacy" : exists(files[1]) ? "host-named" : "none",
+          rc ? err : said ? said : "");
+    check(exists(files[2]) && exists(files[3]) && exists(files[4]) && exists(files[5]), "live_and_foreign_temporaries_left_alone",
+          "%d %d %d %d", exists(files[2]), exists(files[3]), exists(files[4]), exists(files[5]));
+    free(said);
+    if (rc == 0) data_splits_close(&d);
 }
 
 // ----------------------------------------------------------------------------
@@ -1011,6 +1196,25 @@ static void test_preprocess(void) {
         int one_line = strchr(err, '\n') == err + strlen(err) - 1;
         check(rc == 2 && strncmp(err, "error: ", 7) == 0 && strstr(err, bad[c].says) && one_line, name, "rc %d, \"%s\"", rc, err);
     }
+    // an empty --output-prefix, or one naming a directory, would write "_text_document.*" (issue
+    // 34, item 18): refused in one line, exit 2, nothing written (run inside the scratch folder)
+    char cwd[4096], input[8300];
+    snprintf(input, sizeof input, "%s", scratch("a.txt"));
+    if (getcwd(cwd, sizeof cwd) && chdir(TMP) == 0) {
+        mkdir("sub", 0755);
+        static const char* const dir_prefixes[][2] = {{"", "empty"}, {"sub/", "slash"}, {".", "dot"}, {"sub/..", "dotdot"}};
+        for (int i = 0; i < 4; i++) {
+            rc = PP("--input", input, "--output-prefix", dir_prefixes[i][0]);
+            int one_line = strchr(err, '\n') == err + strlen(err) - 1;
+            int written = exists("_text_document.bin") || exists("sub/_text_document.bin") || exists("._text_document.bin") ||
+                          exists("sub/.._text_document.bin") || exists("_text_document.bin.tmp");
+            char name[128];
+            snprintf(name, sizeof name, "preprocess_refuses_%s_output_prefix", dir_prefixes[i][1]);
+            check(rc == 2 && strncmp(err, "error: --output-prefix", 22) == 0 && one_line && !written, name,
+                  "rc %d, %s, \"%s\"", rc, written ? "written" : "nothing written", err);
+        }
+        if (chdir(cwd) != 0) perror(cwd);
+    }
     char leftover[8300];
     snprintf(leftover, sizeof leftover, "%s.bin.tmp", scratch("bj_text_document"));
     int left = exists(leftover);
@@ -1060,14 +1264,23 @@ static void test_print_samples(void) {
 
 // ----------------------------------------------------------------------------
 
-static void remove_scratch(void) {
-    DIR* d = opendir(TMP);
+// the scratch folder and the folders made in it (a file or link is unlinked, never followed)
+static void remove_tree(const char* dir) {
+    DIR* d = opendir(dir);
     if (d == NULL) return;
-    for (struct dirent* e; (e = readdir(d)) != NULL;)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink(scratch(e->d_name));
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+        char path[8300];
+        struct stat st;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(path);
+        else unlink(path);
+    }
     closedir(d);
-    rmdir(TMP);
+    rmdir(dir);
 }
+
+static void remove_scratch(void) { remove_tree(TMP); }
 
 int main(int argc, char** argv) {
     // tests/data/ sits beside this file, in the repository: find it from the working directory
@@ -1091,6 +1304,7 @@ int main(int argc, char** argv) {
     test_gpt_cases(cases);
     test_builder();
     test_corruptions();
+    test_idx_covers_bin();
     test_random_corruptions();
     test_splits();
     test_blending();
@@ -1098,6 +1312,9 @@ int main(int argc, char** argv) {
     test_cache_roundtrip();
     test_cache_damage();
     test_cache_random_damage();
+    test_crc32();
+    test_cache_checksum();
+    test_stale_temporaries();
     test_data_splits_single();
     test_data_splits_blend();
     test_preprocess();

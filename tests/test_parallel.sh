@@ -344,3 +344,35 @@ else bad "identical node-local copies of the data train" "$(grep -m1 error $B/lo
 expect_one_rank_error "an index cache one host cannot see: exit 2, naming --data-cache-path" \
     "the index cache must be visible to every rank (see --data-cache-path)" \
     -np 2 ./train_cpu $small : -np 1 $(hide_on_rank2 _doc_idx.npy) ./train_cpu $small
+
+# A --save path of over 300 characters (issue 34): Open MPI 4.1's sharedfp/lockedfile component
+# built a name from the checkpoint file's path in 256 bytes and aborted the first save, and any
+# --load, with exit 134 (parallel.h now leaves it out). Saved and resumed from, alone (no
+# mpirun: MPI started by the trainer itself) and at 2 ranks, with the user's MPI environment
+# set aside (OMPI_MCA_sharedfp, which parallel.h honours).
+long=$PWD/$B/long
+while [ ${#long} -le 300 ]; do long=$long/a_rather_long_directory_name; done
+for launch in "" "$MPIRUN -np 2"; do
+    rm -rf $B/long
+    env -u OMPI_MCA_sharedfp $launch ./train_cpu $small --save $long > $B/long.out 2>&1
+    saved=$?
+    env -u OMPI_MCA_sharedfp $launch ./train_cpu $small --train-iters 4 --load $long --save $long >> $B/long.out 2>&1
+    resumed=$?
+    ranks=${launch:+2 ranks}
+    if [ $saved -eq 0 ] && [ $resumed -eq 0 ] && [ -f $long/iter_0000002/tensors.bin ] && [ -f $long/iter_0000004/tensors.bin ] &&
+       [ "$(cat $long/latest_checkpointed_iteration.txt 2>/dev/null)" = 4 ] && grep -qF "loaded checkpoint $long/iter_0000002 " $B/long.out; then
+        ok "a --save path of ${#long} characters saves and resumes (${ranks:-1 rank, no mpirun})"
+    else bad "a --save path of ${#long} characters (${ranks:-1 rank, no mpirun})" "exit $saved, then $resumed: $(grep -m1 -E 'error|overflow' $B/long.out | head -c 200)"; fi
+done
+# The user's own OMPI_MCA_sharedfp is kept: one that lets lockedfile run gets the long path refused
+# at start-up, in one line naming the limit (exit 2, nothing made); one that leaves it out trains
+rm -rf $B/long
+OMPI_MCA_sharedfp=lockedfile ./train_cpu $small --save $long > $B/long.out 2> $B/long.err
+status=$?
+if [ $status -eq 2 ] && [ "$(grep -c '^error:' $B/long.err)" -eq 1 ] && [ ! -e $B/long ] &&
+   grep -qF "characters, at most 215 here (OMPI_MCA_sharedfp lets Open MPI's sharedfp/lockedfile run" $B/long.err; then
+    ok "OMPI_MCA_sharedfp=lockedfile, the user's: the long --save is refused at start-up in one line naming the limit (exit 2)"
+else bad "OMPI_MCA_sharedfp=lockedfile with a long --save" "status $status: $(head -c 300 $B/long.err)"; fi
+if $MPIRUN -np 2 --mca sharedfp individual ./train_cpu $small --save $long > $B/long.out 2>&1; then
+    ok "mpirun --mca sharedfp individual, the user's: a --save path of ${#long} characters saves"
+else bad "mpirun --mca sharedfp individual with a long --save" "$(grep -m1 error $B/long.out)"; fi
