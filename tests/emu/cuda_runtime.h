@@ -210,15 +210,20 @@ static void emu_shuffle_order(unsigned* order, unsigned n) {
     }
 }
 
-// a launch's shuffles start from its kernel's name and that kernel's launch count (SplitMix64)
+// A launch's shuffles start from its kernel's name and that kernel's launch count (SplitMix64).
+// EMU_ORDERS=name: from the name alone, every launch of a kernel in one order, so that a run
+// resumed from a checkpoint (a new process: its launch counts start again at 0) adds a
+// kernel's atomics (encoder_backward's) in the uninterrupted run's order (test_emu_train.sh)
 static uint64_t emu_launch_seed(const char* kernel) {
+    static int by_name = -1;
+    if (by_name < 0) by_name = getenv("EMU_ORDERS") && strcmp(getenv("EMU_ORDERS"), "name") == 0;
     uint64_t name = 0xcbf29ce484222325ull;   // FNV-1a
     for (const char* p = kernel; *p; p++) name = (name ^ (unsigned char)*p) * 0x100000001b3ull;
     unsigned k = 0;
     while (k < 256 && emu.kernels[k].name != 0 && emu.kernels[k].name != name) k++;
     if (k == 256) emu_fail("%s", "more than 256 kernels");
     emu.kernels[k].name = name;
-    uint64_t x = name + 0x9E3779B97F4A7C15ull * (uint64_t)++emu.kernels[k].launches;
+    uint64_t x = name + 0x9E3779B97F4A7C15ull * (uint64_t)(by_name ? 0 : ++emu.kernels[k].launches);
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     x ^= x >> 31;
