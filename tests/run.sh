@@ -6,7 +6,7 @@
 #   tests/run.sh NAME...      only the named tests (make check T="NAME..."); names below, in TESTS
 set -u
 cd "$(dirname "$0")/.."
-TESTS="rooms fixtures kernels kernels_blas data model cli parallel scale watchdog configs check_cluster dry_run plan
+TESTS="rooms unicode_table fixtures kernels kernels_blas data model cli parallel scale watchdog configs check_cluster dry_run plan
        checkpoint crash_points hf tensorboard trace emu_kernels emu_train sass"
 for name in "$@"; do
     case " $(echo $TESTS) " in
@@ -58,6 +58,7 @@ test_command() {
     local d=$B/corpus_text_document
     case $1 in
         rooms) echo python3 tests/test_rooms.py ;;
+        unicode_table) echo python3 tests/test_unicode_table.py ;;
         sass) echo python3 tests/test_sass.py ;;
         fixtures) echo bash tests/test_fixtures.sh ;;
         kernels) echo $B/test_kernels ;;
