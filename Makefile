@@ -83,7 +83,7 @@ else
   GPU_BINARIES := train_gpu train_gpu_fp16
 endif
 
-SOURCES := train.c config.h plan.h gpt.h parallel.h trace.h step.h cluster.h checkpoint.h tensorboard.h kernels.cuh device.cuh blas_cores.h data.c
+SOURCES := tokenizer.h tokenizer_unicode.h train.c config.h plan.h gpt.h parallel.h trace.h step.h cluster.h checkpoint.h tensorboard.h kernels.cuh device.cuh blas_cores.h data.c
 
 ifeq ($(HAVE_GPU),yes)
 default: gpu preprocess
@@ -119,7 +119,7 @@ train_emu: $(SOURCES) $(wildcard tests/emu/*.h)
 train_emu_fp16: $(SOURCES) $(wildcard tests/emu/*.h)
 	$(EMU_CXX) -DGRIDGPT_FP16 train.c -o $@ -lz -lm
 
-preprocess: preprocess.c data.c
+preprocess: preprocess.c data.c tokenizer.h tokenizer_unicode.h
 	$(CC) $(CFLAGS) preprocess.c -o $@ -lm
 
 # ----------------------------------------------------------------------------
@@ -140,8 +140,9 @@ test-gpu: train_gpu train_cpu preprocess
 	GENCODE="$(GENCODE)" bash tests/test_gpu.sh
 	bash tests/bench_gpu.sh tests/build/corpus_text_document
 
-bench: train_cpu
+bench: train_cpu preprocess
 	bash tests/bench.sh
+	bash tests/bench_tokenizer.sh
 
 run:
 	bash scripts/run.sh

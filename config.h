@@ -96,8 +96,11 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(STRING, export_hf, NULL, 0, "OUT: write --load's latest checkpoint as a Hugging Face model, then exit")          \
     X(CHOICE, export_hf_architecture, "auto", 0, "auto | gpt2 | bloom (auto: bloom for ALiBi models)")                \
     X(INT, generate_tokens, NULL, 0, "sample this many tokens after training")                                         \
-    X(STRING, generate_prompt, NULL, 0, "text the sample starts from (byte-level data)")                               \
+    X(STRING, generate_prompt, NULL, 0, "text the sample starts from (byte-level data, or --tokenizer-type's)")        \
     X(FLOAT, temperature, "1.0", 0, "sampling temperature")                                                            \
+    X(CHOICE, tokenizer_type, NULL, 0, "GPT2BPETokenizer (GPT-2's BPE encodes the prompt and decodes the sample)")     \
+    X(STRING, vocab_file, NULL, 0, "VOCAB.json: GPT2BPETokenizer's vocabulary (GPT-2's encoder.json)")                 \
+    X(STRING, merge_file, NULL, 0, "MERGES.txt: GPT2BPETokenizer's merges (GPT-2's vocab.bpe)")                        \
     X(SWITCH, check_cluster, NULL, 0, "measure bus bandwidths and matmuls, name outliers (no --data-path: only that)") \
     X(LIST, check_cluster_sizes, NULL, 0, "MIB [...]: --check-cluster's message sizes (default 1 16 64)")              \
     X(INT, check_cluster_matmul_size, NULL, 0, "N of --check-cluster's N x N matmul (0: 8192 GPU, 1024 CPU)")          \
@@ -127,6 +130,7 @@ typedef enum { PARTITION_UNIFORM, PARTITION_TRANSFORMER, PARTITION_TRANSFORMER_E
 typedef enum { GRANULARITY_NONE, GRANULARITY_FULL, GRANULARITY_SELECTIVE } RecomputeGranularity;   // --recompute-granularity
 typedef enum { PLAN_GPU_BUILD, PLAN_CPU_BUILD } DryRunBuild;   // --dry-run-build (-1, not given: the GPU build)
 typedef enum { ATTENTION_AUTO, ATTENTION_FLASH, ATTENTION_UNFUSED } AttentionBackend;   // --attention-backend
+typedef enum { TOKENIZER_GPT2_BPE } TokenizerType;   // --tokenizer-type (-1, not given: bytes, or ids printed as numbers)
 
 typedef struct {
     GPTConfig model;
@@ -624,6 +628,17 @@ static void check_recompute(Config* a) {
     a->model.recompute_attention_core = a->recompute_granularity == GRANULARITY_SELECTIVE;
 }
 
+// --tokenizer-type GPT2BPETokenizer and its two files go together (Megatron-LM's flags)
+static void check_tokenizer(const Config* a) {
+    int gpt2 = a->tokenizer_type == TOKENIZER_GPT2_BPE;
+    if (!gpt2 && (a->vocab_file || a->merge_file))
+        config_error("%s goes with --tokenizer-type GPT2BPETokenizer (and --%s)", a->vocab_file ? "--vocab-file" : "--merge-file",
+                     a->vocab_file ? "merge-file" : "vocab-file");
+    if (gpt2 && !(a->vocab_file && a->merge_file))
+        config_error("--tokenizer-type GPT2BPETokenizer needs --vocab-file VOCAB.json and --merge-file MERGES.txt "
+                     "(GPT-2's encoder.json and vocab.bpe)");
+}
+
 static void check_run(Config* a) {
     // length of training: iterations or samples, not both (Megatron's rule); 0 iterations
     // with --save writes the initial model
@@ -645,6 +660,7 @@ static void check_run(Config* a) {
     check_precision(a);
     if (a->temperature <= 0.0f) config_error("--temperature must be positive");
     check_recompute(a);
+    check_tokenizer(a);
 }
 
 // --profile: the steps it records lie inside this run (of train_iters iterations, starting

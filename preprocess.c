@@ -1,39 +1,53 @@
 /*
 preprocess.c — the `preprocess` program: text in, a Megatron indexed dataset out (Megatron's
-tools/preprocess_data.py, byte-level); also --inspect PREFIX and --print-samples.
+tools/preprocess_data.py: bytes, ids, or GPT-2's BPE); also --inspect PREFIX and --print-samples.
 
     cc -std=gnu11 -O3 -fopenmp preprocess.c -o preprocess -lm        (make preprocess)
 
-It is data.c's datasets plus a front end: flags, a JSON-lines reader, the tokenizer run over
-the input files (in parallel with --workers), and the builder. The trainer never compiles it.
+It is data.c's datasets plus a front end: flags, a JSON-lines reader, the tokenizers (bytes,
+ids, and tokenizer.h's GPT-2 BPE) run over the input files (in parallel with --workers), and the
+builder. The trainer never compiles it.
 tests/test_data.c includes it with DATA_TESTING defined (then there is no main) to test
 preprocess_main as a function. The rules of data.c hold here too: plain C that is also valid
 C++, bad input returns non-zero with one line in err, only main exits.
 */
+#include "tokenizer.h"
 #include "data.c"
 
 // ----------------------------------------------------------------------------
-// preprocess: text in, .bin/.idx out (Megatron's tools/preprocess_data.py, byte-level)
+// preprocess: text in, .bin/.idx out (Megatron's tools/preprocess_data.py)
 //
 // ./preprocess --input FILE [FILE ...] --output-prefix PREFIX [--json-keys KEY [KEY ...]]
-//              [--append-eod] [--tokenizer-type bytes|ids] [--vocab-size N] [--dtype NAME]
+//              [--input-format jsonl|text] [--append-eod] [--tokenizer-type bytes|ids|GPT2BPETokenizer]
+//              [--vocab-file VOCAB.json --merge-file MERGES.txt] [--vocab-size N] [--dtype NAME]
 //              [--workers N]          or          ./preprocess --inspect PREFIX
 //              or ./preprocess --print-samples --data-path ... (see PREPROCESS_USAGE)
-// Sources of documents: a whole input file (bytes, no --json-keys); one line (ids); or with
-// --json-keys, one string per key and JSON line. Output per key: PREFIX_KEY_document.bin/.idx
-// (key "text" without --json-keys). As preprocess_data.py: a document with no tokens is
-// skipped, and --append-eod adds the end-of-document token to the others. The ids tokenizer
-// is Megatron's NullTokenizer: whitespace-separated ids below --vocab-size N, EOD = N.
+// Sources of documents: as preprocess_data.py, JSON lines, one string per --json-keys key
+// (default: text) and line; with --input-format text, plain text: a whole input file (bytes,
+// GPT2BPETokenizer) or one line (ids). Output per key: PREFIX_KEY_document.bin/.idx. As
+// preprocess_data.py: a document with no tokens is skipped, and --append-eod adds the
+// end-of-document token to the others. The ids tokenizer is Megatron's NullTokenizer:
+// whitespace-separated ids below --vocab-size N, EOD = N. GPT2BPETokenizer is GPT-2's BPE
+// (tokenizer.h; EOD <|endoftext|>, 50256): the Tokenizer is shared by the workers, each with
+// its own word cache; text that is not UTF-8 is refused, as Python's strict decoding refuses it.
 #include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 enum { PREPROCESS_MAX_KEYS = 16, PREPROCESS_BATCH_LINES = 4096 };
+enum { BYTES_TOKENIZER, IDS_TOKENIZER, GPT2_TOKENIZER };   // --tokenizer-type, in TOKENIZER_TYPES' order
+static const char* const TOKENIZER_TYPES[] = {"bytes", "ids", "GPT2BPETokenizer"};
 
 typedef struct {
     const char* inputs[1024]; int num_inputs;
     const char* output_prefix;
     const char* keys[PREPROCESS_MAX_KEYS]; int num_keys;
-    int json, ids, append_eod, dtype_code;
+    int json, tokenizer, append_eod, dtype_code;   // json: 0 with --input-format text
     int64_t workers, vocab_size;   // ids: --vocab-size (0: largest id in the data + 1)
+    const char* vocab_file; const char* merge_file;
+    Tokenizer gpt2;                // GPT2BPETokenizer's, loaded by preprocess_run
+    TokenizerCache** caches;       // [workers]: each worker's words seen (GPT2BPETokenizer)
     const char* inspect;
     // --print-samples: the trainer's --data-path, --split, --seq-length, --seed, --data-cache-path
     int print_samples, which;                    // which: 0 train, 1 valid, 2 test
@@ -73,30 +87,12 @@ static const char* json_ws(const char* p, const char* end) {
     return p;
 }
 
-// code point cp as 1 to 4 bytes of UTF-8: a lead byte, then 6 bits in each continuation byte
-static void utf8_put(ByteBuf* out, uint32_t cp) {
-    static const uint8_t lead[5] = {0, 0, 0xc0, 0xe0, 0xf0};   // the lead byte's marker, by length
-    int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-    uint8_t b[4];
-    for (int i = n - 1; i > 0; i--, cp >>= 6) b[i] = (uint8_t)(0x80 | (cp & 63));
-    b[0] = (uint8_t)(lead[n] | cp);
-    bytes_push(out, b, (size_t)n);
-}
-
-static int hex4(const char* p, const char* end, uint32_t* v) {
-    *v = 0;
-    if (end - p < 4) return 1;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return 1;
-        *v = *v * 16 + (uint32_t)d;
-    }
-    return 0;
-}
+// the four hex digits at p (before end) of a \u escape, or -1 (tokenizer.h's hex4)
+static long hex4_before(const char* p, const char* end) { return end - p >= 4 ? hex4(p) : -1; }
 
 // the string at *pp (just past its opening quote) decoded to UTF-8 bytes into out (may
-// be NULL: skip); a surrogate pair becomes one code point, a lone surrogate U+FFFD
+// be NULL: skip); a surrogate pair becomes one code point, a lone surrogate U+FFFD (code
+// points to UTF-8: tokenizer.h's utf8_put)
 static const char* json_string(const char** pp, const char* end, ByteBuf* out) {
     const char* p = *pp;
     for (;;) {
@@ -111,17 +107,18 @@ static const char* json_string(const char** pp, const char* end, ByteBuf* out) {
         const char* simple = e ? strchr(escapes, e) : NULL;
         if (simple != NULL) { if (out) bytes_push(out, &decoded[simple - escapes], 1); continue; }
         if (e != 'u') return "bad escape in a string";
-        uint32_t cp, lo;
-        if (hex4(p, end, &cp)) return "bad \\u escape";
+        long cp = hex4_before(p, end), lo = -1;
+        if (cp < 0) return "bad \\u escape";
         p += 4;
-        if (cp >= 0xd800 && cp < 0xdc00 && end - p >= 6 && p[0] == '\\' && p[1] == 'u' && !hex4(p + 2, end, &lo) &&
-            lo >= 0xdc00 && lo < 0xe000) {
+        if (cp >= 0xd800 && cp < 0xdc00 && end - p >= 6 && p[0] == '\\' && p[1] == 'u' &&
+            (lo = hex4_before(p + 2, end)) >= 0xdc00 && lo < 0xe000) {
             cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
             p += 6;
         } else if (cp >= 0xd800 && cp < 0xe000) {
             cp = 0xfffd;
         }
-        if (out) utf8_put(out, cp);
+        char utf8[4];
+        if (out) bytes_push(out, utf8, (size_t)utf8_put(utf8, (uint32_t)cp));
     }
     *pp = p;
     return NULL;
@@ -149,9 +146,11 @@ static const char* json_skip_value(const char** pp, const char* end) {
 }
 
 // out[k] = the string value of keys[k] in the object on this line; NULL or why not
-static const char* json_find_keys(const char* p, const char* end, const char* const* keys, int n, ByteBuf* out) {
+// (*missing: the first key the object lacks, -1 if none)
+static const char* json_find_keys(const char* p, const char* end, const char* const* keys, int n, ByteBuf* out, int* missing) {
     int found[PREPROCESS_MAX_KEYS] = {0};
     ByteBuf key = {NULL, 0, 0};
+    *missing = -1;
     const char* why = NULL;
     p = json_ws(p, end);
     if (p >= end || *p++ != '{') return "expected a JSON object";
@@ -178,7 +177,7 @@ static const char* json_find_keys(const char* p, const char* end, const char* co
     }
     if (!why && json_ws(p, end) != end) why = "extra characters after the object";
     for (int k = 0; k < n && !why; k++)
-        if (!found[k]) why = "a key given by --json-keys is missing";
+        if (!found[k]) why = "a key given by --json-keys is missing", *missing = k;
     free(key.data);
     return why;
 }
@@ -188,11 +187,9 @@ static const char* json_find_keys(const char* p, const char* end, const char* co
 
 static int is_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
 
-// text -> tokens (+ EOD when the document is not empty); why says what is wrong
-static int tokenize(const PreprocessArgs* a, const uint8_t* text, size_t n, TokenBuf* out, char* why, size_t whylen) {
-    out->len = 0;
-    for (size_t i = 0; i < n && !a->ids; i++) tokens_push(out, text[i]);
-    for (size_t i = 0; i < n && a->ids;) {   // Megatron's NullTokenizer: int() of each word
+// Megatron's NullTokenizer: int() of each whitespace-separated word
+static int tokenize_ids(const PreprocessArgs* a, const uint8_t* text, size_t n, TokenBuf* out, char* why, size_t whylen) {
+    for (size_t i = 0; i < n;) {
         while (i < n && is_space(text[i])) i++;
         if (i == n) break;
         int64_t v = 0;
@@ -205,8 +202,37 @@ static int tokenize(const PreprocessArgs* a, const uint8_t* text, size_t n, Toke
                               (long long)a->vocab_size);
         tokens_push(out, v);
     }
-    if (out->len > 0 && a->append_eod) tokens_push(out, a->ids ? a->vocab_size : (int64_t)BYTE_EOD);
     return 0;
+}
+
+// GPT-2's BPE, with this worker's cache; text that is not UTF-8 is refused
+static int tokenize_gpt2(const PreprocessArgs* a, TokenizerCache* cache, const uint8_t* text, size_t n, TokenBuf* out,
+                         char* why, size_t whylen) {
+    TokenIds ids = {NULL, 0, 0};
+    size_t bad = 0;
+    int rc = 0;
+    if (tokenizer_encode(&a->gpt2, cache, (const char*)text, n, &ids, &bad) != 0)
+        rc = error_line(why, whylen, "invalid UTF-8 at byte %zu of the text (GPT2BPETokenizer reads UTF-8)", bad);
+    for (size_t i = 0; i < ids.n; i++) tokens_push(out, ids.ids[i]);
+    free(ids.ids);
+    return rc;
+}
+
+// the end-of-document token: 256 (bytes), --vocab-size N (ids), <|endoftext|> (GPT-2: 50256)
+static int64_t eod_token(const PreprocessArgs* a) {
+    return a->tokenizer == IDS_TOKENIZER ? a->vocab_size : a->tokenizer == GPT2_TOKENIZER ? a->gpt2.eod : BYTE_EOD;
+}
+
+// text -> tokens (+ EOD when the document is not empty); why says what is wrong
+static int tokenize(const PreprocessArgs* a, TokenizerCache* cache, const uint8_t* text, size_t n, TokenBuf* out,
+                    char* why, size_t whylen) {
+    out->len = 0;
+    int rc = 0;
+    if (a->tokenizer == IDS_TOKENIZER) rc = tokenize_ids(a, text, n, out, why, whylen);
+    else if (a->tokenizer == GPT2_TOKENIZER) rc = tokenize_gpt2(a, cache, text, n, out, why, whylen);
+    else for (size_t i = 0; i < n; i++) tokens_push(out, text[i]);
+    if (rc == 0 && out->len > 0 && a->append_eod) tokens_push(out, eod_token(a));
+    return rc;
 }
 
 // one line of input and what it becomes (lines are tokenized in parallel, written in order)
@@ -217,17 +243,20 @@ typedef struct {
     int failed; char why[200];
 } Line;
 
-static void encode_line(const PreprocessArgs* a, Line* L) {
+static void encode_line(const PreprocessArgs* a, TokenizerCache* cache, Line* L) {
     ByteBuf text[PREPROCESS_MAX_KEYS];
     memset(text, 0, sizeof text);
     int n = a->json ? a->num_keys : 1;
     const char* bad = NULL;
+    int missing = -1;
     if (json_ws(L->text, L->text + L->len) == L->text + L->len) n = 0;   // a blank line: nothing to encode
-    else if (a->json) bad = json_find_keys(L->text, L->text + L->len, a->keys, n, text);
+    else if (a->json) bad = json_find_keys(L->text, L->text + L->len, a->keys, n, text, &missing);
     else bytes_push(&text[0], L->text, L->len);
-    if (bad) { snprintf(L->why, sizeof L->why, "%s", bad); L->failed = 1; }
+    if (missing >= 0) snprintf(L->why, sizeof L->why, "no \"%s\" key (--json-keys; text by default)", a->keys[missing]);
+    else if (bad) snprintf(L->why, sizeof L->why, "%s", bad);
+    L->failed = bad != NULL;
     for (int k = 0; k < n && !L->failed; k++)
-        L->failed = tokenize(a, text[k].data, text[k].len, &L->docs[k], L->why, sizeof L->why);
+        L->failed = tokenize(a, cache, text[k].data, text[k].len, &L->docs[k], L->why, sizeof L->why);
     for (int k = 0; k < PREPROCESS_MAX_KEYS; k++) free(text[k].data);
 }
 
@@ -245,8 +274,41 @@ static int sink_document(Sink* s, int k, const TokenBuf* t, char* err, size_t er
     return s->dry ? 0 : builder_add_document(&s->builders[k], t->data, t->len, err, errlen);
 }
 
+// this worker's word cache, made at its first use (GPT2BPETokenizer's; NULL for the others)
+static TokenizerCache* worker_cache(const PreprocessArgs* a) {
+#ifdef _OPENMP
+    int w = omp_get_thread_num();
+#else
+    int w = 0;
+#endif
+    if (a->caches && a->caches[w] == NULL) a->caches[w] = tokenizer_cache_new();   // (each worker its own slot)
+    return a->caches ? a->caches[w] : NULL;
+}
+
+// a whole file is one document of GPT-2 tokens, read whole first (a cut could split a word)
+static int preprocess_file_gpt2(const PreprocessArgs* a, const char* path, Sink* s, char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return error_line(err, errlen, "%s: %s", path, strerror(errno));
+    ByteBuf text = {NULL, 0, 0};
+    uint8_t buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) bytes_push(&text, buf, n);
+    int rc = ferror(f) ? error_line(err, errlen, "%s: read failed: %s", path, strerror(errno)) : 0;
+    fclose(f);
+    TokenBuf doc = {NULL, 0, 0};
+    char why[200];
+    if (rc == 0 && text.len > 0 && tokenize(a, worker_cache(a), text.data, text.len, &doc, why, sizeof why))
+        rc = error_line(err, errlen, "%s: %s", path, why);
+    if (rc == 0) rc = sink_document(s, 0, &doc, err, errlen);
+    s->bytes += (int64_t)text.len;
+    free(text.data);
+    free(doc.data);
+    return rc;
+}
+
 // a whole file is one document of bytes, streamed
 static int preprocess_file(const PreprocessArgs* a, const char* path, Sink* s, char* err, size_t errlen) {
+    if (a->tokenizer == GPT2_TOKENIZER) return preprocess_file_gpt2(a, path, s, err, errlen);
     FILE* f = fopen(path, "rb");
     if (f == NULL) return error_line(err, errlen, "%s: %s", path, strerror(errno));
     uint8_t buf[1 << 13];
@@ -288,7 +350,7 @@ static int preprocess_lines(const PreprocessArgs* a, const char* path, Sink* s, 
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 16) num_threads(a->workers)
 #endif
-        for (int i = 0; i < n; i++) encode_line(a, &batch[i]);
+        for (int i = 0; i < n; i++) encode_line(a, worker_cache(a), &batch[i]);
         for (int i = 0; i < n; i++) {
             Line* L = &batch[i];
             if (rc == 0 && L->failed) rc = error_line(err, errlen, "%s:%lld: %s", path, (long long)L->line_no, L->why);
@@ -308,8 +370,8 @@ static int preprocess_lines(const PreprocessArgs* a, const char* path, Sink* s, 
 
 static int preprocess_inputs(const PreprocessArgs* a, Sink* s, char* err, size_t errlen) {
     for (int i = 0; i < a->num_inputs; i++) {
-        int rc = a->json || a->ids ? preprocess_lines(a, a->inputs[i], s, err, errlen)
-                                   : preprocess_file(a, a->inputs[i], s, err, errlen);
+        int rc = a->json || a->tokenizer == IDS_TOKENIZER ? preprocess_lines(a, a->inputs[i], s, err, errlen)
+                                                          : preprocess_file(a, a->inputs[i], s, err, errlen);
         if (rc) return rc;
     }
     return 0;
@@ -330,14 +392,15 @@ static int parse_int_flag(const char* flag, const char* v, int64_t lo, int64_t* 
 // a flag that takes a list of values: where they go, and how many fit
 static const char** list_flag(PreprocessArgs* a, const char* f, int** count, int* cap) {
     if (!strcmp(f, "--input")) { *count = &a->num_inputs; *cap = 1024; return a->inputs; }
-    if (!strcmp(f, "--json-keys")) { *count = &a->num_keys; *cap = PREPROCESS_MAX_KEYS; a->json = 1; return a->keys; }
+    if (!strcmp(f, "--json-keys")) { *count = &a->num_keys; *cap = PREPROCESS_MAX_KEYS; return a->keys; }
     if (!strcmp(f, "--data-path") || !strcmp(f, "--print-samples")) { *count = &a->num_data_path; *cap = 512; return a->data_path; }
     return NULL;
 }
 
 static const char* const VALUE_FLAGS[] = {"--output-prefix", "--inspect", "--split", "--data-cache-path", "--which",
                                           "--tokenizer-type", "--dtype", "--workers", "--vocab-size", "--seq-length",
-                                          "--seed", "--num-samples", "--first"};
+                                          "--seed", "--num-samples", "--first", "--vocab-file", "--merge-file",
+                                          "--input-format"};
 
 // one of VALUE_FLAGS and its value: 0, or 1 with err set
 static int value_flag(PreprocessArgs* a, const char* f, const char* value, char* err, size_t errlen) {
@@ -350,13 +413,18 @@ static int value_flag(PreprocessArgs* a, const char* f, const char* value, char*
     else if (!strcmp(f, "--inspect")) a->inspect = value;
     else if (!strcmp(f, "--split")) a->split = value;
     else if (!strcmp(f, "--data-cache-path")) a->cache_dir = value;
-    else if (!strcmp(f, "--which")) {
+    else if (!strcmp(f, "--vocab-file")) a->vocab_file = value;
+    else if (!strcmp(f, "--merge-file")) a->merge_file = value;
+    else if (!strcmp(f, "--input-format")) {
+        if (strcmp(value, "jsonl") && strcmp(value, "text"))
+            return error_line(err, errlen, "--input-format %s: expected jsonl (the default) or text", value);
+        a->json = !strcmp(value, "jsonl");
+    } else if (!strcmp(f, "--which")) {
         for (a->which = 0; a->which < 3 && strcmp(value, SPLIT_NAMES[a->which]); a->which++) {}
         if (a->which == 3) return error_line(err, errlen, "--which %s: expected train, valid or test", value);
     } else if (!strcmp(f, "--tokenizer-type")) {
-        if (strcmp(value, "bytes") && strcmp(value, "ids"))
-            return error_line(err, errlen, "--tokenizer-type %s: expected bytes or ids", value);
-        a->ids = !strcmp(value, "ids");
+        for (a->tokenizer = 0; a->tokenizer < 3 && strcmp(value, TOKENIZER_TYPES[a->tokenizer]); a->tokenizer++) {}
+        if (a->tokenizer == 3) return error_line(err, errlen, "--tokenizer-type %s: expected bytes, ids or GPT2BPETokenizer", value);
     } else if (!strcmp(f, "--dtype")) {
         for (int k = 0; k < NUM_TOKEN_DTYPES; k++)
             if (!strcmp(value, TOKEN_DTYPES[k].name)) a->dtype_code = TOKEN_DTYPES[k].code;
@@ -373,9 +441,29 @@ static int check_print_samples(const PreprocessArgs* a, char* err, size_t errlen
     return 0;
 }
 
+// the tokenizer's flags, and the input format's, go together
+static int check_tokenizer_flags(const PreprocessArgs* a, char* err, size_t errlen) {
+    int gpt2 = a->tokenizer == GPT2_TOKENIZER;
+    if (!gpt2 && (a->vocab_file || a->merge_file))
+        return error_line(err, errlen, "%s goes with --tokenizer-type GPT2BPETokenizer (and --%s)",
+                          a->vocab_file ? "--vocab-file" : "--merge-file", a->vocab_file ? "merge-file" : "vocab-file");
+    if (gpt2 && !(a->vocab_file && a->merge_file))
+        return error_line(err, errlen, "--tokenizer-type GPT2BPETokenizer needs --vocab-file VOCAB.json and --merge-file "
+                          "MERGES.txt (GPT-2's encoder.json and vocab.bpe)");
+    if (a->vocab_size && a->tokenizer != IDS_TOKENIZER)
+        return error_line(err, errlen, "--vocab-size goes with --tokenizer-type ids (the %s tokenizer's vocabulary is its own)",
+                          TOKENIZER_TYPES[a->tokenizer]);
+    if (a->tokenizer == IDS_TOKENIZER && a->append_eod && a->vocab_size == 0)
+        return error_line(err, errlen, "--append-eod with --tokenizer-type ids needs --vocab-size N (EOD is N)");
+    if (!a->json && a->num_keys)
+        return error_line(err, errlen, "--json-keys reads JSON lines: not with --input-format text");
+    return 0;
+}
+
 static int preprocess_parse(int argc, char** argv, PreprocessArgs* a, char* err, size_t errlen) {
     memset(a, 0, sizeof *a);
     a->workers = 1;
+    a->json = 1;      // JSON lines, --json-keys text
     a->seed = 1234;   // Megatron's defaults
     a->split = "969, 30, 1";
     a->first = -1;
@@ -411,8 +499,7 @@ static int preprocess_parse(int argc, char** argv, PreprocessArgs* a, char* err,
         return error_line(err, errlen, "--output-prefix '%s': %s; expected a path and file-name prefix such as data/my "
                           "(which writes data/my_text_document.bin and .idx)", a->output_prefix,
                           *a->output_prefix ? "names a directory, not a file-name prefix" : "empty");
-    if (a->ids && a->append_eod && a->vocab_size == 0)
-        return error_line(err, errlen, "--append-eod with --tokenizer-type ids needs --vocab-size N (EOD is N)");
+    if (check_tokenizer_flags(a, err, errlen)) return 1;
     if (a->num_keys == 0) a->keys[a->num_keys++] = "text";
     for (int k = 0; k < a->num_keys; k++)
         for (int j = 0; j < k; j++)
@@ -476,9 +563,9 @@ static double seconds_now(void) {
 // the dtype Megatron's best_fitting_dtype picks, unless --dtype forces one
 static int preprocess_dtype(PreprocessArgs* a, char* err, size_t errlen) {
     if (a->dtype_code) return 0;
-    int64_t vocab = BYTE_VOCAB_SIZE;
-    if (a->ids && a->vocab_size) vocab = a->vocab_size + 1;   // NullTokenizer: ids + EOD
-    else if (a->ids) {   // no vocabulary given: one dry pass finds the largest id
+    int64_t vocab = a->tokenizer == GPT2_TOKENIZER ? a->gpt2.vocab_size : BYTE_VOCAB_SIZE;   // GPT-2: 50257
+    if (a->tokenizer == IDS_TOKENIZER && a->vocab_size) vocab = a->vocab_size + 1;   // NullTokenizer: ids + EOD
+    else if (a->tokenizer == IDS_TOKENIZER) {   // no vocabulary given: one dry pass finds the largest id
         Sink* dry = (Sink*)calloc(1, sizeof(Sink));
         if (dry == NULL) return error_line(err, errlen, "out of memory");
         dry->dry = 1;
@@ -492,7 +579,27 @@ static int preprocess_dtype(PreprocessArgs* a, char* err, size_t errlen) {
     return 0;
 }
 
-static int preprocess_run(PreprocessArgs* a, char* err, size_t errlen) {
+// GPT2BPETokenizer: the tokenizer, loaded before anything is written, and room for a word
+// cache per worker (worker_cache makes each)
+static int open_gpt2(PreprocessArgs* a, char* err, size_t errlen) {
+    if (tokenizer_load(&a->gpt2, a->vocab_file, a->merge_file, err, errlen)) return 1;
+    a->caches = (TokenizerCache**)calloc((size_t)a->workers, sizeof(TokenizerCache*));
+    if (a->caches == NULL) return error_line(err, errlen, "out of memory");
+    if (a->append_eod && a->gpt2.eod < 0)
+        return error_line(err, errlen, "--vocab-file %s: no <|endoftext|> token, which --append-eod appends", a->vocab_file);
+    return 0;
+}
+
+static void close_gpt2(PreprocessArgs* a) {
+    for (int64_t w = 0; a->caches && w < a->workers; w++) tokenizer_cache_free(a->caches[w]);
+    free(a->caches);
+    a->caches = NULL;
+    if (a->gpt2.vocab_size) tokenizer_free(&a->gpt2);
+}
+
+// the inputs into PREFIX_KEY_document.bin/.idx, under temporary names until every input is
+// done (an error leaves nothing behind)
+static int preprocess_write(PreprocessArgs* a, char* err, size_t errlen) {
     if (preprocess_dtype(a, err, errlen)) return 1;
     Sink* s = (Sink*)calloc(1, sizeof(Sink));
     if (s == NULL) return error_line(err, errlen, "out of memory");
@@ -520,17 +627,28 @@ static int preprocess_run(PreprocessArgs* a, char* err, size_t errlen) {
     return rc;
 }
 
+static int preprocess_run(PreprocessArgs* a, char* err, size_t errlen) {
+    int rc = a->tokenizer == GPT2_TOKENIZER ? open_gpt2(a, err, errlen) : 0;
+    if (rc == 0) rc = preprocess_write(a, err, errlen);
+    close_gpt2(a);
+    return rc;
+}
+
 static const char* PREPROCESS_USAGE =
-    "usage: preprocess --input FILE [FILE ...] --output-prefix PREFIX [--json-keys KEY [KEY ...]]\n"
-    "                  [--append-eod] [--tokenizer-type bytes|ids] [--vocab-size N] [--dtype NAME] [--workers N]\n"
+    "usage: preprocess --input FILE [FILE ...] --output-prefix PREFIX [--json-keys KEY [KEY ...] | --input-format text]\n"
+    "                  [--append-eod] [--tokenizer-type bytes|ids|GPT2BPETokenizer] [--vocab-file VOCAB.json]\n"
+    "                  [--merge-file MERGES.txt] [--vocab-size N] [--dtype NAME] [--workers N]\n"
     "       preprocess --inspect PREFIX\n"
     "       preprocess --print-samples --data-path [WEIGHT] PREFIX [...] --seq-length S --num-samples K [--seed 1234]\n"
     "                  [--split 969,30,1] [--which train|valid|test] [--first F] [--data-cache-path DIR]\n"
-    "Writes PREFIX_KEY_document.bin/.idx (KEY: text unless --json-keys) in Megatron's mmap format.\n"
-    "  bytes (default): token = byte 0..255, end of document 256; each input file is one document,\n"
-    "                   or with --json-keys each JSON line's KEY string is one document\n"
-    "  ids:             whitespace-separated token ids, one document per line (or per JSON string);\n"
+    "Writes PREFIX_KEY_document.bin/.idx (KEY: text unless --json-keys) in Megatron's mmap format. The input is\n"
+    "JSON lines, as preprocess_data.py's: each line's KEY string is one document (--json-keys: text by default).\n"
+    "--input-format text reads plain text instead: each input file is one document (a line, for ids).\n"
+    "  bytes (default): token = byte 0..255, end of document 256\n"
+    "  ids:             whitespace-separated token ids (Megatron's NullTokenizer);\n"
     "                   --vocab-size N: ids must be below N, and the end-of-document id is N\n"
+    "  GPT2BPETokenizer: GPT-2's BPE from --vocab-file (encoder.json) and --merge-file (vocab.bpe), 50257 ids,\n"
+    "                   end of document <|endoftext|> (50256); the text must be UTF-8\n"
     "  --dtype:         uint8 int8 int16 uint16 int32 int64 (default: uint16 if the vocabulary < 65500, else int32)\n"
     "--inspect prints dtype, counts, the id range and the order-0 entropy. --print-samples prints the first F\n"
     "(default K) samples of a split as the trainer sees them, one line of S+1 token ids each, with K samples asked\n"

@@ -423,7 +423,7 @@ static int load_merges(Tokenizer* t, const char* path, char* err, size_t errlen)
     return status;
 }
 
-static void tokenizer_free(Tokenizer* t) {
+static inline void tokenizer_free(Tokenizer* t) {
     for (int id = 0; t->token && id < t->vocab_size; id++) free(t->token[id]);
     free(t->token);
     free(t->token_len);
@@ -436,7 +436,7 @@ static void tokenizer_free(Tokenizer* t) {
 // was expected: a file that cannot be read, a vocabulary that is not a JSON object of GPT-2's
 // byte symbols to the ids 0..N-1, a merge that is not two symbols of the vocabulary, or whose
 // result it lacks.
-static int tokenizer_load(Tokenizer* t, const char* vocab_file, const char* merges_file, char* err, size_t errlen) {
+static inline int tokenizer_load(Tokenizer* t, const char* vocab_file, const char* merges_file, char* err, size_t errlen) {
     memset(t, 0, sizeof(*t));
     int status = load_vocab(t, vocab_file, err, errlen);
     if (!status) status = index_vocab(t, vocab_file, err, errlen);
@@ -446,7 +446,7 @@ static int tokenizer_load(Tokenizer* t, const char* vocab_file, const char* merg
 }
 
 // the bytes that id stands for (not NUL-terminated; a token may end inside a UTF-8 character)
-static const char* tokenizer_token_bytes(const Tokenizer* t, int id, size_t* len) {
+static inline const char* tokenizer_token_bytes(const Tokenizer* t, int id, size_t* len) {
     if (id < 0 || id >= t->vocab_size) return *len = 0, "";
     *len = (size_t)t->token_len[id];
     return t->token[id];
@@ -495,14 +495,14 @@ struct TokenizerCache {
 };
 typedef struct TokenizerCache TokenizerCache;
 
-static TokenizerCache* tokenizer_cache_new(void) {
+static inline TokenizerCache* tokenizer_cache_new(void) {
     TokenizerCache* c = (TokenizerCache*)tokenizer_alloc(sizeof(TokenizerCache));
     c->mask = 4095;
     c->slot = (CacheSlot*)tokenizer_alloc((c->mask + 1) * sizeof(CacheSlot));
     return c;
 }
 
-static void tokenizer_cache_free(TokenizerCache* c) {
+static inline void tokenizer_cache_free(TokenizerCache* c) {
     if (!c) return;
     free(c->slot);
     free(c->words);
@@ -604,7 +604,7 @@ static size_t word_end(const unsigned char* s, size_t n, size_t i) {
 
 // Encode len bytes of UTF-8 text, appending its tokens to out. 0, or -1 when the text is not
 // valid UTF-8 (*bad_offset: the byte where it stops being so; nothing appended). cache may be NULL.
-static int tokenizer_encode(const Tokenizer* t, TokenizerCache* cache, const char* text, size_t len, TokenIds* out,
+static inline int tokenizer_encode(const Tokenizer* t, TokenizerCache* cache, const char* text, size_t len, TokenIds* out,
                             size_t* bad_offset) {
     const unsigned char* s = (const unsigned char*)text;
     for (size_t i = 0; i < len;) {   // first the whole text is checked: a refusal appends nothing

@@ -11,6 +11,7 @@ same in both, and follow Megatron-LM's names so that its users feel at home.
 Reading order: schedules -> data -> evaluation -> the trainer -> setup -> step -> log ->
 sampling -> the run -> main.
 */
+#include "tokenizer.h"
 #include "data.c"
 #include "kernels.cuh"
 #include "parallel.h"
@@ -372,6 +373,8 @@ typedef struct {
     int last_save_failed;           // the last save could not be written (the exit status says so)
     TensorBoardWriter tensorboard;  // --tensorboard-dir, on rank 0
     size_t allocated_bytes;         // what dev_malloc handed out for the model, the optimizer and the kernels
+    Tokenizer tokenizer;            // --tokenizer-type GPT2BPETokenizer's (vocab_size 0: none)
+    TokenIds prompt;                // --generate-prompt's tokens, the sample's start
 } Trainer;
 
 typedef struct {
@@ -775,6 +778,42 @@ static void open_tensorboard(Trainer* t) {
     if (rc) config_error("%s", err);
 }
 
+// --generate-prompt as tokens: GPT-2's, or bytes (a byte-level vocabulary); an empty prompt
+// starts a document: the end-of-document token
+static void encode_prompt(Trainer* t) {
+    const Tokenizer* tok = &t->tokenizer;
+    int V = t->config.model.vocab_size;
+    const char* prompt = t->config.generate_prompt ? t->config.generate_prompt : "";
+    size_t n = strlen(prompt), bad = 0;
+    if (*prompt && !tok->vocab_size && V > BYTE_VOCAB_SIZE)
+        config_error("--generate-prompt: a vocabulary of %d ids is not bytes: give the tokenizer that made the data "
+                     "(--tokenizer-type GPT2BPETokenizer --vocab-file VOCAB.json --merge-file MERGES.txt)", V);
+    t->prompt.ids = (int*)mallocCheck((n + 1) * sizeof(int));   // a token is a byte or more
+    t->prompt.cap = n + 1;
+    if (tok->vocab_size && tokenizer_encode(tok, NULL, prompt, n, &t->prompt, &bad) != 0)
+        config_error("--generate-prompt: invalid UTF-8 at byte %zu (GPT2BPETokenizer reads UTF-8 text)", bad);
+    for (size_t i = 0; i < n && !tok->vocab_size; i++) t->prompt.ids[t->prompt.n++] = (unsigned char)prompt[i];
+    int eod = tok->vocab_size ? tok->eod : V > BYTE_EOD ? BYTE_EOD : 0;   // (-1: a vocabulary without <|endoftext|>)
+    if (t->prompt.n == 0) t->prompt.ids[t->prompt.n++] = eod >= 0 ? eod : 0;
+}
+
+// --tokenizer-type GPT2BPETokenizer: the tokenizer, loaded on every rank (a file one host
+// lacks is named), whose ids the model's vocabulary (settled by open_data_files) must hold;
+// then the prompt's tokens
+static void setup_tokenizer(Trainer* t) {
+    const Config* a = &t->config;
+    Tokenizer* tok = &t->tokenizer;
+    int V = a->model.vocab_size;
+    char err[4600] = "";
+    if (a->tokenizer_type == TOKENIZER_GPT2_BPE && tokenizer_load(tok, a->vocab_file, a->merge_file, err, sizeof(err)) == 0 &&
+        tok->vocab_size > V)
+        error_line(err, sizeof(err), "--vocab-file %s has %d tokens, more than the model's vocabulary of %d (--vocab-size, "
+                   "else the data's largest id + 1): give --vocab-size %d or more", a->vocab_file, tok->vocab_size, V,
+                   tok->vocab_size);
+    config_error_anywhere(err);
+    encode_prompt(t);
+}
+
 static void trainer_setup(Trainer* t, int argc, char** argv) {
     memset(t, 0, sizeof(*t));
     on_stop_signals(stop_during_startup);   // trainer_run's handlers take over when training starts
@@ -808,6 +847,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     find_checkpoint(a, ckpt, sizeof(ckpt), &meta);
     check_profile(a, t->train_iters, ckpt[0] && !a->finetune ? meta.progress.iteration : 0);
     open_data_files(&t->data, a, samples);
+    setup_tokenizer(t);
     set_padded_vocab_size(a);
     if (ckpt[0]) check_config_matches(ckpt, &meta.cfg, &a->model);
     if (a->check_cluster) {   // every input is checked: now the cluster, then the run
@@ -841,6 +881,8 @@ static void trainer_free(Trainer* t) {
     adamw_free(&t->opt, &t->model);
     gpt_free(&t->model);
     data_splits_close(&t->data);
+    if (t->tokenizer.vocab_size) tokenizer_free(&t->tokenizer);
+    free(t->prompt.ids);
 }
 
 // Test-only faults, from the environment (tests/test_watchdog.sh): GRIDGPT_TEST_HANG_RANK=R
@@ -963,24 +1005,29 @@ static int sample_next(const float* logits, int V, float temperature) {
     return V - 1;
 }
 
-static void print_token(int token, int vocab) {
-    if (vocab > BYTE_VOCAB_SIZE) printf("%d ", token);
-    else if (token == BYTE_EOD) printf("\n<|endoftext|>\n");
-    else putchar(token);
+// a sampled token as text: its bytes (GPT-2's tokenizer, or a byte-level vocabulary), else its id
+static void print_token(const Tokenizer* tok, int token, int vocab) {
+    size_t len = 0;
+    const char* bytes = tok ? tokenizer_token_bytes(tok, token, &len) : NULL;
+    if (tok ? token == tok->eod : vocab <= BYTE_VOCAB_SIZE && token == BYTE_EOD) printf("\n<|endoftext|>\n");
+    else if (tok) fwrite(bytes, 1, len, stdout);
+    else if (vocab <= BYTE_VOCAB_SIZE) putchar(token);
+    else printf("%d ", token);
 }
 
 // Sampling reuses the training arena for one sequence of the context's length: the model
 // runs on m->B x m->T tokens, and any smaller shape fits the arena (it is set back after).
+// The context starts as the prompt's last T tokens (encode_prompt's); with a tokenizer, only
+// its ids are drawn (a larger, padded --vocab-size has ids it cannot print).
 static void generate(Trainer* t) {
     GPT* m = &t->model;
-    int B = m->B, T = m->T, V = t->config.model.vocab_size;
+    const Tokenizer* tok = t->tokenizer.vocab_size ? &t->tokenizer : NULL;
+    int B = m->B, T = m->T, V = tok ? tok->vocab_size : t->config.model.vocab_size;
     int* ctx = (int*)callocCheck(T, sizeof(int));
     float* logits = (float*)mallocCheck((size_t)m->vocab_local * sizeof(float));
     const char* prompt = t->config.generate_prompt ? t->config.generate_prompt : "";
-    int len = 0;
-    if (V <= BYTE_VOCAB_SIZE)
-        for (const char* p = prompt; *p && len < T; p++) ctx[len++] = (unsigned char)*p;
-    if (len == 0) ctx[len++] = V > BYTE_EOD ? BYTE_EOD : 0;   // start of a document
+    int len = t->prompt.n < (size_t)T ? (int)t->prompt.n : T;
+    memcpy(ctx, t->prompt.ids + t->prompt.n - len, len * sizeof(int));
     sample_state = (uint64_t)t->config.model.seed;
     printf("---------- sample (%d tokens, temperature %.2f) ----------\n%s", t->config.generate_tokens,
            t->config.temperature, prompt);
@@ -997,7 +1044,7 @@ static void generate(Trainer* t) {
         gpt_forward(m, 0);
         dev_floatX_to_floats(logits, m->logits + (size_t)(len - 1) * m->vocab_local, m->vocab_local);
         int next = sample_next(logits, V, t->config.temperature);
-        print_token(next, V);
+        print_token(tok, next, V);
         if (len == T) {   // slide the window
             memmove(ctx, ctx + 1, (T - 1) * sizeof(int));
             len--;
@@ -1005,6 +1052,7 @@ static void generate(Trainer* t) {
         ctx[len++] = next;
     }
     printf("\n------------------------------------------------------\n");
+    fflush(stdout);
     m->B = B;
     m->T = T;
     free(ctx);

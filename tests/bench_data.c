@@ -237,6 +237,7 @@ static void bench_preprocess_one(const char* dir, const char* preprocess, const 
     char* argv[16] = {(char*)preprocess, (char*)"--input", (char*)input, (char*)"--output-prefix", prefix,
                       (char*)"--append-eod", (char*)"--workers", w};
     if (json) { argv[8] = (char*)"--json-keys"; argv[9] = (char*)"text"; }
+    else { argv[8] = (char*)"--input-format"; argv[9] = (char*)"text"; }
     double dt = run_timed(argv, log);
     remove_output(prefix);
     double mb = (double)file_size(input) / 1e6;

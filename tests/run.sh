@@ -6,8 +6,8 @@
 #   tests/run.sh NAME...      only the named tests (make check T="NAME..."); names below, in TESTS
 set -u
 cd "$(dirname "$0")/.."
-TESTS="rooms unicode_table fixtures kernels kernels_blas data model cli parallel scale watchdog configs check_cluster dry_run plan
-       checkpoint crash_points hf tensorboard trace emu_kernels emu_train sass"
+TESTS="rooms unicode_table fixtures kernels kernels_blas data preprocess_gpt2 tokenizer model cli parallel scale watchdog configs
+       check_cluster dry_run plan checkpoint crash_points hf tensorboard trace emu_kernels emu_train sass"
 for name in "$@"; do
     case " $(echo $TESTS) " in
         *" $name "*) ;;

@@ -1148,21 +1148,22 @@ static void test_preprocess(void) {
     spit(scratch("a.txt"), "hi\n", 3);
     spit(scratch("empty.txt"), "", 0);
     spit(scratch("b.txt"), "\xff" "z", 2);
-    rc = PP("--input", scratch("a.txt"), scratch("empty.txt"), scratch("b.txt"), "--output-prefix", scratch("t"), "--workers", "3");
+    rc = PP("--input", scratch("a.txt"), scratch("empty.txt"), scratch("b.txt"), "--output-prefix", scratch("t"), "--workers", "3",
+            "--input-format", "text");
     const int64_t want_files[] = {'h', 'i', '\n', -9, 255, 'z', -9, -10};
     check(rc == 0 && holds(scratch("t_text_document"), DTYPE_UINT16, want_files, why, sizeof why), "preprocess_file_per_document",
           "rc %d: %s %s", rc, err, why);
-    rc = PP("--input", scratch("a.txt"), "--output-prefix", scratch("t8"), "--dtype", "int32");
+    rc = PP("--input", scratch("a.txt"), "--output-prefix", scratch("t8"), "--dtype", "int32", "--input-format", "text");
     const int64_t want_a[] = {'h', 'i', '\n', -9, -10};
     check(rc == 0 && holds(scratch("t8_text_document"), DTYPE_INT32, want_a, why, sizeof why), "preprocess_dtype_flag", "%s %s", err, why);
 
     spit_text(scratch("ids.txt"), "1 2 3\n\n70000\t5\n");
-    rc = PP("--input", scratch("ids.txt"), "--output-prefix", scratch("i"), "--tokenizer-type", "ids");
+    rc = PP("--input", scratch("ids.txt"), "--output-prefix", scratch("i"), "--tokenizer-type", "ids", "--input-format", "text");
     const int64_t want_ids[] = {1, 2, 3, -9, 70000, 5, -9, -10};   // largest id 70000: vocabulary >= 65500, so int32
     check(rc == 0 && holds(scratch("i_text_document"), DTYPE_INT32, want_ids, why, sizeof why), "preprocess_ids_int32", "%s %s", err, why);
     spit_text(scratch("ids2.txt"), "1 2\n3\n");
     rc = PP("--input", scratch("ids2.txt"), "--output-prefix", scratch("i2"), "--tokenizer-type", "ids", "--vocab-size", "10",
-            "--append-eod");
+            "--append-eod", "--input-format", "text");
     const int64_t want_ids2[] = {1, 2, 10, -9, 3, 10, -9, -10};   // NullTokenizer: EOD = vocab size
     check(rc == 0 && holds(scratch("i2_text_document"), DTYPE_UINT16, want_ids2, why, sizeof why), "preprocess_ids_eod", "%s %s", err, why);
 
@@ -1178,7 +1179,7 @@ static void test_preprocess(void) {
         {"bad_json_value", {"--input", "bad.jsonl", "--output-prefix", "bj", "--json-keys", "text"}, "bad.jsonl:2"},
         {"missing_json_key", {"--input", "nokey.jsonl", "--output-prefix", "bk", "--json-keys", "text"}, "nokey.jsonl:1"},
         {"json_extra_data", {"--input", "extra.jsonl", "--output-prefix", "bx", "--json-keys", "text"}, "extra.jsonl:1"},
-        {"bad_ids", {"--input", "badids.txt", "--output-prefix", "bi", "--tokenizer-type", "ids"}, "badids.txt:1"},
+        {"bad_ids", {"--input", "badids.txt", "--output-prefix", "bi", "--tokenizer-type", "ids", "--input-format", "text"}, "badids.txt:1"},
         {"eod_without_vocab", {"--input", "ids2.txt", "--output-prefix", "be", "--tokenizer-type", "ids", "--append-eod"}, "--vocab-size"},
     };
     for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {

@@ -4,7 +4,8 @@
 The trainer is one compilation: train.c includes the rooms in one line (each below the
 next). Here, from the sources themselves:
   - the line is the order of train.c's own #include lines (device.cuh and blas_cores.h come
-    in through kernels.cuh, data.c stands alone below everything, preprocess.c sits on data.c);
+    in through kernels.cuh, tokenizer.h (with its generated tokenizer_unicode.h) and data.c
+    stand alone below everything, preprocess.c sits on both);
   - no room uses a name (function, macro, type, file-level variable) that a room above it
     defines: calls and types go down the line only, so there is no circle (a room above
     hands a room below what it needs as a function pointer, as step.h does the model's
@@ -66,11 +67,11 @@ def include_line():
 
 
 rooms = include_line()
-report(rooms[0] == "data.c" and len(rooms) == len(set(rooms)),
-       "train.c includes the rooms in one line, data.c first: " + " -> ".join(rooms), " -> ".join(rooms))
+report(rooms[:2] == ["tokenizer.h", "data.c"] and len(rooms) == len(set(rooms)),
+       "train.c includes the rooms in one line, tokenizer.h and data.c first: " + " -> ".join(rooms), " -> ".join(rooms))
 for room in rooms[:-1]:
     others = re.findall(r'^#include "([\w.]+)"', read(room), flags=re.M)
-    allowed = {"device.cuh", "blas_cores.h"} if room == "kernels.cuh" else set()
+    allowed = {"device.cuh", "blas_cores.h"} if room == "kernels.cuh" else {"tokenizer_unicode.h"} if room == "tokenizer.h" else set()
     report(set(others) <= allowed, room + " includes no other room", ", ".join(others))
 
 code = {room: code_only(read(room)) for room in rooms}
@@ -91,8 +92,8 @@ for room in rooms:   # a prototype of a function the room does not define (one o
     report(not ahead, room + " declares no function ahead", ", ".join(ahead))
 
 pre = code_only(read("preprocess.c"))
-report(re.findall(r'^#include "([\w.]+)"', read("preprocess.c"), flags=re.M) == ["data.c"],
-       "preprocess.c sits on data.c alone", "")
+report(re.findall(r'^#include "([\w.]+)"', read("preprocess.c"), flags=re.M) == ["tokenizer.h", "data.c"],
+       "preprocess.c sits on tokenizer.h and data.c alone", "")
 
 for room in rooms + ["preprocess.c"]:
     lines = read(room).count("\n")
