@@ -8,19 +8,22 @@ Encoding, as GPT-2's encoder.py and transformers' GPT2Tokenizer do:
   1. pre-tokenization: the text is cut into words by GPT-2's pattern
          's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
      (contractions; a letter run, a number run, or a run of anything else, each with at most
-     one space before it; whitespace, of which a run followed by a word leaves its last space
-     to that word). \p{L}, \p{N} and \s come from tokenizer_unicode.h, a table generated from
+     one space before it; whitespace, of which a run followed by a word leaves its last
+     character to that word). \p{L}, \p{N} and \s come from tokenizer_unicode.h, a table generated from
      the Unicode Character Database by scripts/gen_unicode_table.py;
   2. each word's UTF-8 bytes become symbols through GPT-2's byte-to-unicode table (printable
      bytes stand for themselves, the others are moved to U+0100 and up, so that every symbol
-     is a printable character of the vocabulary's strings);
+     is a printable character of the vocabulary's strings). Here it is done the other way
+     round, once: at load each vocabulary entry is turned back into the bytes it stands for,
+     and words are merged as bytes;
   3. BPE: the adjacent pair of lowest merge rank is merged, everywhere in the word, until no
      pair has a rank; each resulting symbol is a vocabulary entry, its id the token.
 Words seen are cached (a word's tokens depend on the word alone); a cache belongs to one
 thread. Decoding maps each id back to its bytes.
 
-Interface: tokenizer_load, tokenizer_free, tokenizer_encode, tokenizer_token_bytes,
-tokenizer_cache_new, tokenizer_cache_free; Tokenizer.eod (the id of <|endoftext|>).
+Interface (static inline: a program may use part of it): tokenizer_load, tokenizer_free,
+tokenizer_encode, tokenizer_token_bytes, tokenizer_cache_new, tokenizer_cache_free;
+Tokenizer.eod (the id of <|endoftext|>).
 */
 #pragma once
 #include <errno.h>
