@@ -65,3 +65,9 @@ dry_run tr1-13B 128 2 4 16 1 1024
 dry_run tr8-104B 512 4 32 4 1 2048
 dry_run tr11-176B-bloom 384 4 12 8 2 2048
 dry_run tr1-13B --tiny 4 2 2 1 1 8
+tiny gpt2-124M 8 "TP 1 x PP 1 x DP 2" "--vocab-size 257"
+full_command gpt2-124M "srun ./train_gpu " "--num-layers 12 --hidden-size 768 --num-attention-heads 12 --ffn-hidden-size 3072" \
+    "--seq-length 1024" "--vocab-size 50257" "--micro-batch-size 64 --global-batch-size 512" "--train-iters 18865" \
+    "--lr 6e-4 --lr-decay-style cosine --min-lr 0 --lr-warmup-iters 700" "--weight-decay 0.1" "--adam-beta2 0.95" "--bf16"
+dry_run gpt2-124M 8 1 1 8 64 512
+dry_run gpt2-124M --tiny 2 1 1 2 2 8
