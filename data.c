@@ -4,7 +4,6 @@ data.c — the training data: Megatron's indexed datasets and the GPT sample ind
 What lives here, in reading order:
   - reading a Megatron mmap indexed dataset (`PREFIX.bin` tokens, `PREFIX.idx` index), the
     tokens memory-mapped and never copied, every field of the index checked on open;
-  - writing one (Megatron's MMapIndexedDatasetBuilder), to temporary names then renamed;
   - the byte-level tokenizer, Megatron's --split, and numpy's legacy RandomState;
   - the GPT sample index exactly as Megatron's GPTDataset builds it, so that the same files,
     seed, sequence length and sample count give the same samples in the same order;
@@ -12,7 +11,8 @@ What lives here, in reading order:
     hash of every input, with their CRC-32s beside them, checked before use;
   - blending several datasets by weight (Megatron's BlendableDataset), and DataSplits: the
     whole --data-path / --split setup of a run in one object (what the trainer uses).
-The `preprocess` program that writes datasets is preprocess.c, which includes this file.
+The `preprocess` program, and the writer of datasets (Megatron's MMapIndexedDatasetBuilder),
+are preprocess.c, which includes this file: the trainer reads datasets, it never writes one.
 
 Rules it keeps: plain C that is also valid C++ (train.c is compiled by nvcc too); no
 library beyond libc and POSIX; a function that can fail on bad input returns non-zero and
@@ -312,117 +312,12 @@ static inline int indexed_dataset_max_token(const IndexedDataset* ds, int64_t* m
 }
 
 // ----------------------------------------------------------------------------
-// writing an indexed dataset (Megatron's MMapIndexedDatasetBuilder)
-//
-// Tokens stream into PREFIX.bin.tmp as documents arrive; the sizes stay in memory and go,
-// with the pointers and doc_idx they imply, to PREFIX.idx.tmp at the end. Both are fsync'd
-// before either is renamed, so an existing dataset is never replaced by a half-written one.
-// (Two renames are not one atomic step: a crash between them leaves a new .bin beside the
-// old .idx, which the reader's checks will usually refuse.)
-
-typedef struct {
-    char bin_path[4096], idx_path[4096], bin_tmp[4096], idx_tmp[4096];
-    FILE* bin;
-    int dtype_code, itemsize;
-    int32_t* sizes; int64_t num_items, cap_items;   // one item per document: doc_idx is 0, 1, ..., num_items
-    int64_t item_tokens;    // tokens appended to the item that is still open
-    int64_t num_tokens;
-} IndexedDatasetBuilder;
-
-// grow an array to hold `need` elements; NULL (and the old array untouched) if out of memory
-static void* grow_array(void* p, int64_t* cap, int64_t need, size_t elem) {
-    if (need <= *cap) return p;
-    int64_t new_cap = *cap * 2 > need ? *cap * 2 : need + 1024;
-    void* q = realloc(p, (size_t)new_cap * elem);
-    if (q != NULL) *cap = new_cap;
-    return q;
-}
-
-// throw away the temporary files and the memory (after an error, or to give up)
-static inline void builder_abort(IndexedDatasetBuilder* b) {
-    if (b->bin) fclose(b->bin);
-    if (b->bin_tmp[0]) unlink(b->bin_tmp);
-    if (b->idx_tmp[0]) unlink(b->idx_tmp);
-    free(b->sizes);
-    memset(b, 0, sizeof *b);
-}
-
-static inline int builder_open(IndexedDatasetBuilder* b, const char* prefix, int dtype_code, char* err, size_t errlen) {
-    memset(b, 0, sizeof *b);
-    const TokenDtype* dt = token_dtype(dtype_code);
-    if (dt == NULL) return error_line(err, errlen, "%s: dtype code %d is not a token type", prefix, dtype_code);
-    if (join_path(b->bin_path, sizeof b->bin_path, prefix, ".bin") || join_path(b->idx_path, sizeof b->idx_path, prefix, ".idx") ||
-        join_path(b->bin_tmp, sizeof b->bin_tmp, prefix, ".bin.tmp") || join_path(b->idx_tmp, sizeof b->idx_tmp, prefix, ".idx.tmp"))
-        return error_line(err, errlen, "%s: path too long", prefix);
-    b->dtype_code = dtype_code;
-    b->itemsize = dt->itemsize;
-    b->bin = fopen(b->bin_tmp, "wb");
-    if (b->bin == NULL) {
-        int rc = error_line(err, errlen, "%s: %s", b->bin_tmp, strerror(errno));
-        memset(b, 0, sizeof *b);   // closed, and the temporaries are not ours to delete
-        return rc;
-    }
-    return 0;
-}
-
-// append tokens to the open item (a document may arrive in pieces); all or nothing
-static int builder_append_tokens(IndexedDatasetBuilder* b, const int64_t* tokens, int64_t n, char* err, size_t errlen) {
-    const TokenDtype* dt = token_dtype(b->dtype_code);
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] < dt->min || tokens[i] > dt->max)
-            return error_line(err, errlen, "%s: token id %lld does not fit dtype %s", b->bin_path, (long long)tokens[i],
-                              dt->name);
-    if (n > INT32_MAX - b->item_tokens)   // sizes are int32 in the .idx
-        return error_line(err, errlen, "%s: a document of more than %d tokens", b->bin_path, INT32_MAX);
-    uint8_t buf[1 << 14];
-    int64_t per_buf = (int64_t)sizeof buf / b->itemsize;
-    for (int64_t i = 0; i < n; i += per_buf) {
-        int64_t m = n - i < per_buf ? n - i : per_buf;
-        for (int64_t j = 0; j < m; j++)   // narrow to the dtype (little-endian host: low bytes first)
-            memcpy(buf + j * b->itemsize, &tokens[i + j], (size_t)b->itemsize);
-        if (fwrite(buf, (size_t)b->itemsize, (size_t)m, b->bin) != (size_t)m)
-            return error_line(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
-    }
-    b->item_tokens += n;
-    b->num_tokens += n;
-    return 0;
-}
-
-// close the open item and end the document after it (add_item's size + end_document)
-static int builder_end_document(IndexedDatasetBuilder* b, char* err, size_t errlen) {
-    int32_t* sizes = (int32_t*)grow_array(b->sizes, &b->cap_items, b->num_items + 1, sizeof(int32_t));
-    if (sizes == NULL) return error_line(err, errlen, "%s: out of memory", b->idx_path);
-    b->sizes = sizes;
-    b->sizes[b->num_items++] = (int32_t)b->item_tokens;
-    b->item_tokens = 0;
-    return 0;
-}
-
-// one document of one item, as tools/preprocess_data.py writes it: add_item + end_document
-static inline int builder_add_document(IndexedDatasetBuilder* b, const int64_t* tokens, int64_t n, char* err, size_t errlen) {
-    if (builder_append_tokens(b, tokens, n, err, errlen)) return 1;
-    return builder_end_document(b, err, errlen);
-}
+// durable files and renames (the sample index's cache files; preprocess.c's dataset writer)
 
 // flush, fsync and close; 1 on any failure
 static int close_synced(FILE* f) {
     int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
     return (fclose(f) != 0) || bad;
-}
-
-static int write_idx(const IndexedDatasetBuilder* b, FILE* f) {
-    const uint64_t version = 1, n = (uint64_t)b->num_items, d = n + 1;
-    const uint8_t code = (uint8_t)b->dtype_code;
-    int bad = fwrite(IDX_MAGIC, 1, 9, f) != 9 || fwrite(&version, 8, 1, f) != 1 || fwrite(&code, 1, 1, f) != 1 ||
-              fwrite(&n, 8, 1, f) != 1 || fwrite(&d, 8, 1, f) != 1;
-    if (n > 0) bad = bad || fwrite(b->sizes, 4, n, f) != n;
-    int64_t address = 0;   // pointers: each item starts where the previous one ended
-    for (int64_t i = 0; i < b->num_items && !bad; i++) {
-        bad = fwrite(&address, 8, 1, f) != 1;
-        address += (int64_t)b->sizes[i] * b->itemsize;
-    }
-    for (int64_t i = 0; i <= b->num_items && !bad; i++) bad = fwrite(&i, 8, 1, f) != 1;   // doc_idx
-    return bad;
 }
 
 // make the renames themselves durable
@@ -435,26 +330,6 @@ static void fsync_parent_dir(const char* path) {
     else *slash = 0;
     int fd = open(dir, O_RDONLY);
     if (fd >= 0) { fsync(fd); close(fd); }
-}
-
-static inline int builder_finish(IndexedDatasetBuilder* b, char* err, size_t errlen) {
-    if (b->bin == NULL) return error_line(err, errlen, "builder_finish: the builder is not open");
-    int rc = 0;
-    if (b->item_tokens != 0) rc = error_line(err, errlen, "%s: the last document was never ended", b->bin_path);
-    FILE* bin = b->bin;
-    b->bin = NULL;
-    if (close_synced(bin) && rc == 0) rc = error_line(err, errlen, "%s: write failed: %s", b->bin_tmp, strerror(errno));
-    FILE* idx = rc ? NULL : fopen(b->idx_tmp, "wb");
-    if (rc == 0 && idx == NULL) rc = error_line(err, errlen, "%s: %s", b->idx_tmp, strerror(errno));
-    if (rc == 0) {
-        int bad = write_idx(b, idx);
-        if (close_synced(idx) || bad) rc = error_line(err, errlen, "%s: write failed: %s", b->idx_tmp, strerror(errno));
-    }
-    if (rc == 0 && (rename(b->bin_tmp, b->bin_path) != 0 || rename(b->idx_tmp, b->idx_path) != 0))
-        rc = error_line(err, errlen, "%s: rename failed: %s", b->idx_path, strerror(errno));
-    if (rc == 0) { fsync_parent_dir(b->idx_path); b->bin_tmp[0] = b->idx_tmp[0] = 0; }
-    builder_abort(b);   // frees memory; on failure also deletes the temporaries
-    return rc;
 }
 
 // ----------------------------------------------------------------------------

@@ -18,7 +18,8 @@ What it measures, through data.c's own functions:
       (1 MB = 1e6 bytes) over the wall time of the whole process. Its outputs are deleted.
 The bar for (a) is Megatron's own index build, which is not run here: see bench_index.
 */
-#include "../data.c"
+#define DATA_TESTING
+#include "../preprocess.c"   // data.c and the dataset writer (no main: DATA_TESTING)
 
 #include <spawn.h>
 #include <sys/wait.h>

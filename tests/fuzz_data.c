@@ -18,10 +18,11 @@ A broken rule aborts, which libFuzzer reports as a crash with the input that cau
     ./fuzz_data -max_total_time=60 corpus
 
 With FUZZ_SEED_MAIN defined, the program writes the seed corpus instead: the Megatron fixture
-as one image, and one small image per token dtype written by data.c's builder (an empty
+as one image, and one small image per token dtype written by preprocess.c's builder (an empty
 document included).
 */
-#include "../data.c"
+#define DATA_TESTING
+#include "../preprocess.c"   // data.c and the dataset writer (no main: DATA_TESTING)
 
 static char work_dir[4000], prefix[4096], idx_path[4200], bin_path[4200];
 
