@@ -215,12 +215,9 @@ static const char* json_ws(const char* p, const char* end) {
     return p;
 }
 
-// the four hex digits at p (before end) of a \u escape, or -1 (tokenizer.h's hex4)
-static long hex4_before(const char* p, const char* end) { return end - p >= 4 ? hex4(p) : -1; }
-
 // the string at *pp (just past its opening quote) decoded to UTF-8 bytes into out (may
-// be NULL: skip); a surrogate pair becomes one code point, a lone surrogate U+FFFD (code
-// points to UTF-8: tokenizer.h's utf8_put)
+// be NULL: skip); its escapes are tokenizer.h's json_escape (a surrogate pair one code point,
+// a lone surrogate U+FFFD), turned into UTF-8 by its utf8_put
 static const char* json_string(const char** pp, const char* end, ByteBuf* out) {
     const char* p = *pp;
     for (;;) {
@@ -230,21 +227,9 @@ static const char* json_string(const char** pp, const char* end, ByteBuf* out) {
         if (c < 0x20) return "control character inside a string";
         if (c != '\\') { if (out) bytes_push(out, &c, 1); continue; }
         if (p >= end) return "unterminated string";
-        char e = *p++;
-        static const char escapes[] = "\"\\/bfnrt", decoded[] = "\"\\/\b\f\n\r\t";
-        const char* simple = e ? strchr(escapes, e) : NULL;
-        if (simple != NULL) { if (out) bytes_push(out, &decoded[simple - escapes], 1); continue; }
-        if (e != 'u') return "bad escape in a string";
-        long cp = hex4_before(p, end), lo = -1;
-        if (cp < 0) return "bad \\u escape";
-        p += 4;
-        if (cp >= 0xd800 && cp < 0xdc00 && end - p >= 6 && p[0] == '\\' && p[1] == 'u' &&
-            (lo = hex4_before(p + 2, end)) >= 0xdc00 && lo < 0xe000) {
-            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            p += 6;
-        } else if (cp >= 0xd800 && cp < 0xe000) {
-            cp = 0xfffd;
-        }
+        const char* why;
+        long cp = json_escape(&p, end, &why);
+        if (cp < 0) return why;
         char utf8[4];
         if (out) bytes_push(out, utf8, (size_t)utf8_put(utf8, (uint32_t)cp));
     }

@@ -201,7 +201,8 @@ static long hex4(const char* p) {
     return v;
 }
 
-// the escape after a backslash at *pp (moved past it): its code point, or -1 with *why
+// the escape after a backslash at *pp (moved past it): its code point, or -1 with *why; a
+// surrogate pair is one code point, a lone surrogate U+FFFD (it has no UTF-8)
 static long json_escape(const char** pp, const char* end, const char** why) {
     const char *p = *pp, *simple = "\"\\/bfnrt", *meant = "\"\\/\b\f\n\r\t";
     *why = "an escape that is not JSON's";
@@ -216,9 +217,8 @@ static long json_escape(const char** pp, const char* end, const char** why) {
         cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         p += 6;
     }
-    if (cp >= 0xD800 && cp <= 0xDFFF) return *why = "a lone surrogate", -1;
     *pp = p;
-    return cp;
+    return cp >= 0xD800 && cp <= 0xDFFF ? 0xFFFD : cp;
 }
 
 // a JSON string at *pp (after its opening quote) into out (cap bytes) as UTF-8, *pp moved past
