@@ -66,7 +66,10 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(FLOAT, min_loss_scale, "1", 0, "the dynamic scale's floor")                                                      \
     X(INT, loss_scale_window, "1000", 1, "clean steps before the dynamic scale doubles")                               \
     X(INT, hysteresis, "2", 1, "overflows tolerated before the dynamic scale halves")                                  \
-    X(LIST, data_path, NULL, 0, "[WEIGHT] PREFIX [...]: Megatron .bin/.idx dataset(s)")                                \
+    X(LIST, data_path, NULL, 0, "[WEIGHT] PREFIX [...]: Megatron .bin/.idx dataset(s), split by --split")              \
+    X(LIST, train_data_path, NULL, 0, "[WEIGHT] PREFIX [...]: the training data alone (with the two below, no --split)") \
+    X(LIST, valid_data_path, NULL, 0, "[WEIGHT] PREFIX [...]: the validation data alone")                             \
+    X(LIST, test_data_path, NULL, 0, "[WEIGHT] PREFIX [...]: the test data alone")                                    \
     X(STRING, split, "969,30,1", 0, "train,valid,test document split")                                                 \
     X(STRING, data_cache_path, NULL, 0, "DIR for the sample-index cache (default: next to the data)")                  \
     X(INT, eval_interval, "1000", 1, "steps between evaluations")                                                      \
@@ -93,11 +96,17 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(SWITCH, no_load_optim, NULL, 0, "load weights and counters, not the optimizer state")                            \
     X(SWITCH, no_load_rng, NULL, 0, "use this run's --seed, not the checkpoint's")                                     \
     X(SWITCH, finetune, NULL, 0, "load weights only; iteration and data position start at 0")                          \
+    X(SWITCH, skip_train, NULL, 0, "no training: evaluate --load's checkpoint on the data, and/or generate from it")    \
+    X(STRING, import_hf, NULL, 0, "DIR: a Hugging Face model into --save as an iteration-0 checkpoint, then exit")     \
     X(STRING, export_hf, NULL, 0, "OUT: write --load's latest checkpoint as a Hugging Face model, then exit")          \
     X(CHOICE, export_hf_architecture, "auto", 0, "auto | gpt2 | bloom (auto: bloom for ALiBi models)")                \
-    X(INT, generate_tokens, NULL, 0, "sample this many tokens after training")                                         \
-    X(STRING, generate_prompt, NULL, 0, "text the sample starts from (byte-level data, or --tokenizer-type's)")        \
-    X(FLOAT, temperature, "1.0", 0, "sampling temperature")                                                            \
+    X(INT, generate_tokens, NULL, 0, "generate at most this many tokens (after training, or alone with --skip-train)") \
+    X(STRING, generate_prompt, NULL, 0, "text the generation starts from (bytes, or --tokenizer-type's; none: EOD)")   \
+    X(FLOAT, temperature, "1.0", 0, "sampling temperature (0: greedy, the most likely token)")                         \
+    X(INT, top_k, NULL, 0, "sample among the K most likely tokens only (0: all; 1: greedy)")                          \
+    X(FLOAT, top_p, NULL, 0, "sample among the most likely tokens whose probabilities add up to P (0: all)")          \
+    X(LONG, generate_seed, NULL, 0, "the sampler's seed (0: --seed)")                                                 \
+    X(SWITCH, generate_ignore_eod, NULL, 0, "go on past the end-of-document token (default: stop there)")             \
     X(CHOICE, tokenizer_type, NULL, 0, "GPT2BPETokenizer (GPT-2's BPE encodes the prompt and decodes the sample)")     \
     X(STRING, vocab_file, NULL, 0, "VOCAB.json: GPT2BPETokenizer's vocabulary (GPT-2's encoder.json)")                 \
     X(STRING, merge_file, NULL, 0, "MERGES.txt: GPT2BPETokenizer's merges (GPT-2's vocab.bpe)")                        \
@@ -554,13 +563,10 @@ static void check_model(Config* a) {
     if (a->dry_run && m->vocab_size == 0)
         config_error("--dry-run reads no data: give --vocab-size (the data's largest token id + 1)");
     // parallel layout
-    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size;
     check_grid(a);
     if (a->global_batch_size == 0) a->global_batch_size = a->micro_batch_size * data_parallel_size(a);
     char err[512];
     if (!a->sweep && layout_error(a, err, sizeof(err))) config_error("%s", err);
-    if (a->generate_tokens > 0 && TP * PP != 1)
-        config_error("--generate-tokens samples on one model-parallel rank: it needs tensor and pipeline parallel size 1");
 }
 
 // --fp16 / --bf16 against what this binary computes in, and the loss scaler's flags
@@ -658,7 +664,8 @@ static void check_run(Config* a) {
     if (a->adam_beta1 >= 1.0f || a->adam_beta2 >= 1.0f) config_error("--adam-beta1 and --adam-beta2 must be in [0, 1)");
     if (a->adam_eps <= 0.0f) config_error("--adam-eps must be positive");
     check_precision(a);
-    if (a->temperature <= 0.0f) config_error("--temperature must be positive");
+    if (a->temperature < 0.0f) config_error("--temperature must be 0 (greedy) or positive, got %g", a->temperature);
+    if (a->top_p < 0.0f || a->top_p > 1.0f) config_error("--top-p must be in [0, 1] (0: off), got %g", a->top_p);
     check_recompute(a);
     check_tokenizer(a);
 }
