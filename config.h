@@ -144,12 +144,20 @@ typedef enum { TOKENIZER_GPT2_BPE } TokenizerType;   // --tokenizer-type (-1, no
 typedef struct {
     GPTConfig model;
     RUN_CONFIG_FIELDS(DECLARE_FIELD)
+    unsigned char model_given[NUM_MODEL_FIELDS];   // the model flags on the command line (the rest may come from --load)
 } Config;
 
 #define DESCRIBE_RUN_FIELD(kind, name, def, min, help) \
     {#name, def, help, NULL, NULL, FIELD_##kind, offsetof(Config, name), min, NOT_STORED},
 static const ConfigField RUN_FIELDS[] = {RUN_CONFIG_FIELDS(DESCRIBE_RUN_FIELD)};
 #define NUM_RUN_FIELDS ((int)(sizeof(RUN_FIELDS) / sizeof(RUN_FIELDS[0])))
+
+// whether a model flag was given (offset: the field's in GPTConfig)
+static int model_field_given(const Config* c, size_t offset) {
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++)
+        if (MODEL_FIELDS[k].offset == offset) return c->model_given[k];
+    return 0;
+}
 
 // field k of both lists (model fields first), and where its value lives in c
 static const ConfigField* config_field(Config* c, int k, void** base) {
@@ -237,6 +245,7 @@ static int parse_flag(Config* c, int argc, char** argv, int* i, char* err, size_
         if (strcmp(flag, flag_of(candidate, name, sizeof(name))) == 0) f = candidate;
     }
     if (!f) return error_line(err, len, "unknown flag '%s' (see --help)", flag);
+    if (f >= MODEL_FIELDS && f < MODEL_FIELDS + NUM_MODEL_FIELDS) c->model_given[f - MODEL_FIELDS] = 1;
     if (f->kind == FIELD_SWITCH) {
         *(int*)field_in(f, base) = 1;
         return 0;
@@ -533,6 +542,37 @@ static void set_padded_vocab_size(Config* a) {
     c->padded_vocab_size = (int)padded;
 }
 
+// --data-path (split by --split) or Megatron-LM's per-split blends, not both; training needs
+// training data (an evaluation or generation alone, --skip-train, may have none)
+static void check_data_paths(const Config* a) {
+    int per_split = a->train_data_path.count || a->valid_data_path.count || a->test_data_path.count;
+    if (a->data_path.count && per_split)
+        config_error("give --data-path (split by --split) or --train-data-path / --valid-data-path / --test-data-path, "
+                     "not both (as Megatron-LM)");
+    if (a->dry_run || a->skip_train || a->data_path.count || a->train_data_path.count) return;
+    config_error(per_split ? "--train-data-path is required to train (--valid-data-path and --test-data-path hold only "
+                             "the data evaluated; --skip-train evaluates alone)"
+                           : "--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one), or "
+                             "--train-data-path with --valid-data-path and --test-data-path");
+}
+
+static int has_eval_data(const Config* a) {
+    return a->data_path.count || a->valid_data_path.count || a->test_data_path.count;
+}
+
+// --skip-train (Megatron's): no step, no save; an evaluation of --load's checkpoint and/or a
+// generation from it
+static void check_skip_train(const Config* a) {
+    if (!a->skip_train) return;
+    if (!a->load) config_error("--skip-train needs --load DIR: the checkpoint to evaluate or generate from");
+    if (a->save) config_error("--skip-train trains nothing and saves nothing: drop --save %s", a->save);
+    if (a->eval_iters == 0 && a->generate_tokens == 0)
+        config_error("--skip-train with --eval-iters 0 and no --generate-tokens has nothing to do");
+    if (!has_eval_data(a) && a->generate_tokens == 0)
+        config_error("--skip-train has nothing to do: give data to evaluate (--valid-data-path, --test-data-path, or "
+                     "--data-path split by --split) or --generate-tokens N to generate");
+}
+
 static void check_model(Config* a) {
     GPTConfig* m = &a->model;
     if (m->ffn_hidden_size == 0) m->ffn_hidden_size = 4 * m->hidden_size;
@@ -548,8 +588,7 @@ static void check_model(Config* a) {
                      "got %d (auto falls back to unfused there)", head_size);
     if (a->dry_run_build >= 0 && !a->dry_run)   // -1: not given
         config_error("--dry-run-build goes with --dry-run (a run allocates for its own build, %s)", BUILD_NAME);
-    if (a->data_path.count == 0 && !a->dry_run)
-        config_error("--data-path is required (a Megatron .bin/.idx prefix; ./preprocess makes one)");
+    check_data_paths(a);
     if (a->sweep && !a->dry_run) config_error("--sweep goes with --dry-run (it plans every layout of --world-size)");
     if (a->print_schedule && (!a->dry_run || a->sweep))
         config_error("--print-schedule goes with --dry-run, not --sweep (it draws the one layout planned)");
@@ -649,7 +688,8 @@ static void check_run(Config* a) {
     // length of training: iterations or samples, not both (Megatron's rule); 0 iterations
     // with --save writes the initial model
     int initial_only = a->train_iters == 0 && a->train_samples == 0 && a->save;
-    if (a->train_iters == 0 && a->train_samples == 0 && !initial_only && !a->dry_run)
+    check_skip_train(a);
+    if (a->train_iters == 0 && a->train_samples == 0 && !initial_only && !a->dry_run && !a->skip_train)
         config_error("the length of training is 0: give --train-iters or --train-samples a positive count "
                      "(--train-iters 0 with --save writes the initial model and stops)");
     if (a->train_iters > 0 && a->train_samples > 0)

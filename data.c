@@ -1139,21 +1139,36 @@ static double entropy_nats(const double* counts, int64_t n) {
 // A split is there when samples are asked of it and every prefix has documents for it. A
 // prefix without documents for the train split is an error; a valid or test split without
 // documents is just absent (Megatron builds no dataset for it and does not evaluate).
+// --train-data-path, --valid-data-path, --test-data-path (Megatron-LM's per-split blends):
+// each list, "P" or "W1 P1 ...", serves its split alone with every document of its prefixes,
+// blended as above; --split does not apply.
+
+// one blend of prefixes as the flag gave it, and the split it serves (-1: all three, by --split)
+typedef struct {
+    const char* flag;
+    const char* const* v;
+    int count, serves;
+} DataPathList;
 
 typedef struct {
     IndexedDataset ds;
-    double weight;                // normalized; 1 without weights
+    double weight;                // normalized within its blend; 1 without weights
+    int serves;                   // -1: every split, by --split's ranges; k: split k alone, every document
     int64_t bounds[4];            // split k: documents [bounds[k], bounds[k+1])
     int64_t requested[3];         // samples asked of split k's GPTDataset
     GPTDataset split[3];
 } DataPrefix;
 
+#define MAX_PREFIXES 254
 typedef struct {
-    int num_prefixes, weighted;   // weighted: --data-path came as WEIGHT PREFIX pairs (blended)
-    DataPrefix* prefix;           // [num_prefixes]
+    int num_prefixes;
+    DataPrefix* prefix;           // [num_prefixes]: every list's, in the order given
+    int members[3][MAX_PREFIXES]; // the prefixes split k draws from, and how many
+    int num_members[3];
+    int weighted[3];              // split k's blend came as WEIGHT PREFIX pairs
     int has[3];                   // train, valid, test
     int64_t num_samples[3];       // length of each split that is there
-    BlendIndex blend[3];          // weighted only
+    BlendIndex blend[3];          // weighted only; its dataset index counts in members[k]
     char split[64];               // --split, for the print-out
     int seq_length;               // the index's shape, kept by data_splits_plan for data_splits_build
     uint64_t seed;
@@ -1171,44 +1186,80 @@ static inline void data_splits_close(DataSplits* d) {
     memset(d, 0, sizeof *d);
 }
 
-// "P", or "W1 P1 W2 P2 ...": allocate the prefixes; raw weights into w
-static int parse_data_path(DataSplits* d, const char* const* v, int count, double* w, char* err, size_t errlen) {
-    d->weighted = count > 1;
-    int n = d->weighted ? count / 2 : count;
-    if (count < 1 || (d->weighted && count % 2) || n > 254)
-        return error_line(err, errlen, "--data-path: %d values; expected PREFIX, or WEIGHT PREFIX pairs (at most 254)", count);
-    for (int i = 0; i < n && d->weighted; i++) {
+// "P", or "W1 P1 W2 P2 ...": the list's raw weights into w (1 each without weights) and its
+// prefix paths into paths, n of them
+static int parse_data_path(const DataPathList* l, double* w, const char** paths, int* n, int* weighted, char* err,
+                           size_t errlen) {
+    *weighted = l->count > 1;
+    *n = *weighted ? l->count / 2 : l->count;
+    if (l->count < 1 || (*weighted && l->count % 2) || *n > MAX_PREFIXES)
+        return error_line(err, errlen, "%s: %d values; expected PREFIX, or WEIGHT PREFIX pairs (at most %d)", l->flag,
+                          l->count, MAX_PREFIXES);
+    for (int i = 0; i < *n; i++) {
         char* end;
-        w[i] = strtod(v[2 * i], &end);
-        if (end == v[2 * i] || *end || !(w[i] >= 0 && w[i] < 1e300))
-            return error_line(err, errlen, "--data-path: '%s' is not a weight (expected WEIGHT PREFIX pairs, weights >= 0)", v[2 * i]);
+        w[i] = *weighted ? strtod(l->v[2 * i], &end) : 1.0;
+        paths[i] = l->v[*weighted ? 2 * i + 1 : i];
+        if (*weighted && (end == l->v[2 * i] || *end || !(w[i] >= 0 && w[i] < 1e300)))
+            return error_line(err, errlen, "%s: '%s' is not a weight (expected WEIGHT PREFIX pairs, weights >= 0)", l->flag,
+                              l->v[2 * i]);
     }
-    d->prefix = (DataPrefix*)calloc((size_t)n, sizeof(DataPrefix));
-    if (d->prefix == NULL) return error_line(err, errlen, "--data-path: out of memory");
-    d->num_prefixes = n;
     return 0;
 }
 
-// open the prefixes, split them, and work out the sample counts and which splits are there
-static int plan_splits(DataSplits* d, const char* const* v, const double* raw, const int64_t num_samples[3], char* err, size_t errlen) {
-    for (int i = 0; i < d->num_prefixes; i++) {
-        DataPrefix* p = &d->prefix[i];
-        if (indexed_dataset_open(&p->ds, v[d->weighted ? 2 * i + 1 : i], err, errlen) ||
-            split_documents(d->split, p->ds.num_items, p->bounds, err, errlen))
-            return 1;
+// a prefix's document ranges: --split's, or every document in the one split it serves
+static int prefix_bounds(DataPrefix* p, const char* split, char* err, size_t errlen) {
+    if (p->serves < 0) return split_documents(split, p->ds.num_items, p->bounds, err, errlen);
+    for (int k = 0; k < 4; k++) p->bounds[k] = k > p->serves ? p->ds.num_items : 0;
+    return 0;
+}
+
+// every list's prefixes opened and their document ranges; each split's members and raw weights
+static int open_prefixes(DataSplits* d, const DataPathList* lists, int num_lists, double* raw, char* err, size_t errlen) {
+    int total = 0;
+    for (int l = 0; l < num_lists; l++) total += lists[l].count;
+    d->prefix = (DataPrefix*)calloc((size_t)(total > 0 ? total : 1), sizeof(DataPrefix));
+    if (d->prefix == NULL) return error_line(err, errlen, "%s: out of memory", lists[0].flag);
+    for (int l = 0; l < num_lists; l++) {
+        const char* paths[MAX_PREFIXES];
+        int n, weighted;
+        if (parse_data_path(&lists[l], raw + d->num_prefixes, paths, &n, &weighted, err, errlen)) return 1;
+        for (int i = 0; i < n; i++) {
+            DataPrefix* p = &d->prefix[d->num_prefixes];
+            p->serves = lists[l].serves;
+            if (indexed_dataset_open(&p->ds, paths[i], err, errlen)) return 1;
+            d->num_prefixes++;   // (opened: data_splits_close closes it)
+            if (prefix_bounds(p, d->split, err, errlen)) return 1;
+            for (int k = 0; k < 3; k++) {
+                if (p->serves >= 0 && p->serves != k) continue;
+                if (d->num_members[k] == MAX_PREFIXES)
+                    return error_line(err, errlen, "%s: more than %d prefixes for the %s split", lists[l].flag,
+                                      MAX_PREFIXES, SPLIT_NAMES[k]);
+                d->members[k][d->num_members[k]++] = d->num_prefixes - 1;
+                d->weighted[k] = weighted;
+            }
+        }
     }
+    return 0;
+}
+
+// the sample counts of each split's members, and which splits are there
+static int plan_splits(DataSplits* d, const double* raw, const int64_t num_samples[3], char* err, size_t errlen) {
     for (int k = 0; k < 3; k++) {
-        double w[256];
-        int64_t per[256];
-        for (int i = 0; i < d->num_prefixes; i++) { w[i] = d->weighted ? raw[i] : 1.0; per[i] = num_samples[k]; }
-        if (d->weighted && blend_weights(w, d->num_prefixes, num_samples[k], per, err, errlen)) return 1;   // normalizes w
-        d->has[k] = num_samples[k] > 0;
-        for (int i = 0; i < d->num_prefixes; i++) {
-            DataPrefix* p = &d->prefix[i];
-            p->weight = w[i];
-            p->requested[k] = per[i];
+        double w[MAX_PREFIXES];
+        int64_t per[MAX_PREFIXES];
+        int n = d->num_members[k];
+        for (int j = 0; j < n; j++) { w[j] = raw[d->members[k][j]]; per[j] = num_samples[k]; }
+        if (d->weighted[k] && blend_weights(w, n, num_samples[k], per, err, errlen)) return 1;   // normalizes w
+        d->has[k] = num_samples[k] > 0 && n > 0;
+        for (int j = 0; j < n; j++) {
+            DataPrefix* p = &d->prefix[d->members[k][j]];
+            p->weight = d->weighted[k] ? w[j] : 1.0;
+            p->requested[k] = per[j];
             if (!d->has[k] || p->bounds[k + 1] > p->bounds[k]) continue;
             if (k > 0) { d->has[k] = 0; continue; }
+            if (p->serves >= 0)
+                return error_line(err, errlen, "%s: no documents, but %lld train samples are asked for", p->ds.path_prefix,
+                                  (long long)num_samples[k]);
             return error_line(err, errlen, "%s: --split %s leaves the %s split without documents (%lld documents in all), "
                               "but %lld %s samples are asked for", p->ds.path_prefix, d->split, SPLIT_NAMES[k],
                               (long long)p->ds.num_items, (long long)num_samples[k], SPLIT_NAMES[k]);
@@ -1222,28 +1273,40 @@ static int plan_splits(DataSplits* d, const char* const* v, const double* raw, c
 // split's index (its shape: samples, epochs), which data_splits_index_bytes prices;
 // data_splits_build then builds or maps the indexes. data_splits_open does both.
 
+// The blends of lists (num_lists of them: --data-path alone, or the per-split ones given).
 // Returns 0, or 1 with err naming the file or flag and what is wrong (d is then closed).
-static inline int data_splits_plan(DataSplits* d, const char* const* data_path, int count, const char* split,
-                                   int seq_length, uint64_t seed, const int64_t num_samples[3], char* err, size_t errlen) {
+static inline int data_splits_plan_lists(DataSplits* d, const DataPathList* lists, int num_lists, const char* split,
+                                         int seq_length, uint64_t seed, const int64_t num_samples[3], char* err,
+                                         size_t errlen) {
     memset(d, 0, sizeof *d);
-    double raw[256] = {0};
+    double* raw = (double*)calloc(3 * MAX_PREFIXES, sizeof(double));
     d->seq_length = seq_length;
     d->seed = seed;
-    if (snprintf(d->split, sizeof d->split, "%s", split) >= (int)sizeof d->split)
-        return error_line(err, errlen, "--split %s: too long", split);
-    int rc = parse_data_path(d, data_path, count, raw, err, errlen);
-    if (rc == 0) rc = plan_splits(d, data_path, raw, num_samples, err, errlen);
+    int rc = raw == NULL;
+    if (rc) error_line(err, errlen, "data: out of memory");
+    if (!rc && snprintf(d->split, sizeof d->split, "%s", split) >= (int)sizeof d->split)
+        rc = error_line(err, errlen, "--split %s: too long", split);
+    if (!rc) rc = open_prefixes(d, lists, num_lists, raw, err, errlen);
+    if (!rc) rc = plan_splits(d, raw, num_samples, err, errlen);
     for (int k = 0; k < 3 && rc == 0; k++) {
-        for (int i = 0; i < d->num_prefixes && rc == 0 && d->has[k]; i++) {
-            DataPrefix* p = &d->prefix[i];
+        for (int j = 0; j < d->num_members[k] && rc == 0 && d->has[k]; j++) {
+            DataPrefix* p = &d->prefix[d->members[k][j]];
             int64_t first;
             rc = gpt_plan(&p->split[k], &p->ds, p->bounds[k], p->bounds[k + 1], seq_length, seed, p->requested[k], &first,
                           err, errlen);
             d->num_samples[k] += p->split[k].num_samples;
         }
     }
+    free(raw);
     if (rc) data_splits_close(d);
     return rc;
+}
+
+// --data-path alone, split by --split
+static inline int data_splits_plan(DataSplits* d, const char* const* data_path, int count, const char* split,
+                                   int seq_length, uint64_t seed, const int64_t num_samples[3], char* err, size_t errlen) {
+    DataPathList list = {"--data-path", data_path, count, -1};
+    return data_splits_plan_lists(d, &list, 1, split, seq_length, seed, num_samples, err, errlen);
 }
 
 // The bytes of host memory the planned indexes take once built: per split and prefix doc_idx
@@ -1254,11 +1317,11 @@ static inline double data_splits_index_bytes(const DataSplits* d) {
     double bytes = 0.0;
     for (int k = 0; k < 3; k++) {
         if (!d->has[k]) continue;
-        for (int i = 0; i < d->num_prefixes; i++) {
-            const GPTDataset* g = &d->prefix[i].split[k];
+        for (int j = 0; j < d->num_members[k]; j++) {
+            const GPTDataset* g = &d->prefix[d->members[k][j]].split[k];
             bytes += 4.0 * (double)g->doc_idx_len + 8.0 * (double)(g->num_samples + 1) + 8.0 * (double)g->num_samples;
         }
-        if (d->weighted) bytes += 9.0 * (double)d->num_samples[k];
+        if (d->weighted[k]) bytes += 9.0 * (double)d->num_samples[k];
     }
     return bytes;
 }
@@ -1270,16 +1333,16 @@ static inline int data_splits_build(DataSplits* d, const char* cache_dir, int ma
     int rc = 0;
     for (int k = 0; k < 3 && rc == 0; k++) {
         if (!d->has[k]) continue;
-        double w[256];
+        double w[MAX_PREFIXES];
         int64_t size = 0;
-        for (int i = 0; i < d->num_prefixes && rc == 0; i++) {
-            DataPrefix* p = &d->prefix[i];
+        for (int j = 0; j < d->num_members[k] && rc == 0; j++) {
+            DataPrefix* p = &d->prefix[d->members[k][j]];
             rc = gpt_dataset_open_cached(&p->split[k], &p->ds, SPLIT_NAMES[k], p->bounds[k], p->bounds[k + 1], d->seq_length,
                                          d->seed, p->requested[k], cache_dir, may_build, err, errlen);
             size += p->split[k].num_samples;
-            w[i] = p->weight;
+            w[j] = p->weight;
         }
-        if (rc == 0 && d->weighted) rc = blend_build(&d->blend[k], w, d->num_prefixes, size, err, errlen);
+        if (rc == 0 && d->weighted[k]) rc = blend_build(&d->blend[k], w, d->num_members[k], size, err, errlen);
         d->num_samples[k] = size;
     }
     if (rc) data_splits_close(d);
@@ -1299,11 +1362,12 @@ static inline int data_splits_has(const DataSplits* d, int split) { return split
 // sample i (modulo the split's length) of split 0 train, 1 valid, 2 test, which must be there
 // (data_splits_has): seq_length+1 tokens
 static inline void data_splits_get(const DataSplits* d, int split, int64_t i, int* tokens) {
-    if (!d->weighted) { gpt_dataset_get(&d->prefix[0].split[split], i, tokens); return; }
+    const int* members = d->members[split];
+    if (!d->weighted[split]) { gpt_dataset_get(&d->prefix[members[0]].split[split], i, tokens); return; }
     const BlendIndex* b = &d->blend[split];
     i %= b->size;
     if (i < 0) i += b->size;
-    gpt_dataset_get(&d->prefix[b->dataset_index[i]].split[split], b->dataset_sample_index[i], tokens);
+    gpt_dataset_get(&d->prefix[members[b->dataset_index[i]]].split[split], b->dataset_sample_index[i], tokens);
 }
 
 // the largest token id of all prefixes into *max_id_out; with vocab_size > 0, an id outside
@@ -1333,8 +1397,8 @@ static inline double data_splits_unigram_entropy(const DataSplits* d, int vocab_
     double* mix = (double*)calloc((size_t)vocab_size, sizeof(double));
     double* counts = (double*)malloc((size_t)vocab_size * sizeof(double));
     double h = NAN;
-    for (int i = 0; i < d->num_prefixes && mix && counts; i++) {
-        const DataPrefix* p = &d->prefix[i];
+    for (int j = 0; j < d->num_members[0] && mix && counts; j++) {
+        const DataPrefix* p = &d->prefix[d->members[0][j]];
         memset(counts, 0, (size_t)vocab_size * sizeof(double));
         int64_t n = p->bounds[1] > p->bounds[0] ? count_tokens(&p->ds, p->bounds[0], p->bounds[1], counts, 0, vocab_size) : 0;
         for (int v = 0; v < vocab_size && n > 0; v++) mix[v] += p->weight * counts[v] / (double)n;
@@ -1352,13 +1416,16 @@ static inline void data_splits_print(const DataSplits* d, FILE* f) {
         const DataPrefix* p = &d->prefix[i];
         const int64_t* b = p->bounds;
         fprintf(f, "data: %s", p->ds.path_prefix);
-        if (d->weighted) fprintf(f, " (weight %.4f)", p->weight);
-        fprintf(f, ": %lld documents, split %s -> train [%lld, %lld) valid [%lld, %lld) test [%lld, %lld)\n",
-                (long long)p->ds.num_items, d->split, (long long)b[0], (long long)b[1], (long long)b[1], (long long)b[2],
-                (long long)b[2], (long long)b[3]);
+        if (d->weighted[p->serves < 0 ? 0 : p->serves]) fprintf(f, " (weight %.4f)", p->weight);
+        if (p->serves >= 0)
+            fprintf(f, ": %lld documents, all %s data\n", (long long)p->ds.num_items, SPLIT_NAMES[p->serves]);
+        else
+            fprintf(f, ": %lld documents, split %s -> train [%lld, %lld) valid [%lld, %lld) test [%lld, %lld)\n",
+                    (long long)p->ds.num_items, d->split, (long long)b[0], (long long)b[1], (long long)b[1],
+                    (long long)b[2], (long long)b[2], (long long)b[3]);
         for (int k = 0; k < 3; k++) {
             const GPTDataset* g = &p->split[k];
-            if (!d->has[k]) continue;
+            if (!d->has[k] || (p->serves >= 0 && p->serves != k)) continue;
             fputs(g->note, f);
             fprintf(f, "data:   %s: %lld samples asked, %lld in %d epoch(s)%s; index %s %s_*.npy\n", SPLIT_NAMES[k],
                     (long long)p->requested[k], (long long)g->num_samples, g->num_epochs,
@@ -1370,5 +1437,5 @@ static inline void data_splits_print(const DataSplits* d, FILE* f) {
     for (int k = 0; k < 3; k++)
         if (d->has[k]) fprintf(f, " %s %lld", SPLIT_NAMES[k], (long long)d->num_samples[k]);
         else fprintf(f, " %s none", SPLIT_NAMES[k]);
-    fprintf(f, "%s\n", d->weighted ? " (blended)" : "");
+    fprintf(f, "%s\n", d->weighted[0] || d->weighted[1] || d->weighted[2] ? " (blended)" : "");
 }

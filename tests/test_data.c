@@ -957,7 +957,7 @@ static void test_data_splits_single(void) {
     int rc = open_splits(&d, one, 1, "100,0,0", 32, 100, 0, 0);
     static int64_t want[5 * 33];
     int64_t n = read_ints(fixture("corpus_u16_train_indexmap_100ns_32sl_1234s_samples_first5.txt"), want, 5 * 33);
-    int bad = rc != 0 || n != 5 * 33 || d.weighted || !data_splits_has(&d, 0) || data_splits_has(&d, 1) ||
+    int bad = rc != 0 || n != 5 * 33 || d.weighted[0] || !data_splits_has(&d, 0) || data_splits_has(&d, 1) ||
               data_splits_has(&d, 2) || d.num_samples[0] != 195;
     int sample[33];
     for (int i = 0; i < 5 && !bad; i++) {
@@ -1013,7 +1013,7 @@ static void test_data_splits_blend(void) {
     const char* path[] = {"0.3", full, "0.7", half};
     DataSplits d;
     rc = open_splits(&d, path, 4, "100,0,0", 16, 50, 0, 0);
-    check(rc == 0 && d.weighted && d.num_prefixes == 2 && fabs(d.prefix[0].weight - 0.3) < 1e-15 &&
+    check(rc == 0 && d.weighted[0] && d.num_prefixes == 2 && fabs(d.prefix[0].weight - 0.3) < 1e-15 &&
               d.prefix[0].requested[0] == 16 && d.prefix[1].requested[0] == 36,   // ceil(50 * w * 1.005)
           "blend_weights_and_per_dataset_samples", "rc %d: %s", rc, err);
     if (rc) return;
@@ -1049,7 +1049,7 @@ static void test_data_splits_blend(void) {
     rc = open_splits(&d, pair, 2, "100,0,0", 32, 100, 0, 0);
     static int64_t want[5 * 33];
     read_ints(fixture("corpus_u16_train_indexmap_100ns_32sl_1234s_samples_first5.txt"), want, 5 * 33);
-    bad = rc || !d.weighted || d.prefix[0].requested[0] != 101;
+    bad = rc || !d.weighted[0] || d.prefix[0].requested[0] != 101;
     int sample[33];
     for (int i = 0; i < 5 && !bad; i++) {
         data_splits_get(&d, 0, i, sample);
