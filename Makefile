@@ -83,7 +83,7 @@ else
   GPU_BINARIES := train_gpu train_gpu_fp16
 endif
 
-SOURCES := tokenizer.h tokenizer_unicode.h train.c config.h plan.h gpt.h parallel.h trace.h step.h cluster.h checkpoint.h tensorboard.h kernels.cuh device.cuh blas_cores.h data.c
+SOURCES := tokenizer.h tokenizer_unicode.h train.c config.h plan.h gpt.h parallel.h trace.h step.h generate.h cluster.h checkpoint.h hf.h tensorboard.h kernels.cuh device.cuh blas_cores.h data.c
 
 ifeq ($(HAVE_GPU),yes)
 default: gpu preprocess
@@ -143,6 +143,7 @@ test-gpu: train_gpu train_cpu preprocess
 bench: train_cpu preprocess
 	bash tests/bench.sh
 	bash tests/bench_tokenizer.sh
+	bash tests/bench_generate.sh
 
 run:
 	bash scripts/run.sh

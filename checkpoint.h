@@ -1,5 +1,5 @@
 /*
-checkpoint.h — checkpoints (any grid saves, any grid loads) and the Hugging Face export.
+checkpoint.h — checkpoints (any grid saves, any grid loads).
 
 Its own header because it is a self-contained concern behind a narrow interface: it takes
 the model (its tensor table and flat buffers), the optimizer state and one struct of
@@ -19,7 +19,9 @@ and latest_checkpointed_iteration.txt (Megatron's name) is replaced last, so a c
 the middle of a save leaves the previous checkpoint as it was.
 
 Interface: checkpoint_save, latest_checkpoint, checkpoint_meta_read, check_config_matches,
-checkpoint_load, export_hf.
+checkpoint_load; for hf.h (which writes an imported model as a checkpoint): canonical_layout,
+prepare_save_dir, finish_save.
+The Hugging Face export and import are hf.h's, on top of this room.
 */
 #pragma once
 #include <dirent.h>
@@ -814,35 +816,27 @@ static int save_tensors(const char* tmp_dir, const GPT* m, const AdamWState* opt
     return failed;
 }
 
-// rank 0, after tensors.bin: metadata.txt, the rename into place, the marker, the rotation
+// rank 0, after tensors.bin: metadata.txt, the rename into place, the marker, the rotation.
+// 0, or 1 with the line in err (checkpoint_save's and hf.h's import's callers print it).
 static int finish_save(const char* dir, const char* tmp_dir, const char* final_dir, const GPT* m,
                        const AdamWState* opt, const Progress* p, const CanonicalLayout* L, const uint32_t* crc,
-                       int keep_last) {
-    char path[4400], text[32], err[4700];
+                       int keep_last, char* err, size_t errlen) {
+    char path[4400], text[32], why[4700];
     snprintf(path, sizeof(path), "%s/metadata.txt", tmp_dir);
-    if (write_metadata(m, opt, p, L, crc, path, err, sizeof(err))) {
-        report_error("checkpoint not saved: %s", err);
-        return 1;
-    }
-    if (sync_dir(tmp_dir) != 0) {
-        report_error("checkpoint not saved: cannot sync %s: %s", tmp_dir, strerror(errno));
-        return 1;
-    }
-    if (install_dir(tmp_dir, final_dir, err, sizeof(err)) != 0 || (sync_dir(dir) != 0 &&
-        error_line(err, sizeof(err), "cannot sync %s: %s", dir, strerror(errno)))) {
-        report_error("checkpoint not saved: %s", err);
-        return 1;
-    }
+    if (write_metadata(m, opt, p, L, crc, path, why, sizeof(why)))
+        return error_line(err, errlen, "checkpoint not saved: %s", why);
+    if (sync_dir(tmp_dir) != 0)
+        return error_line(err, errlen, "checkpoint not saved: cannot sync %s: %s", tmp_dir, strerror(errno));
+    if (install_dir(tmp_dir, final_dir, why, sizeof(why)) != 0 || (sync_dir(dir) != 0 &&
+        error_line(why, sizeof(why), "cannot sync %s: %s", dir, strerror(errno))))
+        return error_line(err, errlen, "checkpoint not saved: %s", why);
     snprintf(text, sizeof(text), "%d\n", p->iteration);
     snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
-    if (write_file_atomically(path, text, strlen(text), err, sizeof(err))) {   // the new iter_N stays, beyond the marker
-        report_error("checkpoint %s written but not marked as the latest: %s", final_dir, err);
-        return 1;
-    }
-    if (sync_dir(dir) != 0) {
-        report_error("checkpoint %s marked as the latest, but syncing %s failed: %s", final_dir, dir, strerror(errno));
-        return 1;
-    }
+    if (write_file_atomically(path, text, strlen(text), why, sizeof(why)))   // the new iter_N stays, beyond the marker
+        return error_line(err, errlen, "checkpoint %s written but not marked as the latest: %s", final_dir, why);
+    if (sync_dir(dir) != 0)
+        return error_line(err, errlen, "checkpoint %s marked as the latest, but syncing %s failed: %s", final_dir, dir,
+                          strerror(errno));
     if (keep_last > 0) rotate_checkpoints(dir, keep_last, p->iteration);
     return 0;
 }
@@ -866,7 +860,9 @@ static int save_on_every_rank(const char* dir, const GPT* m, const AdamWState* o
     uint32_t* crc = (uint32_t*)mallocCheck(3 * L.whole.num_tensors * sizeof(uint32_t));
     failed = save_tensors(tmp_dir, m, opt, &L, crc);
     if (grid.world_rank == 0) {
-        if (!failed) failed = finish_save(dir, tmp_dir, final_dir, m, opt, p, &L, crc, keep_last);
+        char err[9600];
+        if (!failed && (failed = finish_save(dir, tmp_dir, final_dir, m, opt, p, &L, crc, keep_last, err, sizeof(err))))
+            report_error("%s", err);
         double s = now_seconds() - t0, gb = 3.0 * L.section_bytes / 1e9;
         if (!failed) printf("saved checkpoint %s: %.3f GB in %.2f s (%.2f GB/s)\n", final_dir, gb, s, gb / s);
         else if (remove_tree(tmp_dir) == 0)
@@ -892,7 +888,7 @@ static int checkpoint_save(const char* dir, const GPT* m, const AdamWState* opt,
 }
 
 // ----------------------------------------------------------------------------
-// reading metadata.txt (the loader and the Hugging Face export share it)
+// reading metadata.txt (the loader and hf.h's export share it)
 
 typedef struct {
     char name[128];
@@ -1165,230 +1161,4 @@ static double checkpoint_load(const CheckpointMeta* meta, GPT* m, AdamWState* op
     free_layout(&L);
     activity_io(0);
     return gb;
-}
-
-// ----------------------------------------------------------------------------
-// Hugging Face export: a checkpoint's weights as transformers' GPT2LMHeadModel (learned
-// positions) or BloomForCausalLM (ALiBi and the embedding LayerNorm).
-// export_hf(DIR/iter_0000100, OUT, &arch) reads metadata.txt and the weight section of
-// tensors.bin (one tensor at a time, each verified against its CRC-32) and writes
-// OUT/config.json and OUT/model.safetensors, loadable with from_pretrained(OUT). The tensor
-// table gives each tensor's names (hf_name for GPT-2, bloom_name) and how it changes:
-//   - GPT-2's projections are Conv1D layers, whose weight is [in, out]: the transpose of
-//     our Linear [out, in] (hf_transpose);
-//   - our QKV rows are grouped per head, [q|k|v] of head 0, then of head 1, ... (Megatron's
-//     layout, see qkv_index in kernels.cuh), GPT-2's columns are [all q | all k | all v] (hf_qkv);
-//   - Bloom keeps both as we do (nn.Linear, and its fused QKV is viewed as [heads, 3, head
-//     size]): its tensors are copied as they are, under Megatron's part names;
-//   - the LM head is tied to the word embedding (tie_word_embeddings), so as transformers'
-//     save_pretrained does, lm_head.weight is not stored.
-// safetensors: 8 bytes little-endian length of a JSON header, the header (padded with
-// spaces to a multiple of 8), then the tensors' bytes back to back in the header's order.
-// A model the architecture cannot express is refused naming what is missing.
-
-typedef enum { HF_AUTO, HF_GPT2, HF_BLOOM } HFArchitecture;   // --export-hf-architecture's order
-
-static const char* hf_class_name(HFArchitecture arch) { return arch == HF_BLOOM ? "BloomForCausalLM" : "GPT2LMHeadModel"; }
-
-// how the architecture names and stores table tensor d
-typedef struct {
-    const char* name;
-    int transpose, regroup_qkv;
-} HFTensor;
-
-static HFTensor hf_tensor(const TensorDesc* d, HFArchitecture arch) {
-    HFTensor gpt2 = {d->hf_name, d->hf_transpose, d->hf_qkv}, bloom = {d->bloom_name, 0, 0};
-    return arch == HF_BLOOM ? bloom : gpt2;
-}
-
-// 0 when the model of config c can be written as arch, else 1 with why in err
-static int hf_refusal(const GPTConfig* c, HFArchitecture arch, const char* ckpt, char* err, size_t errlen) {
-    int alibi = c->position_embedding_type == POSITION_ALIBI;
-    if (arch == HF_GPT2 && alibi)
-        return error_line(err, errlen, "checkpoint %s uses ALiBi (--position-embedding-type alibi), which GPT2LMHeadModel "
-                          "cannot express (it learns positions): export it as bloom", ckpt);
-    if (arch == HF_BLOOM && !alibi)
-        return error_line(err, errlen, "checkpoint %s has learned position embeddings, which BloomForCausalLM has no place "
-                          "for (it uses ALiBi): export it as gpt2", ckpt);
-    if (arch == HF_BLOOM && !c->embed_layernorm)
-        return error_line(err, errlen, "checkpoint %s has no embedding LayerNorm (--embed-layernorm), which "
-                          "BloomForCausalLM always applies", ckpt);
-    if (arch == HF_BLOOM && c->ffn_hidden_size != 4 * c->hidden_size)
-        return error_line(err, errlen, "checkpoint %s has --ffn-hidden-size %d, but BloomForCausalLM's MLP is 4 x "
-                          "hidden = %d wide", ckpt, c->ffn_hidden_size, 4 * c->hidden_size);
-    return 0;
-}
-
-// tensor i of the weight section into out (rows * cols floats), verified against its CRC
-static int ckpt_read_tensor(const CheckpointMeta* ck, FILE* bin, int i, float* out, char* err, size_t errlen) {
-    const CkptTensor* t = &ck->tensors[i];
-    size_t bytes = (size_t)t->rows * t->cols * sizeof(float);
-    if (fseeko(bin, (off_t)(ck->section_offset[0] + t->offset), SEEK_SET) != 0 || fread(out, 1, bytes, bin) != bytes)
-        return error_line(err, errlen, "checkpoint %s: cannot read tensor %s", ck->bin_path, t->name);
-    uint32_t crc = crc32_update(0, out, bytes);
-    if (crc != t->crc[0])
-        return error_line(err, errlen, "checkpoint %s: tensor %s (weight) fails its checksum (%08x, expected %08x)",
-                          ck->bin_path, t->name, crc, t->crc[0]);
-    return 0;
-}
-
-// GPT-2's row r of the fused QKV output (r = which * C + h * HS + d) is our row
-// qkv_index(0, 0, h, which, 1, NH, HS) + d, i.e. h * 3 * HS + which * HS + d
-static int hf_qkv_source_row(int r, int C, int NH) {
-    int HS = C / NH, which = r / C, h = (r % C) / HS, d = r % HS;
-    return (int)qkv_index(0, 0, h, which, 1, NH, HS) + d;
-}
-
-static void hf_transform(const TensorDesc* d, HFTensor h, const float* src, float* dst, int C, int NH) {
-    for (int r = 0; r < d->valid_rows; r++) {
-        const float* row = src + (size_t)(h.regroup_qkv ? hf_qkv_source_row(r, C, NH) : r) * d->cols;
-        for (int c = 0; c < d->cols; c++) {
-            if (h.transpose) dst[(size_t)c * d->valid_rows + r] = row[c];
-            else dst[(size_t)r * d->cols + c] = row[c];
-        }
-    }
-}
-
-// config.json: the model fields that have a name in the architecture's config (gpt.h's list),
-// then its constants (no dropout, LayerNorm eps 1e-5, GELU's tanh form, tied embeddings)
-static int hf_write_config(const GPTConfig* c, HFArchitecture arch, const char* out_dir, char* err, size_t errlen) {
-    char path[4200], tmp[4300], value[64];
-    snprintf(path, sizeof(path), "%s/config.json", out_dir);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* f = create_temporary(tmp);
-    if (!f) return error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-    fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n", hf_class_name(arch),
-            arch == HF_BLOOM ? "bloom" : "gpt2");
-    for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
-        const ConfigField* field = &MODEL_FIELDS[k];
-        const char* key = arch == HF_BLOOM ? field->hf_bloom : field->hf_gpt2;
-        int text = field->kind == FIELD_CHOICE || field->kind == FIELD_STRING;   // JSON strings; a switch: true/false
-        format_field(field, c, value, sizeof(value));
-        if (field->kind == FIELD_SWITCH) snprintf(value, sizeof(value), "%s", strcmp(value, "0") ? "true" : "false");
-        if (key) fprintf(f, "  \"%s\": %s%s%s,\n", key, text ? "\"" : "", value, text ? "\"" : "");
-    }
-    if (arch == HF_BLOOM)   // Bloom's GELU is the tanh form always; no residual from after the LayerNorm
-        fprintf(f, "  \"hidden_dropout\": 0.0,\n  \"attention_dropout\": 0.0,\n"
-                   "  \"apply_residual_connection_post_layernorm\": false,\n  \"pretraining_tp\": 1,\n"
-                   "  \"slow_but_exact\": false,\n");
-    else
-        fprintf(f, "  \"activation_function\": \"gelu_new\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
-                   "  \"attn_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n  \"scale_attn_by_inverse_layer_idx\": false,\n"
-                   "  \"reorder_and_upcast_attn\": false,\n");
-    // bos/eos: the end-of-document token is the vocabulary's last id for GPT-2's BPE (50256),
-    // our byte tokenizer (256) and the ids tokenizer run with --vocab-size N+1 (N)
-    fprintf(f,
-            "  \"layer_norm_epsilon\": 1e-05,\n  \"tie_word_embeddings\": true,\n  \"bos_token_id\": %d,\n"
-            "  \"eos_token_id\": %d,\n  \"use_cache\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
-            c->vocab_size - 1, c->vocab_size - 1);
-    return commit_file(f, tmp, path, err, errlen);
-}
-
-// the safetensors header of the table's tensors, padded to a multiple of 8 (malloc'd)
-static char* hf_header(const GPT* whole, HFArchitecture arch, size_t* len_out) {
-    size_t cap = 64 + (size_t)whole->num_tensors * 256, len = 0, data = 0;
-    char* header = (char*)mallocCheck(cap);
-    len += snprintf(header + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < whole->num_tensors; i++) {
-        const TensorDesc* d = &whole->tensors[i];
-        HFTensor h = hf_tensor(d, arch);
-        size_t bytes = canonical_bytes(d);
-        int rows = h.transpose ? d->cols : d->valid_rows, cols = h.transpose ? d->valid_rows : d->cols;
-        char shape[48];
-        if (d->cols > 1) snprintf(shape, sizeof(shape), "%d,%d", rows, cols);
-        else snprintf(shape, sizeof(shape), "%d", rows);
-        len += snprintf(header + len, cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
-                        h.name, shape, data, data + bytes);
-        data += bytes;
-    }
-    len += snprintf(header + len, cap - len, "}");
-    while (len % 8) header[len++] = ' ';   // the data starts 8-byte aligned, as safetensors writes it
-    *len_out = len;
-    return header;
-}
-
-// the header, then each tensor (transformed where the architecture stores it otherwise) into
-// f; memory: the largest tensor, plus the largest transformed one
-static int hf_write_tensors(const CheckpointMeta* ck, const GPT* whole, HFArchitecture arch, FILE* bin, FILE* f,
-                            const char* tmp, char* err, size_t errlen) {
-    size_t len, largest = 1, largest_changed = 1;
-    char* header = hf_header(whole, arch, &len);
-    for (int i = 0; i < whole->num_tensors; i++) {
-        const TensorDesc* d = &whole->tensors[i];
-        HFTensor h = hf_tensor(d, arch);
-        largest = canonical_bytes(d) > largest ? canonical_bytes(d) : largest;
-        if ((h.transpose || h.regroup_qkv) && canonical_bytes(d) > largest_changed) largest_changed = canonical_bytes(d);
-    }
-    float* src = (float*)mallocCheck(largest);
-    float* dst = (float*)mallocCheck(largest_changed);
-    uint8_t len_le[8];
-    for (int b = 0; b < 8; b++) len_le[b] = (uint8_t)((uint64_t)len >> (8 * b));
-    int status = 0;
-    if (fwrite(len_le, 1, 8, f) != 8 || fwrite(header, 1, len, f) != len)
-        status = error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-    for (int i = 0; i < whole->num_tensors && status == 0; i++) {
-        const TensorDesc* d = &whole->tensors[i];
-        HFTensor h = hf_tensor(d, arch);
-        int changed = h.transpose || h.regroup_qkv;
-        status = ckpt_read_tensor(ck, bin, i, src, err, errlen);
-        if (status == 0 && changed) hf_transform(d, h, src, dst, ck->cfg.hidden_size, ck->cfg.num_attention_heads);
-        if (status == 0 && fwrite(changed ? dst : src, 1, canonical_bytes(d), f) != canonical_bytes(d))
-            status = error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-    }
-    free(src);
-    free(dst);
-    free(header);
-    return status;
-}
-
-static int hf_write_safetensors(const CheckpointMeta* ck, const GPT* whole, HFArchitecture arch, const char* out_dir,
-                                char* err, size_t errlen) {
-    char path[4200], tmp[4300];
-    snprintf(path, sizeof(path), "%s/model.safetensors", out_dir);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* bin = fopen(ck->bin_path, "rb");
-    if (!bin) return error_line(err, errlen, "checkpoint %s: %s", ck->bin_path, strerror(errno));
-    FILE* f = create_temporary(tmp);
-    int status = f ? hf_write_tensors(ck, whole, arch, bin, f, tmp, err, errlen)
-                   : error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-    fclose(bin);
-    if (f && status == 0) status = commit_file(f, tmp, path, err, errlen);
-    else if (f) {
-        fclose(f);
-        remove(tmp);
-    }
-    return status;
-}
-
-// Export the checkpoint in checkpoint_iter_dir (a DIR/iter_NNNNNNN directory) as a
-// transformers model in out_dir (created if missing): config.json and model.safetensors,
-// each written under a .tmp name and renamed. *arch: GPT-2, Bloom, or HF_AUTO (Bloom for an
-// ALiBi model, else GPT-2), replaced by the one written. Returns 0, or 1 with a one-line
-// reason in err (a missing or malformed file, a tensor failing its checksum, a model the
-// architecture cannot express). Reads one tensor at a time: memory is twice the largest
-// tensor. Only the weight section is read; the optimizer state is left alone.
-static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArchitecture* arch, char* err,
-                     size_t errlen) {
-    const uint32_t one = 1;
-    if (*(const uint8_t*)&one != 1)
-        return error_line(err, errlen, "export_hf: fp32 is copied as is, so a little-endian host is needed");
-    CheckpointMeta ck;
-    if (checkpoint_meta_read(checkpoint_iter_dir, &ck, err, errlen) != 0) {
-        checkpoint_meta_free(&ck);
-        return 1;
-    }
-    if (*arch == HF_AUTO) *arch = ck.cfg.position_embedding_type == POSITION_ALIBI ? HF_BLOOM : HF_GPT2;
-    GPT whole = canonical_table(&ck.cfg);
-    int status = hf_refusal(&ck.cfg, *arch, checkpoint_iter_dir, err, errlen);
-    for (int i = 0; i < whole.num_tensors && status == 0; i++)
-        if (!hf_tensor(&whole.tensors[i], *arch).name[0])
-            status = error_line(err, errlen, "checkpoint %s has %s, which %s has no place for", checkpoint_iter_dir,
-                                whole.tensors[i].name, hf_class_name(*arch));
-    if (status == 0 && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
-        status = error_line(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
-    if (status == 0) status = hf_write_safetensors(&ck, &whole, *arch, out_dir, err, errlen);
-    if (status == 0) status = hf_write_config(&ck.cfg, *arch, out_dir, err, errlen);
-    gpt_free(&whole);
-    checkpoint_meta_free(&ck);
-    return status;
 }

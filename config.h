@@ -684,6 +684,21 @@ static void check_tokenizer(const Config* a) {
                      "(GPT-2's encoder.json and vocab.bpe)");
 }
 
+// the generation's flags (generate.h): the sampler's ranges, and each goes with --generate-tokens
+static void check_generate(const Config* a) {
+    if (a->temperature < 0.0f) config_error("--temperature must be 0 (greedy) or positive, got %g", a->temperature);
+    if (a->top_p < 0.0f || a->top_p > 1.0f) config_error("--top-p must be in [0, 1] (0: off), got %g", a->top_p);
+    const char* alone = a->top_k ? "--top-k" : a->top_p > 0.0f ? "--top-p" : a->generate_seed ? "--generate-seed"
+                      : a->generate_ignore_eod ? "--generate-ignore-eod" : a->generate_prompt ? "--generate-prompt" : NULL;
+    if (alone && a->generate_tokens == 0) config_error("%s goes with --generate-tokens N (how many tokens to generate)", alone);
+#ifdef __CUDACC__
+    int head_size = a->model.hidden_size / a->model.num_attention_heads;
+    if (a->generate_tokens > 0 && head_size > 32 * DECODE_DIMS)
+        config_error("--generate-tokens: the GPU's decode attention takes a head size up to %d, this model's is %d",
+                     32 * DECODE_DIMS, head_size);
+#endif
+}
+
 static void check_run(Config* a) {
     // length of training: iterations or samples, not both (Megatron's rule); 0 iterations
     // with --save writes the initial model
@@ -704,8 +719,7 @@ static void check_run(Config* a) {
     if (a->adam_beta1 >= 1.0f || a->adam_beta2 >= 1.0f) config_error("--adam-beta1 and --adam-beta2 must be in [0, 1)");
     if (a->adam_eps <= 0.0f) config_error("--adam-eps must be positive");
     check_precision(a);
-    if (a->temperature < 0.0f) config_error("--temperature must be 0 (greedy) or positive, got %g", a->temperature);
-    if (a->top_p < 0.0f || a->top_p > 1.0f) config_error("--top-p must be in [0, 1] (0: off), got %g", a->top_p);
+    check_generate(a);
     check_recompute(a);
     check_tokenizer(a);
 }

@@ -239,6 +239,17 @@ typedef struct {
     float *lnf_mean, *lnf_rstd;
 } MicroBatchActivations;
 
+// generation's KV cache (generate.h allocates it, outside the arena): per local layer i,
+// layers[i] is [max_len, 2 x hidden_local] floatX, each position's keys of this rank's heads,
+// then their values (kernels.cuh's kv_cache_index). pos0: the first position of the rows the
+// next forward runs. The rest is the training shape gpt_decode_begin set aside, for gpt_decode_end.
+typedef struct {
+    floatX** layers;
+    int max_len, pos0;
+    int max_rows;   // the most rows one forward may run: the arena's residual rows
+    int B, T, sequence_parallel, residual_rows, first_residual_row;
+} KVCache;
+
 // ----------------------------------------------------------------------------
 // the model of one rank
 
@@ -299,6 +310,9 @@ typedef struct GPT {
     // may still be bringing in
     void (*on_gradients_final)(int layer);
     void (*on_parameters_needed)(int layer);
+    // generation (NULL in training): the forward runs rows [pos0, pos0 + B x T) of one sequence
+    // against this cache (gpt_decode_begin)
+    KVCache* kv_cache;
 } GPT;
 
 static floatX* param_of(const GPT* m, int id) { return id < 0 ? NULL : m->params + m->tensors[id].offset; }
@@ -843,7 +857,10 @@ static void embedding_forward(GPT* m, MicroBatchActivations* s) {
         if (m->wpe >= 0) rows_add_forward(s->input, param_of(m, m->wpe), m->residual_rows, C, m->first_residual_row, m->T);
     } else {
         const floatX* wpe = m->tp_rank == 0 ? param_of(m, m->wpe) : NULL;   // added once
-        encoder_forward(s->input, s->tokens, param_of(m, m->wte), wpe, N, m->T, C, m->vocab_start, m->vocab_local);
+        int pos0 = m->kv_cache ? m->kv_cache->pos0 : 0;   // generation: the rows' positions start there
+        encoder_forward(s->input, s->tokens, param_of(m, m->wte), pos0 ? NULL : wpe, N, m->T, C, m->vocab_start,
+                        m->vocab_local);
+        if (pos0 && wpe) rows_add_forward(s->input, wpe, N, C, pos0, m->cfg.max_position_embeddings);   // the same sums
         reduce_from_tensor_model_parallel_region(s->input, (size_t)N * C);   // g (vocab-parallel embedding)
     }
     if (m->cfg.embed_layernorm)
@@ -897,6 +914,15 @@ static int fuses_next_ln1(const GPT* m, int i) {
     return chunk == next_chunk && (!chunk || first == next_first);
 }
 
+// generation: the rows' keys and values appended to layer i's cache, their queries attending
+// to every position cached so far (their own included)
+static void cached_attention_forward(GPT* m, LayerActivations* L, int i) {
+    const KVCache* kv = m->kv_cache;
+    int n = m->B * m->T, HS = m->hidden_local / m->heads_local;
+    kv_cache_append(kv->layers[i], L->qkv, n, kv->pos0, m->heads_local, HS);
+    attention_decode(L->atty, kv->layers[i], L->qkv, n, kv->pos0, m->heads_local, HS, alibi_of(m));
+}
+
 static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     int B = m->B, T = m->T, N = B * T, R = m->residual_rows, C = m->cfg.hidden_size;
     int Cl = m->hidden_local, Fl = m->ffn_local;
@@ -908,7 +934,9 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
         layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, param_of(m, t->ln1_w), param_of(m, t->ln1_b), R, C);
     matmul_forward(L->qkv, column_parallel_input(m, L->ln1), param_of(m, t->qkv_w), param_of(m, t->qkv_b), N, C,
                    3 * Cl);   // f, column-parallel
-    attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local, alibi_of(m));
+    if (m->kv_cache) cached_attention_forward(m, L, i);
+    else attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local,
+                           alibi_of(m));
     row_parallel_linear_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, Cl);
     // the residual add and ln2 in one pass: res2 += x, ln2 = LayerNorm(res2)
     residual_layernorm_forward(L->res2, L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, x,
@@ -934,6 +962,12 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
 // computes the loss, for head_backward. With 0 the logits stay (generation reads them).
 static void head_forward(GPT* m, MicroBatchActivations* s, float dloss) {
     int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local, valid = m->vocab_valid_local;
+    if (m->kv_cache) {   // generation: the last row's logits alone (the next token's), no loss
+        layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(s) + (size_t)(N - 1) * C,
+                          param_of(m, m->lnf_w), param_of(m, m->lnf_b), 1, C);
+        matmul_forward(m->logits, s->lnf, param_of(m, m->wte), NULL, 1, C, V);
+        return;
+    }
     layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(s),
                       param_of(m, m->lnf_w), param_of(m, m->lnf_b), m->residual_rows, C);
     matmul_forward(m->logits, column_parallel_input(m, s->lnf), param_of(m, m->wte), NULL, N, C, V);   // f, column-parallel
@@ -977,10 +1011,10 @@ static void gpt_forward_stage(GPT* m, int slot, float dloss) {
 }
 
 // gpt_forward_stage with no backward to follow, then on the last stage the mean loss over the
-// micro-batch's tokens read back to the host (else 0): for tests, tools and generation. The
-// training schedule keeps the losses on the device instead (loss_mean_add) and reads them once
-// a step.
-static double gpt_forward(GPT* m, int slot) {
+// micro-batch's tokens read back to the host (else 0): for tests and tools (inline: the trainer
+// does not call it). The training schedule keeps the losses on the device instead
+// (loss_mean_add) and reads them once a step.
+static inline double gpt_forward(GPT* m, int slot) {
     gpt_forward_stage(m, slot, 0.0f);
     if (!chunk_holds_head(m, m->slots[slot].chunk)) return 0.0;
     int N = m->B * m->T;
@@ -988,6 +1022,49 @@ static double gpt_forward(GPT* m, int slot) {
     double sum = 0.0;
     for (int n = 0; n < N; n++) sum += m->host_losses[n];
     return sum / N;
+}
+
+// ----------------------------------------------------------------------------
+// decoding: the same forward, of a few rows of one sequence at a time (generate.h)
+// gpt_decode_begin hands the model a KV cache: from then on a forward of the slot's B x T rows
+// (set by gpt_decode_rows: B = 1, T = n) is rows [pos0, pos0 + n) of one sequence; the embedding
+// adds positions from pos0, each layer's attention appends the rows' keys and values to its
+// cache and attends over it (cached_attention_forward), the head gives the last row's logits.
+// The rows reuse the training arena's slots, so n is at most its residual rows (B x T, or
+// B x T / TP with sequence parallelism). Sequence parallelism is a layout of the same weights:
+// decoding turns it off (its few rows are not worth splitting) and gpt_decode_end turns it
+// back on, with the training shape.
+
+static void gpt_decode_begin(GPT* m, KVCache* kv) {
+    kv->B = m->B;
+    kv->T = m->T;
+    kv->sequence_parallel = m->sequence_parallel;
+    kv->residual_rows = kv->max_rows = m->residual_rows;
+    kv->first_residual_row = m->first_residual_row;
+    kv->pos0 = 0;
+    m->sequence_parallel = 0;
+    m->kv_cache = kv;
+}
+
+static void gpt_decode_rows(GPT* m, int pos0, int n) {
+    KVCache* kv = m->kv_cache;
+    if (n < 1 || n > kv->max_rows || pos0 < 0 || pos0 + n > kv->max_len)
+        fail("gpt_decode_rows: rows [%d, %d) do not fit (at most %d rows at once, %d positions cached)", pos0, pos0 + n,
+             kv->max_rows, kv->max_len);
+    m->B = 1;
+    m->T = m->residual_rows = n;
+    m->first_residual_row = 0;
+    kv->pos0 = pos0;
+}
+
+static void gpt_decode_end(GPT* m) {
+    KVCache* kv = m->kv_cache;
+    m->B = kv->B;
+    m->T = kv->T;
+    m->sequence_parallel = kv->sequence_parallel;
+    m->residual_rows = kv->residual_rows;
+    m->first_residual_row = kv->first_residual_row;
+    m->kv_cache = NULL;
 }
 
 // ----------------------------------------------------------------------------

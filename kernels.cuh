@@ -2070,6 +2070,131 @@ static int flash_attention_runs_here(void) { return 1; }   // the CPU build plan
 #endif
 
 // ----------------------------------------------------------------------------
+// generation's attention: a KV cache (what every decoder's inference keeps; Megatron-LM's
+// InferenceParams, transformers' past_key_values)
+// One sequence is decoded a few rows at a time. The keys and values of every position so far
+// stay in a per-layer cache [max_len, 2 * NH * HS]: position t's row holds this rank's NH heads'
+// keys side by side, then their values. The n new rows at positions [pos0, pos0 + n) append
+// theirs (kv_cache_append), and query pos0 + i attends to the cache's keys 0 .. pos0 + i
+// (attention_decode): the causal rule of the training attention, with ALiBi's bias as
+// alibi_bias adds it there. A new token costs one position, not the whole prefix again.
+
+HOST_DEVICE static inline size_t kv_cache_index(int t, int h, int which, int NH, int HS) {
+    return (size_t)t * 2 * NH * HS + (size_t)which * NH * HS + (size_t)h * HS;   // which: 0 key, 1 value
+}
+
+// the n rows' keys and values (qkv [n, 3 * NH * HS], one sequence) into the cache's rows pos0 ..
+static void kv_cache_append_cpu(float* cache, const float* qkv, int n, int pos0, int NH, int HS) {
+    #pragma omp parallel for
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < NH; h++)
+            for (int which = 0; which < 2; which++) {
+                const float* src = qkv + qkv_index(0, i, h, 1 + which, n, NH, HS);
+                float* dst = cache + kv_cache_index(pos0 + i, h, which, NH, HS);
+                for (int d = 0; d < HS; d++) dst[d] = src[d];
+            }
+}
+
+// query q against the cached key of position t2, scaled, with ALiBi's bias for query position t
+static float decode_score(const float* q, const float* cache, int t, int t2, int h, int NH, int HS, Alibi alibi) {
+    const float* k = cache + kv_cache_index(t2, h, 0, NH, HS);
+    float s = 0.0f;
+    #pragma omp simd reduction(+ : s)
+    for (int d = 0; d < HS; d++) s += q[d] * k[d];
+    return s / sqrtf((float)HS) + alibi_bias(alibi, h, t, t2);
+}
+
+// out[n, NH * HS]: softmax over the keys 0 .. pos0 + i of query i's scores, times the values.
+// Two passes over the keys: their largest score (a stable softmax), then the weights and the
+// weighted sum of the values; no scratch.
+static void attention_decode_cpu(float* out, const float* cache, const float* qkv, int n, int pos0, int NH, int HS,
+                                 Alibi alibi) {
+    #pragma omp parallel for collapse(2)
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < NH; h++) {
+            int t = pos0 + i;
+            const float* q = qkv + qkv_index(0, i, h, 0, n, NH, HS);
+            float* o = out + ((size_t)i * NH + h) * HS;
+            float maxval = -INFINITY, sum = 0.0f;
+            for (int t2 = 0; t2 <= t; t2++) maxval = fmaxf(maxval, decode_score(q, cache, t, t2, h, NH, HS, alibi));
+            for (int d = 0; d < HS; d++) o[d] = 0.0f;
+            for (int t2 = 0; t2 <= t; t2++) {
+                float w = expf(decode_score(q, cache, t, t2, h, NH, HS, alibi) - maxval);
+                const float* v = cache + kv_cache_index(t2, h, 1, NH, HS);
+                sum += w;
+                for (int d = 0; d < HS; d++) o[d] += w * v[d];
+            }
+            for (int d = 0; d < HS; d++) o[d] /= sum;
+        }
+}
+
+#ifdef __CUDACC__
+// one thread per element of the n new cache rows
+__global__ void kv_cache_append_kernel(floatX* cache, const floatX* qkv, int n, int pos0, int NH, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, row = 2 * (size_t)NH * HS;
+    if (idx >= (size_t)n * row) return;
+    int i = (int)(idx / row), r = (int)(idx % row), which = r / (NH * HS), h = r / HS % NH, d = r % HS;
+    cache[(size_t)(pos0 + i) * row + r] = qkv[qkv_index(0, i, h, 1 + which, n, NH, HS) + d];
+}
+
+// One block of DECODE_BLOCK threads per (query i, head h). Warp w takes the keys w, w + warps,
+// ...; its lanes split the head's dimensions (DECODE_DIMS each: HS <= 32 x DECODE_DIMS), sum the
+// score with a warp reduction, and keep an online softmax (Milakov and Gimelshein 2018): the
+// running maximum m, the sum l of exp(score - m) and the output o, rescaled by exp(m_old - m)
+// when m grows. The block then merges its warps' (m, l, o) with block reductions.
+#define DECODE_BLOCK 256
+#define DECODE_DIMS 8
+__global__ void attention_decode_kernel(floatX* out, const floatX* cache, const floatX* qkv, int n, int pos0, int NH,
+                                        int HS, Alibi alibi) {
+    int i = blockIdx.x / NH, h = blockIdx.x % NH, t = pos0 + i;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    const floatX* q = qkv + qkv_index(0, i, h, 0, n, NH, HS);
+    float scale = 1.0f / sqrtf((float)HS), qr[DECODE_DIMS], o[DECODE_DIMS], m = -INFINITY, l = 0.0f;
+    for (int k = 0; k < DECODE_DIMS; k++) {
+        int d = lane + 32 * k;
+        qr[k] = d < HS ? floatX_to_float(q[d]) : 0.0f;
+        o[k] = 0.0f;
+    }
+    for (int t2 = warp; t2 <= t; t2 += warps) {   // the same keys for every lane of the warp
+        const floatX* key = cache + kv_cache_index(t2, h, 0, NH, HS);
+        const floatX* value = cache + kv_cache_index(t2, h, 1, NH, HS);
+        float s = 0.0f;
+        for (int k = 0; k < DECODE_DIMS; k++)
+            if (lane + 32 * k < HS) s += qr[k] * floatX_to_float(key[lane + 32 * k]);
+        s = warp_reduce_sum(s) * scale + alibi_bias(alibi, h, t, t2);
+        float m_new = fmaxf(m, s), rescale = expf(m - m_new), w = expf(s - m_new);
+        l = l * rescale + w;
+        for (int k = 0; k < DECODE_DIMS; k++)
+            if (lane + 32 * k < HS) o[k] = o[k] * rescale + w * floatX_to_float(value[lane + 32 * k]);
+        m = m_new;
+    }
+    // merge the warps: a warp's share is weighed by exp(m - the block's maximum); key 0 makes
+    // that maximum finite, and a warp without keys (m = -inf) weighs 0
+    float block_max = block_reduce_max(m), weight = expf(m - block_max);
+    float sum = block_reduce_sum(lane == 0 ? l * weight : 0.0f);
+    for (int k = 0; k < DECODE_DIMS; k++)
+        for (int j = 0; j < 32 && j + 32 * k < HS; j++) {   // the same bounds in every thread
+            float v = block_reduce_sum(lane == j ? o[k] * weight : 0.0f);
+            if (threadIdx.x == 0) out[((size_t)i * NH + h) * HS + j + 32 * k] = to_floatX(v / sum);
+        }
+}
+
+static void kv_cache_append(floatX* cache, const floatX* qkv, int n, int pos0, int NH, int HS) {
+    LAUNCH(kv_cache_append_kernel, CEIL_DIV((size_t)n * 2 * NH * HS, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+           cache, qkv, n, pos0, NH, HS);
+}
+
+static void attention_decode(floatX* out, const floatX* cache, const floatX* qkv, int n, int pos0, int NH, int HS,
+                             Alibi alibi) {
+    if (HS > 32 * DECODE_DIMS) fail("attention_decode: head size %d, above %d", HS, 32 * DECODE_DIMS);
+    LAUNCH(attention_decode_kernel, n * NH, DECODE_BLOCK, 0, out, cache, qkv, n, pos0, NH, HS, alibi);
+}
+#else
+#define kv_cache_append kv_cache_append_cpu
+#define attention_decode attention_decode_cpu
+#endif
+
+// ----------------------------------------------------------------------------
 // GELU, GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)

@@ -18,8 +18,10 @@ sampling -> the run -> main.
 #include "trace.h"
 #include "gpt.h"
 #include "step.h"
+#include "generate.h"
 #include "cluster.h"
 #include "checkpoint.h"
+#include "hf.h"
 #include "tensorboard.h"
 #include "config.h"
 #include "plan.h"
@@ -255,11 +257,31 @@ static void check_same_data_everywhere(const DataSplits* d) {
 // Every rank maps the data files and plans the sample indexes (nothing large is allocated
 // yet: the memory check, plan_model, comes next and counts them). Also settles the vocabulary:
 // --vocab-size, or the largest token id + 1, and every id must lie below it.
+// The run's blends: --data-path (split by --split), or Megatron-LM's per-split ones given;
+// returns how many (0: no data, an evaluation-less --skip-train)
+static int data_lists(const Config* a, DataPathList lists[3]) {
+    const StringList* per_split[3] = {&a->train_data_path, &a->valid_data_path, &a->test_data_path};
+    const char* flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
+    int n = 0;
+    if (a->data_path.count) {
+        DataPathList all = {"--data-path", a->data_path.v, a->data_path.count, -1};
+        lists[n++] = all;
+    }
+    for (int k = 0; k < 3 && !a->data_path.count; k++) {
+        DataPathList one = {flags[k], per_split[k]->v, per_split[k]->count, k};
+        if (one.count) lists[n++] = one;
+    }
+    return n;
+}
+
 static void open_data_files(DataSplits* d, Config* a, const int64_t want[3]) {
     char err[1024] = "";
     GPTConfig* c = &a->model;
-    data_splits_plan(d, a->data_path.v, a->data_path.count, a->split, c->seq_length, (uint64_t)c->seed, want, err,
-                     sizeof(err));
+    DataPathList lists[3];
+    int num_lists = data_lists(a, lists);
+    memset(d, 0, sizeof(*d));
+    if (num_lists == 0) return;   // (the vocabulary comes from the checkpoint)
+    data_splits_plan_lists(d, lists, num_lists, a->split, c->seq_length, (uint64_t)c->seed, want, err, sizeof(err));
     config_error_anywhere(err);
     check_same_data_everywhere(d);
     int64_t max_id = 0;
@@ -309,12 +331,15 @@ static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch) {
     return (float)(sum / (eval_iters > 0 ? eval_iters : 1));
 }
 
-static void print_eval(const char* what, float loss) {
+// Megatron-LM's evaluation block: " validation loss at PREFIX | lm loss value: ... | lm loss
+// PPL: ... | " between two rulers one dash longer, PPL = exp(min(20, loss)); the prefix is
+// "iteration N" during training, "iteration N on validation set" / "... on test set" at the end
+static void print_eval(const char* prefix, float loss) {
     if (grid.world_rank != 0) return;
-    char line[256];
-    int n = snprintf(line, sizeof(line), " %s | lm loss value: %.6E | lm loss PPL: %.6E | ", what, loss, exp(loss));
-    char dashes[256];
-    n = n < (int)sizeof(line) - 1 ? n : (int)sizeof(line) - 1;
+    char line[256], dashes[256];
+    int n = snprintf(line, sizeof(line), " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", prefix,
+                     loss, exp(fmin(20.0, loss)));
+    n = n + 1 < (int)sizeof(line) - 1 ? n + 1 : (int)sizeof(line) - 1;
     memset(dashes, '-', n);
     dashes[n] = '\0';
     printf("%s\n%s\n%s\n", dashes, line, dashes);
@@ -487,20 +512,23 @@ static void print_setup(const Trainer* t) {
         print_attention(a, GPU_BUILD);
         print_dp_communication(a, &t->model);
         print_pipeline_exchanges();
-        data_splits_print(&t->data, stdout);
-        if (a->eval_iters > 0 && !data_splits_has(&t->data, 1))
+        if (t->data.num_prefixes) data_splits_print(&t->data, stdout);
+        if (a->eval_iters > 0 && a->data_path.count && !data_splits_has(&t->data, 1))
             printf("note: --split %s leaves no validation documents: no evaluation (as Megatron)\n", a->split);
-        printf("training: %d iterations, micro-batch %d, global batch %d%s", t->train_iters, a->micro_batch_size,
-               a->global_batch_size, t->batch.rampup_samples ? " (ramped up)" : "");
-        if (a->model.recompute_method == RECOMPUTE_UNIFORM)
+        if (a->skip_train)
+            printf("no training (--skip-train): %s%s%s\n", t->data.num_prefixes ? "evaluation" : "",
+                   t->data.num_prefixes && a->generate_tokens ? ", then " : "", a->generate_tokens ? "generation" : "");
+        else printf("training: %d iterations, micro-batch %d, global batch %d%s", t->train_iters, a->micro_batch_size,
+                    a->global_batch_size, t->batch.rampup_samples ? " (ramped up)" : "");
+        if (a->model.recompute_method == RECOMPUTE_UNIFORM && !a->skip_train)
             printf("; activation recomputation: full, uniform, chunks of %d layer(s)", a->model.recompute_num_layers);
-        if (a->model.recompute_method == RECOMPUTE_BLOCK)
+        if (a->model.recompute_method == RECOMPUTE_BLOCK && !a->skip_train)
             printf("; activation recomputation: full, block, the first %d layer(s) of a stage", a->model.recompute_num_layers);
-        if (a->model.recompute_attention_core)
+        if (a->model.recompute_attention_core && !a->skip_train)
             printf("; activation recomputation: selective, %s", recomputes_attention_core(&t->model) ?
                    "each layer's attention probabilities again in its backward" :
                    "nothing to do (the fused attention keeps no probabilities: its backward recomputes them anyway)");
-        printf("\n");
+        if (!a->skip_train) printf("\n");
         fflush(stdout);
     }
     print_memory(t);
@@ -531,6 +559,34 @@ static void export_and_exit(const Config* a) {
     exit(0);
 }
 
+// --import-hf DIR --save CKPT: a transformers model as CKPT/iter_0000000 (iteration 0, a fresh
+// optimizer), which any grid then --loads (and --finetune). Like the export, no data, no
+// model: rank 0 converts, the others end with it. The model is config.json's: of the model
+// flags only --seq-length may be given (else the model's own length).
+static void import_and_exit(const Config* a) {
+    char err[4600] = "", flag[96];
+    if (!a->save) config_error("--import-hf %s needs --save DIR (where the imported checkpoint is written)", a->import_hf);
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++)
+        if (a->model_given[k] && MODEL_FIELDS[k].offset != offsetof(GPTConfig, seq_length))
+            config_error("--import-hf takes the model from %s/config.json: drop %s (only --seq-length may be given)",
+                         a->import_hf, flag_of(&MODEL_FIELDS[k], flag, sizeof(flag)));
+    int seq_length = model_field_given(a, offsetof(GPTConfig, seq_length)) ? a->model.seq_length : 0;
+    double t0 = now_seconds();
+    HFImport got;
+    if (grid.world_rank == 0 && import_hf(a->import_hf, a->save, seq_length, &got, err, sizeof(err)) == 0) {
+        const GPTConfig* c = &got.cfg;
+        printf("imported %s as %s: %d layers, hidden %d, %d heads, vocabulary %d, sequence length %d; %s, %d tensors "
+               "from %d file%s; wrote %s in %.2f s\n", a->import_hf, hf_class_name(got.arch), c->num_layers, c->hidden_size,
+               c->num_attention_heads, c->vocab_size, c->seq_length, got.dtypes, got.tensors, got.files,
+               got.files > 1 ? "s" : "", got.checkpoint, now_seconds() - t0);
+        if (got.note[0]) printf("note: %s\n", got.note);
+        fflush(stdout);
+    }
+    config_error_anywhere(err);
+    grid_finish();
+    exit(0);
+}
+
 // the batch and learning-rate schedules, and the length of training in iterations
 static void setup_schedules(Trainer* t) {
     Config* a = &t->config;
@@ -541,7 +597,9 @@ static void setup_schedules(Trainer* t) {
     b->increment = a->rampup_batch_size.v[1];
     b->rampup_samples = a->rampup_batch_size.v[2];
     if (b->start || b->increment || b->rampup_samples) check_rampup(b);
-    if (a->train_iters == 0 && a->train_samples == 0) return;   // --train-iters 0 --save: the initial model only
+    // --train-iters 0 --save: the initial model only; --skip-train: no step (its --train-iters, as
+    // in Megatron, ignored)
+    if ((a->train_iters == 0 && a->train_samples == 0) || a->skip_train) return;
     long long iters = a->train_iters > 0 ? a->train_iters : train_iters_for_samples(b, a->train_samples);
     if (iters <= 0) config_error("--train-samples %lld is less than one global batch", a->train_samples);
     if (iters > INT_MAX)
@@ -565,7 +623,6 @@ static void busy_exit(const char* err) {
 static void check_paths(const Config* a) {
     char err[4600] = "";
     int rc = 0;
-    struct stat st;
     // the checkpoint file MPI-IO opens under --save or --load must fit what it takes in this run
     // (parallel.h: shared_file_path_max), checked before anything is made on disk
     const char* why;
@@ -587,9 +644,6 @@ static void check_paths(const Config* a) {
     broadcast_host(&grid.world, &rc, sizeof(rc), 0);
     if (rc == SAVE_LOCK_BUSY) busy_exit(err);
     if (rc) config_error("%s", err);
-    err[0] = '\0';
-    if (a->load && stat(a->load, &st) == 0 && !S_ISDIR(st.st_mode)) error_line(err, sizeof(err), "--load %s: not a directory", a->load);
-    config_error_anywhere(err);
 }
 
 // A checkpoint's consumed_samples against the batch schedule recorded with it: the schedule's
@@ -624,14 +678,36 @@ static void record_batch_schedule(Trainer* t) {
     if (!same) *was = now;
 }
 
-// --load DIR: the latest checkpoint's metadata, read before anything else (its seed
-// continues the data order); "" in ckpt when DIR has none (a fresh start). Rank 0 reads the
-// marker, so that every rank loads the same checkpoint; each rank reads the metadata itself.
+// Megatron-LM's --use-checkpoint-args, made the default: each field of the model's shape that
+// no flag gave (and the sequence length) is the checkpoint's; one a flag gave must match it
+// (check_config_matches). The seed is the data order's (find_checkpoint), sequence parallelism
+// a layout: neither is taken.
+static void take_model_from_checkpoint(Config* a, const GPTConfig* saved, const char* ckpt) {
+    char taken[1024] = "", value[64], flag[96], err[256];
+    size_t used = 0;
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
+        const ConfigField* f = &MODEL_FIELDS[k];
+        int shape = f->checkpoint == MATCH || f->offset == offsetof(GPTConfig, seq_length);
+        if (a->model_given[k] || !shape) continue;
+        format_field(f, saved, value, sizeof(value));
+        if (parse_field(f, &a->model, value, err, sizeof(err))) config_error("checkpoint %s: %s", ckpt, err);
+        if (used < sizeof(taken))
+            used += snprintf(taken + used, sizeof(taken) - used, " %s %s", flag_of(f, flag, sizeof(flag)), value);
+    }
+    if (grid.world_rank == 0 && taken[0]) printf("model from checkpoint %s:%s\n", ckpt, taken);
+}
+
+// --load DIR: the latest checkpoint's metadata, read before anything else (the model's shape
+// and the seed that continues the data order come from it); "" in ckpt when DIR has none (a
+// fresh start). Rank 0 reads the marker, so that every rank loads the same checkpoint; each
+// rank reads the metadata itself.
 static void find_checkpoint(Config* a, char* ckpt, size_t len, CheckpointMeta* meta) {
     char err[4600] = "";
     int rc = 0;
     ckpt[0] = '\0';
     if (!a->load) return;
+    struct stat st;
+    if (stat(a->load, &st) == 0 && !S_ISDIR(st.st_mode)) config_error("--load %s: not a directory", a->load);
     if (grid.world_rank == 0) rc = latest_checkpoint(a->load, ckpt, len, err, sizeof(err));
     broadcast_host(&grid.world, &rc, sizeof(rc), 0);
     if (rc) config_error("%s", err);
@@ -640,7 +716,10 @@ static void find_checkpoint(Config* a, char* ckpt, size_t len, CheckpointMeta* m
         if (checkpoint_meta_read(ckpt, meta, err, sizeof(err)) != 0 && !err[0]) strcpy(err, "unreadable metadata");
         config_error_anywhere(err);
         check_consumed_samples(ckpt, &meta->progress);
+        take_model_from_checkpoint(a, &meta->cfg, ckpt);
         if (!a->no_load_rng && !a->finetune) a->model.seed = meta->cfg.seed;   // the data order goes on
+    } else if (a->skip_train) {
+        config_error("--skip-train --load %s: no checkpoint there (no latest_checkpointed_iteration.txt)", a->load);
     } else if (grid.world_rank == 0) {
         printf("no checkpoint in %s (no latest_checkpointed_iteration.txt): starting from scratch\n", a->load);
     }
@@ -752,7 +831,7 @@ static void build_model(Trainer* t) {
 // the checkpoint's weights (and optimizer state, counters) into the built model
 static void resume(Trainer* t, const char* ckpt, const CheckpointMeta* meta) {
     const Config* a = &t->config;
-    int with_optim = !a->no_load_optim && !a->finetune;
+    int with_optim = !a->no_load_optim && !a->finetune && !a->skip_train;
     double t0 = now_seconds(), gb = checkpoint_load(meta, &t->model, &t->opt, with_optim);
     if (!a->finetune) t->progress = meta->progress;
     if (!a->finetune && a->save && strcmp(a->save, a->load) == 0) t->last_saved = meta->progress.iteration;   // it is there
@@ -798,20 +877,22 @@ static void encode_prompt(Trainer* t) {
 }
 
 // --tokenizer-type GPT2BPETokenizer: the tokenizer, loaded on every rank (a file one host
-// lacks is named), whose ids the model's vocabulary (settled by open_data_files) must hold;
-// then the prompt's tokens
+// lacks is named). As in Megatron-LM the model's vocabulary is the tokenizer's: --vocab-size 0
+// takes it; any other (given, or a checkpoint's) must be the same (a model reads the ids of the
+// tokenizer it learned them from; the padding is --make-vocab-size-divisible-by's).
 static void setup_tokenizer(Trainer* t) {
-    const Config* a = &t->config;
+    Config* a = &t->config;
     Tokenizer* tok = &t->tokenizer;
     int V = a->model.vocab_size;
     char err[4600] = "";
-    if (a->tokenizer_type == TOKENIZER_GPT2_BPE && tokenizer_load(tok, a->vocab_file, a->merge_file, err, sizeof(err)) == 0 &&
-        tok->vocab_size > V)
-        error_line(err, sizeof(err), "--vocab-file %s has %d tokens, more than the model's vocabulary of %d (--vocab-size, "
-                   "else the data's largest id + 1): give --vocab-size %d or more", a->vocab_file, tok->vocab_size, V,
-                   tok->vocab_size);
+    if (a->tokenizer_type == TOKENIZER_GPT2_BPE && tokenizer_load(tok, a->vocab_file, a->merge_file, err, sizeof(err)) == 0) {
+        if (V == 0) a->model.vocab_size = tok->vocab_size;
+        else if (V != tok->vocab_size)
+            error_line(err, sizeof(err), "--vocab-file %s has %d tokens, but the model's vocabulary (%s) has %d: give the "
+                       "tokenizer the model was trained with", a->vocab_file, tok->vocab_size,
+                       model_field_given(a, offsetof(GPTConfig, vocab_size)) ? "--vocab-size" : "--load's checkpoint", V);
+    }
     config_error_anywhere(err);
-    encode_prompt(t);
 }
 
 static void trainer_setup(Trainer* t, int argc, char** argv) {
@@ -830,24 +911,28 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
         exit(0);
     }
     if (a->export_hf) export_and_exit(a);
+    if (a->import_hf) import_and_exit(a);
     ClusterCheck cluster_check = cluster_check_config(a);
-    if (a->check_cluster && a->data_path.count == 0) check_cluster_and_exit(a, &cluster_check);
+    if (a->check_cluster && !a->data_path.count && !a->train_data_path.count) check_cluster_and_exit(a, &cluster_check);
+    char ckpt[4300];
+    CheckpointMeta meta;
+    memset(&meta, 0, sizeof(meta));
+    check_grid(a);   // (each rank's coordinates: an error of one rank's, below, names them)
+    find_checkpoint(a, ckpt, sizeof(ckpt), &meta);
     check_model(a);
     check_run(a);
     setup_schedules(t);
     if (a->dry_run) dry_run_and_exit(a);
     // data: Megatron's sample counts per split
     long long eval_batches = (long long)(t->train_iters / a->eval_interval + 1) * a->eval_iters;
-    int64_t samples[3] = {a->train_iters > 0 ? (int64_t)a->train_iters * a->global_batch_size : a->train_samples,
+    int64_t train_samples = a->train_iters > 0 ? (int64_t)a->train_iters * a->global_batch_size : a->train_samples;
+    int64_t samples[3] = {a->skip_train ? 0 : train_samples,
                           eval_batches * a->global_batch_size, (long long)a->eval_iters * a->global_batch_size};
-    char ckpt[4300];
-    CheckpointMeta meta;
-    memset(&meta, 0, sizeof(meta));
     check_paths(a);
-    find_checkpoint(a, ckpt, sizeof(ckpt), &meta);
     check_profile(a, t->train_iters, ckpt[0] && !a->finetune ? meta.progress.iteration : 0);
-    open_data_files(&t->data, a, samples);
     setup_tokenizer(t);
+    open_data_files(&t->data, a, samples);
+    encode_prompt(t);
     set_padded_vocab_size(a);
     if (ckpt[0]) check_config_matches(ckpt, &meta.cfg, &a->model);
     if (a->check_cluster) {   // every input is checked: now the cluster, then the run
@@ -985,97 +1070,49 @@ static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
 }
 
 // ----------------------------------------------------------------------------
-// sampling: feed the context, draw the next token from softmax(logits / temperature)
+// generation (generate.h): the trainer's flags and prompt handed over; every rank calls it
 
-static uint64_t sample_state;
-static double uniform01(void) {
-    sample_state = splitmix64(sample_state);
-    return (sample_state >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static int sample_next(const float* logits, int V, float temperature) {
-    double maxv = -INFINITY, sum = 0.0;
-    for (int v = 0; v < V; v++) maxv = logits[v] > maxv ? logits[v] : maxv;
-    for (int v = 0; v < V; v++) sum += exp((logits[v] - maxv) / temperature);
-    double u = uniform01() * sum, acc = 0.0;
-    for (int v = 0; v < V; v++) {
-        acc += exp((logits[v] - maxv) / temperature);
-        if (acc >= u) return v;
-    }
-    return V - 1;
-}
-
-// a sampled token as text: its bytes (GPT-2's tokenizer, or a byte-level vocabulary), else its id
-static void print_token(const Tokenizer* tok, int token, int vocab) {
-    size_t len = 0;
-    const char* bytes = tok ? tokenizer_token_bytes(tok, token, &len) : NULL;
-    if (tok ? token == tok->eod : vocab <= BYTE_VOCAB_SIZE && token == BYTE_EOD) printf("\n<|endoftext|>\n");
-    else if (tok) fwrite(bytes, 1, len, stdout);
-    else if (vocab <= BYTE_VOCAB_SIZE) putchar(token);
-    else printf("%d ", token);
-}
-
-// Sampling reuses the training arena for one sequence of the context's length: the model
-// runs on m->B x m->T tokens, and any smaller shape fits the arena (it is set back after).
-// The context starts as the prompt's last T tokens (encode_prompt's); with a tokenizer, only
-// its ids are drawn (a larger, padded --vocab-size has ids it cannot print).
 static void generate(Trainer* t) {
-    GPT* m = &t->model;
+    const Config* a = &t->config;
     const Tokenizer* tok = t->tokenizer.vocab_size ? &t->tokenizer : NULL;
-    int B = m->B, T = m->T, V = tok ? tok->vocab_size : t->config.model.vocab_size;
-    int* ctx = (int*)callocCheck(T, sizeof(int));
-    float* logits = (float*)mallocCheck((size_t)m->vocab_local * sizeof(float));
-    const char* prompt = t->config.generate_prompt ? t->config.generate_prompt : "";
-    int len = t->prompt.n < (size_t)T ? (int)t->prompt.n : T;
-    memcpy(ctx, t->prompt.ids + t->prompt.n - len, len * sizeof(int));
-    sample_state = (uint64_t)t->config.model.seed;
-    printf("---------- sample (%d tokens, temperature %.2f) ----------\n%s", t->config.generate_tokens,
-           t->config.temperature, prompt);
-    for (int i = 0; i < t->config.generate_tokens; i++) {
-        if (stop_requested) {   // a stop signal ends sampling too (the same signal again, at once)
-            printf("\n[sampling stopped by %s after %d of %d tokens]", signal_name(stop_requested), i,
-                   t->config.generate_tokens);
-            break;
-        }
-        m->B = 1;
-        m->T = len;
-        host_to_dev(m->slots[0].tokens, ctx, len * sizeof(int));
-        host_to_dev(m->slots[0].targets, ctx, len * sizeof(int));
-        gpt_forward(m, 0);
-        dev_floatX_to_floats(logits, m->logits + (size_t)(len - 1) * m->vocab_local, m->vocab_local);
-        int next = sample_next(logits, V, t->config.temperature);
-        print_token(tok, next, V);
-        if (len == T) {   // slide the window
-            memmove(ctx, ctx + 1, (T - 1) * sizeof(int));
-            len--;
-        }
-        ctx[len++] = next;
-    }
-    printf("\n------------------------------------------------------\n");
-    fflush(stdout);
-    m->B = B;
-    m->T = T;
-    free(ctx);
-    free(logits);
+    int V = a->model.vocab_size;
+    GenerateOptions o = {a->generate_tokens, a->temperature, a->top_k, a->top_p,
+                         (uint64_t)(a->generate_seed ? a->generate_seed : a->model.seed),
+                         tok ? tok->eod : V <= BYTE_VOCAB_SIZE && V > BYTE_EOD ? BYTE_EOD : -1, a->generate_ignore_eod,
+                         tok ? tok->vocab_size : V, tok, a->generate_prompt ? a->generate_prompt : "", &stop_requested,
+                         signal_name};
+    on_stop_signals(request_stop);   // a signal ends generation after the token in hand (twice: at once)
+    generate_tokens(&t->model, &o, t->prompt.ids, (int)t->prompt.n);
 }
 
 // ----------------------------------------------------------------------------
 // the run
 
 // the valid (split 1) or test (split 2) loss, printed; NAN where the split is absent
-static float run_evaluation(Trainer* t, int split, const char* what) {
+static float run_evaluation(Trainer* t, int split, const char* prefix) {
     if (t->config.eval_iters == 0 || !data_splits_has(&t->data, split)) return NAN;
     Loader* l = split == 1 ? &t->valid : &t->test;
     activity_phase(split == 1 ? "validation" : "test", t->progress.iteration, -1);
     trace_begin("evaluation", "evaluation", ON_COMPUTE_STREAM);
     float loss = evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size);
     trace_end();
-    print_eval(what, loss);
+    print_eval(prefix, loss);
     if (split == 1) {   // the test loss is printed, not written
         tensorboard_pair(t, "lm loss validation", loss);
         tensorboard_pair(t, "lm loss validation ppl", exp(loss));
         tensorboard_flush(&t->tensorboard);
     }
+    return loss;
+}
+
+// after training, or alone (--skip-train): the validation and the test loss (Megatron-LM's
+// do_valid and do_test); returns the validation loss
+static float evaluate_at_the_end(Trainer* t) {
+    char valid[64], test[64];
+    snprintf(valid, sizeof(valid), "iteration %d on validation set", t->progress.iteration);
+    snprintf(test, sizeof(test), "iteration %d on test set", t->progress.iteration);
+    float loss = run_evaluation(t, 1, valid);
+    run_evaluation(t, 2, test);
     return loss;
 }
 
@@ -1157,6 +1194,11 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     long long tokens_start = t->progress.consumed_samples;
     int in_flight = 0;   // most micro-batches any stage held at once (1F1B: at most PP)
     on_stop_signals(request_stop);
+    if (t->config.skip_train) {   // Megatron's --skip-train: the evaluation alone, and/or a generation
+        evaluate_at_the_end(t);
+        if (t->config.generate_tokens > 0) generate(t);
+        return;
+    }
     while (t->progress.iteration < t->train_iters) {
         profile_start_if_due(t);
         double t0 = now_seconds(), waited0 = seconds_waited();
@@ -1183,19 +1225,17 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
             memset(&w, 0, sizeof(w));
         }
         if (t->progress.iteration % t->config.eval_interval == 0 && t->progress.iteration < t->train_iters) {
-            char what[64];
-            snprintf(what, sizeof(what), "validation loss at iteration %d", t->progress.iteration);
-            run_evaluation(t, 1, what);
+            char prefix[64];
+            snprintf(prefix, sizeof(prefix), "iteration %d", t->progress.iteration);
+            run_evaluation(t, 1, prefix);
         }
         int stop = after_step(t, start);
         profile_write_if_due(t, stop);
         if (stop) return;
     }
     save_checkpoint_once(t);
-    float valid_loss = run_evaluation(t, 1, "validation loss at the end of training");
-    run_evaluation(t, 2, "test loss at the end of training");
+    float valid_loss = evaluate_at_the_end(t);
     in_flight = max_over_world(in_flight);
-    watchdog_stop();   // sampling below runs on rank 0 alone, the others wait to finish
     if (grid.world_rank == 0) {
         int it = t->progress.iteration;
         long long samples = t->progress.consumed_samples - tokens_start;
@@ -1212,8 +1252,9 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
                    "%.1f%% of it\n", valid_loss, h, 100.0 * valid_loss / h);
         }
         fflush(stdout);
-        if (t->config.generate_tokens > 0) generate(t);
     }
+    if (t->config.generate_tokens > 0) generate(t);   // every rank
+    watchdog_stop();
 }
 
 #ifndef TESTING

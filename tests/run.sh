@@ -7,7 +7,7 @@
 set -u
 cd "$(dirname "$0")/.."
 TESTS="rooms unicode_table fixtures kernels kernels_blas data preprocess_gpt2 tokenizer model cli parallel scale watchdog configs
-       check_cluster dry_run plan checkpoint crash_points hf tensorboard trace emu_kernels emu_train sass"
+       check_cluster dry_run plan checkpoint crash_points eval hf generate tensorboard trace emu_kernels emu_train sass"
 for name in "$@"; do
     case " $(echo $TESTS) " in
         *" $name "*) ;;

@@ -602,7 +602,7 @@ for how in alone launch; do
 done
 
 # a signal during sampling ends it (sampling once ran on for more than 10 minutes)
-$TRAIN $flags --train-iters 6 --generate-tokens 100000000 > $B/sampling.log 2>&1 &
+$TRAIN $flags --train-iters 6 --generate-tokens 100000000 --position-embedding-type alibi --generate-ignore-eod > $B/sampling.log 2>&1 &
 pid=$!
 for i in $(seq 300); do grep -q -- '---------- sample' $B/sampling.log 2> /dev/null && break; sleep 0.1; done
 kill -TERM $pid

@@ -165,7 +165,7 @@ if grep -qE '^ iteration +8/ +8 \| consumed samples: +32 \|.*lm loss: [0-9.E+-]+
 else bad "log line in Megatron's shape" "$(grep iteration "$tmp/a" | tail -1)"; fi
 
 # sampling after training prints the prompt and the requested number of new tokens
-./train_cpu $base --generate-tokens 40 --generate-prompt "The" > "$tmp/gen" 2>&1
+./train_cpu $base --generate-tokens 40 --generate-prompt "The" --max-position-embeddings 64 --generate-ignore-eod > "$tmp/gen" 2>&1
 sample=$(sed -n '/^---------- sample/,/^-------------------/p' "$tmp/gen" | sed '1d;$d')
 if [ "${sample:0:3}" = "The" ] && [ "$(printf '%s' "$sample" | wc -c)" -ge 40 ]; then ok "sampling prints the prompt and new tokens"
 else bad "sampling prints the prompt and new tokens" "$(tail -5 "$tmp/gen")"; fi

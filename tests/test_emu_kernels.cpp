@@ -916,6 +916,29 @@ static void test_ptx_layouts(void) {
     dev_free(dA), dev_free(dB), dev_free(dC), dev_free(dD), dev_free(dtile), dev_free(dout);
 }
 
+// generation's attention: one sequence in pieces of `pieces` rows through kv_cache_append and
+// attention_decode, against the C references on the same floatX values. The cache is a copy:
+// the same bits. The output is fp32 math rounded once (X_OUT). T = 21 keys: more than the
+// block's 8 warps, so warps take several keys and some none at the first rows; HS = 64 (2
+// dimensions a lane), 7 and 80 (lanes without a dimension, a lane's third one partly there).
+static void test_attention_decode(int NH, int HS, Alibi alibi) {
+    const int T = 21, pieces[3] = {1, 4, 16}, row = 3 * NH * HS;
+    const size_t n_cache = (size_t)T * 2 * NH * HS, n_out = (size_t)T * NH * HS;
+    Vec qkv = random_vec((size_t)T * row, 1.5f, true), cache(n_cache, 0.0f), out(n_out, 0.0f);
+    floatX *d_qkv = to_dev_x(qkv), *d_cache = to_dev_x(cache), *d_out = to_dev_x(out);
+    for (int k = 0, pos0 = 0; k < 3; pos0 += pieces[k++]) {
+        kv_cache_append_cpu(cache.data(), qkv.data() + (size_t)pos0 * row, pieces[k], pos0, NH, HS);
+        attention_decode_cpu(out.data() + (size_t)pos0 * NH * HS, cache.data(), qkv.data() + (size_t)pos0 * row, pieces[k],
+                             pos0, NH, HS, alibi);
+        kv_cache_append(d_cache, d_qkv + (size_t)pos0 * row, pieces[k], pos0, NH, HS);
+        attention_decode(d_out + (size_t)pos0 * NH * HS, d_cache, d_qkv + (size_t)pos0 * row, pieces[k], pos0, NH, HS, alibi);
+    }
+    std::string with = " HS=" + std::to_string(HS) + (alibi.heads ? " (ALiBi)" : "");
+    check(same_bits(from_dev_x(d_cache, n_cache), cache), (FLOATX_NAME " kv_cache_append: the same bits" + with).c_str(),
+          "the caches differ");
+    compare(("attention_decode out" + with).c_str(), from_dev_x(d_out, n_out), out, X_OUT);
+}
+
 // the fused attention's checks alone: tests/test_emu.sh's planted bugs run these
 static void test_flash_attention_shapes(void) {
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
@@ -959,6 +982,9 @@ int main(int argc, char** argv) {
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     test_attention(none);
     test_attention(heads_2_to_4_of_5);
+    test_attention_decode(3, 64, none);
+    test_attention_decode(2, 7, heads_2_to_4_of_5);
+    test_attention_decode(2, 80, heads_2_to_4_of_5);
     test_ptx_layouts();
     test_flash_attention_shapes();
     test_gelu();

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/test_hf.sh [DATA_PREFIX] — the Hugging Face export (issue 5, item 6).
+# tests/test_hf.sh [DATA_PREFIX] — the Hugging Face export (issue 5, item 6) and import (issue 36).
 #   Everywhere: tests/hf_logits writes a checkpoint of a randomized small model, exports it,
 #   and the export's layout is checked with shell tools (safetensors header: names, shapes,
 #   byte ranges; the word embedding's bytes; config.json fields); corrupt, truncated and
@@ -9,11 +9,18 @@
 #   one SKIP line; a FAIL with REQUIRE_TRANSFORMERS=1, as CI sets).
 #   With DATA_PREFIX: the same for a checkpoint that ./train_cpu saved from a 2-rank
 #   tensor-parallel run, so the export reads what the trainer really writes.
+#   The import (with transformers): tests/hf_models.py makes small random GPT-2 and Bloom
+#   models (odd vocabularies, 2, 3, 4 and 6 heads of 24, 40 and other sizes, n_inner unset and
+#   set; F32, F16 and BF16; two sharded); ./train_cpu --import-hf writes each as a checkpoint;
+#   exporting it gives back every tensor bit for bit (the exact fp32 upcast of F16/BF16); the
+#   trainer's first loss on given tokens equals transformers' within 1e-5 relative, with
+#   --load at (TP,PP,DP) = (1,1,1) and with --load --finetune at (2,2,2); and every refusal is
+#   one line naming the file and key or tensor, exit status 2, --save untouched.
 set -u
 cd "$(dirname "$0")/.."
 B=tests/build/hf
 rm -rf $B && mkdir -p $B
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
 failed=0
 ok() { echo "PASS $1"; }
@@ -224,4 +231,133 @@ if [ -n "$data" ] && [ -x ./train_cpu ]; then
         compare_logits trained $B/out_trained $tck $TOKENS
     else bad "export of a checkpoint saved by train_cpu" "$(tail -3 $B/train.log; cat $B/export_trained.log)"; fi
 fi
+
+# ---- the import: transformers' models into checkpoints (needs transformers, ./train_cpu, ./preprocess)
+if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; then
+    HM=$B/models
+    if ! $PY tests/hf_models.py make $HM > $B/models.log 2>&1; then bad "tests/hf_models.py make" "$(tail -3 $B/models.log)"; fi
+    T=16   # tests/hf_models.py's tokens per sample
+    # the model flags of a checkpoint's config lines (until the trainer takes them from --load)
+    model_flags() {  # ITER_DIR
+        awk '$1 == "config" && $2 ~ /^(num_layers|hidden_size|num_attention_heads|ffn_hidden_size|max_position_embeddings|vocab_size)$/ {
+                 gsub("_", "-", $2); printf " --%s %s", $2, $3 }
+             $1 == "config" && $2 == "embed_layernorm" && $3 == 1 { printf " --embed-layernorm" }
+             $1 == "config" && $2 == "position_embedding_type" { printf " --position-embedding-type %s", $3 }' $1/metadata.txt
+    }
+    # the iteration-1 loss of two samples tokens[0..T] and [T..2T] with --lr 0, against transformers'
+    loss_check() {  # model NP TP PP extra-flags...
+        local m=$1 np=$2 tp=$3 pp=$4 label="$1 at (TP,PP,DP) = ($3,$4,$(($2 / ($3 * $4))))"; shift 4
+        local got want
+        mpirun --oversubscribe --bind-to none -np $np ./train_cpu --load $B/ck_$m $(model_flags $B/ck_$m/iter_0000000) \
+            --data-path $B/data_${m}_text_document --seq-length $T --split 100,0,0 --micro-batch-size 1 \
+            --global-batch-size 2 --train-iters 1 --lr 0 --log-interval 1 --eval-iters 0 \
+            --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp "$@" > $B/loss_$m.$np.log 2>&1
+        got=$(grep -o 'lm loss: [0-9.E+-]*' $B/loss_$m.$np.log | head -1 | cut -d' ' -f3)
+        want=$(cat $HM/$m/loss.txt)
+        if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }'; then
+            ok "import $label$([ $# -gt 0 ] && echo " $*"): first loss $got, transformers' $want (within 1e-5 relative)"
+        else bad "import $label: first loss" "ours '$got', transformers' $want: $(tail -2 $B/loss_$m.$np.log)"; fi
+    }
+    for m in gpt2_f32 gpt2_f16 gpt2_bf16_sharded bloom_f32 bloom_f16_sharded; do
+        if ./train_cpu --import-hf $HM/$m --save $B/ck_$m > $B/import_$m.log 2>&1 &&
+           grep -q "^imported $HM/$m as .*; wrote $B/ck_$m/iter_0000000 in" $B/import_$m.log &&
+           [ "$(cat $B/ck_$m/latest_checkpointed_iteration.txt)" = 0 ] && [ -z "$(ls $B/ck_$m | grep -v '^iter_0000000$\|^latest_checkpointed_iteration.txt$')" ]; then
+            ok "import $m: $(head -1 $B/import_$m.log | sed 's/.* as //; s/; wrote.*//')"
+        else bad "import $m" "$(cat $B/import_$m.log; ls $B/ck_$m 2>&1)"; continue; fi
+        rm -rf $B/back_$m
+        if ./train_cpu --load $B/ck_$m --export-hf $B/back_$m > $B/back_$m.log 2>&1; then
+            $PY tests/hf_models.py same $HM/$m $B/back_$m > $B/same_$m.log 2>&1
+            cat $B/same_$m.log
+            grep -q '^PASS' $B/same_$m.log || failed=$((failed + 1))
+        else bad "export of the imported $m" "$(cat $B/back_$m.log)"; fi
+        ./preprocess --input $HM/$m/tokens.txt --input-format text --tokenizer-type ids --vocab-size 100000 \
+            --output-prefix $B/data_$m > /dev/null
+        loss_check $m 1 1 1
+    done
+    if grep -q "^note: config.json has embd_pdrop 0.1, resid_pdrop 0.1, attn_pdrop 0.1: gridgpt trains without dropout" $B/import_gpt2_f32.log &&
+       ! grep -q '^note' $B/import_gpt2_f16.log; then ok "import: GPT2Config's dropout is noted (gridgpt trains without); nothing for a config without dropout"
+    else bad "import: the dropout note" "$(cat $B/import_gpt2_f32.log $B/import_gpt2_f16.log)"; fi
+    # every layout loads it (a fresh optimizer: --finetune or not is the same first step)
+    rm -rf $B/ft_gpt2_f16 $B/ft_bloom_f32
+    loss_check gpt2_f16 8 2 2 --finetune --save $B/ft_gpt2_f16
+    loss_check bloom_f32 8 2 2 --finetune --save $B/ft_bloom_f32
+    # the hub's layout (no "transformer." prefix, GPT-2's mask buffers saved) and a stored tied
+    # lm_head import to the very same checkpoint
+    for v in hub_layout tied; do
+        rm -rf $B/ck_$v
+        if ./train_cpu --import-hf $HM/good/$v --save $B/ck_$v > $B/import_$v.log 2>&1 &&
+           cmp -s $B/ck_$v/iter_0000000/tensors.bin $B/ck_gpt2_f32/iter_0000000/tensors.bin &&
+           cmp -s $B/ck_$v/iter_0000000/metadata.txt $B/ck_gpt2_f32/iter_0000000/metadata.txt; then
+            ok "import of the $v variant: the same checkpoint as the model's own save"
+        else bad "import of the $v variant" "$(cat $B/import_$v.log)"; fi
+    done
+    rm -rf $B/ck_seq $B/ck_seq128
+    if ! ./train_cpu --import-hf $HM/gpt2_f32 --save $B/ck_seq128 --seq-length 128 > $B/ck_seq128.log 2>&1 &&
+       grep -q 'more than n_positions 40' $B/ck_seq128.log && [ ! -e $B/ck_seq128 ]; then
+        ok "import --seq-length 128 (the flag's default, given) is taken too: refused as longer than n_positions 40"
+    else bad "import --seq-length 128" "$(cat $B/ck_seq128.log)"; fi
+    if ./train_cpu --import-hf $HM/gpt2_f32 --save $B/ck_seq --seq-length 20 > /dev/null 2>&1 &&
+       grep -q '^config seq_length 20$' $B/ck_seq/iter_0000000/metadata.txt &&
+       grep -q '^config max_position_embeddings 40$' $B/ck_seq/iter_0000000/metadata.txt; then
+        ok "import --seq-length 20: taken (n_positions 40 stays the position table)"
+    else bad "import --seq-length" "$(grep config $B/ck_seq/iter_0000000/metadata.txt 2>&1)"; fi
+
+    # refusals: one line naming the thing, exit status 2, --save as it was (here: never made)
+    import_refusal() {  # name needle hf-dir [flags...]
+        local name=$1 needle=$2 from=$3 status; shift 3
+        rm -rf $B/refused
+        ./train_cpu --import-hf $from --save $B/refused "$@" > $B/refusal.out 2> $B/refusal.err
+        status=$?
+        if [ $status -eq 2 ] && [ "$(wc -l < $B/refusal.err)" -eq 1 ] && grep -qF -- "$needle" $B/refusal.err &&
+           [ ! -e $B/refused ]; then ok "import refuses $name: $(cut -c 8-200 $B/refusal.err)"
+        else bad "import refuses $name" "status $status, --save $([ -e $B/refused ] && echo made || echo untouched): $(head -c 400 $B/refusal.err)"; fi
+    }
+    import_refusal "GELU's erf form" '"activation_function": "gelu" is GELU'"'"'s exact (erf) form' $HM/bad/gelu_erf
+    import_refusal "another LayerNorm eps" '"layer_norm_epsilon": 1e-06, but gridgpt'"'"'s LayerNorm uses 1e-05' $HM/bad/eps
+    import_refusal "tie_word_embeddings false" '"tie_word_embeddings": false unties the output layer' $HM/bad/untied_config
+    import_refusal "scale_attn_by_inverse_layer_idx" '"scale_attn_by_inverse_layer_idx": true divides' $HM/bad/inverse_layer_idx
+    import_refusal "unscaled attention" '"scale_attn_weights": false leaves' $HM/bad/unscaled
+    import_refusal "cross-attention" '"add_cross_attention": true adds cross-attention' $HM/bad/cross_attention
+    import_refusal "an unknown model_type" 'config.json: model_type "llama": gridgpt imports gpt2' $HM/bad/model_type
+    import_refusal "another architecture" 'architectures names GPT2ForSequenceClassification' $HM/bad/architecture
+    import_refusal "a config without n_layer" 'config.json: no "n_layer"' $HM/bad/no_n_layer
+    import_refusal "a config.json that is not JSON" 'config.json: not JSON: more text after the value at byte' $HM/bad/bad_json
+    import_refusal "Bloom's residual after the LayerNorm" '"apply_residual_connection_post_layernorm": true takes' $HM/bad/post_layernorm
+    import_refusal "Bloom with n_inner not 4 x hidden" '"n_inner": a width, but BloomForCausalLM'"'"'s MLP is 4 x hidden = 576 wide' $HM/bad/bloom_n_inner
+    import_refusal "a missing tensor" 'model.safetensors: no tensor transformer.h.1.mlp.c_fc.bias (nor h.1.mlp.c_fc.bias)' $HM/bad/missing
+    import_refusal "a tensor of the wrong shape" 'tensor transformer.ln_f.weight is [71], expected [72]' $HM/bad/shape
+    import_refusal "an unexpected tensor" 'unexpected tensor transformer.h.2.ln_1.weight: GPT2LMHeadModel' $HM/bad/extra
+    import_refusal "an untied lm_head" 'lm_head.weight differs from the word embedding transformer.wte.weight (first at element 0)' $HM/bad/untied
+    import_refusal "an F64 tensor" 'tensor transformer.ln_f.bias has dtype F64; gridgpt reads F32, F16 and BF16' $HM/bad/f64
+    import_refusal "a truncated file" 'bytes of data after its header (truncated?)' $HM/bad/truncated
+    import_refusal "overlapping tensors" 'overlap (bytes' $HM/bad/overlap
+    import_refusal "data_offsets that do not fit the shape" 'tensor transformer.ln_f.bias: data_offsets' $HM/bad/span
+    import_refusal "an index that maps a tensor to the wrong shard" 'model.safetensors.index.json: weight_map puts tensor' $HM/bad/index
+    import_refusal "a directory without safetensors" 'no model.safetensors nor model.safetensors.index.json' $HM/bad/no_tensors
+    import_refusal "a sequence longer than n_positions" 'a sequence length of 64 is more than n_positions 40' $HM/gpt2_f32 --seq-length 64
+    import_refusal "a model flag besides --seq-length" 'takes the model from '"$HM"'/gpt2_f32/config.json: drop --num-layers' $HM/gpt2_f32 --num-layers 3
+    # a --save that holds checkpoints is left exactly as it was (no lock, no .tmp, the same files)
+    listing() { find $1 -printf '%p %s %T@\n' | sort; }
+    before=$(listing $B/ck_gpt2_f32)
+    ./train_cpu --import-hf $HM/gpt2_f16 --save $B/ck_gpt2_f32 > $B/refusal.out 2> $B/refusal.err
+    status=$?
+    if [ $status -eq 2 ] && [ "$(wc -l < $B/refusal.err)" -eq 1 ] && grep -qF "already holds checkpoints (the latest: $B/ck_gpt2_f32/iter_0000000)" $B/refusal.err &&
+       [ "$before" = "$(listing $B/ck_gpt2_f32)" ]; then ok "import refuses a --save that holds checkpoints, and leaves it as it was"
+    else bad "import into a --save with checkpoints" "status $status: $(cat $B/refusal.err)"; fi
+    # a --save another job holds (its flock on gridgpt.lock) is not written
+    rm -rf $B/busy && mkdir -p $B/busy
+    flock -x $B/busy/gridgpt.lock sleep 30 &
+    holder=$!
+    sleep 0.3
+    ./train_cpu --import-hf $HM/gpt2_f16 --save $B/busy > $B/refusal.out 2> $B/refusal.err
+    status=$?
+    kill $holder 2> /dev/null; wait $holder 2> /dev/null
+    if [ $status -eq 2 ] && grep -qF -- "--save $B/busy is in use by another job" $B/refusal.err && [ ! -e $B/busy/iter_0000000 ] &&
+       [ ! -e $B/busy/latest_checkpointed_iteration.txt ]; then ok "import refuses a --save that another job holds"
+    else bad "import into a busy --save" "status $status: $(cat $B/refusal.err; ls $B/busy)"; fi
+    ./train_cpu --import-hf $HM/gpt2_f16 > $B/refusal.out 2> $B/refusal.err
+    status=$?
+    if [ $status -eq 2 ] && grep -qF -- "--import-hf $HM/gpt2_f16 needs --save DIR" $B/refusal.err; then ok "import without --save is refused"
+    else bad "import without --save" "status $status: $(cat $B/refusal.err)"; fi
+elif [ $have_transformers = yes ]; then bad "the import check" "./train_cpu and ./preprocess are needed (make cpu preprocess)"; fi
 [ $failed -eq 0 ]

@@ -542,6 +542,36 @@ static void test_attention(Alibi alibi) {
     free_buffers();
 }
 
+// generation's attention: one sequence (B = 1) decoded in pieces of 1, 3, 2 and 5 rows, each
+// piece's keys and values appended to a cache whose rows not yet written hold NaN (a read past
+// the causal limit shows), against attention_forward on the whole sequence at once: the same
+// scores, softmax and sums in another order, ~1e-6 of the scale like attention_forward itself
+static void test_attention_decode(Alibi alibi) {
+    const int T = 11, NH = 3, HS = 7, pieces[4] = {1, 3, 2, 5}, row = 3 * NH * HS;
+    const char* with = alibi.heads ? " (ALiBi)" : "";
+    char name[160];
+    float* qkv = random_floats((size_t)T * row, -1.5f, 1.5f);
+    float *want = new_floats((size_t)T * NH * HS), *att = new_floats((size_t)NH * T * T);
+    attention_forward(want, att, NULL, NULL, qkv, 1, T, NH, HS, alibi);
+    float *cache = filled_floats((size_t)T * 2 * NH * HS, NAN), *got = filled_floats((size_t)T * NH * HS, NAN);
+    for (int k = 0, pos0 = 0; k < 4; pos0 += pieces[k++]) {
+        kv_cache_append(cache, qkv + (size_t)pos0 * row, pieces[k], pos0, NH, HS);
+        attention_decode(got + (size_t)pos0 * NH * HS, cache, qkv + (size_t)pos0 * row, pieces[k], pos0, NH, HS, alibi);
+    }
+    double* want_d = doubles_of(want, (size_t)T * NH * HS);
+    snprintf(name, sizeof(name), "attention_decode over a KV cache, in pieces of 1, 3, 2, 5 rows = attention_forward%s", with);
+    expect_close(name, got, NULL, want_d, (size_t)T * NH * HS, 1e-5);
+    size_t wrong = 0;   // the cache holds each position's k and v as they were in qkv
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++)
+            for (int d = 0; d < HS; d++)
+                wrong += cache[kv_cache_index(t, h, 0, NH, HS) + d] != qkv[qkv_index(0, t, h, 1, T, NH, HS) + d] ||
+                         cache[kv_cache_index(t, h, 1, NH, HS) + d] != qkv[qkv_index(0, t, h, 2, T, NH, HS) + d];
+    snprintf(name, sizeof(name), "kv_cache_append: every position's keys and values, exactly%s", with);
+    check(wrong == 0, name, "%zu elements differ", wrong);
+    free_buffers();
+}
+
 // ----------------------------------------------------------------------------
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 
@@ -882,6 +912,8 @@ int main(int argc, char** argv) {
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     test_attention(none);
     test_attention(heads_2_to_4_of_5);
+    test_attention_decode(none);
+    test_attention_decode(heads_2_to_4_of_5);
     test_gelu();
     test_crossentropy();
     for (int same = 1; same >= 0; same--) {

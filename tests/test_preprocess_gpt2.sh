@@ -159,7 +159,8 @@ expect_refusal "an unknown --tokenizer-type" "--tokenizer-type GPT2Tokenizer" $B
 # ---- the trainer on GPT-2 tokens: the prompt encoded, the sample decoded
 train="--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4
        --train-iters 3 --eval-iters 1 --split 90,10,0 --data-cache-path $B/cache"
-./train_cpu --data-path $B/w1_text_document $train $GPT2 --generate-tokens 20 --generate-prompt "The" > $B/train.log 2>&1
+./train_cpu --data-path $B/w1_text_document $train $GPT2 --generate-tokens 20 --generate-prompt "The" --max-position-embeddings 32 \
+    --generate-ignore-eod > $B/train.log 2>&1
 status=$?
 sample=$(sed -n '/^---------- sample/,/^-------------------/p' $B/train.log | sed '1d;$d')
 if [ $status -eq 0 ] && [ "${sample:0:3}" = "The" ] && [ "$(printf '%s' "$sample" | wc -c)" -gt 23 ] &&
@@ -179,8 +180,8 @@ expect_train_error() {  # NAME NEEDLE ARGS...: exit 2, exactly one line on stder
     else bad "train_cpu refuses $name" "status $status, $lines stderr line(s): $(head -c 300 $B/err)"; fi
 }
 ./preprocess --input $B/corpus.jsonl --output-prefix $B/bytes --append-eod > /dev/null
-expect_train_error "a vocabulary smaller than the tokenizer's" "--vocab-file $G/encoder.json has 50257 tokens, more than the model's vocabulary of 257" \
-    --data-path $B/bytes_text_document $train $GPT2
+expect_train_error "a --vocab-size other than the tokenizer's" "--vocab-file $G/encoder.json has 50257 tokens, but the model's vocabulary (--vocab-size) has 257" \
+    --data-path $B/bytes_text_document $train $GPT2 --vocab-size 257
 expect_train_error "--vocab-file without --tokenizer-type" "--vocab-file goes with --tokenizer-type GPT2BPETokenizer" \
     --data-path $B/w1_text_document $train --vocab-file $G/encoder.json --merge-file $G/vocab.bpe
 expect_train_error "GPT2BPETokenizer without --merge-file" "--tokenizer-type GPT2BPETokenizer needs --vocab-file VOCAB.json and --merge-file" \

@@ -1,0 +1,1175 @@
+/*
+hf.h — Hugging Face models in and out: the export of a checkpoint as transformers'
+GPT2LMHeadModel or BloomForCausalLM (config.json and model.safetensors), and the import of
+such a model (one model.safetensors, or shards named by model.safetensors.index.json) as a
+gridgpt checkpoint at iteration 0 with a fresh optimizer, which any grid can --load.
+
+Its own room because it is one concern on top of checkpoint.h: it reads and writes
+checkpoints only through that room's pieces (checkpoint_meta_read, canonical_layout,
+prepare_save_dir, finish_save), and knows each tensor's Hugging Face names and layout from
+gpt.h's tensor table and each config field's config.json key from GPT_CONFIG_FIELDS.
+Nothing is read whole: one tensor at a time passes through memory, either way. The JSON it
+reads (config.json, the safetensors header, the shard index) goes through a small reader
+of its own (JSON's whole grammar; no library).
+
+Interface: export_hf, import_hf (rank 0 alone calls each; the trainer's other ranks wait).
+*/
+#pragma once
+#include <sys/stat.h>
+
+// ----------------------------------------------------------------------------
+// Hugging Face export: a checkpoint's weights as transformers' GPT2LMHeadModel (learned
+// positions) or BloomForCausalLM (ALiBi and the embedding LayerNorm).
+// export_hf(DIR/iter_0000100, OUT, &arch) reads metadata.txt and the weight section of
+// tensors.bin (one tensor at a time, each verified against its CRC-32) and writes
+// OUT/config.json and OUT/model.safetensors, loadable with from_pretrained(OUT). The tensor
+// table gives each tensor's names (hf_name for GPT-2, bloom_name) and how it changes:
+//   - GPT-2's projections are Conv1D layers, whose weight is [in, out]: the transpose of
+//     our Linear [out, in] (hf_transpose);
+//   - our QKV rows are grouped per head, [q|k|v] of head 0, then of head 1, ... (Megatron's
+//     layout, see qkv_index in kernels.cuh), GPT-2's columns are [all q | all k | all v] (hf_qkv);
+//   - Bloom keeps both as we do (nn.Linear, and its fused QKV is viewed as [heads, 3, head
+//     size]): its tensors are copied as they are, under Megatron's part names;
+//   - the LM head is tied to the word embedding (tie_word_embeddings), so as transformers'
+//     save_pretrained does, lm_head.weight is not stored.
+// safetensors: 8 bytes little-endian length of a JSON header, the header (padded with
+// spaces to a multiple of 8), then the tensors' bytes back to back in the header's order.
+// A model the architecture cannot express is refused naming what is missing.
+
+typedef enum { HF_AUTO, HF_GPT2, HF_BLOOM } HFArchitecture;   // --export-hf-architecture's order
+
+static const char* hf_class_name(HFArchitecture arch) { return arch == HF_BLOOM ? "BloomForCausalLM" : "GPT2LMHeadModel"; }
+
+// how the architecture names and stores table tensor d
+typedef struct {
+    const char* name;
+    int transpose, regroup_qkv;
+} HFTensor;
+
+static HFTensor hf_tensor(const TensorDesc* d, HFArchitecture arch) {
+    HFTensor gpt2 = {d->hf_name, d->hf_transpose, d->hf_qkv}, bloom = {d->bloom_name, 0, 0};
+    return arch == HF_BLOOM ? bloom : gpt2;
+}
+
+// 0 when the model of config c can be written as arch, else 1 with why in err
+static int hf_refusal(const GPTConfig* c, HFArchitecture arch, const char* ckpt, char* err, size_t errlen) {
+    int alibi = c->position_embedding_type == POSITION_ALIBI;
+    if (arch == HF_GPT2 && alibi)
+        return error_line(err, errlen, "checkpoint %s uses ALiBi (--position-embedding-type alibi), which GPT2LMHeadModel "
+                          "cannot express (it learns positions): export it as bloom", ckpt);
+    if (arch == HF_BLOOM && !alibi)
+        return error_line(err, errlen, "checkpoint %s has learned position embeddings, which BloomForCausalLM has no place "
+                          "for (it uses ALiBi): export it as gpt2", ckpt);
+    if (arch == HF_BLOOM && !c->embed_layernorm)
+        return error_line(err, errlen, "checkpoint %s has no embedding LayerNorm (--embed-layernorm), which "
+                          "BloomForCausalLM always applies", ckpt);
+    if (arch == HF_BLOOM && c->ffn_hidden_size != 4 * c->hidden_size)
+        return error_line(err, errlen, "checkpoint %s has --ffn-hidden-size %d, but BloomForCausalLM's MLP is 4 x "
+                          "hidden = %d wide", ckpt, c->ffn_hidden_size, 4 * c->hidden_size);
+    return 0;
+}
+
+// tensor i of the weight section into out (rows * cols floats), verified against its CRC
+static int ckpt_read_tensor(const CheckpointMeta* ck, FILE* bin, int i, float* out, char* err, size_t errlen) {
+    const CkptTensor* t = &ck->tensors[i];
+    size_t bytes = (size_t)t->rows * t->cols * sizeof(float);
+    if (fseeko(bin, (off_t)(ck->section_offset[0] + t->offset), SEEK_SET) != 0 || fread(out, 1, bytes, bin) != bytes)
+        return error_line(err, errlen, "checkpoint %s: cannot read tensor %s", ck->bin_path, t->name);
+    uint32_t crc = crc32_update(0, out, bytes);
+    if (crc != t->crc[0])
+        return error_line(err, errlen, "checkpoint %s: tensor %s (weight) fails its checksum (%08x, expected %08x)",
+                          ck->bin_path, t->name, crc, t->crc[0]);
+    return 0;
+}
+
+// GPT-2's row r of the fused QKV output (r = which * C + h * HS + d) is our row
+// qkv_index(0, 0, h, which, 1, NH, HS) + d, i.e. h * 3 * HS + which * HS + d
+static int hf_qkv_source_row(int r, int C, int NH) {
+    int HS = C / NH, which = r / C, h = (r % C) / HS, d = r % HS;
+    return (int)qkv_index(0, 0, h, which, 1, NH, HS) + d;
+}
+
+static void hf_transform(const TensorDesc* d, HFTensor h, const float* src, float* dst, int C, int NH) {
+    for (int r = 0; r < d->valid_rows; r++) {
+        const float* row = src + (size_t)(h.regroup_qkv ? hf_qkv_source_row(r, C, NH) : r) * d->cols;
+        for (int c = 0; c < d->cols; c++) {
+            if (h.transpose) dst[(size_t)c * d->valid_rows + r] = row[c];
+            else dst[(size_t)r * d->cols + c] = row[c];
+        }
+    }
+}
+
+// config.json: the model fields that have a name in the architecture's config (gpt.h's list),
+// then its constants (no dropout, LayerNorm eps 1e-5, GELU's tanh form, tied embeddings)
+static int hf_write_config(const GPTConfig* c, HFArchitecture arch, const char* out_dir, char* err, size_t errlen) {
+    char path[4200], tmp[4300], value[64];
+    snprintf(path, sizeof(path), "%s/config.json", out_dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* f = create_temporary(tmp);
+    if (!f) return error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n", hf_class_name(arch),
+            arch == HF_BLOOM ? "bloom" : "gpt2");
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
+        const ConfigField* field = &MODEL_FIELDS[k];
+        const char* key = arch == HF_BLOOM ? field->hf_bloom : field->hf_gpt2;
+        int text = field->kind == FIELD_CHOICE || field->kind == FIELD_STRING;   // JSON strings; a switch: true/false
+        format_field(field, c, value, sizeof(value));
+        if (field->kind == FIELD_SWITCH) snprintf(value, sizeof(value), "%s", strcmp(value, "0") ? "true" : "false");
+        if (key) fprintf(f, "  \"%s\": %s%s%s,\n", key, text ? "\"" : "", value, text ? "\"" : "");
+    }
+    if (arch == HF_BLOOM)   // Bloom's GELU is the tanh form always; no residual from after the LayerNorm
+        fprintf(f, "  \"hidden_dropout\": 0.0,\n  \"attention_dropout\": 0.0,\n"
+                   "  \"apply_residual_connection_post_layernorm\": false,\n  \"pretraining_tp\": 1,\n"
+                   "  \"slow_but_exact\": false,\n");
+    else
+        fprintf(f, "  \"activation_function\": \"gelu_new\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
+                   "  \"attn_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n  \"scale_attn_by_inverse_layer_idx\": false,\n"
+                   "  \"reorder_and_upcast_attn\": false,\n");
+    // bos/eos: the end-of-document token is the vocabulary's last id for GPT-2's BPE (50256),
+    // our byte tokenizer (256) and the ids tokenizer run with --vocab-size N+1 (N)
+    fprintf(f,
+            "  \"layer_norm_epsilon\": 1e-05,\n  \"tie_word_embeddings\": true,\n  \"bos_token_id\": %d,\n"
+            "  \"eos_token_id\": %d,\n  \"use_cache\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
+            c->vocab_size - 1, c->vocab_size - 1);
+    return commit_file(f, tmp, path, err, errlen);
+}
+
+// the safetensors header of the table's tensors, padded to a multiple of 8 (malloc'd)
+static char* hf_header(const GPT* whole, HFArchitecture arch, size_t* len_out) {
+    size_t cap = 64 + (size_t)whole->num_tensors * 256, len = 0, data = 0;
+    char* header = (char*)mallocCheck(cap);
+    len += snprintf(header + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < whole->num_tensors; i++) {
+        const TensorDesc* d = &whole->tensors[i];
+        HFTensor h = hf_tensor(d, arch);
+        size_t bytes = canonical_bytes(d);
+        int rows = h.transpose ? d->cols : d->valid_rows, cols = h.transpose ? d->valid_rows : d->cols;
+        char shape[48];
+        if (d->cols > 1) snprintf(shape, sizeof(shape), "%d,%d", rows, cols);
+        else snprintf(shape, sizeof(shape), "%d", rows);
+        len += snprintf(header + len, cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                        h.name, shape, data, data + bytes);
+        data += bytes;
+    }
+    len += snprintf(header + len, cap - len, "}");
+    while (len % 8) header[len++] = ' ';   // the data starts 8-byte aligned, as safetensors writes it
+    *len_out = len;
+    return header;
+}
+
+// the header, then each tensor (transformed where the architecture stores it otherwise) into
+// f; memory: the largest tensor, plus the largest transformed one
+static int hf_write_tensors(const CheckpointMeta* ck, const GPT* whole, HFArchitecture arch, FILE* bin, FILE* f,
+                            const char* tmp, char* err, size_t errlen) {
+    size_t len, largest = 1, largest_changed = 1;
+    char* header = hf_header(whole, arch, &len);
+    for (int i = 0; i < whole->num_tensors; i++) {
+        const TensorDesc* d = &whole->tensors[i];
+        HFTensor h = hf_tensor(d, arch);
+        largest = canonical_bytes(d) > largest ? canonical_bytes(d) : largest;
+        if ((h.transpose || h.regroup_qkv) && canonical_bytes(d) > largest_changed) largest_changed = canonical_bytes(d);
+    }
+    float* src = (float*)mallocCheck(largest);
+    float* dst = (float*)mallocCheck(largest_changed);
+    uint8_t len_le[8];
+    for (int b = 0; b < 8; b++) len_le[b] = (uint8_t)((uint64_t)len >> (8 * b));
+    int status = 0;
+    if (fwrite(len_le, 1, 8, f) != 8 || fwrite(header, 1, len, f) != len)
+        status = error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    for (int i = 0; i < whole->num_tensors && status == 0; i++) {
+        const TensorDesc* d = &whole->tensors[i];
+        HFTensor h = hf_tensor(d, arch);
+        int changed = h.transpose || h.regroup_qkv;
+        status = ckpt_read_tensor(ck, bin, i, src, err, errlen);
+        if (status == 0 && changed) hf_transform(d, h, src, dst, ck->cfg.hidden_size, ck->cfg.num_attention_heads);
+        if (status == 0 && fwrite(changed ? dst : src, 1, canonical_bytes(d), f) != canonical_bytes(d))
+            status = error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    }
+    free(src);
+    free(dst);
+    free(header);
+    return status;
+}
+
+static int hf_write_safetensors(const CheckpointMeta* ck, const GPT* whole, HFArchitecture arch, const char* out_dir,
+                                char* err, size_t errlen) {
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof(path), "%s/model.safetensors", out_dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* bin = fopen(ck->bin_path, "rb");
+    if (!bin) return error_line(err, errlen, "checkpoint %s: %s", ck->bin_path, strerror(errno));
+    FILE* f = create_temporary(tmp);
+    int status = f ? hf_write_tensors(ck, whole, arch, bin, f, tmp, err, errlen)
+                   : error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    fclose(bin);
+    if (f && status == 0) status = commit_file(f, tmp, path, err, errlen);
+    else if (f) {
+        fclose(f);
+        remove(tmp);
+    }
+    return status;
+}
+
+// Export the checkpoint in checkpoint_iter_dir (a DIR/iter_NNNNNNN directory) as a
+// transformers model in out_dir (created if missing): config.json and model.safetensors,
+// each written under a .tmp name and renamed. *arch: GPT-2, Bloom, or HF_AUTO (Bloom for an
+// ALiBi model, else GPT-2), replaced by the one written. Returns 0, or 1 with a one-line
+// reason in err (a missing or malformed file, a tensor failing its checksum, a model the
+// architecture cannot express). Reads one tensor at a time: memory is twice the largest
+// tensor. Only the weight section is read; the optimizer state is left alone.
+static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArchitecture* arch, char* err,
+                     size_t errlen) {
+    const uint32_t one = 1;
+    if (*(const uint8_t*)&one != 1)
+        return error_line(err, errlen, "export_hf: fp32 is copied as is, so a little-endian host is needed");
+    CheckpointMeta ck;
+    if (checkpoint_meta_read(checkpoint_iter_dir, &ck, err, errlen) != 0) {
+        checkpoint_meta_free(&ck);
+        return 1;
+    }
+    if (*arch == HF_AUTO) *arch = ck.cfg.position_embedding_type == POSITION_ALIBI ? HF_BLOOM : HF_GPT2;
+    GPT whole = canonical_table(&ck.cfg);
+    int status = hf_refusal(&ck.cfg, *arch, checkpoint_iter_dir, err, errlen);
+    for (int i = 0; i < whole.num_tensors && status == 0; i++)
+        if (!hf_tensor(&whole.tensors[i], *arch).name[0])
+            status = error_line(err, errlen, "checkpoint %s has %s, which %s has no place for", checkpoint_iter_dir,
+                                whole.tensors[i].name, hf_class_name(*arch));
+    if (status == 0 && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+        status = error_line(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
+    if (status == 0) status = hf_write_safetensors(&ck, &whole, *arch, out_dir, err, errlen);
+    if (status == 0) status = hf_write_config(&ck.cfg, *arch, out_dir, err, errlen);
+    gpt_free(&whole);
+    checkpoint_meta_free(&ck);
+    return status;
+}
+
+// ----------------------------------------------------------------------------
+// a small JSON reader (RFC 8259): config.json, the safetensors header, the shard index.
+// A document becomes an array of nodes; an array's or object's children follow each other
+// through `next`; strings (values and member names) are decoded into one pool, as UTF-8.
+
+typedef enum { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } JsonType;
+#define JSON_MAX_DEPTH 64
+
+typedef struct {
+    JsonType type;
+    int key;               // a member of an object: its name's offset in the pool; else -1
+    int str;               // a string: its offset in the pool
+    double number;
+    const char* text;      // a number: its text in the document (exact integers are read from it)
+    int text_len;
+    int child, next;       // the first child (array, object) and the next sibling; -1: none
+} JsonNode;
+
+typedef struct {
+    JsonNode* nodes;
+    int count, cap;
+    char* pool;
+    size_t pool_len, pool_cap;
+    const char *start, *p, *end;   // the document and where the parser is
+    const char* why;               // the first error (NULL: none)
+} Json;
+
+static int json_fail(Json* j, const char* why) {
+    if (!j->why) j->why = why;
+    return -1;
+}
+
+static int json_new(Json* j, JsonType type) {
+    if (j->count == j->cap) j->nodes = (JsonNode*)reallocCheck(j->nodes, (j->cap = j->cap ? 2 * j->cap : 256) * sizeof(JsonNode));
+    JsonNode* n = &j->nodes[j->count];
+    memset(n, 0, sizeof(*n));
+    n->type = type;
+    n->key = n->str = n->child = n->next = -1;
+    return j->count++;
+}
+
+static void json_skip_space(Json* j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
+}
+
+// the string whose opening quote is at j->p, decoded into the pool: its offset, or -1
+static int json_string(Json* j) {
+    size_t at = j->pool_len;
+    for (j->p++; j->p < j->end && *j->p != '"';) {
+        if (j->pool_len + 5 > j->pool_cap) j->pool = (char*)reallocCheck(j->pool, j->pool_cap = 2 * j->pool_cap + 256);
+        unsigned char c = (unsigned char)*j->p;
+        if (c < 0x20) return json_fail(j, "a control character in a string");
+        if (c != '\\') {
+            j->pool[j->pool_len++] = (char)c;
+            j->p++;
+            continue;
+        }
+        const char* why;
+        j->p++;
+        long cp = json_escape(&j->p, j->end, &why);   // tokenizer.h's, the vocabulary's reader
+        if (cp < 0) return json_fail(j, why);
+        if (cp == 0) return json_fail(j, "a \\u0000 in a string");   // (names are C strings)
+        j->pool_len += utf8_put(j->pool + j->pool_len, (uint32_t)cp);
+    }
+    if (j->p >= j->end) return json_fail(j, "an unterminated string");
+    if (j->pool_len + 1 > j->pool_cap) j->pool = (char*)reallocCheck(j->pool, j->pool_cap = 2 * j->pool_cap + 256);
+    j->pool[j->pool_len++] = '\0';
+    j->p++;
+    return (int)at;
+}
+
+static int json_digits(const char** q, const char* end) {
+    const char* s = *q;
+    while (*q < end && **q >= '0' && **q <= '9') ++*q;
+    return *q > s;
+}
+
+// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+static int json_number(Json* j) {
+    const char *s = j->p, *q = s;
+    if (q < j->end && *q == '-') q++;
+    if (q < j->end && *q == '0') q++;
+    else if (!json_digits(&q, j->end)) return json_fail(j, "a malformed number");
+    if (q < j->end && *q == '.' && (++q, !json_digits(&q, j->end))) return json_fail(j, "a malformed number");
+    if (q < j->end && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < j->end && (*q == '+' || *q == '-')) q++;
+        if (!json_digits(&q, j->end)) return json_fail(j, "a malformed number");
+    }
+    char text[64];
+    if (q - s >= (long)sizeof(text)) return json_fail(j, "a number of more than 63 characters");
+    memcpy(text, s, q - s);
+    text[q - s] = '\0';
+    int n = json_new(j, JSON_NUMBER);
+    j->nodes[n].number = strtod(text, NULL);
+    j->nodes[n].text = s;
+    j->nodes[n].text_len = (int)(q - s);
+    j->p = q;
+    return n;
+}
+
+static int json_value(Json* j, int depth);
+
+// an array or an object at j->p
+static int json_container(Json* j, int depth) {
+    int object = *j->p == '{', node = json_new(j, object ? JSON_OBJECT : JSON_ARRAY), last = -1;
+    char close = object ? '}' : ']';
+    j->p++;
+    json_skip_space(j);
+    if (j->p < j->end && *j->p == close) return j->p++, node;
+    for (;;) {
+        int key = -1;
+        if (object) {
+            json_skip_space(j);
+            if (j->p >= j->end || *j->p != '"') return json_fail(j, "expected a member's name");
+            if ((key = json_string(j)) < 0) return -1;
+            json_skip_space(j);
+            if (j->p >= j->end || *j->p != ':') return json_fail(j, "expected ':' after a member's name");
+            j->p++;
+        }
+        int child = json_value(j, depth + 1);
+        if (child < 0) return -1;
+        j->nodes[child].key = key;
+        if (last < 0) j->nodes[node].child = child;
+        else j->nodes[last].next = child;
+        last = child;
+        json_skip_space(j);
+        if (j->p < j->end && *j->p == ',') j->p++;
+        else if (j->p < j->end && *j->p == close) return j->p++, node;
+        else return json_fail(j, object ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+}
+
+static int json_value(Json* j, int depth) {
+    static const char* const LITERALS[3] = {"null", "false", "true"};
+    json_skip_space(j);
+    if (j->p >= j->end) return json_fail(j, "the text ends where a value was expected");
+    if (depth > JSON_MAX_DEPTH) return json_fail(j, "values nested more than 64 deep");
+    if (*j->p == '{' || *j->p == '[') return json_container(j, depth);
+    if (*j->p == '"') {
+        int n = json_new(j, JSON_STRING), s = json_string(j);
+        return s < 0 ? -1 : (j->nodes[n].str = s, n);
+    }
+    if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) return json_number(j);
+    for (int k = 0; k < 3; k++) {
+        size_t len = strlen(LITERALS[k]);
+        if ((size_t)(j->end - j->p) >= len && !memcmp(j->p, LITERALS[k], len)) {
+            j->p += len;
+            return json_new(j, (JsonType)(JSON_NULL + k));
+        }
+    }
+    return json_fail(j, "an unexpected character");
+}
+
+// Parse text[0, len): the root node (0), or -1 with a line in err naming path and the byte.
+// The nodes point into text (numbers' text): keep it while j is used; json_free frees j.
+static int json_parse(Json* j, const char* text, size_t len, const char* path, char* err, size_t errlen) {
+    memset(j, 0, sizeof(*j));
+    j->start = j->p = text;
+    j->end = text + len;
+    int root = json_value(j, 0);
+    json_skip_space(j);
+    if (root >= 0 && j->p < j->end) root = json_fail(j, "more text after the value");
+    if (root < 0) error_line(err, errlen, "%s: not JSON: %s at byte %zu", path, j->why, (size_t)(j->p - j->start));
+    return root;
+}
+
+static void json_free(Json* j) {
+    free(j->nodes);
+    free(j->pool);
+    memset(j, 0, sizeof(*j));
+}
+
+// the member `key` of object node obj, or -1 (the first, if a name repeats)
+static int json_get(const Json* j, int obj, const char* key) {
+    if (obj < 0 || j->nodes[obj].type != JSON_OBJECT) return -1;
+    for (int c = j->nodes[obj].child; c >= 0; c = j->nodes[c].next)
+        if (!strcmp(j->pool + j->nodes[c].key, key)) return c;
+    return -1;
+}
+
+static const char* json_str(const Json* j, int n) { return n >= 0 && j->nodes[n].type == JSON_STRING ? j->pool + j->nodes[n].str : NULL; }
+static const char* json_key(const Json* j, int n) { return j->pool + j->nodes[n].key; }
+
+// a non-negative integer written as digits only, below 2^62, into *v: 0, or 1 when it is not one
+static int json_uint(const Json* j, int n, uint64_t* v) {
+    if (n < 0 || j->nodes[n].type != JSON_NUMBER) return 1;
+    const JsonNode* x = &j->nodes[n];
+    *v = 0;
+    for (int i = 0; i < x->text_len; i++) {
+        if (x->text[i] < '0' || x->text[i] > '9' || *v >= ((uint64_t)1 << 58)) return 1;
+        *v = 10 * *v + (uint64_t)(x->text[i] - '0');
+    }
+    return 0;
+}
+
+static const char* json_type_name(const Json* j, int n) {
+    static const char* const NAMES[7] = {"null", "false", "true", "a number", "a string", "an array", "an object"};
+    return n < 0 ? "absent" : NAMES[j->nodes[n].type];
+}
+
+// a small file whole (config.json, the index) into a malloc'd buffer; NULL with a line in err
+static char* read_small_file(const char* path, size_t most, size_t* len, char* err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > most) {
+        if (fd < 0 || !S_ISREG(st.st_mode)) error_line(err, errlen, "%s: %s", path, fd < 0 ? strerror(errno) : "not a regular file");
+        else error_line(err, errlen, "%s: %lld bytes, more than the %zu expected of it", path, (long long)st.st_size, most);
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
+    char* text = (char*)mallocCheck(st.st_size + 1);
+    ssize_t got = read(fd, text, st.st_size);
+    close(fd);
+    if (got != st.st_size) {
+        free(text);
+        error_line(err, errlen, "%s: cannot read it: %s", path, got < 0 ? strerror(errno) : "short read");
+        return NULL;
+    }
+    text[got] = '\0';
+    *len = (size_t)got;
+    return text;
+}
+
+// ----------------------------------------------------------------------------
+// Hugging Face import: import_hf(DIR, SAVE, ...) reads DIR/config.json and the tensors of
+// DIR/model.safetensors (or of the shards DIR/model.safetensors.index.json maps them to) and
+// writes SAVE/iter_0000000: a checkpoint at iteration 0 with a fresh optimizer (step 0,
+// Adam's moments zero, every counter 0), in the format checkpoint_save writes, through
+// checkpoint.h's own pieces. The inverse of the export:
+//   - config.json's model keys are read through gpt.h's field list (hf_gpt2, hf_bloom) and
+//     its constants checked: what our model would compute otherwise (GELU's erf form,
+//     another LayerNorm eps, untied output, attention scaled by the layer or not at all,
+//     cross-attention, Bloom's residual taken after the LayerNorm) is refused naming the key.
+//     Dropout is not (the weights are the same function) but noted: gridgpt trains without;
+//   - each tensor of the table is found under its transformers name, with or without the
+//     "transformer." prefix (a base model's save has none); its shape is checked; it is
+//     converted to fp32 (F16 and BF16 exactly); GPT-2's Conv1D weights are transposed back and
+//     its QKV regrouped per head; Bloom's are copied as they are (our layout);
+//   - GPT-2's attention-mask buffers (h.N.attn.bias, .masked_bias) are skipped, a stored
+//     lm_head.weight is accepted only as a bit-for-bit copy of the word embedding (tied), and
+//     any other tensor is refused.
+// safetensors (its format's whole definition): 8 bytes little-endian N, an N-byte JSON header
+// {name: {dtype, shape, data_offsets: [begin, end)}, "__metadata__": {...}}, then the data,
+// offsets counted from its start. Each header is checked against itself and the file's size
+// before a byte of data is read, and DIR is checked whole before SAVE is touched: a refusal
+// leaves SAVE as it was.
+
+enum { ST_F32, ST_F16, ST_BF16, ST_NUM_DTYPES };
+static const char* const ST_DTYPE_NAMES[ST_NUM_DTYPES] = {"F32", "F16", "BF16"};
+static const int ST_DTYPE_BYTES[ST_NUM_DTYPES] = {4, 2, 2};
+#define ST_MAX_DIMS 8
+#define ST_MAX_HEADER ((uint64_t)100 << 20)   // safetensors' own limit on the header
+
+typedef struct {
+    char* name;
+    int file, dtype, ndim, used;
+    uint64_t shape[ST_MAX_DIMS], numel;
+    uint64_t at, bytes;    // where its data lies in its file
+} StTensor;
+
+typedef struct {
+    char name[256], path[4500];
+    int fd;
+} StFile;
+
+// what import_hf reads of DIR
+typedef struct {
+    const char* dir;
+    char listing[4500];    // the file that lists the tensors: model.safetensors, or the shard index
+    HFArchitecture arch;
+    GPTConfig cfg;
+    StFile* files;
+    int num_files;
+    StTensor* tensors;
+    int num_tensors, cap;
+    unsigned dtypes_read;  // bit per ST_* dtype
+    char note[600];
+} HFModel;
+
+// what import_hf wrote, for the caller's summary
+typedef struct {
+    GPTConfig cfg;
+    HFArchitecture arch;
+    int tensors, files;    // tensors written; safetensors files read
+    char dtypes[16];       // the dtypes read: "F32", "BF16+F32"...
+    char note[600];        // "", or a line for the user (dropout in config.json)
+    char checkpoint[4300]; // SAVE/iter_0000000
+} HFImport;
+
+// fp16 to fp32, exactly (every fp16 value is an fp32 value)
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    if (exponent == 0) {   // zero or subnormal: mantissa x 2^-24
+        float v = (float)mantissa * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    uint32_t bits = sign | mantissa << 13 | (exponent == 0x1f ? 0x7f800000u : (exponent + 112) << 23);   // rebias 15 -> 127
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+static float bf16_to_f32(uint16_t h) {   // bf16 is fp32's upper half
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+static int pread_all(int fd, void* buf, size_t n, uint64_t at) {
+    for (size_t done = 0; done < n;) {
+        ssize_t k = pread(fd, (char*)buf + done, n - done, (off_t)(at + done));
+        if (k <= 0) return k == 0 ? (errno = EIO, -1) : -1;
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+static int pwrite_all(int fd, const void* buf, size_t n, uint64_t at) {
+    for (size_t done = 0; done < n;) {
+        ssize_t k = pwrite(fd, (const char*)buf + done, n - done, (off_t)(at + done));
+        if (k <= 0) return k == 0 ? (errno = EIO, -1) : -1;
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+// ---- config.json
+
+// the key of field f in the architecture's config.json (NULL: none)
+static const char* hf_key(const ConfigField* f, HFArchitecture arch, const Json* j, int root) {
+    if (arch == HF_BLOOM && f->offset == offsetof(GPTConfig, hidden_size) && json_get(j, root, "n_embed") >= 0)
+        return "n_embed";   // an older name, which BloomConfig takes over hidden_size
+    return arch == HF_BLOOM ? f->hf_bloom : f->hf_gpt2;
+}
+
+// the model fields that have a key in the architecture's config.json (gpt.h's list), read as
+// their flags would be; n_inner may be null (4 x hidden) and initializer_range absent (0.02,
+// transformers' default and ours)
+static int hf_read_fields(HFModel* hm, const Json* j, int root, const char* path, char* err, size_t errlen) {
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
+        const ConfigField* f = &MODEL_FIELDS[k];
+        const char* key = hf_key(f, hm->arch, j, root);
+        if (!key) continue;
+        int v = json_get(j, root, key), optional = f->offset == offsetof(GPTConfig, ffn_hidden_size) || f->kind == FIELD_FLOAT;
+        JsonType type = v < 0 ? JSON_NULL : j->nodes[v].type;
+        char text[64], why[512];
+        if (type == JSON_NULL && optional) continue;
+        if (type == JSON_NULL) return error_line(err, errlen, "%s: no \"%s\" (the model's %s)", path, key, f->name);
+        int number = f->kind == FIELD_INT || f->kind == FIELD_LONG || f->kind == FIELD_FLOAT;
+        if (f->kind == FIELD_SWITCH && (type == JSON_TRUE || type == JSON_FALSE)) {
+            *(int*)field_in(f, &hm->cfg) = type == JSON_TRUE;
+            continue;
+        }
+        if (number && type == JSON_NUMBER) snprintf(text, sizeof(text), "%.*s", j->nodes[v].text_len, j->nodes[v].text);
+        else if (f->kind == FIELD_CHOICE && type == JSON_STRING) snprintf(text, sizeof(text), "%s", json_str(j, v));
+        else return error_line(err, errlen, "%s: \"%s\" is %s, expected %s", path, key, json_type_name(j, v),
+                                f->kind == FIELD_SWITCH ? "true or false" : number ? "a number" : "a string");
+        if (parse_field(f, &hm->cfg, text, why, sizeof(why)))
+            return error_line(err, errlen, "%s: \"%s\": %s", path, key, why);
+    }
+    return 0;
+}
+
+// a true/false key (absent: transformers' default) that must be `want`, else `why` says so
+static int hf_check_switch(const Json* j, int root, const char* path, const char* key, int absent, int want,
+                           const char* why, char* err, size_t errlen) {
+    int v = json_get(j, root, key), value = absent;
+    if (v >= 0 && j->nodes[v].type != JSON_TRUE && j->nodes[v].type != JSON_FALSE)
+        return error_line(err, errlen, "%s: \"%s\" is %s, expected true or false", path, key, json_type_name(j, v));
+    if (v >= 0) value = j->nodes[v].type == JSON_TRUE;
+    return value == want ? 0 : error_line(err, errlen, "%s: \"%s\": %s %s", path, key, value ? "true" : "false", why);
+}
+
+// GPT-2's activation: the tanh form of GELU is ours, under any of transformers' names for it
+// (activations.py: gelu_new, gelu_pytorch_tanh, gelu_fast and gelu_accurate all compute
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))); "gelu" is the exact erf form
+static int hf_check_activation(const Json* j, int root, const char* path, char* err, size_t errlen) {
+    static const char* const TANH_GELU[] = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_accurate"};
+    int v = json_get(j, root, "activation_function");
+    const char* name = v < 0 ? "gelu_new" : json_str(j, v);   // (GPT2Config's default)
+    if (!name) return error_line(err, errlen, "%s: \"activation_function\" is %s, expected a string", path, json_type_name(j, v));
+    for (int k = 0; k < 4; k++)
+        if (!strcmp(name, TANH_GELU[k])) return 0;
+    int erf = !strcmp(name, "gelu") || !strcmp(name, "gelu_python");
+    return error_line(err, errlen, "%s: \"activation_function\": \"%s\" is %s; gridgpt's GELU is its tanh form "
+                      "(gelu_new, gelu_pytorch_tanh, gelu_fast or gelu_accurate)", path, name,
+                      erf ? "GELU's exact (erf) form" : "not GELU's tanh form");
+}
+
+// the architecture's constants: each must be what our model computes
+static int hf_check_constants(const HFModel* hm, const Json* j, int root, const char* path, char* err, size_t errlen) {
+    int v = json_get(j, root, "layer_norm_epsilon"), gpt2 = hm->arch == HF_GPT2;
+    if (v >= 0 && (j->nodes[v].type != JSON_NUMBER || (float)j->nodes[v].number != LAYERNORM_EPS))
+        return error_line(err, errlen, "%s: \"layer_norm_epsilon\": %.*s, but gridgpt's LayerNorm uses %g", path,
+                          v >= 0 && j->nodes[v].type == JSON_NUMBER ? j->nodes[v].text_len : 4,
+                          v >= 0 && j->nodes[v].type == JSON_NUMBER ? j->nodes[v].text : "null", LAYERNORM_EPS);
+    if (hf_check_switch(j, root, path, "tie_word_embeddings", 1, 1, "unties the output layer from the word embedding; "
+                        "gridgpt's is tied", err, errlen) ||
+        hf_check_switch(j, root, path, "add_cross_attention", 0, 0, "adds cross-attention to an encoder, which "
+                        "gridgpt's decoder has not", err, errlen))
+        return 1;
+    if (gpt2)
+        return hf_check_activation(j, root, path, err, errlen) ||
+               hf_check_switch(j, root, path, "scale_attn_weights", 1, 1, "leaves the attention scores unscaled; "
+                               "gridgpt divides them by sqrt(head size)", err, errlen) ||
+               hf_check_switch(j, root, path, "scale_attn_by_inverse_layer_idx", 0, 0, "divides layer l's attention "
+                               "scores by l + 1 too, which gridgpt does not", err, errlen);
+    v = json_get(j, root, "n_inner");   // (not BloomConfig's: its MLP is always 4 x hidden)
+    if (v >= 0 && j->nodes[v].type != JSON_NULL &&
+        (j->nodes[v].type != JSON_NUMBER || j->nodes[v].number != 4.0 * hm->cfg.hidden_size))
+        return error_line(err, errlen, "%s: \"n_inner\": %s, but BloomForCausalLM's MLP is 4 x hidden = %d wide", path,
+                          j->nodes[v].type == JSON_NUMBER ? "a width" : json_type_name(j, v), 4 * hm->cfg.hidden_size);
+    return hf_check_switch(j, root, path, "apply_residual_connection_post_layernorm", 0, 0, "takes the residual "
+                           "after the LayerNorm; gridgpt's is the LayerNorm's input", err, errlen);
+}
+
+// dropout changes training, not the function the weights compute: said, not refused
+static void hf_dropout_note(HFModel* hm, const Json* j, int root) {
+    static const char* const KEYS[] = {"embd_pdrop", "resid_pdrop", "attn_pdrop", "hidden_dropout", "attention_dropout"};
+    size_t len = 0;
+    for (int k = 0; k < 5; k++) {
+        int v = json_get(j, root, KEYS[k]);
+        if (v >= 0 && j->nodes[v].type == JSON_NUMBER && j->nodes[v].number != 0.0 && len < sizeof(hm->note) - 64)
+            len += snprintf(hm->note + len, sizeof(hm->note) - len, "%s%s %.*s", len ? ", " : "config.json has ", KEYS[k],
+                            j->nodes[v].text_len < 24 ? j->nodes[v].text_len : 24, j->nodes[v].text);
+    }
+    if (len) snprintf(hm->note + len, sizeof(hm->note) - len, ": gridgpt trains without dropout (the weights are "
+                      "the same function; a fine-tuning run here drops nothing)");
+}
+
+// model_type (and architectures, if given) name one of the two architectures
+static int hf_read_architecture(HFModel* hm, const Json* j, int root, const char* path, char* err, size_t errlen) {
+    const char* type = json_str(j, json_get(j, root, "model_type"));
+    if (!type) return error_line(err, errlen, "%s: no \"model_type\" string (gpt2 or bloom expected)", path);
+    if (strcmp(type, "gpt2") && strcmp(type, "bloom"))
+        return error_line(err, errlen, "%s: model_type \"%s\": gridgpt imports gpt2 (GPT2LMHeadModel) and bloom "
+                          "(BloomForCausalLM)", path, type);
+    hm->arch = strcmp(type, "bloom") ? HF_GPT2 : HF_BLOOM;
+    int a = json_get(j, root, "architectures");
+    if (a >= 0 && j->nodes[a].type != JSON_ARRAY && j->nodes[a].type != JSON_NULL)
+        return error_line(err, errlen, "%s: \"architectures\" is %s, expected a list", path, json_type_name(j, a));
+    for (int c = a >= 0 ? j->nodes[a].child : -1; c >= 0; c = j->nodes[c].next) {
+        const char* name = json_str(j, c);
+        if (!name || strcmp(name, hf_class_name(hm->arch)))
+            return error_line(err, errlen, "%s: architectures names %s; a %s model is imported as %s only", path,
+                              name ? name : json_type_name(j, c), type, hf_class_name(hm->arch));
+    }
+    return 0;
+}
+
+// the shape of the model, settled: derived fields, the sequence length, the checks our
+// config needs (hidden divisible by heads; learned positions at least the sequence)
+static int hf_settle_config(HFModel* hm, const Json* j, int root, int seq_length, const char* path, char* err,
+                            size_t errlen) {
+    GPTConfig* c = &hm->cfg;
+    int bloom = hm->arch == HF_BLOOM, v = json_get(j, root, "seq_length");
+    c->position_embedding_type = bloom ? POSITION_ALIBI : POSITION_LEARNED_ABSOLUTE;
+    c->embed_layernorm = bloom;
+    if (c->ffn_hidden_size == 0) c->ffn_hidden_size = 4 * c->hidden_size;
+    uint64_t bloom_seq = 2048;   // Bloom's training length, when its config does not say
+    if (bloom && v >= 0 && (json_uint(j, v, &bloom_seq) || bloom_seq < 1 || bloom_seq > INT_MAX))
+        return error_line(err, errlen, "%s: \"seq_length\" is not a positive integer", path);
+    c->seq_length = seq_length > 0 ? seq_length : bloom ? (int)bloom_seq : c->max_position_embeddings;
+    if (bloom) c->max_position_embeddings = c->seq_length;   // ALiBi: no table, any length
+    if (!bloom && c->seq_length > c->max_position_embeddings)
+        return error_line(err, errlen, "%s: a sequence length of %d is more than n_positions %d, the model's position "
+                          "table", path, c->seq_length, c->max_position_embeddings);
+    if (c->hidden_size % c->num_attention_heads)
+        return error_line(err, errlen, "%s: the hidden size %d is not divisible by the %d heads", path, c->hidden_size,
+                          c->num_attention_heads);
+    long long padded = padded_vocab_size(c->vocab_size, c->make_vocab_size_divisible_by, 1);
+    if (padded > INT_MAX) return error_line(err, errlen, "%s: vocab_size %d padded is more than %d", path, c->vocab_size, INT_MAX);
+    c->padded_vocab_size = (int)padded;
+    return 0;
+}
+
+static int hf_read_config(HFModel* hm, int seq_length, char* err, size_t errlen) {
+    char path[4400];
+    size_t len;
+    snprintf(path, sizeof(path), "%s/config.json", hm->dir);
+    char* text = read_small_file(path, 16 << 20, &len, err, errlen);
+    if (!text) return 1;
+    Json j;
+    int root = json_parse(&j, text, len, path, err, errlen), status = root < 0;
+    if (!status && j.nodes[root].type != JSON_OBJECT) status = error_line(err, errlen, "%s: not a JSON object", path);
+    hm->cfg = gpt_default_config();   // then every field config.json has
+    hm->cfg.ffn_hidden_size = hm->cfg.max_position_embeddings = 0;
+    if (!status) status = hf_read_architecture(hm, &j, root, path, err, errlen) ||
+                          hf_read_fields(hm, &j, root, path, err, errlen) ||
+                          hf_check_constants(hm, &j, root, path, err, errlen) ||
+                          hf_settle_config(hm, &j, root, seq_length, path, err, errlen);
+    if (!status) hf_dropout_note(hm, &j, root);
+    json_free(&j);
+    free(text);
+    return status;
+}
+
+// ---- safetensors headers
+
+// header entry e of file `file` (its data after data_start, data_bytes long) as a tensor
+static int st_add_tensor(HFModel* hm, int file, const Json* j, int e, uint64_t data_start, uint64_t data_bytes,
+                         char* err, size_t errlen) {
+    const char *path = hm->files[file].path, *name = json_key(j, e);
+    int shape = json_get(j, e, "shape"), offsets = json_get(j, e, "data_offsets");
+    const char* dtype = json_str(j, json_get(j, e, "dtype"));
+    if (!dtype || shape < 0 || j->nodes[shape].type != JSON_ARRAY || offsets < 0 || j->nodes[offsets].type != JSON_ARRAY)
+        return error_line(err, errlen, "%s: tensor %s: expected {\"dtype\": string, \"shape\": [...], \"data_offsets\": "
+                          "[begin, end]}", path, name);
+    StTensor t;
+    memset(&t, 0, sizeof(t));
+    t.dtype = -1;
+    for (int k = 0; k < ST_NUM_DTYPES; k++)
+        if (!strcmp(dtype, ST_DTYPE_NAMES[k])) t.dtype = k;
+    if (t.dtype < 0) return error_line(err, errlen, "%s: tensor %s has dtype %s; gridgpt reads F32, F16 and BF16", path, name, dtype);
+    t.numel = 1;
+    for (int c = j->nodes[shape].child; c >= 0; c = j->nodes[c].next) {
+        uint64_t d;
+        if (t.ndim == ST_MAX_DIMS || json_uint(j, c, &d) || (d && t.numel > ((uint64_t)1 << 58) / d))
+            return error_line(err, errlen, "%s: tensor %s: its shape is not a list of at most %d sizes below 2^58 "
+                              "elements", path, name, ST_MAX_DIMS);
+        t.shape[t.ndim++] = d;
+        t.numel *= d;
+    }
+    uint64_t span[2];
+    int n = 0;
+    for (int c = j->nodes[offsets].child; c >= 0; c = j->nodes[c].next, n++)
+        if (n == 2 || json_uint(j, c, &span[n])) n = 3;
+    if (n != 2 || span[0] > span[1])
+        return error_line(err, errlen, "%s: tensor %s: data_offsets is not [begin, end] with begin <= end", path, name);
+    if (span[1] > data_bytes)
+        return error_line(err, errlen, "%s: tensor %s ends at byte %llu of the data, but the file holds %llu bytes of "
+                          "data after its header (truncated?)", path, name, (unsigned long long)span[1],
+                          (unsigned long long)data_bytes);
+    t.bytes = t.numel * ST_DTYPE_BYTES[t.dtype];
+    if (span[1] - span[0] != t.bytes)
+        return error_line(err, errlen, "%s: tensor %s: data_offsets [%llu, %llu] hold %llu bytes, but %llu %s values "
+                          "take %llu", path, name, (unsigned long long)span[0], (unsigned long long)span[1],
+                          (unsigned long long)(span[1] - span[0]), (unsigned long long)t.numel, dtype,
+                          (unsigned long long)t.bytes);
+    t.at = data_start + span[0];
+    t.file = file;
+    t.name = (char*)mallocCheck(strlen(name) + 1);
+    strcpy(t.name, name);
+    if (hm->num_tensors == hm->cap)
+        hm->tensors = (StTensor*)reallocCheck(hm->tensors, (hm->cap = hm->cap ? 2 * hm->cap : 256) * sizeof(StTensor));
+    hm->tensors[hm->num_tensors++] = t;
+    return 0;
+}
+
+static const StTensor* st_sorted_base;   // (qsort has no context argument)
+static int st_by_position(const void* a, const void* b) {
+    const StTensor *x = &st_sorted_base[*(const int*)a], *y = &st_sorted_base[*(const int*)b];
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+static int st_by_name(const void* a, const void* b) {
+    return strcmp(st_sorted_base[*(const int*)a].name, st_sorted_base[*(const int*)b].name);
+}
+
+// tensors [first, end) (one file's) must not share a byte
+static int st_check_overlap(const HFModel* hm, int first, int end, const char* path, char* err, size_t errlen) {
+    int n = end - first, status = 0;
+    int* order = (int*)mallocCheck((n + 1) * sizeof(int));
+    for (int i = 0; i < n; i++) order[i] = first + i;
+    st_sorted_base = hm->tensors;
+    qsort(order, n, sizeof(int), st_by_position);
+    for (int i = 1; i < n && !status; i++) {
+        const StTensor *a = &hm->tensors[order[i - 1]], *b = &hm->tensors[order[i]];
+        if (b->at < a->at + a->bytes)
+            status = error_line(err, errlen, "%s: tensors %s and %s overlap (bytes %llu to %llu, and from %llu)", path,
+                                a->name, b->name, (unsigned long long)a->at, (unsigned long long)(a->at + a->bytes),
+                                (unsigned long long)b->at);
+    }
+    free(order);
+    return status;
+}
+
+// open DIR/name and read its header into the tensor list
+static int st_read_header(HFModel* hm, const char* name, char* err, size_t errlen) {
+    hm->files = (StFile*)reallocCheck(hm->files, (hm->num_files + 1) * sizeof(StFile));
+    int file = hm->num_files++;
+    StFile* f = &hm->files[file];
+    snprintf(f->name, sizeof(f->name), "%s", name);
+    snprintf(f->path, sizeof(f->path), "%s/%s", hm->dir, name);
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    uint8_t le[8];
+    if (f->fd < 0 || fstat(f->fd, &st) != 0) return error_line(err, errlen, "%s: %s", f->path, strerror(errno));
+    uint64_t size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0, n = 0;
+    if (size < 8 || pread_all(f->fd, le, 8, 0) != 0)
+        return error_line(err, errlen, "%s: %llu bytes, too short for safetensors (an 8-byte header length first)",
+                          f->path, (unsigned long long)size);
+    for (int b = 7; b >= 0; b--) n = n << 8 | le[b];
+    if (n > size - 8)
+        return error_line(err, errlen, "%s: its header is %llu bytes, but only %llu follow its length (truncated?)",
+                          f->path, (unsigned long long)n, (unsigned long long)(size - 8));
+    if (n > ST_MAX_HEADER)
+        return error_line(err, errlen, "%s: a header of %llu bytes, more than safetensors' 100 MB", f->path,
+                          (unsigned long long)n);
+    char* header = (char*)mallocCheck(n + 1);
+    Json j;
+    memset(&j, 0, sizeof(j));
+    int root = -1, first = hm->num_tensors, status = 0;
+    if (pread_all(f->fd, header, n, 8) != 0) status = error_line(err, errlen, "%s: cannot read its header: %s", f->path, strerror(errno));
+    if (!status) status = (root = json_parse(&j, header, n, f->path, err, errlen)) < 0;
+    if (!status && j.nodes[root].type != JSON_OBJECT) status = error_line(err, errlen, "%s: its header is not a JSON object", f->path);
+    for (int e = status ? -1 : j.nodes[root].child; e >= 0 && !status; e = j.nodes[e].next)
+        if (strcmp(json_key(&j, e), "__metadata__"))
+            status = st_add_tensor(hm, file, &j, e, 8 + n, size - 8 - n, err, errlen);
+    if (!status) status = st_check_overlap(hm, first, hm->num_tensors, f->path, err, errlen);
+    json_free(&j);
+    free(header);
+    return status;
+}
+
+// model.safetensors.index.json: {"weight_map": {tensor: shard file}}; each shard's header is
+// read, and the map and the shards must agree: every tensor in the shard the map names it in,
+// no tensor in a shard that the map does not name there
+static int st_read_shards(HFModel* hm, const char* index_path, char* err, size_t errlen) {
+    size_t len;
+    char* text = read_small_file(index_path, 64 << 20, &len, err, errlen);
+    if (!text) return 1;
+    Json j;
+    int root = json_parse(&j, text, len, index_path, err, errlen), status = root < 0;
+    int map = status ? -1 : json_get(&j, root, "weight_map");
+    if (!status && (map < 0 || j.nodes[map].type != JSON_OBJECT))
+        status = error_line(err, errlen, "%s: no \"weight_map\" object (tensor name: shard file)", index_path);
+    for (int e = status ? -1 : j.nodes[map].child; e >= 0 && !status; e = j.nodes[e].next) {
+        const char* file = json_str(&j, e);
+        int known = 0;
+        if (!file || !file[0] || strchr(file, '/') || !strcmp(file, ".") || !strcmp(file, "..") || strlen(file) >= 256)
+            status = error_line(err, errlen, "%s: weight_map gives tensor %s the shard %s, expected a file name in %s",
+                                index_path, json_key(&j, e), file ? file : json_type_name(&j, e), hm->dir);
+        for (int f = 0; f < hm->num_files && !status; f++) known |= !strcmp(hm->files[f].name, file);
+        if (!status && !known) status = st_read_header(hm, file, err, errlen);
+    }
+    for (int e = status ? -1 : j.nodes[map].child; e >= 0 && !status; e = j.nodes[e].next) {
+        int t = 0;
+        while (t < hm->num_tensors && strcmp(hm->tensors[t].name, json_key(&j, e))) t++;
+        if (t == hm->num_tensors || strcmp(hm->files[hm->tensors[t].file].name, json_str(&j, e)))
+            status = error_line(err, errlen, "%s: weight_map puts tensor %s in %s, which has no such tensor", index_path,
+                                json_key(&j, e), json_str(&j, e));
+    }
+    for (int t = 0; t < hm->num_tensors && !status; t++) {
+        int e = json_get(&j, map, hm->tensors[t].name);
+        if (e < 0 || strcmp(json_str(&j, e), hm->files[hm->tensors[t].file].name))
+            status = error_line(err, errlen, "%s holds tensor %s, which %s does not map to it",
+                                hm->files[hm->tensors[t].file].path, hm->tensors[t].name, index_path);
+    }
+    json_free(&j);
+    free(text);
+    return status;
+}
+
+// the model's tensors: DIR/model.safetensors, else the shards of DIR/model.safetensors.index.json
+// (transformers' order of preference)
+static int st_open_model(HFModel* hm, char* err, size_t errlen) {
+    char bin[4400];
+    struct stat st;
+    snprintf(hm->listing, sizeof(hm->listing), "%s/model.safetensors", hm->dir);
+    if (stat(hm->listing, &st) == 0) return st_read_header(hm, "model.safetensors", err, errlen);
+    snprintf(hm->listing, sizeof(hm->listing), "%s/model.safetensors.index.json", hm->dir);
+    if (stat(hm->listing, &st) == 0) return st_read_shards(hm, hm->listing, err, errlen);
+    snprintf(bin, sizeof(bin), "%s/pytorch_model.bin", hm->dir);
+    return error_line(err, errlen, "%s: no model.safetensors nor model.safetensors.index.json%s", hm->dir,
+                      stat(bin, &st) == 0 ? " (only pytorch_model.bin, a pickle, which gridgpt does not read: save the "
+                      "model again with save_pretrained(DIR, safe_serialization=True))" : "");
+}
+
+// tensor t as fp32 into out; scratch: room for its 16-bit values
+static int st_read_floats(HFModel* hm, const StTensor* t, float* out, void* scratch, char* err, size_t errlen) {
+    const uint16_t* half = (const uint16_t*)scratch;
+    if (pread_all(hm->files[t->file].fd, t->dtype == ST_F32 ? (void*)out : scratch, t->bytes, t->at) != 0)
+        return error_line(err, errlen, "%s: cannot read tensor %s: %s", hm->files[t->file].path, t->name, strerror(errno));
+    for (uint64_t i = 0; t->dtype == ST_F16 && i < t->numel; i++) out[i] = f16_to_f32(half[i]);
+    for (uint64_t i = 0; t->dtype == ST_BF16 && i < t->numel; i++) out[i] = bf16_to_f32(half[i]);
+    hm->dtypes_read |= 1u << t->dtype;
+    return 0;
+}
+
+// ---- the tensors against the table
+
+// the transformers shape of table tensor d: a vector [rows], a Conv1D weight [in, out]
+static int hf_shape(const TensorDesc* d, HFTensor h, uint64_t* shape) {
+    shape[0] = d->cols == 1 ? (uint64_t)d->valid_rows : h.transpose ? (uint64_t)d->cols : (uint64_t)d->valid_rows;
+    shape[1] = h.transpose ? (uint64_t)d->valid_rows : (uint64_t)d->cols;
+    return d->cols == 1 ? 1 : 2;
+}
+
+static const char* shape_text(const uint64_t* shape, int ndim, char* out, size_t len) {
+    size_t n = snprintf(out, len, "[");
+    for (int k = 0; k < ndim && n < len; k++) n += snprintf(out + n, len - n, "%s%llu", k ? ", " : "", (unsigned long long)shape[k]);
+    if (n < len) snprintf(out + n, len - n, "]");
+    return out;
+}
+
+// the tensor named `name`, or the same without the "transformer." prefix; -1 if neither
+static int hf_find(const HFModel* hm, const char* name) {
+    const char* bare = strncmp(name, "transformer.", 12) ? name : name + 12;
+    for (int pass = 0; pass < 2; pass++)
+        for (int t = 0; t < hm->num_tensors; t++)
+            if (!strcmp(hm->tensors[t].name, pass ? bare : name)) return t;
+    return -1;
+}
+
+// GPT-2's causal-mask buffers, saved by older transformers: not parameters
+static int hf_attention_buffer(const char* name) {
+    const char* s = strncmp(name, "transformer.", 12) ? name : name + 12;
+    char what[16];
+    int layer, end = 0;
+    if (sscanf(s, "h.%d.attn.%15[a-z_]%n", &layer, what, &end) != 2 || s[end]) return 0;
+    return !strcmp(what, "bias") || !strcmp(what, "masked_bias");
+}
+
+static const char* st_path(const HFModel* hm, int t) { return hm->files[hm->tensors[t].file].path; }
+
+// a stored lm_head.weight is the word embedding's copy (tied), bit for bit, or refused
+static int hf_check_tied(HFModel* hm, int head, int wte, char* err, size_t errlen) {
+    const StTensor *h = &hm->tensors[head], *w = &hm->tensors[wte];
+    char a[96], b[96];
+    if (h->ndim != w->ndim || memcmp(h->shape, w->shape, sizeof(h->shape)))
+        return error_line(err, errlen, "%s: lm_head.weight is %s, the word embedding %s: an untied output layer, which "
+                          "gridgpt does not have", st_path(hm, head), shape_text(h->shape, h->ndim, a, sizeof(a)),
+                          shape_text(w->shape, w->ndim, b, sizeof(b)));
+    size_t bytes = h->numel * sizeof(float);
+    float *x = (float*)mallocCheck(bytes + 1), *y = (float*)mallocCheck(bytes + 1);
+    void* scratch = mallocCheck(h->numel * 2 + 1);
+    int status = st_read_floats(hm, h, x, scratch, err, errlen) || st_read_floats(hm, w, y, scratch, err, errlen);
+    size_t first = 0;
+    while (!status && first < h->numel && !memcmp(&x[first], &y[first], sizeof(float))) first++;
+    if (!status && first < h->numel)
+        status = error_line(err, errlen, "%s: lm_head.weight differs from the word embedding %s (first at element %zu): "
+                            "an untied output layer, which gridgpt does not have", st_path(hm, head), w->name, first);
+    free(scratch);
+    free(x);
+    free(y);
+    return status;
+}
+
+// names that appear twice (in one header, or in two shards) are refused
+static int hf_check_unique(const HFModel* hm, char* err, size_t errlen) {
+    int n = hm->num_tensors, status = 0;
+    int* order = (int*)mallocCheck((n + 1) * sizeof(int));
+    for (int i = 0; i < n; i++) order[i] = i;
+    st_sorted_base = hm->tensors;
+    qsort(order, n, sizeof(int), st_by_name);
+    for (int i = 1; i < n && !status; i++)
+        if (!strcmp(hm->tensors[order[i - 1]].name, hm->tensors[order[i]].name))
+            status = error_line(err, errlen, "%s: tensor %s appears twice (also in %s)", st_path(hm, order[i]),
+                                hm->tensors[order[i]].name, st_path(hm, order[i - 1]));
+    free(order);
+    return status;
+}
+
+// source[i]: the stored tensor that table tensor i comes from. Every table tensor must be
+// there in its shape; every stored tensor must be one of them, a GPT-2 mask buffer, or a tied
+// lm_head. 0, or 1 with the first that is not so.
+static int hf_match(HFModel* hm, const GPT* whole, int* source, char* err, size_t errlen) {
+    char a[96], b[96];
+    if (hf_check_unique(hm, err, errlen)) return 1;
+    for (int i = 0; i < whole->num_tensors; i++) {
+        const TensorDesc* d = &whole->tensors[i];
+        HFTensor h = hf_tensor(d, hm->arch);
+        uint64_t shape[2];
+        int ndim = hf_shape(d, h, shape), t = hf_find(hm, h.name);
+        if (t < 0)
+            return error_line(err, errlen, "%s: no tensor %s (nor %s), which %s of this config.json has (%s)", hm->listing,
+                              h.name, h.name + 12, hf_class_name(hm->arch), shape_text(shape, ndim, a, sizeof(a)));
+        const StTensor* s = &hm->tensors[t];
+        if (s->ndim != ndim || memcmp(s->shape, shape, ndim * sizeof(uint64_t)))
+            return error_line(err, errlen, "%s: tensor %s is %s, expected %s by this config.json", st_path(hm, t), s->name,
+                              shape_text(s->shape, s->ndim, a, sizeof(a)), shape_text(shape, ndim, b, sizeof(b)));
+        source[i] = t;
+        hm->tensors[t].used = 1;
+    }
+    for (int t = 0; t < hm->num_tensors; t++) {
+        const char* name = hm->tensors[t].name;
+        if (hm->tensors[t].used || (hm->arch == HF_GPT2 && hf_attention_buffer(name))) continue;
+        if (strcmp(name, "lm_head.weight"))
+            return error_line(err, errlen, "%s: unexpected tensor %s: %s of this config.json has no such tensor",
+                              st_path(hm, t), name, hf_class_name(hm->arch));
+        if (hf_check_tied(hm, t, source[whole->wte], err, errlen)) return 1;
+    }
+    return 0;
+}
+
+// ---- the checkpoint
+
+// the inverse of hf_transform: GPT-2's layout (src) into ours (dst)
+static void hf_untransform(const TensorDesc* d, HFTensor h, const float* src, float* dst, int C, int NH) {
+    for (int r = 0; r < d->valid_rows; r++) {
+        float* row = dst + (size_t)(h.regroup_qkv ? hf_qkv_source_row(r, C, NH) : r) * d->cols;
+        for (int c = 0; c < d->cols; c++) row[c] = h.transpose ? src[(size_t)c * d->valid_rows + r] : src[(size_t)r * d->cols + c];
+    }
+}
+
+// CRC-32 of n zero bytes (an Adam moment of a fresh optimizer)
+static uint32_t crc32_of_zeros(size_t n) {
+    static const uint8_t zeros[1 << 16] = {0};
+    uint32_t crc = 0;
+    for (size_t k; n > 0; n -= k) crc = crc32_update(crc, zeros, k = n < sizeof(zeros) ? n : sizeof(zeros));
+    return crc;
+}
+
+// tmp_dir/tensors.bin: the weight section, one tensor at a time in our layout (then read back
+// and checked against its CRC, as a save does), and the two moment sections zero (the file is
+// sized first: they are never written); each tensor's three CRCs into crc
+static int import_write_tensors(HFModel* hm, const CanonicalLayout* L, const int* source, const char* tmp_dir,
+                            uint32_t* crc, char* err, size_t errlen) {
+    char path[4500];
+    snprintf(path, sizeof(path), "%s/tensors.bin", tmp_dir);
+    size_t largest = sizeof(float);
+    for (int i = 0; i < L->whole.num_tensors; i++)
+        largest = canonical_bytes(&L->whole.tensors[i]) > largest ? canonical_bytes(&L->whole.tensors[i]) : largest;
+    float *theirs = (float*)mallocCheck(largest), *ours = (float*)mallocCheck(largest);   // ours: also the 16-bit scratch
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), status = 0;   // (in a new directory)
+    if (fd < 0) status = error_line(err, errlen, "cannot create %s: %s", path, strerror(errno));
+    else if (ftruncate(fd, (off_t)(3 * L->section_bytes)) != 0)
+        status = error_line(err, errlen, "cannot size %s to %zu bytes: %s", path, 3 * L->section_bytes, strerror(errno));
+    for (int i = 0; i < L->whole.num_tensors && !status; i++) {
+        const TensorDesc* d = &L->whole.tensors[i];
+        HFTensor h = hf_tensor(d, hm->arch);
+        size_t bytes = canonical_bytes(d);
+        int changed = h.transpose || h.regroup_qkv;
+        if ((status = st_read_floats(hm, &hm->tensors[source[i]], theirs, ours, err, errlen))) break;
+        if (changed) hf_untransform(d, h, theirs, ours, hm->cfg.hidden_size, hm->cfg.num_attention_heads);
+        const float* out = changed ? ours : theirs;
+        crc[3 * i] = crc32_update(0, out, bytes);
+        crc[3 * i + 1] = crc[3 * i + 2] = crc32_of_zeros(bytes);
+        if (pwrite_all(fd, out, bytes, L->offset[i]) != 0)
+            status = error_line(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    }
+    if (!status && fsync(fd) != 0) status = error_line(err, errlen, "cannot sync %s: %s", path, strerror(errno));
+    for (int i = 0; i < L->whole.num_tensors && !status; i++) {   // what is on the disk is what was meant
+        size_t bytes = canonical_bytes(&L->whole.tensors[i]);
+        if (pread_all(fd, theirs, bytes, L->offset[i]) != 0 || crc32_update(0, theirs, bytes) != crc[3 * i])
+            status = error_line(err, errlen, "%s: tensor %s read back differently from what was written (a full disk "
+                                "or a failing device?)", path, L->whole.tensors[i].name);
+    }
+    if (fd >= 0 && close(fd) != 0 && !status) status = error_line(err, errlen, "cannot close %s: %s", path, strerror(errno));
+    free(theirs);
+    free(ours);
+    return status;
+}
+
+// SAVE/iter_0000000, through iter_0000000.tmp, finished as checkpoint_save finishes a save
+static int hf_write_checkpoint(HFModel* hm, const CanonicalLayout* L, const int* source, const char* save_dir,
+                               char* final_dir, size_t final_len, char* err, size_t errlen) {
+    char tmp_dir[4400];
+    iter_dir(final_dir, final_len, save_dir, 0);
+    snprintf(tmp_dir, sizeof(tmp_dir), "%s.tmp", final_dir);
+    if (remove_tree(tmp_dir) != 0 || mkdir(tmp_dir, 0755) != 0)
+        return error_line(err, errlen, "cannot create %s: %s", tmp_dir, strerror(errno));
+    uint32_t* crc = (uint32_t*)mallocCheck(3 * L->whole.num_tensors * sizeof(uint32_t));
+    Progress p;
+    AdamWState fresh;   // a fresh optimizer: step 0, no loss scaler's state
+    memset(&p, 0, sizeof(p));
+    memset(&fresh, 0, sizeof(fresh));
+    int status = import_write_tensors(hm, L, source, tmp_dir, crc, err, errlen);
+    if (!status) status = finish_save(save_dir, tmp_dir, final_dir, &L->whole, &fresh, &p, L, crc, 0, err, errlen);
+    if (status) remove_tree(tmp_dir);
+    free(crc);
+    return status;
+}
+
+static void hf_model_free(HFModel* hm) {
+    for (int f = 0; f < hm->num_files; f++)
+        if (hm->files[f].fd >= 0) close(hm->files[f].fd);
+    for (int t = 0; t < hm->num_tensors; t++) free(hm->tensors[t].name);
+    free(hm->files);
+    free(hm->tensors);
+}
+
+// --save must be new or hold no checkpoint: an import starts a series (checked again under
+// the lock by prepare_save_dir, which then writes there)
+static int hf_check_save(const char* save_dir, char* err, size_t errlen) {
+    char latest[4300];
+    struct stat st;
+    if (stat(save_dir, &st) == 0 && !S_ISDIR(st.st_mode)) return error_line(err, errlen, "--save %s: not a directory", save_dir);
+    if (latest_checkpoint(save_dir, latest, sizeof(latest), err, errlen)) return 1;
+    if (latest[0])
+        return error_line(err, errlen, "--save %s already holds checkpoints (the latest: %s); an imported model starts "
+                          "a new series: give an empty or new directory", save_dir, latest);
+    return 0;
+}
+
+// Import the transformers model in hf_dir (GPT2LMHeadModel or BloomForCausalLM: config.json
+// and model.safetensors, or its shards) as save_dir/iter_0000000, a checkpoint at iteration 0
+// with a fresh optimizer, marked the latest. seq_length: the run's (0: n_positions for GPT-2;
+// Bloom's "seq_length", else 2048). Rank 0 alone. Returns 0 with *out filled, or 1 with a line
+// in err naming the file, the tensor or key, and what was expected; then save_dir is as it
+// was (unless the failure came while writing it: then no iter_0000000.tmp is left).
+// Memory: the largest tensor, three times.
+static int import_hf(const char* hf_dir, const char* save_dir, int seq_length, HFImport* out, char* err, size_t errlen) {
+    const uint32_t one = 1;
+    memset(out, 0, sizeof(*out));
+    if (*(const uint8_t*)&one != 1)
+        return error_line(err, errlen, "import_hf: safetensors are little-endian, and so must the host be");
+    HFModel hm;
+    memset(&hm, 0, sizeof(hm));
+    hm.dir = hf_dir;
+    int* source = NULL, status = hf_check_save(save_dir, err, errlen) || hf_read_config(&hm, seq_length, err, errlen) ||
+                                 st_open_model(&hm, err, errlen);
+    CanonicalLayout L;
+    memset(&L, 0, sizeof(L));
+    if (!status) {
+        L = canonical_layout(&hm.cfg);
+        source = (int*)mallocCheck(L.whole.num_tensors * sizeof(int));
+        status = hf_match(&hm, &L.whole, source, err, errlen);
+    }
+    // only now is --save touched: made if missing, locked, checked again under the lock
+    if (!status) status = prepare_save_dir(save_dir, NULL, 0, err, errlen) != 0;
+    if (!status) status = hf_write_checkpoint(&hm, &L, source, save_dir, out->checkpoint, sizeof(out->checkpoint), err, errlen);
+    release_save_lock();   // the import was this process's one use of --save
+    if (!status) {
+        out->cfg = hm.cfg;
+        out->arch = hm.arch;
+        out->tensors = L.whole.num_tensors;
+        out->files = hm.num_files;
+        for (int k = ST_NUM_DTYPES - 1, n = 0; k >= 0; k--)   // BF16+F16+F32
+            if (hm.dtypes_read >> k & 1)
+                n += snprintf(out->dtypes + n, sizeof(out->dtypes) - n, "%s%s", n ? "+" : "", ST_DTYPE_NAMES[k]);
+        snprintf(out->note, sizeof(out->note), "%s", hm.note);
+    }
+    if (source) free_layout(&L);
+    free(source);
+    hf_model_free(&hm);
+    return status;
+}

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""tests/hf_models.py — transformers' side of the Hugging Face import check (run by tests/test_hf.sh).
+
+usage: hf_models.py make OUT
+         writes OUT/NAME/ for each model of MODELS: a randomly initialized GPT2LMHeadModel or
+         BloomForCausalLM (every parameter perturbed, LayerNorms and biases included, so none is
+         a trivial 1 or 0), saved by save_pretrained (safetensors) in its dtype, sharded where
+         asked; OUT/NAME/tokens.txt, 2T+1 token ids; OUT/NAME/loss.txt, transformers' mean loss
+         (fp32) over the two samples tokens[0..T] and tokens[T..2T]; and OUT/bad/CASE/, the
+         variants every refusal is checked on (one thing wrong each), and OUT/good/CASE/, variants
+         that must import (no "transformer." prefix with GPT-2's mask buffers, a tied lm_head).
+       hf_models.py same HF_DIR EXPORT_DIR
+         every tensor of HF_DIR's model (names with or without "transformer.") equals the export's
+         bit for bit; an F16 or BF16 tensor, its exact fp32 upcast. One PASS/FAIL line.
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel
+
+T = 16  # tokens per sample
+# name: (architecture, config, dtype, max_shard_size or None)
+MODELS = {
+    # head size 24, 3 heads, an odd vocabulary, n_inner None (4 x 72); GPT2Config's dropout 0.1 (noted)
+    "gpt2_f32": ("gpt2", dict(vocab_size=1001, n_positions=40, n_embd=72, n_layer=2, n_head=3), torch.float32, None),
+    # head size 40, n_inner set, fp16; 2 heads: TP=2 can split it
+    "gpt2_f16": ("gpt2", dict(vocab_size=333, n_positions=24, n_embd=80, n_layer=2, n_head=2, n_inner=100,
+                              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0), torch.float16, None),
+    # bf16, sharded: the index's path
+    "gpt2_bf16_sharded": ("gpt2", dict(vocab_size=257, n_positions=32, n_embd=96, n_layer=3, n_head=4,
+                                       activation_function="gelu_pytorch_tanh"), torch.bfloat16, "40KB"),
+    # 6 heads (not a power of two: ALiBi's extra slopes), head size 24
+    "bloom_f32": ("bloom", dict(vocab_size=333, hidden_size=144, n_layer=2, n_head=6), torch.float32, None),
+    # 3 heads of 40, fp16, sharded
+    "bloom_f16_sharded": ("bloom", dict(vocab_size=1001, hidden_size=120, n_layer=2, n_head=3, hidden_dropout=0.1),
+                          torch.float16, "60KB"),
+}
+
+
+def make_model(arch, kwargs, seed):
+    torch.manual_seed(seed)
+    if arch == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(**kwargs))
+    else:
+        model = BloomForCausalLM(BloomConfig(**kwargs))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+def loss_of(model, tokens):
+    x = torch.tensor([tokens[0:T], tokens[T:2 * T]])
+    y = torch.tensor([tokens[1:T + 1], tokens[T + 1:2 * T + 1]])
+    with torch.no_grad():
+        logits = model.float()(x).logits
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+
+
+def write_safetensors_by_hand(path, header, data):
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+
+
+def read_safetensors_by_hand(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def variant(src, dst, config_edit=None, tensors_edit=None):
+    shutil.copytree(src, dst)
+    if config_edit:
+        cfg = json.load(open(os.path.join(dst, "config.json")))
+        config_edit(cfg)
+        json.dump(cfg, open(os.path.join(dst, "config.json"), "w"), indent=2)
+    if tensors_edit:
+        path = os.path.join(dst, "model.safetensors")
+        tensors = load_file(path)
+        tensors_edit(tensors)
+        save_file(tensors, path, metadata={"format": "pt"})
+
+
+def make(out):
+    for i, (name, (arch, kwargs, dtype, shard)) in enumerate(MODELS.items()):
+        model = make_model(arch, kwargs, 100 + i)
+        d = os.path.join(out, name)
+        g = torch.Generator().manual_seed(7 + i)
+        tokens = torch.randint(0, kwargs["vocab_size"], (2 * T + 1,), generator=g).tolist()
+        tokens[0], tokens[1] = 0, kwargs["vocab_size"] - 1  # both ends of the vocabulary
+        model = model.to(dtype)
+        model.save_pretrained(d, max_shard_size=shard) if shard else model.save_pretrained(d)
+        with open(os.path.join(d, "tokens.txt"), "w") as f:
+            f.write(" ".join(map(str, tokens)) + "\n")
+        with open(os.path.join(d, "loss.txt"), "w") as f:
+            f.write("%.9g\n" % loss_of(model, tokens))
+    g2, bl = os.path.join(out, "gpt2_f32"), os.path.join(out, "bloom_f32")
+    bad, good = os.path.join(out, "bad"), os.path.join(out, "good")
+
+    def setter(key, value):
+        return lambda cfg: cfg.__setitem__(key, value)
+
+    # config.json: each a model gridgpt would compute otherwise, or no model at all
+    variant(g2, f"{bad}/gelu_erf", setter("activation_function", "gelu"))
+    variant(g2, f"{bad}/eps", setter("layer_norm_epsilon", 1e-6))
+    variant(g2, f"{bad}/untied_config", setter("tie_word_embeddings", False))
+    variant(g2, f"{bad}/inverse_layer_idx", setter("scale_attn_by_inverse_layer_idx", True))
+    variant(g2, f"{bad}/unscaled", setter("scale_attn_weights", False))
+    variant(g2, f"{bad}/cross_attention", setter("add_cross_attention", True))
+    variant(g2, f"{bad}/model_type", setter("model_type", "llama"))
+    variant(g2, f"{bad}/architecture", setter("architectures", ["GPT2ForSequenceClassification"]))
+    variant(g2, f"{bad}/no_n_layer", lambda cfg: cfg.pop("n_layer"))
+    variant(g2, f"{bad}/bad_json", None)
+    with open(f"{bad}/bad_json/config.json", "a") as f:
+        f.write("}")
+    variant(bl, f"{bad}/post_layernorm", setter("apply_residual_connection_post_layernorm", True))
+    variant(bl, f"{bad}/bloom_n_inner", setter("n_inner", 100))
+    # the tensors: missing, of the wrong shape, unexpected, an untied lm_head, an F64, a file
+    # cut short, two tensors on the same bytes, a shard the index gets wrong, no tensor file
+    variant(g2, f"{bad}/missing", None, lambda t: t.pop("transformer.h.1.mlp.c_fc.bias"))
+    variant(g2, f"{bad}/shape", None, lambda t: t.__setitem__("transformer.ln_f.weight", torch.ones(71)))
+    variant(g2, f"{bad}/extra", None, lambda t: t.__setitem__("transformer.h.2.ln_1.weight", torch.ones(72)))
+    variant(g2, f"{bad}/untied", None,
+            lambda t: t.__setitem__("lm_head.weight", t["transformer.wte.weight"] + 1e-3))
+    variant(g2, f"{bad}/f64", None, lambda t: t.__setitem__("transformer.ln_f.bias", t["transformer.ln_f.bias"].double()))
+    variant(g2, f"{bad}/truncated")
+    path = f"{bad}/truncated/model.safetensors"
+    os.truncate(path, os.path.getsize(path) - 100)
+    variant(g2, f"{bad}/overlap")
+    path = f"{bad}/overlap/model.safetensors"
+    header, data = read_safetensors_by_hand(path)
+    header["transformer.h.0.ln_1.bias"]["data_offsets"] = header["transformer.h.0.ln_1.weight"]["data_offsets"]
+    write_safetensors_by_hand(path, header, data)
+    variant(g2, f"{bad}/span")  # data_offsets that do not match the shape
+    path = f"{bad}/span/model.safetensors"
+    header, data = read_safetensors_by_hand(path)
+    a, b = header["transformer.ln_f.bias"]["data_offsets"]
+    header["transformer.ln_f.bias"]["data_offsets"] = [a, b - 4]
+    write_safetensors_by_hand(path, header, data)
+    sh = os.path.join(out, "gpt2_bf16_sharded")
+    variant(sh, f"{bad}/index", None)
+    path = f"{bad}/index/model.safetensors.index.json"
+    index = json.load(open(path))
+    files = sorted(set(index["weight_map"].values()))
+    name = next(k for k, v in index["weight_map"].items() if v == files[0])
+    index["weight_map"][name] = files[1]
+    json.dump(index, open(path, "w"))
+    variant(g2, f"{bad}/no_tensors")
+    os.remove(f"{bad}/no_tensors/model.safetensors")
+
+    # variants that import: the hub's gpt2 layout (no "transformer." prefix, the mask buffers
+    # attn.bias and attn.masked_bias saved), and a stored lm_head equal to the embedding
+    def hub_layout(t):
+        for k in list(t):
+            t[k.replace("transformer.", "", 1)] = t.pop(k)
+        for l in range(2):
+            t[f"h.{l}.attn.bias"] = torch.tril(torch.ones(40, 40)).view(1, 1, 40, 40)
+            t[f"h.{l}.attn.masked_bias"] = torch.tensor(-1e4)
+    variant(g2, f"{good}/hub_layout", None, hub_layout)
+    variant(g2, f"{good}/tied", None, lambda t: t.__setitem__("lm_head.weight", t["transformer.wte.weight"].clone()))
+
+
+def same(hf_dir, export_dir):
+    if os.path.exists(os.path.join(hf_dir, "model.safetensors")):
+        theirs = load_file(os.path.join(hf_dir, "model.safetensors"))
+    else:
+        index = json.load(open(os.path.join(hf_dir, "model.safetensors.index.json")))
+        theirs = {}
+        for f in sorted(set(index["weight_map"].values())):
+            theirs.update(load_file(os.path.join(hf_dir, f)))
+    ours = load_file(os.path.join(export_dir, "model.safetensors"))
+    theirs = {(k if k.startswith("transformer.") else "transformer." + k): v for k, v in theirs.items()
+              if k != "lm_head.weight" and not k.endswith(("attn.bias", "attn.masked_bias")) or "c_attn" in k}
+    dtypes = sorted({str(v.dtype).replace("torch.", "") for v in theirs.values()})
+    wrong = [k for k in theirs if k not in ours or ours[k].dtype != torch.float32 or ours[k].shape != theirs[k].shape
+             or not torch.equal(ours[k].view(torch.int32), theirs[k].float().view(torch.int32))]
+    ok = set(theirs) == set(ours) and not wrong
+    print(("PASS" if ok else "FAIL") + f" {os.path.basename(hf_dir)}: import then export gives back all {len(theirs)} "
+          f"tensors bit for bit ({'/'.join(dtypes)} read; the export's fp32 is their exact upcast)" +
+          ("" if ok else f": differ {wrong[:3]}, only theirs {sorted(set(theirs) - set(ours))[:3]}, "
+                         f"only ours {sorted(set(ours) - set(theirs))[:3]}"))
+    return ok
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "make":
+        make(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "same":
+        sys.exit(0 if same(sys.argv[2], sys.argv[3]) else 1)
+    else:
+        sys.exit(__doc__)
