@@ -8,7 +8,8 @@
 # (default 64) after the prompt "The" (GPT-2's tokenizer: one token), never stopping early;
 # tokens/s counts the new tokens over the whole call (the prompt's forward included).
 # Prints both figures and their ratio. Needs /usr/bin/python3 (or python3) with torch and
-# transformers; without them only ours is printed.
+# transformers; without them only ours is printed. TORCH_PYTHON=PATH adds that python's torch
+# (a venv with PyPI's torch 2.x, the stronger CPU peer).
 set -u
 cd "$(dirname "$0")/.."
 B=tests/build/bench_generate
@@ -35,12 +36,11 @@ fi
 ours=$(sed -nE 's/^generation: ([0-9]+) tokens .*: ([0-9.]+) tokens\/s$/\2/p' $B/ours.log)
 echo "gridgpt (train_cpu, $THREADS thread(s)): $N new tokens, greedy, KV cache: $ours tokens/s"
 
-PY=
-for candidate in /usr/bin/python3 python3; do
-    $candidate -c "import torch, transformers" > /dev/null 2>&1 && { PY=$candidate; break; }
-done
-[ -n "$PY" ] || { echo "transformers: not measured (no python3 with torch and transformers)"; exit 0; }
-theirs=$($PY - "$B/hf" "$N" "$THREADS" <<'EOF'
+# transformers' generate with the python given, in this run: Debian's torch (1.13) and, when
+# TORCH_PYTHON names one (a venv with PyPI's torch 2.x, MKL: the stronger CPU peer), that too
+measure_transformers() {  # PYTHON
+    local PY=$1 theirs version
+    theirs=$($PY - "$B/hf" "$N" "$THREADS" <<'PYEOF'
 import sys, time
 import torch
 from transformers import GPT2LMHeadModel
@@ -58,8 +58,15 @@ out = model.generate(ids, **kwargs)
 seconds = time.perf_counter() - t0
 assert out.shape[1] - ids.shape[1] == n
 print(f"{n / seconds:.2f}")
-EOF
+PYEOF
 )
-version=$($PY -c "import torch, transformers; print(f'torch {torch.__version__}, transformers {transformers.__version__}')")
-echo "transformers ($version, $THREADS thread(s)): $N new tokens, greedy, KV cache: $theirs tokens/s"
-awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "ratio gridgpt / transformers: %.2f\n", a / b }'
+    version=$($PY -c "import torch, transformers; print(f'torch {torch.__version__}, transformers {transformers.__version__}')")
+    echo "transformers ($version, $THREADS thread(s)): $N new tokens, greedy, KV cache: $theirs tokens/s"
+    awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "ratio gridgpt / transformers (%s): %.2f\n", "'"${version%%,*}"'", a / b }'
+}
+measured=0
+for candidate in /usr/bin/python3 python3; do
+    $candidate -c "import torch, transformers" > /dev/null 2>&1 && { measure_transformers $candidate; measured=1; break; }
+done
+if [ -n "${TORCH_PYTHON:-}" ]; then measure_transformers "$TORCH_PYTHON"; measured=1; fi
+[ $measured = 1 ] || echo "transformers: not measured (no python3 with torch and transformers)"
