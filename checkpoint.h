@@ -382,20 +382,11 @@ static int remove_tree(const char* path) {
 // The directory a flag names (--save, --tensorboard-dir), before any training (rank 0):
 // created with its parents if missing, and a writable directory. 0, or 1 with a line in err.
 static int prepare_dir(const char* flag, const char* dir, char* err, size_t errlen) {
-    char path[4200];
+    char made[4200];
     struct stat st;
-    if (!dir[0]) return error_line(err, errlen, "%s expects a directory, got ''", flag);
-    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) return error_line(err, errlen, "%s: path too long", flag);
-    for (char* p = path + 1; *p; p++)   // mkdir -p: the first parent that cannot be made is named, with why
-        if (*p == '/' && p[-1] != '/') {
-            *p = '\0';
-            int made = mkdir(path, 0755) == 0 || errno == EEXIST;
-            if (!made && errno != ENOENT) return error_line(err, errlen, "%s %s: cannot create %s: %s", flag, dir, path, strerror(errno));
-            *p = '/';
-        }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) return error_line(err, errlen, "%s %s: %s", flag, dir, strerror(errno));
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return error_line(err, errlen, "%s %s: not a directory", flag, dir);
-    if (access(path, W_OK | X_OK) != 0) return error_line(err, errlen, "%s %s: not writable: %s", flag, dir, strerror(errno));
+    if (make_dirs(flag, dir, made, sizeof(made), err, errlen)) return 1;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return error_line(err, errlen, "%s %s: not a directory", flag, dir);
+    if (access(dir, W_OK | X_OK) != 0) return error_line(err, errlen, "%s %s: not writable: %s", flag, dir, strerror(errno));
     return 0;
 }
 

@@ -453,6 +453,10 @@ typedef struct {
     int named;              // figures named as slow
     int named_groups;       // groups named as slow (once each, whatever the operation)
     int* named_in;          // [W]: how many of those groups each rank is in
+    int H;                  // hosts, in the order of their first ranks
+    int* host_of;           // [W]: each rank's host
+    int* first_rank;        // [H]: each host's first rank
+    int* named_on;          // [H]: how many of the slow groups have a rank on each host
 } CheckReport;
 
 // "rank 5 on HOST TP(1)-PP(1)-DP(0)-Rank(5)", as the error lines name a rank
@@ -561,6 +565,12 @@ static void report_kind(CheckReport* c, CheckKind k) {
             if (!named[i]++) {
                 c->named_groups++;
                 for (int j = 0; j < count; j++) c->named_in[m[j]]++;
+                for (int h = 0; h < c->H; h++)   // each host once, however many of the group's ranks it holds
+                    for (int j = 0; j < count; j++)
+                        if (c->host_of[m[j]] == h) {
+                            c->named_on[h]++;
+                            break;
+                        }
             }
         }
     }
@@ -599,23 +609,34 @@ static void report_matmul(CheckReport* c) {
 // Per host: the matmul of its slowest rank and the median of its ranks; for the TP, DP and PP
 // groups and the pipeline links, the bus bandwidth of the slowest such group it has a rank
 // in (all-reduce, or send/recv, at the largest size). Each figure against the other hosts'.
+// A group's figure cannot tell its hosts apart: a host whose link is slow slows every group it
+// has a rank in, and those groups' other hosts show the same low figure. So where some hosts
+// have a rank in every slow group and others do not (check_culprit_host), those hosts are
+// named, and a host that only shares a slow group with them is not named for that group's
+// figure (its row in the table shows it).
 #define HOST_FIGURES 6
+
+// hosts with a rank in every one of two or more slow groups, when not every host has: 1 if
+// host h is one of them (0 for every host otherwise)
+static int check_culprit_host(const CheckReport* c, int h) {
+    int culprits = 0;
+    for (int k = 0; k < c->H; k++) culprits += c->named_on[k] == c->named_groups;
+    return c->named_groups > 1 && culprits < c->H && c->named_on[h] == c->named_groups;
+}
+static int check_culprits_known(const CheckReport* c) {
+    for (int h = 0; h < c->H; h++)
+        if (check_culprit_host(c, h)) return 1;
+    return 0;
+}
 static void report_hosts(CheckReport* c) {
     static const char* const names[HOST_FIGURES] = {"matmul of its slowest rank (TFLOPs)", "median matmul of its ranks (TFLOPs)",
         "all-reduce busbw of its slowest TP group (GB/s)", "all-reduce busbw of its slowest DP group (GB/s)",
         "all-reduce busbw of its slowest PP group (GB/s)", "send/recv busbw of its slowest pipeline link (GB/s)"};
     static const CheckKind kinds[HOST_FIGURES - 2] = {CHECK_TP, CHECK_DP, CHECK_PP, CHECK_LINK};
-    int W = c->W, H = 0, last = c->cc->num_sizes - 1;
-    int* host_of = (int*)mallocCheck(W * sizeof(int));
-    int* first_rank = (int*)mallocCheck(W * sizeof(int));   // of each host
+    int W = c->W, H = c->H, last = c->cc->num_sizes - 1;
+    const int *host_of = c->host_of, *first_rank = c->first_rank;
     int* ranks = (int*)callocCheck(W, sizeof(int));          // on each host
-    for (int q = 0; q < W; q++) {
-        int h = 0;
-        while (h < H && strcmp(c->r[first_rank[h]].host, c->r[q].host) != 0) h++;
-        if (h == H) first_rank[H++] = q;
-        host_of[q] = h;
-        ranks[h]++;
-    }
+    for (int q = 0; q < W; q++) ranks[host_of[q]]++;
     double* fig = (double*)mallocCheck((size_t)HOST_FIGURES * H * sizeof(double));   // [figure][host]
     double* tflops = (double*)mallocCheck(W * sizeof(double));
     int* m = (int*)mallocCheck(W * sizeof(int));
@@ -652,16 +673,20 @@ static void report_hosts(CheckReport* c) {
         }
         printf("\n");
     }
+    int culprits_known = check_culprits_known(c);
     for (int j = 0; j < HOST_FIGURES; j++)
         for (int h = 0; h < H; h++) {
             double median;
             if (!below_peers(&fig[j * H], H, h, &median)) continue;
+            if (j >= 2 && culprits_known && !check_culprit_host(c, h)) continue;   // it shares a slow group
             printf("slow host %s: %s %.4g, below %.1f x %.4g (the median of the other %d)\n", c->r[first_rank[h]].host,
                    names[j], fig[j * H + h], CHECK_OUTLIER, median, H - 1);
             c->named++;
         }
-    free(host_of);
-    free(first_rank);
+    for (int h = 0; h < H; h++)
+        if (check_culprit_host(c, h))
+            printf("every slow group has a rank on host %s (%d groups; the other hosts in them only share them)\n",
+                   c->r[first_rank[h]].host, c->named_groups);
     free(ranks);
     free(fig);
     free(tflops);
@@ -676,12 +701,25 @@ static void check_report(CheckReport* c, const CheckRecord* r, int W, const Clus
     c->W = W;
     c->cc = cc;
     c->named_in = (int*)callocCheck(W, sizeof(int));
+    c->host_of = (int*)mallocCheck(W * sizeof(int));   // the hosts, by name
+    c->first_rank = (int*)mallocCheck(W * sizeof(int));
+    c->named_on = (int*)callocCheck(W, sizeof(int));
+    for (int q = 0; q < W; q++) {
+        int h = 0;
+        while (h < c->H && strcmp(r[c->first_rank[h]].host, r[q].host) != 0) h++;
+        if (h == c->H) c->first_rank[c->H++] = q;
+        c->host_of[q] = h;
+    }
     for (int k = 0; k < CHECK_KINDS; k++) report_kind(c, (CheckKind)k);
     report_matmul(c);
     report_hosts(c);
     char who[320];
     for (int q = 0; q < W && c->named_groups > 1; q++)   // a rank that every slow group shares
         if (c->named_in[q] == c->named_groups) printf("every slow group has %s in it\n", check_rank_name(c, q, who, sizeof(who)));
+    free(c->host_of);
+    free(c->first_rank);
+    free(c->named_on);
+    c->host_of = c->first_rank = c->named_on = NULL;
 }
 
 // Measures, then rank 0 prints the tables and names the outliers; every rank returns.

@@ -31,6 +31,8 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
       "(0: plain 1F1B)")                                                                                               \
     X(INT, num_virtual_stages_per_pipeline_rank, NULL, 0, "v: interleaved 1F1B, v model chunks per stage (uneven stages "  \
       "too; 0: plain 1F1B)")                                                                                           \
+    X(INT, microbatch_group_size_per_virtual_pipeline_stage, NULL, 0, "G: interleaved 1F1B takes the micro-batches G at " \
+      "a time per model chunk, PP <= G <= micro-batches (0: PP)")                                                      \
     X(INT, micro_batch_size, "4", 1, "samples per micro-batch")                                                        \
     X(INT, global_batch_size, NULL, 0, "samples per step (0: micro-batch x DP)")                                       \
     X(INT3, rampup_batch_size, NULL, 0, "START INCREMENT SAMPLES: ramp the global batch up")                           \
@@ -39,6 +41,8 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(CHOICE, recompute_granularity, "none", 0, "none | full | selective (selective: the attention core alone)")        \
     X(CHOICE, recompute_method, "none", 0, "none | uniform | block (which layers: see --recompute-num-layers)")        \
     X(INT, recompute_num_layers, NULL, 1, "N: uniform: layers per chunk; block: first N layers of a stage (1)")        \
+    X(LIST, recompute_modules, NULL, 0, "MODULE [...]: what selective recomputes (Megatron-LM's names; here core_attn, " \
+      "the default)")                                                                                                  \
     X(CHOICE, attention_backend, "auto", 0, "auto | flash | unfused (GPU build; auto: flash where the head size allows)") \
     X(SWITCH, overlap_grad_reduce, NULL, 0, "reduce the DP gradients in buckets during the last backward (DP > 1)")  \
     X(SWITCH, overlap_param_gather, NULL, 0, "all-gather the updated parameters in buckets beside the next forward (DP > 1)") \
@@ -141,10 +145,16 @@ typedef enum { PLAN_GPU_BUILD, PLAN_CPU_BUILD } DryRunBuild;   // --dry-run-buil
 typedef enum { ATTENTION_AUTO, ATTENTION_FLASH, ATTENTION_UNFUSED } AttentionBackend;   // --attention-backend
 typedef enum { TOKENIZER_GPT2_BPE } TokenizerType;   // --tokenizer-type (-1, not given: bytes, or ids printed as numbers)
 
+// a Megatron flag accepted as what gridgpt does (megatron_flags.h's row; the flag in argv, its values after it)
+typedef struct { int row; char** at; int count; } MegatronGiven;
+#define MAX_MEGATRON_GIVEN 64
+
 typedef struct {
     GPTConfig model;
     RUN_CONFIG_FIELDS(DECLARE_FIELD)
     unsigned char model_given[NUM_MODEL_FIELDS];   // the model flags on the command line (the rest may come from --load)
+    MegatronGiven megatron[MAX_MEGATRON_GIVEN];    // for the start-up notes (print_megatron_notes)
+    int megatron_count;
 } Config;
 
 #define DESCRIBE_RUN_FIELD(kind, name, def, min, help) \
@@ -195,6 +205,29 @@ static void print_markdown_cell(const char* text) {
     for (; *text; text++) printf(*text == '|' ? "\\|" : "%c", *text);
 }
 
+// docs/flags.md's last section: megatron_flags.h's table, row by row
+static void print_megatron_markdown(void) {
+    printf("\n## Megatron-LM's and Megatron-DeepSpeed's other flags (`megatron_flags.h`)\n\nA flag of theirs that "
+           "gridgpt lacks is decided by its row here: *accepted* where it asks for what gridgpt always does (the trainer "
+           "says so in a start-up line `note: Megatron's FLAG accepted: ...` and goes on; *as* names the flag of "
+           "gridgpt's it is taken as), *refused* where it asks for something gridgpt does not have (one line naming it, "
+           "exit status 2; every refused flag of the command line in that one line). A flag's first row whose values "
+           "match decides; *other* is any value the rows above it did not take. Numbers compare as numbers (`0` = "
+           "`0.0`).\n\n| flag | values | verdict | why |\n| --- | --- | --- | --- |\n");
+    static const char* const VERDICT[] = {"accepted", "refused", "refused for now (Llama's architecture: a later issue)"};
+    for (int r = 0; r < NUM_MEGATRON_FLAGS; r++) {
+        const MegatronFlag* f = &MEGATRON_FLAGS[r];
+        int other = r > 0 && strcmp(MEGATRON_FLAGS[r - 1].flag, f->flag) == 0;
+        printf("| `%s` | ", f->flag);
+        print_markdown_cell(f->values ? f->values : f->arity == MEGATRON_SWITCH ? "switch" : other ? "other" : "any");
+        printf(" | %s", VERDICT[f->verdict]);
+        if (f->as) printf(" as `%s`", f->as);
+        printf(" | ");
+        print_markdown_cell(f->text);
+        printf(" |\n");
+    }
+}
+
 static void print_usage_markdown(Config* c) {
     static const char* const VALUE[] = {"integer", "integer", "number", "switch", "choice", "text", "3 integers", "list"};
     printf("# Flags\n\nEvery flag of `train_cpu` and `train_gpu`, generated by `./train_cpu --help-markdown` from the "
@@ -216,6 +249,7 @@ static void print_usage_markdown(Config* c) {
         print_markdown_cell(f->help);
         printf(" |\n");
     }
+    print_megatron_markdown();
 }
 
 // The parsers below move *i to the last index of argv they used and return 0, or 1 with the
@@ -234,17 +268,107 @@ static int parse_list(const ConfigField* f, void* base, int argc, char** argv, i
     return 0;
 }
 
-// the flag at argv[*i] and its values
-static int parse_flag(Config* c, int argc, char** argv, int* i, char* err, size_t len) {
+// gridgpt's own field of a flag (NULL: none), and in *base where its value lives in c
+static const ConfigField* own_field(Config* c, const char* flag, void** base) {
     char name[96];
+    for (int k = 0; k < NUM_MODEL_FIELDS + NUM_RUN_FIELDS; k++) {
+        const ConfigField* f = config_field(c, k, base);
+        if (strcmp(flag, flag_of(f, name, sizeof(name))) == 0) return f;
+    }
+    return NULL;
+}
+
+// A flag neither gridgpt's nor Megatron's: its values (whatever follows up to the next flag)
+// go with it, and a typo of a flag of either names the flag it is close to.
+static int unknown_flag(Config* c, int argc, char** argv, int* i, char* err, size_t len) {
+    const char* flag = argv[*i];
+    while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) ++*i;
+    char best[96] = "", name[96];
+    int distance = 3;   // more edits than a typo's
+    for (int k = 0; k < NUM_MODEL_FIELDS + NUM_RUN_FIELDS; k++) {   // gridgpt's own flags first: a tie keeps them
+        void* base;
+        if (closer_flag(flag, flag_of(config_field(c, k, &base), name, sizeof(name)), &distance))
+            snprintf(best, sizeof(best), "%s", name);
+    }
+    megatron_closest(flag, distance, best, sizeof(best));
+    if (best[0]) return error_line(err, len, "unknown flag '%s', did you mean %s?", flag, best);
+    return error_line(err, len, "unknown flag '%s' (see --help)", flag);
+}
+
+// An accepted Megatron flag that stands for one of gridgpt's (its row's `as`): "--flag" takes
+// the same value, "--flag VALUE" that value, "--flag *N" the value times N. The targets are
+// numbers and choices, parsed here and now (a value made here is not kept).
+static int parse_as(Config* c, const MegatronFlag* r, const char* flag, char** values, int count, char* err, size_t len) {
+    char as[96], scaled[32];
+    snprintf(as, sizeof(as), "%s", r->as);
+    char* value = strchr(as, ' ');
+    if (value) *value++ = '\0';
+    if (!value && count) value = values[0];
+    if (value && value[0] == '*') {
+        char* end;
+        long long v = count ? strtoll(values[0], &end, 10) : 0;
+        if (!count || end == values[0] || *end) return error_line(err, len, "%s expects an integer", flag);
+        snprintf(scaled, sizeof(scaled), "%lld", v * atoll(value + 1));
+        value = scaled;
+    }
+    void* base;
+    const ConfigField* f = own_field(c, as, &base);
+    if (!f || !value) fail("megatron_flags.h: %s stands for '%s', not a flag of gridgpt's with a value", flag, r->as);
+    if (parse_field(f, base, value, err, len) == 0) return 0;
+    char why[512];
+    snprintf(why, sizeof(why), "%s", err);
+    return error_line(err, len, "%s (taken as %s %s): %s", flag, as, value, why);
+}
+
+// The verdict of row r of megatron_flags.h on flag (at *at in argv) with its count values:
+// accepted, it is noted for the start-up line (and parsed as the gridgpt flag it stands for);
+// refused, err says what Megatron would do, and brief names it for a list of several.
+static int megatron_verdict(Config* c, int r, char** at, int count, char* err, size_t len, char* brief, size_t brief_len) {
+    const MegatronFlag* f = &MEGATRON_FLAGS[r];
+    char given[256] = "", what[96];
+    for (int k = 1; k <= count; k++)
+        snprintf(given + strlen(given), sizeof(given) - strlen(given), " %s", at[k]);
+    if (f->verdict != MEGATRON_ACCEPTED) {
+        snprintf(brief, brief_len, "%s%s (%s%s)", at[0], given, megatron_what(f, what, sizeof(what)),
+                 f->verdict == MEGATRON_LATER ? "; Llama's, later" : "");
+        return error_line(err, len, "%s%s: not in gridgpt: %s%s", at[0], given, f->text,
+                          f->verdict == MEGATRON_LATER ? " (Llama's architecture: a later issue)" : "");
+    }
+    if (f->as && parse_as(c, f, at[0], at + 1, count, err, len)) return 1;
+    if (c->megatron_count < MAX_MEGATRON_GIVEN) {
+        MegatronGiven* g = &c->megatron[c->megatron_count++];
+        g->row = r;
+        g->at = at;
+        g->count = count;
+    }
+    return 0;
+}
+
+// A flag that is not gridgpt's: megatron_flags.h's table reads its values and decides, or it is unknown.
+static int parse_megatron_flag(Config* c, int argc, char** argv, int* i, char* err, size_t len, char* brief,
+                               size_t brief_len) {
+    int at = *i, first = megatron_row(argv[at], NULL);
+    if (first < 0) return unknown_flag(c, argc, argv, i, err, len);
+    MegatronArity arity = MEGATRON_FLAGS[first].arity;
+    int most = arity == MEGATRON_LIST ? MAX_LIST : arity == MEGATRON_VALUE;
+    while (*i - at < most && *i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) ++*i;
+    if (arity == MEGATRON_VALUE && *i == at) return error_line(err, len, "%s expects a value", argv[at]);
+    char values[256] = "";   // the list's values as one text, for the rows' values to match
+    for (int k = at + 1; k <= *i; k++)
+        snprintf(values + strlen(values), sizeof(values) - strlen(values), "%s%s", k > at + 1 ? " " : "", argv[k]);
+    return megatron_verdict(c, megatron_row(argv[at], *i > at ? values : NULL), argv + at, *i - at, err, len, brief,
+                            brief_len);
+}
+
+// The flag at argv[*i] and its values; 0, or 1 with its error line in err and in brief (a
+// Megatron refusal named in a few words there, for a list of several). A flag gridgpt lacks,
+// and a value of a choice of gridgpt's that its choices lack, go to megatron_flags.h's table.
+static int parse_flag(Config* c, int argc, char** argv, int* i, char* err, size_t len, char* brief, size_t brief_len) {
     const char* flag = argv[*i];
     void* base = NULL;
-    const ConfigField* f = NULL;
-    for (int k = 0; k < NUM_MODEL_FIELDS + NUM_RUN_FIELDS && !f; k++) {
-        const ConfigField* candidate = config_field(c, k, &base);
-        if (strcmp(flag, flag_of(candidate, name, sizeof(name))) == 0) f = candidate;
-    }
-    if (!f) return error_line(err, len, "unknown flag '%s' (see --help)", flag);
+    const ConfigField* f = own_field(c, flag, &base);
+    brief[0] = '\0';
+    if (!f) return parse_megatron_flag(c, argc, argv, i, err, len, brief, brief_len);
     if (f >= MODEL_FIELDS && f < MODEL_FIELDS + NUM_MODEL_FIELDS) c->model_given[f - MODEL_FIELDS] = 1;
     if (f->kind == FIELD_SWITCH) {
         *(int*)field_in(f, base) = 1;
@@ -255,22 +379,78 @@ static int parse_flag(Config* c, int argc, char** argv, int* i, char* err, size_
     if (*i + values >= argc) return error_line(err, len, "%s expects %s", flag, values == 3 ? "three integers" : "a value");
     for (int k = 1; k <= values; k++) {
         ++*i;
-        if (strncmp(argv[*i], "--", 2) == 0) return error_line(err, len, "%s expects a value, got the flag '%s'", flag, argv[*i]);
+        if (strncmp(argv[*i], "--", 2) == 0) {
+            --*i;   // (the flag is read next)
+            return error_line(err, len, "%s expects a value, got the flag '%s'", flag, argv[*i + 1]);
+        }
         ConfigField one = *f;   // a triple is three integers one after another
         if (f->kind == FIELD_INT3) {
             one.kind = FIELD_INT;
             one.offset += (k - 1) * sizeof(int);
         }
-        if (parse_field(&one, base, argv[*i], err, len)) return 1;
+        if (parse_field(&one, base, argv[*i], err, len) == 0) continue;
+        int r = f->kind == FIELD_CHOICE ? megatron_row(flag, argv[*i]) : -1;   // a choice of Megatron's?
+        return r < 0 ? 1 : megatron_verdict(c, r, argv + *i - 1, 1, err, len, brief, brief_len);
     }
     return 0;
 }
 
-// every flag; "" in err, or the first bad flag's error line
+// --kv-channels (Megatron's head size) is accepted only as gridgpt's, --hidden-size /
+// --num-attention-heads: the flags' (or the defaults' in a fresh run; a run from --load without
+// them takes the checkpoint's shape, which holds its own)
+static int check_kv_channels(Config* c, char* err, size_t len, char* brief, size_t brief_len) {
+    const GPTConfig* m = &c->model;
+    int given = model_field_given(c, offsetof(GPTConfig, hidden_size)) &&
+                model_field_given(c, offsetof(GPTConfig, num_attention_heads));
+    for (int k = 0; k < c->megatron_count; k++) {
+        const MegatronGiven* g = &c->megatron[k];
+        if (strcmp(g->at[0], "--kv-channels") != 0 || (c->load && !given)) continue;
+        if (atoi(g->at[1]) == m->hidden_size / m->num_attention_heads && m->hidden_size % m->num_attention_heads == 0) continue;
+        snprintf(brief, brief_len, "--kv-channels %s (a head size other than --hidden-size / --num-attention-heads)", g->at[1]);
+        return error_line(err, len, "--kv-channels %s: not in gridgpt: a head size other than --hidden-size %d / "
+                          "--num-attention-heads %d (Megatron-LM would project each head to %s channels)", g->at[1],
+                          m->hidden_size, m->num_attention_heads, g->at[1]);
+    }
+    return 0;
+}
+
+// one more bad flag: the first one's line in err, each one's brief in the list
+static void add_refusal(char* list, size_t list_len, int* listed, int* more, const char* brief) {
+    if (strlen(list) + strlen(brief) + 2 < list_len) {
+        snprintf(list + strlen(list), list_len - strlen(list), "%s%s", *listed ? "; " : "", brief);
+        ++*listed;
+    } else {
+        ++*more;
+    }
+}
+
+// Every flag. "" in err, or one line: the bad flag's, or with several every one of them in
+// brief (a user learns all that stands between a Megatron command line and a run at once).
 static void parse_flags(Config* c, int argc, char** argv, char* err, size_t len) {
+    char one[1024], brief[1024], list[4096] = "";
+    int bad = 0, listed = 0, more = 0;
     err[0] = '\0';
-    for (int i = 1; i < argc; i++)
-        if (parse_flag(c, argc, argv, &i, err, len)) return;
+    c->megatron_count = 0;
+    for (int i = 1; i <= argc; i++) {
+        int failed = i < argc ? parse_flag(c, argc, argv, &i, one, sizeof(one), brief, sizeof(brief))
+                              : check_kv_channels(c, one, sizeof(one), brief, sizeof(brief));   // after every flag
+        if (!failed) continue;
+        if (bad++ == 0) snprintf(err, len, "%s", one);
+        size_t room = len > 160 ? len - 80 : len / 2;   // the head and the tail of the line stay
+        add_refusal(list, room < sizeof(list) ? room : sizeof(list), &listed, &more, brief[0] ? brief : one);
+    }
+    if (bad > 1 && more) snprintf(err, len, "%d flags refused: %s; and %d more", bad, list, more);
+    else if (bad > 1) snprintf(err, len, "%d flags refused: %s", bad, list);
+}
+
+// the start-up notes of the Megatron flags accepted as what gridgpt does (rank 0, a line each)
+static void print_megatron_notes(const Config* c) {
+    for (int k = 0; k < c->megatron_count && grid.world_rank == 0; k++) {
+        const MegatronGiven* g = &c->megatron[k];
+        printf("note: Megatron's %s", g->at[0]);
+        for (int v = 1; v <= g->count; v++) printf(" %s", g->at[v]);
+        printf(" accepted: %s\n", MEGATRON_FLAGS[g->row].text);
+    }
 }
 
 // a digest of field k's value (a list or a triple value by value)
@@ -368,6 +548,13 @@ static int virtual_chunks(const Config* a) {
     return v;
 }
 
+// G, the micro-batches interleaved 1F1B takes at a time per model chunk: Megatron-LM's
+// --microbatch-group-size-per-virtual-pipeline-stage, PP by default (its depth-first order)
+static int microbatch_group_size(const Config* a) {
+    int G = a->microbatch_group_size_per_virtual_pipeline_stage;
+    return G > 0 ? G : a->pipeline_model_parallel_size;
+}
+
 // Pipeline stage p of the layout. With v model chunks, each stage's layers are cut into v equal
 // chunks and virtual stage c x PP + p (stage p's chunk c) holds the c-th of v rounds of the
 // layers: round c is layers [c L / v, (c + 1) L / v), stage p's chunk of it starting after the
@@ -404,11 +591,12 @@ static void stage_slots(const Config* a, int p, int* slots) {
     int v = virtual_chunks(a), PP = a->pipeline_model_parallel_size, per_micro = a->micro_batch_size * data_parallel_size(a);
     int full = a->global_batch_size / per_micro;
     const int* ramp = a->rampup_batch_size.v;   // START INCREMENT SAMPLES
+    int G = microbatch_group_size(a);
     for (int c = 0; c < v; c++) slots[c] = 1;
-    schedule_slots(p, PP, v, full, 0, slots);
-    schedule_slots(p, PP, v, full, 1, slots);
+    schedule_slots(p, PP, v, G, full, 0, slots);
+    schedule_slots(p, PP, v, G, full, 1, slots);
     for (int g = ramp[0]; ramp[0] > 0 && ramp[1] > 0 && g < a->global_batch_size; g += ramp[1])
-        schedule_slots(p, PP, v, g / per_micro, 0, slots);
+        schedule_slots(p, PP, v, G, g / per_micro, 0, slots);
 }
 
 // "the global batch" or "batch size G on the ramp" for an error line about batch g
@@ -418,18 +606,51 @@ static const char* batch_named(const Config* a, int g, char* out, size_t len) {
     return out;
 }
 
+// The first reason the interleaved schedule's groups of G (microbatch_group_size) cannot take
+// batch g's micro-batches, M of them: Megatron-LM refuses G outside [PP, M] and a last group of
+// fewer than PP (on the first stage a chunk's input would be due before it arrives). A last
+// group of PP or more but fewer than G, which Megatron-LM runs, is refused too: there its order
+// runs another micro-batch's head forward on the last stage between a head forward and its
+// backward, and gridgpt's head keeps one micro-batch's logits (its dlogits) until that backward.
+static int micro_batch_group_error(const Config* a, int g, int micro_times_dp, char* err, size_t len) {
+    int G = microbatch_group_size(a), PP = a->pipeline_model_parallel_size, M = g / micro_times_dp;
+    const char* flag = "--microbatch-group-size-per-virtual-pipeline-stage";
+    char named[96], what[256], fits[128] = "", *f = fits;
+    snprintf(what, sizeof what, "%s makes %d micro-batches per pipeline (micro-batch %d x data-parallel size %d)",
+             batch_named(a, g, named, sizeof named), M, a->micro_batch_size, micro_times_dp / a->micro_batch_size);
+    if (G > M)
+        return error_line(err, len, "%s, fewer than %s %d: the interleaved schedule takes PP to M micro-batches at a "
+                          "time per model chunk (as Megatron-LM)", what, a->microbatch_group_size_per_virtual_pipeline_stage ?
+                          flag : "--pipeline-model-parallel-size", G);
+    if (M % G == 0) return 0;
+    for (int k = PP; k <= M && f < fits + sizeof fits - 16; k++)   // the sizes that take M here
+        if (M % k == 0) f += snprintf(f, fits + sizeof fits - f, "%s%d", f == fits ? "" : ", ", k);
+    if (M % G < PP)
+        return error_line(err, len, "%s: taken %d at a time per model chunk (%s, PP by default), the last group holds %d, "
+                          "fewer than --pipeline-model-parallel-size %d, which Megatron-LM refuses (the first stage would "
+                          "wait for its own output); group sizes that take %d: %s", what, G, flag, M % G, PP, M, fits);
+    return error_line(err, len, "%s: taken %d at a time per model chunk (%s), the last group holds %d: Megatron-LM runs "
+                      "it, but its order then runs another head forward on the last stage before a micro-batch's head "
+                      "backward, and gridgpt's head keeps one micro-batch's logits; group sizes that take %d: %s", what, G,
+                      flag, M % G, M, fits);
+}
+
 // The first reason the interleaved schedule cannot run the layout of `a` (stage p holding
 // layers[p] layers; micro_times_dp samples a micro-batch over DP), as one line; 0 if none, or
 // no interleaving. Megatron-LM's refusals (its arguments.py, and its schedule's for the
-// micro-batches, which it meets only mid-run when a ramp-up batch breaks it), with one choice
-// of ours: PP 2 is allowed, as Megatron-LM allows it with its --overlap-p2p-comm (older versions
+// micro-batches, which it meets only mid-run when a ramp-up batch breaks it), with two choices
+// of ours: a group size without interleaving is refused (Megatron-LM ignores it), and PP 2 is
+// allowed, as Megatron-LM allows it with its --overlap-p2p-comm (older versions
 // refused any PP below 3: with both neighbours one rank, an exchange holds two messages each way
 // between the same two ranks; ours posts them in one fixed order on both sides, parallel.h's
 // pipeline_exchange, and NCCL and MPI match them in that order).
 static int interleaving_error(const Config* a, const int* layers, int micro_times_dp, char* err, size_t len) {
     int N = a->num_layers_per_virtual_pipeline_stage, v = a->num_virtual_stages_per_pipeline_rank;
-    int PP = a->pipeline_model_parallel_size;
-    if (!N && !v) return 0;
+    int PP = a->pipeline_model_parallel_size, G = a->microbatch_group_size_per_virtual_pipeline_stage;
+    const char* alone = "--microbatch-group-size-per-virtual-pipeline-stage goes with the interleaved schedule "
+                        "(--num-layers-per-virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank, two model "
+                        "chunks a stage at least)";
+    if (!N && !v) return G ? error_line(err, len, "%s", alone) : 0;
     if (N && v) return error_line(err, len, "give --num-layers-per-virtual-pipeline-stage or "
                                   "--num-virtual-stages-per-pipeline-rank, not both (as in Megatron-LM)");
     const char* flag = N ? "--num-layers-per-virtual-pipeline-stage" : "--num-virtual-stages-per-pipeline-rank";
@@ -448,18 +669,15 @@ static int interleaving_error(const Config* a, const int* layers, int micro_time
         if (layers[p] == 0 || layers[p] % v != 0)
             return error_line(err, len, "--num-virtual-stages-per-pipeline-rank %d: stage %d's %d layer(s) do not split into "
                               "%d model chunks of equal layers, one at least", v, p, layers[p], v);
-    if (v == 1) return 0;   // one chunk a stage: plain 1F1B (Megatron-LM too)
-    const int* ramp = a->rampup_batch_size.v;   // START INCREMENT SAMPLES
-    int g = a->global_batch_size;
-    for (int r = ramp[0]; ramp[0] > 0 && ramp[1] > 0 && r < a->global_batch_size && g == a->global_batch_size; r += ramp[1])
-        if (r / micro_times_dp % PP != 0) g = r;   // the first batch of the ramp that breaks it
-    char what[96];
-    if (g / micro_times_dp % PP != 0)
-        return error_line(err, len, "%s makes %d micro-batches per pipeline (micro-batch %d x data-parallel size %d), not a "
-                          "multiple of --pipeline-model-parallel-size %d: the interleaved schedule (%s) takes them in groups "
-                          "of PP", batch_named(a, g, what, sizeof what), g / micro_times_dp, a->micro_batch_size,
-                          micro_times_dp / a->micro_batch_size, PP, flag);
-    return 0;
+    if (v == 1) return G ? error_line(err, len, "%s", alone) : 0;   // one chunk a stage: plain 1F1B (Megatron-LM too)
+    if (G && G < PP)
+        return error_line(err, len, "--microbatch-group-size-per-virtual-pipeline-stage %d is less than "
+                          "--pipeline-model-parallel-size %d: the interleaved schedule takes PP to M micro-batches at a "
+                          "time per model chunk (as Megatron-LM)", G, PP);
+    const int* ramp = a->rampup_batch_size.v;   // START INCREMENT SAMPLES: each batch of the ramp, then the global batch
+    for (int r = ramp[0]; ramp[0] > 0 && ramp[1] > 0 && r < a->global_batch_size; r += ramp[1])
+        if (micro_batch_group_error(a, r, micro_times_dp, err, len)) return 1;
+    return micro_batch_group_error(a, a->global_batch_size, micro_times_dp, err, len);
 }
 
 // The first reason the layout of `a` (TP, PP, the DP the world leaves, MBS) cannot run its
@@ -603,7 +821,11 @@ static void check_model(Config* a) {
         config_error("--dry-run reads no data: give --vocab-size (the data's largest token id + 1)");
     // parallel layout
     check_grid(a);
-    if (a->global_batch_size == 0) a->global_batch_size = a->micro_batch_size * data_parallel_size(a);
+    long long one_batch_each = (long long)a->micro_batch_size * data_parallel_size(a);   // (an int may not hold it)
+    if (a->global_batch_size == 0 && one_batch_each > INT_MAX)
+        config_error("--micro-batch-size %d x data-parallel size %d is a global batch of %lld samples, more than %d",
+                     a->micro_batch_size, data_parallel_size(a), one_batch_each, INT_MAX);
+    if (a->global_batch_size == 0) a->global_batch_size = (int)one_batch_each;
     char err[512];
     if (!a->sweep && layout_error(a, err, sizeof(err))) config_error("%s", err);
 }
@@ -631,6 +853,34 @@ static LossScaler make_loss_scaler(const Config* a) {
     s.window = a->loss_scale_window;
     s.hysteresis = s.hysteresis_tracker = a->hysteresis;
     return s;
+}
+
+// --recompute-modules (Megatron-LM's, which reads it with --recompute-granularity selective alone,
+// core_attn by default): gridgpt's selective recomputation is the attention core, core_attn. The
+// other modules Megatron-LM can recompute (its TransformerConfig's list) are refused by name: they
+// are MoE, MLA, hyper-connection and gated-delta-net parts gridgpt's model does not have, or
+// (layernorm, mlp) parts it keeps whole. Given without selective, where Megatron-LM ignores it: refused.
+static void check_recompute_modules(const Config* a) {
+    static const char* const MEGATRON_MODULES[] = {"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                                                   "shared_experts", "mhc", "gdn", "gdn_norm_out"};
+    const int known = (int)(sizeof MEGATRON_MODULES / sizeof MEGATRON_MODULES[0]);
+    const StringList* modules = &a->recompute_modules;
+    if (modules->count > 0 && a->recompute_granularity != GRANULARITY_SELECTIVE)
+        config_error("--recompute-modules goes with --recompute-granularity selective (or --recompute-activations): "
+                     "Megatron-LM reads it only then");
+    for (int i = 0; i < modules->count; i++) {
+        const char* name = modules->v[i];
+        int k = 0;
+        while (k < known && strcmp(name, MEGATRON_MODULES[k]) != 0) k++;
+        if (k == 0) continue;   // core_attn
+        if (k < known)
+            config_error("--recompute-modules %s: not in gridgpt, whose selective recomputation is the attention core "
+                         "alone (core_attn, the default)", name);
+        char choices[160] = "";
+        for (k = 0; k < known; k++) snprintf(choices + strlen(choices), sizeof choices - strlen(choices), "%s%s",
+                                             k ? ", " : "", MEGATRON_MODULES[k]);
+        config_error("--recompute-modules %s: not a module Megatron-LM recomputes (its choices: %s)", name, choices);
+    }
 }
 
 // Activation recomputation as Megatron-LM asks for it: --recompute-granularity full, a
@@ -668,6 +918,7 @@ static void check_recompute(Config* a) {
                      "--checkpoint-activations)");
     if (a->recompute_granularity == GRANULARITY_FULL && a->recompute_method == RECOMPUTE_NONE)
         config_error("--recompute-granularity full needs --recompute-method uniform or block (as in Megatron-LM)");
+    check_recompute_modules(a);
     a->model.recompute_method = a->recompute_method;
     a->model.recompute_num_layers = a->recompute_num_layers ? a->recompute_num_layers : 1;
     a->model.recompute_attention_core = a->recompute_granularity == GRANULARITY_SELECTIVE;

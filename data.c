@@ -332,6 +332,41 @@ static void fsync_parent_dir(const char* path) {
     if (fd >= 0) { fsync(fd); close(fd); }
 }
 
+// mkdir -p DIR for the directory a flag names (--save, --output-prefix's): the first one that
+// cannot be made is named, with why. *made gets the highest directory it made ("": none), so a
+// caller that fails later can take them away again. 0, or 1 with a line in err.
+static inline int make_dirs(const char* flag, const char* dir, char* made, size_t made_len, char* err, size_t errlen) {
+    char path[4200];
+    made[0] = '\0';
+    if (!dir[0]) return error_line(err, errlen, "%s expects a directory, got ''", flag);
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) return error_line(err, errlen, "%s: path too long", flag);
+    size_t n = strlen(path);
+    for (char* p = path + 1; p <= path + n; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        if (p[-1] == '/') continue;
+        char was = *p;
+        *p = '\0';
+        if (mkdir(path, 0755) == 0) {
+            if (!made[0]) snprintf(made, made_len, "%s", path);
+        } else if (errno != EEXIST) {
+            return error_line(err, errlen, "%s %s: cannot create %s: %s", flag, dir, path, strerror(errno));
+        }
+        *p = was;
+    }
+    return 0;
+}
+
+// the empty directories make_dirs made for dir, from dir up to the highest one (made)
+static inline void remove_made_dirs(const char* dir, const char* made) {
+    char path[4200];
+    if (!made[0] || snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) return;
+    while (strlen(path) >= strlen(made) && rmdir(path) == 0 && strcmp(path, made) != 0) {
+        char* slash = strrchr(path, '/');
+        if (!slash) break;
+        *slash = '\0';
+    }
+}
+
 // ----------------------------------------------------------------------------
 // train / valid / test split (Megatron's get_train_valid_test_split_)
 //

@@ -56,6 +56,7 @@ typedef struct {
     Group model_parallel;                     // all ranks with the same dp
     Group embedding;                          // first and last stage of a pipeline (PP > 1)
     int thread_level;                         // MPI's, from MPI_Init_thread
+    const char* threads_from;                 // where the OpenMP thread count came from (start-up line)
     int placed;                               // coordinates known
     int ready;                                // groups built
 } Topology;
@@ -182,6 +183,25 @@ static void nccl_check_(ncclResult_t err, const char* file, int line) {
 
 static void shared_files_before_mpi_init(void);   // MPI-IO's shared files, below
 
+// Without OMP_NUM_THREADS, each rank takes its share of its host's cores: the host's online
+// cores over the ranks on this host, at least one, and no more than the cores it may run on
+// (omp_get_num_procs: its affinity mask, which a launcher that binds ranks has already cut).
+// Left alone, every rank of `mpirun -np N` would start a thread per core, N threads per core in
+// all, spinning against each other (the seed configs' --tiny runs took 45 to 199 s, not 1 s).
+static void share_cores_among_local_ranks(void) {
+    grid.threads_from = "OMP_NUM_THREADS";
+#ifdef _OPENMP
+    if (getenv("OMP_NUM_THREADS")) return;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int share = (int)(online / grid.local_size), usable = omp_get_num_procs();
+    int threads = share < usable ? share : usable;
+    omp_set_num_threads(threads > 1 ? threads : 1);
+    static char from[96];
+    snprintf(from, sizeof(from), "this host's %ld cores over its %d rank(s)", online, grid.local_size);
+    grid.threads_from = from;
+#endif
+}
+
 static void grid_start(int* argc, char*** argv) {
     // first, before MPI: OpenBLAS's kernels can only be changed by executing again (blas_cores.h)
     blas_choose_kernels(*argv);
@@ -203,6 +223,7 @@ static void grid_start(int* argc, char*** argv) {
     MPI_Comm_rank(local, &grid.local_rank);
     MPI_Comm_size(local, &grid.local_size);
     MPI_Comm_free(&local);
+    share_cores_among_local_ranks();
 }
 
 // color MPI_UNDEFINED: this rank is not in the group

@@ -1131,6 +1131,7 @@ static void dry_run_sweep(const Config* a, const Hardware* hw) {
                 b.pipeline_model_parallel_size = pp;
                 b.micro_batch_size = mbs;
                 b.num_layers_per_virtual_pipeline_stage = b.num_virtual_stages_per_pipeline_rank = 0;
+                b.microbatch_group_size_per_virtual_pipeline_stage = 0;   // (a group size given: the interleaved rows')
                 b.model.sequence_parallel = sp;
                 long long padded = padded_vocab_size(b.model.vocab_size, b.model.make_vocab_size_divisible_by, tp);
                 b.model.padded_vocab_size = padded > INT_MAX ? 0 : (int)padded;
@@ -1141,6 +1142,8 @@ static void dry_run_sweep(const Config* a, const Hardware* hw) {
                 // plain 1F1B (v = 1), then each interleaving the layers and the micro-batches allow
                 for (int v = 1; v == 1 || (pp > 1 && v <= a->model.num_layers / pp); v++) {
                     b.num_virtual_stages_per_pipeline_rank = v > 1 ? v : 0;
+                    b.microbatch_group_size_per_virtual_pipeline_stage =
+                        v > 1 ? a->microbatch_group_size_per_virtual_pipeline_stage : 0;
                     if (v > 1 && layout_error(&b, err, sizeof(err))) continue;
                     if (count == capacity) {
                         capacity *= 2;
@@ -1312,10 +1315,10 @@ static void add_to_stage_order(void* ctx, TraceEvent event, Work w) {
     o->backward[o->count++] = event == TRACE_BACKWARD;
 }
 
-// stage p's forwards and backwards in one step of M micro-batches over P stages of v chunks
-static StageOrder stage_order(int p, int P, int v, int M) {
+// stage p's forwards and backwards in one step of M micro-batches over P stages of v chunks (G at a time)
+static StageOrder stage_order(int p, int P, int v, int G, int M) {
     StageOrder o = {0, (Work*)mallocCheck(2 * (size_t)M * v * sizeof(Work)), (char*)mallocCheck(2 * (size_t)M * v)};
-    Schedule s = schedule_walk(p, P, v, -1, add_to_stage_order, &o);
+    Schedule s = schedule_walk(p, P, v, G, -1, add_to_stage_order, &o);
     run_schedule(&s, M);
     return o;
 }
@@ -1375,7 +1378,7 @@ static void draw_schedule(const Config* a, int M) {
     int** cells = (int**)mallocCheck(P * sizeof(int*));
     char label[32];
     for (int p = 0; p < P; p++) {
-        orders[p] = stage_order(p, P, v, M);
+        orders[p] = stage_order(p, P, v, microbatch_group_size(a), M);
         cells[p] = (int*)mallocCheck(orders[p].count * sizeof(int));
     }
     int length = place_schedule(orders, P, v, M, cells);

@@ -740,9 +740,15 @@ static int preprocess_write(PreprocessArgs* a, char* err, size_t errlen) {
     return rc;
 }
 
+// The output's directory is made when missing (mkdir -p), and taken away again if the run fails
 static int preprocess_run(PreprocessArgs* a, char* err, size_t errlen) {
+    char dir[4096] = "", made[4200] = "";
+    const char* slash = strrchr(a->output_prefix, '/');
+    if (slash && slash > a->output_prefix) snprintf(dir, sizeof dir, "%.*s", (int)(slash - a->output_prefix), a->output_prefix);
     int rc = a->tokenizer == GPT2_TOKENIZER ? open_gpt2(a, err, errlen) : 0;
+    if (rc == 0 && dir[0]) rc = make_dirs("--output-prefix", dir, made, sizeof made, err, errlen);
     if (rc == 0) rc = preprocess_write(a, err, errlen);
+    if (rc && dir[0]) remove_made_dirs(dir, made);
     close_gpt2(a);
     return rc;
 }

@@ -251,11 +251,14 @@ static void param_gatherer_free(void) {
 // forward, backward, forward, backward, ... (Megatron's no-pipelining schedule).
 // Interleaved (§2.2, Fig. 4 bottom; Megatron-LM's forward_backward_pipelining_with_interleaving):
 // each rank holds v model chunks, virtual stage c x P + p being chunk c of stage p, so a
-// micro-batch goes round the pipeline v times. Micro-batches are taken in groups of P per
-// chunk: P forwards of chunk 0, P of chunk 1, ..., then the next P micro-batches (so M must be
-// a multiple of P); backwards the same with the chunks reversed. A stage warms up with
-// 2 (P - p - 1) + (v - 1) P forwards, then 1F1B, then the cool-down. The bubble shrinks from
-// (P - 1) / M of the ideal step to (P - 1) / (v M), for v times the pipeline's messages.
+// micro-batch goes round the pipeline v times. Micro-batches are taken in groups of G per
+// chunk (--microbatch-group-size-per-virtual-pipeline-stage, P by default: Megatron-LM's
+// schedule table): G forwards of chunk 0, G of chunk 1, ..., then the next G micro-batches, the
+// last group whatever is left; backwards the same with the chunks reversed. A stage warms up
+// with 2 (P - p - 1) + (v - 1) G forwards, then 1F1B, then the cool-down. The first stage
+// receives chunk c + 1's input P - 1 forwards after it sent chunk c's on, so each group must
+// hold P micro-batches at least (config.h refuses the rest, as Megatron-LM does). The bubble
+// shrinks from (P - 1) / M of the ideal step to (P - 1) / (v M), for v times the messages.
 // Each token's loss enters the gradient with weight dloss = 1 / (tokens in the global
 // batch), so summing gradients over micro-batches and data-parallel ranks gives the mean.
 //
@@ -288,6 +291,8 @@ typedef struct {
     float dloss;
     int stage, stages;      // this rank's pipeline stage, of how many
     int chunks;             // its model chunks (1: plain 1F1B)
+    int group;              // interleaved: micro-batches a chunk takes at a time (0: stages)
+    int micro_batches;      // of the step being run (set by the run_*)
     int counted_chunk;      // the chunk whose slots in use are counted (-1: all chunks)
     int held, most_held;    // slots in use, now and at the most
     ScheduleTrace trace;    // (tests) told each forward, backward and message; NULL: none
@@ -297,11 +302,14 @@ typedef struct {
 // a test's look at the trainer's schedules (NULL: none; tests/test_parallel.c records the order)
 static ScheduleTrace schedule_trace;
 static void* schedule_trace_ctx;
+// the run's --microbatch-group-size-per-virtual-pipeline-stage (0: PP), one per process as the
+// grid: train.c sets it from the checked config (Megatron-LM's microbatch_group_size_per_vp_stage)
+static int microbatch_group_size_per_vp_stage;
 
 // the schedule of this rank's model for one step; dloss 0: forwards only (evaluation)
 static Schedule schedule_for(GPT* m, LoadMicroBatch load, void* ctx, float dloss) {
-    Schedule s = {m, load, ctx, dloss, grid.pp_rank, grid.pp_size, m->num_chunks, -1, 0, 0, schedule_trace,
-                  schedule_trace_ctx};
+    Schedule s = {m, load, ctx, dloss, grid.pp_rank, grid.pp_size, m->num_chunks, microbatch_group_size_per_vp_stage,
+                  0, -1, 0, 0, schedule_trace, schedule_trace_ctx};
     return s;
 }
 
@@ -436,11 +444,16 @@ static void run_1f1b(Schedule* s, int M) {
     finish_exchanges(s);
 }
 
-// the k-th forward of a stage in the interleaved schedule: micro-batches in groups of P per chunk
-// (Megatron-LM's get_model_chunk_id): chunk (k mod P v) / P, micro-batch (k / P v) P + k mod P
+// micro-batches a chunk takes at a time (G; P by default, Megatron-LM's)
+static int group_size(const Schedule* s) { return s->group > 0 ? s->group : s->stages; }
+
+// The k-th forward of a stage in the interleaved schedule, from Megatron-LM's schedule table:
+// the micro-batches cut into groups of G from the first (the last group what is left: G or
+// fewer), each group through chunk 0, then chunk 1, ... (get_schedule_table)
 static Work forward_work(const Schedule* s, int k) {
-    int P = s->stages, group = P * s->chunks;
-    Work w = {k / group * P + k % P, k % group / P};
+    int G = group_size(s), first = k / (G * s->chunks) * G;   // the group's first micro-batch
+    int size = s->micro_batches - first < G ? s->micro_batches - first : G, j = k - first * s->chunks;
+    Work w = {first + j % size, j / size};
     return w;
 }
 
@@ -452,49 +465,51 @@ static Work backward_work(const Schedule* s, int k) {
     return w;
 }
 
-// what arrives from the previous stage while forward fk runs in the steady phase: the next
-// forward's input, but on the first stage the last stage's output of P - 1 forwards back (the
-// first stage runs that far ahead), for the next chunk; what arrives from the next stage after
-// backward k: the next backward's gradient, but on the last stage the first stage's of P - 1
-// backwards back, for the chunk before (Megatron-LM's rule both ways)
-static Work steady_input(const Schedule* s, int fk, int total) {
+// What arrives from the previous stage in the exchange after forward fk: the next forward's
+// input, but on the first stage the last stage's output of P - 1 forwards back (the first stage
+// runs that far ahead), for the next chunk, which runs it when that micro-batch's group comes to
+// that chunk (G - P + 1 forwards later: an input may wait in its slot); what arrives from the
+// next stage after backward k: the next backward's gradient, but on the last stage the first
+// stage's of P - 1 backwards back, for the chunk before (Megatron-LM's rule both ways:
+// recv_tensor_from_previous_stage)
+static Work next_input(const Schedule* s, int fk, int total) {
     if (s->stage > 0) return fk + 1 < total ? forward_work(s, fk + 1) : NO_WORK;
+    if (fk < s->stages - 1) return NO_WORK;
     Work w = forward_work(s, fk - (s->stages - 1));
     return ++w.chunk < s->chunks ? w : NO_WORK;
 }
-static Work steady_gradient(const Schedule* s, int k, int total) {
+static Work next_gradient(const Schedule* s, int k, int total) {
     if (s->stage < s->stages - 1) return k + 1 < total ? backward_work(s, k + 1) : NO_WORK;
     Work w = backward_work(s, k - (s->stages - 1));
     return w.micro >= 0 && --w.chunk >= 0 ? w : NO_WORK;
 }
 
-// Megatron-LM's interleaved schedule (without its special case for M = P, where every stage
-// would run all its forwards first: the last stage's head keeps one micro-batch's logits, so
-// its backward must follow its forward, as it does in the general case)
+// Megatron-LM's interleaved schedule (as its versions since the schedule table run it; up to
+// core 0.9 every stage ran all its forwards first when M = P: see docs/parallelism.md)
 static void run_interleaved_1f1b(Schedule* s, int M) {
     int P = s->stages, total = M * s->chunks;
-    int warmup = 2 * (P - s->stage - 1) + (s->chunks - 1) * P;
+    int warmup = 2 * (P - s->stage - 1) + (s->chunks - 1) * group_size(s);
     if (warmup > total) warmup = total;
     int steady = total - warmup;
+    s->micro_batches = M;
     // warm-up: each output goes on while the next input comes in, the last one's exchange also
     // bringing the first backward's gradient
     exchange(s, NO_WORK, forward_work(s, 0), NO_WORK, NO_WORK);   // receive forward
     for (int k = 0; k < warmup; k++) {
         forward_step(s, forward_work(s, k));
-        exchange(s, forward_work(s, k), k + 1 < total ? forward_work(s, k + 1) : NO_WORK, NO_WORK,
-                 k == warmup - 1 ? backward_work(s, 0) : NO_WORK);
+        exchange(s, forward_work(s, k), next_input(s, k, total), NO_WORK, k == warmup - 1 ? backward_work(s, 0) : NO_WORK);
     }
     // steady 1F1B: one exchange after each pair, all four messages at once
     for (int k = 0; k < steady; k++) {
         int fk = k + warmup;
         forward_step(s, forward_work(s, fk));
         backward_step(s, backward_work(s, k), M);
-        exchange(s, forward_work(s, fk), steady_input(s, fk, total), backward_work(s, k), steady_gradient(s, k, total));
+        exchange(s, forward_work(s, fk), next_input(s, fk, total), backward_work(s, k), next_gradient(s, k, total));
     }
     // cool-down
     for (int k = steady; k < total; k++) {
         backward_step(s, backward_work(s, k), M);
-        exchange(s, NO_WORK, NO_WORK, backward_work(s, k), k + 1 < total ? backward_work(s, k + 1) : NO_WORK);
+        exchange(s, NO_WORK, NO_WORK, backward_work(s, k), next_gradient(s, k, total));
     }
     finish_exchanges(s);
 }
@@ -512,11 +527,12 @@ static void run_forward_only(Schedule* s, int M) {
         }
     } else {
         int total = M * s->chunks;
+        s->micro_batches = M;
         exchange(s, NO_WORK, forward_work(s, 0), NO_WORK, NO_WORK);
         for (int k = 0; k < total; k++) {
             forward_step(s, forward_work(s, k));
             release_slot(s, forward_work(s, k));
-            exchange(s, forward_work(s, k), k + 1 < total ? forward_work(s, k + 1) : NO_WORK, NO_WORK, NO_WORK);
+            exchange(s, forward_work(s, k), next_input(s, k, total), NO_WORK, NO_WORK);
         }
     }
     finish_exchanges(s);
@@ -528,20 +544,23 @@ static void run_schedule(Schedule* s, int M) {
     else run_1f1b(s, M);
 }
 
-// a walk of stage `stage`'s schedule that runs nothing: it counts chunk `counted_chunk`'s slots
-// in use (-1: every chunk's) and tells `trace` each forward, backward and message
-static Schedule schedule_walk(int stage, int stages, int chunks, int counted_chunk, ScheduleTrace trace, void* ctx) {
-    Schedule s = {NULL, NULL, NULL, 0.0f, stage, stages, chunks, counted_chunk, 0, 0, trace, ctx};
+// a walk of stage `stage`'s schedule (`group`: micro-batches a chunk takes at a time, 0: stages)
+// that runs nothing: it counts chunk `counted_chunk`'s slots in use (-1: every chunk's) and tells
+// `trace` each forward, backward and message
+static Schedule schedule_walk(int stage, int stages, int chunks, int group, int counted_chunk, ScheduleTrace trace,
+                              void* ctx) {
+    Schedule s = {NULL, NULL, NULL, 0.0f, stage, stages, chunks, group, 0, counted_chunk, 0, 0, trace, ctx};
     return s;
 }
 
-// The slots stage `stage` of `stages` needs for each of its `chunks` model chunks in a step of M
-// micro-batches (forward_only: an evaluation's), at least the slots[c] given: the most
-// micro-batches the chunk holds at once in a walk of the schedule above (no model: nothing runs,
-// one walk per chunk). Plain 1F1B: min(P - p, M) for training, 1 for an evaluation.
-static void schedule_slots(int stage, int stages, int chunks, int M, int forward_only, int* slots) {
+// The slots stage `stage` of `stages` needs for each of its `chunks` model chunks (taking `group`
+// micro-batches at a time) in a step of M micro-batches (forward_only: an evaluation's), at least
+// the slots[c] given: the most micro-batches the chunk holds at once in a walk of the schedule
+// above (no model: nothing runs, one walk per chunk). Plain 1F1B: min(P - p, M) for training, 1
+// for an evaluation.
+static void schedule_slots(int stage, int stages, int chunks, int group, int M, int forward_only, int* slots) {
     for (int c = 0; c < chunks; c++) {
-        Schedule s = schedule_walk(stage, stages, chunks, c, NULL, NULL);
+        Schedule s = schedule_walk(stage, stages, chunks, group, c, NULL, NULL);
         if (forward_only) run_forward_only(&s, M);
         else run_schedule(&s, M);
         if (s.most_held > slots[c]) slots[c] = s.most_held;

@@ -23,6 +23,7 @@ sampling -> the run -> main.
 #include "checkpoint.h"
 #include "hf.h"
 #include "tensorboard.h"
+#include "megatron_flags.h"
 #include "config.h"
 #include "plan.h"
 #include <signal.h>
@@ -219,39 +220,48 @@ static DataFingerprint data_fingerprint(const IndexedDataset* ds) {
     return f;
 }
 
-// Every rank's fingerprints against rank 0's, like the flags: the first rank whose copy of a
-// prefix differs says so (naming the file, and rank 0's host), and every rank exits 2.
+// Every rank's fingerprints against those most ranks hold (the first rank whose copies more
+// than half the ranks share; rank 0 where none is), like the flags: the first rank whose copy
+// of a prefix differs says so (naming the file, and that reference rank's host), and every
+// rank exits 2. (Held against rank 0's alone, a stale copy on rank 0's host had the first
+// healthy rank named, on another host: tests/test_hosts.sh.)
 static void check_same_data_everywhere(const DataSplits* d) {
     int n = d->num_prefixes, W = grid.world_size;
+    size_t bytes = n * sizeof(DataFingerprint);
     DataFingerprint* mine = (DataFingerprint*)callocCheck(n, sizeof(DataFingerprint));
     DataFingerprint* all = (DataFingerprint*)callocCheck((size_t)n * W, sizeof(DataFingerprint));
     for (int i = 0; i < n; i++) mine[i] = data_fingerprint(&d->prefix[i].ds);
-    all_gather_host(&grid.world, mine, all, n * sizeof(DataFingerprint));
-    int rank = -1, prefix = -1;
-    for (int r = 1; r < W && rank < 0; r++)
+    all_gather_host(&grid.world, mine, all, bytes);
+    int ref = 0, rank = -1, prefix = -1;
+    for (int q = 0, found = 0; q < W && !found; q++) {
+        int same = 0;
+        for (int r = 0; r < W; r++) same += memcmp(&all[(size_t)r * n], &all[(size_t)q * n], bytes) == 0;
+        if (2 * same > W) ref = q, found = 1;
+    }
+    for (int r = 0; r < W && rank < 0; r++)
         for (int i = 0; i < n && rank < 0; i++)
-            if (memcmp(&all[(size_t)r * n + i], &all[i], sizeof(DataFingerprint)) != 0) rank = r, prefix = i;
-    char rank0_host[sizeof(grid.host)], what[4400] = "";
-    memcpy(rank0_host, grid.host, sizeof(rank0_host));
-    if (rank >= 0) broadcast_host(&grid.world, rank0_host, sizeof(rank0_host), 0);
+            if (memcmp(&all[(size_t)r * n + i], &all[(size_t)ref * n + i], sizeof(DataFingerprint)) != 0) rank = r, prefix = i;
+    char ref_host[sizeof(grid.host)], what[4400] = "";
+    memcpy(ref_host, grid.host, sizeof(ref_host));
+    if (rank >= 0) broadcast_host(&grid.world, ref_host, sizeof(ref_host), ref);
     if (rank >= 0 && grid.world_rank == rank) {
-        const DataFingerprint *here = &mine[prefix], *there = &all[prefix];
+        const DataFingerprint *here = &mine[prefix], *there = &all[(size_t)ref * n + prefix];
         const char* path = d->prefix[prefix].ds.path_prefix;
         if (here->bin_bytes != there->bin_bytes)
-            snprintf(what, sizeof(what), "%s.bin is %llu bytes here, %llu on rank 0", path,
-                     (unsigned long long)here->bin_bytes, (unsigned long long)there->bin_bytes);
+            snprintf(what, sizeof(what), "%s.bin is %llu bytes here, %llu on rank %d", path,
+                     (unsigned long long)here->bin_bytes, (unsigned long long)there->bin_bytes, ref);
         else if (here->idx_crc != there->idx_crc)
-            snprintf(what, sizeof(what), "%s.idx differs (CRC-32 %08x here, %08x on rank 0)", path, here->idx_crc,
-                     there->idx_crc);
+            snprintf(what, sizeof(what), "%s.idx differs (CRC-32 %08x here, %08x on rank %d)", path, here->idx_crc,
+                     there->idx_crc, ref);
         else
-            snprintf(what, sizeof(what), "%s.bin differs in the blocks sampled (CRC-32 %08x here, %08x on rank 0)", path,
-                     here->bin_crc, there->bin_crc);
+            snprintf(what, sizeof(what), "%s.bin differs in the blocks sampled (CRC-32 %08x here, %08x on rank %d)", path,
+                     here->bin_crc, there->bin_crc, ref);
     }
     free(mine);
     free(all);
     if (rank >= 0)   // (only that rank prints, with its host and coordinates)
-        config_error_on(rank, "--data-path: this rank's copy differs from rank 0's (on %s): %s; every rank must read "
-                        "the same data (a stale copy on a node-local disk?)", rank0_host, what);
+        config_error_on(rank, "--data-path: this rank's copy differs from rank %d's (on %s): %s; every rank must read "
+                        "the same data (a stale copy on a node-local disk?)", ref, ref_host, what);
 }
 
 // Every rank maps the data files and plans the sample indexes (nothing large is allocated
@@ -498,20 +508,26 @@ static void print_setup(const Trainer* t) {
     blas_kernels_everywhere(blas, sizeof(blas));
     if (grid.world_rank == 0) {
         char name[96];
-        printf("gridgpt %s build, %s, %d rank(s) as TP %d x PP %d x DP %d, %d OpenMP thread(s) per rank; rank 0 is %s\n",
-               BUILD_NAME, PRECISION_NAME, grid.world_size, grid.tp_size, grid.pp_size, grid.dp_size,
+        printf("gridgpt %s build, %s, %d rank(s) as TP %d x PP %d x DP %d, %d OpenMP thread(s) per rank (%s); rank 0 is "
+               "%s\n", BUILD_NAME, PRECISION_NAME, grid.world_size, grid.tp_size, grid.pp_size, grid.dp_size,
 #ifdef _OPENMP
                omp_get_max_threads(),
 #else
                1,
 #endif
-               grid_name(name, sizeof(name)));
+               grid.threads_from ? grid.threads_from : "OMP_NUM_THREADS", grid_name(name, sizeof(name)));
         if (blas[0]) printf("%s\n", blas);
         warn_if_pthread_blas();
         print_model(&a->model);
         print_attention(a, GPU_BUILD);
         print_dp_communication(a, &t->model);
         print_pipeline_exchanges();
+        if (grid.pp_size > 1 && t->model.num_chunks == 1)   // Megatron-LM's "Number of virtual stages per pipeline stage"
+            printf("pipeline schedule: 1F1B, 1 virtual stage per pipeline stage\n");
+        if (t->model.num_chunks > 1)
+            printf("pipeline schedule: interleaved 1F1B, %d virtual stages per pipeline stage (model chunks), the "
+                   "micro-batches taken %d at a time per chunk (--microbatch-group-size-per-virtual-pipeline-stage)\n",
+                   t->model.num_chunks, microbatch_group_size(a));
         if (t->data.num_prefixes) data_splits_print(&t->data, stdout);
         if (a->eval_iters > 0 && a->data_path.count && !data_splits_has(&t->data, 1))
             printf("note: --split %s leaves no validation documents: no evaluation (as Megatron)\n", a->split);
@@ -802,6 +818,7 @@ static void plan_model(Trainer* t) {
     build.flash_attention = runs_flash_attention(a, GPU_BUILD);
     int* slots = (int*)mallocCheck(stage.chunks * sizeof(int));   // what the schedule needs
     stage_slots(a, grid.pp_rank, slots);
+    microbatch_group_size_per_vp_stage = microbatch_group_size(a);   // the order the slots were counted in (step.h)
     gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, stage, slots,
                    grid.dp_size, build);
     free(slots);
@@ -900,9 +917,10 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     on_stop_signals(stop_during_startup);   // trainer_run's handlers take over when training starts
     Config* a = &t->config;
     set_defaults(a);
-    char err[1024];
+    char err[4096];   // (every refused flag of a Megatron command line fits)
     parse_flags(a, argc, argv, err, sizeof(err));
     config_error_anywhere(err);
+    print_megatron_notes(a);   // the Megatron flags accepted as what gridgpt does, a line each
     check_same_config_everywhere(a);   // from here on every rank reaches the same verdicts on the flags
     if (a->help || a->help_markdown) {
         if (grid.world_rank == 0 && a->help) print_usage(a);
@@ -1192,6 +1210,7 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     memset(&w, 0, sizeof(w));
     double start = now_seconds(), train_seconds = 0.0, last_loss = NAN;
     long long tokens_start = t->progress.consumed_samples;
+    int first_iteration = t->progress.iteration;   // a resumed run's summary counts its own steps
     int in_flight = 0;   // most micro-batches any stage held at once (1F1B: at most PP)
     on_stop_signals(request_stop);
     if (t->config.skip_train) {   // Megatron's --skip-train: the evaluation alone, and/or a generation
@@ -1237,13 +1256,16 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     float valid_loss = evaluate_at_the_end(t);
     in_flight = max_over_world(in_flight);
     if (grid.world_rank == 0) {
-        int it = t->progress.iteration;
+        int it = t->progress.iteration - first_iteration;
         long long samples = t->progress.consumed_samples - tokens_start;
         double tokens = (double)samples * t->config.model.seq_length;
-        printf("summary: %d iterations, %lld samples (%.0f tokens) in %.1f s of training (%.1f s in all): "
+        char resumed[64] = "";
+        if (first_iteration > 0)
+            snprintf(resumed, sizeof(resumed), " (%d to %d, resumed)", first_iteration + 1, t->progress.iteration);
+        printf("summary: %d iterations%s, %lld samples (%.0f tokens) in %.1f s of training (%.1f s in all): "
                "%.0f tokens/s, %.1f ms per iteration; final lm loss %.4f; peak memory %.2f GiB (rank 0); "
                "at most %d micro-batch(es) in flight on a pipeline stage%s\n",
-               it, samples, tokens, train_seconds, now_seconds() - start, train_seconds > 0 ? tokens / train_seconds : 0.0,
+               it, resumed, samples, tokens, train_seconds, now_seconds() - start, train_seconds > 0 ? tokens / train_seconds : 0.0,
                it ? 1000.0 * train_seconds / it : 0.0, last_loss, peak_rss_gib(), in_flight,
                t->model.num_chunks > 1 ? " (interleaved: a micro-batch counted once in each model chunk it is in)" : "");
         if (t->config.unigram_baseline) {

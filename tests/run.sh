@@ -6,8 +6,8 @@
 #   tests/run.sh NAME...      only the named tests (make check T="NAME..."); names below, in TESTS
 set -u
 cd "$(dirname "$0")/.."
-TESTS="rooms unicode_table fixtures kernels kernels_blas data preprocess_gpt2 tokenizer model cli parallel scale watchdog configs
-       check_cluster dry_run plan checkpoint crash_points eval hf generate tensorboard trace emu_kernels emu_train sass"
+TESTS="rooms unicode_table fixtures kernels kernels_blas data preprocess_gpt2 tokenizer model cli megatron_flags parallel scale watchdog configs
+       check_cluster hosts dry_run plan checkpoint crash_points eval hf generate tensorboard trace emu_kernels emu_train sass"
 for name in "$@"; do
     case " $(echo $TESTS) " in
         *" $name "*) ;;
@@ -50,7 +50,7 @@ wanted kernels_blas && build test_kernels_blas gcc $CFLAGS tests/test_kernels.c 
 wanted data && build test_data gcc $CFLAGS -O1 -g -fsanitize=address tests/test_data.c -o $B/test_data -lm
 wanted model && build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_model $BLAS -lz -lm
 # test_parallel records every step's loss and norm in full precision, for three of the scripts
-{ wanted parallel || wanted checkpoint || wanted scale; } && build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
+{ wanted parallel || wanted checkpoint || wanted scale || wanted hosts; } && build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
 wanted tensorboard && build test_tensorboard gcc $CFLAGS tests/test_tensorboard.c -o $B/test_tensorboard
 
 # each test's command (its output goes to $B/NAME.log)
@@ -85,16 +85,17 @@ run_quietly() {
 # busy for minutes), the watchdog's, the planner's, the Hugging Face and the profiler's tests in one, the others
 # in the other, about half the time each (the report's "seconds per test" line says where the
 # time goes). The cluster
-# check compares ranks' speeds and runs alone, last. Each lane runs its tests one at a time;
+# check and the simulated hosts' test compare ranks' speeds and run alone, last. Each lane runs its tests one at a time;
 # each test has its own folder under $B. The report comes afterwards, in the order of TESTS.
 LANE_A="emu_kernels emu_train watchdog plan hf trace"
 rm -f $B/*.status $B/*.seconds
 ( for name in $LANE_A; do run_quietly $name; done ) &
 for name in $TESTS; do
-    case " $LANE_A check_cluster " in *" $name "*) ;; *) run_quietly $name ;; esac
+    case " $LANE_A check_cluster hosts " in *" $name "*) ;; *) run_quietly $name ;; esac
 done
 wait
 run_quietly check_cluster
+run_quietly hosts
 
 passed=0; failed=$build_failures; times=""
 for label in $TESTS; do

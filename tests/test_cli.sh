@@ -43,6 +43,52 @@ expect_error "--attention-backend flash at a head size the fused kernels do not 
 expect_error "unknown attention backend" "--attention-backend" $base --attention-backend fast
 expect_error "a negative bucket size" "--ddp-bucket-size must be at least 0, got -5" $base --ddp-bucket-size -5
 
+# Megatron's flags that gridgpt lacks (megatron_flags.h): one asking for what gridgpt always does is
+# accepted with a start-up note; with a value asking for more it is refused, naming what Megatron
+# would do; a flag of theirs gridgpt lacks is refused as not in gridgpt; a typo of any flag gets
+# the flag it is close to; anything else stays a plain unknown flag
+megatron_note() {  # NAME FLAG...: the dry run goes on, with "note: Megatron's FLAG ... accepted" on stdout
+    local name=$1; shift
+    ./train_cpu --dry-run --vocab-size 256 --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 "$@" \
+        > "$tmp/out" 2> "$tmp/err"
+    local status=$?
+    if [ $status -eq 0 ] && grep -qF -- "note: Megatron's $* accepted: " "$tmp/out"; then ok "$name"
+    else bad "$name" "status $status: $(grep -m1 note "$tmp/out") $(head -c 300 "$tmp/err")"; fi
+}
+megatron_note "--use-distributed-optimizer accepted: gridgpt is always ZeRO-1" --use-distributed-optimizer
+megatron_note "--hidden-dropout 0 accepted: no dropout" --hidden-dropout 0
+megatron_note "--attention-dropout 0.0 accepted: no dropout (numbers compare as numbers)" --attention-dropout 0.0
+megatron_note "--distributed-backend nccl accepted (the CPU build's collectives are MPI's)" --distributed-backend nccl
+megatron_note "--no-masked-softmax-fusion accepted" --no-masked-softmax-fusion
+megatron_note "--no-bias-gelu-fusion accepted" --no-bias-gelu-fusion
+megatron_note "--use-mcore-models accepted" --use-mcore-models
+megatron_note "--num-workers 4 accepted: the loader has no workers" --num-workers 4
+megatron_note "--log-throughput accepted" --log-throughput
+megatron_note "--log-validation-ppl-to-tensorboard accepted" --log-validation-ppl-to-tensorboard
+megatron_note "--exit-signal-handler accepted: gridgpt saves and exits on SIGTERM" --exit-signal-handler
+megatron_note "--kv-channels 8 accepted: the head size hidden / heads" --kv-channels 8
+megatron_note "--attention-backend fused (Megatron's choice) accepted as auto" --attention-backend fused
+megatron_note "--tokenizer-type NullTokenizer accepted: the data's ids as they are" --tokenizer-type NullTokenizer
+grep -q "^note: Megatron's --distributed-timeout-minutes 3 accepted: taken as --watchdog-timeout" \
+    <(./train_cpu --dry-run --vocab-size 256 --distributed-timeout-minutes 3 2>&1) && ok "--distributed-timeout-minutes accepted as --watchdog-timeout" ||
+    bad "--distributed-timeout-minutes" "no note"
+expect_error "--hidden-dropout 0.1 refused, naming dropout and what Megatron-LM does" \
+    "--hidden-dropout 0.1: not in gridgpt: dropout: Megatron-LM would zero this fraction of the hidden states" $base --hidden-dropout 0.1
+expect_error "--distributed-backend gloo refused" "--distributed-backend gloo: not in gridgpt: Gloo" $base --distributed-backend gloo
+expect_error "--num-experts 8 refused as not in gridgpt" "--num-experts 8: not in gridgpt: mixture of experts" $base --num-experts 8
+expect_error "a family of Megatron flags (--moe-*) refused as not in gridgpt" "--moe-router-topk 2: not in gridgpt: mixture of experts" \
+    $base --moe-router-topk 2
+expect_error "--swiglu refused for now (Llama's architecture: a later issue)" \
+    "--swiglu: not in gridgpt: SwiGLU: Megatron-LM would gate the MLP with SiLU instead of GELU (Llama's architecture: a later issue)" $base --swiglu
+expect_error "--kv-channels other than hidden / heads refused" "--kv-channels 16: not in gridgpt: a head size other than --hidden-size 16 / --num-attention-heads 2" \
+    $base --kv-channels 16
+expect_error "every refused flag in one line" "3 flags refused: --swiglu (SwiGLU; Llama's, later); --num-experts 8 (mixture of experts); unknown flag '--bogus-flag-here'" \
+    $base --swiglu --num-experts 8 --bogus-flag-here
+expect_error "a typo of gridgpt's flag: did you mean" "unknown flag '--hiden-size', did you mean --hidden-size?" $base --hiden-size 16
+expect_error "a typo of a Megatron flag: did you mean" "unknown flag '--use-distributed-optimiser', did you mean --use-distributed-optimizer?" \
+    $base --use-distributed-optimiser
+expect_error "a far-off unknown flag is a plain unknown flag" "unknown flag '--frobnicate' (see --help)" $base --frobnicate 3
+
 # how the DP gradients are reduced is said at start-up: nothing at DP 1, one reduce-scatter, or
 # the overlap's buckets (here one of the layers and the embedding's)
 startup_words() {  # LINE-START RANKS FLAGS...: the two words after the start-up line's first two
@@ -144,8 +190,41 @@ expect_error "interleaving: v that does not divide an uneven stage's layers" "--
 expect_error "interleaving: a stage with no layers" "--num-virtual-stages-per-pipeline-rank 2: stage 1's 0 layer(s) do not split" \
     $pp2 --pipeline-model-parallel-size 3 --world-size 3 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 2 \
     --num-virtual-stages-per-pipeline-rank 2
-expect_error "interleaving: micro-batches not a multiple of PP" "--global-batch-size 6 makes 3 micro-batches per pipeline (micro-batch 2 x data-parallel size 1), not a multiple of --pipeline-model-parallel-size 2" \
+expect_error "interleaving: a last group of micro-batches smaller than PP (Megatron-LM's refusal)" "--global-batch-size 6 makes 3 micro-batches per pipeline (micro-batch 2 x data-parallel size 1): taken 2 at a time per model chunk (--microbatch-group-size-per-virtual-pipeline-stage, PP by default), the last group holds 1, fewer than --pipeline-model-parallel-size 2, which Megatron-LM refuses (the first stage would wait for its own output); group sizes that take 3: 3" \
     $pp2 --micro-batch-size 2 --global-batch-size 6 $N 1
+# --microbatch-group-size-per-virtual-pipeline-stage G (Megatron-LM's): PP <= G <= M, a last group of PP or more
+G="--microbatch-group-size-per-virtual-pipeline-stage"
+pp4="${pp2/--world-size 2/--world-size 4} --num-layers 8 --pipeline-model-parallel-size 4"
+expect_error "interleaving: 9 micro-batches at PP 4 in groups of PP (Megatron-LM refuses it too)" "--global-batch-size 9 makes 9 micro-batches per pipeline (micro-batch 1 x data-parallel size 1): taken 4 at a time per model chunk ($G, PP by default), the last group holds 1, fewer than --pipeline-model-parallel-size 4" \
+    $pp4 --global-batch-size 9 $N 1
+if ./train_cpu $pp4 --global-batch-size 9 $N 1 $G 9 > "$tmp/out" 2>&1 && grep -q "^dry-run: world 4 TP 1 PP 4 DP 1 MBS 1 GBS 9 VPP 2" "$tmp/out"; then
+    ok "interleaving: 9 micro-batches at PP 4 run with $G 9"
+else bad "9 micro-batches at PP 4 with $G 9" "$(tail -2 "$tmp/out")"; fi
+expect_error "$G below PP" "$G 3 is less than --pipeline-model-parallel-size 4" $pp4 --global-batch-size 8 $N 1 $G 3
+expect_error "$G above the micro-batches" "--global-batch-size 4 makes 4 micro-batches per pipeline (micro-batch 1 x data-parallel size 1), fewer than $G 5" \
+    $pp2 $N 1 $G 5
+expect_error "$G on a ramp batch it does not take" "--rampup-batch-size: batch size 3 on the ramp makes 3 micro-batches per pipeline" \
+    $pp2 --global-batch-size 8 --rampup-batch-size 3 5 100 --train-samples 1000 $N 1 $G 4
+expect_error "$G without interleaving" "$G goes with the interleaved schedule" $pp2 $G 2
+expect_error "$G: a last group of PP or more but fewer than G, which the head's one micro-batch of logits cannot take" "--global-batch-size 9 makes 9 micro-batches per pipeline (micro-batch 1 x data-parallel size 1): taken 5 at a time per model chunk ($G), the last group holds 4: Megatron-LM runs it, but its order then runs another head forward on the last stage before a micro-batch's head backward, and gridgpt's head keeps one micro-batch's logits; group sizes that take 9: 9" \
+    $pp4 --global-batch-size 9 $N 1 $G 5
+# --recompute-modules (Megatron-LM's): core_attn is gridgpt's selective recomputation; the rest refused by name
+expect_error "--recompute-modules without selective" "--recompute-modules goes with --recompute-granularity selective" \
+    $pp2 --recompute-modules core_attn
+expect_error "--recompute-modules: a Megatron-LM module gridgpt does not have" "--recompute-modules mlp: not in gridgpt, whose selective recomputation is the attention core alone" \
+    $pp2 --recompute-granularity selective --recompute-modules core_attn mlp
+expect_error "--recompute-modules: a name Megatron-LM does not know" "--recompute-modules attention: not a module Megatron-LM recomputes (its choices: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, mhc, gdn, gdn_norm_out)" \
+    $pp2 --recompute-activations --recompute-modules attention
+for m in moe_act layernorm mla_up_proj moe shared_experts mhc gdn gdn_norm_out; do
+    ./train_cpu $pp2 --recompute-granularity selective --recompute-modules $m > /dev/null 2> "$tmp/err"
+    grep -qF -- "--recompute-modules $m: not in gridgpt" "$tmp/err" || bad "--recompute-modules $m refused by name" "$(head -c 200 "$tmp/err")"
+done
+ok "--recompute-modules: each other module Megatron-LM recomputes refused by name (moe_act ... gdn_norm_out)"
+plan_of() { ./train_cpu $pp2 --dry-run-build cpu "$@" 2>&1 | grep -E '^ *planned|^dry-run:'; }
+if [ "$(plan_of --recompute-granularity selective --recompute-modules core_attn)" = "$(plan_of --recompute-granularity selective)" ] &&
+   [ "$(plan_of --recompute-granularity selective --recompute-modules core_attn)" != "$(plan_of)" ]; then
+    ok "--recompute-modules core_attn plans what --recompute-granularity selective plans (and not what no recomputation does)"
+else bad "--recompute-modules core_attn's plan" "$(plan_of --recompute-modules core_attn --recompute-granularity selective | head -2)"; fi
 expect_error "interleaving: a ramp-up batch whose micro-batches are not a multiple of PP" "--rampup-batch-size: batch size 5 on the ramp makes 5 micro-batches per pipeline" \
     $pp2 --global-batch-size 8 --rampup-batch-size 2 3 100 --train-samples 1000 $N 1
 expect_error "interleaving: --recompute-num-layers counts a model chunk's layers" "--recompute-num-layers 2 is more layers than any pipeline stage holds (the largest: 1 of --num-layers 4 over --pipeline-model-parallel-size 2, in 2 model chunks a stage)" \
@@ -153,6 +232,14 @@ expect_error "interleaving: --recompute-num-layers counts a model chunk's layers
 
 if ./train_cpu --help > "$tmp/help" 2>&1 && grep -q -- "--num-layers" "$tmp/help"; then ok "--help lists the flags"
 else bad "--help lists the flags" "$(head -3 "$tmp/help")"; fi
+
+# --recompute-modules core_attn trains as --recompute-granularity selective does, bit for bit
+rm_run="--data-path $data --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 32 --micro-batch-size 2 --global-batch-size 4 --train-iters 6 --log-interval 1 --eval-iters 0 --split 90,10,0 --lr 1e-3 --recompute-granularity selective"
+./train_cpu $rm_run > "$tmp/selective" 2>&1; ./train_cpu $rm_run --recompute-modules core_attn > "$tmp/modules" 2>&1
+if [ "$(grep -c 'lm loss' "$tmp/selective")" -ge 6 ] && [ "$(grep -oE '(lm loss|grad norm): [^|]*' "$tmp/selective")" = "$(grep -oE '(lm loss|grad norm): [^|]*' "$tmp/modules")" ] &&
+   grep -q "activation recomputation: selective, each layer's attention probabilities again" "$tmp/modules"; then
+    ok "--recompute-modules core_attn: the losses and grad norms of --recompute-granularity selective, bit for bit"
+else bad "--recompute-modules core_attn's run" "$(grep -m2 'lm loss' "$tmp/modules") vs $(grep -m2 'lm loss' "$tmp/selective")"; fi
 
 # same seed, same log lines (everything but the timing fields)
 strip_timing() { grep -E '^ iteration|lm loss value' "$1" | sed -E 's/elapsed time per iteration \(ms\): [0-9.]+//; s/samples per second: [0-9.]+//; s/TFLOPs: [0-9.]+//'; }

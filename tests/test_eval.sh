@@ -85,6 +85,17 @@ if [ $? -eq 0 ] && grep -q "weights only: --finetune" $B/finetune.log; then
     ok "--finetune --load with no model flag trains on from the checkpoint's shape"
 else bad "--finetune without model flags" "$(grep -m1 error $B/finetune.log)"; fi
 
+# ---- a resumed run's summary counts the steps it made (it once divided by all iterations)
+./train_cpu --data-path $data --split 90,8,2 --load $B/ck --save $B/resumed $common --train-iters 16 --log-interval 4 \
+    > $B/resumed.log 2>&1
+summary=$(grep '^summary: ' $B/resumed.log)
+per=$(echo "$summary" | sed -n 's/.*: \([0-9.]*\) tokens\/s, \([0-9.]*\) ms per iteration;.*/\1 \2/p')
+# 4 steps of 4 x 16 tokens: ms per iteration = 1000 x 256 tokens / (tokens/s) / 4, to the printed 0.1 ms
+if echo "$summary" | grep -q '^summary: 4 iterations (13 to 16, resumed), 16 samples (256 tokens)' &&
+   awk -v tps="${per% *}" -v ms="${per#* }" 'BEGIN { d = 64000 / tps - ms; exit !(tps > 0 && d < 0.051 && d > -0.051) }'; then
+    ok "a run resumed at iteration 12 for 4 more: 'summary: 4 iterations (13 to 16, resumed)', ms per iteration over those 4"
+else bad "the resumed run's summary" "$summary"; fi
+
 # ---- refusals: one line naming the flag, exit status 2
 expect_refusal() {  # label needle flags...
     local label=$1 needle=$2; shift 2

@@ -505,9 +505,9 @@ static void record_event(void* ctx, TraceEvent event, Work w) {
     else t->overflow = 1;
 }
 
-static void walk_stage(StageWalk* t, int stage, int stages, int chunks, int M, int forward_only) {
+static void walk_stage(StageWalk* t, int stage, int stages, int chunks, int group, int M, int forward_only) {
     memset(t, 0, sizeof(*t));
-    Schedule s = schedule_walk(stage, stages, chunks, -1, record_event, t);
+    Schedule s = schedule_walk(stage, stages, chunks, group, -1, record_event, t);
     if (forward_only) run_forward_only(&s, M);
     else run_schedule(&s, M);
 }
@@ -591,22 +591,27 @@ static int runs_to_the_end(const StageWalk* walks, const Messages* ms, int P) {
     return 1;
 }
 
-// For every stage of P with v chunks and M micro-batches, training and forward-only: each
+// For every stage of P with v chunks and M micro-batches (interleaved: G at a time, 0: P), training and forward-only: each
 // (micro-batch, chunk) runs forward once and backward once after it (the head's backward right
 // after its forward: the logits hold one micro-batch), every message one stage sends is the
 // one its peer receives (the same micro-batch, the next virtual stage, in the same order: NCCL
 // and MPI match a pair's messages in posting order, the two kinds one queue where both
 // neighbours are one rank at PP 2), and the exchanges run to the end without a deadlock.
 static void schedule_walks_pair_up(void) {
-    int cases[][3] = {{2, 1, 1}, {2, 1, 5}, {4, 1, 3}, {4, 1, 8}, {2, 2, 2}, {2, 2, 4}, {2, 3, 2}, {2, 3, 8},
-                      {3, 2, 3}, {3, 2, 9}, {4, 2, 4}, {4, 2, 8}, {4, 3, 12}, {4, 4, 16}, {8, 2, 8}, {8, 3, 16}};
+    // the last rows: --microbatch-group-size-per-virtual-pipeline-stage G, M not a multiple of P (M a multiple of G:
+    // a last group of fewer than G would put another head forward before a head backward, config.h's refusal)
+    int cases[][4] = {{2, 1, 1, 0}, {2, 1, 5, 0}, {4, 1, 3, 0}, {4, 1, 8, 0}, {2, 2, 2, 0}, {2, 2, 4, 0}, {2, 3, 2, 0},
+                      {2, 3, 8, 0}, {3, 2, 3, 0}, {3, 2, 9, 0}, {4, 2, 4, 0}, {4, 2, 8, 0}, {4, 3, 12, 0}, {4, 4, 16, 0},
+                      {8, 2, 8, 0}, {8, 3, 16, 0},
+                      {2, 2, 3, 3}, {2, 2, 6, 3}, {2, 3, 8, 4}, {3, 2, 8, 4}, {4, 2, 9, 9}, {4, 2, 10, 5}, {4, 3, 12, 6},
+                      {4, 2, 8, 8}, {8, 2, 22, 11}};
     int bad_work = 0, bad_pairs = 0, deadlocks = 0, walks_done = 0;
     char first_bad[256] = "";
     StageWalk* walks = (StageWalk*)mallocCheck(8 * sizeof(StageWalk));
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-        int P = cases[k][0], v = cases[k][1], M = cases[k][2];
+        int P = cases[k][0], v = cases[k][1], M = cases[k][2], G = cases[k][3];
         for (int forward_only = 0; forward_only <= 1; forward_only++) {
-            for (int p = 0; p < P; p++) walk_stage(&walks[p], p, P, v, M, forward_only);
+            for (int p = 0; p < P; p++) walk_stage(&walks[p], p, P, v, G, M, forward_only);
             for (int p = 0; p < P; p++) {   // every work once, its backward after its forward
                 int* done = (int*)callocCheck(M * v, sizeof(int));   // 1 forward, 2 backward
                 int wrong = walks[p].overflow, last_forward = -1;
@@ -622,7 +627,7 @@ static void schedule_walks_pair_up(void) {
                 }
                 for (int j = 0; j < M * v; j++) wrong |= done[j] != (forward_only ? 1 : 2);
                 free(done);
-                if (wrong && !first_bad[0]) snprintf(first_bad, sizeof first_bad, "P %d v %d M %d stage %d%s", P, v, M, p,
+                if (wrong && !first_bad[0]) snprintf(first_bad, sizeof first_bad, "P %d v %d M %d G %d stage %d%s", P, v, M, G, p,
                                                      forward_only ? " (forwards only)" : "");
                 bad_work += wrong;
             }
@@ -635,12 +640,12 @@ static void schedule_walks_pair_up(void) {
                         const Message *s = &ms.sent[a][b][i], *g = &ms.got[b][a][i];
                         same = s->gradient == g->gradient && s->micro == g->micro && s->chunk == g->chunk;
                     }
-                    if (!same && !first_bad[0]) snprintf(first_bad, sizeof first_bad, "P %d v %d M %d: stage %d to %d",
-                                                         P, v, M, a, b);
+                    if (!same && !first_bad[0]) snprintf(first_bad, sizeof first_bad, "P %d v %d M %d G %d: stage %d to %d",
+                                                         P, v, M, G, a, b);
                     bad_pairs += !same;
                 }
             int ends = runs_to_the_end(walks, &ms, P);
-            if (!ends && !first_bad[0]) snprintf(first_bad, sizeof first_bad, "P %d v %d M %d deadlocks", P, v, M);
+            if (!ends && !first_bad[0]) snprintf(first_bad, sizeof first_bad, "P %d v %d M %d G %d deadlocks", P, v, M, G);
             deadlocks += !ends;
             free_messages(&ms);
             walks_done++;
@@ -648,8 +653,8 @@ static void schedule_walks_pair_up(void) {
     }
     free(walks);
     check(bad_work == 0 && bad_pairs == 0 && deadlocks == 0,
-          "the pipeline schedule, plain and interleaved, PP 2 to 8, v 1 to 4, training and forwards only (32 walks of "
-          "every stage): every work once, each message sent is the one received, in order, and no exchange deadlocks",
+          "the pipeline schedule, plain and interleaved (groups of G too, M not a multiple of PP), PP 2 to 8, v 1 to "
+          "4, training and forwards only (50 walks of every stage): every work once, each message sent is the one received, in order, and no exchange deadlocks",
           "%d stage(s) with wrong work, %d pair(s) of stages whose messages differ, %d deadlock(s) (first: %s)", bad_work,
           bad_pairs, deadlocks, first_bad);
     (void)walks_done;
@@ -669,7 +674,7 @@ static void schedule_slot_counts(void) {
         for (int M = 1; M <= 6; M++)
             for (int p = 0; p < P; p++) {
                 int slots[1] = {1};
-                schedule_slots(p, P, 1, M, 0, slots);
+                schedule_slots(p, P, 1, 0, M, 0, slots);
                 plain_ok &= slots[0] == (P - p < M ? P - p : M);
             }
     check(plain_ok, "plain 1F1B: stage p of P needs min(P - p, M) micro-batch slots, for P 1-4 and M 1-6",
@@ -677,7 +682,7 @@ static void schedule_slot_counts(void) {
     int want[4][2] = {{8, 4}, {8, 4}, {7, 3}, {5, 1}}, got[4][2], ok = 1;
     for (int p = 0; p < 4; p++) {
         got[p][0] = got[p][1] = 1;
-        schedule_slots(p, 4, 2, 8, 0, got[p]);
+        schedule_slots(p, 4, 2, 0, 8, 0, got[p]);
         ok &= got[p][0] == want[p][0] && got[p][1] == want[p][1];
     }
     check(ok, "interleaved 1F1B at P 4, v 2, M 8: slots per chunk 8+4, 8+4, 7+3, 5+1 on stages 0-3",

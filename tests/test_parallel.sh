@@ -210,6 +210,33 @@ if cmp -s $B/order.want $B/order.order; then
     ok "(1,4,1), v = 2, 8 micro-batches: every stage runs the interleaved schedule's order (Narayanan et al.'s Fig. 4)"
 else bad "the interleaved order" "$(diff $B/order.want $B/order.order | head -4)"; fi
 
+# Megatron-LM's --microbatch-group-size-per-virtual-pipeline-stage G: micro-batches in groups of G
+# per chunk, so M need not be a multiple of PP. At (1,2,1), v = 2, G = 3 over a ramp of 3 then 6
+# micro-batches (3 is no multiple of PP 2): one process's losses, norms and weights within 1e-5,
+# plain 1F1B's bits on the same layout (each chunk's backwards still run 0..M-1), and the last
+# step's order on every stage as tests/interleaved_order.py states Megatron-LM's schedule table
+# (the same script gives the Fig. 4 order above: its P 4, v 2, M 8).
+group_flags="${flags/--global-batch-size 16 --rampup-batch-size 8 8 64 --train-samples 288/--global-batch-size 12 --rampup-batch-size 6 6 36 --train-samples 228}"
+G="--microbatch-group-size-per-virtual-pipeline-stage"
+saved_flags=$flags
+flags=$group_flags
+record ref-groups 1 1 1
+record plain-groups 1 2 1
+record vpp2-g3-tp1-pp2-dp1 1 2 1 $N 1 $G 3
+$B/../test_parallel --compare $B/ref-groups $B/vpp2-g3-tp1-pp2-dp1 "(1,2,1) v = 2, $G 3, 3 then 6 micro-batches" $flags |
+    grep -E '^(PASS|FAIL)'
+same_bits "(1,2,1), v = 2, against plain 1F1B," plain-groups vpp2-g3-tp1-pp2-dp1 "$N 1 $G 3"
+flags=$saved_flags
+python3 tests/interleaved_order.py 2 2 6 3 > $B/groups.want
+python3 tests/interleaved_order.py 4 2 8 > $B/fig4.stated
+if cmp -s $B/groups.want $B/vpp2-g3-tp1-pp2-dp1.order && cmp -s $B/fig4.stated $B/order.want; then
+    ok "(1,2,1), v = 2, G = 3, 6 micro-batches: each stage runs Megatron-LM's order as tests/interleaved_order.py states it (which gives Fig. 4's too)"
+else bad "the order in groups of 3" "$(diff $B/groups.want $B/vpp2-g3-tp1-pp2-dp1.order | head -4) $(diff $B/fig4.stated $B/order.want | head -2)"; fi
+if grep -q "pipeline schedule: interleaved 1F1B, 2 virtual stages per pipeline stage (model chunks), the micro-batches taken 3 at a time per chunk" $B/vpp2-g3-tp1-pp2-dp1.log &&
+   grep -q "pipeline schedule: 1F1B, 1 virtual stage per pipeline stage" $B/plain-groups.log; then
+    ok "rank 0 names the virtual stages per pipeline stage and the group size at start (Megatron-LM prints the first)"
+else bad "the virtual stages at start" "$(grep -h 'pipeline schedule' $B/vpp2-g3-tp1-pp2-dp1.log $B/plain-groups.log)"; fi
+
 info() { awk -v k="$2" '$1 == k { print $2 }' $B/$1.info; }
 # ZeRO-1: the optimizer state of a rank is 1/DP of the (padded) whole
 o1=$(info ref optimizer_bytes); o2=$(info tp1-pp1-dp2 optimizer_bytes); o4=$(info tp1-pp1-dp4 optimizer_bytes)
@@ -376,3 +403,29 @@ else bad "OMPI_MCA_sharedfp=lockedfile with a long --save" "status $status: $(he
 if $MPIRUN -np 2 --mca sharedfp individual ./train_cpu $small --save $long > $B/long.out 2>&1; then
     ok "mpirun --mca sharedfp individual, the user's: a --save path of ${#long} characters saves"
 else bad "mpirun --mca sharedfp individual with a long --save" "$(grep -m1 error $B/long.out)"; fi
+
+# ---- OpenMP threads per rank: without OMP_NUM_THREADS, each rank takes its host's cores over
+# the ranks on the host (at least one); OMP_NUM_THREADS, when set, is the user's word
+cores=$(nproc --all)
+threads_line() { sed -n 's/.*, \([0-9]* OpenMP thread(s) per rank (.*)\); rank 0 is .*/\1/p' "$1" | head -1; }
+for np in 1 4; do
+    want=$((cores / np > 0 ? cores / np : 1))
+    usable=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)   # (nproc itself reads OMP_NUM_THREADS)
+    [ $want -gt $usable ] && want=$usable   # no more than the cores it may run on
+    env -u OMP_NUM_THREADS $MPIRUN -np $np ./train_cpu $small > $B/threads$np.log 2>&1
+    if [ "$(threads_line $B/threads$np.log)" = "$want OpenMP thread(s) per rank (this host's $cores cores over its $np rank(s))" ]; then
+        ok "no OMP_NUM_THREADS, $np rank(s) on a host of $cores cores: $want thread(s) each"
+    else bad "OpenMP threads of $np rank(s)" "$(threads_line $B/threads$np.log; grep -m1 error $B/threads$np.log)"; fi
+done
+OMP_NUM_THREADS=3 $MPIRUN -np 2 -x OMP_NUM_THREADS ./train_cpu $small > $B/threads_set.log 2>&1
+if [ "$(threads_line $B/threads_set.log)" = "3 OpenMP thread(s) per rank (OMP_NUM_THREADS)" ]; then
+    ok "OMP_NUM_THREADS=3 is kept (the user's word), and the start-up line says where the count came from"
+else bad "OMP_NUM_THREADS kept" "$(threads_line $B/threads_set.log)"; fi
+
+# a micro-batch whose global batch (x DP) no int holds: one line, not a division by zero (SIGFPE)
+$MPIRUN -np 4 ./train_cpu $small --micro-batch-size 1073741824 > $B/huge_batch.out 2> $B/huge_batch.err
+status=$?
+if [ $status -eq 2 ] && [ "$(grep -c '^error:' $B/huge_batch.err)" -eq 1 ] &&
+   grep -qF "error: --micro-batch-size 1073741824 x data-parallel size 4 is a global batch of 4294967296 samples" $B/huge_batch.err; then
+    ok "--micro-batch-size 2^30 at DP 4: the global batch past 2^31 - 1 is one line, exit 2"
+else bad "a global batch past 2^31 - 1" "status $status: $(grep -m2 . $B/huge_batch.err | head -c 300)"; fi

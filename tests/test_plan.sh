@@ -191,6 +191,28 @@ if grep -qE '^interleaved 1F1B bubble: \(p - 1\) / \(v m \+ p - 1\) = 3 / 11 = 2
    [ "$(pp_bytes $B/vpp4.plan)" = "$((2 * $(pp_bytes $B/vpp4-plain.plan)))" ]; then
     ok "PP 4, v = 2, 4 micro-batches: bubble 3/11 of a step of 5.5 slots, twice plain 1F1B's pipeline bytes ($(pp_bytes $B/vpp4.plan)), the plain line its own dry run's"
 else bad "the interleaved bubble" "$(grep 'bubble:' $B/vpp4.plan); $(grep '^step' $B/vpp4.plan); bytes $(pp_bytes $B/vpp4.plan) vs $(pp_bytes $B/vpp4-plain.plan); '$from_interleaved' vs '$plain_line'"; fi
+# --print-schedule draws the order step.h runs: for each (P, v, M, G) below, every stage's
+# forwards and backwards (the drawing without its '.' cells) are Megatron-LM's order as
+# tests/interleaved_order.py states it from the schedule table, and each stage's drawn bubble
+# is the planner's (p - 1) / (v m + p - 1), groups or not (G 0: PP, the default)
+drawn_order() { awk '/^stage [0-9]+:/ { printf "%s %s", $1, $2; for (i = 3; i <= NF; i++) if ($i != ".") printf " %s", $i; print "" }' "$1"; }
+orders_ok=0 orders_bad=""
+for c in "2 2 3 3" "2 2 6 3" "4 2 8 0" "4 2 9 9" "4 2 10 5" "4 3 12 6" "3 2 8 4" "2 4 4 0"; do
+    set -- $c
+    P=$1 v=$2 M=$3 G=$4 gflag=""
+    [ "$G" -gt 0 ] && gflag="--microbatch-group-size-per-virtual-pipeline-stage $G"
+    ./train_cpu --dry-run --world-size $P $model --num-layers $((P * v)) --micro-batch-size 1 --global-batch-size $M \
+        --pipeline-model-parallel-size $P --num-virtual-stages-per-pipeline-rank $v $gflag --print-schedule > $B/order-$P-$v-$M-$G.plan 2>&1
+    python3 tests/interleaved_order.py $P $v $M $([ "$G" -gt 0 ] && echo $G) --from 1 > $B/order-$P-$v-$M-$G.stated
+    bubble=$(awk -v p=$P -v v=$v -v m=$M 'BEGIN { printf "%.1f%%", 100 * (p - 1) / (v * m + p - 1) }')
+    if [ "$(drawn_order $B/order-$P-$v-$M-$G.plan)" = "$(cat $B/order-$P-$v-$M-$G.stated)" ] &&
+       [ "$(grep '^bubble of each stage, drawn:' $B/order-$P-$v-$M-$G.plan | grep -o "cells ($bubble)" | wc -l)" -eq $P ]; then
+        orders_ok=$((orders_ok + 1))
+    else orders_bad="$orders_bad P $P v $v M $M G $G;"; fi
+done
+if [ -z "$orders_bad" ]; then
+    ok "--print-schedule: $orders_ok (P, v, M, G) drawn in Megatron-LM's order (tests/interleaved_order.py), each stage's bubble (p - 1) / (v m + p - 1)"
+else bad "--print-schedule against Megatron-LM's stated order" "$orders_bad"; fi
 # a plain layout's plan names the fastest interleaving it allows, as that layout's own dry run
 fastest=$(grep '^with interleaving, the fastest' $B/vpp4-plain.plan)
 v=$(sed -nE 's/.*--num-virtual-stages-per-pipeline-rank ([0-9]+).*/\1/p' <<< "$fastest")

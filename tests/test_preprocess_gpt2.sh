@@ -124,6 +124,19 @@ expect_refusal() {  # NAME NEEDLE PREFIX ARGS...
 }
 V=$G/encoder.json M=$G/vocab.bpe T=GPT2BPETokenizer
 in="--input $B/cases.jsonl --tokenizer-type $T --append-eod"
+# the output's directory is made when missing, and a failed run takes away the ones it made
+rm -rf $B/made
+if ./preprocess $in --vocab-file $G/encoder.json --merge-file $G/vocab.bpe --output-prefix $B/made/a/b/cases > /dev/null 2>&1 &&
+   [ -s $B/made/a/b/cases_text_document.bin ] && [ -s $B/made/a/b/cases_text_document.idx ]; then
+    ok "--output-prefix DIR/a/b/cases: the missing directories are made"
+else bad "--output-prefix in a missing directory" "$(ls -R $B/made 2>&1 | head -5)"; fi
+mkdir -p $B/made/kept
+printf '{"text": "no end' > $B/broken.jsonl
+./preprocess --input $B/broken.jsonl --output-prefix $B/made/kept/new/deeper/x > /dev/null 2>&1
+status=$?
+if [ $status -eq 2 ] && [ -d $B/made/kept ] && [ ! -e $B/made/kept/new ]; then
+    ok "a failed run leaves no directory it made (the one that was there stays)"
+else bad "a failed run's directories" "status $status: $(ls -R $B/made/kept 2>&1 | head -5)"; fi
 expect_refusal "a missing vocabulary file" "$B/none.json" $B/r1 $in --vocab-file $B/none.json --merge-file $M
 expect_refusal "a missing merges file" "$B/none.txt" $B/r2 $in --vocab-file $V --merge-file $B/none.txt
 { head -3 $M; echo "h e l"; } > $B/merges_three.txt

@@ -30,9 +30,8 @@ GPU_ARCH, and the fused attention's kernels as the compiler emits them (issue 25
    Every flash kernel kernels.cuh defines must be in the cubin (a template nothing
    instantiates is not). Then a table per kernel, architecture and precision: registers, shared
    memory (static from ptxas, dynamic from the launcher), spills, and the theoretical
-   occupancy. docs/gpu-kernels.md carries the same table, README.md its bf16 rows (`python3
-   tests/test_sass.py --update-docs` writes both); each must equal this one when made by the
-   same nvcc.
+   occupancy. docs/gpu-kernels.md carries the same table (`python3 tests/test_sass.py
+   --update-docs` writes it); it must equal this one when made by the same nvcc.
 3. Each rule fires: tests/sass_planted.cu's kernels, compiled the same way, each break what
    they are planted to break (a spill, a local array, a lost state space in the kernel and in
    a helper it calls, no tensor cores; with
@@ -425,9 +424,9 @@ def source_commit():
     return commit + (" with changes to the sources not yet committed" if dirty else "")
 
 
-# where the table is kept: docs/gpu-kernels.md has every row; README.md the bf16 build's
-DOC_COPIES = [(DOC, "docs/gpu-kernels.md", lambda row: True),
-              (os.path.join(ROOT, "README.md"), "README.md", lambda row: "| bf16 |" in row)]
+# where the table is kept: docs/gpu-kernels.md, every row (the README points there and opens with
+# what to type)
+DOC_COPIES = [(DOC, "docs/gpu-kernels.md", lambda row: True)]
 
 
 def check_docs(rows, nvcc_release, nvdisasm_release, update):
