@@ -656,6 +656,142 @@ static void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float
 #endif
 
 // ----------------------------------------------------------------------------
+// RMSNorm (Zhang and Sennrich 2019; Megatron's --normalization RMSNorm, --norm-epsilon):
+// out = x / sqrt(mean(x^2) + eps) * weight, per row of C; no mean subtracted, no bias.
+// The forward keeps each row's rstd = 1 / sqrt(mean(x^2) + eps) for the backward. As LayerNorm's,
+// the backward ADDS its dinp into the residual stream's gradient and accumulates dweight; on
+// the GPU through the same [chunks, C] column partials (rmsnorm_grad_partials floats).
+
+static void rmsnorm_forward_cpu(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                                float eps) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + (size_t)n * C;
+        double ss = 0.0;
+        for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
+        float s = (float)(1.0 / sqrt(ss / C + eps));
+        float* o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] * s) * weight[c];
+        rstd[n] = s;
+    }
+}
+
+// d(inp) += rstd * (g - xhat * mean(g * xhat)), with g = dout * weight and xhat = x * rstd
+// (the mean-free half of LayerNorm's formula); dweight += column sums of dout * xhat
+static void rmsnorm_backward_cpu(float* dinp, float* dweight, const float* dout, const float* inp,
+                                 const float* weight, const float* rstd, int N, int C) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + (size_t)n * C;
+        const float* d = dout + (size_t)n * C;
+        float s = rstd[n];
+        double gx_mean = 0.0;
+        for (int c = 0; c < C; c++) gx_mean += (d[c] * weight[c]) * (x[c] * s);
+        gx_mean /= C;
+        float* di = dinp + (size_t)n * C;
+        for (int c = 0; c < C; c++) di[c] += s * (d[c] * weight[c] - (x[c] * s) * (float)gx_mean);
+    }
+    #pragma omp parallel for
+    for (int c = 0; c < C; c++) {
+        float dw = 0.0f;
+        for (int n = 0; n < N; n++) dw += dout[(size_t)n * C + c] * (inp[(size_t)n * C + c] * rstd[n]);
+        dweight[c] += dw;
+    }
+}
+
+// the workspace floats of rmsnorm_backward on build b: dweight's [chunks, C] partials
+static size_t rmsnorm_grad_partials(BuildTarget b, int N, int C) {
+    return b.gpu ? (size_t)layernorm_grad_chunks(N) * C : 0;
+}
+
+#ifdef __CUDACC__
+// the forward one warp per row (layernorm_forward_kernel's layout); the backward one block per
+// chunk of COLUMN_CHUNK_ROWS rows (layernorm_backward_kernel's two steps, without the mean)
+__global__ void rmsnorm_forward_kernel(floatX* out, float* rstd, const floatX* inp, const floatX* weight,
+                                       int N, int C, float eps) {
+    int lane = threadIdx.x % 32, n = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (n >= N) return;
+    const floatX* x = inp + (size_t)n * C;
+    floatX* o = out + (size_t)n * C;
+    float ss = 0.0f;
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        x128 px = load_pack(x + c, C - c < X128 ? C - c : X128);   // the missing elements are 0
+        for (int k = 0; k < X128; k++) ss += floatX_to_float(px.e[k]) * floatX_to_float(px.e[k]);
+    }
+    float s = 1.0f / sqrtf(warp_reduce_sum(ss) / C + eps);
+    for (int c = lane * X128; c < C; c += 32 * X128) {
+        int count = C - c < X128 ? C - c : X128;
+        x128 px = load_pack(x + c, count), pw = load_pack(weight + c, count), po;
+        for (int k = 0; k < X128; k++) po.e[k] = to_floatX(floatX_to_float(px.e[k]) * s * floatX_to_float(pw.e[k]));
+        store_pack(o + c, po, count);
+    }
+    if (lane == 0) rstd[n] = s;
+}
+
+// Block k takes the rows [32k, 32k + 32): 1. each warp some of its rows' mean(g xhat), g = dout
+// * weight, into shared memory; 2. each thread a pack of X128 columns down the chunk's rows:
+// dinp += rstd * (g - xhat * mean(g xhat)), and the chunk's partial sums of dweight (dout xhat)
+// into partials [chunks, C] for column_partials_add.
+__global__ void rmsnorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
+                                        const floatX* weight, const float* rstd, int N, int C) {
+    float* stats = block_row_stats();
+    float *row_rstd = stats, *gx_mean = stats + COLUMN_CHUNK_ROWS;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    int n0 = blockIdx.x * COLUMN_CHUNK_ROWS, rows = min_int(COLUMN_CHUNK_ROWS, N - n0);
+    for (int r = warp; r < rows; r += warps) {   // the same trips for the whole warp: shuffles are safe
+        const floatX* x = inp + (size_t)(n0 + r) * C;
+        const floatX* d = dout + (size_t)(n0 + r) * C;
+        float s = rstd[n0 + r], gx_sum = 0.0f;
+        for (int c = lane * X128; c < C; c += 32 * X128) {
+            int count = C - c < X128 ? C - c : X128;
+            x128 pd = load_pack(d + c, count), px = load_pack(x + c, count), pw = load_pack(weight + c, count);
+            for (int k = 0; k < count; k++)
+                gx_sum += (floatX_to_float(pd.e[k]) * floatX_to_float(pw.e[k])) * (floatX_to_float(px.e[k]) * s);
+        }
+        gx_sum = warp_reduce_sum(gx_sum);
+        if (lane == 0) {
+            row_rstd[r] = s;
+            gx_mean[r] = gx_sum / C;
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x * X128; c < C; c += blockDim.x * X128) {
+        int count = C - c < X128 ? C - c : X128;   // the pack's missing elements are 0, and not stored
+        x128 pw = load_pack(weight + c, count);
+        float dw[X128] = {0.0f};
+        for (int r = 0; r < rows; r++) {
+            size_t i = (size_t)(n0 + r) * C + c;
+            x128 pd = load_pack(dout + i, count), px = load_pack(inp + i, count), pi = load_pack(dinp + i, count), po;
+            for (int k = 0; k < X128; k++) {
+                float d = floatX_to_float(pd.e[k]), xhat = floatX_to_float(px.e[k]) * row_rstd[r];
+                float g = d * floatX_to_float(pw.e[k]);
+                po.e[k] = to_floatX(floatX_to_float(pi.e[k]) + row_rstd[r] * (g - xhat * gx_mean[r]));
+                dw[k] += d * xhat;
+            }
+            store_pack(dinp + i, po, count);
+        }
+        for (int k = 0; k < count; k++) partials[(size_t)blockIdx.x * C + c + k] = dw[k];
+    }
+}
+
+static void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* weight, int N, int C,
+                            float eps) {
+    LAUNCH(rmsnorm_forward_kernel, CEIL_DIV(N, ROWS_PER_BLOCK), ROW_BLOCK, 0, out, rstd, inp, weight, N, C, eps);
+}
+
+// partials: rmsnorm_grad_partials(N, C) floats of workspace
+static void rmsnorm_backward(floatX* dinp, float* dweight, float* partials, const floatX* dout, const floatX* inp,
+                             const floatX* weight, const float* rstd, int N, int C) {
+    int chunks = layernorm_grad_chunks(N);
+    LAUNCH(rmsnorm_backward_kernel, chunks, COLUMN_BLOCK, 0, dinp, partials, dout, inp, weight, rstd, N, C);
+    column_partials_add(dweight, NULL, partials, chunks, C);
+}
+#else
+#define rmsnorm_forward rmsnorm_forward_cpu
+#define rmsnorm_backward(dinp, dweight, partials, ...) rmsnorm_backward_cpu(dinp, dweight, __VA_ARGS__)
+#endif
+
+// ----------------------------------------------------------------------------
 // linear layer: out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias[OC]   (bias may be NULL)
 // The plain loops are the reference; with USE_BLAS the CPU build hands the same products
 // to sgemm, as the GPU build hands them to cuBLAS.
@@ -2195,6 +2331,131 @@ static void attention_decode(floatX* out, const floatX* cache, const floatX* qkv
 #endif
 
 // ----------------------------------------------------------------------------
+// rotary position embedding (Su et al. 2021, RoFormer; Megatron's --position-embedding-type
+// rope, --rotary-base, --rotary-percent), applied in place to the q and k heads of qkv
+// The non-interleaved convention (Megatron's default; Hugging Face Llama's rotate_half): of a
+// head's first r = rotary_dims dims (HS * rotary_percent, even), dim i < r/2 is paired with
+// dim i + r/2 and the pair turned by the angle pos * inv_freq[i], inv_freq[i] = base^(-2i/r):
+//   x'[i] = x[i] cos - x[i + r/2] sin,   x'[i + r/2] = x[i + r/2] cos + x[i] sin;
+// dims [r, HS) and the v heads are left as they are. Token t of a sequence is at position
+// pos0 + t (pos0 > 0: decoding after pos0 cached tokens). The backward turns the gradient by
+// the opposite angle (a rotation's transpose is its inverse), in place on dqkv.
+// The angle is fp32 (position times the fp32 inv_freq), as Megatron and Hugging Face compute it;
+// inv_freq is rounded once from fp64 (one pow per thread on the GPU, where --use_fast_math
+// would make powf coarse enough to move the angle of position 4096 by ~1e-2).
+//
+// The qkv layout with grouped-query attention (Megatron's): a token's row is G groups, each
+// [the NH/G query heads of the group, the group's k head, its v head], HS wide each, so
+// (NH + 2G) x HS in all. Without GQA (G = NH) that is [q, k, v] per head: qkv_index's layout.
+// qkv_group_index gives the offset of slot `slot` (0 .. NH/G - 1: the queries, NH/G: k,
+// NH/G + 1: v) of group g of token (b, t).
+//
+// Why a separate in-place pass rather than rotating inside the fused attention's tile loads:
+// the rotated k is what the KV cache keeps for decoding, what the unfused (cuBLAS) path, the
+// decode kernel and the CPU build read, and what the attention backward needs again; rotating
+// once here gives all of them the same buffer and leaves the attention kernels (and their
+// SASS rules) as they are. The fused kernels load each k tile once per query tile, so rotating
+// at load would recompute the sines T / FLASH_ROWS times over, and the backward would need the
+// inverse rotation on dq and dk on the way out of three kernels. The cost here is one read and
+// one write of q and k, (NH + G) x HS per token, small beside the attention itself.
+
+HOST_DEVICE static inline size_t qkv_group_index(int b, int t, int g, int slot, int T, int NH, int G, int HS) {
+    return (size_t)(b * T + t) * (NH + 2 * G) * HS + ((size_t)g * (NH / G + 2) + slot) * HS;
+}
+
+// inv_freq[i] = base^(-2i / r), rounded once to fp32
+HOST_DEVICE static inline float rope_inv_freq(int i, int rotary_dims, float base) {
+    return (float)pow((double)base, -2.0 * i / rotary_dims);
+}
+
+static void rope_check(int NH, int G, int HS, int rotary_dims) {
+    if (G <= 0 || NH % G != 0) fail("rope: %d query heads do not split into %d groups", NH, G);
+    if (rotary_dims < 0 || rotary_dims > HS || rotary_dims % 2 != 0)
+        fail("rope: %d rotary dims of a head of %d: they must be even and at most the head size", rotary_dims, HS);
+}
+
+// direction +1: the forward rotation; -1: its transpose, the backward
+static void rope_rotate_cpu(float* qkv, int B, int T, int NH, int G, int HS, int rotary_dims, float base, int pos0,
+                            float direction) {
+    rope_check(NH, G, HS, rotary_dims);
+    int half = rotary_dims / 2;
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            for (int i = 0; i < half; i++) {
+                float theta = (float)(pos0 + t) * rope_inv_freq(i, rotary_dims, base);
+                float c = cosf(theta), s = direction * sinf(theta);
+                for (int g = 0; g < G; g++) {
+                    for (int slot = 0; slot <= NH / G; slot++) {   // the group's queries, then its k
+                        float* x = qkv + qkv_group_index(b, t, g, slot, T, NH, G, HS);
+                        float x1 = x[i], x2 = x[i + half];
+                        x[i] = x1 * c - x2 * s;
+                        x[i + half] = x2 * c + x1 * s;
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void rope_forward_cpu(float* qkv, int B, int T, int NH, int G, int HS, int rotary_dims, float base, int pos0) {
+    rope_rotate_cpu(qkv, B, T, NH, G, HS, rotary_dims, base, pos0, 1.0f);
+}
+
+static void rope_backward_cpu(float* dqkv, int B, int T, int NH, int G, int HS, int rotary_dims, float base, int pos0) {
+    rope_rotate_cpu(dqkv, B, T, NH, G, HS, rotary_dims, base, pos0, -1.0f);
+}
+
+#ifdef __CUDACC__
+// One thread per token and frequency i: it computes the angle's sine and cosine once and turns
+// the pair (i, i + r/2) of each of the token's NH + G rotated heads. Neighbouring threads take
+// neighbouring i, so each head's loads and stores are contiguous across the warp (2-byte
+// accesses: a pair's two halves are r/2 apart, so 128-bit packs would not line up).
+// The angle is reduced to [-pi, pi] first (Cody and Waite: 2 pi split into a part exact in a
+// few bits and the rest), as --use_fast_math makes sinf and cosf the hardware's approximations,
+// accurate only near 0.
+#define TWO_PI_HI 6.28125f                   // 201 / 32: k * TWO_PI_HI is exact for k < 2^16
+#define TWO_PI_LO 1.9353071795864769253e-3f  // 2 pi - TWO_PI_HI
+__global__ void rope_rotate_kernel(floatX* qkv, int B, int T, int NH, int G, int HS, int rotary_dims, float base,
+                                   int pos0, float direction) {
+    int half = rotary_dims / 2;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * half) return;
+    int i = (int)(idx % half), n = (int)(idx / half), b = n / T, t = n % T;
+    float theta = (float)(pos0 + t) * rope_inv_freq(i, rotary_dims, base);
+    float turns = rintf(theta * (1.0f / 6.283185307179586f));
+    float reduced = fmaf(-turns, TWO_PI_LO, fmaf(-turns, TWO_PI_HI, theta));
+    float c = cosf(reduced), s = direction * sinf(reduced);
+    for (int g = 0; g < G; g++) {
+        for (int slot = 0; slot <= NH / G; slot++) {   // the group's queries, then its k
+            floatX* x = qkv + qkv_group_index(b, t, g, slot, T, NH, G, HS);
+            float x1 = floatX_to_float(x[i]), x2 = floatX_to_float(x[i + half]);
+            x[i] = to_floatX(x1 * c - x2 * s);
+            x[i + half] = to_floatX(x2 * c + x1 * s);
+        }
+    }
+}
+
+static void rope_rotate(floatX* qkv, int B, int T, int NH, int G, int HS, int rotary_dims, float base, int pos0,
+                        float direction) {
+    rope_check(NH, G, HS, rotary_dims);
+    LAUNCH(rope_rotate_kernel, CEIL_DIV((size_t)B * T * (rotary_dims / 2), ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+           qkv, B, T, NH, G, HS, rotary_dims, base, pos0, direction);
+}
+
+static void rope_forward(floatX* qkv, int B, int T, int NH, int G, int HS, int rotary_dims, float base, int pos0) {
+    rope_rotate(qkv, B, T, NH, G, HS, rotary_dims, base, pos0, 1.0f);
+}
+
+static void rope_backward(floatX* dqkv, int B, int T, int NH, int G, int HS, int rotary_dims, float base, int pos0) {
+    rope_rotate(dqkv, B, T, NH, G, HS, rotary_dims, base, pos0, -1.0f);
+}
+#else
+#define rope_forward rope_forward_cpu
+#define rope_backward rope_backward_cpu
+#endif
+
+// ----------------------------------------------------------------------------
 // GELU, GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)
@@ -2327,6 +2588,93 @@ static void gelu_matmul_backward(floatX* dpre, float* dweight, float* dbias, flo
 }
 #else
 #define gelu_matmul_backward(dpre, dweight, dbias, partials, ...) gelu_matmul_backward_cpu(dpre, dweight, dbias, __VA_ARGS__)
+#endif
+
+// ----------------------------------------------------------------------------
+// SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer"; Megatron's --swiglu)
+// The MLP's first linear layer yields inp[N, 2F]: per row the gate a (the first F columns),
+// then the up projection b (the next F). out[N, F] = silu(a) * b, silu(a) = a * sigmoid(a):
+// Megatron's swiglu (megatron/core/fusions/fused_bias_swiglu.py: y_1, y_2 = chunk(y, 2, -1);
+// silu(y_1) * y_2), so fc1's weight is [gate rows; up rows]. In Hugging Face Llama terms,
+// down_proj(silu(gate_proj(x)) * up_proj(x)): gate_proj's rows are fc1's first F rows, up_proj's
+// the next F (with tensor parallelism each rank's fc1 holds [its gate rows; its up rows]).
+// Backward (dinp overwritten, [N, 2F]): da = dout * b * sigmoid(a) (1 + a (1 - sigmoid(a))),
+// db = dout * silu(a).
+
+static inline float sigmoid_by_exp(float a) { return 1.0f / (1.0f + expf(-a)); }
+
+static void swiglu_forward_cpu(float* out, const float* inp, int N, int F) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* a = inp + (size_t)n * 2 * F;
+        const float* b = a + F;
+        for (int j = 0; j < F; j++) out[(size_t)n * F + j] = a[j] * sigmoid_by_exp(a[j]) * b[j];
+    }
+}
+
+static void swiglu_backward_cpu(float* dinp, const float* inp, const float* dout, int N, int F) {
+    #pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float* a = inp + (size_t)n * 2 * F;
+        const float* b = a + F;
+        float* da = dinp + (size_t)n * 2 * F;
+        float* db = da + F;
+        for (int j = 0; j < F; j++) {
+            float d = dout[(size_t)n * F + j], sig = sigmoid_by_exp(a[j]);
+            da[j] = d * b[j] * sig * (1.0f + a[j] * (1.0f - sig));
+            db[j] = d * a[j] * sig;
+        }
+    }
+}
+
+#ifdef __CUDACC__
+// one thread per pack of X128 columns of one row of out (a row's last pack may be short); the
+// packs of a and b are whole and aligned when F is a multiple of 8 and the buffers are aligned
+__global__ void swiglu_forward_kernel(floatX* out, const floatX* inp, int N, int F) {
+    int packs = CEIL_DIV(F, X128);
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * packs) return;
+    size_t n = idx / packs;
+    int j = (int)(idx % packs) * X128, count = min_int(X128, F - j);
+    const floatX* a = inp + n * 2 * F + j;
+    x128 pa = load_pack(a, count), pb = load_pack(a + F, count), po;
+    for (int k = 0; k < X128; k++) {
+        float x = floatX_to_float(pa.e[k]);
+        po.e[k] = to_floatX(x / (1.0f + expf(-x)) * floatX_to_float(pb.e[k]));
+    }
+    store_pack(out + n * F + j, po, count);
+}
+
+__global__ void swiglu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, int N, int F) {
+    int packs = CEIL_DIV(F, X128);
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * packs) return;
+    size_t n = idx / packs;
+    int j = (int)(idx % packs) * X128, count = min_int(X128, F - j);
+    const floatX* a = inp + n * 2 * F + j;
+    x128 pa = load_pack(a, count), pb = load_pack(a + F, count), pd = load_pack(dout + n * F + j, count), pda, pdb;
+    for (int k = 0; k < X128; k++) {
+        float x = floatX_to_float(pa.e[k]), d = floatX_to_float(pd.e[k]);
+        float sig = 1.0f / (1.0f + expf(-x));
+        pda.e[k] = to_floatX(d * floatX_to_float(pb.e[k]) * sig * (1.0f + x * (1.0f - sig)));
+        pdb.e[k] = to_floatX(d * x * sig);
+    }
+    store_pack(dinp + n * 2 * F + j, pda, count);
+    store_pack(dinp + n * 2 * F + F + j, pdb, count);
+}
+
+static void swiglu_forward(floatX* out, const floatX* inp, int N, int F) {
+    LAUNCH(swiglu_forward_kernel, CEIL_DIV((size_t)N * CEIL_DIV(F, X128), ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+           out, inp, N, F);
+}
+
+static void swiglu_backward(floatX* dinp, const floatX* inp, const floatX* dout, int N, int F) {
+    LAUNCH(swiglu_backward_kernel, CEIL_DIV((size_t)N * CEIL_DIV(F, X128), ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+           dinp, inp, dout, N, F);
+}
+#else
+#define swiglu_forward swiglu_forward_cpu
+#define swiglu_backward swiglu_backward_cpu
 #endif
 
 // ----------------------------------------------------------------------------

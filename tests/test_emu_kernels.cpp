@@ -594,6 +594,88 @@ static void test_gelu(void) {
     }
 }
 
+// RMSNorm on layernorm's shapes: the forward against the reference; the backward twice from the
+// same inputs (the same bits), from the kernel's rstd
+static void test_rmsnorm_shape(int N, int C) {
+    std::string shape = " N=" + std::to_string(N) + " C=" + std::to_string(C);
+    const float eps = 1e-5f;
+    Vec x = random_vec((size_t)N * C, 2, true), w = random_vec(C, 1, true);
+    Vec out((size_t)N * C), rstd(N);
+    rmsnorm_forward_cpu(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
+    floatX *d_x = to_dev_x(x), *d_w = to_dev_x(w), *d_out = (floatX*)dev_malloc((size_t)N * C * sizeof(floatX));
+    float* d_rstd = (float*)dev_malloc(N * sizeof(float));
+    rmsnorm_forward(d_out, d_rstd, d_x, d_w, N, C, eps);
+    compare(("rmsnorm_forward out" + shape).c_str(), from_dev_x(d_out, (size_t)N * C), out, X_OUT);
+    compare(("rmsnorm_forward rstd" + shape).c_str(), from_dev_f(d_rstd, N), rstd, FP32_OUT);
+
+    Vec dout = random_vec((size_t)N * C, 1, true), dinp = random_vec((size_t)N * C, 1, true), dw = random_vec(C, 1, false);
+    floatX* d_dout = to_dev_x(dout);
+    float* d_partials = (float*)dev_malloc(rmsnorm_grad_partials(this_build(), N, C) * sizeof(float));
+    Vec grstd = from_dev_f(d_rstd, N), got[2][2];
+    for (int run = 0; run < 2; run++) {
+        floatX* d_dinp = to_dev_x(dinp);
+        float* d_dw = to_dev_f(dw);
+        rmsnorm_backward(d_dinp, d_dw, d_partials, d_dout, d_x, d_w, d_rstd, N, C);
+        got[run][0] = from_dev_x(d_dinp, (size_t)N * C), got[run][1] = from_dev_f(d_dw, C);
+        dev_free(d_dinp), dev_free(d_dw);
+    }
+    rmsnorm_backward_cpu(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), grstd.data(), N, C);
+    compare(("rmsnorm_backward dinp (+=)" + shape).c_str(), got[0][0], dinp, X_OUT);
+    compare(("rmsnorm_backward dweight (+=)" + shape).c_str(), got[0][1], dw, FP32_OUT);
+    check(same_bits(got[0][0], got[1][0]) && same_bits(got[0][1], got[1][1]),
+          (FLOATX_NAME " rmsnorm_backward twice: the same bits" + shape).c_str(), "the two runs differ");
+    for (void* p : {(void*)d_x, (void*)d_w, (void*)d_out, (void*)d_rstd, (void*)d_dout, (void*)d_partials}) dev_free(p);
+}
+
+static void test_rmsnorm(void) {
+    const int shapes[8][2] = {{74, 300}, {1, 1}, {33, 7}, {97, 1100}, {32, 64}, {74, 77}, {74, 264}, {40, 2056}};
+    for (auto& s : shapes) test_rmsnorm_shape(s[0], s[1]);
+}
+
+// RoPE in place on the grouped qkv rows, forward and backward, against the references: without
+// GQA, one k/v head, groups between; half the head rotated; a pos0 past a cache, and positions
+// in the thousands (the kernel reduces the angle before its sine)
+static void test_rope(int B, int T, int NH, int G, int HS, int rotary_dims, int pos0) {
+    char shape[128];
+    snprintf(shape, sizeof shape, " NH=%d G=%d HS=%d r=%d pos0=%d", NH, G, HS, rotary_dims, pos0);
+    size_t n = (size_t)B * T * (NH + 2 * G) * HS;
+    Vec x = random_vec(n, 1, true);
+    for (int backward = 0; backward < 2; backward++) {
+        Vec want = x;
+        floatX* d_x = to_dev_x(x);
+        if (backward) {
+            rope_backward_cpu(want.data(), B, T, NH, G, HS, rotary_dims, 10000.0f, pos0);
+            rope_backward(d_x, B, T, NH, G, HS, rotary_dims, 10000.0f, pos0);
+        } else {
+            rope_forward_cpu(want.data(), B, T, NH, G, HS, rotary_dims, 10000.0f, pos0);
+            rope_forward(d_x, B, T, NH, G, HS, rotary_dims, 10000.0f, pos0);
+        }
+        compare(((backward ? "rope_backward (in place)" : "rope_forward (in place)") + std::string(shape)).c_str(),
+                from_dev_x(d_x, n), want, X_OUT);
+        dev_free(d_x);
+    }
+}
+
+// SwiGLU: rows of F = 1000 (whole packs), 1001 (a short last pack, and every other row's
+// packs misaligned) and 64 from a buffer one element past an aligned address (all misaligned)
+static void test_swiglu(void) {
+    const int shapes[3][2] = {{7, 1000}, {5, 1001}, {9, 64}};
+    for (int k = 0; k < 3; k++) {
+        int N = shapes[k][0], F = shapes[k][1], offset = k == 2;
+        size_t n = (size_t)N * F;
+        Vec x = random_vec(2 * n, 6, true), dout = random_vec(n, 1, true), out(n), dinp(2 * n);
+        swiglu_forward_cpu(out.data(), x.data(), N, F);
+        swiglu_backward_cpu(dinp.data(), x.data(), dout.data(), N, F);
+        floatX *d_x = offset_copy(x, offset), *d_dout = to_dev_x(dout), *d_out = (floatX*)dev_malloc(n * sizeof(floatX));
+        floatX* d_dinp = (floatX*)dev_malloc(2 * n * sizeof(floatX));
+        swiglu_forward(d_out, d_x, N, F);
+        swiglu_backward(d_dinp, d_x, d_dout, N, F);
+        std::string shape = " N=" + std::to_string(N) + " F=" + std::to_string(F) + (offset ? " (misaligned)" : "");
+        compare(("swiglu_forward" + shape).c_str(), from_dev_x(d_out, n), out, X_OUT);
+        compare(("swiglu_backward d[a|b]" + shape).c_str(), from_dev_x(d_dinp, 2 * n), dinp, X_OUT);
+    }
+}
+
 static void test_crossentropy(void) {
     const int N = 74, V = 300, valid = 290, vocab_start = 300;  // rank 1 of a vocab-parallel split
     Vec logits = random_vec((size_t)N * V, 5, true);
@@ -988,6 +1070,12 @@ int main(int argc, char** argv) {
     test_ptx_layouts();
     test_flash_attention_shapes();
     test_gelu();
+    test_rmsnorm();
+    test_rope(2, 37, 4, 4, 64, 64, 0);
+    test_rope(2, 37, 4, 1, 64, 32, 100);
+    test_rope(1, 9, 6, 2, 12, 6, 5);
+    test_rope(1, 5, 3, 3, 7, 6, 4000);
+    test_swiglu();
     test_crossentropy();
     test_crossentropy_fused(37, 300, 290);
     test_crossentropy_fused(5, 9000, 9000);

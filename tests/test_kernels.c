@@ -315,6 +315,50 @@ static void test_layernorm(void) {
 }
 
 // ----------------------------------------------------------------------------
+// RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight
+
+typedef struct { double *inp, *weight, *R, *out, *rstd; int N, C; double eps; } RMSNormCase;
+
+static double rmsnorm_loss(const void* p) {
+    const RMSNormCase* l = p;
+    for (int n = 0; n < l->N; n++) {
+        const double* x = l->inp + n * l->C;
+        double ms = 0.0;
+        for (int c = 0; c < l->C; c++) ms += x[c] * x[c] / l->C;
+        l->rstd[n] = 1.0 / sqrt(ms + l->eps);
+        for (int c = 0; c < l->C; c++) l->out[n * l->C + c] = x[c] * l->rstd[n] * l->weight[c];
+    }
+    return dot(l->out, l->R, (size_t)l->N * l->C);
+}
+
+static void test_rmsnorm(void) {
+    const int N = 37, C = 45;
+    const size_t NC = (size_t)N * C;
+    const float eps = 1e-5f;
+    float* inp = random_floats(NC, -2, 3);   // signs mixed, a mean away from 0 (which RMSNorm keeps)
+    float* weight = random_floats(C, 0.5f, 1.5f);
+    float* R = random_floats(NC, -1, 1);
+    RMSNormCase l = {doubles_of(inp, NC), doubles_of(weight, C), doubles_of(R, NC), new_doubles(NC), new_doubles(N),
+                     N, C, eps};
+    float *out = new_floats(NC), *rstd = new_floats(N);
+    rmsnorm_forward_cpu(out, rstd, inp, weight, N, C, eps);
+    rmsnorm_loss(&l);
+    // as LayerNorm's: rstd summed in double and rounded once (u); out a few fp32 products
+    expect_close("rmsnorm_forward rstd", rstd, NULL, l.rstd, N, 1e-6);
+    expect_close("rmsnorm_forward out", out, NULL, l.out, NC, 1e-5);
+
+    float *dinp0 = random_floats(NC, -1, 1), *dweight0 = random_floats(C, -1, 1);   // both added into
+    float *dinp = copy_floats(dinp0, NC), *dweight = copy_floats(dweight0, C);
+    rmsnorm_backward_cpu(dinp, dweight, R, inp, weight, rstd, N, C);
+    double *fd_inp = new_doubles(NC), *fd_weight = new_doubles(C);
+    finite_diff(fd_inp, l.inp, NC, rmsnorm_loss, &l);
+    finite_diff(fd_weight, l.weight, C, rmsnorm_loss, &l);
+    expect_close("rmsnorm_backward dinp (added to what was there)", dinp, dinp0, fd_inp, NC, FD_TOL);
+    expect_close("rmsnorm_backward dweight (accumulated)", dweight, dweight0, fd_weight, C, FD_TOL);
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
 // matmul: out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias[OC]
 
 typedef struct { double *inp, *weight, *bias, *R, *out; int N, C, OC; } MatmulCase;
@@ -573,6 +617,139 @@ static void test_attention_decode(Alibi alibi) {
 }
 
 // ----------------------------------------------------------------------------
+// rotary position embedding on the grouped qkv rows: per token, G groups of [NH/G queries, k, v]
+
+typedef struct { int B, T, NH, G, HS, r, pos0; float base; } RopeShape;
+
+static size_t rope_row(RopeShape s) { return (size_t)(s.NH + 2 * s.G) * s.HS; }
+
+// the offset of head `slot` of group g of token n, counted here from the layout's description;
+// *kind: 0 a query, 1 the group's k, 2 its v
+static size_t ref_group_head(RopeShape s, int n, int g, int slot, int* kind) {
+    int q_per_group = s.NH / s.G;
+    *kind = slot < q_per_group ? 0 : slot - q_per_group + 1;
+    return n * rope_row(s) + (size_t)(g * (q_per_group + 2) + slot) * s.HS;
+}
+
+// every q and k head of token n (position pos0 + n % T) turned by `sign` times the angle, in double
+static void ref_rope(double* x, RopeShape s, int sign) {
+    int half = s.r / 2;
+    for (int n = 0; n < s.B * s.T; n++)
+        for (int g = 0; g < s.G; g++)
+            for (int slot = 0; slot < s.NH / s.G + 2; slot++) {
+                int kind;
+                double* h = x + ref_group_head(s, n, g, slot, &kind);
+                if (kind == 2) continue;   // v is not rotated
+                for (int i = 0; i < half; i++) {
+                    double theta = sign * (s.pos0 + n % s.T) * pow((double)s.base, -2.0 * i / s.r);
+                    double x1 = h[i], x2 = h[i + half];
+                    h[i] = x1 * cos(theta) - x2 * sin(theta);
+                    h[i + half] = x2 * cos(theta) + x1 * sin(theta);
+                }
+            }
+}
+
+static void test_rope(RopeShape s) {
+    char label[160], name[320];
+    snprintf(label, sizeof label, "B=%d T=%d NH=%d G=%d HS=%d rotary_dims=%d pos0=%d", s.B, s.T, s.NH, s.G, s.HS,
+             s.r, s.pos0);
+    const size_t n = (size_t)s.B * s.T * rope_row(s);
+    // The kernel's angle is fp32: position p times the fp32 inv_freq, each rounded (u = 2^-24
+    // relative), so off by up to ~2 p u radians from the exact one; its sines by that, and a
+    // few u more from the products: 3 p_max u + 1e-6 of the largest value.
+    const double tol = 3.0 * (s.pos0 + s.T) / 16777216.0 + 1e-6;
+    float* x = random_floats(n, -1, 1);
+    float* y = random_floats(n, -1, 1);
+    double* want = doubles_of(x, n);
+    ref_rope(want, s, 1);
+    float* fx = copy_floats(x, n);
+    rope_forward_cpu(fx, s.B, s.T, s.NH, s.G, s.HS, s.r, s.base, s.pos0);
+    snprintf(name, sizeof name, "rope_forward %s", label);
+    expect_close(name, fx, NULL, want, n, tol);
+    double* want_b = doubles_of(y, n);
+    ref_rope(want_b, s, -1);
+    float* by = copy_floats(y, n);
+    rope_backward_cpu(by, s.B, s.T, s.NH, s.G, s.HS, s.r, s.base, s.pos0);
+    snprintf(name, sizeof name, "rope_backward %s", label);
+    expect_close(name, by, NULL, want_b, n, tol);
+
+    // what is not rotated keeps its bits: v heads, and dims [r, HS) of q and k
+    size_t changed = 0;
+    for (int t = 0; t < s.B * s.T; t++)
+        for (int g = 0; g < s.G; g++)
+            for (int slot = 0; slot < s.NH / s.G + 2; slot++) {
+                int kind;
+                size_t h = ref_group_head(s, t, g, slot, &kind);
+                for (int d = kind == 2 ? 0 : s.r; d < s.HS; d++) changed += memcmp(&fx[h + d], &x[h + d], sizeof(float)) != 0;
+            }
+    snprintf(name, sizeof name, "rope_forward leaves v and dims past rotary_dims alone %s", label);
+    check(changed == 0, name, "%zu values changed", changed);
+
+    // the exact adjoint: <rope(x), y> = <x, rope_backward(y)> (both fp32 sums of n products
+    // of rotated values: ~1e-6 relative to the sum of |terms|)
+    double lhs = 0.0, rhs = 0.0, mag = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        lhs += (double)fx[i] * y[i];
+        rhs += (double)x[i] * by[i];
+        mag += fabs((double)x[i] * y[i]);
+    }
+    snprintf(name, sizeof name, "rope_backward is rope_forward's transpose: <rope(x), y> = <x, rope_backward(y)> %s", label);
+    check(fabs(lhs - rhs) <= 1e-6 * mag, name, "%.9g vs %.9g (sum of |terms| %.3g)", lhs, rhs, mag);
+    // rotating back gives the input: cos^2 + sin^2 = 1 to a few u in fp32
+    float* back = copy_floats(fx, n);
+    rope_backward_cpu(back, s.B, s.T, s.NH, s.G, s.HS, s.r, s.base, s.pos0);
+    double* xd = doubles_of(x, n);
+    snprintf(name, sizeof name, "rope_backward(rope_forward(x)) = x %s", label);
+    expect_close(name, back, NULL, xd, n, 1e-6);
+    free_buffers();
+}
+
+// The property RoPE is for: after rotation, a query at position m and a key at position m2 have
+// a dot product that depends on m - m2 alone. Token 0's query heads and token 1's k heads,
+// turned at positions (p, p + 1) for p = 0, 5, 29, 100: each head's q.k is the same for every p.
+static void test_rope_relative(void) {
+    RopeShape s = {1, 2, 4, 2, 16, 16, 0, 10000.0f};
+    const size_t n = 2 * rope_row(s);
+    float* x = random_floats(n, -1, 1);
+    double first[4] = {0}, worst = 0.0, mag = 0.0;
+    const int starts[4] = {0, 5, 29, 100};
+    for (int k = 0; k < 4; k++) {
+        s.pos0 = starts[k];
+        float* r = copy_floats(x, n);
+        rope_forward_cpu(r, s.B, s.T, s.NH, s.G, s.HS, s.r, s.base, s.pos0);
+        for (int h = 0; h < s.NH; h++) {
+            int g = h / (s.NH / s.G);
+            const float* q = r + qkv_group_index(0, 0, g, h % (s.NH / s.G), s.T, s.NH, s.G, s.HS);
+            const float* kk = r + qkv_group_index(0, 1, g, s.NH / s.G, s.T, s.NH, s.G, s.HS);
+            double d = 0.0, m = 0.0;
+            for (int i = 0; i < s.HS; i++) d += (double)q[i] * kk[i], m += fabs((double)q[i] * kk[i]);
+            if (k == 0) first[h] = d;
+            if (fabs(d - first[h]) > worst) worst = fabs(d - first[h]);
+            if (m > mag) mag = m;
+        }
+    }
+    // the angles at position 101 are fp32 products (3 p u, as above): 1e-5 of the sum of |terms|
+    check(worst <= 1e-5 * mag, "rope: q.k of positions (p, p + 1) is the same for p = 0, 5, 29, 100",
+          "q.k moved by %.3g (sum of |terms| %.3g)", worst, mag);
+    // and it does depend on the distance: a key one position further changes it
+    float* r = copy_floats(x, n);
+    rope_forward_cpu(r, 1, 1, s.NH, s.G, s.HS, s.r, s.base, 0);   // token 0 at position 0
+    rope_forward_cpu(r + rope_row(s), 1, 1, s.NH, s.G, s.HS, s.r, s.base, 2);   // token 1 at 2, not 1
+    const float* q = r + qkv_group_index(0, 0, 0, 0, s.T, s.NH, s.G, s.HS);
+    const float* kk = r + qkv_group_index(0, 1, 0, s.NH / s.G, s.T, s.NH, s.G, s.HS);
+    double d = 0.0;
+    for (int i = 0; i < s.HS; i++) d += (double)q[i] * kk[i];
+    check(fabs(d - first[0]) > 1e-3 * mag, "rope: q.k changes with the distance", "%.9g vs %.9g", d, first[0]);
+    // the general index is qkv_index where every head is its own group
+    size_t differ = 0;
+    for (int h = 0; h < 3; h++)
+        for (int which = 0; which < 3; which++)
+            differ += qkv_group_index(1, 2, h, which, 5, 3, 3, 7) != qkv_index(1, 2, h, which, 5, 3, 7);
+    check(differ == 0, "qkv_group_index with G = NH is qkv_index", "%zu offsets differ", differ);
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 
 typedef struct { double *inp, *R, *out; size_t n; } GeluCase;
@@ -603,6 +780,39 @@ static void test_gelu(void) {
     float* inplace = copy_floats(R, n);  // the trainer's call: dinp is dout's buffer
     gelu_backward_cpu(inplace, inp, inplace, n);
     expect_identical("gelu_backward in place (dinp == dout) gives the same bits", inplace, dinp, n);
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
+// SwiGLU: out[n, j] = silu(a) * b, a = inp[n, j] (the gate, first F columns), b = inp[n, F + j]
+
+typedef struct { double *inp, *R, *out; int N, F; } SwiGLUCase;
+
+static double swiglu_loss(const void* p) {
+    const SwiGLUCase* s = p;
+    for (int n = 0; n < s->N; n++)
+        for (int j = 0; j < s->F; j++) {
+            double a = s->inp[(size_t)n * 2 * s->F + j], b = s->inp[(size_t)n * 2 * s->F + s->F + j];
+            s->out[(size_t)n * s->F + j] = a / (1.0 + exp(-a)) * b;
+        }
+    return dot(s->out, s->R, (size_t)s->N * s->F);
+}
+
+static void test_swiglu(void) {
+    const int N = 37, F = 29;
+    float* inp = random_floats((size_t)N * 2 * F, -6, 6);   // both tails of the sigmoid
+    float* R = random_floats((size_t)N * F, -1, 1);
+    SwiGLUCase s = {doubles_of(inp, (size_t)N * 2 * F), doubles_of(R, (size_t)N * F), new_doubles((size_t)N * F), N, F};
+    swiglu_loss(&s);
+    float* out = new_floats((size_t)N * F);
+    swiglu_forward_cpu(out, inp, N, F);
+    // expf and three fp32 operations: a few u of each value: 1e-6 of max |out|
+    expect_close("swiglu_forward", out, NULL, s.out, (size_t)N * F, 1e-6);
+    float* dinp = filled_floats((size_t)N * 2 * F, NAN);   // overwritten, every element
+    swiglu_backward_cpu(dinp, inp, R, N, F);
+    double* fd = new_doubles((size_t)N * 2 * F);
+    finite_diff(fd, s.inp, (size_t)N * 2 * F, swiglu_loss, &s);
+    expect_close("swiglu_backward d[a|b]", dinp, NULL, fd, (size_t)N * 2 * F, FD_TOL);
     free_buffers();
 }
 
@@ -907,6 +1117,7 @@ int main(int argc, char** argv) {
     test_rows_add(0, 1);
     test_rows_add(16, 11);
     test_layernorm();
+    test_rmsnorm();
     test_matmul();
     test_alibi_slopes();
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
@@ -914,7 +1125,16 @@ int main(int argc, char** argv) {
     test_attention(heads_2_to_4_of_5);
     test_attention_decode(none);
     test_attention_decode(heads_2_to_4_of_5);
+    // {B, T, NH, G, HS, rotary_dims, pos0, base}: without GQA (G = NH), one k/v head (G = 1),
+    // groups of 3 queries; all of each head rotated, half of it (--rotary-percent 0.5), and a
+    // pos0 past a cache of 37 tokens
+    const RopeShape rope_shapes[6] = {{2, 11, 3, 3, 8, 8, 0, 10000.0f}, {2, 11, 4, 1, 12, 6, 0, 10000.0f},
+                                      {1, 7, 6, 2, 10, 10, 37, 10000.0f}, {2, 5, 6, 2, 12, 6, 37, 500000.0f},
+                                      {1, 11, 4, 4, 7, 4, 3, 10000.0f}, {2, 3, 2, 1, 6, 0, 5, 10000.0f}};
+    for (int k = 0; k < 6; k++) test_rope(rope_shapes[k]);
+    test_rope_relative();
     test_gelu();
+    test_swiglu();
     test_crossentropy();
     for (int same = 1; same >= 0; same--) {
         test_adamw(0.0f, same);
