@@ -284,9 +284,7 @@ static int json_new(Json* j, JsonType type) {
     return j->count++;
 }
 
-static void json_skip_space(Json* j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
+static void json_skip_space(Json* j) { j->p = skip_json_space(j->p, j->end); }   // tokenizer.h's
 
 // the string whose opening quote is at j->p, decoded into the pool: its offset, or -1
 static int json_string(Json* j) {

@@ -2630,12 +2630,21 @@ static void swiglu_backward_cpu(float* dinp, const float* inp, const float* dout
 #ifdef __CUDACC__
 // one thread per pack of X128 columns of one row of out (a row's last pack may be short); the
 // packs of a and b are whole and aligned when F is a multiple of 8 and the buffers are aligned
-__global__ void swiglu_forward_kernel(floatX* out, const floatX* inp, int N, int F) {
+// this thread's pack: row *n, columns [*j, *j + *count) of F; 0 past the last row
+__device__ static inline int swiglu_pack(int N, int F, size_t* n, int* j, int* count) {
     int packs = CEIL_DIV(F, X128);
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * packs) return;
-    size_t n = idx / packs;
-    int j = (int)(idx % packs) * X128, count = min_int(X128, F - j);
+    if (idx >= (size_t)N * packs) return 0;
+    *n = idx / packs;
+    *j = (int)(idx % packs) * X128;
+    *count = min_int(X128, F - *j);
+    return 1;
+}
+
+__global__ void swiglu_forward_kernel(floatX* out, const floatX* inp, int N, int F) {
+    size_t n;
+    int j, count;
+    if (!swiglu_pack(N, F, &n, &j, &count)) return;
     const floatX* a = inp + n * 2 * F + j;
     x128 pa = load_pack(a, count), pb = load_pack(a + F, count), po;
     for (int k = 0; k < X128; k++) {
@@ -2646,11 +2655,9 @@ __global__ void swiglu_forward_kernel(floatX* out, const floatX* inp, int N, int
 }
 
 __global__ void swiglu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, int N, int F) {
-    int packs = CEIL_DIV(F, X128);
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * packs) return;
-    size_t n = idx / packs;
-    int j = (int)(idx % packs) * X128, count = min_int(X128, F - j);
+    size_t n;
+    int j, count;
+    if (!swiglu_pack(N, F, &n, &j, &count)) return;
     const floatX* a = inp + n * 2 * F + j;
     x128 pa = load_pack(a, count), pb = load_pack(a + F, count), pd = load_pack(dout + n * F + j, count), pda, pdb;
     for (int k = 0; k < X128; k++) {

@@ -502,6 +502,22 @@ static void blas_kernels_everywhere(char* out, size_t len) {
 #endif
 }
 
+// the training's start-up line: its length, its batches, its activation recomputation
+static void print_training(const Trainer* t) {
+    const Config* a = &t->config;
+    printf("training: %d iterations, micro-batch %d, global batch %d%s", t->train_iters, a->micro_batch_size,
+           a->global_batch_size, t->batch.rampup_samples ? " (ramped up)" : "");
+    if (a->model.recompute_method == RECOMPUTE_UNIFORM)
+        printf("; activation recomputation: full, uniform, chunks of %d layer(s)", a->model.recompute_num_layers);
+    if (a->model.recompute_method == RECOMPUTE_BLOCK)
+        printf("; activation recomputation: full, block, the first %d layer(s) of a stage", a->model.recompute_num_layers);
+    if (a->model.recompute_attention_core)
+        printf("; activation recomputation: selective, %s", recomputes_attention_core(&t->model) ?
+               "each layer's attention probabilities again in its backward" :
+               "nothing to do (the fused attention keeps no probabilities: its backward recomputes them anyway)");
+    printf("\n");
+}
+
 static void print_setup(const Trainer* t) {
     const Config* a = &t->config;
     char blas[1024];
@@ -534,17 +550,7 @@ static void print_setup(const Trainer* t) {
         if (a->skip_train)
             printf("no training (--skip-train): %s%s%s\n", t->data.num_prefixes ? "evaluation" : "",
                    t->data.num_prefixes && a->generate_tokens ? ", then " : "", a->generate_tokens ? "generation" : "");
-        else printf("training: %d iterations, micro-batch %d, global batch %d%s", t->train_iters, a->micro_batch_size,
-                    a->global_batch_size, t->batch.rampup_samples ? " (ramped up)" : "");
-        if (a->model.recompute_method == RECOMPUTE_UNIFORM && !a->skip_train)
-            printf("; activation recomputation: full, uniform, chunks of %d layer(s)", a->model.recompute_num_layers);
-        if (a->model.recompute_method == RECOMPUTE_BLOCK && !a->skip_train)
-            printf("; activation recomputation: full, block, the first %d layer(s) of a stage", a->model.recompute_num_layers);
-        if (a->model.recompute_attention_core && !a->skip_train)
-            printf("; activation recomputation: selective, %s", recomputes_attention_core(&t->model) ?
-                   "each layer's attention probabilities again in its backward" :
-                   "nothing to do (the fused attention keeps no probabilities: its backward recomputes them anyway)");
-        if (!a->skip_train) printf("\n");
+        else print_training(t);
         fflush(stdout);
     }
     print_memory(t);
