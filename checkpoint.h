@@ -115,17 +115,20 @@ static int canonical_index(const CanonicalLayout* L, const char* name) {
 
 // Walk the part of local tensor t inside [lo, hi) of the flat buffer, as runs that are
 // contiguous in the canonical file: fn(run's flat index, run length, canonical byte offset
-// within the section). A slice of whole rows is contiguous across rows; a column slice is
-// one run per row. Runs stop before the vocabulary's padding rows and at RUN_MAX elements.
+// within the section). A slice of whole rows is contiguous across rows (within each row block:
+// SwiGLU's [gate; up]); a column slice is one run per row. Runs stop before the vocabulary's
+// padding rows and at RUN_MAX elements.
 #define RUN_MAX ((size_t)1 << 20)
 typedef void (*RunFn)(void* ctx, size_t flat, size_t n, size_t file_offset);
 
 static void for_each_run(const TensorDesc* t, size_t tensor_offset, size_t lo, size_t hi, RunFn fn, void* ctx) {
     size_t cols = t->local_cols;
+    size_t piece = t->local_rows / t->row_parts;   // local rows contiguous in the file (see TensorDesc)
     for (size_t f = lo; f < hi;) {
-        size_t e = f - t->offset, row = t->row_start + e / cols, c = e % cols;
+        size_t e = f - t->offset, r = e / cols, row = whole_row(t, (int)r), c = e % cols;
         if (row >= (size_t)t->valid_rows) break;   // the rest is padding
-        size_t n = cols == (size_t)t->cols ? (t->valid_rows - row) * cols - c : cols - c;
+        size_t rows = t->valid_rows - row < piece - r % piece ? t->valid_rows - row : piece - r % piece;
+        size_t n = cols == (size_t)t->cols ? rows * cols - c : cols - c;
         n = n < hi - f ? n : hi - f;
         n = n < RUN_MAX ? n : RUN_MAX;
         fn(ctx, f, n, tensor_offset + (row * t->cols + t->col_start + c) * sizeof(float));
@@ -1027,12 +1030,15 @@ static int meta_parse(const char* path, CheckpointMeta* m, char* err, size_t err
     }
     fclose(f);
     if (version != 1) return error_line(err, errlen, "checkpoint %s: not a gridgpt checkpoint of format 1", path);
-    // an absent switch or choice stays at its zero value (off, the first choice): a checkpoint
-    // written before the option existed had that behaviour
-    for (int k = 0; k < NUM_MODEL_FIELDS; k++)
-        if (!seen[k] && MODEL_FIELDS[k].checkpoint == MATCH && MODEL_FIELDS[k].kind != FIELD_SWITCH &&
-            MODEL_FIELDS[k].kind != FIELD_CHOICE)
-            return error_line(err, errlen, "checkpoint %s: no `config %s` line", path, MODEL_FIELDS[k].name);
+    // an absent switch or choice stays at its zero value (off, the first choice), an absent
+    // number with a default takes it (Llama's rotary base, its norm's epsilon, ...): a checkpoint
+    // written before the option existed had that behaviour. The shape's numbers must be there.
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
+        const ConfigField* f = &MODEL_FIELDS[k];
+        if (seen[k] || f->checkpoint != MATCH || f->kind == FIELD_SWITCH || f->kind == FIELD_CHOICE) continue;
+        if (!f->default_value || parse_field(f, &m->cfg, f->default_value, err, errlen))
+            return error_line(err, errlen, "checkpoint %s: no `config %s` line", path, f->name);
+    }
     for (int k = 0; k < 3; k++)
         if (!sections_seen[k]) return error_line(err, errlen, "checkpoint %s: no `section %s` line", path, SECTION_NAMES[k]);
     return meta_check_counters(path, m, err, errlen);

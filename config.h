@@ -103,7 +103,7 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(SWITCH, skip_train, NULL, 0, "no training: evaluate --load's checkpoint on the data, and/or generate from it")    \
     X(STRING, import_hf, NULL, 0, "DIR: a Hugging Face model into --save as an iteration-0 checkpoint, then exit")     \
     X(STRING, export_hf, NULL, 0, "OUT: write --load's latest checkpoint as a Hugging Face model, then exit")          \
-    X(CHOICE, export_hf_architecture, "auto", 0, "auto | gpt2 | bloom (auto: bloom for ALiBi models)")                \
+    X(CHOICE, export_hf_architecture, "auto", 0, "auto | gpt2 | bloom | llama (auto: by the positions: ALiBi, rope)")  \
     X(INT, generate_tokens, NULL, 0, "generate at most this many tokens (after training, or alone with --skip-train)") \
     X(STRING, generate_prompt, NULL, 0, "text the generation starts from (bytes, or --tokenizer-type's; none: EOD)")   \
     X(FLOAT, temperature, "1.0", 0, "sampling temperature (0: greedy, the most likely token)")                         \
@@ -158,7 +158,7 @@ typedef struct {
 } Config;
 
 #define DESCRIBE_RUN_FIELD(kind, name, def, min, help) \
-    {#name, def, help, NULL, NULL, FIELD_##kind, offsetof(Config, name), min, NOT_STORED},
+    {#name, def, help, NULL, NULL, NULL, FIELD_##kind, offsetof(Config, name), min, NOT_STORED},
 static const ConfigField RUN_FIELDS[] = {RUN_CONFIG_FIELDS(DESCRIBE_RUN_FIELD)};
 #define NUM_RUN_FIELDS ((int)(sizeof(RUN_FIELDS) / sizeof(RUN_FIELDS[0])))
 
@@ -214,7 +214,7 @@ static void print_megatron_markdown(void) {
            "exit status 2; every refused flag of the command line in that one line). A flag's first row whose values "
            "match decides; *other* is any value the rows above it did not take. Numbers compare as numbers (`0` = "
            "`0.0`).\n\n| flag | values | verdict | why |\n| --- | --- | --- | --- |\n");
-    static const char* const VERDICT[] = {"accepted", "refused", "refused for now (Llama's architecture: a later issue)"};
+    static const char* const VERDICT[] = {"accepted", "refused"};
     for (int r = 0; r < NUM_MEGATRON_FLAGS; r++) {
         const MegatronFlag* f = &MEGATRON_FLAGS[r];
         int other = r > 0 && strcmp(MEGATRON_FLAGS[r - 1].flag, f->flag) == 0;
@@ -315,7 +315,7 @@ static int parse_as(Config* c, const MegatronFlag* r, const char* flag, char** v
     const ConfigField* f = own_field(c, as, &base);
     if (!f || !value) fail("megatron_flags.h: %s stands for '%s', not a flag of gridgpt's with a value", flag, r->as);
     if (parse_field(f, base, value, err, len) == 0) return 0;
-    char why[512];
+    char why[1024];
     snprintf(why, sizeof(why), "%s", err);
     return error_line(err, len, "%s (taken as %s %s): %s", flag, as, value, why);
 }
@@ -329,10 +329,8 @@ static int megatron_verdict(Config* c, int r, char** at, int count, char* err, s
     for (int k = 1; k <= count; k++)
         snprintf(given + strlen(given), sizeof(given) - strlen(given), " %s", at[k]);
     if (f->verdict != MEGATRON_ACCEPTED) {
-        snprintf(brief, brief_len, "%s%s (%s%s)", at[0], given, megatron_what(f, what, sizeof(what)),
-                 f->verdict == MEGATRON_LATER ? "; Llama's, later" : "");
-        return error_line(err, len, "%s%s: not in gridgpt: %s%s", at[0], given, f->text,
-                          f->verdict == MEGATRON_LATER ? " (Llama's architecture: a later issue)" : "");
+        snprintf(brief, brief_len, "%s%s (%s)", at[0], given, megatron_what(f, what, sizeof(what)));
+        return error_line(err, len, "%s%s: not in gridgpt: %s", at[0], given, f->text);
     }
     if (f->as && parse_as(c, f, at[0], at + 1, count, err, len)) return 1;
     if (c->megatron_count < MAX_MEGATRON_GIVEN) {
@@ -693,6 +691,9 @@ static int layout_error(const Config* a, char* err, size_t len) {
     if (m->ffn_hidden_size % TP != 0)
         return error_line(err, len, "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
                           m->ffn_hidden_size, TP);
+    if (query_groups(m) % TP != 0)   // (without GQA the heads' count, above)
+        return error_line(err, len, "--num-query-groups %d is not divisible by --tensor-model-parallel-size %d (the "
+                          "query groups are split over the tensor-parallel ranks, as Megatron-LM)", m->num_query_groups, TP);
     // sequence parallelism splits each sequence's tokens over the tensor ranks: Megatron-LM's
     // ModelParallelConfig refuses it without tensor parallelism (its arguments.py turns the switch
     // off instead, with a warning) and asserts that the sequence splits evenly
@@ -791,12 +792,54 @@ static void check_skip_train(const Config* a) {
                      "--data-path split by --split) or --generate-tokens N to generate");
 }
 
+// a qualifier flag given without the field it qualifies (Megatron-LM ignores it; gridgpt says so)
+static void check_given_with(const Config* a, size_t offset, int with, const char* flag, const char* needs) {
+    if (model_field_given(a, offset) && !with) config_error("%s goes with %s (without it, it would change nothing)", flag, needs);
+}
+
+// Llama's choices (gpt.h's fields), refused where Megatron-LM refuses them; the query groups
+// against the tensor-parallel size: layout_error
+static void check_architecture(Config* a) {
+    GPTConfig* m = &a->model;
+    int rope = m->position_embedding_type == POSITION_ROPE, head_size = m->hidden_size / m->num_attention_heads;
+    check_given_with(a, offsetof(GPTConfig, num_query_groups), m->group_query_attention, "--num-query-groups",
+                     "--group-query-attention");
+    check_given_with(a, offsetof(GPTConfig, rotary_base), rope, "--rotary-base", "--position-embedding-type rope");
+    check_given_with(a, offsetof(GPTConfig, rotary_percent), rope, "--rotary-percent", "--position-embedding-type rope");
+    if (m->num_attention_heads % query_groups(m) != 0)
+        config_error("--num-attention-heads %d is not divisible by --num-query-groups %d (each group shares one key and "
+                     "value head among the same number of query heads)", m->num_attention_heads, m->num_query_groups);
+    if (rope && (m->rotary_percent <= 0.0f || m->rotary_percent > 1.0f))
+        config_error("--rotary-percent must be in (0, 1], got %g", m->rotary_percent);
+    if (rope && (rotated_dims(m) < 2 || rotated_dims(m) % 2 != 0))
+        config_error("--rotary-percent %g of a head of %d dims rotates %d of them: rope turns dims in pairs, give an "
+                     "even number, 2 at least", m->rotary_percent, head_size, rotated_dims(m));
+    if (m->normalization == NORM_LAYERNORM && m->norm_epsilon != LAYERNORM_EPS)
+        config_error("--norm-epsilon %g with LayerNorm: gridgpt's LayerNorm adds 1e-5 (Megatron-LM's default); the "
+                     "epsilon is --normalization RMSNorm's to choose", m->norm_epsilon);
+    if (m->norm_epsilon <= 0.0f) config_error("--norm-epsilon must be positive, got %g", m->norm_epsilon);
+    for (int k = 0; k < a->megatron_count; k++)
+        if (m->disable_bias_linear && strcmp(a->megatron[k].at[0], "--add-qkv-bias") == 0)
+            config_error("--add-qkv-bias with --disable-bias-linear: not in gridgpt: a bias on the QKV projection alone "
+                         "(Megatron-LM would keep that one, as Qwen does)");
+}
+
+// --ffn-hidden-size's default: 4h, or with SwiGLU Megatron-LM's 2/3 of that (the same
+// parameters in three matrices as in two), rounded down to a multiple of 64
+static int default_ffn_hidden_size(const GPTConfig* m) {
+    return m->swiglu ? (int)(4.0 * m->hidden_size * 2.0 / 3.0 / 64.0) * 64 : 4 * m->hidden_size;
+}
+
 static void check_model(Config* a) {
     GPTConfig* m = &a->model;
-    if (m->ffn_hidden_size == 0) m->ffn_hidden_size = 4 * m->hidden_size;
+    if (m->ffn_hidden_size == 0) m->ffn_hidden_size = default_ffn_hidden_size(m);
+    if (m->ffn_hidden_size == 0)
+        config_error("--swiglu at --hidden-size %d: Megatron-LM's MLP width, 8h/3 rounded down to a multiple of 64, is 0: "
+                     "give --ffn-hidden-size", m->hidden_size);
     if (m->max_position_embeddings == 0) m->max_position_embeddings = m->seq_length;
     if (m->hidden_size % m->num_attention_heads != 0)
         config_error("--hidden-size %d is not divisible by --num-attention-heads %d", m->hidden_size, m->num_attention_heads);
+    check_architecture(a);
     if (m->seq_length > m->max_position_embeddings && m->position_embedding_type == POSITION_LEARNED_ABSOLUTE)
         config_error("--seq-length %d exceeds --max-position-embeddings %d", m->seq_length, m->max_position_embeddings);
     if (m->init_method_std <= 0.0f) config_error("--init-method-std must be positive, got %g", m->init_method_std);
@@ -1035,10 +1078,16 @@ static int recomputed_attention_cores(const Config* a, int flash) {
 
 // Model FLOPs of one training step of global batch B (Narayanan et al. 2021, §5.1 and its
 // appendix): a forward pass costs 2 FLOPs per multiply-add,
-//   per layer: 2 B s (3h^2 + h^2 + 2 h F)  (QKV, projection, MLP)  +  4 B s^2 h  (scores, values)
-//   logits:    2 B s h V
-// and the backward twice the forward. For F = 4h a layer's forward is 24 B s h^2 (1 + s/(6h)),
-// so forward and backward make 72 B s l h^2 (1 + s/(6h) + V/(12 l h)). Activation
+//   per layer: 2 B s h (n + 2g) d  (QKV: n query heads, g key and value heads, of d = h / n)
+//            + 2 B s h^2           (the attention's projection)
+//            + 2 B s h F x 2       (the MLP's two matrices; SwiGLU's three, gate, up and down: x 3)
+//            + 4 B s^2 h           (scores, values)
+//   logits:    2 B s h V           (the tied word embedding or an output layer of its own: the same product)
+// and the backward twice the forward. Without grouped-query attention g = n and QKV is 3h^2; for
+// F = 4h a layer's forward is then 24 B s h^2 (1 + s/(6h)), so forward and backward make
+// 72 B s l h^2 (1 + s/(6h) + V/(12 l h)). Megatron-LM's num_floating_point_operations
+// (megatron/training/training.py) counts the same, 12 B s l h^2 ((1 + g/n + s/h) + (F/h) x 3/2
+// with --swiglu + V/(2 l h)) with its query projection n d = h: the same three passes. Activation
 // recomputation runs the forward of the recomputed layers once more, not the logits (the head
 // keeps its activations): with every layer recomputed the layers make four passes, the logits
 // three, 4 x 24 B s l h^2 (1 + s/(6h)) + 3 x 2 B s h V = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)),
@@ -1048,7 +1097,8 @@ static int recomputed_attention_cores(const Config* a, int flash) {
 // 2022 (§5) and Megatron-LM recompute, since the product with v is kept (gpt.h block_backward).
 static double flops_per_step(const GPTConfig* c, int global_batch, int recomputed, int cores) {
     double B = global_batch, s = c->seq_length, h = c->hidden_size, F = c->ffn_hidden_size;
-    double l = c->num_layers, V = c->padded_vocab_size;
-    double core = 4.0 * B * s * s * h, layer = 2.0 * B * s * (4.0 * h * h + 2.0 * h * F) + core, logits = 2.0 * B * s * h * V;
+    double l = c->num_layers, V = c->padded_vocab_size, n = c->num_attention_heads, g = query_groups(c), d = h / n;
+    double matrices = h * (n + 2.0 * g) * d + h * h + (c->swiglu ? 3.0 : 2.0) * h * F;   // multiply-adds per token
+    double core = 4.0 * B * s * s * h, layer = 2.0 * B * s * matrices + core, logits = 2.0 * B * s * h * V;
     return (3.0 * l + recomputed) * layer + cores * core / 2.0 + 3.0 * logits;
 }

@@ -166,7 +166,7 @@ static int next_token(GPT* m, Sampler* s, const GenerateOptions* o, floatX* whol
 // The cache's positions, layer by layer, moved to a cache of max_len positions (the first
 // `kept` of them copied; none allocated yet: kv->layers[i] NULL), and the context's ids with them
 static void kv_cache_resize(GPT* m, KVCache* kv, int** ids, int max_len, int kept) {
-    size_t row_bytes = 2 * (size_t)m->hidden_local * sizeof(floatX);
+    size_t row_bytes = 2 * (size_t)m->groups_local * m->head_size * sizeof(floatX);   // each position's keys and values
     for (int i = 0; i < m->num_local_layers; i++) {
         floatX* bigger = (floatX*)dev_malloc((size_t)max_len * row_bytes);
         if (kv->layers[i]) dev_copy(bigger, kv->layers[i], (size_t)kept * row_bytes);

@@ -23,30 +23,49 @@ tensor-parallel operators of parallel.h; it never allocates after gpt_build().
 
 // ----------------------------------------------------------------------------
 // config: each field of the model declared once
-// X(kind, name, default, min, help, checkpoint, gpt2, bloom): the GPTConfig struct, the trainer's flag
+// X(kind, name, default, min, help, checkpoint, gpt2, bloom, llama): the GPTConfig struct, the trainer's flag
 // (--name with '-' for '_', Megatron's), --help, the range check, checkpoint metadata
 // (written, read, compared on load), the Hugging Face config and the start-up print all walk
 // this list, so adding a model option is one line here plus its use.
 //   default: text, parsed like the flag's value (NULL: zero);  min: the smallest value allowed
 //   checkpoint: MATCH = the tensor layout depends on it, a resume must give the same value;
 //               STORED = written for the record, may change on resume
-//   gpt2, bloom: the field's name in transformers' GPT-2 / Bloom config.json (NULL: none)
+//   gpt2, bloom, llama: the field's name in transformers' GPT-2 / Bloom / Llama config.json (NULL: none)
+// GPT-2, BLOOM and Llama are presets of these fields: where the models differ, the model reads
+// the field in one place (gpt.h's helpers below the tensor table, kernels.cuh's arguments).
 #define GPT_CONFIG_FIELDS(X)                                                                                          \
-    X(INT, num_layers, "4", 1, "transformer layers", MATCH, "n_layer", "n_layer")                                      \
-    X(INT, hidden_size, "256", 1, "model width", MATCH, "n_embd", "hidden_size")                                       \
-    X(INT, num_attention_heads, "4", 1, "attention heads", MATCH, "n_head", "n_head")                                  \
-    X(INT, ffn_hidden_size, NULL, 0, "MLP width (0: 4 x hidden)", MATCH, "n_inner", NULL)                              \
-    X(INT, seq_length, "128", 1, "tokens per sample", STORED, NULL, NULL)                                              \
-    X(INT, max_position_embeddings, NULL, 0, "position table size (0: seq-length)", MATCH, "n_positions", NULL)        \
+    X(INT, num_layers, "4", 1, "transformer layers", MATCH, "n_layer", "n_layer", "num_hidden_layers")                 \
+    X(INT, hidden_size, "256", 1, "model width", MATCH, "n_embd", "hidden_size", "hidden_size")                        \
+    X(INT, num_attention_heads, "4", 1, "attention heads", MATCH, "n_head", "n_head", "num_attention_heads")           \
+    X(INT, ffn_hidden_size, NULL, 0, "MLP width (0: 4 x hidden)", MATCH, "n_inner", NULL, "intermediate_size")         \
+    X(INT, seq_length, "128", 1, "tokens per sample", STORED, NULL, NULL, NULL)                                        \
+    X(INT, max_position_embeddings, NULL, 0, "position table size (0: seq-length)", MATCH, "n_positions", NULL,        \
+      "max_position_embeddings")                                                                                       \
     X(INT, vocab_size, NULL, 0, "vocabulary (0: the largest token id in the data + 1)", MATCH, "vocab_size",           \
-      "vocab_size")                                                                                                    \
-    X(INT, make_vocab_size_divisible_by, "128", 1, "pad the vocabulary to a multiple of this x TP", STORED, NULL, NULL) \
-    X(SWITCH, embed_layernorm, NULL, 0, "LayerNorm after the embedding (BLOOM)", MATCH, NULL, NULL)                    \
-    X(CHOICE, position_embedding_type, "learned_absolute", 0, "learned_absolute | alibi", MATCH, NULL, NULL)           \
-    X(FLOAT, init_method_std, "0.02", 0, "std of the normal init", STORED, "initializer_range", "initializer_range")   \
-    X(INT, seed, "1234", 0, "seed of the init and the data order", STORED, NULL, NULL)                                \
+      "vocab_size", "vocab_size")                                                                                      \
+    X(INT, make_vocab_size_divisible_by, "128", 1, "pad the vocabulary to a multiple of this x TP", STORED, NULL, NULL, \
+      NULL)                                                                                                            \
+    X(SWITCH, embed_layernorm, NULL, 0, "LayerNorm after the embedding (BLOOM)", MATCH, NULL, NULL, NULL)              \
+    X(CHOICE, position_embedding_type, "learned_absolute", 0, "learned_absolute | alibi | rope", MATCH, NULL, NULL,    \
+      NULL)                                                                                                            \
+    X(INT, rotary_base, "10000", 1, "rope: the base of the rotary frequencies", MATCH, NULL, NULL, "rope_theta")       \
+    X(FLOAT, rotary_percent, "1.0", 0, "rope: the fraction of each head's dims rotated", MATCH, NULL, NULL, NULL)      \
+    X(CHOICE, normalization, "LayerNorm", 0, "LayerNorm | RMSNorm", MATCH, NULL, NULL, NULL)                           \
+    X(FLOAT, norm_epsilon, "1e-5", 0, "the normalization's epsilon (RMSNorm's; LayerNorm's is 1e-5)", MATCH, NULL,     \
+      NULL, "rms_norm_eps")                                                                                            \
+    X(SWITCH, swiglu, NULL, 0, "SwiGLU MLP, silu(gate) x up (Llama); fc1 twice as wide", MATCH, NULL, NULL, NULL)      \
+    X(SWITCH, group_query_attention, NULL, 0, "grouped-query attention: heads share --num-query-groups K/V heads",    \
+      MATCH, NULL, NULL, NULL)                                                                                         \
+    X(INT, num_query_groups, "1", 1, "key/value heads (with --group-query-attention)", MATCH, NULL, NULL,              \
+      "num_key_value_heads")                                                                                           \
+    X(SWITCH, untie_embeddings_and_output_weights, NULL, 0, "an output layer of its own, not the word embedding",     \
+      MATCH, NULL, NULL, NULL)                                                                                         \
+    X(SWITCH, disable_bias_linear, NULL, 0, "linear layers without biases (Llama)", MATCH, NULL, NULL, NULL)          \
+    X(FLOAT, init_method_std, "0.02", 0, "std of the normal init", STORED, "initializer_range", "initializer_range",   \
+      "initializer_range")                                                                                             \
+    X(INT, seed, "1234", 0, "seed of the init and the data order", STORED, NULL, NULL, NULL)                          \
     X(SWITCH, sequence_parallel, NULL, 0, "split the LayerNorm and residual rows over the TP ranks (TP > 1)", STORED,   \
-      NULL, NULL)
+      NULL, NULL, NULL)
 
 // the kinds of value a config field holds, and their C types
 typedef enum { FIELD_INT, FIELD_LONG, FIELD_FLOAT, FIELD_SWITCH, FIELD_CHOICE, FIELD_STRING, FIELD_INT3, FIELD_LIST } FieldKind;
@@ -77,19 +96,20 @@ typedef struct {
 } GPTConfig;
 
 typedef enum { MATCH, STORED, NOT_STORED } CheckpointRole;
-typedef enum { POSITION_LEARNED_ABSOLUTE, POSITION_ALIBI } PositionEmbeddingType;   // --position-embedding-type
+typedef enum { POSITION_LEARNED_ABSOLUTE, POSITION_ALIBI, POSITION_ROPE } PositionEmbeddingType;   // --position-embedding-type
+typedef enum { NORM_LAYERNORM, NORM_RMSNORM } Normalization;                                     // --normalization
 
 // one field's descriptor: what every reader and writer of a config walks
 typedef struct {
-    const char *name, *default_value, *help, *hf_gpt2, *hf_bloom;
+    const char *name, *default_value, *help, *hf_gpt2, *hf_bloom, *hf_llama;
     FieldKind kind;
     size_t offset;   // in its struct
     double min;
     CheckpointRole checkpoint;
 } ConfigField;
 
-#define DESCRIBE_MODEL_FIELD(kind, name, def, min, help, ckpt, gpt2, bloom) \
-    {#name, def, help, gpt2, bloom, FIELD_##kind, offsetof(GPTConfig, name), min, ckpt},
+#define DESCRIBE_MODEL_FIELD(kind, name, def, min, help, ckpt, gpt2, bloom, llama) \
+    {#name, def, help, gpt2, bloom, llama, FIELD_##kind, offsetof(GPTConfig, name), min, ckpt},
 static const ConfigField MODEL_FIELDS[] = {GPT_CONFIG_FIELDS(DESCRIBE_MODEL_FIELD)};
 #define NUM_MODEL_FIELDS ((int)(sizeof(MODEL_FIELDS) / sizeof(MODEL_FIELDS[0])))
 
@@ -185,6 +205,19 @@ static long long padded_vocab_size(int vocab_size, int divisible_by, int tensor_
     return (vocab_size + multiple - 1) / multiple * multiple;
 }
 
+// grouped-query attention (Ainslie et al. 2023; Megatron's --group-query-attention
+// --num-query-groups): the query heads fall into groups, each sharing one key head and one value
+// head; without it every head is its own group (multi-head attention)
+static int query_groups(const GPTConfig* c) {
+    return c->group_query_attention ? c->num_query_groups : c->num_attention_heads;
+}
+
+// rope: the rotated dims of a head, Megatron's int(head size x --rotary-percent) (config.h
+// checks it is even)
+static int rotated_dims(const GPTConfig* c) {
+    return (int)((double)(c->hidden_size / c->num_attention_heads) * c->rotary_percent);
+}
+
 // ----------------------------------------------------------------------------
 // the tensor table
 
@@ -194,17 +227,21 @@ typedef struct {
     char name[128];       // Megatron's parameter name (checkpoints use it)
     char hf_name[96];     // transformers' GPT-2 name ("": GPT-2 has no such tensor)
     char bloom_name[96];  // transformers' Bloom name ("": Bloom has none); stored as ours, no transform
+    char llama_name[96];  // transformers' Llama name ("": Llama has none); the fused qkv_proj and gate_up_proj
+                          // are Phi-3's names, which hf.h splits into Llama's q/k/v_proj and gate/up_proj
     int hf_transpose;     // GPT-2 stores this linear as a Conv1D: [in, out], our [out, in] transposed
     int hf_qkv;           // rows grouped per head [q|k|v] here, [all q | all k | all v] in GPT-2
     int layer;            // -1: embedding, 0..L-1: a transformer layer, L: final LayerNorm
     int rows, cols;       // whole (unsharded) shape; a vector has cols == 1
     int split_axis;       // -1: replicated over tensor ranks, 0: rows split, 1: columns split
+    int row_parts;        // rows split (axis 0) in this many equal blocks, each split over the tensor
+                          // ranks, a rank holding its piece of each, stacked (SwiGLU's [gate; up]: 2)
     int weight_decay;     // matrices and embeddings decay; biases and LayerNorm do not
     int init;             // INIT_NORMAL with init_std, or constant ones / zeros
     float init_std;
     int valid_rows;       // rows below this are real; above are vocabulary padding (zero)
     int tied_copy;        // the last stage's copy of the word embedding (PP > 1)
-    int row_start, local_rows, col_start, local_cols;   // this rank's slice
+    int row_start, local_rows, col_start, local_cols;   // this rank's slice (row_start: in the first row block)
     size_t offset, numel; // the slice in the rank's flat parameter / gradient buffers
 } TensorDesc;
 
@@ -217,7 +254,7 @@ typedef struct {
 // activations
 
 typedef struct {
-    floatX *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fch_gelu, *res3;
+    floatX *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fch_act, *res3;   // fch: fc1's output, fch_act: GELU or SwiGLU of it
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
     float* lse;   // the fused attention's log-sum-exp [B, heads, T], kept instead of att [B, heads, T, T]
 } LayerActivations;
@@ -267,11 +304,15 @@ typedef struct GPT {
     int is_first_stage, is_last_stage; // this rank holds the embedding (its chunk 0) / the head (its last chunk)
     // per tensor-rank sizes
     int heads_local, hidden_local, ffn_local;        // hidden_local = heads_local * head size
+    int head_size, groups_local;                     // groups_local: this rank's key/value heads (query_groups / TP)
+    int qkv_local, fc_local;                         // the QKV's and fc1's output features here: (heads + 2 groups)
+                                                     // x head size, and ffn_local (x 2 with SwiGLU: [gate | up])
     int vocab_start, vocab_local, vocab_valid_local; // rows of the word embedding held here
     // tensor table and flat buffers
     TensorDesc* tensors;
     int num_tensors;
-    int wte, wpe, lne_w, lne_b, lnf_w, lnf_b;        // table indices (-1: not on this stage)
+    int wte, wpe, lne_w, lne_b, lnf_w, lnf_b;        // table indices (-1: not on this stage, or no such tensor)
+    int output;                                      // the head's matrix: wte (tied), or the output layer's
     LayerTensors* layer_tensors;                     // [num_local_layers]
     size_t num_params;                               // elements of this rank's tensors
     size_t num_params_padded;                        // the flat buffers' length: a multiple of DP (ZeRO shards)
@@ -320,7 +361,7 @@ static float* grad_of(const GPT* m, int id) { return id < 0 ? NULL : m->grads + 
 
 // a tensor's names: ours (Megatron's) and transformers' GPT-2 and Bloom ones, for the export
 typedef struct {
-    char ours[128], hf[96], bloom[96];
+    char ours[128], hf[96], bloom[96], llama[96];
 } TensorNames;
 
 static TensorNames names_with_suffix(const TensorNames* n, const char* suffix) {
@@ -328,28 +369,37 @@ static TensorNames names_with_suffix(const TensorNames* n, const char* suffix) {
     int a = snprintf(out.ours, sizeof(out.ours), "%s%s", n->ours, suffix);
     int b = snprintf(out.hf, sizeof(out.hf), "%s%s", n->hf, n->hf[0] ? suffix : "");
     int c = snprintf(out.bloom, sizeof(out.bloom), "%s%s", n->bloom, n->bloom[0] ? suffix : "");
-    if (a >= (int)sizeof(out.ours) || b >= (int)sizeof(out.hf) || c >= (int)sizeof(out.bloom))
+    int d = snprintf(out.llama, sizeof(out.llama), "%s%s", n->llama, n->llama[0] ? suffix : "");
+    if (a >= (int)sizeof(out.ours) || b >= (int)sizeof(out.hf) || c >= (int)sizeof(out.bloom) || d >= (int)sizeof(out.llama))
         fail("tensor name too long: %s%s", n->ours, suffix);
     return out;
 }
 
+// the whole tensor's row of this rank's local row r (a plain row split: row_start + r)
+static int whole_row(const TensorDesc* t, int r) {
+    int piece = t->local_rows / t->row_parts, block = t->rows / t->row_parts;
+    return r / piece * block + t->row_start + r % piece;
+}
+
 static int add_tensor(GPT* m, int capacity, TensorNames names, int layer, int rows, int cols,
-                      int split_axis, int init, float init_std) {
+                      int split_axis, int init, float init_std, int row_parts) {
     if (m->num_tensors >= capacity) fail("tensor table overflow: more than %d tensors", capacity);
     TensorDesc* t = &m->tensors[m->num_tensors];
     memset(t, 0, sizeof(*t));
     snprintf(t->name, sizeof(t->name), "%s", names.ours);
     snprintf(t->hf_name, sizeof(t->hf_name), "%s", names.hf);
     snprintf(t->bloom_name, sizeof(t->bloom_name), "%s", names.bloom);
+    snprintf(t->llama_name, sizeof(t->llama_name), "%s", names.llama);
     t->layer = layer;
     t->rows = rows;
     t->cols = cols;
     t->split_axis = split_axis;
+    t->row_parts = split_axis == 0 ? row_parts : 1;
     t->weight_decay = cols > 1;   // Megatron: no decay on biases and LayerNorm (1-d tensors)
     t->init = init;
     t->init_std = init_std;
     t->valid_rows = rows;
-    t->row_start = split_axis == 0 ? m->tp_rank * (rows / m->tp_size) : 0;
+    t->row_start = split_axis == 0 ? m->tp_rank * (rows / t->row_parts / m->tp_size) : 0;
     t->local_rows = split_axis == 0 ? rows / m->tp_size : rows;
     t->col_start = split_axis == 1 ? m->tp_rank * (cols / m->tp_size) : 0;
     t->local_cols = split_axis == 1 ? cols / m->tp_size : cols;
@@ -359,48 +409,62 @@ static int add_tensor(GPT* m, int capacity, TensorNames names, int layer, int ro
     return m->num_tensors++;
 }
 
-static int add_layernorm(GPT* m, int capacity, TensorNames prefix, int layer, int C, int* bias_id) {
-    int w = add_tensor(m, capacity, names_with_suffix(&prefix, ".weight"), layer, C, 1, -1, INIT_ONES, 0.0f);
-    *bias_id = add_tensor(m, capacity, names_with_suffix(&prefix, ".bias"), layer, C, 1, -1, INIT_ZEROS, 0.0f);
+// a normalization's weight [C], and with LayerNorm its bias (RMSNorm has none: -1)
+static int add_norm(GPT* m, int capacity, TensorNames prefix, int layer, int C, int* bias_id) {
+    int w = add_tensor(m, capacity, names_with_suffix(&prefix, ".weight"), layer, C, 1, -1, INIT_ONES, 0.0f, 1);
+    *bias_id = m->cfg.normalization == NORM_RMSNORM
+                   ? -1
+                   : add_tensor(m, capacity, names_with_suffix(&prefix, ".bias"), layer, C, 1, -1, INIT_ZEROS, 0.0f, 1);
     return w;
 }
 
-// a linear layer [out, in] and its bias [out]; split_axis 0 = column-parallel (output
-// features split, bias split too), 1 = row-parallel (input features split, bias replicated)
+// a linear layer [out, in] and its bias [out] (none with --disable-bias-linear: -1); split_axis 0
+// = column-parallel (output features split, bias split too), 1 = row-parallel (input features
+// split, bias replicated); row_parts: see TensorDesc
 static int add_linear(GPT* m, int capacity, TensorNames prefix, int layer, int out, int in,
-                      int split_axis, float std, int* bias_id) {
-    int w = add_tensor(m, capacity, names_with_suffix(&prefix, ".weight"), layer, out, in, split_axis, INIT_NORMAL, std);
-    *bias_id = add_tensor(m, capacity, names_with_suffix(&prefix, ".bias"), layer, out, 1, split_axis == 0 ? 0 : -1,
-                          INIT_ZEROS, 0.0f);
+                      int split_axis, float std, int* bias_id, int row_parts) {
+    int w = add_tensor(m, capacity, names_with_suffix(&prefix, ".weight"), layer, out, in, split_axis, INIT_NORMAL, std,
+                       row_parts);
+    *bias_id = m->cfg.disable_bias_linear ? -1
+                                          : add_tensor(m, capacity, names_with_suffix(&prefix, ".bias"), layer, out, 1,
+                                                       split_axis == 0 ? 0 : -1, INIT_ZEROS, 0.0f, row_parts);
     m->tensors[w].hf_transpose = 1;
     return w;
 }
 
 // names of a part of transformer layer l (Bloom names a layer's parts as Megatron does)
-static TensorNames layer_part(int l, const char* ours, const char* hf) {
+static TensorNames layer_part(int l, const char* ours, const char* hf, const char* llama) {
     TensorNames n;
     snprintf(n.ours, sizeof(n.ours), "language_model.encoder.layers.%d.%s", l, ours);
     snprintf(n.hf, sizeof(n.hf), "transformer.h.%d.%s", l, hf);
     snprintf(n.bloom, sizeof(n.bloom), "transformer.h.%d.%s", l, ours);
+    snprintf(n.llama, sizeof(n.llama), "model.layers.%d.%s", l, llama);
     return n;
 }
 
+// The QKV weight's rows, Megatron's layout: per query group [its NH/G query heads | its key head
+// | its value head], HS rows each (kernels.cuh's qkv_group_index), so a row split over the tensor
+// ranks gives each whole groups. The MLP's first weight: F rows, or with SwiGLU [gate; up], 2F.
 static void add_layer(GPT* m, int capacity, int l, LayerTensors* t) {
     const GPTConfig* c = &m->cfg;
-    int C = c->hidden_size, F = c->ffn_hidden_size;
+    int C = c->hidden_size, F = c->ffn_hidden_size, HS = C / c->num_attention_heads, G = query_groups(c);
+    int glu = c->swiglu ? 2 : 1;
     // output projections: GPT-2's scaled init, std / sqrt(2 * num_layers) (Radford et al.
     // 2019, §2.3; Megatron's scaled_init_method_normal)
     float std = c->init_method_std, out_std = c->init_method_std / sqrtf(2.0f * c->num_layers);
-    t->ln1_w = add_layernorm(m, capacity, layer_part(l, "input_layernorm", "ln_1"), l, C, &t->ln1_b);
-    t->qkv_w = add_linear(m, capacity, layer_part(l, "self_attention.query_key_value", "attn.c_attn"), l, 3 * C, C, 0,
-                          std, &t->qkv_b);
-    m->tensors[t->qkv_w].hf_qkv = m->tensors[t->qkv_b].hf_qkv = 1;
-    t->proj_w = add_linear(m, capacity, layer_part(l, "self_attention.dense", "attn.c_proj"), l, C, C, 1, out_std,
-                           &t->proj_b);
-    t->ln2_w = add_layernorm(m, capacity, layer_part(l, "post_attention_layernorm", "ln_2"), l, C, &t->ln2_b);
-    t->fc_w = add_linear(m, capacity, layer_part(l, "mlp.dense_h_to_4h", "mlp.c_fc"), l, F, C, 0, std, &t->fc_b);
-    t->fcproj_w = add_linear(m, capacity, layer_part(l, "mlp.dense_4h_to_h", "mlp.c_proj"), l, C, F, 1, out_std,
-                             &t->fcproj_b);
+    t->ln1_w = add_norm(m, capacity, layer_part(l, "input_layernorm", "ln_1", "input_layernorm"), l, C, &t->ln1_b);
+    t->qkv_w = add_linear(m, capacity, layer_part(l, "self_attention.query_key_value", "attn.c_attn", "self_attn.qkv_proj"),
+                          l, (c->num_attention_heads + 2 * G) * HS, C, 0, std, &t->qkv_b, 1);
+    m->tensors[t->qkv_w].hf_qkv = 1;
+    if (t->qkv_b >= 0) m->tensors[t->qkv_b].hf_qkv = 1;
+    t->proj_w = add_linear(m, capacity, layer_part(l, "self_attention.dense", "attn.c_proj", "self_attn.o_proj"), l, C, C,
+                           1, out_std, &t->proj_b, 1);
+    t->ln2_w = add_norm(m, capacity, layer_part(l, "post_attention_layernorm", "ln_2", "post_attention_layernorm"), l, C,
+                        &t->ln2_b);
+    t->fc_w = add_linear(m, capacity, layer_part(l, "mlp.dense_h_to_4h", "mlp.c_fc", "mlp.gate_up_proj"), l, glu * F, C, 0,
+                         std, &t->fc_b, glu);
+    t->fcproj_w = add_linear(m, capacity, layer_part(l, "mlp.dense_4h_to_h", "mlp.c_proj", "mlp.down_proj"), l, C, F, 1,
+                             out_std, &t->fcproj_b, 1);
 }
 
 // Local layer i of a rank: in chunk i / chunk_layers, which starts round_layers after the one
@@ -422,26 +486,36 @@ static void build_tensor_table(GPT* m) {
     int C = c->hidden_size, capacity = 8 + 12 * m->num_local_layers;
     m->tensors = (TensorDesc*)callocCheck(capacity, sizeof(TensorDesc));
     m->layer_tensors = (LayerTensors*)callocCheck(m->num_local_layers, sizeof(LayerTensors));
-    m->wte = m->wpe = m->lne_w = m->lne_b = m->lnf_w = m->lnf_b = -1;
+    m->wte = m->wpe = m->lne_w = m->lne_b = m->lnf_w = m->lnf_b = m->output = -1;
     float std = c->init_method_std;
+    int tied = !c->untie_embeddings_and_output_weights;
     // the word embedding sits on the first stage, and (tied) as the output layer on the last
-    if (m->is_first_stage || m->is_last_stage) {
+    if (m->is_first_stage || (m->is_last_stage && tied)) {
         TensorNames wte = {"language_model.embedding.word_embeddings.weight", "transformer.wte.weight",
-                           "transformer.word_embeddings.weight"};
-        m->wte = add_tensor(m, capacity, wte, -1, c->padded_vocab_size, C, 0, INIT_NORMAL, std);
+                           "transformer.word_embeddings.weight", "model.embed_tokens.weight"};
+        m->wte = add_tensor(m, capacity, wte, -1, c->padded_vocab_size, C, 0, INIT_NORMAL, std, 1);
         m->tensors[m->wte].valid_rows = c->vocab_size;
         m->tensors[m->wte].tied_copy = !m->is_first_stage;
     }
     if (m->is_first_stage) {
-        TensorNames wpe = {"language_model.embedding.position_embeddings.weight", "transformer.wpe.weight", ""};
-        TensorNames lne = {"language_model.embedding.layernorm", "", "transformer.word_embeddings_layernorm"};   // BLOOM's
-        if (c->position_embedding_type == POSITION_LEARNED_ABSOLUTE)   // ALiBi has no position table
-            m->wpe = add_tensor(m, capacity, wpe, -1, c->max_position_embeddings, C, -1, INIT_NORMAL, std);
-        if (c->embed_layernorm) m->lne_w = add_layernorm(m, capacity, lne, -1, C, &m->lne_b);
+        TensorNames wpe = {"language_model.embedding.position_embeddings.weight", "transformer.wpe.weight", "", ""};
+        TensorNames lne = {"language_model.embedding.layernorm", "", "transformer.word_embeddings_layernorm", ""};   // BLOOM's
+        if (c->position_embedding_type == POSITION_LEARNED_ABSOLUTE)   // ALiBi and rope have no position table
+            m->wpe = add_tensor(m, capacity, wpe, -1, c->max_position_embeddings, C, -1, INIT_NORMAL, std, 1);
+        if (c->embed_layernorm) m->lne_w = add_norm(m, capacity, lne, -1, C, &m->lne_b);
     }
     for (int i = 0; i < m->num_local_layers; i++) add_layer(m, capacity, global_layer(m, i), &m->layer_tensors[i]);
-    TensorNames lnf = {"language_model.encoder.final_layernorm", "transformer.ln_f", "transformer.ln_f"};
-    if (m->is_last_stage) m->lnf_w = add_layernorm(m, capacity, lnf, c->num_layers, C, &m->lnf_b);
+    TensorNames lnf = {"language_model.encoder.final_layernorm", "transformer.ln_f", "transformer.ln_f", "model.norm"};
+    if (m->is_last_stage) m->lnf_w = add_norm(m, capacity, lnf, c->num_layers, C, &m->lnf_b);
+    // the output layer: the word embedding (tied), or with --untie-embeddings-and-output-weights a
+    // vocab-parallel matrix of its own, on the last stage (after the final norm in the table: the
+    // layer the head's gradients are final at)
+    TensorNames out = {"language_model.output_layer.weight", "", "", "lm_head.weight"};
+    if (m->is_last_stage && !tied) {
+        m->output = add_tensor(m, capacity, out, c->num_layers, c->padded_vocab_size, C, 0, INIT_NORMAL, std, 1);
+        m->tensors[m->output].valid_rows = c->vocab_size;
+    }
+    if (m->is_last_stage && tied) m->output = m->wte;
 }
 
 // ----------------------------------------------------------------------------
@@ -475,7 +549,7 @@ static void init_tensor_slice(const TensorDesc* t, uint64_t seed, float* out) {
     uint64_t key = hash_name(t->name);
     #pragma omp parallel for   // each value depends on its index only: any split is exact
     for (int r = 0; r < t->local_rows; r++) {
-        int row = t->row_start + r;
+        int row = whole_row(t, r);
         for (int c = 0; c < t->local_cols; c++) {
             size_t whole_index = (size_t)row * t->cols + (t->col_start + c);
             float v = 0.0f;
@@ -589,27 +663,32 @@ static int selective_recomputes_core(const GPTConfig* c, int flash) { return c->
 static int recomputes_attention_core(const GPT* m) { return selective_recomputes_core(&m->cfg, m->build.flash_attention); }
 
 // one layer's activations; its output (res3) only when `with_output`. The tensor-parallel
-// region's (qkv, atty, att or lse, fch, fch_gelu) hold every row and this rank's heads or MLP
+// region's (qkv, atty, att or lse, fch, fch_act) hold every row and this rank's heads or MLP
 // columns; the residual stream and the LayerNorms' (ln1, res2, ln2, res3, their statistics)
 // this rank's residual rows: all of them, or 1/TP with sequence parallelism (Korthikanti et al.
 // 2022, §4.2.2: the 10sbh of the LayerNorm and residual regions become 10sbh / t)
+// the statistics a normalization keeps for its backward: LayerNorm's mean and rstd, RMSNorm's
+// rstd alone (mean NULL)
+static void layout_norm_stats(const GPT* m, Arena* a, float** mean, float** rstd, size_t rows) {
+    *mean = m->cfg.normalization == NORM_RMSNORM ? NULL : TAKE(a, float, rows);
+    *rstd = TAKE(a, float, rows);
+}
+
 static void layout_layer(GPT* m, Arena* a, LayerActivations* L, int with_output) {
     size_t N = (size_t)m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size;
     size_t Cl = m->hidden_local, Fl = m->ffn_local, NHl = m->heads_local;
     L->ln1 = take_floatX(a, R * C);
-    L->ln1_mean = TAKE(a, float, R);
-    L->ln1_rstd = TAKE(a, float, R);
-    L->qkv = take_floatX(a, N * 3 * Cl);
+    layout_norm_stats(m, a, &L->ln1_mean, &L->ln1_rstd, R);
+    L->qkv = take_floatX(a, N * m->qkv_local);
     L->atty = take_floatX(a, N * Cl);
     if (m->build.flash_attention) L->lse = TAKE(a, float, (size_t)m->B * NHl * m->T);   // one per row: recomputes p
     else if (recomputes_attention_core(m)) L->att = m->recomputed_att;                 // selective: shared, refilled
     else L->att = take_floatX(a, (size_t)m->B * NHl * m->T * m->T);                    // the probabilities
     L->res2 = take_floatX(a, R * C);
     L->ln2 = take_floatX(a, R * C);
-    L->ln2_mean = TAKE(a, float, R);
-    L->ln2_rstd = TAKE(a, float, R);
-    L->fch = take_floatX(a, N * Fl);
-    L->fch_gelu = take_floatX(a, N * Fl);
+    layout_norm_stats(m, a, &L->ln2_mean, &L->ln2_rstd, R);
+    L->fch = take_floatX(a, N * m->fc_local);
+    L->fch_act = take_floatX(a, N * Fl);
     L->res3 = with_output ? take_floatX(a, R * C) : NULL;
 }
 
@@ -643,8 +722,7 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
     if (m->num_chunks > 1 && !chunk_holds_head(m, s->chunk)) s->dout = take_floatX(a, R * C);
     if (chunk_holds_embedding(m, s->chunk) && m->cfg.embed_layernorm) {
         s->embed_ln = take_floatX(a, R * C);
-        s->embed_ln_mean = TAKE(a, float, R);
-        s->embed_ln_rstd = TAKE(a, float, R);
+        layout_norm_stats(m, a, &s->embed_ln_mean, &s->embed_ln_rstd, R);
     }
     for (int i = s->first; i < s->end; i++) {
         int first, end;
@@ -657,8 +735,7 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
     }
     if (chunk_holds_head(m, s->chunk)) {
         s->lnf = take_floatX(a, R * C);
-        s->lnf_mean = TAKE(a, float, R);
-        s->lnf_rstd = TAKE(a, float, R);
+        layout_norm_stats(m, a, &s->lnf_mean, &s->lnf_rstd, R);
     }
 }
 
@@ -668,7 +745,7 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
 // without sequence parallelism)
 static size_t column_partials_floats(const GPT* m) {
     int N = m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size;
-    int rows[3] = {R, N, N}, widths[3] = {C, 3 * m->hidden_local, m->ffn_local};
+    int rows[3] = {R, N, N}, widths[3] = {C, m->qkv_local, m->fc_local};
     size_t floats = layernorm_grad_partials(m->build, R, C);
     for (int i = 0; i < 3; i++) {
         size_t bias = bias_grad_partials(m->build, rows[i], widths[i]);
@@ -679,7 +756,7 @@ static size_t column_partials_floats(const GPT* m) {
 
 static void layout_arena(GPT* m, Arena* a) {
     size_t N = (size_t)m->B * m->T, C = m->cfg.hidden_size;
-    size_t Cl = m->hidden_local, Fl = m->ffn_local;
+    size_t Fl = m->ffn_local;
     layout_recompute_scratch(m, a);   // first: the slots' recomputed layers point into it
     m->slot_bytes = 0;
     for (int s = 0; s < m->num_slots; s++) {
@@ -688,8 +765,11 @@ static void layout_arena(GPT* m, Arena* a) {
         if (a->used - before > m->slot_bytes) m->slot_bytes = a->used - before;
     }
     // block_backward's two buffers take turns: dbuf_a holds the MLP's gradients (N x Fl) and
-    // inputs' (N x C), dbuf_b the QKV gradient (N x 3Cl) and inputs' (N x C)
-    size_t wide_a = Fl > C ? Fl : C, wide_b = 3 * Cl > C ? 3 * Cl : C, before = a->used;
+    // inputs' (N x C), dbuf_b the QKV gradient (N x (NH + 2G) HS / TP), SwiGLU's (N x 2Fl) and
+    // inputs' (N x C)
+    size_t qkv = m->qkv_local, swiglu_grad = m->cfg.swiglu ? m->fc_local : 0, wide_a = Fl > C ? Fl : C, before = a->used;
+    size_t wide_b = qkv > swiglu_grad ? qkv : swiglu_grad;
+    wide_b = wide_b > C ? wide_b : C;
     m->dres = take_floatX(a, (size_t)m->residual_rows * C);
     m->dbuf_a = take_floatX(a, N * wide_a);
     m->dbuf_b = take_floatX(a, N * wide_b);
@@ -772,8 +852,12 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
     m->is_first_stage = stage.rank == 0;
     m->is_last_stage = stage.rank == stage.size - 1;
     m->heads_local = cfg->num_attention_heads / tp_size;
-    m->hidden_local = m->heads_local * (cfg->hidden_size / cfg->num_attention_heads);
+    m->head_size = cfg->hidden_size / cfg->num_attention_heads;
+    m->hidden_local = m->heads_local * m->head_size;
+    m->groups_local = query_groups(cfg) / tp_size;   // Megatron-LM splits the groups over the tensor ranks
+    m->qkv_local = (m->heads_local + 2 * m->groups_local) * m->head_size;
     m->ffn_local = cfg->ffn_hidden_size / tp_size;
+    m->fc_local = (cfg->swiglu ? 2 : 1) * m->ffn_local;
     m->vocab_local = cfg->padded_vocab_size / tp_size;
     m->vocab_start = tp_rank * m->vocab_local;
     int valid = cfg->vocab_size - m->vocab_start;
@@ -846,6 +930,39 @@ static floatX* stage_output(const MicroBatchActivations* s) { return layer_input
 // between pipeline stages: 1/TP of the rows with sequence parallelism)
 static size_t residual_elems(const GPT* m) { return (size_t)m->residual_rows * m->cfg.hidden_size; }
 
+// The normalization, LayerNorm or RMSNorm (--normalization), of `rows` rows: the one place the
+// model reads the choice. The residual form adds first (residual = a + b, out = norm(residual)):
+// one pass on the GPU build for LayerNorm, two for RMSNorm. The backward adds into dinp.
+static int uses_rmsnorm(const GPT* m) { return m->cfg.normalization == NORM_RMSNORM; }
+
+static void norm_forward(GPT* m, floatX* out, float* mean, float* rstd, const floatX* inp, int w, int b, int rows) {
+    int C = m->cfg.hidden_size;
+    if (uses_rmsnorm(m)) rmsnorm_forward(out, rstd, inp, param_of(m, w), rows, C, m->cfg.norm_epsilon);
+    else layernorm_forward(out, mean, rstd, inp, param_of(m, w), param_of(m, b), rows, C);
+}
+
+static void residual_norm_forward(GPT* m, floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                  const floatX* b, int w, int bias) {
+    int R = m->residual_rows, C = m->cfg.hidden_size;
+    if (!uses_rmsnorm(m)) {
+        residual_layernorm_forward(residual, out, mean, rstd, a, b, param_of(m, w), param_of(m, bias), R, C);
+        return;
+    }
+    residual_forward(residual, a, b, (size_t)R * C);
+    norm_forward(m, out, mean, rstd, residual, w, bias, R);
+}
+
+static void norm_backward(GPT* m, floatX* dinp, const floatX* dout, const floatX* inp, int w, int b, const float* mean,
+                          const float* rstd) {
+    int R = m->residual_rows, C = m->cfg.hidden_size;
+    if (uses_rmsnorm(m)) rmsnorm_backward(dinp, grad_of(m, w), m->column_partials, dout, inp, param_of(m, w), rstd, R, C);
+    else layernorm_backward(dinp, grad_of(m, w), grad_of(m, b), m->column_partials, dout, inp, param_of(m, w), mean, rstd,
+                            R, C);
+}
+
+// the first position of the rows a forward runs: 0, or in generation where the cache ends
+static int first_position(const GPT* m) { return m->kv_cache ? m->kv_cache->pos0 : 0; }
+
 // word embedding (vocab-parallel, summed over tensor ranks) + position embedding. With sequence
 // parallelism the sums go to the rows' owners (reduce-scatter, not all-reduce), and each rank
 // adds its rows' positions.
@@ -857,15 +974,14 @@ static void embedding_forward(GPT* m, MicroBatchActivations* s) {
         if (m->wpe >= 0) rows_add_forward(s->input, param_of(m, m->wpe), m->residual_rows, C, m->first_residual_row, m->T);
     } else {
         const floatX* wpe = m->tp_rank == 0 ? param_of(m, m->wpe) : NULL;   // added once
-        int pos0 = m->kv_cache ? m->kv_cache->pos0 : 0;   // generation: the rows' positions start there
+        int pos0 = first_position(m);   // generation: the rows' positions start there
         encoder_forward(s->input, s->tokens, param_of(m, m->wte), pos0 ? NULL : wpe, N, m->T, C, m->vocab_start,
                         m->vocab_local);
         if (pos0 && wpe) rows_add_forward(s->input, wpe, N, C, pos0, m->cfg.max_position_embeddings);   // the same sums
         reduce_from_tensor_model_parallel_region(s->input, (size_t)N * C);   // g (vocab-parallel embedding)
     }
     if (m->cfg.embed_layernorm)
-        layernorm_forward(s->embed_ln, s->embed_ln_mean, s->embed_ln_rstd, s->input,
-                          param_of(m, m->lne_w), param_of(m, m->lne_b), m->residual_rows, C);
+        norm_forward(m, s->embed_ln, s->embed_ln_mean, s->embed_ln_rstd, s->input, m->lne_w, m->lne_b, m->residual_rows);
 }
 
 // The input of a column-parallel layer (QKV, FC1, the head) from a LayerNorm's output x of this
@@ -887,7 +1003,7 @@ static void row_parallel_linear_forward(GPT* m, floatX* out, const floatX* inp, 
     if (m->sequence_parallel) {
         matmul_forward(m->whole_rows, inp, param_of(m, w), NULL, N, in_local, C);
         reduce_scatter_to_sequence_parallel_region(out, m->whole_rows, residual_elems(m));
-        rows_add_forward(out, param_of(m, b), m->residual_rows, C, 0, 1);
+        if (b >= 0) rows_add_forward(out, param_of(m, b), m->residual_rows, C, 0, 1);
         return;
     }
     matmul_forward(out, inp, param_of(m, w), m->tp_rank == 0 ? param_of(m, b) : NULL, N, in_local, C);
@@ -914,63 +1030,86 @@ static int fuses_next_ln1(const GPT* m, int i) {
     return chunk == next_chunk && (!chunk || first == next_first);
 }
 
+// rope (--position-embedding-type rope) turns this rank's query and key heads in qkv by their
+// tokens' positions, in place, after the QKV product; the backward turns their gradients back
+static void rotate_positions(GPT* m, floatX* qkv, int direction) {
+    const GPTConfig* c = &m->cfg;
+    if (c->position_embedding_type != POSITION_ROPE) return;
+    if (direction > 0)
+        rope_forward(qkv, m->B, m->T, m->heads_local, m->groups_local, m->head_size, rotated_dims(c), (float)c->rotary_base,
+                     first_position(m));
+    else
+        rope_backward(qkv, m->B, m->T, m->heads_local, m->groups_local, m->head_size, rotated_dims(c),
+                      (float)c->rotary_base, first_position(m));
+}
+
 // generation: the rows' keys and values appended to layer i's cache, their queries attending
 // to every position cached so far (their own included)
 static void cached_attention_forward(GPT* m, LayerActivations* L, int i) {
     const KVCache* kv = m->kv_cache;
-    int n = m->B * m->T, HS = m->hidden_local / m->heads_local;
-    kv_cache_append(kv->layers[i], L->qkv, n, kv->pos0, m->heads_local, HS);
-    attention_decode(L->atty, kv->layers[i], L->qkv, n, kv->pos0, m->heads_local, HS, alibi_of(m));
+    int n = m->B * m->T;
+    kv_cache_append(kv->layers[i], L->qkv, n, kv->pos0, m->heads_local, m->groups_local, m->head_size);
+    attention_decode(L->atty, kv->layers[i], L->qkv, n, kv->pos0, m->heads_local, m->groups_local, m->head_size,
+                     alibi_of(m));
+}
+
+// The MLP's activation, GELU or SwiGLU (--swiglu), with the first linear layer before it (the
+// one place the model reads the choice): fch = fc1(x) (kept for the backward), fch_act = its
+// activation. GELU's goes into the product's epilogue; SwiGLU's halves are [gate | up].
+static void mlp_activation_forward(GPT* m, LayerActivations* L, const floatX* x, const LayerTensors* t) {
+    int N = m->B * m->T, C = m->cfg.hidden_size;
+    if (!m->cfg.swiglu) {
+        matmul_gelu_forward(L->fch_act, L->fch, x, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, m->ffn_local);
+        return;
+    }
+    matmul_forward(L->fch, x, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, m->fc_local);
+    swiglu_forward(L->fch_act, L->fch, N, m->ffn_local);
 }
 
 static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
-    int B = m->B, T = m->T, N = B * T, R = m->residual_rows, C = m->cfg.hidden_size;
+    int B = m->B, T = m->T, N = B * T, C = m->cfg.hidden_size;
     int Cl = m->hidden_local, Fl = m->ffn_local;
     const LayerTensors* t = &m->layer_tensors[i];
     LayerActivations* L = &s->layers[i];
     const floatX* x = layer_input(s, i);
     // attention: res2 = x + proj(attention(qkv(ln1(x)))); ln1 may come from the block before
-    if (!fuses_next_ln1(m, i - 1))
-        layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, param_of(m, t->ln1_w), param_of(m, t->ln1_b), R, C);
+    if (!fuses_next_ln1(m, i - 1)) norm_forward(m, L->ln1, L->ln1_mean, L->ln1_rstd, x, t->ln1_w, t->ln1_b, m->residual_rows);
     matmul_forward(L->qkv, column_parallel_input(m, L->ln1), param_of(m, t->qkv_w), param_of(m, t->qkv_b), N, C,
-                   3 * Cl);   // f, column-parallel
+                   m->qkv_local);   // f, column-parallel
+    rotate_positions(m, L->qkv, +1);
     if (m->kv_cache) cached_attention_forward(m, L, i);
-    else attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local,
-                           alibi_of(m));
+    else attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, m->groups_local,
+                           m->head_size, alibi_of(m));
     row_parallel_linear_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, Cl);
-    // the residual add and ln2 in one pass: res2 += x, ln2 = LayerNorm(res2)
-    residual_layernorm_forward(L->res2, L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, x,
-                               param_of(m, t->ln2_w), param_of(m, t->ln2_b), R, C);
-    // MLP: res3 = res2 + fcproj(gelu(fc(ln2)))
-    // f, column-parallel; fch = fc(ln2) (kept for the GELU's backward), fch_gelu = gelu(fch)
-    matmul_gelu_forward(L->fch_gelu, L->fch, column_parallel_input(m, L->ln2), param_of(m, t->fc_w), param_of(m, t->fc_b),
-                        N, C, Fl);
-    row_parallel_linear_forward(m, L->res3, L->fch_gelu, t->fcproj_w, t->fcproj_b, Fl);
-    if (fuses_next_ln1(m, i)) {   // res3 += res2, and the next block's ln1 = LayerNorm(res3) in the same pass
+    // the residual add and ln2 in one pass: res2 += x, ln2 = norm(res2)
+    residual_norm_forward(m, L->res2, L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, x, t->ln2_w, t->ln2_b);
+    // MLP: res3 = res2 + fcproj(act(fc(ln2))); f, column-parallel
+    mlp_activation_forward(m, L, column_parallel_input(m, L->ln2), t);
+    row_parallel_linear_forward(m, L->res3, L->fch_act, t->fcproj_w, t->fcproj_b, Fl);
+    if (fuses_next_ln1(m, i)) {   // res3 += res2, and the next block's ln1 = norm(res3) in the same pass
         const LayerTensors* next_t = &m->layer_tensors[i + 1];
         LayerActivations* next = &s->layers[i + 1];
-        residual_layernorm_forward(L->res3, next->ln1, next->ln1_mean, next->ln1_rstd, L->res3, L->res2,
-                                   param_of(m, next_t->ln1_w), param_of(m, next_t->ln1_b), R, C);
+        residual_norm_forward(m, L->res3, next->ln1, next->ln1_mean, next->ln1_rstd, L->res3, L->res2, next_t->ln1_w,
+                              next_t->ln1_b);
     } else {
         residual_forward(L->res3, L->res3, L->res2, residual_elems(m));
     }
 }
 
-// final LayerNorm, logits with the tied word embedding, and the vocab-parallel cross-entropy.
+// final norm, logits with the output layer (the tied word embedding, or its own), and the
+// vocab-parallel cross-entropy.
 // dloss: the weight of each token's loss in the step's (see gpt_backward); with dloss != 0 a
 // backward follows, and the cross-entropy writes dlogits over the logits in the pass that
 // computes the loss, for head_backward. With 0 the logits stay (generation reads them).
 static void head_forward(GPT* m, MicroBatchActivations* s, float dloss) {
     int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local, valid = m->vocab_valid_local;
     if (m->kv_cache) {   // generation: the last row's logits alone (the next token's), no loss
-        layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(s) + (size_t)(N - 1) * C,
-                          param_of(m, m->lnf_w), param_of(m, m->lnf_b), 1, C);
-        matmul_forward(m->logits, s->lnf, param_of(m, m->wte), NULL, 1, C, V);
+        norm_forward(m, s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(s) + (size_t)(N - 1) * C, m->lnf_w, m->lnf_b, 1);
+        matmul_forward(m->logits, s->lnf, param_of(m, m->output), NULL, 1, C, V);
         return;
     }
-    layernorm_forward(s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(s),
-                      param_of(m, m->lnf_w), param_of(m, m->lnf_b), m->residual_rows, C);
-    matmul_forward(m->logits, column_parallel_input(m, s->lnf), param_of(m, m->wte), NULL, N, C, V);   // f, column-parallel
+    norm_forward(m, s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(s), m->lnf_w, m->lnf_b, m->residual_rows);
+    matmul_forward(m->logits, column_parallel_input(m, s->lnf), param_of(m, m->output), NULL, N, C, V);   // f, column-parallel
     if (m->tp_size == 1) {   // whole rows here: statistics, loss and dlogits in one pass a row
         crossentropy_forward_fused(m->losses, m->logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, valid);
     } else {
@@ -1104,7 +1243,7 @@ static void row_parallel_linear_backward(GPT* m, floatX* dinp, const floatX* inp
     const floatX* dout = m->dres;
     float* dbias = grad_of(m, b);
     if (m->sequence_parallel) {
-        rows_add_backward(dbias, m->column_partials, m->dres, m->residual_rows, C, 0, 1);
+        if (dbias) rows_add_backward(dbias, m->column_partials, m->dres, m->residual_rows, C, 0, 1);
         reduce_scatter_to_sequence_parallel_region_backward(m->whole_rows, m->dres, residual_elems(m));
         dout = m->whole_rows;
         dbias = NULL;
@@ -1116,36 +1255,46 @@ static void row_parallel_linear_backward(GPT* m, floatX* dinp, const floatX* inp
 
 // the logits hold dlogits already: head_forward wrote them
 static void head_backward(GPT* m, MicroBatchActivations* s) {
-    int C = m->cfg.hidden_size;
     if (!m->logits_hold_gradient) fail("gpt_backward: the last stage's forward was run without a backward to follow (dloss 0)");
     m->logits_hold_gradient = 0;
-    floatX* d = column_parallel_linear_backward(m, m->dbuf_a, m->dbuf_b, m->logits, s->lnf, m->wte, -1, m->vocab_local);
+    floatX* d = column_parallel_linear_backward(m, m->dbuf_a, m->dbuf_b, m->logits, s->lnf, m->output, -1, m->vocab_local);
     dev_zero(m->dres, residual_elems(m) * sizeof(floatX));
-    layernorm_backward(m->dres, grad_of(m, m->lnf_w), grad_of(m, m->lnf_b), m->column_partials, d,
-                       stage_output(s), param_of(m, m->lnf_w), s->lnf_mean, s->lnf_rstd, m->residual_rows, C);
+    norm_backward(m, m->dres, d, stage_output(s), m->lnf_w, m->lnf_b, s->lnf_mean, s->lnf_rstd);
+}
+
+// The MLP's second linear layer and the activation before it: da = the gradient at fch (fc1's
+// output). GELU's backward goes into the product's epilogue; SwiGLU's reads the product's
+// gradient at fch_act from db and writes the [gate | up] gradient into da.
+static floatX* mlp_activation_backward(GPT* m, const LayerActivations* L, const LayerTensors* t, floatX* da, floatX* db) {
+    if (!m->cfg.swiglu) {
+        row_parallel_linear_backward(m, da, L->fch_act, L->fch, t->fcproj_w, t->fcproj_b, m->ffn_local);
+        return da;
+    }
+    row_parallel_linear_backward(m, da, L->fch_act, NULL, t->fcproj_w, t->fcproj_b, m->ffn_local);
+    swiglu_backward(db, L->fch, da, m->B * m->T, m->ffn_local);
+    return db;
 }
 
 static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
-    int B = m->B, T = m->T, R = m->residual_rows, C = m->cfg.hidden_size;
-    int Cl = m->hidden_local, Fl = m->ffn_local;
+    int B = m->B, T = m->T, Cl = m->hidden_local;
     const LayerTensors* t = &m->layer_tensors[i];
     LayerActivations* L = &s->layers[i];
-    floatX *da = m->dbuf_a, *db = m->dbuf_b, *d;
-    // MLP
-    // fcproj and the GELU before it: da = the gradient at fch
-    row_parallel_linear_backward(m, da, L->fch_gelu, L->fch, t->fcproj_w, t->fcproj_b, Fl);
-    d = column_parallel_linear_backward(m, db, da, da, L->ln2, t->fc_w, t->fc_b, Fl);   // f
-    layernorm_backward(m->dres, grad_of(m, t->ln2_w), grad_of(m, t->ln2_b), m->column_partials, d, L->res2,
-                       param_of(m, t->ln2_w), L->ln2_mean, L->ln2_rstd, R, C);
+    floatX *da = m->dbuf_a, *db = m->dbuf_b, *d, *dfch;
+    // MLP: fcproj and the activation before it, then fc1
+    dfch = mlp_activation_backward(m, L, t, da, db);
+    floatX* other = dfch == da ? db : da;
+    d = column_parallel_linear_backward(m, other, dfch, dfch, L->ln2, t->fc_w, t->fc_b, m->fc_local);   // f
+    norm_backward(m, m->dres, d, L->res2, t->ln2_w, t->ln2_b, L->ln2_mean, L->ln2_rstd);
     // attention
     row_parallel_linear_backward(m, da, L->atty, NULL, t->proj_w, t->proj_b, Cl);
     if (recomputes_attention_core(m))   // selective: the probabilities again (atty, the product with v, was kept)
-        attention_probabilities(L->att, m->att_scratch, L->qkv, B, T, m->heads_local, Cl / m->heads_local, alibi_of(m));
-    attention_backward(db, m->att_scratch, da, L->qkv, L->atty, L->att, L->lse, B, T, m->heads_local, Cl / m->heads_local,
-                       alibi_of(m));
-    d = column_parallel_linear_backward(m, da, db, db, L->ln1, t->qkv_w, t->qkv_b, 3 * Cl);   // f
-    layernorm_backward(m->dres, grad_of(m, t->ln1_w), grad_of(m, t->ln1_b), m->column_partials, d,
-                       layer_input(s, i), param_of(m, t->ln1_w), L->ln1_mean, L->ln1_rstd, R, C);
+        attention_probabilities(L->att, m->att_scratch, L->qkv, B, T, m->heads_local, m->groups_local, m->head_size,
+                                alibi_of(m));
+    attention_backward(db, m->att_scratch, da, L->qkv, L->atty, L->att, L->lse, B, T, m->heads_local, m->groups_local,
+                       m->head_size, alibi_of(m));
+    rotate_positions(m, db, -1);
+    d = column_parallel_linear_backward(m, da, db, db, L->ln1, t->qkv_w, t->qkv_b, m->qkv_local);   // f
+    norm_backward(m, m->dres, d, layer_input(s, i), t->ln1_w, t->ln1_b, L->ln1_mean, L->ln1_rstd);
 }
 
 static void embedding_backward(GPT* m, MicroBatchActivations* s) {
@@ -1153,8 +1302,7 @@ static void embedding_backward(GPT* m, MicroBatchActivations* s) {
     const floatX* d = m->dres;
     if (m->cfg.embed_layernorm) {
         dev_zero(m->dbuf_a, residual_elems(m) * sizeof(floatX));
-        layernorm_backward(m->dbuf_a, grad_of(m, m->lne_w), grad_of(m, m->lne_b), m->column_partials, m->dres,
-                           s->input, param_of(m, m->lne_w), s->embed_ln_mean, s->embed_ln_rstd, m->residual_rows, C);
+        norm_backward(m, m->dbuf_a, m->dres, s->input, m->lne_w, m->lne_b, s->embed_ln_mean, s->embed_ln_rstd);
         d = m->dbuf_a;
     }
     if (!m->sequence_parallel) {

@@ -1,8 +1,9 @@
 /*
 hf.h — Hugging Face models in and out: the export of a checkpoint as transformers'
-GPT2LMHeadModel or BloomForCausalLM (config.json and model.safetensors), and the import of
-such a model (one model.safetensors, or shards named by model.safetensors.index.json) as a
-gridgpt checkpoint at iteration 0 with a fresh optimizer, which any grid can --load.
+GPT2LMHeadModel, BloomForCausalLM or LlamaForCausalLM (config.json and model.safetensors), and
+the import of such a model (one model.safetensors, or shards named by
+model.safetensors.index.json) as a gridgpt checkpoint at iteration 0 with a fresh optimizer,
+which any grid can --load.
 
 Its own room because it is one concern on top of checkpoint.h: it reads and writes
 checkpoints only through that room's pieces (checkpoint_meta_read, canonical_layout,
@@ -19,47 +20,168 @@ Interface: export_hf, import_hf (rank 0 alone calls each; the trainer's other ra
 
 // ----------------------------------------------------------------------------
 // Hugging Face export: a checkpoint's weights as transformers' GPT2LMHeadModel (learned
-// positions) or BloomForCausalLM (ALiBi and the embedding LayerNorm).
+// positions), BloomForCausalLM (ALiBi and the embedding LayerNorm) or LlamaForCausalLM (rope,
+// RMSNorm, SwiGLU, no biases; grouped-query attention and an untied output layer allowed).
 // export_hf(DIR/iter_0000100, OUT, &arch) reads metadata.txt and the weight section of
 // tensors.bin (one tensor at a time, each verified against its CRC-32) and writes
 // OUT/config.json and OUT/model.safetensors, loadable with from_pretrained(OUT). The tensor
-// table gives each tensor's names (hf_name for GPT-2, bloom_name) and how it changes:
+// table gives each tensor's names (hf_name for GPT-2, bloom_name, llama_name) and how it changes:
 //   - GPT-2's projections are Conv1D layers, whose weight is [in, out]: the transpose of
 //     our Linear [out, in] (hf_transpose);
 //   - our QKV rows are grouped per head, [q|k|v] of head 0, then of head 1, ... (Megatron's
 //     layout, see qkv_index in kernels.cuh), GPT-2's columns are [all q | all k | all v] (hf_qkv);
 //   - Bloom keeps both as we do (nn.Linear, and its fused QKV is viewed as [heads, 3, head
 //     size]): its tensors are copied as they are, under Megatron's part names;
-//   - the LM head is tied to the word embedding (tie_word_embeddings), so as transformers'
-//     save_pretrained does, lm_head.weight is not stored.
+//   - Llama's linears are nn.Linear too, but unfused: our QKV (per query group [its query
+//     heads | its key head | its value head]) becomes q_proj [heads x head size, C] in head
+//     order, k_proj and v_proj [groups x head size, C]; our fc1 [gate; up] becomes gate_proj
+//     and up_proj. Our rope turns dims (i, i + d/2), rotate_half's pairing, which is what
+//     LlamaRotaryEmbedding does to q_proj's rows: no permutation;
+//   - a tied LM head (tie_word_embeddings) is not stored, as transformers' save_pretrained
+//     does; Llama's untied one is lm_head.weight.
 // safetensors: 8 bytes little-endian length of a JSON header, the header (padded with
 // spaces to a multiple of 8), then the tensors' bytes back to back in the header's order.
 // A model the architecture cannot express is refused naming what is missing.
 
-typedef enum { HF_AUTO, HF_GPT2, HF_BLOOM } HFArchitecture;   // --export-hf-architecture's order
+typedef enum { HF_AUTO, HF_GPT2, HF_BLOOM, HF_LLAMA } HFArchitecture;   // --export-hf-architecture's order
 
-static const char* hf_class_name(HFArchitecture arch) { return arch == HF_BLOOM ? "BloomForCausalLM" : "GPT2LMHeadModel"; }
+static const char* hf_class_name(HFArchitecture arch) {
+    return arch == HF_BLOOM ? "BloomForCausalLM" : arch == HF_LLAMA ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+}
+static const char* hf_model_type(HFArchitecture arch) {
+    return arch == HF_BLOOM ? "bloom" : arch == HF_LLAMA ? "llama" : "gpt2";
+}
 
-// how the architecture names and stores table tensor d
+// the key of config field f in the architecture's config.json (NULL: none)
+static const char* hf_field_key(const ConfigField* f, HFArchitecture arch) {
+    return arch == HF_BLOOM ? f->hf_bloom : arch == HF_LLAMA ? f->hf_llama : f->hf_gpt2;
+}
+
+// How the architecture names and stores table tensor d: one tensor, or (Llama's q/k/v_proj of
+// our fused QKV, gate/up_proj of our [gate; up]) `parts` tensors, each some of its rows.
+#define HF_MAX_PARTS 3
 typedef struct {
-    const char* name;
-    int transpose, regroup_qkv;
+    char name[HF_MAX_PARTS][96];   // "": the architecture has no such tensor
+    int rows[HF_MAX_PARTS];        // each part's rows (a vector's length)
+    int parts, transpose, regroup_qkv;
 } HFTensor;
 
-static HFTensor hf_tensor(const TensorDesc* d, HFArchitecture arch) {
-    HFTensor gpt2 = {d->hf_name, d->hf_transpose, d->hf_qkv}, bloom = {d->bloom_name, 0, 0};
-    return arch == HF_BLOOM ? bloom : gpt2;
+static HFTensor hf_tensor(const TensorDesc* d, HFArchitecture arch, const GPTConfig* c) {
+    // Llama's fused names in the table (Phi-3's) and the tensors Llama has instead
+    static const char* const FUSED[2][4] = {{"qkv_proj", "q_proj", "k_proj", "v_proj"},
+                                            {"gate_up_proj", "gate_proj", "up_proj", NULL}};
+    HFTensor h;
+    memset(&h, 0, sizeof(h));
+    h.parts = 1;
+    h.rows[0] = d->valid_rows;
+    const char* name = arch == HF_BLOOM ? d->bloom_name : arch == HF_LLAMA ? d->llama_name : d->hf_name;
+    snprintf(h.name[0], sizeof(h.name[0]), "%s", name);
+    if (arch == HF_GPT2) {
+        h.transpose = d->hf_transpose;
+        h.regroup_qkv = d->hf_qkv;
+    }
+    int HS = c->hidden_size / c->num_attention_heads;
+    for (int k = 0; arch == HF_LLAMA && k < 2; k++) {
+        const char* at = strstr(name, FUSED[k][0]);
+        if (!at) continue;
+        h.parts = k == 0 ? 3 : 2;
+        for (int p = 0; p < h.parts; p++) {   // q: the heads' rows, k and v: the groups'; gate and up: half each
+            snprintf(h.name[p], sizeof(h.name[p]), "%.*s%s%s", (int)(at - name), name, FUSED[k][p + 1],
+                     at + strlen(FUSED[k][0]));
+            h.rows[p] = k == 1 ? d->rows / 2 : p == 0 ? c->num_attention_heads * HS : query_groups(c) * HS;
+        }
+    }
+    return h;
 }
+
+// the transformers shape of part p of table tensor d: a vector [rows], a Conv1D weight [in, out]
+static int hf_shape(const TensorDesc* d, const HFTensor* h, int p, uint64_t* shape) {
+    shape[0] = d->cols == 1 ? (uint64_t)h->rows[p] : h->transpose ? (uint64_t)d->cols : (uint64_t)h->rows[p];
+    shape[1] = h->transpose ? (uint64_t)h->rows[p] : (uint64_t)d->cols;
+    return d->cols == 1 ? 1 : 2;
+}
+
+static size_t hf_part_bytes(const TensorDesc* d, const HFTensor* h, int p) {
+    return (size_t)h->rows[p] * d->cols * sizeof(float);
+}
+
+// whether the architecture's bytes are not our tensor's as they are (transposed, regrouped, split)
+static int hf_changed(const HFTensor* h) { return h->transpose || h->regroup_qkv || h->parts > 1; }
+
+// GPT-2's row r of the fused QKV output (r = which * C + h * HS + d) is our row
+// qkv_index(0, 0, h, which, 1, NH, NH, HS) + d, i.e. h * 3 * HS + which * HS + d (every head its own group)
+static int hf_qkv_source_row(int r, int C, int NH) {
+    int HS = C / NH, which = r / C, h = (r % C) / HS, d = r % HS;
+    return (int)qkv_index(0, 0, h, which, 1, NH, NH, HS) + d;
+}
+
+// our row that row r of part p is: GPT-2's regrouped QKV; Llama's q_proj row of query head
+// r / HS, k_proj's or v_proj's of group r / HS (read through the group's first head), at dim
+// r % HS; up_proj's after the F rows of gate_proj; else r
+static int hf_source_row(const HFTensor* h, int p, int r, const GPTConfig* c) {
+    int NH = c->num_attention_heads, HS = c->hidden_size / NH, G = query_groups(c);
+    if (h->regroup_qkv) return hf_qkv_source_row(r, c->hidden_size, NH);
+    if (h->parts == 3) return (int)qkv_index(0, 0, p == 0 ? r / HS : r / HS * (NH / G), p, 1, NH, G, HS) + r % HS;
+    return p * h->rows[0] + r;
+}
+
+// part p of our tensor src into dst, in the architecture's layout
+static void hf_transform(const TensorDesc* d, const HFTensor* h, int p, const float* src, float* dst, const GPTConfig* c) {
+    int rows = h->rows[p];
+    for (int r = 0; r < rows; r++) {
+        const float* row = src + (size_t)hf_source_row(h, p, r, c) * d->cols;
+        for (int k = 0; k < d->cols; k++) {
+            if (h->transpose) dst[(size_t)k * rows + r] = row[k];
+            else dst[(size_t)r * d->cols + k] = row[k];
+        }
+    }
+}
+
+// a feature of gpt.h's model that Llama has always (llama_needs 1) or may have (0), and GPT-2
+// and Bloom never
+typedef struct {
+    const char *on, *flag, *off;   // the model with it, the flag that gives it, the model without it
+    int has, llama_needs;
+} HFSwitch;
 
 // 0 when the model of config c can be written as arch, else 1 with why in err
 static int hf_refusal(const GPTConfig* c, HFArchitecture arch, const char* ckpt, char* err, size_t errlen) {
-    int alibi = c->position_embedding_type == POSITION_ALIBI;
+    int alibi = c->position_embedding_type == POSITION_ALIBI, rope = c->position_embedding_type == POSITION_ROPE;
+    int llama = arch == HF_LLAMA, HS = c->hidden_size / c->num_attention_heads;
+    if (!llama && rope)
+        return error_line(err, errlen, "checkpoint %s uses rope (--position-embedding-type rope), which %s cannot express: "
+                          "export it as llama", ckpt, hf_class_name(arch));
     if (arch == HF_GPT2 && alibi)
         return error_line(err, errlen, "checkpoint %s uses ALiBi (--position-embedding-type alibi), which GPT2LMHeadModel "
                           "cannot express (it learns positions): export it as bloom", ckpt);
     if (arch == HF_BLOOM && !alibi)
         return error_line(err, errlen, "checkpoint %s has learned position embeddings, which BloomForCausalLM has no place "
                           "for (it uses ALiBi): export it as gpt2", ckpt);
+    if (llama && !rope)
+        return error_line(err, errlen, "checkpoint %s %s, which LlamaForCausalLM cannot express (it uses rope): export it "
+                          "as %s", ckpt, alibi ? "uses ALiBi (--position-embedding-type alibi)" :
+                          "has learned position embeddings", alibi ? "bloom" : "gpt2");
+    if (llama && rotated_dims(c) != HS)
+        return error_line(err, errlen, "checkpoint %s turns %d of each head's %d dims (--rotary-percent %g), but "
+                          "LlamaForCausalLM turns them all", ckpt, rotated_dims(c), HS, c->rotary_percent);
+    const HFSwitch SWITCHES[] = {
+        {"RMSNorm", "--normalization RMSNorm", "LayerNorm", c->normalization == NORM_RMSNORM, 1},
+        {"a SwiGLU MLP", "--swiglu", "a GELU MLP", c->swiglu, 1},
+        {"linear layers without biases", "--disable-bias-linear", "biases in its linear layers", c->disable_bias_linear, 1},
+        {"grouped-query attention", "--group-query-attention", "multi-head attention",
+         query_groups(c) != c->num_attention_heads, 0},
+        {"an output layer of its own", "--untie-embeddings-and-output-weights", "the output layer tied to the word "
+         "embedding", c->untie_embeddings_and_output_weights, 0},
+    };
+    for (int k = 0; k < (int)(sizeof(SWITCHES) / sizeof(SWITCHES[0])); k++) {
+        const HFSwitch* s = &SWITCHES[k];
+        if (llama && s->llama_needs && !s->has)
+            return error_line(err, errlen, "checkpoint %s has %s, which LlamaForCausalLM cannot express (it has %s: %s)",
+                              ckpt, s->off, s->on, s->flag);
+        if (!llama && s->has)
+            return error_line(err, errlen, "checkpoint %s has %s (%s), which %s cannot express (it has %s)", ckpt, s->on,
+                              s->flag, hf_class_name(arch), s->off);
+    }
     if (arch == HF_BLOOM && !c->embed_layernorm)
         return error_line(err, errlen, "checkpoint %s has no embedding LayerNorm (--embed-layernorm), which "
                           "BloomForCausalLM always applies", ckpt);
@@ -82,74 +204,66 @@ static int ckpt_read_tensor(const CheckpointMeta* ck, FILE* bin, int i, float* o
     return 0;
 }
 
-// GPT-2's row r of the fused QKV output (r = which * C + h * HS + d) is our row
-// qkv_index(0, 0, h, which, 1, NH, HS) + d, i.e. h * 3 * HS + which * HS + d
-static int hf_qkv_source_row(int r, int C, int NH) {
-    int HS = C / NH, which = r / C, h = (r % C) / HS, d = r % HS;
-    return (int)qkv_index(0, 0, h, which, 1, NH, HS) + d;
-}
-
-static void hf_transform(const TensorDesc* d, HFTensor h, const float* src, float* dst, int C, int NH) {
-    for (int r = 0; r < d->valid_rows; r++) {
-        const float* row = src + (size_t)(h.regroup_qkv ? hf_qkv_source_row(r, C, NH) : r) * d->cols;
-        for (int c = 0; c < d->cols; c++) {
-            if (h.transpose) dst[(size_t)c * d->valid_rows + r] = row[c];
-            else dst[(size_t)r * d->cols + c] = row[c];
-        }
-    }
-}
-
 // config.json: the model fields that have a name in the architecture's config (gpt.h's list),
-// then its constants (no dropout, LayerNorm eps 1e-5, GELU's tanh form, tied embeddings)
+// then its constants (GPT-2 and Bloom: no dropout, LayerNorm eps 1e-5, GELU's tanh form, tied
+// embeddings; Llama: SiLU's SwiGLU, no biases, rope unscaled)
 static int hf_write_config(const GPTConfig* c, HFArchitecture arch, const char* out_dir, char* err, size_t errlen) {
     char path[4200], tmp[4300], value[64];
     snprintf(path, sizeof(path), "%s/config.json", out_dir);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = create_temporary(tmp);
     if (!f) return error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-    fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n", hf_class_name(arch),
-            arch == HF_BLOOM ? "bloom" : "gpt2");
+    fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n", hf_class_name(arch), hf_model_type(arch));
     for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
         const ConfigField* field = &MODEL_FIELDS[k];
-        const char* key = arch == HF_BLOOM ? field->hf_bloom : field->hf_gpt2;
+        const char* key = hf_field_key(field, arch);
         int text = field->kind == FIELD_CHOICE || field->kind == FIELD_STRING;   // JSON strings; a switch: true/false
         format_field(field, c, value, sizeof(value));
         if (field->kind == FIELD_SWITCH) snprintf(value, sizeof(value), "%s", strcmp(value, "0") ? "true" : "false");
+        if (field->offset == offsetof(GPTConfig, num_query_groups))   // num_key_value_heads: the heads without GQA
+            snprintf(value, sizeof(value), "%d", query_groups(c));
         if (key) fprintf(f, "  \"%s\": %s%s%s,\n", key, text ? "\"" : "", value, text ? "\"" : "");
     }
     if (arch == HF_BLOOM)   // Bloom's GELU is the tanh form always; no residual from after the LayerNorm
         fprintf(f, "  \"hidden_dropout\": 0.0,\n  \"attention_dropout\": 0.0,\n"
                    "  \"apply_residual_connection_post_layernorm\": false,\n  \"pretraining_tp\": 1,\n"
                    "  \"slow_but_exact\": false,\n");
+    else if (arch == HF_LLAMA)
+        fprintf(f, "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+                   "  \"attention_dropout\": 0.0,\n  \"pretraining_tp\": 1,\n  \"rope_scaling\": null,\n");
     else
         fprintf(f, "  \"activation_function\": \"gelu_new\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
                    "  \"attn_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n  \"scale_attn_by_inverse_layer_idx\": false,\n"
                    "  \"reorder_and_upcast_attn\": false,\n");
+    if (arch != HF_LLAMA) fprintf(f, "  \"layer_norm_epsilon\": 1e-05,\n");   // (Llama's rms_norm_eps is a field)
     // bos/eos: the end-of-document token is the vocabulary's last id for GPT-2's BPE (50256),
     // our byte tokenizer (256) and the ids tokenizer run with --vocab-size N+1 (N)
     fprintf(f,
-            "  \"layer_norm_epsilon\": 1e-05,\n  \"tie_word_embeddings\": true,\n  \"bos_token_id\": %d,\n"
+            "  \"tie_word_embeddings\": %s,\n  \"bos_token_id\": %d,\n"
             "  \"eos_token_id\": %d,\n  \"use_cache\": true,\n  \"torch_dtype\": \"float32\"\n}\n",
-            c->vocab_size - 1, c->vocab_size - 1);
+            c->untie_embeddings_and_output_weights ? "false" : "true", c->vocab_size - 1, c->vocab_size - 1);
     return commit_file(f, tmp, path, err, errlen);
 }
 
-// the safetensors header of the table's tensors, padded to a multiple of 8 (malloc'd)
-static char* hf_header(const GPT* whole, HFArchitecture arch, size_t* len_out) {
-    size_t cap = 64 + (size_t)whole->num_tensors * 256, len = 0, data = 0;
+// the safetensors header of the table's tensors (each part of one), padded to a multiple of 8 (malloc'd)
+static char* hf_header(const GPT* whole, const GPTConfig* c, HFArchitecture arch, size_t* len_out) {
+    size_t cap = 64 + (size_t)whole->num_tensors * HF_MAX_PARTS * 256, len = 0, data = 0;
     char* header = (char*)mallocCheck(cap);
     len += snprintf(header + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (int i = 0; i < whole->num_tensors; i++) {
         const TensorDesc* d = &whole->tensors[i];
-        HFTensor h = hf_tensor(d, arch);
-        size_t bytes = canonical_bytes(d);
-        int rows = h.transpose ? d->cols : d->valid_rows, cols = h.transpose ? d->valid_rows : d->cols;
-        char shape[48];
-        if (d->cols > 1) snprintf(shape, sizeof(shape), "%d,%d", rows, cols);
-        else snprintf(shape, sizeof(shape), "%d", rows);
-        len += snprintf(header + len, cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
-                        h.name, shape, data, data + bytes);
-        data += bytes;
+        HFTensor h = hf_tensor(d, arch, c);
+        for (int p = 0; p < h.parts; p++) {
+            uint64_t shape[2];
+            char text[48];
+            size_t bytes = hf_part_bytes(d, &h, p);
+            if (hf_shape(d, &h, p, shape) == 2)
+                snprintf(text, sizeof(text), "%llu,%llu", (unsigned long long)shape[0], (unsigned long long)shape[1]);
+            else snprintf(text, sizeof(text), "%llu", (unsigned long long)shape[0]);
+            len += snprintf(header + len, cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                            h.name[p], text, data, data + bytes);
+            data += bytes;
+        }
     }
     len += snprintf(header + len, cap - len, "}");
     while (len % 8) header[len++] = ' ';   // the data starts 8-byte aligned, as safetensors writes it
@@ -157,17 +271,18 @@ static char* hf_header(const GPT* whole, HFArchitecture arch, size_t* len_out) {
     return header;
 }
 
-// the header, then each tensor (transformed where the architecture stores it otherwise) into
-// f; memory: the largest tensor, plus the largest transformed one
+// the header, then each tensor (transformed where the architecture stores it otherwise; each of
+// its parts) into f; memory: the largest tensor, plus the largest transformed one
 static int hf_write_tensors(const CheckpointMeta* ck, const GPT* whole, HFArchitecture arch, FILE* bin, FILE* f,
                             const char* tmp, char* err, size_t errlen) {
+    const GPTConfig* c = &ck->cfg;
     size_t len, largest = 1, largest_changed = 1;
-    char* header = hf_header(whole, arch, &len);
+    char* header = hf_header(whole, c, arch, &len);
     for (int i = 0; i < whole->num_tensors; i++) {
         const TensorDesc* d = &whole->tensors[i];
-        HFTensor h = hf_tensor(d, arch);
+        HFTensor h = hf_tensor(d, arch, c);
         largest = canonical_bytes(d) > largest ? canonical_bytes(d) : largest;
-        if ((h.transpose || h.regroup_qkv) && canonical_bytes(d) > largest_changed) largest_changed = canonical_bytes(d);
+        if (hf_changed(&h) && canonical_bytes(d) > largest_changed) largest_changed = canonical_bytes(d);
     }
     float* src = (float*)mallocCheck(largest);
     float* dst = (float*)mallocCheck(largest_changed);
@@ -178,12 +293,13 @@ static int hf_write_tensors(const CheckpointMeta* ck, const GPT* whole, HFArchit
         status = error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     for (int i = 0; i < whole->num_tensors && status == 0; i++) {
         const TensorDesc* d = &whole->tensors[i];
-        HFTensor h = hf_tensor(d, arch);
-        int changed = h.transpose || h.regroup_qkv;
+        HFTensor h = hf_tensor(d, arch, c);
         status = ckpt_read_tensor(ck, bin, i, src, err, errlen);
-        if (status == 0 && changed) hf_transform(d, h, src, dst, ck->cfg.hidden_size, ck->cfg.num_attention_heads);
-        if (status == 0 && fwrite(changed ? dst : src, 1, canonical_bytes(d), f) != canonical_bytes(d))
-            status = error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        for (int p = 0; p < h.parts && status == 0; p++) {
+            if (hf_changed(&h)) hf_transform(d, &h, p, src, dst, c);
+            if (fwrite(hf_changed(&h) ? dst : src, 1, hf_part_bytes(d, &h, p), f) != hf_part_bytes(d, &h, p))
+                status = error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        }
     }
     free(src);
     free(dst);
@@ -212,11 +328,11 @@ static int hf_write_safetensors(const CheckpointMeta* ck, const GPT* whole, HFAr
 
 // Export the checkpoint in checkpoint_iter_dir (a DIR/iter_NNNNNNN directory) as a
 // transformers model in out_dir (created if missing): config.json and model.safetensors,
-// each written under a .tmp name and renamed. *arch: GPT-2, Bloom, or HF_AUTO (Bloom for an
-// ALiBi model, else GPT-2), replaced by the one written. Returns 0, or 1 with a one-line
-// reason in err (a missing or malformed file, a tensor failing its checksum, a model the
-// architecture cannot express). Reads one tensor at a time: memory is twice the largest
-// tensor. Only the weight section is read; the optimizer state is left alone.
+// each written under a .tmp name and renamed. *arch: GPT-2, Bloom, Llama, or HF_AUTO (Bloom for
+// an ALiBi model, Llama for a rope one, else GPT-2), replaced by the one written. Returns 0, or
+// 1 with a one-line reason in err (a missing or malformed file, a tensor failing its checksum,
+// a model the architecture cannot express). Reads one tensor at a time: memory is twice the
+// largest tensor. Only the weight section is read; the optimizer state is left alone.
 static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArchitecture* arch, char* err,
                      size_t errlen) {
     const uint32_t one = 1;
@@ -227,11 +343,12 @@ static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArc
         checkpoint_meta_free(&ck);
         return 1;
     }
-    if (*arch == HF_AUTO) *arch = ck.cfg.position_embedding_type == POSITION_ALIBI ? HF_BLOOM : HF_GPT2;
+    int position = ck.cfg.position_embedding_type;
+    if (*arch == HF_AUTO) *arch = position == POSITION_ALIBI ? HF_BLOOM : position == POSITION_ROPE ? HF_LLAMA : HF_GPT2;
     GPT whole = canonical_table(&ck.cfg);
     int status = hf_refusal(&ck.cfg, *arch, checkpoint_iter_dir, err, errlen);
     for (int i = 0; i < whole.num_tensors && status == 0; i++)
-        if (!hf_tensor(&whole.tensors[i], *arch).name[0])
+        if (!hf_tensor(&whole.tensors[i], *arch, &ck.cfg).name[0][0])
             status = error_line(err, errlen, "checkpoint %s has %s, which %s has no place for", checkpoint_iter_dir,
                                 whole.tensors[i].name, hf_class_name(*arch));
     if (status == 0 && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
@@ -471,18 +588,22 @@ static char* read_small_file(const char* path, size_t most, size_t* len, char* e
 // writes SAVE/iter_0000000: a checkpoint at iteration 0 with a fresh optimizer (step 0,
 // Adam's moments zero, every counter 0), in the format checkpoint_save writes, through
 // checkpoint.h's own pieces. The inverse of the export:
-//   - config.json's model keys are read through gpt.h's field list (hf_gpt2, hf_bloom) and
-//     its constants checked: what our model would compute otherwise (GELU's erf form,
-//     another LayerNorm eps, untied output, attention scaled by the layer or not at all,
-//     cross-attention, Bloom's residual taken after the LayerNorm) is refused naming the key.
-//     Dropout is not (the weights are the same function) but noted: gridgpt trains without;
-//   - each tensor of the table is found under its transformers name, with or without the
-//     "transformer." prefix (a base model's save has none); its shape is checked; it is
-//     converted to fp32 (F16 and BF16 exactly); GPT-2's Conv1D weights are transposed back and
-//     its QKV regrouped per head; Bloom's are copied as they are (our layout);
-//   - GPT-2's attention-mask buffers (h.N.attn.bias, .masked_bias) are skipped, a stored
-//     lm_head.weight is accepted only as a bit-for-bit copy of the word embedding (tied), and
-//     any other tensor is refused.
+//   - config.json's model keys are read through gpt.h's field list (hf_gpt2, hf_bloom,
+//     hf_llama) and its constants checked: what our model would compute otherwise (GELU's erf
+//     form, another LayerNorm eps, untied GPT-2 or Bloom, attention scaled by the layer or not
+//     at all, cross-attention, Bloom's residual taken after the LayerNorm; Llama's activation
+//     other than SiLU, scaled or partial rope, biases, a head_dim of its own, pretraining_tp)
+//     is refused naming the key. Dropout is not (the weights are the same function) but
+//     noted: gridgpt trains without;
+//   - each tensor of the table (each part of Llama's split ones) is found under its
+//     transformers name, with or without the "transformer." or "model." prefix (a base model's
+//     save has none); its shape is checked; it is converted to fp32 (F16 and BF16 exactly);
+//     GPT-2's Conv1D weights are transposed back and its QKV regrouped per head; Llama's q/k/v
+//     and gate/up are fused back; Bloom's are copied as they are (our layout);
+//   - GPT-2's attention-mask buffers (h.N.attn.bias, .masked_bias) and Llama's rope
+//     frequencies (layers.N.self_attn.rotary_emb.inv_freq) are skipped, a stored lm_head.weight
+//     of a tied model is accepted only as a bit-for-bit copy of the word embedding, and any
+//     other tensor is refused.
 // safetensors (its format's whole definition): 8 bytes little-endian N, an N-byte JSON header
 // {name: {dtype, shape, data_offsets: [begin, end)}, "__metadata__": {...}}, then the data,
 // offsets counted from its start. Each header is checked against itself and the file's size
@@ -575,18 +696,33 @@ static int pwrite_all(int fd, const void* buf, size_t n, uint64_t at) {
 static const char* hf_key(const ConfigField* f, HFArchitecture arch, const Json* j, int root) {
     if (arch == HF_BLOOM && f->offset == offsetof(GPTConfig, hidden_size) && json_get(j, root, "n_embed") >= 0)
         return "n_embed";   // an older name, which BloomConfig takes over hidden_size
-    return arch == HF_BLOOM ? f->hf_bloom : f->hf_gpt2;
+    return hf_field_key(f, arch);
+}
+
+// whether field f may be absent or null in the architecture's config.json, its value then
+// transformers' default: GPT-2's n_inner (4 x hidden), initializer_range (0.02, ours too),
+// Llama's rms_norm_eps (1e-6, set before reading), rope_theta (10000, ours too) and
+// num_key_value_heads (the heads: no grouped-query attention)
+static int hf_optional(const ConfigField* f, HFArchitecture arch) {
+    if (f->kind == FIELD_FLOAT) return 1;
+    if (arch == HF_LLAMA)
+        return f->offset == offsetof(GPTConfig, rotary_base) || f->offset == offsetof(GPTConfig, num_query_groups);
+    return f->offset == offsetof(GPTConfig, ffn_hidden_size);
 }
 
 // the model fields that have a key in the architecture's config.json (gpt.h's list), read as
-// their flags would be; n_inner may be null (4 x hidden) and initializer_range absent (0.02,
-// transformers' default and ours)
+// their flags would be; an integer may be written as a float with an integral value (Llama's
+// rope_theta: 500000.0)
 static int hf_read_fields(HFModel* hm, const Json* j, int root, const char* path, char* err, size_t errlen) {
+    if (hm->arch == HF_LLAMA) {
+        hm->cfg.norm_epsilon = 1e-6f;       // LlamaConfig's rms_norm_eps
+        hm->cfg.num_query_groups = 0;       // num_key_value_heads absent (hf_settle_config)
+    }
     for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
         const ConfigField* f = &MODEL_FIELDS[k];
         const char* key = hf_key(f, hm->arch, j, root);
         if (!key) continue;
-        int v = json_get(j, root, key), optional = f->offset == offsetof(GPTConfig, ffn_hidden_size) || f->kind == FIELD_FLOAT;
+        int v = json_get(j, root, key), optional = hf_optional(f, hm->arch);
         JsonType type = v < 0 ? JSON_NULL : j->nodes[v].type;
         char text[64], why[512];
         if (type == JSON_NULL && optional) continue;
@@ -596,7 +732,10 @@ static int hf_read_fields(HFModel* hm, const Json* j, int root, const char* path
             *(int*)field_in(f, &hm->cfg) = type == JSON_TRUE;
             continue;
         }
-        if (number && type == JSON_NUMBER) snprintf(text, sizeof(text), "%.*s", j->nodes[v].text_len, j->nodes[v].text);
+        double x = type == JSON_NUMBER ? j->nodes[v].number : 0.0;
+        if (number && type == JSON_NUMBER && f->kind != FIELD_FLOAT && x == floor(x) && fabs(x) < 0x1p62)
+            snprintf(text, sizeof(text), "%.0f", x);   // 2, 2.0, 2e0
+        else if (number && type == JSON_NUMBER) snprintf(text, sizeof(text), "%.*s", j->nodes[v].text_len, j->nodes[v].text);
         else if (f->kind == FIELD_CHOICE && type == JSON_STRING) snprintf(text, sizeof(text), "%s", json_str(j, v));
         else return error_line(err, errlen, "%s: \"%s\" is %s, expected %s", path, key, json_type_name(j, v),
                                 f->kind == FIELD_SWITCH ? "true or false" : number ? "a number" : "a string");
@@ -632,8 +771,52 @@ static int hf_check_activation(const Json* j, int root, const char* path, char* 
                       erf ? "GELU's exact (erf) form" : "not GELU's tanh form");
 }
 
+// a number key (absent or null: transformers' default) that must be `want`, else `why` says so
+static int hf_check_number(const Json* j, int root, const char* path, const char* key, double want, const char* why,
+                           char* err, size_t errlen) {
+    int v = json_get(j, root, key);
+    if (v < 0 || j->nodes[v].type == JSON_NULL || (j->nodes[v].type == JSON_NUMBER && j->nodes[v].number == want)) return 0;
+    if (j->nodes[v].type != JSON_NUMBER) return error_line(err, errlen, "%s: \"%s\" is %s, expected a number", path, key, json_type_name(j, v));
+    return error_line(err, errlen, "%s: \"%s\": %.*s %s", path, key, j->nodes[v].text_len < 24 ? j->nodes[v].text_len : 24,
+                      j->nodes[v].text, why);
+}
+
+// Llama's constants. The activation is SiLU under either of transformers' names for it (silu,
+// swish); the tied output layer is read into the config (LlamaConfig's default: untied)
+static int hf_check_llama(HFModel* hm, const Json* j, int root, const char* path, char* err, size_t errlen) {
+    int v = json_get(j, root, "hidden_act"), HS = hm->cfg.hidden_size / hm->cfg.num_attention_heads;
+    const char* act = v < 0 ? "silu" : json_str(j, v);
+    if (!act) return error_line(err, errlen, "%s: \"hidden_act\" is %s, expected a string", path, json_type_name(j, v));
+    if (strcmp(act, "silu") && strcmp(act, "swish"))
+        return error_line(err, errlen, "%s: \"hidden_act\": \"%s\", but gridgpt's SwiGLU gates with SiLU (silu)", path, act);
+    v = json_get(j, root, "rope_scaling");
+    if (v >= 0 && j->nodes[v].type != JSON_NULL) {
+        const char* type = json_str(j, json_get(j, v, "rope_type"));
+        if (!type) type = json_str(j, json_get(j, v, "type"));
+        return error_line(err, errlen, "%s: \"rope_scaling\" is %s%s%s%s: scaled rope, which gridgpt's is not (null "
+                          "expected)", path, json_type_name(j, v), type ? " (" : "", type ? type : "", type ? ")" : "");
+    }
+    v = json_get(j, root, "tie_word_embeddings");
+    if (v >= 0 && j->nodes[v].type != JSON_TRUE && j->nodes[v].type != JSON_FALSE)
+        return error_line(err, errlen, "%s: \"tie_word_embeddings\" is %s, expected true or false", path, json_type_name(j, v));
+    hm->cfg.untie_embeddings_and_output_weights = v < 0 || j->nodes[v].type == JSON_FALSE;
+    return hf_check_switch(j, root, path, "attention_bias", 0, 0, "adds biases to the attention's projections; "
+                           "gridgpt's Llama has none (--disable-bias-linear)", err, errlen) ||
+           hf_check_switch(j, root, path, "mlp_bias", 0, 0, "adds biases to the MLP's projections; gridgpt's Llama "
+                           "has none (--disable-bias-linear)", err, errlen) ||
+           hf_check_switch(j, root, path, "add_cross_attention", 0, 0, "adds cross-attention to an encoder, which "
+                           "gridgpt's decoder has not", err, errlen) ||
+           hf_check_number(j, root, path, "head_dim", HS, "is not hidden_size / num_attention_heads: gridgpt's heads "
+                           "split the hidden size", err, errlen) ||
+           hf_check_number(j, root, path, "pretraining_tp", 1, "splits the projections' matmuls into slices summed in "
+                           "another order; gridgpt computes them whole (1 expected)", err, errlen) ||
+           hf_check_number(j, root, path, "partial_rotary_factor", 1, "turns only part of each head; Llama's rope, and "
+                           "gridgpt's import, turns it all (1 expected)", err, errlen);
+}
+
 // the architecture's constants: each must be what our model computes
-static int hf_check_constants(const HFModel* hm, const Json* j, int root, const char* path, char* err, size_t errlen) {
+static int hf_check_constants(HFModel* hm, const Json* j, int root, const char* path, char* err, size_t errlen) {
+    if (hm->arch == HF_LLAMA) return hf_check_llama(hm, j, root, path, err, errlen);
     int v = json_get(j, root, "layer_norm_epsilon"), gpt2 = hm->arch == HF_GPT2;
     if (v >= 0 && (j->nodes[v].type != JSON_NUMBER || (float)j->nodes[v].number != LAYERNORM_EPS))
         return error_line(err, errlen, "%s: \"layer_norm_epsilon\": %.*s, but gridgpt's LayerNorm uses %g", path,
@@ -673,14 +856,16 @@ static void hf_dropout_note(HFModel* hm, const Json* j, int root) {
                       "the same function; a fine-tuning run here drops nothing)");
 }
 
-// model_type (and architectures, if given) name one of the two architectures
+// model_type (and architectures, if given) name one of the three architectures
 static int hf_read_architecture(HFModel* hm, const Json* j, int root, const char* path, char* err, size_t errlen) {
     const char* type = json_str(j, json_get(j, root, "model_type"));
-    if (!type) return error_line(err, errlen, "%s: no \"model_type\" string (gpt2 or bloom expected)", path);
-    if (strcmp(type, "gpt2") && strcmp(type, "bloom"))
-        return error_line(err, errlen, "%s: model_type \"%s\": gridgpt imports gpt2 (GPT2LMHeadModel) and bloom "
-                          "(BloomForCausalLM)", path, type);
-    hm->arch = strcmp(type, "bloom") ? HF_GPT2 : HF_BLOOM;
+    if (!type) return error_line(err, errlen, "%s: no \"model_type\" string (gpt2, bloom or llama expected)", path);
+    hm->arch = HF_AUTO;
+    for (int a = HF_GPT2; a <= HF_LLAMA; a++)
+        if (!strcmp(type, hf_model_type((HFArchitecture)a))) hm->arch = (HFArchitecture)a;
+    if (hm->arch == HF_AUTO)
+        return error_line(err, errlen, "%s: model_type \"%s\": gridgpt imports gpt2 (GPT2LMHeadModel), bloom "
+                          "(BloomForCausalLM) and llama (LlamaForCausalLM)", path, type);
     int a = json_get(j, root, "architectures");
     if (a >= 0 && j->nodes[a].type != JSON_ARRAY && j->nodes[a].type != JSON_NULL)
         return error_line(err, errlen, "%s: \"architectures\" is %s, expected a list", path, json_type_name(j, a));
@@ -698,18 +883,33 @@ static int hf_read_architecture(HFModel* hm, const Json* j, int root, const char
 static int hf_settle_config(HFModel* hm, const Json* j, int root, int seq_length, const char* path, char* err,
                             size_t errlen) {
     GPTConfig* c = &hm->cfg;
-    int bloom = hm->arch == HF_BLOOM, v = json_get(j, root, "seq_length");
-    c->position_embedding_type = bloom ? POSITION_ALIBI : POSITION_LEARNED_ABSOLUTE;
+    int bloom = hm->arch == HF_BLOOM, llama = hm->arch == HF_LLAMA, v = json_get(j, root, "seq_length");
+    c->position_embedding_type = bloom ? POSITION_ALIBI : llama ? POSITION_ROPE : POSITION_LEARNED_ABSOLUTE;
     c->embed_layernorm = bloom;
     if (c->ffn_hidden_size == 0) c->ffn_hidden_size = 4 * c->hidden_size;
+    if (llama) {   // rope over whole heads, RMSNorm, SwiGLU, no biases; the key/value heads
+        int NH = c->num_attention_heads, G = c->num_query_groups ? c->num_query_groups : NH;
+        c->normalization = NORM_RMSNORM;
+        c->swiglu = c->disable_bias_linear = 1;
+        c->rotary_percent = 1.0f;
+        if (NH % G)
+            return error_line(err, errlen, "%s: num_key_value_heads %d does not divide the %d heads (each key/value head "
+                              "serves the same number of query heads)", path, G, NH);
+        c->group_query_attention = G != NH;
+        c->num_query_groups = G != NH ? G : gpt_default_config().num_query_groups;
+        if (c->hidden_size % NH == 0 && c->hidden_size / NH % 2)
+            return error_line(err, errlen, "%s: a head size of %d (hidden_size / num_attention_heads) is odd, but rope "
+                              "turns a head's dims in pairs", path, c->hidden_size / NH);
+    }
     uint64_t bloom_seq = 2048;   // Bloom's training length, when its config does not say
     if (bloom && v >= 0 && (json_uint(j, v, &bloom_seq) || bloom_seq < 1 || bloom_seq > INT_MAX))
         return error_line(err, errlen, "%s: \"seq_length\" is not a positive integer", path);
     c->seq_length = seq_length > 0 ? seq_length : bloom ? (int)bloom_seq : c->max_position_embeddings;
     if (bloom) c->max_position_embeddings = c->seq_length;   // ALiBi: no table, any length
     if (!bloom && c->seq_length > c->max_position_embeddings)
-        return error_line(err, errlen, "%s: a sequence length of %d is more than n_positions %d, the model's position "
-                          "table", path, c->seq_length, c->max_position_embeddings);
+        return error_line(err, errlen, "%s: a sequence length of %d is more than %s %d, the model's %s", path,
+                          c->seq_length, llama ? "max_position_embeddings" : "n_positions", c->max_position_embeddings,
+                          llama ? "longest trained sequence" : "position table");
     if (c->hidden_size % c->num_attention_heads)
         return error_line(err, errlen, "%s: the hidden size %d is not divisible by the %d heads", path, c->hidden_size,
                           c->num_attention_heads);
@@ -924,13 +1124,6 @@ static int st_read_floats(HFModel* hm, const StTensor* t, float* out, void* scra
 
 // ---- the tensors against the table
 
-// the transformers shape of table tensor d: a vector [rows], a Conv1D weight [in, out]
-static int hf_shape(const TensorDesc* d, HFTensor h, uint64_t* shape) {
-    shape[0] = d->cols == 1 ? (uint64_t)d->valid_rows : h.transpose ? (uint64_t)d->cols : (uint64_t)d->valid_rows;
-    shape[1] = h.transpose ? (uint64_t)d->valid_rows : (uint64_t)d->cols;
-    return d->cols == 1 ? 1 : 2;
-}
-
 static const char* shape_text(const uint64_t* shape, int ndim, char* out, size_t len) {
     size_t n = snprintf(out, len, "[");
     for (int k = 0; k < ndim && n < len; k++) n += snprintf(out + n, len - n, "%s%llu", k ? ", " : "", (unsigned long long)shape[k]);
@@ -938,21 +1131,30 @@ static const char* shape_text(const uint64_t* shape, int ndim, char* out, size_t
     return out;
 }
 
-// the tensor named `name`, or the same without the "transformer." prefix; -1 if neither
+// name without the base model's prefix ("transformer.", Llama's "model."), as a save of the
+// base model (GPT2Model, LlamaModel) names its tensors; name itself if it has none
+static const char* hf_bare(const char* name, HFArchitecture arch) {
+    const char* prefix = arch == HF_LLAMA ? "model." : "transformer.";
+    return strncmp(name, prefix, strlen(prefix)) ? name : name + strlen(prefix);
+}
+
+// the tensor named `name`, or the same without the prefix; -1 if neither
 static int hf_find(const HFModel* hm, const char* name) {
-    const char* bare = strncmp(name, "transformer.", 12) ? name : name + 12;
+    const char* bare = hf_bare(name, hm->arch);
     for (int pass = 0; pass < 2; pass++)
         for (int t = 0; t < hm->num_tensors; t++)
             if (!strcmp(hm->tensors[t].name, pass ? bare : name)) return t;
     return -1;
 }
 
-// GPT-2's causal-mask buffers, saved by older transformers: not parameters
-static int hf_attention_buffer(const char* name) {
-    const char* s = strncmp(name, "transformer.", 12) ? name : name + 12;
+// buffers, not parameters, that older transformers saved: GPT-2's causal masks, Llama's rope
+// frequencies (rope_theta's, which gridgpt computes)
+static int hf_saved_buffer(const char* name, HFArchitecture arch) {
+    const char* s = hf_bare(name, arch);
     char what[16];
     int layer, end = 0;
-    if (sscanf(s, "h.%d.attn.%15[a-z_]%n", &layer, what, &end) != 2 || s[end]) return 0;
+    if (arch == HF_LLAMA) return sscanf(s, "layers.%d.self_attn.rotary_emb.inv_freq%n", &layer, &end) == 1 && end && !s[end];
+    if (arch != HF_GPT2 || sscanf(s, "h.%d.attn.%15[a-z_]%n", &layer, what, &end) != 2 || s[end]) return 0;
     return !strcmp(what, "bias") || !strcmp(what, "masked_bias");
 }
 
@@ -963,8 +1165,8 @@ static int hf_check_tied(HFModel* hm, int head, int wte, char* err, size_t errle
     const StTensor *h = &hm->tensors[head], *w = &hm->tensors[wte];
     char a[96], b[96];
     if (h->ndim != w->ndim || memcmp(h->shape, w->shape, sizeof(h->shape)))
-        return error_line(err, errlen, "%s: lm_head.weight is %s, the word embedding %s: an untied output layer, which "
-                          "gridgpt does not have", st_path(hm, head), shape_text(h->shape, h->ndim, a, sizeof(a)),
+        return error_line(err, errlen, "%s: lm_head.weight is %s, the word embedding %s: an untied output layer, but "
+                          "config.json ties them (tie_word_embeddings)", st_path(hm, head), shape_text(h->shape, h->ndim, a, sizeof(a)),
                           shape_text(w->shape, w->ndim, b, sizeof(b)));
     size_t bytes = h->numel * sizeof(float);
     float *x = (float*)mallocCheck(bytes + 1), *y = (float*)mallocCheck(bytes + 1);
@@ -974,7 +1176,8 @@ static int hf_check_tied(HFModel* hm, int head, int wte, char* err, size_t errle
     while (!status && first < h->numel && !memcmp(&x[first], &y[first], sizeof(float))) first++;
     if (!status && first < h->numel)
         status = error_line(err, errlen, "%s: lm_head.weight differs from the word embedding %s (first at element %zu): "
-                            "an untied output layer, which gridgpt does not have", st_path(hm, head), w->name, first);
+                            "an untied output layer, but config.json ties them (tie_word_embeddings)", st_path(hm, head),
+                            w->name, first);
     free(scratch);
     free(x);
     free(y);
@@ -996,45 +1199,50 @@ static int hf_check_unique(const HFModel* hm, char* err, size_t errlen) {
     return status;
 }
 
-// source[i]: the stored tensor that table tensor i comes from. Every table tensor must be
-// there in its shape; every stored tensor must be one of them, a GPT-2 mask buffer, or a tied
-// lm_head. 0, or 1 with the first that is not so.
+// source[HF_MAX_PARTS x i + p]: the stored tensor that part p of table tensor i comes from.
+// Every table tensor (each part) must be there in its shape; every stored tensor must be one of
+// them, a saved buffer, or a tied lm_head. 0, or 1 with the first that is not so.
 static int hf_match(HFModel* hm, const GPT* whole, int* source, char* err, size_t errlen) {
-    char a[96], b[96];
+    char a[96], b[96], nor[120];
     if (hf_check_unique(hm, err, errlen)) return 1;
     for (int i = 0; i < whole->num_tensors; i++) {
         const TensorDesc* d = &whole->tensors[i];
-        HFTensor h = hf_tensor(d, hm->arch);
-        uint64_t shape[2];
-        int ndim = hf_shape(d, h, shape), t = hf_find(hm, h.name);
-        if (t < 0)
-            return error_line(err, errlen, "%s: no tensor %s (nor %s), which %s of this config.json has (%s)", hm->listing,
-                              h.name, h.name + 12, hf_class_name(hm->arch), shape_text(shape, ndim, a, sizeof(a)));
-        const StTensor* s = &hm->tensors[t];
-        if (s->ndim != ndim || memcmp(s->shape, shape, ndim * sizeof(uint64_t)))
-            return error_line(err, errlen, "%s: tensor %s is %s, expected %s by this config.json", st_path(hm, t), s->name,
-                              shape_text(s->shape, s->ndim, a, sizeof(a)), shape_text(shape, ndim, b, sizeof(b)));
-        source[i] = t;
-        hm->tensors[t].used = 1;
+        HFTensor h = hf_tensor(d, hm->arch, &hm->cfg);
+        for (int p = 0; p < h.parts; p++) {
+            uint64_t shape[2];
+            int ndim = hf_shape(d, &h, p, shape), t = hf_find(hm, h.name[p]);
+            const char* bare = hf_bare(h.name[p], hm->arch);
+            snprintf(nor, sizeof(nor), bare != h.name[p] ? " (nor %s)" : "", bare);
+            if (t < 0)
+                return error_line(err, errlen, "%s: no tensor %s%s, which %s of this config.json has (%s)", hm->listing,
+                                  h.name[p], nor, hf_class_name(hm->arch), shape_text(shape, ndim, a, sizeof(a)));
+            const StTensor* s = &hm->tensors[t];
+            if (s->ndim != ndim || memcmp(s->shape, shape, ndim * sizeof(uint64_t)))
+                return error_line(err, errlen, "%s: tensor %s is %s, expected %s by this config.json", st_path(hm, t),
+                                  s->name, shape_text(s->shape, s->ndim, a, sizeof(a)), shape_text(shape, ndim, b, sizeof(b)));
+            source[HF_MAX_PARTS * i + p] = t;
+            hm->tensors[t].used = 1;
+        }
     }
     for (int t = 0; t < hm->num_tensors; t++) {
         const char* name = hm->tensors[t].name;
-        if (hm->tensors[t].used || (hm->arch == HF_GPT2 && hf_attention_buffer(name))) continue;
-        if (strcmp(name, "lm_head.weight"))
+        if (hm->tensors[t].used || hf_saved_buffer(name, hm->arch)) continue;
+        if (strcmp(name, "lm_head.weight") || hm->cfg.untie_embeddings_and_output_weights)
             return error_line(err, errlen, "%s: unexpected tensor %s: %s of this config.json has no such tensor",
                               st_path(hm, t), name, hf_class_name(hm->arch));
-        if (hf_check_tied(hm, t, source[whole->wte], err, errlen)) return 1;
+        if (hf_check_tied(hm, t, source[HF_MAX_PARTS * whole->wte], err, errlen)) return 1;
     }
     return 0;
 }
 
 // ---- the checkpoint
 
-// the inverse of hf_transform: GPT-2's layout (src) into ours (dst)
-static void hf_untransform(const TensorDesc* d, HFTensor h, const float* src, float* dst, int C, int NH) {
-    for (int r = 0; r < d->valid_rows; r++) {
-        float* row = dst + (size_t)(h.regroup_qkv ? hf_qkv_source_row(r, C, NH) : r) * d->cols;
-        for (int c = 0; c < d->cols; c++) row[c] = h.transpose ? src[(size_t)c * d->valid_rows + r] : src[(size_t)r * d->cols + c];
+// the inverse of hf_transform: part p in the architecture's layout (src) into its rows of ours (dst)
+static void hf_untransform(const TensorDesc* d, const HFTensor* h, int p, const float* src, float* dst, const GPTConfig* c) {
+    int rows = h->rows[p];
+    for (int r = 0; r < rows; r++) {
+        float* row = dst + (size_t)hf_source_row(h, p, r, c) * d->cols;
+        for (int k = 0; k < d->cols; k++) row[k] = h->transpose ? src[(size_t)k * rows + r] : src[(size_t)r * d->cols + k];
     }
 }
 
@@ -1056,19 +1264,22 @@ static int import_write_tensors(HFModel* hm, const CanonicalLayout* L, const int
     size_t largest = sizeof(float);
     for (int i = 0; i < L->whole.num_tensors; i++)
         largest = canonical_bytes(&L->whole.tensors[i]) > largest ? canonical_bytes(&L->whole.tensors[i]) : largest;
-    float *theirs = (float*)mallocCheck(largest), *ours = (float*)mallocCheck(largest);   // ours: also the 16-bit scratch
+    float *theirs = (float*)mallocCheck(largest), *ours = (float*)mallocCheck(largest);
+    void* half = mallocCheck(largest / 2 + 1);   // a part's 16-bit values (F16, BF16)
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644), status = 0;   // (in a new directory)
     if (fd < 0) status = error_line(err, errlen, "cannot create %s: %s", path, strerror(errno));
     else if (ftruncate(fd, (off_t)(3 * L->section_bytes)) != 0)
         status = error_line(err, errlen, "cannot size %s to %zu bytes: %s", path, 3 * L->section_bytes, strerror(errno));
     for (int i = 0; i < L->whole.num_tensors && !status; i++) {
         const TensorDesc* d = &L->whole.tensors[i];
-        HFTensor h = hf_tensor(d, hm->arch);
+        HFTensor h = hf_tensor(d, hm->arch, &hm->cfg);
         size_t bytes = canonical_bytes(d);
-        int changed = h.transpose || h.regroup_qkv;
-        if ((status = st_read_floats(hm, &hm->tensors[source[i]], theirs, ours, err, errlen))) break;
-        if (changed) hf_untransform(d, h, theirs, ours, hm->cfg.hidden_size, hm->cfg.num_attention_heads);
-        const float* out = changed ? ours : theirs;
+        for (int p = 0; p < h.parts && !status; p++) {   // each part into its rows of ours
+            status = st_read_floats(hm, &hm->tensors[source[HF_MAX_PARTS * i + p]], theirs, half, err, errlen);
+            if (!status && hf_changed(&h)) hf_untransform(d, &h, p, theirs, ours, &hm->cfg);
+        }
+        if (status) break;
+        const float* out = hf_changed(&h) ? ours : theirs;
         crc[3 * i] = crc32_update(0, out, bytes);
         crc[3 * i + 1] = crc[3 * i + 2] = crc32_of_zeros(bytes);
         if (pwrite_all(fd, out, bytes, L->offset[i]) != 0)
@@ -1084,6 +1295,7 @@ static int import_write_tensors(HFModel* hm, const CanonicalLayout* L, const int
     if (fd >= 0 && close(fd) != 0 && !status) status = error_line(err, errlen, "cannot close %s: %s", path, strerror(errno));
     free(theirs);
     free(ours);
+    free(half);
     return status;
 }
 
@@ -1128,10 +1340,10 @@ static int hf_check_save(const char* save_dir, char* err, size_t errlen) {
     return 0;
 }
 
-// Import the transformers model in hf_dir (GPT2LMHeadModel or BloomForCausalLM: config.json
-// and model.safetensors, or its shards) as save_dir/iter_0000000, a checkpoint at iteration 0
-// with a fresh optimizer, marked the latest. seq_length: the run's (0: n_positions for GPT-2;
-// Bloom's "seq_length", else 2048). Rank 0 alone. Returns 0 with *out filled, or 1 with a line
+// Import the transformers model in hf_dir (GPT2LMHeadModel, BloomForCausalLM or
+// LlamaForCausalLM: config.json and model.safetensors, or its shards) as save_dir/iter_0000000,
+// a checkpoint at iteration 0 with a fresh optimizer, marked the latest. seq_length: the run's
+// (0: n_positions for GPT-2, max_position_embeddings for Llama; Bloom's "seq_length", else 2048). Rank 0 alone. Returns 0 with *out filled, or 1 with a line
 // in err naming the file, the tensor or key, and what was expected; then save_dir is as it
 // was (unless the failure came while writing it: then no iter_0000000.tmp is left).
 // Memory: the largest tensor, three times.
@@ -1149,7 +1361,7 @@ static int import_hf(const char* hf_dir, const char* save_dir, int seq_length, H
     memset(&L, 0, sizeof(L));
     if (!status) {
         L = canonical_layout(&hm.cfg);
-        source = (int*)mallocCheck(L.whole.num_tensors * sizeof(int));
+        source = (int*)mallocCheck(HF_MAX_PARTS * L.whole.num_tensors * sizeof(int));
         status = hf_match(&hm, &L.whole, source, err, errlen);
     }
     // only now is --save touched: made if missing, locked, checked again under the lock

@@ -1223,14 +1223,24 @@ static void rows_add_backward(float* dtable, float* partials, const floatX* dout
 
 // ----------------------------------------------------------------------------
 // causal self-attention
-// qkv[N, 3*NH*HS] holds, for each token, the heads one after another and within a head
-// [q | k | v] (Megatron's layout: splitting the rows of the QKV weight into contiguous
-// blocks gives each tensor-parallel rank whole heads). out[N, NH*HS], heads side by side.
+// qkv[N, (NH + 2G) * HS] holds, for each token, G query groups one after another (G = NH
+// without grouped-query attention), each [its NH/G query heads | its key head | its value head]
+// (Megatron's layout: splitting the rows of the QKV weight into contiguous blocks gives each
+// tensor-parallel rank whole groups; with G = NH, [q | k | v] per head). Query head h reads the
+// key and value of its group h / (NH/G). out[N, NH*HS], heads side by side.
 // The cuBLAS path (--attention-backend unfused) keeps the softmax probabilities att[B, NH, T, T]
 // for the backward pass; the fused one (the next section) keeps their log-sum-exp [B, NH, T].
 
-HOST_DEVICE static inline size_t qkv_index(int b, int t, int h, int which, int T, int NH, int HS) {
-    return ((size_t)(b * T + t) * NH + h) * 3 * HS + (size_t)which * HS;
+// qkv_group_index: the offset of slot `slot` (0 .. NH/G - 1: the group's queries, NH/G: its k,
+// NH/G + 1: its v) of group g of token (b, t)
+HOST_DEVICE static inline size_t qkv_group_index(int b, int t, int g, int slot, int T, int NH, int G, int HS) {
+    return (size_t)(b * T + t) * (NH + 2 * G) * HS + ((size_t)g * (NH / G + 2) + slot) * HS;
+}
+
+// query head h's q (which 0), or the k (1) or v (2) of its group
+HOST_DEVICE static inline size_t qkv_index(int b, int t, int h, int which, int T, int NH, int G, int HS) {
+    int per_group = NH / G;
+    return qkv_group_index(b, t, h / per_group, which == 0 ? h % per_group : per_group + which - 1, T, NH, G, HS);
 }
 
 // ALiBi (Press et al. 2022, "Train Short, Test Long"; BLOOM's position encoding): instead of a
@@ -1258,14 +1268,14 @@ HOST_DEVICE static inline float alibi_bias(Alibi alibi, int h, int t, int t2) {
 
 // Query t's row a[0..T) of head h of sequence b: the probabilities softmax(q k^T / sqrt(HS) +
 // ALiBi's bias) over the keys at or before t, zeros after
-static void attention_row_probabilities(float* a, const float* qkv, int b, int t, int h, int T, int NH, int HS,
+static void attention_row_probabilities(float* a, const float* qkv, int b, int t, int h, int T, int NH, int G, int HS,
                                         Alibi alibi) {
     const float scale = 1.0f / sqrtf((float)HS);
-    const float* q = qkv + qkv_index(b, t, h, 0, T, NH, HS);
+    const float* q = qkv + qkv_index(b, t, h, 0, T, NH, G, HS);
     // scores of the keys at or before t, and their maximum for a stable softmax
     float maxval = -INFINITY;
     for (int t2 = 0; t2 <= t; t2++) {
-        const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, HS);
+        const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, G, HS);
         float s = 0.0f;
         #pragma omp simd reduction(+ : s)   // lets the dot product use vector lanes
         for (int i = 0; i < HS; i++) s += q[i] * k[i];
@@ -1280,19 +1290,20 @@ static void attention_row_probabilities(float* a, const float* qkv, int b, int t
     for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
 }
 
-static void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int T, int NH, int HS, Alibi alibi) {
+static void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int T, int NH, int G, int HS,
+                                  Alibi alibi) {
     // one (b, h) pair per iteration: every pair has the same triangle of work
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
                 float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                attention_row_probabilities(a, qkv, b, t, h, T, NH, HS, alibi);
+                attention_row_probabilities(a, qkv, b, t, h, T, NH, G, HS, alibi);
                 // weighted sum of the values (the row still in the cache)
                 float* o = out + ((size_t)(b * T + t) * NH + h) * HS;
                 for (int i = 0; i < HS; i++) o[i] = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = qkv + qkv_index(b, t2, h, 2, T, NH, HS);
+                    const float* v = qkv + qkv_index(b, t2, h, 2, T, NH, G, HS);
                     for (int i = 0; i < HS; i++) o[i] += a[t2] * v[i];
                 }
             }
@@ -1302,52 +1313,56 @@ static void attention_forward_cpu(float* out, float* att, const float* qkv, int 
 
 // the forward's probabilities alone, the same bits (selective recomputation's pass: the
 // backward needs them, not the output, which the forward kept)
-static void attention_probabilities_cpu(float* att, const float* qkv, int B, int T, int NH, int HS, Alibi alibi) {
+static void attention_probabilities_cpu(float* att, const float* qkv, int B, int T, int NH, int G, int HS, Alibi alibi) {
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++)
-                attention_row_probabilities(att + (((size_t)b * NH + h) * T + t) * T, qkv, b, t, h, T, NH, HS, alibi);
+                attention_row_probabilities(att + (((size_t)b * NH + h) * T + t) * T, qkv, b, t, h, T, NH, G, HS, alibi);
 }
 
 // Backward of out = softmax(q k^T * scale) v. For one query row with probabilities p and
 // datt[t2] = dout . v[t2]:  dscore[t2] = p[t2] * (datt[t2] - sum_j p[j] datt[j]).
 // scratch holds one row of datt per (b, h) pair: B * NH * T floats.
 static void attention_backward_cpu(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                   const float* att, int B, int T, int NH, int HS) {
+                                   const float* att, int B, int T, int NH, int G, int HS) {
     const float scale = 1.0f / sqrtf((float)HS);
-    // one (b, h) pair per iteration: dk and dv of a key gather from every later query
+    // one (b, group) pair per iteration: dk and dv of a key gather from every later query of
+    // every head of the group, in head order
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            float* datt = scratch + ((size_t)b * NH + h) * T;
-            for (int t = 0; t < T; t++) {
-                float* d = dqkv + qkv_index(b, t, h, 0, T, NH, HS);
-                for (int i = 0; i < 3 * HS; i++) d[i] = 0.0f;
-            }
-            for (int t = 0; t < T; t++) {
-                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                const float* dout_row = dout + ((size_t)(b * T + t) * NH + h) * HS;
-                const float* q = qkv + qkv_index(b, t, h, 0, T, NH, HS);
-                float* dq = dqkv + qkv_index(b, t, h, 0, T, NH, HS);
-                float p_dot_datt = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = qkv + qkv_index(b, t2, h, 2, T, NH, HS);
-                    float s = 0.0f;
-                    #pragma omp simd reduction(+ : s)
-                    for (int i = 0; i < HS; i++) s += dout_row[i] * v[i];
-                    datt[t2] = s;
-                    p_dot_datt += a[t2] * s;
+        for (int g = 0; g < G; g++) {
+            for (int t = 0; t < T; t++)
+                for (int slot = 0; slot < NH / G + 2; slot++) {
+                    float* d = dqkv + qkv_group_index(b, t, g, slot, T, NH, G, HS);
+                    for (int i = 0; i < HS; i++) d[i] = 0.0f;
                 }
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, HS);
-                    float* dk = dqkv + qkv_index(b, t2, h, 1, T, NH, HS);
-                    float* dv = dqkv + qkv_index(b, t2, h, 2, T, NH, HS);
-                    float dscore = a[t2] * (datt[t2] - p_dot_datt) * scale;
-                    for (int i = 0; i < HS; i++) {
-                        dq[i] += dscore * k[i];
-                        dk[i] += dscore * q[i];
-                        dv[i] += a[t2] * dout_row[i];
+            for (int h = g * (NH / G); h < (g + 1) * (NH / G); h++) {
+                float* datt = scratch + ((size_t)b * NH + h) * T;
+                for (int t = 0; t < T; t++) {
+                    const float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                    const float* dout_row = dout + ((size_t)(b * T + t) * NH + h) * HS;
+                    const float* q = qkv + qkv_index(b, t, h, 0, T, NH, G, HS);
+                    float* dq = dqkv + qkv_index(b, t, h, 0, T, NH, G, HS);
+                    float p_dot_datt = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float* v = qkv + qkv_index(b, t2, h, 2, T, NH, G, HS);
+                        float s = 0.0f;
+                        #pragma omp simd reduction(+ : s)
+                        for (int i = 0; i < HS; i++) s += dout_row[i] * v[i];
+                        datt[t2] = s;
+                        p_dot_datt += a[t2] * s;
+                    }
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, G, HS);
+                        float* dk = dqkv + qkv_index(b, t2, h, 1, T, NH, G, HS);
+                        float* dv = dqkv + qkv_index(b, t2, h, 2, T, NH, G, HS);
+                        float dscore = a[t2] * (datt[t2] - p_dot_datt) * scale;
+                        for (int i = 0; i < HS; i++) {
+                            dq[i] += dscore * k[i];
+                            dk[i] += dscore * q[i];
+                            dv[i] += a[t2] * dout_row[i];
+                        }
                     }
                 }
             }
@@ -1383,7 +1398,8 @@ static size_t flash_shared_bytes(int HS, int forward) {
 
 // attention's scratch (gpt.h's att_scratch) in bytes on build b: both builds' formulas are
 // here, for a dry run plans either. The GPU build's unfused path: 7 head-major [B, NH, T, HS]
-// floatX arrays, [B, NH, T, T] fp32 scores and floatX dscores, each region starting on a
+// floatX arrays (k, v, dk and dv fill G of those NH heads: the room does not depend on G),
+// [B, NH, T, T] fp32 scores and floatX dscores, each region starting on a
 // SCRATCH_ALIGN boundary, whatever the scratch's alignment (attention_scratch); its fused path:
 // the backward's D, one float per (b, h, t); the CPU build's backward keeps one row of datt per
 // (b, h) pair.
@@ -1403,15 +1419,20 @@ static size_t attention_scratch_elements(int B, int T, int NH, int HS) {
 }
 
 #ifdef __CUDACC__
-// qkv[B, T, NH, 3, HS] is staged into q, k, v [B, NH, T, HS], so that one (b, h) pair is a
-// contiguous [T, HS] matrix and cuBLAS can run all B * NH of them as one strided batch.
+// qkv is staged into head-major arrays, q [B, NH, T, HS] and k, v [B, G, T, HS], so that one
+// head of one sequence is a contiguous [T, HS] matrix and cuBLAS runs the products as one
+// strided batch, a product per (b, group): a group's NH/G query heads are adjacent in q (and
+// their scores in [B, NH, T, T]), one [NH/G * T, HS] matrix against the group's one k and v.
+// So no head's k or v is copied NH/G times, and in the backward a group's dK and dV sum over
+// its heads inside the product (over NH/G * T rows, in cuBLAS's fixed order, rounded once).
+// With G = NH: B * NH products of [T, HS] matrices.
 // The scores q k^T are kept in fp32 for the softmax; the probabilities go to att in floatX.
 // The full T x T products are computed; the softmax zeroes what the causal mask hides.
 
 typedef struct {
-    floatX *q, *k, *v;     // [B, NH, T, HS]
+    floatX *q, *k, *v;     // q [B, NH, T, HS]; k, v [B, G, T, HS] (the first B * G * T * HS of their regions)
     floatX* y;             // forward: att @ v; backward: dout; [B, NH, T, HS]
-    floatX *dq, *dk, *dv;  // backward only, [B, NH, T, HS]
+    floatX *dq, *dk, *dv;  // backward only, as q, k, v
     float* scores;         // forward: q k^T; backward: datt; [B, NH, T, T]
     floatX* dscores;       // backward only, [B, NH, T, T]
 } AttentionScratch;
@@ -1423,6 +1444,8 @@ static void* scratch_take(char** cursor, size_t bytes) {
     return (void*)p;
 }
 
+// the regions as attention_scratch_bytes counts them: seven of [B, NH, T, HS] (those of k, v,
+// dk and dv hold G <= NH heads), the scores and the dscores
 static AttentionScratch attention_scratch(floatX* scratch, int B, int T, int NH, int HS) {
     size_t S = (size_t)B * NH * T * HS, P = (size_t)B * NH * T * T;
     char* cursor = (char*)scratch;
@@ -1434,34 +1457,42 @@ static AttentionScratch attention_scratch(floatX* scratch, int B, int T, int NH,
     return s;
 }
 
-// For element idx of a head-major [B, NH, T, HS] array: its row (b * T + t) * NH + h in the
-// token-major layouts. out[N, NH * HS] has that element at row * HS + i, and qkv (see
-// qkv_index) at row * 3 * HS + which * HS + i, with i = idx % HS.
-__device__ size_t token_major_row(size_t idx, int T, int NH, int HS) {
-    size_t r = idx / HS, bh = r / T;  // r = (b * NH + h) * T + t, bh = b * NH + h
-    size_t b = bh / NH, h = bh % NH, t = r % T;
-    return (b * T + t) * NH + h;
+// For element idx of qkv [B * T, (NH + 2G) * HS]: the head-major array that holds it (*which:
+// 0 q [B, NH, T, HS], 1 k or 2 v [B, G, T, HS]) and its index there
+__device__ size_t qkv_head_major(size_t idx, int T, int NH, int G, int HS, int* which) {
+    int per = NH / G, width = NH + 2 * G;   // a group's slots: per queries, k, v
+    size_t r = idx / HS, token = r / width, b = token / T, t = token % T;
+    int g = (int)(r % width) / (per + 2), slot = (int)(r % width) % (per + 2);
+    *which = slot < per ? 0 : slot - per + 1;
+    size_t head = slot < per ? b * NH + g * per + slot : b * G + g;
+    return (head * T + t) * HS + idx % HS;
 }
 
-// qkv -> q, k, v (head-major)
-__global__ void permute_qkv_kernel(floatX* q, floatX* k, floatX* v, const floatX* qkv, int B, int T, int NH, int HS) {
+// qkv -> q, k, v (head-major), one thread per element of qkv
+__global__ void permute_qkv_kernel(floatX* q, floatX* k, floatX* v, const floatX* qkv, int B, int T, int NH, int G, int HS) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * NH * T * HS) return;
-    const floatX* src = qkv + token_major_row(idx, T, NH, HS) * 3 * HS + idx % HS;
-    q[idx] = src[0];
-    k[idx] = src[HS];
-    v[idx] = src[2 * HS];
+    if (idx >= (size_t)B * T * (NH + 2 * G) * HS) return;
+    int which;
+    size_t at = qkv_head_major(idx, T, NH, G, HS, &which);
+    (which == 0 ? q : which == 1 ? k : v)[at] = qkv[idx];
 }
 
 // dq, dk, dv (head-major) -> dqkv; writes every element of dqkv
 __global__ void unpermute_qkv_kernel(floatX* dqkv, const floatX* dq, const floatX* dk, const floatX* dv,
-                                     int B, int T, int NH, int HS) {
+                                     int B, int T, int NH, int G, int HS) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * NH * T * HS) return;
-    floatX* dst = dqkv + token_major_row(idx, T, NH, HS) * 3 * HS + idx % HS;
-    dst[0] = dq[idx];
-    dst[HS] = dk[idx];
-    dst[2 * HS] = dv[idx];
+    if (idx >= (size_t)B * T * (NH + 2 * G) * HS) return;
+    int which;
+    size_t at = qkv_head_major(idx, T, NH, G, HS, &which);
+    dqkv[idx] = (which == 0 ? dq : which == 1 ? dk : dv)[at];
+}
+
+// For element idx of a head-major [B, NH, T, HS] array: its row (b * T + t) * NH + h of the
+// token-major out[N, NH * HS], which holds it at row * HS + i, with i = idx % HS.
+__device__ size_t token_major_row(size_t idx, int T, int NH, int HS) {
+    size_t r = idx / HS, bh = r / T;  // r = (b * NH + h) * T + t, bh = b * NH + h
+    size_t b = bh / NH, h = bh % NH, t = r % T;
+    return (b * T + t) * NH + h;
 }
 
 // [N, NH * HS] (token-major) -> [B, NH, T, HS] (head-major)
@@ -1516,7 +1547,7 @@ __global__ void attention_softmax_backward_kernel(floatX* dscores, const floatX*
     }
 }
 
-// The batched form of gemm(): B * NH independent products, matrix i of A, B and C at
+// The batched form of gemm(): `batch` independent products, matrix i of A, B and C at
 // A + i * strideA and so on (strides in elements). C is fp32 or floatX (Ctype), beta = 0.
 static void gemm_batched(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                          const floatX* A, int lda, long long strideA, const floatX* B, int ldb,
@@ -1529,58 +1560,78 @@ static void gemm_batched(cublasOperation_t transa, cublasOperation_t transb, int
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// Per (b, h), row-major: q, k, v, y, dy, dq, dk, dv are [T, HS] (column-major: [HS, T],
-// ld HS); scores, att, datt, dscores are [T, T] (column-major: their transpose, ld T).
+// One product per (b, group), B * G of them; row-major, with R = NH/G * T rows for the group's
+// heads one after another: q, y, dy, dq are [R, HS], k, v, dk, dv [T, HS] (column-major: their
+// transposes, ld HS); scores, att, datt, dscores are [R, T] (column-major: [T, R], ld T).
 // Each product is written for the transposes, as in the linear layer above.
+typedef struct {
+    int R, batch;                      // a group's query rows, NH/G * T; the products, B * G
+    long long q_stride, kv_stride, score_stride;   // from one group's matrix to the next
+} AttentionGroups;
+
+static AttentionGroups attention_groups(int B, int T, int NH, int G, int HS) {
+    AttentionGroups a;
+    a.R = NH / G * T, a.batch = B * G;
+    a.q_stride = (long long)a.R * HS, a.kv_stride = (long long)T * HS, a.score_stride = (long long)a.R * T;
+    return a;
+}
 
 // att = softmax(q k^T / sqrt(HS) + ALiBi's bias), causal; q, k and v left permuted in the scratch
-static void attention_probabilities_unfused(floatX* att, floatX* scratch, const floatX* qkv, int B, int T, int NH, int HS,
-                                            Alibi alibi) {
+static void attention_probabilities_unfused(floatX* att, floatX* scratch, const floatX* qkv, int B, int T, int NH, int G,
+                                            int HS, Alibi alibi) {
     AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
-    size_t n = (size_t)B * NH * T * HS;
-    long long sTH = (long long)T * HS, sTT = (long long)T * T;
-    LAUNCH(permute_qkv_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, s.q, s.k, s.v, qkv, B, T, NH, HS);
-    // scores = q k^T:  scores^T [T, T] = k [T, HS] @ q^T [HS, T]; k is an [HS, T] array,
-    // op = T gives k; q is an [HS, T] array = q^T, op = N
-    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, s.k, HS, sTH, s.q, HS, sTH, s.scores, CUDA_R_32F, T, sTT, B * NH);
+    AttentionGroups a = attention_groups(B, T, NH, G, HS);
+    size_t n_qkv = (size_t)B * T * (NH + 2 * G) * HS;
+    LAUNCH(permute_qkv_kernel, CEIL_DIV(n_qkv, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, s.q, s.k, s.v, qkv, B, T, NH, G, HS);
+    // scores = q k^T:  scores^T [T, R] = k [T, HS] @ q^T [HS, R]; k is an [HS, T] array,
+    // op = T gives k; q is an [HS, R] array = q^T, op = N
+    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, a.R, HS, s.k, HS, a.kv_stride, s.q, HS, a.q_stride,
+                 s.scores, CUDA_R_32F, T, a.score_stride, a.batch);
     LAUNCH(attention_softmax_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0,
            att, s.scores, 1.0f / sqrtf((float)HS), B * NH * T, T, NH, alibi);
 }
 
 static void attention_forward_unfused(floatX* out, floatX* att, floatX* scratch, const floatX* qkv,
-                                      int B, int T, int NH, int HS, Alibi alibi) {
+                                      int B, int T, int NH, int G, int HS, Alibi alibi) {
     AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
+    AttentionGroups a = attention_groups(B, T, NH, G, HS);
     size_t n = (size_t)B * NH * T * HS;
-    long long sTH = (long long)T * HS, sTT = (long long)T * T;
-    attention_probabilities_unfused(att, scratch, qkv, B, T, NH, HS, alibi);
-    // y = att v:  y^T [HS, T] = v^T [HS, T] @ att^T [T, T]; both arrays are already these
+    attention_probabilities_unfused(att, scratch, qkv, B, T, NH, G, HS, alibi);
+    // y = att v:  y^T [HS, R] = v^T [HS, T] @ att^T [T, R]; both arrays are already these
     // transposes, op = N, N
-    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, s.v, HS, sTH, att, T, sTT, s.y, CUDA_R_FLOATX, HS, sTH, B * NH);
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, a.R, T, s.v, HS, a.kv_stride, att, T, a.score_stride,
+                 s.y, CUDA_R_FLOATX, HS, a.q_stride, a.batch);
     LAUNCH(unpermute_heads_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, s.y, B, T, NH, HS);
 }
 
 static void attention_backward_unfused(floatX* dqkv, floatX* scratch, const floatX* dout, const floatX* qkv,
-                                       const floatX* att, int B, int T, int NH, int HS) {
+                                       const floatX* att, int B, int T, int NH, int G, int HS) {
     AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
-    size_t n = (size_t)B * NH * T * HS;
-    long long sTH = (long long)T * HS, sTT = (long long)T * T;
+    AttentionGroups a = attention_groups(B, T, NH, G, HS);
+    size_t n = (size_t)B * NH * T * HS, n_qkv = (size_t)B * T * (NH + 2 * G) * HS;
     floatX* dy = s.y;
     float* datt = s.scores;
     // scratch is shared by all layers: stage this layer's q, k, v again
-    LAUNCH(permute_qkv_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, s.q, s.k, s.v, qkv, B, T, NH, HS);
+    LAUNCH(permute_qkv_kernel, CEIL_DIV(n_qkv, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, s.q, s.k, s.v, qkv, B, T, NH, G, HS);
     LAUNCH(permute_heads_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dy, dout, B, T, NH, HS);
-    // datt = dy v^T:  datt^T [T, T] = v [T, HS] @ dy^T [HS, T] (as the scores)
-    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, s.v, HS, sTH, dy, HS, sTH, datt, CUDA_R_32F, T, sTT, B * NH);
-    // dv = att^T dy:  dv^T [HS, T] = dy^T [HS, T] @ att [T, T]; the att array is att^T,
-    // op = T gives att
-    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, dy, HS, sTH, att, T, sTT, s.dv, CUDA_R_FLOATX, HS, sTH, B * NH);
+    // datt = dy v^T:  datt^T [T, R] = v [T, HS] @ dy^T [HS, R] (as the scores)
+    gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, a.R, HS, s.v, HS, a.kv_stride, dy, HS, a.q_stride,
+                 datt, CUDA_R_32F, T, a.score_stride, a.batch);
+    // dv = att^T dy, summed over the group's heads:  dv^T [HS, T] = dy^T [HS, R] @ att [R, T];
+    // the att array is att^T, op = T gives att
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, a.R, dy, HS, a.q_stride, att, T, a.score_stride,
+                 s.dv, CUDA_R_FLOATX, HS, a.kv_stride, a.batch);
     LAUNCH(attention_softmax_backward_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0,
            s.dscores, att, datt, 1.0f / sqrtf((float)HS), B * NH * T, T);
-    // dq = dscores k (the scale is in dscores):  dq^T [HS, T] = k^T [HS, T] @ dscores^T [T, T]
-    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, s.k, HS, sTH, s.dscores, T, sTT, s.dq, CUDA_R_FLOATX, HS, sTH, B * NH);
-    // dk = dscores^T q:  dk^T [HS, T] = q^T [HS, T] @ dscores [T, T]; op = T on dscores^T
-    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, s.q, HS, sTH, s.dscores, T, sTT, s.dk, CUDA_R_FLOATX, HS, sTH, B * NH);
-    LAUNCH(unpermute_qkv_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dqkv, s.dq, s.dk, s.dv, B, T, NH, HS);
+    // dq = dscores k (the scale is in dscores):  dq^T [HS, R] = k^T [HS, T] @ dscores^T [T, R]
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, a.R, T, s.k, HS, a.kv_stride, s.dscores, T, a.score_stride,
+                 s.dq, CUDA_R_FLOATX, HS, a.q_stride, a.batch);
+    // dk = dscores^T q, summed over the group's heads:  dk^T [HS, T] = q^T [HS, R] @ dscores [R, T];
+    // op = T on dscores^T
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, a.R, s.q, HS, a.q_stride, s.dscores, T, a.score_stride,
+                 s.dk, CUDA_R_FLOATX, HS, a.kv_stride, a.batch);
+    LAUNCH(unpermute_qkv_kernel, CEIL_DIV(n_qkv, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dqkv, s.dq, s.dk, s.dv,
+           B, T, NH, G, HS);
 }
 #endif
 
@@ -1607,6 +1658,14 @@ static void attention_backward_unfused(floatX* dqkv, floatX* scratch, const floa
 // dQ += dS K. FlashAttention-2's backward adds dQ across key tiles with atomics instead and so
 // does 5 products where these two kernels do 7; every block here owns what it writes.
 // Scores are kept in log2 units (scaled by log2 e), for exp2, the GPU's native exponential.
+//
+// Grouped-query attention (G < NH key/value heads, each shared by the NH/G query heads of its
+// group): the forward and the dQ kernel keep a block per query head, reading the group's K and
+// V, and number their blocks so that a group's heads are neighbours (flash_query_block): they
+// run together and read each K and V tile once from memory, the others from L2. The dK/dV
+// kernel takes a key tile of one (b, group) and walks the query steps of each of the group's
+// heads in turn: K and V are read once per group, and dK and dV add up over the heads in
+// registers, in head order, as a group's gradient must (no atomics, no second pass).
 
 #ifdef __CUDACC__
 #define FLASH_WARPS (FLASH_ROWS / 16)
@@ -1889,24 +1948,42 @@ __device__ void flash_online_softmax(float s[][4], float o[][4], float m[2], flo
         for (int e = 0; e < 4; e++) o[nb][e] *= rescale[e / 2];
 }
 
-// grid: B * NH * tiles blocks of FLASH_THREADS, flash_shared_bytes(HS, 1) of dynamic shared
-// memory; out [N, NH * HS], lse [B, NH, T]
+// The forward's and the dQ kernel's block: head h of sequence b, the query tile from row t0.
+// Blocks are numbered (b, group, tile, head of the group): the NH/G heads of a group, which
+// read the same keys and values, are adjacent blocks, so they run at about the same time and
+// read each K and V tile through L2 (the first block to ask brings it there). The longest
+// rows first. With G = NH: (b, h, tile).
+struct FlashQueryBlock {
+    int b, h, t0;
+};
+
+__device__ FlashQueryBlock flash_query_block(int T, int NH, int G) {
+    int per = NH / G, tiles = CEIL_DIV(T, FLASH_ROWS), i = blockIdx.x / per;   // i = (b G + g) tiles + tile
+    FlashQueryBlock f;
+    f.b = i / tiles / G;
+    f.h = i / tiles % G * per + blockIdx.x % per;
+    f.t0 = (tiles - 1 - i % tiles) * FLASH_ROWS;
+    return f;
+}
+
+// grid: B * NH * tiles blocks of FLASH_THREADS (flash_query_block), flash_shared_bytes(HS, 1) of
+// dynamic shared memory; out [N, NH * HS], lse [B, NH, T]
 template <int HS>
 __global__ void __launch_bounds__(FLASH_THREADS) attention_forward_flash_kernel(floatX* out, float* lse, const floatX* qkv,
-                                                                                int T, int NH, Alibi alibi) {
+                                                                                int T, int NH, int G, Alibi alibi) {
     constexpr int KEYS = FLASH_KEYS(HS), tile = KEYS * FLASH_ROW(HS);
     floatX* q = flash_shared();
     floatX* k = q + FLASH_ROWS * FLASH_ROW(HS);   // two buffers, then v's two
     floatX* v = k + 2 * tile;
-    int tiles = CEIL_DIV(T, FLASH_ROWS), bh = blockIdx.x / tiles, b = bh / NH, h = bh % NH;
-    int t0 = (tiles - 1 - blockIdx.x % tiles) * FLASH_ROWS;   // the longest rows first
+    const FlashQueryBlock block = flash_query_block(T, NH, G);
+    int b = block.b, h = block.h, t0 = block.t0, bh = b * NH + h;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row0 = t0 + 16 * warp;
     // causal: the key tiles up to the tile's last row; those right of it are never touched
     int last_row = t0 + FLASH_ROWS < T ? t0 + FLASH_ROWS - 1 : T - 1, key_tiles = last_row / KEYS + 1;
-    size_t stride = (size_t)3 * NH * HS;
-    const floatX* q_rows = qkv + qkv_index(b, 0, h, 0, T, NH, HS);
-    const floatX* k_rows = qkv + qkv_index(b, 0, h, 1, T, NH, HS);
-    const floatX* v_rows = qkv + qkv_index(b, 0, h, 2, T, NH, HS);
+    size_t stride = (size_t)(NH + 2 * G) * HS;
+    const floatX* q_rows = qkv + qkv_index(b, 0, h, 0, T, NH, G, HS);
+    const floatX* k_rows = qkv + qkv_index(b, 0, h, 1, T, NH, G, HS);   // the group's
+    const floatX* v_rows = qkv + qkv_index(b, 0, h, 2, T, NH, G, HS);
     const FlashHead head = flash_head(HS, alibi, h);
 
     flash_copy_rows<HS, FLASH_ROWS>(q, q_rows, stride, t0, T);
@@ -1939,7 +2016,9 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_forward_flash_kernel(
     for (int nb = 0; nb < HS / 8; nb++)   // the softmax's division, once a row
         UNROLL
         for (int e = 0; e < 4; e++) o[nb][e] /= l[e / 2];
-    flash_store_rows<HS>(out + (size_t)b * T * NH * HS + (size_t)h * HS, (size_t)NH * HS, o, row0, T);
+    // (b and h again from bh: one register less through the loop, which keeps the block at 168
+    // registers, three blocks per SM, at head size 128 on sm_90)
+    flash_store_rows<HS>(out + ((size_t)(bh / NH) * T * NH + bh % NH) * HS, (size_t)NH * HS, o, row0, T);
     UNROLL
     for (int half = 0; half < 2; half++) {
         int t = row0 + lane / 4 + 8 * half;
@@ -1981,50 +2060,52 @@ __device__ void flash_scores_to_gradients_kv(float st[][4], float dpt[][4], cons
     }
 }
 
-// grid: B * NH * tiles blocks of FLASH_THREADS; warp w owns keys 16w .. 16w + 15 of the tile
+// grid: B * G * tiles blocks of FLASH_THREADS, one per key tile of one (b, group); warp w owns
+// keys 16w .. 16w + 15 of the tile. The tile's K and V stay in shared memory while the block
+// walks the query steps of each of the group's NH/G heads in turn, one pipeline of (head, step)
+// pairs: K and V are read once per group, and dK and dV sum over the heads in registers, in
+// head order (the same bits every run, no atomics).
 template <int HS>
 __global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_kv_kernel(floatX* dqkv, const floatX* dout,
-        const floatX* qkv, const float* lse, const float* D, int T, int NH, Alibi alibi) {
+        const floatX* qkv, const float* lse, const float* D, int T, int NH, int G, Alibi alibi) {
     constexpr int step_tile = FLASH_STEP * FLASH_ROW(HS);
     floatX* k = flash_shared();
     floatX* v = k + FLASH_ROWS * FLASH_ROW(HS);
     floatX* q = v + FLASH_ROWS * FLASH_ROW(HS);   // two buffers, then dout's two
     floatX* dO = q + 2 * step_tile;
     float* stats = (float*)(dO + 2 * step_tile);  // per buffer: FLASH_STEP lse (log2 units), then D
-    int tiles = CEIL_DIV(T, FLASH_ROWS), bh = blockIdx.x / tiles, b = bh / NH, h = bh % NH;
+    int tiles = CEIL_DIV(T, FLASH_ROWS), bg = blockIdx.x / tiles, b = bg / G, g = bg % G, per = NH / G;
     int k0 = (blockIdx.x % tiles) * FLASH_ROWS, warp = threadIdx.x / 32, key0 = k0 + 16 * warp;
-    size_t stride = (size_t)3 * NH * HS, out_stride = (size_t)NH * HS;
-    const floatX* q_rows = qkv + qkv_index(b, 0, h, 0, T, NH, HS);
-    const floatX* dout_rows = dout + (size_t)b * T * out_stride + (size_t)h * HS;
-    const FlashHead head = flash_head(HS, alibi, h);
-    lse += (size_t)bh * T, D += (size_t)bh * T;
-    // the step's queries' row statistics into a buffer (plain loads: rows of T floats are not 16-byte aligned)
-    auto load_stats = [&](int buffer, int q0) {
-        int i = threadIdx.x;
+    size_t stride = (size_t)(NH + 2 * G) * HS, out_stride = (size_t)NH * HS;
+    // causal: queries before k0 see none of these keys; each head's steps start at `first`
+    int first = k0 / FLASH_STEP, steps = CEIL_DIV(T, FLASH_STEP) - first;
+    // pair j is head g per + j / steps, its query step first + j % steps: the step's q and dout
+    // into a buffer with cp.async, its queries' row statistics with plain loads (rows of T
+    // floats are not 16-byte aligned)
+    auto copy_pair = [&](int buffer, int j) {
+        int h = g * per + j / steps, q0 = (first + j % steps) * FLASH_STEP, i = threadIdx.x;
+        flash_copy_rows<HS, FLASH_STEP>(q + buffer * step_tile, qkv + qkv_index(b, 0, h, 0, T, NH, G, HS), stride, q0, T);
+        flash_copy_rows<HS, FLASH_STEP>(dO + buffer * step_tile, dout + (size_t)b * T * out_stride + (size_t)h * HS,
+                                        out_stride, q0, T);
         if (i < FLASH_STEP) {
-            stats[buffer * 2 * FLASH_STEP + i] = q0 + i < T ? LOG2E * lse[q0 + i] : 0.0f;
-            stats[buffer * 2 * FLASH_STEP + FLASH_STEP + i] = q0 + i < T ? D[q0 + i] : 0.0f;
+            size_t row = ((size_t)b * NH + h) * T + q0 + i;
+            stats[buffer * 2 * FLASH_STEP + i] = q0 + i < T ? LOG2E * lse[row] : 0.0f;
+            stats[buffer * 2 * FLASH_STEP + FLASH_STEP + i] = q0 + i < T ? D[row] : 0.0f;
         }
     };
 
-    int first = k0 / FLASH_STEP, steps = CEIL_DIV(T, FLASH_STEP);   // causal: queries before k0 see none of these keys
-    flash_copy_rows<HS, FLASH_ROWS>(k, qkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, k0, T);
-    flash_copy_rows<HS, FLASH_ROWS>(v, qkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, k0, T);
-    flash_copy_rows<HS, FLASH_STEP>(q, q_rows, stride, first * FLASH_STEP, T);
-    flash_copy_rows<HS, FLASH_STEP>(dO, dout_rows, out_stride, first * FLASH_STEP, T);
+    flash_copy_rows<HS, FLASH_ROWS>(k, qkv + qkv_group_index(b, 0, g, per, T, NH, G, HS), stride, k0, T);
+    flash_copy_rows<HS, FLASH_ROWS>(v, qkv + qkv_group_index(b, 0, g, per + 1, T, NH, G, HS), stride, k0, T);
+    copy_pair(0, 0);
     cp_async_commit();
-    load_stats(0, first * FLASH_STEP);
     float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
-    for (int qs = first; qs < steps; qs++) {
-        int buffer = (qs - first) % 2, q0 = qs * FLASH_STEP;
-        if (qs + 1 < steps) {
-            flash_copy_rows<HS, FLASH_STEP>(q + (1 - buffer) * step_tile, q_rows, stride, q0 + FLASH_STEP, T);
-            flash_copy_rows<HS, FLASH_STEP>(dO + (1 - buffer) * step_tile, dout_rows, out_stride, q0 + FLASH_STEP, T);
-            load_stats(1 - buffer, q0 + FLASH_STEP);
-        }
+    for (int j = 0; j < per * steps; j++) {
+        int buffer = j % 2, q0 = (first + j % steps) * FLASH_STEP;
+        if (j + 1 < per * steps) copy_pair(1 - buffer, j + 1);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
+        const FlashHead head = flash_head(HS, alibi, g * per + j / steps);
         float st[FLASH_STEP / 8][4] = {}, dpt[FLASH_STEP / 8][4] = {};
         warp_product_abt<HS, FLASH_STEP>(st, k, 16 * warp, q + buffer * step_tile);    // S^T = K Q^T
         warp_product_abt<HS, FLASH_STEP>(dpt, v, 16 * warp, dO + buffer * step_tile);  // dP^T = V dO^T
@@ -2034,8 +2115,8 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_kv_ker
         warp_product_pb<HS, FLASH_STEP>(dk, dpt, q + buffer * step_tile);   // dK += dS^T Q
         __syncthreads();   // every warp is done with this buffer before the next copy into it
     }
-    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 1, T, NH, HS), stride, dk, key0, T);
-    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 2, T, NH, HS), stride, dv, key0, T);
+    flash_store_rows<HS>(dqkv + qkv_group_index(b, 0, g, per, T, NH, G, HS), stride, dk, key0, T);
+    flash_store_rows<HS>(dqkv + qkv_group_index(b, 0, g, per + 1, T, NH, G, HS), stride, dv, key0, T);
 }
 
 // The dQ kernel's step: s = S (this warp's 16 queries from row0 by FLASH_STEP keys from k0)
@@ -2056,21 +2137,22 @@ __device__ void flash_scores_to_gradients_q(float s[][4], float dp[][4], const f
     }
 }
 
-// grid: B * NH * tiles blocks of FLASH_THREADS; warp w owns rows 16w .. 16w + 15 of the tile
+// grid: B * NH * tiles blocks of FLASH_THREADS (flash_query_block); warp w owns rows 16w .. 16w + 15
+// of the tile
 template <int HS>
 __global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_q_kernel(floatX* dqkv, const floatX* dout,
-        const floatX* qkv, const float* lse, const float* D, int T, int NH, Alibi alibi) {
+        const floatX* qkv, const float* lse, const float* D, int T, int NH, int G, Alibi alibi) {
     constexpr int step_tile = FLASH_STEP * FLASH_ROW(HS);
     floatX* q = flash_shared();
     floatX* dO = q + FLASH_ROWS * FLASH_ROW(HS);
     floatX* k = dO + FLASH_ROWS * FLASH_ROW(HS);   // two buffers, then v's two
     floatX* v = k + 2 * step_tile;
-    int tiles = CEIL_DIV(T, FLASH_ROWS), bh = blockIdx.x / tiles, b = bh / NH, h = bh % NH;
-    int t0 = (tiles - 1 - blockIdx.x % tiles) * FLASH_ROWS;   // the longest rows first
+    const FlashQueryBlock block = flash_query_block(T, NH, G);
+    int b = block.b, h = block.h, t0 = block.t0, bh = b * NH + h;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row0 = t0 + 16 * warp;
-    size_t stride = (size_t)3 * NH * HS, out_stride = (size_t)NH * HS;
-    const floatX* k_rows = qkv + qkv_index(b, 0, h, 1, T, NH, HS);
-    const floatX* v_rows = qkv + qkv_index(b, 0, h, 2, T, NH, HS);
+    size_t stride = (size_t)(NH + 2 * G) * HS, out_stride = (size_t)NH * HS;
+    const floatX* k_rows = qkv + qkv_index(b, 0, h, 1, T, NH, G, HS);   // the group's
+    const floatX* v_rows = qkv + qkv_index(b, 0, h, 2, T, NH, G, HS);
     const FlashHead head = flash_head(HS, alibi, h);
     float lse_log2[2], d[2];   // of this lane's rows
     UNROLL
@@ -2082,7 +2164,7 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_q_kern
 
     int last_row = t0 + FLASH_ROWS < T ? t0 + FLASH_ROWS - 1 : T - 1;
     int steps = last_row / FLASH_STEP + 1;   // causal: up to the tile's last row
-    flash_copy_rows<HS, FLASH_ROWS>(q, qkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, t0, T);
+    flash_copy_rows<HS, FLASH_ROWS>(q, qkv + qkv_index(b, 0, h, 0, T, NH, G, HS), stride, t0, T);
     flash_copy_rows<HS, FLASH_ROWS>(dO, dout + (size_t)b * T * out_stride + (size_t)h * HS, out_stride, t0, T);
     flash_copy_rows<HS, FLASH_STEP>(k, k_rows, stride, 0, T);
     flash_copy_rows<HS, FLASH_STEP>(v, v_rows, stride, 0, T);
@@ -2105,7 +2187,7 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_q_kern
         warp_product_pb<HS, FLASH_STEP>(dq, dp, k + buffer * step_tile);   // dQ += dS K
         __syncthreads();   // every warp is done with this buffer before the next copy into it
     }
-    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 0, T, NH, HS), stride, dq, row0, T);
+    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 0, T, NH, G, HS), stride, dq, row0, T);
 }
 
 // ---- the launches
@@ -2140,16 +2222,17 @@ static void allow_shared_bytes(Kernel* kernel, size_t bytes) {
 }
 
 template <int HS>
-static void attention_forward_flash_at(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, Alibi alibi) {
+static void attention_forward_flash_at(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int G, Alibi alibi) {
     static size_t allowed = 0;
     size_t bytes = flash_shared_bytes(HS, 1);
     if (allowed != bytes) allow_shared_bytes(attention_forward_flash_kernel<HS>, bytes), allowed = bytes;
-    LAUNCH(attention_forward_flash_kernel<HS>, B * NH * CEIL_DIV(T, FLASH_ROWS), FLASH_THREADS, bytes, out, lse, qkv, T, NH, alibi);
+    LAUNCH(attention_forward_flash_kernel<HS>, B * NH * CEIL_DIV(T, FLASH_ROWS), FLASH_THREADS, bytes,
+           out, lse, qkv, T, NH, G, alibi);
 }
 
 template <int HS>
 static void attention_backward_flash_at(floatX* dqkv, const float* D, const floatX* dout, const floatX* qkv,
-                                        const float* lse, int B, int T, int NH, Alibi alibi) {
+                                        const float* lse, int B, int T, int NH, int G, Alibi alibi) {
     static size_t allowed = 0;
     size_t bytes = flash_shared_bytes(HS, 0);
     if (allowed != bytes) {
@@ -2157,83 +2240,88 @@ static void attention_backward_flash_at(floatX* dqkv, const float* D, const floa
         allow_shared_bytes(attention_backward_flash_q_kernel<HS>, bytes);
         allowed = bytes;
     }
-    int blocks = B * NH * CEIL_DIV(T, FLASH_ROWS);
-    LAUNCH(attention_backward_flash_kv_kernel<HS>, blocks, FLASH_THREADS, bytes, dqkv, dout, qkv, lse, D, T, NH, alibi);
-    LAUNCH(attention_backward_flash_q_kernel<HS>, blocks, FLASH_THREADS, bytes, dqkv, dout, qkv, lse, D, T, NH, alibi);
+    int tiles = CEIL_DIV(T, FLASH_ROWS);   // a block per key tile of each (b, group), per query tile of each (b, head)
+    LAUNCH(attention_backward_flash_kv_kernel<HS>, B * G * tiles, FLASH_THREADS, bytes, dqkv, dout, qkv, lse, D, T, NH, G, alibi);
+    LAUNCH(attention_backward_flash_q_kernel<HS>, B * NH * tiles, FLASH_THREADS, bytes, dqkv, dout, qkv, lse, D, T, NH, G, alibi);
 }
 
-static void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS, Alibi alibi) {
+static void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int G, int HS,
+                                    Alibi alibi) {
     check_flash_arguments(HS, qkv, qkv);
-    if (HS == 64) attention_forward_flash_at<64>(out, lse, qkv, B, T, NH, alibi);
-    else attention_forward_flash_at<128>(out, lse, qkv, B, T, NH, alibi);
+    if (HS == 64) attention_forward_flash_at<64>(out, lse, qkv, B, T, NH, G, alibi);
+    else attention_forward_flash_at<128>(out, lse, qkv, B, T, NH, G, alibi);
 }
 
 // D: B * NH * T floats of scratch; out and lse: the forward's
 static void attention_backward_flash(floatX* dqkv, float* D, const floatX* dout, const floatX* qkv, const floatX* out,
-                                     const float* lse, int B, int T, int NH, int HS, Alibi alibi) {
+                                     const float* lse, int B, int T, int NH, int G, int HS, Alibi alibi) {
     check_flash_arguments(HS, qkv, dout);
     LAUNCH(attention_backward_flash_d_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0, D, dout, out, B, T, NH, HS);
-    if (HS == 64) attention_backward_flash_at<64>(dqkv, D, dout, qkv, lse, B, T, NH, alibi);
-    else attention_backward_flash_at<128>(dqkv, D, dout, qkv, lse, B, T, NH, alibi);
+    if (HS == 64) attention_backward_flash_at<64>(dqkv, D, dout, qkv, lse, B, T, NH, G, alibi);
+    else attention_backward_flash_at<128>(dqkv, D, dout, qkv, lse, B, T, NH, G, alibi);
 }
 // The layer's layout decides which attention runs: lse given (the fused kernels keep the
 // log-sum-exp), or att (the cuBLAS path keeps the probabilities).
 static void attention_forward(floatX* out, floatX* att, float* lse, floatX* scratch, const floatX* qkv,
-                              int B, int T, int NH, int HS, Alibi alibi) {
-    if (lse) attention_forward_flash(out, lse, qkv, B, T, NH, HS, alibi);
-    else attention_forward_unfused(out, att, scratch, qkv, B, T, NH, HS, alibi);
+                              int B, int T, int NH, int G, int HS, Alibi alibi) {
+    if (lse) attention_forward_flash(out, lse, qkv, B, T, NH, G, HS, alibi);
+    else attention_forward_unfused(out, att, scratch, qkv, B, T, NH, G, HS, alibi);
 }
 
 static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
-                               const floatX* att, const float* lse, int B, int T, int NH, int HS, Alibi alibi) {
-    if (lse) attention_backward_flash(dqkv, (float*)scratch, dout, qkv, out, lse, B, T, NH, HS, alibi);
-    else attention_backward_unfused(dqkv, scratch, dout, qkv, att, B, T, NH, HS);
+                               const floatX* att, const float* lse, int B, int T, int NH, int G, int HS, Alibi alibi) {
+    if (lse) attention_backward_flash(dqkv, (float*)scratch, dout, qkv, out, lse, B, T, NH, G, HS, alibi);
+    else attention_backward_unfused(dqkv, scratch, dout, qkv, att, B, T, NH, G, HS);
 }
 // selective recomputation's pass: the probabilities again, for the backward (the cuBLAS path
 // alone: the fused attention keeps none, and its backward recomputes them itself)
-static void attention_probabilities(floatX* att, floatX* scratch, const floatX* qkv, int B, int T, int NH, int HS,
+static void attention_probabilities(floatX* att, floatX* scratch, const floatX* qkv, int B, int T, int NH, int G, int HS,
                                     Alibi alibi) {
-    attention_probabilities_unfused(att, scratch, qkv, B, T, NH, HS, alibi);
+    attention_probabilities_unfused(att, scratch, qkv, B, T, NH, G, HS, alibi);
 }
 #else
 static int flash_attention_runs_here(void) { return 1; }   // the CPU build plans for any GPU
 
 // one C attention: the layout's lse (never planned on this build) and out are not needed
-#define attention_forward(out, att, lse, scratch, qkv, B, T, NH, HS, alibi) attention_forward_cpu(out, att, qkv, B, T, NH, HS, alibi)
-#define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, HS, alibi) \
-    attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, NH, HS)
-#define attention_probabilities(att, scratch, qkv, B, T, NH, HS, alibi) attention_probabilities_cpu(att, qkv, B, T, NH, HS, alibi)
+#define attention_forward(out, att, lse, scratch, qkv, B, T, NH, G, HS, alibi) \
+    attention_forward_cpu(out, att, qkv, B, T, NH, G, HS, alibi)
+#define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, G, HS, alibi) \
+    attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, NH, G, HS)
+#define attention_probabilities(att, scratch, qkv, B, T, NH, G, HS, alibi) \
+    attention_probabilities_cpu(att, qkv, B, T, NH, G, HS, alibi)
 #endif
 
 // ----------------------------------------------------------------------------
 // generation's attention: a KV cache (what every decoder's inference keeps; Megatron-LM's
 // InferenceParams, transformers' past_key_values)
 // One sequence is decoded a few rows at a time. The keys and values of every position so far
-// stay in a per-layer cache [max_len, 2 * NH * HS]: position t's row holds this rank's NH heads'
-// keys side by side, then their values. The n new rows at positions [pos0, pos0 + n) append
+// stay in a per-layer cache [max_len, 2 * G * HS]: position t's row holds this rank's G key
+// heads side by side, then the G value heads (G = NH without grouped-query attention: a
+// group's query heads share its cached key and value). The n new rows at positions [pos0, pos0 + n) append
 // theirs (kv_cache_append), and query pos0 + i attends to the cache's keys 0 .. pos0 + i
 // (attention_decode): the causal rule of the training attention, with ALiBi's bias as
 // alibi_bias adds it there. A new token costs one position, not the whole prefix again.
 
-HOST_DEVICE static inline size_t kv_cache_index(int t, int h, int which, int NH, int HS) {
-    return (size_t)t * 2 * NH * HS + (size_t)which * NH * HS + (size_t)h * HS;   // which: 0 key, 1 value
+HOST_DEVICE static inline size_t kv_cache_index(int t, int g, int which, int G, int HS) {
+    return (size_t)t * 2 * G * HS + (size_t)which * G * HS + (size_t)g * HS;   // which: 0 key, 1 value
 }
 
-// the n rows' keys and values (qkv [n, 3 * NH * HS], one sequence) into the cache's rows pos0 ..
-static void kv_cache_append_cpu(float* cache, const float* qkv, int n, int pos0, int NH, int HS) {
+// the n rows' keys and values (qkv [n, (NH + 2G) * HS], one sequence) into the cache's rows pos0 ..
+static void kv_cache_append_cpu(float* cache, const float* qkv, int n, int pos0, int NH, int G, int HS) {
     #pragma omp parallel for
     for (int i = 0; i < n; i++)
-        for (int h = 0; h < NH; h++)
+        for (int g = 0; g < G; g++)
             for (int which = 0; which < 2; which++) {
-                const float* src = qkv + qkv_index(0, i, h, 1 + which, n, NH, HS);
-                float* dst = cache + kv_cache_index(pos0 + i, h, which, NH, HS);
+                const float* src = qkv + qkv_group_index(0, i, g, NH / G + which, n, NH, G, HS);
+                float* dst = cache + kv_cache_index(pos0 + i, g, which, G, HS);
                 for (int d = 0; d < HS; d++) dst[d] = src[d];
             }
 }
 
-// query q against the cached key of position t2, scaled, with ALiBi's bias for query position t
-static float decode_score(const float* q, const float* cache, int t, int t2, int h, int NH, int HS, Alibi alibi) {
-    const float* k = cache + kv_cache_index(t2, h, 0, NH, HS);
+// query q of head h (of group g) against the cached key of position t2, scaled, with ALiBi's
+// bias for query position t
+static float decode_score(const float* q, const float* cache, int t, int t2, int h, int g, int G, int HS, Alibi alibi) {
+    const float* k = cache + kv_cache_index(t2, g, 0, G, HS);
     float s = 0.0f;
     #pragma omp simd reduction(+ : s)
     for (int d = 0; d < HS; d++) s += q[d] * k[d];
@@ -2243,20 +2331,20 @@ static float decode_score(const float* q, const float* cache, int t, int t2, int
 // out[n, NH * HS]: softmax over the keys 0 .. pos0 + i of query i's scores, times the values.
 // Two passes over the keys: their largest score (a stable softmax), then the weights and the
 // weighted sum of the values; no scratch.
-static void attention_decode_cpu(float* out, const float* cache, const float* qkv, int n, int pos0, int NH, int HS,
-                                 Alibi alibi) {
+static void attention_decode_cpu(float* out, const float* cache, const float* qkv, int n, int pos0, int NH, int G,
+                                 int HS, Alibi alibi) {
     #pragma omp parallel for collapse(2)
     for (int i = 0; i < n; i++)
         for (int h = 0; h < NH; h++) {
-            int t = pos0 + i;
-            const float* q = qkv + qkv_index(0, i, h, 0, n, NH, HS);
+            int t = pos0 + i, g = h / (NH / G);
+            const float* q = qkv + qkv_index(0, i, h, 0, n, NH, G, HS);
             float* o = out + ((size_t)i * NH + h) * HS;
             float maxval = -INFINITY, sum = 0.0f;
-            for (int t2 = 0; t2 <= t; t2++) maxval = fmaxf(maxval, decode_score(q, cache, t, t2, h, NH, HS, alibi));
+            for (int t2 = 0; t2 <= t; t2++) maxval = fmaxf(maxval, decode_score(q, cache, t, t2, h, g, G, HS, alibi));
             for (int d = 0; d < HS; d++) o[d] = 0.0f;
             for (int t2 = 0; t2 <= t; t2++) {
-                float w = expf(decode_score(q, cache, t, t2, h, NH, HS, alibi) - maxval);
-                const float* v = cache + kv_cache_index(t2, h, 1, NH, HS);
+                float w = expf(decode_score(q, cache, t, t2, h, g, G, HS, alibi) - maxval);
+                const float* v = cache + kv_cache_index(t2, g, 1, G, HS);
                 sum += w;
                 for (int d = 0; d < HS; d++) o[d] += w * v[d];
             }
@@ -2266,11 +2354,11 @@ static void attention_decode_cpu(float* out, const float* cache, const float* qk
 
 #ifdef __CUDACC__
 // one thread per element of the n new cache rows
-__global__ void kv_cache_append_kernel(floatX* cache, const floatX* qkv, int n, int pos0, int NH, int HS) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, row = 2 * (size_t)NH * HS;
+__global__ void kv_cache_append_kernel(floatX* cache, const floatX* qkv, int n, int pos0, int NH, int G, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, row = 2 * (size_t)G * HS;
     if (idx >= (size_t)n * row) return;
-    int i = (int)(idx / row), r = (int)(idx % row), which = r / (NH * HS), h = r / HS % NH, d = r % HS;
-    cache[(size_t)(pos0 + i) * row + r] = qkv[qkv_index(0, i, h, 1 + which, n, NH, HS) + d];
+    int i = (int)(idx / row), r = (int)(idx % row), which = r / (G * HS), g = r / HS % G, d = r % HS;
+    cache[(size_t)(pos0 + i) * row + r] = qkv[qkv_group_index(0, i, g, NH / G + which, n, NH, G, HS) + d];
 }
 
 // One block of DECODE_BLOCK threads per (query i, head h). Warp w takes the keys w, w + warps,
@@ -2281,10 +2369,10 @@ __global__ void kv_cache_append_kernel(floatX* cache, const floatX* qkv, int n, 
 #define DECODE_BLOCK 256
 #define DECODE_DIMS 8
 __global__ void attention_decode_kernel(floatX* out, const floatX* cache, const floatX* qkv, int n, int pos0, int NH,
-                                        int HS, Alibi alibi) {
-    int i = blockIdx.x / NH, h = blockIdx.x % NH, t = pos0 + i;
+                                        int G, int HS, Alibi alibi) {
+    int i = blockIdx.x / NH, h = blockIdx.x % NH, t = pos0 + i, g = h / (NH / G);
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    const floatX* q = qkv + qkv_index(0, i, h, 0, n, NH, HS);
+    const floatX* q = qkv + qkv_index(0, i, h, 0, n, NH, G, HS);
     float scale = 1.0f / sqrtf((float)HS), qr[DECODE_DIMS], o[DECODE_DIMS], m = -INFINITY, l = 0.0f;
     for (int k = 0; k < DECODE_DIMS; k++) {
         int d = lane + 32 * k;
@@ -2292,8 +2380,8 @@ __global__ void attention_decode_kernel(floatX* out, const floatX* cache, const 
         o[k] = 0.0f;
     }
     for (int t2 = warp; t2 <= t; t2 += warps) {   // the same keys for every lane of the warp
-        const floatX* key = cache + kv_cache_index(t2, h, 0, NH, HS);
-        const floatX* value = cache + kv_cache_index(t2, h, 1, NH, HS);
+        const floatX* key = cache + kv_cache_index(t2, g, 0, G, HS);
+        const floatX* value = cache + kv_cache_index(t2, g, 1, G, HS);
         float s = 0.0f;
         for (int k = 0; k < DECODE_DIMS; k++)
             if (lane + 32 * k < HS) s += qr[k] * floatX_to_float(key[lane + 32 * k]);
@@ -2315,15 +2403,15 @@ __global__ void attention_decode_kernel(floatX* out, const floatX* cache, const 
         }
 }
 
-static void kv_cache_append(floatX* cache, const floatX* qkv, int n, int pos0, int NH, int HS) {
-    LAUNCH(kv_cache_append_kernel, CEIL_DIV((size_t)n * 2 * NH * HS, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
-           cache, qkv, n, pos0, NH, HS);
+static void kv_cache_append(floatX* cache, const floatX* qkv, int n, int pos0, int NH, int G, int HS) {
+    LAUNCH(kv_cache_append_kernel, CEIL_DIV((size_t)n * 2 * G * HS, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0,
+           cache, qkv, n, pos0, NH, G, HS);
 }
 
-static void attention_decode(floatX* out, const floatX* cache, const floatX* qkv, int n, int pos0, int NH, int HS,
+static void attention_decode(floatX* out, const floatX* cache, const floatX* qkv, int n, int pos0, int NH, int G, int HS,
                              Alibi alibi) {
     if (HS > 32 * DECODE_DIMS) fail("attention_decode: head size %d, above %d", HS, 32 * DECODE_DIMS);
-    LAUNCH(attention_decode_kernel, n * NH, DECODE_BLOCK, 0, out, cache, qkv, n, pos0, NH, HS, alibi);
+    LAUNCH(attention_decode_kernel, n * NH, DECODE_BLOCK, 0, out, cache, qkv, n, pos0, NH, G, HS, alibi);
 }
 #else
 #define kv_cache_append kv_cache_append_cpu
@@ -2344,11 +2432,8 @@ static void attention_decode(floatX* out, const floatX* cache, const floatX* qkv
 // inv_freq is rounded once from fp64 (one pow per thread on the GPU, where --use_fast_math
 // would make powf coarse enough to move the angle of position 4096 by ~1e-2).
 //
-// The qkv layout with grouped-query attention (Megatron's): a token's row is G groups, each
-// [the NH/G query heads of the group, the group's k head, its v head], HS wide each, so
-// (NH + 2G) x HS in all. Without GQA (G = NH) that is [q, k, v] per head: qkv_index's layout.
-// qkv_group_index gives the offset of slot `slot` (0 .. NH/G - 1: the queries, NH/G: k,
-// NH/G + 1: v) of group g of token (b, t).
+// qkv is the attention's layout (Megatron's grouped-query one, qkv_group_index): a token's row
+// is G groups, each [the NH/G query heads of the group, the group's k head, its v head].
 //
 // Why a separate in-place pass rather than rotating inside the fused attention's tile loads:
 // the rotated k is what the KV cache keeps for decoding, what the unfused (cuBLAS) path, the
@@ -2358,10 +2443,6 @@ static void attention_decode(floatX* out, const floatX* cache, const floatX* qkv
 // at load would recompute the sines T / FLASH_ROWS times over, and the backward would need the
 // inverse rotation on dq and dk on the way out of three kernels. The cost here is one read and
 // one write of q and k, (NH + G) x HS per token, small beside the attention itself.
-
-HOST_DEVICE static inline size_t qkv_group_index(int b, int t, int g, int slot, int T, int NH, int G, int HS) {
-    return (size_t)(b * T + t) * (NH + 2 * G) * HS + ((size_t)g * (NH / G + 2) + slot) * HS;
-}
 
 // inv_freq[i] = base^(-2i / r), rounded once to fp32
 HOST_DEVICE static inline float rope_inv_freq(int i, int rotary_dims, float base) {

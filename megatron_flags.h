@@ -6,9 +6,7 @@ it (docs/flags.md), and the did-you-mean of an unknown flag searches it.
   - accepted: the flag (with these values) asks for what gridgpt always does; the trainer
     says so in one start-up line and goes on (a few stand for one of gridgpt's own flags:
     the `as` column);
-  - refused: what Megatron would do is not in gridgpt; the error line names it;
-  - later: refused for now, Llama's architecture (issue 38): one row each, to delete as the
-    model learns them.
+  - refused: what Megatron would do is not in gridgpt; the error line names it.
 
 Rules it keeps: facts about Megatron's flags (their names, values, defaults and what they do),
 never its code; a flag of gridgpt's own is never a row, except for a value of it that gridgpt's
@@ -20,7 +18,7 @@ own choices lack (config.h consults the rows only where its own parse refused).
 // the table
 
 typedef enum { MEGATRON_SWITCH, MEGATRON_VALUE, MEGATRON_LIST } MegatronArity;   // LIST: every value up to the next flag
-typedef enum { MEGATRON_ACCEPTED, MEGATRON_REFUSED, MEGATRON_LATER } MegatronVerdict;
+typedef enum { MEGATRON_ACCEPTED, MEGATRON_REFUSED } MegatronVerdict;
 
 typedef struct {
     const char* flag;      // Megatron's spelling; "--moe-*": every flag of that prefix
@@ -37,7 +35,6 @@ typedef struct {
 #define ACCEPT(flag, arity, values, text) {flag, MEGATRON_##arity, values, MEGATRON_ACCEPTED, text, NULL},
 #define ACCEPT_AS(flag, arity, values, as, text) {flag, MEGATRON_##arity, values, MEGATRON_ACCEPTED, text, as},
 #define REFUSE(flag, arity, values, text) {flag, MEGATRON_##arity, values, MEGATRON_REFUSED, text, NULL},
-#define LATER(flag, arity, values, text) {flag, MEGATRON_##arity, values, MEGATRON_LATER, text, NULL},
 
 // A flag's rows in order: the first whose values match decides (a row of given values, then the
 // row of any other value). Megatron's defaults are in the texts where they matter.
@@ -148,32 +145,16 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
            "probabilities in training (default 0.1; gridgpt has no dropout: give 0)")
     ACCEPT("--kv-channels", VALUE, NULL, "the head size, which is --hidden-size / --num-attention-heads in gridgpt "
            "(config.h refuses a --kv-channels that differs)")
-    LATER("--group-query-attention", SWITCH, NULL, "grouped-query attention: Megatron-LM would share each key and "
-          "value head among a group of query heads")
-    LATER("--num-query-groups", VALUE, NULL, "grouped-query attention: Megatron-LM's count of key and value heads")
-    LATER("--swiglu", SWITCH, NULL, "SwiGLU: Megatron-LM would gate the MLP with SiLU instead of GELU")
-    LATER("--untie-embeddings-and-output-weights", SWITCH, NULL, "untied output weights: Megatron-LM would give the "
-          "output layer its own matrix instead of the embedding's")
-    LATER("--disable-bias-linear", SWITCH, NULL, "linear layers without biases: Megatron-LM would drop the biases of "
-          "every linear layer")
-    LATER("--position-embedding-type", VALUE, "rope", "rotary position embeddings (RoPE): Megatron-LM would rotate the "
-          "queries and keys by position instead of adding learned positions")
     REFUSE("--position-embedding-type", VALUE, NULL, "other position embeddings: Megatron-LM's relative, multimodal "
-           "rotary (mrope) or none (gridgpt: learned_absolute, alibi)")
-    LATER("--use-rotary-position-embeddings", SWITCH, NULL, "rotary position embeddings (RoPE): the old spelling of "
-          "--position-embedding-type rope")
-    LATER("--rotary-base", VALUE, NULL, "rotary position embeddings (RoPE): the base of their frequencies")
-    LATER("--rotary-percent", VALUE, NULL, "rotary position embeddings (RoPE): the fraction of each head they rotate")
-    LATER("--rotary-interleaved", SWITCH, NULL, "rotary position embeddings (RoPE): interleaved pairs")
-    LATER("--use-rope-scaling", SWITCH, NULL, "rotary position embeddings (RoPE): Llama 3.1's frequency scaling")
-    LATER("--rope-scaling-factor", VALUE, NULL, "rotary position embeddings (RoPE): Llama 3.1's scaling factor")
-    LATER("--no-rope-fusion", SWITCH, NULL, "rotary position embeddings (RoPE): their unfused kernel")
-    ACCEPT("--normalization", VALUE, "LayerNorm", "LayerNorm, gridgpt's normalization")
-    LATER("--normalization", VALUE, NULL, "RMSNorm: Megatron-LM would normalize by the root mean square, without "
-          "centring or a bias")
-    ACCEPT("--norm-epsilon", VALUE, "1e-5", "LayerNorm's epsilon is 1e-5 in gridgpt (Megatron-LM's default)")
-    LATER("--norm-epsilon", VALUE, NULL, "another normalization epsilon: Megatron-LM would add it to the variance "
-          "(gridgpt's is 1e-5)")
+           "rotary (mrope) or none (gridgpt: learned_absolute, alibi, rope)")
+    ACCEPT_AS("--use-rotary-position-embeddings", SWITCH, NULL, "--position-embedding-type rope", "taken as "
+              "--position-embedding-type rope (Megatron-LM's old spelling)")
+    REFUSE("--rotary-interleaved", SWITCH, NULL, "interleaved rotary pairs: Megatron-LM would turn dims (2i, 2i + 1) "
+           "together (gridgpt turns dim i with i + r/2: Megatron-LM's default and Hugging Face Llama's)")
+    REFUSE("--use-rope-scaling", SWITCH, NULL, "rotary frequency scaling: Megatron-LM would stretch the low "
+           "frequencies as Llama 3.1 (gridgpt: the plain frequencies of Llama 2 and 3)")
+    REFUSE("--rope-scaling-factor", VALUE, NULL, "rotary frequency scaling: Llama 3.1's factor (see --use-rope-scaling)")
+    ACCEPT("--no-rope-fusion", SWITCH, NULL, "gridgpt's rotary embedding is its own kernel, one pass over q and k")
     REFUSE("--apply-layernorm-1p", SWITCH, NULL, "zero-centred LayerNorm weights: Megatron-LM would store each "
            "LayerNorm weight as 1 + w")
     REFUSE("--apply-residual-connection-post-layernorm", SWITCH, NULL, "post-LayerNorm residuals: Megatron-LM would "

@@ -2,8 +2,8 @@
 plan.h — what a run will take before it takes it: the memory plan of every pipeline stage
 (to the byte, from the same plan the model allocates from), the memory a rank may take
 (host, process limits, cgroup; or the GPU), and the planner (--dry-run, --sweep): a cost model
-of one step on a described GPU cluster, the layouts a model and batch allow, and the pipeline
-schedule of a step drawn as text (--print-schedule).
+of one step on a described GPU cluster and the layouts a model and batch allow. The pipeline
+schedule drawn as text (--print-schedule) is print_schedule.h's, below it.
 
 Interface (what train.c uses): StageMemory, stage_memory, plan_stage_memory,
 print_memory_header, print_memory_row, print_attention, print_dp_communication,
@@ -727,31 +727,81 @@ static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp
     return s;
 }
 
-// what one micro-batch's layer forward does (gpt.h block_forward, kernels.cuh's GPU kernels)
-// x: the bytes of a floatX
+// what one micro-batch's layer does (gpt.h block_forward and block_backward, kernels.cuh's GPU
+// kernels), in the model's choices: LayerNorm or RMSNorm, learned positions, ALiBi or rope, a
+// GELU or a SwiGLU MLP, linear biases or none, multi-head or grouped-query attention (the QKV
+// product's width, qkv_local, is (heads + 2 groups) x the head size). x: the bytes of a floatX.
+
 // with sequence parallelism, each rank adding a row-parallel linear's bias to its R rows of C
-// (rows_add_forward: the rows read and written, the bias read once a row)
+// (rows_add_forward: the rows read and written, the bias read once a row); no biases, no adds
 static void charge_bias_adds(StageCost* c, const GPT* m, double x, int count) {
     double R = m->residual_rows, C = m->cfg.hidden_size;
-    if (m->sequence_parallel) charge_kernel(c, "bias and position adds (sequence parallel)", count, count * 3.0 * R * C * x);
+    if (m->sequence_parallel && !m->cfg.disable_bias_linear)
+        charge_kernel(c, "bias and position adds (sequence parallel)", count, count * 3.0 * R * C * x);
+}
+
+// the normalization's forward of the R residual rows of C (gpt.h norm_forward): the rows read,
+// the output written, its statistics written in fp32: LayerNorm's mean and rstd, RMSNorm's
+// rstd alone (kernels.cuh layernorm_forward, rmsnorm_forward; the weight, C, left out)
+static void charge_norm_forward(StageCost* c, const GPT* m, double x) {
+    double R = m->residual_rows, C = m->cfg.hidden_size;
+    if (uses_rmsnorm(m)) charge_kernel(c, "rmsnorm forward", 1, 2.0 * R * C * x + 4.0 * R);
+    else charge_kernel(c, "layernorm forward", 1, 2.0 * R * C * x + 8.0 * R);
+}
+
+// the residual add and the normalization of its sum (gpt.h residual_norm_forward): LayerNorm's
+// one fused pass (both inputs read, the sum and the output written); RMSNorm's two, the add
+// (residual_forward: two reads, a write) and then the norm of the sum
+static void charge_residual_norm_forward(StageCost* c, const GPT* m, double x) {
+    double R = m->residual_rows, C = m->cfg.hidden_size;
+    if (!uses_rmsnorm(m)) {
+        charge_kernel(c, "residual + layernorm (fused)", 1, 4.0 * R * C * x + 8.0 * R);
+        return;
+    }
+    charge_kernel(c, "residual add", 1, 3.0 * R * C * x);
+    charge_norm_forward(c, m, x);
+}
+
+// The normalization's backward over the [R, C] of the residual rows (gpt.h norm_backward):
+// dout and the input read, dinp read and written, the rows' fp32 statistics read (LayerNorm's
+// mean and rstd, RMSNorm's rstd), then the parameters' partials, one fp32 per 32-row chunk and
+// column, each written and read back by column_partials_add (LayerNorm's weight and bias,
+// RMSNorm's weight alone): kernels.cuh layernorm_backward, rmsnorm_backward, two launches each.
+static double norm_backward_bytes(const GPT* m, double x) {
+    double R = m->residual_rows, C = m->cfg.hidden_size, chunks = ceil(R / 32.0);
+    int rms = uses_rmsnorm(m);
+    return 4.0 * R * C * x + (rms ? 4.0 : 8.0) * R + (rms ? 1.0 : 2.0) * 8.0 * chunks * C;
+}
+
+static void charge_norm_backward(StageCost* c, const GPT* m, int launches, double bytes) {
+    charge_kernel(c, uses_rmsnorm(m) ? "rmsnorm backward" : "layernorm backward", launches, bytes);
+}
+
+// rope (gpt.h rotate_positions, kernels.cuh rope_rotate): the rotated dims of each query and
+// key head of this rank read and written in place, once forward and once backward (on dqkv)
+static void charge_rope(StageCost* c, const GPT* m, double x) {
+    if (m->cfg.position_embedding_type != POSITION_ROPE) return;
+    double N = (double)m->B * m->T, heads = m->heads_local + m->groups_local;
+    charge_kernel(c, "rope (rotary positions, in place)", 1, 2.0 * N * heads * rotated_dims(&m->cfg) * x);
 }
 
 static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
-    double R = m->residual_rows;   // the LayerNorms' and the residual's rows: N, or N / TP (sequence parallelism)
-    double layernorm = 2.0 * R * C * x + 8.0 * R, residual_layernorm = 4.0 * R * C * x + 8.0 * R;
+    double R = m->residual_rows;   // the norms' and the residual's rows: N, or N / TP (sequence parallelism)
     const char* linear = "linear layers forward (cuBLASLt epilogues)";
-    if (i == 0 || !fuses_next_ln1(m, i - 1)) charge_kernel(c, "layernorm forward", 1, layernorm);   // ln1
-    charge_kernel(c, "residual + layernorm (fused)", 1, residual_layernorm);                      // res2, ln2
-    if (fuses_next_ln1(m, i)) charge_kernel(c, "residual + layernorm (fused)", 1, residual_layernorm);   // res3, next ln1
+    if (i == 0 || !fuses_next_ln1(m, i - 1)) charge_norm_forward(c, m, x);   // ln1
+    charge_residual_norm_forward(c, m, x);                                   // res2, ln2
+    if (fuses_next_ln1(m, i)) charge_residual_norm_forward(c, m, x);         // res3, next ln1
     else charge_kernel(c, "residual add", 1, 3.0 * R * C * x);
-    // biases in the epilogue; fc's GELU too, which also writes the pre-activation it keeps
-    charge_matmul(c, linear, N, 3.0 * Cl, C, 1.0, x);   // qkv
-    charge_matmul(c, linear, N, C, Cl, 1.0, x);         // the attention's projection
-    charge_matmul(c, linear, N, Fl, C, 1.0, x);         // fc
-    charge_matmul(c, linear, N, C, Fl, 1.0, x);         // the MLP's projection
-    charge_kernel(c, "GELU epilogue's second output", 0, N * Fl * x);
-    cost_attention(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x, m->build.flash_attention, 0);
+    // biases in the epilogue; GELU's too, which also writes the pre-activation it keeps
+    charge_matmul(c, linear, N, m->qkv_local, C, 1.0, x);   // qkv: (heads + 2 groups) x the head size
+    charge_matmul(c, linear, N, C, Cl, 1.0, x);             // the attention's projection
+    charge_matmul(c, linear, N, m->fc_local, C, 1.0, x);    // fc1 (SwiGLU's gate and up: twice as wide)
+    charge_matmul(c, linear, N, C, Fl, 1.0, x);             // the MLP's projection
+    if (m->cfg.swiglu) charge_kernel(c, "swiglu forward", 1, 3.0 * N * Fl * x);   // gate and up read, out written
+    else charge_kernel(c, "GELU epilogue's second output", 0, N * Fl * x);
+    charge_rope(c, m, x);
+    cost_attention(c, (double)m->B * m->heads_local, m->T, m->head_size, x, m->build.flash_attention, 0);
     // f and g around attention and MLP; with sequence parallelism ln1 and ln2 gathered, the two
     // projections' outputs scattered, each rank adding the biases to its rows
     charge_tensor_parallel_joins(c, m, tp_size, N * C * x, 2, 2, 2);
@@ -766,54 +816,53 @@ static double bias_grad_bytes(int rows, int width, double x) {
     return (double)rows * width * x + 2.0 * partials + 8.0 * width;
 }
 
-// LayerNorm backward over the [R, C] of the residual rows: dout and the input read, dinp read
-// and written, the rows' mean and rstd, the weight and bias partials (2 per 32-row chunk and
-// column) written and read
-static double layernorm_backward_bytes(const GPT* m, double x) {
-    double R = m->residual_rows, C = m->cfg.hidden_size, chunks = ceil(R / 32.0);
-    return 4.0 * R * C * x + 8.0 * R + 2.0 * 8.0 * chunks * C;
-}
-
 static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
     int rows = m->B * m->T, R = m->residual_rows;   // the row-parallel biases' gradients: over the residual rows
     const char* linear = "linear layers backward (cuBLAS)";
-    charge_linear_backward(c, linear, N, C, 3.0 * Cl, x);   // qkv
-    charge_linear_backward(c, linear, N, Cl, C, x);         // the attention's projection
-    charge_linear_backward(c, linear, N, C, Fl, x);         // fc
-    charge_linear_backward(c, linear, N, Fl, C, x);         // the MLP's projection
-    charge_kernel(c, "bias gradients (column sums)", 4, bias_grad_bytes(R, C, x) + bias_grad_bytes(rows, Fl, x) +
-                  bias_grad_bytes(R, C, x) + bias_grad_bytes(rows, 3 * Cl, x));
-    charge_kernel(c, "GELU backward: the DGELU epilogue's aux read", 0, N * Fl * x);   // in fcproj's dinp GEMM
-    charge_kernel(c, "layernorm backward", 4, 2.0 * layernorm_backward_bytes(m, x));
+    charge_linear_backward(c, linear, N, C, m->qkv_local, x);   // qkv
+    charge_linear_backward(c, linear, N, Cl, C, x);             // the attention's projection
+    charge_linear_backward(c, linear, N, C, m->fc_local, x);    // fc1
+    charge_linear_backward(c, linear, N, Fl, C, x);             // the MLP's projection
+    if (!m->cfg.disable_bias_linear)
+        charge_kernel(c, "bias gradients (column sums)", 4, bias_grad_bytes(R, C, x) + bias_grad_bytes(rows, m->fc_local, x) +
+                      bias_grad_bytes(R, C, x) + bias_grad_bytes(rows, m->qkv_local, x));
+    if (m->cfg.swiglu)   // fc1's output (gate and up) and dout read, their gradient written
+        charge_kernel(c, "swiglu backward", 1, 5.0 * N * Fl * x);
+    else charge_kernel(c, "GELU backward: the DGELU epilogue's aux read", 0, N * Fl * x);   // in fcproj's dinp GEMM
+    charge_norm_backward(c, m, 4, 2.0 * norm_backward_bytes(m, x));   // ln2's and ln1's
     if (recomputes_attention_core(m))   // selective: the probabilities again (never the fused attention's)
-        cost_unfused_probabilities(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x);
-    cost_attention(c, (double)m->B * m->heads_local, m->T, Cl / m->heads_local, x, m->build.flash_attention, 1);
+        cost_unfused_probabilities(c, (double)m->B * m->heads_local, m->T, m->head_size, x);
+    cost_attention(c, (double)m->B * m->heads_local, m->T, m->head_size, x, m->build.flash_attention, 1);
+    charge_rope(c, m, x);
     // f's backward twice; with sequence parallelism the projections' output gradients gathered,
     // ln2 and ln1 gathered again for the weight gradients, the input gradients scattered
     charge_tensor_parallel_joins(c, m, tp_size, N * C * x, 2, 4, 2);
 }
 
-// one micro-batch through the stage, forward and backward (the recomputed layers' forward
-// again), with its pipeline sends
 // the embedding's kernels (encoder_forward, encoder_backward; with sequence parallelism the
 // positions added to and their gradient taken from the residual rows alone, rows_add) and
-// its g, or its reduce-scatter and the all-gather of its output's gradient
+// its g, or its reduce-scatter and the all-gather of its output's gradient. Forward: the word
+// embedding's rows (and the positions' when learned) read, the output written; backward: the
+// output's gradient read into the fp32 rows (and again for the positions' gradient).
 static void cost_embedding(StageCost* c, const GPT* m, double x, int tp_size) {
     double N = (double)m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size, T = m->T;
-    if (!m->sequence_parallel) {
-        charge_kernel(c, "embedding", 3, 3.0 * N * C * x + N * C * (2.0 * x + 8.0));   // forward; backward's fp32 rows
+    if (!m->sequence_parallel && m->wpe >= 0) {
+        charge_kernel(c, "embedding", 3, 3.0 * N * C * x + N * C * (2.0 * x + 8.0));
     } else {
         charge_kernel(c, "embedding", 2, 2.0 * N * C * x + N * C * (x + 8.0));   // the word embedding's rows alone
-        if (m->wpe >= 0) charge_kernel(c, "bias and position adds (sequence parallel)", 2, 3.0 * R * C * x + R * C * x + 8.0 * T * C);
+        if (m->sequence_parallel && m->wpe >= 0)
+            charge_kernel(c, "bias and position adds (sequence parallel)", 2, 3.0 * R * C * x + R * C * x + 8.0 * T * C);
     }
     charge_tensor_parallel_joins(c, m, tp_size, N * C * x, 1, 1, 1);
     if (m->cfg.embed_layernorm) {
-        charge_kernel(c, "layernorm forward", 1, 2.0 * R * C * x + 8.0 * R);
-        charge_kernel(c, "layernorm backward", 3, layernorm_backward_bytes(m, x) + R * C * x);   // and zeroing dinp
+        charge_norm_forward(c, m, x);
+        charge_norm_backward(c, m, 3, norm_backward_bytes(m, x) + R * C * x);   // and zeroing dinp first
     }
 }
 
+// one micro-batch through the stage, forward and backward (the recomputed layers' forward
+// again), with its pipeline sends
 static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) {
     double N = (double)m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size, V = m->vocab_local;
     if (m->is_first_stage) cost_embedding(c, m, x, tp_size);
@@ -824,10 +873,11 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
         cost_layer_backward(c, m, x, tp_size);
     }
     if (m->is_last_stage) {
-        charge_kernel(c, "layernorm forward", 1, 2.0 * R * C * x + 8.0 * R);
-        charge_kernel(c, "layernorm backward", 3, layernorm_backward_bytes(m, x) + R * C * x);   // and zeroing dres
-        charge_matmul(c, "logits (cuBLAS)", N, V, C, 1.0, x);             // the tied head: logits = x wte^T
-        charge_linear_backward(c, "logits (cuBLAS)", N, C, V, x);         // dx, and wte's gradient
+        charge_norm_forward(c, m, x);                                            // the final norm
+        charge_norm_backward(c, m, 3, norm_backward_bytes(m, x) + R * C * x);   // and zeroing dres first
+        // the head, logits = x W^T: W the tied word embedding or the output layer, the same product
+        charge_matmul(c, "logits (cuBLAS)", N, V, C, 1.0, x);
+        charge_linear_backward(c, "logits (cuBLAS)", N, C, V, x);   // dx, and W's gradient
         // the loss and dlogits in the forward's pass (kernels.cuh): at TP 1 one kernel, each row read
         // from memory once (again from the cache) and dlogits written; else the statistics' read,
         // the all-reduces' rescale, then the loss's read and the write of dlogits
@@ -954,7 +1004,9 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
     for (int i = 0; i < m->num_tensors && m->sequence_parallel; i++)   // step.h's sequence_parallel_grads_all_reduce
         if (m->tensors[i].split_axis < 0)
             charge_all_reduce(c, "sequence-parallel gradient all-reduce", GROUP_TP, m->tp_size, m->tensors[i].numel * 4.0);
-    if (pp_size > 1 && (m->is_first_stage || m->is_last_stage))
+    // the tied copies of the word embedding, on the first and the last stage (step.h's rule): an
+    // output layer of its own (--untie-embeddings-and-output-weights) has no copy to sum
+    if (pp_size > 1 && (m->is_first_stage || m->is_last_stage) && !m->cfg.untie_embeddings_and_output_weights)
         charge_all_reduce(c, "tied embedding all-reduce", GROUP_EMBEDDING, 2, (double)m->tensors[m->wte].numel * 4.0);
     if (dp_size > 1 && overlap.reduce_bucket > 0) {
         double exposed = overlapped_reduce_seconds(c, m, t_backward, dp_size, overlap.reduce_bucket, &c->reduce_total,
@@ -1292,124 +1344,17 @@ static void print_layer_activations(const Config* a) {
     printf("\n");
 }
 
-// ----------------------------------------------------------------------------
-// --print-schedule: one step's pipeline schedule drawn as text, the way Narayanan et al. 2021
-// draw it (Figs. 3 and 4): each stage's forwards and backwards in the order step.h runs them
-// (the very walk the trainer takes, without a model), each placed at the earliest cell its
-// inputs allow: a forward after the previous virtual stage's forward of the micro-batch, a
-// backward after the next virtual stage's backward (the last one's after its own forward), and
-// each after the stage's work before it. Every forward and backward is one cell (the paper
-// draws a backward twice as long; the bubble's share is the same either way); messages take no
-// time. '.': a cell where the stage runs nothing, the bubble.
-
-typedef struct {
-    int count;
-    Work* work;
-    char* backward;   // 1: a backward, 0: a forward
-} StageOrder;
-
-static void add_to_stage_order(void* ctx, TraceEvent event, Work w) {
-    StageOrder* o = (StageOrder*)ctx;
-    if (event != TRACE_FORWARD && event != TRACE_BACKWARD) return;
-    o->work[o->count] = w;
-    o->backward[o->count++] = event == TRACE_BACKWARD;
-}
-
-// stage p's forwards and backwards in one step of M micro-batches over P stages of v chunks (G at a time)
-static StageOrder stage_order(int p, int P, int v, int G, int M) {
-    StageOrder o = {0, (Work*)mallocCheck(2 * (size_t)M * v * sizeof(Work)), (char*)mallocCheck(2 * (size_t)M * v)};
-    Schedule s = schedule_walk(p, P, v, G, -1, add_to_stage_order, &o);
-    run_schedule(&s, M);
-    return o;
-}
-
-// "F3" / "B3": micro-batch j counted from 1 (as the papers and scripts/trace_schedule.py count),
-// with the chunk's letter where a stage holds several ("F3a")
-static void work_label(char* out, size_t len, Work w, int backward, int v) {
-    char chunk[2] = {(char)('a' + w.chunk), '\0'};
-    snprintf(out, len, "%c%d%s", backward ? 'B' : 'F', w.micro + 1, v > 1 ? chunk : "");
-}
-
-// where place_schedule keeps the cell after the forward (backward 0) or backward (1) of
-// micro-batch `micro` through virtual stage vs ends: -1 until it is placed
-static int* finish_cell(int* finish, int V, int M, int backward, int vs, int micro) {
-    return &finish[((size_t)backward * V + vs) * M + micro];
-}
-
-// The cell each stage's k-th work starts in (cells[p][k]), placing work as its inputs arrive;
-// returns the step's length in cells.
-static int place_schedule(StageOrder* orders, int P, int v, int M, int** cells) {
-    int V = P * v, total = 0, placed = 0, length = 0;
-    int* finish = (int*)mallocCheck(2 * (size_t)V * M * sizeof(int));
-    int* next = (int*)callocCheck(P, sizeof(int));      // each stage's next work to place
-    int* free_at = (int*)callocCheck(P, sizeof(int));   // the cell each stage is free from
-    for (size_t i = 0; i < 2 * (size_t)V * M; i++) finish[i] = -1;
-    for (int p = 0; p < P; p++) total += orders[p].count;
-    while (placed < total) {
-        int progress = 0;
-        for (int p = 0; p < P; p++) {
-            while (next[p] < orders[p].count) {
-                int k = next[p], backward = orders[p].backward[k];
-                Work w = orders[p].work[k];
-                int vs = w.chunk * P + p, ready = 0;   // virtual stage c x P + p
-                if (!backward && vs > 0) ready = *finish_cell(finish, V, M, 0, vs - 1, w.micro);   // its input
-                if (backward)   // its output's gradient; the last virtual stage's own forward made its loss
-                    ready = vs < V - 1 ? *finish_cell(finish, V, M, 1, vs + 1, w.micro) : *finish_cell(finish, V, M, 0, vs, w.micro);
-                if (ready < 0) break;   // not placed yet: another stage first
-                int start = ready > free_at[p] ? ready : free_at[p];
-                cells[p][k] = start;
-                free_at[p] = *finish_cell(finish, V, M, backward, vs, w.micro) = start + 1;
-                if (start + 1 > length) length = start + 1;
-                next[p]++, placed++, progress = 1;
-            }
-        }
-        if (!progress) fail("--print-schedule: no stage can go on (stage 0 at its work %d of %d): the schedule deadlocks",
-                            next[0], orders[0].count);
-    }
-    free(finish);
-    free(next);
-    free(free_at);
-    return length;
-}
-
-static void draw_schedule(const Config* a, int M) {
-    int P = a->pipeline_model_parallel_size, v = virtual_chunks(a), width = 0;
-    StageOrder* orders = (StageOrder*)mallocCheck(P * sizeof(StageOrder));
-    int** cells = (int**)mallocCheck(P * sizeof(int*));
-    char label[32];
-    for (int p = 0; p < P; p++) {
-        orders[p] = stage_order(p, P, v, microbatch_group_size(a), M);
-        cells[p] = (int*)mallocCheck(orders[p].count * sizeof(int));
-    }
-    int length = place_schedule(orders, P, v, M, cells);
-    Work widest = {M - 1, v - 1};
-    work_label(label, sizeof label, widest, 1, v);
-    width = (int)strlen(label) + 1;
-    printf("the schedule of one step (--print-schedule): %s, PP %d, %d micro-batches; F3 = micro-batch 3's forward, B3 "
-           "its backward%s, each one cell; '.': the bubble\n", v > 1 ? "interleaved 1F1B" : "1F1B", P, M,
-           v > 1 ? ", through the stage's first model chunk (a), its second (b), ..." : "");
-    for (int p = 0; p < P; p++) {
-        printf("stage %d: ", p);
-        for (int t = 0, k = 0; t < length; t++) {
-            if (k < orders[p].count && cells[p][k] == t) work_label(label, sizeof label, orders[p].work[k], orders[p].backward[k], v), k++;
-            else snprintf(label, sizeof label, ".");
-            printf("%-*s", t + 1 < length ? width : 0, label);
-        }
-        printf("\n");
-    }
-    printf("bubble of each stage, drawn:");
-    for (int p = 0; p < P; p++)
-        printf(" %d of %d cells (%.1f%%)%s", length - orders[p].count, length, 100.0 * (length - orders[p].count) / length,
-               p + 1 < P ? "," : "");
-    printf("; %s = %d / %d = %.1f%%\n", v > 1 ? "(p - 1) / (v m + p - 1)" : "(p - 1) / (m + p - 1)", P - 1, v * M + P - 1,
-           100.0 * (P - 1) / (v * M + P - 1));
-    for (int p = 0; p < P; p++) {
-        free(orders[p].work);
-        free(orders[p].backward);
-        free(cells[p]);
-    }
-    free(orders);
-    free(cells);
+// The step's tokens per second (global batch x sequence / step) and its model FLOPs utilization:
+// the model's FLOPs without recomputation (what the step must do, PaLM's MFU: Chowdhery et al.
+// 2022, appendix B) per second per GPU, over --hw's dense peak. With recomputation the TFLOPs
+// of the last line count the recomputed forwards too (Narayanan et al. 2021's convention).
+static void print_throughput(const Config* a, const Hardware* hw, const LayoutPlan* L) {
+    double tokens = (double)a->global_batch_size * a->model.seq_length, gpus = (double)L->tp * L->pp * L->dp;
+    double model_flops = flops_per_step(&a->model, a->global_batch_size, 0, 0);
+    printf("throughput: %.0f tokens per second (%.0f per GPU); model FLOPs utilization %.1f%% of %.0f TFLOP/s (%.1f TFLOPs "
+           "per GPU without recomputation)\n", tokens / L->step_seconds, tokens / L->step_seconds / gpus,
+           100.0 * model_flops / L->step_seconds / gpus / (1e12 * hw->peak_tflops), hw->peak_tflops,
+           model_flops / L->step_seconds / gpus / 1e12);
 }
 
 // the precision of the build --dry-run-build plans: the GPU build's 16-bit type (fp16 with --fp16,
@@ -1473,6 +1418,7 @@ static void dry_run_report(const Config* a) {
     print_recomputation_alternatives(a, &hw);
     print_interleaving_alternative(a, &hw);
     print_sequence_parallel_alternative(a, &hw);
+    print_throughput(a, &hw, &L);
     if (L.out_of_memory)
         printf("does not fit: %.1f GiB of ours + %.1f GiB left to CUDA, cuBLAS and NCCL > %.1f GiB\n",
                L.peak_bytes / (1 << 30), hw.reserve_gib, hw.memory_gib);

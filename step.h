@@ -740,7 +740,7 @@ static float global_grad_norm(AdamWState* s) {
 // skipped. Returns the norm before clipping. Unscaling is one more factor in the gradient
 // multiplier AdamW applies anyway; for a power-of-two scale it changes no bit.
 static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, float lr, int* skipped) {
-    if (grid.embedding.size > 1) {   // the two copies of the tied embedding get the sum
+    if (grid.embedding.size > 1 && !model->cfg.untie_embeddings_and_output_weights) {   // the tied copies get the sum
         const TensorDesc* wte = &model->tensors[model->wte];
         all_reduce(&grid.embedding, model->grads + wte->offset, wte->numel, AS_FLOAT, REDUCE_SUM);
     }

@@ -25,6 +25,7 @@ sampling -> the run -> main.
 #include "tensorboard.h"
 #include "megatron_flags.h"
 #include "config.h"
+#include "print_schedule.h"
 #include "plan.h"
 #include <signal.h>
 #include <sys/resource.h>

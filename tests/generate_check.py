@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """tests/generate_check.py LABEL HF_DIR LOG PROMPT MAX_NEW — our greedy generation against
-transformers' on the same model (./train_cpu --export-hf's HF_DIR, GPT2LMHeadModel or
-BloomForCausalLM): model.generate(prompt ids, do_sample=False, max_new_tokens=MAX_NEW), which
-stops at the config's eos (the byte vocabulary's end-of-document, 256), as our default does.
+transformers' on the same model (./train_cpu --export-hf's HF_DIR, GPT2LMHeadModel,
+BloomForCausalLM or LlamaForCausalLM): model.generate(prompt ids, do_sample=False,
+max_new_tokens=MAX_NEW), which stops at the config's eos (the byte vocabulary's
+end-of-document, 256), as our default does.
 
 LOG is ./train_cpu's output for a byte-level model: the sample between the
 '---------- sample' line and the dashes under it is the prompt, then a byte per token, then

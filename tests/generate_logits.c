@@ -3,7 +3,9 @@ tests/generate_logits.c — generation's pieces, through the trainer's own funct
 with generate.h, included as tests/test_model.c does):
   - the KV cache: a sequence decoded a piece at a time (gpt.h's decoding form, generate.h's
     decode_forward) gives at every position the logits a full forward of the whole sequence
-    gives, for a GPT-2 model (learned positions) and a BLOOM one (embedding LayerNorm, ALiBi);
+    gives, for a GPT-2 model (learned positions), a BLOOM one (embedding LayerNorm, ALiBi) and a
+    Llama one (rotary positions from the cache's end, 4 query heads sharing 2 cached K/V heads,
+    RMSNorm, SwiGLU, untied, no biases);
     one token at a time and in pieces of several rows (a prefill); launched on N processes, the
     model is split over N tensor ranks, with and without sequence parallelism (which decoding
     turns off and back on);
@@ -17,7 +19,11 @@ usage: mpirun -np N tests/build/generate_logits   (N = 1 or 2)
 #include "../train.c"
 #include "test.h"
 
-static GPTConfig small_config(int bloom) {
+enum { GPT2, BLOOM, LLAMA };
+static const char* const MODEL_NAMES[] = {"GPT-2 (learned positions)", "BLOOM (embedding LayerNorm, ALiBi)",
+                                          "Llama (rope, grouped-query attention, RMSNorm, SwiGLU, untied)"};
+
+static GPTConfig small_config(int model) {
     GPTConfig c = gpt_default_config();
     c.num_layers = 3;
     c.hidden_size = 24;
@@ -30,9 +36,15 @@ static GPTConfig small_config(int bloom) {
     c.padded_vocab_size = padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by, grid.tp_size);
     c.init_method_std = 0.3f;   // large: logits that differ, attention that is not uniform
     c.seed = 11;
-    if (bloom) {
+    if (model == BLOOM) {
         c.embed_layernorm = 1;
         c.position_embedding_type = POSITION_ALIBI;
+    }
+    if (model == LLAMA) {
+        c.position_embedding_type = POSITION_ROPE;
+        c.normalization = NORM_RMSNORM;
+        c.swiglu = c.group_query_attention = c.untie_embeddings_and_output_weights = c.disable_bias_linear = 1;
+        c.num_query_groups = 2;
     }
     return c;
 }
@@ -40,8 +52,8 @@ static GPTConfig small_config(int bloom) {
 // The logits of a full forward of T tokens, then those of the same tokens decoded in pieces
 // (pieces[] rows each, summing to T): the decode's last row of each piece against the full
 // forward's row there. Relative to the largest logit: fp32 sums in another order, ~1e-6.
-static void decode_matches_full_forward(int bloom, int sequence_parallel, const int* pieces, int count, const char* how) {
-    GPTConfig c = small_config(bloom);
+static void decode_matches_full_forward(int model, int sequence_parallel, const int* pieces, int count, const char* how) {
+    GPTConfig c = small_config(model);
     c.sequence_parallel = sequence_parallel;
     int T = c.seq_length, V = c.padded_vocab_size / grid.tp_size;
     GPT m;
@@ -74,7 +86,7 @@ static void decode_matches_full_forward(int bloom, int sequence_parallel, const 
     all_reduce_host(&grid.world, all, 2, REDUCE_MAX);
     char name[256];
     snprintf(name, sizeof(name), "KV-cache decode %s = a full forward's logits at every position, %s, TP %d%s", how,
-             bloom ? "BLOOM (embedding LayerNorm, ALiBi)" : "GPT-2 (learned positions)", grid.tp_size,
+             MODEL_NAMES[model], grid.tp_size,
              sequence_parallel && grid.tp_size > 1 ? " with sequence parallelism" : "");
     check(all[0] <= 1e-5 && all[1] == 0.0, name, "worst error %.3g of the largest logit%s", all[0],
           all[1] != 0.0 ? "; the training shape was not restored" : "");
@@ -118,10 +130,10 @@ int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     grid_build(grid.world_size, 1);
     int one_by_one[12] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, prefill[4] = {5, 1, 4, 2}, sp_prefill[5] = {6, 1, 2, 1, 2};
-    for (int bloom = 0; bloom < 2; bloom++) {
-        decode_matches_full_forward(bloom, 0, one_by_one, 12, "one token at a time");
-        decode_matches_full_forward(bloom, 0, prefill, 4, "in pieces of 5, 1, 4, 2");
-        if (grid.tp_size > 1) decode_matches_full_forward(bloom, 1, sp_prefill, 5, "in pieces of 6, 1, 2, 1, 2");
+    for (int model = GPT2; model <= LLAMA; model++) {
+        decode_matches_full_forward(model, 0, one_by_one, 12, "one token at a time");
+        decode_matches_full_forward(model, 0, prefill, 4, "in pieces of 5, 1, 4, 2");
+        if (grid.tp_size > 1) decode_matches_full_forward(model, 1, sp_prefill, 5, "in pieces of 6, 1, 2, 1, 2");
     }
     if (grid.world_rank == 0) sampler_rules();
     int status = tests_summary();

@@ -2,16 +2,20 @@
 """tests/hf_models.py — transformers' side of the Hugging Face import check (run by tests/test_hf.sh).
 
 usage: hf_models.py make OUT
-         writes OUT/NAME/ for each model of MODELS: a randomly initialized GPT2LMHeadModel or
-         BloomForCausalLM (every parameter perturbed, LayerNorms and biases included, so none is
-         a trivial 1 or 0), saved by save_pretrained (safetensors) in its dtype, sharded where
+         writes OUT/NAME/ for each model of MODELS: a randomly initialized GPT2LMHeadModel,
+         BloomForCausalLM or LlamaForCausalLM (every parameter perturbed, norms and biases included,
+         so none is a trivial 1 or 0), saved by save_pretrained (safetensors) in its dtype, sharded where
          asked; OUT/NAME/tokens.txt, 2T+1 token ids; OUT/NAME/loss.txt, transformers' mean loss
-         (fp32) over the two samples tokens[0..T] and tokens[T..2T]; and OUT/bad/CASE/, the
+         (fp32, the saved model read back) over the two samples tokens[0..T] and tokens[T..2T]; and OUT/bad/CASE/, the
          variants every refusal is checked on (one thing wrong each), and OUT/good/CASE/, variants
-         that must import (no "transformer." prefix with GPT-2's mask buffers, a tied lm_head).
+         that must import (no "transformer." prefix with GPT-2's mask buffers, a tied lm_head,
+         Llama's config without num_key_value_heads).
        hf_models.py same HF_DIR EXPORT_DIR
          every tensor of HF_DIR's model (names with or without "transformer.") equals the export's
          bit for bit; an F16 or BF16 tensor, its exact fp32 upcast. One PASS/FAIL line.
+       hf_models.py loss EXPORT_DIR TOKENS_FILE
+         loads EXPORT_DIR with from_pretrained (refusing missing, unexpected or mismatched keys)
+         and prints its mean loss (fp32) over the two samples of the tokens, as `make` does.
 """
 import json
 import os
@@ -21,7 +25,8 @@ import sys
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel
+from transformers import (AutoModelForCausalLM, BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM)
 
 T = 16  # tokens per sample
 # name: (architecture, config, dtype, max_shard_size or None)
@@ -39,6 +44,15 @@ MODELS = {
     # 3 heads of 40, fp16, sharded
     "bloom_f16_sharded": ("bloom", dict(vocab_size=1001, hidden_size=120, n_layer=2, n_head=3, hidden_dropout=0.1),
                           torch.float16, "60KB"),
+    # grouped-query attention: 4 heads of 16 sharing 2 key/value heads; tied; rope_theta a float
+    # (500000.0, as Llama 3 writes it); an MLP width that is not Megatron's 8h/3 default
+    "llama_f32": ("llama", dict(vocab_size=1001, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=True), torch.float32, None),
+    # bf16, sharded, untied, 4 heads of 32 and as many key/value heads (multi-head), LlamaConfig's eps
+    "llama_bf16_sharded": ("llama", dict(vocab_size=777, hidden_size=128, intermediate_size=200, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
+                                         tie_word_embeddings=False), torch.bfloat16, "200KB"),
 }
 
 
@@ -46,6 +60,8 @@ def make_model(arch, kwargs, seed):
     torch.manual_seed(seed)
     if arch == "gpt2":
         model = GPT2LMHeadModel(GPT2Config(**kwargs))
+    elif arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**kwargs))
     else:
         model = BloomForCausalLM(BloomConfig(**kwargs))
     with torch.no_grad():
@@ -99,8 +115,10 @@ def make(out):
         model.save_pretrained(d, max_shard_size=shard) if shard else model.save_pretrained(d)
         with open(os.path.join(d, "tokens.txt"), "w") as f:
             f.write(" ".join(map(str, tokens)) + "\n")
+        # the loss of the saved model read back in fp32: a model cast back with .float() would keep
+        # Llama's rope frequencies (a buffer) rounded to its dtype, which from_pretrained computes anew
         with open(os.path.join(d, "loss.txt"), "w") as f:
-            f.write("%.9g\n" % loss_of(model, tokens))
+            f.write("%.9g\n" % loss_of(AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval(), tokens))
     g2, bl = os.path.join(out, "gpt2_f32"), os.path.join(out, "bloom_f32")
     bad, good = os.path.join(out, "bad"), os.path.join(out, "good")
 
@@ -114,7 +132,7 @@ def make(out):
     variant(g2, f"{bad}/inverse_layer_idx", setter("scale_attn_by_inverse_layer_idx", True))
     variant(g2, f"{bad}/unscaled", setter("scale_attn_weights", False))
     variant(g2, f"{bad}/cross_attention", setter("add_cross_attention", True))
-    variant(g2, f"{bad}/model_type", setter("model_type", "llama"))
+    variant(g2, f"{bad}/model_type", setter("model_type", "mistral"))
     variant(g2, f"{bad}/architecture", setter("architectures", ["GPT2ForSequenceClassification"]))
     variant(g2, f"{bad}/no_n_layer", lambda cfg: cfg.pop("n_layer"))
     variant(g2, f"{bad}/bad_json", None)
@@ -166,6 +184,35 @@ def make(out):
     variant(g2, f"{good}/hub_layout", None, hub_layout)
     variant(g2, f"{good}/tied", None, lambda t: t.__setitem__("lm_head.weight", t["transformer.wte.weight"].clone()))
 
+    # Llama: each a model gridgpt would compute otherwise, or a config no model has
+    ll, lb = os.path.join(out, "llama_f32"), os.path.join(out, "llama_bf16_sharded")
+    variant(ll, f"{bad}/llama_act", setter("hidden_act", "gelu"))
+    variant(ll, f"{bad}/llama_rope_scaling", setter("rope_scaling", {"type": "linear", "factor": 2.0}))
+    variant(ll, f"{bad}/llama_attention_bias", setter("attention_bias", True))
+    variant(ll, f"{bad}/llama_mlp_bias", setter("mlp_bias", True))
+    variant(ll, f"{bad}/llama_head_dim", setter("head_dim", 32))
+    variant(ll, f"{bad}/llama_tp", setter("pretraining_tp", 2))
+    variant(ll, f"{bad}/llama_partial_rotary", setter("partial_rotary_factor", 0.5))
+    variant(ll, f"{bad}/llama_rope_theta", setter("rope_theta", 10000.5))
+    variant(ll, f"{bad}/llama_kv_heads", setter("num_key_value_heads", 3))
+    variant(ll, f"{bad}/llama_untied_head", None,  # tied in config.json, a different lm_head stored
+            lambda t: t.__setitem__("lm_head.weight", t["model.embed_tokens.weight"] + 1e-3))
+    variant(ll, f"{bad}/llama_missing", None, lambda t: t.pop("model.layers.1.self_attn.k_proj.weight"))
+    variant(ll, f"{bad}/llama_shape", None,
+            lambda t: t.__setitem__("model.layers.0.self_attn.v_proj.weight", torch.ones(64, 64)))
+    variant(ll, f"{bad}/llama_extra", None, lambda t: t.__setitem__("model.layers.0.self_attn.q_proj.bias", torch.ones(64)))
+    # imports as the model itself: no num_key_value_heads (LlamaConfig's default: the heads)
+    variant(lb, f"{good}/llama_no_kv_heads", lambda cfg: cfg.pop("num_key_value_heads"))
+
+
+def loss(export_dir, tokens_file):
+    tokens = [int(t) for t in open(tokens_file).read().split()]
+    model, info = AutoModelForCausalLM.from_pretrained(export_dir, output_loading_info=True, attn_implementation="eager")
+    problems = {k: v for k, v in info.items() if v}
+    if problems:
+        sys.exit(f"{export_dir}: {type(model).__name__}.from_pretrained: {problems}")
+    print(f"{type(model).__name__} %.9g" % loss_of(model.eval(), tokens))
+
 
 def same(hf_dir, export_dir):
     if os.path.exists(os.path.join(hf_dir, "model.safetensors")):
@@ -176,8 +223,9 @@ def same(hf_dir, export_dir):
         for f in sorted(set(index["weight_map"].values())):
             theirs.update(load_file(os.path.join(hf_dir, f)))
     ours = load_file(os.path.join(export_dir, "model.safetensors"))
-    theirs = {(k if k.startswith("transformer.") else "transformer." + k): v for k, v in theirs.items()
-              if k != "lm_head.weight" and not k.endswith(("attn.bias", "attn.masked_bias")) or "c_attn" in k}
+    if json.load(open(os.path.join(hf_dir, "config.json")))["model_type"] != "llama":
+        theirs = {(k if k.startswith("transformer.") else "transformer." + k): v for k, v in theirs.items()
+                  if k != "lm_head.weight" and not k.endswith(("attn.bias", "attn.masked_bias")) or "c_attn" in k}
     dtypes = sorted({str(v.dtype).replace("torch.", "") for v in theirs.values()})
     wrong = [k for k in theirs if k not in ours or ours[k].dtype != torch.float32 or ours[k].shape != theirs[k].shape
              or not torch.equal(ours[k].view(torch.int32), theirs[k].float().view(torch.int32))]
@@ -194,5 +242,7 @@ if __name__ == "__main__":
         make(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "same":
         sys.exit(0 if same(sys.argv[2], sys.argv[3]) else 1)
+    elif len(sys.argv) == 4 and sys.argv[1] == "loss":
+        loss(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)

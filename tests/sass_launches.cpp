@@ -73,21 +73,21 @@ static void* device_buffer(size_t bytes) {
 }
 
 int main(void) {
-    const int B = 1, T = 256, NH = 1;
+    const int B = 1, T = 256, NH = 1, G = 1;
     fail = refuse;
     for (probed_alibi = 0; probed_alibi <= 1; probed_alibi++)
         for (probed_hs = 16; probed_hs <= 128; probed_hs += 16) {
             size_t rows = (size_t)B * T, HS = probed_hs;
-            floatX* qkv = (floatX*)device_buffer(rows * 3 * NH * HS * sizeof(floatX));
-            floatX* dqkv = (floatX*)device_buffer(rows * 3 * NH * HS * sizeof(floatX));
+            floatX* qkv = (floatX*)device_buffer(rows * (NH + 2 * G) * HS * sizeof(floatX));
+            floatX* dqkv = (floatX*)device_buffer(rows * (NH + 2 * G) * HS * sizeof(floatX));
             floatX* out = (floatX*)device_buffer(rows * NH * HS * sizeof(floatX));
             floatX* dout = (floatX*)device_buffer(rows * NH * HS * sizeof(floatX));
             float* lse = (float*)device_buffer((size_t)B * NH * T * sizeof(float));
             floatX* scratch = (floatX*)device_buffer(rows * 4 * NH * HS * sizeof(float));   // more than D needs
             Alibi alibi = {0, probed_alibi ? NH : 0};
             if (setjmp(refused) == 0) {
-                attention_forward(out, NULL, lse, scratch, qkv, B, T, NH, probed_hs, alibi);
-                attention_backward(dqkv, scratch, dout, qkv, out, NULL, lse, B, T, NH, probed_hs, alibi);
+                attention_forward(out, NULL, lse, scratch, qkv, B, T, NH, G, probed_hs, alibi);
+                attention_backward(dqkv, scratch, dout, qkv, out, NULL, lse, B, T, NH, G, probed_hs, alibi);
             }
             for (void* p : {(void*)qkv, (void*)dqkv, (void*)out, (void*)dout, (void*)lse, (void*)scratch}) cudaCheck(cudaFree(p));
         }

@@ -78,12 +78,30 @@ expect_error "--distributed-backend gloo refused" "--distributed-backend gloo: n
 expect_error "--num-experts 8 refused as not in gridgpt" "--num-experts 8: not in gridgpt: mixture of experts" $base --num-experts 8
 expect_error "a family of Megatron flags (--moe-*) refused as not in gridgpt" "--moe-router-topk 2: not in gridgpt: mixture of experts" \
     $base --moe-router-topk 2
-expect_error "--swiglu refused for now (Llama's architecture: a later issue)" \
-    "--swiglu: not in gridgpt: SwiGLU: Megatron-LM would gate the MLP with SiLU instead of GELU (Llama's architecture: a later issue)" $base --swiglu
+expect_error "--rotary-interleaved refused, naming the convention gridgpt has" \
+    "--rotary-interleaved: not in gridgpt: interleaved rotary pairs: Megatron-LM would turn dims (2i, 2i + 1) together" $base --rotary-interleaved
+# Llama's architecture flags: Megatron-LM's refusals, and a qualifier without what it qualifies
+expect_error "query groups that do not divide the heads" "--num-attention-heads 2 is not divisible by --num-query-groups 3" \
+    $base --group-query-attention --num-query-groups 3
+expect_error "query groups that the tensor-parallel size does not divide" \
+    "--num-query-groups 1 is not divisible by --tensor-model-parallel-size 2" --dry-run --world-size 2 --vocab-size 256 \
+    --num-layers 2 --hidden-size 16 --num-attention-heads 2 --group-query-attention --num-query-groups 1 --tensor-model-parallel-size 2
+expect_error "--num-query-groups without --group-query-attention" "--num-query-groups goes with --group-query-attention" \
+    $base --num-query-groups 1
+expect_error "--rotary-base without rope" "--rotary-base goes with --position-embedding-type rope" $base --rotary-base 500000
+expect_error "rotary dims that are not even" "--rotary-percent 0.2 of a head of 8 dims rotates 1 of them" $base \
+    --position-embedding-type rope --rotary-percent 0.2
+expect_error "another epsilon for LayerNorm" "--norm-epsilon 1e-06 with LayerNorm: gridgpt's LayerNorm adds 1e-5" $base \
+    --norm-epsilon 1e-6
+expect_error "--swiglu on a model too narrow for Megatron-LM's default width" "--swiglu at --hidden-size 16: Megatron-LM's MLP width" \
+    $base --swiglu
+expect_error "--add-qkv-bias with --disable-bias-linear" "--add-qkv-bias with --disable-bias-linear: not in gridgpt" $base \
+    --disable-bias-linear --add-qkv-bias
+megatron_note "--use-rotary-position-embeddings accepted as --position-embedding-type rope" --use-rotary-position-embeddings
 expect_error "--kv-channels other than hidden / heads refused" "--kv-channels 16: not in gridgpt: a head size other than --hidden-size 16 / --num-attention-heads 2" \
     $base --kv-channels 16
-expect_error "every refused flag in one line" "3 flags refused: --swiglu (SwiGLU; Llama's, later); --num-experts 8 (mixture of experts); unknown flag '--bogus-flag-here'" \
-    $base --swiglu --num-experts 8 --bogus-flag-here
+expect_error "every refused flag in one line" "3 flags refused: --use-rope-scaling (rotary frequency scaling); --num-experts 8 (mixture of experts); unknown flag '--bogus-flag-here'" \
+    $base --use-rope-scaling --num-experts 8 --bogus-flag-here
 expect_error "a typo of gridgpt's flag: did you mean" "unknown flag '--hiden-size', did you mean --hidden-size?" $base --hiden-size 16
 expect_error "a typo of a Megatron flag: did you mean" "unknown flag '--use-distributed-optimiser', did you mean --use-distributed-optimizer?" \
     $base --use-distributed-optimiser

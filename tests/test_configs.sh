@@ -57,7 +57,7 @@ dry_run() {
     local out status last want
     out=$(env -u DATA timeout 60 scripts/configs/$name.sh $tiny --dry-run 2>&1); status=$?
     last=$(tail -n 1 <<< "$out")
-    want="^dry-run: world $1 TP $2 PP $3 DP $4 MBS $5 GBS $6: peak memory per GPU [0-9.]+ GiB \(stage [0-9]+\)"
+    want="^dry-run: world $1 TP $2 PP $3 DP $4 MBS $5 GBS $6( SP)?: peak memory per GPU [0-9.]+ GiB \(stage [0-9]+\)"
     if [ $status -eq 0 ] && [[ "$last" =~ $want ]]; then ok "$name${tiny:+ $tiny} --dry-run plans world $1 as TP $2 x PP $3 x DP $4"
     else bad "$name${tiny:+ $tiny} --dry-run" "status $status, last line: $last"; fi
 }
@@ -71,3 +71,9 @@ full_command gpt2-124M "srun ./train_gpu " "--num-layers 12 --hidden-size 768 --
     "--lr 6e-4 --lr-decay-style cosine --min-lr 0 --lr-warmup-iters 700" "--weight-decay 0.1" "--adam-beta2 0.95" "--bf16"
 dry_run gpt2-124M 8 1 1 8 64 512
 dry_run gpt2-124M --tiny 2 1 1 2 2 8
+tiny llama3-8B 8 "TP 2 x PP 2" "--position-embedding-type rope --rotary-base 500000" "--normalization RMSNorm" "--swiglu" \
+    "--group-query-attention --num-query-groups 2 --untie-embeddings-and-output-weights --disable-bias-linear"
+full_command llama3-8B "srun ./train_gpu " "--num-layers 32 --hidden-size 4096 --num-attention-heads 32" \
+    "--ffn-hidden-size 14336" "--num-query-groups 8" "--vocab-size 128256" "--seq-length 8192" "--rotary-base 500000"
+dry_run llama3-8B 8 2 1 4 1 128
+dry_run llama3-8B --tiny 4 2 2 1 1 8

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/test_dry_run.sh DATA_PREFIX — --dry-run predicts, to the byte, what the trainer allocates.
-# For each layout and shape, one process plans the CPU build's memory (./train_cpu --dry-run
+# For each layout and shape (GPT-2's, BLOOM's, Llama's), one process plans the CPU build's memory (./train_cpu --dry-run
 # --dry-run-build cpu --world-size N) and the real trainer runs it for one step under mpirun -np N
 # with --log-memory-bytes. Every rank's bytes (parameters, gradients, optimizer state,
 # activations, workspaces, total) must equal its stage's planned line, and the total what
@@ -67,6 +67,14 @@ compare interleaved-uneven-recompute 1 2 1 --num-layers 6 --decoder-first-pipeli
     --num-virtual-stages-per-pipeline-rank 2 --checkpoint-activations --global-batch-size 8
 
 compare tp2-pp2-dp2-sequence-parallel-recompute 2 2 2 --global-batch-size 8 --sequence-parallel --checkpoint-activations
+# Llama's choices (gpt.h): rope (no position table), RMSNorm (rstd alone), SwiGLU (fc1 twice as
+# wide, the activation a buffer of its own), 4 heads in 2 query groups (QKV (4 + 2 x 2) x 8 wide),
+# an untied output layer on the last stage, no linear biases (no bias-gradient partials)
+llama="--position-embedding-type rope --normalization RMSNorm --swiglu --group-query-attention --num-query-groups 2
+       --untie-embeddings-and-output-weights --disable-bias-linear"
+compare llama-one-rank 1 1 1 $llama
+compare llama-tp2-pp2-dp2 2 2 2 $llama --global-batch-size 8
+compare llama-tp2-pp2-sequence-parallel-recompute 2 2 1 $llama --sequence-parallel --checkpoint-activations
 
 # one layer's activations for one micro-batch, without and with --sequence-parallel, against
 # what layout_layer takes, written out: every buffer rounded up to 256 bytes; at TP 2 (CPU

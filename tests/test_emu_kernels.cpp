@@ -480,19 +480,30 @@ static void test_cublaslt_checks(void) {
 #endif
 }
 
-// alibi: none, or these 3 heads as global heads 2..4 of 5 (a tensor rank's share of a head
-// count that is not a power of two)
-static void test_attention(Alibi alibi) {
-    const int B = 2, T = 37, NH = 3, HS = 10, N = B * T;  // T > 32: a softmax row spans lanes twice
-    std::string with = alibi.heads ? " (ALiBi)" : "";
-    const size_t n_qkv = (size_t)N * 3 * NH * HS, n_out = (size_t)N * NH * HS, n_att = (size_t)B * NH * T * T;
+// dqkv [N, (NH + 2G) * HS] split into its dq, dk and dv elements (each in qkv's order)
+static void split_qkv(Vec parts[3], const Vec& dqkv, int NH, int G, int HS) {
+    int per = NH / G, slot_count = per + 2;
+    for (size_t i = 0; i < dqkv.size(); i++) {
+        int slot = (int)(i / HS % (NH + 2 * G)) % slot_count;   // of its group: per queries, k, v
+        parts[slot < per ? 0 : slot - per + 1].push_back(dqkv[i]);
+    }
+}
+
+// The cuBLAS path with NH query heads in G groups (G = NH: multi-head attention). alibi: none,
+// or these heads as global heads first_head.. of a count that is not a power of two (a tensor
+// rank's share).
+static void test_attention(int NH, int G, Alibi alibi) {
+    const int B = 2, T = 37, HS = 10, N = B * T;  // T > 32: a softmax row spans lanes twice
+    std::string with = (G < NH ? " NH=" + std::to_string(NH) + " G=" + std::to_string(G) : std::string()) +
+                       (alibi.heads ? " (ALiBi)" : "");
+    const size_t n_qkv = (size_t)N * (NH + 2 * G) * HS, n_out = (size_t)N * NH * HS, n_att = (size_t)B * NH * T * T;
     Vec qkv = random_vec(n_qkv, 2, true), out(n_out), att(n_att);
-    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, HS, alibi);
+    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, G, HS, alibi);
     floatX *d_qkv = to_dev_x(qkv), *d_out = (floatX*)dev_malloc(n_out * sizeof(floatX)), *d_att = (floatX*)dev_malloc(n_att * sizeof(floatX));
     // scratch one element past an aligned address: the regions must align themselves
     floatX* scratch_base = (floatX*)dev_malloc((attention_scratch_elements(B, T, NH, HS) + 1) * sizeof(floatX));
     floatX* d_scratch = scratch_base + 1;
-    attention_forward(d_out, d_att, NULL, d_scratch, d_qkv, B, T, NH, HS, alibi);  // no lse: the cuBLAS path
+    attention_forward(d_out, d_att, NULL, d_scratch, d_qkv, B, T, NH, G, HS, alibi);  // no lse: the cuBLAS path
     Vec got_att = from_dev_x(d_att, n_att);
     compare(("attention_forward att" + with).c_str(), got_att, att, X_OUT);
     compare(("attention_forward out" + with).c_str(), from_dev_x(d_out, n_out), out, X_CHAIN);
@@ -500,24 +511,28 @@ static void test_attention(Alibi alibi) {
     for (size_t r = 0; r < (size_t)B * NH * T; r++)
         for (int t2 = (int)(r % T) + 1; t2 < T; t2++) masked_zero = masked_zero && got_att[r * T + t2] == 0.0f;
     check(masked_zero, (FLOATX_NAME " attention_forward att is exactly 0 above the diagonal" + with).c_str(), "a masked probability is not 0");
+    floatX* d_again = (floatX*)dev_malloc(n_att * sizeof(floatX));
+    attention_probabilities(d_again, d_scratch, d_qkv, B, T, NH, G, HS, alibi);
+    check(same_bits(from_dev_x(d_again, n_att), got_att),
+          (FLOATX_NAME " attention_probabilities gives attention_forward's att: the same bits" + with).c_str(), "they differ");
 
-    // the backward reads att: both sides get the kernel's floatX probabilities
+    // the backward reads att: both sides get the kernel's floatX probabilities. A group's dk
+    // and dv sum over its heads in one product: one rounding, as with G = NH
     Vec dout = random_vec(n_out, 1, true), dqkv(n_qkv), cpu_scratch((size_t)B * NH * T);
-    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), got_att.data(), B, T, NH, HS);
+    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), got_att.data(), B, T, NH, G, HS);
     floatX *d_dout = to_dev_x(dout), *d_dqkv = (floatX*)dev_malloc(n_qkv * sizeof(floatX));
-    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_att, NULL, B, T, NH, HS, alibi);
-    Vec got = from_dev_x(d_dqkv, n_qkv), parts_got[3], parts_want[3];  // split into dq, dk, dv
-    for (size_t i = 0; i < n_qkv; i++) {
-        parts_got[(i / HS) % 3].push_back(got[i]);
-        parts_want[(i / HS) % 3].push_back(dqkv[i]);
-    }
+    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_att, NULL, B, T, NH, G, HS, alibi);
+    Vec parts_got[3], parts_want[3];
+    split_qkv(parts_got, from_dev_x(d_dqkv, n_qkv), NH, G, HS);
+    split_qkv(parts_want, dqkv, NH, G, HS);
     compare(("attention_backward dq" + with).c_str(), parts_got[0], parts_want[0], X_CHAIN);
     compare(("attention_backward dk" + with).c_str(), parts_got[1], parts_want[1], X_CHAIN);
     compare(("attention_backward dv" + with).c_str(), parts_got[2], parts_want[2], X_OUT);
+    dev_free(d_qkv), dev_free(d_out), dev_free(d_att), dev_free(scratch_base), dev_free(d_again), dev_free(d_dout), dev_free(d_dqkv);
 }
 
 // the log-sum-exp of each row's scaled, biased scores, in double: what the fused forward keeps
-static Vec reference_lse(const Vec& qkv, int B, int T, int NH, int HS, Alibi alibi) {
+static Vec reference_lse(const Vec& qkv, int B, int T, int NH, int G, int HS, Alibi alibi) {
     Vec lse((size_t)B * NH * T);
     double scale = 1.0 / sqrt((double)HS);
     for (int b = 0; b < B; b++)
@@ -526,7 +541,7 @@ static Vec reference_lse(const Vec& qkv, int B, int T, int NH, int HS, Alibi ali
                 std::vector<double> x(t + 1);
                 double mx = -INFINITY, sum = 0.0;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float *q = &qkv[qkv_index(b, t, h, 0, T, NH, HS)], *k = &qkv[qkv_index(b, t2, h, 1, T, NH, HS)];
+                    const float *q = &qkv[qkv_index(b, t, h, 0, T, NH, G, HS)], *k = &qkv[qkv_index(b, t2, h, 1, T, NH, G, HS)];
                     double dot = 0.0;
                     for (int i = 0; i < HS; i++) dot += (double)q[i] * k[i];
                     x[t2] = dot * scale + alibi_bias(alibi, h, t, t2), mx = fmax(mx, x[t2]);
@@ -543,36 +558,35 @@ static Vec reference_lse(const Vec& qkv, int B, int T, int NH, int HS, Alibi ali
 // scores and lse, and reads D = rowsum(dout * out) from the floatX out; p and ds are rounded
 // to floatX before their products, each output rounded once more: two roundings, X_CHAIN, as the
 // unfused path's dq and dk (measured: about 1u each, dq and dk included, whose ds = p (dp - D)
-// also carries D's rounding through the cancellation in dp - D).
+// also carries D's rounding through the cancellation in dp - D). With G < NH a group's dk and
+// dv sum over its heads in the same fp32 registers, still rounded once.
 // lse is fp32 on exact inputs: the summation order only (1e-5). Twice the same backward must
 // give the same bits: no atomics, whatever order the blocks run in.
-static void test_flash_attention(int B, int T, int NH, int HS, Alibi alibi) {
+static void test_flash_attention(int B, int T, int NH, int G, int HS, Alibi alibi) {
     const int N = B * T;
     char with[96];
-    snprintf(with, sizeof with, " B=%d T=%d NH=%d HS=%d%s", B, T, NH, HS, alibi.heads ? " ALiBi" : "");
-    const size_t n_qkv = (size_t)N * 3 * NH * HS, n_out = (size_t)N * NH * HS, rows = (size_t)B * NH * T;
+    snprintf(with, sizeof with, " B=%d T=%d NH=%d G=%d HS=%d%s", B, T, NH, G, HS, alibi.heads ? " ALiBi" : "");
+    const size_t n_qkv = (size_t)N * (NH + 2 * G) * HS, n_out = (size_t)N * NH * HS, rows = (size_t)B * NH * T;
     Vec qkv = random_vec(n_qkv, 2, true), out(n_out), att(rows * T);
-    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, HS, alibi);
+    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, G, HS, alibi);
     floatX *d_qkv = to_dev_x(qkv), *d_out = (floatX*)dev_malloc(n_out * sizeof(floatX));
     float *d_lse = (float*)dev_malloc(rows * sizeof(float)), *d_D = (float*)dev_malloc(rows * sizeof(float));
-    attention_forward(d_out, NULL, d_lse, (floatX*)d_D, d_qkv, B, T, NH, HS, alibi);
+    attention_forward(d_out, NULL, d_lse, (floatX*)d_D, d_qkv, B, T, NH, G, HS, alibi);
     compare((std::string("flash attention_forward out") + with).c_str(), from_dev_x(d_out, n_out), out, X_CHAIN);
     compare((std::string("flash attention_forward lse") + with).c_str(), from_dev_f(d_lse, rows),
-            reference_lse(qkv, B, T, NH, HS, alibi), FP32_OUT);
+            reference_lse(qkv, B, T, NH, G, HS, alibi), FP32_OUT);
 
     Vec dout = random_vec(n_out, 1, true), dqkv(n_qkv), cpu_scratch(rows);
-    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, HS);
+    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, G, HS);
     floatX *d_dout = to_dev_x(dout), *d_dqkv = (floatX*)dev_malloc(n_qkv * sizeof(floatX));
-    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, HS, alibi);
-    Vec got = from_dev_x(d_dqkv, n_qkv), parts_got[3], parts_want[3];  // split into dq, dk, dv
-    for (size_t i = 0; i < n_qkv; i++) {
-        parts_got[(i / HS) % 3].push_back(got[i]);
-        parts_want[(i / HS) % 3].push_back(dqkv[i]);
-    }
+    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, G, HS, alibi);
+    Vec got = from_dev_x(d_dqkv, n_qkv), parts_got[3], parts_want[3];
+    split_qkv(parts_got, got, NH, G, HS);
+    split_qkv(parts_want, dqkv, NH, G, HS);
     compare((std::string("flash attention_backward dq") + with).c_str(), parts_got[0], parts_want[0], X_CHAIN);
     compare((std::string("flash attention_backward dk") + with).c_str(), parts_got[1], parts_want[1], X_CHAIN);
     compare((std::string("flash attention_backward dv") + with).c_str(), parts_got[2], parts_want[2], X_CHAIN);
-    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, HS, alibi);
+    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, G, HS, alibi);
     Vec again = from_dev_x(d_dqkv, n_qkv);
     check(memcmp(again.data(), got.data(), n_qkv * sizeof(float)) == 0,
           (std::string(FLOATX_NAME " flash attention_backward twice: the same bits") + with).c_str(), "the two runs differ");
@@ -1003,19 +1017,21 @@ static void test_ptx_layouts(void) {
 // the same bits. The output is fp32 math rounded once (X_OUT). T = 21 keys: more than the
 // block's 8 warps, so warps take several keys and some none at the first rows; HS = 64 (2
 // dimensions a lane), 7 and 80 (lanes without a dimension, a lane's third one partly there).
-static void test_attention_decode(int NH, int HS, Alibi alibi) {
-    const int T = 21, pieces[3] = {1, 4, 16}, row = 3 * NH * HS;
-    const size_t n_cache = (size_t)T * 2 * NH * HS, n_out = (size_t)T * NH * HS;
+// G < NH: query heads read their group's cached key and value.
+static void test_attention_decode(int NH, int G, int HS, Alibi alibi) {
+    const int T = 21, pieces[3] = {1, 4, 16}, row = (NH + 2 * G) * HS;
+    const size_t n_cache = (size_t)T * 2 * G * HS, n_out = (size_t)T * NH * HS;
     Vec qkv = random_vec((size_t)T * row, 1.5f, true), cache(n_cache, 0.0f), out(n_out, 0.0f);
     floatX *d_qkv = to_dev_x(qkv), *d_cache = to_dev_x(cache), *d_out = to_dev_x(out);
     for (int k = 0, pos0 = 0; k < 3; pos0 += pieces[k++]) {
-        kv_cache_append_cpu(cache.data(), qkv.data() + (size_t)pos0 * row, pieces[k], pos0, NH, HS);
+        kv_cache_append_cpu(cache.data(), qkv.data() + (size_t)pos0 * row, pieces[k], pos0, NH, G, HS);
         attention_decode_cpu(out.data() + (size_t)pos0 * NH * HS, cache.data(), qkv.data() + (size_t)pos0 * row, pieces[k],
-                             pos0, NH, HS, alibi);
-        kv_cache_append(d_cache, d_qkv + (size_t)pos0 * row, pieces[k], pos0, NH, HS);
-        attention_decode(d_out + (size_t)pos0 * NH * HS, d_cache, d_qkv + (size_t)pos0 * row, pieces[k], pos0, NH, HS, alibi);
+                             pos0, NH, G, HS, alibi);
+        kv_cache_append(d_cache, d_qkv + (size_t)pos0 * row, pieces[k], pos0, NH, G, HS);
+        attention_decode(d_out + (size_t)pos0 * NH * HS, d_cache, d_qkv + (size_t)pos0 * row, pieces[k], pos0, NH, G, HS, alibi);
     }
-    std::string with = " HS=" + std::to_string(HS) + (alibi.heads ? " (ALiBi)" : "");
+    std::string with = (G < NH ? " NH=" + std::to_string(NH) + " G=" + std::to_string(G) : std::string()) +
+                       " HS=" + std::to_string(HS) + (alibi.heads ? " (ALiBi)" : "");
     check(same_bits(from_dev_x(d_cache, n_cache), cache), (FLOATX_NAME " kv_cache_append: the same bits" + with).c_str(),
           "the caches differ");
     compare(("attention_decode out" + with).c_str(), from_dev_x(d_out, n_out), out, X_OUT);
@@ -1023,17 +1039,24 @@ static void test_attention_decode(int NH, int HS, Alibi alibi) {
 
 // the fused attention's checks alone: tests/test_emu.sh's planted bugs run these
 static void test_flash_attention_shapes(void) {
-    Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
+    Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5}, heads_1_to_6_of_7 = {1, 7};
     // the two head sizes; T of a few rows (5), under one tile (37), one tile exactly (64), a partial
     // last tile (70: the backward's 32-row steps past T too), three tiles (130); B and NH
     // above 1; ALiBi on and off
-    test_flash_attention(1, 5, 2, 64, none);
-    test_flash_attention(2, 37, 3, 64, heads_2_to_4_of_5);
-    test_flash_attention(1, 64, 2, 64, none);
-    test_flash_attention(2, 70, 2, 64, none);
-    test_flash_attention(1, 130, 2, 64, heads_2_to_4_of_5);
-    test_flash_attention(1, 70, 2, 128, heads_2_to_4_of_5);
-    test_flash_attention(2, 130, 1, 128, none);
+    test_flash_attention(1, 5, 2, 2, 64, none);
+    test_flash_attention(2, 37, 3, 3, 64, heads_2_to_4_of_5);
+    test_flash_attention(1, 64, 2, 2, 64, none);
+    test_flash_attention(2, 70, 2, 2, 64, none);
+    test_flash_attention(1, 130, 2, 2, 64, heads_2_to_4_of_5);
+    test_flash_attention(1, 70, 2, 2, 128, heads_2_to_4_of_5);
+    test_flash_attention(2, 130, 1, 1, 128, none);
+    // grouped-query attention: groups of 2 and 3 heads, one group of 3 (multi-query); odd T
+    // (a partial tile, a few rows, two and three tiles), both head sizes, ALiBi on and off
+    test_flash_attention(2, 37, 4, 2, 64, none);
+    test_flash_attention(1, 71, 6, 2, 64, heads_1_to_6_of_7);
+    test_flash_attention(1, 71, 3, 1, 64, heads_2_to_4_of_5);
+    test_flash_attention(1, 5, 3, 1, 128, none);
+    test_flash_attention(1, 71, 4, 2, 128, heads_1_to_6_of_7);
 }
 
 // argument "flash": only the fused attention's checks
@@ -1062,11 +1085,16 @@ int main(int argc, char** argv) {
     test_gelu_matmul_backward(48);
     test_gelu_matmul_backward(45);
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
-    test_attention(none);
-    test_attention(heads_2_to_4_of_5);
-    test_attention_decode(3, 64, none);
-    test_attention_decode(2, 7, heads_2_to_4_of_5);
-    test_attention_decode(2, 80, heads_2_to_4_of_5);
+    Alibi heads_1_to_6_of_7 = {1, 7};
+    test_attention(3, 3, none);
+    test_attention(3, 3, heads_2_to_4_of_5);
+    test_attention(6, 2, heads_1_to_6_of_7);   // grouped-query attention: 2 groups of 3 heads
+    test_attention(4, 1, none);                // multi-query: one group
+    test_attention_decode(3, 3, 64, none);
+    test_attention_decode(2, 2, 7, heads_2_to_4_of_5);
+    test_attention_decode(2, 2, 80, heads_2_to_4_of_5);
+    test_attention_decode(6, 2, 64, heads_1_to_6_of_7);
+    test_attention_decode(4, 1, 80, none);
     test_ptx_layouts();
     test_flash_attention_shapes();
     test_gelu();

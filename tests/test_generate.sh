@@ -5,8 +5,9 @@
 #   - tests/generate_logits.c: the KV cache's decode gives a full forward's logits at every
 #     position (GPT-2 and BLOOM models; one process, and two tensor ranks with and without
 #     sequence parallelism); the sampler's rules;
-#   - two tiny byte-level models are trained a few steps and saved, a GPT-2 (learned positions)
-#     and a BLOOM (ALiBi, embedding LayerNorm); then --skip-train --load generates from them:
+#   - three tiny byte-level models are trained a few steps and saved, a GPT-2 (learned positions),
+#     a BLOOM (ALiBi, embedding LayerNorm) and a Llama (rope, grouped-query attention, RMSNorm,
+#     SwiGLU, untied, no biases); then --skip-train --load generates from them:
 #   - the same greedy and seeded-sampled tokens at TP 2 (with and without sequence parallelism),
 #     PP 2, interleaved PP 2 (two chunks a stage), TP 2 x PP 2, PP 2 x DP 2 and TP 2 x DP 2 as
 #     on one process; a seed again gives the same sample, another seed another;
@@ -59,6 +60,9 @@ TRAIN="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 32 -
 ./train_cpu $TRAIN --save $B/gpt2 > $B/train_gpt2.log 2>&1 || bad "train the GPT-2 model" "$(tail -3 $B/train_gpt2.log)"
 ./train_cpu $TRAIN --position-embedding-type alibi --embed-layernorm --save $B/bloom > $B/train_bloom.log 2>&1 ||
     bad "train the BLOOM model" "$(tail -3 $B/train_bloom.log)"
+./train_cpu $TRAIN --position-embedding-type rope --normalization RMSNorm --swiglu --group-query-attention --num-query-groups 2 \
+    --untie-embeddings-and-output-weights --disable-bias-linear --save $B/llama > $B/train_llama.log 2>&1 ||
+    bad "train the Llama model" "$(tail -3 $B/train_llama.log)"
 
 GEN="--skip-train --micro-batch-size 2 --global-batch-size 4 --generate-prompt The"
 sample_of() { sed -n '/^---------- sample/,/^------------------------------------------------------$/p' "$1" | sed '1d;$d'; }
@@ -74,7 +78,7 @@ LAYOUTS=("2 --tensor-model-parallel-size 2" "2 --tensor-model-parallel-size 2 --
          "2 --pipeline-model-parallel-size 2" "2 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2"
          "4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2" "4 --pipeline-model-parallel-size 2"
          "4 --tensor-model-parallel-size 2 --sequence-parallel")
-for model in gpt2 bloom; do
+for model in gpt2 bloom llama; do
     for mode in greedy sampled; do
         flags="--load $B/$model --generate-tokens 25 --generate-ignore-eod"
         [ $mode = greedy ] && flags="$flags --temperature 0" || flags="$flags --temperature 0.9 --generate-seed 7"
@@ -160,7 +164,7 @@ if [ $have_transformers = no ] && [ "${REQUIRE_TRANSFORMERS:-0}" = 1 ]; then
 elif [ $have_transformers = no ]; then
     echo "SKIP greedy tokens against transformers' generate: no python3 with torch and transformers"
 else
-    for model in gpt2 bloom; do
+    for model in gpt2 bloom llama; do
         ./train_cpu --load $B/$model --export-hf $B/hf_$model > $B/export_$model.log 2>&1 ||
             { bad "export $model" "$(tail -2 $B/export_$model.log)"; continue; }
         for prompt in The "Once upon"; do

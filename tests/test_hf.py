@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tests/test_hf.py — the Hugging Face export against transformers (run by tests/test_hf.sh).
-The export is GPT2LMHeadModel or BloomForCausalLM, as its config.json says.
+The export is GPT2LMHeadModel, BloomForCausalLM or LlamaForCausalLM, as its config.json says.
 
 usage: test_hf.py LABEL EXPORT_DIR CKPT_ITER_DIR OUR_LOGITS TOKEN...
 
@@ -9,9 +9,10 @@ usage: test_hf.py LABEL EXPORT_DIR CKPT_ITER_DIR OUR_LOGITS TOKEN...
   - model.safetensors holds exactly the architecture's tensors, each equal bit for bit to the
     checkpoint tensor it comes from: for GPT-2 transposed (Conv1D) and with the QKV columns
     regrouped from our per-head [q|k|v] into GPT-2's [all q | all k | all v], computed here in
-    numpy independently of the C code; for Bloom as they are (nn.Linear, per-head QKV);
+    numpy independently of the C code; for Bloom as they are (nn.Linear, per-head QKV); for
+    Llama our grouped QKV split into q_proj (head order), k_proj and v_proj, [gate; up] split;
   - from_pretrained loads it with no missing, unexpected or mismatched keys, and lm_head is
-    tied to the word embedding;
+    tied to the word embedding (untied where the checkpoint's is);
   - the logits of the same tokens (fp32, eager attention) match ours (OUR_LOGITS, written by
     tests/hf_logits --logits) within fp32 round-off.
 
@@ -31,7 +32,7 @@ import zlib
 
 import numpy as np
 import torch
-from transformers import BloomForCausalLM, GPT2LMHeadModel
+from transformers import BloomForCausalLM, GPT2LMHeadModel, LlamaForCausalLM
 
 label, export_dir, ckpt_dir, our_logits_path = sys.argv[1:5]
 tokens = [int(t) for t in sys.argv[5:]]
@@ -85,8 +86,11 @@ def qkv_to_gpt2(w):  # our rows h*3*HS + which*HS + d -> GPT-2's rows which*C + 
     return w.reshape(NH, 3, HS, -1).transpose(1, 0, 2, 3).reshape(3 * C, -1)
 
 
-bloom = json.load(open(os.path.join(export_dir, "config.json")))["model_type"] == "bloom"
-arch = "BloomForCausalLM" if bloom else "GPT2LMHeadModel"
+model_type = json.load(open(os.path.join(export_dir, "config.json")))["model_type"]
+bloom, llama = model_type == "bloom", model_type == "llama"
+arch = {"bloom": "BloomForCausalLM", "llama": "LlamaForCausalLM"}.get(model_type, "GPT2LMHeadModel")
+G = int(config["num_query_groups"]) if config.get("group_query_attention", 0) else NH  # key/value heads
+untied = bool(config.get("untie_embeddings_and_output_weights", 0))
 
 
 def bloom_tensors():  # Megatron's names under transformer.h.N., the embedding's and ln_f renamed
@@ -123,7 +127,30 @@ def gpt2_tensors():
     return expected
 
 
-expected = bloom_tensors() if bloom else gpt2_tensors()
+def llama_tensors():  # our QKV rows per group g: [its NH/G query heads | its k | its v], HS rows each
+    expected = {"model.embed_tokens.weight": ours["language_model.embedding.word_embeddings.weight"],
+                "model.norm.weight": ours["language_model.encoder.final_layernorm.weight"][:, 0]}
+    if untied:
+        expected["lm_head.weight"] = ours["language_model.output_layer.weight"]
+    for l in range(L):
+        p, h = f"language_model.encoder.layers.{l}.", f"model.layers.{l}."
+        qkv = ours[p + "self_attention.query_key_value.weight"].reshape(G, NH // G + 2, HS, C)
+        fc = ours[p + "mlp.dense_h_to_4h.weight"]
+        F = fc.shape[0] // 2
+        expected.update({
+            h + "input_layernorm.weight": ours[p + "input_layernorm.weight"][:, 0],
+            h + "self_attn.q_proj.weight": qkv[:, :NH // G].reshape(NH * HS, C),
+            h + "self_attn.k_proj.weight": qkv[:, NH // G].reshape(G * HS, C),
+            h + "self_attn.v_proj.weight": qkv[:, NH // G + 1].reshape(G * HS, C),
+            h + "self_attn.o_proj.weight": ours[p + "self_attention.dense.weight"],
+            h + "post_attention_layernorm.weight": ours[p + "post_attention_layernorm.weight"][:, 0],
+            h + "mlp.gate_proj.weight": fc[:F], h + "mlp.up_proj.weight": fc[F:],
+            h + "mlp.down_proj.weight": ours[p + "mlp.dense_4h_to_h.weight"],
+        })
+    return expected
+
+
+expected = bloom_tensors() if bloom else llama_tensors() if llama else gpt2_tensors()
 
 # ---- model.safetensors, read by hand (the format's whole definition is these few lines)
 st_path = os.path.join(export_dir, "model.safetensors")
@@ -133,7 +160,8 @@ header = json.loads(raw[8:8 + n])
 meta = header.pop("__metadata__", None)
 check(meta == {"format": "pt"} and n % 8 == 0, "safetensors header: __metadata__ {format: pt}, 8-byte aligned",
       f"{meta}, length {n}")
-check(set(header) == set(expected), f"safetensors holds exactly {arch}'s tensors (lm_head tied, not stored)",
+check(set(header) == set(expected), f"safetensors holds exactly {arch}'s tensors (lm_head " +
+      ("untied, stored)" if untied else "tied, not stored)"),
       f"extra {sorted(set(header) - set(expected))[:3]}, missing {sorted(set(expected) - set(header))[:3]}")
 spans = sorted(v["data_offsets"] for v in header.values())
 contiguous = spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:])) and spans[-1][1] == len(raw) - 8 - n
@@ -149,12 +177,13 @@ for name, want in expected.items():
             not np.array_equal(got.reshape(want.shape), want):
         wrong.append(f"{name} {e['shape']} vs {list(want.shape)}")
 check(not wrong, "every tensor equals its checkpoint tensor bit for bit" +
-      (" (as stored)" if bloom else " (Conv1D transpose, QKV regrouped)"),
+      (" (as stored)" if bloom else " (QKV split into q/k/v_proj, [gate; up] split)" if llama
+       else " (Conv1D transpose, QKV regrouped)"),
       "; ".join(wrong[:3]))
 
 # ---- transformers
 try:
-    model_class = BloomForCausalLM if bloom else GPT2LMHeadModel
+    model_class = BloomForCausalLM if bloom else LlamaForCausalLM if llama else GPT2LMHeadModel
     model, info = model_class.from_pretrained(export_dir, output_loading_info=True, attn_implementation="eager")
 except Exception as e:  # noqa: BLE001 - any refusal is the failure to report
     check(False, f"{arch}.from_pretrained loads the export", f"{type(e).__name__}: {e}")
@@ -162,10 +191,17 @@ except Exception as e:  # noqa: BLE001 - any refusal is the failure to report
 model = model.float().eval()
 problems = {k: v for k, v in info.items() if v}
 check(not problems, f"{arch}.from_pretrained: no missing, unexpected or mismatched keys", str(problems))
-embedding = model.transformer.word_embeddings if bloom else model.transformer.wte
-check(model.lm_head.weight.data_ptr() == embedding.weight.data_ptr(), "lm_head is tied to the word embedding")
+embedding = model.transformer.word_embeddings if bloom else model.model.embed_tokens if llama else model.transformer.wte
+check((model.lm_head.weight.data_ptr() == embedding.weight.data_ptr()) != untied,
+      "lm_head is " + ("its own tensor (untied)" if untied else "tied to the word embedding"))
 cfg = model.config
-if bloom:
+if llama:
+    check((cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+           cfg.intermediate_size, cfg.vocab_size, cfg.rope_theta, cfg.rms_norm_eps) ==
+          (L, C, NH, G, int(config["ffn_hidden_size"]), int(config["vocab_size"]), config["rotary_base"],
+           config["norm_epsilon"]) and cfg.hidden_act == "silu" and cfg.rope_scaling is None and not cfg.attention_bias,
+          "config.json: shapes, key/value heads, rope_theta, rms_norm_eps, silu, no rope scaling, no biases", str(cfg))
+elif bloom:
     check((cfg.n_layer, cfg.hidden_size, cfg.n_head, cfg.vocab_size) == (L, C, NH, int(config["vocab_size"])) and
           C * 4 == int(config["ffn_hidden_size"]) and cfg.layer_norm_epsilon == 1e-5 and
           not cfg.apply_residual_connection_post_layernorm, "config.json: shapes, eps 1e-5, pre-LayerNorm residual", str(cfg))

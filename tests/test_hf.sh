@@ -6,7 +6,9 @@
 #   embedding-LayerNorm checkpoints are refused naming the file and tensor.
 #   Where Python has torch and transformers: tests/test_hf.py loads the export with
 #   GPT2LMHeadModel or BloomForCausalLM and compares its logits with our forward pass (else
-#   one SKIP line; a FAIL with REQUIRE_TRANSFORMERS=1, as CI sets).
+#   one SKIP line; a FAIL with REQUIRE_TRANSFORMERS=1, as CI sets). The same for a Llama-shaped
+#   model (rope, RMSNorm, SwiGLU, no biases, grouped-query attention, untied) as LlamaForCausalLM,
+#   and each model an architecture cannot express refused in one line.
 #   With DATA_PREFIX: the same for a checkpoint that ./train_cpu saved from a 2-rank
 #   tensor-parallel run, so the export reads what the trainer really writes.
 #   The import (with transformers): tests/hf_models.py makes small random GPT-2 and Bloom
@@ -16,6 +18,10 @@
 #   trainer's first loss on given tokens equals transformers' within 1e-5 relative, with
 #   --load at (TP,PP,DP) = (1,1,1) and with --load --finetune at (2,2,2); and every refusal is
 #   one line naming the file and key or tensor, exit status 2, --save untouched.
+#   Llama: two random LlamaForCausalLM (4 heads sharing 2 key/value heads, tied, F32;
+#   4 of 4, untied, BF16, sharded; vocabularies 1001 and 777) go through the same checks, at
+#   (1,1,1) and (2,2,2), and its refusals; and a Llama-shaped run that train_cpu trained at TP = 2,
+#   exported, has in transformers the trainer's loss within 1e-5 relative.
 set -u
 cd "$(dirname "$0")/.."
 B=tests/build/hf
@@ -71,7 +77,26 @@ expected_bloom_tensors() {  # L C F P V
     echo "transformer.ln_f.weight [$2]"; echo "transformer.ln_f.bias [$2]"
 }
 
-check_layout() {  # label OUT CKPT_ITER_DIR L C NH F P V [bloom]
+# LlamaForCausalLM's: q/k/v_proj and gate/up_proj split from our fused QKV and fc1; nn.Linear
+# [out, in]; RMSNorm weights only; lm_head where the checkpoint's output layer is untied
+expected_llama_tensors() {  # L C F P V CKPT_ITER_DIR
+    local l kv lm
+    kv=$(awk '$1 == "config" { c[$2] = $3 } END { print (c["group_query_attention"] ? c["num_query_groups"] : c["num_attention_heads"]) * c["hidden_size"] / c["num_attention_heads"] }' $6/metadata.txt)
+    lm=$(awk '$1 == "config" && $2 == "untie_embeddings_and_output_weights" { print $3 }' $6/metadata.txt)
+    echo "model.embed_tokens.weight [$5,$2]"
+    for ((l = 0; l < $1; l++)); do
+        echo "model.layers.$l.input_layernorm.weight [$2]"
+        echo "model.layers.$l.self_attn.q_proj.weight [$2,$2]"; echo "model.layers.$l.self_attn.k_proj.weight [$kv,$2]"
+        echo "model.layers.$l.self_attn.v_proj.weight [$kv,$2]"; echo "model.layers.$l.self_attn.o_proj.weight [$2,$2]"
+        echo "model.layers.$l.post_attention_layernorm.weight [$2]"
+        echo "model.layers.$l.mlp.gate_proj.weight [$3,$2]"; echo "model.layers.$l.mlp.up_proj.weight [$3,$2]"
+        echo "model.layers.$l.mlp.down_proj.weight [$2,$3]"
+    done
+    echo "model.norm.weight [$2]"
+    if [ "$lm" = 1 ]; then echo "lm_head.weight [$5,$2]"; fi
+}
+
+check_layout() {  # label OUT CKPT_ITER_DIR L C NH F P V [bloom|llama]
     local label=$1 out=$2 ck=$3 st=$2/model.safetensors arch=${10:-gpt2}
     local n size
     n=$(od -An -tu8 -N8 $st | tr -d ' ')
@@ -90,7 +115,7 @@ check_layout() {  # label OUT CKPT_ITER_DIR L C NH F P V [bloom]
             END { print (bad == 0 && at == end && NR > 0) ? "ok" : "bad" }' at=0 $B/entries)
     if [ $((n % 8)) -eq 0 ] && head -c 31 $B/header.json | grep -qF '{"__metadata__":{"format":"pt"}' &&
        [ "$dtypes" -eq "$(wc -l < $B/entries)" ] && [ "$ranges" = ok ] &&
-       diff <(cut -d' ' -f1,2 $B/entries) <(expected_${arch}_tensors $4 $5 $7 $8 $9) > $B/layout.diff; then
+       diff <(cut -d' ' -f1,2 $B/entries) <(expected_${arch}_tensors $4 $5 $7 $8 $9 $3) > $B/layout.diff; then
         ok "$label: model.safetensors: header parses, $(wc -l < $B/entries) tensors with $arch's names and shapes, contiguous byte ranges"
     else bad "$label: model.safetensors layout" "header $n bytes, $dtypes dtypes, ranges $ranges; $(head -c 300 $B/layout.diff 2>/dev/null)"; fi
     # the word embedding is copied as it is: its bytes equal the checkpoint's
@@ -100,7 +125,12 @@ check_layout() {  # label OUT CKPT_ITER_DIR L C NH F P V [bloom]
         ok "$label: the word embedding is the checkpoint's byte for byte (vocabulary padding left out)"
     else bad "$label: the word embedding" "differs from the checkpoint's bytes"; fi
     local missing="" fields
-    if [ $arch = bloom ]; then
+    if [ $arch = llama ]; then
+        fields=('"architectures": ["LlamaForCausalLM"]' '"model_type": "llama"' "\"vocab_size\": $9" "\"hidden_size\": $5"
+                "\"num_hidden_layers\": $4" "\"num_attention_heads\": $6" "\"intermediate_size\": $7"
+                "\"num_key_value_heads\": $LG" '"hidden_act": "silu"' '"rope_theta": 500000' '"rms_norm_eps": 1e-06'
+                '"tie_word_embeddings": false' '"attention_bias": false' '"mlp_bias": false' '"rope_scaling": null')
+    elif [ $arch = bloom ]; then
         fields=('"architectures": ["BloomForCausalLM"]' '"model_type": "bloom"' "\"vocab_size\": $9" "\"hidden_size\": $5"
                 "\"n_layer\": $4" "\"n_head\": $6" '"layer_norm_epsilon": 1e-05' '"tie_word_embeddings": true'
                 '"hidden_dropout": 0.0' '"attention_dropout": 0.0' '"apply_residual_connection_post_layernorm": false')
@@ -153,7 +183,7 @@ check_layout synthetic $B/out $ck $L $C $NH $F $P $V
 compare_logits synthetic $B/out $ck $TOKENS
 
 # ---- refusals: one line naming the file and tensor, exit status 2, no model.safetensors left
-expect_refusal() {  # name needle ckpt [gpt2|bloom]
+expect_refusal() {  # name needle ckpt [gpt2|bloom|llama]
     local name=$1 needle=$2 from=$3
     rm -rf $B/refused
     $H --export $from $B/refused ${4:-} > $B/refusal.out 2> $B/refusal.err
@@ -208,6 +238,40 @@ expect_refusal "Bloom refuses an ALiBi model without the embedding LayerNorm" "n
 narrow=$($H --make-checkpoint $B/narrow --position-embedding-type alibi --embed-layernorm 2> /dev/null | tail -1)
 expect_refusal "Bloom refuses an MLP that is not 4 x hidden" "--ffn-hidden-size 96, but BloomForCausalLM's MLP is 4 x hidden = 128 wide" $narrow
 
+# ---- a Llama-shaped model (rope with base 500000, RMSNorm eps 1e-6, SwiGLU, no biases, 4 heads
+# sharing 2 key/value heads, an untied output layer) is a LlamaForCausalLM
+LLAMA="--position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear"
+LG=2
+llama=$($H --make-checkpoint $B/llama --perturb 0.3 $LLAMA --group-query-attention --num-query-groups $LG \
+        --untie-embeddings-and-output-weights --rotary-base 500000 --norm-epsilon 1e-6 2> $B/make_llama.err | tail -1)
+if $H --export $llama $B/out_llama > $B/export_llama.log 2>&1 && grep -q "as LlamaForCausalLM" $B/export_llama.log; then
+    ok "a rope, RMSNorm, SwiGLU model without biases is exported as LlamaForCausalLM (chosen by the model)"
+    check_layout llama $B/out_llama $llama $L $C $NH $F $P $V llama
+    compare_logits llama $B/out_llama $llama $TOKENS
+else bad "export of a Llama-shaped model" "$(cat $B/make_llama.err $B/export_llama.log)"; fi
+llama_refusal() {  # name needle [gpt2|bloom|llama] flags...: a checkpoint of the flags, its export refused
+    local name=$1 needle=$2 arch=$3 ck; shift 3
+    rm -rf $B/refused_ck
+    ck=$($H --make-checkpoint $B/refused_ck "$@" 2> /dev/null | tail -1)
+    expect_refusal "$name" "$needle" $ck $arch
+}
+llama_refusal "Llama refuses LayerNorm" "has LayerNorm, which LlamaForCausalLM cannot express (it has RMSNorm: --normalization RMSNorm)" "" \
+    --position-embedding-type rope --swiglu --disable-bias-linear
+llama_refusal "Llama refuses linear biases" "has biases in its linear layers, which LlamaForCausalLM cannot express" "" \
+    --position-embedding-type rope --normalization RMSNorm --swiglu
+llama_refusal "Llama refuses a GELU MLP" "has a GELU MLP, which LlamaForCausalLM cannot express (it has a SwiGLU MLP: --swiglu)" "" \
+    --position-embedding-type rope --normalization RMSNorm --disable-bias-linear
+llama_refusal "Llama refuses partial rope" "turns 4 of each head's 8 dims (--rotary-percent 0.5), but LlamaForCausalLM turns them all" "" \
+    $LLAMA --rotary-percent 0.5
+llama_refusal "Llama refuses learned positions" "has learned position embeddings, which LlamaForCausalLM cannot express (it uses rope): export it as gpt2" llama
+llama_refusal "GPT-2 refuses rope" "uses rope (--position-embedding-type rope), which GPT2LMHeadModel cannot express: export it as llama" gpt2 $LLAMA
+llama_refusal "GPT-2 refuses RMSNorm" "has RMSNorm (--normalization RMSNorm), which GPT2LMHeadModel cannot express (it has LayerNorm)" "" \
+    --normalization RMSNorm
+llama_refusal "GPT-2 refuses grouped-query attention" "has grouped-query attention (--group-query-attention), which GPT2LMHeadModel cannot express" "" \
+    --group-query-attention --num-query-groups 2
+llama_refusal "Bloom refuses an untied output layer" "has an output layer of its own (--untie-embeddings-and-output-weights), which BloomForCausalLM cannot express" "" \
+    --position-embedding-type alibi --embed-layernorm --ffn-hidden-size 128 --untie-embeddings-and-output-weights
+
 # only the weights are read: a flipped bit in Adam's moments does not change the export
 cp -r $B/ck $B/moments
 flip_byte $B/moments/iter_0000100/tensors.bin $(tensor_offset $ck exp_avg_sq 'word_embeddings')
@@ -258,7 +322,7 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
             ok "import $label$([ $# -gt 0 ] && echo " $*"): first loss $got, transformers' $want (within 1e-5 relative)"
         else bad "import $label: first loss" "ours '$got', transformers' $want: $(tail -2 $B/loss_$m.$np.log)"; fi
     }
-    for m in gpt2_f32 gpt2_f16 gpt2_bf16_sharded bloom_f32 bloom_f16_sharded; do
+    for m in gpt2_f32 gpt2_f16 gpt2_bf16_sharded bloom_f32 bloom_f16_sharded llama_f32 llama_bf16_sharded; do
         if ./train_cpu --import-hf $HM/$m --save $B/ck_$m > $B/import_$m.log 2>&1 &&
            grep -q "^imported $HM/$m as .*; wrote $B/ck_$m/iter_0000000 in" $B/import_$m.log &&
            [ "$(cat $B/ck_$m/latest_checkpointed_iteration.txt)" = 0 ] && [ -z "$(ls $B/ck_$m | grep -v '^iter_0000000$\|^latest_checkpointed_iteration.txt$')" ]; then
@@ -281,6 +345,9 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
     rm -rf $B/ft_gpt2_f16 $B/ft_bloom_f32
     loss_check gpt2_f16 8 2 2 --finetune --save $B/ft_gpt2_f16
     loss_check bloom_f32 8 2 2 --finetune --save $B/ft_bloom_f32
+    rm -rf $B/ft_llama_f32 $B/ft_llama_bf16_sharded   # (TP = 2 splits the 2 key/value heads of the first)
+    loss_check llama_f32 8 2 2 --finetune --save $B/ft_llama_f32
+    loss_check llama_bf16_sharded 8 2 2 --finetune --save $B/ft_llama_bf16_sharded
     # the hub's layout (no "transformer." prefix, GPT-2's mask buffers saved) and a stored tied
     # lm_head import to the very same checkpoint
     for v in hub_layout tied; do
@@ -291,6 +358,39 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
             ok "import of the $v variant: the same checkpoint as the model's own save"
         else bad "import of the $v variant" "$(cat $B/import_$v.log)"; fi
     done
+    rm -rf $B/ck_llama_no_kv_heads
+    if ./train_cpu --import-hf $HM/good/llama_no_kv_heads --save $B/ck_llama_no_kv_heads > $B/import_no_kv.log 2>&1 &&
+       cmp -s $B/ck_llama_no_kv_heads/iter_0000000/tensors.bin $B/ck_llama_bf16_sharded/iter_0000000/tensors.bin &&
+       cmp -s $B/ck_llama_no_kv_heads/iter_0000000/metadata.txt $B/ck_llama_bf16_sharded/iter_0000000/metadata.txt; then
+        ok "import of a Llama config without num_key_value_heads: as many as the heads, the same checkpoint"
+    else bad "import without num_key_value_heads" "$(cat $B/import_no_kv.log)"; fi
+    if grep -q '^config rotary_base 500000$' $B/ck_llama_f32/iter_0000000/metadata.txt &&
+       grep -q '^config num_query_groups 2$' $B/ck_llama_f32/iter_0000000/metadata.txt &&
+       grep -q '^config group_query_attention 1$' $B/ck_llama_f32/iter_0000000/metadata.txt &&
+       grep -q '^config untie_embeddings_and_output_weights 1$' $B/ck_llama_bf16_sharded/iter_0000000/metadata.txt &&
+       grep -q '^config norm_epsilon 1e-06$' $B/ck_llama_bf16_sharded/iter_0000000/metadata.txt; then
+        ok "import of Llama: rope_theta 500000.0 read as the integer 500000, 2 key/value heads as --num-query-groups 2, untied, eps 1e-6"
+    else bad "import of Llama's config" "$(grep config $B/ck_llama_f32/iter_0000000/metadata.txt $B/ck_llama_bf16_sharded/iter_0000000/metadata.txt)"; fi
+
+    # a Llama-shaped model trained by train_cpu at TP = 2 (2 key/value heads, untied), exported:
+    # transformers' loss of the export equals the trainer's first loss of the checkpoint
+    rm -rf $B/llama_trained $B/out_llama_trained $B/ft_llama_trained
+    mpirun --oversubscribe --bind-to none -np 2 ./train_cpu --data-path $B/data_llama_f32_text_document --vocab-size 1001 \
+        --num-layers 2 --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 96 --seq-length $T $LLAMA \
+        --group-query-attention --num-query-groups 2 --untie-embeddings-and-output-weights --rotary-base 500000 \
+        --norm-epsilon 1e-6 --micro-batch-size 1 --global-batch-size 2 --train-iters 4 --lr 1e-2 --split 100,0,0 \
+        --eval-iters 0 --log-interval 1 --seed 5 --tensor-model-parallel-size 2 --save $B/llama_trained \
+        --save-interval 4 > $B/llama_train.log 2>&1
+    ./train_cpu --load $B/llama_trained --export-hf $B/out_llama_trained > $B/llama_export.log 2>&1
+    ./train_cpu --load $B/llama_trained --data-path $B/data_llama_f32_text_document --seq-length $T --split 100,0,0 \
+        --micro-batch-size 1 --global-batch-size 2 --train-iters 1 --lr 0 --log-interval 1 --eval-iters 0 --finetune \
+        --save $B/ft_llama_trained > $B/llama_trained_loss.log 2>&1
+    got=$(grep -o 'lm loss: [0-9.E+-]*' $B/llama_trained_loss.log | head -1 | cut -d' ' -f3)
+    want=$($PY tests/hf_models.py loss $B/out_llama_trained $HM/llama_f32/tokens.txt 2> $B/llama_trained_py.err)
+    if grep -q "as a Hugging Face LlamaForCausalLM" $B/llama_export.log && [ "${want% *}" = LlamaForCausalLM ] && [ -n "$got" ] &&
+       awk -v a="$got" -v b="${want#* }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }'; then
+        ok "a Llama-shaped model train_cpu trained at TP = 2 exports as LlamaForCausalLM: transformers' loss ${want#* }, the trainer's $got (within 1e-5 relative)"
+    else bad "export of a trained Llama-shaped model" "ours '$got', transformers '$want': $(tail -2 $B/llama_train.log $B/llama_export.log $B/llama_trained_py.err)"; fi
     rm -rf $B/ck_seq $B/ck_seq128
     if ! ./train_cpu --import-hf $HM/gpt2_f32 --save $B/ck_seq128 --seq-length 128 > $B/ck_seq128.log 2>&1 &&
        grep -q 'more than n_positions 40' $B/ck_seq128.log && [ ! -e $B/ck_seq128 ]; then
@@ -318,7 +418,7 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
     import_refusal "scale_attn_by_inverse_layer_idx" '"scale_attn_by_inverse_layer_idx": true divides' $HM/bad/inverse_layer_idx
     import_refusal "unscaled attention" '"scale_attn_weights": false leaves' $HM/bad/unscaled
     import_refusal "cross-attention" '"add_cross_attention": true adds cross-attention' $HM/bad/cross_attention
-    import_refusal "an unknown model_type" 'config.json: model_type "llama": gridgpt imports gpt2' $HM/bad/model_type
+    import_refusal "an unknown model_type" 'config.json: model_type "mistral": gridgpt imports gpt2' $HM/bad/model_type
     import_refusal "another architecture" 'architectures names GPT2ForSequenceClassification' $HM/bad/architecture
     import_refusal "a config without n_layer" 'config.json: no "n_layer"' $HM/bad/no_n_layer
     import_refusal "a config.json that is not JSON" 'config.json: not JSON: more text after the value at byte' $HM/bad/bad_json
@@ -335,6 +435,20 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
     import_refusal "an index that maps a tensor to the wrong shard" 'model.safetensors.index.json: weight_map puts tensor' $HM/bad/index
     import_refusal "a directory without safetensors" 'no model.safetensors nor model.safetensors.index.json' $HM/bad/no_tensors
     import_refusal "a sequence longer than n_positions" 'a sequence length of 64 is more than n_positions 40' $HM/gpt2_f32 --seq-length 64
+    import_refusal "Llama's GELU" '"hidden_act": "gelu", but gridgpt'"'"'s SwiGLU gates with SiLU' $HM/bad/llama_act
+    import_refusal "scaled rope" '"rope_scaling" is an object (linear): scaled rope' $HM/bad/llama_rope_scaling
+    import_refusal "Llama's attention biases" '"attention_bias": true adds biases' $HM/bad/llama_attention_bias
+    import_refusal "Llama's MLP biases" '"mlp_bias": true adds biases' $HM/bad/llama_mlp_bias
+    import_refusal "a head_dim not hidden / heads" '"head_dim": 32 is not hidden_size / num_attention_heads' $HM/bad/llama_head_dim
+    import_refusal "pretraining_tp 2" '"pretraining_tp": 2 splits' $HM/bad/llama_tp
+    import_refusal "partial_rotary_factor" '"partial_rotary_factor": 0.5 turns only part' $HM/bad/llama_partial_rotary
+    import_refusal "a rope_theta that is not an integer" '"rope_theta": --rotary-base expects an integer' $HM/bad/llama_rope_theta
+    import_refusal "key/value heads that do not divide the heads" 'num_key_value_heads 3 does not divide the 4 heads' $HM/bad/llama_kv_heads
+    import_refusal "a tied Llama with its own lm_head" 'lm_head.weight differs from the word embedding model.embed_tokens.weight (first at element 0)' $HM/bad/llama_untied_head
+    import_refusal "a missing k_proj" 'no tensor model.layers.1.self_attn.k_proj.weight (nor layers.1.self_attn.k_proj.weight)' $HM/bad/llama_missing
+    import_refusal "a v_proj of the wrong shape" 'tensor model.layers.0.self_attn.v_proj.weight is [64, 64], expected [32, 64]' $HM/bad/llama_shape
+    import_refusal "a q_proj bias" 'unexpected tensor model.layers.0.self_attn.q_proj.bias: LlamaForCausalLM' $HM/bad/llama_extra
+    import_refusal "a sequence longer than max_position_embeddings" 'a sequence length of 64 is more than max_position_embeddings 32' $HM/llama_f32 --seq-length 64
     import_refusal "a model flag besides --seq-length" 'takes the model from '"$HM"'/gpt2_f32/config.json: drop --num-layers' $HM/gpt2_f32 --num-layers 3
     # a --save that holds checkpoints is left exactly as it was (no lock, no .tmp, the same files)
     listing() { find $1 -printf '%p %s %T@\n' | sort; }

@@ -440,7 +440,7 @@ static void test_matmul(void) {
 }
 
 // ----------------------------------------------------------------------------
-// causal self-attention. qkv[b, t] holds the heads one after another, each as [q | k | v];
+// causal self-attention (G = NH first). qkv[b, t] holds the heads one after another, each as [q | k | v];
 // out[b, t] the heads side by side; att[b, h, t, t2] the softmax probabilities.
 
 typedef struct { double *qkv, *R, *out, *att; int B, T, NH, HS; Alibi alibi; } AttentionCase;
@@ -539,7 +539,7 @@ static void test_attention(Alibi alibi) {
     float* scratch = filled_floats(n_scratch, NAN);
     float* out = filled_floats(n_out, NAN);
     float* att = filled_floats(n_att, NAN);
-    attention_forward(out, att, NULL, NULL, qkv, B, T, NH, HS, alibi);   // no lse, no scratch: the C attention
+    attention_forward(out, att, NULL, NULL, qkv, B, T, NH, NH, HS, alibi);   // no lse, no scratch: the C attention
     // scores: 7-term fp32 dot products; softmax over <= 11 terms; then an 11-term weighted
     // sum: each step a few u, all told ~1e-6 of the scale; 1e-5 leaves a decade
     snprintf(name, sizeof(name), "attention_forward out%s", with);
@@ -565,12 +565,12 @@ static void test_attention(Alibi alibi) {
     check(worst_row <= 2e-6, name, "worst |sum - 1| = %.3g", worst_row);
     // selective recomputation's pass: the forward's probabilities again, to the bit
     float* again = filled_floats(n_att, NAN);
-    attention_probabilities(again, NULL, qkv, B, T, NH, HS, alibi);
+    attention_probabilities(again, NULL, qkv, B, T, NH, NH, HS, alibi);
     snprintf(name, sizeof(name), "attention_probabilities gives attention_forward's att, bit for bit%s", with);
     check(memcmp(again, att, n_att * sizeof(float)) == 0, name, "they differ");
 
     float* dqkv = filled_floats(n_qkv, NAN);  // overwritten: pre-filled with NaN
-    attention_backward(dqkv, scratch, R, qkv, out, att, NULL, B, T, NH, HS, alibi);
+    attention_backward(dqkv, scratch, R, qkv, out, att, NULL, B, T, NH, NH, HS, alibi);
     double* fd = new_doubles(n_qkv);
     finite_diff(fd, a.qkv, n_qkv, attention_loss, &a);
     const char* parts[3] = {"dq", "dk", "dv"};
@@ -586,31 +586,116 @@ static void test_attention(Alibi alibi) {
     free_buffers();
 }
 
+// Grouped-query attention (G key/value heads, each shared by NH/G query heads) against an
+// independent reference: the same qkv expanded to multi-head attention, each group's k and v
+// copied to every head of the group, run through the kernels with G = NH (which the finite
+// differences above check). The GQA layout is written here from its description, not from
+// qkv_index: per token, G groups one after another, each [NH/G queries | k | v], HS wide each.
+static size_t gqa_at(int b, int t, int g, int slot, int T, int NH, int G, int HS) {
+    return (((size_t)b * T + t) * (NH + 2 * G) + (size_t)g * (NH / G + 2) + slot) * HS;
+}
+
+// the GQA qkv as multi-head attention's [q | k | v] per head (qkv_at's layout)
+static float* expand_groups(const float* qkv, int B, int T, int NH, int G, int HS) {
+    float* mha = new_floats((size_t)B * T * 3 * NH * HS);
+    int per = NH / G;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++)
+                for (int part = 0; part < 3; part++)
+                    memcpy(mha + qkv_at(b, t, h, part, T, NH, HS),
+                           qkv + gqa_at(b, t, h / per, part == 0 ? h % per : per + part - 1, T, NH, G, HS), HS * sizeof(float));
+    return mha;
+}
+
+// Forward: every score, softmax and sum of the GQA run is the MHA run's operation on the same
+// numbers in the same order, so out, att and (its backward) dq are equal bit for bit. dk and dv
+// of a group: the GQA backward adds the NH/G heads' terms into one fp32 sum, in head order; the
+// MHA backward sums each head apart and the test adds the NH/G head sums in double. The same
+// products, added in another order: each fp32 addition rounds by u = 2^-24 of the running
+// sum, at most (NH/G) T = 42 of them per element here, so ~42 u ~ 2.5e-6 of the terms'
+// magnitudes at worst, ~sqrt(42) u ~ 4e-7 as rounding errors add up at random (measured:
+// 1.6e-7): 1e-6 of max |want|, while a missing head or query moves an element by O(1/T).
+static void test_attention_gqa(int NH, int G, Alibi alibi) {
+    const int B = 2, T = 7, HS = 8, per = NH / G;
+    char with[64], name[160];
+    snprintf(with, sizeof with, " NH=%d G=%d%s", NH, G, alibi.heads ? " (ALiBi)" : "");
+    const size_t n_qkv = (size_t)B * T * (NH + 2 * G) * HS, n_mha = (size_t)B * T * 3 * NH * HS;
+    const size_t n_out = (size_t)B * T * NH * HS, n_att = (size_t)B * NH * T * T;
+    float* qkv = random_floats(n_qkv, -1.5f, 1.5f);
+    float* mha = expand_groups(qkv, B, T, NH, G, HS);
+    float *out = filled_floats(n_out, NAN), *att = filled_floats(n_att, NAN);
+    float *out_mha = filled_floats(n_out, NAN), *att_mha = filled_floats(n_att, NAN);
+    attention_forward(out, att, NULL, NULL, qkv, B, T, NH, G, HS, alibi);
+    attention_forward(out_mha, att_mha, NULL, NULL, mha, B, T, NH, NH, HS, alibi);
+    snprintf(name, sizeof name, "GQA attention_forward out = MHA on the expanded k, v, bit for bit%s", with);
+    expect_identical(name, out, out_mha, n_out);
+    snprintf(name, sizeof name, "GQA attention_forward att = MHA on the expanded k, v, bit for bit%s", with);
+    expect_identical(name, att, att_mha, n_att);
+    float* again = filled_floats(n_att, NAN);
+    attention_probabilities(again, NULL, qkv, B, T, NH, G, HS, alibi);
+    snprintf(name, sizeof name, "GQA attention_probabilities gives attention_forward's att, bit for bit%s", with);
+    expect_identical(name, again, att, n_att);
+
+    float* dout = random_floats(n_out, -1, 1);
+    float *dqkv = filled_floats(n_qkv, NAN), *dmha = filled_floats(n_mha, NAN);   // overwritten
+    float* scratch = filled_floats(attention_scratch_elements(B, T, NH, HS), NAN);
+    attention_backward(dqkv, scratch, dout, qkv, out, att, NULL, B, T, NH, G, HS, alibi);
+    attention_backward(dmha, scratch, dout, mha, out_mha, att_mha, NULL, B, T, NH, NH, HS, alibi);
+    float *dq = new_floats(n_out), *dq_mha = new_floats(n_out);   // [b, t, h, i]
+    size_t n_kv = (size_t)B * T * G * HS;
+    float* dkv[2] = {new_floats(n_kv), new_floats(n_kv)};
+    double* dkv_want[2] = {new_doubles(n_kv), new_doubles(n_kv)};   // [b, t, g, i]: the heads' sum
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++)
+                for (int i = 0; i < HS; i++) {
+                    size_t o = (((size_t)b * T + t) * NH + h) * HS + i, kv = (((size_t)b * T + t) * G + h / per) * HS + i;
+                    dq[o] = dqkv[gqa_at(b, t, h / per, h % per, T, NH, G, HS) + i];
+                    dq_mha[o] = dmha[qkv_at(b, t, h, 0, T, NH, HS) + i];
+                    for (int part = 1; part < 3; part++) {
+                        dkv[part - 1][kv] = dqkv[gqa_at(b, t, h / per, per + part - 1, T, NH, G, HS) + i];
+                        dkv_want[part - 1][kv] += dmha[qkv_at(b, t, h, part, T, NH, HS) + i];
+                    }
+                }
+    snprintf(name, sizeof name, "GQA attention_backward dq = MHA's, bit for bit%s", with);
+    expect_identical(name, dq, dq_mha, n_out);
+    for (int part = 0; part < 2; part++) {
+        snprintf(name, sizeof name, "GQA attention_backward %s = the sum of the group's heads' in MHA%s", part ? "dv" : "dk", with);
+        expect_close(name, dkv[part], NULL, dkv_want[part], n_kv, 1e-6);
+    }
+    free_buffers();
+}
+
 // generation's attention: one sequence (B = 1) decoded in pieces of 1, 3, 2 and 5 rows, each
 // piece's keys and values appended to a cache whose rows not yet written hold NaN (a read past
 // the causal limit shows), against attention_forward on the whole sequence at once: the same
-// scores, softmax and sums in another order, ~1e-6 of the scale like attention_forward itself
-static void test_attention_decode(Alibi alibi) {
-    const int T = 11, NH = 3, HS = 7, pieces[4] = {1, 3, 2, 5}, row = 3 * NH * HS;
-    const char* with = alibi.heads ? " (ALiBi)" : "";
-    char name[160];
+// scores, softmax and sums in another order, ~1e-6 of the scale like attention_forward itself.
+// With G < NH, query heads share their group's cached key and value.
+static void test_attention_decode(int NH, int G, Alibi alibi) {
+    const int T = 11, HS = 7, pieces[4] = {1, 3, 2, 5}, row = (NH + 2 * G) * HS;
+    char with[64], name[160];
+    snprintf(with, sizeof with, " NH=%d G=%d%s", NH, G, alibi.heads ? " (ALiBi)" : "");
     float* qkv = random_floats((size_t)T * row, -1.5f, 1.5f);
     float *want = new_floats((size_t)T * NH * HS), *att = new_floats((size_t)NH * T * T);
-    attention_forward(want, att, NULL, NULL, qkv, 1, T, NH, HS, alibi);
-    float *cache = filled_floats((size_t)T * 2 * NH * HS, NAN), *got = filled_floats((size_t)T * NH * HS, NAN);
+    attention_forward(want, att, NULL, NULL, qkv, 1, T, NH, G, HS, alibi);
+    float *cache = filled_floats((size_t)T * 2 * G * HS, NAN), *got = filled_floats((size_t)T * NH * HS, NAN);
     for (int k = 0, pos0 = 0; k < 4; pos0 += pieces[k++]) {
-        kv_cache_append(cache, qkv + (size_t)pos0 * row, pieces[k], pos0, NH, HS);
-        attention_decode(got + (size_t)pos0 * NH * HS, cache, qkv + (size_t)pos0 * row, pieces[k], pos0, NH, HS, alibi);
+        kv_cache_append(cache, qkv + (size_t)pos0 * row, pieces[k], pos0, NH, G, HS);
+        attention_decode(got + (size_t)pos0 * NH * HS, cache, qkv + (size_t)pos0 * row, pieces[k], pos0, NH, G, HS, alibi);
     }
     double* want_d = doubles_of(want, (size_t)T * NH * HS);
     snprintf(name, sizeof(name), "attention_decode over a KV cache, in pieces of 1, 3, 2, 5 rows = attention_forward%s", with);
     expect_close(name, got, NULL, want_d, (size_t)T * NH * HS, 1e-5);
-    size_t wrong = 0;   // the cache holds each position's k and v as they were in qkv
+    // the cache holds each position's group keys and values as they were in qkv: a row is the
+    // G keys side by side, then the G values
+    size_t wrong = 0;
     for (int t = 0; t < T; t++)
-        for (int h = 0; h < NH; h++)
+        for (int g = 0; g < G; g++)
             for (int d = 0; d < HS; d++)
-                wrong += cache[kv_cache_index(t, h, 0, NH, HS) + d] != qkv[qkv_index(0, t, h, 1, T, NH, HS) + d] ||
-                         cache[kv_cache_index(t, h, 1, NH, HS) + d] != qkv[qkv_index(0, t, h, 2, T, NH, HS) + d];
+                for (int which = 0; which < 2; which++)
+                    wrong += cache[((size_t)t * 2 + which) * G * HS + (size_t)g * HS + d] !=
+                             qkv[gqa_at(0, t, g, NH / G + which, T, NH, G, HS) + d];
     snprintf(name, sizeof(name), "kv_cache_append: every position's keys and values, exactly%s", with);
     check(wrong == 0, name, "%zu elements differ", wrong);
     free_buffers();
@@ -740,12 +825,23 @@ static void test_rope_relative(void) {
     double d = 0.0;
     for (int i = 0; i < s.HS; i++) d += (double)q[i] * kk[i];
     check(fabs(d - first[0]) > 1e-3 * mag, "rope: q.k changes with the distance", "%.9g vs %.9g", d, first[0]);
-    // the general index is qkv_index where every head is its own group
+    // the indices against the layouts as written here: with G = NH, head h's [q | k | v]
+    // (qkv_at); with G < NH, query head h's q and its group's k and v (gqa_at)
     size_t differ = 0;
     for (int h = 0; h < 3; h++)
         for (int which = 0; which < 3; which++)
-            differ += qkv_group_index(1, 2, h, which, 5, 3, 3, 7) != qkv_index(1, 2, h, which, 5, 3, 7);
-    check(differ == 0, "qkv_group_index with G = NH is qkv_index", "%zu offsets differ", differ);
+            differ += qkv_group_index(1, 2, h, which, 5, 3, 3, 7) != qkv_at(1, 2, h, which, 5, 3, 7) ||
+                      qkv_index(1, 2, h, which, 5, 3, 3, 7) != qkv_at(1, 2, h, which, 5, 3, 7);
+    const int groups[3] = {1, 2, 6};   // of 6 heads
+    for (int k = 0; k < 3; k++) {
+        int G = groups[k], per = 6 / G;
+        for (int h = 0; h < 6; h++)
+            for (int which = 0; which < 3; which++)
+                differ += qkv_index(1, 2, h, which, 5, 6, G, 7) !=
+                          gqa_at(1, 2, h / per, which == 0 ? h % per : per + which - 1, 5, 6, G, 7);
+    }
+    check(differ == 0, "qkv_group_index and qkv_index: per head [q | k | v] when G = NH, groups of [queries | k | v]",
+          "%zu offsets differ", differ);
     free_buffers();
 }
 
@@ -1123,8 +1219,16 @@ int main(int argc, char** argv) {
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     test_attention(none);
     test_attention(heads_2_to_4_of_5);
-    test_attention_decode(none);
-    test_attention_decode(heads_2_to_4_of_5);
+    test_attention_decode(3, 3, none);
+    test_attention_decode(3, 3, heads_2_to_4_of_5);
+    // grouped-query attention: 6 query heads in 2 groups of 3, and in one group (multi-query);
+    // ALiBi: these 6 heads as global heads 1..6 of 7
+    Alibi heads_1_to_6_of_7 = {1, 7};
+    for (int G = 2; G >= 1; G--) {
+        test_attention_gqa(6, G, none);
+        test_attention_gqa(6, G, heads_1_to_6_of_7);
+        test_attention_decode(6, G, G == 2 ? none : heads_1_to_6_of_7);
+    }
     // {B, T, NH, G, HS, rotary_dims, pos0, base}: without GQA (G = NH), one k/v head (G = 1),
     // groups of 3 queries; all of each head rotated, half of it (--rotary-percent 0.5), and a
     // pos0 past a cache of 37 tokens

@@ -85,8 +85,8 @@ else bad "GPT-3 175B: the dry run" "status $(cat "$tmp/status"): $(head -c 400 "
 
 # --- Llama 3 8B on one node of 8 H100s (TP 1, CP 1, PP 1: DP 8), its real-data branch with fp8
 llama=$examples/llama3_8b_h100_fp8.flags
-llama_architecture="--group-query-attention --num-query-groups --position-embedding-type --rotary-base --rotary-percent --swiglu"
-llama_architecture="$llama_architecture --apply-layernorm-1p --untie-embeddings-and-output-weights --disable-bias-linear"
+# Llama's architecture flags are gridgpt's own (issue 38); Megatron-LM's zero-centred LayerNorm weights are not
+llama_architecture="--apply-layernorm-1p"
 not_in_gridgpt="--decoupled-lr --decoupled-min-lr --grad-reduce-in-bf16 --fp8-format --fp8-amax-history-len"
 not_in_gridgpt="$not_in_gridgpt --fp8-amax-compute-algo --fp8-param-gather --tokenizer-type --tokenizer-model --ckpt-format"
 check_refusals "Llama 3 8B (fp8)" 8 "$llama" "$llama_architecture $not_in_gridgpt"
@@ -104,6 +104,8 @@ if [ "$noted" = "$accepted" ] && [ "$(cat "$tmp/status")" = 2 ] && grep -qF -- "
 else bad "Llama 3 8B: the notes" "noted [$noted], expected [$accepted]; status $(cat "$tmp/status"): $(head -c 300 "$tmp/err")"; fi
 # shellcheck disable=SC2086
 dry 8 "$llama" $llama_architecture $not_in_gridgpt --sequence-parallel --
-if [ "$(cat "$tmp/status")" = 0 ] && grep -q "DP 8" "$tmp/out" && [ ! -s "$tmp/err" ]; then
-    ok "Llama 3 8B: the dry run plans the script's layout (TP 1, PP 1, DP 8) once --sequence-parallel is dropped at TP 1"
+llama_model="--position-embedding-type rope --rotary-base 1000000 --rotary-percent 1 .*--swiglu --group-query-attention "
+llama_model="$llama_model--num-query-groups 8 --untie-embeddings-and-output-weights --disable-bias-linear"
+if [ "$(cat "$tmp/status")" = 0 ] && grep -q "DP 8" "$tmp/out" && [ ! -s "$tmp/err" ] && grep -q -- "$llama_model" "$tmp/out"; then
+    ok "Llama 3 8B: the dry run plans the script's model (rope, SwiGLU, 8 query groups, untied, no biases) and layout (TP 1, PP 1, DP 8) once --sequence-parallel is dropped at TP 1"
 else bad "Llama 3 8B: the dry run" "status $(cat "$tmp/status"): $(head -c 400 "$tmp/err") $(head -c 300 "$tmp/out")"; fi

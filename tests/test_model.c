@@ -41,6 +41,25 @@ static GPTConfig tiny_config(int embed_layernorm) {
     return c;
 }
 
+// Llama's choices on the tiny model: rotary positions (half of each head's 8 dims, an odd base),
+// RMSNorm, SwiGLU, 4 query heads in 2 groups, an output layer of its own, no linear biases
+static GPTConfig tiny_llama_config(void) {
+    GPTConfig c = tiny_config(0);
+    c.hidden_size = 32;
+    c.num_attention_heads = 4;
+    c.position_embedding_type = POSITION_ROPE;
+    c.rotary_percent = 0.5f;
+    c.rotary_base = 777;
+    c.normalization = NORM_RMSNORM;
+    c.norm_epsilon = 1e-6f;
+    c.swiglu = 1;
+    c.group_query_attention = 1;
+    c.num_query_groups = 2;
+    c.untie_embeddings_and_output_weights = 1;
+    c.disable_bias_linear = 1;
+    return c;
+}
+
 static void random_batch(GPT* m, int vocab) {
     int N = m->B * m->T;
     for (int i = 0; i < N; i++) {
@@ -69,10 +88,11 @@ static double loss_and_grads(GPT* m) {
 // size or in direction shows. Error budget: the loss is summed in double from fp32 token
 // losses (relative round-off ~1e-7, so ~1e-6 absolute over a 2e-3 step -> ~5e-4 on the
 // derivative), plus the h^2 truncation term; the derivative itself is ~1e-2 .. 1.
-static void gradient_check(int embed_layernorm, int alibi) {
-    GPTConfig c = tiny_config(embed_layernorm);
+static void gradient_check(int embed_layernorm, int alibi, int llama) {
+    GPTConfig c = llama ? tiny_llama_config() : tiny_config(embed_layernorm);
     if (alibi) c.position_embedding_type = POSITION_ALIBI;
-    const char* variant = alibi ? " (BLOOM: embedding LayerNorm, ALiBi)" : embed_layernorm ? " (embedding LayerNorm)" : "";
+    const char* variant = llama ? " (Llama: rope, RMSNorm, SwiGLU, GQA, untied, no biases)"
+                          : alibi ? " (BLOOM: embedding LayerNorm, ALiBi)" : embed_layernorm ? " (embedding LayerNorm)" : "";
     GPT m;
     gpt_build(&m, &c, 3, c.seq_length, 0, 1, 0, 1, 1, 1);
     random_batch(&m, c.vocab_size);
@@ -381,7 +401,7 @@ static size_t arena_bytes_written(const GPT* m) {
 // without, bit for bit, from an arena that the step fills exactly (no buffer left unused). It
 // is smaller, but for one chunk of all the layers: with one micro-batch in flight its scratch
 // is what the slot no longer holds (it saves only where PP micro-batches share the scratch).
-static void recompute_same_bits(void) {
+static void recompute_same_bits(int llama) {
     struct { int method, n, smaller; const char* name; } cases[] = {
         {RECOMPUTE_NONE, 1, 0, "no recomputation"},
         {RECOMPUTE_UNIFORM, 1, 1, "uniform, chunks of 1 layer"},
@@ -393,7 +413,7 @@ static void recompute_same_bits(void) {
     float* grads0 = NULL;
     size_t arena0 = 0;
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-        GPTConfig c = tiny_config(1);
+        GPTConfig c = llama ? tiny_llama_config() : tiny_config(1);
         c.num_layers = 3;
         c.ffn_hidden_size = 4 * c.hidden_size;
         c.recompute_method = cases[k].method;
@@ -412,15 +432,16 @@ static void recompute_same_bits(void) {
             memcpy(grads0, m.grads, m.num_params * sizeof(float));
             arena0 = m.arena_bytes;
         } else {
-            snprintf(name, sizeof(name), "recomputation (%s): the same loss and gradients, bit for bit", cases[k].name);
+            snprintf(name, sizeof(name), "recomputation (%s%s): the same loss and gradients, bit for bit", cases[k].name,
+                     llama ? ", Llama" : "");
             check(loss == loss0 && memcmp(grads0, m.grads, m.num_params * sizeof(float)) == 0, name,
                   "loss %.9g vs %.9g, or a gradient differs", loss, loss0);
-            snprintf(name, sizeof(name), "recomputation (%s): %s arena (%zu bytes, %zu without)", cases[k].name,
-                     cases[k].smaller ? "a smaller" : "the same", m.arena_bytes, arena0);
+            snprintf(name, sizeof(name), "recomputation (%s%s): %s arena (%zu bytes, %zu without)", cases[k].name,
+                     llama ? ", Llama" : "", cases[k].smaller ? "a smaller" : "the same", m.arena_bytes, arena0);
             check(cases[k].smaller ? m.arena_bytes < arena0 : m.arena_bytes == arena0, name, "wrong size");
         }
-        snprintf(name, sizeof(name), "%s: a step writes every 256-byte block of the arena (%zu bytes)", cases[k].name,
-                 m.arena_bytes);
+        snprintf(name, sizeof(name), "%s%s: a step writes every 256-byte block of the arena (%zu bytes)", cases[k].name,
+                 llama ? " (Llama)" : "", m.arena_bytes);
         check(written == m.arena_bytes && isfinite(loss), name, "%zu bytes written of %zu (loss %g)", written,
               m.arena_bytes, loss);
         gpt_free(&m);
@@ -853,9 +874,10 @@ int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     crc32_check_value();
     grid_build(1, 1);
-    gradient_check(0, 0);
-    gradient_check(1, 0);
-    gradient_check(1, 1);
+    gradient_check(0, 0, 0);
+    gradient_check(1, 0, 0);
+    gradient_check(1, 1, 0);
+    gradient_check(0, 0, 1);
     padding_is_inert();
     init_is_layout_free();
     lr_schedule();
@@ -867,7 +889,8 @@ int main(int argc, char** argv) {
     check_cluster_report();
     overfit_one_batch();
     checkpoint_without_trainer();
-    recompute_same_bits();
+    recompute_same_bits(0);
+    recompute_same_bits(1);
     schedule_walks_pair_up();
     schedule_slot_counts();
     flops_formulas();

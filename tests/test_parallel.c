@@ -45,7 +45,7 @@ static int replicated_tensors_differ(const GPT* m) {
 
 // the last stage's copy of the word embedding equals the first stage's, bit for bit
 static int tied_copies_differ(const GPT* m) {
-    if (grid.embedding.size <= 1) return 0;
+    if (grid.embedding.size <= 1 || m->cfg.untie_embeddings_and_output_weights) return 0;   // no tied copies
     const TensorDesc* t = &m->tensors[m->wte];
     float* mine = (float*)mallocCheck(t->numel * sizeof(float));
     float* first = (float*)mallocCheck(t->numel * sizeof(float));

@@ -3,7 +3,8 @@
 # A tiny model with gradient accumulation and batch-size ramp-up trains 22 steps under each
 # (TP, PP, DP) layout; losses and grad norms at every step and the final weights must match
 # the (1,1,1) run within 1e-5 relative (tests/test_parallel.c records and compares), with
-# sequence parallelism too (TP 2 and 4, ALiBi with the embedding LayerNorm), the interleaved
+# sequence parallelism too (TP 2 and 4, ALiBi with the embedding LayerNorm; Llama's shape: rope,
+# RMSNorm, SwiGLU, grouped-query attention, untied, no biases), the interleaved
 # schedule's layouts too, bit for bit as plain 1F1B's, in its order. Also:
 # the same layout twice is bit-identical, so is each layout with activation recomputation,
 # optimizer state shrinks as 1/DP, the communication counters match the ring formulas, and a
@@ -111,13 +112,18 @@ else bad "stage layers in the memory table" "te4: $(layers_of te4); t3: $(layers
 # The same for a BLOOM-style model: ALiBi instead of the position table (each tensor rank adds
 # the slopes of its global heads; 12 heads is not a power of two, so BLOOM's extra slopes are
 # used) and the embedding LayerNorm
+# against_ref MODEL LABEL TP PP DP [FLAGS...]: MODEL-tpT-ppP-dpD[-sp] recorded and held to MODEL-ref's run
+against_ref() {
+    local model=$1 label=$2 tp=$3 pp=$4 dp=$5; shift 5
+    local name=$model-tp$tp-pp$pp-dp$dp${1:+-sp}
+    record $name $tp $pp $dp "$@"
+    $B/../test_parallel --compare $B/$model-ref $B/$name "$label ($tp,$pp,$dp)${*:+ $*}" $flags | grep -E '^(PASS|FAIL)'
+}
 learned_flags=$flags
 flags="${learned_flags/--hidden-size 32 --num-attention-heads 4/--hidden-size 48 --num-attention-heads 12} --position-embedding-type alibi --embed-layernorm"
 record bloom-ref 1 1 1
 for layout in "2 1 1" "4 1 1" "1 2 1" "1 4 1" "1 1 2" "1 1 4" "2 2 1" "2 1 2" "1 2 2" "2 2 2"; do
-    set -- $layout
-    record bloom-tp$1-pp$2-dp$3 $1 $2 $3
-    $B/../test_parallel --compare $B/bloom-ref $B/bloom-tp$1-pp$2-dp$3 "ALiBi ($1,$2,$3)" $flags | grep -E '^(PASS|FAIL)'
+    against_ref bloom ALiBi $layout
 done
 # and recomputed (the embedding LayerNorm is kept; each recomputed layer re-runs ALiBi's attention)
 record bloom-tp2-pp2-dp2-recompute 2 2 2 --checkpoint-activations
@@ -127,8 +133,24 @@ same_bits "ALiBi (2,2,2)" bloom-tp2-pp2-dp2 bloom-tp2-pp2-dp2-recompute --checkp
 record bloom-tp2-pp2-dp2-selective 2 2 2 --recompute-granularity selective
 same_bits "ALiBi (2,2,2)" bloom-tp2-pp2-dp2 bloom-tp2-pp2-dp2-selective "--recompute-granularity selective"
 # and with sequence parallelism: no position table, the embedding LayerNorm on each rank's rows
-record bloom-tp2-pp1-dp1-sp 2 1 1 --sequence-parallel
-$B/../test_parallel --compare $B/bloom-ref $B/bloom-tp2-pp1-dp1-sp "ALiBi (2,1,1) --sequence-parallel" $flags | grep -E '^(PASS|FAIL)'
+against_ref bloom ALiBi 2 1 1 --sequence-parallel
+# The same for a Llama-shaped model (Megatron-LM's flags): rotary positions (half of each 4-dim
+# head, applied after the QKV product on every rank's heads), RMSNorm, SwiGLU (fc1's [gate; up]
+# halves each split over the tensor ranks), 8 query heads in 4 groups (the groups split over the
+# tensor ranks: TP 4 holds one group each), an output layer of its own (no embedding-group
+# all-reduce) and no linear biases. TP 4, PP 4 (the last stage holding a layer and the output
+# layer), (2,2,2), sequence parallelism, the interleaved schedule, recomputation (the same bits)
+# and the DP overlaps.
+flags="${learned_flags/--hidden-size 32 --num-attention-heads 4/--hidden-size 32 --num-attention-heads 8} --group-query-attention
+       --num-query-groups 4 --position-embedding-type rope --rotary-percent 0.5 --normalization RMSNorm --norm-epsilon 1e-6
+       --swiglu --ffn-hidden-size 48 --untie-embeddings-and-output-weights --disable-bias-linear"
+record llama-ref 1 1 1
+for layout in "4 1 1" "1 4 1" "2 2 2"; do against_ref llama Llama $layout; done
+record llama-tp2-pp2-dp2-recompute 2 2 2 --checkpoint-activations
+same_bits "Llama (2,2,2)" llama-tp2-pp2-dp2 llama-tp2-pp2-dp2-recompute --checkpoint-activations
+against_ref llama Llama 4 1 1 --sequence-parallel
+against_ref llama Llama 2 2 2 --sequence-parallel --num-layers-per-virtual-pipeline-stage 1 --recompute-activations \
+    --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 600
 flags=$learned_flags
 # and on the learned-position model, over uneven stages (the last holding only the head)
 record uneven-te4-selective 1 4 1 --pp-partition-method 'type:transformer|embedding' --recompute-activations

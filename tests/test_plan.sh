@@ -9,6 +9,9 @@
 #   on NVLink or the network as the grid places the group); --attention-backend auto takes the
 #   backend the model prices faster; the planner stays within 0.88-1.17 of BigScience's
 #   published tune-up steps and TFLOPs (tests/data/tuneup/).
+# - Llama's shape (Llama 3 8B): the model FLOPs = Megatron-LM's count with GQA and SwiGLU, written
+#   out here; QKV, fc1, SwiGLU, rope and RMSNorm priced at their widths and bytes; the throughput
+#   line's tokens per second and utilization; an untied output layer sends no embedding all-reduce.
 # - --sweep lists every layout the rules allow (counted here independently), sorted, with the
 #   same line a single dry run of that layout prints, OOM marked; refusals are one line.
 set -u
@@ -54,6 +57,11 @@ comm interleaved-tp2-pp2-v2 2 2 1 --num-layers-per-virtual-pipeline-stage 1 --gl
 # replicated tensors' gradients summed over TP, the pipeline's 1/TP rows; recomputed, overlapped
 comm sp-tp2-pp2-dp2 2 2 2 --sequence-parallel --checkpoint-activations --overlap-grad-reduce --ddp-bucket-size 600 \
     --global-batch-size 8
+# Llama's choices: rope, RMSNorm, SwiGLU, 4 heads in 2 query groups, an untied output layer (no
+# embedding all-reduce: 0 bytes planned and counted), no linear biases
+llama="--position-embedding-type rope --normalization RMSNorm --swiglu --group-query-attention --num-query-groups 2
+       --untie-embeddings-and-output-weights --disable-bias-linear"
+comm llama-tp2-pp2-dp2 2 2 2 $llama --global-batch-size 8
 
 # --- the cost model on GPT-2 124M, 16 x 1024 per micro-batch, one GPU, explicit hardware
 gpt2="--vocab-size 50257 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 16"
@@ -153,6 +161,71 @@ if [[ "$last" =~ ^dry-run:\ world\ 1\ TP\ 1\ PP\ 1\ DP\ 1\ MBS\ 16\ GBS\ 16:\ pe
    near "$exact" "$(awk -v t="$total_ms" 'BEGIN { print t / 1000 }')" 0.002 && near "$step" "$exact" 0.05; then
     ok "the last line: step = the sum of the table's times with one stage ($step s), TFLOPs per GPU = FLOPs / step ($tflops)"
 else bad "the last line" "$last (FLOPs $flops, table $total_ms ms)"; fi
+
+# --- Llama's shape: Llama 3 8B on one GPU, one sequence of 8192. The model FLOPs are Megatron-LM's
+# num_floating_point_operations (megatron/training/training.py), written out here:
+#   12 B s l h^2 ((1 + g/n + s/h) + (F/h) x 3/2 (SwiGLU) + V / (2 l h))
+# The cost table prices QKV at (n + 2g) d = (32 + 16) x 128 columns and fc1 at 2F (SwiGLU's gate
+# and up); SwiGLU's kernels by their bytes (forward: gate and up read, the product written, 3 N F;
+# backward: gate, up and dout read, their gradients written, 5 N F), rope's in-place pass over the
+# query and key heads' rotated dims (read and written, forward and backward), RMSNorm's forward (the
+# rows read and written, rstd) and backward (dout, the input, dinp read, dinp written, rstd, one
+# fp32 partial per 32-row chunk and column written and read; the final norm's also zeroes dres);
+# no GELU, LayerNorm or bias-gradient rows. The throughput line: tokens / step, and the model FLOPs
+# (no recomputation) / step / the peak; with every layer recomputed too (the last line's TFLOPs then
+# count the recomputed forwards, the utilization does not).
+llama8b="--vocab-size 128256 --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention
+         --num-query-groups 8 --ffn-hidden-size 14336 --seq-length 8192 --max-position-embeddings 8192
+         --position-embedding-type rope --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights
+         --disable-bias-linear --micro-batch-size 1 --global-batch-size 1"
+./train_cpu --dry-run --world-size 1 $llama8b $hw > $B/llama8b.plan 2>&1
+./train_cpu --dry-run --world-size 1 $llama8b $hw --checkpoint-activations > $B/llama8b-recompute.plan 2>&1
+read megatron linear logits swf swb rope rmsf rmsb <<< "$(awk 'BEGIN { B = 1; s = 8192; l = 32; h = 4096; n = 32; g = 8; F = 14336
+    V = 128256; N = B * s; d = h / n; x = 2; chunks = N / 32
+    printf "%.6g ", 12 * B * s * l * h * h * ((1 + g / n + s / h) + F / h * 3 / 2 + V / (2 * l * h))
+    printf "%.1f ", l * 2 * N * h * ((n + 2 * g) * d + h + 2 * F + F) / 1e9
+    printf "%.1f ", 3 * 2 * N * h * V / 1e9
+    printf "%.3f %.3f ", l * 3 * N * F * x / 1e9, l * 5 * N * F * x / 1e9
+    printf "%.3f ", l * 2 * 2 * N * (n + g) * d * x / 1e9
+    printf "%.3f ", (2 * l + 1) * (2 * N * h * x + 4 * N) / 1e9
+    back = 4 * N * h * x + 4 * N + 8 * chunks * h
+    printf "%.3f\n", (2 * l * back + back + N * h * x) / 1e9 }')"
+planned=$(sed -nE 's/^model FLOPs per step: ([0-9.e+]+) .*/\1/p' $B/llama8b.plan)
+got="$(row 'linear layers forward (cuBLASLt epilogues)' 2 llama8b) $(row 'linear layers backward (cuBLAS)' 2 llama8b) $(row 'logits (cuBLAS)' 2 llama8b)"
+want="$linear $(awk -v f="$linear" 'BEGIN { printf "%.1f", 2 * f }') $logits"
+if near "$planned" "$megatron" 0.0005 && [ "$got" = "$want" ]; then
+    ok "Llama 3 8B: model FLOPs $planned = Megatron-LM's count with GQA and SwiGLU ($megatron); matmul GFLOP forward, backward, logits $got"
+else bad "Llama 3 8B's FLOPs" "model FLOPs $planned against $megatron; matmuls $got against $want"; fi
+got="$(row 'swiglu forward' 1 llama8b):$(row 'swiglu forward' 3 llama8b) $(row 'swiglu backward' 1 llama8b):$(row 'swiglu backward' 3 llama8b)"
+got="$got $(row 'rope (rotary positions, in place)' 1 llama8b):$(row 'rope (rotary positions, in place)' 3 llama8b)"
+got="$got $(row 'rmsnorm forward' 1 llama8b):$(row 'rmsnorm forward' 3 llama8b) $(row 'rmsnorm backward' 1 llama8b):$(row 'rmsnorm backward' 3 llama8b)"
+want="32:$swf 32:$swb 64:$rope 65:$rmsf 131:$rmsb"
+if [ "$got" = "$want" ] && ! grep -qE '^  (GELU|layernorm|residual \+ layernorm|bias gradients)' $B/llama8b.plan; then
+    ok "Llama 3 8B: SwiGLU, rope and RMSNorm priced by their launches and bytes ($got); no GELU, LayerNorm or bias-gradient rows"
+else bad "Llama 3 8B's kernels" "launches:GB $got against $want; $(grep -cE '^  (GELU|layernorm|bias)' $B/llama8b.plan) GELU/LayerNorm/bias rows"; fi
+throughput_ok() {  # PLAN: tokens per second = 8192 / step, utilization = Megatron's FLOPs / step / 1000 TFLOP/s
+    local exact line tokens mfu
+    exact=$(sed -nE 's/^step = .* = ([0-9]+) x ([0-9.e+-]+) s \+ ([0-9.e+-]+) s$/\1 \2 \3/p' "$1" | awk '{ printf "%.9g", $1 * $2 + $3 }')
+    line=$(grep '^throughput: ' "$1")
+    [[ "$line" =~ ^throughput:\ ([0-9]+)\ tokens\ per\ second\ \([0-9]+\ per\ GPU\)\;\ model\ FLOPs\ utilization\ ([0-9.]+)%\ of\ 1000\ TFLOP/s ]] ||
+        return 1
+    tokens=${BASH_REMATCH[1]} mfu=${BASH_REMATCH[2]}
+    near "$tokens" "$(awk -v t="$exact" 'BEGIN { print 8192 / t }')" 0.001 &&
+        near "$mfu" "$(awk -v f="$megatron" -v t="$exact" 'BEGIN { print 100 * f / t / 1e15 }')" 0.005
+}
+if throughput_ok $B/llama8b.plan && throughput_ok $B/llama8b-recompute.plan; then
+    ok "the throughput line: tokens per second = tokens / step; model FLOPs utilization = the FLOPs without recomputation / step / peak, recomputed or not"
+else bad "the throughput line" "$(grep '^throughput' $B/llama8b.plan) / $(grep '^throughput' $B/llama8b-recompute.plan)"; fi
+# untied at PP 2: no embedding all-reduce, planned or sent; tied (the same model otherwise): one
+# all-reduce of the word embedding's fp32 gradient, on the first and the last stage
+./train_cpu --dry-run --world-size 2 $model $llama --pipeline-model-parallel-size 2 --global-batch-size 4 > $B/untied.plan 2>&1
+./train_cpu --dry-run --world-size 2 $model ${llama/--untie-embeddings-and-output-weights/} --pipeline-model-parallel-size 2 \
+    --global-batch-size 4 > $B/tied.plan 2>&1
+embedding_bytes() { comm_bytes "$1" | awk -F'|' '{ gsub(/ /, "", $4); print $4 }'; }
+if [ "$(embedding_bytes $B/untied.plan)" = 0 ] && ! grep -q 'tied embedding all-reduce' $B/untied.plan &&
+   grep -q '^  tied embedding all-reduce ' $B/tied.plan && [ "$(embedding_bytes $B/tied.plan)" -gt 0 ]; then
+    ok "untied output layer at PP 2: no embedding all-reduce (0 bytes); tied: its all-reduce ($(embedding_bytes $B/tied.plan) bytes)"
+else bad "the embedding all-reduce, untied" "untied $(embedding_bytes $B/untied.plan) bytes, tied $(embedding_bytes $B/tied.plan); $(grep -c 'tied embedding' $B/untied.plan) rows untied"; fi
 
 # --- collectives: TP 4 inside a node of 8 runs on NVLink; with 2 GPUs per node it crosses the
 # network: same bytes, alpha-beta time at the network's bandwidth
