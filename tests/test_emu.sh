@@ -103,4 +103,6 @@ plant "a missing cp.async wait: the forward reads a key tile whose copies may st
     '\|cp_async_wait<1>();   // all but the newest group: q and this tile are here|d'
 plant "a missing barrier: the forward copies the next key tile into a buffer other warps still read" \
     '0,\|__syncthreads();   // every warp is done with this buffer|{\|__syncthreads();   // every warp is done with this buffer|d}'
+plant "grouped-query attention: the dK/dV kernel sums the first head of each group only" \
+    's|for (int j = 0; j < per \* steps; j++) {|for (int j = 0; j < steps; j++) {|'
 exit $status
