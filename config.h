@@ -129,6 +129,9 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(INT, hw_sm_count, NULL, 0, "streaming multiprocessors per GPU: a matmul's waves of tiles (0: --hw's)")            \
     X(FLOAT, hw_memory_gib, NULL, 0, "GPU memory, GiB (0: --hw's)")                                                     \
     X(FLOAT, hw_memory_bandwidth, NULL, 0, "GPU memory bandwidth, GB/s (0: --hw's)")                                    \
+    X(FLOAT, hw_l2_bandwidth, NULL, 0, "L2 cache bandwidth, GB/s: the fused attention's K/V re-reads (0: --hw's)")       \
+    X(FLOAT, hw_memory_latency_us, NULL, 0, "microseconds per dependent memory trip: the column reductions (0: --hw's)") \
+    X(FLOAT, hw_launch_us, NULL, 0, "microseconds between two kernel launches (0: --hw's)")                           \
     X(FLOAT, hw_nvlink_bandwidth, NULL, 0, "GB/s per GPU and direction inside a node (0: --hw's)")                     \
     X(FLOAT, hw_internode_bandwidth, NULL, 0, "GB/s per GPU and direction between nodes (0: --hw's)")                  \
     X(INT, hw_gpus_per_node, NULL, 0, "GPUs per node (0: --hw's)")                                                      \
@@ -569,10 +572,12 @@ static PipelineStage this_stage(const Config* a) { return pipeline_stage(a, grid
 
 // whether any of --hw and --hw-* was given (each is 0, or -1 for --hw, when not)
 static int hardware_given(const Config* a) {
-    return a->hw >= 0 || a->hw_peak_tflops > 0.0f || a->hw_matmul_efficiency > 0.0f || a->hw_attention_efficiency > 0.0f ||
-           a->hw_memory_efficiency > 0.0f || a->hw_sm_count > 0 || a->hw_memory_gib > 0.0f || a->hw_memory_bandwidth > 0.0f ||
-           a->hw_nvlink_bandwidth > 0.0f || a->hw_internode_bandwidth > 0.0f || a->hw_gpus_per_node > 0 ||
-           a->hw_latency_us > 0.0f || a->hw_reserve_gib > 0.0f;
+    for (int k = 0; k < NUM_RUN_FIELDS; k++) {
+        const ConfigField* f = &RUN_FIELDS[k];
+        const char* at = (const char*)a + f->offset;
+        if (strncmp(f->name, "hw_", 3) == 0 && (f->kind == FIELD_INT ? *(const int*)at : *(const float*)at) > 0) return 1;
+    }
+    return a->hw >= 0;
 }
 
 // the world the layout is for: --world-size (a dry run's), else the launched one

@@ -3,7 +3,8 @@ kernels.cuh — every numeric kernel of gridgpt.
 
 Each op is written twice, and the two versions sit side by side, op by op:
   - a plain-C reference, `<op>_cpu`, that states the math in the simplest loops we can write
-    (a few OpenMP pragmas, no intrinsics, fp32 with fp64 where a sum needs it);
+    (a few OpenMP pragmas, no intrinsics, fp32 with fp64 where a sum needs it; the inner
+    loops in shapes the compiler puts on vector lanes: the helpers before the first op);
   - right below it, under `#ifdef __CUDACC__`, its CUDA kernels and the launcher `<op>`.
 The rest of the trainer calls `<op>` and does not know which one it got: on the CPU build
 `<op>` is the reference itself (the `#else` branch of each op's section says so).
@@ -27,7 +28,7 @@ Conventions every kernel keeps:
     the GEMM before it (each shape's cuBLASLt plan made once); the rest of the GEMMs through
     cuBLAS.
   - CUDA kernels are plain `__global__ void` functions (the fused attention's are templates
-    on the head size), launched only through LAUNCH() (1-D grids, a fixed block size per
+    on the head size and on ALiBi, on or off), launched only through LAUNCH() (1-D grids, a fixed block size per
     op); shared memory and warp shuffles appear only in the reduction helpers and the fused
     attention's tiles; every CUDA/cuBLAS call goes through a check; all math is fp32 (fp64
     for the gradient norm), 16 bits only in memory, save the tensor cores' products of 16-bit
@@ -63,6 +64,16 @@ Conventions every kernel keeps:
 #define ROW_BLOCK 256          // one warp per row, so ROW_BLOCK / 32 rows per block
 #define ROWS_PER_BLOCK (ROW_BLOCK / 32)
 #define SUM_SQUARES_BLOCK 256
+
+// #pragma unroll (a loop of constant trips, whole; UNROLL_4: by 4) where nvcc compiles (g++
+// compiling for the emulation does not know it)
+#ifdef __NVCC__
+#define UNROLL _Pragma("unroll")
+#define UNROLL_4 _Pragma("unroll 4")
+#else
+#define UNROLL
+#define UNROLL_4
+#endif
 
 static cublasHandle_t cublas_handle;
 static cublasLtHandle_t cublaslt_handle;   // the linear layers' forward (epilogues: bias, GELU)
@@ -106,12 +117,14 @@ __device__ float warp_reduce_max(float val) {
     return val;
 }
 
-// The block's table of ROW_STATS values for each row of a COLUMN_CHUNK_ROWS-row chunk: the
-// warp that owns a row writes them, every thread reads them after a __syncthreads.
-#define ROW_STATS 4
-__device__ float* block_row_stats(void) {
-    __shared__ float stats[ROW_STATS * COLUMN_CHUNK_ROWS];
-    return stats;
+// The LayerNorm and RMSNorm backward's table of column sums over each warp's rows, for a
+// window of NORM_WINDOW columns (a pack of 8 a lane): [2 sums][COLUMN_BLOCK / 32 warps][8][32],
+// column 8 l + k of the window (lane l's pack, element k) at [sum][warp][k][l], so that a warp's
+// stores, and the loads of the warp that reads element k of every pack, hit 32 banks.
+#define NORM_WINDOW (32 * 8)
+__device__ float* block_column_partials(void) {
+    __shared__ float sums[2 * (COLUMN_BLOCK / 32) * NORM_WINDOW];
+    return sums;
 }
 
 // Is this block the last of `blocks` to finish a piece of work they share? `counter` counts
@@ -129,6 +142,19 @@ __device__ bool block_is_last(unsigned int* counter, unsigned int blocks) {
     }
     __syncthreads();
     return done_before == blocks - 1;
+}
+
+// Lane l of every warp gets the sum of lane l's val over the block's warps, in warp order (the
+// same bits every run). All threads must call it.
+__device__ float block_sum_over_warps(float val) {
+    __shared__ float values[32][32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    __syncthreads();   // an earlier call's readers are done with values
+    values[warp][lane] = val;
+    __syncthreads();
+    float sum = 0.0f;
+    for (int w = 0; w < warps; w++) sum += values[w][lane];
+    return sum;
 }
 
 __device__ double warp_reduce_sum_double(double val) {
@@ -240,6 +266,58 @@ __device__ int pack_count(size_t i, size_t n) { return n - i < (size_t)X128 ? (i
 // them) and called by the CPU build only: a build that does not call one is not a mistake.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
+
+// ----------------------------------------------------------------------------
+// the references' inner loops, written so that the compiler runs them on vector lanes
+// GCC vectorizes a loop only where it can prove it safe: __restrict__ says that the arrays do
+// not overlap, and `omp simd` lets a sum be split over the lanes (a split fixed at compile
+// time: the same bits every run, whatever the thread count). A loop that updates several
+// arrays through pointers it cannot tell apart runs one element at a time.
+
+// y[i] += a * x[i]
+static inline void axpy_lanes(float* __restrict__ y, float a, const float* __restrict__ x, int n) {
+    #pragma omp simd
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+// the sum of x[i] * y[i]: 8 running sums (element i goes to sum i % 8), which the compiler
+// keeps in vector lanes, added pairwise at the end. (`omp simd reduction` adds its lanes one
+// after the other at the end, a chain of 16 adds on AVX-512 that took most of a head-size dot
+// product.)
+static inline float dot_lanes(const float* x, const float* y, int n) {
+    float s[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += x[i + j] * y[i + j];
+    for (; i < n; i++) s[i % 8] += x[i] * y[i];
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+// exp(x) in arithmetic that vectorizes. glibc's expf is a call, one element at a time (its
+// vector versions need -ffast-math), and was most of the time of GELU and the cross-entropy.
+// Cephes's expf (Moshier): exp(x) = 2^k exp(r), k = round(x / ln 2), r = x - k ln 2 in
+// [-ln2/2, ln2/2] (ln 2 in two parts, the first exact in few bits, so that r is exact), exp(r)
+// by a polynomial. Within 1.03 ulp of exp over [-87, 88] (tests/test_kernels.c measures it);
+// below -87 it gives 0 (exp(-87) = 1.6e-38, next to nothing beside any sum it joins), above 88
+// +inf (exp overflows a float at 88.72), NaN stays NaN. The rounding adds and subtracts
+// 1.5 * 2^23 (which leaves the nearest integer), and 2^k is built from its bits: no branch, no
+// call, so every lane runs it.
+static inline float exp_poly(float x) {
+    float c = x >= -87.0f ? (x <= 88.0f ? x : 88.0f) : -87.0f;   // (NaN -> -87: k stays an integer)
+    float k = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = (c - k * 0.693359375f) - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)k + 127) << 23;   // 2^k, k in [-126, 127]
+    float two_k;
+    memcpy(&two_k, &bits, sizeof(two_k));
+    return x < -87.0f ? 0.0f : x > 88.0f ? INFINITY : x != x ? x : p * two_k;
+}
 
 // ----------------------------------------------------------------------------
 // embedding: out[n] = wte[token[n]] + wpe[n % T]
@@ -408,23 +486,30 @@ static size_t layernorm_grad_partials(BuildTarget b, int N, int C) {
 }
 
 #ifdef __CUDACC__
-#define COLUMN_ADD_BLOCK 128
+#define COLUMN_ADD_BLOCK 1024   // 32 warps: 32 columns a block, the chunks in 32 runs
 
-// out[c] += partials[0, c] + partials[1, c] + ... + partials[chunks - 1, c], in that order, one
-// thread per column. With out2 (else NULL) the same for the [chunks, C] partials that follow,
-// into out2: columns idx >= C of the grid.
+// out[c] += the sum of partials[0 .. chunks, c], in a fixed order: block b takes 32 columns (lane
+// l: column 32 b + l), and its warp w the run of chunks [w chunks / 32, (w + 1) chunks / 32), added
+// in order (a warp reads 32 adjacent floats of a chunk's row at a time); then the 32 runs' sums
+// are added in warp order (block_sum_over_warps). With out2 (else NULL) the same for the [chunks,
+// C] partials that follow, into out2: columns C .. 2C - 1 of the grid. A thread per column adding
+// all `chunks` partials (before issue 39) launched 12 blocks at C = 768, each thread 512 dependent
+// loads and adds in a row at 16 x 1024 tokens: latency, not bandwidth; here 48 blocks, 16 each.
 __global__ void column_partials_add_kernel(float* out, float* out2, const float* partials, int chunks, int C) {
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (out2 != NULL ? 2 * C : C)) return;
-    int second = idx >= C, c = idx - (second ? C : 0);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    int idx = blockIdx.x * 32 + lane, second = idx >= C, c = idx - (second ? C : 0);
+    bool here = idx < (out2 != NULL ? 2 * C : C);
     const float* p = partials + (size_t)second * chunks * C + c;
     float sum = 0.0f;
-    for (int k = 0; k < chunks; k++) sum += p[(size_t)k * C];
-    (second ? out2 : out)[c] += sum;
+    int k1 = (int)((long long)(warp + 1) * chunks / warps);
+    UNROLL_4
+    for (int k = (int)((long long)warp * chunks / warps); k < k1 && here; k++) sum += p[(size_t)k * C];
+    sum = block_sum_over_warps(sum);
+    if (here && warp == 0) (second ? out2 : out)[c] += sum;
 }
 
 static void column_partials_add(float* out, float* out2, const float* partials, int chunks, int C) {
-    LAUNCH(column_partials_add_kernel, CEIL_DIV((out2 != NULL ? 2 : 1) * C, COLUMN_ADD_BLOCK), COLUMN_ADD_BLOCK, 0,
+    LAUNCH(column_partials_add_kernel, CEIL_DIV((out2 != NULL ? 2 : 1) * C, 32), COLUMN_ADD_BLOCK, 0,
            out, out2, partials, chunks, C);
 }
 #endif
@@ -439,9 +524,11 @@ static void layernorm_forward_cpu(float* out, float* mean, float* rstd, const fl
     #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * C;
-        double m = 0.0, v = 0.0;
+        double m = 0.0, v = 0.0;   // (the sums on vector lanes: one chain of double adds is slow)
+        #pragma omp simd reduction(+ : m)
         for (int c = 0; c < C; c++) m += x[c];
         m /= C;
+        #pragma omp simd reduction(+ : v)
         for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
         v /= C;
         float s = (float)(1.0 / sqrt(v + LAYERNORM_EPS));
@@ -462,6 +549,7 @@ static void layernorm_backward_cpu(float* dinp, float* dweight, float* dbias, co
         const float* d = dout + (size_t)n * C;
         float m = mean[n], s = rstd[n];
         double g_mean = 0.0, gx_mean = 0.0;
+        #pragma omp simd reduction(+ : g_mean, gx_mean)
         for (int c = 0; c < C; c++) {
             float g = d[c] * weight[c];
             g_mean += g;
@@ -475,17 +563,25 @@ static void layernorm_backward_cpu(float* dinp, float* dweight, float* dbias, co
             di[c] += s * (d[c] * weight[c] - (float)g_mean - xhat * (float)gx_mean);
         }
     }
-    // parameter gradients: columns are independent, each summed over rows in order
+    // parameter gradients: columns are independent, each summed over rows in order; 64
+    // columns at a time, so that the rows are read along (column_sums_add_cpu's way)
+    int chunks = CEIL_DIV(C, 64);
     #pragma omp parallel for
-    for (int c = 0; c < C; c++) {
-        float dw = 0.0f, db = 0.0f;
+    for (int k = 0; k < chunks; k++) {
+        int c0 = k * 64, c1 = c0 + 64 < C ? c0 + 64 : C;
+        float dw[64] = {0}, db[64] = {0};
         for (int n = 0; n < N; n++) {
-            float d = dout[(size_t)n * C + c];
-            dw += d * ((inp[(size_t)n * C + c] - mean[n]) * rstd[n]);
-            db += d;
+            const float* d = dout + (size_t)n * C;
+            const float* x = inp + (size_t)n * C;
+            for (int c = c0; c < c1; c++) {
+                dw[c - c0] += d[c] * ((x[c] - mean[n]) * rstd[n]);
+                db[c - c0] += d[c];
+            }
         }
-        dweight[c] += dw;
-        dbias[c] += db;
+        for (int c = c0; c < c1; c++) {
+            dweight[c] += dw[c - c0];
+            dbias[c] += db[c - c0];
+        }
     }
 }
 
@@ -565,67 +661,133 @@ __global__ void residual_layernorm_forward_kernel(floatX* residual, floatX* out,
     layernorm_row(out + row, mean + n, rstd + n, residual + row, weight, bias, C, lane);
 }
 
-// Block k takes the chunk of rows [32k, 32k + 32) (COLUMN_CHUNK_ROWS) in two steps:
-//   1. each warp some of its rows: mean(g) and mean(g xhat), g = dout * weight, into shared memory;
-//   2. each thread a pack of X128 columns, down the chunk's rows in order: dinp += rstd * (g -
-//      mean(g) - xhat * mean(g xhat)), and the chunk's partial sums of dweight (dout xhat) and
-//      dbias (dout), written to partials [2, chunks, C] for column_partials_add.
-// Step 2 reads again the rows step 1 read, from the cache: dout and inp come from memory once.
-// Both steps move floatX in 128-bit packs (load_pack: element by element where a row's pack is
-// not whole and aligned, e.g. an odd C), the forward kernels' way.
-__global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
+// The backward of LayerNorm (layernorm true) and of RMSNorm (false: no mean, no bias), one block
+// per chunk of COLUMN_CHUNK_ROWS rows: block k takes the rows [32k, 32k + 32), warp w its
+// NORM_WARP_ROWS rows 4w .. 4w + 3 all the way, in two steps:
+//   1. the warp's rows' mean(g) and mean(g xhat), g = dout * weight (LayerNorm; RMSNorm's xhat
+//      is x rstd and it needs the second alone), in registers: every lane has them after the
+//      butterfly sums, so the block needs no barrier for them;
+//   2. the columns in windows of NORM_WINDOW, lane l the pack at 8 l: dinp += rstd * (g -
+//      mean(g) - xhat * mean(g xhat)) on the warp's rows, and their sums of dout xhat and dout
+//      into block_column_partials; after a barrier, warp k adds element k of each lane's pack
+//      over the 8 warps, in warp order, and writes the chunk's partials of dweight (dout xhat)
+//      and dbias (dout), [2, chunks, C] ([chunks, C] for RMSNorm), for column_partials_add.
+// A lane loads the packs of all its rows before it computes and stores any (and the pointers are
+// __restrict__), so no row's loads wait for the row before it: where one thread took a pack
+// down all 32 rows, each row's loads waited for the previous row's store of dinp, which the
+// compiler had to take for the same memory, and at C = 768 only 96 of the 256 threads had a
+// pack. A row past N (the last chunk) reads row N - 1 again and stores nothing. Step 2 reads
+// again the rows step 1 read, from the cache: dout and inp come from memory once. Both steps
+// move floatX in 128-bit packs (load_pack: element by element where a row's pack is not whole
+// and aligned, e.g. an odd C), the forward kernels' way.
+#define NORM_WARP_ROWS (COLUMN_CHUNK_ROWS / (COLUMN_BLOCK / 32))
+static_assert(NORM_WARP_ROWS * (COLUMN_BLOCK / 32) == COLUMN_CHUNK_ROWS && NORM_WINDOW == 32 * X128,
+              "a chunk's rows shared evenly by the block's warps; a window is a pack a lane");
+
+// load_pack and store_pack where `whole` says every pack of the rows is whole and aligned
+// (count X128, or 0 past the end of the row): straight 128-bit accesses, no element-by-element
+// branch, which the compiler would otherwise lay out, with its registers, for each of them
+__device__ x128 pack_load(const floatX* p, int count, bool whole) {
+    if (whole) return count == X128 ? load128(p) : zero_pack();
+    x128 v;
+    UNROLL
+    for (int k = 0; k < X128; k++) v.e[k] = k < count ? p[k] : to_floatX(0.0f);
+    return v;
+}
+__device__ void pack_store(floatX* p, x128 v, int count, bool whole) {
+    if (whole) {
+        if (count == X128) store128(p, v);
+        return;
+    }
+    UNROLL
+    for (int k = 0; k < X128; k++)
+        if (k < count) p[k] = v.e[k];
+}
+
+// the offset of row n of an [N, C] array, a row past N read as N - 1 (a chunk's last warp may
+// hold rows past the end: it reads the last row again and stores nothing)
+__device__ size_t row_at(int n, int N, int C) { return (size_t)min_int(n, N - 1) * C; }
+
+__device__ void norm_backward_chunk(floatX* __restrict__ dinp, float* __restrict__ partials,
+                                    const floatX* __restrict__ dout, const floatX* __restrict__ inp,
+                                    const floatX* __restrict__ weight, const float* __restrict__ mean,
+                                    const float* __restrict__ rstd, int N, int C, bool layernorm, bool whole) {
+    constexpr int R = NORM_WARP_ROWS, warps = COLUMN_BLOCK / 32;
+    float* sums = block_column_partials();   // [2][warps][X128][32]
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, chunks = gridDim.x;
+    int n0 = blockIdx.x * COLUMN_CHUNK_ROWS + warp * R;
+    float m[R], s[R], g_mean[R], gx_mean[R];
+    for (int r = 0; r < R; r++) {
+        m[r] = layernorm ? mean[min_int(n0 + r, N - 1)] : 0.0f;
+        s[r] = rstd[min_int(n0 + r, N - 1)];
+        g_mean[r] = 0.0f;
+        gx_mean[r] = 0.0f;
+    }
+    // 1. the rows' sums of g and g xhat: each lane its packs, then the warp's butterfly
+    for (int c = lane * X128; c < C; c += NORM_WINDOW) {
+        int count = min_int(C - c, X128);   // the pack's missing elements are 0
+        x128 pw = pack_load(weight + c, count, whole), pd[R], px[R];
+        for (int r = 0; r < R; r++) {
+            pd[r] = pack_load(dout + row_at(n0 + r, N, C) + c, count, whole);
+            px[r] = pack_load(inp + row_at(n0 + r, N, C) + c, count, whole);
+        }
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < X128; k++) {
+                float g = floatX_to_float(pd[r].e[k]) * floatX_to_float(pw.e[k]);
+                g_mean[r] += g;
+                gx_mean[r] += g * ((floatX_to_float(px[r].e[k]) - m[r]) * s[r]);
+            }
+    }
+    for (int r = 0; r < R; r++) {
+        g_mean[r] = layernorm ? warp_reduce_sum(g_mean[r]) / C : 0.0f;
+        gx_mean[r] = warp_reduce_sum(gx_mean[r]) / C;
+    }
+    // 2. dinp, and the columns' sums over the chunk, a window at a time
+    for (int c0 = 0; c0 < C; c0 += NORM_WINDOW) {
+        int c = c0 + lane * X128, count = c < C ? min_int(C - c, X128) : 0;   // missing elements: 0, not stored
+        x128 pw = pack_load(weight + c, count, whole), pd[R], px[R], pi[R];
+        for (int r = 0; r < R; r++) {
+            pd[r] = pack_load(dout + row_at(n0 + r, N, C) + c, count, whole);
+            px[r] = pack_load(inp + row_at(n0 + r, N, C) + c, count, whole);
+            pi[r] = pack_load(dinp + row_at(n0 + r, N, C) + c, count, whole);
+        }
+        x128 po[R];
+        for (int k = 0; k < X128; k++) {   // element k of every row, then its sums over the rows
+            float dw = 0.0f, db = 0.0f;
+            for (int r = 0; r < R; r++) {
+                float d = floatX_to_float(pd[r].e[k]), xhat = (floatX_to_float(px[r].e[k]) - m[r]) * s[r];
+                float g = d * floatX_to_float(pw.e[k]);
+                po[r].e[k] = to_floatX(floatX_to_float(pi[r].e[k]) + s[r] * (g - g_mean[r] - xhat * gx_mean[r]));
+                dw += n0 + r < N ? d * xhat : 0.0f;
+                db += n0 + r < N ? d : 0.0f;
+            }
+            sums[(warp * X128 + k) * 32 + lane] = dw;
+            if (layernorm) sums[((warps + warp) * X128 + k) * 32 + lane] = db;
+        }
+        for (int r = 0; r < R; r++)
+            if (n0 + r < N) pack_store(dinp + row_at(n0 + r, N, C) + c, po[r], count, whole);
+        __syncthreads();
+        float dw_sum = 0.0f, db_sum = 0.0f;   // column c0 + 8 lane + warp: element `warp` of lane's pack
+        for (int w = 0; w < warps; w++) {
+            dw_sum += sums[(w * X128 + warp) * 32 + lane];
+            if (layernorm) db_sum += sums[((warps + w) * X128 + warp) * 32 + lane];
+        }
+        int column = c0 + lane * X128 + warp;
+        if (column < C) {
+            partials[(size_t)blockIdx.x * C + column] = dw_sum;
+            if (layernorm) partials[(size_t)(chunks + blockIdx.x) * C + column] = db_sum;
+        }
+        __syncthreads();   // every warp has read the sums before the next window's are stored
+    }
+}
+
+__global__ void __launch_bounds__(COLUMN_BLOCK, 2) layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
                                           const floatX* weight, const float* mean, const float* rstd,
                                           int N, int C) {
-    float* stats = block_row_stats();
-    float *row_mean = stats, *row_rstd = stats + COLUMN_CHUNK_ROWS;
-    float *g_mean = stats + 2 * COLUMN_CHUNK_ROWS, *gx_mean = stats + 3 * COLUMN_CHUNK_ROWS;
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    int n0 = blockIdx.x * COLUMN_CHUNK_ROWS, rows = min_int(COLUMN_CHUNK_ROWS, N - n0);
-    for (int r = warp; r < rows; r += warps) {   // the same trips for the whole warp: shuffles are safe
-        const floatX* x = inp + (size_t)(n0 + r) * C;
-        const floatX* d = dout + (size_t)(n0 + r) * C;
-        float m = mean[n0 + r], s = rstd[n0 + r], g_sum = 0.0f, gx_sum = 0.0f;
-        for (int c = lane * X128; c < C; c += 32 * X128) {
-            int count = C - c < X128 ? C - c : X128;
-            x128 pd = load_pack(d + c, count), px = load_pack(x + c, count), pw = load_pack(weight + c, count);
-            for (int k = 0; k < count; k++) {
-                float g = floatX_to_float(pd.e[k]) * floatX_to_float(pw.e[k]);
-                g_sum += g;
-                gx_sum += g * ((floatX_to_float(px.e[k]) - m) * s);
-            }
-        }
-        g_sum = warp_reduce_sum(g_sum);
-        gx_sum = warp_reduce_sum(gx_sum);
-        if (lane == 0) {
-            row_mean[r] = m;
-            row_rstd[r] = s;
-            g_mean[r] = g_sum / C;
-            gx_mean[r] = gx_sum / C;
-        }
-    }
-    __syncthreads();
-    int chunks = gridDim.x;
-    for (int c = threadIdx.x * X128; c < C; c += blockDim.x * X128) {
-        int count = C - c < X128 ? C - c : X128;   // the pack's missing elements are 0, and not stored
-        x128 pw = load_pack(weight + c, count);
-        float dw[X128] = {0.0f}, db[X128] = {0.0f};
-        for (int r = 0; r < rows; r++) {
-            size_t i = (size_t)(n0 + r) * C + c;
-            x128 pd = load_pack(dout + i, count), px = load_pack(inp + i, count), pi = load_pack(dinp + i, count), po;
-            for (int k = 0; k < X128; k++) {
-                float d = floatX_to_float(pd.e[k]), xhat = (floatX_to_float(px.e[k]) - row_mean[r]) * row_rstd[r];
-                float g = d * floatX_to_float(pw.e[k]);
-                po.e[k] = to_floatX(floatX_to_float(pi.e[k]) + row_rstd[r] * (g - g_mean[r] - xhat * gx_mean[r]));
-                dw[k] += d * xhat;
-                db[k] += d;
-            }
-            store_pack(dinp + i, po, count);
-        }
-        for (int k = 0; k < count; k++) {
-            partials[(size_t)blockIdx.x * C + c + k] = dw[k];
-            partials[(size_t)(chunks + blockIdx.x) * C + c + k] = db[k];
-        }
-    }
+    if (C % X128 == 0 && aligned_128(dinp) && aligned_128(dout) && aligned_128(inp) && aligned_128(weight))
+        norm_backward_chunk(dinp, partials, dout, inp, weight, mean, rstd, N, C, true, true);
+    else
+        norm_backward_chunk(dinp, partials, dout, inp, weight, mean, rstd, N, C, true, false);
 }
 
 static void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
@@ -728,50 +890,15 @@ __global__ void rmsnorm_forward_kernel(floatX* out, float* rstd, const floatX* i
     if (lane == 0) rstd[n] = s;
 }
 
-// Block k takes the rows [32k, 32k + 32): 1. each warp some of its rows' mean(g xhat), g = dout
-// * weight, into shared memory; 2. each thread a pack of X128 columns down the chunk's rows:
-// dinp += rstd * (g - xhat * mean(g xhat)), and the chunk's partial sums of dweight (dout xhat)
-// into partials [chunks, C] for column_partials_add.
-__global__ void rmsnorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
+// layernorm_backward_kernel's steps without the mean and the bias: dinp += rstd * (g - xhat *
+// mean(g xhat)) with xhat = x rstd, g = dout * weight, and the chunk's partial sums of dweight
+// (dout xhat) into partials [chunks, C] for column_partials_add
+__global__ void __launch_bounds__(COLUMN_BLOCK, 2) rmsnorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
                                         const floatX* weight, const float* rstd, int N, int C) {
-    float* stats = block_row_stats();
-    float *row_rstd = stats, *gx_mean = stats + COLUMN_CHUNK_ROWS;
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    int n0 = blockIdx.x * COLUMN_CHUNK_ROWS, rows = min_int(COLUMN_CHUNK_ROWS, N - n0);
-    for (int r = warp; r < rows; r += warps) {   // the same trips for the whole warp: shuffles are safe
-        const floatX* x = inp + (size_t)(n0 + r) * C;
-        const floatX* d = dout + (size_t)(n0 + r) * C;
-        float s = rstd[n0 + r], gx_sum = 0.0f;
-        for (int c = lane * X128; c < C; c += 32 * X128) {
-            int count = C - c < X128 ? C - c : X128;
-            x128 pd = load_pack(d + c, count), px = load_pack(x + c, count), pw = load_pack(weight + c, count);
-            for (int k = 0; k < count; k++)
-                gx_sum += (floatX_to_float(pd.e[k]) * floatX_to_float(pw.e[k])) * (floatX_to_float(px.e[k]) * s);
-        }
-        gx_sum = warp_reduce_sum(gx_sum);
-        if (lane == 0) {
-            row_rstd[r] = s;
-            gx_mean[r] = gx_sum / C;
-        }
-    }
-    __syncthreads();
-    for (int c = threadIdx.x * X128; c < C; c += blockDim.x * X128) {
-        int count = C - c < X128 ? C - c : X128;   // the pack's missing elements are 0, and not stored
-        x128 pw = load_pack(weight + c, count);
-        float dw[X128] = {0.0f};
-        for (int r = 0; r < rows; r++) {
-            size_t i = (size_t)(n0 + r) * C + c;
-            x128 pd = load_pack(dout + i, count), px = load_pack(inp + i, count), pi = load_pack(dinp + i, count), po;
-            for (int k = 0; k < X128; k++) {
-                float d = floatX_to_float(pd.e[k]), xhat = floatX_to_float(px.e[k]) * row_rstd[r];
-                float g = d * floatX_to_float(pw.e[k]);
-                po.e[k] = to_floatX(floatX_to_float(pi.e[k]) + row_rstd[r] * (g - xhat * gx_mean[r]));
-                dw[k] += d * xhat;
-            }
-            store_pack(dinp + i, po, count);
-        }
-        for (int k = 0; k < count; k++) partials[(size_t)blockIdx.x * C + c + k] = dw[k];
-    }
+    if (C % X128 == 0 && aligned_128(dinp) && aligned_128(dout) && aligned_128(inp) && aligned_128(weight))
+        norm_backward_chunk(dinp, partials, dout, inp, weight, NULL, rstd, N, C, false, true);
+    else
+        norm_backward_chunk(dinp, partials, dout, inp, weight, NULL, rstd, N, C, false, false);
 }
 
 static void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* weight, int N, int C,
@@ -1271,20 +1398,19 @@ HOST_DEVICE static inline float alibi_bias(Alibi alibi, int h, int t, int t2) {
 static void attention_row_probabilities(float* a, const float* qkv, int b, int t, int h, int T, int NH, int G, int HS,
                                         Alibi alibi) {
     const float scale = 1.0f / sqrtf((float)HS);
+    const size_t row = (size_t)(NH + 2 * G) * HS;   // one token's qkv: token t2's key is k + t2 * row
     const float* q = qkv + qkv_index(b, t, h, 0, T, NH, G, HS);
+    const float* k = qkv + qkv_index(b, 0, h, 1, T, NH, G, HS);
     // scores of the keys at or before t, and their maximum for a stable softmax
     float maxval = -INFINITY;
     for (int t2 = 0; t2 <= t; t2++) {
-        const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, G, HS);
-        float s = 0.0f;
-        #pragma omp simd reduction(+ : s)   // lets the dot product use vector lanes
-        for (int i = 0; i < HS; i++) s += q[i] * k[i];
-        a[t2] = s * scale + alibi_bias(alibi, h, t, t2);
+        a[t2] = dot_lanes(q, k + t2 * row, HS) * scale + alibi_bias(alibi, h, t, t2);
         if (a[t2] > maxval) maxval = a[t2];
     }
     float sum = 0.0f;
+    #pragma omp simd reduction(+ : sum)
     for (int t2 = 0; t2 <= t; t2++) {
-        a[t2] = expf(a[t2] - maxval);
+        a[t2] = exp_poly(a[t2] - maxval);
         sum += a[t2];
     }
     for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
@@ -1292,21 +1418,22 @@ static void attention_row_probabilities(float* a, const float* qkv, int b, int t
 
 static void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int T, int NH, int G, int HS,
                                   Alibi alibi) {
+    const size_t row = (size_t)(NH + 2 * G) * HS;   // one token's qkv: token t2's value is v + t2 * row
     // one (b, h) pair per iteration: every pair has the same triangle of work
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            for (int t = 0; t < T; t++) {
-                float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                attention_row_probabilities(a, qkv, b, t, h, T, NH, G, HS, alibi);
-                // weighted sum of the values (the row still in the cache)
-                float* o = out + ((size_t)(b * T + t) * NH + h) * HS;
-                for (int i = 0; i < HS; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = qkv + qkv_index(b, t2, h, 2, T, NH, G, HS);
-                    for (int i = 0; i < HS; i++) o[i] += a[t2] * v[i];
-                }
-            }
+            float* p = att + ((size_t)b * NH + h) * T * T;   // the head's probabilities [T, T]
+            for (int t = 0; t < T; t++) attention_row_probabilities(p + (size_t)t * T, qkv, b, t, h, T, NH, G, HS, alibi);
+            // out_t = the sum over t2 <= t of p[t, t2] v_t2, added in t2 order; value by value
+            // (t2 outer), so that consecutive adds go to different rows of out (query by query,
+            // each add to a row waited for the one before it, through memory)
+            const float* v = qkv + qkv_index(b, 0, h, 2, T, NH, G, HS);
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < HS; i++) out[((size_t)(b * T + t) * NH + h) * HS + i] = 0.0f;
+            for (int t2 = 0; t2 < T; t2++)
+                for (int t = t2; t < T; t++)
+                    axpy_lanes(out + ((size_t)(b * T + t) * NH + h) * HS, p[(size_t)t * T + t2], v + t2 * row, HS);
         }
     }
 }
@@ -1323,10 +1450,16 @@ static void attention_probabilities_cpu(float* att, const float* qkv, int B, int
 
 // Backward of out = softmax(q k^T * scale) v. For one query row with probabilities p and
 // datt[t2] = dout . v[t2]:  dscore[t2] = p[t2] * (datt[t2] - sum_j p[j] datt[j]).
-// scratch holds one row of datt per (b, h) pair: B * NH * T floats.
+// scratch holds one row of datt, then dscore, per (b, h) pair: B * NH * T floats.
+// Each product is a loop of its own over the head's HS elements (dot_lanes, axpy_lanes), so
+// that it runs on vector lanes: one loop updating dq, dk and dv together went through more
+// pointers than the compiler would check apart, ran one element at a time, and held the
+// attention's backward to 1/8 of the matmuls' rate. dq, dk and dv get their adds in that
+// loop's order.
 static void attention_backward_cpu(float* dqkv, float* scratch, const float* dout, const float* qkv,
                                    const float* att, int B, int T, int NH, int G, int HS) {
     const float scale = 1.0f / sqrtf((float)HS);
+    const size_t row = (size_t)(NH + 2 * G) * HS;   // one token's qkv: token t2's key is k + t2 * row
     // one (b, group) pair per iteration: dk and dv of a key gather from every later query of
     // every head of the group, in head order
     #pragma omp parallel for collapse(2)
@@ -1338,7 +1471,11 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
                     for (int i = 0; i < HS; i++) d[i] = 0.0f;
                 }
             for (int h = g * (NH / G); h < (g + 1) * (NH / G); h++) {
-                float* datt = scratch + ((size_t)b * NH + h) * T;
+                float* dscore = scratch + ((size_t)b * NH + h) * T;
+                const float* k = qkv + qkv_index(b, 0, h, 1, T, NH, G, HS);
+                const float* v = qkv + qkv_index(b, 0, h, 2, T, NH, G, HS);
+                float* dk = dqkv + qkv_index(b, 0, h, 1, T, NH, G, HS);
+                float* dv = dqkv + qkv_index(b, 0, h, 2, T, NH, G, HS);
                 for (int t = 0; t < T; t++) {
                     const float* a = att + (((size_t)b * NH + h) * T + t) * T;
                     const float* dout_row = dout + ((size_t)(b * T + t) * NH + h) * HS;
@@ -1346,23 +1483,14 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
                     float* dq = dqkv + qkv_index(b, t, h, 0, T, NH, G, HS);
                     float p_dot_datt = 0.0f;
                     for (int t2 = 0; t2 <= t; t2++) {
-                        const float* v = qkv + qkv_index(b, t2, h, 2, T, NH, G, HS);
-                        float s = 0.0f;
-                        #pragma omp simd reduction(+ : s)
-                        for (int i = 0; i < HS; i++) s += dout_row[i] * v[i];
-                        datt[t2] = s;
-                        p_dot_datt += a[t2] * s;
+                        dscore[t2] = dot_lanes(dout_row, v + t2 * row, HS);   // datt
+                        p_dot_datt += a[t2] * dscore[t2];
                     }
+                    for (int t2 = 0; t2 <= t; t2++) dscore[t2] = a[t2] * (dscore[t2] - p_dot_datt) * scale;
                     for (int t2 = 0; t2 <= t; t2++) {
-                        const float* k = qkv + qkv_index(b, t2, h, 1, T, NH, G, HS);
-                        float* dk = dqkv + qkv_index(b, t2, h, 1, T, NH, G, HS);
-                        float* dv = dqkv + qkv_index(b, t2, h, 2, T, NH, G, HS);
-                        float dscore = a[t2] * (datt[t2] - p_dot_datt) * scale;
-                        for (int i = 0; i < HS; i++) {
-                            dq[i] += dscore * k[i];
-                            dk[i] += dscore * q[i];
-                            dv[i] += a[t2] * dout_row[i];
-                        }
+                        axpy_lanes(dq, dscore[t2], k + t2 * row, HS);
+                        axpy_lanes(dk + t2 * row, dscore[t2], q, HS);
+                        axpy_lanes(dv + t2 * row, a[t2], dout_row, HS);
                     }
                 }
             }
@@ -1371,8 +1499,8 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
 }
 
 // The fused attention's tiles (FlashAttention-2's, Dao 2023): a block of FLASH_ROWS / 16 warps
-// takes FLASH_ROWS query rows (the forward, the dQ kernel) or keys (the dK/dV kernel), 16 to a
-// warp; the forward walks key tiles of FLASH_KEYS(HS), the backward steps of FLASH_STEP. The head
+// takes FLASH_ROWS query rows (the forward) or keys (the backward), 16 to a warp; the forward
+// walks key tiles of FLASH_KEYS(HS), the backward query steps of FLASH_STEP. The head
 // size is a compile-time constant, 64 (every GPT-2) or 128 (BLOOM, GPT-3 175B). A tile row in
 // shared memory is padded by FLASH_PAD elements (16 bytes) so that the 8 rows one ldmatrix
 // phase reads begin in 8 different 4-bank groups: no bank conflicts. Known to both builds, for
@@ -1380,6 +1508,7 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
 #define FLASH_ROWS 64
 #define FLASH_STEP 32
 #define FLASH_PAD 8
+#define FLASH_DS_ROW (FLASH_STEP + FLASH_PAD)   // the backward's dS^T tile: a key's FLASH_STEP queries a row
 static int flash_attention_supports(int HS) { return HS == 64 || HS == 128; }
 
 // The forward's key tile: 64 keys at head size 64, 32 at 128, where the two buffers of k and v
@@ -1388,12 +1517,21 @@ static int flash_attention_supports(int HS) { return HS == 64 || HS == 128; }
 #define FLASH_KEYS(HS) ((HS) > 64 ? 32 : 64)
 
 // a block's dynamic shared memory, in bytes (16-bit elements on the GPU build): the forward's
-// q tile and two k and v tiles; the backward's two 64-row tiles (k, v or q, dout), two
-// 32-row steps of the other two, and the rows' log-sum-exp and D
+// q tile and two k and v tiles; the backward's k and v tiles (64 keys), two 32-row steps of q
+// and of dout, the step's dS^T (64 keys by 32 queries), two steps' log-sum-exp and D, and the
+// block's ticket (16 bytes)
 static size_t flash_shared_bytes(int HS, int forward) {
     size_t row = (size_t)(HS + FLASH_PAD) * 2;
     if (forward) return (FLASH_ROWS + 4 * FLASH_KEYS(HS)) * row;
-    return (2 * FLASH_ROWS + 4 * FLASH_STEP) * row + 2 * FLASH_ROWS * sizeof(float);
+    return (2 * FLASH_ROWS + 4 * FLASH_STEP) * row + FLASH_ROWS * FLASH_DS_ROW * 2 + 4 * FLASH_STEP * sizeof(float) + 16;
+}
+
+// The fused backward's scratch, in floats: D [B, NH, T], then dQ's fp32 sums [B, NH, T, HS]
+// (each query step's, between the key tiles that add to it in turn), then the counters: one
+// turn counter per (b, h, query step of FLASH_STEP) and the blocks' ticket counter.
+static size_t flash_backward_scratch_floats(int B, int T, int NH, int HS) {
+    size_t rows = (size_t)B * NH * T;
+    return rows + rows * HS + (size_t)B * NH * CEIL_DIV(T, FLASH_STEP) + 1;
 }
 
 // attention's scratch (gpt.h's att_scratch) in bytes on build b: both builds' formulas are
@@ -1401,14 +1539,14 @@ static size_t flash_shared_bytes(int HS, int forward) {
 // floatX arrays (k, v, dk and dv fill G of those NH heads: the room does not depend on G),
 // [B, NH, T, T] fp32 scores and floatX dscores, each region starting on a
 // SCRATCH_ALIGN boundary, whatever the scratch's alignment (attention_scratch); its fused path:
-// the backward's D, one float per (b, h, t); the CPU build's backward keeps one row of datt per
-// (b, h) pair.
+// the backward's D, dQ's fp32 sums and counters (flash_backward_scratch_floats); the CPU build's
+// backward keeps one row of datt per (b, h) pair.
 #define SCRATCH_ALIGN 256
 #define ATTENTION_SCRATCH_REGIONS 9
 static size_t attention_scratch_bytes(BuildTarget b, int B, int T, int NH, int HS) {
     size_t S = (size_t)B * NH * T * HS, P = (size_t)B * NH * T * T, x = b.floatx_bytes;
     if (!b.gpu) return (size_t)B * NH * T * x;
-    if (b.flash_attention) return CEIL_DIV((size_t)B * NH * T * sizeof(float), x) * x;   // the backward's D, fp32
+    if (b.flash_attention) return CEIL_DIV(flash_backward_scratch_floats(B, T, NH, HS) * sizeof(float), x) * x;
     size_t bytes = 7 * S * x + P * sizeof(float) + P * x;
     return CEIL_DIV(bytes + ATTENTION_SCRATCH_REGIONS * SCRATCH_ALIGN, x) * x;
 }
@@ -1648,24 +1786,30 @@ static void attention_backward_unfused(floatX* dqkv, floatX* scratch, const floa
 // the running maximum m and sum l of the online softmax (each key tile rescales O and l by
 // 2^(m_old - m_new)); a row's values are spread over the 4 lanes of a quad, so a maximum or a
 // sum takes two shuffles. Q, K and V fragments come from shared memory through ldmatrix (.trans
-// for V: the B operand of P V is V's columns). Only the diagonal tile is masked. The block
-// writes out and each row's log-sum-exp m + log l, all the backward needs to recompute P.
+// for V: the B operand of P V is V's columns); the queries' once, before the loop, kept in
+// registers. Only the diagonal tile is masked. The block writes out and each row's log-sum-exp
+// m + log l, all the backward needs to recompute P.
 //
-// The backward, deterministic (no atomics): D = rowsum(dout * out) first; then one block per
-// 64-key tile (a warp per 16 keys) steps over the 32-row query steps at and below the diagonal,
-// summing dV += P^T dO and dK += dS^T Q in registers (S^T = K Q^T and dP^T = V dO^T recomputed);
-// and one block per 64-row query tile steps over the 32-key steps at and left of it, summing
-// dQ += dS K. FlashAttention-2's backward adds dQ across key tiles with atomics instead and so
-// does 5 products where these two kernels do 7; every block here owns what it writes.
-// Scores are kept in log2 units (scaled by log2 e), for exp2, the GPU's native exponential.
+// The backward: D = rowsum(dout * out) first; then one kernel at FlashAttention-2's cost, five
+// products a (64-key tile, 32-row query step): one block per key tile (a warp per 16 keys)
+// steps over the query steps at and below the diagonal, recomputing S^T = K Q^T and dP^T = V
+// dO^T, summing dV += P^T dO and dK += dS^T Q in registers, and computing the step's dQ = dS K
+// through a dS^T tile in shared memory. A step's dQ gets a part from each key tile at or left of
+// it, in different blocks: FlashAttention-2 adds them with atomics (an order that changes from run
+// to run); here the blocks add them in a fixed order, taking turns on a counter per step
+// (FlashAttention-3's deterministic backward does the same), so two runs give the same bits.
+// Before issue 39 a second kernel, one block per query tile, recomputed S and dP for dQ: 7
+// products. Scores are kept in log2 units (scaled by log2 e), for exp2, the GPU's native
+// exponential. Each kernel is built with and without ALiBi (a template argument): the instance
+// without has no bias arithmetic at all.
 //
 // Grouped-query attention (G < NH key/value heads, each shared by the NH/G query heads of its
-// group): the forward and the dQ kernel keep a block per query head, reading the group's K and
-// V, and number their blocks so that a group's heads are neighbours (flash_query_block): they
-// run together and read each K and V tile once from memory, the others from L2. The dK/dV
-// kernel takes a key tile of one (b, group) and walks the query steps of each of the group's
-// heads in turn: K and V are read once per group, and dK and dV add up over the heads in
-// registers, in head order, as a group's gradient must (no atomics, no second pass).
+// group): the forward keeps a block per query head, reading the group's K and V, and numbers
+// its blocks so that a group's heads are neighbours (flash_query_block): they run together and
+// read each K and V tile once from memory, the others from L2. The backward takes a key tile of
+// one (b, group) and walks the query steps of each of the group's heads in turn: K and V are
+// read once per group, dK and dV add up over the heads in registers, in head order, as a
+// group's gradient must (no atomics, no second pass), and each head's dQ takes its turns.
 
 #ifdef __CUDACC__
 #define FLASH_WARPS (FLASH_ROWS / 16)
@@ -1673,12 +1817,6 @@ static void attention_backward_unfused(floatX* dqkv, floatX* scratch, const floa
 #define FLASH_ROW(HS) ((HS) + FLASH_PAD)   // elements from one tile row to the next
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
-// #pragma unroll where nvcc compiles (g++ compiling for the emulation does not know it)
-#ifdef __NVCC__
-#define UNROLL _Pragma("unroll")
-#else
-#define UNROLL
-#endif
 
 // mma.sync.m16n8k16 and cp.async need sm_80 (A100) or newer: an fp16 build for an older GPU
 // (GPU_ARCH=70 or 75, see the Makefile) compiles these kernels as a trap, and
@@ -1742,6 +1880,18 @@ __device__ inline void cp_async_16(void* dst, const void* src, bool fill) {
 #endif
 }
 
+// 4 bytes from global to shared memory, in the background (zeros when !fill): a row's statistic
+__device__ inline void cp_async_4(void* dst, const void* src, bool fill) {
+#if defined(__NVCC__) && !FLASH_PTX
+    (void)dst, (void)src, (void)fill, __trap();
+#elif defined(__NVCC__)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :: "r"(shared_address(dst)), "l"(src), "r"(fill ? 4 : 0) : "memory");
+#else
+    emu_cp_async_4(dst, src, fill);
+#endif
+}
+
 // the copies issued so far become one group
 __device__ inline void cp_async_commit(void) {
 #if defined(__NVCC__) && !FLASH_PTX
@@ -1772,6 +1922,39 @@ __device__ inline floatX* flash_shared(void) {
     return (floatX*)flash_dynamic_shared;
 #else
     return (floatX*)emu_dynamic_shared_memory();
+#endif
+}
+
+// Turns between blocks (the backward's dQ, added in a fixed order; FlashAttention-3's
+// deterministic backward does the same): a block waits until `counter` (in global memory) reaches
+// `turn`, does its part, then passes the turn on (counter + 1). All threads call both. Thread 0
+// spins; its fence after the spin orders the turns' writes before what the block reads next, and
+// each thread's fence before the pass orders its own writes before the counter moves (CUDA's
+// threadFenceReduction sample's pairing). A block may wait only for blocks that started before
+// it (see attention_backward_flash_kernel's tickets): the emulation (tests/emu/ptx.h) checks that.
+__device__ inline void flash_wait_turn(const unsigned* counter, unsigned turn) {
+#ifdef __NVCC__
+    if (threadIdx.x == 0) {
+        while (*(const volatile unsigned*)counter != turn) {
+        }
+        __threadfence();
+    }
+#else
+    emu_wait_turn(counter, turn);
+#endif
+    __syncthreads();
+}
+
+__device__ inline void flash_pass_turn(unsigned* counter) {
+    __threadfence();
+#ifndef __NVCC__
+    emu_turn_done(counter);
+#endif
+    __syncthreads();
+#ifdef __NVCC__
+    if (threadIdx.x == 0) atomicAdd(counter, 1u);
+#else
+    emu_pass_turn(counter);
 #endif
 }
 
@@ -1901,8 +2084,12 @@ __device__ FlashHead flash_head(int HS, Alibi alibi, int h) {
     return f;
 }
 
+// ALIBI is a compile-time choice: each kernel is built twice, and the instance without ALiBi
+// has no bias arithmetic at all (about a sixth of the forward's instructions a tile: an int to
+// float conversion and a multiply-add per score), where a run-time slope of 0 would still pay it.
+template <bool ALIBI>
 __device__ float flash_score_log2(const FlashHead& f, float s, int key, int row) {
-    return s * f.scale_log2 + f.slope_log2 * (float)(key - row);
+    return ALIBI ? s * f.scale_log2 + f.slope_log2 * (float)(key - row) : s * f.scale_log2;
 }
 
 // ---- the forward
@@ -1911,7 +2098,7 @@ __device__ float flash_score_log2(const FlashHead& f, float s, int key, int row)
 // s (scores) becomes p = 2^(x - m_new), x the score in log2 units with ALiBi's bias; keys
 // right of a row (on tiles that reach the diagonal only) get p = 0; m, l and o move to the new
 // maximum. A row whose keys in this tile are all masked keeps m: it saw key 0 in tile 0.
-template <int HS>
+template <int HS, bool ALIBI>
 __device__ void flash_online_softmax(float s[][4], float o[][4], float m[2], float l[2], int k0, int row0,
                                      bool diagonal, const FlashHead& head) {
     int lane = threadIdx.x % 32;
@@ -1921,7 +2108,7 @@ __device__ void flash_online_softmax(float s[][4], float o[][4], float m[2], flo
         UNROLL
         for (int e = 0; e < 4; e++) {
             int row = row0 + lane / 4 + 8 * (e / 2), key = k0 + 8 * n + 2 * (lane % 4) + e % 2;
-            float x = flash_score_log2(head, s[n][e], key, row);
+            float x = flash_score_log2<ALIBI>(head, s[n][e], key, row);
             s[n][e] = diagonal && key > row ? -INFINITY : x;
             tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
         }
@@ -1948,7 +2135,7 @@ __device__ void flash_online_softmax(float s[][4], float o[][4], float m[2], flo
         for (int e = 0; e < 4; e++) o[nb][e] *= rescale[e / 2];
 }
 
-// The forward's and the dQ kernel's block: head h of sequence b, the query tile from row t0.
+// The forward's block: head h of sequence b, the query tile from row t0.
 // Blocks are numbered (b, group, tile, head of the group): the NH/G heads of a group, which
 // read the same keys and values, are adjacent blocks, so they run at about the same time and
 // read each K and V tile through L2 (the first block to ask brings it there). The longest
@@ -1967,9 +2154,9 @@ __device__ FlashQueryBlock flash_query_block(int T, int NH, int G) {
 }
 
 // grid: B * NH * tiles blocks of FLASH_THREADS (flash_query_block), flash_shared_bytes(HS, 1) of
-// dynamic shared memory; out [N, NH * HS], lse [B, NH, T]
-template <int HS>
-__global__ void __launch_bounds__(FLASH_THREADS) attention_forward_flash_kernel(floatX* out, float* lse, const floatX* qkv,
+// dynamic shared memory; out [N, NH * HS], lse [B, NH, T]. ALIBI: alibi.heads != 0.
+template <int HS, bool ALIBI>
+__global__ void __launch_bounds__(FLASH_THREADS, 3) attention_forward_flash_kernel(floatX* out, float* lse, const floatX* qkv,
                                                                                 int T, int NH, int G, Alibi alibi) {
     constexpr int KEYS = FLASH_KEYS(HS), tile = KEYS * FLASH_ROW(HS);
     floatX* q = flash_shared();
@@ -1980,33 +2167,38 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_forward_flash_kernel(
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row0 = t0 + 16 * warp;
     // causal: the key tiles up to the tile's last row; those right of it are never touched
     int last_row = t0 + FLASH_ROWS < T ? t0 + FLASH_ROWS - 1 : T - 1, key_tiles = last_row / KEYS + 1;
-    size_t stride = (size_t)(NH + 2 * G) * HS;
+    int stride = (NH + 2 * G) * HS;   // (int: a register fewer through the loop)
     const floatX* q_rows = qkv + qkv_index(b, 0, h, 0, T, NH, G, HS);
     const floatX* k_rows = qkv + qkv_index(b, 0, h, 1, T, NH, G, HS);   // the group's
-    const floatX* v_rows = qkv + qkv_index(b, 0, h, 2, T, NH, G, HS);
+    // (the group's v, qkv_index(b, 0, h, 2, ...), is k_rows + HS; at head size 128 the loop
+    // computes k_rows again from bh rather than keep the pointer: that keeps the block at 168
+    // registers, three blocks an SM, without a spill)
     const FlashHead head = flash_head(HS, alibi, h);
 
     flash_copy_rows<HS, FLASH_ROWS>(q, q_rows, stride, t0, T);
+    cp_async_commit();   // a group of its own: the queries are waited for before the first key tile
     flash_copy_rows<HS, KEYS>(k, k_rows, stride, 0, T);
-    flash_copy_rows<HS, KEYS>(v, v_rows, stride, 0, T);
+    flash_copy_rows<HS, KEYS>(v, k_rows + HS, stride, 0, T);
     cp_async_commit();
+    cp_async_wait<1>();   // the queries are here
+    __syncthreads();      // ... every thread's part of them
+    uint32_t qa[HS / 16][4];   // this warp's queries, in registers through the loop (loop-invariant)
+    UNROLL
+    for (int kk = 0; kk < HS / 16; kk++) load_a<HS>(qa[kk], q, 16 * warp, kk);
     float o[HS / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    uint32_t qa[HS / 16][4];   // this warp's queries, kept in registers
     for (int kt = 0; kt < key_tiles; kt++) {
         int buffer = kt % 2, k0 = kt * KEYS;
         if (kt + 1 < key_tiles) {   // the next tile, into the buffer the previous one used
-            flash_copy_rows<HS, KEYS>(k + (1 - buffer) * tile, k_rows, stride, k0 + KEYS, T);
-            flash_copy_rows<HS, KEYS>(v + (1 - buffer) * tile, v_rows, stride, k0 + KEYS, T);
+            const floatX* rows = HS > 64 ? qkv + qkv_index(bh / NH, 0, bh % NH, 1, T, NH, G, HS) : k_rows;
+            flash_copy_rows<HS, KEYS>(k + (1 - buffer) * tile, rows, stride, k0 + KEYS, T);
+            flash_copy_rows<HS, KEYS>(v + (1 - buffer) * tile, rows + HS, stride, k0 + KEYS, T);
         }
         cp_async_commit();
-        cp_async_wait<1>();   // all but the newest group: q and this tile are here
+        cp_async_wait<1>();   // all but the newest group: this tile is here
         __syncthreads();      // ... and every thread's part of them
-        if (kt == 0)
-            UNROLL
-            for (int kk = 0; kk < HS / 16; kk++) load_a<HS>(qa[kk], q, 16 * warp, kk);
         float s[KEYS / 8][4] = {};
         warp_product_abt<HS, KEYS>(s, qa, k + buffer * tile);
-        flash_online_softmax<HS>(s, o, m, l, k0, row0, k0 + KEYS > t0, head);
+        flash_online_softmax<HS, ALIBI>(s, o, m, l, k0, row0, k0 + KEYS > t0, head);
         warp_product_pb<HS, KEYS>(o, s, v + buffer * tile);
         __syncthreads();   // every warp is done with this buffer before the next copy into it
     }
@@ -2028,8 +2220,12 @@ __global__ void __launch_bounds__(FLASH_THREADS) attention_forward_flash_kernel(
 
 // ---- the backward
 
-// D[b, h, t] = sum_i dout[b, t, h, i] * out[b, t, h, i]: the p . dp of every row, a warp per row
-__global__ void attention_backward_flash_d_kernel(float* D, const floatX* dout, const floatX* out, int B, int T, int NH, int HS) {
+// D[b, h, t] = sum_i dout[b, t, h, i] * out[b, t, h, i]: the p . dp of every row, a warp per row.
+// It also zeroes the `count` counters of attention_backward_flash_kernel, which runs next.
+__global__ void attention_backward_flash_d_kernel(float* D, unsigned* counters, int count, const floatX* dout,
+                                                  const floatX* out, int B, int T, int NH, int HS) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)count; i += (size_t)gridDim.x * blockDim.x)
+        counters[i] = 0;
     int lane = threadIdx.x % 32;
     size_t row = (size_t)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;   // (b * NH + h) * T + t
     if (row >= (size_t)B * NH * T) return;   // the whole warp
@@ -2040,19 +2236,20 @@ __global__ void attention_backward_flash_d_kernel(float* D, const floatX* dout, 
     if (lane == 0) D[row] = sum;
 }
 
-// The dK/dV kernel's step: st = S^T (this warp's 16 keys from key0 by FLASH_STEP queries from
-// q0) becomes P^T, dpt = dP^T becomes dS^T = scale P^T (dP^T - D); stats holds the step's
-// queries' lse (log2 units) then their D. Masked where a key is right of its query or the
+// A step: st = S^T (this warp's 16 keys from key0 by FLASH_STEP queries from q0) becomes P^T,
+// dpt = dP^T becomes dS^T = scale P^T (dP^T - D); stats holds the step's queries' lse (natural
+// log, as the forward wrote it) then their D. Masked where a key is right of its query or the
 // query is past T.
-__device__ void flash_scores_to_gradients_kv(float st[][4], float dpt[][4], const float* stats, int key0, int q0, int T,
-                                             bool masked, const FlashHead& head) {
+template <bool ALIBI>
+__device__ void flash_scores_to_gradients(float st[][4], float dpt[][4], const float* stats, int key0, int q0, int T,
+                                          bool masked, const FlashHead& head) {
     int lane = threadIdx.x % 32;
     UNROLL
     for (int n = 0; n < FLASH_STEP / 8; n++) {
         UNROLL
         for (int e = 0; e < 4; e++) {
             int key = key0 + lane / 4 + 8 * (e / 2), c = 8 * n + 2 * (lane % 4) + e % 2, query = q0 + c;
-            float p = exp2f(flash_score_log2(head, st[n][e], key, query) - stats[c]);
+            float p = exp2f(flash_score_log2<ALIBI>(head, st[n][e], key, query) - stats[c] * LOG2E);
             if (masked && (key > query || query >= T)) p = 0.0f;
             st[n][e] = p;
             dpt[n][e] = head.scale * p * (dpt[n][e] - stats[FLASH_STEP + c]);
@@ -2060,134 +2257,190 @@ __device__ void flash_scores_to_gradients_kv(float st[][4], float dpt[][4], cons
     }
 }
 
-// grid: B * G * tiles blocks of FLASH_THREADS, one per key tile of one (b, group); warp w owns
-// keys 16w .. 16w + 15 of the tile. The tile's K and V stay in shared memory while the block
-// walks the query steps of each of the group's NH/G heads in turn, one pipeline of (head, step)
-// pairs: K and V are read once per group, and dK and dV sum over the heads in registers, in
-// head order (the same bits every run, no atomics).
+// this warp's dS^T (its 16 keys, from row0 of the block's, by the step's queries), rounded to
+// floatX as the products take it, into the block's dS^T tile: key r's queries at ds + r FLASH_DS_ROW
+__device__ void flash_store_ds(floatX* ds, const float dst[][4], int row0) {
+    int lane = threadIdx.x % 32;
+    UNROLL
+    for (int n = 0; n < FLASH_STEP / 8; n++)
+        UNROLL
+        for (int half = 0; half < 2; half++)
+            *(uint32_t*)(ds + (row0 + lane / 4 + 8 * half) * FLASH_DS_ROW + 8 * n + 2 * (lane % 4)) =
+                pack_floatX2(dst[n][2 * half], dst[n][2 * half + 1]);
+}
+
+// dq (the step's FLASH_STEP queries by HS / 4 columns from col0: 32 rows a warp, so that each
+// of K's fragments feeds both 16-row blocks) = dS K: A = dS from the dS^T tile through
+// ldmatrix.trans; B = the K tile's rows (keys), columns col0 .., through ldmatrix.trans, as V's in
+// P V. dq[rb HS / 32 + nb]: rows 16 rb .., columns col0 + 8 nb ..
 template <int HS>
-__global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_kv_kernel(floatX* dqkv, const floatX* dout,
-        const floatX* qkv, const float* lse, const float* D, int T, int NH, int G, Alibi alibi) {
+__device__ void warp_product_dq(float dq[][4], const floatX* ds, const floatX* k, int col0) {
+    int lane = threadIdx.x % 32;
+    UNROLL
+    for (int kk = 0; kk < FLASH_ROWS / 16; kk++) {   // 16 keys at a time
+        uint32_t b[HS / 64][4];   // an ldmatrix.x4.trans: two 8-column blocks
+        UNROLL
+        for (int j = 0; j < HS / 64; j++)
+            ldmatrix_x4(b[j], k + (16 * kk + (lane / 8) % 2 * 8 + lane % 8) * FLASH_ROW(HS) + col0 + 16 * j + lane / 16 * 8, true);
+        UNROLL
+        for (int rb = 0; rb < FLASH_STEP / 16; rb++) {
+            uint32_t a[4];   // dS rows 16 rb .., keys 16 kk ..: the dS^T tile's transpose
+            ldmatrix_x4(a, ds + (16 * kk + lane / 16 * 8 + lane % 8) * FLASH_DS_ROW + 16 * rb + (lane / 8) % 2 * 8, true);
+            UNROLL
+            for (int j = 0; j < HS / 64; j++) {
+                mma_16816(dq[rb * (HS / 32) + 2 * j], a, b[j][0], b[j][1]);
+                mma_16816(dq[rb * (HS / 32) + 2 * j + 1], a, b[j][2], b[j][3]);
+            }
+        }
+    }
+}
+
+// This warp's part of the step's dQ (warp_product_dq's dq: rows q0 .., columns col0 ..), in its
+// turn: the first turn (the diagonal's key tile) stores it into sums, fp32 [T, HS] of the head;
+// each later one adds it to what is there (read through a volatile pointer: from L2, where the
+// block before wrote it, never a stale L1 line); the last (key tile 0) writes the total, rounded
+// to floatX once, to dqkv's row t at dst + t * stride instead. Rows past T are not written.
+template <int HS>
+__device__ void flash_add_dq(float* sums, floatX* dst, size_t stride, const float dq[][4], int q0, int col0, int T,
+                             bool first, bool last, const unsigned* turn) {
+#ifndef __NVCC__
+    emu_check_turn(turn, "adds its part of dQ");
+#else
+    (void)turn;
+#endif
+    int lane = threadIdx.x % 32;
+    UNROLL
+    for (int rb = 0; rb < FLASH_STEP / 16; rb++)
+        UNROLL
+        for (int half = 0; half < 2; half++) {
+            int t = q0 + 16 * rb + lane / 4 + 8 * half;
+            if (t >= T) continue;
+            UNROLL
+            for (int nb = 0; nb < HS / 32; nb++) {
+                int c = col0 + 8 * nb + 2 * (lane % 4);
+                float* s = sums + (size_t)t * HS + c;
+                float x0 = dq[rb * (HS / 32) + nb][2 * half], x1 = dq[rb * (HS / 32) + nb][2 * half + 1];
+                if (!first) {
+                    const volatile float* before = s;
+                    x0 = before[0] + x0;
+                    x1 = before[1] + x1;
+                }
+                if (last) *(uint32_t*)(dst + (size_t)t * stride + c) = pack_floatX2(x0, x1);
+                else s[0] = x0, s[1] = x1;
+            }
+        }
+}
+
+// One fused kernel, FlashAttention-2's five products a step, deterministic. grid: B * G * tiles
+// blocks of FLASH_THREADS, one per 64-key tile of each (b, group); warp w owns the tile's keys
+// 16w .. 16w + 15. The tile's K and V stay in shared memory (and, at head size 64, the warp's K
+// fragments in registers: loop-invariant) while the block walks the 32-row query steps at and
+// below the diagonal of each of the group's NH/G heads in turn, one cp.async pipeline of (head,
+// step) pairs (q, dout and the rows' lse and D of the next pair in flight during this one):
+//   S^T = K Q^T, dP^T = V dO^T; P^T and dS^T = P^T (dP^T - D) in registers;
+//   dV += P^T dO, dK += dS^T Q, in registers across the whole walk (so K and V are read once
+//   per group, and dK and dV sum over the group's heads in head order);
+//   dS^T to shared memory, and dQ_step = dS K, each warp 32 rows by HS / 4 columns.
+// A step's dQ sums the partial products of key tiles kt_max (its diagonal's) down to 0, which
+// belong to different blocks: they add them in that order, each in its turn on the step's
+// counter (flash_wait_turn), the first storing into `sums` (fp32, in scratch), the last writing
+// floatX into dqkv. That order is the one the blocks reach the step in anyway (block kt starts
+// at its diagonal, two steps further down than block kt - 1), so a block seldom waits. The
+// same sums in the same order: the same bits every run, where FlashAttention-2 adds dQ with
+// atomics. A block may wait only for blocks that started before it (one not yet started may need
+// the waiting block's SM): so a block does not take its tile from blockIdx (the GPU may start
+// blocks in any order) but from a ticket, counters[count - 1] counted up as blocks start, which
+// hands out each (b, group)'s key tiles from the last to the first: the tiles a block waits for
+// have lower tickets, and started first. counters: [B, NH, steps] turns, then the ticket; zero
+// when the kernel starts (the D kernel zeroes them). sums: [B, NH, T, HS] floats.
+template <int HS, bool ALIBI>
+__global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : 3) attention_backward_flash_kernel(floatX* dqkv, float* sums,
+        unsigned* counters, const floatX* dout, const floatX* qkv, const float* lse, const float* D, int B, int T, int NH,
+        int G, Alibi alibi) {
     constexpr int step_tile = FLASH_STEP * FLASH_ROW(HS);
+    // K's A fragments in registers at head size 64 (16 registers; V's too would take 16 more, and
+    // the block would no longer fit the 168 registers that give three blocks an SM): at 128 they
+    // would take 32 more where dK and dV take 128
+    constexpr bool k_in_registers = HS <= 64;
     floatX* k = flash_shared();
     floatX* v = k + FLASH_ROWS * FLASH_ROW(HS);
     floatX* q = v + FLASH_ROWS * FLASH_ROW(HS);   // two buffers, then dout's two
     floatX* dO = q + 2 * step_tile;
-    float* stats = (float*)(dO + 2 * step_tile);  // per buffer: FLASH_STEP lse (log2 units), then D
-    int tiles = CEIL_DIV(T, FLASH_ROWS), bg = blockIdx.x / tiles, b = bg / G, g = bg % G, per = NH / G;
-    int k0 = (blockIdx.x % tiles) * FLASH_ROWS, warp = threadIdx.x / 32, key0 = k0 + 16 * warp;
-    size_t stride = (size_t)(NH + 2 * G) * HS, out_stride = (size_t)NH * HS;
+    floatX* ds = dO + 2 * step_tile;              // dS^T, FLASH_ROWS keys by FLASH_STEP queries
+    float* stats = (float*)(ds + FLASH_ROWS * FLASH_DS_ROW);   // per buffer: FLASH_STEP lse, then D
+    unsigned* ticket = (unsigned*)(stats + 4 * FLASH_STEP);
+    int tiles = CEIL_DIV(T, FLASH_ROWS), steps_T = CEIL_DIV(T, FLASH_STEP), per = NH / G;
+    if (threadIdx.x == 0) *ticket = atomicAdd(counters + (size_t)B * NH * steps_T, 1u);
+    __syncthreads();
+    int i = (int)*ticket, bg = i / tiles, kt = tiles - 1 - i % tiles, b = bg / G, g = bg % G;
+    int k0 = kt * FLASH_ROWS, warp = threadIdx.x / 32, key0 = k0 + 16 * warp;
+    int stride = (NH + 2 * G) * HS, out_stride = NH * HS;   // (int: two registers fewer)
     // causal: queries before k0 see none of these keys; each head's steps start at `first`
-    int first = k0 / FLASH_STEP, steps = CEIL_DIV(T, FLASH_STEP) - first;
-    // pair j is head g per + j / steps, its query step first + j % steps: the step's q and dout
-    // into a buffer with cp.async, its queries' row statistics with plain loads (rows of T
-    // floats are not 16-byte aligned)
-    auto copy_pair = [&](int buffer, int j) {
-        int h = g * per + j / steps, q0 = (first + j % steps) * FLASH_STEP, i = threadIdx.x;
-        flash_copy_rows<HS, FLASH_STEP>(q + buffer * step_tile, qkv + qkv_index(b, 0, h, 0, T, NH, G, HS), stride, q0, T);
-        flash_copy_rows<HS, FLASH_STEP>(dO + buffer * step_tile, dout + (size_t)b * T * out_stride + (size_t)h * HS,
-                                        out_stride, q0, T);
-        if (i < FLASH_STEP) {
-            size_t row = ((size_t)b * NH + h) * T + q0 + i;
-            stats[buffer * 2 * FLASH_STEP + i] = q0 + i < T ? LOG2E * lse[row] : 0.0f;
-            stats[buffer * 2 * FLASH_STEP + FLASH_STEP + i] = q0 + i < T ? D[row] : 0.0f;
+    int first = k0 / FLASH_STEP, pairs = per * (steps_T - first);
+    size_t group = qkv_group_index(b, 0, g, 0, T, NH, G, HS);   // the group's first query head; head hi at + hi HS
+    // pair (hi, s): head g per + hi of the group, its query step s; the pairs go through the steps
+    // of each head in turn. The step's q and dout, and its rows' lse and D (4 bytes each: rows of
+    // T floats are not 16-byte aligned), into a buffer with cp.async
+    auto copy_pair = [&](int buffer, int hi, int s) {
+        int h = g * per + hi, q0 = s * FLASH_STEP, i = threadIdx.x;
+        flash_copy_rows<HS, FLASH_STEP>(q + buffer * step_tile, qkv + group + hi * HS, stride, q0, T);
+        flash_copy_rows<HS, FLASH_STEP>(dO + buffer * step_tile, dout + (size_t)b * T * out_stride + h * HS, out_stride, q0, T);
+        if (i < 2 * FLASH_STEP) {
+            int t = q0 + i % FLASH_STEP;
+            const float* row = (i < FLASH_STEP ? lse : D) + ((size_t)b * NH + h) * T;
+            cp_async_4(stats + buffer * 2 * FLASH_STEP + i, row + (t < T ? t : 0), t < T);
         }
     };
 
     flash_copy_rows<HS, FLASH_ROWS>(k, qkv + qkv_group_index(b, 0, g, per, T, NH, G, HS), stride, k0, T);
     flash_copy_rows<HS, FLASH_ROWS>(v, qkv + qkv_group_index(b, 0, g, per + 1, T, NH, G, HS), stride, k0, T);
-    copy_pair(0, 0);
+    cp_async_commit();   // K and V: a group of their own, waited for before the first pair
+    copy_pair(0, 0, first);
     cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    uint32_t kf[HS / 16][4];   // this warp's keys as A fragments
+    if (k_in_registers)
+        UNROLL
+        for (int kk = 0; kk < HS / 16; kk++) load_a<HS>(kf[kk], k, 16 * warp, kk);
     float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
-    for (int j = 0; j < per * steps; j++) {
-        int buffer = j % 2, q0 = (first + j % steps) * FLASH_STEP;
-        if (j + 1 < per * steps) copy_pair(1 - buffer, j + 1);
+    int hi = 0, s = first;   // the pair's head in the group, and query step
+    for (int j = 0; j < pairs; j++) {
+        int buffer = j % 2, h = g * per + hi, q0 = s * FLASH_STEP;
+        int next_hi = s + 1 < steps_T ? hi : hi + 1, next_s = s + 1 < steps_T ? s + 1 : first;
+        const floatX* qs = q + buffer * step_tile;
+        const floatX* dos = dO + buffer * step_tile;
+        if (j + 1 < pairs) copy_pair(1 - buffer, next_hi, next_s);
         cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
-        const FlashHead head = flash_head(HS, alibi, g * per + j / steps);
+        cp_async_wait<1>();   // all but the newest group: this pair is here
+        __syncthreads();      // ... and every thread's part of it
+        const FlashHead head = flash_head(HS, alibi, h);
         float st[FLASH_STEP / 8][4] = {}, dpt[FLASH_STEP / 8][4] = {};
-        warp_product_abt<HS, FLASH_STEP>(st, k, 16 * warp, q + buffer * step_tile);    // S^T = K Q^T
-        warp_product_abt<HS, FLASH_STEP>(dpt, v, 16 * warp, dO + buffer * step_tile);  // dP^T = V dO^T
-        bool masked = q0 < k0 + FLASH_ROWS || q0 + FLASH_STEP > T;         // the diagonal, or past T
-        flash_scores_to_gradients_kv(st, dpt, stats + buffer * 2 * FLASH_STEP, key0, q0, T, masked, head);
-        warp_product_pb<HS, FLASH_STEP>(dv, st, dO + buffer * step_tile);   // dV += P^T dO
-        warp_product_pb<HS, FLASH_STEP>(dk, dpt, q + buffer * step_tile);   // dK += dS^T Q
-        __syncthreads();   // every warp is done with this buffer before the next copy into it
+        if (k_in_registers) warp_product_abt<HS, FLASH_STEP>(st, kf, qs);   // S^T = K Q^T
+        else warp_product_abt<HS, FLASH_STEP>(st, k, 16 * warp, qs);
+        warp_product_abt<HS, FLASH_STEP>(dpt, v, 16 * warp, dos);            // dP^T = V dO^T
+        bool masked = q0 < k0 + FLASH_ROWS || q0 + FLASH_STEP > T;   // the diagonal, or past T
+        flash_scores_to_gradients<ALIBI>(st, dpt, stats + buffer * 2 * FLASH_STEP, key0, q0, T, masked, head);
+        warp_product_pb<HS, FLASH_STEP>(dv, st, dos);   // dV += P^T dO
+        warp_product_pb<HS, FLASH_STEP>(dk, dpt, qs);   // dK += dS^T Q
+        flash_store_ds(ds, dpt, 16 * warp);
+        __syncthreads();   // the block's dS^T is whole
+        float dq[FLASH_STEP / 16 * HS / 32][4] = {};
+        warp_product_dq<HS>(dq, ds, k, warp * HS / 4);   // dQ_step = dS K
+        // the step's dQ: the key tiles from its diagonal's, s / 2, down to 0, in turn
+        unsigned* turn = counters + ((size_t)b * NH + h) * steps_T + s;
+        int diagonal = q0 / FLASH_ROWS;
+        flash_wait_turn(turn, diagonal - kt);
+        flash_add_dq<HS>(sums + ((size_t)b * NH + h) * T * HS, dqkv + group + hi * HS, stride, dq, q0, warp * HS / 4, T,
+                         kt == diagonal, kt == 0, turn);
+        flash_pass_turn(turn);   // its barrier: every warp is done with this pair's buffers and dS^T
+        hi = next_hi, s = next_s;
     }
+    // (the tile again from the ticket in shared memory: at head size 64 a register less through the
+    // loop, which keeps the block at 168 registers, three blocks per SM, without a spill)
+    i = (int)*ticket, bg = i / tiles, b = bg / G, g = bg % G, key0 = (tiles - 1 - i % tiles) * FLASH_ROWS + 16 * warp;
     flash_store_rows<HS>(dqkv + qkv_group_index(b, 0, g, per, T, NH, G, HS), stride, dk, key0, T);
     flash_store_rows<HS>(dqkv + qkv_group_index(b, 0, g, per + 1, T, NH, G, HS), stride, dv, key0, T);
-}
-
-// The dQ kernel's step: s = S (this warp's 16 queries from row0 by FLASH_STEP keys from k0)
-// becomes P, dp becomes dS = scale P (dP - D); the rows' lse (log2 units) and D in registers.
-__device__ void flash_scores_to_gradients_q(float s[][4], float dp[][4], const float lse_log2[2], const float d[2], int row0,
-                                            int k0, int T, bool masked, const FlashHead& head) {
-    int lane = threadIdx.x % 32;
-    UNROLL
-    for (int n = 0; n < FLASH_STEP / 8; n++) {
-        UNROLL
-        for (int e = 0; e < 4; e++) {
-            int row = row0 + lane / 4 + 8 * (e / 2), key = k0 + 8 * n + 2 * (lane % 4) + e % 2;
-            float p = exp2f(flash_score_log2(head, s[n][e], key, row) - lse_log2[e / 2]);
-            if (masked && (key > row || row >= T)) p = 0.0f;
-            s[n][e] = p;
-            dp[n][e] = head.scale * p * (dp[n][e] - d[e / 2]);
-        }
-    }
-}
-
-// grid: B * NH * tiles blocks of FLASH_THREADS (flash_query_block); warp w owns rows 16w .. 16w + 15
-// of the tile
-template <int HS>
-__global__ void __launch_bounds__(FLASH_THREADS) attention_backward_flash_q_kernel(floatX* dqkv, const floatX* dout,
-        const floatX* qkv, const float* lse, const float* D, int T, int NH, int G, Alibi alibi) {
-    constexpr int step_tile = FLASH_STEP * FLASH_ROW(HS);
-    floatX* q = flash_shared();
-    floatX* dO = q + FLASH_ROWS * FLASH_ROW(HS);
-    floatX* k = dO + FLASH_ROWS * FLASH_ROW(HS);   // two buffers, then v's two
-    floatX* v = k + 2 * step_tile;
-    const FlashQueryBlock block = flash_query_block(T, NH, G);
-    int b = block.b, h = block.h, t0 = block.t0, bh = b * NH + h;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row0 = t0 + 16 * warp;
-    size_t stride = (size_t)(NH + 2 * G) * HS, out_stride = (size_t)NH * HS;
-    const floatX* k_rows = qkv + qkv_index(b, 0, h, 1, T, NH, G, HS);   // the group's
-    const floatX* v_rows = qkv + qkv_index(b, 0, h, 2, T, NH, G, HS);
-    const FlashHead head = flash_head(HS, alibi, h);
-    float lse_log2[2], d[2];   // of this lane's rows
-    UNROLL
-    for (int half = 0; half < 2; half++) {
-        int t = row0 + lane / 4 + 8 * half;
-        lse_log2[half] = t < T ? LOG2E * lse[(size_t)bh * T + t] : 0.0f;
-        d[half] = t < T ? D[(size_t)bh * T + t] : 0.0f;
-    }
-
-    int last_row = t0 + FLASH_ROWS < T ? t0 + FLASH_ROWS - 1 : T - 1;
-    int steps = last_row / FLASH_STEP + 1;   // causal: up to the tile's last row
-    flash_copy_rows<HS, FLASH_ROWS>(q, qkv + qkv_index(b, 0, h, 0, T, NH, G, HS), stride, t0, T);
-    flash_copy_rows<HS, FLASH_ROWS>(dO, dout + (size_t)b * T * out_stride + (size_t)h * HS, out_stride, t0, T);
-    flash_copy_rows<HS, FLASH_STEP>(k, k_rows, stride, 0, T);
-    flash_copy_rows<HS, FLASH_STEP>(v, v_rows, stride, 0, T);
-    cp_async_commit();
-    float dq[HS / 8][4] = {};
-    for (int ks = 0; ks < steps; ks++) {
-        int buffer = ks % 2, k0 = ks * FLASH_STEP;
-        if (ks + 1 < steps) {
-            flash_copy_rows<HS, FLASH_STEP>(k + (1 - buffer) * step_tile, k_rows, stride, k0 + FLASH_STEP, T);
-            flash_copy_rows<HS, FLASH_STEP>(v + (1 - buffer) * step_tile, v_rows, stride, k0 + FLASH_STEP, T);
-        }
-        cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
-        float s[FLASH_STEP / 8][4] = {}, dp[FLASH_STEP / 8][4] = {};
-        warp_product_abt<HS, FLASH_STEP>(s, q, 16 * warp, k + buffer * step_tile);    // S = Q K^T
-        warp_product_abt<HS, FLASH_STEP>(dp, dO, 16 * warp, v + buffer * step_tile);  // dP = dO V^T
-        bool masked = k0 + FLASH_STEP > t0 || t0 + FLASH_ROWS > T;          // the diagonal, or past T
-        flash_scores_to_gradients_q(s, dp, lse_log2, d, row0, k0, T, masked, head);
-        warp_product_pb<HS, FLASH_STEP>(dq, dp, k + buffer * step_tile);   // dQ += dS K
-        __syncthreads();   // every warp is done with this buffer before the next copy into it
-    }
-    flash_store_rows<HS>(dqkv + qkv_index(b, 0, h, 0, T, NH, G, HS), stride, dq, row0, T);
 }
 
 // ---- the launches
@@ -2215,50 +2468,61 @@ static void check_flash_arguments(int HS, const void* qkv, const void* dout) {
         fail("the fused attention copies 16 bytes at a time: qkv (%p) and dout (%p) must be 16-byte aligned", qkv, dout);
 }
 
+// a flash kernel's instance for the launcher's head size and ALiBi: a name with a comma in it
+// cannot be LAUNCH's argument, a macro call can
+#define FLASH_INSTANCE(kernel) kernel<HS, ALIBI>
+
 // a kernel may use more than 48 KiB of dynamic shared memory only after it asked for it
 template <class Kernel>
 static void allow_shared_bytes(Kernel* kernel, size_t bytes) {
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-template <int HS>
+template <int HS, bool ALIBI>
 static void attention_forward_flash_at(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int G, Alibi alibi) {
     static size_t allowed = 0;
     size_t bytes = flash_shared_bytes(HS, 1);
-    if (allowed != bytes) allow_shared_bytes(attention_forward_flash_kernel<HS>, bytes), allowed = bytes;
-    LAUNCH(attention_forward_flash_kernel<HS>, B * NH * CEIL_DIV(T, FLASH_ROWS), FLASH_THREADS, bytes,
+    if (allowed != bytes) allow_shared_bytes(FLASH_INSTANCE(attention_forward_flash_kernel), bytes), allowed = bytes;
+    LAUNCH(FLASH_INSTANCE(attention_forward_flash_kernel), B * NH * CEIL_DIV(T, FLASH_ROWS), FLASH_THREADS, bytes,
            out, lse, qkv, T, NH, G, alibi);
 }
 
-template <int HS>
-static void attention_backward_flash_at(floatX* dqkv, const float* D, const floatX* dout, const floatX* qkv,
-                                        const float* lse, int B, int T, int NH, int G, Alibi alibi) {
+template <int HS, bool ALIBI>
+static void attention_backward_flash_at(floatX* dqkv, float* sums, unsigned* counters, const float* D, const floatX* dout,
+                                        const floatX* qkv, const float* lse, int B, int T, int NH, int G, Alibi alibi) {
     static size_t allowed = 0;
     size_t bytes = flash_shared_bytes(HS, 0);
-    if (allowed != bytes) {
-        allow_shared_bytes(attention_backward_flash_kv_kernel<HS>, bytes);
-        allow_shared_bytes(attention_backward_flash_q_kernel<HS>, bytes);
-        allowed = bytes;
-    }
-    int tiles = CEIL_DIV(T, FLASH_ROWS);   // a block per key tile of each (b, group), per query tile of each (b, head)
-    LAUNCH(attention_backward_flash_kv_kernel<HS>, B * G * tiles, FLASH_THREADS, bytes, dqkv, dout, qkv, lse, D, T, NH, G, alibi);
-    LAUNCH(attention_backward_flash_q_kernel<HS>, B * NH * tiles, FLASH_THREADS, bytes, dqkv, dout, qkv, lse, D, T, NH, G, alibi);
+    if (allowed != bytes) allow_shared_bytes(FLASH_INSTANCE(attention_backward_flash_kernel), bytes), allowed = bytes;
+    int tiles = CEIL_DIV(T, FLASH_ROWS);   // a block per key tile of each (b, group)
+    LAUNCH(FLASH_INSTANCE(attention_backward_flash_kernel), B * G * tiles, FLASH_THREADS, bytes, dqkv, sums, counters, dout,
+           qkv, lse, D, B, T, NH, G, alibi);
 }
 
 static void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int G, int HS,
                                     Alibi alibi) {
     check_flash_arguments(HS, qkv, qkv);
-    if (HS == 64) attention_forward_flash_at<64>(out, lse, qkv, B, T, NH, G, alibi);
-    else attention_forward_flash_at<128>(out, lse, qkv, B, T, NH, G, alibi);
+    // the four instances: head size 64 or 128, ALiBi or not
+    if (HS == 64 && alibi.heads) attention_forward_flash_at<64, true>(out, lse, qkv, B, T, NH, G, alibi);
+    else if (HS == 64) attention_forward_flash_at<64, false>(out, lse, qkv, B, T, NH, G, alibi);
+    else if (alibi.heads) attention_forward_flash_at<128, true>(out, lse, qkv, B, T, NH, G, alibi);
+    else attention_forward_flash_at<128, false>(out, lse, qkv, B, T, NH, G, alibi);
 }
 
-// D: B * NH * T floats of scratch; out and lse: the forward's
-static void attention_backward_flash(floatX* dqkv, float* D, const floatX* dout, const floatX* qkv, const floatX* out,
+// scratch: flash_backward_scratch_floats(B, T, NH, HS) floats (D, dQ's sums, the counters); out
+// and lse: the forward's
+static void attention_backward_flash(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
                                      const float* lse, int B, int T, int NH, int G, int HS, Alibi alibi) {
     check_flash_arguments(HS, qkv, dout);
-    LAUNCH(attention_backward_flash_d_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0, D, dout, out, B, T, NH, HS);
-    if (HS == 64) attention_backward_flash_at<64>(dqkv, D, dout, qkv, lse, B, T, NH, G, alibi);
-    else attention_backward_flash_at<128>(dqkv, D, dout, qkv, lse, B, T, NH, G, alibi);
+    size_t rows = (size_t)B * NH * T;
+    float *D = scratch, *sums = scratch + rows;
+    unsigned* counters = (unsigned*)(sums + rows * HS);
+    int count = B * NH * CEIL_DIV(T, FLASH_STEP) + 1;   // the turns and the ticket
+    LAUNCH(attention_backward_flash_d_kernel, CEIL_DIV(rows, ROWS_PER_BLOCK), ROW_BLOCK, 0, D, counters, count, dout, out,
+           B, T, NH, HS);
+    if (HS == 64 && alibi.heads) attention_backward_flash_at<64, true>(dqkv, sums, counters, D, dout, qkv, lse, B, T, NH, G, alibi);
+    else if (HS == 64) attention_backward_flash_at<64, false>(dqkv, sums, counters, D, dout, qkv, lse, B, T, NH, G, alibi);
+    else if (alibi.heads) attention_backward_flash_at<128, true>(dqkv, sums, counters, D, dout, qkv, lse, B, T, NH, G, alibi);
+    else attention_backward_flash_at<128, false>(dqkv, sums, counters, D, dout, qkv, lse, B, T, NH, G, alibi);
 }
 // The layer's layout decides which attention runs: lse given (the fused kernels keep the
 // log-sum-exp), or att (the cuBLAS path keeps the probabilities).
@@ -2543,8 +2807,9 @@ static void rope_backward(floatX* dqkv, int B, int T, int NH, int G, int HS, int
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1): glibc's tanhf costs several expf calls and took a fifth
 // of a small model's step; this form is exact to float rounding and saturates correctly
-// (exp overflows to inf -> 1, underflows to 0 -> -1).
-static inline float tanh_by_exp(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
+// (exp overflows to inf -> 1, underflows to 0 -> -1). exp_poly, so that the loops over the
+// elements run on vector lanes.
+static inline float tanh_by_exp(float u) { return 1.0f - 2.0f / (exp_poly(2.0f * u) + 1.0f); }
 
 static void gelu_forward_cpu(float* out, const float* inp, size_t n) {
     #pragma omp parallel for
@@ -2682,7 +2947,7 @@ static void gelu_matmul_backward(floatX* dpre, float* dweight, float* dbias, flo
 // Backward (dinp overwritten, [N, 2F]): da = dout * b * sigmoid(a) (1 + a (1 - sigmoid(a))),
 // db = dout * silu(a).
 
-static inline float sigmoid_by_exp(float a) { return 1.0f / (1.0f + expf(-a)); }
+static inline float sigmoid_by_exp(float a) { return 1.0f / (1.0f + exp_poly(-a)); }
 
 static void swiglu_forward_cpu(float* out, const float* inp, int N, int F) {
     #pragma omp parallel for
@@ -2799,11 +3064,17 @@ HOST_DEVICE static inline void online_softmax_add(float* max, float* sum, float 
 // sums[N + n] = the target's logit if this rank holds the target's column, else 0
 static void crossentropy_online_stats_cpu(float* row_max, float* local_max, float* sums, const float* logits,
                                           const int* targets, int N, int V, int valid, int vocab_start) {
+    // A row stays in the CPU's cache, so this takes two passes, the maximum and then the sum
+    // relative to it: the same pair as the GPU's online update (online_softmax_add), whose
+    // branch on every element would keep the loop off the vector lanes.
     #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float* l = logits + (size_t)n * V;
         float m = -INFINITY, s = 0.0f;
-        for (int v = 0; v < valid; v++) online_softmax_add(&m, &s, l[v]);
+        #pragma omp simd reduction(max : m)
+        for (int v = 0; v < valid; v++) m = l[v] > m ? l[v] : m;
+        #pragma omp simd reduction(+ : s)
+        for (int v = 0; v < valid; v++) s += exp_poly(l[v] - m);
         int local = targets[n] - vocab_start;
         row_max[n] = local_max[n] = m;
         sums[n] = s;
@@ -2828,9 +3099,9 @@ static void crossentropy_backward_cpu(float* logits, const float* row_max, const
     for (int n = 0; n < N; n++) {
         float* l = logits + (size_t)n * V;
         int local = targets[n] - vocab_start;
-        float inv_sum = 1.0f / sums[n];
+        float m = row_max[n], inv_sum = 1.0f / sums[n];
         for (int v = 0; v < V; v++) {
-            float p = v < valid ? expf(l[v] - row_max[n]) * inv_sum : 0.0f;
+            float p = v < valid ? exp_poly(l[v] - m) * inv_sum : 0.0f;
             l[v] = (p - (v == local ? 1.0f : 0.0f)) * dloss;
         }
     }
@@ -3134,9 +3405,13 @@ static void sum_squares_cpu(double* acc, const float* x, size_t n) {
     for (size_t k = 0; k < chunks; k++) {
         size_t i0 = k * SUM_CHUNK, i1 = (k + 1) * SUM_CHUNK < n ? (k + 1) * SUM_CHUNK : n;
         // 16 running sums (element i goes to sum i % 16), added in order at the end: the
-        // same result every time, and the adds no longer wait on each other
+        // same result every time, and the adds no longer wait on each other. Taken 16 at a
+        // time, so that the 16 sums are the lanes of vector registers.
         double s[16] = {0};
-        for (size_t i = i0; i < i1; i++) s[(i - i0) % 16] += (double)x[i] * x[i];
+        size_t i = i0;
+        for (; i + 16 <= i1; i += 16)
+            for (int j = 0; j < 16; j++) s[j] += (double)x[i + j] * x[i + j];
+        for (; i < i1; i++) s[(i - i0) % 16] += (double)x[i] * x[i];   // the chunk's tail
         double total = 0.0;
         for (int j = 0; j < 16; j++) total += s[j];
         partial[k] = total;

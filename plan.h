@@ -3,7 +3,8 @@ plan.h — what a run will take before it takes it: the memory plan of every pip
 (to the byte, from the same plan the model allocates from), the memory a rank may take
 (host, process limits, cgroup; or the GPU), and the planner (--dry-run, --sweep): a cost model
 of one step on a described GPU cluster and the layouts a model and batch allow. The pipeline
-schedule drawn as text (--print-schedule) is print_schedule.h's, below it.
+schedule drawn as text (--print-schedule) is print_schedule.h's, below it; the GPUs priced
+(Hardware, --hw's presets, the --hw-* flags) are hardware.h's.
 
 Interface (what train.c uses): StageMemory, stage_memory, plan_stage_memory,
 print_memory_header, print_memory_row, print_attention, print_dp_communication,
@@ -296,10 +297,13 @@ static void check_index_memory(double index_bytes, double host_model_bytes) {
 //                         wave efficiency), or its bytes at the streaming bandwidth when that
 //                         is longer (gemm_seconds);
 //   the fused attention   each kernel's tile FLOPs / (the peak x the attention efficiency),
-//                         or its bytes at the streaming bandwidth when that is longer
-//                         (charge_flash_kernel);
+//                         or its first reads and writes at the streaming bandwidth, or all its
+//                         bytes at L2's bandwidth, whichever is longest (charge_flash_kernel);
+//   a column reduction    its bytes at the streaming bandwidth, or its chains of dependent
+//                         round trips to memory when they are longer (chain_seconds);
 //   any other kernel      the bytes it reads and writes / the streaming bandwidth (the memory
 //                         bandwidth x the memory efficiency);
+//   a launch              the device idle between two kernels (charge_launch_gaps);
 //   a ring collective     steps x latency + the bytes each rank sends / the bandwidth of the
 //                         slowest link the group crosses (the alpha-beta model of Thakur,
 //                         Rabenseifner and Gropp 2005; the bytes as --log-comm counts them);
@@ -310,74 +314,12 @@ static void check_index_memory(double index_bytes, double host_model_bytes) {
 // model chunks a stage (interleaved 1F1B, §2.2) the bubble is p - 1 slots of one chunk, so the
 // step is (m + (p - 1) / v) slots, each slot with v times the pipeline's messages.
 
-typedef struct {
-    double peak_tflops;                             // dense fp16/bf16 tensor-core peak (datasheet)
-    double matmul_efficiency;                       // the fraction of it a large GEMM reaches (gemm_seconds)
-    double attention_efficiency;                    // the fraction the fused attention's products reach (0: none)
-    double memory_efficiency;                       // the fraction of the memory bandwidth a streaming kernel reaches
-    int sm_count;                                   // streaming multiprocessors: a GEMM's tiles run in waves of these
-    double memory_gib, memory_bandwidth;            // GiB; GB/s
-    double nvlink_bandwidth, internode_bandwidth;   // GB/s per GPU and direction
-    int gpus_per_node;
-    double latency_us;                              // per message: a ring step or a send
-    double reserve_gib;                             // memory left to CUDA, cuBLAS and NCCL: not ours
-} Hardware;
-
-// --hw's presets, in its order. NVIDIA's datasheets for the GPUs (V100 SXM2, A100 SXM4, H100
-// SXM5; NVLink's total bandwidth halved: one direction), its architecture whitepapers for the
-// SMs (80, 108, 132) and its reference nodes for the network (DGX-1: 4 x 100 Gb/s EDR
-// InfiniBand for 8 GPUs; DGX A100: 8 x 200 Gb/s HDR; DGX H100: 8 x 400 Gb/s NDR). The rest:
-//  - matmul efficiency: gemm_seconds' large-GEMM asymptote, the one constant per GPU kind
-//    fitted to a published run with the whole cost model in place (docs/cluster.md, "Planning
-//    a layout"): V100's to BigScience's 104B at TP 4 x PP 32 (696 s per step), A100's to
-//    their 200B at TP 8 x PP 10 x DP 4, MBS 1 (221.21 s); H100 has no published run here and
-//    takes A100's.
-//  - attention efficiency: FlashAttention-2's published figures (ATTENTION EFFICIENCY below);
-//    V100 none: the fused kernels need sm_80 (cp.async, mma.sync.m16n8k16).
-//  - memory efficiency: a copy kernel's measured bandwidth over the datasheet's, from the
-//    device pages of GPUInspector.jl (Paderborn's PC2, docs/src/devices): 1220.7 of 1448.4
-//    GiB/s on an A100-SXM4-40GB, 0.84; 722.3 of 836.4 GiB/s on a V100-SXM2-32GB, 0.86. H100
-//    has no such measurement there and takes A100's.
-//  - latency and reserve: assumptions (docs/cluster.md).
-enum { HW_V100_32GB, HW_A100_40GB, HW_A100_80GB, HW_H100_80GB };
-static const Hardware HARDWARE_PRESETS[] = {
-    [HW_V100_32GB] = {125.0, 0.42, 0.0, 0.86, 80, 32.0, 900.0, 150.0, 6.25, 8, 5.0, 2.0},
-    [HW_A100_40GB] = {312.0, 0.43, 0.50, 0.84, 108, 40.0, 1555.0, 300.0, 25.0, 8, 5.0, 2.0},
-    [HW_A100_80GB] = {312.0, 0.43, 0.50, 0.84, 108, 80.0, 2039.0, 300.0, 25.0, 8, 5.0, 2.0},
-    [HW_H100_80GB] = {989.0, 0.43, 0.23, 0.84, 132, 80.0, 3350.0, 450.0, 50.0, 8, 5.0, 2.0},
-};
-
-// --hw's preset with each --hw-* flag given (non-zero) in its place
-static Hardware hardware_of(const Config* a) {
-    Hardware h = HARDWARE_PRESETS[a->hw < 0 ? HW_A100_80GB : a->hw];   // -1: --hw not given
-    if (a->hw_peak_tflops > 0.0f) h.peak_tflops = a->hw_peak_tflops;
-    if (a->hw_matmul_efficiency > 0.0f) h.matmul_efficiency = a->hw_matmul_efficiency;
-    if (a->hw_attention_efficiency > 0.0f) h.attention_efficiency = a->hw_attention_efficiency;
-    if (a->hw_memory_efficiency > 0.0f) h.memory_efficiency = a->hw_memory_efficiency;
-    if (a->hw_sm_count > 0) h.sm_count = a->hw_sm_count;
-    if (a->hw_memory_gib > 0.0f) h.memory_gib = a->hw_memory_gib;
-    if (a->hw_memory_bandwidth > 0.0f) h.memory_bandwidth = a->hw_memory_bandwidth;
-    if (a->hw_nvlink_bandwidth > 0.0f) h.nvlink_bandwidth = a->hw_nvlink_bandwidth;
-    if (a->hw_internode_bandwidth > 0.0f) h.internode_bandwidth = a->hw_internode_bandwidth;
-    if (a->hw_gpus_per_node > 0) h.gpus_per_node = a->hw_gpus_per_node;
-    if (a->hw_latency_us > 0.0f) h.latency_us = a->hw_latency_us;
-    if (a->hw_reserve_gib > 0.0f) h.reserve_gib = a->hw_reserve_gib;
-    return h;
-}
-
-// --hw's preset name
-static const char* hw_name(const Config* a, char* out, size_t len) {
-    for (int k = 0; k < NUM_RUN_FIELDS; k++)
-        if (strcmp(RUN_FIELDS[k].name, "hw") == 0) choice_name(&RUN_FIELDS[k], a->hw < 0 ? HW_A100_80GB : a->hw, out, len);
-    return out;
-}
-
 // The bandwidth (bytes/s) a group's ring runs at. Ranks fill nodes in order (gpus_per_node
 // each) and a group's members are `stride` ranks apart (TP 1, DP TP, PP TP x DP): the group
 // starting at rank 0 stays in one node when its last member is below gpus_per_node; else
 // its ring crosses the network, the slowest link.
 static double group_bandwidth(const Hardware* hw, int stride, int size) {
-    int in_one_node = (long long)stride * (size - 1) < hw->gpus_per_node;
+    int in_one_node = (double)stride * (size - 1) < hw->gpus_per_node;
     return 1e9 * (in_one_node ? hw->nvlink_bandwidth : hw->internode_bandwidth);
 }
 
@@ -431,6 +373,7 @@ typedef struct {
     double calls;                          // each charge is made this many times (micro-batches)
     Cost costs[MAX_COSTS];
     int num_costs;
+    double pending_launches;               // kernels charged since the last charge_launch_gaps, per call
     double bytes_sent[NUM_COMM_GROUPS];    // per step, as --log-comm counts them
     double seconds;
     double reduce_total, reduce_hidden;    // --overlap-grad-reduce: its reduces' time, and how much of it the backward hides
@@ -460,10 +403,27 @@ static Cost* charge(StageCost* c, const char* name, int launches, double flops, 
     return k_cost;
 }
 
+// one kernel of a stream (anything charge_launch_gaps counts): a row of `launches` launches
+static Cost* charge_launches(StageCost* c, const char* name, int launches, double flops, double bytes, double seconds) {
+    c->pending_launches += launches;
+    return charge(c, name, launches, flops, bytes, seconds);
+}
+
+// The device idle between the kernels charged since the last call (a micro-batch's, the
+// optimizer's): launch_us each, one row. A kernel starts once the one before it has drained
+// and the next launch has reached the SMs; the stream is kept full (the host runs ahead), so
+// this is the device's gap, not the host's launch time.
+static void charge_launch_gaps(StageCost* c) {
+    if (c->pending_launches > 0.0)
+        charge(c, "kernel launch gaps (the device idle)", (int)c->pending_launches, 0.0, 0.0,
+               c->pending_launches * 1e-6 * c->hw->launch_us);
+    c->pending_launches = 0.0;
+}
+
 // one cuBLAS GEMM launch: batch products of (M x K) by (K x N) in floatX (x bytes)
 static void charge_matmul(StageCost* c, const char* name, double M, double N, double K, double batch, double x) {
-    charge(c, name, 1, 2.0 * M * N * K * batch, (M * K + K * N + M * N) * batch * x,
-           gemm_seconds(c->hw, M, N, K, batch, x))->matmul = 1;
+    charge_launches(c, name, 1, 2.0 * M * N * K * batch, (M * K + K * N + M * N) * batch * x,
+                    gemm_seconds(c->hw, M, N, K, batch, x))->matmul = 1;
 }
 
 // a linear layer's backward over N tokens, `in` to `out` features: dinp = dout W (N x in, over
@@ -474,7 +434,61 @@ static void charge_linear_backward(StageCost* c, const char* name, double N, dou
 }
 
 static void charge_kernel(StageCost* c, const char* name, int launches, double bytes) {
-    charge(c, name, launches, 0.0, bytes, bytes / streaming_bandwidth(c->hw));
+    charge_launches(c, name, launches, 0.0, bytes, bytes / streaming_bandwidth(c->hw));
+}
+
+// ----------------------------------------------------------------------------
+// the column reductions: latency-bound where they are
+//
+// A column reduction's thread walks down rows, adding one load after another, and nvcc issues
+// only a few loads ahead of the add that needs them (the counts below, read in the kernels'
+// sm_80 and sm_90 SASS). Each such batch of loads is a round trip to memory that the next
+// one waits for: a chain. A kernel of few blocks, or of blocks with long chains, has too
+// little in flight to keep the memory busy (Little's law: the bandwidth a kernel reaches is
+// the bytes it has in flight over the latency), and runs at its chains' pace. Its time is
+// the longer of its bytes at the streaming bandwidth and its waves of chains (chain_seconds):
+// LayerNorm's and RMSNorm's backward with their column_partials_add, and the bias gradients'
+// column_sums_kernel (kernels.cuh).
+#define L2_LATENCY_FRACTION 0.5          // an L2 hit's round trip over a memory one (hardware.h's Table 3: 200 of 400 cycles)
+#define COLUMN_SUM_ROWS_AHEAD 4          // column_sums_kernel's loads down its chunk's rows: 4 issued before the first add
+#define PARTIALS_AHEAD 16                // column_sums_kernel's last block's loop over the partials
+#define PARTIALS_ADD_AHEAD 4             // column_partials_add_kernel's run of chunks (its UNROLL_4)
+#define NORM_BACKWARD_REGISTERS 128      // norm_backward_chunk's thread (LayerNorm's and RMSNorm's, issue 39's kernel):
+                                         // ptxas for sm_90, 2 blocks an SM
+#define COLUMN_SUMS_REGISTERS 32         // 8 blocks an SM (the 2048 threads bound it)
+#define PACK 8                           // the floatX a 128-bit pack moves (kernels.cuh's X128, of the CUDA build only)
+
+// the blocks of `threads` threads an SM holds when each thread takes `registers`: 64K registers
+// and 2048 threads an SM on sm_80 and sm_90 (CUDA C++ Programming Guide, the table of the
+// compute capabilities' technical specifications)
+static double blocks_per_sm(double threads, double registers) {
+    return fmax(1.0, fmin(floor(65536.0 / (threads * registers)), floor(2048.0 / threads)));
+}
+
+// `blocks` blocks, `per_sm` of them at a time on each SM, each waiting through `trips` round
+// trips to memory and then `l2_trips` to L2, one after another
+static double chain_seconds(const Hardware* hw, double blocks, double per_sm, double trips, double l2_trips) {
+    double waves = ceil(blocks / (per_sm * hw->sm_count));
+    return waves * (trips + L2_LATENCY_FRACTION * l2_trips) * 1e-6 * hw->memory_latency_us;
+}
+
+// one latency-bound kernel: its bytes at the streaming bandwidth, or its chains if longer
+static void charge_reduction(StageCost* c, const char* name, double bytes, double chains) {
+    charge_launches(c, name, 1, 0.0, bytes, fmax(bytes / streaming_bandwidth(c->hw), chains));
+}
+
+// A bias gradient over [rows, width], one launch of column_sums_kernel: chunks x tiles blocks
+// of COLUMN_BLOCK threads, a thread a column down its chunk's rows (bias_grad_chunks: the
+// chunking is a function of the shape alone), reading dout and writing one fp32 partial per
+// chunk and column; the last block of each column tile, after the tile's counter (an atomic:
+// one L2 trip), reads the partials back from L2 and adds them into the gradient.
+static void charge_bias_grad(StageCost* c, int rows, int width, double x) {
+    double chunks = bias_grad_chunks(rows, width), tiles = ceil((double)width / COLUMN_BLOCK);
+    double chunk_rows = ceil((double)rows / chunks), partials = chunks * width * 4.0;
+    double chains = chain_seconds(c->hw, chunks * tiles, blocks_per_sm(COLUMN_BLOCK, COLUMN_SUMS_REGISTERS),
+                                  ceil(chunk_rows / COLUMN_SUM_ROWS_AHEAD), 0.0) +
+                    chain_seconds(c->hw, 1.0, 1.0, 0.0, 1.0 + ceil(chunks / PARTIALS_AHEAD));   // the last blocks'
+    charge_reduction(c, "bias gradients (column sums)", (double)rows * width * x + 2.0 * partials + 8.0 * width, chains);
 }
 
 // a message of `bytes` sent by each rank of the group in `steps` ring steps
@@ -525,72 +539,76 @@ static void charge_tensor_parallel_joins(StageCost* c, const GPT* m, int tp_size
 // TFLOP/s (causal, d 64, T 1024; a third-party measurement in triton-lang/triton pull request
 // 2459), 0.20 of 989.
 // From their FLOPs to ours: the paper counts a causal forward as half the square, 4 T^2 d / 2
-// per head, and a backward as 2.5 forwards (5 products against 2). Our kernels execute more:
+// per head, and a backward as 2.5 forwards (its 5 products against 2). Our kernels execute more:
 // the diagonal tiles whole (at T 1024, 136 pairs of 64 x 64 a head against the 128 of half the
-// square: 1.06x) and a deterministic backward of 7 products on 32-wide steps (1.49x at T 1024).
-// The efficiency is applied to what we execute, so the extra work costs its full time: our
+// square, and 272 of the backward's 64-key tiles by 32-row steps against 256: 1.06x both). The
+// efficiency is applied to what we execute, so the extra work costs its full time: our
 // products are taken to run as fast as FlashAttention-2 runs its counted ones, no faster.
 
 // the fused kernels' work on one head of T rows (whole tiles, the diagonal's too: the causal
 // mask is applied inside a tile, never by skipping part of one)
 typedef struct {
-    double forward_pairs;   // (64-row query tile, key tile: 64 keys, 32 at HS 128) pairs at and left of the diagonal
-    double dkdv_steps;      // (64-key tile, 32-row query step) at and below the diagonal
-    double dq_steps;        // (64-row query tile, 32-key step) at and left of the diagonal
+    double forward_pairs;    // (64-row query tile, key tile: 64 keys, 32 at HS 128) pairs at and left of the diagonal
+    double backward_steps;   // (64-key tile, 32-row query step) at and below the diagonal
 } FlashWork;
 
 static FlashWork flash_work(double T, double HS) {
-    FlashWork f = {0.0, 0.0, 0.0};
+    FlashWork f = {0.0, 0.0};
     for (double r0 = 0.0; r0 < T; r0 += FLASH_ROWS) {   // tile r0 .. r0 + 63: of queries, or of keys
         double keys_seen = fmin(T, r0 + FLASH_ROWS);      // a query tile's keys at and left of the diagonal
         f.forward_pairs += ceil(keys_seen / FLASH_KEYS(HS));
-        f.dq_steps += ceil(keys_seen / FLASH_STEP);
-        f.dkdv_steps += ceil((T - r0) / FLASH_STEP);       // a key tile's queries at and below it
+        f.backward_steps += ceil((T - r0) / FLASH_STEP);   // a key tile's queries at and below it
     }
     return f;
 }
 
-// One fused kernel: its products at the attention efficiency or its bytes at the streaming
-// bandwidth, whichever is longer (the roofline, as gemm_seconds). Not their sum: the products of
-// one tile overlap the loads of the next (cp.async, double-buffered), and FlashAttention-2's
-// measured efficiency already holds its own loads. The bytes are every load the kernel issues;
-// K and V, read again for each tile pair, mostly come from L2 rather than memory, so the
-// memory side is a bound from above.
-static void charge_flash_kernel(StageCost* c, double flops, double bytes) {
+// One fused kernel, the longest of three (the roofline, as gemm_seconds, with L2 for a second
+// memory): its products at the attention efficiency; what it reads first and writes, at the
+// streaming bandwidth; every load and store it issues, at L2's bandwidth. Not their sum: the
+// products of one tile overlap the loads of the next (cp.async, double-buffered), and
+// FlashAttention-2's measured efficiency already holds its own loads. What a kernel reads
+// again (K and V for each tile pair, the backward's Q and dO for each step) comes from L2,
+// where the first read left it: the blocks of one head's tiles are adjacent (kernels.cuh's
+// flash_query_block), so a few heads' K and V are in use at a time, megabytes against L2's
+// 40-50. `bytes`: every load and store; `first`: the part that touches memory.
+static void charge_flash_kernel(StageCost* c, double flops, double bytes, double first) {
     double products = flops / (1e12 * c->hw->peak_tflops * c->hw->attention_efficiency);
-    double memory = bytes / streaming_bandwidth(c->hw);
-    charge(c, "attention, fused (FlashAttention-2 design)", 1, flops, bytes, fmax(products, memory));
+    double memory = first / streaming_bandwidth(c->hw), l2 = bytes / (1e9 * c->hw->l2_bandwidth);
+    charge_launches(c, "attention, fused (FlashAttention-2 design)", 1, flops, bytes, fmax(products, fmax(memory, l2)));
 }
 
 // the fused forward of BH heads of T x HS: one block of 4 warps per 64-row query tile, stepping
 // over the key tiles (K = FLASH_KEYS(HS): 64 keys, 32 at HS 128) at and left of the diagonal; a
-// pair is S = Q K^T and O += P V, 2 x 64 x K x HS FLOPs each. Q read once, K and V once a pair,
-// the output and the log-sum-exp (fp32) written. Its shared memory, flash_shared_bytes (46,080
-// bytes at HS 64, 52,224 at 128; each backward kernel's about as much), bounds the blocks an SM
-// holds: not modelled apart, the efficiency carries it.
+// pair is S = Q K^T and O += P V, 2 x 64 x K x HS FLOPs each. Q read once, K and V once a pair
+// (from memory the first time), the output and the log-sum-exp (fp32) written. Its shared
+// memory, flash_shared_bytes (46,080 bytes at HS 64, 52,224 at 128; each backward kernel's
+// about as much), bounds the blocks an SM holds: not modelled apart, the efficiency carries it.
 static void cost_flash_forward(StageCost* c, double BH, double T, double HS, double x) {
     FlashWork f = flash_work(T, HS);
     charge_flash_kernel(c, BH * f.forward_pairs * 2.0 * (2.0 * FLASH_ROWS * FLASH_KEYS(HS) * HS),
-                        BH * ((2.0 * T * HS + f.forward_pairs * 2.0 * FLASH_KEYS(HS) * HS) * x + 4.0 * T));
+                        BH * ((2.0 * T * HS + f.forward_pairs * 2.0 * FLASH_KEYS(HS) * HS) * x + 4.0 * T),
+                        BH * (4.0 * T * HS * x + 4.0 * T));
 }
 
-// The fused backward, deterministic, three kernels: D = rowsum(dout * out) (dout and out read, D
-// written); one block per 64-key tile steps down the 32-row query steps at and below it, 4
-// products a step (S^T, dP^T, dV += P^T dO, dK += dS^T Q), K and V read and dK, dV written once,
-// Q and dO (and the rows' lse and D) read once a step; one block per 64-row query tile steps
-// over the 32-key steps at and left of it, 3 products (S, dP, dQ += dS K), Q, dO, lse and D read
-// and dQ written once, K and V read once a step. Each product 2 x 64 x 32 x HS FLOPs.
-// FlashAttention-2's own backward does 5 products and adds dQ across blocks atomically;
-// recomputing S and dP in both kernels (7) fixes the order of every sum instead.
+// The fused backward, deterministic, two kernels. D = rowsum(dout * out): dout and out read, D
+// written (and the next kernel's counters zeroed, one a query step). Then one block per 64-key
+// tile steps down the 32-row query steps at and below it, FlashAttention-2's 5 products a step
+// (S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q, dQ_step = dS K), each 2 x 64 x 32 x HS
+// FLOPs: K and V read and dK, dV written once a tile, Q and dO (and the rows' lse and D) read
+// once a step. A step's dQ is the sum of the parts of its key tiles, added in tile order (not
+// by atomics: the same bits every run) through fp32 sums in scratch: each part but the first
+// reads the sums, each but the last writes them, the last writes dQ itself. The sums live in
+// L2 (a few steps at a time are being added) and go to memory once, written back.
 static void cost_flash_backward(StageCost* c, double BH, double T, double HS, double x) {
     FlashWork f = flash_work(T, HS);
-    double tiles = ceil(T / FLASH_ROWS), tile = FLASH_ROWS * HS * x, step = FLASH_STEP * HS * x;
-    double product = 2.0 * FLASH_ROWS * FLASH_STEP * HS;
-    charge_flash_kernel(c, 0.0, BH * (2.0 * T * HS * x + 4.0 * T));   // D
-    charge_flash_kernel(c, BH * f.dkdv_steps * 4.0 * product,
-                        BH * (tiles * 4.0 * tile + f.dkdv_steps * (2.0 * step + 2.0 * 4.0 * FLASH_STEP)));
-    charge_flash_kernel(c, BH * f.dq_steps * 3.0 * product,
-                        BH * (tiles * (3.0 * tile + 2.0 * 4.0 * FLASH_ROWS) + f.dq_steps * 2.0 * step));
+    double tiles = ceil(T / FLASH_ROWS), steps = ceil(T / FLASH_STEP), tile = FLASH_ROWS * HS * x;
+    double step = FLASH_STEP * HS * x, rows = T * HS * x;   // rows: one of Q, K, V, dO, dQ... of the head
+    double D = BH * (2.0 * rows + 4.0 * T + 4.0 * steps);
+    charge_flash_kernel(c, 0.0, D, D);
+    double sums = (f.backward_steps - steps) * 2.0 * FLASH_STEP * HS * 4.0 + rows;   // dQ's parts added, dQ written
+    charge_flash_kernel(c, BH * f.backward_steps * 5.0 * (2.0 * FLASH_ROWS * FLASH_STEP * HS),
+                        BH * (tiles * 4.0 * tile + f.backward_steps * (2.0 * step + 2.0 * 4.0 * FLASH_STEP) + sums),
+                        BH * (7.0 * rows + 8.0 * T + 4.0 * T * HS));   // K, V, Q, dO read; dK, dV, dQ written; lse, D; the sums
 }
 
 // the unfused attention of BH heads of T x HS (the cuBLAS path): q, k, v permuted out of qkv,
@@ -762,19 +780,34 @@ static void charge_residual_norm_forward(StageCost* c, const GPT* m, double x) {
     charge_norm_forward(c, m, x);
 }
 
-// The normalization's backward over the [R, C] of the residual rows (gpt.h norm_backward):
-// dout and the input read, dinp read and written, the rows' fp32 statistics read (LayerNorm's
-// mean and rstd, RMSNorm's rstd), then the parameters' partials, one fp32 per 32-row chunk and
-// column, each written and read back by column_partials_add (LayerNorm's weight and bias,
-// RMSNorm's weight alone): kernels.cuh layernorm_backward, rmsnorm_backward, two launches each.
-static double norm_backward_bytes(const GPT* m, double x) {
-    double R = m->residual_rows, C = m->cfg.hidden_size, chunks = ceil(R / 32.0);
+// The normalization's backward over the [R, C] of the residual rows (gpt.h norm_backward), two
+// launches (kernels.cuh layernorm_backward, rmsnorm_backward):
+//  - one block of COLUMN_BLOCK threads per chunk of COLUMN_CHUNK_ROWS rows (norm_backward_chunk):
+//    dout and the input read, dinp read and written, the rows' fp32 statistics read (LayerNorm's
+//    mean and rstd, RMSNorm's rstd), one fp32 partial per chunk and column written (LayerNorm's
+//    weight and bias, RMSNorm's weight alone). Each warp holds its NORM_WARP_ROWS rows and issues
+//    all their loads of a window of NORM_WINDOW columns before it uses any: a trip a window in
+//    step 1 (the rows' means) and one in step 2 (dinp and the partials);
+//  - column_partials_add: the partials read back from L2 by blocks of 32 columns, each of its
+//    32 warps adding a run of chunks/32 of them, PARTIALS_ADD_AHEAD a trip, then the warps' sums.
+static void charge_norm_backward(StageCost* c, const GPT* m, double x) {
+    double R = m->residual_rows, C = m->cfg.hidden_size, chunks = ceil(R / COLUMN_CHUNK_ROWS);
     int rms = uses_rmsnorm(m);
-    return 4.0 * R * C * x + (rms ? 4.0 : 8.0) * R + (rms ? 1.0 : 2.0) * 8.0 * chunks * C;
+    const char* name = rms ? "rmsnorm backward" : "layernorm backward";
+    double partials = (rms ? 1.0 : 2.0) * 4.0 * chunks * C;
+    double trips = 2.0 * ceil(C / (32.0 * PACK));   // a trip a window of 32 packs, in each step
+    charge_reduction(c, name, 4.0 * R * C * x + (rms ? 4.0 : 8.0) * R + partials,
+                     chain_seconds(c->hw, chunks, blocks_per_sm(COLUMN_BLOCK, NORM_BACKWARD_REGISTERS), trips, 0.0));
+    double add_blocks = ceil((rms ? 1.0 : 2.0) * C / 32.0), run = ceil(chunks / 32.0);
+    charge_reduction(c, name, partials, chain_seconds(c->hw, add_blocks, blocks_per_sm(1024.0, 32.0), 0.0,
+                                                      ceil(run / PARTIALS_ADD_AHEAD) + 1.0));
 }
 
-static void charge_norm_backward(StageCost* c, const GPT* m, int launches, double bytes) {
-    charge_kernel(c, uses_rmsnorm(m) ? "rmsnorm backward" : "layernorm backward", launches, bytes);
+// the final norm's and the embedding LayerNorm's backward: its input gradient zeroed first (it
+// adds into it), then charge_norm_backward
+static void charge_zeroed_norm_backward(StageCost* c, const GPT* m, double x) {
+    charge_kernel(c, uses_rmsnorm(m) ? "rmsnorm backward" : "layernorm backward", 1, m->residual_rows * m->cfg.hidden_size * x);
+    charge_norm_backward(c, m, x);
 }
 
 // rope (gpt.h rotate_positions, kernels.cuh rope_rotate): the rotated dims of each query and
@@ -808,14 +841,6 @@ static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int 
     charge_bias_adds(c, m, x, 2);
 }
 
-// a bias gradient over [rows, width]: the column sums' blocks read dout and write one fp32
-// partial per chunk and column, the last block of each column tile reads them back
-// (bias_grad_chunks: the chunking is a function of the shape alone)
-static double bias_grad_bytes(int rows, int width, double x) {
-    double partials = (double)bias_grad_chunks(rows, width) * width * 4.0;
-    return (double)rows * width * x + 2.0 * partials + 8.0 * width;
-}
-
 static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
     int rows = m->B * m->T, R = m->residual_rows;   // the row-parallel biases' gradients: over the residual rows
@@ -824,13 +849,17 @@ static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_siz
     charge_linear_backward(c, linear, N, Cl, C, x);             // the attention's projection
     charge_linear_backward(c, linear, N, C, m->fc_local, x);    // fc1
     charge_linear_backward(c, linear, N, Fl, C, x);             // the MLP's projection
-    if (!m->cfg.disable_bias_linear)
-        charge_kernel(c, "bias gradients (column sums)", 4, bias_grad_bytes(R, C, x) + bias_grad_bytes(rows, m->fc_local, x) +
-                      bias_grad_bytes(R, C, x) + bias_grad_bytes(rows, m->qkv_local, x));
+    if (!m->cfg.disable_bias_linear) {   // the MLP's projection, fc1, the attention's projection, qkv
+        charge_bias_grad(c, R, C, x);
+        charge_bias_grad(c, rows, m->fc_local, x);
+        charge_bias_grad(c, R, C, x);
+        charge_bias_grad(c, rows, m->qkv_local, x);
+    }
     if (m->cfg.swiglu)   // fc1's output (gate and up) and dout read, their gradient written
         charge_kernel(c, "swiglu backward", 1, 5.0 * N * Fl * x);
     else charge_kernel(c, "GELU backward: the DGELU epilogue's aux read", 0, N * Fl * x);   // in fcproj's dinp GEMM
-    charge_norm_backward(c, m, 4, 2.0 * norm_backward_bytes(m, x));   // ln2's and ln1's
+    charge_norm_backward(c, m, x);   // ln2's
+    charge_norm_backward(c, m, x);   // ln1's
     if (recomputes_attention_core(m))   // selective: the probabilities again (never the fused attention's)
         cost_unfused_probabilities(c, (double)m->B * m->heads_local, m->T, m->head_size, x);
     cost_attention(c, (double)m->B * m->heads_local, m->T, m->head_size, x, m->build.flash_attention, 1);
@@ -857,7 +886,7 @@ static void cost_embedding(StageCost* c, const GPT* m, double x, int tp_size) {
     charge_tensor_parallel_joins(c, m, tp_size, N * C * x, 1, 1, 1);
     if (m->cfg.embed_layernorm) {
         charge_norm_forward(c, m, x);
-        charge_norm_backward(c, m, 3, norm_backward_bytes(m, x) + R * C * x);   // and zeroing dinp first
+        charge_zeroed_norm_backward(c, m, x);
     }
 }
 
@@ -874,7 +903,7 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
     }
     if (m->is_last_stage) {
         charge_norm_forward(c, m, x);                                            // the final norm
-        charge_norm_backward(c, m, 3, norm_backward_bytes(m, x) + R * C * x);   // and zeroing dres first
+        charge_zeroed_norm_backward(c, m, x);                                    // the final norm's
         // the head, logits = x W^T: W the tied word embedding or the output layer, the same product
         charge_matmul(c, "logits (cuBLAS)", N, V, C, 1.0, x);
         charge_linear_backward(c, "logits (cuBLAS)", N, C, V, x);   // dx, and W's gradient
@@ -893,6 +922,7 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
     // previous stage but the embedding's: v times plain 1F1B's messages with v model chunks
     int sends = 2 * m->num_chunks - m->is_last_stage - m->is_first_stage;
     for (int k = 0; k < sends; k++) charge_message(c, "pipeline send", GROUP_PP, 1.0, R * C * x);
+    charge_launch_gaps(c);
 }
 
 // the forward, or the backward, of one micro-batch through one of the stage's layers (the
@@ -909,6 +939,7 @@ static double layer_seconds(const StageCost* c, const GPT* m, double x, int tp_s
         if (!backward || recompute_chunk(m, i, &first, &end)) cost_layer_forward(scratch, m, i, x, tp_size);
         if (backward) cost_layer_backward(scratch, m, x, tp_size);
     }
+    charge_launch_gaps(scratch);
     double seconds = scratch->seconds / m->num_local_layers;
     free(scratch);
     return seconds;
@@ -1011,7 +1042,7 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
     if (dp_size > 1 && overlap.reduce_bucket > 0) {
         double exposed = overlapped_reduce_seconds(c, m, t_backward, dp_size, overlap.reduce_bucket, &c->reduce_total,
                                                    &messages);
-        c->reduce_hidden = c->reduce_total - exposed;
+        c->reduce_hidden = fmax(0.0, c->reduce_total - exposed);   // (not -0.000 by rounding)
         charge(c, "ZeRO gradient reduce, buckets: exposed", messages, 0.0, (dp_size - 1.0) * shard * 4.0, exposed);
         c->bytes_sent[GROUP_DP] += (dp_size - 1.0) * shard * 4.0;
     } else if (dp_size > 1) {
@@ -1022,12 +1053,13 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
     if (dp_size > 1 && overlap.gather_bucket > 0) {
         double exposed = overlapped_gather_seconds(c, m, t_forward, dp_size, overlap.gather_bucket, x, &c->gather_total,
                                                    &messages);
-        c->gather_hidden = c->gather_total - exposed;
+        c->gather_hidden = fmax(0.0, c->gather_total - exposed);   // (not -0.000 by rounding)
         charge(c, "ZeRO all-gather, buckets: exposed", messages, 0.0, (dp_size - 1.0) * shard * x, exposed);
         c->bytes_sent[GROUP_DP] += (dp_size - 1.0) * shard * x;
     } else if (dp_size > 1) {
         charge_message(c, "ZeRO all-gather", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * x);
     }
+    charge_launch_gaps(c);
 }
 
 // a planned stage's costs over a step of `micro` micro-batches, in its build's precision
@@ -1123,11 +1155,13 @@ static void print_hardware(const Config* a, const Hardware* hw) {
     if (hw->attention_efficiency > 0.0)
         snprintf(attention, sizeof attention, "x %.2f attention efficiency (the fused kernels)", hw->attention_efficiency);
     printf("cost model (--hw %s): %.0f TFLOP/s dense peak x %.2f matmul efficiency (large GEMMs; tiles in waves over "
-           "%d SMs) or %s, %.0f GB/s memory x %.2f memory efficiency, %.1f GiB "
-           "(%.1f left to CUDA, cuBLAS and NCCL), NVLink %.0f GB/s, network %.2f GB/s per GPU, %d GPUs per node, "
-           "%.1f us per message; %s\n", hw_name(a, name, sizeof(name)), hw->peak_tflops, hw->matmul_efficiency,
-           hw->sm_count, attention, hw->memory_bandwidth, hw->memory_efficiency, hw->memory_gib,
-           hw->reserve_gib, hw->nvlink_bandwidth, hw->internode_bandwidth, hw->gpus_per_node, hw->latency_us,
+           "%.0f SMs) or %s, %.0f GB/s memory x %.2f memory efficiency, L2 %.0f GB/s, %.3f us a round trip to memory "
+           "(%.3f to L2), %.1f us a kernel launch, %.1f GiB (%.1f left to CUDA, cuBLAS and NCCL), NVLink %.0f GB/s, network "
+           "%.2f GB/s per GPU, %.0f GPUs per node, %.1f us per message; %s\n", hw_name(a, name, sizeof(name)),
+           hw->peak_tflops, hw->matmul_efficiency, hw->sm_count, attention, hw->memory_bandwidth, hw->memory_efficiency,
+           hw->l2_bandwidth, hw->memory_latency_us, L2_LATENCY_FRACTION * hw->memory_latency_us, hw->launch_us,
+           hw->memory_gib, hw->reserve_gib, hw->nvlink_bandwidth, hw->internode_bandwidth, hw->gpus_per_node,
+           hw->latency_us,
            reduce && gather ? "nothing overlaps but the DP gradient reduce's and parameter all-gather's buckets"
            : reduce         ? "nothing overlaps but the DP gradient reduce's buckets"
            : gather         ? "nothing overlaps but the DP parameter all-gather's buckets"

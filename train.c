@@ -26,6 +26,7 @@ sampling -> the run -> main.
 #include "megatron_flags.h"
 #include "config.h"
 #include "print_schedule.h"
+#include "hardware.h"
 #include "plan.h"
 #include <signal.h>
 #include <sys/resource.h>

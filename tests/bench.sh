@@ -4,7 +4,9 @@
 # Makefile gives train_cpu (plus -Werror), measures the machine's peaks (an FMA loop, the best
 # OpenBLAS sgemm), then runs each shape in a process of its own with 2 OpenMP threads, so that
 # each peak RSS is that shape's alone, and PyTorch on the same shape when `import torch` works
-# (tests/bench_torch.py). Every figure it prints is measured in this run. About two minutes.
+# (tests/bench_torch.py): Debian's /usr/bin/python3 (torch 1.13), and TORCH_PYTHON=PATH adds that
+# python's torch (a venv with PyPI's torch 2.x). Every figure it prints is measured in this run.
+# About two minutes, one more for each torch.
 # BLAS="cflags libs" overrides the detected OpenBLAS (as in tests/run.sh); BLAS=none
 # builds with the plain-C matmuls.
 set -eu
@@ -42,31 +44,39 @@ $B/bench machine | tee $B/bench_machine.txt || { echo "FAIL bench machine exited
 peaks=$(sed -n 's/^peaks: //p' $B/bench_machine.txt)
 echo
 
-# PyTorch, run as docs/measured.md says a comparison must be: Debian's python3-torch on the OpenMP
-# OpenBLAS with the kernels the trainer chose for this CPU (its "BLAS:" line), flush-denormal on
-python=/usr/bin/python3
+# PyTorch, run as docs/measured.md says a comparison must be: Debian's python3-torch (1.13) on the
+# OpenMP OpenBLAS with the kernels the trainer chose for this CPU (its "BLAS:" line), flush-denormal
+# on; and when TORCH_PYTHON names another python (a venv with PyPI's torch 2.x, which brings its
+# own MKL: the stronger CPU peer), that one too, right after, on the same shape
 openblas_openmp=/usr/lib/$(${CC:-gcc} -print-multiarch)/openblas-openmp
 kernels=$(sed -n 's/^BLAS: OpenBLAS [0-9.]*, \([A-Za-z0-9_]*\) kernels.*/\1/p' $B/bench_machine.txt)
-torch_bench() {  # the "same shape:" line's settings
+torch_bench() {  # PYTHON, then the "same shape:" line's settings
+    local python=$1; shift
     LD_LIBRARY_PATH=$openblas_openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} OPENBLAS_CORETYPE=$kernels \
         $python tests/bench_torch.py "$@"
 }
-have_torch=no
-if [ -x $python ] && $python -c "import torch" 2> /dev/null; then have_torch=yes
-else echo "PyTorch: not measured (no 'import torch' in $python; Debian's python3-torch gives it)"; echo; fi
+pythons=""
+for python in /usr/bin/python3 ${TORCH_PYTHON:-}; do
+    if [ -x $python ] && $python -c "import torch" 2> /dev/null; then pythons="$pythons $python"
+    else echo "PyTorch: not measured with $python (no 'import torch' there; Debian's python3-torch gives it)"; echo; fi
+done
 
 for shape in 124M small; do
     $B/bench $shape $peaks | tee $B/bench_$shape.txt || { echo "FAIL bench $shape exited with status $?"; status=1; }
-    if [ $have_torch = yes ]; then
-        echo "PyTorch on the same shape, measured now (tests/bench_torch.py):"
-        torch_bench $(sed -n 's/^same shape: //p' $B/bench_$shape.txt) > $B/bench_torch_$shape.txt 2>&1 ||
-            { echo "FAIL bench_torch $shape:"; tail -5 $B/bench_torch_$shape.txt; status=1; }
-        grep -v '^torch step ms:' $B/bench_torch_$shape.txt
-        ours=$(sed -n 's/^ *step time *median *\([0-9.]*\) ms.*/\1/p' $B/bench_$shape.txt)
-        read -r torch_median torch_min < <(sed -n 's/^torch step ms: //p' $B/bench_torch_$shape.txt)
+    ours=$(sed -n 's/^ *step time *median *\([0-9.]*\) ms.*/\1/p' $B/bench_$shape.txt)
+    n=0
+    for python in $pythons; do
+        n=$((n + 1))
+        out=$B/bench_torch_${shape}_$n.txt
+        echo "PyTorch on the same shape, measured now (tests/bench_torch.py, $python):"
+        torch_bench $python $(sed -n 's/^same shape: //p' $B/bench_$shape.txt) > $out 2>&1 ||
+            { echo "FAIL bench_torch $shape:"; tail -5 $out; status=1; }
+        grep -v '^torch step ms:' $out
+        torch_median="" torch_min=""
+        read -r torch_median torch_min < <(sed -n 's/^torch step ms: //p' $out)
         [ -n "${torch_median:-}" ] && [ -n "$ours" ] &&
             awk -v o="$ours" -v t="$torch_median" -v m="$torch_min" 'BEGIN { printf "   step time         median %9.1f ms   min %9.1f ms   -> gridgpt takes %.2fx its time (%.1f vs %.1f ms)\n", t, m, o / t, o, t }'
-    fi
+    done
     echo
 done
 

@@ -6,7 +6,8 @@ tests/bench.sh passes the "same shape:" line that tests/bench.c prints (layers, 
 ffn, vocabulary, positions, micro-batch, sequence, warm-up and timed steps, AdamW's settings)
 and runs this script the way docs/measured.md says PyTorch must be run for a fair comparison:
   - Debian's python3-torch, on the OpenMP flavour of OpenBLAS (LD_LIBRARY_PATH to its folder),
-    with the kernels gridgpt chose for this CPU (OPENBLAS_CORETYPE, as bench.sh passes it);
+    with the kernels gridgpt chose for this CPU (OPENBLAS_CORETYPE, as bench.sh passes it); and,
+    with TORCH_PYTHON, PyPI's torch 2.x in a venv, on the MKL it brings (the same settings);
   - fp32, OMP_NUM_THREADS threads (torch.set_num_threads), torch.set_flush_denormal(True)
     (without it the step slows several-fold within a dozen steps as weights go denormal);
   - the same model as gridgpt's: nanoGPT's GPT-2 (pre-LayerNorm blocks, causal attention written
@@ -80,11 +81,14 @@ def parse(args):
     return shape
 
 
-def openblas_in_use():
-    """The libopenblas this process mapped (the flavour is in its folder's name)."""
+def blas_in_use():
+    """The libopenblas this process mapped (the flavour is in its folder's name), else MKL where
+    this torch was built with it (PyPI's wheels link it into libtorch_cpu)."""
     with open("/proc/self/maps") as maps:
         paths = {line.split()[-1] for line in maps if "libopenblas" in line or "libblas" in line}
-    return ", ".join(sorted(paths)) or "none mapped"
+    if paths:
+        return ", ".join(sorted(paths))
+    return "MKL (in libtorch)" if torch.backends.mkl.is_available() else "none mapped"
 
 
 def main():
@@ -121,7 +125,7 @@ def main():
         times.append(time.perf_counter() - t0)
     params = sum(p.numel() for p in model.parameters())
     print(f"   PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s), flush-denormal on, "
-          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, BLAS: {openblas_in_use()}")
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, BLAS: {blas_in_use()}")
     print(f"   {params} parameters; loss {first:.4f} at the first warm-up step -> {loss:.4f} at the last timed step")
     print(f"torch step ms: {1e3 * statistics.median(times):.1f} {1e3 * min(times):.1f}")
 

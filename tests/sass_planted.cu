@@ -21,6 +21,13 @@
 //   planted_flash_notensor_kernel      the product by fp32 multiply-adds: no LDSM, no HMMA
 //   planted_flash_d_kernel             a row sum, as the backward's D kernel: no LDSM, no HMMA,
 //                                      and exempt from that rule by its name
+//   planted_flash_alibi_kernel<ALIBI>  the good kernel plus ALiBi's bias, slope (key - row), on each
+//                                      sum; <true> breaks nothing, <false> is an instance built
+//                                      "without ALiBi" that computes it anyway: ALiBi arithmetic
+//   planted_flash_nobias_kernel<true>  an instance "with ALiBi" that adds a bias with no int to
+//                                      float conversion in it: the rule's signature is missing
+//   planted_flash_reload_kernel        the good kernel's product in a loop, both operands loaded
+//                                      by ldmatrix for each mma: 2 LDSM an HMMA in its inner loop
 //   planted_flash_never_kernel<HS>     a template never instantiated: named here, absent from
 //                                      the cubin (the test's "every flash kernel the source
 //                                      defines was compiled" check)
@@ -132,6 +139,41 @@ __global__ void planted_flash_d_kernel(float* D, const __nv_bfloat16* dout, cons
     float d = 0.0f;
     for (int c = 0; c < HS; c++) d += __bfloat162float(dout[(size_t)r * HS + c]) * __bfloat162float(o[(size_t)r * HS + c]);
     D[r] = d;
+}
+
+// ALiBi's bias, slope (key - row) with key and row known at run time, on each sum, whatever
+// ALIBI says: the <false> instance is planted, built without ALiBi and doing its arithmetic
+template <bool ALIBI>
+__global__ void planted_flash_alibi_kernel(float* out, const __nv_bfloat16* in, float slope, int row) {
+    __shared__ __align__(16) __nv_bfloat16 tile[16 * 16];
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    tile_product(c, tile, in);
+    int key = threadIdx.x % 32;
+    for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = c[i] + slope * (float)(key + i - row);
+}
+template __global__ void planted_flash_alibi_kernel<false>(float*, const __nv_bfloat16*, float, int);
+template __global__ void planted_flash_alibi_kernel<true>(float*, const __nv_bfloat16*, float, int);
+
+// "with ALiBi" but the bias a float read from memory: no conversion, the signature missing
+template <bool ALIBI>
+__global__ void planted_flash_nobias_kernel(float* out, const __nv_bfloat16* in, const float* bias) {
+    __shared__ __align__(16) __nv_bfloat16 tile[16 * 16];
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    tile_product(c, tile, in);
+    for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = c[i] + (ALIBI ? bias[i] : 0.0f);
+}
+template __global__ void planted_flash_nobias_kernel<true>(float*, const __nv_bfloat16*, const float*);
+
+// a product a slice, `slices` of them, each loading its A and its B by ldmatrix: nothing kept
+// in registers across the loop
+__global__ void planted_flash_reload_kernel(float* out, const __nv_bfloat16* in, int slices) {
+    __shared__ __align__(16) __nv_bfloat16 tile[16 * 16];
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s = 0; s < slices; s++) {
+        tile_product(c, tile, in + 256 * s);
+        __syncwarp();   // every lane's ldmatrix is done before the next slice's stores
+    }
+    for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = c[i];
 }
 
 // defined, never instantiated: no code for it exists

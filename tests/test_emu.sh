@@ -78,31 +78,59 @@ else
 fi
 $B/test_emu_guard || status=1
 
-# plant NAME SED_SCRIPT: kernels.cuh with SED_SCRIPT applied, in $B/planted/ (first on the
-# include path); its fused-attention checks must fail
-plant() {
-    local name=$1 script=$2 dir=$B/planted
+# plant NAME SED_SCRIPT: kernels.cuh with SED_SCRIPT applied, in $B/planted_K/ (first on the
+# include path); its fused-attention checks must fail. The plants are queued, then built (-O1:
+# the quicker build and run) and run two at a time, each saying PASS or FAIL in its turn.
+plants=()
+plant() { plants+=("$1" "$2"); }
+run_plant() {  # K NAME SED_SCRIPT: one line into $B/planted_K/result
+    local k=$1 name=$2 script=$3 dir=$B/planted_$1
     mkdir -p $dir
     sed "$script" kernels.cuh > $dir/kernels.cuh
     if cmp -s kernels.cuh $dir/kernels.cuh; then
-        echo "FAIL planted bug ($name): the sed script no longer matches kernels.cuh"; status=1; return
+        echo "FAIL planted bug ($name): the sed script no longer matches kernels.cuh" > $dir/result; return
     fi
-    build test_emu_planted tests/test_emu_kernels.cpp -O0 -I$dir   # -O0: the quicker build
-    $B/test_emu_planted flash > $B/planted.log 2>&1
+    if ! build test_emu_planted_$k tests/test_emu_kernels.cpp -O1 -g0 -I$dir > $dir/result; then return; fi
+    $B/test_emu_planted_$k flash > $dir/planted.log 2>&1
     local rc=$? caught
-    caught=$(grep -m1 '^emu error' $B/planted.log)
-    [ -n "$caught" ] || caught="$(grep -c '^FAIL' $B/planted.log) failed check(s), first: $(grep -m1 '^FAIL' $B/planted.log | cut -c6- | cut -d: -f1)"
-    if [ $rc -ne 0 ]; then echo "PASS planted bug ($name) is caught: $caught"
-    else echo "FAIL planted bug ($name) went unnoticed: $(tail -1 $B/planted.log)"; status=1; fi
+    caught=$(grep -m1 '^emu error' $dir/planted.log)
+    [ -n "$caught" ] || caught="$(grep -c '^FAIL' $dir/planted.log) failed check(s), first: $(grep -m1 '^FAIL' $dir/planted.log | cut -c6- | cut -d: -f1)"
+    if [ $rc -ne 0 ]; then echo "PASS planted bug ($name) is caught: $caught" > $dir/result
+    else echo "FAIL planted bug ($name) went unnoticed: $(tail -1 $dir/planted.log)" > $dir/result; fi
+}
+run_plants() {
+    local n=$((${#plants[@]} / 2)) k
+    for ((k = 0; k < n; k += 2)); do
+        run_plant $k "${plants[2 * k]}" "${plants[2 * k + 1]}" &
+        if ((k + 1 < n)); then run_plant $((k + 1)) "${plants[2 * k + 2]}" "${plants[2 * k + 3]}" & fi
+        wait
+    done
+    for ((k = 0; k < n; k++)); do
+        cat $B/planted_$k/result
+        grep -q '^PASS' $B/planted_$k/result || status=1
+    done
 }
 plant "a wrong tile bound: the forward's causal loop stops one key tile early" \
     's|for (int kt = 0; kt < key_tiles; kt++) {|for (int kt = 0; kt < key_tiles - 1; kt++) {|'
 plant "a missing barrier: the forward's __syncthreads between the tile's copies landing and the warps reading them" \
     '\|__syncthreads();      // ... and every thread.s part of them|d'
 plant "a missing cp.async wait: the forward reads a key tile whose copies may still be in flight" \
-    '\|cp_async_wait<1>();   // all but the newest group: q and this tile are here|d'
+    '\|cp_async_wait<1>();   // all but the newest group: this tile is here|d'
 plant "a missing barrier: the forward copies the next key tile into a buffer other warps still read" \
     '0,\|__syncthreads();   // every warp is done with this buffer|{\|__syncthreads();   // every warp is done with this buffer|d}'
-plant "grouped-query attention: the dK/dV kernel sums the first head of each group only" \
-    's|for (int j = 0; j < per \* steps; j++) {|for (int j = 0; j < steps; j++) {|'
+plant "grouped-query attention: the backward sums the first head of each group only" \
+    's|pairs = per \* (steps_T - first);|pairs = steps_T - first;|'
+plant "a missing cp.async wait: the backward reads a step's q, dout, lse and D still in flight" \
+    '\|cp_async_wait<1>();   // all but the newest group: this pair is here|d'
+plant "a missing barrier: the backward's dQ product reads dS^T before the other warps wrote theirs" \
+    '\|__syncthreads();   // the block.s dS^T is whole|d'
+plant "dQ out of turn: the backward adds a key tile's part without waiting for the tiles before it" \
+    '\|flash_wait_turn(turn, diagonal - kt);|d'
+plant "dQ's turns from blockIdx: a block waits for blocks the GPU may start after it" \
+    's|int i = (int)\*ticket,|int i = (int)blockIdx.x,|'
+plant "a missing barrier: a block passes dQ's turn before all its threads have added their part" \
+    '/^__device__ inline void flash_pass_turn/,/^}/{/__syncthreads();/d}'
+plant "dQ's turn counters never zeroed: the D kernel leaves what the last backward counted" \
+    's|        counters\[i\] = 0;|        (void)counters;|'
+run_plants
 exit $status

@@ -243,9 +243,10 @@ static void test_layernorm_shape(int N, int C) {
 
 // rows not a multiple of the 32-row chunks (and fewer than one), rows longer than a block
 // (and than 32 packs: C = 300, half its rows not 16-byte aligned), odd (C = 77), whole
-// aligned packs (C = 264), more packs than the backward's block has threads (C = 2056: 257)
+// aligned packs (C = 264), more packs than the backward's block has threads (C = 2056: 257),
+// more chunks (35, of 32 rows) than column_partials_add's block has runs of them (32)
 static void test_layernorm(void) {
-    const int shapes[8][2] = {{74, 300}, {1, 1}, {33, 7}, {97, 1100}, {32, 64}, {74, 77}, {74, 264}, {40, 2056}};
+    const int shapes[9][2] = {{74, 300}, {1, 1}, {33, 7}, {97, 1100}, {32, 64}, {74, 77}, {74, 264}, {40, 2056}, {1100, 24}};
     for (auto& s : shapes) test_layernorm_shape(s[0], s[1]);
 }
 
@@ -570,7 +571,9 @@ static void test_flash_attention(int B, int T, int NH, int G, int HS, Alibi alib
     Vec qkv = random_vec(n_qkv, 2, true), out(n_out), att(rows * T);
     attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, G, HS, alibi);
     floatX *d_qkv = to_dev_x(qkv), *d_out = (floatX*)dev_malloc(n_out * sizeof(floatX));
-    float *d_lse = (float*)dev_malloc(rows * sizeof(float)), *d_D = (float*)dev_malloc(rows * sizeof(float));
+    // the scratch: the backward's D, dQ's fp32 sums and its counters (also what attention_forward gets)
+    float *d_lse = (float*)dev_malloc(rows * sizeof(float)),
+          *d_D = (float*)dev_malloc(flash_backward_scratch_floats(B, T, NH, HS) * sizeof(float));
     attention_forward(d_out, NULL, d_lse, (floatX*)d_D, d_qkv, B, T, NH, G, HS, alibi);
     compare((std::string("flash attention_forward out") + with).c_str(), from_dev_x(d_out, n_out), out, X_CHAIN);
     compare((std::string("flash attention_forward lse") + with).c_str(), from_dev_f(d_lse, rows),
@@ -641,8 +644,8 @@ static void test_rmsnorm_shape(int N, int C) {
     for (void* p : {(void*)d_x, (void*)d_w, (void*)d_out, (void*)d_rstd, (void*)d_dout, (void*)d_partials}) dev_free(p);
 }
 
-static void test_rmsnorm(void) {
-    const int shapes[8][2] = {{74, 300}, {1, 1}, {33, 7}, {97, 1100}, {32, 64}, {74, 77}, {74, 264}, {40, 2056}};
+static void test_rmsnorm(void) {   // layernorm's shapes
+    const int shapes[9][2] = {{74, 300}, {1, 1}, {33, 7}, {97, 1100}, {32, 64}, {74, 77}, {74, 264}, {40, 2056}, {1100, 24}};
     for (auto& s : shapes) test_rmsnorm_shape(s[0], s[1]);
 }
 

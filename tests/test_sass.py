@@ -22,6 +22,22 @@ GPU_ARCH, and the fused attention's kernels as the compiler emits them (issue 25
      LDSM, HMMA     fragments loaded by ldmatrix (LDSM) and multiplied on the tensor cores by
                     mma.sync (HMMA). Exempt: a kernel whose name contains "flash_d_", the
                     backward's D = rowsum(dout * out), a sum with no matrix product in it;
+     ALiBi          a kernel built without ALiBi (its last template argument `false`:
+                    attention_forward_flash_kernel<64, false>) has no ALiBi arithmetic: no
+                    int-to-float conversion rounded to nearest (I2F on sm_80, I2FP.F32.S32 on
+                    sm_90), the (float)(key - row) of the bias, one a score. (The integer
+                    divisions' I2F.RP and I2F.U32.RP, in every instance, are not that.) And a
+                    kernel built with it (`true`) must have them: the signature is still the
+                    one the compiler emits, so that the rule cannot pass by looking for nothing;
+     LDSM per HMMA  in the kernel's inner loop (of the loops, a branch back to a label above it, the
+                    one with the most HMMA), at most LDSM_PER_HMMA's ldmatrix per tensor-core
+                    product for its kernel and head size (0.6 for another kernel): each fragment
+                    loaded from shared memory must feed enough products. Issue 39's tiles: the
+                    forward 0.5 (the queries' fragments in registers, each key or value fragment
+                    feeds 2 products), the backward 0.6 (at head size 64 K's fragments in
+                    registers; dQ's products 32 rows a warp, each K fragment feeding 4). Before,
+                    0.56 to 0.67 (the forward's queries loaded in the loop, the backward's 7
+                    products in two kernels);
      launched       attention_forward or attention_backward launches it, at some head size
                     from 16 to 128: tests/sass_launches.cpp, built against the CUDA emulation,
                     calls them with a LAUNCH that records each launch's block size and dynamic
@@ -34,7 +50,9 @@ GPU_ARCH, and the fused attention's kernels as the compiler emits them (issue 25
    --update-docs` writes it); it must equal this one when made by the same nvcc.
 3. Each rule fires: tests/sass_planted.cu's kernels, compiled the same way, each break what
    they are planted to break (a spill, a local array, a lost state space in the kernel and in
-   a helper it calls, no tensor cores; with
+   a helper it calls, no tensor cores; ALiBi's bias in an instance built without it, and an
+   instance built with it that computes none; a loop that loads both operands of every product
+   by ldmatrix; with
    made-up launches, one too large for sm_80 and one missing; a template never instantiated),
    its good kernel and its D kernel nothing; and the occupancy arithmetic gives the figures
    worked out by hand below, among them issue 25's review's.
@@ -251,14 +269,19 @@ def parse_ptxas(report_text):
 
 
 def parse_sass(sass):
-    """per mangled kernel: its instructions, each as (opcode, the instruction's text). A whole
-    program's ptxas puts what a kernel calls (a __noinline__ helper, its own subroutines such as
-    64-bit division) into the kernel's section, so the section is all the code it runs."""
+    """per mangled kernel: its instructions, each as (opcode, the instruction's text), and its
+    labels (branch targets) in their places as ("LABEL", the label). A whole program's ptxas puts
+    what a kernel calls (a __noinline__ helper, its own subroutines such as 64-bit division) into
+    the kernel's section, so the section is all the code it runs."""
     kernels, current = {}, None
     for line in sass.split("\n"):
         m = re.match(r"\s*\.section\s+\.text\.([^,\s]+)", line)
         if m:
             current = kernels.setdefault(m.group(1), [])
+            continue
+        m = re.match(r"^(\.L_x_\d+):", line)
+        if m and current is not None:
+            current.append(("LABEL", m.group(1)))
             continue
         m = re.match(r"\s+/\*[0-9a-f]+\*/\s+(.*?)\s*;", line)
         if m and current is not None:
@@ -266,6 +289,49 @@ def parse_sass(sass):
             text = re.sub(r"\s+", " ", text)
             current.append((text.split()[0], text))
     return kernels
+
+
+# LDSM per HMMA in the inner loop, at most (see the header): by kernel and head size; 0.6 elsewhere
+LDSM_PER_HMMA = {("attention_forward_flash_kernel", "64"): 0.5, ("attention_forward_flash_kernel", "128"): 0.5,
+                 ("attention_backward_flash_kernel", "64"): 0.6, ("attention_backward_flash_kernel", "128"): 0.6}
+LDSM_PER_HMMA_ELSE = 0.6
+
+
+def inner_loop(instructions):
+    """(HMMA, LDSM, instructions) in the kernel's inner loop: of its loops (a branch back to a
+    label above it: the body from the label to the branch), the one with the most HMMA, the
+    shortest of those; None where no loop has an HMMA"""
+    labels, body, best = {}, [], None
+    for op, text in instructions:
+        if op == "LABEL":
+            labels[text] = len(body)
+            continue
+        body.append(op.split(".")[0])
+        target = re.search(r"\((\.L_x_\d+)\)", text) if op.startswith("BRA") else None
+        if target and target.group(1) in labels:
+            loop = body[labels[target.group(1)]:]
+            found = (loop.count("HMMA"), loop.count("LDSM"), len(loop))
+            if found[0] and (best is None or (found[0], -found[2]) > (best[0], -best[2])):
+                best = found
+    return best
+
+
+def ldsm_per_hmma_limit(name):
+    arguments = re.search(r"<(\d+)", name)
+    return LDSM_PER_HMMA.get((base_name(name), arguments.group(1) if arguments else ""), LDSM_PER_HMMA_ELSE)
+
+
+def built_with_alibi(name):
+    """True or False from a kernel's last template argument (<64, true>), None where it has none"""
+    found = re.search(r"[<,]\s*(true|false)>$", name)
+    return None if not found else found.group(1) == "true"
+
+
+def alibi_conversions(instructions):
+    """ALiBi's signature: the int-to-float conversions rounded to nearest (I2F, I2FP.F32.S32), the
+    (float)(key - row) of each score's bias; not the ones rounded up (.RP) of an integer division"""
+    return [text for op, text in instructions
+            if op.split(".")[0] in ("I2F", "I2FP") and not {"RP", "RM", "RZ"} & set(op.split(".")[1:])]
 
 
 def broken_rules(name, resources, instructions, arch, launches):
@@ -293,6 +359,18 @@ def broken_rules(name, resources, instructions, arch, launches):
         for opcode in ("LDSM", "HMMA"):
             if not any(op.split(".")[0] == opcode for op, _ in instructions):
                 broken["no " + opcode] = f"no {opcode} instruction"
+    loop = inner_loop(instructions)
+    if loop and loop[1] > ldsm_per_hmma_limit(name) * loop[0]:
+        broken["LDSM per HMMA"] = (f"its inner loop ({loop[2]} instructions) loads {loop[1]} fragments by ldmatrix for "
+                                   f"{loop[0]} tensor-core products, {loop[1] / loop[0]:.2f} a product, above "
+                                   f"{ldsm_per_hmma_limit(name)}")
+    alibi, conversions = built_with_alibi(name), alibi_conversions(instructions)
+    if alibi is False and conversions:
+        broken["ALiBi arithmetic"] = (f"{len(conversions)} int-to-float conversions, ALiBi's (key - row), in an "
+                                      f"instance built without ALiBi (first: {conversions[0]})")
+    if alibi is True and not conversions:
+        broken["ALiBi signature"] = ("no int-to-float conversion in an instance built with ALiBi: the rule's "
+                                     "signature is not what the compiler emits for the bias any more")
     return broken
 
 
@@ -391,7 +469,7 @@ def launches_of_the_launchers():
     if ran.returncode != 0:
         return None, f"tests/sass_launches exited with status {ran.returncode}: {ran.stderr.strip()[:300]}"
     launches = {}
-    for kernel, threads, shared in re.findall(r"^launch (\S+) (\d+) (\d+) ", ran.stdout, flags=re.M):
+    for kernel, threads, shared in re.findall(r"^launch (.+?) (\d+) (\d+) hs=", ran.stdout, flags=re.M):
         launches.setdefault(kernel, set()).add((int(threads), int(shared)))
     return launches, None
 
@@ -475,6 +553,10 @@ PLANTED = {   # kernel: the rules it must break, exactly (on sm_80, and on sm_90
     "planted_flash_callee_kernel": {"generic LD/ST"},
     "planted_flash_notensor_kernel": {"no LDSM", "no HMMA"},
     "planted_flash_d_kernel": set(),
+    "planted_flash_alibi_kernel<false>": {"ALiBi arithmetic"},
+    "planted_flash_alibi_kernel<true>": set(),
+    "planted_flash_nobias_kernel<true>": {"ALiBi signature"},
+    "planted_flash_reload_kernel": {"LDSM per HMMA"},
 }
 
 
@@ -596,7 +678,12 @@ def main():
                 count = lambda opcode: sum(op.split(".")[0] == opcode for op, _ in instructions)
                 kept = (f"{res['registers']} registers, no spills, no local memory, no generic LD/ST, "
                         + ("exempt from LDSM/HMMA (a row sum)" if EXEMPT_FROM_TENSOR_CORES in name
-                           else f"{count('LDSM')} LDSM, {count('HMMA')} HMMA"))
+                           else f"{count('LDSM')} LDSM, {count('HMMA')} HMMA")
+                        + ("" if not inner_loop(instructions) else
+                           ", inner loop: {1} LDSM for {0} HMMA in {2} instructions".format(*inner_loop(instructions)))
+                        + {None: "", False: ", no ALiBi arithmetic",
+                           True: f", {len(alibi_conversions(instructions))} ALiBi int-to-float conversions"}[
+                            built_with_alibi(name)])
                 report(not broken, f"{where} {name}: " + (kept if not broken else "breaks " + ", ".join(sorted(broken))),
                        "; ".join(f"{rule}: {why}" for rule, why in sorted(broken.items())))
             rows += table_rows(arch, precision, kernels, launches)

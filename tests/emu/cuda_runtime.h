@@ -166,6 +166,7 @@ enum EmuState { EMU_RUNNABLE, EMU_AT_SYNCTHREADS, EMU_AT_WARP_SYNC, EMU_EXITED }
 struct EmuCopy {
     char* dst;
     char data[16];
+    int bytes;   // 16, or 4
     int group;   // the commit group it belongs to, -1 before its commit_group
 };
 

@@ -16,9 +16,13 @@ threadID_in_group L % 4.
       L gets matrix j's row L / 4, columns 2 (L % 4) and 2 (L % 4) + 1; with .trans the
       transpose's: rows 2 (L % 4) and 2 (L % 4) + 1 of column L / 4.
   cp.async.cg.shared.global [dst], [src], 16, src_size    16 bytes global -> shared, not
-      waited for; src_size 0 writes zeros. cp.async.commit_group closes the copies issued
+      waited for; src_size 0 writes zeros. cp.async.ca.shared.global [dst], [src], 4, src_size:
+      the same for 4 bytes. cp.async.commit_group closes the copies issued
       so far (by this thread) into a group; cp.async.wait_group N waits until at most the N
       newest groups are still in flight.
+  Turns between blocks (kernels.cuh's flash_wait_turn, flash_pass_turn; not PTX, but a spin on
+      a counter in global memory): a block waits until the counter reaches its turn, does its
+      part, and passes the turn on (counter + 1).
 
 What the emulation keeps of the hardware's rules, so that a kernel that breaks one fails here:
   - mma and ldmatrix are warp-collective (.sync.aligned): all 32 lanes must reach the same
@@ -28,8 +32,8 @@ What the emulation keeps of the hardware's rules, so that a kernel that breaks o
     after the instruction changes what the instruction saw. The offers are double-buffered, as
     the shuffles' are: a lane comes back to a buffer only after every lane has read it.
   - ldmatrix and cp.async's destination must lie in shared memory (static __shared__ or the
-    launch's dynamic shared memory) and be 16-byte aligned; cp.async's source must lie in a
-    device allocation and be 16-byte aligned. A violation is an emu error naming the kernel,
+    launch's dynamic shared memory) and be 16-byte aligned (4-byte for a 4-byte cp.async);
+    cp.async's source must lie in a device allocation and be as aligned. A violation is an emu error naming the kernel,
     block and thread.
   - A copy's data reaches shared memory only when a cp.async.wait_group lets it complete, the
     latest the PTX ISA allows; from its issue until then its 16 bytes hold the 0xFF poison
@@ -40,6 +44,14 @@ What the emulation keeps of the hardware's rules, so that a kernel that breaks o
   - mma multiplies the 16-bit inputs exactly (a bf16 or fp16 product fits in a float) and
     adds in fp32, in k order: d = c + sum_k a[i][k] b[k][j] (the hardware's order and its
     rounding of the additions inside one instruction are unspecified).
+  - Turns: the emulation runs a launch's blocks one after another, each to its end. A block
+    may only wait for blocks that started before it (on a GPU, one that has not started may
+    need the waiting block's SM first, and both wait forever: kernels.cuh hands the blocks
+    tickets in the order they start, and the turns follow the tickets). So here every block
+    it may wait for has finished when it asks: a turn not yet reached then is an emu error
+    (on the GPU it would hang, or wait for a block that started later), and so is work done
+    for a turn the thread does not hold (emu_check_turn: the wait missing, or the turn passed
+    before the work), and passing a turn not held, or before every thread of the block is done.
 */
 #pragma once
 #include <stdint.h>
@@ -146,10 +158,27 @@ static inline void emu_cp_async_16(void* dst, const void* src, bool fill) {
     if ((uintptr_t)src % 16 != 0) emu_ptx_fail("cp.async", "the source is not 16-byte aligned", src);
     EmuCopy copy;
     copy.dst = (char*)dst;
+    copy.bytes = 16;
     if (fill) memcpy(copy.data, src, 16);
     else memset(copy.data, 0, 16);
     copy.group = -1;   // not committed yet
     memset(dst, 0xFF, 16);   // unspecified until the copy completes
+    emu.threads[emu.current].copies.push_back(copy);
+}
+
+// cp.async.ca.shared.global [dst], [src], 4, fill ? 4 : 0
+static inline void emu_cp_async_4(void* dst, const void* src, bool fill) {
+    if (!emu_is_shared(dst, 4)) emu_ptx_fail("cp.async (4 bytes)", "the address is not in shared memory", dst);
+    if ((uintptr_t)dst % 4 != 0) emu_ptx_fail("cp.async (4 bytes)", "the address is not 4-byte aligned", dst);
+    if (!emu_is_device_range(src, 4)) emu_ptx_fail("cp.async (4 bytes)", "the source is not in a device allocation", src);
+    if ((uintptr_t)src % 4 != 0) emu_ptx_fail("cp.async (4 bytes)", "the source is not 4-byte aligned", src);
+    EmuCopy copy;
+    copy.dst = (char*)dst;
+    copy.bytes = 4;
+    if (fill) memcpy(copy.data, src, 4);
+    else memset(copy.data, 0, 4);
+    copy.group = -1;
+    memset(dst, 0xFF, 4);
     emu.threads[emu.current].copies.push_back(copy);
 }
 
@@ -166,8 +195,61 @@ static inline void emu_cp_async_wait(int n) {
     EmuThread* t = &emu.threads[emu.current];
     std::vector<EmuCopy> pending;
     for (const EmuCopy& c : t->copies) {
-        if (c.group >= 0 && c.group < t->groups - n) memcpy(c.dst, c.data, 16);
+        if (c.group >= 0 && c.group < t->groups - n) memcpy(c.dst, c.data, (size_t)c.bytes);
         else pending.push_back(c);
     }
     t->copies.swap(pending);
+}
+
+// ---- turns between blocks (see the top): the turn each thread holds, between its wait and its pass
+inline const unsigned* emu_turn_held[EMU_MAX_BLOCK];
+
+static void emu_turn_fail(const char* what, const unsigned* counter) {
+    char line[400];
+    snprintf(line, sizeof line, "kernel %s (block %u, thread %u): %s (counter at %p, now %u)", emu.kernel ? emu.kernel : "?",
+             blockIdx.x, threadIdx.x, what, (const void*)counter, *counter);
+    emu_fail("%s", line);
+}
+
+// flash_wait_turn: every block that may pass the turns before this one has run to its end
+static inline void emu_wait_turn(const unsigned* counter, unsigned turn) {
+    if (!emu_is_device_range(counter, 4)) emu_ptx_fail("wait for a turn", "the counter is not in a device allocation", counter);
+    if (emu_turn_held[emu.current]) emu_turn_fail("waits for a turn while it holds one it never passed", counter);
+    if (*counter != turn) {
+        char what[200];
+        snprintf(what, sizeof what, "waits for turn %u, which no block before it passed: on a GPU it would wait forever, "
+                 "or for a block that started after it", turn);
+        emu_turn_fail(what, counter);
+    }
+    emu_turn_held[emu.current] = counter;
+}
+
+// work that must be done in the turn on `counter`: between the wait and the pass
+static inline void emu_check_turn(const unsigned* counter, const char* what) {
+    if (emu_turn_held[emu.current] != counter) {
+        char line[200];
+        snprintf(line, sizeof line, "%s outside its turn (no wait for it, or the turn already passed)", what);
+        emu_turn_fail(line, counter);
+    }
+}
+
+// flash_pass_turn, before its barrier: this thread's part of the turn is done
+inline const unsigned* emu_turn_done_of[EMU_MAX_BLOCK];
+static inline void emu_turn_done(const unsigned* counter) {
+    emu_check_turn(counter, "passes a turn");
+    emu_turn_held[emu.current] = NULL;
+    emu_turn_done_of[emu.current] = counter;
+}
+
+// flash_pass_turn, after its barrier: thread 0 moves the counter on, once every thread of the
+// block is done with its part (without the barrier it would seldom find them all done)
+static inline void emu_pass_turn(unsigned* counter) {
+    if (threadIdx.x != 0) return;
+    for (unsigned i = 0; i < emu.block; i++)
+        if (emu.threads[i].state != EMU_EXITED && emu_turn_done_of[i] != counter) {
+            char what[200];
+            snprintf(what, sizeof what, "passes the turn before thread %u has done its part (a barrier missing)", i);
+            emu_turn_fail(what, counter);
+        }
+    (*counter)++;
 }
