@@ -1096,7 +1096,7 @@ typedef struct {
 // it because the heuristic only offers algorithms that can take the pointers it was shown
 // (the bias and aux pointers' too: it reads their alignment from the descriptor).
 typedef struct {
-    int transa, transb, m, n, k, lda, ldb, ldd, epilogue;
+    int transa, transb, m, n, k, lda, ldb, ldd, epilogue, d_type;
     uint32_t align_a, align_b, align_d, align_bias, align_aux;
 } LtKey;
 
@@ -1143,7 +1143,7 @@ static LtPlan* lt_plan_create(const LtKey* key, const LtEpilogue* e) {
     int a_rows = transa == CUBLAS_OP_N ? key->m : key->k, b_rows = transb == CUBLAS_OP_N ? key->k : key->n;
     cublasCheck(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_FLOATX, a_rows, key->m + key->k - a_rows, key->lda));
     cublasCheck(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_FLOATX, b_rows, key->k + key->n - b_rows, key->ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_FLOATX, key->m, key->n, key->ldd));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->d, (cudaDataType_t)key->d_type, key->m, key->n, key->ldd));
     cublasLtMatmulPreference_t pref;
     uint64_t workspace = CUBLASLT_WORKSPACE_BYTES;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
@@ -1179,15 +1179,17 @@ static void lt_plans_free(void) {
     lt_plan_count = lt_plan_capacity = 0;
 }
 
-// D = op(A) op(B), then the epilogue, laid out as in gemm() (column-major, D [m, n] with ld
-// ldd, floatX throughout). False, having done nothing, when cuBLASLt has no algorithm for it
-// (e.g. for matrices only 2-byte aligned): the caller then takes the cuBLAS path.
+// D = op(A) op(B) + beta D, then the epilogue, laid out as in gemm() (column-major, D [m, n]
+// with ld ldd; A and B floatX, D floatX or fp32 (d_type), C the same array as D). False,
+// having done nothing, when cuBLASLt has no algorithm for it (e.g. for matrices only 2-byte
+// aligned): the caller then takes the cuBLAS path.
 static bool gemm_lt(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const floatX* A,
-                    int lda, const floatX* B, int ldb, floatX* D, int ldd, LtEpilogue e) {
+                    int lda, const floatX* B, int ldb, float beta, void* D, cudaDataType_t d_type, int ldd,
+                    LtEpilogue e) {
     LtKey key;
     memset(&key, 0, sizeof key);   // the padding too: keys are compared with memcmp
     key.transa = transa, key.transb = transb, key.m = m, key.n = n, key.k = k;
-    key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epilogue = e.kind;
+    key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epilogue = e.kind, key.d_type = d_type;
     key.align_a = alignment_of(A), key.align_b = alignment_of(B), key.align_d = alignment_of(D);
     key.align_bias = e.bias ? alignment_of(e.bias) : 0, key.align_aux = e.aux ? alignment_of(e.aux) : 0;
     LtPlan* p = lt_plan(&key, &e);
@@ -1197,7 +1199,7 @@ static bool gemm_lt(cublasOperation_t transa, cublasOperation_t transb, int m, i
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof e.bias));
     if (e.aux != NULL)
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f;
     cublasCheck(cublasLtMatmul(cublaslt_handle, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d,
                                &p->heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));
     return true;
@@ -1214,7 +1216,7 @@ static bool matmul_cublaslt(floatX* out, floatX* pre_gelu, const floatX* inp, co
     cublasLtEpilogue_t kind = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                                        : (bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
     LtEpilogue e = {kind, bias, pre_gelu};
-    return gemm_lt(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, out, OC, e);
+    return gemm_lt(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, 0.0f, out, CUDA_R_FLOATX, OC, e);
 }
 
 // The bias goes in cuBLASLt's epilogue (no extra pass over out) when the epilogue can read it:
@@ -1235,10 +1237,27 @@ static void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, CUDA_R_FLOATX, OC);
 }
 
+// The backward's products take the forward's path, cuBLASLt with our workspace, falling back
+// to cuBLAS as it does (issue 39's choice, to be measured on a GPU by tests/gpu_check.sh):
+// - the weight gradients are short, wide products: C x OC outputs (768 x 768 to 768 x 3072 in
+//   GPT-2 124M: 36 to 144 tiles of 128 x 128 for an H100's 132 SMs) summed over N, 16K-64K
+//   tokens. They fill the GPU only when split along N, which needs workspace: cuBLASLt's
+//   heuristic is told what we have (32 MiB, as llm.c gives it on an H100) and picks the split;
+// - each plan is made once per shape and kept (lt_plan), the heuristic's first choice: never
+//   timed and picked (autotuning), which could pick differently from run to run or rank to
+//   rank and break the same bits each run;
+// - dweight stays fp32 with beta = 1, the gradient summed over micro-batches in fp32 as
+//   mixed precision keeps it (Micikevicius et al. 2018; Megatron-LM's gradient-accumulation
+//   fusion writes its main_grad the same way). llm.c's bf16 dweight would round each
+//   micro-batch's sum to 8 bits; fp32 costs reading and writing 8 bytes an element instead
+//   of 4, 0.7 GB a micro-batch at GPT-2 124M, 0.2 ms on an H100.
+static const LtEpilogue LT_PLAIN = {CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
+
 // dinp = dout @ W:  dinp^T [C, N] = W^T [C, OC] @ dout^T [OC, N]. Column-major, weight is
 // already W^T as a [C, OC] array (op = N, lda = C); dout is a [OC, N] array (op = N, ldb =
 // OC); dinp is [C, N] (ldc = C).
 static void matmul_backward_dinp(floatX* dinp, const floatX* dout, const floatX* weight, int N, int C, int OC) {
+    if (gemm_lt(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 0.0f, dinp, CUDA_R_FLOATX, C, LT_PLAIN)) return;
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 0.0f, dinp, CUDA_R_FLOATX, C);
 }
 
@@ -1247,7 +1266,8 @@ static void matmul_backward_dinp(floatX* dinp, const floatX* dout, const floatX*
 // is an fp32 [C, OC] array (ldc = C), beta = 1 accumulates. Then dbias += dout's column sums.
 static void matmul_backward_params(float* dweight, float* dbias, float* partials, const floatX* dout,
                                    const floatX* inp, int N, int C, int OC) {
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C);
+    if (!gemm_lt(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C, LT_PLAIN))
+        gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C);
     if (dbias != NULL) column_sums_add(dbias, partials, dout, N, OC);
 }
 
@@ -1876,7 +1896,7 @@ __device__ inline void cp_async_16(void* dst, const void* src, bool fill) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                  :: "r"(shared_address(dst)), "l"(src), "r"(fill ? 16 : 0) : "memory");
 #else
-    emu_cp_async_16(dst, src, fill);
+    emu_cp_async(dst, src, 16, fill);
 #endif
 }
 
@@ -1888,7 +1908,7 @@ __device__ inline void cp_async_4(void* dst, const void* src, bool fill) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
                  :: "r"(shared_address(dst)), "l"(src), "r"(fill ? 4 : 0) : "memory");
 #else
-    emu_cp_async_4(dst, src, fill);
+    emu_cp_async(dst, src, 4, fill);
 #endif
 }
 
@@ -2331,6 +2351,24 @@ __device__ void flash_add_dq(float* sums, floatX* dst, size_t stride, const floa
         }
 }
 
+// The backward's pair (hi, s) of sequence b, head hi of a group (its global head h) and query
+// step s, into a buffer: the step's q rows (the group's first query head's at q_group, head
+// hi's HS further) and dout rows with 16-byte cp.async, the rows' lse and D ([B, NH, T] each)
+// with 4-byte ones (rows of T floats are not 16-byte aligned). Not waited for.
+template <int HS>
+__device__ void flash_copy_pair(floatX* q_tile, floatX* dout_tile, float* stats, const floatX* q_group, int stride,
+                                const floatX* dout, int out_stride, const float* lse, const float* D, int b, int NH,
+                                int h, int hi, int s, int T) {
+    int q0 = s * FLASH_STEP, i = threadIdx.x;
+    flash_copy_rows<HS, FLASH_STEP>(q_tile, q_group + hi * HS, stride, q0, T);
+    flash_copy_rows<HS, FLASH_STEP>(dout_tile, dout + (size_t)b * T * out_stride + h * HS, out_stride, q0, T);
+    if (i < 2 * FLASH_STEP) {
+        int t = q0 + i % FLASH_STEP;
+        const float* row = (i < FLASH_STEP ? lse : D) + ((size_t)b * NH + h) * T;
+        cp_async_4(stats + i, row + (t < T ? t : 0), t < T);
+    }
+}
+
 // One fused kernel, FlashAttention-2's five products a step, deterministic. grid: B * G * tiles
 // blocks of FLASH_THREADS, one per 64-key tile of each (b, group); warp w owns the tile's keys
 // 16w .. 16w + 15. The tile's K and V stay in shared memory (and, at head size 64, the warp's K
@@ -2378,24 +2416,12 @@ __global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : 3) attention_back
     // causal: queries before k0 see none of these keys; each head's steps start at `first`
     int first = k0 / FLASH_STEP, pairs = per * (steps_T - first);
     size_t group = qkv_group_index(b, 0, g, 0, T, NH, G, HS);   // the group's first query head; head hi at + hi HS
-    // pair (hi, s): head g per + hi of the group, its query step s; the pairs go through the steps
-    // of each head in turn. The step's q and dout, and its rows' lse and D (4 bytes each: rows of
-    // T floats are not 16-byte aligned), into a buffer with cp.async
-    auto copy_pair = [&](int buffer, int hi, int s) {
-        int h = g * per + hi, q0 = s * FLASH_STEP, i = threadIdx.x;
-        flash_copy_rows<HS, FLASH_STEP>(q + buffer * step_tile, qkv + group + hi * HS, stride, q0, T);
-        flash_copy_rows<HS, FLASH_STEP>(dO + buffer * step_tile, dout + (size_t)b * T * out_stride + h * HS, out_stride, q0, T);
-        if (i < 2 * FLASH_STEP) {
-            int t = q0 + i % FLASH_STEP;
-            const float* row = (i < FLASH_STEP ? lse : D) + ((size_t)b * NH + h) * T;
-            cp_async_4(stats + buffer * 2 * FLASH_STEP + i, row + (t < T ? t : 0), t < T);
-        }
-    };
-
+    // the pairs (hi, s), head g per + hi of the group and its query step s, go through the steps
+    // of each head in turn
     flash_copy_rows<HS, FLASH_ROWS>(k, qkv + qkv_group_index(b, 0, g, per, T, NH, G, HS), stride, k0, T);
     flash_copy_rows<HS, FLASH_ROWS>(v, qkv + qkv_group_index(b, 0, g, per + 1, T, NH, G, HS), stride, k0, T);
     cp_async_commit();   // K and V: a group of their own, waited for before the first pair
-    copy_pair(0, 0, first);
+    flash_copy_pair<HS>(q, dO, stats, qkv + group, stride, dout, out_stride, lse, D, b, NH, g * per, 0, first, T);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -2410,7 +2436,9 @@ __global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : 3) attention_back
         int next_hi = s + 1 < steps_T ? hi : hi + 1, next_s = s + 1 < steps_T ? s + 1 : first;
         const floatX* qs = q + buffer * step_tile;
         const floatX* dos = dO + buffer * step_tile;
-        if (j + 1 < pairs) copy_pair(1 - buffer, next_hi, next_s);
+        if (j + 1 < pairs)
+            flash_copy_pair<HS>(q + (1 - buffer) * step_tile, dO + (1 - buffer) * step_tile, stats + (1 - buffer) * 2 * FLASH_STEP,
+                                qkv + group, stride, dout, out_stride, lse, D, b, NH, g * per + next_hi, next_hi, next_s, T);
         cp_async_commit();
         cp_async_wait<1>();   // all but the newest group: this pair is here
         __syncthreads();      // ... and every thread's part of it
@@ -2926,7 +2954,7 @@ static void gelu_matmul_backward(floatX* dpre, float* dweight, float* dbias, flo
     LtEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, pre_gelu};
     // laid out as matmul_backward_dinp's product
     if (!(C % 8 == 0 && (uintptr_t)pre_gelu % 16 == 0 &&
-          gemm_lt(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, dpre, C, dgelu))) {
+          gemm_lt(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 0.0f, dpre, CUDA_R_FLOATX, C, dgelu))) {
         matmul_backward_dinp(dpre, dout, weight, N, C, OC);
         gelu_backward(dpre, pre_gelu, dpre, (size_t)N * C);
     }

@@ -91,9 +91,12 @@ static bool emu_is_shared(const void* p, size_t bytes) {
     return in_static || in_dynamic;
 }
 
-static void emu_check_shared_16(const char* op, const void* p) {
-    if (!emu_is_shared(p, 16)) emu_ptx_fail(op, "the address is not in shared memory", p);
-    if ((uintptr_t)p % 16 != 0) emu_ptx_fail(op, "the address is not 16-byte aligned", p);
+// p, where `op` reads or writes `bytes` bytes, must be in shared memory and aligned to them
+static void emu_check_shared(const char* op, const void* p, int bytes) {
+    char misaligned[64];
+    snprintf(misaligned, sizeof misaligned, "the address is not %d-byte aligned", bytes);
+    if (!emu_is_shared(p, (size_t)bytes)) emu_ptx_fail(op, "the address is not in shared memory", p);
+    if ((uintptr_t)p % bytes != 0) emu_ptx_fail(op, misaligned, p);
 }
 
 // This lane's offer of four or six 32-bit words for the collective instruction `op`; once all
@@ -111,7 +114,7 @@ static const uint32_t (*emu_ptx_exchange(const char* op, const uint32_t* offer, 
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 {r0, r1, r2, r3}, [row]
 static inline void emu_ldmatrix_x4(uint32_t r[4], const void* row, bool trans) {
     const char* op = trans ? "ldmatrix.x4.trans" : "ldmatrix.x4";
-    emu_check_shared_16(op, row);
+    emu_check_shared(op, row, 16);
     uint32_t mine[4];   // the 8 elements of this lane's row
     memcpy(mine, row, 16);
     const uint32_t(*rows)[6] = emu_ptx_exchange(op, mine, 4);
@@ -151,34 +154,23 @@ static inline void emu_mma_m16n8k16(float d[4], const uint32_t a[4], uint32_t b0
     }
 }
 
-// cp.async.cg.shared.global [dst], [src], 16, fill ? 16 : 0
-static inline void emu_cp_async_16(void* dst, const void* src, bool fill) {
-    emu_check_shared_16("cp.async", dst);
-    if (!emu_is_device_range(src, 16)) emu_ptx_fail("cp.async", "the source is not in a device allocation", src);
-    if ((uintptr_t)src % 16 != 0) emu_ptx_fail("cp.async", "the source is not 16-byte aligned", src);
+// cp.async.cg.shared.global [dst], [src], 16, fill ? 16 : 0 (bytes 16), or
+// cp.async.ca.shared.global [dst], [src], 4, fill ? 4 : 0 (bytes 4): both addresses aligned to
+// the copy's size, the source in a device allocation
+static inline void emu_cp_async(void* dst, const void* src, int bytes, bool fill) {
+    const char* op = bytes == 16 ? "cp.async" : "cp.async (4 bytes)";
+    char misaligned[64];
+    snprintf(misaligned, sizeof misaligned, "the source is not %d-byte aligned", bytes);
+    emu_check_shared(op, dst, bytes);
+    if (!emu_is_device_range(src, (size_t)bytes)) emu_ptx_fail(op, "the source is not in a device allocation", src);
+    if ((uintptr_t)src % bytes != 0) emu_ptx_fail(op, misaligned, src);
     EmuCopy copy;
     copy.dst = (char*)dst;
-    copy.bytes = 16;
-    if (fill) memcpy(copy.data, src, 16);
-    else memset(copy.data, 0, 16);
+    copy.bytes = bytes;
+    if (fill) memcpy(copy.data, src, (size_t)bytes);
+    else memset(copy.data, 0, (size_t)bytes);
     copy.group = -1;   // not committed yet
-    memset(dst, 0xFF, 16);   // unspecified until the copy completes
-    emu.threads[emu.current].copies.push_back(copy);
-}
-
-// cp.async.ca.shared.global [dst], [src], 4, fill ? 4 : 0
-static inline void emu_cp_async_4(void* dst, const void* src, bool fill) {
-    if (!emu_is_shared(dst, 4)) emu_ptx_fail("cp.async (4 bytes)", "the address is not in shared memory", dst);
-    if ((uintptr_t)dst % 4 != 0) emu_ptx_fail("cp.async (4 bytes)", "the address is not 4-byte aligned", dst);
-    if (!emu_is_device_range(src, 4)) emu_ptx_fail("cp.async (4 bytes)", "the source is not in a device allocation", src);
-    if ((uintptr_t)src % 4 != 0) emu_ptx_fail("cp.async (4 bytes)", "the source is not 4-byte aligned", src);
-    EmuCopy copy;
-    copy.dst = (char*)dst;
-    copy.bytes = 4;
-    if (fill) memcpy(copy.data, src, 4);
-    else memset(copy.data, 0, 4);
-    copy.group = -1;
-    memset(dst, 0xFF, 4);
+    memset(dst, 0xFF, (size_t)bytes);   // unspecified until the copy completes
     emu.threads[emu.current].copies.push_back(copy);
 }
 
