@@ -105,6 +105,7 @@ static void cublas_check_(cublasStatus_t status, const char* file, int line) {
 #define COLUMN_BLOCK 256            // threads of a column reduction's block, one per column
 #define COLUMN_CHUNK_ROWS 32        // rows of a LayerNorm chunk; the fewest rows of a bias chunk
 #define COLUMN_REDUCE_BLOCKS 1024   // about how many blocks a bias sum launches: several per SM
+#define COLUMN_ADD_BLOCK 1024       // column_partials_add's block, 32 warps: 32 columns a block, the chunks in 32 runs
 #define SUM_SQUARES_PARTIALS_BYTES (SUM_SQUARES_MAX_BLOCKS * sizeof(double))
 // The GPU build's optimizer walks the ZeRO shard in pieces of at most this many elements, one
 // tensor's part each, from a table made once (kernels.cuh's shard_pieces; planned by either build)

@@ -486,7 +486,6 @@ static size_t layernorm_grad_partials(BuildTarget b, int N, int C) {
 }
 
 #ifdef __CUDACC__
-#define COLUMN_ADD_BLOCK 1024   // 32 warps: 32 columns a block, the chunks in 32 runs
 
 // out[c] += the sum of partials[0 .. chunks, c], in a fixed order: block b takes 32 columns (lane
 // l: column 32 b + l), and its warp w the run of chunks [w chunks / 32, (w + 1) chunks / 32), added
@@ -1085,10 +1084,11 @@ static uint32_t alignment_of(const void* p) {
 //   BIAS                     D = product + bias            (bias: floatX, one per row of D)
 //   GELU_AUX, GELU_AUX_BIAS  aux = product (+ bias), D = GELU(aux)
 //   DGELU                    D = product * GELU'(aux)      (aux read: what GELU_AUX wrote)
+//   BGRADB                   D = product, bias = op(B)'s column sums (written, D's type)
 // aux has D's shape and type, with leading dimension m (cuBLASLt: a multiple of 8).
 typedef struct {
     cublasLtEpilogue_t kind;
-    const void* bias;   // NULL where the epilogue takes none
+    const void* bias;   // NULL where the epilogue takes none (BGRADB writes it)
     const void* aux;    // written by GELU_AUX*, read by DGELU; NULL where the epilogue takes none
 } LtEpilogue;
 
@@ -1130,8 +1130,8 @@ static LtPlan* lt_plan_create(const LtKey* key, const LtEpilogue* e) {
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    if (e->bias != NULL) {
-        cudaDataType_t bias_type = CUDA_R_FLOATX;
+    if (e->bias != NULL) {   // D's type: a bias floatX as D, the BGRADB gradient fp32 as its D
+        cudaDataType_t bias_type = (cudaDataType_t)key->d_type;
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e->bias, sizeof e->bias));
     }
@@ -1264,8 +1264,21 @@ static void matmul_backward_dinp(floatX* dinp, const floatX* dout, const floatX*
 // dweight += dout^T @ inp:  dweight^T [C, OC] = inp^T [C, N] @ dout [N, OC]. inp is a [C, N]
 // array (op = N, lda = C); dout is a [OC, N] array, op = T gives [N, OC] (ldb = OC); dweight
 // is an fp32 [C, OC] array (ldc = C), beta = 1 accumulates. Then dbias += dout's column sums.
+// With a bias, cuBLASLt's BGRADB epilogue sums dout's columns as the product reads them (fp32,
+// the output's type), instead of column_sums_add reading dout again: 10.9 GB a step at GPT-2
+// 124M's 64 x 1024, 3.9 ms on an H100 by the planner. The epilogue writes its sums, so they go
+// to partials and are added to dbias there (it sums over micro-batches). Where cuBLASLt offers
+// no algorithm for that, or partials is not 16-byte aligned as the epilogue's vectors need (see
+// tests/emu/cublasLt.h), the product alone, then column_sums_add; then cuBLAS.
 static void matmul_backward_params(float* dweight, float* dbias, float* partials, const floatX* dout,
                                    const floatX* inp, int N, int C, int OC) {
+    if (dbias != NULL && N > 0 && (uintptr_t)partials % 16 == 0) {
+        LtEpilogue bgrad = {CUBLASLT_EPILOGUE_BGRADB, partials, NULL};
+        if (gemm_lt(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C, bgrad)) {
+            column_partials_add(dbias, NULL, partials, 1, OC);
+            return;
+        }
+    }
     if (!gemm_lt(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C, LT_PLAIN))
         gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C);
     if (dbias != NULL) column_sums_add(dbias, partials, dout, N, OC);
@@ -2316,10 +2329,11 @@ __device__ void warp_product_dq(float dq[][4], const floatX* ds, const floatX* k
 }
 
 // This warp's part of the step's dQ (warp_product_dq's dq: rows q0 .., columns col0 ..), in its
-// turn: the first turn (the diagonal's key tile) stores it into sums, fp32 [T, HS] of the head;
-// each later one adds it to what is there (read through a volatile pointer: from L2, where the
-// block before wrote it, never a stale L1 line); the last (key tile 0) writes the total, rounded
-// to floatX once, to dqkv's row t at dst + t * stride instead. Rows past T are not written.
+// turn: the first turn (key tile 0) stores it into sums, fp32 [T, HS] of the head; each later
+// one adds it to what is there (read through a volatile pointer: from L2, where the block
+// before wrote it, never a stale L1 line); the last (the diagonal's key tile) writes the total,
+// rounded to floatX once, to dqkv's row t at dst + t * stride instead. Rows past T are not
+// written.
 template <int HS>
 __device__ void flash_add_dq(float* sums, floatX* dst, size_t stride, const float dq[][4], int q0, int col0, int T,
                              bool first, bool last, const unsigned* turn) {
@@ -2379,18 +2393,21 @@ __device__ void flash_copy_pair(floatX* q_tile, floatX* dout_tile, float* stats,
 //   dV += P^T dO, dK += dS^T Q, in registers across the whole walk (so K and V are read once
 //   per group, and dK and dV sum over the group's heads in head order);
 //   dS^T to shared memory, and dQ_step = dS K, each warp 32 rows by HS / 4 columns.
-// A step's dQ sums the partial products of key tiles kt_max (its diagonal's) down to 0, which
+// A step's dQ sums the partial products of key tiles 0 up to kt_max (its diagonal's), which
 // belong to different blocks: they add them in that order, each in its turn on the step's
 // counter (flash_wait_turn), the first storing into `sums` (fp32, in scratch), the last writing
-// floatX into dqkv. That order is the one the blocks reach the step in anyway (block kt starts
-// at its diagonal, two steps further down than block kt - 1), so a block seldom waits. The
-// same sums in the same order: the same bits every run, where FlashAttention-2 adds dQ with
-// atomics. A block may wait only for blocks that started before it (one not yet started may need
-// the waiting block's SM): so a block does not take its tile from blockIdx (the GPU may start
-// blocks in any order) but from a ticket, counters[count - 1] counted up as blocks start, which
-// hands out each (b, group)'s key tiles from the last to the first: the tiles a block waits for
-// have lower tickets, and started first. counters: [B, NH, steps] turns, then the ticket; zero
-// when the kernel starts (the D kernel zeroes them). sums: [B, NH, T, HS] floats.
+// floatX into dqkv. The same sums in the same order: the same bits every run, where
+// FlashAttention-2 adds dQ with atomics. A block may wait only for blocks that started before it
+// (one not yet started may need the waiting block's SM): so a block does not take its tile from
+// blockIdx (the GPU may start blocks in any order) but from a ticket, counters[count - 1]
+// counted up as blocks start, which hands out tile 0 of every (b, group), then tile 1 of every
+// one, and so on: the tiles a block waits for have lower tickets, and started first. Tile kt
+// walks 2 (tiles - kt) steps, tile 0 the most: so the longest blocks start first and the last to
+// start are the shortest (the other order, the diagonal's tile first, had the longest start
+// last and leave the GPU half idle at the end: 15% longer at GPT-2's 16 x 1024 by a list
+// schedule of the blocks on 396 slots), and a tile's predecessor in the turns is usually done
+// before it starts. counters: [B, NH, steps] turns, then the ticket; zero when the kernel starts
+// (the D kernel zeroes them). sums: [B, NH, T, HS] floats.
 template <int HS, bool ALIBI>
 __global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : 3) attention_backward_flash_kernel(floatX* dqkv, float* sums,
         unsigned* counters, const floatX* dout, const floatX* qkv, const float* lse, const float* D, int B, int T, int NH,
@@ -2406,11 +2423,14 @@ __global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : 3) attention_back
     floatX* dO = q + 2 * step_tile;
     floatX* ds = dO + 2 * step_tile;              // dS^T, FLASH_ROWS keys by FLASH_STEP queries
     float* stats = (float*)(ds + FLASH_ROWS * FLASH_DS_ROW);   // per buffer: FLASH_STEP lse, then D
-    unsigned* ticket = (unsigned*)(stats + 4 * FLASH_STEP);
-    int tiles = CEIL_DIV(T, FLASH_ROWS), steps_T = CEIL_DIV(T, FLASH_STEP), per = NH / G;
-    if (threadIdx.x == 0) *ticket = atomicAdd(counters + (size_t)B * NH * steps_T, 1u);
+    unsigned* ticket = (unsigned*)(stats + 4 * FLASH_STEP);   // the tile and its (b, group)
+    int steps_T = CEIL_DIV(T, FLASH_STEP), per = NH / G;
+    if (threadIdx.x == 0) {
+        unsigned i = atomicAdd(counters + (size_t)B * NH * steps_T, 1u);
+        ticket[0] = i / (B * G), ticket[1] = i % (B * G);
+    }
     __syncthreads();
-    int i = (int)*ticket, bg = i / tiles, kt = tiles - 1 - i % tiles, b = bg / G, g = bg % G;
+    int kt = (int)ticket[0], bg = (int)ticket[1], b = bg / G, g = bg % G;
     int k0 = kt * FLASH_ROWS, warp = threadIdx.x / 32, key0 = k0 + 16 * warp;
     int stride = (NH + 2 * G) * HS, out_stride = NH * HS;   // (int: two registers fewer)
     // causal: queries before k0 see none of these keys; each head's steps start at `first`
@@ -2447,7 +2467,8 @@ __global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : 3) attention_back
         if (k_in_registers) warp_product_abt<HS, FLASH_STEP>(st, kf, qs);   // S^T = K Q^T
         else warp_product_abt<HS, FLASH_STEP>(st, k, 16 * warp, qs);
         warp_product_abt<HS, FLASH_STEP>(dpt, v, 16 * warp, dos);            // dP^T = V dO^T
-        bool masked = q0 < k0 + FLASH_ROWS || q0 + FLASH_STEP > T;   // the diagonal, or past T
+        bool diagonal = q0 < k0 + FLASH_ROWS;   // (the walk's steps start at the tile's diagonal)
+        bool masked = diagonal || q0 + FLASH_STEP > T;   // the diagonal, or past T
         flash_scores_to_gradients<ALIBI>(st, dpt, stats + buffer * 2 * FLASH_STEP, key0, q0, T, masked, head);
         warp_product_pb<HS, FLASH_STEP>(dv, st, dos);   // dV += P^T dO
         warp_product_pb<HS, FLASH_STEP>(dk, dpt, qs);   // dK += dS^T Q
@@ -2455,18 +2476,17 @@ __global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : 3) attention_back
         __syncthreads();   // the block's dS^T is whole
         float dq[FLASH_STEP / 16 * HS / 32][4] = {};
         warp_product_dq<HS>(dq, ds, k, warp * HS / 4);   // dQ_step = dS K
-        // the step's dQ: the key tiles from its diagonal's, s / 2, down to 0, in turn
+        // the step's dQ: the key tiles from 0 up to its diagonal's, s / 2, in turn
         unsigned* turn = counters + ((size_t)b * NH + h) * steps_T + s;
-        int diagonal = q0 / FLASH_ROWS;
-        flash_wait_turn(turn, diagonal - kt);
+        flash_wait_turn(turn, kt);
         flash_add_dq<HS>(sums + ((size_t)b * NH + h) * T * HS, dqkv + group + hi * HS, stride, dq, q0, warp * HS / 4, T,
-                         kt == diagonal, kt == 0, turn);
+                         kt == 0, diagonal, turn);
         flash_pass_turn(turn);   // its barrier: every warp is done with this pair's buffers and dS^T
         hi = next_hi, s = next_s;
     }
     // (the tile again from the ticket in shared memory: at head size 64 a register less through the
     // loop, which keeps the block at 168 registers, three blocks per SM, without a spill)
-    i = (int)*ticket, bg = i / tiles, b = bg / G, g = bg % G, key0 = (tiles - 1 - i % tiles) * FLASH_ROWS + 16 * warp;
+    bg = (int)ticket[1], b = bg / G, g = bg % G, key0 = (int)ticket[0] * FLASH_ROWS + 16 * warp;
     flash_store_rows<HS>(dqkv + qkv_group_index(b, 0, g, per, T, NH, G, HS), stride, dk, key0, T);
     flash_store_rows<HS>(dqkv + qkv_group_index(b, 0, g, per + 1, T, NH, G, HS), stride, dv, key0, T);
 }
@@ -3076,16 +3096,6 @@ static void swiglu_backward(floatX* dinp, const floatX* inp, const floatX* dout,
 // With the whole vocabulary on one rank (no tensor parallelism) nothing is waited for between
 // the statistics and the loss: crossentropy_forward_fused does all of it, a row at a time.
 
-// one value into a running (max, sum of exp(x - max)) pair
-HOST_DEVICE static inline void online_softmax_add(float* max, float* sum, float x) {
-    if (x > *max) {
-        *sum = *sum * expf(*max - x) + 1.0f;   // *max = -inf at first: exp(-inf) = 0
-        *max = x;
-    } else {
-        *sum += expf(x - *max);
-    }
-}
-
 // row_max[n] = local_max[n] = the maximum over this rank's valid columns (row_max is then
 // all-reduced to the global maximum; local_max stays, for rescale_sums);
 // sums[n] = sum over this rank's valid columns of exp(logit - local_max[n]);
@@ -3093,8 +3103,8 @@ HOST_DEVICE static inline void online_softmax_add(float* max, float* sum, float 
 static void crossentropy_online_stats_cpu(float* row_max, float* local_max, float* sums, const float* logits,
                                           const int* targets, int N, int V, int valid, int vocab_start) {
     // A row stays in the CPU's cache, so this takes two passes, the maximum and then the sum
-    // relative to it: the same pair as the GPU's online update (online_softmax_add), whose
-    // branch on every element would keep the loop off the vector lanes.
+    // relative to it: the same pair as the GPU's online update (online_softmax_add_pack), whose
+    // running maximum would keep the loop off the vector lanes.
     #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float* l = logits + (size_t)n * V;
@@ -3155,6 +3165,37 @@ static void crossentropy_forward_fused_cpu(float* losses, float* logits, float* 
 // cross-entropy, vocab-parallel (see crossentropy_online_stats_cpu): one warp per row for the
 // statistics, one thread per row to rescale, one block per row for the loss and the gradient
 
+// The online (max, sum) of softmax over one more pack of `count` logits: the pack's maximum
+// first, so that the running sum is rescaled at most once a pack and each logit costs one
+// exponential (a logit at a time, as before issue 39, costs two where the maximum moves, and
+// each exponential waits on its compare: the cross-entropy was bound by issuing instructions,
+// 267 a pack in its two loops, not by its bytes; tests/recost.py). exp(x) as 2^(x log2 e).
+__device__ inline void online_softmax_add_pack(float* max, float* sum, const x128& pack, int count) {
+    float pack_max = -INFINITY;
+    UNROLL
+    for (int k = 0; k < X128; k++)
+        if (k < count) pack_max = fmaxf(pack_max, floatX_to_float(pack.e[k]));
+    if (pack_max > *max) {
+        *sum *= exp2f((*max - pack_max) * LOG2E);   // *max = -inf at first: 2^-inf = 0
+        *max = pack_max;
+    }
+    float max_log2 = *max * LOG2E;
+    UNROLL
+    for (int k = 0; k < X128; k++)
+        if (k < count) *sum += exp2f(fmaf(floatX_to_float(pack.e[k]), LOG2E, -max_log2));
+}
+
+// a thread's online (max, sum) over the packs of row l at v0, v0 + stride, ... below `valid`.
+// In a 16-byte aligned row (a vocabulary a multiple of 8) every whole pack is aligned: those
+// take one 128-bit load each, the test made once a row (load_pack's test on each pack lets nvcc
+// issue its 8 element loads beside the 128-bit one); then the rest, pack by pack
+__device__ inline void online_softmax_row(float* max, float* sum, const floatX* l, int v0, int stride, int valid) {
+    int v = v0;
+    if (aligned_128(l))
+        for (; v + X128 <= valid; v += stride) online_softmax_add_pack(max, sum, load128(l + v), X128);
+    for (; v < valid; v += stride) online_softmax_add_pack(max, sum, load_pack(l + v, pack_count(v, valid)), pack_count(v, valid));
+}
+
 // Each lane keeps its own online (max, sum) over the packs lane, lane + 32, ...; the warp
 // then takes the maximum of the lanes' maxima and adds the lanes' sums rescaled to it.
 __global__ void crossentropy_online_stats_kernel(float* row_max, float* local_max, float* sums, const floatX* logits,
@@ -3163,11 +3204,7 @@ __global__ void crossentropy_online_stats_kernel(float* row_max, float* local_ma
     if (n >= N) return;
     const floatX* l = logits + (size_t)n * V;
     float m = -INFINITY, s = 0.0f;
-    for (int v = lane * X128; v < valid; v += 32 * X128) {
-        int count = valid - v < X128 ? valid - v : X128;
-        x128 pl = load_pack(l + v, count);
-        for (int k = 0; k < count; k++) online_softmax_add(&m, &s, floatX_to_float(pl.e[k]));
-    }
+    online_softmax_row(&m, &s, l, lane * X128, 32 * X128, valid);
     float row_m = warp_reduce_max(m);
     s = warp_reduce_sum(rescaled_sum(s, m, row_m));
     if (lane == 0) {
@@ -3198,18 +3235,32 @@ static int crossentropy_block(int V) {
 }
 
 // the block's row l[0 .. V) becomes its gradient, dloss * (softmax - onehot(local_target)):
-// p = exp(l - row_max) / sum on the valid columns, 0 on the padding
-__device__ void crossentropy_row_backward(floatX* l, float row_max, float sum, int local_target, float dloss,
-                                          int V, int valid) {
-    float inv_sum = 1.0f / sum;
-    for (int v = threadIdx.x * X128; v < V; v += blockDim.x * X128) {
-        int count = V - v < X128 ? V - v : X128;
-        x128 pl = load_pack(l + v, count), pg;
-        for (int k = 0; k < X128; k++) {
-            float p = v + k < valid ? expf(floatX_to_float(pl.e[k]) - row_max) * inv_sum : 0.0f;
-            pg.e[k] = to_floatX((p - (v + k == local_target ? 1.0f : 0.0f)) * dloss);
+// p = exp(l - row_max) / sum on the valid columns, 0 on the padding. p = 2^(l log2 e - offset),
+// the division folded into the exponent: a fused multiply-add and an exponential a logit.
+// The whole packs of an aligned row (see online_softmax_row) in one loop of 128-bit loads and
+// stores, then the rest pack by pack; the target's one-hot last, by the thread that wrote its
+// pack, from its logit (the row holds its gradient by then): the same p, the same rounding.
+__device__ void crossentropy_row_backward(floatX* l, float row_max, float sum, int local_target, float target_logit,
+                                          float dloss, int V, int valid) {
+    float offset = (row_max + logf(sum)) * LOG2E;
+    int v = threadIdx.x * X128, stride = blockDim.x * X128;
+    if (aligned_128(l))
+        for (; v + X128 <= valid; v += stride) {
+            x128 pl = load128(l + v), pg;
+            UNROLL
+            for (int k = 0; k < X128; k++) pg.e[k] = to_floatX(exp2f(fmaf(floatX_to_float(pl.e[k]), LOG2E, -offset)) * dloss);
+            store128(l + v, pg);
         }
+    for (; v < V; v += stride) {
+        int count = pack_count(v, V);
+        x128 pl = load_pack(l + v, count), pg;
+        for (int k = 0; k < X128; k++)
+            pg.e[k] = to_floatX(v + k < valid ? exp2f(fmaf(floatX_to_float(pl.e[k]), LOG2E, -offset)) * dloss : 0.0f);
         store_pack(l + v, pg, count);
+    }
+    if (local_target >= 0 && local_target < V && local_target / X128 % blockDim.x == threadIdx.x) {
+        float p = local_target < valid ? exp2f(fmaf(target_logit, LOG2E, -offset)) : 0.0f;
+        l[local_target] = to_floatX((p - 1.0f) * dloss);
     }
 }
 
@@ -3219,7 +3270,8 @@ __global__ void crossentropy_forward_kernel(float* losses, floatX* logits, const
     int n = blockIdx.x;
     if (threadIdx.x == 0) losses[n] = logf(sums[n]) + row_max[n] - sums[N + n];
     if (dloss != 0.0f)
-        crossentropy_row_backward(logits + (size_t)n * V, row_max[n], sums[n], targets[n] - vocab_start, dloss, V, valid);
+        crossentropy_row_backward(logits + (size_t)n * V, row_max[n], sums[n], targets[n] - vocab_start, sums[N + n],
+                                  dloss, V, valid);
 }
 
 // row n = blockIdx.x, the whole vocabulary: its maximum and sum (each thread online over its
@@ -3230,22 +3282,18 @@ __global__ void crossentropy_forward_fused_kernel(float* losses, floatX* logits,
     int n = blockIdx.x, target = targets[n];
     floatX* l = logits + (size_t)n * V;
     float m = -INFINITY, s = 0.0f;
-    for (int v = threadIdx.x * X128; v < valid; v += blockDim.x * X128) {
-        int count = valid - v < X128 ? valid - v : X128;
-        x128 pl = load_pack(l + v, count);
-        for (int k = 0; k < count; k++) online_softmax_add(&m, &s, floatX_to_float(pl.e[k]));
-    }
+    online_softmax_row(&m, &s, l, threadIdx.x * X128, blockDim.x * X128, valid);
     float block_m = block_reduce_max(m);
     float sum = block_reduce_sum(rescaled_sum(s, m, block_m));
+    float target_logit = target >= 0 && target < valid ? floatX_to_float(l[target]) : 0.0f;   // every thread's
     if (threadIdx.x == 0) {
-        float target_logit = target >= 0 && target < valid ? floatX_to_float(l[target]) : 0.0f;
         losses[n] = logf(sum) + block_m - target_logit;
         row_max[n] = block_m;
         sums[n] = sum;
         sums[N + n] = target_logit;
     }
     __syncthreads();   // the target's logit is read before any thread writes the gradient over it
-    if (dloss != 0.0f) crossentropy_row_backward(l, block_m, sum, target, dloss, V, valid);
+    if (dloss != 0.0f) crossentropy_row_backward(l, block_m, sum, target, target_logit, dloss, V, valid);
 }
 
 static void crossentropy_online_stats(float* row_max, float* local_max, float* sums, const floatX* logits,

@@ -491,6 +491,16 @@ static void charge_bias_grad(StageCost* c, int rows, int width, double x) {
     charge_reduction(c, "bias gradients (column sums)", (double)rows * width * x + 2.0 * partials + 8.0 * width, chains);
 }
 
+// A bias gradient summed in its weight gradient's GEMM (cuBLASLt's BGRADB epilogue: kernels.cuh's
+// matmul_backward_params; the GEMM reads dout anyway, the epilogue's cost inside the GEMMs'
+// efficiency), then one launch of column_partials_add adding the width sums to the gradient:
+// a block of COLUMN_ADD_BLOCK threads per 32 columns, each thread one trip to memory
+static void charge_epilogue_bias_grad(StageCost* c, int width) {
+    double bytes = 3.0 * 4.0 * width;   // the sums read, the gradient read and written
+    double chains = chain_seconds(c->hw, ceil(width / 32.0), blocks_per_sm(COLUMN_ADD_BLOCK, 32), 1.0, 0.0);
+    charge_reduction(c, "bias gradients (GEMM epilogue, then added)", bytes, chains);
+}
+
 // a message of `bytes` sent by each rank of the group in `steps` ring steps
 static void charge_message(StageCost* c, const char* name, int group, double steps, double bytes) {
     charge(c, name, 1, 0.0, bytes, steps * 1e-6 * c->hw->latency_us + bytes / c->group_bandwidth[group]);
@@ -843,17 +853,20 @@ static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int 
 
 static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
-    int rows = m->B * m->T, R = m->residual_rows;   // the row-parallel biases' gradients: over the residual rows
+    int R = m->residual_rows;   // with SP, the row-parallel biases' gradients: over the residual rows
     const char* linear = "linear layers backward (cuBLAS)";
     charge_linear_backward(c, linear, N, C, m->qkv_local, x);   // qkv
     charge_linear_backward(c, linear, N, Cl, C, x);             // the attention's projection
     charge_linear_backward(c, linear, N, C, m->fc_local, x);    // fc1
     charge_linear_backward(c, linear, N, Fl, C, x);             // the MLP's projection
-    if (!m->cfg.disable_bias_linear) {   // the MLP's projection, fc1, the attention's projection, qkv
-        charge_bias_grad(c, R, C, x);
-        charge_bias_grad(c, rows, m->fc_local, x);
-        charge_bias_grad(c, R, C, x);
-        charge_bias_grad(c, rows, m->qkv_local, x);
+    if (!m->cfg.disable_bias_linear) {
+        // the row-parallel layers' (the MLP's and the attention's projections): with SP over the
+        // residual rows before the reduce-scatter, by column sums (gpt.h's rows_add_backward)
+        for (int layer = 0; layer < 2; layer++)
+            if (m->sequence_parallel) charge_bias_grad(c, R, C, x);
+            else charge_epilogue_bias_grad(c, C);
+        charge_epilogue_bias_grad(c, m->fc_local);
+        charge_epilogue_bias_grad(c, m->qkv_local);
     }
     if (m->cfg.swiglu)   // fc1's output (gate and up) and dout read, their gradient written
         charge_kernel(c, "swiglu backward", 1, 5.0 * N * Fl * x);

@@ -7,7 +7,7 @@
 set -u
 cd "$(dirname "$0")/.."
 TESTS="rooms unicode_table fixtures kernels kernels_blas data preprocess_gpt2 tokenizer model cli megatron_flags parallel scale watchdog configs
-       check_cluster hosts dry_run plan gpu_check checkpoint crash_points eval hf generate tensorboard trace emu_kernels emu_train sass"
+       check_cluster hosts dry_run plan gpu_check checkpoint crash_points eval hf generate tensorboard trace emu_kernels emu_train sass recost"
 for name in "$@"; do
     case " $(echo $TESTS) " in
         *" $name "*) ;;

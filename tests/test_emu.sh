@@ -125,9 +125,9 @@ plant "a missing cp.async wait: the backward reads a step's q, dout, lse and D s
 plant "a missing barrier: the backward's dQ product reads dS^T before the other warps wrote theirs" \
     '\|__syncthreads();   // the block.s dS^T is whole|d'
 plant "dQ out of turn: the backward adds a key tile's part without waiting for the tiles before it" \
-    '\|flash_wait_turn(turn, diagonal - kt);|d'
+    '\|flash_wait_turn(turn, kt);|d'
 plant "dQ's turns from blockIdx: a block waits for blocks the GPU may start after it" \
-    's|int i = (int)\*ticket,|int i = (int)blockIdx.x,|'
+    's|unsigned i = atomicAdd(counters + (size_t)B \* NH \* steps_T, 1u);|unsigned i = blockIdx.x;|'
 plant "a missing barrier: a block passes dQ's turn before all its threads have added their part" \
     '/^__device__ inline void flash_pass_turn/,/^}/{/__syncthreads();/d}'
 plant "dQ's turn counters never zeroed: the D kernel leaves what the last backward counted" \

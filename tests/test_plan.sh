@@ -152,17 +152,22 @@ else bad "kernel time" "$gb GB in $ms ms, expected $expected"; fi
 # --- the column reductions, latency-bound where they are (issue 39): each kernel the longer of
 # its bytes at 2000 GB/s x 0.8 and its chains of dependent round trips to memory (0.2279 us:
 # --hw h100-80gb's 400 cycles at 1755 MHz; an L2 trip half of it), wave after wave of the blocks
-# an SM holds (64K registers and 2048 threads an SM). The bias gradient over [N, OC]
-# (column_sums_kernel): bias_grad_chunks' chunks x ceil(OC / 256) blocks of 256 threads (32
-# registers: 8 an SM), each thread ceil(chunk rows / 4) trips, then the last block's counter
-# and ceil(chunks / 16) trips to L2; its bytes dout, the partials written and read, the
+# an SM holds (64K registers and 2048 threads an SM). A linear layer's bias gradient is summed
+# in its weight gradient's GEMM (cuBLASLt's BGRADB epilogue, its cost in the GEMM's), then added
+# by column_partials_add: ceil(OC / 32) blocks of 1024 threads (2 an SM), one trip; its bytes
+# the sums read and the gradient read and written. With sequence parallelism the row-parallel
+# layers' (the two projections') are summed over the residual rows before the reduce-scatter
+# by column_sums_kernel over [N / TP, C]: bias_grad_chunks' chunks x ceil(C / 256) blocks of 256
+# threads (32 registers: 8 an SM), each thread ceil(chunk rows / 4) trips, then the last block's
+# counter and ceil(chunks / 16) trips to L2; its bytes dout, the partials written and read, the
 # gradient read and written. LayerNorm's backward (128 registers: 2 blocks an SM): one block per
 # 32 rows, a warp's 4 rows' loads of a window of 256 columns in flight together, 2 x ceil(C /
 # 256) trips; its bytes dout, the input, dinp read and written, mean and rstd, the weight's and
 # bias's partials written; then column_partials_add: ceil(2C / 32) blocks of 1024 threads (2 an
 # SM), each warp ceil(chunks / 32) partials 4 a trip from L2, then the warps' sums: one trip
-# more; the final norm's dres zeroed first. The bias sums' chains are longer than their bytes.
-reductions_expected() {  # MBS: the bias gradients' and the layernorm backward's ms per step
+# more; the final norm's dres zeroed first. The column sums' chains are longer than their bytes.
+reductions_expected() {  # MBS: without SP the biases' adds and the layernorm backward's ms per step;
+                         # at TP 2 with SP the column sums' and the adds' ms per step
     awk -v B="$1" 'function ceil(v) { return v == int(v) ? v : int(v) + 1 }
         function max(a, b) { return a > b ? a : b }
         function chains(blocks, per_sm, trips, l2) { return ceil(blocks / (per_sm * 132)) * (trips + 0.5 * l2) * 400 / 1755e6 }
@@ -171,23 +176,29 @@ reductions_expected() {  # MBS: the bias gradients' and the layernorm backward's
             rows = ceil(N / wanted); chunks = ceil(N / rows); rows = ceil(N / chunks)
             b = N * OC * 2 + 2 * chunks * OC * 4 + 8 * OC
             return max(b / 1600e9, chains(chunks * ceil(OC / 256), 8, ceil(rows / 4), 0) + chains(1, 1, 0, 1 + ceil(chunks / 16))) }
+        function added(OC) { return max(12 * OC / 1600e9, chains(ceil(OC / 32), 2, 1, 0)) }
         function ln(N, C,   chunks, partials, kernel) {
             chunks = ceil(N / 32); partials = 2 * 4 * chunks * C
             kernel = max((4 * N * C * 2 + 8 * N + partials) / 1600e9, chains(chunks, 2, 2 * ceil(C / 256), 0))
             return kernel + max(partials / 1600e9, chains(ceil(2 * C / 32), 2, 0, ceil(ceil(chunks / 32) / 4) + 1)) }
         BEGIN { N = B * 1024; C = 768
-                printf "%.2f %.2f\n", 1e3 * 12 * (2 * bias(N, C) + bias(N, 4 * C) + bias(N, 3 * C)),
-                                       1e3 * (25 * ln(N, C) + N * C * 2 / 1600e9) }'
+                printf "%.2f %.2f %.2f %.2f\n", 1e3 * 12 * (2 * added(C) + added(4 * C) + added(3 * C)),
+                                                 1e3 * (25 * ln(N, C) + N * C * 2 / 1600e9),
+                                                 1e3 * 12 * 2 * bias(N / 2, C), 1e3 * 12 * (added(4 * C / 2) + added(3 * C / 2)) }'
 }
 ./train_cpu --dry-run --world-size 1 $gpt2 $hw --micro-batch-size 1 > $B/gpt2-mbs1.plan 2>&1
-read bias16 ln16 <<< "$(reductions_expected 16)"
-read bias1 ln1 <<< "$(reductions_expected 1)"
+./train_cpu --dry-run --world-size 2 $gpt2 $hw --tensor-model-parallel-size 2 --sequence-parallel > $B/gpt2-sp.plan 2>&1
+read added16 ln16 sums_sp added_sp <<< "$(reductions_expected 16)"
+read added1 ln1 _ _ <<< "$(reductions_expected 1)"
+epilogue='bias gradients (GEMM epilogue, then added)'
 bytes_only=$(awk -v g="$(row 'layernorm backward' 3 gpt2-mbs1)" 'BEGIN { printf "%.2f", g / 1.6 }')
-if near "$(row 'bias gradients (column sums)' 4)" "$bias16" 0.01 && near "$(row 'layernorm backward' 4)" "$ln16" 0.01 &&
-   near "$(row 'bias gradients (column sums)' 4 gpt2-mbs1)" "$bias1" 0.01 && near "$(row 'layernorm backward' 4 gpt2-mbs1)" "$ln1" 0.01 &&
-   [ "$(row 'layernorm backward' 1)" = 51 ] && [ "$(row 'bias gradients (column sums)' 1)" = 48 ]; then
-    ok "the column reductions: the longer of their bytes and their chains of round trips (MBS 16: bias $bias16 ms, layernorm backward $ln16 ms; MBS 1: $bias1 and $ln1 ms, its bytes alone $bytes_only)"
-else bad "the column reductions' time" "MBS 16: $(row 'bias gradients (column sums)' 4) and $(row 'layernorm backward' 4) ms, expected $bias16 and $ln16; MBS 1: $(row 'bias gradients (column sums)' 4 gpt2-mbs1) and $(row 'layernorm backward' 4 gpt2-mbs1), expected $bias1 and $ln1"; fi
+if near "$(row "$epilogue" 4)" "$added16" 0.01 && near "$(row 'layernorm backward' 4)" "$ln16" 0.01 &&
+   near "$(row "$epilogue" 4 gpt2-mbs1)" "$added1" 0.01 && near "$(row 'layernorm backward' 4 gpt2-mbs1)" "$ln1" 0.01 &&
+   [ "$(row 'layernorm backward' 1)" = 51 ] && [ "$(row "$epilogue" 1)" = 48 ] && ! grep -q 'column sums' $B/gpt2.plan &&
+   near "$(row 'bias gradients (column sums)' 4 gpt2-sp)" "$sums_sp" 0.01 && [ "$(row 'bias gradients (column sums)' 1 gpt2-sp)" = 24 ] &&
+   near "$(row "$epilogue" 4 gpt2-sp)" "$added_sp" 0.01 && [ "$(row "$epilogue" 1 gpt2-sp)" = 24 ]; then
+    ok "the column reductions: the longer of their bytes and their chains of round trips (MBS 16: the biases' adds after their GEMMs $added16 ms, layernorm backward $ln16 ms; MBS 1: $added1 and $ln1 ms, its bytes alone $bytes_only; TP 2 with SP: the projections' column sums $sums_sp ms, the other biases' adds $added_sp)"
+else bad "the column reductions' time" "MBS 16: $(row "$epilogue" 4) and $(row 'layernorm backward' 4) ms, expected $added16 and $ln16; MBS 1: $(row "$epilogue" 4 gpt2-mbs1) and $(row 'layernorm backward' 4 gpt2-mbs1), expected $added1 and $ln1; TP 2 SP: $(row 'bias gradients (column sums)' 4 gpt2-sp) and $(row "$epilogue" 4 gpt2-sp), expected $sums_sp and $added_sp"; fi
 # --- the launches (issue 39): the device idles 1 us (--hw h100-80gb's) between two kernels;
 # the gaps' row counts every kernel launch of the table's other rows (a GEMM, a fused attention
 # kernel, a memory-bound kernel; not a message), here all of them, and charges 1 us each

@@ -14,6 +14,10 @@ to D's type, as cuBLASLt applies its epilogue to the fp32 accumulator:
   DGELU          D = x * GELU'(aux[i + j*aux_ld]): aux is read (the GELU's input, as GELU_AUX
                  wrote it in the forward), with the same ld rules; the backward of a GELU
                  folded into the GEMM that computes the gradient at its output.
+  BGRADB         D = x, and bias[j] = sum_l op(B)[l, j] (n elements, D's type: a bias
+                 gradient, written where the other epilogues read a bias), the sums in
+                 double rounded once: the bias gradient of the layer whose output gradient
+                 is op(B), folded into its weight gradient's GEMM.
 GELU is the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and GELU' its
 derivative. cuBLASLt's
 documentation only says "GELU point-wise transform"; that it is the tanh form is what
@@ -23,8 +27,8 @@ What is checked, as cuBLASLt documents it (CUBLAS_STATUS_INVALID_VALUE): layouts
 do not agree (op(A) m x k, op(B) k x n, C and D m x n), ld below the rows, an epilogue that
 needs a bias or aux pointer without one, an aux ld below m or not a multiple of 8. Only what
 gridgpt uses is emulated (NOT_SUPPORTED otherwise): fp32 compute and scale, A and B both
-bf16 or both fp16, C and D alike and of A's type or fp32, bias of D's type or fp32, aux of
-D's type. The algorithm the heuristic returns keeps the minimum alignments of A, B, C and D
+bf16 or both fp16, C and D alike and of A's type or fp32, bias of D's type or fp32 (a BGRADB
+bias gradient: D's type, as cuBLASLt.h says), aux of D's type. The algorithm the heuristic returns keeps the minimum alignments of A, B, C and D
 the preference asked for (cuBLASLt's default: 256 bytes); cublasLtMatmul with a pointer
 less aligned than that is NOT_SUPPORTED here (on the GPU the algorithm is not allowed to
 meet it). The bias and aux pointers must be 16-byte aligned (our conservative reading: the
@@ -46,6 +50,7 @@ typedef enum {
     CUBLASLT_EPILOGUE_GELU_BIAS = 36,
     CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
     CUBLASLT_EPILOGUE_DGELU = 192,
+    CUBLASLT_EPILOGUE_BGRADB = 512,
 } cublasLtEpilogue_t;
 
 typedef enum {
@@ -181,6 +186,8 @@ static cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
 // the checks both the heuristic and the matmul make
 
 static bool emu_lt_has_bias(cublasLtEpilogue_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+// the bias pointer, read (a bias) or written (a bias gradient)
+static bool emu_lt_has_bias_pointer(cublasLtEpilogue_t e) { return emu_lt_has_bias(e) || e == CUBLASLT_EPILOGUE_BGRADB; }
 static bool emu_lt_has_gelu(cublasLtEpilogue_t e) { return e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
 static bool emu_lt_has_aux(cublasLtEpilogue_t e) { return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU; }
 static bool emu_is_16bit(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_16F; }
@@ -198,15 +205,16 @@ static cublasStatus_t emu_lt_problem(cublasLtMatmulDesc_t d, cublasLtMatrixLayou
     const EmuMatrixLayout* all[4] = {A, B, C, D};
     for (const EmuMatrixLayout* l : all)
         if (l->ld < (int64_t)(l->rows > 1 ? l->rows : 1)) return CUBLAS_STATUS_INVALID_VALUE;
-    if (emu_lt_has_bias(d->epilogue) && d->bias == NULL) return CUBLAS_STATUS_INVALID_VALUE;
+    if (emu_lt_has_bias_pointer(d->epilogue) && d->bias == NULL) return CUBLAS_STATUS_INVALID_VALUE;
     if (emu_lt_has_aux(d->epilogue) && (d->aux == NULL || d->aux_ld < (int64_t)D->rows || d->aux_ld % 8 != 0))
         return CUBLAS_STATUS_INVALID_VALUE;
     cudaDataType_t bias_type = d->bias_type == -1 ? D->type : (cudaDataType_t)d->bias_type;
     bool epilogue_known = d->epilogue == CUBLASLT_EPILOGUE_DEFAULT || emu_lt_has_bias(d->epilogue) || emu_lt_has_gelu(d->epilogue) ||
-                          d->epilogue == CUBLASLT_EPILOGUE_DGELU;
+                          d->epilogue == CUBLASLT_EPILOGUE_DGELU || d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F || A->type != B->type || !emu_is_16bit(A->type) ||
         C->type != D->type || (D->type != A->type && D->type != CUDA_R_32F) || !epilogue_known ||
-        (emu_lt_has_bias(d->epilogue) && bias_type != D->type && bias_type != CUDA_R_32F))
+        (emu_lt_has_bias(d->epilogue) && bias_type != D->type && bias_type != CUDA_R_32F) ||
+        (d->epilogue == CUBLASLT_EPILOGUE_BGRADB && bias_type != D->type))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -253,7 +261,7 @@ static cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc
     for (int i = 0; i < 4; i++)
         if ((uintptr_t)pointers[i] % (algo->data[i] ? algo->data[i] : 1) != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
     cublasLtEpilogue_t e = desc->epilogue;
-    if ((emu_lt_has_bias(e) && (uintptr_t)desc->bias % 16 != 0) || (emu_lt_has_aux(e) && (uintptr_t)desc->aux % 16 != 0))
+    if ((emu_lt_has_bias_pointer(e) && (uintptr_t)desc->bias % 16 != 0) || (emu_lt_has_aux(e) && (uintptr_t)desc->aux % 16 != 0))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     cudaDataType_t bias_type = desc->bias_type == -1 ? Ddesc->type : (cudaDataType_t)desc->bias_type;
@@ -265,6 +273,7 @@ static cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc
         (be != 0.0 && !emu_matrix_in_device(C, Cdesc->type, m, n, ldc, 0, 1)) ||
         !emu_matrix_in_device(D, Ddesc->type, m, n, ldd, 0, 1) ||
         (emu_lt_has_bias(e) && !emu_matrix_in_device(desc->bias, bias_type, m, 1, m, 0, 1)) ||
+        (e == CUBLASLT_EPILOGUE_BGRADB && !emu_matrix_in_device(desc->bias, bias_type, n, 1, n, 0, 1)) ||
         (emu_lt_has_aux(e) && !emu_matrix_in_device(desc->aux, Ddesc->type, m, n, (int)desc->aux_ld, 0, 1)) ||
         (workspace_bytes > 0 && !emu_is_device_range(workspace, workspace_bytes)))
         emu_fail("%s", "cuBLASLt matmul: a matrix, the bias, aux or the workspace reaches outside its device allocation");
@@ -283,6 +292,12 @@ static cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc
             else if (emu_lt_has_aux(e)) emu_store(desc->aux, Ddesc->type, at_aux, x);
             if (emu_lt_has_gelu(e)) x = emu_gelu(x);
             emu_store(D, Ddesc->type, (size_t)i + (size_t)j * ldd, x);
+        }
+        if (e == CUBLASLT_EPILOGUE_BGRADB) {
+            double column_sum = 0.0;
+            for (int l = 0; l < k; l++)
+                column_sum += emu_load(B, Bdesc->type, desc->transb == CUBLAS_OP_N ? (size_t)l + (size_t)j * ldb : (size_t)j + (size_t)l * ldb);
+            emu_store((void*)desc->bias, bias_type, (size_t)j, column_sum);
         }
     }
     return CUBLAS_STATUS_SUCCESS;

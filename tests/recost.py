@@ -1,0 +1,544 @@
+#!/usr/bin/env python3
+"""tests/recost.py — GPT-2 124M's training step on one H100 re-costed kernel by kernel from
+the code (issue 39), beside the planner's estimate of each kernel.
+
+ESTIMATES, ALL OF THEM: no GPU has run these kernels. The re-cost prices what each kernel
+does, read from kernels.cuh and from the compiled code, not from plan.h's formulas:
+  - a GEMM (cuBLAS/cuBLASLt, not our code): its FLOPs / (989 TFLOP/s x an efficiency fitted to
+    the one GPU run we have; see GEMM EFFICIENCIES);
+  - the fused attention: issue-bound (docs/gpu-kernels.md, "Issue 39, in the SASS"): the warp
+    instructions of its inner loop, counted in the sm_90 SASS (tests/test_sass.py's functions),
+    times the loop's trips, at 651 G warp instructions a second, or its L2 traffic if longer;
+  - every other kernel: the bytes its code reads and writes in device memory at the streaming
+    bandwidth, or its dependent chains of loads (waves x trips x latency) if longer, or the
+    issue of its SASS loops where counted (the cross-entropy), whichever is longest;
+  - each launch: the device's idle gap between two kernels.
+The planner's figures are parsed from `./train_cpu --dry-run --hw h100-80gb ...` (build it
+with `make cpu`). Usage:
+  python3 tests/recost.py            the tables at 16 x 1024 and 64 x 1024
+  python3 tests/recost.py --check    also fail (exit 1, one line a row) where the planner is
+                                     outside [1/1.3, 1.3] of the re-cost on any row
+  python3 tests/recost.py --markdown the tables as markdown (docs/gpu-kernels.md's section)
+The SASS comes from train.c compiled for sm_90 in bf16 (test_sass.compile_cubin), cached in
+tests/build/recost/ under a hash of the sources; nvcc and nvdisasm must be there.
+"""
+import hashlib
+import heapq
+import math
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_sass   # noqa: E402  (the cubin, the SASS parser, the inner loop, the occupancy)
+
+ROOT = test_sass.ROOT
+CACHE = os.path.join(ROOT, "tests", "build", "recost")
+TOLERANCE = 1.3   # issue 39's "Done when": the planner within 1.3x of the re-cost, kernel by kernel
+
+# ----------------------------------------------------------------------------
+# the GPU and the inputs, each with its source
+
+PEAK_FLOPS = 989e12            # H100 SXM5 dense bf16 tensor-core peak (NVIDIA's H100 datasheet)
+HBM_BANDWIDTH = 3.35e12        # H100 SXM5 HBM3, bytes/s (the same datasheet)
+STREAM_FRACTION = 0.84         # a copy kernel's share of the datasheet bandwidth: GPUInspector.jl's A100-SXM4-40GB
+                               # page, 1220.7 of 1448.4 GiB/s (no H100 figure there; hardware.h's source too)
+L2_BANDWIDTH = 5.5e12          # H100's L2 read bandwidth measured by Chips and Cheese ("Nvidia's H100: Funny L2,
+                               # and Tons of Bandwidth", 2023, an H100 PCIe: a floor for the SXM5)
+SMS = 132                      # H100 SXM5's SMs (NVIDIA's Hopper whitepaper)
+CLOCK_HZ = 1.755e9             # the clock docs/gpu-kernels.md's issue rate uses (Table 3 of the GPU table cited in hardware.h)
+MEMORY_LATENCY_S = 400 / CLOCK_HZ   # a load's round trip to device memory, 400 cycles, idle (the same Table 3)
+L2_LATENCY_S = 200 / CLOCK_HZ       # and to L2, 200 cycles (the same)
+LAUNCH_GAP_S = 0.9e-6          # device idle between two kernels of a full stream: NVIDIA, "Getting Started with
+                               # CUDA Graphs" (2019), a 2.9 us kernel ran back to back at 3.8 us a kernel
+ISSUE_RATE = 651e9             # warp instructions a second in an issue-bound loop on an H100: docs/gpu-kernels.md's
+                               # fit to FlashAttention-2's forward at 198 TFLOP/s (triton-lang/triton PR 2459)
+
+# GEMM EFFICIENCIES: the fraction of the peak cuBLAS reaches on these GEMMs, as FLOPs / (peak x
+# efficiency). Fitted by issue 39's independent reading to the one GPU run we have (docs/measured.md:
+# an H200, GPT-2 124M's shape, byte vocabulary, 4 x 1024 a micro-batch: forward 2.23 ms and backward
+# 6.44 ms a micro-batch; an H200 has an H100 SXM's SMs, clocks and 989 TFLOP/s).
+FORWARD_GEMM_EFFICIENCY = 0.47              # measured (fitted): the forward's cuBLASLt GEMMs
+BACKWARD_GEMM_EFFICIENCY_MEASURED = 0.39    # measured (fitted): the backward's GEMMs on the old path (cublasGemmEx)
+BACKWARD_GEMM_EFFICIENCY_ASSUMED = 0.47     # assumed: the backward on the forward's path (cuBLASLt, 32 MiB workspace)
+CHECKED_BACKWARD = "measured"               # the one --check holds the planner to: the only one measured
+
+# the model: GPT-2 124M (Radford et al. 2019), vocabulary padded to a multiple of 128 as the command below asks
+LAYERS, C, HEADS, FFN, T, VOCAB, VOCAB_PADDED = 12, 768, 12, 3072, 1024, 50257, 50304
+HS = C // HEADS
+X = 2   # bytes of a bf16
+SHAPES = (16, 64)   # micro-batch sequences of 1024: issue 39's two
+LLMC_TOKENS_PER_S = 471e3   # llm.c's GPT-2 124M on 8 H100s, 64 x 1024 a GPU, 139 ms a step (issue 39's figures)
+
+
+def planner_command(batch):
+    return ["./train_cpu", "--dry-run", "--hw", "h100-80gb", "--num-layers", str(LAYERS), "--hidden-size", str(C),
+            "--num-attention-heads", str(HEADS), "--seq-length", str(T), "--max-position-embeddings", str(T),
+            "--vocab-size", str(VOCAB), "--make-vocab-size-divisible-by", "128", "--micro-batch-size", str(batch),
+            "--global-batch-size", str(batch), "--bf16", "--train-iters", "10", "--lr", "6e-4",
+            "--attention-backend", "flash"]
+
+
+# ----------------------------------------------------------------------------
+# what the code says: kernels.cuh's and device.cuh's constants, and the compiled kernels
+
+def source_defines():
+    """the integer #defines of kernels.cuh and device.cuh (block sizes, chunk rows, tiles)"""
+    defines = {}
+    for name in ("device.cuh", "kernels.cuh"):
+        with open(os.path.join(ROOT, name)) as f:
+            for m in re.finditer(r"^#define\s+(\w+)\s+\(?(\d+)\)?\s*(?://.*)?$", f.read(), flags=re.M):
+                defines.setdefault(m.group(1), int(m.group(2)))
+    return defines
+
+
+def sources_hash():
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(ROOT)):
+        if name.endswith((".h", ".cuh", ".c")) or name == "Makefile":
+            with open(os.path.join(ROOT, name), "rb") as f:
+                h.update(name.encode() + f.read())
+    return h.hexdigest()[:16]
+
+
+def compiled_kernels():
+    """{short name: (ptxas resources, SASS instructions)} of train.c for sm_90 in bf16, compiled
+    once per version of the sources (cached in tests/build/recost/)"""
+    os.makedirs(CACHE, exist_ok=True)
+    label = f"train_sm90_bf16_{sources_hash()}"
+    sass_path, log_path = os.path.join(CACHE, label + ".sass"), os.path.join(CACHE, label + ".ptxas.log")
+    if not (os.path.exists(sass_path) and os.path.exists(log_path)):
+        nvcc = test_sass.find_nvcc()
+        nvdisasm = test_sass.find_nvdisasm(nvcc) if nvcc else None
+        if not nvcc or not nvdisasm:
+            sys.exit("recost: needs nvcc and nvdisasm to read the compiled kernels (see tests/test_sass.py)")
+        for old in os.listdir(CACHE):   # one version kept
+            os.remove(os.path.join(CACHE, old))
+        test_sass.BUILD = CACHE
+        _, _, error = test_sass.compile_cubin(nvcc, nvdisasm, "train.c", 90, [], label)
+        if error:
+            sys.exit(f"recost: train.c did not compile for sm_90: {error}")
+    with open(sass_path) as f:
+        sass = test_sass.parse_sass(f.read())
+    with open(log_path) as f:
+        ptxas = test_sass.parse_ptxas(f.read())
+    names = test_sass.demangle(ptxas)
+    return {test_sass.short_name(names[m]): (ptxas[m], sass.get(m, [])) for m in ptxas}
+
+
+def kernel(kernels, name):
+    if name not in kernels:
+        sys.exit(f"recost: no kernel {name} in the sm_90 build (renamed? update tests/recost.py)")
+    return kernels[name]
+
+
+def loops(instructions):
+    """each loop of a kernel (a branch back to a label above it) as its body's (opcode, text), its
+    labels inside as ("LABEL", name)"""
+    labels, body, found = {}, [], []
+    for op, text in instructions:
+        if op == "LABEL":
+            labels[text] = len(body)
+            body.append((op, text))
+            continue
+        body.append((op, text))
+        target = re.search(r"\((\.L_x_\d+)\)", text) if op.startswith("BRA") else None
+        if target and target.group(1) in labels:
+            found.append(body[labels[target.group(1)]:])
+    return found
+
+
+def count(loop, prefix):
+    return sum(op.startswith(prefix) for op, _ in loop)
+
+
+WIDE = ("LDG.E.128", "STG.E.128")
+
+
+def whole_pack_path(loop):
+    """the instructions of a pack loop that a whole, aligned pack runs: a conditional branch
+    forward to a 128-bit access (load_pack's test, `BRA P3, label`) skips the element-by-element
+    path up to that label; and a basic block that loads or stores 16-bit elements is that path"""
+    next_op = {}   # a label: the first instruction after it
+    for i, (op, text) in enumerate(loop):
+        if op == "LABEL":
+            next_op[text] = next((o for o, _ in loop[i + 1:] if o != "LABEL"), None)
+    kept, block, skip_to = [], [], None
+    for op, text in loop:
+        if skip_to is not None:
+            if op == "LABEL" and text == skip_to:
+                skip_to = None
+            continue
+        if op == "LABEL":
+            continue
+        block.append(op)
+        branch = re.match(r"BRA !?U?P\w+, `\((\.L_x_\d+)\)", text)
+        if branch and next_op.get(branch.group(1)) in WIDE:
+            skip_to = branch.group(1)
+        if op.startswith(("BRA", "BSYNC")) or skip_to is not None:
+            kept.append(block)
+            block = []
+    kept.append(block)
+    return sum(len(b) for b in kept if not any(re.match(r"(LDG|STG)\.E\.U?16$", op) for op in b))
+
+
+def loops_with_wide_loads(instructions, wide_loads):
+    """the loops holding exactly `wide_loads` 128-bit global loads"""
+    return [l for l in loops(instructions) if count(l, "LDG.E.128") == wide_loads]
+
+
+def loads_ahead(instructions):
+    """the most loads from global memory one trip of a kernel's loop issues before it waits:
+    the LDG count of its loop with the most of them"""
+    return max(count(l, "LDG") for l in loops(instructions))
+
+
+def blocks_per_sm(resources, threads, dynamic_shared=0):
+    return max(1, test_sass.occupancy(90, resources["registers"], threads, resources["shared"] + dynamic_shared)[0])
+
+
+# ----------------------------------------------------------------------------
+# the re-cost of one micro-batch's and one step's kernels
+
+STREAM = HBM_BANDWIDTH * STREAM_FRACTION
+
+
+def chains_seconds(blocks, per_sm, trips, l2_trips=0.0):
+    """blocks in waves of per_sm an SM, each a chain of trips to memory (and to L2) in a row"""
+    return math.ceil(blocks / (per_sm * SMS)) * (trips * MEMORY_LATENCY_S + l2_trips * L2_LATENCY_S)
+
+
+class Recost:
+    def __init__(self, kernels, defines, batch, backward_efficiency):
+        self.k, self.d, self.B = kernels, defines, batch
+        self.N = batch * T
+        self.backward_efficiency = backward_efficiency
+        self.rows = {}   # planner row: [launches, seconds]
+
+    def add(self, row, launches, seconds):
+        r = self.rows.setdefault(row, [0, 0.0])
+        r[0] += launches
+        r[1] += seconds
+
+    def memory(self, row, launches, bytes_, chains=0.0):
+        self.add(row, launches, max(bytes_ / STREAM, chains))
+
+    def gemm(self, row, flops, efficiency, launches=1):
+        self.add(row, launches, flops / (PEAK_FLOPS * efficiency))
+
+    # the embedding: encoder_forward_kernel (a warp a row: the token's and the position's rows
+    # read, the output written; a micro-batch's sequences share the T positions' rows, from L2
+    # after the first), encoder_backward_wte_kernel (a thread an element: dout read, an fp32
+    # atomic add into the token's row of dwte, a read and a write in memory at most) and
+    # encoder_backward_wpe_kernel (a thread an element of dwpe adding the B rows t, t + T, ...
+    # one load after another: its loop holds one load)
+    def embedding(self):
+        N, B = self.N, self.B
+        self.memory("embedding", 1, 4 * N + N * C * X + T * C * X + N * C * X)
+        self.memory("embedding", 1, 4 * N + N * C * X + N * C * 8)
+        res, sass = kernel(self.k, "encoder_backward_wpe_kernel")
+        block = self.d["ELEMENTWISE_BLOCK"]
+        chains = chains_seconds(math.ceil(T * C / block), blocks_per_sm(res, block), B / loads_ahead(sass))
+        self.memory("embedding", 1, N * C * X + T * C * 8, chains)
+
+    # layernorm_forward_kernel and residual_layernorm_forward_kernel: a warp a row, its packs'
+    # loads together; the input(s) read, the output(s) written, mean and rstd (fp32) written. The
+    # fused one reads back the residual row it wrote from its own lane's cache lines.
+    def layernorm_forward(self):
+        self.memory("layernorm forward", 1, 2 * self.N * C * X + 8 * self.N)
+
+    def residual_layernorm(self):
+        self.memory("residual + layernorm (fused)", 1, 4 * self.N * C * X + 8 * self.N)
+
+    def residual(self):
+        self.memory("residual add", 1, 3 * self.N * C * X)
+
+    def linear_flops(self):
+        """one layer's four linear layers' forward FLOPs: qkv, the attention's projection, fc, fcproj"""
+        return 2.0 * self.N * C * (3 * C + C + FFN + FFN)
+
+    # the fused attention forward: B x heads x 16 query tiles of 64 rows, each walking the key
+    # tiles at and left of the diagonal (136 pairs a head at T 1024), 4 warps a block, each warp
+    # running the inner loop once a pair; its L2 traffic: a pair's K and V tiles
+    def attention_forward(self):
+        rows, keys = self.d["FLASH_ROWS"], 64 if HS <= 64 else 32
+        pairs = sum(math.ceil(min(T, r0 + rows) / keys) for r0 in range(0, T, rows))
+        _, sass = kernel(self.k, f"attention_forward_flash_kernel<{HS}, false>")
+        loop = test_sass.inner_loop(sass)[2]
+        warps = rows // 16
+        issue = self.B * HEADS * pairs * warps * loop / ISSUE_RATE
+        l2 = self.B * HEADS * pairs * 2 * keys * HS * X / L2_BANDWIDTH
+        memory = self.B * HEADS * (4 * T * HS * X + 4 * T) / STREAM   # q, k, v read once, out written; lse
+        self.add("attention, fused", 1, max(issue, l2, memory))
+
+    # the backward: the D kernel (dout and out read, D written: memory), then one block per 64-key
+    # tile stepping down the 32-row query steps at and below it (272 a head at T 1024), 4 warps
+    # running the inner loop once a step; its L2 traffic a step: q and dO (16-bit), the rows' lse
+    # and D, and dQ's fp32 part read and written by every key tile after the first
+    def attention_backward(self):
+        rows, step = self.d["FLASH_ROWS"], self.d["FLASH_STEP"]
+        steps = sum(math.ceil((T - r0) / step) for r0 in range(0, T, rows))
+        first_parts = math.ceil(T / step)
+        self.memory("attention, fused", 1, self.B * HEADS * (2 * T * HS * X + 4 * T))
+        _, sass = kernel(self.k, f"attention_backward_flash_kernel<{HS}, false>")
+        loop = test_sass.inner_loop(sass)[2]
+        issue = self.B * HEADS * steps * (rows // 16) * loop / ISSUE_RATE
+        l2 = self.B * HEADS * (steps * (2 * step * HS * X + 2 * 4 * step) + (steps - first_parts) * 2 * step * HS * 4)
+        memory = self.B * HEADS * (8 * T * HS * X + 8 * T + 4 * T * HS)   # q k v dO read, dq dk dv written; sums
+        self.add("attention, fused", 1, max(issue, l2 / L2_BANDWIDTH, memory / STREAM))
+
+    # a bias gradient (kernels.cuh's matmul_backward_params): the weight gradient's GEMM sums
+    # dout's columns in its BGRADB epilogue (inside the GEMMs' fitted efficiency: the GEMM reads
+    # dout anyway), then column_partials_add_kernel with one chunk adds the OC sums to the
+    # gradient: OC / 32 blocks, one trip each, the sums read and the gradient read and written
+    def bias_grad(self, OC):
+        res, sass = kernel(self.k, "column_partials_add_kernel")
+        blocks = math.ceil(OC / 32)
+        chains = chains_seconds(blocks, blocks_per_sm(res, self.d["COLUMN_ADD_BLOCK"]), 1)
+        self.memory("bias gradients (GEMM epilogue)", 1, 3 * 4 * OC, chains)
+
+    # LayerNorm's backward: layernorm_backward_kernel, a block of 8 warps a chunk of 32 rows,
+    # dout and the input read (step 1 from memory, step 2 from the cache), dinp read and written,
+    # the statistics read, the chunk's partials written; its trips: one a window of 256 columns
+    # in each step; issue: its two window loops (the whole-pack instance: 9 and 13 128-bit loads);
+    # then column_partials_add_kernel, 32 columns a 1024-thread block, each warp a run of the
+    # chunks from L2, `loads_ahead` a trip
+    def layernorm_backward(self):
+        d, N = self.d, self.N
+        chunks = math.ceil(N / d["COLUMN_CHUNK_ROWS"])
+        res, sass = kernel(self.k, "layernorm_backward_kernel")
+        windows = math.ceil(C / (32 * d["X128"]))   # NORM_WINDOW: a pack a lane
+        chains = chains_seconds(chunks, blocks_per_sm(res, d["COLUMN_BLOCK"]), 2 * windows)
+        rows_per_warp = d["COLUMN_CHUNK_ROWS"] // (d["COLUMN_BLOCK"] // 32)
+        step_loops = [loops_with_wide_loads(sass, 2 * rows_per_warp + 1), loops_with_wide_loads(sass, 3 * rows_per_warp + 1)]
+        if not all(step_loops):
+            sys.exit("recost: layernorm_backward_kernel's two window loops not found in the SASS (update tests/recost.py)")
+        per_window = sum(min(whole_pack_path(l) for l in found) for found in step_loops)
+        issue = chunks * (d["COLUMN_BLOCK"] // 32) * windows * per_window / ISSUE_RATE
+        partials = 2 * chunks * C * 4
+        self.add("layernorm backward", 1, max((4 * N * C * X + 8 * N + partials) / STREAM, chains, issue))
+        res, sass = kernel(self.k, "column_partials_add_kernel")
+        block = d["COLUMN_ADD_BLOCK"]
+        run = math.ceil(chunks / (block // 32))
+        chains = chains_seconds(math.ceil(2 * C / 32), blocks_per_sm(res, block), 0, run / loads_ahead(sass) + 1)
+        self.add("layernorm backward", 1, max(partials / L2_BANDWIDTH, chains))
+
+    # crossentropy_forward_fused_kernel: a block a row, the row's logits read from memory once
+    # (the second pass from L2, as its comment says: 2 blocks an SM hold 26 MB) and dlogits
+    # written; its pack loops (the statistics', the gradient's) issue-bound at the rate above
+    # where they take longer than the bytes. Since issue 39 a 16-byte aligned row (GPT-2's
+    # 50,304 columns) runs loops of 128-bit accesses alone, and the loops with 16-bit ones take
+    # only the row's last pack; before, each loop chose per pack (whole_pack_path)
+    def crossentropy(self):
+        N = self.N
+        res, sass = kernel(self.k, "crossentropy_forward_fused_kernel")
+        pack_loops = [l for l in loops(sass) if any(op in WIDE for op, _ in l)]
+        whole_only = [l for l in pack_loops if not any(re.match(r"(LDG|STG)\.E\.U?16$", op) for op, _ in l)]
+        per_pack = (sum(len(l) for l in whole_only) if whole_only else
+                    sum(whole_pack_path(l) for l in pack_loops))
+        warp_trips = math.ceil(VOCAB_PADDED / self.d["X128"] / 32)   # a warp's trip: 32 packs of a row
+        issue = N * warp_trips * per_pack / ISSUE_RATE
+        self.add("cross-entropy", 1, max(2 * N * VOCAB_PADDED * X / STREAM, issue))
+
+    def micro_batch(self):
+        N = self.N
+        fwd, bwd = FORWARD_GEMM_EFFICIENCY, self.backward_efficiency
+        linear_fwd, linear_bwd = "linear layers forward", "linear layers backward"
+        self.embedding()
+        self.layernorm_forward()                                  # layer 0's ln1
+        for i in range(LAYERS):
+            self.gemm(linear_fwd, self.linear_flops(), fwd, 4)      # qkv, proj, fc (+GELU), fcproj
+            self.attention_forward()
+            self.residual_layernorm()                               # res2 and ln2
+            if i + 1 < LAYERS:
+                self.residual_layernorm()                           # res3 and the next ln1
+            else:
+                self.residual()
+        self.layernorm_forward()                                  # lnf
+        self.gemm("logits", 2.0 * N * C * VOCAB_PADDED, fwd)
+        self.crossentropy()
+        self.add("launches: loss_mean_add (not a planner row: its launch counted)", 1, 0.0)
+        self.gemm("logits", 2 * 2.0 * N * C * VOCAB_PADDED, bwd, 2)   # dx and dW
+        self.memory("layernorm backward", 1, N * C * X)            # dres zeroed (cudaMemset)
+        self.layernorm_backward()                                  # lnf's
+        for _ in range(LAYERS):
+            self.gemm(linear_bwd, 2 * self.linear_flops(), bwd, 8)  # dinp and dW of each (fcproj's with DGELU)
+            for OC in (C, FFN, C, 3 * C):                           # fcproj, fc, proj, qkv
+                self.bias_grad(OC)
+            self.layernorm_backward()                              # ln2's
+            self.attention_backward()
+            self.layernorm_backward()                              # ln1's
+
+    # the optimizer, once a step: the fp32 gradients zeroed (cudaMemset), the norm's two kernels
+    # (the shard's squares: 1024 blocks, a thread's loop loading `loads_ahead` a trip; the final
+    # sum), AdamW (a block a piece of SHARD_PIECE, a thread an element a trip: master, grad, m, v
+    # read, master, m, v and the 16-bit parameter written)
+    def optimizer(self):
+        d = self.d
+        P = VOCAB_PADDED * C + T * C + LAYERS * (12 * C * C + 13 * C) + 2 * C
+        self.memory("zero gradients", 1, 4 * P)
+        res, sass = kernel(self.k, "sum_squares_ranges_partial_kernel")
+        blocks, threads = d["SUM_SQUARES_MAX_BLOCKS"], d["SUM_SQUARES_BLOCK"]
+        chains = chains_seconds(blocks, blocks_per_sm(res, threads), P / (blocks * threads) / loads_ahead(sass))
+        self.memory("gradient norm", 1, 4 * P, chains)
+        self.add("gradient norm", 1, chains_seconds(1, 1, 0, 1 + blocks / threads))
+        res, _ = kernel(self.k, "adamw_ranges_kernel")
+        threads = d["ELEMENTWISE_BLOCK"]
+        pieces = math.ceil(P / d["SHARD_PIECE"])
+        chains = chains_seconds(pieces, blocks_per_sm(res, threads), d["SHARD_PIECE"] / threads)
+        self.memory("AdamW", 1, P * (7 * 4 + X), chains)
+
+    def step(self):
+        self.micro_batch()
+        self.optimizer()
+        launches = sum(r[0] for r in self.rows.values())
+        self.add("kernel launch gaps", launches, launches * LAUNCH_GAP_S)
+        return self.rows
+
+
+# ----------------------------------------------------------------------------
+# the planner's rows, and the table
+
+# the re-cost's rows and the planner's rows (prefixes of their names) each stands for: a
+# GEMM's epilogue is inside its fitted efficiency, so the planner's epilogue rows join the GEMMs'
+ROWS = [
+    ("embedding", ["embedding"]),
+    ("layernorm forward", ["layernorm forward"]),
+    ("residual + layernorm (fused)", ["residual + layernorm"]),
+    ("linear layers forward", ["linear layers forward", "GELU epilogue's second output"]),
+    ("attention, fused", ["attention, fused"]),
+    ("linear layers backward", ["linear layers backward", "GELU backward: the DGELU"]),
+    ("bias gradients (GEMM epilogue)", ["bias gradients"]),
+    ("layernorm backward", ["layernorm backward"]),
+    ("residual add", ["residual add"]),
+    ("logits", ["logits"]),
+    ("cross-entropy", ["cross-entropy"]),
+    ("kernel launch gaps", ["kernel launch gaps"]),
+    ("zero gradients", ["zero gradients"]),
+    ("gradient norm", ["gradient norm"]),
+    ("AdamW", ["AdamW"]),
+]
+
+
+def planner_rows(batch):
+    """{planner row name: (launches, ms)} and the planner's step in ms, from its dry run"""
+    found = subprocess.run(planner_command(batch), cwd=ROOT, capture_output=True, text=True)
+    if found.returncode != 0:
+        sys.exit(f"recost: the planner's dry run failed ({' '.join(planner_command(batch))}): {found.stderr.strip()[-300:]}")
+    rows = {}
+    section = found.stdout.split("'s step (the slowest", 1)[-1].split("GEMMs only", 1)[0]
+    for m in re.finditer(r"^  (\S.*?)\s+(\d+) \|\s+[\d.]+ \|\s+[\d.]+ \|\s+([\d.]+) \|", section, flags=re.M):
+        rows[m.group(1)] = (int(m.group(2)), float(m.group(3)))
+    step = re.search(r"step = .* = \d+ x ([\d.]+) s \+ ([\d.]+) s", found.stdout)
+    if not rows or not step:
+        sys.exit("recost: could not read the planner's table from its dry run")
+    return rows, 1e3 * (float(step.group(1)) + float(step.group(2)))
+
+
+def planner_row(rows, prefixes):
+    picked = [(n, v) for n, v in rows.items() if any(n.startswith(p) for p in prefixes)]
+    return sum(v[0] for _, v in picked), sum(v[1] for _, v in picked), [n for n, _ in picked]
+
+
+def table(batch, kernels, defines):
+    """the rows [(name, launches, re-cost ms, re-cost ms with the assumed backward, planner ms)] and totals"""
+    measured = Recost(kernels, defines, batch, BACKWARD_GEMM_EFFICIENCY_MEASURED).step()
+    assumed = Recost(kernels, defines, batch, BACKWARD_GEMM_EFFICIENCY_ASSUMED).step()
+    planner, planner_step = planner_rows(batch)
+    rows, claimed = [], set()
+    for name, prefixes in ROWS:
+        launches, seconds = measured[name]
+        p_launches, p_ms, names = planner_row(planner, prefixes)
+        claimed.update(names)
+        rows.append((name, launches, 1e3 * seconds, 1e3 * assumed[name][1], p_ms, p_launches))
+    unclaimed = [n for n in planner if n not in claimed]
+    if unclaimed:
+        sys.exit(f"recost: the planner has rows the re-cost does not price: {', '.join(unclaimed)}")
+    total = {k: 1e3 * sum(v[1] for v in r.values()) for k, r in (("measured", measured), ("assumed", assumed))}
+    return rows, total, planner_step
+
+
+def print_table(batch, rows, total, planner_step, markdown):
+    tokens = batch * T
+    head = ["kernel (planner's row)", "launches", f"re-cost ms (bwd GEMMs {BACKWARD_GEMM_EFFICIENCY_MEASURED}, measured)",
+            f"re-cost ms (bwd GEMMs {BACKWARD_GEMM_EFFICIENCY_ASSUMED}, assumed)", "planner ms", "planner / re-cost"]
+    lines = []
+    for name, launches, ms, ms_assumed, p_ms, _ in rows:
+        ratio = p_ms / ms if ms > 0 else float("inf")
+        lines.append([name, str(launches), f"{ms:.3f}", f"{ms_assumed:.3f}", f"{p_ms:.3f}", f"{ratio:.2f}"])
+    def rate(ms):
+        return f"{tokens / (ms / 1e3) / 1e3:.0f}K tokens/s"
+    lines.append(["**step**" if markdown else "step", "", f"{total['measured']:.2f} ({rate(total['measured'])})",
+                  f"{total['assumed']:.2f} ({rate(total['assumed'])})", f"{planner_step:.2f} ({rate(planner_step)})",
+                  f"{planner_step / total['measured']:.2f}"])
+    print(f"\nGPT-2 124M, {batch} x {T} a micro-batch, one micro-batch a step, bf16, fused attention, one H100 SXM "
+          f"(ESTIMATES: no GPU ran this; llm.c measured {LLMC_TOKENS_PER_S / 1e3:.0f}K tokens/s at 64 x 1024)")
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        for line in lines:
+            print("| " + " | ".join(line) + " |")
+        return
+    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
+    for line in [head] + lines:
+        print("  ".join(cell.ljust(widths[0]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(line)))
+
+
+def check(batch, rows):
+    """the rows where the planner is outside [1/TOLERANCE, TOLERANCE] of the re-cost (the checked one)"""
+    bad = []
+    for name, _, ms, ms_assumed, p_ms, _ in rows:
+        ms_checked = ms if CHECKED_BACKWARD == "measured" else ms_assumed
+        if not (ms_checked / TOLERANCE <= p_ms <= ms_checked * TOLERANCE):
+            bad.append(f"recost: {batch} x {T}, {name}: planner {p_ms:.3f} ms against the re-cost's {ms_checked:.3f} "
+                       f"({p_ms / ms_checked:.2f}x, outside 1/{TOLERANCE} to {TOLERANCE})")
+    return bad
+
+
+# The attention backward's tail (not in the re-cost's rows): its blocks, one per 64-key tile of
+# each (b, head) at GPT-2's T 1024, tile kt walking 32 - 2 kt query steps, started in ticket
+# order on 132 SMs x 3 blocks as slots free (a list schedule; the waits for a dQ turn left out):
+# the step count at which the last block ends, over the even share of the work
+def attention_backward_tail(batch, longest_first):
+    tiles, slots, heads = T // 64, SMS * 3, batch * HEADS
+    if longest_first:   # kernels.cuh's tickets: tile 0 of every (b, head), then tile 1, ...
+        tickets = [kt for kt in range(tiles) for _ in range(heads)]
+    else:               # the first version's: each (b, head)'s tiles from the diagonal's down
+        tickets = [kt for _ in range(heads) for kt in reversed(range(tiles))]
+    steps = [32 - 2 * kt for kt in tickets]
+    free = [0.0] * slots
+    for s in steps:
+        heapq.heappush(free, heapq.heappop(free) + s)
+    return max(free) / (sum(steps) / slots)
+
+
+def main():
+    args = sys.argv[1:]
+    kernels, defines = compiled_kernels(), source_defines()
+    print("ESTIMATES: every re-cost figure below is computed from the code, the compiled SASS and the constants at "
+          "the top of tests/recost.py; none is measured. The planner's are its own estimates (plan.h).")
+    print(f"GEMMs: forward at {FORWARD_GEMM_EFFICIENCY} of 989 TFLOP/s (measured: fitted to the H200 run); backward at "
+          f"{BACKWARD_GEMM_EFFICIENCY_MEASURED} (measured: fitted, the old cublasGemmEx path) or "
+          f"{BACKWARD_GEMM_EFFICIENCY_ASSUMED} (assumed: the forward's cuBLASLt path); --check holds the planner to "
+          f"the {CHECKED_BACKWARD} one")
+    failures = []
+    for batch in SHAPES:
+        rows, total, planner_step = table(batch, kernels, defines)
+        print_table(batch, rows, total, planner_step, "--markdown" in args)
+        failures += check(batch, rows)
+    for batch in SHAPES:
+        print(f"attention backward's tail at {batch} x {T} (not in the rows above): the last block ends "
+              f"{attention_backward_tail(batch, True):.3f}x the work's even share with the tickets' longest-first "
+              f"order, {attention_backward_tail(batch, False):.3f}x with the diagonal's tile first")
+    if "--check" in args:
+        for line in failures:
+            print(line)
+        print("recost: " + ("FAIL" if failures else "PASS") + f": the planner within {TOLERANCE}x of the re-cost on "
+              f"every row at {' and '.join(f'{b} x {T}' for b in SHAPES)}")
+        return 1 if failures else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
