@@ -162,7 +162,8 @@ class Plan:
                 ms[KINDS[0]] += t
             elif name.startswith("attention, fused"):
                 ms[KINDS[1]] += t
-            elif name in ("layernorm backward", "rmsnorm backward", "bias gradients (column sums)"):
+            elif name in ("layernorm backward", "rmsnorm backward") or name.startswith("bias gradients"):
+                # (the GEMM epilogue's bias gradients: the row's launches are column_partials_add's)
                 ms[KINDS[2]] += t
             else:
                 ms[KINDS[3]] += t
