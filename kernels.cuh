@@ -1249,8 +1249,8 @@ static void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
 // - dweight stays fp32 with beta = 1, the gradient summed over micro-batches in fp32 as
 //   mixed precision keeps it (Micikevicius et al. 2018; Megatron-LM's gradient-accumulation
 //   fusion writes its main_grad the same way). llm.c's bf16 dweight would round each
-//   micro-batch's sum to 8 bits; fp32 costs reading and writing 8 bytes an element instead
-//   of 4, 0.7 GB a micro-batch at GPT-2 124M, 0.2 ms on an H100.
+//   micro-batch's sum to 8 bits; fp32 reads and writes 8 bytes an element instead of 4:
+//   0.68 GB a micro-batch at GPT-2 124M against 0.34, 0.24 ms against 0.12 on an H100.
 static const LtEpilogue LT_PLAIN = {CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
 
 // dinp = dout @ W:  dinp^T [C, N] = W^T [C, OC] @ dout^T [OC, N]. Column-major, weight is
