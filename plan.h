@@ -853,20 +853,20 @@ static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int 
 
 static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
-    int R = m->residual_rows;   // with SP, the row-parallel biases' gradients: over the residual rows
+    int rows = m->B * m->T, R = m->residual_rows;   // with SP, the row-parallel biases' gradients: over the residual rows
     const char* linear = "linear layers backward (cuBLAS)";
     charge_linear_backward(c, linear, N, C, m->qkv_local, x);   // qkv
     charge_linear_backward(c, linear, N, Cl, C, x);             // the attention's projection
     charge_linear_backward(c, linear, N, C, m->fc_local, x);    // fc1
     charge_linear_backward(c, linear, N, Fl, C, x);             // the MLP's projection
     if (!m->cfg.disable_bias_linear) {
-        // the row-parallel layers' (the MLP's and the attention's projections): with SP over the
-        // residual rows before the reduce-scatter, by column sums (gpt.h's rows_add_backward)
-        for (int layer = 0; layer < 2; layer++)
-            if (m->sequence_parallel) charge_bias_grad(c, R, C, x);
-            else charge_epilogue_bias_grad(c, C);
-        charge_epilogue_bias_grad(c, m->fc_local);
-        charge_epilogue_bias_grad(c, m->qkv_local);
+        // in the weight gradients' GEMMs on the GPU build; the row-parallel layers' (the MLP's
+        // and the attention's projections) with SP over the residual rows before the
+        // reduce-scatter, by column sums (gpt.h's rows_add_backward), as on the CPU build
+        int widths[4] = {C, C, m->fc_local, m->qkv_local}, row_parallel = 2;   // the projections first
+        for (int k = 0; k < 4; k++)
+            if (m->build.gpu && !(k < row_parallel && m->sequence_parallel)) charge_epilogue_bias_grad(c, widths[k]);
+            else charge_bias_grad(c, k < row_parallel ? R : rows, widths[k], x);
     }
     if (m->cfg.swiglu)   // fc1's output (gate and up) and dout read, their gradient written
         charge_kernel(c, "swiglu backward", 1, 5.0 * N * Fl * x);
