@@ -863,7 +863,8 @@ static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_siz
         // in the weight gradients' GEMMs on the GPU build; the row-parallel layers' (the MLP's
         // and the attention's projections) with SP over the residual rows before the
         // reduce-scatter, by column sums (gpt.h's rows_add_backward), as on the CPU build
-        int widths[4] = {C, C, m->fc_local, m->qkv_local}, row_parallel = 2;   // the projections first
+        int hidden = m->cfg.hidden_size, row_parallel = 2;   // the two projections first
+        int widths[4] = {hidden, hidden, m->fc_local, m->qkv_local};
         for (int k = 0; k < 4; k++)
             if (m->build.gpu && !(k < row_parallel && m->sequence_parallel)) charge_epilogue_bias_grad(c, widths[k]);
             else charge_bias_grad(c, k < row_parallel ? R : rows, widths[k], x);
