@@ -486,7 +486,6 @@ static size_t layernorm_grad_partials(BuildTarget b, int N, int C) {
 }
 
 #ifdef __CUDACC__
-
 // out[c] += the sum of partials[0 .. chunks, c], in a fixed order: block b takes 32 columns (lane
 // l: column 32 b + l), and its warp w the run of chunks [w chunks / 32, (w + 1) chunks / 32), added
 // in order (a warp reads 32 adjacent floats of a chunk's row at a time); then the 32 runs' sums
