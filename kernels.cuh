@@ -2402,8 +2402,8 @@ __device__ void flash_copy_pair(floatX* q_tile, floatX* dout_tile, float* stats,
 // counted up as blocks start, which hands out tile 0 of every (b, group), then tile 1 of every
 // one, and so on: the tiles a block waits for have lower tickets, and started first. Tile kt
 // walks 2 (tiles - kt) steps, tile 0 the most: so the longest blocks start first and the last to
-// start are the shortest (the other order, the diagonal's tile first, had the longest start
-// last and leave the GPU half idle at the end: 15% longer at GPT-2's 16 x 1024 by a list
+// start are the shortest (the other order, the diagonal's tile first, started the longest last
+// and left the GPU half idle at the end: 15% longer at GPT-2's 16 x 1024 by a list
 // schedule of the blocks on 396 slots), and a tile's predecessor in the turns is usually done
 // before it starts. counters: [B, NH, steps] turns, then the ticket; zero when the kernel starts
 // (the D kernel zeroes them). sums: [B, NH, T, HS] floats.
@@ -3164,6 +3164,10 @@ static void crossentropy_forward_fused_cpu(float* losses, float* logits, float* 
 // cross-entropy, vocab-parallel (see crossentropy_online_stats_cpu): one warp per row for the
 // statistics, one thread per row to rescale, one block per row for the loss and the gradient
 
+// exp(logit - offset / log2 e) as 2^(logit log2 e - offset): one fused multiply-add and the
+// GPU's native exponential (offset is in log2 units)
+__device__ inline float exp_shifted(float logit, float offset) { return exp2f(fmaf(logit, LOG2E, -offset)); }
+
 // The online (max, sum) of softmax over one more pack of `count` logits: the pack's maximum
 // first, so that the running sum is rescaled at most once a pack and each logit costs one
 // exponential (a logit at a time, as before issue 39, costs two where the maximum moves, and
@@ -3181,7 +3185,7 @@ __device__ inline void online_softmax_add_pack(float* max, float* sum, const x12
     float max_log2 = *max * LOG2E;
     UNROLL
     for (int k = 0; k < X128; k++)
-        if (k < count) *sum += exp2f(fmaf(floatX_to_float(pack.e[k]), LOG2E, -max_log2));
+        if (k < count) *sum += exp_shifted(floatX_to_float(pack.e[k]), max_log2);
 }
 
 // a thread's online (max, sum) over the packs of row l at v0, v0 + stride, ... below `valid`.
@@ -3192,7 +3196,10 @@ __device__ inline void online_softmax_row(float* max, float* sum, const floatX* 
     int v = v0;
     if (aligned_128(l))
         for (; v + X128 <= valid; v += stride) online_softmax_add_pack(max, sum, load128(l + v), X128);
-    for (; v < valid; v += stride) online_softmax_add_pack(max, sum, load_pack(l + v, pack_count(v, valid)), pack_count(v, valid));
+    for (; v < valid; v += stride) {
+        int count = pack_count(v, valid);
+        online_softmax_add_pack(max, sum, load_pack(l + v, count), count);
+    }
 }
 
 // Each lane keeps its own online (max, sum) over the packs lane, lane + 32, ...; the warp
@@ -3247,18 +3254,18 @@ __device__ void crossentropy_row_backward(floatX* l, float row_max, float sum, i
         for (; v + X128 <= valid; v += stride) {
             x128 pl = load128(l + v), pg;
             UNROLL
-            for (int k = 0; k < X128; k++) pg.e[k] = to_floatX(exp2f(fmaf(floatX_to_float(pl.e[k]), LOG2E, -offset)) * dloss);
+            for (int k = 0; k < X128; k++) pg.e[k] = to_floatX(exp_shifted(floatX_to_float(pl.e[k]), offset) * dloss);
             store128(l + v, pg);
         }
     for (; v < V; v += stride) {
         int count = pack_count(v, V);
         x128 pl = load_pack(l + v, count), pg;
         for (int k = 0; k < X128; k++)
-            pg.e[k] = to_floatX(v + k < valid ? exp2f(fmaf(floatX_to_float(pl.e[k]), LOG2E, -offset)) * dloss : 0.0f);
+            pg.e[k] = to_floatX(v + k < valid ? exp_shifted(floatX_to_float(pl.e[k]), offset) * dloss : 0.0f);
         store_pack(l + v, pg, count);
     }
     if (local_target >= 0 && local_target < V && local_target / X128 % blockDim.x == threadIdx.x) {
-        float p = local_target < valid ? exp2f(fmaf(target_logit, LOG2E, -offset)) : 0.0f;
+        float p = local_target < valid ? exp_shifted(target_logit, offset) : 0.0f;
         l[local_target] = to_floatX((p - 1.0f) * dloss);
     }
 }

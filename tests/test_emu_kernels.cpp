@@ -313,19 +313,20 @@ static void test_matmul(void) {
     // the bias gradient: none; in the weight gradient's epilogue (BGRADB); column_sums_add's
     // (partials not 16-byte aligned)
     const char* cases[3] = {" (no bias)", " (BGRADB)", " (column sums)"};
-    for (int with_bias = 0; with_bias < 3; with_bias++) {
+    for (int path = 0; path < 3; path++) {   // 0: no bias, 1: BGRADB, 2: column sums
+        bool with_bias = path > 0;
         Vec dinp(N * C), dw = random_vec(OC * C, 1, false), db = random_vec(OC, 1, false);
         float *d_dw = to_dev_f(dw), *d_db = to_dev_f(db);
         floatX* d_dinp = (floatX*)dev_malloc(N * C * sizeof(floatX));
-        std::string name = cases[with_bias];
+        std::string name = cases[path];
         matmul_backward_cpu(dinp.data(), dw.data(), with_bias ? db.data() : NULL, dout.data(), x.data(), w.data(), N, C, OC);
         long plans = lt_heuristic_calls;
-        matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_partials + (with_bias == 2), d_dout, d_x, d_w, N, C, OC);
+        matmul_backward(d_dinp, d_dw, with_bias ? d_db : NULL, d_partials + (path == 2), d_dout, d_x, d_w, N, C, OC);
 #ifdef EMU_MAX_BLOCK   // the emulated heuristic offers an algorithm for every product that follows the rules
         // both products ask cuBLASLt (issue 39): two plans the first time (dinp's, dweight's
         // fp32 one with beta 1), then one for dweight's with the BGRADB epilogue, then none
         // (dinp's and dweight's without the epilogue made already)
-        long want = with_bias == 0 ? 2 : with_bias == 1 ? 1 : 0;
+        long want = path == 0 ? 2 : path == 1 ? 1 : 0;
         check(lt_heuristic_calls - plans == want, (FLOATX_NAME " matmul_backward: its products are cuBLASLt plans, made once" + name).c_str(),
               "%ld new plans, expected %ld", lt_heuristic_calls - plans, want);
 #endif
