@@ -37,20 +37,7 @@ this file and using part of it compiles without unused-function warnings.
 #include <unistd.h>
 
 // ----------------------------------------------------------------------------
-// errors
-
-// Write the message into err (if given) and return 1, so callers can `return error_line(...)`.
-// Every function of gridgpt that can fail on bad input reports this way (the trainer's config
-// and checkpoint readers too); its caller decides between an input error and a failure.
-static int error_line(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static int error_line(char* err, size_t errlen, const char* fmt, ...) {
-    if (err == NULL || errlen == 0) return 1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return 1;
-}
+// paths
 
 // dst = a followed by b; 1 if that does not fit
 static int join_path(char* dst, size_t size, const char* a, const char* b) {
@@ -201,13 +188,12 @@ static int check_doc_idx(const IndexedDataset* ds, const char* path, char* err, 
 }
 
 static int read_idx(IndexedDataset* ds, const char* path, char* err, size_t errlen) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return error_line(err, errlen, "%s: %s", path, strerror(errno));
+    int fd = open_regular_file(path, err, errlen);
+    if (fd < 0) return 1;
     struct stat st;
     uint8_t header[IDX_HEADER_BYTES];
     int rc = 0;
     if (fstat(fd, &st) != 0) rc = error_line(err, errlen, "%s: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode)) rc = error_line(err, errlen, "%s: not a regular file", path);
     else if (st.st_size < IDX_HEADER_BYTES)
         rc = error_line(err, errlen, "%s: %lld bytes, too short for the %d-byte header", path, (long long)st.st_size,
                         IDX_HEADER_BYTES);
@@ -230,8 +216,8 @@ static int read_idx(IndexedDataset* ds, const char* path, char* err, size_t errl
 }
 
 static int map_bin(IndexedDataset* ds, const char* path, char* err, size_t errlen) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return error_line(err, errlen, "%s: %s", path, strerror(errno));
+    int fd = open_regular_file(path, err, errlen);
+    if (fd < 0) return 1;
     struct stat st;
     int rc = 0;
     if (fstat(fd, &st) != 0) rc = error_line(err, errlen, "%s: %s", path, strerror(errno));
@@ -762,8 +748,8 @@ static int npy_parse(NpyArray* a, const uint8_t* p, size_t n, char* why, size_t 
 
 static int npy_map(NpyArray* a, const char* path, char* why, size_t whylen) {
     memset(a, 0, sizeof *a);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return error_line(why, whylen, "%s: %s", path, strerror(errno));
+    int fd = open_regular_file(path, why, whylen);
+    if (fd < 0) return 1;
     struct stat st;
     void* p = MAP_FAILED;
     if (fstat(fd, &st) == 0 && st.st_size > 0) p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
@@ -913,8 +899,9 @@ static int check_cached_index(const GPTDataset* g, char* why, size_t whylen) {
 static int check_checksums(const GPTDataset* g, char* why, size_t whylen) {
     char sums[4200], path[4200], line[4400], name[4300];
     cache_path(sums, sizeof sums, g, 3);
-    FILE* f = fopen(sums, "r");
-    if (f == NULL) return error_line(why, whylen, "%s: %s (a cache without checksums is not trusted)", sums, strerror(errno));
+    char reason[4400];
+    FILE* f = fopen_regular_file(sums, reason, sizeof reason);
+    if (f == NULL) return error_line(why, whylen, "%s (a cache without checksums is not trusted)", reason);
     int rc = 0;
     for (int k = 0; k < 3 && rc == 0; k++) {
         unsigned int crc = 0, now = crc32_bytes(0, g->maps[k], g->map_bytes[k]);

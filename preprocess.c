@@ -11,6 +11,7 @@ tests/test_data.c, bench_data.c and fuzz_data.c include it with DATA_TESTING def
 is no main) to test the builder and preprocess_main as functions. The rules of data.c hold here too: plain C that is also valid
 C++, bad input returns non-zero with one line in err, only main exits.
 */
+#include "files.h"
 #include "tokenizer.h"
 #include "data.c"
 

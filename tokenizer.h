@@ -145,31 +145,22 @@ static MergeSlot* merge_find(const struct TokenizerTables* x, uint64_t pair) {  
         if (x->merge_slot[i].rank < 0 || x->merge_slot[i].pair == pair) return &x->merge_slot[i];
 }
 
-static int error_at(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static int error_at(char* err, size_t errlen, const char* fmt, ...) {   // 1, with the line in err
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return 1;
-}
-
-// the whole of a file, NUL-terminated (*n its length); NULL with errno set
-static char* read_whole_file(const char* path, size_t* n) {
-    FILE* f = fopen(path, "rb");
+// the whole of a regular file, NUL-terminated (*n its length); NULL with "PATH: why" in err
+static char* read_whole_file(const char* path, size_t* n, char* err, size_t errlen) {
+    FILE* f = fopen_regular_file(path, err, errlen);
     if (!f) return NULL;
     char* text = NULL;
     size_t cap = 0;
     *n = 0;
     for (size_t got = 1; got > 0;) {
         if (*n + 65536 + 1 > cap) text = (char*)realloc(text, cap = 2 * cap + 65536 + 1);
-        if (!text) { fclose(f); errno = ENOMEM; return NULL; }
+        if (!text) { fclose(f); error_line(err, errlen, "%s: out of memory", path); return NULL; }
         got = fread(text + *n, 1, 65536, f);
         *n += got;
     }
     int failed = ferror(f);
     fclose(f);
-    if (failed) { free(text); errno = EIO; return NULL; }
+    if (failed) { free(text); error_line(err, errlen, "%s: read failed: %s", path, strerror(errno)); return NULL; }
     text[*n] = '\0';
     return text;
 }
@@ -298,8 +289,9 @@ static const char* vocab_entry(const char** pp, const char* end, const int* symb
 // VOCAB.json into t->token, t->token_len, t->vocab_size: every id from 0 to the largest, once
 static int load_vocab(Tokenizer* t, const char* path, char* err, size_t errlen) {
     size_t size;
-    char* text = read_whole_file(path, &size);
-    if (!text) return error_at(err, errlen, "--vocab-file %s: %s", path, strerror(errno));
+    char reason[4400];
+    char* text = read_whole_file(path, &size, reason, sizeof reason);
+    if (!text) return error_line(err, errlen, "--vocab-file %s", reason);
     int symbol_byte[512], cap = 0, n = 0, status = 0;
     symbol_byte_table(symbol_byte);
     char** token = NULL;
@@ -325,21 +317,21 @@ static int load_vocab(Tokenizer* t, const char* path, char* err, size_t errlen) 
         id_of[n++] = (int)id;
     }
     if (!why && (p >= end || skip_json_space(p + 1, end) != end)) why = "expected the object to end the file";
-    if (why) status = error_at(err, errlen, "--vocab-file %s: line %d: %s", path, line_of(text, p < end ? p : end), why);
+    if (why) status = error_line(err, errlen, "--vocab-file %s: line %d: %s", path, line_of(text, p < end ? p : end), why);
     // by id: every id from 0 to the largest exactly once
     int vocab_size = 0;
     for (int i = 0; i < n && !status; i++) vocab_size = id_of[i] + 1 > vocab_size ? id_of[i] + 1 : vocab_size;
     t->token = (char**)tokenizer_alloc((size_t)(vocab_size > n ? vocab_size : n) * sizeof(char*));
     t->token_len = (int*)tokenizer_alloc((size_t)(vocab_size > n ? vocab_size : n) * sizeof(int));
     for (int i = 0; i < n && !status; i++) {
-        if (t->token[id_of[i]]) status = error_at(err, errlen, "--vocab-file %s: id %d is given twice", path, id_of[i]);
+        if (t->token[id_of[i]]) status = error_line(err, errlen, "--vocab-file %s: id %d is given twice", path, id_of[i]);
         t->token[id_of[i]] = token[i], token[i] = NULL;
         t->token_len[id_of[i]] = token_len[i];
     }
     for (int id = 0; id < vocab_size && !status; id++)
-        if (!t->token[id]) status = error_at(err, errlen, "--vocab-file %s: no token has id %d (ids must run from 0 to %d)", path,
+        if (!t->token[id]) status = error_line(err, errlen, "--vocab-file %s: no token has id %d (ids must run from 0 to %d)", path,
                                              id, vocab_size - 1);
-    if (!status && vocab_size == 0) status = error_at(err, errlen, "--vocab-file %s: no tokens", path);
+    if (!status && vocab_size == 0) status = error_line(err, errlen, "--vocab-file %s: no tokens", path);
     t->vocab_size = vocab_size > n ? vocab_size : n;   // (the tables' length, until a refusal frees them)
     for (int i = 0; i < n; i++) free(token[i]);
     free(token);
@@ -358,13 +350,13 @@ static int index_vocab(Tokenizer* t, const char* path, char* err, size_t errlen)
     for (int id = 0; id < t->vocab_size; id++) {
         int other = vocab_lookup(t, t->token[id], t->token_len[id]);
         if (other >= 0)
-            return error_at(err, errlen, "--vocab-file %s: ids %d and %d are the same token", path, other, id);
+            return error_line(err, errlen, "--vocab-file %s: ids %d and %d are the same token", path, other, id);
         vocab_insert(t, id);
     }
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
         if ((t->byte_token[b] = vocab_lookup(t, &c, 1)) < 0)
-            return error_at(err, errlen, "--vocab-file %s: no token for the byte 0x%02x (a byte-level vocabulary has all 256)",
+            return error_line(err, errlen, "--vocab-file %s: no token for the byte 0x%02x (a byte-level vocabulary has all 256)",
                             path, b);
     }
     t->eod = vocab_lookup(t, "<|endoftext|>", 13);
@@ -395,8 +387,9 @@ static const char* merge_line(const Tokenizer* t, const char* line, size_t n, co
 // rank is its place (a pair given twice keeps the later place, as GPT-2's dict(zip(merges, range)))
 static int load_merges(Tokenizer* t, const char* path, char* err, size_t errlen) {
     size_t size;
-    char* text = read_whole_file(path, &size);
-    if (!text) return error_at(err, errlen, "--merge-file %s: %s", path, strerror(errno));
+    char reason[4400];
+    char* text = read_whole_file(path, &size, reason, sizeof reason);
+    if (!text) return error_line(err, errlen, "--merge-file %s", reason);
     int symbol_byte[512], lines = 0, rank = 0, status = 0;
     symbol_byte_table(symbol_byte);
     for (size_t i = 0; i < size; i++) lines += text[i] == '\n';
@@ -415,7 +408,7 @@ static int load_merges(Tokenizer* t, const char* path, char* err, size_t errlen)
         int ids[3];
         const char* why = merge_line(t, line, n, symbol_byte, ids, what, sizeof(what));
         if (why) {
-            status = error_at(err, errlen, "--merge-file %s: line %d: %s%s%s", path, line_of(text, line), why,
+            status = error_line(err, errlen, "--merge-file %s: line %d: %s%s%s", path, line_of(text, line), why,
                               what[0] ? ": " : "", what);
             break;
         }

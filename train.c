@@ -11,6 +11,7 @@ same in both, and follow Megatron-LM's names so that its users feel at home.
 Reading order: schedules -> data -> evaluation -> the trainer -> setup -> step -> log ->
 sampling -> the run -> main.
 */
+#include "files.h"
 #include "tokenizer.h"
 #include "data.c"
 #include "kernels.cuh"

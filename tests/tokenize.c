@@ -22,6 +22,7 @@ Text that is not UTF-8 is refused: one line naming the file, the byte offset in 
 document), exit status 2. So are a malformed documents' file and an id outside the
 vocabulary.
 */
+#include "../files.h"
 #include "../tokenizer.h"
 #include <errno.h>
 #include <stdarg.h>
