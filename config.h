@@ -425,12 +425,29 @@ static void add_refusal(char* list, size_t list_len, int* listed, int* more, con
     }
 }
 
+// argparse's "--flag=value" form, which Megatron-LM's scripts may use, as "--flag" "value".
+// The new argument vector lives as long as the run: string fields point into it.
+static char** split_flag_values(int* argc, char** argv) {
+    char** out = (char**)malloc((2 * (size_t)*argc + 1) * sizeof(char*));
+    int n = 0;
+    if (!out) fail("out of host memory for the command line");
+    for (int i = 0; i < *argc; i++) {
+        char* equals = i > 0 && strncmp(argv[i], "--", 2) == 0 ? strchr(argv[i], '=') : NULL;
+        out[n++] = equals ? strndup(argv[i], (size_t)(equals - argv[i])) : argv[i];
+        if (equals) out[n++] = equals + 1;
+    }
+    out[n] = NULL;
+    *argc = n;
+    return out;
+}
+
 // Every flag. "" in err, or one line: the bad flag's, or with several every one of them in
 // brief (a user learns all that stands between a Megatron command line and a run at once).
 static void parse_flags(Config* c, int argc, char** argv, char* err, size_t len) {
     char one[1024], brief[1024], list[4096] = "";
     int bad = 0, listed = 0, more = 0;
     err[0] = '\0';
+    argv = split_flag_values(&argc, argv);
     c->megatron_count = 0;
     for (int i = 1; i <= argc; i++) {
         int failed = i < argc ? parse_flag(c, argc, argv, &i, one, sizeof(one), brief, sizeof(brief))
@@ -1012,6 +1029,8 @@ static void check_run(Config* a) {
         config_error("--train-iters goes with --lr-warmup-iters / --lr-decay-iters and no --rampup-batch-size (use --train-samples)");
     if (a->train_samples > 0 && (a->lr_warmup_iters || a->lr_decay_iters))
         config_error("--train-samples goes with --lr-warmup-samples / --lr-decay-samples, not the -iters forms");
+    if (a->lr_warmup_fraction > 1.0f)   // (9.2e18 once overflowed the warm-up's step count: lr 0 throughout)
+        config_error("--lr-warmup-fraction %g: a fraction of the decay length, expected 0 to 1", a->lr_warmup_fraction);
     if (a->lr_warmup_fraction != 0.0f && (a->lr_warmup_iters || a->lr_warmup_samples))
         config_error("give --lr-warmup-fraction or --lr-warmup-iters/--lr-warmup-samples, not both");
     if (a->min_lr > a->lr) config_error("--lr %g and --min-lr %g must satisfy 0 <= min-lr <= lr", a->lr, a->min_lr);

@@ -18,6 +18,7 @@ tensor-parallel operators of parallel.h; it never allocates after gpt_build().
 */
 #pragma once
 #include <errno.h>
+#include <float.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -151,6 +152,8 @@ static int parse_field(const ConfigField* f, void* base, const char* text, char*
     } else if (f->kind == FIELD_FLOAT) {
         float v = strtof(text, &end);
         if (end == text || *end || !isfinite(v)) return error_line(err, errlen, "%s expects a number, got '%s'", flag, text);
+        if (errno == ERANGE)   // (1e-320 became 0: --loss-scale 1e-320 ran the dynamic scaler)
+            return error_line(err, errlen, "%s %s: too small for a float (the least normal one is %g)", flag, text, FLT_MIN);
         if (v < f->min) return error_line(err, errlen, "%s must be at least %g, got %g", flag, f->min, v);
         *(float*)p = v;
     } else if (f->kind == FIELD_SWITCH) {

@@ -1077,18 +1077,22 @@ static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
                                    recomputed_attention_cores(&t->config, t->model.build.flash_attention)) /
                     (ms / 1000.0) / 1e12 / grid.world_size;
     double loss = w->steps > w->nan_loss ? w->loss_sum / (w->steps - w->nan_loss) : NAN;
+    // a skipped step (its gradients not finite) has no norm: Megatron-LM leaves the field out then
+    int has_norm = isfinite(r->grad_norm);
+    char norm[64] = "";
+    if (has_norm) snprintf(norm, sizeof(norm), " grad norm: %.3f |", r->grad_norm);
     printf(" iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |"
-           " learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |"
+           " learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f |%s"
            " number of skipped iterations: %3d | number of nan iterations: %3d |"
            " samples per second: %.3f | TFLOPs: %.3f |\n",
            t->progress.iteration, t->train_iters, t->progress.consumed_samples, ms, r->lr, r->global_batch, loss,
-           t->opt.scaler.scale, r->grad_norm, w->skipped, w->nan_loss, samples_per_second, tflops);
+           t->opt.scaler.scale, norm, w->skipped, w->nan_loss, samples_per_second, tflops);
     fflush(stdout);
     tensorboard_pair(t, "lm loss", loss);
     tensorboard_pair(t, "learning-rate", r->lr);
     tensorboard_pair(t, "batch-size", r->global_batch);
     if (t->config.fp16) tensorboard_pair(t, "loss-scale", t->opt.scaler.scale);
-    tensorboard_pair(t, "grad-norm", r->grad_norm);
+    if (has_norm) tensorboard_pair(t, "grad-norm", r->grad_norm);
     tensorboard_pair(t, "iteration-time", ms / 1000.0);   // seconds, as Megatron's
     tensorboard_pair(t, "samples-per-second", samples_per_second);
     tensorboard_pair(t, "throughput", tflops);            // Megatron's tag for TFLOP/s per GPU

@@ -42,6 +42,28 @@ expect_error "--attention-backend flash at a head size the fused kernels do not 
     $base --attention-backend flash
 expect_error "unknown attention backend" "--attention-backend" $base --attention-backend fast
 expect_error "a negative bucket size" "--ddp-bucket-size must be at least 0, got -5" $base --ddp-bucket-size -5
+# issue 45, item 12: a warm-up fraction past 1 overflowed the warm-up's step count (lr 0 on every
+# step, exit 0); a loss scale below the least float became 0, the dynamic scaler's value
+expect_error "--lr-warmup-fraction past 1" "--lr-warmup-fraction 9.22337e+18: a fraction of the decay length, expected 0 to 1" \
+    $base --lr-warmup-fraction 9223372036854775808
+expect_error "--loss-scale below the least float" "--loss-scale 1e-320: too small for a float" $base --fp16 --loss-scale 1e-320
+
+# argparse's --flag=value form (Megatron-LM's scripts may type it): the same run as --flag value
+timing='s/(elapsed time per iteration \(ms\)|samples per second|TFLOPs): [0-9.]+/\1: _/g'
+./train_cpu $base --lr 2e-4 --seed 5 --log-interval 1 2>&1 | grep ' iteration ' | sed -E "$timing" > "$tmp/spaced"
+./train_cpu $base --lr=2e-4 --seed=5 --log-interval=1 2>&1 | grep ' iteration ' | sed -E "$timing" > "$tmp/equals"
+if [ "$(grep -c 'learning rate' "$tmp/spaced")" -eq 2 ] && cmp -s "$tmp/spaced" "$tmp/equals"; then
+    ok "--lr=2e-4 --seed=5 --log-interval=1: the log lines of --lr 2e-4 --seed 5 --log-interval 1"
+else bad "--flag=value" "$(diff "$tmp/spaced" "$tmp/equals" | head -4)"; fi
+expect_error "--flag=value of an unknown flag: did you mean" "unknown flag '--lrr', did you mean --lr?" $base --lrr=1e-4
+
+# a step the loss scaler skips (its gradients overflow at scale 3e38: the first two) has no grad
+# norm: the field is left out, as Megatron-LM does (it printed 'grad norm: -nan')
+./train_cpu $base --train-iters 6 --fp16 --initial-loss-scale 3e38 --log-interval 1 > "$tmp/skip" 2>&1
+if grep -q 'number of skipped iterations:   1' "$tmp/skip" && ! grep -qi 'nan |' "$tmp/skip" &&
+        [ "$(grep -c 'grad norm' "$tmp/skip")" -eq "$(grep -c 'number of skipped iterations:   0' "$tmp/skip")" ]; then
+    ok "a skipped fp16 step's log line has no grad norm field ($(grep -c 'grad norm' "$tmp/skip") lines with one)"
+else bad "skipped step's grad norm" "$(grep -o 'loss scale.*nan iterations: *[0-9]*' "$tmp/skip" | head -3)"; fi
 
 # Megatron's flags that gridgpt lacks (megatron_flags.h): one asking for what gridgpt always does is
 # accepted with a start-up note; with a value asking for more it is refused, naming what Megatron
