@@ -21,9 +21,14 @@ Encoding, as GPT-2's encoder.py and transformers' GPT2Tokenizer do:
 Words seen are cached (a word's tokens depend on the word alone); a cache belongs to one
 thread. Decoding maps each id back to its bytes.
 
+Loading checks that the merges match the vocabulary (every token is a byte, a merge's result or
+a special token: check_every_token_built), and reads into buffers as long as the file, never
+into fixed ones.
+
 Interface (static inline: a program may use part of it): tokenizer_load, tokenizer_free,
-tokenizer_encode, tokenizer_token_bytes, tokenizer_cache_new, tokenizer_cache_free;
-Tokenizer.eod (the id of <|endoftext|>).
+tokenizer_encode, tokenizer_token_bytes, tokenizer_cache_new, tokenizer_cache_free,
+tokenizer_load_merges (the merges alone, over a loaded vocabulary: tests/fuzz_merges.c);
+Tokenizer.eod (the id of <|endoftext|>), Tokenizer.vocab_hash and merges_hash (what ranks compare).
 */
 #pragma once
 #include <errno.h>
@@ -32,7 +37,6 @@ Tokenizer.eod (the id of <|endoftext|>).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "files.h"
 #include "tokenizer_unicode.h"
 
 // a growing array of token ids
@@ -345,7 +349,10 @@ static int load_vocab(Tokenizer* t, const char* path, char* err, size_t errlen) 
     t->token = (char**)tokenizer_alloc((size_t)(vocab_size > n ? vocab_size : n) * sizeof(char*));
     t->token_len = (int*)tokenizer_alloc((size_t)(vocab_size > n ? vocab_size : n) * sizeof(int));
     for (int i = 0; i < n && !status; i++) {
-        if (t->token[id_of[i]]) status = error_line(err, errlen, "--vocab-file %s: id %d is given twice", path, id_of[i]);
+        if (t->token[id_of[i]]) {   // (the first stays, to be freed with the rest)
+            status = error_line(err, errlen, "--vocab-file %s: id %d is given twice", path, id_of[i]);
+            break;
+        }
         t->token[id_of[i]] = token[i], token[i] = NULL;
         t->token_len[id_of[i]] = token_len[i];
     }
