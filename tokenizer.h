@@ -408,6 +408,15 @@ static void show_symbols(char* out, size_t cap, const char* s, size_t n) {
     snprintf(out, cap, "'%.*s'%s", (int)k, s, k < n ? "..." : "");
 }
 
+// why, after writing the merge "left right" (space: the one between them) into what, for the message
+static const char* merge_refused(const char* why, const char* line, size_t n, const char* space, char* what, size_t whatlen) {
+    char left[80], right[80];
+    show_symbols(left, sizeof left, line, space - line);
+    show_symbols(right, sizeof right, space + 1, line + n - space - 1);
+    snprintf(what, whatlen, "%s + %s", left, right);
+    return why;
+}
+
 // one merge line "left right" (symbols) into its ids and the merged token's; NULL, or what is
 // wrong (*what: the merge, for the message). bytes: room for n bytes (a symbol is at least one)
 static const char* merge_line(const Tokenizer* t, const char* line, size_t n, const int* symbol_byte, char* bytes, int ids[3],
@@ -416,20 +425,14 @@ static const char* merge_line(const Tokenizer* t, const char* line, size_t n, co
     what[0] = '\0';
     if (!space || space == line || space + 1 == line + n || memchr(space + 1, ' ', line + n - space - 1))
         return "expected two symbols separated by one space";
-    size_t n_left = space - line, n_right = line + n - space - 1;
-    char left_shown[80], right_shown[80];
-    show_symbols(left_shown, sizeof left_shown, line, n_left);
-    show_symbols(right_shown, sizeof right_shown, space + 1, n_right);
-    snprintf(what, whatlen, "%s + %s", left_shown, right_shown);
-    int left = symbols_to_bytes(line, n_left, symbol_byte, bytes);
-    int right = left < 0 ? -1 : symbols_to_bytes(space + 1, n_right, symbol_byte, bytes + left);
-    if (left < 0 || right < 0) return "a symbol that is not GPT-2's byte symbols";
-    ids[0] = vocab_lookup(t, bytes, left);
-    ids[1] = vocab_lookup(t, bytes + left, right);
-    ids[2] = vocab_lookup(t, bytes, left + right);
-    if (ids[0] < 0 || ids[1] < 0) return "a symbol the vocabulary lacks";
-    if (ids[2] < 0) return "a merge whose result the vocabulary lacks";
-    return NULL;
+    int left = symbols_to_bytes(line, space - line, symbol_byte, bytes);
+    int right = left < 0 ? -1 : symbols_to_bytes(space + 1, line + n - space - 1, symbol_byte, bytes + left);
+    const char* why = NULL;
+    if (left < 0 || right < 0) why = "a symbol that is not GPT-2's byte symbols";
+    else if ((ids[0] = vocab_lookup(t, bytes, left)) < 0 || (ids[1] = vocab_lookup(t, bytes + left, right)) < 0)
+        why = "a symbol the vocabulary lacks";
+    else if ((ids[2] = vocab_lookup(t, bytes, left + right)) < 0) why = "a merge whose result the vocabulary lacks";
+    return why ? merge_refused(why, line, n, space, what, whatlen) : NULL;
 }
 
 // A merges file's frame: "#version ..." on its first line and a newline after its last. GPT-2's
