@@ -6,7 +6,11 @@
 #   file as one text); refuses invalid UTF-8 (overlong encodings, a lone continuation byte, a
 #   sequence cut by the end of the file, an encoded surrogate, a code point past U+10FFFF,
 #   bytes C0, F5, FF) with one line naming the file and the byte offset, exit status 2;
-#   refuses damaged vocabulary and merges files with one line naming the file; reads the
+#   refuses damaged vocabulary and merges files with one line naming the file (among them merges
+#   that do not match the vocabulary: empty, cut, without "#version", a token no merge builds;
+#   special tokens such as <s> or [PAD] are accepted) and long symbols without a fixed buffer;
+#   preprocess and train_cpu refuse a FIFO as either file at once; two ranks under mpirun whose
+#   copies of the merges differ are named (issue 45, items 5, 7, 8, 13); reads the
 #   vocabulary in another JSON layout; gives the same ids without its cache of words, also
 #   past the cache's 2^20 words; and preprocess --tokenizer-type GPT2BPETokenizer writes the same
 #   ids, each document's then EOD, from the same documents as JSON lines.
