@@ -218,7 +218,7 @@ static const char* json_ws(const char* p, const char* end) {
 
 // the string at *pp (just past its opening quote) decoded to UTF-8 bytes into out (may
 // be NULL: skip); its escapes are tokenizer.h's json_escape (a surrogate pair one code point,
-// a lone surrogate U+FFFD), turned into UTF-8 by its utf8_put
+// a lone surrogate refused), turned into UTF-8 by its utf8_put
 static const char* json_string(const char** pp, const char* end, ByteBuf* out) {
     const char* p = *pp;
     for (;;) {
@@ -354,6 +354,7 @@ typedef struct {
     char* text; size_t len;
     int64_t line_no;
     TokenBuf docs[PREPROCESS_MAX_KEYS];
+    int num_docs;   // documents on the line: one per key, none on a blank line
     int failed; char why[200];
 } Line;
 
@@ -371,18 +372,20 @@ static void encode_line(const PreprocessArgs* a, TokenizerCache* cache, Line* L)
     L->failed = bad != NULL;
     for (int k = 0; k < n && !L->failed; k++)
         L->failed = tokenize(a, cache, text[k].data, text[k].len, &L->docs[k], L->why, sizeof L->why);
+    L->num_docs = n;
     for (int k = 0; k < PREPROCESS_MAX_KEYS; k++) free(text[k].data);
 }
 
 // where documents go: the builders (one per key), or, in a dry run, only the largest id
 typedef struct {
     IndexedDatasetBuilder builders[PREPROCESS_MAX_KEYS];
+    int64_t empty[PREPROCESS_MAX_KEYS];   // documents without tokens, skipped (and counted)
     int dry;
     int64_t max_id, bytes;
 } Sink;
 
 static int sink_document(Sink* s, int k, const TokenBuf* t, char* err, size_t errlen) {
-    if (t->len == 0) return 0;   // preprocess_data.py skips documents without tokens
+    if (t->len == 0) return s->empty[k]++, 0;   // preprocess_data.py skips documents without tokens
     for (int64_t i = 0; i < t->len; i++)
         if (t->data[i] > s->max_id) s->max_id = t->data[i];
     return s->dry ? 0 : builder_add_document(&s->builders[k], t->data, t->len, err, errlen);
@@ -438,6 +441,7 @@ static int preprocess_file(const PreprocessArgs* a, const char* path, Sink* s, c
     if (rc == 0 && ferror(f)) rc = error_line(err, errlen, "%s: read failed: %s", path, strerror(errno));
     fclose(f);
     s->bytes += total;
+    if (rc == 0 && total == 0) s->empty[0]++;
     if (rc || total == 0) return rc;
     if (a->append_eod) { tokens[0] = BYTE_EOD; rc = builder_append_tokens(&s->builders[0], tokens, 1, err, errlen); }
     return rc ? rc : builder_end_document(&s->builders[0], err, errlen);
@@ -469,7 +473,7 @@ static int preprocess_lines(const PreprocessArgs* a, const char* path, Sink* s, 
             Line* L = &batch[i];
             if (rc == 0 && L->failed) rc = error_line(err, errlen, "%s:%lld: %s", path, (long long)L->line_no, L->why);
             for (int k = 0; k < PREPROCESS_MAX_KEYS; k++) {
-                if (rc == 0 && L->docs[k].len) rc = sink_document(s, k, &L->docs[k], err, errlen);
+                if (rc == 0 && k < L->num_docs) rc = sink_document(s, k, &L->docs[k], err, errlen);
                 free(L->docs[k].data);
             }
             free(L->text);
@@ -547,6 +551,15 @@ static int value_flag(PreprocessArgs* a, const char* f, const char* value, char*
     return 0;
 }
 
+// --workers' ceiling: 4 threads a core this process may run on
+static int max_workers(void) {
+#ifdef _OPENMP
+    return 4 * omp_get_num_procs();
+#else
+    return 4;
+#endif
+}
+
 static int check_print_samples(const PreprocessArgs* a, char* err, size_t errlen) {
     if (a->num_data_path == 0 || a->seq_length == 0 || a->num_samples == 0)
         return error_line(err, errlen, "--print-samples needs --data-path [WEIGHT] PREFIX ..., --seq-length and --num-samples");
@@ -603,6 +616,9 @@ static int preprocess_parse(int argc, char** argv, PreprocessArgs* a, char* err,
         if (i + 1 == argc || strncmp(argv[i + 1], "--", 2) == 0) return error_line(err, errlen, "%s: missing value", f);
         if (value_flag(a, f, argv[++i], err, errlen)) return 1;
     }
+    if (a->workers > max_workers())   // (threads past the cores only take turns; 2^32 once wrapped to 0)
+        return error_line(err, errlen, "--workers %lld: at most %d here (4 threads for each of the %d cores this process may use)",
+                          (long long)a->workers, max_workers(), max_workers() / 4);
     if (a->print_samples) return check_print_samples(a, err, errlen);
     if (a->inspect) return 0;
     if (a->num_inputs == 0 || a->output_prefix == NULL)
@@ -730,9 +746,13 @@ static int preprocess_write(PreprocessArgs* a, char* err, size_t errlen) {
         int64_t docs = s->builders[k].num_items, tokens = s->builders[k].num_tokens;
         if (rc == 0) rc = builder_finish(&s->builders[k], err, errlen);
         else builder_abort(&s->builders[k]);
+        char skipped[100] = "";
+        if (s->empty[k])
+            snprintf(skipped, sizeof skipped, " (%lld empty document%s skipped, as preprocess_data.py does)",
+                     (long long)s->empty[k], s->empty[k] == 1 ? "" : "s");
         if (rc == 0)
-            printf("preprocess: %s_%s_document.bin/.idx: dtype %s, %lld documents, %lld tokens\n", a->output_prefix,
-                   a->keys[k], token_dtype(a->dtype_code)->name, (long long)docs, (long long)tokens);
+            printf("preprocess: %s_%s_document.bin/.idx: dtype %s, %lld documents, %lld tokens%s\n", a->output_prefix,
+                   a->keys[k], token_dtype(a->dtype_code)->name, (long long)docs, (long long)tokens, skipped);
     }
     double dt = seconds_now() - t0, mb = (double)s->bytes / 1e6;
     if (rc == 0)

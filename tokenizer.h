@@ -21,9 +21,14 @@ Encoding, as GPT-2's encoder.py and transformers' GPT2Tokenizer do:
 Words seen are cached (a word's tokens depend on the word alone); a cache belongs to one
 thread. Decoding maps each id back to its bytes.
 
+Loading checks that the merges match the vocabulary (every token is a byte, a merge's result or
+a special token: check_every_token_built), and reads into buffers as long as the file, never
+into fixed ones.
+
 Interface (static inline: a program may use part of it): tokenizer_load, tokenizer_free,
-tokenizer_encode, tokenizer_token_bytes, tokenizer_cache_new, tokenizer_cache_free;
-Tokenizer.eod (the id of <|endoftext|>).
+tokenizer_encode, tokenizer_token_bytes, tokenizer_cache_new, tokenizer_cache_free,
+tokenizer_load_merges (the merges alone, over a loaded vocabulary: tests/fuzz_merges.c);
+Tokenizer.eod (the id of <|endoftext|>), Tokenizer.vocab_hash and merges_hash (what ranks compare).
 */
 #pragma once
 #include <errno.h>
@@ -86,12 +91,13 @@ static int utf8_next(const unsigned char* p, size_t n, uint32_t* cp) {
 // ----------------------------------------------------------------------------
 // two hash tables, open addressing (FNV-1a): byte strings to ids, and merges to their rank
 
-static uint64_t fnv1a(const void* data, size_t n) {
+static uint64_t fnv1a_more(uint64_t h, const void* data, size_t n) {   // h, carried on over n more bytes
     const unsigned char* p = (const unsigned char*)data;
-    uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
     return h;
 }
+
+static uint64_t fnv1a(const void* data, size_t n) { return fnv1a_more(0xcbf29ce484222325ull, data, n); }
 
 typedef struct {
     int rank, merged;   // rank -1: an empty slot
@@ -115,6 +121,8 @@ typedef struct {
     int* token_len;                 // [vocab_size]
     int byte_token[256];            // the id of each single byte
     struct TokenizerTables tables;
+    uint64_t vocab_hash, merges_hash;   // FNV-1a of what was loaded: each id's bytes in id order, each
+                                        // merge's ids in the file's order (ranks compare them)
 } Tokenizer;
 
 static size_t table_size_for(size_t entries) {   // a power of two at least twice as large
@@ -145,6 +153,10 @@ static MergeSlot* merge_find(const struct TokenizerTables* x, uint64_t pair) {  
         if (x->merge_slot[i].rank < 0 || x->merge_slot[i].pair == pair) return &x->merge_slot[i];
 }
 
+// GPT-2's files are 1 MB and 456 KB: one past this is not a tokenizer's, and below it every
+// length and line number fits an int
+enum { TOKENIZER_FILE_MAX = 1 << 30 };
+
 // the whole of a regular file, NUL-terminated (*n its length); NULL with "PATH: why" in err
 static char* read_whole_file(const char* path, size_t* n, char* err, size_t errlen) {
     FILE* f = fopen_regular_file(path, err, errlen);
@@ -153,6 +165,12 @@ static char* read_whole_file(const char* path, size_t* n, char* err, size_t errl
     size_t cap = 0;
     *n = 0;
     for (size_t got = 1; got > 0;) {
+        if (*n > TOKENIZER_FILE_MAX) {
+            fclose(f);
+            free(text);
+            error_line(err, errlen, "%s: larger than 1 GiB, which no tokenizer file is (GPT-2's are about 1 MB)", path);
+            return NULL;
+        }
         if (*n + 65536 + 1 > cap) text = (char*)realloc(text, cap = 2 * cap + 65536 + 1);
         if (!text) { fclose(f); error_line(err, errlen, "%s: out of memory", path); return NULL; }
         got = fread(text + *n, 1, 65536, f);
@@ -193,7 +211,9 @@ static long hex4(const char* p) {
 }
 
 // the escape after a backslash at *pp (moved past it): its code point, or -1 with *why; a
-// surrogate pair is one code point, a lone surrogate U+FFFD (it has no UTF-8)
+// surrogate pair is one code point. A lone surrogate is refused: it is no character and has no
+// UTF-8 (Python's json.loads keeps it, but encoding it as UTF-8 then raises; writing U+FFFD in
+// its place would hide damaged data)
 static long json_escape(const char** pp, const char* end, const char** why) {
     const char *p = *pp, *simple = "\"\\/bfnrt", *meant = "\"\\/\b\f\n\r\t";
     *why = "an escape that is not JSON's";
@@ -208,17 +228,19 @@ static long json_escape(const char** pp, const char* end, const char** why) {
         cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         p += 6;
     }
+    if (cp >= 0xD800 && cp <= 0xDFFF) return *why = "a lone surrogate (a \\uD800-\\uDFFF escape without its pair): no character, "
+                                                    "and no UTF-8 (Python's strict encoding refuses it too)", -1;
     *pp = p;
-    return cp >= 0xD800 && cp <= 0xDFFF ? 0xFFFD : cp;
+    return cp;
 }
 
-// a JSON string at *pp (after its opening quote) into out (cap bytes) as UTF-8, *pp moved past
-// its closing quote; NULL, or what is wrong
-static const char* json_string_utf8(const char** pp, const char* end, char* out, size_t cap, size_t* len) {
+// a JSON string at *pp (after its opening quote) into out as UTF-8, *pp moved past its closing
+// quote; NULL, or what is wrong. out needs no more room than the string takes in the file (an
+// escape is longer than its UTF-8)
+static const char* json_string_utf8(const char** pp, const char* end, char* out, size_t* len) {
     const char* p = *pp;
     *len = 0;
     while (p < end && *p != '"') {
-        if (*len + 4 >= cap) return "a string too long for a token";
         if (*p != '\\') {   // the file's own bytes (its UTF-8 is checked with the symbols)
             out[(*len)++] = *p++;
             continue;
@@ -234,8 +256,9 @@ static const char* json_string_utf8(const char** pp, const char* end, char* out,
     return NULL;
 }
 
-// a vocabulary string's symbols as the bytes they stand for, into out (n bytes at most); its
-// length, or -1 when a symbol is not one of the 256 (symbol_byte: code point -> byte, -1 none)
+// a vocabulary string's symbols as the bytes they stand for, into out (room for n bytes: a
+// symbol is one or two bytes of UTF-8 and stands for one); its length, or -1 when a symbol is
+// not one of the 256 (symbol_byte: code point -> byte, -1 none)
 static int symbols_to_bytes(const char* s, size_t n, const int* symbol_byte, char* out) {
     int len = 0;
     for (size_t i = 0; i < n;) {
@@ -265,14 +288,15 @@ static const char* skip_json_space(const char* p, const char* end) {
     return p;
 }
 
-// one "symbols": id entry of VOCAB.json at *pp into (bytes, id); NULL, or what is wrong
-static const char* vocab_entry(const char** pp, const char* end, const int* symbol_byte, char* bytes, int* len, long* id) {
-    char symbols[1024];
+// one "symbols": id entry of VOCAB.json at *pp into (bytes, id); NULL, or what is wrong.
+// symbols and bytes: room for the rest of the file (end - *pp)
+static const char* vocab_entry(const char** pp, const char* end, const int* symbol_byte, char* symbols, char* bytes,
+                               int* len, long* id) {
     size_t n;
     const char* p = skip_json_space(*pp, end);
     if (p >= end || *p != '"') return "expected a string (a token's symbols)";
     p++;
-    const char* why = json_string_utf8(&p, end, symbols, sizeof(symbols), &n);
+    const char* why = json_string_utf8(&p, end, symbols, &n);
     if (why) return why;
     if ((*len = symbols_to_bytes(symbols, n, symbol_byte, bytes)) < 0)
         return "a token whose characters are not GPT-2's byte symbols";
@@ -296,14 +320,15 @@ static int load_vocab(Tokenizer* t, const char* path, char* err, size_t errlen) 
     symbol_byte_table(symbol_byte);
     char** token = NULL;
     int *token_len = NULL, *id_of = NULL;
+    char* symbols = (char*)tokenizer_alloc(size);   // one token's, as long as the file at most
+    char* bytes = (char*)tokenizer_alloc(size);
     const char *p = skip_json_space(text, text + size), *end = text + size, *why = NULL;
     if (p >= end || *p++ != '{') why = "expected a JSON object of tokens to ids";
     for (int first = 1; !why && (p = skip_json_space(p, end)) < end && *p != '}'; first = 0) {
         if (!first && *p++ != ',') { why = "expected ',' or '}' between entries"; break; }
-        char bytes[1024];
         int len;
         long id;
-        if ((why = vocab_entry(&p, end, symbol_byte, bytes, &len, &id)) != NULL) break;
+        if ((why = vocab_entry(&p, end, symbol_byte, symbols, bytes, &len, &id)) != NULL) break;
         if (n == cap) {
             cap = cap ? 2 * cap : 65536;
             token = (char**)realloc(token, cap * sizeof(char*));
@@ -324,7 +349,10 @@ static int load_vocab(Tokenizer* t, const char* path, char* err, size_t errlen) 
     t->token = (char**)tokenizer_alloc((size_t)(vocab_size > n ? vocab_size : n) * sizeof(char*));
     t->token_len = (int*)tokenizer_alloc((size_t)(vocab_size > n ? vocab_size : n) * sizeof(int));
     for (int i = 0; i < n && !status; i++) {
-        if (t->token[id_of[i]]) status = error_line(err, errlen, "--vocab-file %s: id %d is given twice", path, id_of[i]);
+        if (t->token[id_of[i]]) {   // (the first stays, to be freed with the rest)
+            status = error_line(err, errlen, "--vocab-file %s: id %d is given twice", path, id_of[i]);
+            break;
+        }
         t->token[id_of[i]] = token[i], token[i] = NULL;
         t->token_len[id_of[i]] = token_len[i];
     }
@@ -337,6 +365,8 @@ static int load_vocab(Tokenizer* t, const char* path, char* err, size_t errlen) 
     free(token);
     free(token_len);
     free(id_of);
+    free(symbols);
+    free(bytes);
     free(text);
     return status;
 }
@@ -360,36 +390,77 @@ static int index_vocab(Tokenizer* t, const char* path, char* err, size_t errlen)
                             path, b);
     }
     t->eod = vocab_lookup(t, "<|endoftext|>", 13);
+    uint64_t hash = fnv1a(NULL, 0);
+    for (int id = 0; id < t->vocab_size; id++) {
+        hash = fnv1a_more(hash, &t->token_len[id], sizeof(int));
+        hash = fnv1a_more(hash, t->token[id], t->token_len[id]);
+    }
+    t->vocab_hash = hash;
     return 0;
 }
 
-// one merge line "left right" (symbols) into its ids and the merged token's; NULL, or what is wrong
-static const char* merge_line(const Tokenizer* t, const char* line, size_t n, const int* symbol_byte, int ids[3],
+// at most 60 bytes of the symbols s[0..n), quoted, for a message ("..." where they were cut, at
+// a character's start)
+static void show_symbols(char* out, size_t cap, const char* s, size_t n) {
+    size_t k = n;
+    if (k > 60)
+        for (k = 60; k > 0 && (s[k] & 0xC0) == 0x80; k--) {}
+    snprintf(out, cap, "'%.*s'%s", (int)k, s, k < n ? "..." : "");
+}
+
+// why, after writing the merge "left right" (space: the one between them) into what, for the message
+static const char* merge_refused(const char* why, const char* line, size_t n, const char* space, char* what, size_t whatlen) {
+    char left[80], right[80];
+    show_symbols(left, sizeof left, line, space - line);
+    show_symbols(right, sizeof right, space + 1, line + n - space - 1);
+    snprintf(what, whatlen, "%s + %s", left, right);
+    return why;
+}
+
+// one merge line "left right" (symbols) into its ids and the merged token's; NULL, or what is
+// wrong (*what: the merge, for the message). bytes: room for n bytes (a symbol is at least one)
+static const char* merge_line(const Tokenizer* t, const char* line, size_t n, const int* symbol_byte, char* bytes, int ids[3],
                               char* what, size_t whatlen) {
     const char* space = (const char*)memchr(line, ' ', n);
     what[0] = '\0';
     if (!space || space == line || space + 1 == line + n || memchr(space + 1, ' ', line + n - space - 1))
         return "expected two symbols separated by one space";
-    char bytes[2048];
     int left = symbols_to_bytes(line, space - line, symbol_byte, bytes);
-    int right = left < 0 || left > 1000 ? -1 : symbols_to_bytes(space + 1, line + n - space - 1, symbol_byte, bytes + left);
-    snprintf(what, whatlen, "'%.*s' + '%.*s'", (int)(space - line), line, (int)(line + n - space - 1), space + 1);
-    if (left < 0 || right < 0 || right > 1000) return "a symbol that is not GPT-2's byte symbols";
-    ids[0] = vocab_lookup(t, bytes, left);
-    ids[1] = vocab_lookup(t, bytes + left, right);
-    ids[2] = vocab_lookup(t, bytes, left + right);
-    if (ids[0] < 0 || ids[1] < 0) return "a symbol the vocabulary lacks";
-    if (ids[2] < 0) return "a merge whose result the vocabulary lacks";
+    int right = left < 0 ? -1 : symbols_to_bytes(space + 1, line + n - space - 1, symbol_byte, bytes + left);
+    const char* why = NULL;
+    if (left < 0 || right < 0) why = "a symbol that is not GPT-2's byte symbols";
+    else if ((ids[0] = vocab_lookup(t, bytes, left)) < 0 || (ids[1] = vocab_lookup(t, bytes + left, right)) < 0)
+        why = "a symbol the vocabulary lacks";
+    else if ((ids[2] = vocab_lookup(t, bytes, left + right)) < 0) why = "a merge whose result the vocabulary lacks";
+    return why ? merge_refused(why, line, n, space, what, whatlen) : NULL;
+}
+
+// A merges file's frame: "#version ..." on its first line and a newline after its last. GPT-2's
+// encoder.py, Megatron and transformers' GPT2Tokenizer all read lines [1:-1] of the file split
+// at newlines: they skip the first line whatever it holds and drop a last line without a
+// newline, so a file without either would lose a merge there and not here. NULL, or what is wrong
+static const char* merges_frame(const char* text, size_t size) {
+    if (size == 0) return "empty: expected \"#version: 0.2\" on the first line, then the merges, one a line";
+    if (size < 8 || memcmp(text, "#version", 8) != 0)
+        return "expected \"#version: 0.2\" on the first line, as GPT-2's vocab.bpe has (Megatron and transformers skip "
+               "the first line, whatever it holds)";
+    if (text[size - 1] != '\n')
+        return "the last line has no newline: a file cut short? (Megatron and transformers drop a last line without one)";
     return NULL;
 }
 
-// MERGES.txt: "#version ..." (once, first), then one merge a line, the most frequent first. Its
+// MERGES.txt: "#version ..." (merges_frame), then one merge a line, the most frequent first. Its
 // rank is its place (a pair given twice keeps the later place, as GPT-2's dict(zip(merges, range)))
 static int load_merges(Tokenizer* t, const char* path, char* err, size_t errlen) {
     size_t size;
     char reason[4400];
     char* text = read_whole_file(path, &size, reason, sizeof reason);
     if (!text) return error_line(err, errlen, "--merge-file %s", reason);
+    const char* frame = merges_frame(text, size);
+    if (frame) {
+        free(text);
+        return error_line(err, errlen, "--merge-file %s: %s", path, frame);
+    }
     int symbol_byte[512], lines = 0, rank = 0, status = 0;
     symbol_byte_table(symbol_byte);
     for (size_t i = 0; i < size; i++) lines += text[i] == '\n';
@@ -397,16 +468,17 @@ static int load_merges(Tokenizer* t, const char* path, char* err, size_t errlen)
     x->merge_mask = table_size_for((size_t)lines + 1) - 1;
     x->merge_slot = (MergeSlot*)tokenizer_alloc((x->merge_mask + 1) * sizeof(MergeSlot));
     for (size_t i = 0; i <= x->merge_mask; i++) x->merge_slot[i].rank = -1;
+    char* bytes = (char*)tokenizer_alloc(size);   // one merge's, as long as the file at most
+    uint64_t hash = fnv1a(NULL, 0);
     const char* end = text + size;
-    for (const char *line = text, *next; line < end && !status; line = next) {
-        const char* nl = (const char*)memchr(line, '\n', end - line);
-        next = nl ? nl + 1 : end;
-        size_t n = (nl ? nl : end) - line;
+    for (const char *line = (const char*)memchr(text, '\n', size) + 1, *next; line < end && !status; line = next) {
+        const char* nl = (const char*)memchr(line, '\n', end - line);   // (every line has one: merges_frame)
+        next = nl + 1;
+        size_t n = nl - line;
         if (n > 0 && line[n - 1] == '\r') n--;   // (a file saved on Windows)
-        if (line == text && n >= 8 && memcmp(line, "#version", 8) == 0) continue;
-        char what[2100];
+        char what[200];
         int ids[3];
-        const char* why = merge_line(t, line, n, symbol_byte, ids, what, sizeof(what));
+        const char* why = merge_line(t, line, n, symbol_byte, bytes, ids, what, sizeof(what));
         if (why) {
             status = error_line(err, errlen, "--merge-file %s: line %d: %s%s%s", path, line_of(text, line), why,
                               what[0] ? ": " : "", what);
@@ -414,9 +486,53 @@ static int load_merges(Tokenizer* t, const char* path, char* err, size_t errlen)
         }
         MergeSlot* slot = merge_find(x, (uint64_t)ids[0] << 32 | (uint32_t)ids[1]);
         *slot = (MergeSlot){rank++, ids[2], (uint64_t)ids[0] << 32 | (uint32_t)ids[1]};
+        hash = fnv1a_more(hash, ids, 2 * sizeof(int));
     }
+    t->merges_hash = hash;
+    free(bytes);
     free(text);
     return status;
+}
+
+// A special token: GPT-2's <|endoftext|>, or one of the tokens Hugging Face adds by hand (<s>,
+// </s>, <pad>, <unk>, <mask>, <|im_start|>; BERT's [PAD], [CLS]). No merge builds one: a
+// tokenizer that knows them cuts the text around them first. Here: "<...>" or "[...]", three
+// or more printable ASCII bytes, no space.
+static int looks_special(const char* s, int n) {
+    if (n < 3 || !((s[0] == '<' && s[n - 1] == '>') || (s[0] == '[' && s[n - 1] == ']'))) return 0;
+    for (int i = 0; i < n; i++)
+        if (s[i] < '!' || s[i] > '~') return 0;
+    return 1;
+}
+
+// a token as VOCAB.json writes it (GPT-2's byte symbols), its first 20 symbols, quoted
+static void show_token(const Tokenizer* t, int id, char* out, size_t cap /* >= 100 */) {
+    int symbol[256], n = t->token_len[id], k = 1, i;
+    for (int b = 0, moved = 256; b < 256; b++) symbol[b] = printable_byte(b) ? b : moved++;
+    out[0] = '\'';
+    for (i = 0; i < n && i < 20; i++) k += utf8_put(out + k, (uint32_t)symbol[(unsigned char)t->token[id][i]]);
+    snprintf(out + k, cap - k, "'%s", i < n ? "..." : "");
+}
+
+// Every token of the vocabulary must be one BPE can reach with these merges: one of the 256
+// bytes, some merge's result, or a special token (looks_special). Any other means a merges file
+// cut short or written for another vocabulary, which tokenizes otherwise without a word (GPT-2's
+// 50,257 tokens: 256 bytes, 50,000 merges' results, <|endoftext|>).
+static int check_every_token_built(const Tokenizer* t, const char* vocab_file, const char* merges_file, char* err, size_t errlen) {
+    char* built = (char*)tokenizer_alloc(t->vocab_size);
+    for (int b = 0; b < 256; b++) built[t->byte_token[b]] = 1;
+    for (size_t i = 0; i <= t->tables.merge_mask; i++)
+        if (t->tables.merge_slot[i].rank >= 0) built[t->tables.merge_slot[i].merged] = 1;
+    int unbuilt = 0, first = -1;
+    for (int id = 0; id < t->vocab_size; id++)
+        if (!built[id] && !looks_special(t->token[id], t->token_len[id])) first = first < 0 ? id : first, unbuilt++;
+    free(built);
+    if (unbuilt == 0) return 0;
+    char shown[100];
+    show_token(t, first, shown, sizeof shown);
+    return error_line(err, errlen, "--merge-file %s: no merge builds %d of the tokens of --vocab-file %s (the first: id %d, "
+                      "%s): a merges file cut short, or another vocabulary's? (every token but the 256 bytes and special "
+                      "ones such as <|endoftext|> must be some merge's result)", merges_file, unbuilt, vocab_file, first, shown);
 }
 
 static inline void tokenizer_free(Tokenizer* t) {
@@ -428,15 +544,25 @@ static inline void tokenizer_free(Tokenizer* t) {
     memset(t, 0, sizeof(*t));
 }
 
+// The merges of a loaded vocabulary (any earlier merges are dropped first): 0, or 1 with the
+// line in err. tokenizer_load's second half; tests/fuzz_merges.c calls it alone, over one vocabulary.
+static inline int tokenizer_load_merges(Tokenizer* t, const char* vocab_file, const char* merges_file, char* err, size_t errlen) {
+    free(t->tables.merge_slot);
+    t->tables.merge_slot = NULL;
+    int status = load_merges(t, merges_file, err, errlen);
+    return status ? status : check_every_token_built(t, vocab_file, merges_file, err, errlen);
+}
+
 // Load GPT-2's two files. 0, or 1 with one line in err naming the file (and its line) and what
 // was expected: a file that cannot be read, a vocabulary that is not a JSON object of GPT-2's
-// byte symbols to the ids 0..N-1, a merge that is not two symbols of the vocabulary, or whose
-// result it lacks.
+// byte symbols to the ids 0..N-1, a merges file without its "#version" line or its last newline,
+// a merge that is not two symbols of the vocabulary, or whose result it lacks, a token no merge
+// builds.
 static inline int tokenizer_load(Tokenizer* t, const char* vocab_file, const char* merges_file, char* err, size_t errlen) {
     memset(t, 0, sizeof(*t));
     int status = load_vocab(t, vocab_file, err, errlen);
     if (!status) status = index_vocab(t, vocab_file, err, errlen);
-    if (!status) status = load_merges(t, merges_file, err, errlen);
+    if (!status) status = tokenizer_load_merges(t, vocab_file, merges_file, err, errlen);
     if (status) tokenizer_free(t);
     return status;
 }

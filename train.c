@@ -223,11 +223,29 @@ static DataFingerprint data_fingerprint(const IndexedDataset* ds) {
     return f;
 }
 
-// Every rank's fingerprints against those most ranks hold (the first rank whose copies more
-// than half the ranks share; rank 0 where none is), like the flags: the first rank whose copy
-// of a prefix differs says so (naming the file, and that reference rank's host), and every
-// rank exits 2. (Held against rank 0's alone, a stale copy on rank 0's host had the first
-// healthy rank named, on another host: tests/test_hosts.sh.)
+// Each rank's copy of something (`bytes` of it at all[rank], all_gather_host's) against the copy
+// most ranks hold (the first rank whose copy more than half the ranks share; rank 0 where none
+// is), like the flags: the first rank whose copy differs, or -1; *ref that reference rank, and
+// ref_host its host, which every rank learns. (Held against rank 0's alone, a stale copy on rank
+// 0's host had the first healthy rank named, on another host: tests/test_hosts.sh.)
+static int rank_unlike_most(const void* all, size_t bytes, int* ref, char ref_host[sizeof(grid.host)]) {
+    const char* copy = (const char*)all;
+    int W = grid.world_size, rank = -1;
+    *ref = 0;
+    for (int q = 0, found = 0; q < W && !found; q++) {
+        int same = 0;
+        for (int r = 0; r < W; r++) same += memcmp(copy + r * bytes, copy + q * bytes, bytes) == 0;
+        if (2 * same > W) *ref = q, found = 1;
+    }
+    for (int r = 0; r < W && rank < 0; r++)
+        if (memcmp(copy + r * bytes, copy + *ref * bytes, bytes) != 0) rank = r;
+    memcpy(ref_host, grid.host, sizeof(grid.host));
+    if (rank >= 0) broadcast_host(&grid.world, ref_host, sizeof(grid.host), *ref);
+    return rank;
+}
+
+// Every rank's fingerprints against those most ranks hold: the first rank whose copy of a
+// prefix differs says so (naming the file, and the reference rank's host), and every rank exits 2.
 static void check_same_data_everywhere(const DataSplits* d) {
     int n = d->num_prefixes, W = grid.world_size;
     size_t bytes = n * sizeof(DataFingerprint);
@@ -235,18 +253,11 @@ static void check_same_data_everywhere(const DataSplits* d) {
     DataFingerprint* all = (DataFingerprint*)callocCheck((size_t)n * W, sizeof(DataFingerprint));
     for (int i = 0; i < n; i++) mine[i] = data_fingerprint(&d->prefix[i].ds);
     all_gather_host(&grid.world, mine, all, bytes);
-    int ref = 0, rank = -1, prefix = -1;
-    for (int q = 0, found = 0; q < W && !found; q++) {
-        int same = 0;
-        for (int r = 0; r < W; r++) same += memcmp(&all[(size_t)r * n], &all[(size_t)q * n], bytes) == 0;
-        if (2 * same > W) ref = q, found = 1;
-    }
-    for (int r = 0; r < W && rank < 0; r++)
-        for (int i = 0; i < n && rank < 0; i++)
-            if (memcmp(&all[(size_t)r * n + i], &all[(size_t)ref * n + i], sizeof(DataFingerprint)) != 0) rank = r, prefix = i;
     char ref_host[sizeof(grid.host)], what[4400] = "";
-    memcpy(ref_host, grid.host, sizeof(ref_host));
-    if (rank >= 0) broadcast_host(&grid.world, ref_host, sizeof(ref_host), ref);
+    int ref, rank = rank_unlike_most(all, bytes, &ref, ref_host), prefix = 0;
+    while (rank >= 0 && prefix < n - 1 &&
+           memcmp(&all[(size_t)rank * n + prefix], &all[(size_t)ref * n + prefix], sizeof(DataFingerprint)) == 0)
+        prefix++;
     if (rank >= 0 && grid.world_rank == rank) {
         const DataFingerprint *here = &mine[prefix], *there = &all[(size_t)ref * n + prefix];
         const char* path = d->prefix[prefix].ds.path_prefix;
@@ -921,6 +932,26 @@ static void setup_tokenizer(Trainer* t) {
     config_error_anywhere(err);
 }
 
+// The tokenizer every rank loaded (FNV-1a of its vocabulary and of its merges) against the one
+// most ranks hold, as the data files are: a rank whose copy differs (a stale or cut file on a
+// node-local disk) names the file, and every rank exits 2. Unchecked, ranks that encode a
+// prompt differently ended in MPI_ERR_TRUNCATE, or generated from another text without a word.
+static void check_same_tokenizer_everywhere(const Tokenizer* tok, const Config* a) {
+    if (!tok->vocab_size) return;   // (no tokenizer: the flags, the same on every rank, say so everywhere)
+    uint64_t mine[2] = {tok->vocab_hash, tok->merges_hash};
+    uint64_t* all = (uint64_t*)callocCheck(2 * (size_t)grid.world_size, sizeof(uint64_t));
+    all_gather_host(&grid.world, mine, all, sizeof(mine));
+    char ref_host[sizeof(grid.host)];
+    int ref, rank = rank_unlike_most(all, sizeof(mine), &ref, ref_host), which = mine[0] == all[2 * ref] ? 1 : 0;
+    unsigned long long there = all[2 * ref + which];
+    free(all);
+    if (rank >= 0)
+        config_error_on(rank, "%s %s: this rank's %s differs from rank %d's (on %s): FNV-1a %016llx here, %016llx there; "
+                        "every rank must read the same tokenizer files (a stale or cut copy on a node-local disk?)",
+                        which ? "--merge-file" : "--vocab-file", which ? a->merge_file : a->vocab_file,
+                        which ? "merges file" : "vocabulary", ref, ref_host, (unsigned long long)mine[which], there);
+}
+
 static void trainer_setup(Trainer* t, int argc, char** argv) {
     memset(t, 0, sizeof(*t));
     on_stop_signals(stop_during_startup);   // trainer_run's handlers take over when training starts
@@ -958,6 +989,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     check_paths(a);
     check_profile(a, t->train_iters, ckpt[0] && !a->finetune ? meta.progress.iteration : 0);
     setup_tokenizer(t);
+    check_same_tokenizer_everywhere(&t->tokenizer, a);
     open_data_files(&t->data, a, samples);
     encode_prompt(t);
     set_padded_vocab_size(a);

@@ -59,6 +59,14 @@ if cmp -s $B/nokeys_text_document.bin $B/keys_text_document.bin && cmp -s $B/nok
 else bad "--json-keys is text by default" "the files differ from --json-keys text's"; fi
 run_ok "preprocess --input-format text" --input $B/plain.txt --output-prefix $B/plain $GPT2 --append-eod --input-format text
 
+# empty documents are skipped, as preprocess_data.py skips them, and counted (issue 45, item 16: 10
+# lines with one {"text": ""} once said "9 documents" and no more)
+for i in 1 2 3 4 5 6 7 8 9; do echo "{\"text\": \"document $i\"}"; [ $i = 4 ] && echo '{"text": ""}'; done > $B/ten.jsonl
+run_ok "preprocess of 10 lines, one empty" --input $B/ten.jsonl --output-prefix $B/ten $GPT2 --append-eod
+if grep -q "9 documents, 27 tokens (1 empty document skipped, as preprocess_data.py does)" $B/out; then
+    ok "10 lines, one of them {\"text\": \"\"}: 9 documents, and the empty one counted as skipped"
+else bad "an empty document counted" "$(head -1 $B/out)"; fi
+
 # the byte-level tokenizer reads JSON lines too: {"text": "hello"} is 5 bytes and the EOD, not the raw line
 printf '{"text": "hello"}\n' > $B/hello.jsonl
 run_ok "bytes without --json-keys" --input $B/hello.jsonl --output-prefix $B/hello --append-eod
@@ -168,6 +176,16 @@ expect_refusal "GPT2BPETokenizer without --merge-file" "--tokenizer-type GPT2BPE
 expect_refusal "--vocab-size with GPT2BPETokenizer" "--vocab-size goes with --tokenizer-type ids" $B/r15 $in --vocab-file $V --merge-file $M --vocab-size 50304
 expect_refusal "--json-keys with --input-format text" "--json-keys" $B/r16 $in --vocab-file $V --merge-file $M --json-keys text --input-format text
 expect_refusal "an unknown --tokenizer-type" "--tokenizer-type GPT2Tokenizer" $B/r17 --input $B/cases.jsonl --tokenizer-type GPT2Tokenizer
+# a lone surrogate has no UTF-8: Python's strict encoding raises where this once wrote U+FFFD (issue 45, item 10)
+printf '{"text": "fine"}\n{"text": "a\\ud800b"}\n' > $B/surrogate.jsonl
+expect_refusal "a lone surrogate (\\ud800) in a JSON string" "$B/surrogate.jsonl:2: a lone surrogate" $B/r19 --input $B/surrogate.jsonl $GPT2
+printf '{"text": "low first \\udc00\\ud800"}\n' > $B/surrogate_low.jsonl
+expect_refusal "a low surrogate before a high one" "$B/surrogate_low.jsonl:1: a lone surrogate" $B/r20 --input $B/surrogate_low.jsonl $GPT2
+# --workers is bounded by the cores (issue 45, item 6: 10^8 segfaulted and left .bin.tmp, 2^31 was an
+# OpenMP out-of-memory, 2^32 wrapped to 0 and was accepted)
+for w in 100000000 2147483648 4294967296; do
+    expect_refusal "--workers $w" "--workers $w: at most" $B/r21 $in --vocab-file $V --merge-file $M --workers $w
+done
 
 # ---- the trainer on GPT-2 tokens: the prompt encoded, the sample decoded
 train="--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4

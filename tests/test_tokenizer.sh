@@ -6,7 +6,11 @@
 #   file as one text); refuses invalid UTF-8 (overlong encodings, a lone continuation byte, a
 #   sequence cut by the end of the file, an encoded surrogate, a code point past U+10FFFF,
 #   bytes C0, F5, FF) with one line naming the file and the byte offset, exit status 2;
-#   refuses damaged vocabulary and merges files with one line naming the file; reads the
+#   refuses damaged vocabulary and merges files with one line naming the file (among them merges
+#   that do not match the vocabulary: empty, cut, without "#version", a token no merge builds;
+#   special tokens such as <s> or [PAD] are accepted) and long symbols without a fixed buffer;
+#   preprocess and train_cpu refuse a FIFO as either file at once; two ranks under mpirun whose
+#   copies of the merges differ are named (issue 45, items 5, 7, 8, 13); reads the
 #   vocabulary in another JSON layout; gives the same ids without its cache of words, also
 #   past the cache's 2^20 words; and preprocess --tokenizer-type GPT2BPETokenizer writes the same
 #   ids, each document's then EOD, from the same documents as JSON lines.
@@ -163,6 +167,94 @@ load_refuses "a missing merges file" $VOCAB $B/no_such.bpe $B/no_such.bpe
 load_refuses "a vocabulary file cut short" $B/vocab_cut.json $MERGES $B/vocab_cut.json
 load_refuses "a merges line with one part" $VOCAB $B/merges_bad.txt $B/merges_bad.txt
 load_refuses "a merge of symbols not in the vocabulary" $VOCAB $B/merges_unknown.txt $B/merges_unknown.txt
+
+# ---- the merges file must match its vocabulary (issue 45, item 13: a cut or empty merges file
+# was accepted and tokenized otherwise): its "#version" line, a newline after its last merge,
+# and every token built by a merge but the 256 bytes and special tokens
+: > $B/merges_empty.txt
+head -1 $MERGES > $B/merges_header_only.txt
+head -30001 $MERGES > $B/merges_30000.txt
+head -c 200000 $MERGES > $B/merges_cut_in_a_line.txt
+tail -n +2 $MERGES > $B/merges_no_header.txt
+load_refuses "an empty merges file" $VOCAB $B/merges_empty.txt "merges_empty.txt: empty"
+load_refuses "a merges file of its #version line alone" $VOCAB $B/merges_header_only.txt \
+    "merges_header_only.txt: no merge builds 50000 of the tokens of --vocab-file $VOCAB (the first: id 256, 'Ġt')"
+load_refuses "GPT-2's first 30,000 merges" $VOCAB $B/merges_30000.txt "merges_30000.txt: no merge builds 20000 of the tokens"
+load_refuses "a merges file cut inside a line" $VOCAB $B/merges_cut_in_a_line.txt "merges_cut_in_a_line.txt: the last line has no newline"
+load_refuses "a merges file without its #version line" $VOCAB $B/merges_no_header.txt "merges_no_header.txt: expected \"#version"
+# special tokens (GPT-2's <|endoftext|>, Hugging Face's added <s>, </s>, <|im_start|>, [PAD]) are built by
+# no merge and accepted; an ordinary token no merge builds is refused
+$PY -c '
+import json, sys
+vocab = json.load(open(sys.argv[1], encoding="utf-8"))
+n = len(vocab)
+json.dump(dict(vocab, **{"<s>": n, "</s>": n + 1, "<|im_start|>": n + 2, "[PAD]": n + 3}), open(sys.argv[2], "w"))
+json.dump(dict(vocab, **{"\u0120zqxj": n}), open(sys.argv[3], "w"))
+' $VOCAB $B/vocab_special.json $B/vocab_unbuilt.json
+if $T --docs $B/vocab_special.json $MERGES $B/torture.docs > $B/torture_special.ids 2> $B/special.err \
+        && cmp -s $B/torture_special.ids $B/torture.ids; then
+    ok "load: special tokens added to the vocabulary (<s>, </s>, <|im_start|>, [PAD]) are accepted, the torture text's tokens the same"
+else
+    bad "load: special tokens added to the vocabulary" "other tokens, or refused: $(head -1 $B/special.err)"
+fi
+load_refuses "a vocabulary token no merge builds" $B/vocab_unbuilt.json $MERGES \
+    "no merge builds 1 of the tokens of --vocab-file $B/vocab_unbuilt.json (the first: id 50257, 'Ġzqxj')"
+# a long symbol is read without a fixed buffer (issue 45, item 5: 3,000 bytes overwrote the stack,
+# 20,000,000 crashed)
+for n in 3000 20000000; do
+    $PY -c 'import sys; sys.stdout.write("#version: 0.2\n" + "a" * int(sys.argv[1]) + " b\n")' $n > $B/merges_long$n.txt
+    load_refuses "a merge of a $n-byte symbol" $VOCAB $B/merges_long$n.txt "merges_long$n.txt: line 2: a symbol the vocabulary lacks: 'aaaa"
+done
+
+# ---- preprocess and the trainer read the tokenizer's files: a FIFO refused at once (issue 45,
+# item 8: it blocked until killed), a long symbol refused (item 5: a segfault), and ranks whose
+# files differ named (item 7: MPI_ERR_TRUNCATE, or 30,000 merges on one rank silently)
+one_line_exit2() {  # LABEL NEEDLE COMMAND...: exit status 2 within 20 s, one line on stderr holding NEEDLE
+    local label=$1 needle=$2; shift 2
+    timeout 20 "$@" > $B/run.out 2> $B/run.err
+    local status=$? lines=$(grep -vc '^\(-\|  \|mpirun\|Primary job\|a non-zero\|the job\|$\)' $B/run.err)
+    if [ $status -eq 2 ] && [ $lines -eq 1 ] && grep -qF -- "$needle" $B/run.err; then ok "$label: $(grep -m1 error $B/run.err)"
+    else bad "$label" "expected exit status 2 and one line with \"$needle\"; got status $status, $lines line(s): $(head -c 400 $B/run.err)"; fi
+}
+if [ ! -x ./preprocess ] || [ ! -x ./train_cpu ]; then
+    echo "SKIP tokenizer files in preprocess and train_cpu: ./preprocess or ./train_cpu not built (make cpu preprocess)"
+else
+    export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    mkfifo $B/fifo
+    scripts/make_corpus.sh $B/corpus.jsonl > /dev/null
+    GPT2="--tokenizer-type GPT2BPETokenizer"
+    ./preprocess --input $B/corpus.jsonl --append-eod --output-prefix $B/bpe $GPT2 --vocab-file $VOCAB --merge-file $MERGES > /dev/null
+    PP="./preprocess --input $B/corpus.jsonl --output-prefix $B/refused $GPT2"
+    TRAIN="./train_cpu --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2
+           --global-batch-size 4 --data-path $B/bpe_text_document --split 100,0,0 --data-cache-path $B/cache --eval-iters 0
+           --train-iters 2 $GPT2"
+    one_line_exit2 "preprocess, a FIFO as --vocab-file" "$B/fifo: is a FIFO" $PP --vocab-file $B/fifo --merge-file $MERGES
+    one_line_exit2 "preprocess, a FIFO as --merge-file" "$B/fifo: is a FIFO" $PP --vocab-file $VOCAB --merge-file $B/fifo
+    one_line_exit2 "train_cpu, a FIFO as --vocab-file" "$B/fifo: is a FIFO" $TRAIN --vocab-file $B/fifo --merge-file $MERGES
+    one_line_exit2 "train_cpu, a FIFO as --merge-file" "$B/fifo: is a FIFO" $TRAIN --vocab-file $VOCAB --merge-file $B/fifo
+    one_line_exit2 "preprocess, a 20,000,000-byte merge symbol" "merges_long20000000.txt: line 2: a symbol the vocabulary lacks" \
+        $PP --vocab-file $VOCAB --merge-file $B/merges_long20000000.txt
+    one_line_exit2 "train_cpu --generate-prompt, a 20,000,000-byte merge symbol" "merges_long20000000.txt: line 2" \
+        $TRAIN --vocab-file $VOCAB --merge-file $B/merges_long20000000.txt --generate-prompt The --generate-tokens 4
+    # two ranks, each with its own copy of the files (a node-local disk: the same relative paths,
+    # another working directory); rank 1's merges with lines 100 and 101 swapped (still every token
+    # built, but another tokenizer), then cut to 30,000 merges
+    $TRAIN --vocab-file $VOCAB --merge-file $MERGES --save $B/model > $B/model.log 2>&1 || bad "train a model of GPT-2's ids" "$(tail -3 $B/model.log)"
+    for r in 0 1; do mkdir -p $B/rank$r/tok && cp $VOCAB $B/rank$r/tok/encoder.json; done
+    cp $MERGES $B/rank0/tok/vocab.bpe
+    GEN="$PWD/train_cpu --skip-train --load $PWD/$B/model --micro-batch-size 2 --global-batch-size 4 $GPT2 --vocab-file tok/encoder.json
+         --merge-file tok/vocab.bpe --tensor-model-parallel-size 2 --generate-prompt The --generate-tokens 4 --temperature 0"
+    echo "exec mpirun --oversubscribe --bind-to none -np 1 --wdir $PWD/$B/rank0" $GEN ": -np 1 --wdir $PWD/$B/rank1" $GEN > $B/two_ranks.sh
+    cp $MERGES $B/rank1/tok/vocab.bpe
+    if timeout 60 bash $B/two_ranks.sh > $B/same.log 2>&1 && grep -q '^generation: 4 tokens' $B/same.log; then
+        ok "two ranks with the same tokenizer files, each its own copy, generate at TP 2"
+    else bad "two ranks with the same tokenizer files" "$(tail -3 $B/same.log)"; fi
+    awk 'NR == 100 { held = $0; next } NR == 101 { print; print held; next } { print }' $MERGES > $B/rank1/tok/vocab.bpe
+    one_line_exit2 "two ranks, rank 1's merges in another order" \
+        "Rank(1)] --merge-file tok/vocab.bpe: this rank's merges file differs from rank 0's" bash $B/two_ranks.sh
+    head -30001 $MERGES > $B/rank1/tok/vocab.bpe
+    one_line_exit2 "two ranks, rank 1's merges cut to 30,000" "Rank(1)] --merge-file tok/vocab.bpe: no merge builds 20000" bash $B/two_ranks.sh
+fi
 
 # ---- the cache of words: the same ids without it, also once it has been emptied (over 2^20
 # words: 1.17 million distinct ones, every tenth an earlier one again)
