@@ -861,8 +861,9 @@ static int st_by_name(const void* a, const void* b) {
 // Tensors [first, end), one file's, must tile its data as safetensors writes them, and as its
 // own reader demands (else InvalidOffset, MetadataIncompleteBuffer): in order of position, each
 // begins where the one before ends, from the data's first byte to the file's last. A byte in
-// two tensors, in none (a gap) or after the last one (trailing bytes) is refused, naming it.
-// Offsets in the lines are the header's: counted from the data's start.
+// two tensors (looked for first: it says more than the gap it leaves), in none (a gap) or after
+// the last one (trailing bytes) is refused, naming it. Offsets in the lines are the header's:
+// counted from the data's start.
 static int st_check_layout(const HFModel* hm, int first, int end, uint64_t data_start, uint64_t data_bytes,
                            const char* path, char* err, size_t errlen) {
     int n = end - first, status = 0;
@@ -870,21 +871,26 @@ static int st_check_layout(const HFModel* hm, int first, int end, uint64_t data_
     for (int i = 0; i < n; i++) order[i] = first + i;
     st_sorted_base = hm->tensors;
     qsort(order, n, sizeof(int), st_by_position);
-    uint64_t next = 0;   // where the next tensor must begin
-    for (int i = 0; i < n && !status; i++) {
-        const StTensor *a = i ? &hm->tensors[order[i - 1]] : NULL, *b = &hm->tensors[order[i]];
-        unsigned long long at = b->at - data_start, a_at = a ? a->at - data_start : 0;
-        if (at < next && b->bytes == 0)
-            status = error_line(err, errlen, "%s: tensor %s holds no bytes (a zero-size tensor) but is placed at byte %llu, "
-                                "inside tensor %s's bytes [%llu, %llu)", path, b->name, at, a->name, a_at,
-                                (unsigned long long)next);
-        else if (at < next)
-            status = error_line(err, errlen, "%s: tensors %s and %s overlap (bytes %llu to %llu of the data are in both)",
-                                path, a->name, b->name, at, (unsigned long long)(next < at + b->bytes ? next : at + b->bytes));
-        else if (at > next)
-            status = error_line(err, errlen, "%s: bytes %llu to %llu of the data belong to no tensor (a gap before %s): "
-                                "safetensors packs tensors back to back", path, (unsigned long long)next, at, b->name);
-        next = at + b->bytes;
+    uint64_t next = 0;   // the end of the bytes the tensors so far cover
+    for (int pass = 0; pass < 2 && !status; pass++) {   // overlaps, then gaps
+        const StTensor* last = NULL;                     // the tensor that ends at next
+        next = 0;
+        for (int i = 0; i < n && !status; i++) {
+            const StTensor* b = &hm->tensors[order[i]];
+            unsigned long long at = b->at - data_start, a_at = last ? last->at - data_start : 0;
+            if (pass == 0 && at < next && b->bytes == 0)
+                status = error_line(err, errlen, "%s: tensor %s holds no bytes (a zero-size tensor) but is placed at byte "
+                                    "%llu, inside tensor %s's bytes [%llu, %llu)", path, b->name, at, last->name, a_at,
+                                    (unsigned long long)next);
+            else if (pass == 0 && at < next)
+                status = error_line(err, errlen, "%s: tensors %s and %s overlap (bytes %llu to %llu of the data are in "
+                                    "both)", path, last->name, b->name, at,
+                                    (unsigned long long)(next < at + b->bytes ? next : at + b->bytes));
+            else if (pass == 1 && at > next)
+                status = error_line(err, errlen, "%s: bytes %llu to %llu of the data belong to no tensor (a gap before %s): "
+                                    "safetensors packs tensors back to back", path, (unsigned long long)next, at, b->name);
+            if (at + b->bytes >= next) next = at + b->bytes, last = b;
+        }
     }
     if (!status && next < data_bytes)
         status = error_line(err, errlen, "%s: %llu bytes after the last tensor's data (which ends at byte %llu of %llu): "
@@ -1089,7 +1095,8 @@ static int hf_match(HFModel* hm, const GPT* whole, int* source, char* err, size_
             uint64_t shape[2];
             int ndim = hf_shape(d, &h, p, shape), t = hf_find(hm, h.name[p]);
             const char* bare = hf_bare(h.name[p], hm->arch);
-            snprintf(nor, sizeof(nor), bare != h.name[p] ? " (nor %s)" : "", bare);
+            snprintf(nor, sizeof(nor), " (nor %s)", bare);
+            if (bare == h.name[p]) nor[0] = '\0';
             if (t < 0)
                 return error_line(err, errlen, "%s: no tensor %s%s, which %s of this config.json has (%s)", hm->listing,
                                   h.name[p], nor, hf_class_name(hm->arch), shape_text(shape, ndim, a, sizeof(a)));
