@@ -22,6 +22,10 @@
 #   4 of 4, untied, BF16, sharded; vocabularies 1001 and 777) go through the same checks, at
 #   (1,1,1) and (2,2,2), and its refusals; and a Llama-shaped run that train_cpu trained at TP = 2,
 #   exported, has in transformers the trainer's loss within 1e-5 relative.
+#   Hostile directories (issue 45, with ./train_cpu alone): each of tests/data/hostile/hf/ imports
+#   as its EXPECTED says; a FIFO as each file the import reads is refused at once; an export over
+#   another model's directory is refused; SIGTERM (tests/fault_fs.c's signal mode) in the middle of
+#   an import or export leaves nothing behind.
 set -u
 cd "$(dirname "$0")/.."
 B=tests/build/hf
