@@ -12,9 +12,10 @@ or /tmp) and read with st_read_header. What must hold, whatever the bytes:
     AddressSanitizer watches.
 A broken rule aborts, which libFuzzer reports as a crash with the input that caused it.
 
-    clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+    W="-Wall -Wextra -Werror -Wno-unused-function"   # (the trainer's own entry points go unused here)
+    clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $W \
         $(mpicc --showme:compile) tests/fuzz_safetensors.c -o fuzz_safetensors $(mpicc --showme:link) -lz -lm
-    clang -std=gnu11 -O1 -DFUZZ_SEED_MAIN $(mpicc --showme:compile) tests/fuzz_safetensors.c \
+    clang -std=gnu11 -O1 -DFUZZ_SEED_MAIN $W $(mpicc --showme:compile) tests/fuzz_safetensors.c \
         -o fuzz_safetensors_seeds $(mpicc --showme:link) -lz -lm
     ./fuzz_safetensors_seeds tests/data/hostile/hf corpus   # the seed corpus
     ./fuzz_safetensors -max_total_time=30 corpus
