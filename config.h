@@ -819,27 +819,15 @@ static void check_given_with(const Config* a, size_t offset, int with, const cha
     if (model_field_given(a, offset) && !with) config_error("%s goes with %s (without it, it would change nothing)", flag, needs);
 }
 
-// Llama's choices (gpt.h's fields), refused where Megatron-LM refuses them; the query groups
-// against the tensor-parallel size: layout_error
+// Llama's flags that go together, refused where Megatron-LM refuses them (the fields' values:
+// gpt.h's model_config_error; the query groups against the tensor-parallel size: layout_error)
 static void check_architecture(Config* a) {
     GPTConfig* m = &a->model;
-    int rope = m->position_embedding_type == POSITION_ROPE, head_size = m->hidden_size / m->num_attention_heads;
+    int rope = m->position_embedding_type == POSITION_ROPE;
     check_given_with(a, offsetof(GPTConfig, num_query_groups), m->group_query_attention, "--num-query-groups",
                      "--group-query-attention");
     check_given_with(a, offsetof(GPTConfig, rotary_base), rope, "--rotary-base", "--position-embedding-type rope");
     check_given_with(a, offsetof(GPTConfig, rotary_percent), rope, "--rotary-percent", "--position-embedding-type rope");
-    if (m->num_attention_heads % query_groups(m) != 0)
-        config_error("--num-attention-heads %d is not divisible by --num-query-groups %d (each group shares one key and "
-                     "value head among the same number of query heads)", m->num_attention_heads, m->num_query_groups);
-    if (rope && (m->rotary_percent <= 0.0f || m->rotary_percent > 1.0f))
-        config_error("--rotary-percent must be in (0, 1], got %g", m->rotary_percent);
-    if (rope && (rotated_dims(m) < 2 || rotated_dims(m) % 2 != 0))
-        config_error("--rotary-percent %g of a head of %d dims rotates %d of them: rope turns dims in pairs, give an "
-                     "even number, 2 at least", m->rotary_percent, head_size, rotated_dims(m));
-    if (m->normalization == NORM_LAYERNORM && m->norm_epsilon != LAYERNORM_EPS)
-        config_error("--norm-epsilon %g with LayerNorm: gridgpt's LayerNorm adds 1e-5 (Megatron-LM's default); the "
-                     "epsilon is --normalization RMSNorm's to choose", m->norm_epsilon);
-    if (m->norm_epsilon <= 0.0f) config_error("--norm-epsilon must be positive, got %g", m->norm_epsilon);
     for (int k = 0; k < a->megatron_count; k++)
         if (m->disable_bias_linear && strcmp(a->megatron[k].at[0], "--add-qkv-bias") == 0)
             config_error("--add-qkv-bias with --disable-bias-linear: not in gridgpt: a bias on the QKV projection alone "
@@ -859,12 +847,9 @@ static void check_model(Config* a) {
         config_error("--swiglu at --hidden-size %d: Megatron-LM's MLP width, 8h/3 rounded down to a multiple of 64, is 0: "
                      "give --ffn-hidden-size", m->hidden_size);
     if (m->max_position_embeddings == 0) m->max_position_embeddings = m->seq_length;
-    if (m->hidden_size % m->num_attention_heads != 0)
-        config_error("--hidden-size %d is not divisible by --num-attention-heads %d", m->hidden_size, m->num_attention_heads);
+    char err[512];
     check_architecture(a);
-    if (m->seq_length > m->max_position_embeddings && m->position_embedding_type == POSITION_LEARNED_ABSOLUTE)
-        config_error("--seq-length %d exceeds --max-position-embeddings %d", m->seq_length, m->max_position_embeddings);
-    if (m->init_method_std <= 0.0f) config_error("--init-method-std must be positive, got %g", m->init_method_std);
+    if (model_config_error(m, err, sizeof(err))) config_error("%s", err);   // (the same checks as an import's)
     int head_size = m->hidden_size / m->num_attention_heads;
     if (a->attention_backend == ATTENTION_FLASH && !flash_attention_supports(head_size))
         config_error("--attention-backend flash needs a head size (--hidden-size / --num-attention-heads) of 64 or 128, "
@@ -891,7 +876,6 @@ static void check_model(Config* a) {
         config_error("--micro-batch-size %d x data-parallel size %d is a global batch of %lld samples, more than %d",
                      a->micro_batch_size, data_parallel_size(a), one_batch_each, INT_MAX);
     if (a->global_batch_size == 0) a->global_batch_size = (int)one_batch_each;
-    char err[512];
     if (!a->sweep && layout_error(a, err, sizeof(err))) config_error("%s", err);
 }
 

@@ -221,6 +221,42 @@ static int rotated_dims(const GPTConfig* c) {
     return (int)((double)(c->hidden_size / c->num_attention_heads) * c->rotary_percent);
 }
 
+// The checks of a model's fields, as a run's flags (config.h's check_model) and as an imported
+// config.json (hf.h) get them: an import once wrote a model that every later --load refused
+// (max_position_embeddings 0, so a sequence length of 0). Each number within its flag's range
+// (a value derived from another never passed through a flag's parse), then the fields against
+// each other; after the derived fields are settled. 0, or 1 with a line in err in the flags' words.
+static int model_config_error(const GPTConfig* m, char* err, size_t len) {
+    GPTConfig scratch = *m;
+    char value[64];
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
+        const ConfigField* f = &MODEL_FIELDS[k];
+        int number = f->kind == FIELD_INT || f->kind == FIELD_LONG || f->kind == FIELD_FLOAT;
+        if (number && parse_field(f, &scratch, format_field(f, m, value, sizeof(value)), err, len)) return 1;
+    }
+    int NH = m->num_attention_heads, G = query_groups(m), rope = m->position_embedding_type == POSITION_ROPE;
+    if (m->hidden_size % NH != 0)
+        return error_line(err, len, "--hidden-size %d is not divisible by --num-attention-heads %d", m->hidden_size, NH);
+    if (m->ffn_hidden_size < 1) return error_line(err, len, "--ffn-hidden-size must be at least 1, got %d", m->ffn_hidden_size);
+    if (G < 1 || NH % G != 0)
+        return error_line(err, len, "--num-attention-heads %d is not divisible by --num-query-groups %d (each group shares "
+                          "one key and value head among the same number of query heads)", NH, G);
+    if (rope && (m->rotary_percent <= 0.0f || m->rotary_percent > 1.0f))
+        return error_line(err, len, "--rotary-percent must be in (0, 1], got %g", m->rotary_percent);
+    if (rope && (rotated_dims(m) < 2 || rotated_dims(m) % 2 != 0))
+        return error_line(err, len, "--rotary-percent %g of a head of %d dims rotates %d of them: rope turns dims in "
+                          "pairs, give an even number, 2 at least", m->rotary_percent, m->hidden_size / NH, rotated_dims(m));
+    if (m->normalization == NORM_LAYERNORM && m->norm_epsilon != LAYERNORM_EPS)
+        return error_line(err, len, "--norm-epsilon %g with LayerNorm: gridgpt's LayerNorm adds 1e-5 (Megatron-LM's "
+                          "default); the epsilon is --normalization RMSNorm's to choose", m->norm_epsilon);
+    if (m->norm_epsilon <= 0.0f) return error_line(err, len, "--norm-epsilon must be positive, got %g", m->norm_epsilon);
+    if (m->seq_length > m->max_position_embeddings && m->position_embedding_type == POSITION_LEARNED_ABSOLUTE)
+        return error_line(err, len, "--seq-length %d exceeds --max-position-embeddings %d", m->seq_length,
+                          m->max_position_embeddings);
+    if (m->init_method_std <= 0.0f) return error_line(err, len, "--init-method-std must be positive, got %g", m->init_method_std);
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 // the tensor table
 

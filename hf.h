@@ -10,12 +10,13 @@ checkpoints only through that room's pieces (checkpoint_meta_read, canonical_lay
 prepare_save_dir, finish_save), and knows each tensor's Hugging Face names and layout from
 gpt.h's tensor table and each config field's config.json key from GPT_CONFIG_FIELDS.
 Nothing is read whole: one tensor at a time passes through memory, either way. The JSON it
-reads (config.json, the safetensors header, the shard index) goes through a small reader
-of its own (JSON's whole grammar; no library).
+reads (config.json, the safetensors header, the shard index) goes through json.h, the room
+below (JSON's whole grammar; no library).
 
 Interface: export_hf, import_hf (rank 0 alone calls each; the trainer's other ranks wait).
 */
 #pragma once
+#include <dirent.h>
 #include <sys/stat.h>
 
 // ----------------------------------------------------------------------------
@@ -55,6 +56,13 @@ static const char* hf_model_type(HFArchitecture arch) {
 // the key of config field f in the architecture's config.json (NULL: none)
 static const char* hf_field_key(const ConfigField* f, HFArchitecture arch) {
     return arch == HF_BLOOM ? f->hf_bloom : arch == HF_LLAMA ? f->hf_llama : f->hf_gpt2;
+}
+
+// A stop signal (the trainer's flag, handed in; NULL: none) ends a conversion between two
+// tensors, as a failure: what it wrote is removed on the way out, as after any failure. (A
+// signal once ended it at once and left model.safetensors.tmp, or a probe file in --save.)
+static int hf_stopped(const volatile sig_atomic_t* stop, char* err, size_t errlen) {
+    return stop && *stop ? error_line(err, errlen, "stopped by a signal") : 0;
 }
 
 // How the architecture names and stores table tensor d: one tensor, or (Llama's q/k/v_proj of
@@ -204,6 +212,10 @@ static int ckpt_read_tensor(const CheckpointMeta* ck, FILE* bin, int i, float* o
     return 0;
 }
 
+// config.json's "exported_by": what tells an earlier export of ours (transformers keeps a key it
+// does not know as an attribute of the config, and writes it back)
+#define HF_EXPORT_MARK "gridgpt --export-hf"
+
 // config.json: the model fields that have a name in the architecture's config (gpt.h's list),
 // then its constants (GPT-2 and Bloom: no dropout, LayerNorm eps 1e-5, GELU's tanh form, tied
 // embeddings; Llama: SiLU's SwiGLU, no biases, rope unscaled)
@@ -213,7 +225,8 @@ static int hf_write_config(const GPTConfig* c, HFArchitecture arch, const char* 
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = create_temporary(tmp);
     if (!f) return error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-    fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n", hf_class_name(arch), hf_model_type(arch));
+    fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n  \"exported_by\": \"%s\",\n",
+            hf_class_name(arch), hf_model_type(arch), HF_EXPORT_MARK);
     for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
         const ConfigField* field = &MODEL_FIELDS[k];
         const char* key = hf_field_key(field, arch);
@@ -274,7 +287,7 @@ static char* hf_header(const GPT* whole, const GPTConfig* c, HFArchitecture arch
 // the header, then each tensor (transformed where the architecture stores it otherwise; each of
 // its parts) into f; memory: the largest tensor, plus the largest transformed one
 static int hf_write_tensors(const CheckpointMeta* ck, const GPT* whole, HFArchitecture arch, FILE* bin, FILE* f,
-                            const char* tmp, char* err, size_t errlen) {
+                            const char* tmp, const volatile sig_atomic_t* stop, char* err, size_t errlen) {
     const GPTConfig* c = &ck->cfg;
     size_t len, largest = 1, largest_changed = 1;
     char* header = hf_header(whole, c, arch, &len);
@@ -294,7 +307,7 @@ static int hf_write_tensors(const CheckpointMeta* ck, const GPT* whole, HFArchit
     for (int i = 0; i < whole->num_tensors && status == 0; i++) {
         const TensorDesc* d = &whole->tensors[i];
         HFTensor h = hf_tensor(d, arch, c);
-        status = ckpt_read_tensor(ck, bin, i, src, err, errlen);
+        status = hf_stopped(stop, err, errlen) || ckpt_read_tensor(ck, bin, i, src, err, errlen);
         for (int p = 0; p < h.parts && status == 0; p++) {
             if (hf_changed(&h)) hf_transform(d, &h, p, src, dst, c);
             if (fwrite(hf_changed(&h) ? dst : src, 1, hf_part_bytes(d, &h, p), f) != hf_part_bytes(d, &h, p))
@@ -308,14 +321,14 @@ static int hf_write_tensors(const CheckpointMeta* ck, const GPT* whole, HFArchit
 }
 
 static int hf_write_safetensors(const CheckpointMeta* ck, const GPT* whole, HFArchitecture arch, const char* out_dir,
-                                char* err, size_t errlen) {
+                                const volatile sig_atomic_t* stop, char* err, size_t errlen) {
     char path[4200], tmp[4300];
     snprintf(path, sizeof(path), "%s/model.safetensors", out_dir);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE* bin = fopen(ck->bin_path, "rb");
-    if (!bin) return error_line(err, errlen, "checkpoint %s: %s", ck->bin_path, strerror(errno));
+    FILE* bin = fopen_regular_file(ck->bin_path, err, errlen);
+    if (!bin) return 1;
     FILE* f = create_temporary(tmp);
-    int status = f ? hf_write_tensors(ck, whole, arch, bin, f, tmp, err, errlen)
+    int status = f ? hf_write_tensors(ck, whole, arch, bin, f, tmp, stop, err, errlen)
                    : error_line(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     fclose(bin);
     if (f && status == 0) status = commit_file(f, tmp, path, err, errlen);
@@ -326,15 +339,59 @@ static int hf_write_safetensors(const CheckpointMeta* ck, const GPT* whole, HFAr
     return status;
 }
 
+// whether out_dir/config.json carries our mark
+static int hf_config_is_ours(const char* out_dir) {
+    char path[4200], why[512];
+    size_t len;
+    Json j;
+    snprintf(path, sizeof(path), "%s/config.json", out_dir);
+    char* text = read_small_file(path, 1 << 20, &len, why, sizeof(why));
+    if (!text) return 0;
+    int root = json_parse(&j, text, len, path, why, sizeof(why));
+    const char* mark = root >= 0 ? json_str(&j, json_get(&j, root, "exported_by")) : NULL;
+    int ours = mark && !strcmp(mark, HF_EXPORT_MARK);
+    json_free(&j);
+    free(text);
+    return ours;
+}
+
+// OUT before an export writes there: missing, empty, or an earlier export of ours (only the files
+// an export writes, config.json with our mark), which it replaces. Any other directory is refused,
+// as --save refuses another run's series: the export would replace that model's config.json and
+// model.safetensors and leave the rest beside them (a Llama generation_config.json beside GPT-2
+// weights). 0, or 1 with a line in err.
+static int hf_check_out_dir(const char* out_dir, char* err, size_t errlen) {
+    static const char* const OURS[] = {"config.json", "model.safetensors", "config.json.tmp", "model.safetensors.tmp"};
+    char other[300] = "";
+    int entries = 0;
+    DIR* d = opendir(out_dir);
+    if (!d) return errno == ENOENT ? 0 : error_line(err, errlen, "--export-hf %s: %s", out_dir, strerror(errno));
+    for (struct dirent* e; !other[0] && (e = readdir(d)) != NULL;) {
+        int ours = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+        for (int k = 0; k < 4; k++) ours |= !strcmp(e->d_name, OURS[k]);
+        if (!ours) snprintf(other, sizeof(other), "%s", e->d_name);
+        entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    }
+    closedir(d);
+    if (other[0] || (entries && !hf_config_is_ours(out_dir)))
+        return error_line(err, errlen, "--export-hf %s holds %s%s, not an earlier export of gridgpt (whose config.json "
+                          "says \"exported_by\": \"%s\"): an export would replace another model's files and leave the "
+                          "rest beside them; give a new or empty directory", out_dir, other[0] ? other : "a config.json",
+                          other[0] ? ", which an export does not write" : "", HF_EXPORT_MARK);
+    return 0;
+}
+
 // Export the checkpoint in checkpoint_iter_dir (a DIR/iter_NNNNNNN directory) as a
 // transformers model in out_dir (created if missing): config.json and model.safetensors,
 // each written under a .tmp name and renamed. *arch: GPT-2, Bloom, Llama, or HF_AUTO (Bloom for
 // an ALiBi model, Llama for a rope one, else GPT-2), replaced by the one written. Returns 0, or
 // 1 with a one-line reason in err (a missing or malformed file, a tensor failing its checksum,
-// a model the architecture cannot express). Reads one tensor at a time: memory is twice the
-// largest tensor. Only the weight section is read; the optimizer state is left alone.
-static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArchitecture* arch, char* err,
-                     size_t errlen) {
+// a model the architecture cannot express, an out_dir that holds another model, a stop signal
+// before model.safetensors is in place: then no .tmp file is left). Reads one tensor at a time:
+// memory is twice the largest tensor. Only the weight section is read; the optimizer state is
+// left alone.
+static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArchitecture* arch,
+                     const volatile sig_atomic_t* stop, char* err, size_t errlen) {
     const uint32_t one = 1;
     if (*(const uint8_t*)&one != 1)
         return error_line(err, errlen, "export_hf: fp32 is copied as is, so a little-endian host is needed");
@@ -351,235 +408,17 @@ static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArc
         if (!hf_tensor(&whole.tensors[i], *arch, &ck.cfg).name[0][0])
             status = error_line(err, errlen, "checkpoint %s has %s, which %s has no place for", checkpoint_iter_dir,
                                 whole.tensors[i].name, hf_class_name(*arch));
+    struct stat st;
+    int out_was_there = stat(out_dir, &st) == 0;
+    if (status == 0) status = hf_check_out_dir(out_dir, err, errlen);
     if (status == 0 && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
         status = error_line(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
-    if (status == 0) status = hf_write_safetensors(&ck, &whole, *arch, out_dir, err, errlen);
+    if (status == 0) status = hf_write_safetensors(&ck, &whole, *arch, out_dir, stop, err, errlen);
     if (status == 0) status = hf_write_config(&ck.cfg, *arch, out_dir, err, errlen);
+    if (status && !out_was_there) rmdir(out_dir);   // made for the export, and empty again
     gpt_free(&whole);
     checkpoint_meta_free(&ck);
     return status;
-}
-
-// ----------------------------------------------------------------------------
-// a small JSON reader (RFC 8259): config.json, the safetensors header, the shard index.
-// A document becomes an array of nodes; an array's or object's children follow each other
-// through `next`; strings (values and member names) are decoded into one pool, as UTF-8.
-
-typedef enum { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } JsonType;
-#define JSON_MAX_DEPTH 64
-
-typedef struct {
-    JsonType type;
-    int key;               // a member of an object: its name's offset in the pool; else -1
-    int str;               // a string: its offset in the pool
-    double number;
-    const char* text;      // a number: its text in the document (exact integers are read from it)
-    int text_len;
-    int child, next;       // the first child (array, object) and the next sibling; -1: none
-} JsonNode;
-
-typedef struct {
-    JsonNode* nodes;
-    int count, cap;
-    char* pool;
-    size_t pool_len, pool_cap;
-    const char *start, *p, *end;   // the document and where the parser is
-    const char* why;               // the first error (NULL: none)
-} Json;
-
-static int json_fail(Json* j, const char* why) {
-    if (!j->why) j->why = why;
-    return -1;
-}
-
-static int json_new(Json* j, JsonType type) {
-    if (j->count == j->cap) j->nodes = (JsonNode*)reallocCheck(j->nodes, (j->cap = j->cap ? 2 * j->cap : 256) * sizeof(JsonNode));
-    JsonNode* n = &j->nodes[j->count];
-    memset(n, 0, sizeof(*n));
-    n->type = type;
-    n->key = n->str = n->child = n->next = -1;
-    return j->count++;
-}
-
-static void json_skip_space(Json* j) { j->p = skip_json_space(j->p, j->end); }   // tokenizer.h's
-
-// the string whose opening quote is at j->p, decoded into the pool: its offset, or -1
-static int json_string(Json* j) {
-    size_t at = j->pool_len;
-    for (j->p++; j->p < j->end && *j->p != '"';) {
-        if (j->pool_len + 5 > j->pool_cap) j->pool = (char*)reallocCheck(j->pool, j->pool_cap = 2 * j->pool_cap + 256);
-        unsigned char c = (unsigned char)*j->p;
-        if (c < 0x20) return json_fail(j, "a control character in a string");
-        if (c != '\\') {
-            j->pool[j->pool_len++] = (char)c;
-            j->p++;
-            continue;
-        }
-        const char* why;
-        j->p++;
-        long cp = json_escape(&j->p, j->end, &why);   // tokenizer.h's, the vocabulary's reader
-        if (cp < 0) return json_fail(j, why);
-        if (cp == 0) return json_fail(j, "a \\u0000 in a string");   // (names are C strings)
-        j->pool_len += utf8_put(j->pool + j->pool_len, (uint32_t)cp);
-    }
-    if (j->p >= j->end) return json_fail(j, "an unterminated string");
-    if (j->pool_len + 1 > j->pool_cap) j->pool = (char*)reallocCheck(j->pool, j->pool_cap = 2 * j->pool_cap + 256);
-    j->pool[j->pool_len++] = '\0';
-    j->p++;
-    return (int)at;
-}
-
-static int json_digits(const char** q, const char* end) {
-    const char* s = *q;
-    while (*q < end && **q >= '0' && **q <= '9') ++*q;
-    return *q > s;
-}
-
-// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
-static int json_number(Json* j) {
-    const char *s = j->p, *q = s;
-    if (q < j->end && *q == '-') q++;
-    if (q < j->end && *q == '0') q++;
-    else if (!json_digits(&q, j->end)) return json_fail(j, "a malformed number");
-    if (q < j->end && *q == '.' && (++q, !json_digits(&q, j->end))) return json_fail(j, "a malformed number");
-    if (q < j->end && (*q == 'e' || *q == 'E')) {
-        q++;
-        if (q < j->end && (*q == '+' || *q == '-')) q++;
-        if (!json_digits(&q, j->end)) return json_fail(j, "a malformed number");
-    }
-    char text[64];
-    if (q - s >= (long)sizeof(text)) return json_fail(j, "a number of more than 63 characters");
-    memcpy(text, s, q - s);
-    text[q - s] = '\0';
-    int n = json_new(j, JSON_NUMBER);
-    j->nodes[n].number = strtod(text, NULL);
-    j->nodes[n].text = s;
-    j->nodes[n].text_len = (int)(q - s);
-    j->p = q;
-    return n;
-}
-
-static int json_value(Json* j, int depth);
-
-// an array or an object at j->p
-static int json_container(Json* j, int depth) {
-    int object = *j->p == '{', node = json_new(j, object ? JSON_OBJECT : JSON_ARRAY), last = -1;
-    char close = object ? '}' : ']';
-    j->p++;
-    json_skip_space(j);
-    if (j->p < j->end && *j->p == close) return j->p++, node;
-    for (;;) {
-        int key = -1;
-        if (object) {
-            json_skip_space(j);
-            if (j->p >= j->end || *j->p != '"') return json_fail(j, "expected a member's name");
-            if ((key = json_string(j)) < 0) return -1;
-            json_skip_space(j);
-            if (j->p >= j->end || *j->p != ':') return json_fail(j, "expected ':' after a member's name");
-            j->p++;
-        }
-        int child = json_value(j, depth + 1);
-        if (child < 0) return -1;
-        j->nodes[child].key = key;
-        if (last < 0) j->nodes[node].child = child;
-        else j->nodes[last].next = child;
-        last = child;
-        json_skip_space(j);
-        if (j->p < j->end && *j->p == ',') j->p++;
-        else if (j->p < j->end && *j->p == close) return j->p++, node;
-        else return json_fail(j, object ? "expected ',' or '}'" : "expected ',' or ']'");
-    }
-}
-
-static int json_value(Json* j, int depth) {
-    static const char* const LITERALS[3] = {"null", "false", "true"};
-    json_skip_space(j);
-    if (j->p >= j->end) return json_fail(j, "the text ends where a value was expected");
-    if (depth > JSON_MAX_DEPTH) return json_fail(j, "values nested more than 64 deep");
-    if (*j->p == '{' || *j->p == '[') return json_container(j, depth);
-    if (*j->p == '"') {
-        int n = json_new(j, JSON_STRING), s = json_string(j);
-        return s < 0 ? -1 : (j->nodes[n].str = s, n);
-    }
-    if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) return json_number(j);
-    for (int k = 0; k < 3; k++) {
-        size_t len = strlen(LITERALS[k]);
-        if ((size_t)(j->end - j->p) >= len && !memcmp(j->p, LITERALS[k], len)) {
-            j->p += len;
-            return json_new(j, (JsonType)(JSON_NULL + k));
-        }
-    }
-    return json_fail(j, "an unexpected character");
-}
-
-// Parse text[0, len): the root node (0), or -1 with a line in err naming path and the byte.
-// The nodes point into text (numbers' text): keep it while j is used; json_free frees j.
-static int json_parse(Json* j, const char* text, size_t len, const char* path, char* err, size_t errlen) {
-    memset(j, 0, sizeof(*j));
-    j->start = j->p = text;
-    j->end = text + len;
-    int root = json_value(j, 0);
-    json_skip_space(j);
-    if (root >= 0 && j->p < j->end) root = json_fail(j, "more text after the value");
-    if (root < 0) error_line(err, errlen, "%s: not JSON: %s at byte %zu", path, j->why, (size_t)(j->p - j->start));
-    return root;
-}
-
-static void json_free(Json* j) {
-    free(j->nodes);
-    free(j->pool);
-    memset(j, 0, sizeof(*j));
-}
-
-// the member `key` of object node obj, or -1 (the first, if a name repeats)
-static int json_get(const Json* j, int obj, const char* key) {
-    if (obj < 0 || j->nodes[obj].type != JSON_OBJECT) return -1;
-    for (int c = j->nodes[obj].child; c >= 0; c = j->nodes[c].next)
-        if (!strcmp(j->pool + j->nodes[c].key, key)) return c;
-    return -1;
-}
-
-static const char* json_str(const Json* j, int n) { return n >= 0 && j->nodes[n].type == JSON_STRING ? j->pool + j->nodes[n].str : NULL; }
-static const char* json_key(const Json* j, int n) { return j->pool + j->nodes[n].key; }
-
-// a non-negative integer written as digits only, below 2^62, into *v: 0, or 1 when it is not one
-static int json_uint(const Json* j, int n, uint64_t* v) {
-    if (n < 0 || j->nodes[n].type != JSON_NUMBER) return 1;
-    const JsonNode* x = &j->nodes[n];
-    *v = 0;
-    for (int i = 0; i < x->text_len; i++) {
-        if (x->text[i] < '0' || x->text[i] > '9' || *v >= ((uint64_t)1 << 58)) return 1;
-        *v = 10 * *v + (uint64_t)(x->text[i] - '0');
-    }
-    return 0;
-}
-
-static const char* json_type_name(const Json* j, int n) {
-    static const char* const NAMES[7] = {"null", "false", "true", "a number", "a string", "an array", "an object"};
-    return n < 0 ? "absent" : NAMES[j->nodes[n].type];
-}
-
-// a small file whole (config.json, the index) into a malloc'd buffer; NULL with a line in err
-static char* read_small_file(const char* path, size_t most, size_t* len, char* err, size_t errlen) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > most) {
-        if (fd < 0 || !S_ISREG(st.st_mode)) error_line(err, errlen, "%s: %s", path, fd < 0 ? strerror(errno) : "not a regular file");
-        else error_line(err, errlen, "%s: %lld bytes, more than the %zu expected of it", path, (long long)st.st_size, most);
-        if (fd >= 0) close(fd);
-        return NULL;
-    }
-    char* text = (char*)mallocCheck(st.st_size + 1);
-    ssize_t got = read(fd, text, st.st_size);
-    close(fd);
-    if (got != st.st_size) {
-        free(text);
-        error_line(err, errlen, "%s: cannot read it: %s", path, got < 0 ? strerror(errno) : "short read");
-        return NULL;
-    }
-    text[got] = '\0';
-    *len = (size_t)got;
-    return text;
 }
 
 // ----------------------------------------------------------------------------
@@ -638,7 +477,10 @@ typedef struct {
     int num_files;
     StTensor* tensors;
     int num_tensors, cap;
+    const volatile sig_atomic_t* stop;   // hf_stopped's
     unsigned dtypes_read;  // bit per ST_* dtype
+    int nonfinite_tensors, first_nonfinite;   // tensors holding NaN or Inf, and the first (a table index)
+    uint64_t nonfinite;    // their NaN and Inf values
     char note[600];
 } HFModel;
 
@@ -648,7 +490,7 @@ typedef struct {
     HFArchitecture arch;
     int tensors, files;    // tensors written; safetensors files read
     char dtypes[16];       // the dtypes read: "F32", "BF16+F32"...
-    char note[600];        // "", or a line for the user (dropout in config.json)
+    char note[1200];       // "", or lines for the user (dropout in config.json, NaN or Inf weights)
     char checkpoint[4300]; // SAVE/iter_0000000
 } HFImport;
 
@@ -818,10 +660,11 @@ static int hf_check_llama(HFModel* hm, const Json* j, int root, const char* path
 static int hf_check_constants(HFModel* hm, const Json* j, int root, const char* path, char* err, size_t errlen) {
     if (hm->arch == HF_LLAMA) return hf_check_llama(hm, j, root, path, err, errlen);
     int v = json_get(j, root, "layer_norm_epsilon"), gpt2 = hm->arch == HF_GPT2;
-    if (v >= 0 && (j->nodes[v].type != JSON_NUMBER || (float)j->nodes[v].number != LAYERNORM_EPS))
+    if (v >= 0 && j->nodes[v].type != JSON_NUMBER)   // (a string "1e-5" was once reported as null)
+        return error_line(err, errlen, "%s: \"layer_norm_epsilon\" is %s, expected a number", path, json_type_name(j, v));
+    if (v >= 0 && (float)j->nodes[v].number != LAYERNORM_EPS)
         return error_line(err, errlen, "%s: \"layer_norm_epsilon\": %.*s, but gridgpt's LayerNorm uses %g", path,
-                          v >= 0 && j->nodes[v].type == JSON_NUMBER ? j->nodes[v].text_len : 4,
-                          v >= 0 && j->nodes[v].type == JSON_NUMBER ? j->nodes[v].text : "null", LAYERNORM_EPS);
+                          j->nodes[v].text_len < 24 ? j->nodes[v].text_len : 24, j->nodes[v].text, LAYERNORM_EPS);
     if (hf_check_switch(j, root, path, "tie_word_embeddings", 1, 1, "unties the output layer from the word embedding; "
                         "gridgpt's is tied", err, errlen) ||
         hf_check_switch(j, root, path, "add_cross_attention", 0, 0, "adds cross-attention to an encoder, which "
@@ -904,6 +747,10 @@ static int hf_settle_config(HFModel* hm, const Json* j, int root, int seq_length
     uint64_t bloom_seq = 2048;   // Bloom's training length, when its config does not say
     if (bloom && v >= 0 && (json_uint(j, v, &bloom_seq) || bloom_seq < 1 || bloom_seq > INT_MAX))
         return error_line(err, errlen, "%s: \"seq_length\" is not a positive integer", path);
+    if (!bloom && c->max_position_embeddings < 1)   // (0 once became a sequence length of 0)
+        return error_line(err, errlen, "%s: \"%s\": %d, expected a positive length (the model's %s)", path,
+                          llama ? "max_position_embeddings" : "n_positions", c->max_position_embeddings,
+                          llama ? "longest trained sequence" : "position table");
     c->seq_length = seq_length > 0 ? seq_length : bloom ? (int)bloom_seq : c->max_position_embeddings;
     if (bloom) c->max_position_embeddings = c->seq_length;   // ALiBi: no table, any length
     if (!bloom && c->seq_length > c->max_position_embeddings)
@@ -934,6 +781,9 @@ static int hf_read_config(HFModel* hm, int seq_length, char* err, size_t errlen)
                           hf_read_fields(hm, &j, root, path, err, errlen) ||
                           hf_check_constants(hm, &j, root, path, err, errlen) ||
                           hf_settle_config(hm, &j, root, seq_length, path, err, errlen);
+    char why[512];   // then as a run's flags are checked: a model every --load would refuse is not written
+    if (!status && model_config_error(&hm->cfg, why, sizeof(why)))
+        status = error_line(err, errlen, "%s: the model it describes fails the checks of a run's flags: %s", path, why);
     if (!status) hf_dropout_note(hm, &j, root);
     json_free(&j);
     free(text);
@@ -941,6 +791,15 @@ static int hf_read_config(HFModel* hm, int seq_length, char* err, size_t errlen)
 }
 
 // ---- safetensors headers
+
+// data_offsets: exactly two integers, 0 <= begin <= end, into span (a list of five once ran past
+// span's end; "0" and -4 are no offsets). 0, or 1 when it is not that.
+static int st_offsets(const Json* j, int offsets, uint64_t span[2]) {
+    int n = 0;
+    for (int c = j->nodes[offsets].child; c >= 0; c = j->nodes[c].next, n++)
+        if (n == 2 || json_uint(j, c, &span[n])) return 1;
+    return n != 2 || span[0] > span[1];
+}
 
 // header entry e of file `file` (its data after data_start, data_bytes long) as a tensor
 static int st_add_tensor(HFModel* hm, int file, const Json* j, int e, uint64_t data_start, uint64_t data_bytes,
@@ -967,11 +826,9 @@ static int st_add_tensor(HFModel* hm, int file, const Json* j, int e, uint64_t d
         t.numel *= d;
     }
     uint64_t span[2];
-    int n = 0;
-    for (int c = j->nodes[offsets].child; c >= 0; c = j->nodes[c].next, n++)
-        if (n == 2 || json_uint(j, c, &span[n])) n = 3;
-    if (n != 2 || span[0] > span[1])
-        return error_line(err, errlen, "%s: tensor %s: data_offsets is not [begin, end] with begin <= end", path, name);
+    if (st_offsets(j, offsets, span))
+        return error_line(err, errlen, "%s: tensor %s: data_offsets is not [begin, end], two integers with 0 <= begin <= "
+                          "end", path, name);
     if (span[1] > data_bytes)
         return error_line(err, errlen, "%s: tensor %s ends at byte %llu of the data, but the file holds %llu bytes of "
                           "data after its header (truncated?)", path, name, (unsigned long long)span[1],
@@ -993,28 +850,68 @@ static int st_add_tensor(HFModel* hm, int file, const Json* j, int e, uint64_t d
 }
 
 static const StTensor* st_sorted_base;   // (qsort has no context argument)
-static int st_by_position(const void* a, const void* b) {
+static int st_by_position(const void* a, const void* b) {   // by where they begin, a zero-size one first
     const StTensor *x = &st_sorted_base[*(const int*)a], *y = &st_sorted_base[*(const int*)b];
-    return x->at < y->at ? -1 : x->at > y->at;
+    return x->at != y->at ? (x->at < y->at ? -1 : 1) : (x->bytes > y->bytes) - (x->bytes < y->bytes);
 }
 static int st_by_name(const void* a, const void* b) {
     return strcmp(st_sorted_base[*(const int*)a].name, st_sorted_base[*(const int*)b].name);
 }
 
-// tensors [first, end) (one file's) must not share a byte
-static int st_check_overlap(const HFModel* hm, int first, int end, const char* path, char* err, size_t errlen) {
+// Tensors [first, end), one file's, must tile its data as safetensors writes them, and as its
+// own reader demands (else InvalidOffset, MetadataIncompleteBuffer): in order of position, each
+// begins where the one before ends, from the data's first byte to the file's last. A byte in
+// two tensors (looked for first: it says more than the gap it leaves), in none (a gap) or after
+// the last one (trailing bytes) is refused, naming it. Offsets in the lines are the header's:
+// counted from the data's start.
+static int st_check_layout(const HFModel* hm, int first, int end, uint64_t data_start, uint64_t data_bytes,
+                           const char* path, char* err, size_t errlen) {
     int n = end - first, status = 0;
     int* order = (int*)mallocCheck((n + 1) * sizeof(int));
     for (int i = 0; i < n; i++) order[i] = first + i;
     st_sorted_base = hm->tensors;
     qsort(order, n, sizeof(int), st_by_position);
-    for (int i = 1; i < n && !status; i++) {
-        const StTensor *a = &hm->tensors[order[i - 1]], *b = &hm->tensors[order[i]];
-        if (b->at < a->at + a->bytes)
-            status = error_line(err, errlen, "%s: tensors %s and %s overlap (bytes %llu to %llu, and from %llu)", path,
-                                a->name, b->name, (unsigned long long)a->at, (unsigned long long)(a->at + a->bytes),
-                                (unsigned long long)b->at);
+    uint64_t next = 0;   // the end of the bytes the tensors so far cover
+    for (int pass = 0; pass < 2 && !status; pass++) {   // overlaps, then gaps
+        const StTensor* last = NULL;                     // the tensor that ends at next
+        next = 0;
+        for (int i = 0; i < n && !status; i++) {
+            const StTensor* b = &hm->tensors[order[i]];
+            unsigned long long at = b->at - data_start, a_at = last ? last->at - data_start : 0;
+            if (pass == 0 && at < next && b->bytes == 0)
+                status = error_line(err, errlen, "%s: tensor %s holds no bytes (a zero-size tensor) but is placed at byte "
+                                    "%llu, inside tensor %s's bytes [%llu, %llu)", path, b->name, at, last->name, a_at,
+                                    (unsigned long long)next);
+            else if (pass == 0 && at < next)
+                status = error_line(err, errlen, "%s: tensors %s and %s overlap (bytes %llu to %llu of the data are in "
+                                    "both)", path, last->name, b->name, at,
+                                    (unsigned long long)(next < at + b->bytes ? next : at + b->bytes));
+            else if (pass == 1 && at > next)
+                status = error_line(err, errlen, "%s: bytes %llu to %llu of the data belong to no tensor (a gap before %s): "
+                                    "safetensors packs tensors back to back", path, (unsigned long long)next, at, b->name);
+            if (at + b->bytes >= next) next = at + b->bytes, last = b;
+        }
     }
+    if (!status && next < data_bytes)
+        status = error_line(err, errlen, "%s: %llu bytes after the last tensor's data (which ends at byte %llu of %llu): "
+                            "trailing bytes, which safetensors' own reader refuses too", path,
+                            (unsigned long long)(data_bytes - next), (unsigned long long)next, (unsigned long long)data_bytes);
+    free(order);
+    return status;
+}
+
+// names that appear twice (in one header, or in two shards) are refused: the second would be
+// read in place of the first or not at all
+static int hf_check_unique(const HFModel* hm, char* err, size_t errlen) {
+    int n = hm->num_tensors, status = 0;
+    int* order = (int*)mallocCheck((n + 1) * sizeof(int));
+    for (int i = 0; i < n; i++) order[i] = i;
+    st_sorted_base = hm->tensors;
+    qsort(order, n, sizeof(int), st_by_name);
+    for (int i = 1; i < n && !status; i++)
+        if (!strcmp(hm->tensors[order[i - 1]].name, hm->tensors[order[i]].name))
+            status = error_line(err, errlen, "%s: tensor %s appears twice (also in %s)", hm->files[hm->tensors[order[i]].file].path,
+                                hm->tensors[order[i]].name, hm->files[hm->tensors[order[i - 1]].file].path);
     free(order);
     return status;
 }
@@ -1026,11 +923,12 @@ static int st_read_header(HFModel* hm, const char* name, char* err, size_t errle
     StFile* f = &hm->files[file];
     snprintf(f->name, sizeof(f->name), "%s", name);
     snprintf(f->path, sizeof(f->path), "%s/%s", hm->dir, name);
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    f->fd = open_regular_file(f->path, err, errlen);   // (a FIFO once blocked here until killed)
     struct stat st;
     uint8_t le[8];
-    if (f->fd < 0 || fstat(f->fd, &st) != 0) return error_line(err, errlen, "%s: %s", f->path, strerror(errno));
-    uint64_t size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0, n = 0;
+    if (f->fd < 0) return 1;
+    if (fstat(f->fd, &st) != 0) return error_line(err, errlen, "%s: %s", f->path, strerror(errno));
+    uint64_t size = (uint64_t)st.st_size, n = 0;
     if (size < 8 || pread_all(f->fd, le, 8, 0) != 0)
         return error_line(err, errlen, "%s: %llu bytes, too short for safetensors (an 8-byte header length first)",
                           f->path, (unsigned long long)size);
@@ -1051,7 +949,8 @@ static int st_read_header(HFModel* hm, const char* name, char* err, size_t errle
     for (int e = status ? -1 : j.nodes[root].child; e >= 0 && !status; e = j.nodes[e].next)
         if (strcmp(json_key(&j, e), "__metadata__"))
             status = st_add_tensor(hm, file, &j, e, 8 + n, size - 8 - n, err, errlen);
-    if (!status) status = st_check_overlap(hm, first, hm->num_tensors, f->path, err, errlen);
+    if (!status) status = hf_check_unique(hm, err, errlen) ||
+                          st_check_layout(hm, first, hm->num_tensors, 8 + n, size - 8 - n, f->path, err, errlen);
     json_free(&j);
     free(header);
     return status;
@@ -1184,27 +1083,11 @@ static int hf_check_tied(HFModel* hm, int head, int wte, char* err, size_t errle
     return status;
 }
 
-// names that appear twice (in one header, or in two shards) are refused
-static int hf_check_unique(const HFModel* hm, char* err, size_t errlen) {
-    int n = hm->num_tensors, status = 0;
-    int* order = (int*)mallocCheck((n + 1) * sizeof(int));
-    for (int i = 0; i < n; i++) order[i] = i;
-    st_sorted_base = hm->tensors;
-    qsort(order, n, sizeof(int), st_by_name);
-    for (int i = 1; i < n && !status; i++)
-        if (!strcmp(hm->tensors[order[i - 1]].name, hm->tensors[order[i]].name))
-            status = error_line(err, errlen, "%s: tensor %s appears twice (also in %s)", st_path(hm, order[i]),
-                                hm->tensors[order[i]].name, st_path(hm, order[i - 1]));
-    free(order);
-    return status;
-}
-
 // source[HF_MAX_PARTS x i + p]: the stored tensor that part p of table tensor i comes from.
 // Every table tensor (each part) must be there in its shape; every stored tensor must be one of
 // them, a saved buffer, or a tied lm_head. 0, or 1 with the first that is not so.
 static int hf_match(HFModel* hm, const GPT* whole, int* source, char* err, size_t errlen) {
     char a[96], b[96], nor[120];
-    if (hf_check_unique(hm, err, errlen)) return 1;
     for (int i = 0; i < whole->num_tensors; i++) {
         const TensorDesc* d = &whole->tensors[i];
         HFTensor h = hf_tensor(d, hm->arch, &hm->cfg);
@@ -1212,7 +1095,8 @@ static int hf_match(HFModel* hm, const GPT* whole, int* source, char* err, size_
             uint64_t shape[2];
             int ndim = hf_shape(d, &h, p, shape), t = hf_find(hm, h.name[p]);
             const char* bare = hf_bare(h.name[p], hm->arch);
-            snprintf(nor, sizeof(nor), bare != h.name[p] ? " (nor %s)" : "", bare);
+            snprintf(nor, sizeof(nor), " (nor %s)", bare);
+            if (bare == h.name[p]) nor[0] = '\0';
             if (t < 0)
                 return error_line(err, errlen, "%s: no tensor %s%s, which %s of this config.json has (%s)", hm->listing,
                                   h.name[p], nor, hf_class_name(hm->arch), shape_text(shape, ndim, a, sizeof(a)));
@@ -1254,6 +1138,17 @@ static uint32_t crc32_of_zeros(size_t n) {
     return crc;
 }
 
+// how many of x[0, n) are NaN or infinite (their exponent bits all ones: no -ffast-math can fold it away)
+static uint64_t count_nonfinite(const float* x, size_t n) {
+    uint64_t bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint32_t bits;
+        memcpy(&bits, &x[k], sizeof(bits));
+        bad += (bits & 0x7f800000u) == 0x7f800000u;
+    }
+    return bad;
+}
+
 // tmp_dir/tensors.bin: the weight section, one tensor at a time in our layout (then read back
 // and checked against its CRC, as a save does), and the two moment sections zero (the file is
 // sized first: they are never written); each tensor's three CRCs into crc
@@ -1275,11 +1170,14 @@ static int import_write_tensors(HFModel* hm, const CanonicalLayout* L, const int
         HFTensor h = hf_tensor(d, hm->arch, &hm->cfg);
         size_t bytes = canonical_bytes(d);
         for (int p = 0; p < h.parts && !status; p++) {   // each part into its rows of ours
-            status = st_read_floats(hm, &hm->tensors[source[HF_MAX_PARTS * i + p]], theirs, half, err, errlen);
+            status = hf_stopped(hm->stop, err, errlen) || st_read_floats(hm, &hm->tensors[source[HF_MAX_PARTS * i + p]], theirs, half, err, errlen);
             if (!status && hf_changed(&h)) hf_untransform(d, &h, p, theirs, ours, &hm->cfg);
         }
         if (status) break;
         const float* out = hf_changed(&h) ? ours : theirs;
+        uint64_t bad = count_nonfinite(out, bytes / sizeof(float));
+        if (bad && hm->nonfinite_tensors++ == 0) hm->first_nonfinite = i;
+        hm->nonfinite += bad;
         crc[3 * i] = crc32_update(0, out, bytes);
         crc[3 * i + 1] = crc[3 * i + 2] = crc32_of_zeros(bytes);
         if (pwrite_all(fd, out, bytes, L->offset[i]) != 0)
@@ -1343,11 +1241,13 @@ static int hf_check_save(const char* save_dir, char* err, size_t errlen) {
 // Import the transformers model in hf_dir (GPT2LMHeadModel, BloomForCausalLM or
 // LlamaForCausalLM: config.json and model.safetensors, or its shards) as save_dir/iter_0000000,
 // a checkpoint at iteration 0 with a fresh optimizer, marked the latest. seq_length: the run's
-// (0: n_positions for GPT-2, max_position_embeddings for Llama; Bloom's "seq_length", else 2048). Rank 0 alone. Returns 0 with *out filled, or 1 with a line
-// in err naming the file, the tensor or key, and what was expected; then save_dir is as it
-// was (unless the failure came while writing it: then no iter_0000000.tmp is left).
+// (0: n_positions for GPT-2, max_position_embeddings for Llama; Bloom's "seq_length", else
+// 2048). Rank 0 alone. Returns 0 with *out filled, or 1 with a line in err naming the file, the
+// tensor or key, and what was expected, or after a stop signal (hf_stopped; one during
+// prepare_save_dir's probe is seen once the probe is gone); then save_dir is as it was.
 // Memory: the largest tensor, three times.
-static int import_hf(const char* hf_dir, const char* save_dir, int seq_length, HFImport* out, char* err, size_t errlen) {
+static int import_hf(const char* hf_dir, const char* save_dir, int seq_length, const volatile sig_atomic_t* stop,
+                     HFImport* out, char* err, size_t errlen) {
     const uint32_t one = 1;
     memset(out, 0, sizeof(*out));
     if (*(const uint8_t*)&one != 1)
@@ -1355,6 +1255,9 @@ static int import_hf(const char* hf_dir, const char* save_dir, int seq_length, H
     HFModel hm;
     memset(&hm, 0, sizeof(hm));
     hm.dir = hf_dir;
+    hm.stop = stop;
+    struct stat st;
+    int save_was_there = stat(save_dir, &st) == 0;
     int* source = NULL, status = hf_check_save(save_dir, err, errlen) || hf_read_config(&hm, seq_length, err, errlen) ||
                                  st_open_model(&hm, err, errlen);
     CanonicalLayout L;
@@ -1365,9 +1268,11 @@ static int import_hf(const char* hf_dir, const char* save_dir, int seq_length, H
         status = hf_match(&hm, &L.whole, source, err, errlen);
     }
     // only now is --save touched: made if missing, locked, checked again under the lock
-    if (!status) status = prepare_save_dir(save_dir, NULL, 0, err, errlen) != 0;
-    if (!status) status = hf_write_checkpoint(&hm, &L, source, save_dir, out->checkpoint, sizeof(out->checkpoint), err, errlen);
+    if (!status) status = hf_stopped(stop, err, errlen) || prepare_save_dir(save_dir, NULL, 0, err, errlen) != 0;
+    if (!status) status = hf_stopped(stop, err, errlen) ||
+                          hf_write_checkpoint(&hm, &L, source, save_dir, out->checkpoint, sizeof(out->checkpoint), err, errlen);
     release_save_lock();   // the import was this process's one use of --save
+    if (status && !save_was_there) rmdir(save_dir);   // made for the import, and empty again
     if (!status) {
         out->cfg = hm.cfg;
         out->arch = hm.arch;
@@ -1376,7 +1281,12 @@ static int import_hf(const char* hf_dir, const char* save_dir, int seq_length, H
         for (int k = ST_NUM_DTYPES - 1, n = 0; k >= 0; k--)   // BF16+F16+F32
             if (hm.dtypes_read >> k & 1)
                 n += snprintf(out->dtypes + n, sizeof(out->dtypes) - n, "%s%s", n ? "+" : "", ST_DTYPE_NAMES[k]);
-        snprintf(out->note, sizeof(out->note), "%s", hm.note);
+        int n = snprintf(out->note, sizeof(out->note), "%s", hm.note);
+        if (hm.nonfinite_tensors)   // imported as they are (the file's weights), but said: training from them gives NaN
+            snprintf(out->note + n, sizeof(out->note) - n, "%s%llu weights are NaN or infinite, in %d tensor%s (the first: "
+                     "%s): the model computes NaN; training from it will skip or diverge", n ? "\n" : "",
+                     (unsigned long long)hm.nonfinite, hm.nonfinite_tensors, hm.nonfinite_tensors > 1 ? "s" : "",
+                     hm.tensors[source[HF_MAX_PARTS * hm.first_nonfinite]].name);
     }
     if (source) free_layout(&L);
     free(source);

@@ -22,6 +22,7 @@ sampling -> the run -> main.
 #include "generate.h"
 #include "cluster.h"
 #include "checkpoint.h"
+#include "json.h"
 #include "hf.h"
 #include "tensorboard.h"
 #include "megatron_flags.h"
@@ -580,16 +581,26 @@ static int export_latest(const Config* a, char* err, size_t len) {
     if (!a->load) return error_line(err, len, "--export-hf needs --load DIR (the checkpoint to export)");
     if (latest_checkpoint(a->load, ckpt, sizeof(ckpt), err, len)) return 1;
     if (!ckpt[0]) return error_line(err, len, "--load %s: no latest_checkpointed_iteration.txt, nothing to export", a->load);
-    if (export_hf(ckpt, a->export_hf, &arch, err, len) != 0) return 1;
+    if (export_hf(ckpt, a->export_hf, &arch, &stop_requested, err, len) != 0) return 1;
     printf("exported %s as a Hugging Face %s to %s (config.json, model.safetensors) in %.2f s\n", ckpt,
            hf_class_name(arch), a->export_hf, now_seconds() - t0);
     return 0;
 }
 
+// A stop signal during a conversion (rank 0's err set by it): its files were removed; said in
+// one line, and the status is 128 + the signal, as a signal during start-up
+static void exit_if_conversion_stopped(const char* flag, const char* err) {
+    if (!stop_requested || !err[0]) return;
+    fprintf(stderr, "stopped by %s during %s, which removed what it had written\n", signal_name(stop_requested), flag);
+    exit(128 + stop_requested);
+}
+
 // no data, no model, just the file conversion, by rank 0 alone (the others end with it)
 static void export_and_exit(const Config* a) {
     char err[4600] = "";
+    on_stop_signals(request_stop);   // a signal ends the export between tensors, its files removed
     if (grid.world_rank == 0) export_latest(a, err, sizeof(err));
+    exit_if_conversion_stopped("--export-hf", err);
     config_error_anywhere(err);
     grid_finish();
     exit(0);
@@ -609,15 +620,17 @@ static void import_and_exit(const Config* a) {
     int seq_length = model_field_given(a, offsetof(GPTConfig, seq_length)) ? a->model.seq_length : 0;
     double t0 = now_seconds();
     HFImport got;
-    if (grid.world_rank == 0 && import_hf(a->import_hf, a->save, seq_length, &got, err, sizeof(err)) == 0) {
+    on_stop_signals(request_stop);   // a signal ends the import between tensors, its files removed
+    if (grid.world_rank == 0 && import_hf(a->import_hf, a->save, seq_length, &stop_requested, &got, err, sizeof(err)) == 0) {
         const GPTConfig* c = &got.cfg;
         printf("imported %s as %s: %d layers, hidden %d, %d heads, vocabulary %d, sequence length %d; %s, %d tensors "
                "from %d file%s; wrote %s in %.2f s\n", a->import_hf, hf_class_name(got.arch), c->num_layers, c->hidden_size,
                c->num_attention_heads, c->vocab_size, c->seq_length, got.dtypes, got.tensors, got.files,
                got.files > 1 ? "s" : "", got.checkpoint, now_seconds() - t0);
-        if (got.note[0]) printf("note: %s\n", got.note);
+        for (char* line = strtok(got.note, "\n"); line; line = strtok(NULL, "\n")) printf("note: %s\n", line);
         fflush(stdout);
     }
+    exit_if_conversion_stopped("--import-hf", err);
     config_error_anywhere(err);
     grid_finish();
     exit(0);

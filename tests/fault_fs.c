@@ -11,6 +11,8 @@ tests/test_crash_points.sh.
   FAULT_MODE=fail      ... fails with EIO, and the process goes on, or
   FAULT_MODE=delay     ... is made FAULT_DELAY seconds late (a busy parallel file system);
                        without FAULT_AT, every counted call is
+  FAULT_MODE=signal    ... is made after the process receives FAULT_SIGNAL (default 15,
+                       SIGTERM): a job stopped in the middle of that step
   FAULT_CALLS=a,b      only calls of these names count (as FAULT_COUNT's list names them)
   FAULT_RANK=R         only the process whose launcher rank (OMPI_COMM_WORLD_RANK; a
                        process started alone is rank 0) is R counts (default: every process)
@@ -110,6 +112,10 @@ static int fault_point(const char* name, const char* path) {
     if (at ? atol(at) != counted : !delaying) return 0;   // a delay without FAULT_AT: every call
     if (delaying) {
         sleep((unsigned)atoi(getenv("FAULT_DELAY") ? getenv("FAULT_DELAY") : "5"));
+        return 0;
+    }
+    if (mode && strcmp(mode, "signal") == 0) {
+        raise(getenv("FAULT_SIGNAL") ? atoi(getenv("FAULT_SIGNAL")) : SIGTERM);
         return 0;
     }
     if (mode && strcmp(mode, "fail") == 0) {

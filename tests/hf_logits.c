@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
                               : !strcmp(argv[4], "gpt2")  ? HF_GPT2
                               : !strcmp(argv[4], "bloom") ? HF_BLOOM
                                                           : HF_LLAMA;
-        if (export_hf(argv[2], argv[3], &arch, err, sizeof(err)) != 0) input_error(err);
+        if (export_hf(argv[2], argv[3], &arch, NULL, err, sizeof(err)) != 0) input_error(err);
         printf("exported %s to %s as %s\n", argv[2], argv[3], hf_class_name(arch));
     } else if (argc >= 4 && !strcmp(argv[1], "--logits")) print_logits(argc, argv);
     else usage_error("no mode given");

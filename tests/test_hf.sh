@@ -22,6 +22,10 @@
 #   4 of 4, untied, BF16, sharded; vocabularies 1001 and 777) go through the same checks, at
 #   (1,1,1) and (2,2,2), and its refusals; and a Llama-shaped run that train_cpu trained at TP = 2,
 #   exported, has in transformers the trainer's loss within 1e-5 relative.
+#   Hostile directories (issue 45, with ./train_cpu alone): each of tests/data/hostile/hf/ imports
+#   as its EXPECTED says; a FIFO as each file the import reads is refused at once; an export over
+#   another model's directory is refused; SIGTERM (tests/fault_fs.c's signal mode) in the middle of
+#   an import or export leaves nothing behind.
 set -u
 cd "$(dirname "$0")/.."
 B=tests/build/hf
@@ -294,6 +298,78 @@ if [ -n "$data" ] && [ -x ./train_cpu ]; then
         check_layout trained $B/out_trained $tck $L $C $NH $F $P $V
         compare_logits trained $B/out_trained $tck $TOKENS
     else bad "export of a checkpoint saved by train_cpu" "$(tail -3 $B/train.log; cat $B/export_trained.log)"; fi
+fi
+
+# ---- hostile model directories (issue 45; tests/data/hostile/hf/, written by its make.py): each
+# import exits as EXPECTED says, a refusal in one line on stderr with --save never made, an
+# accepted one with its note; then a FIFO in place of each file the import reads, an export over
+# another model's directory, and a stop signal in the middle of an import and of an export
+if [ -x ./train_cpu ]; then
+    HH=tests/data/hostile/hf
+    while read -r name status piece; do
+        rm -rf $B/hostile_save
+        timeout 60 ./train_cpu --import-hf $HH/$name --save $B/hostile_save > $B/hostile.out 2> $B/hostile.err
+        got=$?
+        if [ $got -eq "$status" ] && grep -qF -- "$piece" $B/hostile.out $B/hostile.err &&
+           { [ "$status" -eq 0 ] || { [ "$(wc -l < $B/hostile.err)" -eq 1 ] && [ ! -e $B/hostile_save ]; }; }; then
+            ok "hostile HF model $name: exit $got, $(cat $B/hostile.err; grep '^note' $B/hostile.out | cut -c 1-120)"
+        else bad "hostile HF model $name" "exit $got (expected $status, '$piece'): $(head -c 400 $B/hostile.err; head -3 $B/hostile.out)"; fi
+    done < <(grep -v '^#' $HH/EXPECTED)
+    # a FIFO as config.json, model.safetensors or the shard index is refused at once, not waited on
+    for f in config.json model.safetensors model.safetensors.index.json; do
+        rm -rf $B/fifo_model $B/hostile_save && cp -r $HH/gpt2_ok $B/fifo_model
+        [ $f = model.safetensors.index.json ] && rm $B/fifo_model/model.safetensors
+        rm -f $B/fifo_model/$f && mkfifo $B/fifo_model/$f
+        timeout 20 ./train_cpu --import-hf $B/fifo_model --save $B/hostile_save > /dev/null 2> $B/hostile.err
+        got=$?
+        if [ $got -eq 2 ] && grep -qF "$B/fifo_model/$f: is a FIFO (named pipe), expected a regular file" $B/hostile.err; then
+            ok "import refuses a FIFO as $f at once: $(cat $B/hostile.err)"
+        else bad "import of a FIFO $f" "exit $got$([ $got -eq 124 ] && echo ' (blocked until killed)'): $(cat $B/hostile.err)"; fi
+    done
+    # --export-hf over a directory: a new or earlier export of ours is written; another model's is
+    # refused in one line and left as it was
+    rm -rf $B/ours_ck $B/ours_out $B/theirs_out
+    ./train_cpu --import-hf $HH/gpt2_ok --save $B/ours_ck > /dev/null 2>&1
+    if ./train_cpu --load $B/ours_ck --export-hf $B/ours_out > $B/ours.log 2>&1 &&
+       ./train_cpu --load $B/ours_ck --export-hf $B/ours_out >> $B/ours.log 2>&1 &&
+       [ "$(ls $B/ours_out | tr '\n' ' ')" = "config.json model.safetensors " ]; then
+        ok "export into an earlier export of ours replaces it (config.json says \"exported_by\")"
+    else bad "export over an earlier export" "$(cat $B/ours.log; ls $B/ours_out)"; fi
+    for theirs in generation_config.json config.json; do   # another model beside ours; another model's config.json
+        rm -rf $B/theirs_out && cp -r $B/ours_out $B/theirs_out
+        [ $theirs = config.json ] && sed -i '/exported_by/d' $B/theirs_out/config.json
+        [ $theirs = generation_config.json ] && echo '{"bos_token_id": 1}' > $B/theirs_out/generation_config.json
+        before=$(cd $B/theirs_out && md5sum *)
+        ./train_cpu --load $B/ours_ck --export-hf $B/theirs_out > /dev/null 2> $B/theirs.err
+        got=$?
+        if [ $got -eq 2 ] && [ "$(wc -l < $B/theirs.err)" -eq 1 ] && grep -qF -- "--export-hf $B/theirs_out holds " $B/theirs.err &&
+           grep -qF "not an earlier export of gridgpt" $B/theirs.err && [ "$before" = "$(cd $B/theirs_out && md5sum *)" ]; then
+            ok "export refuses a directory with another model's $theirs, left as it was: $(cut -c 8-200 $B/theirs.err)"
+        else bad "export over another model's $theirs" "exit $got: $(cat $B/theirs.err; ls $B/theirs_out)"; fi
+    done
+    # a stop signal (SIGTERM, by tests/fault_fs.c's signal mode) at a file-system call of the
+    # import's probe of --save, of its tensors.bin, and of the export's model.safetensors.tmp
+    # leaves nothing behind: the import stops with 143, --save as it was (empty); the export either
+    # stops the same way or, when the signal comes after its last tensor, finishes
+    if gcc -shared -fPIC -O1 tests/fault_fs.c -o $B/fault_fs.so -ldl 2> $B/fault_fs.err; then
+        for at in write:1 pwrite:1 pwrite:3; do   # the probe, the lock, the second tensor
+            rm -rf $B/stop_save && mkdir -p $B/stop_save
+            LD_PRELOAD=$PWD/$B/fault_fs.so FAULT_DIR=$B/stop_save FAULT_CALLS=${at%:*} FAULT_AT=${at#*:} FAULT_MODE=signal \
+                ./train_cpu --import-hf $HH/gpt2_ok --save $B/stop_save > /dev/null 2> $B/stop.err
+            got=$?
+            if [ $got -eq 143 ] && grep -qF "stopped by SIGTERM during --import-hf" $B/stop.err && [ -z "$(ls -A $B/stop_save)" ]; then
+                ok "SIGTERM at the import's $at in --save: exit 143, --save left empty as it was"
+            else bad "SIGTERM at the import's $at" "exit $got, --save holds '$(ls -A $B/stop_save | tr '\n' ' ')': $(cat $B/stop.err)"; fi
+        done
+        rm -rf $B/stop_out && mkdir -p $B/stop_out
+        LD_PRELOAD=$PWD/$B/fault_fs.so FAULT_DIR=$B/stop_out FAULT_CALLS=fsync FAULT_AT=1 FAULT_MODE=signal \
+            ./train_cpu --load $B/ours_ck --export-hf $B/stop_out > /dev/null 2> $B/stop.err
+        got=$?
+        left=$(ls -A $B/stop_out | tr '\n' ' ')
+        if { [ $got -eq 0 ] && [ "$left" = "config.json model.safetensors " ]; } || { [ $got -eq 143 ] && [ -z "$left" ]; }; then
+            ok "SIGTERM at the export's fsync of model.safetensors.tmp: exit $got, no .tmp left ($left)"
+        else bad "SIGTERM during the export" "exit $got, left '$left': $(cat $B/stop.err)"; fi
+    else bad "build tests/fault_fs.c" "$(cat $B/fault_fs.err)"; fi
 fi
 
 # ---- the import: transformers' models into checkpoints (needs transformers, ./train_cpu, ./preprocess)
