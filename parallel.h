@@ -131,8 +131,11 @@ static void report_error(const char* fmt, ...) {
 // --save lock). Not left to atexit: once one rank exits non-zero, the launcher may kill the
 // others while they are still exiting, and MPI_Finalize is the last point every rank reaches.
 static void (*before_mpi_finalize)(void);
+// and the threads that call MPI on their own, which must leave it first (cluster.h's watchdog)
+static void (*stop_mpi_threads)(void);
 
 static void finalize_mpi(void) {
+    if (stop_mpi_threads) stop_mpi_threads();
     if (before_mpi_finalize) before_mpi_finalize();
     MPI_Finalize();
 }

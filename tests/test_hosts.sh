@@ -12,8 +12,10 @@
 #     is named with that host, rank 0's host too;
 #   - --check-cluster names, by its hostname, the host whose link tc slows (netem's delay and
 #     rate; tbf's rate where the kernel has no netem), and no other host;
-#   - a host whose link goes down mid-run: the watchdog names it by host, the job ends (no
-#     hang), and the last checkpoint loads on the three hosts left at DP 3 and training goes on.
+#   - a host whose link goes down mid-run, rank 0's or another: the watchdog's summary names it
+#     and its rank within the timeout + 6 s (rank 0's deputy writes it when rank 0 is lost), the
+#     job ends (no hang), and the last checkpoint loads on the three hosts left at DP 3 and
+#     training goes on.
 # Needs root, ip, unshare, nsenter and tc. Where the hosts cannot be made: SKIP, one line; a
 # FAIL with REQUIRE_SIMULATED_HOSTS=1 (.ci/run sets it). Everything the test makes is removed when it ends, however
 # it ends (a trap).
@@ -156,28 +158,51 @@ else bad "--check-cluster names the host with the slow link" "status $status; li
 tc qdisc del dev ggv-node3 root 2> /dev/null
 nsenter -t "$(cat $D/node3.pid)" -n tc qdisc del dev eth0 root 2> /dev/null
 
-# ---- a host's link goes down mid-run: named by the watchdog, the job ends, the rest resume
+# ---- a host's link goes down mid-run: the watchdog names it within its timeout, whichever rank
+# is lost (rank 0's too: its deputy, the lowest rank on another host, writes the summary), the
+# job ends, and the hosts left resume
 timeout=3
 run="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
      --micro-batch-size 2 --global-batch-size 12 --eval-iters 0 --split 90,10,0 --log-interval 1 --data-cache-path $D/cache
-     --save $D/down.ckpt --save-interval 10 --watchdog-timeout $timeout --watchdog-io-timeout 10"
-hosts_mpirun $D/hostfile -np 4 --map-by node ./train_cpu $run --train-iters 100000 --pipeline-model-parallel-size 2 \
-    > $D/down.out 2> $D/down.err &
-job=$!
-for i in $(seq 600); do [ "$(cat $D/down.ckpt/latest_checkpointed_iteration.txt 2> /dev/null)" = 10 ] && break; sleep 0.1; done
-bash tests/sim_hosts.sh link node3 down
-t0=$(date +%s)
-wait $job
-status=$? seconds=$(( $(date +%s) - t0 ))
-summary=$(grep "^error: watchdog summary:" $D/down.err)
-# rank 2 = TP(0)-PP(1)-DP(0) runs on node3 (--map-by node)
-if [ $status -ne 0 ] && [ $status -ne 124 ] && [ $seconds -le $((timeout + 25)) ] &&
-   [[ "$summary" =~ "| no report within 10 s (dead, frozen or still going): rank 2 on node3 pid "[0-9]+" TP(0)-PP(1)-DP(0)-Rank(2)" ]]; then
-    ok "node3's link down mid-run: the watchdog summary names rank 2 on node3, the job ends $seconds s later (status $status)"
-else bad "a host whose link goes down" "status $status after $seconds s: $(head -c 400 <<< "$summary")"; fi
+     --save-interval 10 --watchdog-timeout $timeout --watchdog-io-timeout 10"
+since() { awk -v t0=$1 -v t=$(date +%s.%N) 'BEGIN { printf "%.1f", t - t0 }'; }
+at_most() { awk -v x=$1 -v most=$2 'BEGIN { exit !(x <= most) }'; }
+# link_down NAME HOST GRID-FLAGS...: one rank per host until the first save, then HOST's link
+# down. Sets status, summary, named (seconds from the link going down to the summary line, or
+# to the job's end without one) and ended (to the job's end).
+link_down() {
+    local name=$1 host=$2 job t0; shift 2
+    hosts_mpirun $D/hostfile -np 4 --map-by node ./train_cpu $run --save $D/$name.ckpt --train-iters 100000 "$@" \
+        > $D/$name.out 2> $D/$name.err &
+    job=$!
+    for i in $(seq 600); do [ "$(cat $D/$name.ckpt/latest_checkpointed_iteration.txt 2> /dev/null)" = 10 ] && break; sleep 0.1; done
+    bash tests/sim_hosts.sh link $host down
+    t0=$(date +%s.%N)
+    while kill -0 $job 2> /dev/null && ! grep -q "^error: watchdog summary:" $D/$name.err; do sleep 0.1; done
+    named=$(since $t0)
+    wait $job
+    status=$? ended=$(since $t0)
+    summary=$(grep "^error: watchdog summary:" $D/$name.err)
+}
+# Named within the timeout: the summary within $timeout s + 6 (its 1 s of grace, a heartbeat,
+# the launcher's forwarding, a loaded machine; it took $timeout + 10 before the heartbeats).
+# rank 0 on node1, TP 2 x DP 2: rank 1 on node2 is the deputy
+link_down lost0 node1 --tensor-model-parallel-size 2
+if [ $status -ne 0 ] && [ $status -ne 124 ] && at_most $named $((timeout + 6)) && at_most $ended $((timeout + 25)) &&
+   [[ "$summary" =~ "(dead, frozen or cut off): rank 0 on node1 pid "[0-9]+" TP(0)-PP(0)-DP(0)-Rank(0) | hosts none of whose ranks is heard from: node1 | written by rank 1 on node2, rank 0's deputy" ]]; then
+    ok "node1's link down (rank 0's host, TP 2 x DP 2): rank 1 on node2 writes the summary naming rank 0 and node1 $named s later, the job ends after $ended s (status $status)"
+else bad "rank 0's host's link down" "status $status, summary after $named s (at most $((timeout + 6))), end after $ended s: $(head -c 600 <<< "$summary")"; fi
+bash tests/sim_hosts.sh stop node1
+bash tests/sim_hosts.sh link node1 up
+# rank 2 on node3, PP 2 x DP 2 (rank 2 = TP(0)-PP(1)-DP(0)): rank 0 writes the summary
+link_down down node3 --pipeline-model-parallel-size 2
+if [ $status -ne 0 ] && [ $status -ne 124 ] && at_most $named $((timeout + 6)) && at_most $ended $((timeout + 25)) &&
+   [[ "$summary" =~ "(dead, frozen or cut off): rank 2 on node3 pid "[0-9]+" TP(0)-PP(1)-DP(0)-Rank(2) | hosts none of whose ranks is heard from: node3"$ ]]; then
+    ok "node3's link down mid-run: the watchdog summary names rank 2 and node3 $named s later, the job ends after $ended s (status $status)"
+else bad "a host whose link goes down" "status $status, summary after $named s (at most $((timeout + 6))), end after $ended s: $(head -c 600 <<< "$summary")"; fi
 bash tests/sim_hosts.sh stop node3   # the host is gone: what ran on it ends
 saved=$(cat $D/down.ckpt/latest_checkpointed_iteration.txt)
-hosts_mpirun $D/hosts3 -np 3 --map-by node ./train_cpu $run --train-iters $((saved + 2)) --load $D/down.ckpt > $D/resume.out 2> $D/resume.err
+hosts_mpirun $D/hosts3 -np 3 --map-by node ./train_cpu $run --train-iters $((saved + 2)) --load $D/down.ckpt --save $D/down.ckpt > $D/resume.out 2> $D/resume.err
 status=$?
 if [ $status -eq 0 ] && grep -q "3 rank(s) as TP 1 x PP 1 x DP 3" $D/resume.out && grep -q "loaded checkpoint $D/down.ckpt/iter_00000$saved" $D/resume.out &&
    grep -q "^ iteration       $((saved + 2))/      $((saved + 2)) " $D/resume.out; then
