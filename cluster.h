@@ -3,9 +3,11 @@ cluster.h — operating a cluster, on top of parallel.h: what names a sick rank.
 
   - the watchdog (--watchdog-timeout): a thread per rank that reads parallel.h's record of
     what its rank is doing and, when the rank has got nowhere for too long, names where every
-    rank is (its own MPI communicator: the main thread may be stuck inside MPI);
+    rank is and who is silent (heartbeats over its own MPI communicator: the main thread may be
+    stuck inside MPI);
   - the slow-rank report (--slow-rank-threshold): each rank's compute time per step against
-    its stage's median;
+    its stage's median, and in a step bound by communication each host's link, probed, against
+    the other hosts';
   - the cluster check (--check-cluster): every group's bus bandwidth and every rank's matmul
     throughput, measured through the same wrappers training uses, and the outliers named with
     their hosts and coordinates; train.c runs it before training (or alone, without
@@ -338,11 +340,23 @@ static void watchdog_start(double timeout_seconds, double io_timeout_seconds) {
     if (pthread_create(&watchdog.thread, NULL, watchdog_main, NULL) != 0) fail("cannot start the watchdog thread");
 }
 // ----------------------------------------------------------------------------
-// Slow ranks: every log interval each rank's compute time per step (the step's wall time less
-// the time it waited in blocking operations) is gathered on rank 0 (one small collective).
-// Ranks of one pipeline stage do the same work, so each is held against the median of its
-// stage: above threshold x the median, one line names it (rank, host, coordinates, its time,
-// the median).
+// Slow ranks and slow links, every log interval (--slow-rank-threshold X; 0: off). Each rank's
+// compute time per step (the step's wall time less the time it waited in blocking operations)
+// and its waiting time are gathered on every rank (one small collective), and rank 0 names:
+//   - a slow rank: the ranks of one pipeline stage do the same work, so each is held against
+//     the median of its stage. Named when it computes above X times that median and what it
+//     costs its peers (its compute above the median) is at least SLOW_RANK_SHARE of the step:
+//     one millisecond more in a 500 ms step slows nothing (on a shared machine, it is noise).
+//   - a slow link: when every rank waits longer than the median rank computes, the time is lost
+//     between ranks, not in one rank's compute, and a collective's time cannot say where: each
+//     member of a ring waits as long as its slowest link takes. So the ranks probe their links
+//     (probe_links), and a host whose best exchange with another host takes above X times the
+//     median of the other hosts' is named. A host whose link is slow has no fast exchange; its
+//     neighbours each have one. With one host there is no link to probe.
+
+#define SLOW_RANK_SHARE 0.1
+#define LINK_PROBE_BYTES (128 * 1024)
+#define LINK_PROBE_REPS 3
 
 // the median of n values (sorted in place)
 static int compare_doubles(const void* a, const void* b) {
@@ -354,26 +368,168 @@ static double median_of(double* x, int n) {
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-static void slow_rank_report(double compute_per_step, double wait_per_step, float threshold) {
-    const RankName* names = rank_names();
-    int n = grid.world_size, per_stage = grid.tp_size * grid.dp_size;
-    double mine[2] = {compute_per_step, wait_per_step};
-    double* all = (double*)mallocCheck(2 * sizeof(double) * n);
-    gather_to_rank0(&grid.world, mine, all, 2);
-    double* stage = (double*)mallocCheck(sizeof(double) * per_stage);
-    for (int r = 0; r < n && grid.world_rank == 0 && threshold > 0.0f; r++) {
-        int first = r / per_stage * per_stage;
-        for (int k = 0; k < per_stage; k++) stage[k] = all[2 * (first + k)];
-        double median = median_of(stage, per_stage), ms = 1000.0;
-        if (per_stage < 2 || all[2 * r] <= threshold * median) continue;
+// The probe's pairs: the edges (e, e+1 mod n) of the ring of world ranks, in phases in which
+// no rank is in two pairs: even e, odd e, and for an odd n the closing edge (n-1, 0) alone.
+// Every rank meets both its neighbours, so the ring enters and leaves every host.
+#define LINK_PROBE_PHASES 3
+static int probe_edge(int phase, int e, int n) {   // is (e, e+1 mod n) one of phase's pairs?
+    int closing_odd = e == n - 1 && n % 2;
+    return phase == 2 ? closing_odd : e % 2 == phase && !closing_odd;
+}
+static int probe_partner(int phase, int r, int n) {   // r's partner in phase (-1: none)
+    if (n < 2) return -1;
+    if (probe_edge(phase, r, n)) return (r + 1) % n;
+    if (probe_edge(phase, (r + n - 1) % n, n)) return (r + n - 1) % n;
+    return -1;
+}
+
+// Each pair of ranks on two hosts exchanges LINK_PROBE_BYTES both ways, LINK_PROBE_REPS times,
+// each time timed from one small exchange that puts the two in step; best[phase]: this rank's
+// best time (the link is at least that slow), NAN where it had no partner on another host. The
+// pairs of a phase run at once; a rank starts its next phase when its partner does.
+static void probe_links(const RankName* names, double* best) {
+    size_t n = LINK_PROBE_BYTES / sizeof(floatX);
+    floatX* out = (floatX*)dev_malloc(n * sizeof(floatX));   // (as the cluster check's: only while probing)
+    floatX* in = (floatX*)dev_malloc(n * sizeof(floatX));
+    dev_zero(out, n * sizeof(floatX));
+    pthread_mutex_lock(&activity_lock);
+    Activity was = activity;
+    pthread_mutex_unlock(&activity_lock);
+    activity_phase("probing links", was.iteration, -1);   // (what the watchdog says if a link is lost now)
+    for (int phase = 0; phase < LINK_PROBE_PHASES; phase++) {
+        int peer = probe_partner(phase, grid.world_rank, grid.world_size);
+        if (peer >= 0 && strcmp(names[peer].host, names[grid.world_rank].host) == 0) peer = -1;
+        best[phase] = NAN;
+        for (int rep = 0; rep < LINK_PROBE_REPS && peer >= 0; rep++) {
+            exchange_with_rank(peer, out, in, 1);   // both in step (a barrier's skew would count)
+            dev_synchronize();
+            double t0 = now_seconds();
+            exchange_with_rank(peer, out, in, n);
+            dev_synchronize();
+            double dt = now_seconds() - t0;
+            best[phase] = isnan(best[phase]) ? dt : fmin(best[phase], dt);
+        }
+    }
+    dev_free(out);
+    dev_free(in);
+    activity_phase(was.phase, was.iteration, was.micro_batch);
+}
+
+// "rank 2 TP(0)-PP(0)-DP(2)-Rank(2), rank 6 ..." for the ranks on host h's name (at most 4)
+static void ranks_on_host(const RankName* names, const char* host, char* out, size_t len) {
+    int listed = 0;
+    out[0] = '\0';
+    for (int r = 0; r < grid.world_size; r++) {
+        if (strcmp(names[r].host, host) != 0) continue;
+        char coords[64];
+        size_t used = strlen(out);
+        coordinates_of(r, coords, sizeof(coords));
+        if (listed++ < 4) snprintf(out + used, len - used, "%srank %d %s", used ? ", " : "", r, coords);
+        else if (listed == 5) snprintf(out + used, len - used, ", ...");
+    }
+}
+
+// what each rank gathers about every rank's steps since the last report (seconds and bytes per step)
+typedef enum { STEP_COMPUTE, STEP_WAIT, STEP_SENT, STEP_FIELDS, STEP_TOTAL = STEP_FIELDS } StepField;
+
+// the median of field f (STEP_TOTAL: compute + wait) over ranks [first, first + n)
+static double median_field(const double* all, int first, int n, StepField f) {
+    double* x = (double*)mallocCheck(n * sizeof(double));
+    for (int k = 0; k < n; k++) {
+        const double* r = &all[STEP_FIELDS * (first + k)];
+        x[k] = f == STEP_TOTAL ? r[STEP_COMPUTE] + r[STEP_WAIT] : r[f];
+    }
+    double m = median_of(x, n);
+    free(x);
+    return m;
+}
+
+// rank 0: each rank's compute against its stage's median
+static void report_slow_ranks(const RankName* names, const double* all, float threshold) {
+    int per_stage = grid.tp_size * grid.dp_size;
+    double step = median_field(all, 0, grid.world_size, STEP_TOTAL), ms = 1000.0;
+    for (int r = 0; r < grid.world_size && per_stage > 1; r++) {
+        double median = median_field(all, r / per_stage * per_stage, per_stage, STEP_COMPUTE);
+        double compute = all[STEP_FIELDS * r + STEP_COMPUTE];
+        if (compute <= threshold * median || compute - median < SLOW_RANK_SHARE * step) continue;
         char coords[64];
         coordinates_of(r, coords, sizeof(coords));
         printf("slow rank: rank %d on %s %s computes %.1f ms per step, %.1fx the median of its pipeline stage "
                "(%.1f ms; --slow-rank-threshold %.2g); it waits %.1f ms per step\n", r, names[r].host, coords,
-               all[2 * r] * ms, all[2 * r] / median, median * ms, threshold, all[2 * r + 1] * ms);
+               compute * ms, compute / median, median * ms, threshold, all[STEP_FIELDS * r + STEP_WAIT] * ms);
+    }
+}
+
+// each host's best exchange with another host, from its ranks' best[W][phases] (NAN: none)
+static int fastest_per_host(const RankName* names, const double* best, double* fastest, int* first) {
+    int H = 0;
+    for (int r = 0; r < grid.world_size; r++) {
+        int h = 0;
+        while (h < H && strcmp(names[first[h]].host, names[r].host) != 0) h++;
+        if (h == H) {
+            first[H] = r;
+            fastest[H++] = NAN;
+        }
+        for (int p = 0; p < LINK_PROBE_PHASES; p++) {
+            double t = best[r * LINK_PROBE_PHASES + p];
+            if (!isnan(t)) fastest[h] = isnan(fastest[h]) ? t : fmin(fastest[h], t);
+        }
+    }
+    return H;
+}
+
+// Rank 0: each host's figure against the other hosts' median. Named above X times it, when the
+// difference also costs the step: the bytes a rank sends in a step, moved at this host's rate
+// instead of the others', take at least SLOW_RANK_SHARE of the step longer (a probe's spread
+// of a few tenths of a millisecond on a busy machine explains nothing).
+static void report_slow_links(const RankName* names, const double* all, const double* best, float threshold) {
+    int W = grid.world_size;
+    double* fastest = (double*)mallocCheck(W * sizeof(double));   // per host, in the order of its first rank
+    double* others = (double*)mallocCheck(W * sizeof(double));
+    int* first = (int*)mallocCheck(W * sizeof(int));
+    int H = fastest_per_host(names, best, fastest, first);
+    double step = median_field(all, 0, W, STEP_TOTAL), sent = median_field(all, 0, W, STEP_SENT), ms = 1000.0;
+    for (int h = 0; h < H; h++) {
+        int k = 0;
+        for (int j = 0; j < H; j++)
+            if (j != h && !isnan(fastest[j])) others[k++] = fastest[j];
+        double median = k ? median_of(others, k) : NAN, lost = (fastest[h] - median) * sent / LINK_PROBE_BYTES;
+        if (!k || isnan(fastest[h]) || fastest[h] <= threshold * median || lost < SLOW_RANK_SHARE * step) continue;
+        char ranks[512];
+        ranks_on_host(names, names[first[h]].host, ranks, sizeof(ranks));
+        printf("slow link: host %s (%s) exchanges %d bytes with another host in %.1f ms at best (%.3g MB/s each way), "
+               "%.1fx the median of the other hosts (%.1f ms; --slow-rank-threshold %.2g): about %.0f ms of a %.0f ms step "
+               "at %.3g MB sent per rank\n", names[first[h]].host, ranks, LINK_PROBE_BYTES, fastest[h] * ms,
+               LINK_PROBE_BYTES / fastest[h] / 1e6, fastest[h] / median, median * ms, threshold, lost * ms, step * ms,
+               sent / 1e6);
+    }
+    free(fastest);
+    free(others);
+    free(first);
+}
+
+// every rank, every log interval (its collectives: every rank calls it at the same point)
+static void slow_rank_report(double compute_per_step, double wait_per_step, double bytes_sent_per_step, float threshold) {
+    const RankName* names = rank_names();
+    int n = grid.world_size, elsewhere = 0;   // ranks on another host than rank 0's
+    double mine[STEP_FIELDS] = {compute_per_step, wait_per_step, bytes_sent_per_step};
+    double* all = (double*)mallocCheck(sizeof(mine) * n);
+    all_gather_host(&grid.world, mine, all, sizeof(mine));   // every rank decides on the probe alike
+    if (threshold > 0.0f && grid.world_rank == 0) report_slow_ranks(names, all, threshold);
+    double compute = median_field(all, 0, n, STEP_COMPUTE), least_wait = INFINITY;
+    for (int r = 0; r < n; r++) {
+        least_wait = fmin(least_wait, all[STEP_FIELDS * r + STEP_WAIT]);
+        elsewhere += strcmp(names[r].host, names[0].host) != 0;
+    }
+    if (threshold > 0.0f && elsewhere > 0 && least_wait > compute) {   // bound by communication: probe the links
+        double best[LINK_PROBE_PHASES];
+        double* every = (double*)mallocCheck(sizeof(best) * n);
+        probe_links(names, best);
+        all_gather_host(&grid.world, best, every, sizeof(best));
+        if (grid.world_rank == 0) report_slow_links(names, all, every, threshold);
+        free(every);
     }
     fflush(stdout);
-    free(stage);
     free(all);
 }
 
