@@ -50,7 +50,7 @@ typedef struct {   // one rank's state, as a heartbeat carries it (fixed size: o
 
 // every rank's host and process id, gathered once through parallel.h's wrapper (the first
 // call is collective: every rank makes it at the same point), for the lines that name a rank
-typedef struct RankName {
+typedef struct {
     char host[64];
     int pid;
 } RankName;
