@@ -3,9 +3,11 @@ cluster.h — operating a cluster, on top of parallel.h: what names a sick rank.
 
   - the watchdog (--watchdog-timeout): a thread per rank that reads parallel.h's record of
     what its rank is doing and, when the rank has got nowhere for too long, names where every
-    rank is (its own MPI communicator: the main thread may be stuck inside MPI);
+    rank is and who is silent (heartbeats over its own MPI communicator: the main thread may be
+    stuck inside MPI);
   - the slow-rank report (--slow-rank-threshold): each rank's compute time per step against
-    its stage's median;
+    its stage's median, and in a step bound by communication each host's link, probed, against
+    the other hosts';
   - the cluster check (--check-cluster): every group's bus bandwidth and every rank's matmul
     throughput, measured through the same wrappers training uses, and the outliers named with
     their hosts and coordinates; train.c runs it before training (or alone, without
@@ -20,34 +22,60 @@ Interface (what train.c uses): watchdog_start, watchdog_stop, slow_rank_report, 
 // The watchdog (--watchdog-timeout S): a thread per rank that, when its rank has got nowhere
 // for S seconds, prints one line (rank, host, coordinates, seconds stuck, what it waits in)
 // and ends the job. A hung collective blocks its whole group, so every stuck rank reports.
-// Each sends its report to rank 0's watchdog, which collects reports for WATCHDOG_GRACE
-// seconds and prints one summary naming the ranks that wait in no collective: the ones the
-// others are waiting for. Then the job ends with exit status 3, NCCL's communicators aborted
-// first on the GPU build so that no rank stays blocked in a kernel.
+//
+// One summary line then names the ranks the others wait for, and the ranks no one hears from.
+// It is written from heartbeats: every WATCHDOG_BEAT seconds each rank's watchdog sends its
+// state (what it waits in, for how long) to two writers, rank 0 and its deputy (the lowest rank
+// on another host: a lost host takes rank 0 with it, not both). So a writer always holds what
+// every rank did lately, and knows the ranks it has not heard from for WATCHDOG_SILENT
+// seconds: dead, frozen, or cut off with their host. Once any rank has fired (the writer's own
+// watchdog, or a heartbeat that says so), the writer lets WATCHDOG_GRACE pass (a heartbeat
+// more from every rank alive) and writes the summary; then the job ends with exit status 3
+// (NCCL's communicators aborted first on the GPU build, so that no rank stays blocked in a
+// kernel). Rank 0 writes it, or its deputy when rank 0 is silent by then. A rank that fired
+// and still runs WATCHDOG_ORPHAN seconds later heard of no summary (both writers are gone):
+// it ends the job itself.
 
-#define WATCHDOG_GRACE 10.0
+#define WATCHDOG_BEAT 0.5
+#define WATCHDOG_SILENT 3.0   // six heartbeats missed
+#define WATCHDOG_GRACE 1.0
+#define WATCHDOG_ORPHAN 15.0
 #define WATCHDOG_EXIT 3
 
-typedef struct {   // one rank's state, as rank 0 receives it (fixed size: one message)
+typedef struct {   // one rank's state, as a heartbeat carries it (fixed size: one message)
     int rank, pid, iteration, micro_batch, waiting, peer, in_io;
     double stuck;
     char host[64], phase[32], op[40], group[24];
 } WatchdogReport;
 
-static struct {
-    double timeout, io_timeout;   // seconds; io_timeout while a checkpoint is saved or loaded
-    int stopped;     // watchdog_stop: the thread ends
-    MPI_Comm comm;   // a copy of the world for the reports alone (MPI_COMM_NULL: no summary)
-    const struct RankName* names;   // every rank's host and pid, gathered at the start, so that a
-                                    // rank that sends no report (frozen, dead) is named fully too
-} watchdog;
-
 // every rank's host and process id, gathered once through parallel.h's wrapper (the first
 // call is collective: every rank makes it at the same point), for the lines that name a rank
-typedef struct RankName {
+typedef struct {
     char host[64];
     int pid;
 } RankName;
+
+static struct {
+    double timeout, io_timeout;   // seconds; io_timeout while a checkpoint is saved or loaded
+    int stopped;                  // watchdog_stop: the thread ends
+    pthread_t thread;
+    MPI_Comm comm;                // a copy of the world for the heartbeats alone (MPI_COMM_NULL: none)
+    const RankName* names;        // every rank's host and pid, gathered at the start, so that a
+                                  // rank that sends nothing (frozen, dead, cut off) is named fully too
+} watchdog;
+
+// The heartbeats, on every rank: the one in flight to each writer (a writer that cannot be
+// reached gets no more until it is delivered), and on a writer what arrived from each rank
+static struct {
+    int writer[2];                // rank 0 and its deputy (-1: none)
+    MPI_Request sent[2];
+    WatchdogReport out[2];
+    MPI_Request receiving;        // a writer's: the next heartbeat, from any rank
+    WatchdogReport in;
+    WatchdogReport* latest;       // [world size]: each rank's last heartbeat (a writer's)
+    double* heard_at;             // [world size]: when it arrived
+    double fired_at;              // when this writer first knew that some rank had fired (0: not yet)
+} beats;
 
 static const RankName* rank_names(void) {
     static RankName* all = NULL;
@@ -57,6 +85,13 @@ static const RankName* rank_names(void) {
     all = (RankName*)callocCheck(grid.world_size, sizeof(RankName));
     all_gather_host(&grid.world, &me, all, sizeof(me));
     return all;
+}
+
+// rank 0's deputy: the lowest rank on another host; rank 1 when every rank shares rank 0's
+static int watchdog_deputy(void) {
+    for (int r = 1; r < grid.world_size; r++)
+        if (strcmp(watchdog.names[r].host, watchdog.names[0].host) != 0) return r;
+    return grid.world_size > 1 ? 1 : -1;
 }
 
 static int watchdog_stopped(void) {
@@ -84,6 +119,11 @@ static WatchdogReport watchdog_snapshot(void) {
     pthread_mutex_unlock(&activity_lock);
     snprintf(r.host, sizeof(r.host), "%.63s", grid.host);
     return r;
+}
+
+// has this rank got nowhere for its timeout? (every rank runs with the same two)
+static int report_fired(const WatchdogReport* r) {
+    return r->stuck >= (r->in_io ? watchdog.io_timeout : watchdog.timeout);
 }
 
 // "iteration 3, micro-batch 2, forward: waiting in all-reduce (tensor-parallel group)"
@@ -125,6 +165,63 @@ static void watchdog_report(const WatchdogReport* me) {
     fflush(stderr);
 }
 
+// ---- the heartbeats
+
+static void beats_open(void) {
+    int n = grid.world_size, use_mpi = watchdog.comm != MPI_COMM_NULL;
+    beats.writer[0] = use_mpi ? 0 : -1;
+    beats.writer[1] = use_mpi ? watchdog_deputy() : -1;
+    beats.sent[0] = beats.sent[1] = beats.receiving = MPI_REQUEST_NULL;
+    beats.latest = (WatchdogReport*)callocCheck(n, sizeof(WatchdogReport));
+    beats.heard_at = (double*)callocCheck(n, sizeof(double));
+    for (int r = 0; r < n; r++) beats.heard_at[r] = now_seconds();   // nobody is silent at the start
+    if (grid.world_rank == beats.writer[0] || grid.world_rank == beats.writer[1])
+        MPI_Irecv(&beats.in, (int)sizeof(beats.in), MPI_BYTE, MPI_ANY_SOURCE, 0, watchdog.comm, &beats.receiving);
+}
+
+// a writer notes its own state as if it had heard it
+static void beats_note(const WatchdogReport* r, double now) {
+    beats.latest[r->rank] = *r;
+    beats.heard_at[r->rank] = now;
+    if (report_fired(r) && !beats.fired_at) beats.fired_at = now;
+}
+
+// this rank's state to each writer but itself, unless the last one is still in flight
+static void beats_send(const WatchdogReport* me) {
+    for (int i = 0; i < 2; i++) {
+        int done = 1;
+        if (beats.writer[i] < 0 || beats.writer[i] == grid.world_rank) continue;
+        if (beats.sent[i] != MPI_REQUEST_NULL) MPI_Test(&beats.sent[i], &done, MPI_STATUS_IGNORE);
+        if (!done) continue;
+        beats.out[i] = *me;
+        MPI_Isend(&beats.out[i], (int)sizeof(*me), MPI_BYTE, beats.writer[i], 0, watchdog.comm, &beats.sent[i]);
+    }
+}
+
+// a writer: every heartbeat that has arrived
+static void beats_receive(double now) {
+    for (int arrived = beats.receiving != MPI_REQUEST_NULL; arrived;) {
+        MPI_Test(&beats.receiving, &arrived, MPI_STATUS_IGNORE);
+        if (!arrived) break;
+        if (beats.in.rank >= 0 && beats.in.rank < grid.world_size) beats_note(&beats.in, now);
+        MPI_Irecv(&beats.in, (int)sizeof(beats.in), MPI_BYTE, MPI_ANY_SOURCE, 0, watchdog.comm, &beats.receiving);
+    }
+}
+
+// the watchdog stops: no receive left posted, the sends left to finish on their own
+static void beats_close(void) {
+    if (beats.receiving != MPI_REQUEST_NULL) {
+        MPI_Cancel(&beats.receiving);
+        MPI_Wait(&beats.receiving, MPI_STATUS_IGNORE);
+    }
+    for (int i = 0; i < 2; i++)
+        if (beats.sent[i] != MPI_REQUEST_NULL) MPI_Request_free(&beats.sent[i]);
+}
+
+static int silent(int rank, double now) { return now - beats.heard_at[rank] >= WATCHDOG_SILENT; }
+
+// ---- the summary, by a writer
+
 // appends ",r" (or "r") to a comma-separated list of ranks
 static void list_rank(char* list, size_t len, int rank) {
     size_t used = strlen(list);
@@ -132,89 +229,104 @@ static void list_rank(char* list, size_t len, int rank) {
 }
 
 // appends "; rank r on HOST pid P TP(.)-PP(.)-DP(.)-Rank(r)" (without "; " first), from what
-// rank 0 gathered at the start: all an operator needs to find the process
+// was gathered at the start: all an operator needs to find the process
 static void list_rank_fully(char* list, size_t len, int rank) {
     char coords[64];
     size_t used = strlen(list);
     coordinates_of(rank, coords, sizeof(coords));
-    if (watchdog.names)
-        snprintf(list + used, len - used, "%srank %d on %s pid %d %s", used ? "; " : "", rank, watchdog.names[rank].host,
-                 watchdog.names[rank].pid, coords);
-    else snprintf(list + used, len - used, "%srank %d %s", used ? "; " : "", rank, coords);
+    snprintf(list + used, len - used, "%srank %d on %s pid %d %s", used ? "; " : "", rank, watchdog.names[rank].host,
+             watchdog.names[rank].pid, coords);
 }
 
-// rank 0: who waits in a collective, who waits in none (the ones the others wait for), who
-// sent nothing
-static void watchdog_summary(const WatchdogReport* reports, const int* heard) {
-    char waiting[512] = "", silent[2048] = "", culprits[2048] = "";
+// appends ", HOST" for each host none of whose ranks is heard from (its link, or the host, is lost)
+static void list_silent_hosts(char* list, size_t len, double now) {
+    const RankName* names = watchdog.names;
     for (int r = 0; r < grid.world_size; r++) {
-        if (!heard[r]) list_rank_fully(silent, sizeof(silent), r);
-        else if (reports[r].waiting) list_rank(waiting, sizeof(waiting), r);
+        int first = 1, all_silent = 1;
+        for (int q = 0; q < grid.world_size; q++)
+            if (strcmp(names[q].host, names[r].host) == 0) {
+                first &= q >= r;
+                all_silent &= silent(q, now);
+            }
+        size_t used = strlen(list);
+        if (first && all_silent) snprintf(list + used, len - used, "%s%s", used ? ", " : "", names[r].host);
+    }
+}
+
+// who waits in a collective, who waits in none (the ones the others wait for), who is silent
+static void watchdog_summary(double now) {
+    char waiting[512] = "", silent_ranks[2048] = "", culprits[2048] = "", hosts[512] = "", by[400] = "";
+    for (int r = 0; r < grid.world_size; r++) {
+        const WatchdogReport* x = &beats.latest[r];
+        if (silent(r, now)) list_rank_fully(silent_ranks, sizeof(silent_ranks), r);
+        else if (x->waiting) list_rank(waiting, sizeof(waiting), r);
         else {
-            char what[200], coords[64];
+            char what[200];
+            describe_report(x, what, sizeof(what));
+            list_rank_fully(culprits, sizeof(culprits), r);
             size_t used = strlen(culprits);
-            describe_report(&reports[r], what, sizeof(what));
-            coordinates_of(r, coords, sizeof(coords));
-            snprintf(culprits + used, sizeof(culprits) - used, "%srank %d on %s pid %d %s (%s)", used ? "; " : "", r,
-                     reports[r].host, reports[r].pid, coords, what);
+            snprintf(culprits + used, sizeof(culprits) - used, " (%s)", what);
         }
     }
-    fprintf(stderr, "error: watchdog summary: waiting in a collective: ranks %s | in none, so the others wait for "
-            "them: %s | no report within %.0f s (dead, frozen or still going): %s\n", waiting[0] ? waiting : "none",
-            culprits[0] ? culprits : "none", WATCHDOG_GRACE, silent[0] ? silent : "none");
+    list_silent_hosts(hosts, sizeof(hosts), now);
+    if (grid.world_rank != 0)
+        snprintf(by, sizeof(by), " | written by rank %d on %s, rank 0's deputy (rank 0 is silent)", grid.world_rank, grid.host);
+    fprintf(stderr, "error: watchdog summary: waiting in a collective: ranks %s | in none, so the others wait for them: %s "
+            "| not heard from for %.0f s (dead, frozen or cut off): %s | hosts none of whose ranks is heard from: %s%s\n",
+            waiting[0] ? waiting : "none", culprits[0] ? culprits : "none", WATCHDOG_SILENT,
+            silent_ranks[0] ? silent_ranks : "none", hosts[0] ? hosts : "none", by);
 }
 
-// rank 0's watchdog: the reports that have arrived (heard[r] once rank r's has)
-static void watchdog_receive(MPI_Request* pending, int* heard, double* first_heard_at) {
-    for (int r = 1; r < grid.world_size; r++) {
-        if (heard[r]) continue;
-        MPI_Test(&pending[r], &heard[r], MPI_STATUS_IGNORE);
-        if (heard[r] && !*first_heard_at) *first_heard_at = now_seconds();
-    }
+// A writer's summary is due WATCHDOG_GRACE after it knew of a fired rank, and later where the
+// timeout is shorter than WATCHDOG_SILENT: a rank cut off when the stall began is silent by then.
+static int summary_due(double now) {
+    double wait = WATCHDOG_GRACE + fmax(0.0, WATCHDOG_SILENT - fmin(watchdog.timeout, watchdog.io_timeout));
+    return beats.fired_at && now - beats.fired_at >= wait;
 }
 
 static void* watchdog_main(void* unused) {
     (void)unused;
-    int n = grid.world_size, is_root = grid.world_rank == 0, use_mpi = watchdog.comm != MPI_COMM_NULL;
-    WatchdogReport* reports = (WatchdogReport*)callocCheck(n, sizeof(WatchdogReport));
-    int* heard = (int*)callocCheck(n, sizeof(int));
-    MPI_Request* pending = (MPI_Request*)callocCheck(n, sizeof(MPI_Request));
-    for (int r = 1; r < n && is_root && use_mpi; r++)
-        MPI_Irecv(&reports[r], (int)sizeof(WatchdogReport), MPI_BYTE, r, 0, watchdog.comm, &pending[r]);
-    double fired_at = 0.0, first_heard_at = 0.0;
-    WatchdogReport me;
-    MPI_Request sent;
+    int me_rank = grid.world_rank, decided = 0;
+    int is_writer = me_rank == beats.writer[0] || me_rank == beats.writer[1];
+    double fired_at = 0.0;
     for (;;) {
-        sleep(1);
-        if (watchdog_stopped()) return NULL;
-        me = watchdog_snapshot();
-        if (!fired_at && me.stuck >= (me.in_io ? watchdog.io_timeout : watchdog.timeout)) {
-            fired_at = now_seconds();
+        usleep((useconds_t)(WATCHDOG_BEAT * 1e6));
+        if (watchdog_stopped()) break;
+        WatchdogReport me = watchdog_snapshot();
+        double now = now_seconds();
+        if (!fired_at && report_fired(&me)) {
+            fired_at = now;
             watchdog_report(&me);
-            if (!is_root && use_mpi) MPI_Isend(&me, (int)sizeof(me), MPI_BYTE, 0, 0, watchdog.comm, &sent);
         }
-        if (is_root && use_mpi) watchdog_receive(pending, heard, &first_heard_at);
-        double since = fired_at ? fired_at : first_heard_at;
-        if (is_root && since && now_seconds() - since >= WATCHDOG_GRACE) {
-            reports[0] = me;   // rank 0's own state, stuck or not
-            heard[0] = 1;
-            if (use_mpi) watchdog_summary(reports, heard);
-            watchdog_end();
+        beats_send(&me);
+        if (is_writer) {
+            beats_note(&me, now);
+            beats_receive(now);
         }
-        if (!is_root && fired_at && now_seconds() - fired_at >= WATCHDOG_GRACE + 5.0) watchdog_end();   // rank 0 is gone
+        if (is_writer && !decided && summary_due(now)) {   // rank 0 writes; its deputy only for a silent rank 0
+            decided = 1;
+            if (me_rank == 0 || silent(0, now)) {
+                watchdog_summary(now);
+                watchdog_end();
+            }
+        }
+        if (fired_at && now - fired_at >= WATCHDOG_ORPHAN) watchdog_end();   // no writer left to end the job
     }
+    beats_close();
     return NULL;
 }
 
 // The training and its evaluations are over: what follows (sampling on rank 0 while the
-// others wait to finish) may take as long as it takes.
+// others wait to finish) may take as long as it takes. The thread has left MPI when this returns.
 static void watchdog_stop(void) {
+    if (watchdog.timeout <= 0.0 || watchdog.stopped) return;
     pthread_mutex_lock(&activity_lock);
     watchdog.stopped = 1;
     pthread_mutex_unlock(&activity_lock);
+    pthread_join(watchdog.thread, NULL);
 }
 
-// after the grid is built, on every rank at once (the report channel is made collectively)
+// after the grid is built, on every rank at once (the heartbeats' channel is made collectively)
 static void watchdog_start(double timeout_seconds, double io_timeout_seconds) {
     if (timeout_seconds <= 0.0) return;
     watchdog.timeout = timeout_seconds;
@@ -222,18 +334,29 @@ static void watchdog_start(double timeout_seconds, double io_timeout_seconds) {
     watchdog.comm = MPI_COMM_NULL;
     if (grid.thread_level >= MPI_THREAD_MULTIPLE) mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &watchdog.comm));
     watchdog.names = rank_names();   // (every rank starts the watchdog with the same timeout)
+    beats_open();
     activity_phase("setup", -1, -1);
-    pthread_t thread;
-    if (pthread_create(&thread, NULL, watchdog_main, NULL) != 0) fail("cannot start the watchdog thread");
-    pthread_detach(thread);
+    stop_mpi_threads = watchdog_stop;   // (before MPI ends on any path: the thread calls MPI)
+    if (pthread_create(&watchdog.thread, NULL, watchdog_main, NULL) != 0) fail("cannot start the watchdog thread");
 }
-
 // ----------------------------------------------------------------------------
-// Slow ranks: every log interval each rank's compute time per step (the step's wall time less
-// the time it waited in blocking operations) is gathered on rank 0 (one small collective).
-// Ranks of one pipeline stage do the same work, so each is held against the median of its
-// stage: above threshold x the median, one line names it (rank, host, coordinates, its time,
-// the median).
+// Slow ranks and slow links, every log interval (--slow-rank-threshold X; 0: off). Each rank's
+// compute time per step (the step's wall time less the time it waited in blocking operations)
+// and its waiting time are gathered on every rank (one small collective), and rank 0 names:
+//   - a slow rank: the ranks of one pipeline stage do the same work, so each is held against
+//     the median of its stage. Named when it computes above X times that median and what it
+//     costs its peers (its compute above the median) is at least SLOW_RANK_SHARE of the step:
+//     one millisecond more in a 500 ms step slows nothing (on a shared machine, it is noise).
+//   - a slow link: when every rank waits longer than the median rank computes, the time is lost
+//     between ranks, not in one rank's compute, and a collective's time cannot say where: each
+//     member of a ring waits as long as its slowest link takes. So the ranks probe their links
+//     (probe_links), and a host whose best exchange with another host takes above X times the
+//     median of the other hosts' is named. A host whose link is slow has no fast exchange; its
+//     neighbours each have one. With one host there is no link to probe.
+
+#define SLOW_RANK_SHARE 0.1
+#define LINK_PROBE_BYTES (128 * 1024)
+#define LINK_PROBE_REPS 3
 
 // the median of n values (sorted in place)
 static int compare_doubles(const void* a, const void* b) {
@@ -245,26 +368,168 @@ static double median_of(double* x, int n) {
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-static void slow_rank_report(double compute_per_step, double wait_per_step, float threshold) {
-    const RankName* names = rank_names();
-    int n = grid.world_size, per_stage = grid.tp_size * grid.dp_size;
-    double mine[2] = {compute_per_step, wait_per_step};
-    double* all = (double*)mallocCheck(2 * sizeof(double) * n);
-    gather_to_rank0(&grid.world, mine, all, 2);
-    double* stage = (double*)mallocCheck(sizeof(double) * per_stage);
-    for (int r = 0; r < n && grid.world_rank == 0 && threshold > 0.0f; r++) {
-        int first = r / per_stage * per_stage;
-        for (int k = 0; k < per_stage; k++) stage[k] = all[2 * (first + k)];
-        double median = median_of(stage, per_stage), ms = 1000.0;
-        if (per_stage < 2 || all[2 * r] <= threshold * median) continue;
+// The probe's pairs: the edges (e, e+1 mod n) of the ring of world ranks, in phases in which
+// no rank is in two pairs: even e, odd e, and for an odd n the closing edge (n-1, 0) alone.
+// Every rank meets both its neighbours, so the ring enters and leaves every host.
+#define LINK_PROBE_PHASES 3
+static int probe_edge(int phase, int e, int n) {   // is (e, e+1 mod n) one of phase's pairs?
+    int closing_odd = e == n - 1 && n % 2;
+    return phase == 2 ? closing_odd : e % 2 == phase && !closing_odd;
+}
+static int probe_partner(int phase, int r, int n) {   // r's partner in phase (-1: none)
+    if (n < 2) return -1;
+    if (probe_edge(phase, r, n)) return (r + 1) % n;
+    if (probe_edge(phase, (r + n - 1) % n, n)) return (r + n - 1) % n;
+    return -1;
+}
+
+// Each pair of ranks on two hosts exchanges LINK_PROBE_BYTES both ways, LINK_PROBE_REPS times,
+// each time timed from one small exchange that puts the two in step; best[phase]: this rank's
+// best time (the link is at least that slow), NAN where it had no partner on another host. The
+// pairs of a phase run at once; a rank starts its next phase when its partner does.
+static void probe_links(const RankName* names, double* best) {
+    size_t n = LINK_PROBE_BYTES / sizeof(floatX);
+    floatX* out = (floatX*)dev_malloc(n * sizeof(floatX));   // (as the cluster check's: only while probing)
+    floatX* in = (floatX*)dev_malloc(n * sizeof(floatX));
+    dev_zero(out, n * sizeof(floatX));
+    pthread_mutex_lock(&activity_lock);
+    Activity was = activity;
+    pthread_mutex_unlock(&activity_lock);
+    activity_phase("probing links", was.iteration, -1);   // (what the watchdog says if a link is lost now)
+    for (int phase = 0; phase < LINK_PROBE_PHASES; phase++) {
+        int peer = probe_partner(phase, grid.world_rank, grid.world_size);
+        if (peer >= 0 && strcmp(names[peer].host, names[grid.world_rank].host) == 0) peer = -1;
+        best[phase] = NAN;
+        for (int rep = 0; rep < LINK_PROBE_REPS && peer >= 0; rep++) {
+            exchange_with_rank(peer, out, in, 1);   // both in step (a barrier's skew would count)
+            dev_synchronize();
+            double t0 = now_seconds();
+            exchange_with_rank(peer, out, in, n);
+            dev_synchronize();
+            double dt = now_seconds() - t0;
+            best[phase] = isnan(best[phase]) ? dt : fmin(best[phase], dt);
+        }
+    }
+    dev_free(out);
+    dev_free(in);
+    activity_phase(was.phase, was.iteration, was.micro_batch);
+}
+
+// "rank 2 TP(0)-PP(0)-DP(2)-Rank(2), rank 6 ..." for the ranks on host h's name (at most 4)
+static void ranks_on_host(const RankName* names, const char* host, char* out, size_t len) {
+    int listed = 0;
+    out[0] = '\0';
+    for (int r = 0; r < grid.world_size; r++) {
+        if (strcmp(names[r].host, host) != 0) continue;
+        char coords[64];
+        size_t used = strlen(out);
+        coordinates_of(r, coords, sizeof(coords));
+        if (listed++ < 4) snprintf(out + used, len - used, "%srank %d %s", used ? ", " : "", r, coords);
+        else if (listed == 5) snprintf(out + used, len - used, ", ...");
+    }
+}
+
+// what each rank gathers about every rank's steps since the last report (seconds and bytes per step)
+typedef enum { STEP_COMPUTE, STEP_WAIT, STEP_SENT, STEP_FIELDS, STEP_TOTAL = STEP_FIELDS } StepField;
+
+// the median of field f (STEP_TOTAL: compute + wait) over ranks [first, first + n)
+static double median_field(const double* all, int first, int n, StepField f) {
+    double* x = (double*)mallocCheck(n * sizeof(double));
+    for (int k = 0; k < n; k++) {
+        const double* r = &all[STEP_FIELDS * (first + k)];
+        x[k] = f == STEP_TOTAL ? r[STEP_COMPUTE] + r[STEP_WAIT] : r[f];
+    }
+    double m = median_of(x, n);
+    free(x);
+    return m;
+}
+
+// rank 0: each rank's compute against its stage's median
+static void report_slow_ranks(const RankName* names, const double* all, float threshold) {
+    int per_stage = grid.tp_size * grid.dp_size;
+    double step = median_field(all, 0, grid.world_size, STEP_TOTAL), ms = 1000.0;
+    for (int r = 0; r < grid.world_size && per_stage > 1; r++) {
+        double median = median_field(all, r / per_stage * per_stage, per_stage, STEP_COMPUTE);
+        double compute = all[STEP_FIELDS * r + STEP_COMPUTE];
+        if (compute <= threshold * median || compute - median < SLOW_RANK_SHARE * step) continue;
         char coords[64];
         coordinates_of(r, coords, sizeof(coords));
         printf("slow rank: rank %d on %s %s computes %.1f ms per step, %.1fx the median of its pipeline stage "
                "(%.1f ms; --slow-rank-threshold %.2g); it waits %.1f ms per step\n", r, names[r].host, coords,
-               all[2 * r] * ms, all[2 * r] / median, median * ms, threshold, all[2 * r + 1] * ms);
+               compute * ms, compute / median, median * ms, threshold, all[STEP_FIELDS * r + STEP_WAIT] * ms);
+    }
+}
+
+// each host's best exchange with another host, from its ranks' best[W][phases] (NAN: none)
+static int fastest_per_host(const RankName* names, const double* best, double* fastest, int* first) {
+    int H = 0;
+    for (int r = 0; r < grid.world_size; r++) {
+        int h = 0;
+        while (h < H && strcmp(names[first[h]].host, names[r].host) != 0) h++;
+        if (h == H) {
+            first[H] = r;
+            fastest[H++] = NAN;
+        }
+        for (int p = 0; p < LINK_PROBE_PHASES; p++) {
+            double t = best[r * LINK_PROBE_PHASES + p];
+            if (!isnan(t)) fastest[h] = isnan(fastest[h]) ? t : fmin(fastest[h], t);
+        }
+    }
+    return H;
+}
+
+// Rank 0: each host's figure against the other hosts' median. Named above X times it, when the
+// difference also costs the step: the bytes a rank sends in a step, moved at this host's rate
+// instead of the others', take at least SLOW_RANK_SHARE of the step longer (a probe's spread
+// of a few tenths of a millisecond on a busy machine explains nothing).
+static void report_slow_links(const RankName* names, const double* all, const double* best, float threshold) {
+    int W = grid.world_size;
+    double* fastest = (double*)mallocCheck(W * sizeof(double));   // per host, in the order of its first rank
+    double* others = (double*)mallocCheck(W * sizeof(double));
+    int* first = (int*)mallocCheck(W * sizeof(int));
+    int H = fastest_per_host(names, best, fastest, first);
+    double step = median_field(all, 0, W, STEP_TOTAL), sent = median_field(all, 0, W, STEP_SENT), ms = 1000.0;
+    for (int h = 0; h < H; h++) {
+        int k = 0;
+        for (int j = 0; j < H; j++)
+            if (j != h && !isnan(fastest[j])) others[k++] = fastest[j];
+        double median = k ? median_of(others, k) : NAN, lost = (fastest[h] - median) * sent / LINK_PROBE_BYTES;
+        if (!k || isnan(fastest[h]) || fastest[h] <= threshold * median || lost < SLOW_RANK_SHARE * step) continue;
+        char ranks[512];
+        ranks_on_host(names, names[first[h]].host, ranks, sizeof(ranks));
+        printf("slow link: host %s (%s) exchanges %d bytes with another host in %.1f ms at best (%.3g MB/s each way), "
+               "%.1fx the median of the other hosts (%.1f ms; --slow-rank-threshold %.2g): about %.0f ms of a %.0f ms step "
+               "at %.3g MB sent per rank\n", names[first[h]].host, ranks, LINK_PROBE_BYTES, fastest[h] * ms,
+               LINK_PROBE_BYTES / fastest[h] / 1e6, fastest[h] / median, median * ms, threshold, lost * ms, step * ms,
+               sent / 1e6);
+    }
+    free(fastest);
+    free(others);
+    free(first);
+}
+
+// every rank, every log interval (its collectives: every rank calls it at the same point)
+static void slow_rank_report(double compute_per_step, double wait_per_step, double bytes_sent_per_step, float threshold) {
+    const RankName* names = rank_names();
+    int n = grid.world_size, elsewhere = 0;   // ranks on another host than rank 0's
+    double mine[STEP_FIELDS] = {compute_per_step, wait_per_step, bytes_sent_per_step};
+    double* all = (double*)mallocCheck(sizeof(mine) * n);
+    all_gather_host(&grid.world, mine, all, sizeof(mine));   // every rank decides on the probe alike
+    if (threshold > 0.0f && grid.world_rank == 0) report_slow_ranks(names, all, threshold);
+    double compute = median_field(all, 0, n, STEP_COMPUTE), least_wait = INFINITY;
+    for (int r = 0; r < n; r++) {
+        least_wait = fmin(least_wait, all[STEP_FIELDS * r + STEP_WAIT]);
+        elsewhere += strcmp(names[r].host, names[0].host) != 0;
+    }
+    if (threshold > 0.0f && elsewhere > 0 && least_wait > compute) {   // bound by communication: probe the links
+        double best[LINK_PROBE_PHASES];
+        double* every = (double*)mallocCheck(sizeof(best) * n);
+        probe_links(names, best);
+        all_gather_host(&grid.world, best, every, sizeof(best));
+        if (grid.world_rank == 0) report_slow_links(names, all, every, threshold);
+        free(every);
     }
     fflush(stdout);
-    free(stage);
     free(all);
 }
 

@@ -84,7 +84,7 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(SWITCH, log_memory_bytes, NULL, 0, "print the memory table in bytes too, with what dev_malloc handed out")       \
     X(INT, watchdog_timeout, "600", 0, "end the job, saying where every rank is, after S s without progress (0: off)") \
     X(INT, watchdog_io_timeout, "3600", 1, "the watchdog's S while a checkpoint is saved or loaded (a slow fsync)")     \
-    X(FLOAT, slow_rank_threshold, "1.5", 0, "name a rank computing this many times its stage's median (0: off)")       \
+    X(FLOAT, slow_rank_threshold, "1.5", 0, "name a rank computing, or a link moving, X x its peers' median (0: off)")  \
     X(STRING, tensorboard_dir, NULL, 0, "DIR: write the log line's values as TensorBoard events here")                 \
     X(SWITCH, profile, NULL, 0, "record a timeline of every rank's steps: a Chrome trace (docs/profiling.md)")          \
     X(INT, profile_step_start, "10", 0, "--profile starts with this many iterations done (Megatron-LM's count) ...")   \

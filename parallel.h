@@ -131,8 +131,11 @@ static void report_error(const char* fmt, ...) {
 // --save lock). Not left to atexit: once one rank exits non-zero, the launcher may kill the
 // others while they are still exiting, and MPI_Finalize is the last point every rank reaches.
 static void (*before_mpi_finalize)(void);
+// and the threads that call MPI on their own, which must leave it first (cluster.h's watchdog)
+static void (*stop_mpi_threads)(void);
 
 static void finalize_mpi(void) {
+    if (stop_mpi_threads) stop_mpi_threads();
     if (before_mpi_finalize) before_mpi_finalize();
     MPI_Finalize();
 }
@@ -439,6 +442,32 @@ static void broadcast_from(Group* g, floatX* buf, size_t n, int root) {
     ncclCheck(ncclBroadcast(buf, buf, n, NCCL_FLOATX, root, g->nccl, comm_stream));
 #else
     mpiCheck(MPI_Bcast(buf, (int)n, MPI_FLOAT, root, g->mpi));
+#endif
+    wait_end();
+}
+
+// n floatX to world rank `peer` while n arrive from it (the slow-rank report's link probe). On
+// the CPU build the rank sleeps while it waits, as barrier_sleeping does: where ranks share a
+// host's cores, spinning ones would hold the cores the transfers need, and a probe would time
+// the scheduler rather than the link.
+static void exchange_with_rank(int peer, const floatX* out, floatX* in, size_t n) {
+    Group* g = &grid.world;
+    g->bytes_sent += (double)n * sizeof(floatX);
+    wait_begin_on("send and receive", g, peer, 2 * n * sizeof(floatX), ON_COMPUTE_STREAM);
+#ifdef __CUDACC__
+    ncclCheck(ncclGroupStart());
+    ncclCheck(ncclSend(out, n, NCCL_FLOATX, peer, g->nccl, 0));
+    ncclCheck(ncclRecv(in, n, NCCL_FLOATX, peer, g->nccl, 0));
+    ncclCheck(ncclGroupEnd());
+#else
+    MPI_Request req[2];
+    mpiCheck(MPI_Irecv(in, (int)n, MPI_FLOAT, peer, 0, g->mpi, &req[0]));
+    mpiCheck(MPI_Isend(out, (int)n, MPI_FLOAT, peer, 0, g->mpi, &req[1]));
+    struct timespec nap = {0, 50000};
+    for (int done = 0; !done;) {
+        mpiCheck(MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE));
+        if (!done) nanosleep(&nap, NULL);
+    }
 #endif
     wait_end();
 }

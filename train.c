@@ -1298,7 +1298,8 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
         in_flight = r.max_in_flight > in_flight ? r.max_in_flight : in_flight;
         if (t->progress.iteration % t->config.log_interval == 0 || t->progress.iteration == t->train_iters) {
             log_step(t, &r, &w);
-            slow_rank_report((w.seconds - w.waited) / w.steps, w.waited / w.steps, t->config.slow_rank_threshold);
+            double sent = r.comm[0] + r.comm[1] + r.comm[2] + r.comm[3];   // (the last step's: each alike)
+            slow_rank_report((w.seconds - w.waited) / w.steps, w.waited / w.steps, sent, t->config.slow_rank_threshold);
             memset(&w, 0, sizeof(w));
         }
         if (t->progress.iteration % t->config.eval_interval == 0 && t->progress.iteration < t->train_iters) {

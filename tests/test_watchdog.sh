@@ -45,7 +45,7 @@ wait $job
 status=$?
 kill -KILL $frozen 2> /dev/null
 summary=$(grep "^error: watchdog summary:" $B/stop.err)
-if [ $status -ne 0 ] && [ $status -ne 124 ] && [[ "$summary" =~ "(dead, frozen or still going): rank "[01]" on $host pid $frozen TP(0)-PP(0)-DP("[01]")-Rank("[01]")" ]]; then
+if [ $status -ne 0 ] && [ $status -ne 124 ] && [[ "$summary" =~ "(dead, frozen or cut off): rank "[01]" on $host pid $frozen TP(0)-PP(0)-DP("[01]")-Rank("[01]")" ]]; then
     ok "a rank stopped with SIGSTOP: the summary names its host, pid ($frozen) and coordinates"
 else bad "a rank stopped with SIGSTOP" "status $status: $(head -c 400 <<< "$summary")"; fi
 
