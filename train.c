@@ -642,10 +642,12 @@ static void busy_exit(const char* err) {
     exit(SAVE_LOCK_BUSY);
 }
 
-// --save, --tensorboard-dir, --profile-dir and --load checked before any work: rank 0 prepares
-// the save, TensorBoard and profile directories (it alone writes events and the trace), every
-// rank learns its verdict
-static void check_paths(const Config* a) {
+// --save (and --load's path length), claimed before the checkpoint to load is chosen: rank 0
+// prepares the directory and takes its lock, then find_checkpoint reads the marker under it. A
+// job that waited for another's lock once trained from the choice it had made before, then
+// rotated away the checkpoints the other job saved meanwhile (issue 45). Every rank learns the
+// verdict.
+static void claim_save_dir(const Config* a) {
     char err[4600] = "";
     int rc = 0;
     // the checkpoint file MPI-IO opens under --save or --load must fit what it takes in this run
@@ -661,13 +663,22 @@ static void check_paths(const Config* a) {
                    max - strlen(loaded), why);
     config_error_anywhere(err);
     if (a->save && grid.world_rank == 0) rc = prepare_save_dir(a->save, a->load, a->finetune, err, sizeof(err));
-    if (!rc && a->tensorboard_dir && grid.world_rank == 0) rc = prepare_dir("--tensorboard-dir", a->tensorboard_dir, err, sizeof(err));
+    broadcast_host(&grid.world, &rc, sizeof(rc), 0);
+    if (rc == SAVE_LOCK_BUSY) busy_exit(err);
+    if (rc) config_error("%s", err);
+}
+
+// --tensorboard-dir, --profile-dir and --data-cache-path checked before any work: rank 0
+// prepares them (it alone writes events and the trace), every rank learns its verdict
+static void check_paths(const Config* a) {
+    char err[4600] = "";
+    int rc = 0;
+    if (a->tensorboard_dir && grid.world_rank == 0) rc = prepare_dir("--tensorboard-dir", a->tensorboard_dir, err, sizeof(err));
     if (!rc && a->profile && grid.world_rank == 0)   // (rank 0 writes the trace)
         rc = prepare_dir("--profile-dir", a->profile_dir, err, sizeof(err)) || probe_dir("--profile-dir", a->profile_dir, "trace", err, sizeof(err));
     if (!rc && a->data_cache_path && grid.world_rank == 0)   // (Megatron makes it too)
         rc = prepare_dir("--data-cache-path", a->data_cache_path, err, sizeof(err));
     broadcast_host(&grid.world, &rc, sizeof(rc), 0);
-    if (rc == SAVE_LOCK_BUSY) busy_exit(err);
     if (rc) config_error("%s", err);
 }
 
@@ -945,6 +956,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     CheckpointMeta meta;
     memset(&meta, 0, sizeof(meta));
     check_grid(a);   // (each rank's coordinates: an error of one rank's, below, names them)
+    if (!a->dry_run) claim_save_dir(a);   // the lock first: the checkpoint to load is chosen under it
     find_checkpoint(a, ckpt, sizeof(ckpt), &meta);
     check_model(a);
     check_run(a);

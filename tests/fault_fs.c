@@ -11,6 +11,9 @@ tests/test_crash_points.sh.
   FAULT_MODE=fail      ... fails with EIO, and the process goes on, or
   FAULT_MODE=delay     ... is made FAULT_DELAY seconds late (a busy parallel file system);
                        without FAULT_AT, every counted call is
+  FAULT_MODE=hold      ... is made once the file FAULT_RELEASE exists; while it waits, the file
+                       FAULT_RELEASE.held exists (so a test can run another process at exactly
+                       that point of this one: the interleaving of two jobs, deterministically)
   FAULT_CALLS=a,b      only calls of these names count (as FAULT_COUNT's list names them)
   FAULT_RANK=R         only the process whose launcher rank (OMPI_COMM_WORLD_RANK; a
                        process started alone is rank 0) is R counts (default: every process)
@@ -93,6 +96,20 @@ static int named(const char* name) {
     return 0;
 }
 
+#define REAL(name) ((__typeof__(&name))dlsym(RTLD_NEXT, #name))
+
+// FAULT_MODE=hold: FAULT_RELEASE.held made, then wait (polled) for FAULT_RELEASE
+static void hold_until_released(void) {
+    const char* release = getenv("FAULT_RELEASE");
+    char held[4200];
+    struct stat st;
+    if (!release) return;
+    snprintf(held, sizeof(held), "%s.held", release);
+    int fd = REAL(open)(held, O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) close(fd);
+    while (stat(release, &st) != 0) usleep(20000);
+}
+
 static int fault_point(const char* name, const char* path) {
     if (!this_process_counts() || !named(name) || !under_dir(path)) return 0;
     counted++;
@@ -112,6 +129,10 @@ static int fault_point(const char* name, const char* path) {
         sleep((unsigned)atoi(getenv("FAULT_DELAY") ? getenv("FAULT_DELAY") : "5"));
         return 0;
     }
+    if (mode && strcmp(mode, "hold") == 0) {
+        hold_until_released();
+        return 0;
+    }
     if (mode && strcmp(mode, "fail") == 0) {
         errno = EIO;
         return -1;
@@ -124,8 +145,6 @@ static int fd_fault(const char* name, int fd) {
     char buf[4096];
     return fault_point(name, fd_path(fd, buf, sizeof(buf)));
 }
-
-#define REAL(name) ((__typeof__(&name))dlsym(RTLD_NEXT, #name))
 
 static int writes(int flags) { return (flags & (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC)) != 0; }
 

@@ -646,3 +646,38 @@ if [ $status -eq 0 ] && [ "$(grep -c '^saved checkpoint' $B/periodic.log)" -eq 1
    grep -q "stopping at iteration 3 (SIGINT on rank 0), checkpoint saved" $B/periodic.log; then
     ok "SIGINT during a periodic save stops at that save's iteration (3), with one save"
 else bad "SIGINT during a periodic save" "status $status: $(grep -E '^saved|stopping' $B/periodic.log | tr '\n' ' ')"; fi
+
+# ----------------------------------------------------------------------------
+# Nothing lost, round four (issue 45)
+R4=$PWD/$B/r4   # (absolute paths: the fault shim names one file exactly)
+mkdir -p $R4
+gcc -shared -fPIC -O1 -Wall -Wextra -Werror tests/fault_fs.c -o $B/fault_fs.so -ldl
+held() { for i in $(seq 300); do [ -e $1.held ] && return; sleep 0.1; done; }   # RELEASE: the held job stands there
+
+# A job that waits for --save's lock chooses its checkpoint only once it holds the lock: job B
+# is held by tests/fault_fs.c just before it opens the lock while job A resumes from iteration 4
+# to 8 in the same directory; released, B loads A's iteration 8 (it once loaded the 4 it had
+# chosen before waiting, trained, and rotated A's newer checkpoint away with --keep-last).
+# The same with no checkpoint at B's start: B loads what A saved meanwhile, never "from scratch".
+stale_choice() {  # name, A's first run's iterations (0: none), B's --train-iters, A's resumed --train-iters
+    local s=$R4/$1.ckpt release=$R4/$1.release
+    rm -rf $s $release $release.held
+    [ $2 -gt 0 ] && $TRAIN $flags --train-iters $2 --save $s > $R4/$1-a1.log 2>&1
+    env LD_PRELOAD=$PWD/$B/fault_fs.so FAULT_DIR=$s/gridgpt.lock FAULT_CALLS=open FAULT_AT=1 FAULT_MODE=hold \
+        FAULT_RELEASE=$release $TRAIN $flags --train-iters $3 --load $s --save $s --keep-last 1 > $R4/$1-b.log 2>&1 &
+    local b=$!
+    held $release
+    $TRAIN $flags --train-iters $4 --load $s --save $s > $R4/$1-a2.log 2>&1
+    touch $release
+    exited_within $b 60
+}
+stale_choice newer 4 6 8
+if [ $status -eq 0 ] && [ -d $R4/newer.ckpt/iter_0000008 ] && [ "$(cat $R4/newer.ckpt/latest_checkpointed_iteration.txt)" = 8 ] &&
+   grep -q "^loaded checkpoint $R4/newer.ckpt/iter_0000008 " $R4/newer-b.log && ! grep -q "^removed" $R4/newer-b.log; then
+    ok "a job held before --save's lock while another saves iteration 8 loads iteration 8 once it holds the lock, and removes nothing"
+else bad "a job that waited for --save's lock" "status $status, marker $(cat $R4/newer.ckpt/latest_checkpointed_iteration.txt), $(ls $R4/newer.ckpt | tr '\n' ' '): $(grep -h -m2 -E '^loaded|^removed|error' $R4/newer-b.log | tr '\n' ' ')"; fi
+stale_choice scratch 0 6 5
+if [ $status -eq 0 ] && grep -q "^loaded checkpoint $R4/scratch.ckpt/iter_0000005 " $R4/scratch-b.log &&
+   [ "$(cat $R4/scratch.ckpt/latest_checkpointed_iteration.txt)" = 6 ] && ! grep -q "starting from scratch" $R4/scratch-b.log; then
+    ok "a job held before --save's lock while another saves its first checkpoint loads it, not starting from scratch"
+else bad "a job that waited for an empty --save's lock" "status $status: $(grep -h -m2 -E '^loaded|scratch|error' $R4/scratch-b.log | tr '\n' ' ')"; fi
