@@ -688,7 +688,7 @@ static void check_paths(const Config* a) {
 // miscounted value would move the data position and the learning rate without a word.
 static void check_consumed_samples(const char* ckpt, const Progress* p) {
     const BatchRecord* r = &p->batch;
-    if (r->global_batch_size == 0) return;   // not recorded: meta_check_counters' checks only
+    if (r->global_batch_size == 0) return;   // not recorded: counters_problem's checks only
     BatchSchedule b = {0, r->global_batch_size, r->rampup_start, r->rampup_increment, r->rampup_samples};
     int ramp_ok = b.rampup_samples == 0 || (b.start > 0 && b.increment > 0 && b.start <= b.global_batch_size &&
                                             (b.global_batch_size - b.start) % b.increment == 0);
@@ -714,17 +714,27 @@ static void record_batch_schedule(Trainer* t) {
     if (!same) *was = now;
 }
 
-// Megatron-LM's --use-checkpoint-args, made the default: each field of the model's shape that
-// no flag gave (and the sequence length) is the checkpoint's; one a flag gave must match it
-// (check_config_matches). The seed is the data order's (find_checkpoint), sequence parallelism
-// a layout: neither is taken.
+// Megatron-LM's --use-checkpoint-args, made the default: each field the checkpoint holds that no
+// flag gave is the checkpoint's: the model's shape, and what it stores for the record (a fine-tune
+// once reset the initializer_range of the model it started from to the default). Not taken: the
+// seed, the data order's (find_checkpoint), and sequence parallelism, a layout.
+static int taken_from_checkpoint(const ConfigField* f) {
+    return f->checkpoint != NOT_STORED && f->offset != offsetof(GPTConfig, seed) &&
+           f->offset != offsetof(GPTConfig, sequence_parallel);
+}
+
+// A field a flag gave must match the checkpoint's where the layout depends on it
+// (check_config_matches, once the vocabulary is settled); a switch or choice, the kind of model
+// (RMSNorm or LayerNorm, rope...), is compared here, before the checks of the fields whose
+// meaning it decides (a Llama checkpoint with --normalization LayerNorm was refused over the
+// epsilon it took from the checkpoint).
 static void take_model_from_checkpoint(Config* a, const GPTConfig* saved, const char* ckpt) {
     char taken[1024] = "", value[64], flag[96], err[256];
     size_t used = 0;
     for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
         const ConfigField* f = &MODEL_FIELDS[k];
-        int shape = f->checkpoint == MATCH || f->offset == offsetof(GPTConfig, seq_length);
-        if (a->model_given[k] || !shape) continue;
+        if (a->model_given[k] && (f->kind == FIELD_SWITCH || f->kind == FIELD_CHOICE)) check_field_matches(ckpt, f, saved, &a->model);
+        if (a->model_given[k] || !taken_from_checkpoint(f)) continue;
         format_field(f, saved, value, sizeof(value));
         if (parse_field(f, &a->model, value, err, sizeof(err))) config_error("checkpoint %s: %s", ckpt, err);
         if (used < sizeof(taken))

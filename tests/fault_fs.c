@@ -20,7 +20,8 @@ tests/test_crash_points.sh.
   FAULT_COUNT=FILE     at exit, the number of counted calls is written to FILE (the sweep's
                        length), with one line per call ("N name path") in FILE.calls
 
-Counted: open, open64, openat, openat64 and creat when they create or write, mkdir, rename,
+Counted: open, open64, openat, openat64 and creat when they create or write (open and open64
+for reading too, as open_read, where FAULT_CALLS names it), mkdir, rename,
 renameat, unlink, unlinkat, rmdir, write, pwrite, pwrite64, pwritev, ftruncate, ftruncate64,
 fsync, fdatasync: what checkpoint.h and Open MPI's MPI-IO (ompio) call to save. Not counted:
 reads, and stdio's own writes (glibc calls its internal write, which a shim cannot replace;
@@ -110,7 +111,7 @@ static void hold_until_released(void) {
     while (stat(release, &st) != 0) usleep(20000);
 }
 
-static int fault_point(const char* name, const char* path) {
+static int fault_at(const char* name, const char* path) {
     if (!this_process_counts() || !named(name) || !under_dir(path)) return 0;
     counted++;
     const char* file = getenv("FAULT_COUNT");
@@ -141,19 +142,33 @@ static int fault_point(const char* name, const char* path) {
     return -1;
 }
 
+// A call that is not failed leaves errno as the real call will: the path checks' readlink and
+// realpath once set it to EINVAL in the middle of Open MPI's error handling (its message's
+// write), which then reported an EIO as "Invalid argument".
+static int fault_point(const char* name, const char* path) {
+    int e = errno, rc = fault_at(name, path);
+    if (rc == 0) errno = e;
+    return rc;
+}
+
 static int fd_fault(const char* name, int fd) {
     char buf[4096];
-    return fault_point(name, fd_path(fd, buf, sizeof(buf)));
+    int e = errno, rc = fault_at(name, fd_path(fd, buf, sizeof(buf)));
+    if (rc == 0) errno = e;
+    return rc;
 }
 
 static int writes(int flags) { return (flags & (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC)) != 0; }
+
+// an open for reading counts only where FAULT_CALLS names open_read (the sweeps count writes)
+static int read_fault(const char* path) { return getenv("FAULT_CALLS") && fault_point("open_read", path); }
 
 int open(const char* path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
     mode_t mode = (flags & O_CREAT) ? va_arg(ap, mode_t) : 0;
     va_end(ap);
-    if (writes(flags) && fault_point("open", path)) return -1;
+    if (writes(flags) ? fault_point("open", path) : read_fault(path)) return -1;
     return REAL(open)(path, flags, mode);
 }
 int open64(const char* path, int flags, ...) {   // on 64-bit Linux the same call as open

@@ -585,8 +585,8 @@ else bad "the refused runs changed the --save directory" "$before -> $(ls $us | 
 mkdir -p $B/fifo.ckpt && mkfifo $B/fifo.ckpt/latest_checkpointed_iteration.txt
 timeout 60 $TRAIN $flags --train-iters 6 --load $B/fifo.ckpt > $B/fifo.out 2> $B/fifo.err
 status=$?
-if [ $status -eq 2 ] && [ "$(wc -l < $B/fifo.err)" -eq 1 ] && grep -q "latest_checkpointed_iteration.txt: not a regular file" $B/fifo.err; then
-    ok "a FIFO as latest_checkpointed_iteration.txt is refused in one line (not a regular file)"
+if [ $status -eq 2 ] && [ "$(wc -l < $B/fifo.err)" -eq 1 ] && grep -q "latest_checkpointed_iteration.txt: is a FIFO (named pipe), expected a regular file" $B/fifo.err; then
+    ok "a FIFO as latest_checkpointed_iteration.txt is refused in one line (is a FIFO, expected a regular file)"
 else bad "a FIFO as the marker" "status $status: $(head -c 300 $B/fifo.err)"; fi
 
 # --save in a new directory under a read-only mount names the mount's error, not ENOENT
@@ -681,3 +681,73 @@ if [ $status -eq 0 ] && grep -q "^loaded checkpoint $R4/scratch.ckpt/iter_000000
    [ "$(cat $R4/scratch.ckpt/latest_checkpointed_iteration.txt)" = 6 ] && ! grep -q "starting from scratch" $R4/scratch-b.log; then
     ok "a job held before --save's lock while another saves its first checkpoint loads it, not starting from scratch"
 else bad "a job that waited for an empty --save's lock" "status $status: $(grep -h -m2 -E '^loaded|scratch|error' $R4/scratch-b.log | tr '\n' ' ')"; fi
+
+# hostile files in a checkpoint: each refused in one line naming the file and what was expected
+rm -rf $R4/base.ckpt && $TRAIN $flags --train-iters 6 --save $R4/base.ckpt > $R4/base.log 2>&1
+r4_copy() {  # name [sed-expression for metadata.txt]: a copy of base.ckpt; without its checksum line if edited
+    rm -rf $R4/$1.ckpt && cp -r $R4/base.ckpt $R4/$1.ckpt
+    [ -n "${2:-}" ] && sed -i "/^crc32 /d; $2" $R4/$1.ckpt/iter_0000006/metadata.txt
+    return 0
+}
+r4_copy fifo-meta && rm $R4/fifo-meta.ckpt/iter_0000006/metadata.txt && mkfifo $R4/fifo-meta.ckpt/iter_0000006/metadata.txt
+TRAIN="timeout 60 $TRAIN" expect_refusal "a FIFO as iter_N/metadata.txt is refused at once (it blocked until killed), through files.h" \
+    "checkpoint $R4/fifo-meta.ckpt/iter_0000006/metadata.txt: is a FIFO (named pipe), expected a regular file" --load $R4/fifo-meta.ckpt
+r4_copy fifo-bin && rm $R4/fifo-bin.ckpt/iter_0000006/tensors.bin && mkfifo $R4/fifo-bin.ckpt/iter_0000006/tensors.bin
+TRAIN="timeout 60 $TRAIN" expect_refusal "a FIFO as tensors.bin is refused naming what it is (was: 0 bytes, truncated?)" \
+    "checkpoint $R4/fifo-bin.ckpt/iter_0000006/tensors.bin: is a FIFO (named pipe), expected a regular file" --load $R4/fifo-bin.ckpt
+r4_copy wrap 's/^consumed_valid_samples .*/consumed_valid_samples 9223372036854775807/'
+expect_refusal "a checkpoint whose consumed_valid_samples would wrap (2^63 - 1, no checksum line) is refused at load" \
+    "checkpoint $R4/wrap.ckpt/iter_0000006/metadata.txt: a sample count is beyond 2^62" --load $R4/wrap.ckpt
+# 2^62 - 8 loads; the evaluation at iteration 7 takes it past 2^62: the checkpoint of iteration 8 is not saved
+r4_copy edge 's/^consumed_valid_samples .*/consumed_valid_samples 4611686018427387896/'
+$TRAIN $flags --train-iters 8 --eval-interval 1 --load $R4/edge.ckpt --save $R4/edge.ckpt > $R4/edge.log 2> $R4/edge.err
+status=$?
+if [ $status -eq 1 ] && grep -q "^loaded checkpoint $R4/edge.ckpt/iter_0000006" $R4/edge.log &&
+   [ "$(grep -c "checkpoint of iteration 8 not saved: a sample count is beyond 2^62" $R4/edge.err)" -eq 1 ] &&
+   [ "$(cat $R4/edge.ckpt/latest_checkpointed_iteration.txt)" = 6 ] && [ ! -e $R4/edge.ckpt/iter_0000008 ]; then
+    ok "a counter that evaluation takes past 2^62 is never saved: that checkpoint is refused in one line, the marker stays"
+else bad "a counter past 2^62 at save" "status $status: $(head -c 300 $R4/edge.err) | $(ls $R4/edge.ckpt | tr '\n' ' ')"; fi
+r4_copy bigiter 's/^iteration .*/iteration 99999999999999999999/'
+expect_refusal "iteration 99999999999999999999 is refused as a number that does not fit (was shown as -1)" \
+    "line 2: iteration 99999999999999999999 does not fit: at most 2147483647" --load $R4/bigiter.ckpt
+r4_copy layers 's/^config num_layers .*/config num_layers 2147483647/'
+expect_refusal "num_layers 2147483647 without a checksum line is refused against the tensor lines (was: out of host memory, 2^64 bytes)" \
+    "metadata.txt: 52 tensors, the model of its config (2147483647 layers) has 25769803768" --load $R4/layers.ckpt
+# an unreadable tensors.bin (its open failed with EIO by tests/fault_fs.c) names the reason
+FAULT_ENV="LD_PRELOAD=$PWD/$B/fault_fs.so FAULT_DIR=$R4/base.ckpt/iter_0000006/tensors.bin FAULT_CALLS=open_read FAULT_AT=1 FAULT_MODE=fail"
+TRAIN="env $FAULT_ENV $TRAIN" expect_refusal "an unreadable tensors.bin is refused naming the reason (Input/output error)" \
+    "checkpoint $R4/base.ckpt/iter_0000006/tensors.bin: Input/output error" --load $R4/base.ckpt
+# a loop of symbolic links as --save is named as one (was "not a directory")
+ln -sfn loop-b $R4/loop-a && ln -sfn loop-a $R4/loop-b
+expect_refusal "--save through a loop of symbolic links says so" "--save $R4/loop-a: a loop of symbolic links" --train-iters 6 --save $R4/loop-a
+# --keep-last leaves alone the directories named like checkpoints that gridgpt never writes
+# (iter_15, iter_00000011: it once logged "removed iter_0000015", which never existed, and kept both)
+r4_copy names && mkdir -p $R4/names.ckpt/iter_15 $R4/names.ckpt/iter_00000011
+$TRAIN $flags --train-iters 8 --load $R4/names.ckpt --save $R4/names.ckpt --keep-last 1 > $R4/names.log 2>&1
+if [ "$(ls $R4/names.ckpt | tr '\n' ' ')" = "iter_00000011 iter_0000008 iter_15 latest_checkpointed_iteration.txt " ] &&
+   [ "$(grep -c '^removed' $R4/names.log)" -eq 1 ] && grep -q "^removed $R4/names.ckpt/iter_0000006 " $R4/names.log &&
+   [ "$(grep -c '^note: --keep-last leaves .* alone: not a checkpoint name gridgpt writes' $R4/names.log)" -eq 1 ]; then
+    ok "--keep-last removes only names gridgpt writes, each removal logged as it happened; iter_15 and iter_00000011 are left (one note)"
+else bad "--keep-last beside iter_15 and iter_00000011" "$(ls $R4/names.ckpt | tr '\n' ' '): $(grep -E '^removed|^note' $R4/names.log | tr '\n' ' ')"; fi
+
+# a Llama checkpoint loaded with --normalization LayerNorm is refused over the normalization, not
+# over the RMSNorm epsilon it took from the checkpoint
+llama_r4="--group-query-attention --num-query-groups 2 --position-embedding-type rope --normalization RMSNorm --swiglu
+          --ffn-hidden-size 48 --untie-embeddings-and-output-weights --disable-bias-linear --norm-epsilon 1e-6"
+rm -rf $R4/llama.ckpt && $TRAIN $flags $llama_r4 --train-iters 6 --save $R4/llama.ckpt > $R4/llama.log 2>&1
+expect_refusal "a Llama checkpoint with --normalization LayerNorm is refused naming the normalization" \
+    "checkpoint $R4/llama.ckpt/iter_0000006 has --normalization RMSNorm, this run LayerNorm" --load $R4/llama.ckpt --normalization LayerNorm
+
+# --finetune keeps every field the checkpoint holds unless a flag changes it (it once reset
+# --init-method-std, exported as initializer_range, to 0.02): through a fine-tune and an export
+rm -rf $R4/std*.ckpt
+$TRAIN $flags --train-iters 6 --init-method-std 0.05 --make-vocab-size-divisible-by 64 --save $R4/std.ckpt > $R4/std.log 2>&1
+$TRAIN $flags --train-iters 3 --lr-warmup-iters 1 --finetune --load $R4/std.ckpt --save $R4/std-ft.ckpt > $R4/std-ft.log 2>&1
+$TRAIN $flags --train-iters 3 --lr-warmup-iters 1 --finetune --load $R4/std.ckpt --save $R4/std-ft2.ckpt --init-method-std 0.03 > $R4/std-ft2.log 2>&1
+rm -rf $R4/std-hf && $TRAIN --load $R4/std-ft.ckpt --export-hf $R4/std-hf > $R4/std-hf.log 2>&1
+if grep -q "^config init_method_std 0.05$" $R4/std-ft.ckpt/iter_0000003/metadata.txt &&
+   grep -q "^config make_vocab_size_divisible_by 64$" $R4/std-ft.ckpt/iter_0000003/metadata.txt &&
+   grep -q "^config init_method_std 0.03$" $R4/std-ft2.ckpt/iter_0000003/metadata.txt &&
+   grep -qE '"initializer_range": 0.05[,}]?' $R4/std-hf/config.json; then
+    ok "--finetune keeps the checkpoint's --init-method-std 0.05 and --make-vocab-size-divisible-by 64 (exported: initializer_range 0.05); a flag given changes it"
+else bad "--finetune keeps the checkpoint's fields" "$(grep -h -E 'init_method_std|divisible' $R4/std-ft*.ckpt/iter_0000003/metadata.txt | tr '\n' ' ') $(grep -o '"initializer_range": [^,]*' $R4/std-hf/config.json) $(grep -h -m1 error $R4/std-ft.log $R4/std-hf.log)"; fi
