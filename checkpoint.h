@@ -44,6 +44,16 @@ typedef struct {
     long long since_consumed;
 } BatchRecord;
 
+// The learning-rate schedule the run trained under (Megatron-LM's OptimizerParamScheduler state,
+// its lengths in samples): a resume whose flags give another is refused unless it says which
+// one goes on (train.c's reconcile_lr_schedule)
+typedef struct {
+    int recorded;               // 0: none (the initial model, an import, a checkpoint from before)
+    float max_lr, min_lr, weight_decay;
+    char decay_style[24];       // --lr-decay-style's name
+    long long warmup_samples, decay_samples;
+} LRRecord;
+
 // the run's counters a checkpoint stores, besides the optimizer's step
 typedef struct {
     int iteration;
@@ -51,6 +61,7 @@ typedef struct {
     long long scheduler_samples;        // samples of successful updates (drives the LR, as Megatron)
     long long consumed_valid_samples;   // the validation data's position
     BatchRecord batch;
+    LRRecord lr;
 } Progress;
 
 // The sample counters' ceiling, 2^62: INT_MAX iterations of INT_MAX-sample batches stay below
@@ -313,6 +324,11 @@ static char* metadata_text(const GPT* m, const AdamWState* opt, const Progress* 
     if (b->global_batch_size > 0)
         fprintf(f, "batch_schedule %d %d %d %lld since %d %lld\n", b->global_batch_size, b->rampup_start,
                 b->rampup_increment, b->rampup_samples, b->since_iteration, b->since_consumed);
+    const LRRecord* r = &p->lr;
+    if (r->recorded)
+        fprintf(f, "lr_schedule max_lr %.9g min_lr %.9g decay_style %s warmup_samples %lld decay_samples %lld "
+                "weight_decay %.9g\n", r->max_lr, r->min_lr, r->decay_style, r->warmup_samples, r->decay_samples,
+                r->weight_decay);
     if (opt->scaler.dynamic)   // the dynamic loss scale goes on where it was (as Megatron's grad scaler state)
         fprintf(f, "loss_scaler %.9g %d %d\n", opt->scaler.scale, opt->scaler.growth_tracker, opt->scaler.hysteresis_tracker);
     char value[64];
@@ -1059,6 +1075,13 @@ static int meta_line(CheckpointMeta* m, const char* line, int* seen, int* sectio
                !(s->scale > 0.0f);
     }
     if (!strcmp(word, "batch_schedule")) return meta_batch_line(&m->progress.batch, line, why, len);
+    if (!strcmp(word, "lr_schedule")) {
+        LRRecord* r = &m->progress.lr;
+        r->recorded = sscanf(line, "%*s max_lr %f min_lr %f decay_style %23s warmup_samples %lld decay_samples %lld "
+                             "weight_decay %f", &r->max_lr, &r->min_lr, r->decay_style, &r->warmup_samples,
+                             &r->decay_samples, &r->weight_decay) == 6;
+        return !r->recorded || r->warmup_samples < 0 || r->decay_samples <= 0;
+    }
     if (!strcmp(word, "config")) return meta_config_line(m, line, seen);
     if (!strcmp(word, "tensor")) return meta_tensor_line(m, line, cap);
     if (!strcmp(word, "section")) {

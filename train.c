@@ -634,6 +634,68 @@ static void setup_schedules(Trainer* t) {
     t->lr = make_lr_schedule(a, t->train_iters);
 }
 
+// The learning-rate schedule of a resumed run against the checkpoint's, as Megatron-LM's
+// OptimizerParamScheduler.load_state_dict: each value must equal the checkpoint's, unless
+// --override-opt-param-scheduler takes this run's or --use-checkpoint-opt-param-scheduler the
+// checkpoint's (a resume with another --lr once went on without a word). Only a run that loads
+// the optimizer state resumes the schedule (not --finetune, --no-load-optim, --skip-train).
+
+// this run's schedule as a checkpoint records it (the style by its flag's name)
+static LRRecord lr_record(Config* a, const LRSchedule* s) {
+    LRRecord r = {1, s->max_lr, s->min_lr, a->weight_decay, "", s->warmup_steps, s->decay_steps};
+    void* base;
+    const ConfigField* style = own_field(a, "--lr-decay-style", &base);
+    format_field(style, base, r.decay_style, sizeof(r.decay_style));
+    return r;
+}
+
+// the first value of the two records that differs, in words and both values ("": none)
+static void lr_difference(const LRRecord* saved, const LRRecord* now, char* out, size_t len) {
+    out[0] = '\0';
+    if (saved->max_lr != now->max_lr) snprintf(out, len, "--lr %g, this run %g", saved->max_lr, now->max_lr);
+    else if (saved->min_lr != now->min_lr) snprintf(out, len, "--min-lr %g, this run %g", saved->min_lr, now->min_lr);
+    else if (strcmp(saved->decay_style, now->decay_style))
+        snprintf(out, len, "--lr-decay-style %s, this run %s", saved->decay_style, now->decay_style);
+    else if (saved->warmup_samples != now->warmup_samples)
+        snprintf(out, len, "a warm-up of %lld samples, this run %lld (--lr-warmup-*)", saved->warmup_samples, now->warmup_samples);
+    else if (saved->decay_samples != now->decay_samples)
+        snprintf(out, len, "a decay over %lld samples, this run %lld (--lr-decay-*, or --train-iters/--train-samples "
+                 "without them)", saved->decay_samples, now->decay_samples);
+    else if (saved->weight_decay != now->weight_decay)
+        snprintf(out, len, "--weight-decay %g, this run %g", saved->weight_decay, now->weight_decay);
+}
+
+static void reconcile_lr_schedule(Trainer* t, const char* ckpt, const LRRecord* saved) {
+    Config* a = &t->config;
+    char err[256], what[160];
+    if (a->override_opt_param_scheduler && a->use_checkpoint_opt_param_scheduler)
+        config_error("give --override-opt-param-scheduler or --use-checkpoint-opt-param-scheduler, not both (this "
+                     "run's schedule, or the checkpoint's)");
+    int resumes = ckpt[0] && !a->finetune && !a->no_load_optim && !a->skip_train && t->train_iters > 0;
+    if (!resumes || a->override_opt_param_scheduler) return;
+    if (!saved->recorded) {
+        if (a->use_checkpoint_opt_param_scheduler)
+            config_error("--use-checkpoint-opt-param-scheduler: checkpoint %s records no learning-rate schedule (an "
+                         "import, the initial model, or written before gridgpt recorded it)", ckpt);
+        return;
+    }
+    if (a->use_checkpoint_opt_param_scheduler) {   // the checkpoint's, whatever the flags
+        void* base;
+        const ConfigField* style = own_field(a, "--lr-decay-style", &base);
+        if (parse_field(style, base, saved->decay_style, err, sizeof(err)))
+            config_error("checkpoint %s: %s", ckpt, err);
+        t->lr = (LRSchedule){saved->max_lr, saved->min_lr, saved->warmup_samples, saved->decay_samples,
+                             (LRDecayStyle)a->lr_decay_style};
+        a->lr = saved->max_lr, a->min_lr = saved->min_lr, a->weight_decay = saved->weight_decay;
+        return;
+    }
+    LRRecord now = lr_record(a, &t->lr);
+    lr_difference(saved, &now, what, sizeof(what));
+    if (what[0])
+        config_error("checkpoint %s was trained with %s: give the same schedule, --override-opt-param-scheduler "
+                     "(this run's) or --use-checkpoint-opt-param-scheduler (the checkpoint's)", ckpt, what);
+}
+
 // Not bad input but a busy --save directory (another job's): rank 0's line, and every rank
 // exits with its own status, so that a script can tell "try again later" from "fix the flags"
 static void busy_exit(const char* err) {
@@ -984,6 +1046,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     encode_prompt(t);
     set_padded_vocab_size(a);
     if (ckpt[0]) check_config_matches(ckpt, &meta.cfg, &a->model);
+    reconcile_lr_schedule(t, ckpt, &meta.progress.lr);
     if (a->check_cluster) {   // every input is checked: now the cluster, then the run
         start_grid(a);
         check_cluster(&cluster_check);
@@ -994,6 +1057,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     t->last_saved = -1;
     if (ckpt[0]) resume(t, ckpt, &meta);
     record_batch_schedule(t);
+    t->progress.lr = t->train_iters > 0 ? lr_record(a, &t->lr) : meta.progress.lr;   // what its checkpoints record
     checkpoint_meta_free(&meta);
     t->train = make_loader(&t->data, 0, a);
     t->valid = make_loader(&t->data, 1, a);

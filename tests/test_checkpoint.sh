@@ -18,7 +18,7 @@ bad() { echo "FAIL $1: $2"; }
 
 flags="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --micro-batch-size 2 --global-batch-size 16 --train-iters 20 --lr 3e-3 --lr-warmup-iters 4
-       --lr-decay-style cosine --min-lr 3e-4 --weight-decay 0.1 --split 90,10,0 --eval-interval 5
+       --lr-decay-style cosine --lr-decay-iters 20 --min-lr 3e-4 --weight-decay 0.1 --split 90,10,0 --eval-interval 5
        --eval-iters 1 --log-interval 100 --seed 5"
 run() {  # name tp pp dp [extra flags]
     local name=$1 tp=$2 pp=$3 dp=$4; shift 4
@@ -118,7 +118,7 @@ resave() {  # name ckpt flags...: load ckpt (iteration 10), train no step, save 
     local name=$1 ckpt=$2; shift 2
     rm -rf $B/$name.ckpt
     $MPIRUN -np 2 ./train_cpu $flags --tensor-model-parallel-size 2 --train-iters 10 --eval-iters 0 --load $ckpt \
-        --save $B/$name.ckpt "$@" > $B/$name.log 2>&1
+        --save $B/$name.ckpt --use-checkpoint-opt-param-scheduler "$@" > $B/$name.log 2>&1
     cmp -s $ckpt/iter_0000010/tensors.bin $B/$name.ckpt/iter_0000010/tensors.bin
 }
 if resave sp-resaved $B/sp-first.ckpt && resave plain-resaved $B/first.ckpt --sequence-parallel; then
@@ -223,14 +223,14 @@ refused_edit "a batch_schedule that starts after the checkpoint's iteration is o
 # a resumed run may change the global batch: its schedule takes over at the iteration it starts
 # from, and its checkpoints still load; so do checkpoints saved during a ramp-up
 rm -rf $B/rebatch.ckpt
-./train_cpu $flags --load $B/first.ckpt --save $B/rebatch.ckpt --global-batch-size 32 --train-iters 12 > $B/rebatch.log 2>&1 &&
+./train_cpu $flags --load $B/first.ckpt --save $B/rebatch.ckpt --global-batch-size 32 --train-iters 12 --override-opt-param-scheduler > $B/rebatch.log 2>&1 &&
   ./train_cpu $flags --load $B/rebatch.ckpt --global-batch-size 32 --train-iters 13 --log-interval 1 > $B/rebatch2.log 2>&1
 if grep -q "^batch_schedule 32 0 0 0 since 10 160$" $B/rebatch.ckpt/iter_0000012/metadata.txt &&
    grep -qE '^ iteration +13/ +13 \| consumed samples: +256 ' $B/rebatch2.log; then
     ok "a changed --global-batch-size takes over at the iteration resumed from (recorded: since 10 160), and its checkpoint loads"
 else bad "a changed --global-batch-size" "$(grep -m1 -E 'error' $B/rebatch.log $B/rebatch2.log; grep batch_schedule $B/rebatch.ckpt/iter_0000012/metadata.txt)"; fi
 rm -rf $B/ramp.ckpt
-ramp="$(echo $flags | sed "s/--train-iters 20//; s/--lr-warmup-iters 4/--lr-warmup-samples 16/") --rampup-batch-size 4 4 100 --log-interval 1"
+ramp="$(echo $flags | sed "s/--train-iters 20//; s/--lr-warmup-iters 4/--lr-warmup-samples 16/; s/--lr-decay-iters 20/--lr-decay-samples 320/") --rampup-batch-size 4 4 100 --log-interval 1"
 ./train_cpu $ramp --save $B/ramp.ckpt --train-samples 60 > $B/ramp.log 2>&1 &&
   ./train_cpu $ramp --load $B/ramp.ckpt --train-samples 120 > $B/ramp2.log 2>&1
 ramp_at=$(cat $B/ramp.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
@@ -751,3 +751,35 @@ if grep -q "^config init_method_std 0.05$" $R4/std-ft.ckpt/iter_0000003/metadata
    grep -qE '"initializer_range": 0.05[,}]?' $R4/std-hf/config.json; then
     ok "--finetune keeps the checkpoint's --init-method-std 0.05 and --make-vocab-size-divisible-by 64 (exported: initializer_range 0.05); a flag given changes it"
 else bad "--finetune keeps the checkpoint's fields" "$(grep -h -E 'init_method_std|divisible' $R4/std-ft*.ckpt/iter_0000003/metadata.txt | tr '\n' ' ') $(grep -o '"initializer_range": [^,]*' $R4/std-hf/config.json) $(grep -h -m1 error $R4/std-ft.log $R4/std-hf.log)"; fi
+
+# a resume whose learning-rate schedule flags differ from the checkpoint's is refused, as
+# Megatron-LM's OptimizerParamScheduler asserts, unless --override-opt-param-scheduler takes this
+# run's or --use-checkpoint-opt-param-scheduler (also Megatron's spelling, opt_param) the
+# checkpoint's; a checkpoint from before the record has nothing to compare
+expect_refusal "a resume with another --lr is refused naming both values and the two ways out" \
+    "checkpoint $R4/base.ckpt/iter_0000006 was trained with --lr 0.003, this run 0.001: give the same schedule, --override-opt-param-scheduler" \
+    --train-iters 8 --load $R4/base.ckpt --lr 1e-3
+expect_refusal "a resume with another decay length (--train-iters without --lr-decay-iters) is refused" \
+    "was trained with a decay over 320 samples, this run 480" --train-iters 30 --lr-decay-iters 0 --load $R4/base.ckpt
+expect_refusal "--override-opt-param-scheduler and --use-checkpoint-opt-param-scheduler together are refused" \
+    "give --override-opt-param-scheduler or --use-checkpoint-opt-param-scheduler, not both" --train-iters 8 --load $R4/base.ckpt \
+    --override-opt-param-scheduler --use-checkpoint-opt-param-scheduler
+lrs() { grep -E '^ iteration' "$1" | sed -E 's/.*learning rate: ([0-9.E+-]+).*/\1/' | tr '\n' ' '; }
+$TRAIN $flags --train-iters 8 --log-interval 1 --load $R4/base.ckpt > $R4/lr-same.log 2>&1
+$TRAIN $flags --train-iters 8 --log-interval 1 --load $R4/base.ckpt --lr 1e-3 --lr-decay-style linear \
+    --use-checkpoint-opt_param-scheduler > $R4/lr-ckpt.log 2>&1
+$TRAIN $flags --train-iters 8 --log-interval 1 --load $R4/base.ckpt --lr 1e-3 --override-opt-param-scheduler > $R4/lr-flags.log 2>&1
+$TRAIN $flags --train-iters 8 --log-interval 1 --lr 1e-3 > $R4/lr-fresh.log 2>&1
+if [ -n "$(lrs $R4/lr-same.log)" ] && [ "$(lrs $R4/lr-ckpt.log)" = "$(lrs $R4/lr-same.log)" ] &&
+   [ "$(lrs $R4/lr-flags.log)" = "$(lrs $R4/lr-fresh.log | cut -d' ' -f7-)" ] && [ "$(lrs $R4/lr-flags.log)" != "$(lrs $R4/lr-same.log)" ]; then
+    ok "--use-checkpoint-opt_param-scheduler goes on with the checkpoint's learning rates ($(lrs $R4/lr-same.log)), --override-opt-param-scheduler with the flags'"
+else bad "the schedule's two ways out" "checkpoint's: $(lrs $R4/lr-ckpt.log)| same: $(lrs $R4/lr-same.log)| flags': $(lrs $R4/lr-flags.log)| $(grep -h -m1 error $R4/lr-*.log)"; fi
+r4_copy oldlr '/^lr_schedule /d'
+$TRAIN $flags --train-iters 8 --load $R4/oldlr.ckpt --lr 1e-3 > $R4/oldlr.log 2>&1
+status=$?
+if [ $status -eq 0 ] && grep -q "^loaded checkpoint $R4/oldlr.ckpt/iter_0000006" $R4/oldlr.log; then
+    ok "a checkpoint without an lr_schedule line (from before it) resumes under the flags' schedule"
+else bad "a checkpoint without an lr_schedule line" "status $status: $(grep -m1 error $R4/oldlr.log)"; fi
+expect_refusal "--use-checkpoint-opt-param-scheduler with a checkpoint that records no schedule is refused" \
+    "--use-checkpoint-opt-param-scheduler: checkpoint $R4/oldlr.ckpt/iter_0000006 records no learning-rate schedule" \
+    --train-iters 8 --load $R4/oldlr.ckpt --use-checkpoint-opt-param-scheduler

@@ -23,7 +23,7 @@ if ! gcc -shared -fPIC -O1 -Wall -Wextra -Werror tests/fault_fs.c -o $B/fault_fs
     echo "FAIL build tests/fault_fs.c: $(head -3 $B/build.log)"; exit 1
 fi
 flags="--data-path $data --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --split 90,10,0
-       --eval-iters 0 --log-interval 100 --micro-batch-size 1 --global-batch-size 4"
+       --eval-iters 0 --log-interval 100 --micro-batch-size 1 --global-batch-size 4 --lr-decay-iters 10"
 
 # one fault point: LAYOUT-LAUNCHER MODE K -> "k: what went wrong" on stdout, nothing if it held
 point() {

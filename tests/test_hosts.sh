@@ -177,7 +177,7 @@ if [ $status -ne 0 ] && [ $status -ne 124 ] && [ $seconds -le $((timeout + 25)) 
 else bad "a host whose link goes down" "status $status after $seconds s: $(head -c 400 <<< "$summary")"; fi
 bash tests/sim_hosts.sh stop node3   # the host is gone: what ran on it ends
 saved=$(cat $D/down.ckpt/latest_checkpointed_iteration.txt)
-hosts_mpirun $D/hosts3 -np 3 --map-by node ./train_cpu $run --train-iters $((saved + 2)) --load $D/down.ckpt > $D/resume.out 2> $D/resume.err
+hosts_mpirun $D/hosts3 -np 3 --map-by node ./train_cpu $run --train-iters $((saved + 2)) --override-opt-param-scheduler --load $D/down.ckpt > $D/resume.out 2> $D/resume.err
 status=$?
 if [ $status -eq 0 ] && grep -q "3 rank(s) as TP 1 x PP 1 x DP 3" $D/resume.out && grep -q "loaded checkpoint $D/down.ckpt/iter_00000$saved" $D/resume.out &&
    grep -q "^ iteration       $((saved + 2))/      $((saved + 2)) " $D/resume.out; then
