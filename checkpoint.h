@@ -441,16 +441,20 @@ static int remove_tree(const char* path) {
 }
 
 // The directory a flag names (--save, --tensorboard-dir), before any training (rank 0):
-// created with its parents if missing, and a writable directory. 0, or 1 with a line in err.
-static int prepare_dir(const char* flag, const char* dir, char* err, size_t errlen) {
-    char made[4200];
+// created with its parents if missing (the highest it made into made, "" none), and a writable
+// directory. 0, or 1 with a line in err.
+static int prepare_dir_made(const char* flag, const char* dir, char* made, size_t made_len, char* err, size_t errlen) {
     struct stat st;
-    if (make_dirs(flag, dir, made, sizeof(made), err, errlen)) return 1;
+    if (make_dirs(flag, dir, made, made_len, err, errlen)) return 1;
     if (stat(dir, &st) != 0)   // (a loop of links, EEXIST to mkdir, was once "not a directory")
         return error_line(err, errlen, "%s %s: %s", flag, dir, open_error(errno));
     if (!S_ISDIR(st.st_mode)) return error_line(err, errlen, "%s %s: not a directory", flag, dir);
     if (access(dir, W_OK | X_OK) != 0) return error_line(err, errlen, "%s %s: not writable: %s", flag, dir, strerror(errno));
     return 0;
+}
+static int prepare_dir(const char* flag, const char* dir, char* err, size_t errlen) {
+    char made[4200];
+    return prepare_dir_made(flag, dir, made, sizeof(made), err, errlen);
 }
 
 // What a save does, done once on a probe at start-up: create a file exclusively, write and
@@ -702,9 +706,20 @@ static int check_save_series(const char* dir, const char* load, int finetune, ch
 // in one line. Nothing in it is touched before the lock is held: a second job once removed the
 // first one's save in progress, then was refused. 0, SAVE_LOCK_BUSY, or 1 (bad input), with a
 // line in err.
+static char save_dir_made[4200];   // the highest directory prepare_save_dir made ("": none) ...
+static char save_dir_path[4200];   // ... for the --save directory
+
+// at exit, after the lock is let go: the directories prepare_save_dir made, if the run left them
+// empty (one refused over a flag checked after the lock, --skip-train's --save, once left an
+// empty --save behind; a directory that holds anything stays)
+static void remove_unused_save_dir(void) { remove_made_dirs(save_dir_path, save_dir_made); }
+
 static int prepare_save_dir(const char* dir, const char* load, int finetune, char* err, size_t errlen) {
     char tmp[4400];
-    int rc = prepare_dir("--save", dir, err, errlen) || probe_dir("--save", dir, "checkpoint", err, errlen);
+    int rc = prepare_dir_made("--save", dir, save_dir_made, sizeof(save_dir_made), err, errlen) ||
+             probe_dir("--save", dir, "checkpoint", err, errlen);
+    snprintf(save_dir_path, sizeof(save_dir_path), "%s", dir);
+    if (save_dir_made[0]) atexit(remove_unused_save_dir);   // (before the lock's: it runs after it)
     if (!rc) rc = take_save_lock(dir, err, errlen);
     if (!rc) rc = check_save_series(dir, load, finetune, err, errlen);
     if (rc) return rc;

@@ -484,7 +484,7 @@ else bad "scripts/launch sent SIGTERM" "status $status, latest '$it': $(grep -m1
 # a kill lands inside a save (its .tmp directory is left behind); the previous checkpoint must
 # still load and train
 big="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8
-     --micro-batch-size 1 --global-batch-size 1 --train-iters 100000 --eval-iters 0 --log-interval 1000 --split 90,10,0"
+     --micro-batch-size 1 --global-batch-size 1 --train-iters 100000 --lr-decay-iters 100000 --eval-iters 0 --log-interval 1000 --split 90,10,0"
 caught=0
 for attempt in 1 2 3 4 5 6; do
     rm -rf $B/kill.ckpt
