@@ -44,6 +44,16 @@ typedef struct {
     long long since_consumed;
 } BatchRecord;
 
+// The learning-rate schedule the run trained under (Megatron-LM's OptimizerParamScheduler state,
+// its lengths in samples): a resume whose flags give another is refused unless it says which
+// one goes on (train.c's reconcile_lr_schedule)
+typedef struct {
+    int recorded;               // 0: none (the initial model, an import, a checkpoint from before)
+    float max_lr, min_lr, weight_decay;
+    char decay_style[24];       // --lr-decay-style's name
+    long long warmup_samples, decay_samples;
+} LRRecord;
+
 // the run's counters a checkpoint stores, besides the optimizer's step
 typedef struct {
     int iteration;
@@ -51,7 +61,39 @@ typedef struct {
     long long scheduler_samples;        // samples of successful updates (drives the LR, as Megatron)
     long long consumed_valid_samples;   // the validation data's position
     BatchRecord batch;
+    LRRecord lr;
 } Progress;
+
+// The sample counters' ceiling, 2^62: INT_MAX iterations of INT_MAX-sample batches stay below
+// it, and a run going on from it cannot wrap a 64-bit count. (A metadata.txt without its checksum
+// line once held consumed_valid_samples 2^63 - 1: evaluation wrapped it, and the run's next,
+// checksummed checkpoint held a negative count that every later --load refused.)
+#define COUNTER_MAX ((long long)1 << 62)
+
+// The counters against their ranges and each other: at load (all a checkpoint written before
+// metadata.txt had its checksum line gets), and at save (no checkpoint is written that its own
+// load would refuse). NULL, or what is out of range. scaler: a dynamic loss scaler's, or NULL.
+static const char* counters_problem(const Progress* p, int optimizer_step, const LossScaler* scaler) {
+    const BatchRecord* b = &p->batch;
+    if (p->iteration < 0) return "iteration is negative";
+    if (optimizer_step < 0 || optimizer_step > p->iteration)
+        return "optimizer_step is outside [0, iteration] (a step is taken or skipped once per iteration)";
+    if (p->consumed_samples < p->iteration || (p->iteration == 0 && p->consumed_samples != 0))
+        return "consumed_samples is below iteration (every iteration consumes a batch) or not 0 at iteration 0";
+    if (p->scheduler_samples < 0 || p->scheduler_samples > p->consumed_samples)
+        return "scheduler_samples is outside [0, consumed_samples] (it counts the samples of applied steps)";
+    if (p->consumed_valid_samples < 0) return "consumed_valid_samples is negative";
+    if (p->consumed_samples > COUNTER_MAX || p->consumed_valid_samples > COUNTER_MAX)
+        return "a sample count is beyond 2^62 (4611686018427387904: no run of 2^31 iterations of 2^31 samples gets "
+               "there, and a run going on from it could wrap it)";
+    if (b->global_batch_size > 0 &&
+        (b->since_iteration < 0 || b->since_iteration > p->iteration || b->since_consumed < 0 ||
+         b->since_consumed > p->consumed_samples || b->rampup_start < 0 || b->rampup_increment < 0 || b->rampup_samples < 0))
+        return "batch_schedule's counters are outside [0, iteration] and [0, consumed_samples], or negative";
+    if (scaler && scaler->growth_tracker < 0)   // (the hysteresis tracker may be: step.h)
+        return "the loss_scaler's growth tracker is negative";
+    return NULL;
+}
 
 static const char* const SECTION_NAMES[3] = {"weight", "exp_avg", "exp_avg_sq"};
 
@@ -282,6 +324,11 @@ static char* metadata_text(const GPT* m, const AdamWState* opt, const Progress* 
     if (b->global_batch_size > 0)
         fprintf(f, "batch_schedule %d %d %d %lld since %d %lld\n", b->global_batch_size, b->rampup_start,
                 b->rampup_increment, b->rampup_samples, b->since_iteration, b->since_consumed);
+    const LRRecord* r = &p->lr;
+    if (r->recorded)
+        fprintf(f, "lr_schedule max_lr %.9g min_lr %.9g decay_style %s warmup_samples %lld decay_samples %lld "
+                "weight_decay %.9g\n", r->max_lr, r->min_lr, r->decay_style, r->warmup_samples, r->decay_samples,
+                r->weight_decay);
     if (opt->scaler.dynamic)   // the dynamic loss scale goes on where it was (as Megatron's grad scaler state)
         fprintf(f, "loss_scaler %.9g %d %d\n", opt->scaler.scale, opt->scaler.growth_tracker, opt->scaler.hysteresis_tracker);
     char value[64];
@@ -364,6 +411,17 @@ static void iter_dir(char* out, size_t len, const char* dir, int iteration) {
     snprintf(out, len, "%s/iter_%07d", dir, iteration);
 }
 
+// the iteration of a name iter_dir writes (iter_0000100, then suffix: "", ".tmp"...), or -1.
+// iter_15 or iter_00000011 is no checkpoint of ours: --keep-last once read them as 15 and 11,
+// "removed" an iter_0000015 that never existed, and left both.
+static int checkpoint_name_iteration(const char* name, const char* suffix) {
+    char ours[64];
+    int it;
+    if (sscanf(name, "iter_%9d", &it) != 1 || it < 0) return -1;
+    snprintf(ours, sizeof(ours), "iter_%07d%s", it, suffix);
+    return strcmp(name, ours) == 0 ? it : -1;
+}
+
 // rm -rf path: a directory's entries first, then the directory; links are removed, never followed
 static int remove_tree(const char* path) {
     struct stat st;
@@ -383,14 +441,20 @@ static int remove_tree(const char* path) {
 }
 
 // The directory a flag names (--save, --tensorboard-dir), before any training (rank 0):
-// created with its parents if missing, and a writable directory. 0, or 1 with a line in err.
-static int prepare_dir(const char* flag, const char* dir, char* err, size_t errlen) {
-    char made[4200];
+// created with its parents if missing (the highest it made into made, "" none), and a writable
+// directory. 0, or 1 with a line in err.
+static int prepare_dir_made(const char* flag, const char* dir, char* made, size_t made_len, char* err, size_t errlen) {
     struct stat st;
-    if (make_dirs(flag, dir, made, sizeof(made), err, errlen)) return 1;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return error_line(err, errlen, "%s %s: not a directory", flag, dir);
+    if (make_dirs(flag, dir, made, made_len, err, errlen)) return 1;
+    if (stat(dir, &st) != 0)   // (a loop of links, EEXIST to mkdir, was once "not a directory")
+        return error_line(err, errlen, "%s %s: %s", flag, dir, open_error(errno));
+    if (!S_ISDIR(st.st_mode)) return error_line(err, errlen, "%s %s: not a directory", flag, dir);
     if (access(dir, W_OK | X_OK) != 0) return error_line(err, errlen, "%s %s: not writable: %s", flag, dir, strerror(errno));
     return 0;
+}
+static int prepare_dir(const char* flag, const char* dir, char* err, size_t errlen) {
+    char made[4200];
+    return prepare_dir_made(flag, dir, made, sizeof(made), err, errlen);
 }
 
 // What a save does, done once on a probe at start-up: create a file exclusively, write and
@@ -425,14 +489,10 @@ static int latest_checkpoint(const char* dir, char* out, size_t len, char* err, 
     char path[4200], text[32];
     snprintf(path, sizeof(path), "%s/latest_checkpointed_iteration.txt", dir);
     out[0] = '\0';
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   // (a FIFO must not block the open)
+    char why[4400];
+    int fd = open_regular_file(path, why, sizeof(why));   // (a FIFO must not block the open)
     if (fd < 0 && errno == ENOENT) return 0;
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        const char* why = fd < 0 ? strerror(errno) : "not a regular file";
-        if (fd >= 0) close(fd);
-        return error_line(err, errlen, "%s: %s (the marker is a file holding an iteration number)", path, why);
-    }
+    if (fd < 0) return error_line(err, errlen, "%s (the marker is a file holding an iteration number)", why);
     ssize_t got = read(fd, text, sizeof(text));
     close(fd);
     size_t n = got > 0 ? (size_t)got : 0;
@@ -646,17 +706,28 @@ static int check_save_series(const char* dir, const char* load, int finetune, ch
 // in one line. Nothing in it is touched before the lock is held: a second job once removed the
 // first one's save in progress, then was refused. 0, SAVE_LOCK_BUSY, or 1 (bad input), with a
 // line in err.
+static char save_dir_made[4200];   // the highest directory prepare_save_dir made ("": none) ...
+static char save_dir_path[4200];   // ... for the --save directory
+
+// at exit, after the lock is let go: the directories prepare_save_dir made, if the run left them
+// empty (one refused over a flag checked after the lock, --skip-train's --save, once left an
+// empty --save behind; a directory that holds anything stays)
+static void remove_unused_save_dir(void) { remove_made_dirs(save_dir_path, save_dir_made); }
+
 static int prepare_save_dir(const char* dir, const char* load, int finetune, char* err, size_t errlen) {
     char tmp[4400];
-    int rc = prepare_dir("--save", dir, err, errlen) || probe_dir("--save", dir, "checkpoint", err, errlen);
+    int rc = prepare_dir_made("--save", dir, save_dir_made, sizeof(save_dir_made), err, errlen) ||
+             probe_dir("--save", dir, "checkpoint", err, errlen);
+    snprintf(save_dir_path, sizeof(save_dir_path), "%s", dir);
+    if (save_dir_made[0]) atexit(remove_unused_save_dir);   // (before the lock's: it runs after it)
     if (!rc) rc = take_save_lock(dir, err, errlen);
     if (!rc) rc = check_save_series(dir, load, finetune, err, errlen);
     if (rc) return rc;
     DIR* d = opendir(dir);
-    int removed = 0, it;
+    int removed = 0;
     for (struct dirent* e; d && (e = readdir(d)) != NULL;) {
-        char rest[16];   // iter_N.tmp (an interrupted save) or iter_N.replaced (an interrupted replacement)
-        if (sscanf(e->d_name, "iter_%d.%15s", &it, rest) != 2 || (strcmp(rest, "tmp") && strcmp(rest, "replaced"))) continue;
+        // iter_N.tmp (an interrupted save) or iter_N.replaced (an interrupted replacement)
+        if (checkpoint_name_iteration(e->d_name, ".tmp") < 0 && checkpoint_name_iteration(e->d_name, ".replaced") < 0) continue;
         if (snprintf(tmp, sizeof(tmp), "%s/%s", dir, e->d_name) < (int)sizeof(tmp)) removed += remove_tree(tmp) == 0;
     }
     if (d) closedir(d);
@@ -696,10 +767,14 @@ static void rotate_checkpoints(const char* dir, int keep, int just_saved) {
     char path[4200];
     DIR* d = opendir(dir);
     if (!d) return;
+    static int noted;   // (once a run)
     for (struct dirent* e; (e = readdir(d)) != NULL;) {
-        int it;
+        int it = checkpoint_name_iteration(e->d_name, ""), other;
         char rest;
-        if (sscanf(e->d_name, "iter_%d%c", &it, &rest) != 1 || it == just_saved) continue;
+        if (it < 0 && !noted && sscanf(e->d_name, "iter_%d%c", &other, &rest) == 1)
+            noted = printf("note: --keep-last leaves %s/%s alone: not a checkpoint name gridgpt writes (iter_%07d)\n", dir,
+                           e->d_name, other);
+        if (it < 0 || it == just_saved) continue;
         if (n == cap) others = (SavedCheckpoint*)reallocCheck(others, (cap = cap ? 2 * cap : 64) * sizeof(SavedCheckpoint));
         iter_dir(path, sizeof(path), dir, it);
         others[n++] = (SavedCheckpoint){it, written_time(path)};
@@ -792,9 +867,9 @@ static int save_tensors(const char* tmp_dir, const GPT* m, const AdamWState* opt
         return 1;
     }
     if (!shared_file_set_size(f, 3 * L->section_bytes))
-        snprintf(log.error, sizeof(log.error), "cannot size %s to %zu bytes", path, 3 * L->section_bytes);
+        snprintf(log.error, sizeof(log.error), "cannot size %s to %zu bytes: %s", path, 3 * L->section_bytes, shared_file_why);
     else shard_io(m, opt, L, f, path, &log, 3);
-    if (!shared_file_sync(f) && !log.error[0]) snprintf(log.error, sizeof(log.error), "syncing %s failed", path);
+    if (!shared_file_sync(f) && !log.error[0]) snprintf(log.error, sizeof(log.error), "syncing %s failed: %s", path, shared_file_why);
     barrier(&grid.world);
     float* bounce = (float*)mallocCheck(RUN_MAX * sizeof(float));
     verify_pieces(f, &log, path, bounce);
@@ -875,6 +950,14 @@ static int save_on_every_rank(const char* dir, const GPT* m, const AdamWState* o
 // rank when it could not be saved: then iter_N.tmp/ is removed and the previous checkpoint
 // stays the latest, and the caller decides whether the run goes on.
 static int checkpoint_save(const char* dir, const GPT* m, const AdamWState* opt, const Progress* p, int keep_last) {
+    // what its load would refuse is never saved (the same counters on every rank: no exchange)
+    const char* problem = counters_problem(p, opt->step, opt->scaler.dynamic ? &opt->scaler : NULL);
+    if (problem) {
+        if (grid.world_rank == 0)
+            report_error("checkpoint of iteration %d not saved: %s (consumed_samples %lld, consumed_valid_samples %lld)",
+                         p->iteration, problem, p->consumed_samples, p->consumed_valid_samples);
+        return 1;
+    }
     activity_io(1);
     int failed = save_on_every_rank(dir, m, opt, p, keep_last);
     activity_io(0);
@@ -934,28 +1017,85 @@ static int meta_tensor_line(CheckpointMeta* m, const char* line, int* cap) {
     return 0;
 }
 
-// one line of metadata.txt into m; 1 if it is not understood
-static int meta_line(CheckpointMeta* m, const char* line, int* seen, int* sections_seen, int* version, int* cap) {
-    char word[64], key[128];
+// the next whole number of a metadata line, strictly: digits, no overflow, at most max in
+// magnitude (sscanf's %d read 99999999999999999999 as -1). 0, or 1 with why set when it is a
+// number that does not fit (not a number: why untouched).
+static int meta_number(const char** s, const char* name, long long max, long long* v, char* why, size_t len) {
+    char* end;
+    while (**s == ' ') (*s)++;
+    errno = 0;
+    long long x = strtoll(*s, &end, 10);
+    if (end == *s || (*end && *end != ' ' && *end != '\n')) return 1;
+    if (errno == ERANGE || x > max || x < -max)
+        return error_line(why, len, "%s %.*s does not fit: at most %lld", name, (int)(end - *s > 40 ? 40 : end - *s), *s, max);
+    *s = end;
+    *v = x;
+    return 0;
+}
+
+// the numbers of a line "WORD N [N ...]" after its word (with a `since` where the format has it)
+static int meta_numbers(const char* line, const char* name, const long long* max, long long* v, int count,
+                        int since_at, char* why, size_t len) {
+    const char* s = line + strcspn(line, " ");
+    for (int i = 0; i < count; i++) {
+        if (i == since_at) {
+            while (*s == ' ') s++;
+            if (strncmp(s, "since ", 6) != 0) return 1;
+            s += 5;
+        }
+        if (meta_number(&s, name, max[i], &v[i], why, len)) return 1;
+    }
+    return s[strspn(s, " \n")] != '\0';
+}
+
+// a counter's line "WORD N" into its field, an int's or a long long's; -1 if word is none of them
+static int meta_counter_line(CheckpointMeta* m, const char* word, const char* line, char* why, size_t len) {
     Progress* p = &m->progress;
+    const struct { const char* word; int* as_int; long long* as_long; } counters[] = {
+        {"iteration", &p->iteration, NULL}, {"optimizer_step", &m->optimizer_step, NULL},
+        {"consumed_samples", NULL, &p->consumed_samples}, {"scheduler_samples", NULL, &p->scheduler_samples},
+        {"consumed_valid_samples", NULL, &p->consumed_valid_samples}};
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
+        if (strcmp(word, counters[i].word)) continue;
+        long long v, max = counters[i].as_int ? INT_MAX : LLONG_MAX;
+        if (meta_numbers(line, word, &max, &v, 1, -1, why, len)) return 1;
+        if (counters[i].as_int) *counters[i].as_int = (int)v;
+        else *counters[i].as_long = v;
+        return 0;
+    }
+    return -1;
+}
+
+// "batch_schedule GLOBAL START INCREMENT SAMPLES since ITERATION CONSUMED"
+static int meta_batch_line(BatchRecord* b, const char* line, char* why, size_t len) {
+    const long long max[6] = {INT_MAX, INT_MAX, INT_MAX, LLONG_MAX, INT_MAX, LLONG_MAX};
+    long long v[6];
+    if (meta_numbers(line, "batch_schedule", max, v, 6, 4, why, len)) return 1;
+    *b = (BatchRecord){(int)v[0], (int)v[1], (int)v[2], v[3], (int)v[4], v[5]};
+    return b->global_batch_size <= 0;
+}
+
+// one line of metadata.txt into m; 1 if it is not understood (why: a number that does not fit)
+static int meta_line(CheckpointMeta* m, const char* line, int* seen, int* sections_seen, int* version, int* cap,
+                     char* why, size_t len) {
+    char word[64], key[128];
     if (sscanf(line, "%63s", word) != 1) return 0;
     if (!strcmp(word, "gridgpt-checkpoint")) return sscanf(line, "%*s %d", version) != 1;
-    if (!strcmp(word, "iteration")) return sscanf(line, "%*s %d", &p->iteration) != 1;
-    if (!strcmp(word, "optimizer_step")) return sscanf(line, "%*s %d", &m->optimizer_step) != 1;
+    int counter = meta_counter_line(m, word, line, why, len);
+    if (counter >= 0) return counter;
     if (!strcmp(word, "loss_scaler")) {
         LossScaler* s = &m->loss_scaler;
         m->has_loss_scaler = 1;
         return sscanf(line, "%*s %f %d %d", &s->scale, &s->growth_tracker, &s->hysteresis_tracker) != 3 ||
                !(s->scale > 0.0f);
     }
-    if (!strcmp(word, "consumed_samples")) return sscanf(line, "%*s %lld", &p->consumed_samples) != 1;
-    if (!strcmp(word, "scheduler_samples")) return sscanf(line, "%*s %lld", &p->scheduler_samples) != 1;
-    if (!strcmp(word, "consumed_valid_samples")) return sscanf(line, "%*s %lld", &p->consumed_valid_samples) != 1;
-    if (!strcmp(word, "batch_schedule")) {
-        BatchRecord* b = &p->batch;
-        return sscanf(line, "%*s %d %d %d %lld since %d %lld", &b->global_batch_size, &b->rampup_start,
-                      &b->rampup_increment, &b->rampup_samples, &b->since_iteration, &b->since_consumed) != 6 ||
-               b->global_batch_size <= 0;
+    if (!strcmp(word, "batch_schedule")) return meta_batch_line(&m->progress.batch, line, why, len);
+    if (!strcmp(word, "lr_schedule")) {
+        LRRecord* r = &m->progress.lr;
+        r->recorded = sscanf(line, "%*s max_lr %f min_lr %f decay_style %23s warmup_samples %lld decay_samples %lld "
+                             "weight_decay %f", &r->max_lr, &r->min_lr, r->decay_style, &r->warmup_samples,
+                             &r->decay_samples, &r->weight_decay) == 6;
+        return !r->recorded || r->warmup_samples < 0 || r->decay_samples <= 0;
     }
     if (!strcmp(word, "config")) return meta_config_line(m, line, seen);
     if (!strcmp(word, "tensor")) return meta_tensor_line(m, line, cap);
@@ -973,37 +1113,21 @@ static int meta_line(CheckpointMeta* m, const char* line, int* seen, int* sectio
     return 1;
 }
 
-// The counters against each other: a checkpoint written before metadata.txt had its checksum
-// line still gets these. 0, or 1 with a line in err naming the first that is out of range.
-static int meta_check_counters(const char* path, const CheckpointMeta* m, char* err, size_t errlen) {
-    const Progress* p = &m->progress;
-    const char* what = NULL;
-    if (p->iteration < 0) what = "iteration is negative";
-    else if (m->optimizer_step < 0 || m->optimizer_step > p->iteration)
-        what = "optimizer_step is outside [0, iteration] (a step is taken or skipped once per iteration)";
-    else if (p->consumed_samples < p->iteration || (p->iteration == 0 && p->consumed_samples != 0))
-        what = "consumed_samples is below iteration (every iteration consumes a batch) or not 0 at iteration 0";
-    else if (p->scheduler_samples < 0 || p->scheduler_samples > p->consumed_samples)
-        what = "scheduler_samples is outside [0, consumed_samples] (it counts the samples of applied steps)";
-    else if (p->consumed_valid_samples < 0) what = "consumed_valid_samples is negative";
-    else if (p->batch.global_batch_size > 0 &&
-             (p->batch.since_iteration < 0 || p->batch.since_iteration > p->iteration || p->batch.since_consumed < 0 ||
-              p->batch.since_consumed > p->consumed_samples || p->batch.rampup_start < 0 ||
-              p->batch.rampup_increment < 0 || p->batch.rampup_samples < 0))
-        what = "batch_schedule's counters are outside [0, iteration] and [0, consumed_samples], or negative";
-    else if (m->has_loss_scaler && m->loss_scaler.growth_tracker < 0)   // (the hysteresis tracker may be: step.h)
-        what = "the loss_scaler's growth tracker is negative";
+// the counters of path's metadata (counters_problem): 0, or 1 with a line in err naming them
+static int counters_error(const char* path, const Progress* p, int optimizer_step, const LossScaler* scaler, char* err,
+                          size_t errlen) {
+    const char* what = counters_problem(p, optimizer_step, scaler);
     if (!what) return 0;
     return error_line(err, errlen, "checkpoint %s: %s (iteration %d, optimizer_step %d, consumed_samples %lld, "
-                      "scheduler_samples %lld)", path, what, p->iteration, m->optimizer_step, p->consumed_samples,
-                      p->scheduler_samples);
+                      "scheduler_samples %lld, consumed_valid_samples %lld)", path, what, p->iteration, optimizer_step,
+                      p->consumed_samples, p->scheduler_samples, p->consumed_valid_samples);
 }
 
 // the lines of path into m (the last one, the CRC-32 of the others, checked); 0, or 1 with a line in err
 static int meta_parse(const char* path, CheckpointMeta* m, char* err, size_t errlen) {
-    FILE* f = fopen(path, "r");
-    if (!f) return error_line(err, errlen, "checkpoint %s: %s", path, strerror(errno));
-    char line[1024];
+    char line[1024], why[256] = "";
+    FILE* f = fopen_regular_file(path, why, sizeof(why));   // (a FIFO once blocked here until killed)
+    if (!f) return error_line(err, errlen, "checkpoint %s", why);
     int version = 0, lineno = 0, cap = 0, seen[NUM_MODEL_FIELDS] = {0}, sections_seen[3] = {0};
     uint32_t crc = 0, stored;
     while (fgets(line, sizeof(line), f)) {
@@ -1022,9 +1146,10 @@ static int meta_parse(const char* path, CheckpointMeta* m, char* err, size_t err
             continue;
         }
         crc = crc32_update(crc, line, strlen(line));
-        if (meta_line(m, line, seen, sections_seen, &version, &cap)) {
+        if (meta_line(m, line, seen, sections_seen, &version, &cap, why, sizeof(why))) {
             fclose(f);
             line[strcspn(line, "\n")] = '\0';
+            if (why[0]) return error_line(err, errlen, "checkpoint %s: line %d: %s", path, lineno, why);
             return error_line(err, errlen, "checkpoint %s: line %d is not understood: %s", path, lineno, line);
         }
     }
@@ -1041,11 +1166,29 @@ static int meta_parse(const char* path, CheckpointMeta* m, char* err, size_t err
     }
     for (int k = 0; k < 3; k++)
         if (!sections_seen[k]) return error_line(err, errlen, "checkpoint %s: no `section %s` line", path, SECTION_NAMES[k]);
-    return meta_check_counters(path, m, err, errlen);
+    return counters_error(path, &m->progress, m->optimizer_step, m->has_loss_scaler ? &m->loss_scaler : NULL, err, errlen);
+}
+
+// the number of tensors in the table of config c, from the tables of one and two layers: the
+// table of c itself is built only once its size matches the file's (a metadata.txt without its
+// checksum line, at num_layers 2147483647, once sized it past the host's memory)
+static long long table_size(const GPTConfig* c) {
+    GPTConfig one = *c, two = *c;
+    one.num_layers = 1;
+    two.num_layers = 2;
+    GPT a = canonical_table(&one), b = canonical_table(&two);
+    long long size = a.num_tensors + (c->num_layers - 1LL) * (b.num_tensors - a.num_tensors);
+    gpt_free(&a);
+    gpt_free(&b);
+    return size;
 }
 
 // the tensor lines must be the table of the config: same names, order, whole shapes
 static int meta_check_tensors(const char* path, const CheckpointMeta* m, char* err, size_t errlen) {
+    long long size = table_size(&m->cfg);
+    if (m->num_tensors != size)
+        return error_line(err, errlen, "checkpoint %s: %d tensors, the model of its config (%d layers) has %lld", path,
+                          m->num_tensors, m->cfg.num_layers, size);
     GPT whole = canonical_table(&m->cfg);
     int status = 0;
     if (m->num_tensors != whole.num_tensors)
@@ -1084,9 +1227,15 @@ static int checkpoint_meta_read(const char* dir, CheckpointMeta* m, char* err, s
     c->padded_vocab_size = (int)padded;
     if (c->seq_length < 1) c->seq_length = c->max_position_embeddings;
     if (meta_check_tensors(path, m, err, errlen)) return 1;
+    // tensors.bin: a regular file this process can open (MPI-IO's open says no why), of the sections' size
     struct stat st;
     size_t end = m->section_offset[2] + m->section_bytes[2];
-    if (stat(m->bin_path, &st) != 0) return error_line(err, errlen, "checkpoint %s: %s", m->bin_path, strerror(errno));
+    char why[4400];
+    int fd = open_regular_file(m->bin_path, why, sizeof(why));
+    if (fd < 0) return error_line(err, errlen, "checkpoint %s", why);
+    int got = fstat(fd, &st);
+    close(fd);
+    if (got != 0) return error_line(err, errlen, "checkpoint %s: %s", m->bin_path, strerror(errno));
     if ((size_t)st.st_size != end)
         return error_line(err, errlen, "checkpoint %s: %lld bytes, expected %zu (truncated?)", m->bin_path,
                           (long long)st.st_size, end);
@@ -1095,13 +1244,13 @@ static int checkpoint_meta_read(const char* dir, CheckpointMeta* m, char* err, s
 
 // The model config must be the checkpoint's in every field the tensor layout depends on
 // (MATCH in gpt.h's list): one clear error naming the first that differs.
+static void check_field_matches(const char* path, const ConfigField* f, const GPTConfig* saved, const GPTConfig* now) {
+    char a[64], b[64], flag[96];
+    if (f->checkpoint == MATCH && strcmp(format_field(f, saved, a, sizeof(a)), format_field(f, now, b, sizeof(b))))
+        config_error("checkpoint %s has %s %s, this run %s", path, flag_of(f, flag, sizeof(flag)), a, b);
+}
 static void check_config_matches(const char* path, const GPTConfig* saved, const GPTConfig* now) {
-    for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
-        const ConfigField* f = &MODEL_FIELDS[k];
-        char a[64], b[64], flag[96];
-        if (f->checkpoint == MATCH && strcmp(format_field(f, saved, a, sizeof(a)), format_field(f, now, b, sizeof(b))))
-            config_error("checkpoint %s has %s %s, this run %s", path, flag_of(f, flag, sizeof(flag)), a, b);
-    }
+    for (int k = 0; k < NUM_MODEL_FIELDS; k++) check_field_matches(path, &MODEL_FIELDS[k], saved, now);
 }
 
 // ----------------------------------------------------------------------------
@@ -1143,7 +1292,7 @@ static double checkpoint_load(const CheckpointMeta* meta, GPT* m, AdamWState* op
     int sections = with_optim ? 3 : 1;
     CanonicalLayout L = canonical_layout(&m->cfg);
     MPI_File f;
-    if (shared_file_open(meta->bin_path, 0, &f) != 0) config_error("checkpoint %s: cannot open", meta->bin_path);
+    if (shared_file_open(meta->bin_path, 0, &f) != 0) config_error("checkpoint %s: cannot open: %s", meta->bin_path, shared_file_why);
     verify_checksums(meta, &L, f, sections);
     load_params(m, &L, f, meta->bin_path);
     shard_io(m, opt, &L, f, meta->bin_path, NULL, sections);

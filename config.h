@@ -100,6 +100,9 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(SWITCH, no_load_optim, NULL, 0, "load weights and counters, not the optimizer state")                            \
     X(SWITCH, no_load_rng, NULL, 0, "use this run's --seed, not the checkpoint's")                                     \
     X(SWITCH, finetune, NULL, 0, "load weights only; iteration and data position start at 0")                          \
+    X(SWITCH, override_opt_param_scheduler, NULL, 0, "resume with this run's learning-rate schedule, not the checkpoint's") \
+    X(SWITCH, use_checkpoint_opt_param_scheduler, NULL, 0, "resume with the checkpoint's learning-rate schedule, whatever " \
+      "the flags (else they must match it)")                                                                           \
     X(SWITCH, skip_train, NULL, 0, "no training: evaluate --load's checkpoint on the data, and/or generate from it")    \
     X(STRING, import_hf, NULL, 0, "DIR: a Hugging Face model into --save as an iteration-0 checkpoint, then exit")     \
     X(STRING, export_hf, NULL, 0, "OUT: write --load's latest checkpoint as a Hugging Face model, then exit")          \

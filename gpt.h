@@ -522,7 +522,9 @@ static int chunk_holds_head(const GPT* m, int chunk) { return m->is_last_stage &
 // tensors keep that order).
 static void build_tensor_table(GPT* m) {
     const GPTConfig* c = &m->cfg;
-    int C = c->hidden_size, capacity = 8 + 12 * m->num_local_layers;
+    long long entries = 8 + 12LL * m->num_local_layers;   // (in an int, 2^31 layers once wrapped it)
+    if (entries > INT_MAX) fail("the tensor table of %d layers: more than %d tensors", m->num_local_layers, INT_MAX);
+    int C = c->hidden_size, capacity = (int)entries;
     m->tensors = (TensorDesc*)callocCheck(capacity, sizeof(TensorDesc));
     m->layer_tensors = (LayerTensors*)callocCheck(m->num_local_layers, sizeof(LayerTensors));
     m->wte = m->wpe = m->lne_w = m->lne_b = m->lnf_w = m->lnf_b = m->output = -1;

@@ -274,10 +274,8 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     REFUSE("--decoupled-lr", VALUE, NULL, "a decoupled learning rate: Megatron-LM would give the input and output "
            "layers their own")
     REFUSE("--decoupled-min-lr", VALUE, NULL, "a decoupled learning rate: the input and output layers' own minimum")
-    ACCEPT("--override-opt-param-scheduler", SWITCH, NULL, "the learning-rate schedule always comes from this run's "
-           "flags (at the samples consumed)")
-    REFUSE("--use-checkpoint-opt-param-scheduler", SWITCH, NULL, "the schedule from the checkpoint: Megatron-LM would "
-           "take the learning rates and lengths from --load's checkpoint (gridgpt takes them from the flags)")
+    ACCEPT_AS("--use-checkpoint-opt_param-scheduler", SWITCH, NULL, "--use-checkpoint-opt-param-scheduler 1", "Megatron-LM's "
+              "spelling, taken as --use-checkpoint-opt-param-scheduler: a resume goes on with the checkpoint's schedule")
     REFUSE("--train-tokens", VALUE, NULL, "a length in tokens (gridgpt: --train-iters or --train-samples)")
     REFUSE("--lr-decay-tokens", VALUE, NULL, "a length in tokens (gridgpt: --lr-decay-iters or --lr-decay-samples)")
     REFUSE("--lr-warmup-tokens", VALUE, NULL, "a length in tokens (gridgpt: --lr-warmup-iters or --lr-warmup-samples)")

@@ -662,6 +662,16 @@ static size_t shared_file_path_max(const char** why) {
     return PATH_MAX - 1 - strlen(".metadata.") - rank_digits;
 }
 
+// Why the last MPI-IO call failed: the system's reason where the file system gave one (errno
+// right after the call: "No space left on device", "Input/output error"), else MPI's (whose
+// class for an EIO in ftruncate or fsync is MPI_ERR_OTHER, "known error not in list").
+static char shared_file_why[MPI_MAX_ERROR_STRING + 64];
+static void shared_file_failed(int rc, int error) {
+    int len = 0;
+    if (error) snprintf(shared_file_why, sizeof(shared_file_why), "%s", strerror(error));
+    else if (rc != MPI_SUCCESS) MPI_Error_string(rc, shared_file_why, &len);
+}
+
 // -1, and no rank enters MPI_File_open, where the path is too long for it on any rank (the first
 // says why): train.c's check_paths refuses such a --save or --load at start-up; this keeps Open
 // MPI from aborting a run that got past it
@@ -670,24 +680,32 @@ static int shared_file_open(const char* path, int writing, MPI_File* f) {
     size_t max = shared_file_path_max(&why);
     int first = grid.world_size - max_over_world(strlen(path) > max ? grid.world_size - grid.world_rank : 0);
     if (first < grid.world_size) {
+        snprintf(shared_file_why, sizeof(shared_file_why), "a path longer than MPI-IO takes here");
         if (grid.world_rank == first)
             report_error("%s: %zu characters, more than the %zu MPI-IO takes here (%s)", path, strlen(path), max, why);
         return -1;
     }
     int mode = writing ? MPI_MODE_CREATE | MPI_MODE_RDWR : MPI_MODE_RDONLY;
     wait_begin("opening a checkpoint file", &grid.world, -1);
-    int rc = MPI_File_open(grid.world.mpi, path, mode, MPI_INFO_NULL, f) == MPI_SUCCESS ? 0 : -1;
+    errno = 0;
+    int rc = MPI_File_open(grid.world.mpi, path, mode, MPI_INFO_NULL, f);
+    if (rc != MPI_SUCCESS) shared_file_failed(rc, errno);
     wait_end();
-    return rc;
+    return rc == MPI_SUCCESS ? 0 : -1;
 }
-static int shared_file_set_size(MPI_File f, size_t bytes) {   // 1: done
-    return MPI_File_set_size(f, (MPI_Offset)bytes) == MPI_SUCCESS;
+static int shared_file_set_size(MPI_File f, size_t bytes) {   // 1: done (else shared_file_why says why)
+    errno = 0;
+    int rc = MPI_File_set_size(f, (MPI_Offset)bytes);
+    if (rc != MPI_SUCCESS) shared_file_failed(rc, errno);
+    return rc == MPI_SUCCESS;
 }
-static int shared_file_sync(MPI_File f) {   // 1: synced
+static int shared_file_sync(MPI_File f) {   // 1: synced (else shared_file_why says why)
     wait_begin("syncing a checkpoint file", &grid.world, -1);
-    int synced = MPI_File_sync(f) == MPI_SUCCESS;
+    errno = 0;
+    int rc = MPI_File_sync(f);
+    if (rc != MPI_SUCCESS) shared_file_failed(rc, errno);
     wait_end();
-    return synced;
+    return rc == MPI_SUCCESS;
 }
 static void shared_file_close(MPI_File* f) {
     wait_begin("closing a checkpoint file", &grid.world, -1);
@@ -700,7 +718,6 @@ static void shared_file_close(MPI_File* f) {
 // A short transfer is progress, as with write(2): the rest is asked for again, and a disk that
 // is full says so then (ENOSPC), which shared_file_why keeps: the system's reason where the
 // file system gave one ("No space left on device"), else MPI's.
-static char shared_file_why[MPI_MAX_ERROR_STRING + 64];
 static int shared_file_io(MPI_File f, size_t offset, void* buf, size_t bytes, int writing) {
     for (size_t done = 0; done < bytes;) {
         size_t n = bytes - done < ((size_t)1 << 30) ? bytes - done : (size_t)1 << 30;
@@ -709,14 +726,13 @@ static int shared_file_io(MPI_File f, size_t offset, void* buf, size_t bytes, in
         errno = 0;
         int count = 0, rc = writing ? MPI_File_write_at(f, at, (char*)buf + done, (int)n, MPI_BYTE, &status)
                                     : MPI_File_read_at(f, at, (char*)buf + done, (int)n, MPI_BYTE, &status);
-        int e = errno, len = 0;
+        int e = errno;
         if (rc == MPI_SUCCESS && MPI_Get_count(&status, MPI_BYTE, &count) == MPI_SUCCESS && count > 0) {
             done += (size_t)count;
             activity_progress();
             continue;
         }
-        if (e) snprintf(shared_file_why, sizeof(shared_file_why), "%s", strerror(e));
-        else if (rc != MPI_SUCCESS) MPI_Error_string(rc, shared_file_why, &len);
+        if (e || rc != MPI_SUCCESS) shared_file_failed(rc, e);
         else snprintf(shared_file_why, sizeof(shared_file_why), "no bytes %s (end of file?)", writing ? "written" : "read");
         return -1;
     }

@@ -658,6 +658,68 @@ static void setup_schedules(Trainer* t) {
     t->lr = make_lr_schedule(a, t->train_iters);
 }
 
+// The learning-rate schedule of a resumed run against the checkpoint's, as Megatron-LM's
+// OptimizerParamScheduler.load_state_dict: each value must equal the checkpoint's, unless
+// --override-opt-param-scheduler takes this run's or --use-checkpoint-opt-param-scheduler the
+// checkpoint's (a resume with another --lr once went on without a word). Only a run that loads
+// the optimizer state resumes the schedule (not --finetune, --no-load-optim, --skip-train).
+
+// this run's schedule as a checkpoint records it (the style by its flag's name)
+static LRRecord lr_record(Config* a, const LRSchedule* s) {
+    LRRecord r = {1, s->max_lr, s->min_lr, a->weight_decay, "", s->warmup_steps, s->decay_steps};
+    void* base;
+    const ConfigField* style = own_field(a, "--lr-decay-style", &base);
+    format_field(style, base, r.decay_style, sizeof(r.decay_style));
+    return r;
+}
+
+// the first value of the two records that differs, in words and both values ("": none)
+static void lr_difference(const LRRecord* saved, const LRRecord* now, char* out, size_t len) {
+    out[0] = '\0';
+    if (saved->max_lr != now->max_lr) snprintf(out, len, "--lr %g, this run %g", saved->max_lr, now->max_lr);
+    else if (saved->min_lr != now->min_lr) snprintf(out, len, "--min-lr %g, this run %g", saved->min_lr, now->min_lr);
+    else if (strcmp(saved->decay_style, now->decay_style))
+        snprintf(out, len, "--lr-decay-style %s, this run %s", saved->decay_style, now->decay_style);
+    else if (saved->warmup_samples != now->warmup_samples)
+        snprintf(out, len, "a warm-up of %lld samples, this run %lld (--lr-warmup-*)", saved->warmup_samples, now->warmup_samples);
+    else if (saved->decay_samples != now->decay_samples)
+        snprintf(out, len, "a decay over %lld samples, this run %lld (--lr-decay-*, or --train-iters/--train-samples "
+                 "without them)", saved->decay_samples, now->decay_samples);
+    else if (saved->weight_decay != now->weight_decay)
+        snprintf(out, len, "--weight-decay %g, this run %g", saved->weight_decay, now->weight_decay);
+}
+
+static void reconcile_lr_schedule(Trainer* t, const char* ckpt, const LRRecord* saved) {
+    Config* a = &t->config;
+    char err[256], what[160];
+    if (a->override_opt_param_scheduler && a->use_checkpoint_opt_param_scheduler)
+        config_error("give --override-opt-param-scheduler or --use-checkpoint-opt-param-scheduler, not both (this "
+                     "run's schedule, or the checkpoint's)");
+    int resumes = ckpt[0] && !a->finetune && !a->no_load_optim && !a->skip_train && t->train_iters > 0;
+    if (!resumes || a->override_opt_param_scheduler) return;
+    if (!saved->recorded) {
+        if (a->use_checkpoint_opt_param_scheduler)
+            config_error("--use-checkpoint-opt-param-scheduler: checkpoint %s records no learning-rate schedule (an "
+                         "import, the initial model, or written before gridgpt recorded it)", ckpt);
+        return;
+    }
+    if (a->use_checkpoint_opt_param_scheduler) {   // the checkpoint's, whatever the flags
+        void* base;
+        const ConfigField* style = own_field(a, "--lr-decay-style", &base);
+        if (parse_field(style, base, saved->decay_style, err, sizeof(err)))
+            config_error("checkpoint %s: %s", ckpt, err);
+        t->lr = (LRSchedule){saved->max_lr, saved->min_lr, saved->warmup_samples, saved->decay_samples,
+                             (LRDecayStyle)a->lr_decay_style};
+        a->lr = saved->max_lr, a->min_lr = saved->min_lr, a->weight_decay = saved->weight_decay;
+        return;
+    }
+    LRRecord now = lr_record(a, &t->lr);
+    lr_difference(saved, &now, what, sizeof(what));
+    if (what[0])
+        config_error("checkpoint %s was trained with %s: give the same schedule, --override-opt-param-scheduler "
+                     "(this run's) or --use-checkpoint-opt-param-scheduler (the checkpoint's)", ckpt, what);
+}
+
 // Not bad input but a busy --save directory (another job's): rank 0's line, and every rank
 // exits with its own status, so that a script can tell "try again later" from "fix the flags"
 static void busy_exit(const char* err) {
@@ -666,10 +728,12 @@ static void busy_exit(const char* err) {
     exit(SAVE_LOCK_BUSY);
 }
 
-// --save, --tensorboard-dir, --profile-dir and --load checked before any work: rank 0 prepares
-// the save, TensorBoard and profile directories (it alone writes events and the trace), every
-// rank learns its verdict
-static void check_paths(const Config* a) {
+// --save (and --load's path length), claimed before the checkpoint to load is chosen: rank 0
+// prepares the directory and takes its lock, then find_checkpoint reads the marker under it. A
+// job that waited for another's lock once trained from the choice it had made before, then
+// rotated away the checkpoints the other job saved meanwhile (issue 45). Every rank learns the
+// verdict.
+static void claim_save_dir(const Config* a) {
     char err[4600] = "";
     int rc = 0;
     // the checkpoint file MPI-IO opens under --save or --load must fit what it takes in this run
@@ -685,13 +749,22 @@ static void check_paths(const Config* a) {
                    max - strlen(loaded), why);
     config_error_anywhere(err);
     if (a->save && grid.world_rank == 0) rc = prepare_save_dir(a->save, a->load, a->finetune, err, sizeof(err));
-    if (!rc && a->tensorboard_dir && grid.world_rank == 0) rc = prepare_dir("--tensorboard-dir", a->tensorboard_dir, err, sizeof(err));
+    broadcast_host(&grid.world, &rc, sizeof(rc), 0);
+    if (rc == SAVE_LOCK_BUSY) busy_exit(err);
+    if (rc) config_error("%s", err);
+}
+
+// --tensorboard-dir, --profile-dir and --data-cache-path checked before any work: rank 0
+// prepares them (it alone writes events and the trace), every rank learns its verdict
+static void check_paths(const Config* a) {
+    char err[4600] = "";
+    int rc = 0;
+    if (a->tensorboard_dir && grid.world_rank == 0) rc = prepare_dir("--tensorboard-dir", a->tensorboard_dir, err, sizeof(err));
     if (!rc && a->profile && grid.world_rank == 0)   // (rank 0 writes the trace)
         rc = prepare_dir("--profile-dir", a->profile_dir, err, sizeof(err)) || probe_dir("--profile-dir", a->profile_dir, "trace", err, sizeof(err));
     if (!rc && a->data_cache_path && grid.world_rank == 0)   // (Megatron makes it too)
         rc = prepare_dir("--data-cache-path", a->data_cache_path, err, sizeof(err));
     broadcast_host(&grid.world, &rc, sizeof(rc), 0);
-    if (rc == SAVE_LOCK_BUSY) busy_exit(err);
     if (rc) config_error("%s", err);
 }
 
@@ -701,7 +774,7 @@ static void check_paths(const Config* a) {
 // miscounted value would move the data position and the learning rate without a word.
 static void check_consumed_samples(const char* ckpt, const Progress* p) {
     const BatchRecord* r = &p->batch;
-    if (r->global_batch_size == 0) return;   // not recorded: meta_check_counters' checks only
+    if (r->global_batch_size == 0) return;   // not recorded: counters_problem's checks only
     BatchSchedule b = {0, r->global_batch_size, r->rampup_start, r->rampup_increment, r->rampup_samples};
     int ramp_ok = b.rampup_samples == 0 || (b.start > 0 && b.increment > 0 && b.start <= b.global_batch_size &&
                                             (b.global_batch_size - b.start) % b.increment == 0);
@@ -727,17 +800,27 @@ static void record_batch_schedule(Trainer* t) {
     if (!same) *was = now;
 }
 
-// Megatron-LM's --use-checkpoint-args, made the default: each field of the model's shape that
-// no flag gave (and the sequence length) is the checkpoint's; one a flag gave must match it
-// (check_config_matches). The seed is the data order's (find_checkpoint), sequence parallelism
-// a layout: neither is taken.
+// Megatron-LM's --use-checkpoint-args, made the default: each field the checkpoint holds that no
+// flag gave is the checkpoint's: the model's shape, and what it stores for the record (a fine-tune
+// once reset the initializer_range of the model it started from to the default). Not taken: the
+// seed, the data order's (find_checkpoint), and sequence parallelism, a layout.
+static int taken_from_checkpoint(const ConfigField* f) {
+    return f->checkpoint != NOT_STORED && f->offset != offsetof(GPTConfig, seed) &&
+           f->offset != offsetof(GPTConfig, sequence_parallel);
+}
+
+// A field a flag gave must match the checkpoint's where the layout depends on it
+// (check_config_matches, once the vocabulary is settled); a switch or choice, the kind of model
+// (RMSNorm or LayerNorm, rope...), is compared here, before the checks of the fields whose
+// meaning it decides (a Llama checkpoint with --normalization LayerNorm was refused over the
+// epsilon it took from the checkpoint).
 static void take_model_from_checkpoint(Config* a, const GPTConfig* saved, const char* ckpt) {
     char taken[1024] = "", value[64], flag[96], err[256];
     size_t used = 0;
     for (int k = 0; k < NUM_MODEL_FIELDS; k++) {
         const ConfigField* f = &MODEL_FIELDS[k];
-        int shape = f->checkpoint == MATCH || f->offset == offsetof(GPTConfig, seq_length);
-        if (a->model_given[k] || !shape) continue;
+        if (a->model_given[k] && (f->kind == FIELD_SWITCH || f->kind == FIELD_CHOICE)) check_field_matches(ckpt, f, saved, &a->model);
+        if (a->model_given[k] || !taken_from_checkpoint(f)) continue;
         format_field(f, saved, value, sizeof(value));
         if (parse_field(f, &a->model, value, err, sizeof(err))) config_error("checkpoint %s: %s", ckpt, err);
         if (used < sizeof(taken))
@@ -989,6 +1072,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     CheckpointMeta meta;
     memset(&meta, 0, sizeof(meta));
     check_grid(a);   // (each rank's coordinates: an error of one rank's, below, names them)
+    if (!a->dry_run) claim_save_dir(a);   // the lock first: the checkpoint to load is chosen under it
     find_checkpoint(a, ckpt, sizeof(ckpt), &meta);
     check_model(a);
     check_run(a);
@@ -1007,6 +1091,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     encode_prompt(t);
     set_padded_vocab_size(a);
     if (ckpt[0]) check_config_matches(ckpt, &meta.cfg, &a->model);
+    reconcile_lr_schedule(t, ckpt, &meta.progress.lr);
     if (a->check_cluster) {   // every input is checked: now the cluster, then the run
         start_grid(a);
         check_cluster(&cluster_check);
@@ -1017,6 +1102,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     t->last_saved = -1;
     if (ckpt[0]) resume(t, ckpt, &meta);
     record_batch_schedule(t);
+    t->progress.lr = t->train_iters > 0 ? lr_record(a, &t->lr) : meta.progress.lr;   // what its checkpoints record
     checkpoint_meta_free(&meta);
     t->train = make_loader(&t->data, 0, a);
     t->valid = make_loader(&t->data, 1, a);

@@ -12,14 +12,18 @@ tests/test_crash_points.sh.
   FAULT_MODE=delay     ... is made FAULT_DELAY seconds late (a busy parallel file system);
                        without FAULT_AT, every counted call is
   FAULT_MODE=signal    ... is made after the process receives FAULT_SIGNAL (default 15,
-                       SIGTERM): a job stopped in the middle of that step
+                       SIGTERM): a job stopped in the middle of that step, or
+  FAULT_MODE=hold      ... is made once the file FAULT_RELEASE exists; while it waits, the file
+                       FAULT_RELEASE.held exists (so a test can run another process at exactly
+                       that point of this one: the interleaving of two jobs, deterministically)
   FAULT_CALLS=a,b      only calls of these names count (as FAULT_COUNT's list names them)
   FAULT_RANK=R         only the process whose launcher rank (OMPI_COMM_WORLD_RANK; a
                        process started alone is rank 0) is R counts (default: every process)
   FAULT_COUNT=FILE     at exit, the number of counted calls is written to FILE (the sweep's
                        length), with one line per call ("N name path") in FILE.calls
 
-Counted: open, open64, openat, openat64 and creat when they create or write, mkdir, rename,
+Counted: open, open64, openat, openat64 and creat when they create or write (open and open64
+for reading too, as open_read, where FAULT_CALLS names it), mkdir, rename,
 renameat, unlink, unlinkat, rmdir, write, pwrite, pwrite64, pwritev, ftruncate, ftruncate64,
 fsync, fdatasync: what checkpoint.h and Open MPI's MPI-IO (ompio) call to save. Not counted:
 reads, and stdio's own writes (glibc calls its internal write, which a shim cannot replace;
@@ -95,7 +99,21 @@ static int named(const char* name) {
     return 0;
 }
 
-static int fault_point(const char* name, const char* path) {
+#define REAL(name) ((__typeof__(&name))dlsym(RTLD_NEXT, #name))
+
+// FAULT_MODE=hold: FAULT_RELEASE.held made, then wait (polled) for FAULT_RELEASE
+static void hold_until_released(void) {
+    const char* release = getenv("FAULT_RELEASE");
+    char held[4200];
+    struct stat st;
+    if (!release) return;
+    snprintf(held, sizeof(held), "%s.held", release);
+    int fd = REAL(open)(held, O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) close(fd);
+    while (stat(release, &st) != 0) usleep(20000);
+}
+
+static int fault_at(const char* name, const char* path) {
     if (!this_process_counts() || !named(name) || !under_dir(path)) return 0;
     counted++;
     const char* file = getenv("FAULT_COUNT");
@@ -118,6 +136,10 @@ static int fault_point(const char* name, const char* path) {
         raise(getenv("FAULT_SIGNAL") ? atoi(getenv("FAULT_SIGNAL")) : SIGTERM);
         return 0;
     }
+    if (mode && strcmp(mode, "hold") == 0) {
+        hold_until_released();
+        return 0;
+    }
     if (mode && strcmp(mode, "fail") == 0) {
         errno = EIO;
         return -1;
@@ -126,21 +148,33 @@ static int fault_point(const char* name, const char* path) {
     return -1;
 }
 
-static int fd_fault(const char* name, int fd) {
-    char buf[4096];
-    return fault_point(name, fd_path(fd, buf, sizeof(buf)));
+// A call that is not failed leaves errno as the real call will: the path checks' readlink and
+// realpath once set it to EINVAL in the middle of Open MPI's error handling (its message's
+// write), which then reported an EIO as "Invalid argument".
+static int fault_point(const char* name, const char* path) {
+    int e = errno, rc = fault_at(name, path);
+    if (rc == 0) errno = e;
+    return rc;
 }
 
-#define REAL(name) ((__typeof__(&name))dlsym(RTLD_NEXT, #name))
+static int fd_fault(const char* name, int fd) {
+    char buf[4096];
+    int e = errno, rc = fault_at(name, fd_path(fd, buf, sizeof(buf)));
+    if (rc == 0) errno = e;
+    return rc;
+}
 
 static int writes(int flags) { return (flags & (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC)) != 0; }
+
+// an open for reading counts only where FAULT_CALLS names open_read (the sweeps count writes)
+static int read_fault(const char* path) { return getenv("FAULT_CALLS") && fault_point("open_read", path); }
 
 int open(const char* path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
     mode_t mode = (flags & O_CREAT) ? va_arg(ap, mode_t) : 0;
     va_end(ap);
-    if (writes(flags) && fault_point("open", path)) return -1;
+    if (writes(flags) ? fault_point("open", path) : read_fault(path)) return -1;
     return REAL(open)(path, flags, mode);
 }
 int open64(const char* path, int flags, ...) {   // on 64-bit Linux the same call as open

@@ -18,7 +18,7 @@ bad() { echo "FAIL $1: $2"; }
 
 flags="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --micro-batch-size 2 --global-batch-size 16 --train-iters 20 --lr 3e-3 --lr-warmup-iters 4
-       --lr-decay-style cosine --min-lr 3e-4 --weight-decay 0.1 --split 90,10,0 --eval-interval 5
+       --lr-decay-style cosine --lr-decay-iters 20 --min-lr 3e-4 --weight-decay 0.1 --split 90,10,0 --eval-interval 5
        --eval-iters 1 --log-interval 100 --seed 5"
 run() {  # name tp pp dp [extra flags]
     local name=$1 tp=$2 pp=$3 dp=$4; shift 4
@@ -118,7 +118,7 @@ resave() {  # name ckpt flags...: load ckpt (iteration 10), train no step, save 
     local name=$1 ckpt=$2; shift 2
     rm -rf $B/$name.ckpt
     $MPIRUN -np 2 ./train_cpu $flags --tensor-model-parallel-size 2 --train-iters 10 --eval-iters 0 --load $ckpt \
-        --save $B/$name.ckpt "$@" > $B/$name.log 2>&1
+        --save $B/$name.ckpt --use-checkpoint-opt-param-scheduler "$@" > $B/$name.log 2>&1
     cmp -s $ckpt/iter_0000010/tensors.bin $B/$name.ckpt/iter_0000010/tensors.bin
 }
 if resave sp-resaved $B/sp-first.ckpt && resave plain-resaved $B/first.ckpt --sequence-parallel; then
@@ -223,14 +223,14 @@ refused_edit "a batch_schedule that starts after the checkpoint's iteration is o
 # a resumed run may change the global batch: its schedule takes over at the iteration it starts
 # from, and its checkpoints still load; so do checkpoints saved during a ramp-up
 rm -rf $B/rebatch.ckpt
-./train_cpu $flags --load $B/first.ckpt --save $B/rebatch.ckpt --global-batch-size 32 --train-iters 12 > $B/rebatch.log 2>&1 &&
+./train_cpu $flags --load $B/first.ckpt --save $B/rebatch.ckpt --global-batch-size 32 --train-iters 12 --override-opt-param-scheduler > $B/rebatch.log 2>&1 &&
   ./train_cpu $flags --load $B/rebatch.ckpt --global-batch-size 32 --train-iters 13 --log-interval 1 > $B/rebatch2.log 2>&1
 if grep -q "^batch_schedule 32 0 0 0 since 10 160$" $B/rebatch.ckpt/iter_0000012/metadata.txt &&
    grep -qE '^ iteration +13/ +13 \| consumed samples: +256 ' $B/rebatch2.log; then
     ok "a changed --global-batch-size takes over at the iteration resumed from (recorded: since 10 160), and its checkpoint loads"
 else bad "a changed --global-batch-size" "$(grep -m1 -E 'error' $B/rebatch.log $B/rebatch2.log; grep batch_schedule $B/rebatch.ckpt/iter_0000012/metadata.txt)"; fi
 rm -rf $B/ramp.ckpt
-ramp="$(echo $flags | sed "s/--train-iters 20//; s/--lr-warmup-iters 4/--lr-warmup-samples 16/") --rampup-batch-size 4 4 100 --log-interval 1"
+ramp="$(echo $flags | sed "s/--train-iters 20//; s/--lr-warmup-iters 4/--lr-warmup-samples 16/; s/--lr-decay-iters 20/--lr-decay-samples 320/") --rampup-batch-size 4 4 100 --log-interval 1"
 ./train_cpu $ramp --save $B/ramp.ckpt --train-samples 60 > $B/ramp.log 2>&1 &&
   ./train_cpu $ramp --load $B/ramp.ckpt --train-samples 120 > $B/ramp2.log 2>&1
 ramp_at=$(cat $B/ramp.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
@@ -484,7 +484,7 @@ else bad "scripts/launch sent SIGTERM" "status $status, latest '$it': $(grep -m1
 # a kill lands inside a save (its .tmp directory is left behind); the previous checkpoint must
 # still load and train
 big="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8
-     --micro-batch-size 1 --global-batch-size 1 --train-iters 100000 --eval-iters 0 --log-interval 1000 --split 90,10,0"
+     --micro-batch-size 1 --global-batch-size 1 --train-iters 100000 --lr-decay-iters 100000 --eval-iters 0 --log-interval 1000 --split 90,10,0"
 caught=0
 for attempt in 1 2 3 4 5 6; do
     rm -rf $B/kill.ckpt
@@ -585,8 +585,8 @@ else bad "the refused runs changed the --save directory" "$before -> $(ls $us | 
 mkdir -p $B/fifo.ckpt && mkfifo $B/fifo.ckpt/latest_checkpointed_iteration.txt
 timeout 60 $TRAIN $flags --train-iters 6 --load $B/fifo.ckpt > $B/fifo.out 2> $B/fifo.err
 status=$?
-if [ $status -eq 2 ] && [ "$(wc -l < $B/fifo.err)" -eq 1 ] && grep -q "latest_checkpointed_iteration.txt: not a regular file" $B/fifo.err; then
-    ok "a FIFO as latest_checkpointed_iteration.txt is refused in one line (not a regular file)"
+if [ $status -eq 2 ] && [ "$(wc -l < $B/fifo.err)" -eq 1 ] && grep -q "latest_checkpointed_iteration.txt: is a FIFO (named pipe), expected a regular file" $B/fifo.err; then
+    ok "a FIFO as latest_checkpointed_iteration.txt is refused in one line (is a FIFO, expected a regular file)"
 else bad "a FIFO as the marker" "status $status: $(head -c 300 $B/fifo.err)"; fi
 
 # --save in a new directory under a read-only mount names the mount's error, not ENOENT
@@ -646,3 +646,140 @@ if [ $status -eq 0 ] && [ "$(grep -c '^saved checkpoint' $B/periodic.log)" -eq 1
    grep -q "stopping at iteration 3 (SIGINT on rank 0), checkpoint saved" $B/periodic.log; then
     ok "SIGINT during a periodic save stops at that save's iteration (3), with one save"
 else bad "SIGINT during a periodic save" "status $status: $(grep -E '^saved|stopping' $B/periodic.log | tr '\n' ' ')"; fi
+
+# ----------------------------------------------------------------------------
+# Nothing lost, round four (issue 45)
+R4=$PWD/$B/r4   # (absolute paths: the fault shim names one file exactly)
+mkdir -p $R4
+gcc -shared -fPIC -O1 -Wall -Wextra -Werror tests/fault_fs.c -o $B/fault_fs.so -ldl
+held() { for i in $(seq 300); do [ -e $1.held ] && return; sleep 0.1; done; }   # RELEASE: the held job stands there
+
+# A job that waits for --save's lock chooses its checkpoint only once it holds the lock: job B
+# is held by tests/fault_fs.c just before it opens the lock while job A resumes from iteration 4
+# to 8 in the same directory; released, B loads A's iteration 8 (it once loaded the 4 it had
+# chosen before waiting, trained, and rotated A's newer checkpoint away with --keep-last).
+# The same with no checkpoint at B's start: B loads what A saved meanwhile, never "from scratch".
+stale_choice() {  # name, A's first run's iterations (0: none), B's --train-iters, A's resumed --train-iters
+    local s=$R4/$1.ckpt release=$R4/$1.release
+    rm -rf $s $release $release.held
+    [ $2 -gt 0 ] && $TRAIN $flags --train-iters $2 --save $s > $R4/$1-a1.log 2>&1
+    env LD_PRELOAD=$PWD/$B/fault_fs.so FAULT_DIR=$s/gridgpt.lock FAULT_CALLS=open FAULT_AT=1 FAULT_MODE=hold \
+        FAULT_RELEASE=$release $TRAIN $flags --train-iters $3 --load $s --save $s --keep-last 1 > $R4/$1-b.log 2>&1 &
+    local b=$!
+    held $release
+    $TRAIN $flags --train-iters $4 --load $s --save $s > $R4/$1-a2.log 2>&1
+    touch $release
+    exited_within $b 60
+}
+stale_choice newer 4 6 8
+if [ $status -eq 0 ] && [ -d $R4/newer.ckpt/iter_0000008 ] && [ "$(cat $R4/newer.ckpt/latest_checkpointed_iteration.txt)" = 8 ] &&
+   grep -q "^loaded checkpoint $R4/newer.ckpt/iter_0000008 " $R4/newer-b.log && ! grep -q "^removed" $R4/newer-b.log; then
+    ok "a job held before --save's lock while another saves iteration 8 loads iteration 8 once it holds the lock, and removes nothing"
+else bad "a job that waited for --save's lock" "status $status, marker $(cat $R4/newer.ckpt/latest_checkpointed_iteration.txt), $(ls $R4/newer.ckpt | tr '\n' ' '): $(grep -h -m2 -E '^loaded|^removed|error' $R4/newer-b.log | tr '\n' ' ')"; fi
+stale_choice scratch 0 6 5
+if [ $status -eq 0 ] && grep -q "^loaded checkpoint $R4/scratch.ckpt/iter_0000005 " $R4/scratch-b.log &&
+   [ "$(cat $R4/scratch.ckpt/latest_checkpointed_iteration.txt)" = 6 ] && ! grep -q "starting from scratch" $R4/scratch-b.log; then
+    ok "a job held before --save's lock while another saves its first checkpoint loads it, not starting from scratch"
+else bad "a job that waited for an empty --save's lock" "status $status: $(grep -h -m2 -E '^loaded|scratch|error' $R4/scratch-b.log | tr '\n' ' ')"; fi
+
+# hostile files in a checkpoint: each refused in one line naming the file and what was expected
+rm -rf $R4/base.ckpt && $TRAIN $flags --train-iters 6 --save $R4/base.ckpt > $R4/base.log 2>&1
+r4_copy() {  # name [sed-expression for metadata.txt]: a copy of base.ckpt; without its checksum line if edited
+    rm -rf $R4/$1.ckpt && cp -r $R4/base.ckpt $R4/$1.ckpt
+    [ -n "${2:-}" ] && sed -i "/^crc32 /d; $2" $R4/$1.ckpt/iter_0000006/metadata.txt
+    return 0
+}
+r4_copy fifo-meta && rm $R4/fifo-meta.ckpt/iter_0000006/metadata.txt && mkfifo $R4/fifo-meta.ckpt/iter_0000006/metadata.txt
+TRAIN="timeout 60 $TRAIN" expect_refusal "a FIFO as iter_N/metadata.txt is refused at once (it blocked until killed), through files.h" \
+    "checkpoint $R4/fifo-meta.ckpt/iter_0000006/metadata.txt: is a FIFO (named pipe), expected a regular file" --load $R4/fifo-meta.ckpt
+r4_copy fifo-bin && rm $R4/fifo-bin.ckpt/iter_0000006/tensors.bin && mkfifo $R4/fifo-bin.ckpt/iter_0000006/tensors.bin
+TRAIN="timeout 60 $TRAIN" expect_refusal "a FIFO as tensors.bin is refused naming what it is (was: 0 bytes, truncated?)" \
+    "checkpoint $R4/fifo-bin.ckpt/iter_0000006/tensors.bin: is a FIFO (named pipe), expected a regular file" --load $R4/fifo-bin.ckpt
+r4_copy wrap 's/^consumed_valid_samples .*/consumed_valid_samples 9223372036854775807/'
+expect_refusal "a checkpoint whose consumed_valid_samples would wrap (2^63 - 1, no checksum line) is refused at load" \
+    "checkpoint $R4/wrap.ckpt/iter_0000006/metadata.txt: a sample count is beyond 2^62" --load $R4/wrap.ckpt
+# 2^62 - 8 loads; the evaluation at iteration 7 takes it past 2^62: the checkpoint of iteration 8 is not saved
+r4_copy edge 's/^consumed_valid_samples .*/consumed_valid_samples 4611686018427387896/'
+$TRAIN $flags --train-iters 8 --eval-interval 1 --load $R4/edge.ckpt --save $R4/edge.ckpt > $R4/edge.log 2> $R4/edge.err
+status=$?
+if [ $status -eq 1 ] && grep -q "^loaded checkpoint $R4/edge.ckpt/iter_0000006" $R4/edge.log &&
+   [ "$(grep -c "checkpoint of iteration 8 not saved: a sample count is beyond 2^62" $R4/edge.err)" -eq 1 ] &&
+   [ "$(cat $R4/edge.ckpt/latest_checkpointed_iteration.txt)" = 6 ] && [ ! -e $R4/edge.ckpt/iter_0000008 ]; then
+    ok "a counter that evaluation takes past 2^62 is never saved: that checkpoint is refused in one line, the marker stays"
+else bad "a counter past 2^62 at save" "status $status: $(head -c 300 $R4/edge.err) | $(ls $R4/edge.ckpt | tr '\n' ' ')"; fi
+r4_copy bigiter 's/^iteration .*/iteration 99999999999999999999/'
+expect_refusal "iteration 99999999999999999999 is refused as a number that does not fit (was shown as -1)" \
+    "line 2: iteration 99999999999999999999 does not fit: at most 2147483647" --load $R4/bigiter.ckpt
+r4_copy layers 's/^config num_layers .*/config num_layers 2147483647/'
+expect_refusal "num_layers 2147483647 without a checksum line is refused against the tensor lines (was: out of host memory, 2^64 bytes)" \
+    "metadata.txt: 52 tensors, the model of its config (2147483647 layers) has 25769803768" --load $R4/layers.ckpt
+# an unreadable tensors.bin (its open failed with EIO by tests/fault_fs.c) names the reason
+FAULT_ENV="LD_PRELOAD=$PWD/$B/fault_fs.so FAULT_DIR=$R4/base.ckpt/iter_0000006/tensors.bin FAULT_CALLS=open_read FAULT_AT=1 FAULT_MODE=fail"
+TRAIN="env $FAULT_ENV $TRAIN" expect_refusal "an unreadable tensors.bin is refused naming the reason (Input/output error)" \
+    "checkpoint $R4/base.ckpt/iter_0000006/tensors.bin: Input/output error" --load $R4/base.ckpt
+# a loop of symbolic links as --save is named as one (was "not a directory")
+ln -sfn loop-b $R4/loop-a && ln -sfn loop-a $R4/loop-b
+expect_refusal "--save through a loop of symbolic links says so" "--save $R4/loop-a: a loop of symbolic links" --train-iters 6 --save $R4/loop-a
+# --keep-last leaves alone the directories named like checkpoints that gridgpt never writes
+# (iter_15, iter_00000011: it once logged "removed iter_0000015", which never existed, and kept both)
+r4_copy names && mkdir -p $R4/names.ckpt/iter_15 $R4/names.ckpt/iter_00000011
+$TRAIN $flags --train-iters 8 --load $R4/names.ckpt --save $R4/names.ckpt --keep-last 1 > $R4/names.log 2>&1
+if [ "$(ls $R4/names.ckpt | tr '\n' ' ')" = "iter_00000011 iter_0000008 iter_15 latest_checkpointed_iteration.txt " ] &&
+   [ "$(grep -c '^removed' $R4/names.log)" -eq 1 ] && grep -q "^removed $R4/names.ckpt/iter_0000006 " $R4/names.log &&
+   [ "$(grep -c '^note: --keep-last leaves .* alone: not a checkpoint name gridgpt writes' $R4/names.log)" -eq 1 ]; then
+    ok "--keep-last removes only names gridgpt writes, each removal logged as it happened; iter_15 and iter_00000011 are left (one note)"
+else bad "--keep-last beside iter_15 and iter_00000011" "$(ls $R4/names.ckpt | tr '\n' ' '): $(grep -E '^removed|^note' $R4/names.log | tr '\n' ' ')"; fi
+
+# a Llama checkpoint loaded with --normalization LayerNorm is refused over the normalization, not
+# over the RMSNorm epsilon it took from the checkpoint
+llama_r4="--group-query-attention --num-query-groups 2 --position-embedding-type rope --normalization RMSNorm --swiglu
+          --ffn-hidden-size 48 --untie-embeddings-and-output-weights --disable-bias-linear --norm-epsilon 1e-6"
+rm -rf $R4/llama.ckpt && $TRAIN $flags $llama_r4 --train-iters 6 --save $R4/llama.ckpt > $R4/llama.log 2>&1
+expect_refusal "a Llama checkpoint with --normalization LayerNorm is refused naming the normalization" \
+    "checkpoint $R4/llama.ckpt/iter_0000006 has --normalization RMSNorm, this run LayerNorm" --load $R4/llama.ckpt --normalization LayerNorm
+
+# --finetune keeps every field the checkpoint holds unless a flag changes it (it once reset
+# --init-method-std, exported as initializer_range, to 0.02): through a fine-tune and an export
+rm -rf $R4/std*.ckpt
+$TRAIN $flags --train-iters 6 --init-method-std 0.05 --make-vocab-size-divisible-by 64 --save $R4/std.ckpt > $R4/std.log 2>&1
+$TRAIN $flags --train-iters 3 --lr-warmup-iters 1 --finetune --load $R4/std.ckpt --save $R4/std-ft.ckpt > $R4/std-ft.log 2>&1
+$TRAIN $flags --train-iters 3 --lr-warmup-iters 1 --finetune --load $R4/std.ckpt --save $R4/std-ft2.ckpt --init-method-std 0.03 > $R4/std-ft2.log 2>&1
+rm -rf $R4/std-hf && $TRAIN --load $R4/std-ft.ckpt --export-hf $R4/std-hf > $R4/std-hf.log 2>&1
+if grep -q "^config init_method_std 0.05$" $R4/std-ft.ckpt/iter_0000003/metadata.txt &&
+   grep -q "^config make_vocab_size_divisible_by 64$" $R4/std-ft.ckpt/iter_0000003/metadata.txt &&
+   grep -q "^config init_method_std 0.03$" $R4/std-ft2.ckpt/iter_0000003/metadata.txt &&
+   grep -qE '"initializer_range": 0.05[,}]?' $R4/std-hf/config.json; then
+    ok "--finetune keeps the checkpoint's --init-method-std 0.05 and --make-vocab-size-divisible-by 64 (exported: initializer_range 0.05); a flag given changes it"
+else bad "--finetune keeps the checkpoint's fields" "$(grep -h -E 'init_method_std|divisible' $R4/std-ft*.ckpt/iter_0000003/metadata.txt | tr '\n' ' ') $(grep -o '"initializer_range": [^,]*' $R4/std-hf/config.json) $(grep -h -m1 error $R4/std-ft.log $R4/std-hf.log)"; fi
+
+# a resume whose learning-rate schedule flags differ from the checkpoint's is refused, as
+# Megatron-LM's OptimizerParamScheduler asserts, unless --override-opt-param-scheduler takes this
+# run's or --use-checkpoint-opt-param-scheduler (also Megatron's spelling, opt_param) the
+# checkpoint's; a checkpoint from before the record has nothing to compare
+expect_refusal "a resume with another --lr is refused naming both values and the two ways out" \
+    "checkpoint $R4/base.ckpt/iter_0000006 was trained with --lr 0.003, this run 0.001: give the same schedule, --override-opt-param-scheduler" \
+    --train-iters 8 --load $R4/base.ckpt --lr 1e-3
+expect_refusal "a resume with another decay length (--train-iters without --lr-decay-iters) is refused" \
+    "was trained with a decay over 320 samples, this run 480" --train-iters 30 --lr-decay-iters 0 --load $R4/base.ckpt
+expect_refusal "--override-opt-param-scheduler and --use-checkpoint-opt-param-scheduler together are refused" \
+    "give --override-opt-param-scheduler or --use-checkpoint-opt-param-scheduler, not both" --train-iters 8 --load $R4/base.ckpt \
+    --override-opt-param-scheduler --use-checkpoint-opt-param-scheduler
+lrs() { grep -E '^ iteration' "$1" | sed -E 's/.*learning rate: ([0-9.E+-]+).*/\1/' | tr '\n' ' '; }
+$TRAIN $flags --train-iters 8 --log-interval 1 --load $R4/base.ckpt > $R4/lr-same.log 2>&1
+$TRAIN $flags --train-iters 8 --log-interval 1 --load $R4/base.ckpt --lr 1e-3 --lr-decay-style linear \
+    --use-checkpoint-opt_param-scheduler > $R4/lr-ckpt.log 2>&1
+$TRAIN $flags --train-iters 8 --log-interval 1 --load $R4/base.ckpt --lr 1e-3 --override-opt-param-scheduler > $R4/lr-flags.log 2>&1
+$TRAIN $flags --train-iters 8 --log-interval 1 --lr 1e-3 > $R4/lr-fresh.log 2>&1
+if [ -n "$(lrs $R4/lr-same.log)" ] && [ "$(lrs $R4/lr-ckpt.log)" = "$(lrs $R4/lr-same.log)" ] &&
+   [ "$(lrs $R4/lr-flags.log)" = "$(lrs $R4/lr-fresh.log | cut -d' ' -f7-)" ] && [ "$(lrs $R4/lr-flags.log)" != "$(lrs $R4/lr-same.log)" ]; then
+    ok "--use-checkpoint-opt_param-scheduler goes on with the checkpoint's learning rates ($(lrs $R4/lr-same.log)), --override-opt-param-scheduler with the flags'"
+else bad "the schedule's two ways out" "checkpoint's: $(lrs $R4/lr-ckpt.log)| same: $(lrs $R4/lr-same.log)| flags': $(lrs $R4/lr-flags.log)| $(grep -h -m1 error $R4/lr-*.log)"; fi
+r4_copy oldlr '/^lr_schedule /d'
+$TRAIN $flags --train-iters 8 --load $R4/oldlr.ckpt --lr 1e-3 > $R4/oldlr.log 2>&1
+status=$?
+if [ $status -eq 0 ] && grep -q "^loaded checkpoint $R4/oldlr.ckpt/iter_0000006" $R4/oldlr.log; then
+    ok "a checkpoint without an lr_schedule line (from before it) resumes under the flags' schedule"
+else bad "a checkpoint without an lr_schedule line" "status $status: $(grep -m1 error $R4/oldlr.log)"; fi
+expect_refusal "--use-checkpoint-opt-param-scheduler with a checkpoint that records no schedule is refused" \
+    "--use-checkpoint-opt-param-scheduler: checkpoint $R4/oldlr.ckpt/iter_0000006 records no learning-rate schedule" \
+    --train-iters 8 --load $R4/oldlr.ckpt --use-checkpoint-opt-param-scheduler

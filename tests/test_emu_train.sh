@@ -279,7 +279,7 @@ resumed() {
     $gpu --exit-interval "$stop" --save "$tmp/resume.ckpt" > "$tmp/first" 2>&1
     local s_first=$?
     cp -r "$tmp/resume.ckpt" "$tmp/half.ckpt"
-    $gpu --train-iters "$stop" --load "$tmp/half.ckpt" --save "$tmp/resaved.ckpt" > "$tmp/resaved" 2>&1
+    $gpu --train-iters "$stop" --use-checkpoint-opt-param-scheduler --load "$tmp/half.ckpt" --save "$tmp/resaved.ckpt" > "$tmp/resaved" 2>&1
     local s_resaved=$?
     $gpu --load "$tmp/resume.ckpt" --save "$tmp/resume.ckpt" > "$tmp/second" 2>&1
     local s_second=$?
@@ -335,8 +335,8 @@ cross="$run --attention-backend unfused" on222="--tensor-model-parallel-size 2 -
 rm -rf "$tmp"/cpu_half.ckpt "$tmp"/resaved_*.ckpt
 $MPIRUN -np 1 ./train_cpu $cross > "$tmp/cpu_full" 2>&1
 $MPIRUN -np 1 ./train_cpu $cross --exit-interval 5 --save "$tmp/cpu_half.ckpt" > "$tmp/cpu_first" 2>&1
-$MPIRUN -x EMU_GUARD=start -np 8 $BIN $cross $on222 --train-iters 5 --load "$tmp/cpu_half.ckpt" --save "$tmp/resaved_gpu.ckpt" > "$tmp/resave_gpu" 2>&1
-$MPIRUN -np 1 ./train_cpu $cross --train-iters 5 --load "$tmp/half.ckpt" --save "$tmp/resaved_cpu.ckpt" > "$tmp/resave_cpu" 2>&1
+$MPIRUN -x EMU_GUARD=start -np 8 $BIN $cross $on222 --train-iters 5 --use-checkpoint-opt-param-scheduler --load "$tmp/cpu_half.ckpt" --save "$tmp/resaved_gpu.ckpt" > "$tmp/resave_gpu" 2>&1
+$MPIRUN -np 1 ./train_cpu $cross --train-iters 5 --use-checkpoint-opt-param-scheduler --load "$tmp/half.ckpt" --save "$tmp/resaved_cpu.ckpt" > "$tmp/resave_cpu" 2>&1
 if same_ckpt "$tmp/cpu_half.ckpt/iter_0000005" "$tmp/resaved_gpu.ckpt/iter_0000005" &&
    same_ckpt "$tmp/half.ckpt/iter_0000005" "$tmp/resaved_cpu.ckpt/iter_0000005"; then
     ok "train_cpu's checkpoint (1,1,1) loaded by $name at (2,2,2) and saved again without a step, and $name's (2,2,2) by train_cpu (1,1,1): the same tensors.bin and metadata.txt"

@@ -86,7 +86,7 @@ if [ $? -eq 0 ] && grep -q "weights only: --finetune" $B/finetune.log; then
 else bad "--finetune without model flags" "$(grep -m1 error $B/finetune.log)"; fi
 
 # ---- a resumed run's summary counts the steps it made (it once divided by all iterations)
-./train_cpu --data-path $data --split 90,8,2 --load $B/ck --save $B/resumed $common --train-iters 16 --log-interval 4 \
+./train_cpu --data-path $data --split 90,8,2 --load $B/ck --save $B/resumed $common --train-iters 16 --log-interval 4 --override-opt-param-scheduler \
     > $B/resumed.log 2>&1
 summary=$(grep '^summary: ' $B/resumed.log)
 per=$(echo "$summary" | sed -n 's/.*: \([0-9.]*\) tokens\/s, \([0-9.]*\) ms per iteration;.*/\1 \2/p')

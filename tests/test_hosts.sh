@@ -209,7 +209,7 @@ if [ $status -ne 0 ] && [ $status -ne 124 ] && at_most $named $((timeout + 6)) &
     ok "node3's link down mid-run: the watchdog summary names rank 2 and node3 $named s later, the job ends after $ended s (status $status)"
 else bad "a host whose link goes down" "status $status, summary after $named s (at most $((timeout + 6))), end after $ended s: $(head -c 600 <<< "$summary")"; fi
 saved=$(cat $D/down.ckpt/latest_checkpointed_iteration.txt)
-hosts_mpirun $D/hosts3 -np 3 --map-by node ./train_cpu $run --train-iters $((saved + 2)) --load $D/down.ckpt --save $D/down.ckpt > $D/resume.out 2> $D/resume.err
+hosts_mpirun $D/hosts3 -np 3 --map-by node ./train_cpu $run --train-iters $((saved + 2)) --override-opt-param-scheduler --load $D/down.ckpt --save $D/down.ckpt > $D/resume.out 2> $D/resume.err
 status=$?
 if [ $status -eq 0 ] && grep -q "3 rank(s) as TP 1 x PP 1 x DP 3" $D/resume.out && grep -q "loaded checkpoint $D/down.ckpt/iter_00000$saved" $D/resume.out &&
    grep -q "^ iteration       $((saved + 2))/      $((saved + 2)) " $D/resume.out; then

@@ -405,7 +405,7 @@ for launch in "" "$MPIRUN -np 2"; do
     rm -rf $B/long
     env -u OMPI_MCA_sharedfp $launch ./train_cpu $small --save $long > $B/long.out 2>&1
     saved=$?
-    env -u OMPI_MCA_sharedfp $launch ./train_cpu $small --train-iters 4 --load $long --save $long >> $B/long.out 2>&1
+    env -u OMPI_MCA_sharedfp $launch ./train_cpu $small --train-iters 4 --override-opt-param-scheduler --load $long --save $long >> $B/long.out 2>&1
     resumed=$?
     ranks=${launch:+2 ranks}
     if [ $saved -eq 0 ] && [ $resumed -eq 0 ] && [ -f $long/iter_0000002/tensors.bin ] && [ -f $long/iter_0000004/tensors.bin ] &&
