@@ -6,7 +6,7 @@
 #   tests/run.sh NAME...      only the named tests (make check T="NAME..."); names below, in TESTS
 set -u
 cd "$(dirname "$0")/.."
-TESTS="rooms unicode_table fixtures kernels kernels_blas data preprocess_gpt2 tokenizer model cli megatron_flags parallel scale watchdog configs
+TESTS="rooms unicode_table fixtures kernels kernels_blas data hostile preprocess_gpt2 tokenizer model cli megatron_flags parallel scale watchdog configs
        check_cluster hosts dry_run plan gpu_check checkpoint crash_points eval hf generate tensorboard trace emu_kernels emu_train sass recost"
 for name in "$@"; do
     case " $(echo $TESTS) " in
