@@ -871,7 +871,7 @@ static void check_model(Config* a) {
     if (a->sweep && a->global_batch_size == 0)
         config_error("--sweep needs --global-batch-size: the batch every layout is planned for");
     if (a->dry_run && m->vocab_size == 0)
-        config_error("--dry-run reads no data: give --vocab-size (the data's largest token id + 1)");
+        config_error("--dry-run reads no data: give --vocab-size (the data's largest token id + 1) or a tokenizer");
     // parallel layout
     check_grid(a);
     long long one_batch_each = (long long)a->micro_batch_size * data_parallel_size(a);   // (an int may not hold it)

@@ -666,6 +666,8 @@ static int preprocess_print_samples(const PreprocessArgs* a, char* err, size_t e
     int64_t samples[3] = {0, 0, 0};
     samples[a->which] = a->num_samples;
     DataSplits d;
+    char made[4200];   // (a missing --data-cache-path is made, as the trainer and Megatron make it)
+    if (a->cache_dir && make_dirs("--data-cache-path", a->cache_dir, made, sizeof made, err, errlen)) return 1;
     int rc = data_splits_open(&d, a->data_path, a->num_data_path, a->split, (int)a->seq_length, (uint64_t)a->seed,
                               samples, a->cache_dir, 1, err, errlen);
     if (rc) return rc;

@@ -1074,6 +1074,7 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     check_grid(a);   // (each rank's coordinates: an error of one rank's, below, names them)
     if (!a->dry_run) claim_save_dir(a);   // the lock first: the checkpoint to load is chosen under it
     find_checkpoint(a, ckpt, sizeof(ckpt), &meta);
+    if (a->dry_run && !a->model.vocab_size) setup_tokenizer(t);   // (it reads no data: a tokenizer's vocabulary is the model's)
     check_model(a);
     check_run(a);
     setup_schedules(t);

@@ -68,5 +68,8 @@ measured=0
 for candidate in /usr/bin/python3 python3; do
     $candidate -c "import torch, transformers" > /dev/null 2>&1 && { measure_transformers $candidate; measured=1; break; }
 done
-if [ -n "${TORCH_PYTHON:-}" ]; then measure_transformers "$TORCH_PYTHON"; measured=1; fi
+if [ -n "${TORCH_PYTHON:-}" ]; then   # (a python without transformers once printed tracebacks and a ratio of inf)
+    if why=$("$TORCH_PYTHON" -c "import torch, transformers" 2>&1); then measure_transformers "$TORCH_PYTHON"; measured=1
+    else echo "transformers with TORCH_PYTHON=$TORCH_PYTHON: not measured ($(tail -1 <<< "$why"))"; fi
+fi
 [ $measured = 1 ] || echo "transformers: not measured (no python3 with torch and transformers)"

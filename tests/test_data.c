@@ -1254,6 +1254,11 @@ static void test_print_samples(void) {
     rc = PP("--print-samples", prefix, "--seq-length", "32", "--num-samples", "100", "--split", "100/0/0", "--first", "5",
             "--data-cache-path", TMP);   // the issue's short form, default seed
     check(rc == 0 && same_file(scratch("stdout.txt"), megatron), "print_samples_short_form", "rc %d: %s", rc, err);
+    char new_cache[8300];   // a missing --data-cache-path is made, as the trainer makes it (it failed: issue 46)
+    snprintf(new_cache, sizeof new_cache, "%s/new/cache", scratch("print_samples"));
+    rc = PP("--print-samples", prefix, "--seq-length", "32", "--num-samples", "100", "--split", "100,0,0", "--first", "5",
+            "--data-cache-path", new_cache);
+    check(rc == 0 && same_file(scratch("stdout.txt"), megatron), "print_samples_makes_its_cache_path", "rc %d: %s", rc, err);
     rc = PP("--print-samples", "--data-path", "1", prefix, "--seq-length", "32", "--num-samples", "100", "--split", "100,0,0",
             "--data-cache-path", TMP);
     size_t len;

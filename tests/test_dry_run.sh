@@ -108,6 +108,12 @@ refused() {  # name needle flags...
 }
 refused "a dry run without data needs --vocab-size, in one line" "--dry-run reads no data: give --vocab-size" \
     --dry-run --num-layers 4
+# with GPT-2's tokenizer the vocabulary is the tokenizer's, as in a run (the dry run once asked for --vocab-size)
+./train_cpu --dry-run --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --tokenizer-type GPT2BPETokenizer \
+    --vocab-file tests/data/gpt2/encoder.json --merge-file tests/data/gpt2/vocab.bpe > $B/tokenizer.plan 2>&1
+if grep -q -- "--vocab-size 50257 " $B/tokenizer.plan && grep -q '^dry-run: world 1 ' $B/tokenizer.plan; then
+    ok "a dry run with GPT-2's tokenizer plans its vocabulary, 50257"
+else bad "a dry run with a tokenizer" "$(tail -2 $B/tokenizer.plan)"; fi
 refused "a world size that TP x PP does not divide, in the trainer's line" \
     "world size 6 is not a multiple of --tensor-model-parallel-size 1 x --pipeline-model-parallel-size 4" \
     --dry-run --world-size 6 --pipeline-model-parallel-size 4 --vocab-size 100
