@@ -990,23 +990,34 @@ static void open_tensorboard(Trainer* t) {
     if (rc) config_error("%s", err);
 }
 
-// --generate-prompt as tokens: GPT-2's, or bytes (a byte-level vocabulary); an empty prompt
-// starts a document: the end-of-document token
+// the end-of-document id (generate.h's rule): the tokenizer's, --eod-id, or the vocabulary's last
+static int eod_of(const Trainer* t) {
+    const Config* a = &t->config;
+    return end_of_document_id(t->tokenizer.vocab_size ? &t->tokenizer : NULL, a->model.vocab_size, a->eod_id);
+}
+
+// --generate-prompt as tokens (GPT-2's, or bytes: a byte-level vocabulary), or
+// --generate-prompt-ids as they are; an empty prompt starts a document: the end-of-document id
 static void encode_prompt(Trainer* t) {
     const Tokenizer* tok = &t->tokenizer;
-    int V = t->config.model.vocab_size;
+    int V = t->config.model.vocab_size, eod = eod_of(t);
     const char* prompt = t->config.generate_prompt ? t->config.generate_prompt : "";
-    size_t n = strlen(prompt), bad = 0;
+    const char* ids = t->config.generate_prompt_ids;
+    size_t n = strlen(prompt) + (ids ? strlen(ids) : 0), bad = 0;
+    char err[256];
+    if (eod >= V) config_error("--eod-id %d: outside the vocabulary of %d ids", eod, V);
     if (*prompt && !tok->vocab_size && V > BYTE_VOCAB_SIZE)
         config_error("--generate-prompt: a vocabulary of %d ids is not bytes: give the tokenizer that made the data "
-                     "(--tokenizer-type GPT2BPETokenizer --vocab-file VOCAB.json --merge-file MERGES.txt)", V);
-    t->prompt.ids = (int*)mallocCheck((n + 1) * sizeof(int));   // a token is a byte or more
+                     "(--tokenizer-type GPT2BPETokenizer --vocab-file VOCAB.json --merge-file MERGES.txt), or "
+                     "--generate-prompt-ids", V);
+    t->prompt.ids = (int*)mallocCheck((n + 1) * sizeof(int));   // a token is a byte or more, an id two
     t->prompt.cap = n + 1;
-    if (tok->vocab_size && tokenizer_encode(tok, NULL, prompt, n, &t->prompt, &bad) != 0)
+    if (ids && parse_prompt_ids(ids, tok->vocab_size ? tok->vocab_size : V, t->prompt.ids, &t->prompt.n, err, sizeof(err)))
+        config_error("%s", err);
+    if (tok->vocab_size && tokenizer_encode(tok, NULL, prompt, strlen(prompt), &t->prompt, &bad) != 0)
         config_error("--generate-prompt: invalid UTF-8 at byte %zu (GPT2BPETokenizer reads UTF-8 text)", bad);
-    for (size_t i = 0; i < n && !tok->vocab_size; i++) t->prompt.ids[t->prompt.n++] = (unsigned char)prompt[i];
-    int eod = tok->vocab_size ? tok->eod : V > BYTE_EOD ? BYTE_EOD : 0;   // (-1: a vocabulary without <|endoftext|>)
-    if (t->prompt.n == 0) t->prompt.ids[t->prompt.n++] = eod >= 0 ? eod : 0;
+    for (size_t i = 0; prompt[i] && !tok->vocab_size; i++) t->prompt.ids[t->prompt.n++] = (unsigned char)prompt[i];
+    if (t->prompt.n == 0) t->prompt.ids[t->prompt.n++] = eod >= 0 ? eod : 0;   // (-1: bytes without one)
 }
 
 // --tokenizer-type GPT2BPETokenizer: the tokenizer, loaded on every rank (a file one host
@@ -1237,12 +1248,12 @@ static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
 static void generate(Trainer* t) {
     const Config* a = &t->config;
     const Tokenizer* tok = t->tokenizer.vocab_size ? &t->tokenizer : NULL;
-    int V = a->model.vocab_size;
+    int text = a->generate_output != GENERATE_IDS;
     GenerateOptions o = {a->generate_tokens, a->temperature, a->top_k, a->top_p,
-                         (uint64_t)(a->generate_seed ? a->generate_seed : a->model.seed),
-                         tok ? tok->eod : V <= BYTE_VOCAB_SIZE && V > BYTE_EOD ? BYTE_EOD : -1, a->generate_ignore_eod,
-                         tok ? tok->vocab_size : V, tok, a->generate_prompt ? a->generate_prompt : "", &stop_requested,
-                         signal_name};
+                         (uint64_t)(a->generate_seed ? a->generate_seed : a->model.seed), eod_of(t),
+                         a->generate_ignore_eod, tok ? tok->vocab_size : a->model.vocab_size, tok,
+                         text && a->generate_prompt ? a->generate_prompt : "", text, a->generate_output != GENERATE_TEXT,
+                         &stop_requested, signal_name};
     on_stop_signals(request_stop);   // a signal ends generation after the token in hand (twice: at once)
     generate_tokens(&t->model, &o, t->prompt.ids, (int)t->prompt.n);
 }
