@@ -78,6 +78,8 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(STRING, data_cache_path, NULL, 0, "DIR for the sample-index cache (default: next to the data)")                  \
     X(INT, eval_interval, "1000", 1, "steps between evaluations")                                                      \
     X(INT, eval_iters, "100", 0, "global batches per evaluation")                                                      \
+    X(SWITCH, full_validation, NULL, 0, "evaluate every token of the valid and test splits once instead (in order, "    \
+      "windows of --seq-length)")                                                                                      \
     X(SWITCH, unigram_baseline, NULL, 0, "report the data's order-0 entropy next to the loss")                         \
     X(INT, log_interval, "100", 1, "steps between log lines")                                                          \
     X(SWITCH, log_comm, NULL, 0, "log the bytes each group's communication sent per step")                             \

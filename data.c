@@ -1461,3 +1461,46 @@ static inline void data_splits_print(const DataSplits* d, FILE* f) {
         else fprintf(f, " %s none", SPLIT_NAMES[k]);
     fprintf(f, "%s\n", d->weighted[0] || d->weighted[1] || d->weighted[2] ? " (blended)" : "");
 }
+
+// ----------------------------------------------------------------------------
+// a split as one stream of tokens (--full-validation): its documents in the order of the files,
+// every member prefix's in turn, no shuffle and no epochs, each document with its own
+// end-of-document token where preprocess wrote one
+
+// where a forward walk of the stream is: item `item` of member `member` starts at `start`
+// (member -1: not started)
+typedef struct {
+    int member;
+    int64_t item, start;
+} StreamCursor;
+
+static inline int64_t data_splits_stream_length(const DataSplits* d, int split) {
+    int64_t n = 0;
+    for (int j = 0; j < d->num_members[split]; j++) {
+        const DataPrefix* p = &d->prefix[d->members[split][j]];
+        for (int64_t i = p->bounds[split]; i < p->bounds[split + 1]; i++) n += p->ds.sizes[i];
+    }
+    return n;
+}
+
+// tokens [begin, begin + n) of split's stream into out; returns how many there were (fewer at
+// its end). The cursor moves forward only (back to the start when begin is behind it): reading
+// in order costs one pass over the items.
+static inline int data_splits_stream_read(const DataSplits* d, int split, StreamCursor* c, int64_t begin, int n, int* out) {
+    if (c->member < 0 || begin < c->start) {
+        c->member = 0, c->start = 0;
+        c->item = d->num_members[split] ? d->prefix[d->members[split][0]].bounds[split] : 0;
+    }
+    int got = 0;
+    while (got < n && c->member < d->num_members[split]) {
+        const DataPrefix* p = &d->prefix[d->members[split][c->member]];
+        if (c->item >= p->bounds[split + 1]) {   // the next member's first item
+            if (++c->member < d->num_members[split]) c->item = d->prefix[d->members[split][c->member]].bounds[split];
+            continue;
+        }
+        int64_t size = p->ds.sizes[c->item], at = begin + got - c->start;
+        if (at >= size) { c->start += size, c->item++; continue; }
+        while (got < n && at < size) out[got++] = (int)indexed_dataset_token(&p->ds, c->item, at++);
+    }
+    return got;
+}

@@ -1,14 +1,15 @@
 /*
-train.c — the gridgpt trainer: schedules, data loading, setup, the training loop, logging (its
-scalars go to tensorboard.h), evaluation, sampling. The flags and their checks are config.h's,
-the memory plan and the dry run plan.h's, the step step.h's; checkpoints and the Hugging Face
+train.c — the gridgpt trainer: schedules, the data files, setup, the training loop, logging (its
+scalars go to tensorboard.h), evaluation's calls, sampling. The flags and their checks are
+config.h's, the memory plan and the dry run plan.h's, the step step.h's, the loader and
+evaluation loader.h's; checkpoints and the Hugging Face
 export are called from checkpoint.h, --profile's recorder and writer from trace.h.
 
 One source, two builds: gcc compiles it with the plain-C kernels and MPI (train_cpu); nvcc
 compiles it as CUDA with cuBLAS and NCCL (train_gpu). Flags, log lines and files are the
 same in both, and follow Megatron-LM's names so that its users feel at home.
 
-Reading order: schedules -> data -> evaluation -> the trainer -> setup -> step -> log ->
+Reading order: schedules -> data -> the trainer -> setup -> step -> log ->
 sampling -> the run -> main.
 */
 #include "files.h"
@@ -19,6 +20,7 @@ sampling -> the run -> main.
 #include "trace.h"
 #include "gpt.h"
 #include "step.h"
+#include "loader.h"
 #include "generate.h"
 #include "cluster.h"
 #include "checkpoint.h"
@@ -133,69 +135,7 @@ static LRSchedule make_lr_schedule(const Config* a, int train_iters) {
 }
 
 // ----------------------------------------------------------------------------
-// data: Megatron's split of the documents, one GPT sample index per split, and the
-// pretraining sampler's order: a global batch is micro_batch x DP consecutive samples
-// per micro-batch step, this rank taking its micro_batch slice, all from consumed samples.
-
-typedef struct {
-    const DataSplits* data;
-    int split;                    // 0 train, 1 valid, 2 test
-    long long consumed;           // samples consumed before this step
-    int micro_batch_size, dp_size, dp_rank, seq_length;
-    int* host_sample;             // [seq_length + 1]
-    // Two pinned staging buffers, each [tokens | targets] of one micro-batch, used in turn: the
-    // host fills one while the GPU may still be copying from the other (host_to_dev_async)
-    int* staging[2];
-    HostCopy copied[2];           // recorded after each buffer's copies
-    int next;                     // the buffer the next micro-batch fills
-} Loader;
-
-static void load_micro_batch(void* ctx, int micro_batch, int* tokens, int* targets) {
-    Loader* l = (Loader*)ctx;
-    int T = l->seq_length;
-    long long first = l->consumed + (long long)micro_batch * l->micro_batch_size * l->dp_size
-                    + (long long)l->dp_rank * l->micro_batch_size;
-    size_t n = (size_t)l->micro_batch_size * T;
-    int k = l->next;
-    l->next = 1 - k;
-    trace_begin("load micro-batch", "data", ON_HOST);
-    host_copy_wait(&l->copied[k]);   // the GPU has read this buffer (two micro-batches ago)
-    int *host_tokens = l->staging[k], *host_targets = l->staging[k] + n;
-    for (int b = 0; b < l->micro_batch_size; b++) {
-        data_splits_get(l->data, l->split, first + b, l->host_sample);
-        memcpy(host_tokens + (size_t)b * T, l->host_sample, T * sizeof(int));
-        memcpy(host_targets + (size_t)b * T, l->host_sample + 1, T * sizeof(int));
-    }
-    host_to_dev_async(tokens, host_tokens, n * sizeof(int));
-    host_to_dev_async(targets, host_targets, n * sizeof(int));
-    host_copy_record(&l->copied[k]);
-    trace_end();
-}
-
-static Loader make_loader(const DataSplits* d, int split, const Config* a) {
-    Loader l;
-    memset(&l, 0, sizeof(l));
-    l.data = d;
-    l.split = split;
-    l.micro_batch_size = a->micro_batch_size;
-    l.dp_size = grid.dp_size;
-    l.dp_rank = grid.dp_rank;
-    l.seq_length = a->model.seq_length;
-    l.host_sample = (int*)mallocCheck((l.seq_length + 1) * sizeof(int));
-    for (int k = 0; k < 2; k++) {
-        l.staging[k] = (int*)host_alloc_pinned(2 * (size_t)a->micro_batch_size * l.seq_length * sizeof(int));
-        host_copy_create(&l.copied[k]);
-    }
-    return l;
-}
-
-static void free_loader(Loader* l) {
-    free(l->host_sample);
-    for (int k = 0; k < 2; k++) {
-        host_free_pinned(l->staging[k]);
-        host_copy_destroy(&l->copied[k]);
-    }
-}
+// data: the files, the same on every rank
 
 // What a rank's copy of one data prefix looks like: the .bin's size, a CRC-32 of the .idx's
 // contents (dtype, counts and its three arrays) and one of 64 blocks of 4 KiB spread evenly
@@ -339,36 +279,6 @@ static double peak_rss_gib(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss / (1024.0 * 1024.0);   // ru_maxrss is in KiB on Linux
-}
-
-// ----------------------------------------------------------------------------
-// evaluation: eval_iters global batches of a split, continuing where the last one ended
-
-static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch) {
-    int num_micro = global_batch / (l->micro_batch_size * l->dp_size);
-    double sum = 0.0;
-    for (int it = 0; it < eval_iters; it++) {
-        Schedule s = schedule_for(m, load_micro_batch, l, 0.0f);
-        run_forward_only(&s, num_micro);
-        sum += step_loss(&s, num_micro);
-        l->consumed += global_batch;
-    }
-    return (float)(sum / (eval_iters > 0 ? eval_iters : 1));
-}
-
-// Megatron-LM's evaluation block: " validation loss at PREFIX | lm loss value: ... | lm loss
-// PPL: ... | " between two rulers one dash longer, PPL = exp(min(20, loss)); the prefix is
-// "iteration N" during training, "iteration N on validation set" / "... on test set" at the end
-static void print_eval(const char* prefix, float loss) {
-    if (grid.world_rank != 0) return;
-    char line[256], dashes[256];
-    int n = snprintf(line, sizeof(line), " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", prefix,
-                     loss, exp(fmin(20.0, loss)));
-    n = n + 1 < (int)sizeof(line) - 1 ? n + 1 : (int)sizeof(line) - 1;
-    memset(dashes, '-', n);
-    dashes[n] = '\0';
-    printf("%s\n%s\n%s\n", dashes, line, dashes);
-    fflush(stdout);
 }
 
 // ----------------------------------------------------------------------------
@@ -1092,8 +1002,9 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     // data: Megatron's sample counts per split
     long long eval_batches = (long long)(t->train_iters / a->eval_interval + 1) * a->eval_iters;
     int64_t train_samples = a->train_iters > 0 ? (int64_t)a->train_iters * a->global_batch_size : a->train_samples;
-    int64_t samples[3] = {a->skip_train ? 0 : train_samples,
-                          eval_batches * a->global_batch_size, (long long)a->eval_iters * a->global_batch_size};
+    int64_t samples[3] = {a->skip_train ? 0 : train_samples,   // (--full-validation walks the files: one epoch's index)
+                          a->full_validation ? !!eval_batches : eval_batches * a->global_batch_size,
+                          a->full_validation ? !!a->eval_iters : (long long)a->eval_iters * a->global_batch_size};
     check_paths(a);
     check_profile(a, t->train_iters, ckpt[0] && !a->finetune ? meta.progress.iteration : 0);
     setup_tokenizer(t);
@@ -1115,10 +1026,11 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     record_batch_schedule(t);
     t->progress.lr = t->train_iters > 0 ? lr_record(a, &t->lr) : meta.progress.lr;   // what its checkpoints record
     checkpoint_meta_free(&meta);
-    t->train = make_loader(&t->data, 0, a);
-    t->valid = make_loader(&t->data, 1, a);
+    int B = a->micro_batch_size, T = a->model.seq_length;
+    t->train = make_loader(&t->data, 0, B, T, 0);
+    t->valid = make_loader(&t->data, 1, B, T, a->full_validation);
     t->valid.consumed = t->progress.consumed_valid_samples;
-    t->test = make_loader(&t->data, 2, a);
+    t->test = make_loader(&t->data, 2, B, T, a->full_validation);
     open_tensorboard(t);
     print_setup(t);
 }
@@ -1267,7 +1179,8 @@ static float run_evaluation(Trainer* t, int split, const char* prefix) {
     Loader* l = split == 1 ? &t->valid : &t->test;
     activity_phase(split == 1 ? "validation" : "test", t->progress.iteration, -1);
     trace_begin("evaluation", "evaluation", ON_COMPUTE_STREAM);
-    float loss = evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size);
+    float loss = l->full ? evaluate_full(&t->model, l, t->config.global_batch_size)
+                         : evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size);
     trace_end();
     print_eval(prefix, loss);
     if (split == 1) {   // the test loss is printed, not written
