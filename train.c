@@ -255,6 +255,21 @@ static void open_data_files(DataSplits* d, Config* a, const int64_t want[3]) {
     if (c->vocab_size == 0) c->vocab_size = (int)(max_id + 1);
 }
 
+// More evaluation samples than one pass over a split holds (--eval-iters x the global batch, at
+// every evaluation of the run) make the index a second epoch of the same documents, as in
+// Megatron-LM: said, since a loss over repeated samples is not the loss over the file
+static void note_eval_epochs(const DataSplits* d, const Config* a) {
+    for (int k = 1; k < 3 && !a->full_validation; k++)
+        for (int j = 0; j < d->num_members[k] && d->has[k]; j++) {
+            const DataPrefix* p = &d->prefix[d->members[k][j]];
+            if (p->split[k].num_epochs < 2) continue;
+            printf("note: the evaluations ask %lld %s samples of %s, which holds %lld in one pass: %d epochs of the same "
+                   "documents (--full-validation evaluates each token once)\n", (long long)p->requested[k],
+                   SPLIT_NAMES[k], p->ds.path_prefix, (long long)((p->split[k].tokens_per_epoch - 1) / d->seq_length),
+                   p->split[k].num_epochs);
+        }
+}
+
 // Rank 0 builds the planned sample indexes (or finds them cached) and writes the cache; the
 // others then map the same cache files.
 static void build_data_index(DataSplits* d, const Config* a) {
@@ -470,6 +485,7 @@ static void print_setup(const Trainer* t) {
                    "micro-batches taken %d at a time per chunk (--microbatch-group-size-per-virtual-pipeline-stage)\n",
                    t->model.num_chunks, microbatch_group_size(a));
         if (t->data.num_prefixes) data_splits_print(&t->data, stdout);
+        note_eval_epochs(&t->data, a);
         if (a->eval_iters > 0 && a->data_path.count && !data_splits_has(&t->data, 1))
             printf("note: --split %s leaves no validation documents: no evaluation (as Megatron)\n", a->split);
         if (a->skip_train)
