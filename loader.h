@@ -8,10 +8,56 @@ loader.h — the samples a step reads, and evaluation over them.
     (Megatron-LM's), or --full-validation's every token of the split once, in order, in windows
     of --seq-length, the last one shorter; Megatron-LM's evaluation block.
 
+  - a split as one stream of tokens (data.c's files, walked in order), which
+    --full-validation's windows read.
+
 Interface (what train.c uses): Loader, make_loader, free_loader, load_micro_batch, evaluate,
 evaluate_full, print_eval. It sits on data.c and step.h; it knows no flags (train.c hands them).
 */
 #pragma once
+
+// ----------------------------------------------------------------------------
+// a split as one stream of tokens (--full-validation): its documents in the order of the files,
+// every member prefix's in turn, no shuffle and no epochs, each document with its own
+// end-of-document token where preprocess wrote one
+
+// where a forward walk of the stream is: item `item` of member `member` starts at `start`
+// (member -1: not started)
+typedef struct {
+    int member;
+    int64_t item, start;
+} StreamCursor;
+
+static inline int64_t data_splits_stream_length(const DataSplits* d, int split) {
+    int64_t n = 0;
+    for (int j = 0; j < d->num_members[split]; j++) {
+        const DataPrefix* p = &d->prefix[d->members[split][j]];
+        for (int64_t i = p->bounds[split]; i < p->bounds[split + 1]; i++) n += p->ds.sizes[i];
+    }
+    return n;
+}
+
+// tokens [begin, begin + n) of split's stream into out; returns how many there were (fewer at
+// its end). The cursor moves forward only (back to the start when begin is behind it): reading
+// in order costs one pass over the items.
+static inline int data_splits_stream_read(const DataSplits* d, int split, StreamCursor* c, int64_t begin, int n, int* out) {
+    if (c->member < 0 || begin < c->start) {
+        c->member = 0, c->start = 0;
+        c->item = d->num_members[split] ? d->prefix[d->members[split][0]].bounds[split] : 0;
+    }
+    int got = 0;
+    while (got < n && c->member < d->num_members[split]) {
+        const DataPrefix* p = &d->prefix[d->members[split][c->member]];
+        if (c->item >= p->bounds[split + 1]) {   // the next member's first item
+            if (++c->member < d->num_members[split]) c->item = d->prefix[d->members[split][c->member]].bounds[split];
+            continue;
+        }
+        int64_t size = p->ds.sizes[c->item], at = begin + got - c->start;
+        if (at >= size) { c->start += size, c->item++; continue; }
+        while (got < n && at < size) out[got++] = (int)indexed_dataset_token(&p->ds, c->item, at++);
+    }
+    return got;
+}
 
 // ----------------------------------------------------------------------------
 // data: Megatron's split of the documents, one GPT sample index per split, and the
