@@ -9,25 +9,28 @@ each predicting the next token from the ones before it in the window; the loss i
 cross-entropy of transformers' logits, summed over every target and divided by their count. LOSS and TOKENS are what ./train_cpu printed. Prints one PASS/FAIL line: the
 same count, the loss within 1e-5 relative (fp32 on both sides).
 """
+import array
 import sys
 
-import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-# Megatron's .idx dtype codes
-DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
+# Megatron's .idx dtype codes of integer tokens, as the array module's type codes
+DTYPES = {1: "B", 2: "b", 3: "h", 4: "i", 5: "q", 8: "H"}
 
 
 def tokens_of(prefix):
     with open(prefix + ".idx", "rb") as f:
         header = f.read(18)   # magic (9 bytes), version (8), dtype code (1)
-    return np.fromfile(prefix + ".bin", dtype=DTYPES[header[17]]).astype(np.int64)
+    tokens = array.array(DTYPES[header[17]])
+    with open(prefix + ".bin", "rb") as f:
+        tokens.frombytes(f.read())
+    return tokens
 
 
 def main():
     hf_dir, prefix, T, loss, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
-    ids = torch.from_numpy(tokens_of(prefix))
+    ids = torch.tensor(tokens_of(prefix), dtype=torch.long)
     model = AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
     total, targets = 0.0, 0
     with torch.no_grad():
