@@ -1,15 +1,14 @@
 /*
 loader.h — the samples a step reads, and evaluation over them.
 
+  - a split as one stream of tokens (data.c's files, walked in order), which
+    --full-validation's windows read;
   - the Loader: Megatron's pretraining sampler's order (a global batch is micro_batch x DP
     consecutive samples of a split's index, this rank taking its slice), into pinned staging
     buffers the GPU copies from while the host fills the other;
   - evaluation: --eval-iters global batches of a split, continuing where the last one ended
     (Megatron-LM's), or --full-validation's every token of the split once, in order, in windows
     of --seq-length, the last one shorter; Megatron-LM's evaluation block.
-
-  - a split as one stream of tokens (data.c's files, walked in order), which
-    --full-validation's windows read.
 
 Interface (what train.c uses): Loader, make_loader, free_loader, load_micro_batch, evaluate,
 evaluate_full, print_eval. It sits on data.c and step.h; it knows no flags (train.c hands them).
@@ -60,7 +59,7 @@ static inline int data_splits_stream_read(const DataSplits* d, int split, Stream
 }
 
 // ----------------------------------------------------------------------------
-// data: Megatron's split of the documents, one GPT sample index per split, and the
+// the Loader: a split's samples (data.c's GPT sample index, or the stream's windows) in the
 // pretraining sampler's order: a global batch is micro_batch x DP consecutive samples
 // per micro-batch step, this rank taking its micro_batch slice, all from consumed samples.
 
@@ -188,12 +187,14 @@ static void add_window_losses(void* ctx, int micro_batch, const float* losses) {
 static float evaluate_full(GPT* m, Loader* l, int global_batch) {
     int num_micro = global_batch / (l->micro_batch_size * l->dp_size);
     long long windows = (l->stream_tokens - 1 + l->seq_length - 1) / l->seq_length;
+    long long kept = l->consumed;   // (the sampler's count, which checkpoints record, is not this walk's)
     l->loss_sum = 0.0, l->targets = 0, l->consumed = 0;
     for (; l->consumed < windows; l->consumed += global_batch) {
         Schedule s = schedule_for(m, load_micro_batch, l, 0.0f);
         s.take_losses = add_window_losses;
         run_forward_only(&s, num_micro);
     }
+    l->consumed = kept;
     double sums[2] = {l->loss_sum, (double)l->targets};   // (other stages than the last: 0)
     all_reduce_host(&grid.pp, sums, 2, REDUCE_SUM);
     all_reduce_host(&grid.dp, sums, 2, REDUCE_SUM);

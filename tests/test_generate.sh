@@ -22,7 +22,7 @@
 #   - the ids (issue 46): --generate-output both prints GPT-2's text and the prompt's and the new
 #     ids; a model of preprocess's ids tokenizer (999 ids, end of document 999) starts a
 #     prompt-less sample from 999; --generate-prompt-ids 7,12,5; refused: an id outside the
-#     vocabulary, ids with --generate-prompt.
+#     vocabulary, ids with --generate-prompt, --eod-id outside the vocabulary or with a tokenizer.
 set -u
 cd "$(dirname "$0")/.."
 B=tests/build/generate
@@ -230,6 +230,10 @@ if generate ids-eod 1 --load $B/ids --generate-tokens 4 --generate-ignore-eod --
    grep -aqx 'prompt ids: 7,12,5' $B/ids-prompt.sample && grep -aqE '^sample ids: [0-9]+(,[0-9]+){3}$' $B/ids-prompt.sample; then
     ok "ids data of 999 ids: no prompt starts from its end-of-document id 999; --generate-prompt-ids 7,12,5; no text"
 else bad "ids data: end-of-document id and a prompt of ids" "$(cat $B/ids-eod.sample $B/ids-prompt.sample | head -c 300)"; fi
+refused "--eod-id outside the vocabulary" "--eod-id 1000: outside the vocabulary of 1000 ids" \
+    --skip-train --load $B/ids --generate-tokens 5 --eod-id 1000
+refused "--eod-id with a tokenizer" "--eod-id goes without --tokenizer-type" \
+    --skip-train --load $B/bpe $GPT2 --generate-tokens 5 --eod-id 3
 
 echo "$failed failed"
 [ $failed -eq 0 ]
