@@ -78,6 +78,8 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(STRING, data_cache_path, NULL, 0, "DIR for the sample-index cache (default: next to the data)")                  \
     X(INT, eval_interval, "1000", 1, "steps between evaluations")                                                      \
     X(INT, eval_iters, "100", 0, "global batches per evaluation")                                                      \
+    X(SWITCH, full_validation, NULL, 0, "evaluate every token of the valid and test splits once instead (in order, "    \
+      "windows of --seq-length)")                                                                                      \
     X(SWITCH, unigram_baseline, NULL, 0, "report the data's order-0 entropy next to the loss")                         \
     X(INT, log_interval, "100", 1, "steps between log lines")                                                          \
     X(SWITCH, log_comm, NULL, 0, "log the bytes each group's communication sent per step")                             \
@@ -109,6 +111,9 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(CHOICE, export_hf_architecture, "auto", 0, "auto | gpt2 | bloom | llama (auto: by the positions: ALiBi, rope)")  \
     X(INT, generate_tokens, NULL, 0, "generate at most this many tokens (after training, or alone with --skip-train)") \
     X(STRING, generate_prompt, NULL, 0, "text the generation starts from (bytes, or --tokenizer-type's; none: EOD)")   \
+    X(STRING, generate_prompt_ids, NULL, 0, "ID,ID,...: token ids the generation starts from (instead of --generate-prompt)") \
+    X(CHOICE, generate_output, "text", 0, "text | ids | both (ids: the prompt's and the new ids, comma-separated lines)") \
+    X(INT, eod_id, "-1", -1, "the end-of-document id without --tokenizer-type (-1: the vocabulary's last from 257 ids)") \
     X(FLOAT, temperature, "1.0", 0, "sampling temperature (0: greedy, the most likely token)")                         \
     X(INT, top_k, NULL, 0, "sample among the K most likely tokens only (0: all; 1: greedy)")                          \
     X(FLOAT, top_p, NULL, 0, "sample among the most likely tokens whose probabilities add up to P (0: all)")          \
@@ -149,6 +154,7 @@ typedef enum { PARTITION_UNIFORM, PARTITION_TRANSFORMER, PARTITION_TRANSFORMER_E
 typedef enum { GRANULARITY_NONE, GRANULARITY_FULL, GRANULARITY_SELECTIVE } RecomputeGranularity;   // --recompute-granularity
 typedef enum { PLAN_GPU_BUILD, PLAN_CPU_BUILD } DryRunBuild;   // --dry-run-build (-1, not given: the GPU build)
 typedef enum { ATTENTION_AUTO, ATTENTION_FLASH, ATTENTION_UNFUSED } AttentionBackend;   // --attention-backend
+typedef enum { GENERATE_TEXT, GENERATE_IDS, GENERATE_BOTH } GenerateOutput;   // --generate-output
 typedef enum { TOKENIZER_GPT2_BPE } TokenizerType;   // --tokenizer-type (-1, not given: bytes, or ids printed as numbers)
 
 // a Megatron flag accepted as what gridgpt does (megatron_flags.h's row; the flag in argv, its values after it)
@@ -992,8 +998,13 @@ static void check_generate(const Config* a) {
     if (a->temperature < 0.0f) config_error("--temperature must be 0 (greedy) or positive, got %g", a->temperature);
     if (a->top_p < 0.0f || a->top_p > 1.0f) config_error("--top-p must be in [0, 1] (0: off), got %g", a->top_p);
     const char* alone = a->top_k ? "--top-k" : a->top_p > 0.0f ? "--top-p" : a->generate_seed ? "--generate-seed"
-                      : a->generate_ignore_eod ? "--generate-ignore-eod" : a->generate_prompt ? "--generate-prompt" : NULL;
+                      : a->generate_ignore_eod ? "--generate-ignore-eod" : a->generate_prompt ? "--generate-prompt"
+                      : a->generate_prompt_ids ? "--generate-prompt-ids" : a->eod_id >= 0 ? "--eod-id" : NULL;
     if (alone && a->generate_tokens == 0) config_error("%s goes with --generate-tokens N (how many tokens to generate)", alone);
+    if (a->eod_id >= 0 && a->tokenizer_type >= 0)
+        config_error("--eod-id goes without --tokenizer-type (a tokenizer has its own end-of-document id)");
+    if (a->generate_prompt && a->generate_prompt_ids)
+        config_error("--generate-prompt and --generate-prompt-ids: give the prompt one way, text or ids");
 #ifdef __CUDACC__
     int head_size = a->model.hidden_size / a->model.num_attention_heads;
     if (a->generate_tokens > 0 && head_size > 32 * DECODE_DIMS)

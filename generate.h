@@ -36,6 +36,7 @@ typedef struct {
     int vocab;                            // ids that may be drawn: the tokenizer's, else the model's vocab_size
     const Tokenizer* tokenizer;           // its text; NULL: bytes (a vocabulary of <= 257 ids), else ids
     const char* prompt_text;              // printed before the sample
+    int show_text, show_ids;              // the sample as text (as it comes), as ids (at the end), or both
     const volatile sig_atomic_t* stop;    // a stop signal's number (0: none): generation ends cleanly
     const char* (*name_signal)(int sig);  // its name, for the line that says so
 } GenerateOptions;
@@ -105,7 +106,46 @@ static int sample_next(Sampler* s, const float* logits, int V) {
 }
 
 // ----------------------------------------------------------------------------
+// the prompt's ids and the end-of-document id
+
+// The end-of-document id, where a sample starts (an empty prompt) and stops: the tokenizer's
+// (GPT-2's <|endoftext|>). Without one, `given` (>= 0); else the vocabulary's last id once it has
+// 257 ids or more, which is where preprocess puts it: bytes' 256 of 257, the ids tokenizer's N
+// of N + 1 (Megatron's NullTokenizer). The data files do not say which tokenizer made them, so
+// this is a rule, and --eod-id overrides it. A smaller vocabulary is bytes with no such id: -1.
+static int end_of_document_id(const Tokenizer* tok, int vocab, int given) {
+    if (tok) return tok->eod;
+    if (given >= 0) return given;
+    return vocab > BYTE_EOD ? vocab - 1 : -1;
+}
+
+// "7,12,5" into ids (room for strlen(text) / 2 + 1 of them), each below vocab; 1 with err's line
+static int parse_prompt_ids(const char* text, int vocab, int* ids, size_t* n, char* err, size_t errlen) {
+    const char* p = text;
+    *n = 0;
+    do {
+        char* end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || (*end && *end != ',') || errno)
+            return error_line(err, errlen, "--generate-prompt-ids: '%s' is not a comma-separated list of ids", text);
+        if (v < 0 || v >= vocab)
+            return error_line(err, errlen, "--generate-prompt-ids: id %lld is outside the vocabulary [0, %d)", v, vocab);
+        ids[(*n)++] = (int)v;
+        p = *end ? end + 1 : end;
+    } while (*p);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
 // output (world rank 0)
+
+// "LABEL: id,id,...": --generate-output ids's lines
+static void print_ids(const char* label, const int* ids, int n) {
+    printf("%s:", label);
+    for (int i = 0; i < n; i++) printf("%s%d", i ? "," : " ", ids[i]);
+    printf("\n");
+}
 
 // a token as text: GPT-2's tokenizer's bytes, a byte, or the id
 static void print_token(const GenerateOptions* o, int token) {
@@ -230,6 +270,7 @@ static int generate_tokens(GPT* m, const GenerateOptions* o, const int* prompt, 
     prefill(m, ids, len, kv.max_rows);
     double prefill_seconds = now_seconds() - t0;
     int generated = 0, fed = len, shifts = 0;   // fed: the positions in the cache
+    int sample_cap = 64, *sample = (int*)mallocCheck(sample_cap * sizeof(int));   // the new ids
     char note[160] = "";
     while (generated < o->max_new_tokens) {
         int signalled = max_over_world(*o->stop);   // a signal on any rank stops every rank here
@@ -239,8 +280,9 @@ static int generate_tokens(GPT* m, const GenerateOptions* o, const int* prompt, 
             break;
         }
         int token = next_token(m, &s, o, whole_logits, logits);
-        generated++;
-        if (rank0) print_token(o, token);
+        if (generated == sample_cap) sample = (int*)reallocCheck(sample, (sample_cap *= 2) * sizeof(int));
+        sample[generated++] = token;
+        if (rank0 && o->show_text) print_token(o, token);
         if ((token == o->eod && !o->ignore_eod) || generated == o->max_new_tokens) break;
         if (fed == cap) {
             fed = shift_context(m, ids, fed, token, kv.max_rows);
@@ -254,7 +296,12 @@ static int generate_tokens(GPT* m, const GenerateOptions* o, const int* prompt, 
     double seconds = now_seconds() - t0;
     gpt_decode_end(m);
     if (rank0) {
-        printf("%s\n------------------------------------------------------\n", note);
+        printf("%s\n", note);
+        if (o->show_ids) {   // the whole prompt, as given (a cut one included)
+            print_ids("prompt ids", prompt, n_prompt);
+            print_ids("sample ids", sample, generated);
+        }
+        printf("------------------------------------------------------\n");
         if (shifts)
             printf("note: the context of %d positions (--max-position-embeddings) was full %d time(s): each time its last "
                    "%d tokens went on from position 0\n", cap, shifts, cap / 2 > 1 ? cap / 2 : 1);
@@ -267,6 +314,7 @@ static int generate_tokens(GPT* m, const GenerateOptions* o, const int* prompt, 
     if (whole_logits) dev_free(whole_logits);
     free(logits);
     free(ids);
+    free(sample);
     free(s.order);
     return generated;
 }

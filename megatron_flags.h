@@ -244,7 +244,6 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     REFUSE("--data-args-path", VALUE, NULL, "data paths read from a file (give --data-path)")
     REFUSE("--per-split-data-args-path", VALUE, NULL, "per-split data paths read from a file (give "
            "--train-data-path, --valid-data-path, --test-data-path)")
-    REFUSE("--full-validation", SWITCH, NULL, "a validation over the whole validation split each time")
     REFUSE("--multiple-validation-sets", SWITCH, NULL, "a loss for each validation dataset")
     ACCEPT("--tokenizer-type", VALUE, "NullTokenizer", "no tokenizer: the data's token ids as they are, gridgpt's "
            "way without --tokenizer-type (give --vocab-size)")

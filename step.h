@@ -270,6 +270,9 @@ static void param_gatherer_free(void) {
 // arena, the memory plan and the run cannot disagree; the run checks it (take_slot).
 
 typedef void (*LoadMicroBatch)(void* ctx, int micro_batch, int* tokens, int* targets);
+// an evaluation's own use of a micro-batch's token losses (the device's m->losses, B x T of
+// them), instead of adding their mean to the step's loss (--full-validation: some are padding)
+typedef void (*TakeLosses)(void* ctx, int micro_batch, const float* losses);
 
 // A unit of the schedule: micro-batch `micro` through model chunk `chunk` of this stage
 // (micro -1: none)
@@ -288,6 +291,7 @@ typedef struct {
     GPT* model;             // NULL: a walk that runs nothing, only counts slots and traces
     LoadMicroBatch load;
     void* ctx;
+    TakeLosses take_losses; // NULL: the mean of each micro-batch's losses adds to the step's
     float dloss;
     int stage, stages;      // this rank's pipeline stage, of how many
     int chunks;             // its model chunks (1: plain 1F1B)
@@ -308,7 +312,7 @@ static int microbatch_group_size_per_vp_stage;
 
 // the schedule of this rank's model for one step; dloss 0: forwards only (evaluation)
 static Schedule schedule_for(GPT* m, LoadMicroBatch load, void* ctx, float dloss) {
-    Schedule s = {m, load, ctx, dloss, grid.pp_rank, grid.pp_size, m->num_chunks, microbatch_group_size_per_vp_stage,
+    Schedule s = {m, load, ctx, NULL, dloss, grid.pp_rank, grid.pp_size, m->num_chunks, microbatch_group_size_per_vp_stage,
                   0, -1, 0, 0, schedule_trace, schedule_trace_ctx};
     return s;
 }
@@ -387,7 +391,8 @@ static void forward_step(Schedule* s, Work w) {
     if (chunk_holds_embedding(m, w.chunk) || head) s->load(s->ctx, w.micro, a->tokens, a->targets);
     pipeline_before_writing(stage_output(a));   // the slot's last output may still be on its way
     gpt_forward_stage(m, (int)(a - m->slots), s->dloss);   // dloss 0 (evaluation): no backward follows
-    if (head) loss_mean_add(m->loss_sum, m->losses, m->B * m->T);   // no host copy per micro-batch
+    if (head && s->take_losses) s->take_losses(s->ctx, w.micro, m->losses);
+    else if (head) loss_mean_add(m->loss_sum, m->losses, m->B * m->T);   // no host copy per micro-batch
     trace_end();
 }
 
@@ -549,7 +554,7 @@ static void run_schedule(Schedule* s, int M) {
 // `trace` each forward, backward and message
 static Schedule schedule_walk(int stage, int stages, int chunks, int group, int counted_chunk, ScheduleTrace trace,
                               void* ctx) {
-    Schedule s = {NULL, NULL, NULL, 0.0f, stage, stages, chunks, group, 0, counted_chunk, 0, 0, trace, ctx};
+    Schedule s = {NULL, NULL, NULL, NULL, 0.0f, stage, stages, chunks, group, 0, counted_chunk, 0, 0, trace, ctx};
     return s;
 }
 

@@ -1,14 +1,15 @@
 /*
-train.c — the gridgpt trainer: schedules, data loading, setup, the training loop, logging (its
-scalars go to tensorboard.h), evaluation, sampling. The flags and their checks are config.h's,
-the memory plan and the dry run plan.h's, the step step.h's; checkpoints and the Hugging Face
+train.c — the gridgpt trainer: schedules, the data files, setup, the training loop, logging (its
+scalars go to tensorboard.h), evaluation's calls, sampling. The flags and their checks are
+config.h's, the memory plan and the dry run plan.h's, the step step.h's, the loader and
+evaluation loader.h's; checkpoints and the Hugging Face
 export are called from checkpoint.h, --profile's recorder and writer from trace.h.
 
 One source, two builds: gcc compiles it with the plain-C kernels and MPI (train_cpu); nvcc
 compiles it as CUDA with cuBLAS and NCCL (train_gpu). Flags, log lines and files are the
 same in both, and follow Megatron-LM's names so that its users feel at home.
 
-Reading order: schedules -> data -> evaluation -> the trainer -> setup -> step -> log ->
+Reading order: schedules -> data -> the trainer -> setup -> step -> log ->
 sampling -> the run -> main.
 */
 #include "files.h"
@@ -19,6 +20,7 @@ sampling -> the run -> main.
 #include "trace.h"
 #include "gpt.h"
 #include "step.h"
+#include "loader.h"
 #include "generate.h"
 #include "cluster.h"
 #include "checkpoint.h"
@@ -133,69 +135,7 @@ static LRSchedule make_lr_schedule(const Config* a, int train_iters) {
 }
 
 // ----------------------------------------------------------------------------
-// data: Megatron's split of the documents, one GPT sample index per split, and the
-// pretraining sampler's order: a global batch is micro_batch x DP consecutive samples
-// per micro-batch step, this rank taking its micro_batch slice, all from consumed samples.
-
-typedef struct {
-    const DataSplits* data;
-    int split;                    // 0 train, 1 valid, 2 test
-    long long consumed;           // samples consumed before this step
-    int micro_batch_size, dp_size, dp_rank, seq_length;
-    int* host_sample;             // [seq_length + 1]
-    // Two pinned staging buffers, each [tokens | targets] of one micro-batch, used in turn: the
-    // host fills one while the GPU may still be copying from the other (host_to_dev_async)
-    int* staging[2];
-    HostCopy copied[2];           // recorded after each buffer's copies
-    int next;                     // the buffer the next micro-batch fills
-} Loader;
-
-static void load_micro_batch(void* ctx, int micro_batch, int* tokens, int* targets) {
-    Loader* l = (Loader*)ctx;
-    int T = l->seq_length;
-    long long first = l->consumed + (long long)micro_batch * l->micro_batch_size * l->dp_size
-                    + (long long)l->dp_rank * l->micro_batch_size;
-    size_t n = (size_t)l->micro_batch_size * T;
-    int k = l->next;
-    l->next = 1 - k;
-    trace_begin("load micro-batch", "data", ON_HOST);
-    host_copy_wait(&l->copied[k]);   // the GPU has read this buffer (two micro-batches ago)
-    int *host_tokens = l->staging[k], *host_targets = l->staging[k] + n;
-    for (int b = 0; b < l->micro_batch_size; b++) {
-        data_splits_get(l->data, l->split, first + b, l->host_sample);
-        memcpy(host_tokens + (size_t)b * T, l->host_sample, T * sizeof(int));
-        memcpy(host_targets + (size_t)b * T, l->host_sample + 1, T * sizeof(int));
-    }
-    host_to_dev_async(tokens, host_tokens, n * sizeof(int));
-    host_to_dev_async(targets, host_targets, n * sizeof(int));
-    host_copy_record(&l->copied[k]);
-    trace_end();
-}
-
-static Loader make_loader(const DataSplits* d, int split, const Config* a) {
-    Loader l;
-    memset(&l, 0, sizeof(l));
-    l.data = d;
-    l.split = split;
-    l.micro_batch_size = a->micro_batch_size;
-    l.dp_size = grid.dp_size;
-    l.dp_rank = grid.dp_rank;
-    l.seq_length = a->model.seq_length;
-    l.host_sample = (int*)mallocCheck((l.seq_length + 1) * sizeof(int));
-    for (int k = 0; k < 2; k++) {
-        l.staging[k] = (int*)host_alloc_pinned(2 * (size_t)a->micro_batch_size * l.seq_length * sizeof(int));
-        host_copy_create(&l.copied[k]);
-    }
-    return l;
-}
-
-static void free_loader(Loader* l) {
-    free(l->host_sample);
-    for (int k = 0; k < 2; k++) {
-        host_free_pinned(l->staging[k]);
-        host_copy_destroy(&l->copied[k]);
-    }
-}
+// data: the files, the same on every rank
 
 // What a rank's copy of one data prefix looks like: the .bin's size, a CRC-32 of the .idx's
 // contents (dtype, counts and its three arrays) and one of 64 blocks of 4 KiB spread evenly
@@ -315,6 +255,21 @@ static void open_data_files(DataSplits* d, Config* a, const int64_t want[3]) {
     if (c->vocab_size == 0) c->vocab_size = (int)(max_id + 1);
 }
 
+// More evaluation samples than one pass over a split holds (--eval-iters x the global batch, at
+// every evaluation of the run) make the index a second epoch of the same documents, as in
+// Megatron-LM: said, since a loss over repeated samples is not the loss over the file
+static void note_eval_epochs(const DataSplits* d, const Config* a) {
+    for (int k = 1; k < 3 && !a->full_validation; k++)
+        for (int j = 0; j < d->num_members[k] && d->has[k]; j++) {
+            const DataPrefix* p = &d->prefix[d->members[k][j]];
+            if (p->split[k].num_epochs < 2) continue;
+            printf("note: the evaluations ask %lld %s samples of %s, which holds %lld in one pass: %d epochs of the same "
+                   "documents (--full-validation evaluates each token once)\n", (long long)p->requested[k],
+                   SPLIT_NAMES[k], p->ds.path_prefix, (long long)((p->split[k].tokens_per_epoch - 1) / d->seq_length),
+                   p->split[k].num_epochs);
+        }
+}
+
 // Rank 0 builds the planned sample indexes (or finds them cached) and writes the cache; the
 // others then map the same cache files.
 static void build_data_index(DataSplits* d, const Config* a) {
@@ -339,36 +294,6 @@ static double peak_rss_gib(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss / (1024.0 * 1024.0);   // ru_maxrss is in KiB on Linux
-}
-
-// ----------------------------------------------------------------------------
-// evaluation: eval_iters global batches of a split, continuing where the last one ended
-
-static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch) {
-    int num_micro = global_batch / (l->micro_batch_size * l->dp_size);
-    double sum = 0.0;
-    for (int it = 0; it < eval_iters; it++) {
-        Schedule s = schedule_for(m, load_micro_batch, l, 0.0f);
-        run_forward_only(&s, num_micro);
-        sum += step_loss(&s, num_micro);
-        l->consumed += global_batch;
-    }
-    return (float)(sum / (eval_iters > 0 ? eval_iters : 1));
-}
-
-// Megatron-LM's evaluation block: " validation loss at PREFIX | lm loss value: ... | lm loss
-// PPL: ... | " between two rulers one dash longer, PPL = exp(min(20, loss)); the prefix is
-// "iteration N" during training, "iteration N on validation set" / "... on test set" at the end
-static void print_eval(const char* prefix, float loss) {
-    if (grid.world_rank != 0) return;
-    char line[256], dashes[256];
-    int n = snprintf(line, sizeof(line), " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", prefix,
-                     loss, exp(fmin(20.0, loss)));
-    n = n + 1 < (int)sizeof(line) - 1 ? n + 1 : (int)sizeof(line) - 1;
-    memset(dashes, '-', n);
-    dashes[n] = '\0';
-    printf("%s\n%s\n%s\n", dashes, line, dashes);
-    fflush(stdout);
 }
 
 // ----------------------------------------------------------------------------
@@ -560,6 +485,7 @@ static void print_setup(const Trainer* t) {
                    "micro-batches taken %d at a time per chunk (--microbatch-group-size-per-virtual-pipeline-stage)\n",
                    t->model.num_chunks, microbatch_group_size(a));
         if (t->data.num_prefixes) data_splits_print(&t->data, stdout);
+        note_eval_epochs(&t->data, a);
         if (a->eval_iters > 0 && a->data_path.count && !data_splits_has(&t->data, 1))
             printf("note: --split %s leaves no validation documents: no evaluation (as Megatron)\n", a->split);
         if (a->skip_train)
@@ -990,23 +916,34 @@ static void open_tensorboard(Trainer* t) {
     if (rc) config_error("%s", err);
 }
 
-// --generate-prompt as tokens: GPT-2's, or bytes (a byte-level vocabulary); an empty prompt
-// starts a document: the end-of-document token
+// the end-of-document id (generate.h's rule): the tokenizer's, --eod-id, or the vocabulary's last
+static int eod_of(const Trainer* t) {
+    const Config* a = &t->config;
+    return end_of_document_id(t->tokenizer.vocab_size ? &t->tokenizer : NULL, a->model.vocab_size, a->eod_id);
+}
+
+// --generate-prompt as tokens (GPT-2's, or bytes: a byte-level vocabulary), or
+// --generate-prompt-ids as they are; an empty prompt starts a document: the end-of-document id
 static void encode_prompt(Trainer* t) {
     const Tokenizer* tok = &t->tokenizer;
-    int V = t->config.model.vocab_size;
+    int V = t->config.model.vocab_size, eod = eod_of(t);
     const char* prompt = t->config.generate_prompt ? t->config.generate_prompt : "";
-    size_t n = strlen(prompt), bad = 0;
+    const char* ids = t->config.generate_prompt_ids;
+    size_t n = strlen(prompt) + (ids ? strlen(ids) : 0), bad = 0;
+    char err[256];
+    if (eod >= V) config_error("--eod-id %d: outside the vocabulary of %d ids", eod, V);
     if (*prompt && !tok->vocab_size && V > BYTE_VOCAB_SIZE)
         config_error("--generate-prompt: a vocabulary of %d ids is not bytes: give the tokenizer that made the data "
-                     "(--tokenizer-type GPT2BPETokenizer --vocab-file VOCAB.json --merge-file MERGES.txt)", V);
-    t->prompt.ids = (int*)mallocCheck((n + 1) * sizeof(int));   // a token is a byte or more
+                     "(--tokenizer-type GPT2BPETokenizer --vocab-file VOCAB.json --merge-file MERGES.txt), or "
+                     "--generate-prompt-ids", V);
+    t->prompt.ids = (int*)mallocCheck((n + 1) * sizeof(int));   // a token is a byte or more, an id two
     t->prompt.cap = n + 1;
-    if (tok->vocab_size && tokenizer_encode(tok, NULL, prompt, n, &t->prompt, &bad) != 0)
+    if (ids && parse_prompt_ids(ids, tok->vocab_size ? tok->vocab_size : V, t->prompt.ids, &t->prompt.n, err, sizeof(err)))
+        config_error("%s", err);
+    if (tok->vocab_size && tokenizer_encode(tok, NULL, prompt, strlen(prompt), &t->prompt, &bad) != 0)
         config_error("--generate-prompt: invalid UTF-8 at byte %zu (GPT2BPETokenizer reads UTF-8 text)", bad);
-    for (size_t i = 0; i < n && !tok->vocab_size; i++) t->prompt.ids[t->prompt.n++] = (unsigned char)prompt[i];
-    int eod = tok->vocab_size ? tok->eod : V > BYTE_EOD ? BYTE_EOD : 0;   // (-1: a vocabulary without <|endoftext|>)
-    if (t->prompt.n == 0) t->prompt.ids[t->prompt.n++] = eod >= 0 ? eod : 0;
+    for (size_t i = 0; prompt[i] && !tok->vocab_size; i++) t->prompt.ids[t->prompt.n++] = (unsigned char)prompt[i];
+    if (t->prompt.n == 0) t->prompt.ids[t->prompt.n++] = eod >= 0 ? eod : 0;   // (-1: bytes without one)
 }
 
 // --tokenizer-type GPT2BPETokenizer: the tokenizer, loaded on every rank (a file one host
@@ -1082,8 +1019,9 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     // data: Megatron's sample counts per split
     long long eval_batches = (long long)(t->train_iters / a->eval_interval + 1) * a->eval_iters;
     int64_t train_samples = a->train_iters > 0 ? (int64_t)a->train_iters * a->global_batch_size : a->train_samples;
-    int64_t samples[3] = {a->skip_train ? 0 : train_samples,
-                          eval_batches * a->global_batch_size, (long long)a->eval_iters * a->global_batch_size};
+    int64_t samples[3] = {a->skip_train ? 0 : train_samples,   // (--full-validation walks the files: one epoch's index)
+                          a->full_validation ? !!eval_batches : eval_batches * a->global_batch_size,
+                          a->full_validation ? !!a->eval_iters : (long long)a->eval_iters * a->global_batch_size};
     check_paths(a);
     check_profile(a, t->train_iters, ckpt[0] && !a->finetune ? meta.progress.iteration : 0);
     setup_tokenizer(t);
@@ -1105,10 +1043,11 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     record_batch_schedule(t);
     t->progress.lr = t->train_iters > 0 ? lr_record(a, &t->lr) : meta.progress.lr;   // what its checkpoints record
     checkpoint_meta_free(&meta);
-    t->train = make_loader(&t->data, 0, a);
-    t->valid = make_loader(&t->data, 1, a);
+    int B = a->micro_batch_size, T = a->model.seq_length;
+    t->train = make_loader(&t->data, 0, B, T, 0);
+    t->valid = make_loader(&t->data, 1, B, T, a->full_validation);
     t->valid.consumed = t->progress.consumed_valid_samples;
-    t->test = make_loader(&t->data, 2, a);
+    t->test = make_loader(&t->data, 2, B, T, a->full_validation);
     open_tensorboard(t);
     print_setup(t);
 }
@@ -1238,12 +1177,12 @@ static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
 static void generate(Trainer* t) {
     const Config* a = &t->config;
     const Tokenizer* tok = t->tokenizer.vocab_size ? &t->tokenizer : NULL;
-    int V = a->model.vocab_size;
+    int text = a->generate_output != GENERATE_IDS;
     GenerateOptions o = {a->generate_tokens, a->temperature, a->top_k, a->top_p,
-                         (uint64_t)(a->generate_seed ? a->generate_seed : a->model.seed),
-                         tok ? tok->eod : V <= BYTE_VOCAB_SIZE && V > BYTE_EOD ? BYTE_EOD : -1, a->generate_ignore_eod,
-                         tok ? tok->vocab_size : V, tok, a->generate_prompt ? a->generate_prompt : "", &stop_requested,
-                         signal_name};
+                         (uint64_t)(a->generate_seed ? a->generate_seed : a->model.seed), eod_of(t),
+                         a->generate_ignore_eod, tok ? tok->vocab_size : a->model.vocab_size, tok,
+                         text && a->generate_prompt ? a->generate_prompt : "", text, a->generate_output != GENERATE_TEXT,
+                         &stop_requested, signal_name};
     on_stop_signals(request_stop);   // a signal ends generation after the token in hand (twice: at once)
     generate_tokens(&t->model, &o, t->prompt.ids, (int)t->prompt.n);
 }
@@ -1257,7 +1196,8 @@ static float run_evaluation(Trainer* t, int split, const char* prefix) {
     Loader* l = split == 1 ? &t->valid : &t->test;
     activity_phase(split == 1 ? "validation" : "test", t->progress.iteration, -1);
     trace_begin("evaluation", "evaluation", ON_COMPUTE_STREAM);
-    float loss = evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size);
+    float loss = l->full ? evaluate_full(&t->model, l, t->config.global_batch_size)
+                         : evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size);
     trace_end();
     print_eval(prefix, loss);
     if (split == 1) {   // the test loss is printed, not written

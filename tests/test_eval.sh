@@ -6,6 +6,10 @@
 #   1e-5; --valid-data-path and --test-data-path (blends too) give what --data-path with a --split
 #   giving every document to that split gives; a flag differing from the checkpoint, and each
 #   misuse of the new flags, is one line and exit status 2.
+#   --full-validation (issue 46): every token of a held-out file once, in windows of --seq-length
+#   (the last one shorter), the same at TP 2 x PP 2 x DP 2, equal to transformers' loss on the
+#   same windows (tests/full_validation_check.py on the exported model); more samples asked than
+#   a file holds: a note that says it is several epochs.
 set -u
 data=${1:?usage: test_eval.sh DATA_PREFIX}
 B=tests/build/eval
@@ -52,6 +56,35 @@ if within "$(value_of $B/grid.log validation)" "$v" 1e-5 &&
    within "$(value_of $B/grid.log test)" "$(value_of $B/alone.log test)" 1e-5; then
     ok "evaluation alone at TP 2 x PP 2 x DP 2 equals one process within 1e-5 ($(value_of $B/grid.log validation) vs $v)"
 else bad "evaluation alone at (2,2,2)" "$(value_of $B/grid.log validation) vs $v; $(grep -m1 error $B/grid.log)"; fi
+
+# ---- --full-validation (issue 46): every token of a held-out file once, in windows of 16, the
+# last one shorter (134 targets: 8 windows of 16 and one of 6), at TP 2 x PP 2 x DP 2 as on one
+# process (DP ranks take windows in turn, one of them padding), and as transformers' loss on the
+# same windows; asking more samples than the file holds builds a second epoch, and says so
+printf '%s\n' '{"text": "the held-out file: a few lines of text, evaluated once."}' \
+    '{"text": "A second document, a little longer than the first one, with its own end."}' '{"text": "third"}' > $B/held.jsonl
+./preprocess --input $B/held.jsonl --json-keys text --append-eod --output-prefix $B/held > /dev/null
+full="--skip-train --load $B/ck --valid-data-path $B/held_text_document --full-validation --micro-batch-size 1 --global-batch-size 4"
+./train_cpu $full > $B/full.log 2>&1
+$MPIRUN -np 8 ./train_cpu $full --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 > $B/full_grid.log 2>&1
+fv=$(value_of $B/full.log validation)
+if grep -q '^full validation: 134 tokens predicted, in 9 windows of up to 16 ' $B/full.log &&
+   within "$(value_of $B/full_grid.log validation)" "$fv" 1e-5; then
+    ok "--full-validation: 134 tokens predicted in 9 windows of up to 16; TP 2 x PP 2 x DP 2 gives one process's loss ($fv)"
+else bad "--full-validation" "$(grep -m1 '^full\|error' $B/full.log); $(value_of $B/full_grid.log validation) vs $fv"; fi
+PY=
+for p in python3 /usr/bin/python3; do $p -c "import torch, transformers" > /dev/null 2>&1 && { PY=$p; break; }; done
+if [ -z "$PY" ] && [ "${REQUIRE_TRANSFORMERS:-0}" = 1 ]; then bad "transformers is required here" "no python3 with it"
+elif [ -z "$PY" ]; then echo "SKIP --full-validation against transformers: no python3 with torch and transformers"
+elif ./train_cpu --load $B/ck --export-hf $B/hf > $B/export.log 2>&1; then
+    HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error $PY tests/full_validation_check.py $B/hf $B/held_text_document 16 "$fv" \
+        "$(sed -n 's/^full validation: \([0-9]*\) tokens.*/\1/p' $B/full.log)" 2>&1 | tail -1 | grep '^\(PASS\|FAIL\)' ||
+        bad "tests/full_validation_check.py" "no verdict"
+else bad "export the model" "$(tail -2 $B/export.log)"; fi
+./train_cpu --skip-train --load $B/ck --valid-data-path $B/held_text_document $common --eval-iters 5 > $B/epochs.log 2>&1
+if grep -q "^note: the evaluations ask 20 valid samples of $B/held_text_document, which holds 8 in one pass: 3 epochs" $B/epochs.log; then
+    ok "20 samples asked of a file of 8: a note says it is 3 epochs of the same documents"
+else bad "the note on a second epoch" "$(grep -m1 'note\|error' $B/epochs.log)"; fi
 
 # ---- Megatron-LM's per-split paths: the split they name holds every document of their prefixes
 ./train_cpu --skip-train --load $B/ck --valid-data-path $data --test-data-path $data $common > $B/paths.log 2>&1

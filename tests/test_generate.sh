@@ -18,7 +18,11 @@
 #     learned positions goes on from its last half, as a fresh start from it does; SIGTERM ends a long ALiBi generation on two
 #     pipeline stages cleanly;
 #   - GPT-2's tokenizer: a model of its 50257 ids at TP 2 prints text; refusals in one line, exit
-#     2: a prompt that is not UTF-8, and a prompt of bytes for a vocabulary of GPT-2's ids.
+#     2: a prompt that is not UTF-8, and a prompt of bytes for a vocabulary of GPT-2's ids;
+#   - the ids (issue 46): --generate-output both prints GPT-2's text and the prompt's and the new
+#     ids; a model of preprocess's ids tokenizer (999 ids, end of document 999) starts a
+#     prompt-less sample from 999; --generate-prompt-ids 7,12,5; refused: an id outside the
+#     vocabulary, ids with --generate-prompt, --eod-id outside the vocabulary or with a tokenizer.
 set -u
 cd "$(dirname "$0")/.."
 B=tests/build/generate
@@ -201,6 +205,35 @@ refused "a prompt that is not UTF-8, for GPT-2's tokenizer" "--generate-prompt: 
     --skip-train --load $B/bpe $GPT2 --generate-tokens 5 --generate-prompt $'a\xff'
 refused "a prompt of bytes for a vocabulary of GPT-2's ids" "--generate-prompt: a vocabulary of 50257 ids is not bytes" \
     --skip-train --load $B/bpe --generate-tokens 5 --generate-prompt The
+
+refused "a prompt of ids outside the vocabulary" "--generate-prompt-ids: id 50257 is outside the vocabulary [0, 50257)" \
+    --skip-train --load $B/bpe $GPT2 --generate-tokens 5 --generate-prompt-ids 464,50257
+refused "a prompt of ids and of text" "--generate-prompt and --generate-prompt-ids: give the prompt one way" \
+    --skip-train --load $B/bpe $GPT2 --generate-tokens 5 --generate-prompt-ids 464 --generate-prompt The
+
+# ---- the ids (issue 46): GPT-2's beside its text; a model of preprocess's ids tokenizer, whose
+# end-of-document id N (here 999) starts a prompt-less sample, its vocabulary's last (N + 1 ids)
+GEN="--skip-train --micro-batch-size 2 --global-batch-size 4"
+if generate bpe-ids 1 --load $B/bpe $GPT2 --generate-prompt The --generate-tokens 8 --generate-ignore-eod --temperature 0 --generate-output both &&
+   [ "$(head -c 3 $B/bpe-ids.sample)" = The ] && grep -aqx 'prompt ids: 464' $B/bpe-ids.sample &&
+   grep -aqE '^sample ids: [0-9]+(,[0-9]+){7}$' $B/bpe-ids.sample; then
+    ok "--generate-output both: GPT-2's text, then the prompt's ids and the 8 new ones ($(grep -a '^sample ids' $B/bpe-ids.sample))"
+else bad "--generate-output both" "$(head -c 300 $B/bpe-ids.sample)"; fi
+for d in 1 2 3 4; do echo "{\"text\": \"$(seq $((d * 7)) 13 998 | tr '\n' ' ')\"}"; done > $B/ids.jsonl
+./preprocess --input $B/ids.jsonl --json-keys text --append-eod --tokenizer-type ids --vocab-size 999 --output-prefix $B/ids > /dev/null
+./train_cpu --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --train-iters 1 \
+    --data-path $B/ids_text_document --split 100,0,0 --data-cache-path $B/cache --eval-iters 0 --save $B/ids > $B/train_ids.log 2>&1 ||
+    bad "train a model of 999 ids" "$(tail -3 $B/train_ids.log)"
+if generate ids-eod 1 --load $B/ids --generate-tokens 4 --generate-ignore-eod --generate-output ids &&
+   [ "$(sed -n 1p $B/ids-eod.sample)" = "" ] && grep -aqx 'prompt ids: 999' $B/ids-eod.sample &&
+   generate ids-prompt 1 --load $B/ids --generate-tokens 4 --generate-ignore-eod --generate-output ids --generate-prompt-ids 7,12,5 &&
+   grep -aqx 'prompt ids: 7,12,5' $B/ids-prompt.sample && grep -aqE '^sample ids: [0-9]+(,[0-9]+){3}$' $B/ids-prompt.sample; then
+    ok "ids data of 999 ids: no prompt starts from its end-of-document id 999; --generate-prompt-ids 7,12,5; no text"
+else bad "ids data: end-of-document id and a prompt of ids" "$(cat $B/ids-eod.sample $B/ids-prompt.sample | head -c 300)"; fi
+refused "--eod-id outside the vocabulary" "--eod-id 1000: outside the vocabulary of 1000 ids" \
+    --skip-train --load $B/ids --generate-tokens 5 --eod-id 1000
+refused "--eod-id with a tokenizer" "--eod-id goes without --tokenizer-type" \
+    --skip-train --load $B/bpe $GPT2 --generate-tokens 5 --eod-id 3
 
 echo "$failed failed"
 [ $failed -eq 0 ]
