@@ -474,12 +474,11 @@ static int hf_write_tokenizer(const HFTokenizer* tok, const GPTConfig* c, const 
     return write_file_atomically(path, text, (size_t)n, err, errlen);
 }
 
-// an export without a tokenizer over an earlier one with: its tokenizer files go, so that none
-// is left beside a model it may not fit
-static void hf_remove_tokenizer_files(const char* out_dir) {
+// out_dir/name for each of n names, removed (those not there are no matter)
+static void hf_remove_files(const char* out_dir, const char* const* names, int n) {
     char path[4200];
-    for (int k = 0; k < HF_NUM_TOKENIZER_FILES; k++) {
-        snprintf(path, sizeof(path), "%s/%s", out_dir, HF_TOKENIZER_FILES[k]);
+    for (int k = 0; k < n; k++) {
+        snprintf(path, sizeof(path), "%s/%s", out_dir, names[k]);
         remove(path);
     }
 }
@@ -492,9 +491,10 @@ static void hf_remove_tokenizer_files(const char* out_dir) {
 // GPT-2), replaced by the one written. Returns 0, or 1 with a one-line reason in err (a missing or
 // malformed file, a tensor failing its checksum, a model the architecture cannot express, a
 // tokenizer whose vocabulary is not the model's, an out_dir that holds another model, a stop
-// signal before model.safetensors is in place: then no .tmp file is left; after it, the small
-// files are finished). Reads one tensor at a time: memory is twice the largest tensor. Only the
-// weight section is read; the optimizer state is left alone.
+// signal before model.safetensors is in place: then no .tmp file is left, and an out_dir the
+// export made is removed with what it wrote; after it, the small files are finished). Reads one
+// tensor at a time: memory is twice the largest tensor. Only the weight section is read; the
+// optimizer state is left alone.
 static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArchitecture* arch, const HFTokenizer* tok,
                      const volatile sig_atomic_t* stop, char* err, size_t errlen) {
     const uint32_t one = 1;
@@ -521,10 +521,15 @@ static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArc
         status = error_line(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
     if (status == 0) status = hf_write_safetensors(&ck, &whole, *arch, out_dir, stop, err, errlen);
     if (status == 0 && tok && tok->vocab_file) status = hf_write_tokenizer(tok, &ck.cfg, out_dir, err, errlen);
-    else if (status == 0) hf_remove_tokenizer_files(out_dir);
+    else if (status == 0)   // over an earlier export with a tokenizer: none left beside a model it may not fit
+        hf_remove_files(out_dir, HF_TOKENIZER_FILES, HF_NUM_TOKENIZER_FILES);
     if (status == 0) status = hf_write_generation_config(&ck.cfg, out_dir, err, errlen);
     if (status == 0) status = hf_write_config(&ck.cfg, *arch, out_dir, err, errlen);
-    if (status && !out_was_there) rmdir(out_dir);   // made for the export, and empty again
+    if (status && !out_was_there) {   // made for the export: what it wrote before the failure goes, then it
+        hf_remove_files(out_dir, HF_MODEL_FILES, HF_NUM_MODEL_FILES);
+        hf_remove_files(out_dir, HF_TOKENIZER_FILES, HF_NUM_TOKENIZER_FILES);
+        rmdir(out_dir);
+    }
     gpt_free(&whole);
     checkpoint_meta_free(&ck);
     return status;

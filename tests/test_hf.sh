@@ -52,6 +52,10 @@ fi
 L=2 C=32 NH=4 F=96 P=20 V=257
 TOKENS="0 256 17 42 99 3 200 128 5 77 13 255 1 64 31 180 9 250 111 7"   # P of them, both ends of the vocab
 
+# the files of an export without and with the tokenizer flags (ls's order)
+MODEL_FILES="config.json generation_config.json model.safetensors"
+ALL_FILES="config.json generation_config.json merges.txt model.safetensors special_tokens_map.json tokenizer_config.json vocab.json"
+
 # ---- the export's layout, without Python
 # expected "name shape" lines, GPT2LMHeadModel's names, Conv1D weights as [in, out]
 expected_gpt2_tensors() {  # L C F P V
@@ -384,8 +388,6 @@ if [ -x ./train_cpu ]; then
     GT=tests/data/gpt2
     TOK="--tokenizer-type GPT2BPETokenizer --vocab-file $GT/encoder.json --merge-file $GT/vocab.bpe"
     SMALL="--perturb 0.3 --vocab-size 50257 --hidden-size 16 --num-attention-heads 2 --ffn-hidden-size 64 --max-position-embeddings 64"
-    MODEL_FILES="config.json generation_config.json model.safetensors"
-    ALL_FILES="config.json generation_config.json merges.txt model.safetensors special_tokens_map.json tokenizer_config.json vocab.json"
     rm -rf $B/gpt2v $B/llamav $B/bloomv $B/whole*
     gpt2v=$($H --make-checkpoint $B/gpt2v $SMALL 2> $B/whole.err | tail -1)
     llamav=$($H --make-checkpoint $B/llamav $SMALL $LLAMA 2>> $B/whole.err | tail -1)
@@ -413,6 +415,20 @@ if [ -x ./train_cpu ]; then
         if [ $got -eq 2 ] && [ "$(wc -l < $B/whole.err)" -eq 1 ] && grep -qF "${refusal#*|}" $B/whole.err &&
            [ ! -e $B/whole_refused ]; then ok "a tokenizer the model cannot use is refused: $(cut -c 1-150 $B/whole.err)"
         else bad "a tokenizer the model cannot use (${refusal#*|})" "exit $got: $(cat $B/whole.err)"; fi
+    done
+    # (fault_fs.so, built above) a failed rename of merges.txt (the third) removes the
+    # directory the export made, with what it wrote; a stop signal there lets it finish whole
+    for mode in fail signal; do
+        [ -f $B/fault_fs.so ] || break
+        rm -rf $B/stop_out
+        LD_PRELOAD=$PWD/$B/fault_fs.so FAULT_DIR=$B/stop_out FAULT_CALLS=rename FAULT_AT=3 FAULT_MODE=$mode \
+            ./train_cpu --load $B/gpt2v --export-hf $B/stop_out $TOK > /dev/null 2> $B/stop.err
+        got=$?
+        left=$(ls -A $B/stop_out 2> /dev/null | tr '\n' ' ')
+        if { [ $mode = fail ] && [ $got -eq 2 ] && grep -qF "merges.txt" $B/stop.err && [ ! -e $B/stop_out ]; } ||
+           { [ $mode = signal ] && [ $got -eq 0 ] && [ "$(echo $left)" = "$ALL_FILES" ]; }; then
+            ok "export with the tokenizer, $mode at the rename of merges.txt: exit $got, ${left:-nothing left}"
+        else bad "export with the tokenizer, $mode at the rename of merges.txt" "exit $got, left '$left': $(cat $B/stop.err)"; fi
     done
     if [ $have_transformers = yes ]; then
         PROMPT="Hello, my name is" N=12
