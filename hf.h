@@ -355,20 +355,35 @@ static int hf_config_is_ours(const char* out_dir) {
     return ours;
 }
 
+// the files an export writes (the model's, then the tokenizer's when the run has one), each also
+// under its .tmp name: what an earlier export of ours may hold
+static const char* const HF_MODEL_FILES[] = {"config.json", "model.safetensors", "generation_config.json"};
+static const char* const HF_TOKENIZER_FILES[] = {"vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"};
+enum { HF_NUM_MODEL_FILES = 3, HF_NUM_TOKENIZER_FILES = 4 };
+
+static int hf_file_is_ours(const char* name) {
+    char tmp[64];
+    for (int k = 0; k < HF_NUM_MODEL_FILES + HF_NUM_TOKENIZER_FILES; k++) {
+        const char* ours = k < HF_NUM_MODEL_FILES ? HF_MODEL_FILES[k] : HF_TOKENIZER_FILES[k - HF_NUM_MODEL_FILES];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", ours);
+        if (!strcmp(name, ours) || !strcmp(name, tmp)) return 1;
+    }
+    return 0;
+}
+
 // OUT before an export writes there: missing, empty, or an earlier export of ours (only the files
 // an export writes, config.json with our mark), which it replaces. Any other directory is refused,
 // as --save refuses another run's series: the export would replace that model's config.json and
 // model.safetensors and leave the rest beside them (a Llama generation_config.json beside GPT-2
 // weights). 0, or 1 with a line in err.
 static int hf_check_out_dir(const char* out_dir, char* err, size_t errlen) {
-    static const char* const OURS[] = {"config.json", "model.safetensors", "config.json.tmp", "model.safetensors.tmp"};
     char other[300] = "";
     int entries = 0;
     DIR* d = opendir(out_dir);
     if (!d) return errno == ENOENT ? 0 : error_line(err, errlen, "--export-hf %s: %s", out_dir, strerror(errno));
     for (struct dirent* e; !other[0] && (e = readdir(d)) != NULL;) {
         int ours = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
-        for (int k = 0; k < 4; k++) ours |= !strcmp(e->d_name, OURS[k]);
+        ours |= hf_file_is_ours(e->d_name);
         if (!ours) snprintf(other, sizeof(other), "%s", e->d_name);
         entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     }
@@ -381,16 +396,106 @@ static int hf_check_out_dir(const char* out_dir, char* err, size_t errlen) {
     return 0;
 }
 
+// generation_config.json: what GenerationConfig.from_model_config(config).save_pretrained writes
+// for our config.json (its bos and eos; no transformers_version, as no transformers wrote it), so
+// that pipeline("text-generation") stops at the end-of-document token as config.json says
+static int hf_write_generation_config(const GPTConfig* c, const char* out_dir, char* err, size_t errlen) {
+    char path[4200], text[256];
+    snprintf(path, sizeof(path), "%s/generation_config.json", out_dir);
+    int n = snprintf(text, sizeof(text), "{\n  \"_from_model_config\": true,\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d\n}\n",
+                     c->vocab_size - 1, c->vocab_size - 1);
+    return write_file_atomically(path, text, (size_t)n, err, errlen);
+}
+
+// The run's tokenizer, for the export to write beside the model. A checkpoint does not record its
+// tokenizer files (paths that move with no checkpoint knowing; Megatron-LM's do not either), so
+// the export takes them from --tokenizer-type GPT2BPETokenizer --vocab-file --merge-file.
+typedef struct {
+    const char* vocab_file;   // NULL: no tokenizer, no tokenizer files
+    const char* merge_file;
+    int vocab_size, eod;      // its tokens, and the id of <|endoftext|> (-1: none)
+} HFTokenizer;
+
+// a tokenizer the model cannot use: its ids are not the model's, or its end-of-document token is
+// not config.json's bos and eos (the vocabulary's last id). 0, or 1 with a line in err.
+static int hf_tokenizer_refusal(const HFTokenizer* tok, const GPTConfig* c, const char* ckpt, char* err, size_t errlen) {
+    if (tok->vocab_size != c->vocab_size)
+        return error_line(err, errlen, "--vocab-file %s has %d tokens, but checkpoint %s's vocabulary has %d: give the "
+                          "tokenizer the model was trained with", tok->vocab_file, tok->vocab_size, ckpt, c->vocab_size);
+    if (tok->eod != c->vocab_size - 1)
+        return error_line(err, errlen, "--vocab-file %s: <|endoftext|> is not its last id (%d), which config.json names as "
+                          "bos and eos", tok->vocab_file, c->vocab_size - 1);
+    return 0;
+}
+
+// a file copied as it is into out_dir/name (the tokenizer's files are small: read whole)
+static int hf_copy_file(const char* src, const char* out_dir, const char* name, char* err, size_t errlen) {
+    char path[4200];
+    size_t n;
+    char* text = read_whole_file(src, &n, err, errlen);
+    if (!text) return 1;
+    snprintf(path, sizeof(path), "%s/%s", out_dir, name);
+    int status = write_file_atomically(path, text, n, err, errlen);
+    free(text);
+    return status;
+}
+
+// <|endoftext|>'s attributes as transformers' AddedToken writes them, each line at indent
+static void hf_token_attributes(char* out, size_t n, const char* indent) {
+    snprintf(out, n, "%s\"content\": \"<|endoftext|>\",\n%s\"lstrip\": false,\n%s\"normalized\": true,\n"
+             "%s\"rstrip\": false,\n%s\"single_word\": false", indent, indent, indent, indent, indent);
+}
+
+// vocab.json and merges.txt (the run's files as they are: the same maps GPT2Tokenizer would write
+// sorted), tokenizer_config.json and special_tokens_map.json as GPT2Tokenizer.save_pretrained
+// (transformers 4.40) writes them for GPT-2's files, model_max_length the model's positions.
+// tokenizer_class is GPT2Tokenizer for every architecture: AutoTokenizer takes the class
+// tokenizer_config.json names over the model type's (a Bloom's would be BloomTokenizerFast, which
+// needs a tokenizer.json we do not write).
+static int hf_write_tokenizer(const HFTokenizer* tok, const GPTConfig* c, const char* out_dir, char* err, size_t errlen) {
+    char path[4200], token[400], text[4096];
+    int positions = c->max_position_embeddings ? c->max_position_embeddings : c->seq_length, n;
+    if (hf_copy_file(tok->vocab_file, out_dir, "vocab.json", err, errlen) ||
+        hf_copy_file(tok->merge_file, out_dir, "merges.txt", err, errlen))
+        return 1;
+    hf_token_attributes(token, sizeof(token), "      ");
+    n = snprintf(text, sizeof(text),
+                 "{\n  \"add_bos_token\": false,\n  \"add_prefix_space\": false,\n  \"added_tokens_decoder\": {\n"
+                 "    \"%d\": {\n%s,\n      \"special\": true\n    }\n  },\n  \"bos_token\": \"<|endoftext|>\",\n"
+                 "  \"clean_up_tokenization_spaces\": true,\n  \"eos_token\": \"<|endoftext|>\",\n  \"errors\": \"replace\",\n"
+                 "  \"model_max_length\": %d,\n  \"pad_token\": null,\n  \"tokenizer_class\": \"GPT2Tokenizer\",\n"
+                 "  \"unk_token\": \"<|endoftext|>\"\n}\n", tok->eod, token, positions);
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", out_dir);
+    if (write_file_atomically(path, text, (size_t)n, err, errlen)) return 1;
+    hf_token_attributes(token, sizeof(token), "    ");
+    n = snprintf(text, sizeof(text), "{\n  \"bos_token\": {\n%s\n  },\n  \"eos_token\": {\n%s\n  },\n  \"unk_token\": {\n%s\n  }\n}\n",
+                 token, token, token);
+    snprintf(path, sizeof(path), "%s/special_tokens_map.json", out_dir);
+    return write_file_atomically(path, text, (size_t)n, err, errlen);
+}
+
+// out_dir/name for each of n names, removed (those not there are no matter)
+static void hf_remove_files(const char* out_dir, const char* const* names, int n) {
+    char path[4200];
+    for (int k = 0; k < n; k++) {
+        snprintf(path, sizeof(path), "%s/%s", out_dir, names[k]);
+        remove(path);
+    }
+}
+
 // Export the checkpoint in checkpoint_iter_dir (a DIR/iter_NNNNNNN directory) as a
-// transformers model in out_dir (created if missing): config.json and model.safetensors,
-// each written under a .tmp name and renamed. *arch: GPT-2, Bloom, Llama, or HF_AUTO (Bloom for
-// an ALiBi model, Llama for a rope one, else GPT-2), replaced by the one written. Returns 0, or
-// 1 with a one-line reason in err (a missing or malformed file, a tensor failing its checksum,
-// a model the architecture cannot express, an out_dir that holds another model, a stop signal
-// before model.safetensors is in place: then no .tmp file is left). Reads one tensor at a time:
-// memory is twice the largest tensor. Only the weight section is read; the optimizer state is
-// left alone.
-static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArchitecture* arch,
+// transformers model in out_dir (created if missing): model.safetensors, then the tokenizer's
+// files when tok names them (else those of an earlier export are removed), generation_config.json,
+// and config.json last (the mark of a whole export), each written under a .tmp name and renamed.
+// *arch: GPT-2, Bloom, Llama, or HF_AUTO (Bloom for an ALiBi model, Llama for a rope one, else
+// GPT-2), replaced by the one written. Returns 0, or 1 with a one-line reason in err (a missing or
+// malformed file, a tensor failing its checksum, a model the architecture cannot express, a
+// tokenizer whose vocabulary is not the model's, an out_dir that holds another model, a stop
+// signal before model.safetensors is in place: then no .tmp file is left, and an out_dir the
+// export made is removed with what it wrote; after it, the small files are finished). Reads one
+// tensor at a time: memory is twice the largest tensor. Only the weight section is read; the
+// optimizer state is left alone.
+static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArchitecture* arch, const HFTokenizer* tok,
                      const volatile sig_atomic_t* stop, char* err, size_t errlen) {
     const uint32_t one = 1;
     if (*(const uint8_t*)&one != 1)
@@ -408,14 +513,23 @@ static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArc
         if (!hf_tensor(&whole.tensors[i], *arch, &ck.cfg).name[0][0])
             status = error_line(err, errlen, "checkpoint %s has %s, which %s has no place for", checkpoint_iter_dir,
                                 whole.tensors[i].name, hf_class_name(*arch));
+    if (status == 0 && tok && tok->vocab_file) status = hf_tokenizer_refusal(tok, &ck.cfg, checkpoint_iter_dir, err, errlen);
     struct stat st;
     int out_was_there = stat(out_dir, &st) == 0;
     if (status == 0) status = hf_check_out_dir(out_dir, err, errlen);
     if (status == 0 && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
         status = error_line(err, errlen, "cannot create %s: %s", out_dir, strerror(errno));
     if (status == 0) status = hf_write_safetensors(&ck, &whole, *arch, out_dir, stop, err, errlen);
+    if (status == 0 && tok && tok->vocab_file) status = hf_write_tokenizer(tok, &ck.cfg, out_dir, err, errlen);
+    else if (status == 0)   // over an earlier export with a tokenizer: none left beside a model it may not fit
+        hf_remove_files(out_dir, HF_TOKENIZER_FILES, HF_NUM_TOKENIZER_FILES);
+    if (status == 0) status = hf_write_generation_config(&ck.cfg, out_dir, err, errlen);
     if (status == 0) status = hf_write_config(&ck.cfg, *arch, out_dir, err, errlen);
-    if (status && !out_was_there) rmdir(out_dir);   // made for the export, and empty again
+    if (status && !out_was_there) {   // made for the export: what it wrote before the failure goes, then it
+        hf_remove_files(out_dir, HF_MODEL_FILES, HF_NUM_MODEL_FILES);
+        hf_remove_files(out_dir, HF_TOKENIZER_FILES, HF_NUM_TOKENIZER_FILES);
+        rmdir(out_dir);
+    }
     gpt_free(&whole);
     checkpoint_meta_free(&ck);
     return status;

@@ -498,18 +498,31 @@ static void print_setup(const Trainer* t) {
     fflush(stdout);
 }
 
-// --load DIR --export-hf OUT: the latest checkpoint in DIR as a transformers model; 0, or 1
-// with the error line in err
+// --load DIR --export-hf OUT: the latest checkpoint in DIR as a transformers model, with the
+// tokenizer's files when --tokenizer-type GPT2BPETokenizer names them (a checkpoint does not
+// record its tokenizer); 0, or 1 with the error line in err
 static int export_latest(const Config* a, char* err, size_t len) {
     char ckpt[4300];
     HFArchitecture arch = (HFArchitecture)a->export_hf_architecture;
+    HFTokenizer hf_tok = {NULL, NULL, 0, -1};   // (none)
+    Tokenizer tok;
     double t0 = now_seconds();
     if (!a->load) return error_line(err, len, "--export-hf needs --load DIR (the checkpoint to export)");
     if (latest_checkpoint(a->load, ckpt, sizeof(ckpt), err, len)) return 1;
     if (!ckpt[0]) return error_line(err, len, "--load %s: no latest_checkpointed_iteration.txt, nothing to export", a->load);
-    if (export_hf(ckpt, a->export_hf, &arch, &stop_requested, err, len) != 0) return 1;
-    printf("exported %s as a Hugging Face %s to %s (config.json, model.safetensors) in %.2f s\n", ckpt,
-           hf_class_name(arch), a->export_hf, now_seconds() - t0);
+    if (a->tokenizer_type == TOKENIZER_GPT2_BPE) {   // loaded whole, so that a file it would refuse is not exported
+        if (tokenizer_load(&tok, a->vocab_file, a->merge_file, err, len) != 0) return 1;
+        hf_tok = (HFTokenizer){a->vocab_file, a->merge_file, tok.vocab_size, tok.eod};
+        tokenizer_free(&tok);
+    }
+    if (export_hf(ckpt, a->export_hf, &arch, &hf_tok, &stop_requested, err, len) != 0) return 1;
+    printf("exported %s as a Hugging Face %s to %s (config.json, model.safetensors, generation_config.json%s) in %.2f s\n",
+           ckpt, hf_class_name(arch), a->export_hf, hf_tok.vocab_file ? ", the tokenizer's four files" : "",
+           now_seconds() - t0);
+    if (!hf_tok.vocab_file)
+        printf("note: no tokenizer files in %s (a checkpoint does not record its tokenizer): add --tokenizer-type "
+               "GPT2BPETokenizer --vocab-file VOCAB.json --merge-file MERGES.txt to write vocab.json, merges.txt, "
+               "tokenizer_config.json and special_tokens_map.json\n", a->export_hf);
     return 0;
 }
 

@@ -10,7 +10,8 @@ tests/hf_logits.c — our side of the Hugging Face export check (tests/test_hf.s
       makes up Adam moments, and saves it with checkpoint.h's checkpoint_save (no trainer):
       DIR/iter_NNNNNNN/ and latest_checkpointed_iteration.txt; prints the iter dir.
   hf_logits --export CKPT_ITER_DIR OUT [gpt2|bloom|llama]
-      export_hf(): OUT/config.json and OUT/model.safetensors (the architecture: the model's, or the one named).
+      export_hf(), no tokenizer: OUT/config.json, model.safetensors and generation_config.json
+      (the architecture: the model's, or the one named).
   hf_logits --logits CKPT_ITER_DIR TOKEN...
       loads the checkpoint's weight section by tensor name into a one-process model (every
       tensor's CRC verified), runs gpt_forward on the tokens (B = 1, T = their number) and
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
                               : !strcmp(argv[4], "gpt2")  ? HF_GPT2
                               : !strcmp(argv[4], "bloom") ? HF_BLOOM
                                                           : HF_LLAMA;
-        if (export_hf(argv[2], argv[3], &arch, NULL, err, sizeof(err)) != 0) input_error(err);
+        if (export_hf(argv[2], argv[3], &arch, NULL, NULL, err, sizeof(err)) != 0) input_error(err);
         printf("exported %s to %s as %s\n", argv[2], argv[3], hf_class_name(arch));
     } else if (argc >= 4 && !strcmp(argv[1], "--logits")) print_logits(argc, argv);
     else usage_error("no mode given");

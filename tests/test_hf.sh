@@ -26,6 +26,10 @@
 #   as its EXPECTED says; a FIFO as each file the import reads is refused at once; an export over
 #   another model's directory is refused; SIGTERM (tests/fault_fs.c's signal mode) in the middle of
 #   an import or export leaves nothing behind.
+#   A whole export (issue 46): with the tokenizer flags the tokenizer's files and
+#   generation_config.json beside the model; tests/hf_pipeline.py (transformers) runs
+#   pipeline("text-generation") on it against train_cpu's greedy generation and AutoTokenizer on
+#   GPT-2, Llama and Bloom exports; a tokenizer the model cannot use is refused.
 set -u
 cd "$(dirname "$0")/.."
 B=tests/build/hf
@@ -47,6 +51,10 @@ fi
 # so n_inner matters), 20 positions, vocab 257 padded to 384 (the padding is not exported)
 L=2 C=32 NH=4 F=96 P=20 V=257
 TOKENS="0 256 17 42 99 3 200 128 5 77 13 255 1 64 31 180 9 250 111 7"   # P of them, both ends of the vocab
+
+# the files of an export without and with the tokenizer flags (ls's order)
+MODEL_FILES="config.json generation_config.json model.safetensors"
+ALL_FILES="config.json generation_config.json merges.txt model.safetensors special_tokens_map.json tokenizer_config.json vocab.json"
 
 # ---- the export's layout, without Python
 # expected "name shape" lines, GPT2LMHeadModel's names, Conv1D weights as [in, out]
@@ -179,9 +187,9 @@ compare_logits() {  # label OUT CKPT_ITER_DIR TOKENS...
 # ---- a synthetic checkpoint: every parameter randomized, LayerNorm and biases included
 ck=$($H --make-checkpoint $B/ck --perturb 0.3 2> $B/make.err | tail -1)
 if [ -z "$ck" ] || [ ! -f $ck/tensors.bin ]; then bad "make a checkpoint" "$(cat $B/make.err)"; exit 1; fi
-if $H --export $ck $B/out > $B/export.log 2>&1 && [ -f $B/out/config.json ] && [ -f $B/out/model.safetensors ] &&
-   [ -z "$(ls $B/out | grep -v '^config.json$\|^model.safetensors$')" ]; then
-    ok "export writes config.json and model.safetensors (no temporary files left)"
+if $H --export $ck $B/out > $B/export.log 2>&1 &&
+   [ "$(ls $B/out | tr '\n' ' ')" = "config.json generation_config.json model.safetensors " ]; then
+    ok "export writes config.json, model.safetensors and generation_config.json (no temporary files left)"
 else bad "export" "$(cat $B/export.log; ls $B/out 2>&1)"; fi
 check_layout synthetic $B/out $ck $L $C $NH $F $P $V
 compare_logits synthetic $B/out $ck $TOKENS
@@ -332,13 +340,13 @@ if [ -x ./train_cpu ]; then
     ./train_cpu --import-hf $HH/gpt2_ok --save $B/ours_ck > /dev/null 2>&1
     if ./train_cpu --load $B/ours_ck --export-hf $B/ours_out > $B/ours.log 2>&1 &&
        ./train_cpu --load $B/ours_ck --export-hf $B/ours_out >> $B/ours.log 2>&1 &&
-       [ "$(ls $B/ours_out | tr '\n' ' ')" = "config.json model.safetensors " ]; then
+       [ "$(ls $B/ours_out | tr '\n' ' ')" = "config.json generation_config.json model.safetensors " ]; then
         ok "export into an earlier export of ours replaces it (config.json says \"exported_by\")"
     else bad "export over an earlier export" "$(cat $B/ours.log; ls $B/ours_out)"; fi
-    for theirs in generation_config.json config.json; do   # another model beside ours; another model's config.json
+    for theirs in tokenizer.json config.json; do   # another model's fast tokenizer beside ours; another model's config.json
         rm -rf $B/theirs_out && cp -r $B/ours_out $B/theirs_out
         [ $theirs = config.json ] && sed -i '/exported_by/d' $B/theirs_out/config.json
-        [ $theirs = generation_config.json ] && echo '{"bos_token_id": 1}' > $B/theirs_out/generation_config.json
+        [ $theirs = tokenizer.json ] && echo '{"version": "1.0"}' > $B/theirs_out/tokenizer.json
         before=$(cd $B/theirs_out && md5sum *)
         ./train_cpu --load $B/ours_ck --export-hf $B/theirs_out > /dev/null 2> $B/theirs.err
         got=$?
@@ -366,10 +374,72 @@ if [ -x ./train_cpu ]; then
             ./train_cpu --load $B/ours_ck --export-hf $B/stop_out > /dev/null 2> $B/stop.err
         got=$?
         left=$(ls -A $B/stop_out | tr '\n' ' ')
-        if { [ $got -eq 0 ] && [ "$left" = "config.json model.safetensors " ]; } || { [ $got -eq 143 ] && [ -z "$left" ]; }; then
+        if { [ $got -eq 0 ] && [ "$left" = "config.json generation_config.json model.safetensors " ]; } ||
+           { [ $got -eq 143 ] && [ -z "$left" ]; }; then
             ok "SIGTERM at the export's fsync of model.safetensors.tmp: exit $got, no .tmp left ($left)"
         else bad "SIGTERM during the export" "exit $got, left '$left': $(cat $B/stop.err)"; fi
     else bad "build tests/fault_fs.c" "$(cat $B/fault_fs.err)"; fi
+fi
+
+# ---- a whole export (issue 46): with the tokenizer flags, the tokenizer's files beside the model
+# (only with a tokenizer whose vocabulary is the model's), and pipeline("text-generation") on the
+# directory alone continues a prompt greedily as ./train_cpu's own generation does
+if [ -x ./train_cpu ]; then
+    GT=tests/data/gpt2
+    TOK="--tokenizer-type GPT2BPETokenizer --vocab-file $GT/encoder.json --merge-file $GT/vocab.bpe"
+    SMALL="--perturb 0.3 --vocab-size 50257 --hidden-size 16 --num-attention-heads 2 --ffn-hidden-size 64 --max-position-embeddings 64"
+    rm -rf $B/gpt2v $B/llamav $B/bloomv $B/whole*
+    gpt2v=$($H --make-checkpoint $B/gpt2v $SMALL 2> $B/whole.err | tail -1)
+    llamav=$($H --make-checkpoint $B/llamav $SMALL $LLAMA 2>> $B/whole.err | tail -1)
+    bloomv=$($H --make-checkpoint $B/bloomv $SMALL --position-embedding-type alibi --embed-layernorm 2>> $B/whole.err | tail -1)
+    files_after() {  # DIR CKPT_DIR [flags]: the export's file list, or its error
+        local out=$1 from=$2; shift 2
+        ./train_cpu --load $from --export-hf $out "$@" > $B/whole.log 2>&1 && ls $out | tr '\n' ' ' | sed 's/ $//' ||
+            tail -2 $B/whole.log
+    }
+    for arch in gpt2v llamav bloomv; do
+        got=$(files_after $B/whole_$arch $B/$arch $TOK)
+        if [ "$got" = "$ALL_FILES" ]; then ok "export of a ${arch%v} model with the tokenizer flags: $got"
+        else bad "export of ${arch%v} with the tokenizer flags" "$got"; fi
+    done
+    # refused: GPT-2's vocabulary for a model of 257 ids; one whose <|endoftext|> is not the last id
+    sed 's/{"!": 0,/{"!": 50256,/; s/"<|endoftext|>": 50256/"<|endoftext|>": 0/' $GT/encoder.json > $B/whole_swapped.json
+    SWAPPED="--tokenizer-type GPT2BPETokenizer --vocab-file $B/whole_swapped.json --merge-file $GT/vocab.bpe"
+    for refusal in "$B/ck $TOK|has 50257 tokens, but checkpoint" "$B/gpt2v $SWAPPED|<|endoftext|> is not its last id (50256)"; do
+        ./train_cpu --load ${refusal%%|*} --export-hf $B/whole_refused > /dev/null 2> $B/whole.err
+        got=$?
+        if [ $got -eq 2 ] && [ "$(wc -l < $B/whole.err)" -eq 1 ] && grep -qF "${refusal#*|}" $B/whole.err &&
+           [ ! -e $B/whole_refused ]; then ok "a tokenizer the model cannot use is refused: $(cut -c 1-150 $B/whole.err)"
+        else bad "a tokenizer the model cannot use (${refusal#*|})" "exit $got: $(cat $B/whole.err)"; fi
+    done
+    # (fault_fs.so, built above) a failed rename of merges.txt, the third, removes the directory
+    # the export made, with what it wrote before
+    if [ -f $B/fault_fs.so ]; then
+        rm -rf $B/stop_out
+        LD_PRELOAD=$PWD/$B/fault_fs.so FAULT_DIR=$B/stop_out FAULT_CALLS=rename FAULT_AT=3 FAULT_MODE=fail \
+            ./train_cpu --load $B/gpt2v --export-hf $B/stop_out $TOK > /dev/null 2> $B/stop.err
+        got=$?
+        if [ $got -eq 2 ] && grep -qF "merges.txt" $B/stop.err && [ ! -e $B/stop_out ]; then
+            ok "export with the tokenizer, the rename of merges.txt failing: exit 2, nothing left"
+        else bad "export with the tokenizer, the rename of merges.txt failing" "exit $got, left '$(ls -A $B/stop_out 2>&1)': $(cat $B/stop.err)"; fi
+    fi
+    if [ $have_transformers = yes ]; then
+        PROMPT="Hello, my name is" N=12
+        ./train_cpu --skip-train --load $B/gpt2v $TOK --generate-tokens $N --top-k 1 --generate-prompt "$PROMPT" \
+            > $B/whole_sample.txt 2>&1 || bad "train_cpu's greedy generation" "$(tail -3 $B/whole_sample.txt)"
+        $PY tests/hf_pipeline.py $B/whole_gpt2v $B/whole_sample.txt "$PROMPT" $N $GT $B/whole_llamav $B/whole_bloomv \
+            > $B/whole_py.out 2> $B/whole_py.err
+        status=$?
+        cat $B/whole_py.out
+        failed=$((failed + $(grep -c '^FAIL' $B/whole_py.out)))
+        if [ $status -ne 0 ] && ! grep -q '^FAIL' $B/whole_py.out; then
+            bad "tests/hf_pipeline.py" "exit status $status: $(tail -3 $B/whole_py.err)"
+        fi
+    fi
+    got=$(files_after $B/whole_bloomv $B/bloomv)   # over an export with a tokenizer: its tokenizer files go
+    if [ "$got" = "$MODEL_FILES" ] && grep -qF "note: no tokenizer files in $B/whole_bloomv" $B/whole.log; then
+        ok "export without the tokenizer flags: $got, a note on how to add the tokenizer (an earlier export's removed)"
+    else bad "export without the tokenizer flags" "$got: $(cat $B/whole.log)"; fi
 fi
 
 # ---- the import: transformers' models into checkpoints (needs transformers, ./train_cpu, ./preprocess)
