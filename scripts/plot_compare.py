@@ -19,9 +19,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ITERATION = re.compile(r"^ iteration +(\d+)/ *\d+ \|.*\| lm loss: ([0-9.E+-]+) \|")
+ITERATION = re.compile(r"^ \[[^]]*\] iteration +(\d+)/ *\d+ \|.*\| lm loss: ([0-9.E+-]+) \|")
 VALID = re.compile(r"^ validation loss at (?:iteration (\d+)|the end of training) \| lm loss value: ([0-9.E+-]+) \|")
-TOTAL = re.compile(r"^ iteration +\d+/ *(\d+) \|")
+TOTAL = re.compile(r"^ \[[^]]*\] iteration +\d+/ *(\d+) \|")
 
 
 def read_log(path):

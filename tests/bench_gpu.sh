@@ -36,11 +36,11 @@ summary=""
 for backend in flash unfused; do
     log=$B/bench_gpu_$backend.log
     $binary --data-path $data $gpt2 --attention-backend $backend --train-iters $iters --log-interval 10 \
-        --eval-iters 0 > $log 2>&1
+        --eval-iters 0 --log-throughput > $log 2>&1
     status=$?
-    last=$(grep -E '^ iteration' $log | tail -1)
+    last=$(grep -E '^ \[[^]]*\] iteration' $log | tail -1)
     ms=$(sed -nE 's/.*elapsed time per iteration \(ms\): ([0-9.]+) .*/\1/p' <<< "$last")
-    tflops=$(sed -nE 's/.*TFLOPs: ([0-9.]+) .*/\1/p' <<< "$last")
+    tflops=$(sed -nE 's|.*throughput per GPU \(TFLOP/s/GPU\): ([0-9.]+) .*|\1|p' <<< "$last")
     if [ $status -ne 0 ] || [ -z "$ms" ]; then
         echo "bench_gpu: $binary --attention-backend $backend did not train (status $status):" \
              "$(grep -m1 -iE 'error|fail' $log)"
