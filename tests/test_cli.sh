@@ -85,7 +85,6 @@ megatron_note "--no-masked-softmax-fusion accepted" --no-masked-softmax-fusion
 megatron_note "--no-bias-gelu-fusion accepted" --no-bias-gelu-fusion
 megatron_note "--use-mcore-models accepted" --use-mcore-models
 megatron_note "--num-workers 4 accepted: the loader has no workers" --num-workers 4
-megatron_note "--log-throughput accepted" --log-throughput
 megatron_note "--log-validation-ppl-to-tensorboard accepted" --log-validation-ppl-to-tensorboard
 megatron_note "--exit-signal-handler accepted: gridgpt saves and exits on SIGTERM" --exit-signal-handler
 megatron_note "--kv-channels 8 accepted: the head size hidden / heads" --kv-channels 8
@@ -282,14 +281,34 @@ if [ "$(grep -c 'lm loss' "$tmp/selective")" -ge 6 ] && [ "$(grep -oE '(lm loss|
 else bad "--recompute-modules core_attn's run" "$(grep -m2 'lm loss' "$tmp/modules") vs $(grep -m2 'lm loss' "$tmp/selective")"; fi
 
 # same seed, same log lines (everything but the timing fields)
-strip_timing() { grep -E '^ \[[^]]*\] iteration|lm loss value' "$1" | sed -E 's/^ \[[^]]*\]//; s/elapsed time per iteration \(ms\): [0-9.]+//; s/tokens per second: [0-9]+//; s/ETA: [0-9:]+//'; }
+strip_timing() { grep -E '^ \[[^]]*\] iteration|lm loss value' "$1" | sed -E 's/^ \[[^]]*\]//; s/elapsed time per iteration \(ms\): [0-9.]+//; s/ throughput per GPU \(TFLOP\/s\/GPU\): [0-9.]+ \|//; s/tokens per second: [0-9]+//; s/ETA: [0-9:]+//'; }
 run="--data-path $data --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 32 --micro-batch-size 2 --global-batch-size 4 --train-iters 8 --log-interval 1 --eval-interval 4 --eval-iters 2 --split 90,10,0 --lr 1e-3"
-./train_cpu $run > "$tmp/a" 2>&1; ./train_cpu $run > "$tmp/b" 2>&1
+./train_cpu $run > "$tmp/a" 2>&1; ./train_cpu $run --log-throughput > "$tmp/b" 2>&1
 if [ "$(strip_timing "$tmp/a" | wc -l)" -ge 8 ] && diff <(strip_timing "$tmp/a") <(strip_timing "$tmp/b") > /dev/null; then
     ok "two runs with the same seed print identical losses"
 else bad "two runs with the same seed print identical losses" "$(diff <(strip_timing "$tmp/a") <(strip_timing "$tmp/b") | head -5; tail -3 "$tmp/a")"; fi
-if grep -qE '^ \[[^]]*\] iteration +8/ +8 \| consumed samples: +32 \|.*lm loss: [0-9.E+-]+ \| loss scale: 1\.0 \| grad norm' "$tmp/a"; then ok "log line in Megatron's shape"
-else bad "log line in Megatron's shape" "$(grep iteration "$tmp/a" | tail -1)"; fi
+# Megatron-LM HEAD's log line (training.py's training_log), from its format strings: " [%Y-%m-%d
+# %H:%M:%S] iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time per iteration (ms):
+# {:.1f} |", with --log-throughput " throughput per GPU (TFLOP/s/GPU): {:.1f} |", then " learning
+# rate: {:.6E} | global batch size: {:5d} | lm loss: {:.6E} | loss scale: {:.1f} | grad norm:
+# {:.3f} | number of skipped iterations: {:3d} | number of nan iterations: {:3d} |"; then
+# gridgpt's own " tokens per second: N | ETA: H:MM:SS |"
+E6='[0-9]\.[0-9]{6}E[+-][0-9]{2}'
+head_line() {  # THROUGHPUT_FIELD: HEAD's line at iteration 8 of 8, 32 samples, batch 4
+    echo "^ \[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\] iteration ( {7}8)/( {7}8) \| consumed samples: ( {10}32) \|"\
+"( elapsed time per iteration \(ms\): [0-9]+\.[0-9] \|)$1( learning rate: $E6 \| global batch size: ( {4}4) \|)"\
+"( lm loss: $E6 \| loss scale: 1\.0 \| grad norm: [0-9]+\.[0-9]{3} \|)( number of skipped iterations: ( {2}0) \|)"\
+"( number of nan iterations: ( {2}0) \|)( tokens per second: [0-9]+ \| ETA: [0-9]+:[0-9]{2}:[0-9]{2} \|)$"
+}
+if grep -qE "$(head_line '')" "$tmp/a" && grep -qE "$(head_line '( throughput per GPU \(TFLOP/s/GPU\): [0-9]+\.[0-9] \|)')" "$tmp/b"; then
+    ok "the log line of Megatron-LM HEAD, field for field (the throughput with --log-throughput), then tokens per second and the ETA"
+else bad "the log line of Megatron-LM HEAD" "$(grep iteration "$tmp/a" | tail -1; grep iteration "$tmp/b" | tail -1)"; fi
+# HEAD evaluates at the last iteration in the loop, then at the end; it logs iteration 1 whatever
+# --log-interval (here the run of the --flag=value check above, 2 iterations at interval 100)
+if grep -qF " validation loss at iteration 8 | " "$tmp/a" && grep -qF " validation loss at iteration 8 on validation set | " "$tmp/a" &&
+   grep -qE "^ \[[^]]*\] iteration +1/ +2 \|" "$tmp/spaced"; then
+    ok "the last iteration's evaluation in the loop, then the end's; iteration 1 logged"
+else bad "the last iteration's evaluation, iteration 1 logged" "$(grep 'validation loss' "$tmp/a"; head -2 "$tmp/spaced")"; fi
 
 # sampling after training prints the prompt and the requested number of new tokens
 ./train_cpu $base --generate-tokens 40 --generate-prompt "The" --max-position-embeddings 64 --generate-ignore-eod > "$tmp/gen" 2>&1
