@@ -96,7 +96,7 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(STRING, load, NULL, 0, "DIR: resume from its latest checkpoint (any layout)")                                    \
     X(INT, save_interval, NULL, 0, "steps between checkpoints (0: only at the end)")                                   \
     X(INT, exit_interval, NULL, 0, "save and exit when the iteration is a multiple of this")                           \
-    X(INT, exit_duration_in_mins, NULL, 0, "save and exit after this many minutes")                                    \
+    X(FLOAT, exit_duration_in_mins, NULL, 0, "save and exit after this many minutes (a fraction too)")                \
     X(INT, keep_last, NULL, 0, "keep only the newest N checkpoints (0: all)")                                          \
     X(SWITCH, no_load_optim, NULL, 0, "load weights and counters, not the optimizer state")                            \
     X(SWITCH, no_load_rng, NULL, 0, "use this run's --seed, not the checkpoint's")                                     \

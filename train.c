@@ -1275,7 +1275,7 @@ static float run_evaluation(Trainer* t, int split, const char* prefix, StopCheck
     float loss = evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size, stopped);
     trace_end();
     if (stopped.flag && max_over_world(*stopped.flag != stopped.seen)) {
-        if (grid.world_rank == 0) printf("evaluation at %s stopped by a signal\\n", prefix);
+        if (grid.world_rank == 0) printf("evaluation at %s stopped by a signal\n", prefix);
         return NAN;
     }
     print_eval(prefix, loss);
@@ -1406,6 +1406,15 @@ static void print_summary(const Trainer* t, const RunTally* run, float valid_los
     fflush(stdout);
 }
 
+// --generate-tokens, on every rank, unless a signal asked the run to end (said in one line)
+static void sample_unless_signalled(Trainer* t) {
+    if (t->config.generate_tokens == 0) return;
+    int signalled = signal_over_world();
+    if (!signalled) generate(t);
+    else if (grid.world_rank == 0) printf("no sample: %s asked the run to end (sample from its checkpoint with --load and "
+                                          "--skip-train --generate-tokens)\n", signal_name(signalled % 64));
+}
+
 // Every end of a run alike (--train-iters, --exit-interval, --exit-duration-in-mins, a
 // signal): the line of the steps since the last one, the save (first, what a time limit must
 // not lose, and before the evaluation: a resumed run then draws the validation samples an
@@ -1418,20 +1427,18 @@ static void finish_run(Trainer* t, const RunTally* run, const StepResult* r, Log
     save_checkpoint_once(t);
     float valid_loss = evaluate_at_the_end(t, (StopCheck){&stop_requested, stop_requested});
     print_summary(t, run, valid_loss);
-    if (t->config.generate_tokens > 0 && !signal_over_world()) generate(t);   // every rank
+    sample_unless_signalled(t);
     watchdog_stop();
 }
 
 static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
-    LogWindow w;
-    memset(&w, 0, sizeof(w));
-    StepResult r;
-    memset(&r, 0, sizeof(r));
+    LogWindow w = {0};
+    StepResult r = {0};
     RunTally run = {now_seconds(), 0.0, NAN, t->progress.consumed_samples, t->progress.iteration, 0};
     on_stop_signals(request_stop);
     if (t->config.skip_train) {   // Megatron's --skip-train: the evaluation alone, and/or a generation
         evaluate_at_the_end(t, (StopCheck){&stop_requested, 0});
-        if (t->config.generate_tokens > 0 && !signal_over_world()) generate(t);
+        sample_unless_signalled(t);
         return;
     }
     for (int reason = 0; !reason && t->progress.iteration < t->train_iters;) {

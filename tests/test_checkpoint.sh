@@ -34,6 +34,21 @@ worst() { awk 'NR == FNR { l[$1] = $2; g[$1] = $3; next } ($1 in l) { n++
 run full 1 1 1
 run first 1 1 1 --exit-interval 10
 run second 1 1 1 --load $B/first.ckpt
+# Every end of a run alike (issue 46): LOG IT REASON: in this order, the log line of iteration
+# IT (the steps since the last line, which would never appear otherwise), the stop and its
+# save, the end's evaluation, the summary
+ended_alike() {
+    local n=0 m pattern
+    for pattern in "^ \[[^]]*\] iteration +$2/" "^stopping at iteration $2 \($3" \
+                   "^ validation loss at iteration $2 on validation set \|" "^summary: $2 iterations"; do
+        m=$(grep -nE -m1 "$pattern" "$1" | cut -d: -f1)
+        [ -n "$m" ] && [ "$m" -gt $n ] || return 1
+        n=$m
+    done
+}
+if ended_alike $B/first.log 10 "--exit-interval"; then
+    ok "--exit-interval 10 (log interval 100) ends as --train-iters does: the line of steps 2-10, the save, the evaluation, the summary"
+else bad "--exit-interval ends alike" "$(grep -vE '^(data|memory|note)' $B/first.log | tail -8)"; fi
 if [ "$(cat $B/first.steps $B/second.steps | wc -l)" -eq 20 ] && cat $B/first.steps $B/second.steps | cmp -s - $B/full.steps; then
     ok "stop at step 10 and resume: bit-identical to 20 uninterrupted steps"
 else bad "stop at step 10 and resume" "$(diff <(cat $B/first.steps $B/second.steps) $B/full.steps | head -4)"; fi
@@ -424,18 +439,29 @@ long="$flags --train-iters 100000 --eval-interval 100000"
 training() {  # LOG: wait (up to 60 s) until the run has logged a step, so its handlers are in place
     for i in $(seq 600); do grep -qE '^ \[[^]]*\] iteration' "$1" 2> /dev/null && return; sleep 0.1; done
 }
+# (and ends as every run does, ended_alike, but for the sample: it was asked to end soon)
 for sig in TERM INT HUP; do
-    ./train_cpu $long --save $B/$sig.ckpt > $B/$sig.log 2>&1 &
+    ./train_cpu $long --save $B/$sig.ckpt --generate-tokens 4 > $B/$sig.log 2>&1 &
     pid=$!
     training $B/$sig.log
     kill -$sig $pid
     wait $pid
     status=$?
     it=$(cat $B/$sig.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
-    if [ $status -eq 0 ] && [ -n "$it" ] && grep -q "stopping at iteration $it (SIG$sig on rank 0), checkpoint saved" $B/$sig.log; then
-        ok "SIG$sig saves the checkpoint of the current step and exits 0 (iteration $it)"
-    else bad "SIG$sig saves and exits 0" "status $status, latest '$it': $(tail -2 $B/$sig.log)"; fi
+    if [ $status -eq 0 ] && [ -n "$it" ] && grep -q "stopping at iteration $it (SIG$sig on rank 0), checkpoint saved" $B/$sig.log &&
+       ended_alike $B/$sig.log "$it" "SIG$sig" && grep -q "^no sample: SIG$sig asked the run to end" $B/$sig.log &&
+       ! grep -q -- "---------- sample" $B/$sig.log; then
+        ok "SIG$sig saves the checkpoint of the current step, logs, evaluates, sums up without a sample, exits 0 (iteration $it)"
+    else bad "SIG$sig saves and exits 0" "status $status, latest '$it': $(grep -vE '^(data|memory|note)' $B/$sig.log | tail -6)"; fi
 done
+# --exit-duration-in-mins (a fraction here: 0.6 s) ends alike, with the sample
+./train_cpu $long --save $B/time.ckpt --exit-duration-in-mins 0.01 --generate-tokens 4 > $B/time.log 2>&1
+status=$?
+it=$(cat $B/time.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
+if [ $status -eq 0 ] && [ -n "$it" ] && ended_alike $B/time.log "$it" "--exit-duration-in-mins" &&
+   grep -A1 "^summary: $it iterations" $B/time.log | grep -q -- "---------- sample"; then
+    ok "--exit-duration-in-mins 0.01 ends alike: iteration $it's line, the save, the evaluation, the summary, the sample"
+else bad "--exit-duration-in-mins ends alike" "status $status, latest '$it': $(grep -vE '^(data|memory|note)' $B/time.log | tail -6)"; fi
 # (every fsync under twice.ckpt made 3 s late by tests/fault_fs.c, so that the second signal
 # surely comes while the first one's save is still going)
 gcc -shared -fPIC -O1 -Wall -Wextra -Werror tests/fault_fs.c -o $B/fault_fs.so -ldl
@@ -633,6 +659,18 @@ exited_within $pid 20
 if [ $status -eq 0 ] && grep -q "\[sampling stopped by SIGTERM after [0-9]* of 100000000 tokens\]" $B/sampling.log; then
     ok "SIGTERM during --generate-tokens stops sampling at once, saying so"
 else bad "SIGTERM during sampling" "status $status: $(tail -c 200 $B/sampling.log)"; fi
+
+# a signal during the end's evaluation stops it between two batches: the summary, no sample
+$TRAIN $flags --train-iters 2 --eval-iters 100000 --generate-tokens 4 > $B/evalstop.log 2>&1 &
+pid=$!
+for i in $(seq 300); do grep -qE '^ \[[^]]*\] iteration +2/' $B/evalstop.log 2> /dev/null && break; sleep 0.1; done
+sleep 0.5
+kill -TERM $pid
+exited_within $pid 20
+if [ $status -eq 0 ] && grep -q "^evaluation at iteration 2 on validation set stopped by a signal" $B/evalstop.log &&
+   grep -q "^summary: 2 iterations" $B/evalstop.log && grep -q "^no sample: SIGTERM" $B/evalstop.log; then
+    ok "SIGTERM during the end's evaluation stops it, then the summary; no sample"
+else bad "SIGTERM during the end's evaluation" "status $status: $(tail -c 300 $B/evalstop.log)"; fi
 
 # SIGINT during a periodic save (its fsyncs 1 s late) stops right after that save: no step
 # more, no second save
