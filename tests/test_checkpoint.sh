@@ -661,10 +661,10 @@ if [ $status -eq 0 ] && grep -q "\[sampling stopped by SIGTERM after [0-9]* of 1
 else bad "SIGTERM during sampling" "status $status: $(tail -c 200 $B/sampling.log)"; fi
 
 # a signal during the end's evaluation stops it between two batches: the summary, no sample
-$TRAIN $flags --train-iters 2 --eval-iters 100000 --generate-tokens 4 > $B/evalstop.log 2>&1 &
+$TRAIN $flags --train-iters 2 --eval-iters 20000 --generate-tokens 4 > $B/evalstop.log 2>&1 &
 pid=$!
 for i in $(seq 300); do grep -qE '^ \[[^]]*\] iteration +2/' $B/evalstop.log 2> /dev/null && break; sleep 0.1; done
-sleep 0.5
+sleep 0.2
 kill -TERM $pid
 exited_within $pid 20
 if [ $status -eq 0 ] && grep -q "^evaluation at iteration 2 on validation set stopped by a signal" $B/evalstop.log &&
