@@ -346,7 +346,7 @@ static double peak_rss_gib(void) {
 // when a stop signal arrives during it, after the one it saw (stopped.seen: a rank's own, as a
 // signal may reach only some ranks; every rank asks the world between batches)
 
-typedef struct {
+typedef struct {   // evaluate stops when *flag is no longer seen
     const volatile sig_atomic_t* flag;   // NULL: never stop
     int seen;
 } StopCheck;
@@ -364,7 +364,6 @@ static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch, StopC
     return (float)(sum / (eval_iters > 0 ? eval_iters : 1));
 }
 
-// a stop signal that arrives after the one seen (a rank's own: a signal may reach only some)
 // Megatron-LM's evaluation block: " validation loss at PREFIX | lm loss value: ... | lm loss
 // PPL: ... | " between two rulers one dash longer, PPL = exp(min(20, loss)); the prefix is
 // "iteration N" during training, "iteration N on validation set" / "... on test set" at the end
