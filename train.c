@@ -1431,8 +1431,10 @@ static void finish_run(Trainer* t, const RunTally* run, const StepResult* r, Log
 }
 
 static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
-    LogWindow w = {0};
-    StepResult r = {0};
+    LogWindow w;
+    StepResult r;
+    memset(&w, 0, sizeof(w));
+    memset(&r, 0, sizeof(r));
     RunTally run = {now_seconds(), 0.0, NAN, t->progress.consumed_samples, t->progress.iteration, 0};
     on_stop_signals(request_stop);
     if (t->config.skip_train) {   // Megatron's --skip-train: the evaluation alone, and/or a generation
