@@ -83,6 +83,7 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(SWITCH, unigram_baseline, NULL, 0, "report the data's order-0 entropy next to the loss")                         \
     X(INT, log_interval, "100", 1, "steps between log lines")                                                          \
     X(SWITCH, log_comm, NULL, 0, "log the bytes each group's communication sent per step")                             \
+    X(SWITCH, log_throughput, NULL, 0, "the log line's throughput per GPU (TFLOP/s/GPU), as Megatron-LM's")              \
     X(SWITCH, log_memory_bytes, NULL, 0, "print the memory table in bytes too, with what dev_malloc handed out")       \
     X(INT, watchdog_timeout, "600", 0, "end the job, saying where every rank is, after S s without progress (0: off)") \
     X(INT, watchdog_io_timeout, "3600", 1, "the watchdog's S while a checkpoint is saved or loaded (a slow fsync)")     \
@@ -97,7 +98,7 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(STRING, load, NULL, 0, "DIR: resume from its latest checkpoint (any layout)")                                    \
     X(INT, save_interval, NULL, 0, "steps between checkpoints (0: only at the end)")                                   \
     X(INT, exit_interval, NULL, 0, "save and exit when the iteration is a multiple of this")                           \
-    X(INT, exit_duration_in_mins, NULL, 0, "save and exit after this many minutes")                                    \
+    X(FLOAT, exit_duration_in_mins, NULL, 0, "save and exit after this many minutes (a fraction too)")                \
     X(INT, keep_last, NULL, 0, "keep only the newest N checkpoints (0: all)")                                          \
     X(SWITCH, no_load_optim, NULL, 0, "load weights and counters, not the optimizer state")                            \
     X(SWITCH, no_load_rng, NULL, 0, "use this run's --seed, not the checkpoint's")                                     \
@@ -1123,4 +1124,14 @@ static double flops_per_step(const GPTConfig* c, int global_batch, int recompute
     double matrices = h * (n + 2.0 * g) * d + h * h + (c->swiglu ? 3.0 : 2.0) * h * F;   // multiply-adds per token
     double core = 4.0 * B * s * s * h, layer = 2.0 * B * s * matrices + core, logits = 2.0 * B * s * h * V;
     return (3.0 * l + recomputed) * layer + cores * core / 2.0 + 3.0 * logits;
+}
+
+// The model FLOPs of a step as Megatron-LM HEAD counts them for its log line's throughput
+// (megatron/training/training.py, num_floating_point_operations: 12 B s l h^2 (1 + g/n +
+// s/h/2) for attention, "only half of the attention matrix is non-zero" under the causal
+// mask, plus the MLP and 6 B s h V for the logits; no recomputation): flops_per_step without
+// recomputation less half its attention core (its 3 x 4 B s^2 h a layer becomes 6 B s^2 h)
+static double causal_flops_per_step(const GPTConfig* c, int global_batch) {
+    double B = global_batch, s = c->seq_length, h = c->hidden_size;
+    return flops_per_step(c, global_batch, 0, 0) - 3.0 * c->num_layers * 2.0 * B * s * s * h;
 }

@@ -10,8 +10,8 @@ loader.h — the samples a step reads, and evaluation over them.
     (Megatron-LM's), or --full-validation's every token of the split once, in order, in windows
     of --seq-length, the last one shorter; Megatron-LM's evaluation block.
 
-Interface (what train.c uses): Loader, make_loader, free_loader, load_micro_batch, evaluate,
-evaluate_full, print_eval. It sits on data.c and step.h; it knows no flags (train.c hands them).
+Interface (what train.c uses): Loader, make_loader, free_loader, load_micro_batch, StopCheck,
+evaluate, evaluate_full, print_eval. It sits on data.c and step.h; it knows no flags (train.c hands them).
 */
 #pragma once
 
@@ -156,12 +156,22 @@ static void free_loader(Loader* l) {
 }
 
 // ----------------------------------------------------------------------------
-// evaluation: eval_iters global batches of a split, continuing where the last one ended
+// evaluation: eval_iters global batches of a split, continuing where the last one ended; NAN
+// when a stop signal arrives during it, after the one it saw (stopped.seen: a rank's own, as a
+// signal may reach only some ranks; every rank asks the world between batches)
 
-static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch) {
+typedef struct {   // evaluate stops when *flag is no longer seen
+    const volatile sig_atomic_t* flag;   // NULL: never stop
+    int seen;
+} StopCheck;
+
+static int stop_arrived(StopCheck stopped) { return stopped.flag && max_over_world(*stopped.flag != stopped.seen); }
+
+static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch, StopCheck stopped) {
     int num_micro = global_batch / (l->micro_batch_size * l->dp_size);
     double sum = 0.0;
     for (int it = 0; it < eval_iters; it++) {
+        if (stop_arrived(stopped)) return NAN;
         Schedule s = schedule_for(m, load_micro_batch, l, 0.0f);
         run_forward_only(&s, num_micro);
         sum += step_loss(&s, num_micro);
@@ -184,17 +194,19 @@ static void add_window_losses(void* ctx, int micro_batch, const float* losses) {
 
 // every target of the split once: its windows, global_batch of them a step split over DP as
 // the samples of training are; the mean loss over the targets (whose count it prints)
-static float evaluate_full(GPT* m, Loader* l, int global_batch) {
+static float evaluate_full(GPT* m, Loader* l, int global_batch, StopCheck stopped) {
     int num_micro = global_batch / (l->micro_batch_size * l->dp_size);
     long long windows = (l->stream_tokens - 1 + l->seq_length - 1) / l->seq_length;
     long long kept = l->consumed;   // (the sampler's count, which checkpoints record, is not this walk's)
     l->loss_sum = 0.0, l->targets = 0, l->consumed = 0;
     for (; l->consumed < windows; l->consumed += global_batch) {
+        if (stop_arrived(stopped)) break;
         Schedule s = schedule_for(m, load_micro_batch, l, 0.0f);
         s.take_losses = add_window_losses;
         run_forward_only(&s, num_micro);
     }
     l->consumed = kept;
+    if (stop_arrived(stopped)) return NAN;   // (every rank left the walk at the same window)
     double sums[2] = {l->loss_sum, (double)l->targets};   // (other stages than the last: 0)
     all_reduce_host(&grid.pp, sums, 2, REDUCE_SUM);
     all_reduce_host(&grid.dp, sums, 2, REDUCE_SUM);

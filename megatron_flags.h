@@ -316,7 +316,6 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     REFUSE("--enable-ft-package", SWITCH, NULL, "NVIDIA's fault-tolerance package")
 
     // --- logging and profiling
-    ACCEPT("--log-throughput", SWITCH, NULL, "the log line always has the samples per second and the TFLOPs")
     ACCEPT("--log-batch-size-to-tensorboard", SWITCH, NULL, "with --tensorboard-dir gridgpt writes batch-size (and vs "
            "samples)")
     ACCEPT("--log-validation-ppl-to-tensorboard", SWITCH, NULL, "with --tensorboard-dir gridgpt writes lm loss "

@@ -1151,35 +1151,41 @@ static void tensorboard_pair(Trainer* t, const char* tag, double value) {
     tensorboard_scalar(&t->tensorboard, vs_samples, value, t->progress.consumed_samples);
 }
 
-// The log line, and with --tensorboard-dir the same values under Megatron-LM's tags (rank 0
-// prints the line and writes the events: the loss and the norm are known on every rank)
+// The log line of Megatron-LM HEAD (training.py's training_log), field for field: the date,
+// the throughput with --log-throughput (its FLOPs count: causal_flops_per_step), the grad
+// norm unless the step was skipped. Then gridgpt's own two fields, always (a newcomer wants
+// them before knowing a flag; last, so that parsers by field name see HEAD's): tokens per
+// second and the ETA, the iterations left at the window's time per iteration. With
+// --tensorboard-dir the same values under Megatron-LM's tags. Rank 0 prints and writes.
 static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
     if (t->config.log_comm) print_comm_sent(r);
     if (grid.world_rank != 0) return;
-    double ms = 1000.0 * w->seconds / w->steps, samples_per_second = w->samples / w->seconds;
-    double tflops = flops_per_step(&t->config.model, r->global_batch, recomputed_layers(&t->config),
-                                   recomputed_attention_cores(&t->config, t->model.build.flash_attention)) /
-                    (ms / 1000.0) / 1e12 / grid.world_size;
+    double seconds = w->seconds / w->steps, tokens_per_second = w->samples * t->config.model.seq_length / w->seconds;
+    double tflops = causal_flops_per_step(&t->config.model, r->global_batch) / seconds / 1e12 / grid.world_size;
     double loss = w->steps > w->nan_loss ? w->loss_sum / (w->steps - w->nan_loss) : NAN;
-    // a skipped step (its gradients not finite) has no norm: Megatron-LM leaves the field out then
-    int has_norm = isfinite(r->grad_norm);
-    char norm[64] = "";
+    long eta = lround(seconds * (t->train_iters - t->progress.iteration));
+    char date[32], throughput[64] = "", norm[64] = "";
+    time_t now = time(NULL);
+    strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S", localtime(&now));
+    if (t->config.log_throughput) snprintf(throughput, sizeof(throughput), " throughput per GPU (TFLOP/s/GPU): %.1f |", tflops);
+    int has_norm = isfinite(r->grad_norm);   // a skipped step (gradients not finite) has no norm
     if (has_norm) snprintf(norm, sizeof(norm), " grad norm: %.3f |", r->grad_norm);
-    printf(" iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |"
+    printf(" [%s] iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |%s"
            " learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f |%s"
            " number of skipped iterations: %3d | number of nan iterations: %3d |"
-           " samples per second: %.3f | TFLOPs: %.3f |\n",
-           t->progress.iteration, t->train_iters, t->progress.consumed_samples, ms, r->lr, r->global_batch, loss,
-           t->opt.scaler.scale, norm, w->skipped, w->nan_loss, samples_per_second, tflops);
+           " tokens per second: %.0f | ETA: %ld:%02ld:%02ld |\n",
+           date, t->progress.iteration, t->train_iters, t->progress.consumed_samples, 1000.0 * seconds, throughput, r->lr,
+           r->global_batch, loss, t->opt.scaler.scale, norm, w->skipped, w->nan_loss, tokens_per_second, eta / 3600,
+           eta / 60 % 60, eta % 60);
     fflush(stdout);
     tensorboard_pair(t, "lm loss", loss);
     tensorboard_pair(t, "learning-rate", r->lr);
     tensorboard_pair(t, "batch-size", r->global_batch);
     if (t->config.fp16) tensorboard_pair(t, "loss-scale", t->opt.scaler.scale);
     if (has_norm) tensorboard_pair(t, "grad-norm", r->grad_norm);
-    tensorboard_pair(t, "iteration-time", ms / 1000.0);   // seconds, as Megatron's
-    tensorboard_pair(t, "samples-per-second", samples_per_second);
-    tensorboard_pair(t, "throughput", tflops);            // Megatron's tag for TFLOP/s per GPU
+    tensorboard_pair(t, "iteration-time", seconds);   // seconds, as Megatron's
+    if (t->config.log_throughput) tensorboard_pair(t, "throughput", tflops);
+    tensorboard_pair(t, "tokens-per-second", tokens_per_second);
     tensorboard_pair(t, "mem-max-rss-bytes", peak_rss_gib() * 1073741824.0);
     tensorboard_flush(&t->tensorboard);
 }
@@ -1203,15 +1209,20 @@ static void generate(Trainer* t) {
 // ----------------------------------------------------------------------------
 // the run
 
-// the valid (split 1) or test (split 2) loss, printed; NAN where the split is absent
-static float run_evaluation(Trainer* t, int split, const char* prefix) {
+// the valid (split 1) or test (split 2) loss, printed; NAN where the split is absent or a
+// signal stopped it
+static float run_evaluation(Trainer* t, int split, const char* prefix, StopCheck stopped) {
     if (t->config.eval_iters == 0 || !data_splits_has(&t->data, split)) return NAN;
     Loader* l = split == 1 ? &t->valid : &t->test;
     activity_phase(split == 1 ? "validation" : "test", t->progress.iteration, -1);
     trace_begin("evaluation", "evaluation", ON_COMPUTE_STREAM);
-    float loss = l->full ? evaluate_full(&t->model, l, t->config.global_batch_size)
-                         : evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size);
+    float loss = l->full ? evaluate_full(&t->model, l, t->config.global_batch_size, stopped)
+                         : evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size, stopped);
     trace_end();
+    if (stopped.flag && max_over_world(*stopped.flag != stopped.seen)) {
+        if (grid.world_rank == 0) printf("evaluation at %s stopped by a signal\n", prefix);
+        return NAN;
+    }
     print_eval(prefix, loss);
     if (split == 1) {   // the test loss is printed, not written
         tensorboard_pair(t, "lm loss validation", loss);
@@ -1222,13 +1233,13 @@ static float run_evaluation(Trainer* t, int split, const char* prefix) {
 }
 
 // after training, or alone (--skip-train): the validation and the test loss (Megatron-LM's
-// do_valid and do_test); returns the validation loss
-static float evaluate_at_the_end(Trainer* t) {
+// do_valid and do_test); returns the validation loss. A signal after the one seen stops it.
+static float evaluate_at_the_end(Trainer* t, StopCheck stopped) {
     char valid[64], test[64];
     snprintf(valid, sizeof(valid), "iteration %d on validation set", t->progress.iteration);
     snprintf(test, sizeof(test), "iteration %d on test set", t->progress.iteration);
-    float loss = run_evaluation(t, 1, valid);
-    run_evaluation(t, 2, test);
+    float loss = run_evaluation(t, 1, valid, stopped);
+    run_evaluation(t, 2, test, stopped);
     return loss;
 }
 
@@ -1246,32 +1257,39 @@ static void save_checkpoint_once(Trainer* t) {
 // rank * 64 + signal (0: none)
 static int signal_over_world(void) { return max_over_world(stop_requested ? grid.world_rank * 64 + stop_requested : 0); }
 
-// After a step: save at --save-interval; save and stop on a signal, at --exit-interval or
-// after --exit-duration-in-mins. Every rank takes the same decision (a signal may reach
-// only some ranks, clocks differ). Returns 1 to stop.
-static int after_step(Trainer* t, double start) {
+enum { EXIT_INTERVAL = -1, OUT_OF_TIME = -2 };
+
+// After a step, before its log line: whether the run stops here, and why, as the whole world
+// sees it (a signal may reach only some ranks, clocks differ): a signal (signal_over_world's
+// value), else --exit-interval, else --exit-duration-in-mins; 0: go on
+static int stop_reason(const Trainer* t, double start) {
     const Config* a = &t->config;
-    int it = t->progress.iteration, at_exit_interval = a->exit_interval > 0 && it % a->exit_interval == 0;
-    // the reason, as the whole world sees it: a signal, else --exit-interval (the same on every
-    // rank), else time
     int signalled = signal_over_world();
-    int out_of_time = max_over_world(a->exit_duration_in_mins > 0 && now_seconds() - start > 60.0 * a->exit_duration_in_mins);
-    int stop = signalled || at_exit_interval || out_of_time;
-    if (!stop && a->save_interval > 0 && it % a->save_interval == 0) {
-        save_checkpoint_once(t);   // a signal during this save stops the run here, on the save just made
-        stop = signalled = signal_over_world();
+    if (signalled) return signalled;
+    if (a->exit_interval > 0 && t->progress.iteration % a->exit_interval == 0) return EXIT_INTERVAL;
+    return max_over_world(a->exit_duration_in_mins > 0 && now_seconds() - start > 60.0 * a->exit_duration_in_mins) ? OUT_OF_TIME : 0;
+}
+
+// After the log line and the evaluation: save at --save-interval (a signal during this save
+// stops the run here, on the save just made), or on a stop, said in one line. Returns the reason.
+static int save_after_step(Trainer* t, int reason) {
+    const Config* a = &t->config;
+    int it = t->progress.iteration;
+    if (!reason && a->save_interval > 0 && it % a->save_interval == 0) {
+        save_checkpoint_once(t);
+        reason = signal_over_world();
     }
-    if (stop) save_checkpoint_once(t);
-    if (stop && grid.world_rank == 0) {
-        char reason[128];
-        if (signalled)
-            snprintf(reason, sizeof(reason), "%s on rank %d", signal_name(signalled % 64), signalled / 64);
-        else snprintf(reason, sizeof(reason), "%s", at_exit_interval ? "--exit-interval" : "--exit-duration-in-mins");
-        printf("stopping at iteration %d (%s)%s\n", it, reason,
+    if (!reason) return 0;
+    save_checkpoint_once(t);
+    if (grid.world_rank == 0) {
+        char why[128];
+        snprintf(why, sizeof(why), "%s on rank %d", signal_name(reason % 64), reason / 64);
+        printf("stopping at iteration %d (%s)%s\n", it,
+               reason == EXIT_INTERVAL ? "--exit-interval" : reason == OUT_OF_TIME ? "--exit-duration-in-mins" : why,
                !a->save ? "" : t->last_save_failed ? ", checkpoint not saved" : ", checkpoint saved");
         fflush(stdout);
     }
-    return stop;
+    return reason;
 }
 
 // --profile: every rank starts recording (where --profile-ranks has it) before the step that
@@ -1303,23 +1321,77 @@ static void profile_write_if_due(const Trainer* t, int stop) {
 // on_step, if given, sees every step's result (the tests record runs through it)
 typedef void (*StepHook)(const Trainer* t, const StepResult* r, void* ctx);
 
+// what the summary line reports about this run's own steps (a resumed run counts from its start)
+typedef struct {
+    double start, train_seconds, last_loss;
+    long long first_samples;
+    int first_iteration, in_flight;   // in_flight: most micro-batches any stage held at once (1F1B: at most PP)
+} RunTally;
+
+static void print_summary(const Trainer* t, const RunTally* run, float valid_loss) {
+    int in_flight = max_over_world(run->in_flight);
+    if (grid.world_rank != 0) return;
+    int it = t->progress.iteration - run->first_iteration;
+    long long samples = t->progress.consumed_samples - run->first_samples;
+    double tokens = (double)samples * t->config.model.seq_length, seconds = run->train_seconds;
+    char resumed[64] = "";
+    if (run->first_iteration > 0)
+        snprintf(resumed, sizeof(resumed), " (%d to %d, resumed)", run->first_iteration + 1, t->progress.iteration);
+    printf("summary: %d iterations%s, %lld samples (%.0f tokens) in %.1f s of training (%.1f s in all): "
+           "%.0f tokens/s, %.1f ms per iteration; final lm loss %.4f; peak memory %.2f GiB (rank 0); "
+           "at most %d micro-batch(es) in flight on a pipeline stage%s\n",
+           it, resumed, samples, tokens, seconds, now_seconds() - run->start, seconds > 0 ? tokens / seconds : 0.0,
+           it ? 1000.0 * seconds / it : 0.0, run->last_loss, peak_rss_gib(), in_flight,
+           t->model.num_chunks > 1 ? " (interleaved: a micro-batch counted once in each model chunk it is in)" : "");
+    if (t->config.unigram_baseline) {
+        double h = data_splits_unigram_entropy(&t->data, t->config.model.vocab_size);
+        printf("validation loss %.4f nats/token vs unigram (order-0) entropy of the train split %.4f nats/token: "
+               "%.1f%% of it\n", valid_loss, h, 100.0 * valid_loss / h);
+    }
+    fflush(stdout);
+}
+
+// --generate-tokens, on every rank, unless a signal asked the run to end (said in one line)
+static void sample_unless_signalled(Trainer* t) {
+    if (t->config.generate_tokens == 0) return;
+    int signalled = signal_over_world();
+    if (!signalled) generate(t);
+    else if (grid.world_rank == 0) printf("no sample: %s asked the run to end (sample from its checkpoint with --load and "
+                                          "--skip-train --generate-tokens)\n", signal_name(signalled % 64));
+}
+
+// Every end of a run alike (--train-iters, --exit-interval, --exit-duration-in-mins, a
+// signal): the line of the steps since the last one, the save (first, what a time limit must
+// not lose, and before the evaluation: a resumed run then draws the validation samples an
+// uninterrupted one would), the end-of-run evaluation, the summary, the sample. A signal during
+// the evaluation stops it and skips the sample; a run a signal stopped evaluates (the same
+// signal again ends the process at once: its default action is back) but does not sample: it
+// was asked to end soon, and the checkpoint can sample later (--skip-train --generate-tokens).
+static void finish_run(Trainer* t, const RunTally* run, const StepResult* r, LogWindow* w) {
+    if (w->steps) log_step(t, r, w);
+    save_checkpoint_once(t);
+    float valid_loss = evaluate_at_the_end(t, (StopCheck){&stop_requested, stop_requested});
+    print_summary(t, run, valid_loss);
+    sample_unless_signalled(t);
+    watchdog_stop();
+}
+
 static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
     LogWindow w;
+    StepResult r;
     memset(&w, 0, sizeof(w));
-    double start = now_seconds(), train_seconds = 0.0, last_loss = NAN;
-    long long tokens_start = t->progress.consumed_samples;
-    int first_iteration = t->progress.iteration;   // a resumed run's summary counts its own steps
-    int in_flight = 0;   // most micro-batches any stage held at once (1F1B: at most PP)
+    memset(&r, 0, sizeof(r));
+    RunTally run = {now_seconds(), 0.0, NAN, t->progress.consumed_samples, t->progress.iteration, 0};
     on_stop_signals(request_stop);
     if (t->config.skip_train) {   // Megatron's --skip-train: the evaluation alone, and/or a generation
-        evaluate_at_the_end(t);
-        if (t->config.generate_tokens > 0) generate(t);
+        evaluate_at_the_end(t, (StopCheck){&stop_requested, 0});
+        sample_unless_signalled(t);
         return;
     }
-    while (t->progress.iteration < t->train_iters) {
+    for (int reason = 0; !reason && t->progress.iteration < t->train_iters;) {
         profile_start_if_due(t);
         double t0 = now_seconds(), waited0 = seconds_waited();
-        StepResult r = train_step(t);
+        r = train_step(t);
         // the step's AdamW and all-gather are only queued on a GPU: count them in this step (an
         // overlapped all-gather, --overlap-param-gather, in the next: its forward waits for it)
         compute_synchronize();
@@ -1327,55 +1399,33 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
         double dt = now_seconds() - t0;
         w.waited += seconds_waited() - waited0;
         if (on_step) on_step(t, &r, ctx);
-        train_seconds += dt;
+        run.train_seconds += dt;
         w.steps++;
         w.seconds += dt;
         w.samples += r.global_batch;
         w.skipped += r.skipped;
         w.nan_loss += r.nan_loss;
         if (!r.nan_loss) w.loss_sum += r.loss;
-        last_loss = r.loss;
-        in_flight = r.max_in_flight > in_flight ? r.max_in_flight : in_flight;
-        if (t->progress.iteration % t->config.log_interval == 0 || t->progress.iteration == t->train_iters) {
-            log_step(t, &r, &w);
+        run.last_loss = r.loss;
+        run.in_flight = r.max_in_flight > run.in_flight ? r.max_in_flight : run.in_flight;
+        int it = t->progress.iteration;
+        reason = stop_reason(t, run.start);
+        // Megatron-LM HEAD logs the first iteration too; the last, and a stop's, close the window
+        if (it % t->config.log_interval == 0 || it == 1 || it == t->train_iters || reason) {
             double sent = r.comm[0] + r.comm[1] + r.comm[2] + r.comm[3];   // (the last step's: each alike)
             slow_rank_report((w.seconds - w.waited) / w.steps, w.waited / w.steps, sent, t->config.slow_rank_threshold);
+            log_step(t, &r, &w);
             memset(&w, 0, sizeof(w));
         }
-        if (t->progress.iteration % t->config.eval_interval == 0 && t->progress.iteration < t->train_iters) {
+        if (it % t->config.eval_interval == 0) {   // the last iteration's too, as HEAD, then the end's
             char prefix[64];
-            snprintf(prefix, sizeof(prefix), "iteration %d", t->progress.iteration);
-            run_evaluation(t, 1, prefix);
+            snprintf(prefix, sizeof(prefix), "iteration %d", it);
+            run_evaluation(t, 1, prefix, (StopCheck){NULL, 0});
         }
-        int stop = after_step(t, start);
-        profile_write_if_due(t, stop);
-        if (stop) return;
+        reason = save_after_step(t, reason);
+        profile_write_if_due(t, reason);
     }
-    save_checkpoint_once(t);
-    float valid_loss = evaluate_at_the_end(t);
-    in_flight = max_over_world(in_flight);
-    if (grid.world_rank == 0) {
-        int it = t->progress.iteration - first_iteration;
-        long long samples = t->progress.consumed_samples - tokens_start;
-        double tokens = (double)samples * t->config.model.seq_length;
-        char resumed[64] = "";
-        if (first_iteration > 0)
-            snprintf(resumed, sizeof(resumed), " (%d to %d, resumed)", first_iteration + 1, t->progress.iteration);
-        printf("summary: %d iterations%s, %lld samples (%.0f tokens) in %.1f s of training (%.1f s in all): "
-               "%.0f tokens/s, %.1f ms per iteration; final lm loss %.4f; peak memory %.2f GiB (rank 0); "
-               "at most %d micro-batch(es) in flight on a pipeline stage%s\n",
-               it, resumed, samples, tokens, train_seconds, now_seconds() - start, train_seconds > 0 ? tokens / train_seconds : 0.0,
-               it ? 1000.0 * train_seconds / it : 0.0, last_loss, peak_rss_gib(), in_flight,
-               t->model.num_chunks > 1 ? " (interleaved: a micro-batch counted once in each model chunk it is in)" : "");
-        if (t->config.unigram_baseline) {
-            double h = data_splits_unigram_entropy(&t->data, t->config.model.vocab_size);
-            printf("validation loss %.4f nats/token vs unigram (order-0) entropy of the train split %.4f nats/token: "
-                   "%.1f%% of it\n", valid_loss, h, 100.0 * valid_loss / h);
-        }
-        fflush(stdout);
-    }
-    if (t->config.generate_tokens > 0) generate(t);   // every rank
-    watchdog_stop();
+    finish_run(t, &run, &r, &w);
 }
 
 #ifndef TESTING

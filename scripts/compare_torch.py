@@ -415,7 +415,7 @@ def train(argv):
         if done % a.log_interval == 0 or done == a.train_iters:
             steps = (done - 1) % a.log_interval + 1
             ms = 1000.0 * (time.time() - window) / steps
-            print(f" iteration {done:8d}/{a.train_iters:8d} | consumed samples: {done * GBS:12d} | elapsed time per "
+            print(f" [{time.strftime('%Y-%m-%d %H:%M:%S')}] iteration {done:8d}/{a.train_iters:8d} | consumed samples: {done * GBS:12d} | elapsed time per "
                   f"iteration (ms): {ms:.1f} | learning rate: {learning_rate(a, done * GBS):.6E} | global batch size: "
                   f"{GBS:5d} | lm loss: {window_loss / steps:.6E} | grad norm: {float(norm):.3f} |")
             sys.stdout.flush()

@@ -2,8 +2,8 @@
 that scripts/compare_torch.py's recipe leaves in DIR:
     gridgpt_seedS.log  ./train_cpu's            torch_seedS.log  scripts/compare_torch.py train's
     torch_gridgpt-init_seedS.log (optional)     PyTorch started from gridgpt's own init for seed S
-Both print Megatron's log lines (" iteration K/N | ... lm loss: X |" and " validation loss at
-iteration K | lm loss value: X |"), read here by one parser. Prints the table of validation losses
+Both print Megatron's log lines (" [date] iteration K/N | ... lm loss: X |", older logs without the
+date, and " validation loss at iteration K | lm loss value: X |"), read here by one parser. Prints the table of validation losses
 (markdown, for the doc) and the verdict; draws OUT.png (default docs/compare-torch.png): the
 validation loss of every run and the mean of each side, the training loss, and, where the
 same-init log is there, how far PyTorch's losses are from gridgpt's when both start from one point.
@@ -19,9 +19,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ITERATION = re.compile(r"^ iteration +(\d+)/ *\d+ \|.*\| lm loss: ([0-9.E+-]+) \|")
+ITERATION = re.compile(r"^ (?:\[[^]]*\] )?iteration +(\d+)/ *\d+ \|.*\| lm loss: ([0-9.E+-]+) \|")
 VALID = re.compile(r"^ validation loss at (?:iteration (\d+)|the end of training) \| lm loss value: ([0-9.E+-]+) \|")
-TOTAL = re.compile(r"^ iteration +\d+/ *(\d+) \|")
+TOTAL = re.compile(r"^ (?:\[[^]]*\] )?iteration +\d+/ *(\d+) \|")
 
 
 def read_log(path):

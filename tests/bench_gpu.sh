@@ -3,7 +3,7 @@
 # (run by `make test-gpu`). GPT-2 124M (12 x 768, 12 heads, vocabulary 50257) at micro-batch
 # 16 x 1024 on one GPU, 30 steps, once with each attention backend (`--attention-backend
 # flash`, the fused kernels, and `unfused`, cuBLAS and a softmax kernel): the last log line's
-# time per iteration and TFLOPs give tokens/s and MFU against the GPU's dense bf16 peak (from
+# time per iteration and throughput (--log-throughput: HEAD's TFLOP/s/GPU, causal attention halved) give tokens/s and MFU against the GPU's dense bf16 peak (from
 # its name, or BENCH_PEAK_TFLOPS), each printed next to the planner's estimate for the same
 # step and backend (`--dry-run --hw ... --attention-backend`), then which backend ran faster and
 # which the planner expected to, llm.c's published figures, and, where nsys is installed, the
@@ -36,11 +36,11 @@ summary=""
 for backend in flash unfused; do
     log=$B/bench_gpu_$backend.log
     $binary --data-path $data $gpt2 --attention-backend $backend --train-iters $iters --log-interval 10 \
-        --eval-iters 0 > $log 2>&1
+        --eval-iters 0 --log-throughput > $log 2>&1
     status=$?
-    last=$(grep -E '^ iteration' $log | tail -1)
+    last=$(grep -E '^ \[[^]]*\] iteration' $log | tail -1)
     ms=$(sed -nE 's/.*elapsed time per iteration \(ms\): ([0-9.]+) .*/\1/p' <<< "$last")
-    tflops=$(sed -nE 's/.*TFLOPs: ([0-9.]+) .*/\1/p' <<< "$last")
+    tflops=$(sed -nE 's|.*throughput per GPU \(TFLOP/s/GPU\): ([0-9.]+) .*|\1|p' <<< "$last")
     if [ $status -ne 0 ] || [ -z "$ms" ]; then
         echo "bench_gpu: $binary --attention-backend $backend did not train (status $status):" \
              "$(grep -m1 -iE 'error|fail' $log)"

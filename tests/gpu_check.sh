@@ -167,7 +167,7 @@ done
 # --log-interval, after the profiled steps)
 
 gpt2="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024"
-run_flags="--eval-iters 0 --log-interval 5"
+run_flags="--eval-iters 0 --log-interval 5 --log-throughput"
 
 # plan NAME FLAGS...: the planner's dry run of a run's model and batch flags on this GPU, into
 # $O/plan_NAME.txt (its command into $O/commands.txt, and on stdout with GPU_CHECK_DRY=1);
@@ -189,8 +189,8 @@ plan() {
 
 # measured NAME: "MS TFLOPS" from the run's last log line, or nothing
 measured() {
-    grep '^ iteration' "$O/run_$1.log" 2>/dev/null | tail -1 |
-        sed -nE 's/.*elapsed time per iteration \(ms\): ([0-9.]+) .*TFLOPs: ([0-9.]+).*/\1 \2/p'
+    grep '^ \[[^]]*\] iteration' "$O/run_$1.log" 2>/dev/null | tail -1 |
+        sed -nE 's|.*elapsed time per iteration \(ms\): ([0-9.]+) .*throughput per GPU \(TFLOP/s/GPU\): ([0-9.]+) .*|\1 \2|p'
 }
 
 # micro_batches FLAGS...: the global batch over the micro-batch (one GPU)

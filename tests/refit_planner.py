@@ -240,7 +240,7 @@ def measured_step(folder, name):
     path = os.path.join(folder, "run_%s.log" % name)
     if not os.path.exists(path):
         return None
-    lines = [l for l in read_text(path).splitlines() if l.startswith(" iteration")]
+    lines = [l for l in read_text(path).splitlines() if re.match(r" (\[[^]]*\] )?iteration", l)]   # dated or older
     m = re.search(r"elapsed time per iteration \(ms\): ([\d.]+)", lines[-1]) if lines else None
     return float(m.group(1)) if m else None
 

@@ -34,6 +34,21 @@ worst() { awk 'NR == FNR { l[$1] = $2; g[$1] = $3; next } ($1 in l) { n++
 run full 1 1 1
 run first 1 1 1 --exit-interval 10
 run second 1 1 1 --load $B/first.ckpt
+# Every end of a run alike (issue 46): LOG IT REASON: in this order, the log line of iteration
+# IT (the steps since the last line, which would never appear otherwise), the stop and its
+# save, the end's evaluation, the summary
+ended_alike() {
+    local n=0 m pattern
+    for pattern in "^ \[[^]]*\] iteration +$2/" "^stopping at iteration $2 \($3" \
+                   "^ validation loss at iteration $2 on validation set \|" "^summary: $2 iterations"; do
+        m=$(grep -nE -m1 "$pattern" "$1" | cut -d: -f1)
+        [ -n "$m" ] && [ "$m" -gt $n ] || return 1
+        n=$m
+    done
+}
+if ended_alike $B/first.log 10 "--exit-interval"; then
+    ok "--exit-interval 10 (log interval 100) ends as --train-iters does: the line of steps 2-10, the save, the evaluation, the summary"
+else bad "--exit-interval ends alike" "$(grep -vE '^(data|memory|note)' $B/first.log | tail -8)"; fi
 if [ "$(cat $B/first.steps $B/second.steps | wc -l)" -eq 20 ] && cat $B/first.steps $B/second.steps | cmp -s - $B/full.steps; then
     ok "stop at step 10 and resume: bit-identical to 20 uninterrupted steps"
 else bad "stop at step 10 and resume" "$(diff <(cat $B/first.steps $B/second.steps) $B/full.steps | head -4)"; fi
@@ -203,7 +218,7 @@ expect_refusal "a line after the checksum line is refused" "line $(wc -l < $B/tr
 edited nocrc '/^crc32 /d'
 ./train_cpu $flags --load $B/nocrc.ckpt --log-interval 1 > $B/nocrc.log 2>&1
 if grep -q "^note: $B/nocrc.ckpt/iter_0000010/metadata.txt has no checksum line" $B/nocrc.log &&
-   grep -qE '^ iteration +11/ +20 ' $B/nocrc.log; then ok "a checkpoint without the checksum line (an older one) loads, said in one note"
+   grep -qE '^ \[[^]]*\] iteration +11/ +20 ' $B/nocrc.log; then ok "a checkpoint without the checksum line (an older one) loads, said in one note"
 else bad "a checkpoint without the checksum line loads" "$(grep -m1 -E 'error|note' $B/nocrc.log)"; fi
 
 # consumed_samples is checked against the batch schedule metadata.txt records with it: an edit
@@ -226,7 +241,7 @@ rm -rf $B/rebatch.ckpt
 ./train_cpu $flags --load $B/first.ckpt --save $B/rebatch.ckpt --global-batch-size 32 --train-iters 12 --override-opt-param-scheduler > $B/rebatch.log 2>&1 &&
   ./train_cpu $flags --load $B/rebatch.ckpt --global-batch-size 32 --train-iters 13 --log-interval 1 > $B/rebatch2.log 2>&1
 if grep -q "^batch_schedule 32 0 0 0 since 10 160$" $B/rebatch.ckpt/iter_0000012/metadata.txt &&
-   grep -qE '^ iteration +13/ +13 \| consumed samples: +256 ' $B/rebatch2.log; then
+   grep -qE '^ \[[^]]*\] iteration +13/ +13 \| consumed samples: +256 ' $B/rebatch2.log; then
     ok "a changed --global-batch-size takes over at the iteration resumed from (recorded: since 10 160), and its checkpoint loads"
 else bad "a changed --global-batch-size" "$(grep -m1 -E 'error' $B/rebatch.log $B/rebatch2.log; grep batch_schedule $B/rebatch.ckpt/iter_0000012/metadata.txt)"; fi
 rm -rf $B/ramp.ckpt
@@ -236,17 +251,17 @@ ramp="$(echo $flags | sed "s/--train-iters 20//; s/--lr-warmup-iters 4/--lr-warm
 ramp_at=$(cat $B/ramp.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
 ramp_dir=$B/ramp.ckpt/iter_$(printf %07d "$ramp_at")
 if grep -q "^batch_schedule 16 4 4 100 since 0 0$" $ramp_dir/metadata.txt && grep -q "loaded checkpoint $ramp_dir" $B/ramp2.log &&
-   grep -qE "^ iteration +$((ramp_at + 1))/" $B/ramp2.log; then
+   grep -qE "^ \[[^]]*\] iteration +$((ramp_at + 1))/" $B/ramp2.log; then
     ok "a checkpoint saved during a batch ramp-up (iteration $ramp_at) loads, its consumed samples replayed"
 else bad "a checkpoint saved during a batch ramp-up" "$(grep -m1 -E 'error' $B/ramp.log $B/ramp2.log)"; fi
 
 # --finetune: the weights only, the iteration starts at 0; --no-load-optim: a fresh optimizer
 ./train_cpu $flags --load $B/first.ckpt --finetune --train-iters 3 --lr-warmup-iters 1 --log-interval 1 > $B/finetune.log 2>&1
-if grep -q "weights only" $B/finetune.log && grep -qE '^ iteration +1/ +3 \| consumed samples: +16 ' $B/finetune.log; then
+if grep -q "weights only" $B/finetune.log && grep -qE '^ \[[^]]*\] iteration +1/ +3 \| consumed samples: +16 ' $B/finetune.log; then
     ok "--finetune loads the weights and starts at iteration 0"
 else bad "--finetune" "$(grep -m1 -E 'error|iteration' $B/finetune.log)"; fi
 ./train_cpu $flags --load $B/first.ckpt --no-load-optim --log-interval 1 > $B/nooptim.log 2>&1
-if grep -q "without optimizer state" $B/nooptim.log && grep -qE '^ iteration +11/ +20 ' $B/nooptim.log; then
+if grep -q "without optimizer state" $B/nooptim.log && grep -qE '^ \[[^]]*\] iteration +11/ +20 ' $B/nooptim.log; then
     ok "--no-load-optim resumes at the checkpoint's iteration with a fresh optimizer"
 else bad "--no-load-optim" "$(grep -m1 -E 'error|iteration' $B/nooptim.log)"; fi
 
@@ -313,7 +328,7 @@ else bad "a planted link" "victim: $(cat $B/victim); marker: $(cat $pl/latest_ch
 
 # --train-iters 0 --save: the initial model as iteration 0; resuming from it trains exactly as
 # a fresh run does (the same losses, every digit)
-strip_timing() { grep -E '^ iteration' "$1" | sed -E 's/elapsed time per iteration \(ms\): [0-9.]+//; s/samples per second: [0-9.]+//; s/TFLOPs: [0-9.]+//'; }
+strip_timing() { grep -E '^ \[[^]]*\] iteration' "$1" | sed -E 's/^ \[[^]]*\]//; s/elapsed time per iteration \(ms\): [0-9.]+//; s/tokens per second: [0-9]+//; s/ETA: [0-9:]+//'; }
 short="$flags --train-iters 6 --log-interval 1"
 ./train_cpu $flags --train-iters 0 --save $B/init.ckpt > $B/init.log 2>&1
 ./train_cpu $short --load $B/init.ckpt > $B/from_init.log 2>&1
@@ -350,7 +365,7 @@ touch $B/a_file
 expect_refusal "--save of a regular file is refused before training" "--save $B/a_file: not a directory" --save $B/a_file
 expect_refusal "--save of an empty path is refused" "--save expects a directory, got ''" --save ""
 expect_refusal "--load of a regular file is refused" "--load $B/a_file: not a directory" --load $B/a_file
-grep -q '^ iteration' $B/refusal.out && bad "refusals happen before training" "a refused run printed iteration lines"
+grep -q '^ \[[^]]*\] iteration' $B/refusal.out && bad "refusals happen before training" "a refused run printed iteration lines"
 
 # an iter_N/ beyond the marker (a crash between the rename and the marker's update, or a run
 # repeated into the same directory) is replaced in one line, never stops the resumed run; the
@@ -422,20 +437,31 @@ else bad "a failed save on a grid" "status $status, marker $(cat $B/full_grid.ck
 # save, exit 0; the same signal twice ends the run at once (no save)
 long="$flags --train-iters 100000 --eval-interval 100000"
 training() {  # LOG: wait (up to 60 s) until the run has logged a step, so its handlers are in place
-    for i in $(seq 600); do grep -qE '^ iteration' "$1" 2> /dev/null && return; sleep 0.1; done
+    for i in $(seq 600); do grep -qE '^ \[[^]]*\] iteration' "$1" 2> /dev/null && return; sleep 0.1; done
 }
+# (and ends as every run does, ended_alike, but for the sample: it was asked to end soon)
 for sig in TERM INT HUP; do
-    ./train_cpu $long --save $B/$sig.ckpt > $B/$sig.log 2>&1 &
+    ./train_cpu $long --save $B/$sig.ckpt --generate-tokens 4 > $B/$sig.log 2>&1 &
     pid=$!
     training $B/$sig.log
     kill -$sig $pid
     wait $pid
     status=$?
     it=$(cat $B/$sig.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
-    if [ $status -eq 0 ] && [ -n "$it" ] && grep -q "stopping at iteration $it (SIG$sig on rank 0), checkpoint saved" $B/$sig.log; then
-        ok "SIG$sig saves the checkpoint of the current step and exits 0 (iteration $it)"
-    else bad "SIG$sig saves and exits 0" "status $status, latest '$it': $(tail -2 $B/$sig.log)"; fi
+    if [ $status -eq 0 ] && [ -n "$it" ] && grep -q "stopping at iteration $it (SIG$sig on rank 0), checkpoint saved" $B/$sig.log &&
+       ended_alike $B/$sig.log "$it" "SIG$sig" && grep -q "^no sample: SIG$sig asked the run to end" $B/$sig.log &&
+       ! grep -q -- "---------- sample" $B/$sig.log; then
+        ok "SIG$sig saves the checkpoint of the current step, logs, evaluates, sums up without a sample, exits 0 (iteration $it)"
+    else bad "SIG$sig saves and exits 0" "status $status, latest '$it': $(grep -vE '^(data|memory|note)' $B/$sig.log | tail -6)"; fi
 done
+# --exit-duration-in-mins (a fraction here: 0.6 s) ends alike, with the sample
+./train_cpu $long --save $B/time.ckpt --exit-duration-in-mins 0.01 --generate-tokens 4 > $B/time.log 2>&1
+status=$?
+it=$(cat $B/time.ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
+if [ $status -eq 0 ] && [ -n "$it" ] && ended_alike $B/time.log "$it" "--exit-duration-in-mins" &&
+   grep -A1 "^summary: $it iterations" $B/time.log | grep -q -- "---------- sample"; then
+    ok "--exit-duration-in-mins 0.01 ends alike: iteration $it's line, the save, the evaluation, the summary, the sample"
+else bad "--exit-duration-in-mins ends alike" "status $status, latest '$it': $(grep -vE '^(data|memory|note)' $B/time.log | tail -6)"; fi
 # (every fsync under twice.ckpt made 3 s late by tests/fault_fs.c, so that the second signal
 # surely comes while the first one's save is still going)
 gcc -shared -fPIC -O1 -Wall -Wextra -Werror tests/fault_fs.c -o $B/fault_fs.so -ldl
@@ -634,6 +660,18 @@ if [ $status -eq 0 ] && grep -q "\[sampling stopped by SIGTERM after [0-9]* of 1
     ok "SIGTERM during --generate-tokens stops sampling at once, saying so"
 else bad "SIGTERM during sampling" "status $status: $(tail -c 200 $B/sampling.log)"; fi
 
+# a signal during the end's evaluation stops it between two batches: the summary, no sample
+$TRAIN $flags --train-iters 2 --eval-iters 20000 --generate-tokens 4 > $B/evalstop.log 2>&1 &
+pid=$!
+for i in $(seq 300); do grep -qE '^ \[[^]]*\] iteration +2/' $B/evalstop.log 2> /dev/null && break; sleep 0.1; done
+sleep 0.2
+kill -TERM $pid
+exited_within $pid 20
+if [ $status -eq 0 ] && grep -q "^evaluation at iteration 2 on validation set stopped by a signal" $B/evalstop.log &&
+   grep -q "^summary: 2 iterations" $B/evalstop.log && grep -q "^no sample: SIGTERM" $B/evalstop.log; then
+    ok "SIGTERM during the end's evaluation stops it, then the summary; no sample"
+else bad "SIGTERM during the end's evaluation" "status $status: $(tail -c 300 $B/evalstop.log)"; fi
+
 # SIGINT during a periodic save (its fsyncs 1 s late) stops right after that save: no step
 # more, no second save
 pi=$B/periodic.ckpt
@@ -764,7 +802,7 @@ expect_refusal "a resume with another decay length (--train-iters without --lr-d
 expect_refusal "--override-opt-param-scheduler and --use-checkpoint-opt-param-scheduler together are refused" \
     "give --override-opt-param-scheduler or --use-checkpoint-opt-param-scheduler, not both" --train-iters 8 --load $R4/base.ckpt \
     --override-opt-param-scheduler --use-checkpoint-opt-param-scheduler
-lrs() { grep -E '^ iteration' "$1" | sed -E 's/.*learning rate: ([0-9.E+-]+).*/\1/' | tr '\n' ' '; }
+lrs() { grep -E '^ \[[^]]*\] iteration' "$1" | sed -E 's/.*learning rate: ([0-9.E+-]+).*/\1/' | tr '\n' ' '; }
 $TRAIN $flags --train-iters 8 --log-interval 1 --load $R4/base.ckpt > $R4/lr-same.log 2>&1
 $TRAIN $flags --train-iters 8 --log-interval 1 --load $R4/base.ckpt --lr 1e-3 --lr-decay-style linear \
     --use-checkpoint-opt_param-scheduler > $R4/lr-ckpt.log 2>&1

@@ -49,7 +49,7 @@ expect_error "--lr-warmup-fraction past 1" "--lr-warmup-fraction 9.22337e+18: a 
 expect_error "--loss-scale below the least float" "--loss-scale 1e-320: too small for a float" $base --fp16 --loss-scale 1e-320
 
 # argparse's --flag=value form (Megatron-LM's scripts may type it): the same run as --flag value
-timing='s/(elapsed time per iteration \(ms\)|samples per second|TFLOPs): [0-9.]+/\1: _/g'
+timing='s/^ \[[^]]*\]/ [_]/; s/(elapsed time per iteration \(ms\)|tokens per second|ETA): [0-9.:]+/\1: _/g'
 ./train_cpu $base --lr 2e-4 --seed 5 --log-interval 1 2>&1 | grep ' iteration ' | sed -E "$timing" > "$tmp/spaced"
 ./train_cpu $base --lr=2e-4 --seed=5 --log-interval=1 2>&1 | grep ' iteration ' | sed -E "$timing" > "$tmp/equals"
 if [ "$(grep -c 'learning rate' "$tmp/spaced")" -eq 2 ] && cmp -s "$tmp/spaced" "$tmp/equals"; then
@@ -85,7 +85,6 @@ megatron_note "--no-masked-softmax-fusion accepted" --no-masked-softmax-fusion
 megatron_note "--no-bias-gelu-fusion accepted" --no-bias-gelu-fusion
 megatron_note "--use-mcore-models accepted" --use-mcore-models
 megatron_note "--num-workers 4 accepted: the loader has no workers" --num-workers 4
-megatron_note "--log-throughput accepted" --log-throughput
 megatron_note "--log-validation-ppl-to-tensorboard accepted" --log-validation-ppl-to-tensorboard
 megatron_note "--exit-signal-handler accepted: gridgpt saves and exits on SIGTERM" --exit-signal-handler
 megatron_note "--kv-channels 8 accepted: the head size hidden / heads" --kv-channels 8
@@ -282,14 +281,34 @@ if [ "$(grep -c 'lm loss' "$tmp/selective")" -ge 6 ] && [ "$(grep -oE '(lm loss|
 else bad "--recompute-modules core_attn's run" "$(grep -m2 'lm loss' "$tmp/modules") vs $(grep -m2 'lm loss' "$tmp/selective")"; fi
 
 # same seed, same log lines (everything but the timing fields)
-strip_timing() { grep -E '^ iteration|lm loss value' "$1" | sed -E 's/elapsed time per iteration \(ms\): [0-9.]+//; s/samples per second: [0-9.]+//; s/TFLOPs: [0-9.]+//'; }
+strip_timing() { grep -E '^ \[[^]]*\] iteration|lm loss value' "$1" | sed -E 's/^ \[[^]]*\]//; s/elapsed time per iteration \(ms\): [0-9.]+//; s/ throughput per GPU \(TFLOP\/s\/GPU\): [0-9.]+ \|//; s/tokens per second: [0-9]+//; s/ETA: [0-9:]+//'; }
 run="--data-path $data --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 32 --micro-batch-size 2 --global-batch-size 4 --train-iters 8 --log-interval 1 --eval-interval 4 --eval-iters 2 --split 90,10,0 --lr 1e-3"
-./train_cpu $run > "$tmp/a" 2>&1; ./train_cpu $run > "$tmp/b" 2>&1
+./train_cpu $run > "$tmp/a" 2>&1; ./train_cpu $run --log-throughput > "$tmp/b" 2>&1
 if [ "$(strip_timing "$tmp/a" | wc -l)" -ge 8 ] && diff <(strip_timing "$tmp/a") <(strip_timing "$tmp/b") > /dev/null; then
     ok "two runs with the same seed print identical losses"
 else bad "two runs with the same seed print identical losses" "$(diff <(strip_timing "$tmp/a") <(strip_timing "$tmp/b") | head -5; tail -3 "$tmp/a")"; fi
-if grep -qE '^ iteration +8/ +8 \| consumed samples: +32 \|.*lm loss: [0-9.E+-]+ \| loss scale: 1\.0 \| grad norm' "$tmp/a"; then ok "log line in Megatron's shape"
-else bad "log line in Megatron's shape" "$(grep iteration "$tmp/a" | tail -1)"; fi
+# Megatron-LM HEAD's log line (training.py's training_log), from its format strings: " [%Y-%m-%d
+# %H:%M:%S] iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time per iteration (ms):
+# {:.1f} |", with --log-throughput " throughput per GPU (TFLOP/s/GPU): {:.1f} |", then " learning
+# rate: {:.6E} | global batch size: {:5d} | lm loss: {:.6E} | loss scale: {:.1f} | grad norm:
+# {:.3f} | number of skipped iterations: {:3d} | number of nan iterations: {:3d} |"; then
+# gridgpt's own " tokens per second: N | ETA: H:MM:SS |"
+E6='[0-9]\.[0-9]{6}E[+-][0-9]{2}'
+head_line() {  # THROUGHPUT_FIELD: HEAD's line at iteration 8 of 8, 32 samples, batch 4
+    echo "^ \[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\] iteration ( {7}8)/( {7}8) \| consumed samples: ( {10}32) \|"\
+"( elapsed time per iteration \(ms\): [0-9]+\.[0-9] \|)$1( learning rate: $E6 \| global batch size: ( {4}4) \|)"\
+"( lm loss: $E6 \| loss scale: 1\.0 \| grad norm: [0-9]+\.[0-9]{3} \|)( number of skipped iterations: ( {2}0) \|)"\
+"( number of nan iterations: ( {2}0) \|)( tokens per second: [0-9]+ \| ETA: [0-9]+:[0-9]{2}:[0-9]{2} \|)$"
+}
+if grep -qE "$(head_line '')" "$tmp/a" && grep -qE "$(head_line '( throughput per GPU \(TFLOP/s/GPU\): [0-9]+\.[0-9] \|)')" "$tmp/b"; then
+    ok "the log line of Megatron-LM HEAD, field for field (the throughput with --log-throughput), then tokens per second and the ETA"
+else bad "the log line of Megatron-LM HEAD" "$(grep iteration "$tmp/a" | tail -1; grep iteration "$tmp/b" | tail -1)"; fi
+# HEAD evaluates at the last iteration in the loop, then at the end; it logs iteration 1 whatever
+# --log-interval (here the run of the --flag=value check above, 2 iterations at interval 100)
+if grep -qF " validation loss at iteration 8 | " "$tmp/a" && grep -qF " validation loss at iteration 8 on validation set | " "$tmp/a" &&
+   grep -qE "^ \[[^]]*\] iteration +1/ +2 \|" "$tmp/spaced"; then
+    ok "the last iteration's evaluation in the loop, then the end's; iteration 1 logged"
+else bad "the last iteration's evaluation, iteration 1 logged" "$(grep 'validation loss' "$tmp/a"; head -2 "$tmp/spaced")"; fi
 
 # sampling after training prints the prompt and the requested number of new tokens
 ./train_cpu $base --generate-tokens 40 --generate-prompt "The" --max-position-embeddings 64 --generate-ignore-eod > "$tmp/gen" 2>&1
@@ -298,7 +317,7 @@ if [ "${sample:0:3}" = "The" ] && [ "$(printf '%s' "$sample" | wc -c)" -ge 40 ];
 else bad "sampling prints the prompt and new tokens" "$(tail -5 "$tmp/gen")"; fi
 
 # blending: two weighted prefixes (the same corpus twice) train through Megatron's blending path
-if ./train_cpu $base --data-path 0.3 "$data" 0.7 "$data" > "$tmp/blend" 2>&1 && grep -q "weight 0.3000" "$tmp/blend" && grep -qE '^ iteration +2/' "$tmp/blend"; then
+if ./train_cpu $base --data-path 0.3 "$data" 0.7 "$data" > "$tmp/blend" 2>&1 && grep -q "weight 0.3000" "$tmp/blend" && grep -qE '^ \[[^]]*\] iteration +2/' "$tmp/blend"; then
     ok "training on a weighted blend of two datasets"
 else bad "training on a weighted blend of two datasets" "$(grep -m1 error "$tmp/blend")"; fi
 
@@ -337,7 +356,7 @@ else
         expected="^BLAS: OpenBLAS [0-9.]*, Prescott kernels"
     else expected="^BLAS: OpenBLAS [0-9.]*, $right kernels: it found Prescott, .* OPENBLAS_CORETYPE=$right and restarted once"; fi
     if [ "$(grep -c '^BLAS' "$tmp/blas_generic")" -eq 1 ] && grep -qE "$expected" "$tmp/blas_generic" &&
-       grep -qE '^ iteration +2/' "$tmp/blas_generic"; then
+       grep -qE '^ \[[^]]*\] iteration +2/' "$tmp/blas_generic"; then
         ok "generic Prescott kernels on this CPU: ${right:-kept (an SSE CPU)} chosen, the trainer restarted once and trained"
     else bad "generic Prescott kernels replaced" "expected $expected: $(grep -E '^BLAS|warning|error' "$tmp/blas_generic" | head -3)"; fi
     OPENBLAS_CORETYPE=Prescott ./train_cpu $base > "$tmp/blas_user" 2>&1
@@ -351,7 +370,7 @@ else
     restarted=" \(the same on all 2 ranks, 2 of them restarted\)"
     [ -z "$right" ] && restarted=" \(the same on all 2 ranks, 0 of them restarted\)"
     if [ $status -eq 0 ] && [ "$(grep -c '^BLAS' "$tmp/blas_mpi")" -eq 1 ] && grep -qE "$expected.*$restarted\$" "$tmp/blas_mpi" &&
-       grep -qE '^ iteration +2/' "$tmp/blas_mpi"; then
+       grep -qE '^ \[[^]]*\] iteration +2/' "$tmp/blas_mpi"; then
         ok "under mpirun each of 2 ranks chose ${right:-its kernels} before MPI started, and the job trained"
     else bad "the kernel choice under mpirun" "status $status: $(grep -E '^BLAS|warning|error' "$tmp/blas_mpi" | head -4)"; fi
 fi
@@ -435,7 +454,7 @@ else bad "--fp16 --loss-scale 1024 against no scaling" "$(diff <(without_scale "
 # and the run must show all three moves: a skip that keeps the scale, a halving, a doubling.
 ./train_cpu $run --train-iters 14 --fp16 --initial-loss-scale 170141183460469231731687303715884105728 \
     --hysteresis 2 --loss-scale-window 4 > "$tmp/of" 2>&1
-verdict=$(grep -E '^ iteration' "$tmp/of" | sed -E 's/.*loss scale: ([0-9.]+) .* skipped iterations: +([0-9]+) .*/\2 \1/' | awk '
+verdict=$(grep -E '^ \[[^]]*\] iteration' "$tmp/of" | sed -E 's/.*loss scale: ([0-9.]+) .* skipped iterations: +([0-9]+) .*/\2 \1/' | awk '
     BEGIN { scale = 2^127; hyst = 2; growth = 0; kept = 0; halved = 0; doubled = 0 }
     { overflow = $1; before = scale
       if (overflow) { growth = 0; hyst--; if (hyst <= 0) scale = (scale / 2 > 1 ? scale / 2 : 1) }

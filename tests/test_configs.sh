@@ -20,7 +20,7 @@ tiny() {
     timeout 600 scripts/configs/$name.sh --tiny > $B/$name.log 2>&1
     local status=$? missing="" needle
     for needle in "$@"; do grep -qF -- "$needle" $B/$name.log || missing="$missing [$needle]"; done
-    if [ $status -eq 0 ] && grep -qE "^ iteration +$steps/ +$steps \| .*lm loss: [0-9]\.[0-9]+E[+-][0-9]+ " $B/$name.log &&
+    if [ $status -eq 0 ] && grep -qE "^ \[[^]]*\] iteration +$steps/ +$steps \| .*lm loss: [0-9]\.[0-9]+E[+-][0-9]+ " $B/$name.log &&
        [ -z "$missing" ]; then ok "$name --tiny trains $steps steps with every option of the run"
     else bad "$name --tiny" "status $status, missing:$missing; $(grep -m1 -E 'error|FAIL' $B/$name.log)"; fi
 }

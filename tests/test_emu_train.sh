@@ -99,10 +99,10 @@ if [ ! -f "$data.idx" ]; then bad "data" "$data.idx missing (make test builds it
 steps="--micro-batch-size 2 --global-batch-size 8 --train-iters 10 --log-interval 1 --eval-iters 0 --split 90,10,0"
 run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 $steps --lr 1e-2"
 flash_run="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 128 --num-attention-heads 2 --seq-length 16 $steps --lr 5e-3"
-losses() { sed -nE 's/^ iteration +([0-9]+)\/.*\| lm loss: ([0-9.E+-]+) \|.*/\1 \2/p' "$1"; }
+losses() { sed -nE 's/^ \[[^]]*\] iteration +([0-9]+)\/.*\| lm loss: ([0-9.E+-]+) \|.*/\1 \2/p' "$1"; }
 
 # the log lines without their timing fields: losses, grad norms, learning rates, counters
-strip_timing() { grep -E '^ iteration' "$1" | sed -E 's/elapsed time per iteration \(ms\): [0-9.]+//; s/samples per second: [0-9.]+//; s/TFLOPs: [0-9.]+//'; }
+strip_timing() { grep -E '^ \[[^]]*\] iteration' "$1" | sed -E 's/^ \[[^]]*\]//; s/elapsed time per iteration \(ms\): [0-9.]+//; s/tokens per second: [0-9]+//; s/ETA: [0-9:]+//'; }
 
 # within TOLERANCE LOG CPU_LOG: "ok ..." or "bad ...", the losses of LOG against train_cpu's
 within() {
@@ -370,12 +370,12 @@ if [ -z "${GPU_BINARY:-}" ]; then
     what="train_emu_fp16 --fp16 (dynamic loss scale from 2^32, hysteresis 2) stopped at step 10 of 16 and resumed at (TP,PP,DP)=(1,1,1)"
     resumed "$what" 1 1 1 end tests/build/train_emu_fp16 10 16 --fp16 --attention-backend unfused
     # the uninterrupted run's overflows (skipped steps) before and after step 10, and the tracker saved there
-    skipped() { sed -nE 's/^ iteration +([0-9]+)\/.*number of skipped iterations: +([0-9]+) .*/\1 \2/p' "$tmp/full" |
+    skipped() { sed -nE 's/^ \[[^]]*\] iteration +([0-9]+)\/.*number of skipped iterations: +([0-9]+) .*/\1 \2/p' "$tmp/full" |
                 awk -v lo="$1" -v hi="$2" '$1 >= lo && $1 <= hi { n += $2 } END { print n + 0 }'; }
     before=$(skipped 1 10) after=$(skipped 11 16)
     clean=$((6 - after))
     scaler=$(grep '^loss_scaler ' "$tmp/half.ckpt/iter_0000010/metadata.txt")
-    scale_16=$(sed -nE 's/^ iteration +16\/.*loss scale: ([0-9.]+) .*/\1/p' "$tmp/full")
+    scale_16=$(sed -nE 's/^ \[[^]]*\] iteration +16\/.*loss scale: ([0-9.]+) .*/\1/p' "$tmp/full")
     if [ "$before" -ge 3 ] && [ "$after" -ge 1 ] && [ "$clean" -ge 1 ] && set -- $scaler && [ "${4:-0}" -lt 0 ]; then
         ok "$what: the uninterrupted run skipped $before overflowing steps of 1-10 and $after of 11-16 (loss scale 2^32 -> $scale_16), trained $clean; iteration 10's metadata.txt has '$scaler' (a hysteresis tracker below 0)"
     else bad "$what: overflows" "skipped $before in 1-10, $after in 11-16; iteration 10: '$scaler'"; fi
@@ -502,12 +502,12 @@ done
 # data (the emulated kernels run when launched).
 p2p_args="$run --num-layers 4 --tensor-model-parallel-size 1 --pipeline-model-parallel-size 4 --global-batch-size 24 \
 --train-iters 4 --eval-iters 1 --eval-interval 2 --split 80,20,0"
-p2p_lines() { strip_timing "$1"; grep 'validation loss' "$1"; }
+p2p_lines() { strip_timing "$1"; grep 'validation loss' "$1"; }   # (validation: at 2 and 4, then the end's)
 p2p_run() {  # DEFER BINARY: the run with the exchanges on their stream against $tmp/p2p_off
     rm -rf "$tmp/p2p_on.ckpt"
     $MPIRUN -x EMU_DEFER_STREAMS=$1 -np 8 $2 $p2p_args --save "$tmp/p2p_on.ckpt" > "$tmp/p2p_on" 2>&1 ||
         { echo "bad exit status $?: $(grep -m2 -i error "$tmp/p2p_on")"; return; }
-    if [ "$(strip_timing "$tmp/p2p_on" | wc -l)" -eq 4 ] && [ "$(grep -c 'validation loss' "$tmp/p2p_on")" -eq 2 ] &&
+    if [ "$(strip_timing "$tmp/p2p_on" | wc -l)" -eq 4 ] && [ "$(grep -c 'validation loss' "$tmp/p2p_on")" -eq 3 ] &&
        diff <(p2p_lines "$tmp/p2p_off") <(p2p_lines "$tmp/p2p_on") > /dev/null &&
        cmp -s "$tmp/p2p_off.ckpt/iter_0000004/tensors.bin" "$tmp/p2p_on.ckpt/iter_0000004/tensors.bin"; then
         echo "ok bit-identical log lines, validation losses and checkpoint to the run on the compute stream"

@@ -36,7 +36,7 @@ if [ $status -eq 0 ] && [ "$(eval_lines $B/alone.log | wc -l)" -eq 2 ] && diff <
     ok "--skip-train --load (no model flag): the validation and test lines of the run that saved it, byte for byte"
 else bad "--skip-train --load" "status $status; $(diff <(eval_lines $B/train.log) <(eval_lines $B/alone.log) | head -4; grep -m1 error $B/alone.log)"; fi
 if grep -q '^model from checkpoint .*--num-layers 2 --hidden-size 32 --num-attention-heads 4 .*--seq-length 16' $B/alone.log &&
-   ! grep -q 'summary:\|nan\|^ iteration ' $B/alone.log; then
+   ! grep -q 'summary:\|nan\|^ \[[^]]*\] iteration ' $B/alone.log; then
     ok "the model's shape comes from the checkpoint (printed); no step, no summary, no 'nan'"
 else bad "evaluation alone's output" "$(grep -m2 'model from\|summary\|nan' $B/alone.log)"; fi
 # Megatron-LM's block: a ruler one dash longer than the line, PPL = exp(loss)

@@ -111,7 +111,7 @@ local_run() {  # log: 4 ranks, one per host, DP 4, each reading its host's copy
     hosts_mpirun $D/hostfile -np 4 --map-by node ./train_cpu ${tiny/--data-path $data/--data-path $D/local/$name} > $D/$1.out 2> $D/$1.err
 }
 local_run same
-if [ $? -eq 0 ] && grep -q "^ iteration        2/" $D/same.out; then ok "identical node-local copies on 4 hosts train"
+if [ $? -eq 0 ] && grep -q "^ \[[^]]*\] iteration        2/" $D/same.out; then ok "identical node-local copies on 4 hosts train"
 else bad "identical node-local copies" "$(grep -m1 error $D/same.err)"; fi
 printf '\xff' | dd of=$D/disk/node3/$name.bin bs=1 seek=100 conv=notrunc status=none
 local_run stale
@@ -212,7 +212,7 @@ saved=$(cat $D/down.ckpt/latest_checkpointed_iteration.txt)
 hosts_mpirun $D/hosts3 -np 3 --map-by node ./train_cpu $run --train-iters $((saved + 2)) --override-opt-param-scheduler --load $D/down.ckpt --save $D/down.ckpt > $D/resume.out 2> $D/resume.err
 status=$?
 if [ $status -eq 0 ] && grep -q "3 rank(s) as TP 1 x PP 1 x DP 3" $D/resume.out && grep -q "loaded checkpoint $D/down.ckpt/iter_00000$saved" $D/resume.out &&
-   grep -q "^ iteration       $((saved + 2))/      $((saved + 2)) " $D/resume.out; then
+   grep -q "^ \[[^]]*\] iteration       $((saved + 2))/      $((saved + 2)) " $D/resume.out; then
     ok "the last checkpoint (iteration $saved, PP 2 x DP 2 on 4 hosts) loads on the 3 hosts left at DP 3, and training goes on"
 else bad "resuming on the hosts left" "status $status: $(grep -m2 error $D/resume.err | cut -c1-300)"; fi
 # rank 0's host, node1, on the 3 hosts left (ranks 0 | 1, 2 | 3 on node1 | node2 | node4), TP 2

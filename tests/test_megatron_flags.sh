@@ -96,7 +96,7 @@ notes=$(grep -c "^note: Megatron's .* accepted: " "$tmp/out")
 accepted="--use-mcore-models --kv-channels --attention-dropout --hidden-dropout --attention-backend --cross-entropy-loss-fusion"
 accepted="$accepted --calculate-per-token-loss --manual-gc --empty-unused-memory-level --use-distributed-optimizer"
 accepted="$accepted --context-parallel-size --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers"
-accepted="$accepted --log-throughput --distributed-timeout-minutes"
+accepted="$accepted --distributed-timeout-minutes"
 noted=$(grep "^note: Megatron's " "$tmp/out" | cut -d' ' -f3 | tr '\n' ' ' | sed 's/ $//')
 # Megatron-LM turns --sequence-parallel off at TP 1 with a warning; gridgpt refuses it (config.h layout_error)
 if [ "$noted" = "$accepted" ] && [ "$(cat "$tmp/status")" = 2 ] && grep -qF -- "--sequence-parallel needs --tensor-model-parallel-size > 1" "$tmp/err"; then

@@ -746,6 +746,19 @@ static void flops_formulas(void) {
           "model FLOPs: 72 form, 96 form with every layer recomputed, block counts its recomputed layers per stage",
           "%.6g vs %.6g, %.6g vs %.6g, block %.6g vs %.6g, uneven %.6g vs %.6g", got3, three, got4, four, got_block,
           three + 6 * layer_forward, got_uneven, three + 5 * layer_forward);
+    // the log line's FLOPs, Megatron-LM HEAD's num_floating_point_operations written out for Llama
+    // 3 8B: 12 B s l h^2 ((1 + g/n + s/h/2) + 3/2 F/h) + 6 B s h V; flops_per_step counts the
+    // attention's scores and their product with V whole, 1.125x that
+    a.model = tiny_config(0);
+    a.model.num_layers = 32, a.model.hidden_size = 4096, a.model.ffn_hidden_size = 14336, a.model.seq_length = 8192;
+    a.model.num_attention_heads = 32, a.model.group_query_attention = 1, a.model.num_query_groups = 8;
+    a.model.swiglu = 1, a.model.padded_vocab_size = 128256;
+    B = 1, s = 8192, l = 32, h = 4096, V = 128256;
+    double F = 14336, head = 12 * B * s * l * h * h * ((1 + 8.0 / 32 + s / h / 2) + 1.5 * F / h) + 6 * B * s * h * V;
+    double causal = causal_flops_per_step(&a.model, 1), full = flops_per_step(&a.model, 1, 0, 0);
+    check(fabs(causal / head - 1) < 1e-12 && fabs(full / causal - 1.125) < 1e-3,
+          "the log line's FLOPs are Megatron-LM HEAD's (causal attention halved) for Llama 3 8B; full attention's 1.125x",
+          "%.6g vs HEAD's %.6g, full / causal %.4f", causal, head, full / causal);
 }
 
 // CRC-32's standard check value (zlib, IEEE 802.3): "123456789" -> cbf43926; also across the

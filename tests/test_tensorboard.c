@@ -254,7 +254,7 @@ static void check_failed_write(void) {
     check(reports == 1, "a failed write is said once", "%d reports", reports);
 }
 
-// the writer's cost per log interval: the 18 scalars log_step writes with --fp16, then the flush
+// the writer's cost per log interval: the 18 scalars log_step writes with --fp16 --log-throughput, then the flush
 static void measure_cost(const char* dir) {
     TensorBoardWriter w;
     char err[5000];
@@ -262,8 +262,8 @@ static void measure_cost(const char* dir) {
     if (tensorboard_open(&w, dir, count_report, err, sizeof(err))) return;
     const char* tags[18] = {"lm loss", "lm loss vs samples", "learning-rate", "learning-rate vs samples", "batch-size",
                             "batch-size vs samples", "loss-scale", "loss-scale vs samples", "grad-norm", "grad-norm vs samples",
-                            "iteration-time", "iteration-time vs samples", "samples-per-second",
-                            "samples-per-second vs samples", "throughput", "throughput vs samples", "mem-max-rss-bytes",
+                            "iteration-time", "iteration-time vs samples", "tokens-per-second",
+                            "tokens-per-second vs samples", "throughput", "throughput vs samples", "mem-max-rss-bytes",
                             "mem-max-rss-bytes vs samples"};
     int intervals = 2000;
     double t0 = wall_clock_seconds();

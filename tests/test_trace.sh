@@ -49,7 +49,7 @@ trace_check() {  # [--only TEXT] ARGS...
 model="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --micro-batch-size 1 --global-batch-size 8 --train-iters 4 --log-interval 1 --split 90,10,0 --seed 7"
 profile="--profile --profile-step-start 1 --profile-step-end 3 --profile-dir $tmp/trace"
-strip_timing() { grep -E '^ (iteration|validation)' "$1" | sed -E 's/elapsed time per iteration \(ms\): [0-9.]+//; s/samples per second: [0-9.]+//; s/TFLOPs: [0-9.]+//'; }
+strip_timing() { grep -E '^ (\[[^]]*\] iteration|validation)' "$1" | sed -E 's/^ \[[^]]*\]//; s/elapsed time per iteration \(ms\): [0-9.]+//; s/tokens per second: [0-9]+//; s/ETA: [0-9:]+//'; }
 
 # (1,4,1): 8 micro-batches through 4 stages, an evaluation and a save after iteration 3
 $MPIRUN -np 4 ./train_cpu $model --pipeline-model-parallel-size 4 --eval-interval 3 --eval-iters 1 \
@@ -208,7 +208,7 @@ refused() {  # NAME EXPECTED-TEXT NP FLAGS...
     else $MPIRUN -np "$np" ./train_cpu $model "$@" > "$tmp/refused" 2>&1; fi
     local status=$? lines
     lines=$(grep -c '^error: ' "$tmp/refused")
-    if [ $status -eq 2 ] && [ "$lines" -eq 1 ] && grep -q "^error: .*$text" "$tmp/refused" && ! grep -q '^ iteration' "$tmp/refused"; then
+    if [ $status -eq 2 ] && [ "$lines" -eq 1 ] && grep -q "^error: .*$text" "$tmp/refused" && ! grep -q '^ \[[^]]*\] iteration' "$tmp/refused"; then
         ok "refused, exit status 2: $(grep '^error: ' "$tmp/refused")"
     else bad "refusal: $name" "exit status $status, $lines error line(s): $(head -c 300 "$tmp/refused")"; fi
 }

@@ -38,7 +38,7 @@ else bad "the watchdog line's shape" "$(grep -m1 'rank 0 on' $B/hang.err)"; fi
 # summary names it by host, pid and coordinates, from what rank 0 gathered at the start
 timeout 120 $MPIRUN -np 2 ./train_cpu $run --train-iters 100000 --watchdog-timeout 2 > $B/stop.out 2> $B/stop.err &
 job=$!
-for i in $(seq 600); do grep -qE '^ iteration' $B/stop.out 2> /dev/null && break; sleep 0.1; done
+for i in $(seq 600); do grep -qE '^ \[[^]]*\] iteration' $B/stop.out 2> /dev/null && break; sleep 0.1; done
 frozen=$(pgrep -f "train_cpu .*--train-iters 100000 --watchdog-timeout 2" | sort -n | tail -1)
 kill -STOP $frozen
 wait $job
@@ -99,7 +99,7 @@ if [ "$named" = "rank 2 on $host TP(0)-PP(0)-DP(2)-Rank(2)" ]; then
     ok "a rank computing 8x as long is named, and no other: $(grep -m1 '^slow rank:' $B/slow.out | cut -c1-160)"
 else bad "the slowed rank" "named: '$named'"; fi
 $MPIRUN -np 2 ./train_cpu $slow_run --global-batch-size 4 > $B/even.out 2>&1
-if [ $? -eq 0 ] && [ -z "$(slow_lines $B/even.out)" ] && grep -q "^ iteration        8/" $B/even.out; then
+if [ $? -eq 0 ] && [ -z "$(slow_lines $B/even.out)" ] && grep -q "^ \[[^]]*\] iteration        8/" $B/even.out; then
     ok "an even job names no slow rank"
 else bad "an even job" "$(grep -m2 -E '^slow rank|error' $B/even.out)"; fi
 
@@ -108,6 +108,6 @@ else bad "an even job" "$(grep -m2 -E '^slow rank|error' $B/even.out)"; fi
 $MPIRUN -np 8 ./train_cpu $run $grid222 --watchdog-timeout 3 --eval-iters 1 --eval-interval 4 --save $B/healthy \
     > $B/healthy.out 2> $B/healthy.err
 status=$?
-if [ $status -eq 0 ] && ! grep -q watchdog $B/healthy.err && grep -q "^ iteration        8/" $B/healthy.out; then
+if [ $status -eq 0 ] && ! grep -q watchdog $B/healthy.err && grep -q "^ \[[^]]*\] iteration        8/" $B/healthy.out; then
     ok "a healthy (2,2,2) job with --watchdog-timeout 3 (evaluation, checkpoint) ends normally, no watchdog line"
 else bad "a healthy job with a short watchdog timeout" "status $status: $(grep -m2 -E 'watchdog|error' $B/healthy.err)"; fi
