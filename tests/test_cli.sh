@@ -161,7 +161,7 @@ else bad "the pipeline-exchange line" "$lines"; fi
 # run of the GPU build says which of the GPU's the flag, the head size and (auto) the cost
 # model's estimates choose (tests/test_plan.sh: auto's choices)
 attention_line() { ./train_cpu "$@" 2>&1 | grep -m1 '^attention: ' | cut -d' ' -f2-3; }
-plan="--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --vocab-size 257 --dry-run"
+plan="--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --vocab-size 257 --dry-run --dry-run-build gpu"
 lines="$(attention_line $base --train-iters 1 --eval-iters 0 --attention-backend flash --hidden-size 128)|\
 $(attention_line $plan)|$(attention_line $plan --hidden-size 128)|$(attention_line $plan --hidden-size 128 --attention-backend unfused)"
 if [ "$lines" = "the C|unfused, cuBLAS|fused, flash|unfused, cuBLAS" ]; then
