@@ -107,8 +107,8 @@ static const struct {
 // (rate_under_load):
 //  - the dense peak: make bench's FMA loop, every thread at once (fma_peak_gflops);
 //  - the matmul efficiency: the CPU build's matmul_forward (OpenBLAS's sgemm when built with it;
-//    train_gpu has the plain-C loops only), forward and backward, at the model's own fc1
-//    shape, over that peak (linear_gflops; this_machine says why that shape). OpenBLAS computes in small register
+//    train_gpu has the plain-C loops only), forward and backward, at the shapes of the model's
+//    own layer, over that peak (linear_gflops, model_linears; this_machine says why). OpenBLAS computes in small register
 //    blocks, so there are no waves of 128 x 128 tiles to quantize (gemm_seconds leaves them
 //    out when cpu_threads is set);
 //  - the memory bandwidth: a triad over 12 MiB, the size of a small model's working set (in
@@ -122,6 +122,12 @@ static const struct {
 //    MPI's sm transport): half the streaming bandwidth, and 2 us a message (an assumption).
 // What this leaves out: the CPU attention and norms are C loops, not GEMMs and fused kernels,
 // priced here as the GPU's (docs/profiling.md, "Against the planner": 1.77x at T 128).
+
+#ifndef _OPENMP   // compiled without OpenMP (tests/recost.py's SASS): one thread
+static inline int omp_get_thread_num(void) { return 0; }
+static inline int omp_get_max_threads(void) { return 1; }
+static inline void omp_set_num_threads(int threads) { (void)threads; }
+#endif
 
 // The widest vectors this build compiles for (-march=native: the machine's own).
 #if defined(__AVX512F__)
@@ -194,27 +200,37 @@ static double fma_peak_gflops(double window, int windows, int best) {
     return rate_under_load(fma_work, &sink, flops / 1e9, window, windows, best);
 }
 
-// buffers of a linear layer over N tokens, C to OC features: the CPU build's matmul_forward (and
-// for the planner its matmul_backward too: three GEMMs, the weight gradient's over the tokens)
+// the linear layers of one transformer layer over N tokens, layer k from C[k] to OC[k]
+// features: the CPU build's matmul_forward (and for the planner its matmul_backward too: three
+// GEMMs, the weight gradient's over the tokens), all of them one after another, on buffers
+// sized for the widest
+#define MAX_LINEARS 4
 typedef struct {
-    int N, C, OC, backward;
+    int N, count, C[MAX_LINEARS], OC[MAX_LINEARS], backward;
     float *x, *dx, *weight, *dweight, *y, *dy;
 } LinearWork;
 
 static void linear_work(void* ctx) {
     LinearWork* l = (LinearWork*)ctx;
-    matmul_forward_cpu(l->y, l->x, l->weight, NULL, l->N, l->C, l->OC);
-    if (l->backward) matmul_backward_cpu(l->dx, l->dweight, NULL, l->dy, l->x, l->weight, l->N, l->C, l->OC);
+    for (int k = 0; k < l->count; k++) {
+        matmul_forward_cpu(l->y, l->x, l->weight, NULL, l->N, l->C[k], l->OC[k]);
+        if (l->backward) matmul_backward_cpu(l->dx, l->dweight, NULL, l->dy, l->x, l->weight, l->N, l->C[k], l->OC[k]);
+    }
 }
 
-// the linear layer's GFLOP/s, forward alone or forward and backward
-static double linear_gflops(int N, int C, int OC, int backward, double window, int windows, int best) {
-    size_t in = (size_t)N * C, w = (size_t)C * OC, out = (size_t)N * OC, all = 2 * (in + w + out);
+// their GFLOP/s, forward alone or forward and backward
+static double linear_gflops(LinearWork l, double window, int windows, int best) {
+    size_t C = 1, OC = 1;
+    double flops = 0.0;
+    for (int k = 0; k < l.count; k++) {
+        C = (size_t)l.C[k] > C ? (size_t)l.C[k] : C, OC = (size_t)l.OC[k] > OC ? (size_t)l.OC[k] : OC;
+        flops += (l.backward ? 6.0 : 2.0) * l.N * l.C[k] * (double)l.OC[k];
+    }
+    size_t in = l.N * C, w = C * OC, out = l.N * OC, all = 2 * (in + w + out);
     float* a = (float*)mallocCheck(all * sizeof(float));
     for (size_t i = 0; i < all; i++) a[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
-    LinearWork l = {N, C, OC, backward, a, a + in, a + 2 * in, a + 2 * in + w, a + 2 * (in + w), a + 2 * (in + w) + out};
-    double gflops = rate_under_load(linear_work, &l, (backward ? 6.0 : 2.0) * N * C * (double)OC / 1e9, window, windows,
-                                    best);
+    l.x = a, l.dx = a + in, l.weight = a + 2 * in, l.dweight = l.weight + w, l.y = l.dweight + w, l.dy = l.y + out;
+    double gflops = rate_under_load(linear_work, &l, flops / 1e9, window, windows, best);
     free(a);
     return gflops;
 }
@@ -247,32 +263,47 @@ static double parallel_region_us(double window, int windows) {
 
 // the figures measured (before the ranks' sharing), for the dry run's cost-model line
 typedef struct {
-    int threads, world, cores, N, C, OC;
+    int threads, world, cores;
+    LinearWork layer;   // the shapes of the matmuls measured
     double fma_gflops, matmul_gflops, triad_gbps, region_us, share;
 } MachineFigures;
 static MachineFigures machine_figures;
 
+// the four linear layers of one of the model's layers on one tensor rank, a micro-batch's tokens
+// (gpt.h's widths: QKV (heads + 2 groups) x the head size, fc1 twice the MLP's with SwiGLU),
+// each dimension capped at 1024
+static LinearWork model_linears(const Config* a) {
+    const GPTConfig* m = &a->model;
+    int TP = a->tensor_model_parallel_size, H = m->hidden_size, hs = H / m->num_attention_heads;
+    int ffn = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * H;
+    int qkv = (m->num_attention_heads + 2 * query_groups(m)) * hs / TP, fc = (m->swiglu ? 2 : 1) * ffn / TP;
+    LinearWork l = {a->micro_batch_size * m->seq_length, 4, {H, H / TP, H, ffn / TP}, {qkv, H, fc, H}, 1,
+                    NULL, NULL, NULL, NULL, NULL, NULL};
+    l.N = l.N < 1024 ? l.N : 1024;
+    for (int k = 0; k < 4; k++) {
+        l.C[k] = l.C[k] < 1 ? 1 : l.C[k] < 1024 ? l.C[k] : 1024;
+        l.OC[k] = l.OC[k] < 1 ? 1 : l.OC[k] < 1024 ? l.OC[k] : 1024;
+    }
+    return l;
+}
+
 // This machine as a Hardware for the layout of `a`, its ranks all on it, measured once a
-// process (about 0.4 s), each rate the median of a few windows (rate_under_load). The matmul is the model's fc1 (a micro-batch's tokens,
-// the hidden size to the MLP's over TP), each dimension capped at 1024: small GEMMs run well
-// below a large one's rate on a CPU, and the shapes a CPU trains are small.
+// process (about 0.4 s), each rate the median of a few windows (rate_under_load). The matmul is the model's own layer's four linears
+// (model_linears): small GEMMs run well below a large one's rate on a CPU, and the shapes a CPU
+// trains are small.
 static Hardware this_machine(const Config* a) {
     static Hardware h;
     MachineFigures* f = &machine_figures;
     if (h.cpu_threads > 0.0) return h;
-    const GPTConfig* m = &a->model;
-    int world = layout_world_size(a), ffn = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * m->hidden_size;
+    int world = layout_world_size(a);
     f->threads = threads_of_local_rank(world);
     f->world = world;
     f->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int tokens = a->micro_batch_size * m->seq_length, width = ffn / a->tensor_model_parallel_size;
-    f->N = tokens < 1024 ? tokens : 1024;
-    f->C = m->hidden_size < 1024 ? m->hidden_size : 1024;
-    f->OC = width < 1 ? 1 : width < 1024 ? width : 1024;
+    f->layer = model_linears(a);
     int before = omp_get_max_threads();
     omp_set_num_threads(f->threads);
     f->fma_gflops = fma_peak_gflops(0.03, 3, 0);   // about 0.1 s
-    f->matmul_gflops = linear_gflops(f->N, f->C, f->OC, 1, 0.03, 5, 0);   // 0.15 s
+    f->matmul_gflops = linear_gflops(f->layer, 0.03, 5, 0);   // 0.15 s
     f->triad_gbps = triad_gbps(0.02, 3);
     f->region_us = parallel_region_us(0.01, 3);
     omp_set_num_threads(before);
@@ -294,10 +325,11 @@ static void print_machine(const Hardware* hw) {
     const MachineFigures* f = &machine_figures;
     printf("cost model (this machine, measured now; --hw names a GPU instead): %d rank(s) of %d thread(s) on %d cores "
            "(each rank gets %.2f of its figures); FMA loop %.1f GFLOP/s a rank x %.2f matmul efficiency (the CPU "
-           "build's matmul at %d x %d by %d x %d: %.1f GFLOP/s), no waves of tiles; %.1f GB/s streaming (a 12 MiB triad); %.2f us a "
+           "build's linear layers of one of the model's layers, forward and backward, %d tokens: %.1f GFLOP/s), no "
+           "waves of tiles; %.1f GB/s streaming (a 12 MiB triad); %.2f us a "
            "kernel's launch (an OpenMP parallel region); MPI between ranks %.1f GB/s, %.1f us a message; %.1f GiB a "
            "rank; nothing overlaps\n", f->world, f->threads, f->cores, f->share, 1e3 * hw->peak_tflops,
-           hw->matmul_efficiency, f->N, f->C, f->C, f->OC, f->matmul_gflops, hw->memory_bandwidth, hw->launch_us, hw->nvlink_bandwidth,
+           hw->matmul_efficiency, f->layer.N, f->matmul_gflops, hw->memory_bandwidth, hw->launch_us, hw->nvlink_bandwidth,
            hw->latency_us, hw->memory_gib);
 }
 

@@ -413,7 +413,8 @@ static int bench_machine(void) {
     int sizes[] = {1024, 2048}, best_n = 0;
     printf("   OpenBLAS sgemm   ");
     for (int i = 0; i < 2; i++) {
-        double g = linear_gflops(sizes[i], sizes[i], sizes[i], 0, 0.3, 3, 1);   // forward: one sgemm
+        LinearWork square = {sizes[i], 1, {sizes[i]}, {sizes[i]}, 0, NULL, NULL, NULL, NULL, NULL, NULL};   // one sgemm
+        double g = linear_gflops(square, 0.3, 3, 1);
         printf(" %d^3: %.1f GFLOP/s;", sizes[i], g);
         if (g > sgemm) sgemm = g, best_n = sizes[i];
     }

@@ -260,7 +260,7 @@ for m in moe_act layernorm mla_up_proj moe shared_experts mhc gdn gdn_norm_out; 
     grep -qF -- "--recompute-modules $m: not in gridgpt" "$tmp/err" || bad "--recompute-modules $m refused by name" "$(head -c 200 "$tmp/err")"
 done
 ok "--recompute-modules: each other module Megatron-LM recomputes refused by name (moe_act ... gdn_norm_out)"
-plan_of() { ./train_cpu $pp2 --dry-run-build cpu "$@" 2>&1 | grep -E '^ *planned|^dry-run:'; }
+plan_of() { ./train_cpu $pp2 --dry-run-build gpu "$@" 2>&1 | grep -E '^ *planned|^dry-run:'; }
 if [ "$(plan_of --recompute-granularity selective --recompute-modules core_attn)" = "$(plan_of --recompute-granularity selective)" ] &&
    [ "$(plan_of --recompute-granularity selective --recompute-modules core_attn)" != "$(plan_of)" ]; then
     ok "--recompute-modules core_attn plans what --recompute-granularity selective plans (and not what no recomputation does)"
