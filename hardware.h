@@ -123,12 +123,6 @@ static const struct {
 // What this leaves out: the CPU attention and norms are C loops, not GEMMs and fused kernels,
 // priced here as the GPU's (docs/profiling.md, "Against the planner": 1.77x at T 128).
 
-#ifndef _OPENMP   // compiled without OpenMP (tests/recost.py's SASS): one thread
-static inline int omp_get_thread_num(void) { return 0; }
-static inline int omp_get_max_threads(void) { return 1; }
-static inline void omp_set_num_threads(int threads) { (void)threads; }
-#endif
-
 // The widest vectors this build compiles for (-march=native: the machine's own).
 #if defined(__AVX512F__)
 #define FMA_LANES 16
