@@ -101,7 +101,7 @@ static const struct {
 // this machine, measured now: what the CPU build's plan is priced on
 //
 // The CPU build runs the plain-C kernels and OpenBLAS's sgemm on this machine's cores, so its
-// plan is priced on figures measured here, in under half a second, with the threads a
+// plan is priced on figures measured here, in about a fifth of a second, with the threads a
 // rank of the planned world would run (parallel.h's threads_of_local_rank), each the median of
 // a few windows under whatever else the machine is running at the time, as the run will be
 // (rate_under_load):
@@ -282,7 +282,7 @@ static LinearWork model_linears(const Config* a) {
 }
 
 // This machine as a Hardware for the layout of `a`, its ranks all on it, measured once a
-// process (about 0.4 s), each rate the median of a few windows (rate_under_load). The matmul is the model's own layer's four linears
+// process (about 0.2 s), each rate the median of a few windows (rate_under_load). The matmul is the model's own layer's four linears
 // (model_linears): small GEMMs run well below a large one's rate on a CPU, and the shapes a CPU
 // trains are small.
 static Hardware this_machine(const Config* a) {
@@ -296,10 +296,10 @@ static Hardware this_machine(const Config* a) {
     f->layer = model_linears(a);
     int before = omp_get_max_threads();
     omp_set_num_threads(f->threads);
-    f->fma_gflops = fma_peak_gflops(0.03, 3, 0);   // about 0.1 s
-    f->matmul_gflops = linear_gflops(f->layer, 0.03, 5, 0);   // 0.15 s
-    f->triad_gbps = triad_gbps(0.02, 3);
-    f->region_us = parallel_region_us(0.01, 3);
+    f->fma_gflops = fma_peak_gflops(0.02, 3, 0);   // windows of 10-20 ms, 0.2 s in all
+    f->matmul_gflops = linear_gflops(f->layer, 0.02, 5, 0);
+    f->triad_gbps = triad_gbps(0.01, 3);
+    f->region_us = parallel_region_us(0.005, 3);
     omp_set_num_threads(before);
     f->share = fmin(1.0, (double)f->cores / ((double)world * f->threads));   // the ranks taking turns
     double gib = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE) / (1 << 30);

@@ -154,7 +154,7 @@ else bad "the GPU plan against the CPU plan" "gpu: $gp $gg $go $ga $gw $gt / cpu
 # 256, 4 x 64 tokens). (This file's model, 0.3 ms a step, is left out: a step that short is
 # measured between the scheduler's time slices, not through them.) The dry run measures the machine right before the run,
 # with the run's one thread (OMP_NUM_THREADS=1 above) and under the same load (make test's other
-# lane): each rate is the median of windows of 10-30 ms, preemptions included. The run's step is
+# lane): each rate is the median of windows of 10-20 ms, preemptions included. The run's step is
 # measured alike: the median of its log intervals after the first (which touches the arena
 # first), each interval the mean of enough iterations to last 5 ms or more. 2x is the issue's
 # bound: the cost model leaves out that the CPU's attention and GELU are C loops (about a tenth
