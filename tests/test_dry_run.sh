@@ -159,8 +159,19 @@ else bad "the GPU plan against the CPU plan" "gpu: $gp $gg $go $ga $gw $gt / cpu
 # first), each interval the mean of enough iterations to last 5 ms or more. 2x is the issue's
 # bound: the cost model leaves out that the CPU's attention and GELU are C loops (about a tenth
 # of the step at the third shape: make bench's kernel table), and the two measurements are a
-# second apart, under a load that may change in between.
+# second apart, under a load that may change in between: make test's other lane starts and ends
+# mpiruns of 8 ranks on the 2 cores. So a pair outside 2x is measured once more, dry run and
+# run again, and the second pair decides (a plan that is not this machine's, an A100's at
+# 46dfe3f, is 100x off both times).
 priced_here() {  # name iterations log-interval flags...
+    local first
+    first=$(priced_pair "$@")
+    case "$first" in
+        PASS*) echo "$first" ;;
+        *) priced_pair "$@" | sed "/^PASS/ s|\$| (the second pair; the first: ${first#FAIL })|" ;;
+    esac
+}
+priced_pair() {  # name iterations log-interval flags...: one dry run, one run, the verdict
     local name=$1 iters=$2 interval=$3; shift 3
     ./train_cpu --dry-run "$@" > $B/$name.cpu.plan 2>&1
     ./train_cpu --data-path $data "$@" --train-iters $iters --eval-iters 0 --log-interval $interval > $B/$name.cpu.run 2>&1
