@@ -130,7 +130,7 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                        \
     X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS; SP on and off at TP > 1) of the world, fastest first") \
     X(SWITCH, print_schedule, NULL, 0, "with --dry-run: draw one step's pipeline schedule, a line per stage ('.': the bubble)") \
-    X(CHOICE, hw, NULL, 0, "v100-32gb | a100-40gb | a100-80gb | h100-80gb (default a100-80gb): the dry run's GPU")   \
+    X(CHOICE, hw, NULL, 0, "v100-32gb | a100-40gb | a100-80gb | h100-80gb (default a100-80gb; train_cpu: this machine): the dry run's GPU")   \
     X(FLOAT, hw_peak_tflops, NULL, 0, "dense fp16/bf16 peak, TFLOP/s (0: --hw's)")                                      \
     X(FLOAT, hw_matmul_efficiency, NULL, 0, "the fraction of the peak large matmuls reach (0: --hw's)")                 \
     X(FLOAT, hw_attention_efficiency, NULL, 0, "the fraction of the peak the fused attention's products reach (0: --hw's)") \
@@ -146,14 +146,14 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
     X(INT, hw_gpus_per_node, NULL, 0, "GPUs per node (0: --hw's)")                                                      \
     X(FLOAT, hw_latency_us, NULL, 0, "microseconds per message: a ring step or a send (0: --hw's)")                    \
     X(FLOAT, hw_reserve_gib, NULL, 0, "GiB per GPU left to CUDA, cuBLAS and NCCL (0: --hw's)")                          \
-    X(CHOICE, dry_run_build, NULL, 0, "gpu | cpu (default gpu): the build --dry-run plans, whichever binary runs it")  \
+    X(CHOICE, dry_run_build, NULL, 0, "gpu | cpu (default: the binary's own, gpu with --hw or --hw-*): the build --dry-run plans")  \
     X(SWITCH, help, NULL, 0, "print this list")                                                                   \
     X(SWITCH, help_markdown, NULL, 0, "print this list as Markdown tables: docs/flags.md")
 
 typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_INVERSE_SQRT } LRDecayStyle;   // in --lr-decay-style's order
 typedef enum { PARTITION_UNIFORM, PARTITION_TRANSFORMER, PARTITION_TRANSFORMER_EMBEDDING } PartitionMethod;   // --pp-partition-method
 typedef enum { GRANULARITY_NONE, GRANULARITY_FULL, GRANULARITY_SELECTIVE } RecomputeGranularity;   // --recompute-granularity
-typedef enum { PLAN_GPU_BUILD, PLAN_CPU_BUILD } DryRunBuild;   // --dry-run-build (-1, not given: the GPU build)
+typedef enum { PLAN_GPU_BUILD, PLAN_CPU_BUILD } DryRunBuild;   // --dry-run-build (-1, not given: hardware.h's plans_gpu_build)
 typedef enum { ATTENTION_AUTO, ATTENTION_FLASH, ATTENTION_UNFUSED } AttentionBackend;   // --attention-backend
 typedef enum { GENERATE_TEXT, GENERATE_IDS, GENERATE_BOTH } GenerateOutput;   // --generate-output
 typedef enum { TOKENIZER_GPT2_BPE } TokenizerType;   // --tokenizer-type (-1, not given: bytes, or ids printed as numbers)
@@ -872,6 +872,9 @@ static void check_model(Config* a) {
         config_error("--print-schedule goes with --dry-run, not --sweep (it draws the one layout planned)");
     if (hardware_given(a) && !a->dry_run)
         config_error("--hw and --hw-* describe the cluster a --dry-run prices its step on: give --dry-run");
+    if (a->dry_run_build == PLAN_CPU_BUILD && a->hw >= 0)
+        config_error("--hw names a GPU, but --dry-run-build cpu plans the CPU build, priced on this machine as measured "
+                     "now (an --hw-* number may replace one of its figures): give one of them");
     check_fraction("--hw-matmul-efficiency", a->hw_matmul_efficiency);
     check_fraction("--hw-attention-efficiency", a->hw_attention_efficiency);
     check_fraction("--hw-memory-efficiency", a->hw_memory_efficiency);

@@ -20,6 +20,10 @@ and event helpers, BuildTarget / this_build, GPU_BUILD, CEIL_DIV.
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
+#else   // compiled without OpenMP (tests/recost.py's SASS): one thread
+static inline int omp_get_thread_num(void) { return 0; }
+static inline int omp_get_max_threads(void) { return 1; }
+static inline void omp_set_num_threads(int threads) { (void)threads; }
 #endif
 #ifdef __CUDACC__
 #include <cuda_runtime.h>

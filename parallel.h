@@ -191,14 +191,26 @@ static void shared_files_before_mpi_init(void);   // MPI-IO's shared files, belo
 // (omp_get_num_procs: its affinity mask, which a launcher that binds ranks has already cut).
 // Left alone, every rank of `mpirun -np N` would start a thread per core, N threads per core in
 // all, spinning against each other (the seed configs' --tiny runs took 45 to 199 s, not 1 s).
+// (hardware.h's this_machine asks the same of a planned world's ranks.)
+static int threads_of_local_rank(int local_size) {
+#ifdef _OPENMP
+    if (getenv("OMP_NUM_THREADS")) return omp_get_max_threads();
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int share = (int)(online / local_size), usable = omp_get_num_procs();
+    int threads = share < usable ? share : usable;
+    return threads > 1 ? threads : 1;
+#else
+    (void)local_size;
+    return 1;
+#endif
+}
+
 static void share_cores_among_local_ranks(void) {
     grid.threads_from = "OMP_NUM_THREADS";
 #ifdef _OPENMP
     if (getenv("OMP_NUM_THREADS")) return;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int share = (int)(online / grid.local_size), usable = omp_get_num_procs();
-    int threads = share < usable ? share : usable;
-    omp_set_num_threads(threads > 1 ? threads : 1);
+    omp_set_num_threads(threads_of_local_rank(grid.local_size));
     static char from[96];
     snprintf(from, sizeof(from), "this host's %ld cores over its %d rank(s)", online, grid.local_size);
     grid.threads_from = from;

@@ -3,8 +3,8 @@ plan.h — what a run will take before it takes it: the memory plan of every pip
 (to the byte, from the same plan the model allocates from), the memory a rank may take
 (host, process limits, cgroup; or the GPU), and the planner (--dry-run, --sweep): a cost model
 of one step on a described GPU cluster and the layouts a model and batch allow. The pipeline
-schedule drawn as text (--print-schedule) is print_schedule.h's, below it; the GPUs priced
-(Hardware, --hw's presets, the --hw-* flags) are hardware.h's.
+schedule drawn as text (--print-schedule) is print_schedule.h's, below it; the machines priced
+(Hardware, --hw's presets, this CPU measured, the --hw-* flags, the cost model's line) are hardware.h's.
 
 Interface (what train.c uses): StageMemory, stage_memory, plan_stage_memory,
 print_memory_header, print_memory_row, print_attention, print_dp_communication,
@@ -77,9 +77,6 @@ static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) 
     s.total = s.params + s.grads + s.optimizer + s.activations + s.workspaces;
     return s;
 }
-
-// --dry-run-build: the build a dry run plans, whichever binary runs it (not given: the GPU build)
-static int plans_gpu_build(const Config* a) { return a->dry_run_build != PLAN_CPU_BUILD; }
 
 // the start-up lines that say how the DP gradients are reduced and the parameters gathered
 // (rank 0's stage's buckets)
@@ -353,8 +350,8 @@ static double streaming_bandwidth(const Hardware* hw) { return 1e9 * hw->memory_
 // batch GEMMs of (M x K) by (K x N) in floatX (x bytes): the math at the matmul efficiency and
 // the shape's wave efficiency, or both inputs read and the output written, whichever is longer
 static double gemm_seconds(const Hardware* hw, double M, double N, double K, double batch, double x) {
-    double math = 2.0 * M * N * K * batch /
-                  (1e12 * hw->peak_tflops * hw->matmul_efficiency * gemm_wave_efficiency(hw, M, N, K, batch));
+    double waves = hw->cpu_threads > 0.0 ? 1.0 : gemm_wave_efficiency(hw, M, N, K, batch);   // none on a CPU (hardware.h)
+    double math = 2.0 * M * N * K * batch / (1e12 * hw->peak_tflops * hw->matmul_efficiency * waves);
     return fmax(math, (M * K + K * N + M * N) * batch * x / streaming_bandwidth(hw));
 }
 
@@ -449,7 +446,6 @@ static void charge_kernel(StageCost* c, const char* name, int launches, double b
 // the longer of its bytes at the streaming bandwidth and its waves of chains (chain_seconds):
 // LayerNorm's and RMSNorm's backward with their column_partials_add, and the bias gradients'
 // column_sums_kernel (kernels.cuh).
-#define L2_LATENCY_FRACTION 0.5          // an L2 hit's round trip over a memory one (hardware.h's Table 3: 200 of 400 cycles)
 #define COLUMN_SUM_ROWS_AHEAD 4          // column_sums_kernel's loads down its chunk's rows: 4 issued before the first add
 #define PARTIALS_AHEAD 16                // column_sums_kernel's last block's loop over the partials
 #define PARTIALS_ADD_AHEAD 4             // column_partials_add_kernel's run of chunks (its UNROLL_4)
@@ -1163,25 +1159,6 @@ static void print_layout_line(const Config* a, const LayoutPlan* L) {
            L->out_of_memory ? " OOM" : "");
 }
 
-static void print_hardware(const Config* a, const Hardware* hw) {
-    char name[32], attention[64] = "no fused attention kernels";
-    int reduce = a->overlap_grad_reduce && data_parallel_size(a) > 1, gather = a->overlap_param_gather && data_parallel_size(a) > 1;
-    if (hw->attention_efficiency > 0.0)
-        snprintf(attention, sizeof attention, "x %.2f attention efficiency (the fused kernels)", hw->attention_efficiency);
-    printf("cost model (--hw %s): %.0f TFLOP/s dense peak x %.2f matmul efficiency (large GEMMs; tiles in waves over "
-           "%.0f SMs) or %s, %.0f GB/s memory x %.2f memory efficiency, L2 %.0f GB/s, %.3f us a round trip to memory "
-           "(%.3f to L2), %.1f us a kernel launch, %.1f GiB (%.1f left to CUDA, cuBLAS and NCCL), NVLink %.0f GB/s, network "
-           "%.2f GB/s per GPU, %.0f GPUs per node, %.1f us per message; %s\n", hw_name(a, name, sizeof(name)),
-           hw->peak_tflops, hw->matmul_efficiency, hw->sm_count, attention, hw->memory_bandwidth, hw->memory_efficiency,
-           hw->l2_bandwidth, hw->memory_latency_us, L2_LATENCY_FRACTION * hw->memory_latency_us, hw->launch_us,
-           hw->memory_gib, hw->reserve_gib, hw->nvlink_bandwidth, hw->internode_bandwidth, hw->gpus_per_node,
-           hw->latency_us,
-           reduce && gather ? "nothing overlaps but the DP gradient reduce's and parameter all-gather's buckets"
-           : reduce         ? "nothing overlaps but the DP gradient reduce's buckets"
-           : gather         ? "nothing overlaps but the DP parameter all-gather's buckets"
-                            : "nothing overlaps");
-}
-
 // the GEMM-only part of a stage's step: its cuBLAS rows (what tests/fit_matmul_efficiency.sh fits
 // the matmul efficiency to, against the GEMMs' measured time)
 static double gemm_only_seconds(const StageCost* c) {
@@ -1399,9 +1376,10 @@ static void print_layer_activations(const Config* a) {
 static void print_throughput(const Config* a, const Hardware* hw, const LayoutPlan* L) {
     double tokens = (double)a->global_batch_size * a->model.seq_length, gpus = (double)L->tp * L->pp * L->dp;
     double model_flops = flops_per_step(&a->model, a->global_batch_size, 0, 0);
-    printf("throughput: %.0f tokens per second (%.0f per GPU); model FLOPs utilization %.1f%% of %.0f TFLOP/s (%.1f TFLOPs "
+    int digits = hw->cpu_threads > 0.0 ? 3 : 0;   // a CPU's peak is a fraction of a TFLOP/s
+    printf("throughput: %.0f tokens per second (%.0f per GPU); model FLOPs utilization %.1f%% of %.*f TFLOP/s (%.*f TFLOPs "
            "per GPU without recomputation)\n", tokens / L->step_seconds, tokens / L->step_seconds / gpus,
-           100.0 * model_flops / L->step_seconds / gpus / (1e12 * hw->peak_tflops), hw->peak_tflops,
+           100.0 * model_flops / L->step_seconds / gpus / (1e12 * hw->peak_tflops), digits, hw->peak_tflops, digits + 1,
            model_flops / L->step_seconds / gpus / 1e12);
 }
 

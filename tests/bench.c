@@ -395,78 +395,13 @@ static ProfilerCost measure_profiler(Bench* b) {
 // ----------------------------------------------------------------------------
 // the machine's peaks, measured now
 
-// The widest vectors this build compiles for (-march=native: the machine's own).
-#if defined(__AVX512F__)
-#define FMA_LANES 16
-#elif defined(__AVX__)
-#define FMA_LANES 8
-#else
-#define FMA_LANES 4
-#endif
-// Independent accumulator chains: an FMA's latency (4 cycles) times the FMA pipes (2) is 8
-// in flight; 12 leaves slack and still fits the 16 vector registers of AVX2.
-#define FMA_CHAINS 12
-typedef float fma_vector __attribute__((vector_size(FMA_LANES * sizeof(float))));
-
-// 2 * FMA_CHAINS * FMA_LANES flops per iteration; the sum keeps the loop from being dropped.
-// acc * x + y contracts to one FMA instruction (GCC's default -ffp-contract=fast for GNU C).
-static float fma_chains(long iterations, float seed) {
-    fma_vector acc[FMA_CHAINS], x, y;
-    for (int k = 0; k < FMA_LANES; k++) x[k] = 0.9999999f, y[k] = 1e-7f * seed;
-    for (int c = 0; c < FMA_CHAINS; c++)
-        for (int k = 0; k < FMA_LANES; k++) acc[c][k] = seed + c + k;
-    for (long i = 0; i < iterations; i++)
-        for (int c = 0; c < FMA_CHAINS; c++) acc[c] = acc[c] * x + y;
-    float sum = 0.0f;
-    for (int c = 0; c < FMA_CHAINS; c++)
-        for (int k = 0; k < FMA_LANES; k++) sum += acc[c][k];
-    return sum;
-}
-
-// every OpenMP thread runs the chains at once; the best of 3 rounds of about 0.3 s, in GFLOP/s
-static double fma_peak_gflops(void) {
-    long iterations = 1000000;
-    double t0 = bench_clock();
-    volatile float sink = fma_chains(iterations, 1.0f);
-    iterations = (long)(iterations * 0.3 / (bench_clock() - t0)) + 1;   // about 0.3 s a round
-    double best = 0.0;
-    for (int round = 0; round < 3; round++) {
-        float sum = 0.0f;
-        t0 = bench_clock();
-#pragma omp parallel reduction(+ : sum)
-        sum += fma_chains(iterations, 1.0f + omp_get_thread_num());
-        double seconds = bench_clock() - t0;
-        sink += sum;
-        double flops = 2.0 * FMA_CHAINS * FMA_LANES * (double)iterations * omp_get_max_threads();
-        if (flops / seconds / 1e9 > best) best = flops / seconds / 1e9;
-    }
-    (void)sink;
-    return best;
-}
-
-#ifdef USE_BLAS
-// the best of 3 sgemm calls (after one untimed) of n x n by n x n, in GFLOP/s
-static double sgemm_gflops(int n) {
-    size_t count = (size_t)n * n;
-    float* a = (float*)mallocCheck(3 * count * sizeof(float));
-    float *b = a + count, *c = b + count;
-    for (size_t i = 0; i < 3 * count; i++) a[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
-    double best = 0.0;
-    for (int call = 0; call < 4; call++) {
-        double t0 = bench_clock();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double gflops = 2.0 * n * n * (double)n / (bench_clock() - t0) / 1e9;
-        if (call > 0 && gflops > best) best = gflops;
-    }
-    free(a);
-    return best;
-}
-#endif
+// fma_peak_gflops and linear_gflops are hardware.h's: the planner prices the CPU build on the
+// same measurements (there the median window's rate, under the machine's load; here the best).
 
 // `bench machine`: both peaks, and a last line "peaks: FMA SGEMM" for tests/bench.sh
 static int bench_machine(void) {
     int threads = omp_get_max_threads();
-    double fma = fma_peak_gflops();
+    double fma = fma_peak_gflops(0.3, 3, 1);
 #ifdef USE_BLAS
     printf("%s\n", blas_kernels_line);
 #endif
@@ -478,7 +413,8 @@ static int bench_machine(void) {
     int sizes[] = {1024, 2048}, best_n = 0;
     printf("   OpenBLAS sgemm   ");
     for (int i = 0; i < 2; i++) {
-        double g = sgemm_gflops(sizes[i]);
+        LinearWork square = {sizes[i], 1, {sizes[i]}, {sizes[i]}, 0, NULL, NULL, NULL, NULL, NULL, NULL};   // one sgemm
+        double g = linear_gflops(square, 0.3, 3, 1);
         printf(" %d^3: %.1f GFLOP/s;", sizes[i], g);
         if (g > sgemm) sgemm = g, best_n = sizes[i];
     }

@@ -327,8 +327,8 @@ def refit(folder, name, binary):
     flags = ["%s %.3g" % (flag_of("hw_" + f), v) for f, v in fitted.items() if flag_of("hw_" + f) in planner.declared]
     print("flags: " + " ".join(hw_flags + flags))
     line = dict(c, **fitted)
-    print("preset line: [HW_%s] = {%s}," % (preset.preset.upper().replace("-", "_"), ", ".join(
-        "%.4g" % line[f] for f in PRESET_ORDER)))
+    print("preset line: [HW_%s] = {%s, 0}," % (preset.preset.upper().replace("-", "_"), ", ".join(
+        "%.4g" % line[f] for f in PRESET_ORDER)))   # and cpu_threads 0: a GPU
     # every timed run of the folder, planned with the refit
     for entry in sorted(os.listdir(folder)):
         m = re.match(r"run_(.+)\.flags$", entry)

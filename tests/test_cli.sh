@@ -160,7 +160,7 @@ else bad "the pipeline-exchange line" "$lines"; fi
 # run of the GPU build says which of the GPU's the flag, the head size and (auto) the cost
 # model's estimates choose (tests/test_plan.sh: auto's choices)
 attention_line() { ./train_cpu "$@" 2>&1 | grep -m1 '^attention: ' | cut -d' ' -f2-3; }
-plan="--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --vocab-size 257 --dry-run"
+plan="--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --vocab-size 257 --dry-run --dry-run-build gpu"
 lines="$(attention_line $base --train-iters 1 --eval-iters 0 --attention-backend flash --hidden-size 128)|\
 $(attention_line $plan)|$(attention_line $plan --hidden-size 128)|$(attention_line $plan --hidden-size 128 --attention-backend unfused)"
 if [ "$lines" = "the C|unfused, cuBLAS|fused, flash|unfused, cuBLAS" ]; then
@@ -259,7 +259,7 @@ for m in moe_act layernorm mla_up_proj moe shared_experts mhc gdn gdn_norm_out; 
     grep -qF -- "--recompute-modules $m: not in gridgpt" "$tmp/err" || bad "--recompute-modules $m refused by name" "$(head -c 200 "$tmp/err")"
 done
 ok "--recompute-modules: each other module Megatron-LM recomputes refused by name (moe_act ... gdn_norm_out)"
-plan_of() { ./train_cpu $pp2 --dry-run-build cpu "$@" 2>&1 | grep -E '^ *planned|^dry-run:'; }
+plan_of() { ./train_cpu $pp2 --dry-run-build gpu "$@" 2>&1 | grep -E '^ *planned|^dry-run:'; }
 if [ "$(plan_of --recompute-granularity selective --recompute-modules core_attn)" = "$(plan_of --recompute-granularity selective)" ] &&
    [ "$(plan_of --recompute-granularity selective --recompute-modules core_attn)" != "$(plan_of)" ]; then
     ok "--recompute-modules core_attn plans what --recompute-granularity selective plans (and not what no recomputation does)"

@@ -4,9 +4,10 @@
 # --dry-run-build cpu --world-size N) and the real trainer runs it for one step under mpirun -np N
 # with --log-memory-bytes. Every rank's bytes (parameters, gradients, optimizer state,
 # activations, workspaces, total) must equal its stage's planned line, and the total what
-# dev_malloc really handed out. (The GPU build's plan, train_cpu's default, is checked against
+# dev_malloc really handed out. (The GPU build's plan, --dry-run-build gpu, is checked against
 # the emulated GPU build's in tests/test_emu_train.sh.) Also: the last line's fixed form and
-# bubble, the first line's planned build, and the dry run's one-line refusals.
+# bubble, the first line's planned build, the dry run's one-line refusals, and the CPU build's
+# step priced on this machine within 2x of a real run's, on three shapes.
 set -u
 data=${1:?usage: test_dry_run.sh DATA_PREFIX}
 B=tests/build/dry_run
@@ -128,18 +129,22 @@ refused "--dry-run-build without --dry-run, in one line" "--dry-run-build goes w
     --dry-run-build cpu --data-path $data $model --train-iters 1
 refused "--dry-run-build other than gpu or cpu, in one line" "--dry-run-build must be one of gpu | cpu" \
     --dry-run --dry-run-build tpu $model
+refused "--hw with --dry-run-build cpu, in one line" "--hw names a GPU, but --dry-run-build cpu plans the CPU build" \
+    --dry-run --dry-run-build cpu --hw h100-80gb $model
 
-# the first line names the build planned and its precision, whichever binary plans it
+# the first line names the build planned and its precision: train_cpu's own build by default,
+# priced on this machine; the GPU build with --hw (or --dry-run-build gpu), fp16 with --fp16
 first_line() { ./train_cpu --dry-run --world-size 2 $model "$@" 2>&1 | head -1; }
-if first_line | grep -q '^dry run: gridgpt GPU build planned (--dry-run-build), bf16 (fp32 master weights' &&
-   first_line --fp16 | grep -q '^dry run: gridgpt GPU build planned (--dry-run-build), fp16 (fp32 master weights' &&
+if first_line | grep -q '^dry run: gridgpt CPU build planned (--dry-run-build), fp32, world 2 ' &&
+   first_line --hw a100-80gb | grep -q '^dry run: gridgpt GPU build planned (--dry-run-build), bf16 (fp32 master weights' &&
+   first_line --dry-run-build gpu --fp16 | grep -q '^dry run: gridgpt GPU build planned (--dry-run-build), fp16 (fp32 master weights' &&
    first_line --dry-run-build cpu | grep -q '^dry run: gridgpt CPU build planned (--dry-run-build), fp32, world 2 '; then
-    ok "the first line names the planned build: GPU bf16 by default, fp16 with --fp16, CPU fp32 with --dry-run-build cpu"
-else bad "the first line names the planned build" "$(first_line) / $(first_line --fp16) / $(first_line --dry-run-build cpu)"; fi
+    ok "the first line names the planned build: train_cpu's CPU fp32 by default, GPU bf16 with --hw, fp16 with --fp16"
+else bad "the first line names the planned build" "$(first_line) / $(first_line --hw a100-80gb) / $(first_line --dry-run-build gpu --fp16)"; fi
 
 # the GPU build's plan: 2-byte parameters, the fp32 master copy in the optimizer state (DP 1: no
 # gradient shard); gradients are fp32 in both builds
-./train_cpu --dry-run --world-size 1 $model > $B/gpu.plan 2>&1
+./train_cpu --dry-run --world-size 1 $model --dry-run-build gpu > $B/gpu.plan 2>&1
 ./train_cpu --dry-run --world-size 1 $model --dry-run-build cpu > $B/cpu.plan 2>&1
 read -r gp gg go ga gw gt <<< "$(bytes_by_stage $B/gpu.plan | sed -E 's/^0: //; s/\|//g')"
 read -r cp cg co ca cw ct <<< "$(bytes_by_stage $B/cpu.plan | sed -E 's/^0: //; s/\|//g')"
@@ -147,3 +152,52 @@ if [ -n "${gt:-}" ] && [ -n "${ct:-}" ] && [ $((2 * gp)) -eq $cp ] && [ $gg -eq 
    [ $((gp + gg + go + ga + gw)) -eq $gt ] && [ $((cp + cg + co + ca + cw)) -eq $ct ]; then
     ok "the GPU plan's parameters are half the CPU plan's, its optimizer state 3/2 (the master copy), totals add up"
 else bad "the GPU plan against the CPU plan" "gpu: $gp $gg $go $ga $gw $gt / cpu: $cp $cg $co $ca $cw $ct"; fi
+
+# --- train_cpu's --dry-run prices this machine (hardware.h's this_machine): its step within 2x of
+# the step a real run measures, on three shapes: the llama3-8B config's --tiny model on one rank
+# (rope, RMSNorm, SwiGLU, 2 query groups; 8 micro-batches of 32 tokens), the gpt2-124M config's
+# --tiny model on one rank (4 micro-batches of 2 x 32), make bench's small shape (4 layers of
+# 256, 4 x 64 tokens). (This file's model, 0.3 ms a step, is left out: a step that short is
+# measured between the scheduler's time slices, not through them.) The dry run measures the machine right before the run,
+# with the run's one thread (OMP_NUM_THREADS=1 above) and under the same load (make test's other
+# lane): each rate is the median of windows of 10-20 ms, preemptions included. The run's step is
+# measured alike: the median of its log intervals after the first (which touches the arena
+# first), each interval the mean of enough iterations to last 5 ms or more. 2x is the issue's
+# bound: the cost model leaves out that the CPU's attention and GELU are C loops (about a tenth
+# of the step at the third shape: make bench's kernel table), and the two measurements are a
+# second apart, under a load that may change in between: make test's other lane starts and ends
+# mpiruns of 8 ranks on the 2 cores. So a pair outside 2x is measured once more, dry run and
+# run again, and the second pair decides (a plan that is not this machine's, an A100's at
+# 46dfe3f, is 100x off both times).
+priced_here() {  # name iterations log-interval flags...
+    local first
+    first=$(priced_pair "$@")
+    case "$first" in
+        PASS*) echo "$first" ;;
+        *) priced_pair "$@" | sed "/^PASS/ s|\$| (the second pair; the first: ${first#FAIL })|" ;;
+    esac
+}
+priced_pair() {  # name iterations log-interval flags...: one dry run, one run, the verdict
+    local name=$1 iters=$2 interval=$3; shift 3
+    ./train_cpu --dry-run "$@" > $B/$name.cpu.plan 2>&1
+    ./train_cpu --data-path $data "$@" --train-iters $iters --eval-iters 0 --log-interval $interval > $B/$name.cpu.run 2>&1
+    local planned measured
+    planned=$(tail -1 $B/$name.cpu.plan | sed -nE 's/^dry-run: .*, step ([0-9.]+) s,.*/\1/p')
+    measured=$(sed -nE 's/.*elapsed time per iteration \(ms\): ([0-9.]+) .*/\1/p' $B/$name.cpu.run | tail -n +2 | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) / 1000 }')
+    if ! grep -q '^cost model (this machine, measured now' $B/$name.cpu.plan; then
+        bad "$name: train_cpu --dry-run prices this machine" "$(grep -m1 '^cost model' $B/$name.cpu.plan | cut -c1-120)"
+    elif [ -z "$planned" ] || [ -z "$measured" ]; then
+        bad "$name: a planned and a measured step" "planned '$planned', measured '$measured': $(grep -m1 -i error $B/$name.cpu.run)"
+    elif awk -v p="$planned" -v m="$measured" 'BEGIN { exit !(p <= 2 * m && m <= 2 * p) }'; then
+        ok "$name: the CPU dry run's step $planned s is within 2x of the measured $measured s (median of $((iters / interval - 1)) intervals)"
+    else bad "$name: the CPU dry run's step within 2x of the measured one" "planned $planned s, measured $measured s"; fi
+}
+priced_here llama-tiny-one-rank 10 2 --vocab-size 257 --num-layers 4 --hidden-size 64 --num-attention-heads 4 \
+    --group-query-attention --num-query-groups 2 --ffn-hidden-size 224 --seq-length 32 --max-position-embeddings 32 \
+    --position-embedding-type rope --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights \
+    --disable-bias-linear --micro-batch-size 1 --global-batch-size 8
+priced_here gpt2-tiny-one-rank 10 2 --vocab-size 257 --num-layers 4 --hidden-size 64 --num-attention-heads 4 \
+    --ffn-hidden-size 256 --seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 8
+priced_here bench-small 5 1 --vocab-size 257 --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 64 \
+    --micro-batch-size 4

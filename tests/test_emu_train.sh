@@ -399,12 +399,12 @@ if [ "$(in_bytes "$tmp/real" | wc -l)" -eq 8 ] && [ "$(echo "$planned" | wc -l)"
     ok "$(basename "$BIN") --dry-run at (2,2,2), fused attention: each stage's planned bytes = every rank's = what dev_malloc asked cudaMalloc for ($(echo $planned))"
 else bad "$(basename "$BIN") --dry-run at (2,2,2), fused attention" "planned: $planned / real: $real / totals $totals, allocated $allocated"; fi
 
-# train_cpu plans the GPU build (--dry-run-build gpu, the default) as the GPU path plans itself:
+# train_cpu plans the GPU build (--dry-run-build gpu; train_gpu's default) as the GPU path plans itself:
 # the whole dry run, every byte count and the header, the same line for line
 same_plan() {  # NAME BINARY FLAGS...
     local name=$1 bin=$2; shift 2
     $bin --dry-run "$@" > "$tmp/gpu.plan" 2>&1
-    ./train_cpu --dry-run "$@" > "$tmp/cpu.plan" 2>&1
+    ./train_cpu --dry-run --dry-run-build gpu "$@" > "$tmp/cpu.plan" 2>&1
     if grep -q ' in bytes: ' "$tmp/gpu.plan" && diff "$tmp/gpu.plan" "$tmp/cpu.plan" > /dev/null; then
         ok "train_cpu --dry-run plans the GPU build as $(basename "$bin") does, byte for byte: $name"
     else bad "train_cpu's GPU plan = $(basename "$bin")'s: $name" "$(diff "$tmp/gpu.plan" "$tmp/cpu.plan" | head -4)"; fi

@@ -12,7 +12,7 @@
 #   planned below 80 GiB;
 # - tests/refit_planner.py on tests/data/gpu_check_sample (made-up numbers in the form
 #   gpu_check.sh writes): the kernels' sums by kind are the CSV's, summed here by name; the
-#   flags it prints plan (./train_cpu --dry-run takes them); its preset line has the 15 numbers
+#   flags it prints plan (./train_cpu --dry-run takes them); its preset line has the 16 numbers
 #   of a Hardware; the refitted step is nearer the measured one than the preset's.
 set -u
 cd "$(dirname "$0")/.."
@@ -38,7 +38,7 @@ grep -E '^command: ([^ ]*nsys .* )?\./train_gpu ' $B/dry.out | grep -o '\./train
 runs=0 refused=""
 while read -r flags; do
     runs=$((runs + 1))
-    ./train_cpu --dry-run --world-size 1 $flags > $B/run_$runs.plan 2>&1
+    ./train_cpu --dry-run --dry-run-build gpu --world-size 1 $flags > $B/run_$runs.plan 2>&1
     if [ $? -ne 0 ] || ! tail -1 $B/run_$runs.plan | grep -q '^dry-run: world 1 '; then
         refused="$refused [$flags: $(head -c 300 $B/run_$runs.plan)]"
     fi
@@ -94,9 +94,9 @@ read measured preset refitted <<< "$(awk '$1 == "the" && $2 == "step" { print $3
 plan_status=$?
 if [ $status -eq 0 ] && [ "$got" = "$gemms $flash $reductions $other" ] && [ $plan_status -eq 0 ] &&
    [[ "$flags" == "--hw h100-80gb --hw-memory-efficiency "*" --hw-matmul-efficiency "*" --hw-attention-efficiency "* ]] &&
-   [ "$numbers" -eq 15 ] && [ -n "$refitted" ] &&
+   [ "$numbers" -eq 16 ] && [ -n "$refitted" ] &&
    awk -v m="$measured" -v p="$preset" -v r="$refitted" 'BEGIN { d = r - m; e = p - m; exit !(d * d < e * e) }'; then
-    ok "refit_planner.py on the made-up folder: kinds' sums $got ms a step (summed here alike); flags that plan ($flags); a preset line of 15; the step $measured ms measured, $preset planned at the preset, $refitted refitted"
+    ok "refit_planner.py on the made-up folder: kinds' sums $got ms a step (summed here alike); flags that plan ($flags); a preset line of 16; the step $measured ms measured, $preset planned at the preset, $refitted refitted"
 else bad "refit_planner.py" "status $status, plan $plan_status; sums '$got' against '$gemms $flash $reductions $other'; flags '$flags'; $numbers numbers; step $measured / $preset / $refitted: $(tail -5 $B/refit.out)"; fi
 # --kernels: the per-kernel table gpu_check.sh writes beside each nsys run
 python3 tests/refit_planner.py --kernels $sample/nsys_b16_flash.csv 10 > $B/kernels.out 2>&1

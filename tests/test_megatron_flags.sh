@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/test_megatron_flags.sh — a Megatron-LM user's command line runs: the training flags of
 # two of Megatron-LM's own example scripts (tests/data/megatron_examples: GPT-3 175B, Llama 3
-# 8B), given whole to `./train_cpu --dry-run` (their paths ours, the world size theirs). Every
+# 8B), given whole to `./train_cpu --dry-run --dry-run-build gpu` (their paths ours, the world size theirs). Every
 # flag is gridgpt's, accepted as what gridgpt does (a start-up note each), or refused; one line
 # names every refused flag at once, and the refusals must be exactly the honest ones below, each
 # with its reason in docs/flags.md. Without them, the dry run plans the script's run (after the
@@ -31,7 +31,7 @@ dry() {
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do drop+=("$1"); shift; done
     shift
     # shellcheck disable=SC2046
-    ./train_cpu --dry-run --world-size "$world" $(flags "$file" "${drop[@]}") "$@" > "$tmp/out" 2> "$tmp/err"
+    ./train_cpu --dry-run --dry-run-build gpu --world-size "$world" $(flags "$file" "${drop[@]}") "$@" > "$tmp/out" 2> "$tmp/err"
     echo $? > "$tmp/status"
 }
 

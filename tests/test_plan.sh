@@ -65,12 +65,14 @@ llama="--position-embedding-type rope --normalization RMSNorm --swiglu --group-q
        --untie-embeddings-and-output-weights --disable-bias-linear"
 comm llama-tp2-pp2-dp2 2 2 2 $llama --global-batch-size 8
 
+# (the cost model's tests below plan the GPU build, --dry-run-build gpu: train_cpu's own default
+# prices this machine, tests/test_dry_run.sh's)
 # --- the cost model on GPT-2 124M, 16 x 1024 per micro-batch, one GPU, explicit hardware
 gpt2="--vocab-size 50257 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 16"
 hw="--hw h100-80gb --hw-peak-tflops 1000 --hw-matmul-efficiency 0.5 --hw-memory-bandwidth 2000 --hw-memory-efficiency 0.8
     --hw-attention-efficiency 0.25"
-./train_cpu --dry-run --world-size 1 $gpt2 $hw --attention-backend unfused > $B/gpt2.plan 2>&1
-./train_cpu --dry-run --world-size 1 $gpt2 $hw > $B/gpt2-flash.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 1 $gpt2 $hw --attention-backend unfused > $B/gpt2.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 1 $gpt2 $hw > $B/gpt2-flash.plan 2>&1
 # row NAME COLUMN: the cost table's column (1 launches, 2 GFLOP, 3 GB, 4 ms) of the row NAME
 row() { grep -F "  $1 " $B/${3:-gpt2}.plan | head -1 | sed -E 's/^  .{44} //' | awk -F'|' -v c=$2 '{gsub(/[ %]/, "", $c); print $c}'; }
 near() {  # a b relative-tolerance: both numbers, |a - b| <= tol x |b|
@@ -109,7 +111,7 @@ read fused fused_gb fused_ms <<< "$(awk 'function max(a, b) { return a > b ? a :
                    7 * rows + 8 * T + 4 * T * d)                                                              # dK, dV, dQ
             printf "%.1f %.3f %.2f\n", 2304 * f / 1e9, 2304 * b / 1e9, ms }')"
 fused_row='attention, fused (FlashAttention-2 design)'
-./train_cpu --dry-run --world-size 1 $gpt2 $hw --attention-backend flash > $B/gpt2-flash-forced.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 1 $gpt2 $hw --attention-backend flash > $B/gpt2-flash-forced.plan 2>&1
 if [ "$(row "$fused_row" 2 gpt2-flash)" = "$fused" ] && [ "$(row "$fused_row" 1 gpt2-flash)" = 36 ] &&
    [ "$(row "$fused_row" 3 gpt2-flash)" = "$fused_gb" ] && near "$(row "$fused_row" 4 gpt2-flash)" "$fused_ms" 0.002 &&
    ! grep -q 'attention softmax' $B/gpt2-flash.plan &&
@@ -118,7 +120,7 @@ if [ "$(row "$fused_row" 2 gpt2-flash)" = "$fused" ] && [ "$(row "$fused_row" 1 
 else bad "the fused attention's costs" "expected $fused GFLOP, $fused_gb GB, $fused_ms ms: $(grep -F 'attention' $B/gpt2-flash.plan | tr '\n' ' ')"; fi
 # selective recomputation with the fused attention recomputes nothing: its plan is the plan
 # without, and the alternatives' line says so instead of repeating it
-./train_cpu --dry-run --world-size 1 $gpt2 $hw --recompute-activations > $B/gpt2-flash-selective.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 1 $gpt2 $hw --recompute-activations > $B/gpt2-flash-selective.plan 2>&1
 if [ "$(tail -1 $B/gpt2-flash-selective.plan)" = "$(tail -1 $B/gpt2-flash.plan)" ] &&
    grep -q '^with the attention core recomputed (--recompute-activations): the same as without recomputation: the fused' $B/gpt2-flash.plan; then
     ok "selective recomputation with the fused attention: the same plan as without, and the alternatives' line says so"
@@ -140,7 +142,7 @@ expected=$(awk "$gemm_model"' BEGIN { N = 16384; C = 768; F = 3072
 ms=$(row 'linear layers backward (cuBLAS)' 4)
 # on 12 SMs (every GEMM's tiles a multiple of 12: 768, 3072, 108, 36, 144) all run in whole
 # waves: FLOPs / (peak x 0.5)
-whole=$(./train_cpu --dry-run --world-size 1 $gpt2 $hw --attention-backend unfused --hw-sm-count 12 2>&1 |
+whole=$(./train_cpu --dry-run --dry-run-build gpu --world-size 1 $gpt2 $hw --attention-backend unfused --hw-sm-count 12 2>&1 |
     grep -F '  linear layers backward' | sed -E 's/^  .{44} //' | awk -F'|' '{ gsub(/ /, "", $4); print $4 }')
 if near "$ms" "$expected" 0.002 && near "$whole" "$(awk -v g="$linear_backward" 'BEGIN { print g / 500 }')" 0.002 &&
    awk -v a="$ms" -v b="$whole" 'BEGIN { exit !(a > b) }'; then
@@ -186,8 +188,8 @@ reductions_expected() {  # MBS: without SP the biases' adds and the layernorm ba
                                                  1e3 * (25 * ln(N, C) + N * C * 2 / 1600e9),
                                                  1e3 * 12 * 2 * bias(N / 2, C), 1e3 * 12 * (added(4 * C / 2) + added(3 * C / 2)) }'
 }
-./train_cpu --dry-run --world-size 1 $gpt2 $hw --micro-batch-size 1 > $B/gpt2-mbs1.plan 2>&1
-./train_cpu --dry-run --world-size 2 $gpt2 $hw --tensor-model-parallel-size 2 --sequence-parallel > $B/gpt2-sp.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 1 $gpt2 $hw --micro-batch-size 1 > $B/gpt2-mbs1.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 2 $gpt2 $hw --tensor-model-parallel-size 2 --sequence-parallel > $B/gpt2-sp.plan 2>&1
 read added16 ln16 sums_sp added_sp <<< "$(reductions_expected 16)"
 read added1 ln1 _ _ <<< "$(reductions_expected 1)"
 epilogue='bias gradients (GEMM epilogue, then added)'
@@ -247,8 +249,8 @@ llama8b="--vocab-size 128256 --num-layers 32 --hidden-size 4096 --num-attention-
          --num-query-groups 8 --ffn-hidden-size 14336 --seq-length 8192 --max-position-embeddings 8192
          --position-embedding-type rope --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights
          --disable-bias-linear --micro-batch-size 1 --global-batch-size 1"
-./train_cpu --dry-run --world-size 1 $llama8b $hw > $B/llama8b.plan 2>&1
-./train_cpu --dry-run --world-size 1 $llama8b $hw --checkpoint-activations > $B/llama8b-recompute.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 1 $llama8b $hw > $B/llama8b.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 1 $llama8b $hw --checkpoint-activations > $B/llama8b-recompute.plan 2>&1
 read megatron linear logits swf swb rope rmsf rmsb <<< "$(awk 'BEGIN { B = 1; s = 8192; l = 32; h = 4096; n = 32; g = 8; F = 14336
     V = 128256; N = B * s; d = h / n; x = 2; chunks = N / 32
     printf "%.6g ", 12 * B * s * l * h * h * ((1 + g / n + s / h) + F / h * 3 / 2 + V / (2 * l * h))
@@ -287,8 +289,8 @@ if throughput_ok $B/llama8b.plan && throughput_ok $B/llama8b-recompute.plan; the
 else bad "the throughput line" "$(grep '^throughput' $B/llama8b.plan) / $(grep '^throughput' $B/llama8b-recompute.plan)"; fi
 # untied at PP 2: no embedding all-reduce, planned or sent; tied (the same model otherwise): one
 # all-reduce of the word embedding's fp32 gradient, on the first and the last stage
-./train_cpu --dry-run --world-size 2 $model $llama --pipeline-model-parallel-size 2 --global-batch-size 4 > $B/untied.plan 2>&1
-./train_cpu --dry-run --world-size 2 $model ${llama/--untie-embeddings-and-output-weights/} --pipeline-model-parallel-size 2 \
+./train_cpu --dry-run --dry-run-build gpu --world-size 2 $model $llama --pipeline-model-parallel-size 2 --global-batch-size 4 > $B/untied.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 2 $model ${llama/--untie-embeddings-and-output-weights/} --pipeline-model-parallel-size 2 \
     --global-batch-size 4 > $B/tied.plan 2>&1
 embedding_bytes() { comm_bytes "$1" | awk -F'|' '{ gsub(/ /, "", $4); print $4 }'; }
 if [ "$(embedding_bytes $B/untied.plan)" = 0 ] && ! grep -q 'tied embedding all-reduce' $B/untied.plan &&
@@ -299,8 +301,8 @@ else bad "the embedding all-reduce, untied" "untied $(embedding_bytes $B/untied.
 # --- collectives: TP 4 inside a node of 8 runs on NVLink; with 2 GPUs per node it crosses the
 # network: same bytes, alpha-beta time at the network's bandwidth
 tp4="$gpt2 --tensor-model-parallel-size 4 --micro-batch-size 1 $hw --hw-nvlink-bandwidth 400 --hw-internode-bandwidth 20 --hw-latency-us 5"
-./train_cpu --dry-run --world-size 4 $tp4 > $B/tp4.plan 2>&1
-./train_cpu --dry-run --world-size 4 $tp4 --hw-gpus-per-node 2 > $B/tp4-two-nodes.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 4 $tp4 > $B/tp4.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 4 $tp4 --hw-gpus-per-node 2 > $B/tp4-two-nodes.plan 2>&1
 launches=$(row 'tensor-parallel all-reduce' 1 tp4); gb=$(row 'tensor-parallel all-reduce' 3 tp4)
 inside=$(row 'tensor-parallel all-reduce' 4 tp4); across=$(row 'tensor-parallel all-reduce' 4 tp4-two-nodes)
 # each all-reduce: 2 (4 - 1) steps of 5 us + its bytes at 400 (or 20) GB/s; 12 layers x 4 + 1 + 3
@@ -311,7 +313,7 @@ if [ "$launches" = 52 ] && near "$inside" "$expect_in" 0.01 && near "$across" "$
 else bad "TP 4's all-reduces" "$inside / $across ms, expected $expect_in / $expect_across ($launches launches, $gb GB)"; fi
 
 # the bubble: PP 4 with 4 micro-batches is (m + p - 1) = 7 slots of the slowest stage
-./train_cpu --dry-run --world-size 4 $gpt2 --micro-batch-size 1 --global-batch-size 4 --pipeline-model-parallel-size 4 \
+./train_cpu --dry-run --dry-run-build gpu --world-size 4 $gpt2 --micro-batch-size 1 --global-batch-size 4 --pipeline-model-parallel-size 4 \
     $hw > $B/pp4.plan 2>&1
 if grep -qE '^step = \(m \+ p - 1\) x .* = 7 x ' $B/pp4.plan && tail -1 $B/pp4.plan | grep -q 'bubble 42\.9%$'; then
     ok "PP 4, 4 micro-batches: 7 slots of the slowest stage, bubble 3/7"
@@ -322,8 +324,8 @@ else bad "the bubble" "$(grep '^step' $B/pp4.plan); $(tail -1 $B/pp4.plan)"; fi
 # middle stage sends 2 v activations a micro-batch); the plain layout's line is that layout's own
 # dry run
 vpp4="--world-size 4 $gpt2 --num-layers 24 --micro-batch-size 1 --global-batch-size 4 --pipeline-model-parallel-size 4 $hw"
-./train_cpu --dry-run $vpp4 --num-layers-per-virtual-pipeline-stage 3 > $B/vpp4.plan 2>&1
-./train_cpu --dry-run $vpp4 > $B/vpp4-plain.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu $vpp4 --num-layers-per-virtual-pipeline-stage 3 > $B/vpp4.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu $vpp4 > $B/vpp4-plain.plan 2>&1
 plain_line=$(tail -1 $B/vpp4-plain.plan | sed -E 's/.*: peak/peak/')
 from_interleaved=$(grep '^without interleaving (plain 1F1B)' $B/vpp4.plan | sed -E 's/.*: peak/peak/; s/, pipeline .*//')
 pp_bytes() { comm_bytes "$1" | awk -F'|' '{ gsub(/ /, "", $3); print $3 }'; }
@@ -343,7 +345,7 @@ for c in "2 2 3 3" "2 2 6 3" "4 2 8 0" "4 2 9 9" "4 2 10 5" "4 3 12 6" "3 2 8 4"
     set -- $c
     P=$1 v=$2 M=$3 G=$4 gflag=""
     [ "$G" -gt 0 ] && gflag="--microbatch-group-size-per-virtual-pipeline-stage $G"
-    ./train_cpu --dry-run --world-size $P $model --num-layers $((P * v)) --micro-batch-size 1 --global-batch-size $M \
+    ./train_cpu --dry-run --dry-run-build gpu --world-size $P $model --num-layers $((P * v)) --micro-batch-size 1 --global-batch-size $M \
         --pipeline-model-parallel-size $P --num-virtual-stages-per-pipeline-rank $v $gflag --print-schedule > $B/order-$P-$v-$M-$G.plan 2>&1
     python3 tests/interleaved_order.py $P $v $M $([ "$G" -gt 0 ] && echo $G) --from 1 > $B/order-$P-$v-$M-$G.stated
     bubble=$(awk -v p=$P -v v=$v -v m=$M 'BEGIN { printf "%.1f%%", 100 * (p - 1) / (v * m + p - 1) }')
@@ -358,7 +360,7 @@ else bad "--print-schedule against Megatron-LM's stated order" "$orders_bad"; fi
 # a plain layout's plan names the fastest interleaving it allows, as that layout's own dry run
 fastest=$(grep '^with interleaving, the fastest' $B/vpp4-plain.plan)
 v=$(sed -nE 's/.*--num-virtual-stages-per-pipeline-rank ([0-9]+).*/\1/p' <<< "$fastest")
-own=$(./train_cpu --dry-run $vpp4 --num-virtual-stages-per-pipeline-rank ${v:-0} 2>&1 | tail -1 | sed -E 's/.*: peak/peak/')
+own=$(./train_cpu --dry-run --dry-run-build gpu $vpp4 --num-virtual-stages-per-pipeline-rank ${v:-0} 2>&1 | tail -1 | sed -E 's/.*: peak/peak/')
 if [ -n "$v" ] && [ "$(sed -E 's/.*\): peak/peak/; s/, pipeline .*//' <<< "$fastest")" = "$own" ]; then
     ok "the plain plan's fastest interleaving (v = $v of 2, 3, 4, 6) is that layout's own dry run"
 else bad "the plain plan's interleaving" "'$fastest' vs '$own'"; fi
@@ -366,8 +368,8 @@ else bad "the plain plan's interleaving" "'$fastest' vs '$own'"; fi
 # the other side of recomputation: the plan's line for it = that layout's own dry run
 pp4="$gpt2 --micro-batch-size 1 --global-batch-size 4 --pipeline-model-parallel-size 4 $hw"
 alternative=$(grep '^with every layer recomputed' $B/pp4.plan | sed -E 's/.*: peak/peak/; s/, bubble.*//')
-own=$(./train_cpu --dry-run --world-size 4 $pp4 --checkpoint-activations 2>&1 | tail -1 | sed -E 's/.*: peak/peak/; s/, bubble.*//')
-back=$(./train_cpu --dry-run --world-size 4 $pp4 --checkpoint-activations 2>&1 | grep '^without activation recomputation' | sed -E 's/.*: peak/peak/; s/, bubble.*//')
+own=$(./train_cpu --dry-run --dry-run-build gpu --world-size 4 $pp4 --checkpoint-activations 2>&1 | tail -1 | sed -E 's/.*: peak/peak/; s/, bubble.*//')
+back=$(./train_cpu --dry-run --dry-run-build gpu --world-size 4 $pp4 --checkpoint-activations 2>&1 | grep '^without activation recomputation' | sed -E 's/.*: peak/peak/; s/, bubble.*//')
 plain=$(tail -1 $B/pp4.plan | sed -E 's/.*: peak/peak/; s/, bubble.*//')
 if [ -n "$alternative" ] && [ "$alternative" = "$own" ] && [ "$back" = "$plain" ]; then
     ok "recomputation the other way round: the plan's line = that layout's own dry run, both ways ($alternative)"
@@ -383,11 +385,11 @@ else bad "recomputation's other side" "'$alternative' vs '$own'; '$back' vs '$pl
 # first layer: nothing hidden. For both the exposed row and the hidden part add up to the
 # total, the bytes are the collective's they replace, and the step shrinks.
 dp16="$gpt2 --global-batch-size 256 $hw --hw-internode-bandwidth 20 --hw-latency-us 5"
-./train_cpu --dry-run --world-size 16 $dp16 > $B/dp16.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 16 $dp16 > $B/dp16.plan 2>&1
 dp_overlap_cost() {  # FLAG ROW WHAT REPLACED-ROW
     local flag=$1 r=$2 what=$3 replaced=$4 name=${1#--}
-    ./train_cpu --dry-run --world-size 16 $dp16 $flag > $B/dp16-$name.plan 2>&1
-    ./train_cpu --dry-run --world-size 16 $dp16 $flag --ddp-bucket-size 1000000000 > $B/dp16-$name-one.plan 2>&1
+    ./train_cpu --dry-run --dry-run-build gpu --world-size 16 $dp16 $flag > $B/dp16-$name.plan 2>&1
+    ./train_cpu --dry-run --dry-run-build gpu --world-size 16 $dp16 $flag --ddp-bucket-size 1000000000 > $B/dp16-$name-one.plan 2>&1
     ms() { sed -nE "s/^$flag on stage 0: its bucketed $what take ([0-9.]+) ms, ([0-9.]+) ms of them hidden.*/\\$2/p" $B/$1.plan; }
     local parts=$(row "$r" 1 dp16-$name) exposed=$(row "$r" 4 dp16-$name) total=$(ms dp16-$name 1) hidden=$(ms dp16-$name 2)
     local gb=$(row "$replaced" 3 dp16)
@@ -409,8 +411,8 @@ dp_overlap_cost --overlap-param-gather 'ZeRO all-gather, buckets: exposed' broad
 # constant folds into this one); a GEMM time faster than any efficiency allows is out of reach.
 one_gpu="--world-size 1 $gpt2 --global-batch-size 16 $hw"
 gemm_line() { sed -nE 's/^GEMMs only \(the cuBLAS rows\): ([0-9.e+-]+) ms .*/\1/p' "$1"; }
-./train_cpu --dry-run $one_gpu --hw-matmul-efficiency 0.37 > $B/at37.plan 2>&1
-./train_cpu --dry-run $one_gpu --hw-matmul-efficiency 0.37 --hw-attention-efficiency 0.0625 > $B/at37-slow-attention.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu $one_gpu --hw-matmul-efficiency 0.37 > $B/at37.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu $one_gpu --hw-matmul-efficiency 0.37 --hw-attention-efficiency 0.0625 > $B/at37-slow-attention.plan 2>&1
 at37=$(gemm_line $B/at37.plan)
 rows=$(grep -F 'cuBLAS' $B/at37.plan | grep -E '^  ' | sed -E 's/^  .{44} //' | awk -F'|' '{ s += $4 } END { print s }')
 fit=$(bash tests/fit_matmul_efficiency.sh "$at37" $one_gpu)
@@ -427,9 +429,9 @@ else bad "fit_matmul_efficiency" "GEMMs at 0.37: '$at37' ms (rows $rows), fitted
 # unfused path when the fused kernels are priced at 1% of the peak (the plan is unfused's), the
 # unfused path where the head size is not the fused kernels' (8); --hw v100-32gb has no fused
 # kernels: auto takes the unfused path, flash is refused in one line
-attention_line() { ./train_cpu --dry-run "$@" 2>&1 | grep -m1 '^attention: '; }
-./train_cpu --dry-run $one_gpu --hw-attention-efficiency 0.01 > $B/auto-slow.plan 2>&1
-./train_cpu --dry-run $one_gpu --hw-attention-efficiency 0.01 --attention-backend unfused > $B/unfused-slow.plan 2>&1
+attention_line() { ./train_cpu --dry-run --dry-run-build gpu "$@" 2>&1 | grep -m1 '^attention: '; }
+./train_cpu --dry-run --dry-run-build gpu $one_gpu --hw-attention-efficiency 0.01 > $B/auto-slow.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu $one_gpu --hw-attention-efficiency 0.01 --attention-backend unfused > $B/unfused-slow.plan 2>&1
 fast=$(grep -m1 '^attention: ' $B/gpt2-flash.plan) slow=$(grep -m1 '^attention: ' $B/auto-slow.plan)
 small=$(attention_line $one_gpu --hidden-size 96 --num-attention-heads 12) v100=$(attention_line --world-size 1 $gpt2 --hw v100-32gb)
 estimates='the planner estimates a layer.s attention, forward and backward, at ([0-9.e-]+) ms (fused|unfused) against ([0-9.e-]+) ms'
@@ -466,7 +468,7 @@ tuneup "104B V100" 696 39.17 tr8-104B --hw v100-32gb --hw-gpus-per-node 4 --worl
 # --- --sweep: world 8 of a model with 4 heads, FFN 128, 4 layers, global batch 8; where TP > 1
 # each layout with --sequence-parallel and without (the sequence of 16 splits over TP 2 and 4)
 sweep_model="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --global-batch-size 8"
-./train_cpu --dry-run --sweep --world-size 8 $sweep_model > $B/sweep.out 2>&1
+./train_cpu --dry-run --dry-run-build gpu --sweep --world-size 8 $sweep_model > $B/sweep.out 2>&1
 status=$?
 # counted here: TP | 4 heads and 128, PP | 4 layers (uniform), MBS | 8 / DP; each such layout with
 # and without sequence parallelism where TP > 1; and each interleaved with v >= 2 chunks of a
@@ -494,19 +496,19 @@ else bad "--sweep" "status $status, $lines lines (expected $expected), $sp_lines
 # a sweep's line is the single dry run's last line of that layout, with and without SP, plain and interleaved
 for sp in "" --sequence-parallel; do
     line=$(grep -m1 "TP 2 PP 2 DP 2 MBS 2 GBS 8${sp:+ SP}: " $B/sweep.out)
-    single=$(./train_cpu --dry-run --world-size 8 $sweep_model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    single=$(./train_cpu --dry-run --dry-run-build gpu --world-size 8 $sweep_model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
         --micro-batch-size 2 $sp 2>&1 | tail -1)
     if [ -n "$line" ] && [ "$line" = "$single" ]; then ok "a sweep's line = that layout's own dry run${sp:+ (with $sp)}"
     else bad "a sweep's line${sp:+ with $sp}" "sweep: $line / single: $single"; fi
 done
 interleaved_line=$(grep -m1 'TP 2 PP 2 DP 2 MBS 2 GBS 8 VPP 2:' $B/sweep.out)
-interleaved_single=$(./train_cpu --dry-run --world-size 8 $sweep_model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+interleaved_single=$(./train_cpu --dry-run --dry-run-build gpu --world-size 8 $sweep_model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
     --micro-batch-size 2 --num-layers-per-virtual-pipeline-stage 1 2>&1 | tail -1)
 if [ -n "$interleaved_line" ] && [ "$interleaved_line" = "$interleaved_single" ]; then
     ok "a sweep's line = that layout's own dry run, interleaved (VPP 2)"
 else bad "a sweep's interleaved line" "sweep: $interleaved_line / single: $interleaved_single"; fi
 # above the memory: OOM marked, after those that fit
-./train_cpu --dry-run --sweep --world-size 8 $sweep_model --hw-memory-gib 0.00001 --hw-reserve-gib 0.0000001 > $B/sweep-oom.out 2>&1
+./train_cpu --dry-run --dry-run-build gpu --sweep --world-size 8 $sweep_model --hw-memory-gib 0.00001 --hw-reserve-gib 0.0000001 > $B/sweep-oom.out 2>&1
 if [ "$(grep -c ' OOM$' $B/sweep-oom.out)" -eq "$expected" ] && grep -q "(0 fit, $expected above memory: OOM)" $B/sweep-oom.out; then
     ok "--sweep marks every layout above --hw-memory-gib OOM"
 else bad "--sweep OOM" "$(head -3 $B/sweep-oom.out)"; fi

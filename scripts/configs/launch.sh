@@ -9,9 +9,10 @@
 #     --tiny:  scripts/launch (mpirun) with the tiny layout's ranks, ./train_cpu, a few steps on a laptop
 #     --print: print the command instead of running it
 #     --dry-run: plan the layout with the trainer's planner instead (no DATA, no launcher, one
-#              process): ./train_cpu FULL --dry-run --world-size GPUS [more trainer flags];
-#              with --tiny, the tiny flags on TINY_RANKS. train_cpu because it builds
-#              anywhere (the GPU binaries need CUDA to build and to load).
+#              process): ./train_cpu FULL --dry-run --dry-run-build gpu --world-size GPUS [more
+#              trainer flags]: the GPU build on --hw's GPU; with --tiny, the tiny flags on
+#              TINY_RANKS, the CPU build priced on this machine (train_cpu's default). train_cpu
+#              because it builds anywhere (the GPU binaries need CUDA to build and to load).
 # A flag given twice takes its last value, so TINY (and the caller's flags: --world-size,
 # --micro-batch-size, the layout's) override FULL.
 
@@ -34,7 +35,7 @@ launch() {
         if [ $tiny = 1 ]; then
             exec ./train_cpu "${FULL[@]}" "${TINY[@]}" --dry-run --world-size "$TINY_RANKS" "$@"
         else
-            exec ./train_cpu "${FULL[@]}" --dry-run --world-size "$GPUS" "$@"
+            exec ./train_cpu "${FULL[@]}" --dry-run --dry-run-build gpu --world-size "$GPUS" "$@"
         fi
     fi
     : "${DATA:?set DATA to a Megatron .bin/.idx prefix (./preprocess makes one)}"
