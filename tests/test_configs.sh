@@ -65,12 +65,29 @@ dry_run tr1-13B 128 2 4 16 1 1024
 dry_run tr8-104B 512 4 32 4 1 2048
 dry_run tr11-176B-bloom 384 4 12 8 2 2048
 dry_run tr1-13B --tiny 4 2 2 1 1 8
-tiny gpt2-124M 8 "TP 1 x PP 1 x DP 2" "--vocab-size 257"
+# as root without Open MPI's two variables (launch.sh sets them, as scripts/run.sh does: it once
+# stopped at mpirun's root check), on bytes; then on GPT-2 tokens, which --tiny once refused
+# (its byte vocabulary): it keeps GPT-2's vocabulary and tokenizer, and samples text
+env -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM bash -c "$(declare -f tiny ok bad); B=$B; tiny gpt2-124M 8 'TP 1 x PP 1 x DP 2' '--vocab-size 257'"
+./preprocess --input tests/build/corpus.jsonl --json-keys text --append-eod --output-prefix $B/gpt2 --tokenizer-type GPT2BPETokenizer \
+    --vocab-file tests/data/gpt2/encoder.json --merge-file tests/data/gpt2/vocab.bpe > /dev/null
+DATA=$B/gpt2_text_document tiny gpt2-124M 8 "TP 1 x PP 1 x DP 2" "--vocab-size 50257" "(vocabulary padded to 50304)" \
+    "generation: 8 tokens"
 full_command gpt2-124M "srun ./train_gpu " "--num-layers 12 --hidden-size 768 --num-attention-heads 12 --ffn-hidden-size 3072" \
     "--seq-length 1024" "--vocab-size 50257" "--micro-batch-size 64 --global-batch-size 512" "--train-iters 18865" \
     "--lr 6e-4 --lr-decay-style cosine --min-lr 0 --lr-warmup-iters 700" "--weight-decay 0.1" "--adam-beta2 0.95" "--bf16"
 dry_run gpt2-124M 8 1 1 8 64 512
 dry_run gpt2-124M --tiny 2 1 1 2 2 8
+# the one-machine recipe: GPT-2 tokens (made here from the license texts when DATA is not given),
+# one process launched on this machine, a sample of text at the end
+env -u DATA SAVE=$B/gpt2-cpu.ckpt bash -c "$(declare -f tiny ok bad); B=$B; tiny gpt2-cpu 10 '--vocab-size 50257' \
+    '(vocabulary padded to 50304)' 'generation: 8 tokens'"
+cmd=$(env -u LAUNCHER scripts/configs/gpt2-cpu.sh --print 2>&1)
+if [[ "$cmd" == "scripts/configs/../launch --oversubscribe --bind-to none -np 1 ./train_cpu --num-layers 4 --hidden-size 128 "* &&
+      "$cmd" == *"--tokenizer-type GPT2BPETokenizer"* && "$cmd" == *"--save runs/gpt2-cpu --load runs/gpt2-cpu"* ]]; then
+    ok "gpt2-cpu: the full command runs one process of train_cpu on this machine through scripts/launch"
+else bad "gpt2-cpu --print" "$(head -c 300 <<< "$cmd")"; fi
+dry_run gpt2-cpu 1 1 1 1 8 8
 tiny llama3-8B 8 "TP 2 x PP 2" "--position-embedding-type rope --rotary-base 500000" "--normalization RMSNorm" "--swiglu" \
     "--group-query-attention --num-query-groups 2 --untie-embeddings-and-output-weights --disable-bias-linear"
 full_command llama3-8B "srun ./train_gpu " "--num-layers 32 --hidden-size 4096 --num-attention-heads 32" \

@@ -5,8 +5,10 @@
 #   BINARY  train_gpu or train_gpu_fp16, GPUS: the full run's GPU count
 # and then call `launch "$@"`:
 #   DATA=PREFIX script.sh [--tiny] [--print | --dry-run] [more trainer flags]
-#     full:    srun (or $LAUNCHER) $BINARY on GPUS ranks, checkpoints in ${SAVE:-checkpoints}
+#     full:    srun (or $LAUNCHER) $BINARY on GPUS ranks, checkpoints in ${SAVE:-checkpoints}; BINARY
+#              train_cpu: scripts/launch on GPUS processes of this machine
 #     --tiny:  scripts/launch (mpirun) with the tiny layout's ranks, ./train_cpu, a few steps on a laptop
+#              (on GPT-2 tokens with GPT-2's vocabulary and tokenizer; as root, Open MPI told so)
 #     --print: print the command instead of running it
 #     --dry-run: plan the layout with the trainer's planner instead (no DATA, no launcher, one
 #              process): ./train_cpu FULL --dry-run --dry-run-build gpu --world-size GPUS [more
@@ -16,8 +18,27 @@
 # A flag given twice takes its last value, so TINY (and the caller's flags: --world-size,
 # --micro-batch-size, the layout's) override FULL.
 
+# --tiny on GPT-2 tokens (the data's largest id past a byte's 256) keeps GPT-2's vocabulary and
+# tokenizer, and samples a few tokens of text at the end; on bytes the TINY list's byte
+# vocabulary (257) stands
+tiny_vocabulary() {
+    local largest
+    largest=$(./preprocess --inspect "$DATA" 2> /dev/null | sed -nE 's/.*max token id ([0-9]+).*/\1/p')
+    [ -n "$largest" ] && [ "$largest" -gt 256 ] || return 0
+    echo --vocab-size 50257 --tokenizer-type GPT2BPETokenizer \
+         --vocab-file tests/data/gpt2/encoder.json --merge-file tests/data/gpt2/vocab.bpe --generate-tokens 8
+}
+
+# $here, the launcher of a run on this machine: scripts/launch, mpirun whose Ctrl-C or SIGTERM
+# saves and stops (it forwards SIGUSR1). Open MPI refuses root unless told, as scripts/run.sh
+# tells it (a laptop's or a container's root; a cluster's jobs run as users).
+on_this_machine() {
+    [ "$(id -u)" != 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    here="$(dirname "${BASH_SOURCE[0]}")/../launch --oversubscribe --bind-to none"
+}
+
 launch() {
-    local tiny=0 print=0 dry=0
+    local tiny=0 print=0 dry=0 default
     while [ $# -gt 0 ]; do
         case "$1" in
             --tiny) tiny=1; shift ;;
@@ -35,17 +56,21 @@ launch() {
         if [ $tiny = 1 ]; then
             exec ./train_cpu "${FULL[@]}" "${TINY[@]}" --dry-run --world-size "$TINY_RANKS" "$@"
         else
-            exec ./train_cpu "${FULL[@]}" --dry-run --dry-run-build gpu --world-size "$GPUS" "$@"
+            local build=gpu
+            [ "$BINARY" != train_cpu ] || build=cpu   # (the one-machine recipe plans this machine)
+            exec ./train_cpu "${FULL[@]}" --dry-run --dry-run-build $build --world-size "$GPUS" "$@"
         fi
     fi
     : "${DATA:?set DATA to a Megatron .bin/.idx prefix (./preprocess makes one)}"
     local cmd
+    local here
+    on_this_machine
     if [ $tiny = 1 ]; then
-        # scripts/launch: mpirun whose Ctrl-C or SIGTERM saves and stops (it forwards SIGUSR1)
-        cmd=(${LAUNCHER:-$(dirname "${BASH_SOURCE[0]}")/../launch --oversubscribe --bind-to none} -np "$TINY_RANKS" ./train_cpu "${FULL[@]}" "${TINY[@]}"
-             --data-path "$DATA" "$@")
-    else
-        cmd=(${LAUNCHER:-srun} ./"$BINARY" "${FULL[@]}" --data-path "$DATA" --save "${SAVE:-checkpoints}"
+        cmd=(${LAUNCHER:-$here} -np "$TINY_RANKS" ./train_cpu "${FULL[@]}" "${TINY[@]}"
+             $(tiny_vocabulary) --data-path "$DATA" "$@")
+    else   # a GPU run through srun (SLURM), a CPU one on this machine
+        [ "$BINARY" = train_cpu ] && default="$here -np $GPUS" || default=srun
+        cmd=(${LAUNCHER:-$default} ./"$BINARY" "${FULL[@]}" --data-path "$DATA" --save "${SAVE:-checkpoints}"
              --load "${SAVE:-checkpoints}" "$@")
     fi
     if [ $print = 1 ]; then echo "${cmd[@]}"; else exec "${cmd[@]}"; fi
