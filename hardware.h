@@ -185,7 +185,8 @@ static void fma_work(void* sink) {
     float sum = 0.0f;
 #pragma omp parallel reduction(+ : sum)
     sum += fma_chains(FMA_ITERATIONS, 1.0f + omp_get_thread_num());
-    *(volatile float*)sink += sum;
+    volatile float* out = (volatile float*)sink;   // (C++20, the emulated build, refuses += on a volatile)
+    *out = *out + sum;
 }
 
 static double fma_peak_gflops(double window, int windows, int best) {
@@ -246,8 +247,9 @@ static double triad_gbps(double window, int windows) {
 
 // an empty OpenMP parallel region: its fork and join
 static void region_work(void* sink) {
+    volatile int* out = (volatile int*)sink;
 #pragma omp parallel
-    if (omp_get_thread_num() == 0) *(volatile int*)sink += 1;
+    if (omp_get_thread_num() == 0) *out = *out + 1;
 }
 
 static double parallel_region_us(double window, int windows) {
