@@ -22,35 +22,21 @@ as one image, and one small image per token dtype written by preprocess.c's buil
 document included).
 */
 #define DATA_TESTING
+#define FUZZ_NAME "fuzz_data"
+#include "fuzz.h"
 #include "../preprocess.c"   // data.c and the dataset writer (no main: DATA_TESTING)
 
-static char work_dir[4000], prefix[4096], idx_path[4200], bin_path[4200];
-
-static void fail(const char* what, const char* detail) {
-    fprintf(stderr, "fuzz_data: %s: %s\n", what, detail);
-    abort();
-}
+static char prefix[4096], idx_path[4200], bin_path[4200];
 
 // ----------------------------------------------------------------------------
 // files
 
-static void remove_work_dir(void) { rmdir(work_dir); }
-
-// a private folder for PREFIX.idx / PREFIX.bin, made on the first call
+// PREFIX.idx / PREFIX.bin, in the private folder
 static void make_work_dir(void) {
     if (prefix[0]) return;
-    const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(work_dir, sizeof work_dir, "%s/fuzz_data.XXXXXX", base);
-    if (mkdtemp(work_dir) == NULL) fail(work_dir, strerror(errno));
-    snprintf(prefix, sizeof prefix, "%s/d", work_dir);
+    snprintf(prefix, sizeof prefix, "%s/d", fuzz_work_dir());
     snprintf(idx_path, sizeof idx_path, "%s.idx", prefix);
     snprintf(bin_path, sizeof bin_path, "%s.bin", prefix);
-    atexit(remove_work_dir);
-}
-
-static void write_file(const char* path, const uint8_t* p, size_t n) {
-    FILE* f = fopen(path, "wb");
-    if (f == NULL || fwrite(p, 1, n, f) != n || fclose(f) != 0) fail(path, "cannot write");
 }
 
 // ----------------------------------------------------------------------------
@@ -62,7 +48,7 @@ static volatile int64_t sink;   // keeps the reads
 static void check_items_inside(const IndexedDataset* ds) {
     for (int64_t i = 0; i < ds->num_items; i++) {
         int64_t begin = ds->pointers[i], end = begin + (int64_t)ds->sizes[i] * ds->itemsize;
-        if (ds->sizes[i] < 0 || begin < 0 || end > (int64_t)ds->bin_bytes) fail(prefix, "an accepted item lies outside the .bin");
+        if (ds->sizes[i] < 0 || begin < 0 || end > (int64_t)ds->bin_bytes) fuzz_fail(prefix, "an accepted item lies outside the .bin");
     }
 }
 
@@ -71,7 +57,7 @@ static void read_every_token(const IndexedDataset* ds) {
     int64_t count = 0;
     for (int64_t i = 0; i < ds->num_items; i++)
         for (int64_t pos = 0; pos < ds->sizes[i]; pos++, count++) sum += (uint64_t)indexed_dataset_token(ds, i, pos);
-    if (count != ds->num_tokens) fail(prefix, "num_tokens is not the sum of the sizes");
+    if (count != ds->num_tokens) fuzz_fail(prefix, "num_tokens is not the sum of the sizes");
     sink = (int64_t)sum;
 }
 
@@ -90,8 +76,8 @@ static void fetch_every_sample(const IndexedDataset* ds) {
 
 // a refusal names the file and says what is wrong, on one line
 static void check_error_line(const char* err) {
-    if (err[0] == 0) fail(prefix, "refused without a message");
-    if (strncmp(err, prefix, strlen(prefix)) != 0 || strchr(err, '\n')) fail("error line is not \"<file>: ...\"", err);
+    if (err[0] == 0) fuzz_fail(prefix, "refused without a message");
+    if (strncmp(err, prefix, strlen(prefix)) != 0 || strchr(err, '\n')) fuzz_fail("error line is not \"<file>: ...\"", err);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -101,8 +87,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t* body = size >= 4 ? data + 4 : data + size;
     size_t body_len = size >= 4 ? size - 4 : 0;
     if (idx_len > body_len) idx_len = (uint32_t)body_len;
-    write_file(idx_path, body, idx_len);
-    write_file(bin_path, body + idx_len, body_len - idx_len);
+    fuzz_write_file(idx_path, body, idx_len);
+    fuzz_write_file(bin_path, body + idx_len, body_len - idx_len);
     IndexedDataset ds;
     char err[8192] = {0};
     int rc = indexed_dataset_open(&ds, prefix, err, sizeof err);
@@ -125,12 +111,12 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
 static uint8_t* slurp(const char* path, size_t* len) {
     FILE* f = fopen(path, "rb");
-    if (f == NULL) fail(path, strerror(errno));
+    if (f == NULL) fuzz_fail(path, strerror(errno));
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
     uint8_t* p = (uint8_t*)malloc((size_t)n + 1);
-    if (p == NULL || n < 0 || fread(p, 1, (size_t)n, f) != (size_t)n) fail(path, "cannot read");
+    if (p == NULL || n < 0 || fread(p, 1, (size_t)n, f) != (size_t)n) fuzz_fail(path, "cannot read");
     fclose(f);
     *len = (size_t)n;
     return p;
@@ -148,7 +134,7 @@ static void write_seed(const char* from, const char* to) {
     FILE* f = fopen(to, "wb");
     if (f == NULL || fwrite(&len32, 4, 1, f) != 1 || fwrite(idx, 1, idx_len, f) != idx_len ||
         fwrite(bin, 1, bin_len, f) != bin_len || fclose(f) != 0)
-        fail(to, "cannot write");
+        fuzz_fail(to, "cannot write");
     free(idx);
     free(bin);
 }
@@ -159,12 +145,12 @@ static void build_small_dataset(const TokenDtype* dt) {
     IndexedDatasetBuilder* b = (IndexedDatasetBuilder*)malloc(sizeof *b);
     char err[8192];
     int64_t tokens[12];
-    if (b == NULL || builder_open(b, prefix, dt->code, err, sizeof err)) fail(dt->name, b ? err : "out of memory");
+    if (b == NULL || builder_open(b, prefix, dt->code, err, sizeof err)) fuzz_fail(dt->name, b ? err : "out of memory");
     for (int d = 0; d < 3; d++) {
         for (int64_t i = 0; i < lengths[d]; i++) tokens[i] = dt->min + (i * 37 + d) % 100;
-        if (builder_add_document(b, tokens, lengths[d], err, sizeof err)) fail(dt->name, err);
+        if (builder_add_document(b, tokens, lengths[d], err, sizeof err)) fuzz_fail(dt->name, err);
     }
-    if (builder_finish(b, err, sizeof err)) fail(dt->name, err);
+    if (builder_finish(b, err, sizeof err)) fuzz_fail(dt->name, err);
     free(b);
 }
 

@@ -22,53 +22,36 @@ With FUZZ_SEED_MAIN defined, the program writes the seed corpus instead: GPT-2's
 one input that is accepted as it stands), the same with two merges swapped, with \r\n line ends,
 cut after 1,000 merges, cut inside a line, its #version line alone, and an empty file.
 */
+#define FUZZ_NAME "fuzz_merges"
+#include "fuzz.h"
 #include "../files.h"
 #include "../tokenizer.h"
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void fail(const char* what, const char* detail) {
-    fprintf(stderr, "fuzz_merges: %s: %s\n", what, detail);
-    abort();
-}
-
-static void write_file(const char* path, const uint8_t* p, size_t n) {
-    FILE* f = fopen(path, "wb");
-    if (f == NULL || (n && fwrite(p, 1, n, f) != n) || fclose(f) != 0) fail(path, "cannot write");
-}
-
 #ifndef FUZZ_SEED_MAIN
 // ----------------------------------------------------------------------------
 // the target
 
-static char work_dir[4000], merges_path[4100], vocab_path[4100];
+static char merges_path[4100], vocab_path[4100];
 static Tokenizer gpt2;   // GPT-2's vocabulary; its merges replaced by each input's
-
-static void remove_work_dir(void) {
-    unlink(merges_path);
-    rmdir(work_dir);
-}
 
 // GPT-2's tokenizer, and a private folder for the input's file, on the first call
 static void set_up(void) {
-    if (work_dir[0]) return;
+    if (merges_path[0]) return;
     const char* dir = getenv("FUZZ_GPT2_DIR") ? getenv("FUZZ_GPT2_DIR") : "tests/data/gpt2";
     char merges[4100], err[8192];
     snprintf(vocab_path, sizeof vocab_path, "%s/encoder.json", dir);
     snprintf(merges, sizeof merges, "%s/vocab.bpe", dir);
-    if (tokenizer_load(&gpt2, vocab_path, merges, err, sizeof err)) fail("GPT-2's tokenizer (run from the repository's root, or set FUZZ_GPT2_DIR)", err);
-    const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(work_dir, sizeof work_dir, "%s/fuzz_merges.XXXXXX", base);
-    if (mkdtemp(work_dir) == NULL) fail(work_dir, strerror(errno));
-    snprintf(merges_path, sizeof merges_path, "%s/merges.txt", work_dir);
-    atexit(remove_work_dir);
+    if (tokenizer_load(&gpt2, vocab_path, merges, err, sizeof err)) fuzz_fail("GPT-2's tokenizer (run from the repository's root, or set FUZZ_GPT2_DIR)", err);
+    snprintf(merges_path, sizeof merges_path, "%s/merges.txt", fuzz_work_dir());
 }
 
 // a refusal names the file and says what is wrong, on one line
 static void check_error_line(const char* err) {
     char start[4200];
     snprintf(start, sizeof start, "--merge-file %s: ", merges_path);
-    if (strncmp(err, start, strlen(start)) != 0 || strchr(err, '\n')) fail("error line is not \"--merge-file <file>: ...\"", err);
+    if (strncmp(err, start, strlen(start)) != 0 || strchr(err, '\n')) fuzz_fail("error line is not \"--merge-file <file>: ...\"", err);
 }
 
 // GPT-2's pattern's cases (contractions, letters, numbers, runs of spaces, other scripts, emoji)
@@ -88,20 +71,20 @@ static void check_tokens(const Tokenizer* t, TokenizerCache* cache) {
     size_t n, bad = 0, at = 0, len;
     const char* text = test_text(&n);
     TokenIds ids = {NULL, 0, 0};
-    if (tokenizer_encode(t, cache, text, n, &ids, &bad) != 0) fail(merges_path, "the test text refused as not UTF-8");
+    if (tokenizer_encode(t, cache, text, n, &ids, &bad) != 0) fuzz_fail(merges_path, "the test text refused as not UTF-8");
     for (size_t i = 0; i < ids.n; i++) {
-        if (ids.ids[i] < 0 || ids.ids[i] >= t->vocab_size) fail(merges_path, "an id outside the vocabulary");
+        if (ids.ids[i] < 0 || ids.ids[i] >= t->vocab_size) fuzz_fail(merges_path, "an id outside the vocabulary");
         const char* bytes = tokenizer_token_bytes(t, ids.ids[i], &len);
-        if (at + len > n || memcmp(text + at, bytes, len) != 0) fail(merges_path, "the ids do not give the text back");
+        if (at + len > n || memcmp(text + at, bytes, len) != 0) fuzz_fail(merges_path, "the ids do not give the text back");
         at += len;
     }
-    if (at != n) fail(merges_path, "the ids give back less than the text");
+    if (at != n) fuzz_fail(merges_path, "the ids give back less than the text");
     free(ids.ids);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     set_up();
-    write_file(merges_path, data, size);
+    fuzz_write_file(merges_path, data, size);
     char err[8192] = {0};
     if (tokenizer_load_merges(&gpt2, vocab_path, merges_path, err, sizeof err) != 0) {
         check_error_line(err);
@@ -122,14 +105,14 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 static char* slurp(const char* path, size_t* len) {
     char err[4400];
     char* text = read_whole_file(path, len, err, sizeof err);   // tokenizer.h's
-    if (text == NULL) fail(path, err);
+    if (text == NULL) fuzz_fail(path, err);
     return text;
 }
 
 static void seed(const char* dir, const char* name, const char* p, size_t n) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    write_file(path, (const uint8_t*)p, n);
+    fuzz_write_file(path, (const uint8_t*)p, n);
 }
 
 // the offset of line k (0-based) in text
@@ -154,7 +137,7 @@ int main(int argc, char** argv) {
     seed(dir, "header_only", text, line_start(text, n, 1));
     seed(dir, "empty", text, 0);
     char* other = (char*)malloc(2 * n + 1);
-    if (other == NULL) fail(argv[1], "out of memory");
+    if (other == NULL) fuzz_fail(argv[1], "out of memory");
     size_t a = line_start(text, n, 100), b = line_start(text, n, 101), c = line_start(text, n, 102), k = 0;
     memcpy(other, text, a);   // lines 100 and 101 swapped
     memcpy(other + a, text + b, c - b);

@@ -24,30 +24,15 @@ With FUZZ_SEED_MAIN defined, the program writes the seed corpus instead: each NA
 under the folder given (the hostile model directories), and one file with a tensor of each dtype.
 */
 #define TESTING
+#define FUZZ_NAME "fuzz_safetensors"
+#include "fuzz.h"
 #include "../train.c"   // hf.h's reader and everything below it (no main: TESTING)
 
-static char work_dir[4000], st_path_in[4200];
+static char st_path_in[4200];
 
-static void fuzz_fail(const char* what, const char* detail) {
-    fprintf(stderr, "fuzz_safetensors: %s: %s\n", what, detail);
-    abort();
-}
-
-static void remove_work_dir(void) { rmdir(work_dir); }
-
-// a private folder for model.safetensors, made on the first call
+// the input's file, in the private folder
 static void make_work_dir(void) {
-    if (work_dir[0]) return;
-    const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(work_dir, sizeof work_dir, "%s/fuzz_safetensors.XXXXXX", base);
-    if (mkdtemp(work_dir) == NULL) fuzz_fail(work_dir, strerror(errno));
-    snprintf(st_path_in, sizeof st_path_in, "%s/model.safetensors", work_dir);
-    atexit(remove_work_dir);
-}
-
-static void write_bytes(const char* path, const uint8_t* p, size_t n) {
-    FILE* f = fopen(path, "wb");
-    if (f == NULL || fwrite(p, 1, n, f) != n || fclose(f) != 0) fuzz_fail(path, "cannot write");
+    if (!st_path_in[0]) snprintf(st_path_in, sizeof st_path_in, "%s/model.safetensors", fuzz_work_dir());
 }
 
 // the reader's promises about an accepted file of `size` bytes
@@ -84,10 +69,10 @@ static void check_accepted(HFModel* hm, uint64_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     make_work_dir();
-    write_bytes(st_path_in, data, size);
+    fuzz_write_file(st_path_in, data, size);
     HFModel hm;
     memset(&hm, 0, sizeof hm);
-    hm.dir = work_dir;
+    hm.dir = fuzz_dir;
     char err[8192] = {0};
     int rc = st_read_header(&hm, "model.safetensors", err, sizeof err);
     if (rc != 0 && (err[0] == 0 || strncmp(err, st_path_in, strlen(st_path_in)) != 0 || strchr(err, '\n')))
@@ -107,7 +92,7 @@ static void copy_file(const char* from, const char* to) {
     char err[4400];
     char* text = read_small_file(from, 1 << 20, &len, err, sizeof err);
     if (!text) fuzz_fail(from, err);
-    write_bytes(to, (const uint8_t*)text, len);
+    fuzz_write_file(to, (const uint8_t*)text, len);
     free(text);
 }
 
@@ -122,7 +107,7 @@ static void write_dtypes_seed(const char* to) {
     for (int b = 0; b < 8; b++) buf[b] = (uint8_t)(n >> (8 * b));
     memcpy(buf + 8, header, n);
     for (int k = 0; k < 14; k++) buf[8 + n + k] = (uint8_t)(k * 37 + 1);
-    write_bytes(to, buf, 8 + n + 14);
+    fuzz_write_file(to, buf, 8 + n + 14);
 }
 
 int main(int argc, char** argv) {
