@@ -33,12 +33,12 @@ TINY=(--train-iters 10 --lr-warmup-iters 2 --log-interval 5 --eval-interval 5 --
 
 SAVE=${SAVE:-runs/gpt2-cpu}
 if [ -z "${DATA:-}" ]; then   # (made when the run needs it, not for --print or --dry-run)
-    DATA=runs/corpus/licenses_gpt2_text_document
+    DATA=runs/corpus/licenses_prose_gpt2_text_document
     if [ ! -f $DATA.idx ] && [[ " $* " != *" --print "* && " $* " != *" --dry-run "* ]]; then
         mkdir -p runs/corpus
-        scripts/make_corpus.sh runs/corpus/licenses.jsonl
-        ./preprocess --input runs/corpus/licenses.jsonl --json-keys text --append-eod \
-            --output-prefix runs/corpus/licenses_gpt2 "${T[@]}"
+        scripts/make_corpus.sh --prose runs/corpus/licenses_prose.jsonl
+        ./preprocess --input runs/corpus/licenses_prose.jsonl --json-keys text --append-eod \
+            --output-prefix runs/corpus/licenses_prose_gpt2 "${T[@]}"
     fi
 fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
