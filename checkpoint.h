@@ -567,7 +567,7 @@ static int holder_is_running(const LockHolder* h) {
 static int save_lock_fd = -1;       // the lock this process holds, -1 if none ...
 static char save_lock_path[4300];   // ... and its file
 
-// remove the file, then close it, which lets the flock go (both async-signal-safe: train.c's
+// remove the file, then close it, which lets the flock go (both async-signal-safe: stop_signals.h's
 // start-up signal handler calls this)
 static void release_save_lock(void) {
     if (save_lock_fd < 0) return;

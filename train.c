@@ -1,16 +1,17 @@
 /*
-train.c — the gridgpt trainer: schedules, the data files, setup, the training loop, logging (its
-scalars go to tensorboard.h), evaluation's calls, sampling. The flags and their checks are
+train.c — the gridgpt trainer: schedules, setup, the training loop, logging (its scalars go
+to tensorboard.h), evaluation's calls, sampling. The flags and their checks are
 config.h's, the memory plan and the dry run plan.h's, the step step.h's, the loader and
-evaluation loader.h's; checkpoints and the Hugging Face
-export are called from checkpoint.h, --profile's recorder and writer from trace.h.
+evaluation loader.h's, the data files' set-up data_setup.h's, the stop signals
+stop_signals.h's, the Hugging Face conversions (run instead of training) convert.h's;
+checkpoints are called from checkpoint.h, --profile's recorder and writer from trace.h.
 
 One source, two builds: gcc compiles it with the plain-C kernels and MPI (train_cpu); nvcc
 compiles it as CUDA with cuBLAS and NCCL (train_gpu). Flags, log lines and files are the
 same in both, and follow Megatron-LM's names so that its users feel at home.
 
-Reading order: schedules -> data -> the trainer -> setup -> step -> log ->
-sampling -> the run -> main.
+Reading order: schedules -> the trainer -> setup -> step -> log -> sampling -> the run ->
+main.
 */
 #include "files.h"
 #include "tokenizer.h"
@@ -32,6 +33,9 @@ sampling -> the run -> main.
 #include "print_schedule.h"
 #include "hardware.h"
 #include "plan.h"
+#include "data_setup.h"
+#include "stop_signals.h"
+#include "convert.h"
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -135,199 +139,12 @@ static LRSchedule make_lr_schedule(const Config* a, int train_iters) {
 }
 
 // ----------------------------------------------------------------------------
-// data: the files, the same on every rank
-
-// What a rank's copy of one data prefix looks like: the .bin's size, a CRC-32 of the .idx's
-// contents (dtype, counts and its three arrays) and one of 64 blocks of 4 KiB spread evenly
-// over the .bin, the first and last among them. Ranks that read --data-path from node-local
-// disks compare these, so that a stale or half-copied file on one node is named, not trained
-// on. (A change inside the .bin that leaves its size and those blocks alone goes unseen.)
-typedef struct {
-    uint64_t bin_bytes;
-    uint32_t idx_crc, bin_crc;
-} DataFingerprint;
-
-enum { FINGERPRINT_BLOCKS = 64, FINGERPRINT_BLOCK_BYTES = 4096 };
-
-static DataFingerprint data_fingerprint(const IndexedDataset* ds) {
-    DataFingerprint f = {(uint64_t)ds->bin_bytes, 0, 0};
-    int64_t counts[3] = {ds->dtype_code, ds->num_items, ds->num_docs};
-    f.idx_crc = crc32_update(0, counts, sizeof(counts));
-    f.idx_crc = crc32_update(f.idx_crc, ds->sizes, (size_t)ds->num_items * sizeof(int32_t));
-    f.idx_crc = crc32_update(f.idx_crc, ds->pointers, (size_t)ds->num_items * sizeof(int64_t));
-    f.idx_crc = crc32_update(f.idx_crc, ds->doc_idx, (size_t)(ds->num_docs + 1) * sizeof(int64_t));
-    size_t block = ds->bin_bytes < (size_t)FINGERPRINT_BLOCK_BYTES ? ds->bin_bytes : (size_t)FINGERPRINT_BLOCK_BYTES;
-    for (int k = 0; k < FINGERPRINT_BLOCKS && block > 0; k++) {
-        size_t at = (size_t)((double)(ds->bin_bytes - block) * k / (FINGERPRINT_BLOCKS - 1));
-        f.bin_crc = crc32_update(f.bin_crc, ds->bin + at, block);
-    }
-    return f;
-}
-
-// Each rank's copy of something (`bytes` of it at all[rank], all_gather_host's) against the copy
-// most ranks hold (the first rank whose copy more than half the ranks share; rank 0 where none
-// is), like the flags: the first rank whose copy differs, or -1; *ref that reference rank, and
-// ref_host its host, which every rank learns. (Held against rank 0's alone, a stale copy on rank
-// 0's host had the first healthy rank named, on another host: tests/test_hosts.sh.)
-static int rank_unlike_most(const void* all, size_t bytes, int* ref, char ref_host[sizeof(grid.host)]) {
-    const char* copy = (const char*)all;
-    int W = grid.world_size, rank = -1;
-    *ref = 0;
-    for (int q = 0, found = 0; q < W && !found; q++) {
-        int same = 0;
-        for (int r = 0; r < W; r++) same += memcmp(copy + r * bytes, copy + q * bytes, bytes) == 0;
-        if (2 * same > W) *ref = q, found = 1;
-    }
-    for (int r = 0; r < W && rank < 0; r++)
-        if (memcmp(copy + r * bytes, copy + *ref * bytes, bytes) != 0) rank = r;
-    memcpy(ref_host, grid.host, sizeof(grid.host));
-    if (rank >= 0) broadcast_host(&grid.world, ref_host, sizeof(grid.host), *ref);
-    return rank;
-}
-
-// Every rank's fingerprints against those most ranks hold: the first rank whose copy of a
-// prefix differs says so (naming the file, and the reference rank's host), and every rank exits 2.
-static void check_same_data_everywhere(const DataSplits* d) {
-    int n = d->num_prefixes, W = grid.world_size;
-    size_t bytes = n * sizeof(DataFingerprint);
-    DataFingerprint* mine = (DataFingerprint*)callocCheck(n, sizeof(DataFingerprint));
-    DataFingerprint* all = (DataFingerprint*)callocCheck((size_t)n * W, sizeof(DataFingerprint));
-    for (int i = 0; i < n; i++) mine[i] = data_fingerprint(&d->prefix[i].ds);
-    all_gather_host(&grid.world, mine, all, bytes);
-    char ref_host[sizeof(grid.host)], what[4400] = "";
-    int ref, rank = rank_unlike_most(all, bytes, &ref, ref_host), prefix = 0;
-    while (rank >= 0 && prefix < n - 1 &&
-           memcmp(&all[(size_t)rank * n + prefix], &all[(size_t)ref * n + prefix], sizeof(DataFingerprint)) == 0)
-        prefix++;
-    if (rank >= 0 && grid.world_rank == rank) {
-        const DataFingerprint *here = &mine[prefix], *there = &all[(size_t)ref * n + prefix];
-        const char* path = d->prefix[prefix].ds.path_prefix;
-        if (here->bin_bytes != there->bin_bytes)
-            snprintf(what, sizeof(what), "%s.bin is %llu bytes here, %llu on rank %d", path,
-                     (unsigned long long)here->bin_bytes, (unsigned long long)there->bin_bytes, ref);
-        else if (here->idx_crc != there->idx_crc)
-            snprintf(what, sizeof(what), "%s.idx differs (CRC-32 %08x here, %08x on rank %d)", path, here->idx_crc,
-                     there->idx_crc, ref);
-        else
-            snprintf(what, sizeof(what), "%s.bin differs in the blocks sampled (CRC-32 %08x here, %08x on rank %d)", path,
-                     here->bin_crc, there->bin_crc, ref);
-    }
-    free(mine);
-    free(all);
-    if (rank >= 0)   // (only that rank prints, with its host and coordinates)
-        config_error_on(rank, "--data-path: this rank's copy differs from rank %d's (on %s): %s; every rank must read "
-                        "the same data (a stale copy on a node-local disk?)", ref, ref_host, what);
-}
-
-// Every rank maps the data files and plans the sample indexes (nothing large is allocated
-// yet: the memory check, plan_model, comes next and counts them). Also settles the vocabulary:
-// --vocab-size, or the largest token id + 1, and every id must lie below it.
-// The run's blends: --data-path (split by --split), or Megatron-LM's per-split ones given;
-// returns how many (0: no data, an evaluation-less --skip-train)
-static int data_lists(const Config* a, DataPathList lists[3]) {
-    const StringList* per_split[3] = {&a->train_data_path, &a->valid_data_path, &a->test_data_path};
-    const char* flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
-    int n = 0;
-    if (a->data_path.count) {
-        DataPathList all = {"--data-path", a->data_path.v, a->data_path.count, -1};
-        lists[n++] = all;
-    }
-    for (int k = 0; k < 3 && !a->data_path.count; k++) {
-        DataPathList one = {flags[k], per_split[k]->v, per_split[k]->count, k};
-        if (one.count) lists[n++] = one;
-    }
-    return n;
-}
-
-static void open_data_files(DataSplits* d, Config* a, const int64_t want[3]) {
-    char err[1024] = "";
-    GPTConfig* c = &a->model;
-    DataPathList lists[3];
-    int num_lists = data_lists(a, lists);
-    memset(d, 0, sizeof(*d));
-    if (num_lists == 0) return;   // (the vocabulary comes from the checkpoint)
-    data_splits_plan_lists(d, lists, num_lists, a->split, c->seq_length, (uint64_t)c->seed, want, err, sizeof(err));
-    config_error_anywhere(err);
-    check_same_data_everywhere(d);
-    int64_t max_id = 0;
-    if (data_splits_check_vocab(d, c->vocab_size, &max_id, err, sizeof(err)))
-        config_error("%s (--vocab-size %d)", err, c->vocab_size);
-    if (c->vocab_size == 0) c->vocab_size = (int)(max_id + 1);
-}
-
-// More evaluation samples than one pass over a split holds (--eval-iters x the global batch, at
-// every evaluation of the run) make the index a second epoch of the same documents, as in
-// Megatron-LM: said, since a loss over repeated samples is not the loss over the file
-static void note_eval_epochs(const DataSplits* d, const Config* a) {
-    for (int k = 1; k < 3 && !a->full_validation; k++)
-        for (int j = 0; j < d->num_members[k] && d->has[k]; j++) {
-            const DataPrefix* p = &d->prefix[d->members[k][j]];
-            if (p->split[k].num_epochs < 2) continue;
-            printf("note: the evaluations ask %lld %s samples of %s, which holds %lld in one pass: %d epochs of the same "
-                   "documents (--full-validation evaluates each token once)\n", (long long)p->requested[k],
-                   SPLIT_NAMES[k], p->ds.path_prefix, (long long)((p->split[k].tokens_per_epoch - 1) / d->seq_length),
-                   p->split[k].num_epochs);
-        }
-}
-
-// Rank 0 builds the planned sample indexes (or finds them cached) and writes the cache; the
-// others then map the same cache files.
-static void build_data_index(DataSplits* d, const Config* a) {
-    char err[1024] = "";
-    int rc = 0;
-    if (grid.world_rank == 0) rc = data_splits_build(d, a->data_cache_path, 1, err, sizeof(err));
-    broadcast_host(&grid.world, &rc, sizeof(rc), 0);
-    if (rc) config_error("%s", err);   // rank 0 says why
-    err[0] = '\0';   // the other ranks map what rank 0 wrote: a host that cannot see it is named
-    if (grid.world_rank != 0) {
-        rc = data_splits_build(d, a->data_cache_path, 0, err, sizeof(err));
-        if (rc == DATA_NO_CACHE) strncat(err, "; the index cache must be visible to every rank (see --data-cache-path)",
-                                         sizeof(err) - strlen(err) - 1);
-    }
-    config_error_anywhere(err);
-}
-
-// ----------------------------------------------------------------------------
 // measures
 
 static double peak_rss_gib(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss / (1024.0 * 1024.0);   // ru_maxrss is in KiB on Linux
-}
-
-// ----------------------------------------------------------------------------
-// stop signals
-
-// SIGTERM and SIGUSR1 (what SLURM sends before a time limit), SIGINT (Ctrl-C) and SIGHUP (a
-// closed terminal) ask for a save and an exit after the current step; the same signal a
-// second time ends the run at once (a user who presses Ctrl-C twice means it).
-static volatile sig_atomic_t stop_requested = 0;   // the signal's number
-static void request_stop(int sig) {
-    stop_requested = sig;
-    signal(sig, SIG_DFL);
-}
-
-static const char* signal_name(int sig) {
-    return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "a signal";
-}
-
-static void on_stop_signals(void (*handler)(int)) {
-    int stop_signals[] = {SIGTERM, SIGUSR1, SIGINT, SIGHUP};
-    for (int i = 0; i < 4; i++) signal(stop_signals[i], handler);
-}
-
-// The same signals during start-up (building the sample index can take minutes) end the run
-// at once: nothing is trained, so nothing is lost. Rank 0 says so in one line, the --save lock
-// is let go, and the status is 128 + the signal, as a shell reports a process a signal ended.
-// (In a handler only async-signal-safe calls: write, unlink, close, _exit.)
-static void stop_during_startup(int sig) {
-    const char* name = signal_name(sig);
-    const char* rest = " during start-up, before any training: nothing to save\n";
-    if (grid.world_rank == 0 && (write(STDERR_FILENO, "stopped by ", 11) < 0 || write(STDERR_FILENO, name, strlen(name)) < 0 ||
-                                 write(STDERR_FILENO, rest, strlen(rest)) < 0)) { /* nothing more to say */ }
-    release_save_lock();
-    _exit(128 + sig);
 }
 
 // ----------------------------------------------------------------------------
@@ -496,83 +313,6 @@ static void print_setup(const Trainer* t) {
     }
     print_memory(t);
     fflush(stdout);
-}
-
-// --load DIR --export-hf OUT: the latest checkpoint in DIR as a transformers model, with the
-// tokenizer's files when --tokenizer-type GPT2BPETokenizer names them (a checkpoint does not
-// record its tokenizer); 0, or 1 with the error line in err
-static int export_latest(const Config* a, char* err, size_t len) {
-    char ckpt[4300];
-    HFArchitecture arch = (HFArchitecture)a->export_hf_architecture;
-    HFTokenizer hf_tok = {NULL, NULL, 0, -1};   // (none)
-    Tokenizer tok;
-    double t0 = now_seconds();
-    if (!a->load) return error_line(err, len, "--export-hf needs --load DIR (the checkpoint to export)");
-    if (latest_checkpoint(a->load, ckpt, sizeof(ckpt), err, len)) return 1;
-    if (!ckpt[0]) return error_line(err, len, "--load %s: no latest_checkpointed_iteration.txt, nothing to export", a->load);
-    if (a->tokenizer_type == TOKENIZER_GPT2_BPE) {   // loaded whole, so that a file it would refuse is not exported
-        if (tokenizer_load(&tok, a->vocab_file, a->merge_file, err, len) != 0) return 1;
-        hf_tok = (HFTokenizer){a->vocab_file, a->merge_file, tok.vocab_size, tok.eod};
-        tokenizer_free(&tok);
-    }
-    if (export_hf(ckpt, a->export_hf, &arch, &hf_tok, &stop_requested, err, len) != 0) return 1;
-    printf("exported %s as a Hugging Face %s to %s (config.json, model.safetensors, generation_config.json%s) in %.2f s\n",
-           ckpt, hf_class_name(arch), a->export_hf, hf_tok.vocab_file ? ", the tokenizer's four files" : "",
-           now_seconds() - t0);
-    if (!hf_tok.vocab_file)
-        printf("note: no tokenizer files in %s (a checkpoint does not record its tokenizer): add --tokenizer-type "
-               "GPT2BPETokenizer --vocab-file VOCAB.json --merge-file MERGES.txt to write vocab.json, merges.txt, "
-               "tokenizer_config.json and special_tokens_map.json\n", a->export_hf);
-    return 0;
-}
-
-// A stop signal during a conversion (rank 0's err set by it): its files were removed; said in
-// one line, and the status is 128 + the signal, as a signal during start-up
-static void exit_if_conversion_stopped(const char* flag, const char* err) {
-    if (!stop_requested || !err[0]) return;
-    fprintf(stderr, "stopped by %s during %s, which removed what it had written\n", signal_name(stop_requested), flag);
-    exit(128 + stop_requested);
-}
-
-// no data, no model, just the file conversion, by rank 0 alone (the others end with it)
-static void export_and_exit(const Config* a) {
-    char err[4600] = "";
-    on_stop_signals(request_stop);   // a signal ends the export between tensors, its files removed
-    if (grid.world_rank == 0) export_latest(a, err, sizeof(err));
-    exit_if_conversion_stopped("--export-hf", err);
-    config_error_anywhere(err);
-    grid_finish();
-    exit(0);
-}
-
-// --import-hf DIR --save CKPT: a transformers model as CKPT/iter_0000000 (iteration 0, a fresh
-// optimizer), which any grid then --loads (and --finetune). Like the export, no data, no
-// model: rank 0 converts, the others end with it. The model is config.json's: of the model
-// flags only --seq-length may be given (else the model's own length).
-static void import_and_exit(const Config* a) {
-    char err[4600] = "", flag[96];
-    if (!a->save) config_error("--import-hf %s needs --save DIR (where the imported checkpoint is written)", a->import_hf);
-    for (int k = 0; k < NUM_MODEL_FIELDS; k++)
-        if (a->model_given[k] && MODEL_FIELDS[k].offset != offsetof(GPTConfig, seq_length))
-            config_error("--import-hf takes the model from %s/config.json: drop %s (only --seq-length may be given)",
-                         a->import_hf, flag_of(&MODEL_FIELDS[k], flag, sizeof(flag)));
-    int seq_length = model_field_given(a, offsetof(GPTConfig, seq_length)) ? a->model.seq_length : 0;
-    double t0 = now_seconds();
-    HFImport got;
-    on_stop_signals(request_stop);   // a signal ends the import between tensors, its files removed
-    if (grid.world_rank == 0 && import_hf(a->import_hf, a->save, seq_length, &stop_requested, &got, err, sizeof(err)) == 0) {
-        const GPTConfig* c = &got.cfg;
-        printf("imported %s as %s: %d layers, hidden %d, %d heads, vocabulary %d, sequence length %d; %s, %d tensors "
-               "from %d file%s; wrote %s in %.2f s\n", a->import_hf, hf_class_name(got.arch), c->num_layers, c->hidden_size,
-               c->num_attention_heads, c->vocab_size, c->seq_length, got.dtypes, got.tensors, got.files,
-               got.files > 1 ? "s" : "", got.checkpoint, now_seconds() - t0);
-        for (char* line = strtok(got.note, "\n"); line; line = strtok(NULL, "\n")) printf("note: %s\n", line);
-        fflush(stdout);
-    }
-    exit_if_conversion_stopped("--import-hf", err);
-    config_error_anywhere(err);
-    grid_finish();
-    exit(0);
 }
 
 // the batch and learning-rate schedules, and the length of training in iterations
