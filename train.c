@@ -19,6 +19,8 @@ sampling -> the run -> main.
 #include "parallel.h"
 #include "trace.h"
 #include "gpt.h"
+#include "data_parallel.h"
+#include "pipeline.h"
 #include "step.h"
 #include "loader.h"
 #include "generate.h"
