@@ -90,7 +90,7 @@ static const char* counters_problem(const Progress* p, int optimizer_step, const
         (b->since_iteration < 0 || b->since_iteration > p->iteration || b->since_consumed < 0 ||
          b->since_consumed > p->consumed_samples || b->rampup_start < 0 || b->rampup_increment < 0 || b->rampup_samples < 0))
         return "batch_schedule's counters are outside [0, iteration] and [0, consumed_samples], or negative";
-    if (scaler && scaler->growth_tracker < 0)   // (the hysteresis tracker may be: step.h)
+    if (scaler && scaler->growth_tracker < 0)   // (the hysteresis tracker may be: data_parallel.h)
         return "the loss_scaler's growth tracker is negative";
     return NULL;
 }

@@ -302,7 +302,7 @@ typedef struct {
 // of this stage (a plain 1F1B stage is one chunk)
 typedef struct {
     int chunk, first, end; // the chunk, and its local layers [first, end) (layers[i] for i in that range)
-    int holder;           // the micro-batch in it now (-1: free; the schedule checks it, step.h take_slot)
+    int holder;           // the micro-batch in it now (-1: free; the schedule checks it, pipeline.h take_slot)
     int* tokens;          // [B*T] inputs (first stage)
     int* targets;         // [B*T] next tokens (last stage)
     floatX* input;        // [B*T, C] chunk input: embedding output, or received from the previous stage
@@ -383,7 +383,7 @@ typedef struct GPT {
     size_t workspace_bytes;                          // the arena after the slots: backward scratch, attention
                                                      // scratch, column partials, logits and cross-entropy
                                                      // (part of arena_bytes)
-    // the step's hooks (step.h sets them; NULL: nothing to do): the backward says when every
+    // the step's hooks (data_parallel.h sets them; NULL: nothing to do): the backward says when every
     // gradient of `layer` and above is final for this micro-batch (the final LayerNorm's layer
     // is num_layers), so the overlapped DP reduction may take them; the forward says it is about
     // to read `layer`'s parameters (-1: the embedding's), which the overlapped ZeRO all-gather
@@ -831,7 +831,7 @@ static void layout_arena(GPT* m, Arena* a) {
 
 // ----------------------------------------------------------------------------
 // build: the tensor table, the flat buffers and the arena of one rank
-// chunk_slots: micro-batches in flight per model chunk (what the schedule needs: step.h's
+// chunk_slots: micro-batches in flight per model chunk (what the schedule needs: pipeline.h's
 // schedule_slots); pad_multiple: the flat buffers are padded with zeros to a multiple of it (the
 // data-parallel size, for ZeRO).
 
@@ -1277,7 +1277,7 @@ static floatX* column_parallel_linear_backward(GPT* m, floatX* dinp, floatX* dlo
 // them gathered with sequence parallelism: the reduce-scatter's backward): dinp, and the
 // weight's and bias's gradients. pre_gelu: the MLP's GELU input, whose backward then goes into
 // the same product (else NULL). With sequence parallelism the bias was added to this rank's rows
-// only, and its gradient is theirs (step.h sums it over the tensor ranks).
+// only, and its gradient is theirs (data_parallel.h sums it over the tensor ranks).
 static void row_parallel_linear_backward(GPT* m, floatX* dinp, const floatX* inp, const floatX* pre_gelu, int w, int b,
                                          int in_local) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
@@ -1352,7 +1352,7 @@ static void embedding_backward(GPT* m, MicroBatchActivations* s) {
         encoder_backward(grad_of(m, m->wte), grad_of(m, m->wpe), d, s->tokens, N, m->T, C, m->vocab_start, m->vocab_local);
         return;
     }
-    // sequence parallelism: the positions' gradient from this rank's rows (step.h sums it over
+    // sequence parallelism: the positions' gradient from this rank's rows (data_parallel.h sums it over
     // the tensor ranks), the word embedding's rows from every row, gathered (the reduce-scatter's backward)
     if (m->wpe >= 0) rows_add_backward(grad_of(m, m->wpe), m->column_partials, d, m->residual_rows, C, m->first_residual_row, m->T);
     reduce_scatter_to_sequence_parallel_region_backward(m->whole_rows, d, residual_elems(m));

@@ -11,7 +11,7 @@ loader.h — the samples a step reads, and evaluation over them.
     of --seq-length, the last one shorter; Megatron-LM's evaluation block.
 
 Interface (what train.c uses): Loader, make_loader, free_loader, load_micro_batch, StopCheck,
-evaluate, evaluate_full, print_eval. It sits on data.c and step.h; it knows no flags (train.c hands them).
+evaluate, evaluate_full, print_eval. It sits on data.c, pipeline.h and step.h; it knows no flags (train.c hands them).
 */
 #pragma once
 

@@ -1,5 +1,6 @@
 /*
-parallel.h — everything that crosses a process boundary (the step built on it is step.h).
+parallel.h — everything that crosses a process boundary (the step built on it: data_parallel.h,
+pipeline.h and step.h).
 
   - the process grid: world = TP x PP x DP ranks in Megatron's order (TP fastest, then DP,
     then PP: rank = tp + TP * (dp + DP * pp)), one object every part asks for its
@@ -918,7 +919,7 @@ static void recv_forward(floatX* x, size_t n) {
 // other exchanges are with some messages NULL). With interleaving the virtual stages c x PP + p
 // go round the pipeline v times, so the last stage's next is the first and the first's previous
 // the last: the neighbours are taken on that ring, and the schedule passes NULL at the virtual
-// pipeline's two ends (step.h's exchange; without interleaving those are the stages' own ends).
+// pipeline's two ends (pipeline.h's exchange; without interleaving those are the stages' own ends).
 static void send_forward_backward_recv_forward_backward(const floatX* x, const floatX* dx, floatX* next_x,
                                                          floatX* next_dx, size_t n) {
     PipelineMessages msg = {x, next_x, dx, next_dx};

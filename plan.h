@@ -1042,7 +1042,7 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
     int messages;
     c->calls = 1.0;
     charge_kernel(c, "zero gradients", 1, (double)m->num_params_padded * 4.0);
-    for (int i = 0; i < m->num_tensors && m->sequence_parallel; i++)   // step.h's sequence_parallel_grads_all_reduce
+    for (int i = 0; i < m->num_tensors && m->sequence_parallel; i++)   // data_parallel.h's sequence_parallel_grads_all_reduce
         if (m->tensors[i].split_axis < 0)
             charge_all_reduce(c, "sequence-parallel gradient all-reduce", GROUP_TP, m->tp_size, m->tensors[i].numel * 4.0);
     // the tied copies of the word embedding, on the first and the last stage (step.h's rule): an

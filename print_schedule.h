@@ -1,8 +1,8 @@
 /*
 print_schedule.h — --print-schedule: one step's pipeline schedule drawn as text, one line per
-stage, from the very walk step.h's schedules take (schedule_walk), without a model. Its own room
+stage, from the very walk pipeline.h's schedules take (schedule_walk), without a model. Its own room
 because it is one concern with one caller: the dry run (plan.h) calls draw_schedule and nothing
-else; it sits on config.h (the layout's stages, chunks and groups) and step.h (the walk).
+else; it sits on config.h (the layout's stages, chunks and groups) and pipeline.h (the walk).
 
 Interface (what plan.h uses): draw_schedule.
 */
@@ -10,7 +10,7 @@ Interface (what plan.h uses): draw_schedule.
 
 // ----------------------------------------------------------------------------
 // --print-schedule: one step's pipeline schedule drawn as text, the way Narayanan et al. 2021
-// draw it (Figs. 3 and 4): each stage's forwards and backwards in the order step.h runs them
+// draw it (Figs. 3 and 4): each stage's forwards and backwards in the order pipeline.h runs them
 // (the very walk the trainer takes, without a model), each placed at the earliest cell its
 // inputs allow: a forward after the previous virtual stage's forward of the micro-batch, a
 // backward after the next virtual stage's backward (the last one's after its own forward), and

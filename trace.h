@@ -15,7 +15,7 @@ Nsight Systems' export speak it), one track per rank and stream.
     barrier, then every rank's clock at its exit), each rank's spans as trace events, gathered
     to rank 0, which returns the one JSON text (train.c writes it, atomically).
 
-Interface (what parallel.h's hooks, step.h and train.c use): trace_init / trace_free,
+Interface (what parallel.h's hooks, pipeline.h, step.h and train.c use): trace_init / trace_free,
 trace_start, trace_begin, trace_begin_step, trace_begin_micro, trace_end, trace_finish, and
 tracer.active (between trace_start and trace_finish, on every rank); trace_stop (tests/bench.c).
 

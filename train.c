@@ -1,7 +1,7 @@
 /*
 train.c — the gridgpt trainer: schedules, setup, the training loop, logging (its scalars go
 to tensorboard.h), evaluation's calls, sampling. The flags and their checks are
-config.h's, the memory plan and the dry run plan.h's, the step step.h's, the loader and
+config.h's, the memory plan and the dry run plan.h's, the step step.h's (its schedules pipeline.h's, its data-parallel reduction and optimizer data_parallel.h's), the loader and
 evaluation loader.h's, the data files' set-up data_setup.h's, the stop signals
 stop_signals.h's, the Hugging Face conversions (run instead of training) convert.h's;
 checkpoints are called from checkpoint.h, --profile's recorder and writer from trace.h.
@@ -20,6 +20,8 @@ main.
 #include "parallel.h"
 #include "trace.h"
 #include "gpt.h"
+#include "data_parallel.h"
+#include "pipeline.h"
 #include "step.h"
 #include "loader.h"
 #include "generate.h"
@@ -613,7 +615,7 @@ static void plan_model(Trainer* t) {
     build.flash_attention = runs_flash_attention(a, GPU_BUILD);
     int* slots = (int*)mallocCheck(stage.chunks * sizeof(int));   // what the schedule needs
     stage_slots(a, grid.pp_rank, slots);
-    microbatch_group_size_per_vp_stage = microbatch_group_size(a);   // the order the slots were counted in (step.h)
+    microbatch_group_size_per_vp_stage = microbatch_group_size(a);   // the order the slots were counted in (pipeline.h)
     gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, stage, slots,
                    grid.dp_size, build);
     free(slots);

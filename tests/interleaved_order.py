@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tests/interleaved_order.py P V M [G] [--from 1] — the order of Megatron-LM's interleaved 1F1B,
-stated here from its definition, independently of step.h, one line per pipeline stage:
+stated here from its definition, independently of pipeline.h, one line per pipeline stage:
 
   stage 0: F0a F1a ... B7a
 

@@ -527,13 +527,14 @@ if [ -z "${GPU_BINARY:-}" ]; then
     done
 fi
 
-# The planted bugs: a copy of step.h (a) without the compute stream's wait for the reduces
-# before the norm, (b) queueing each bucket one layer before its gradients are final, (c)
-# without the forward's wait for its layer's broadcast parameters, (d) without the compute
-# stream's wait for an exchange that receives (in parallel.h), (e) without the wait before a forward rewrites
-# a slot whose output is still being sent. Each must be caught: (b) with the stream's work run
-# at once, the others with it held back. Not testable here: work queued on the communication
-# stream before the kernels it follows (the emulated kernels run when launched).
+# The planted bugs: a copy of data_parallel.h (a) without the compute stream's wait for the
+# reduces before the norm, (b) queueing each bucket one layer before its gradients are final,
+# (c) without the forward's wait for its layer's broadcast parameters; of parallel.h (d)
+# without the compute stream's wait for an exchange that receives; of pipeline.h (e) without
+# the wait before a forward rewrites a slot whose output is still being sent. Each must be
+# caught: (b) with the stream's work run at once, the others with it held back. Not testable
+# here: work queued on the communication stream before the kernels it follows (the emulated
+# kernels run when launched).
 if [ -z "${GPU_BINARY:-}" ]; then
     overlap_iters=3   # each bug shows in the first steps
     args="$run --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --train-iters $overlap_iters"
@@ -549,7 +550,7 @@ if [ -z "${GPU_BINARY:-}" ]; then
           's/if (l->overlap \&\& recvs) {/if (0) {/'
           's/^    pipeline_before_writing(stage_output(a));.*/    \/\/ planted: no wait/')
     defers=(1 0 1 1 1)
-    planted_in=(step.h step.h step.h parallel.h step.h)
+    planted_in=(data_parallel.h data_parallel.h data_parallel.h parallel.h pipeline.h)
     runners=(grad_overlap_run grad_overlap_run grad_overlap_run p2p_run p2p_run)
     # each planted copy of the sources (every one, the bug's file changed) is built into its own
     # folder, two at a time (a build is one core's work), then run one after another

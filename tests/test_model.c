@@ -504,7 +504,7 @@ static void memory_table_is_the_arena(const char* data_prefix) {
 }
 
 // ----------------------------------------------------------------------------
-// the pipeline schedule, walked without a model for every stage of a pipeline (step.h's own
+// the pipeline schedule, walked without a model for every stage of a pipeline (pipeline.h's own
 // functions, as the trainer and schedule_slots run them)
 
 #define MAX_EVENTS 8192

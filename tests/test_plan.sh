@@ -335,7 +335,7 @@ if grep -qE '^interleaved 1F1B bubble: \(p - 1\) / \(v m \+ p - 1\) = 3 / 11 = 2
    [ "$(pp_bytes $B/vpp4.plan)" = "$((2 * $(pp_bytes $B/vpp4-plain.plan)))" ]; then
     ok "PP 4, v = 2, 4 micro-batches: bubble 3/11 of a step of 5.5 slots, twice plain 1F1B's pipeline bytes ($(pp_bytes $B/vpp4.plan)), the plain line its own dry run's"
 else bad "the interleaved bubble" "$(grep 'bubble:' $B/vpp4.plan); $(grep '^step' $B/vpp4.plan); bytes $(pp_bytes $B/vpp4.plan) vs $(pp_bytes $B/vpp4-plain.plan); '$from_interleaved' vs '$plain_line'"; fi
-# --print-schedule draws the order step.h runs: for each (P, v, M, G) below, every stage's
+# --print-schedule draws the order pipeline.h runs: for each (P, v, M, G) below, every stage's
 # forwards and backwards (the drawing without its '.' cells) are Megatron-LM's order as
 # tests/interleaved_order.py states it from the schedule table, and each stage's drawn bubble
 # is the planner's (p - 1) / (v m + p - 1), groups or not (G 0: PP, the default)

@@ -8,7 +8,7 @@ next). Here, from the sources themselves:
     stand alone below everything, preprocess.c sits on both);
   - no room uses a name (function, macro, type, file-level variable) that a room above it
     defines: calls and types go down the line only, so there is no circle (a room above
-    hands a room below what it needs as a function pointer, as step.h does the model's
+    hands a room below what it needs as a function pointer, as data_parallel.h does the model's
     hooks and parallel.h kernels.cuh's fail);
   - no room declares a function ahead (a prototype without its body);
   - every room is at most 1,500 lines but kernels.cuh, whose one concern is every kernel.

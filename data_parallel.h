@@ -1,0 +1,396 @@
+/*
+data_parallel.h — data parallelism with ZeRO-1: every DP rank runs the same model on its own
+micro-batches; the ranks meet only over the gradients and the updated parameters, and each
+keeps the optimizer's state for its 1/DP shard of the flat buffers alone.
+
+  - the gradient reduction over DP, overlapped with the last backward (--overlap-grad-reduce):
+    the flat gradient buffer cut into buckets of whole tensors, each reduced onto the ranks
+    whose shards hold it as soon as the backward has finished its layers; in the same turn,
+    sequence parallelism's sums over TP of the replicated tensors' gradients;
+  - ZeRO-1's parameter all-gather beside the next forward (--overlap-param-gather), bucket by
+    bucket, each layer's forward waiting for its own;
+  - ZeRO-1's sharded AdamW state (Rajbhandari et al. 2020, stage 1): the fp32 master weights
+    and moments of the shard, the shard's part of each tensor (shard_part, shard_ranges), which
+    tensors count in the norm, what it allocates (for the planner), and the loss scaler the
+    state carries (Megatron's dynamic scaler for fp16).
+
+What a reader learns here: how ZeRO-1 cuts the flat buffer into shards; how the step's
+reduce-scatter becomes per-bucket reduces beside the backward and its all-gather per-bucket
+broadcasts beside the forward, the bytes sent unchanged; and which stream waits for which.
+ZeRO-2 and ZeRO-3 extend this room (the gradients, then the parameters, sharded too).
+
+Interface (what pipeline.h, step.h, train.c, checkpoint.h, plan.h and the tests use):
+grad_reducer_init / _free, grad_reducer (a backward arms it), grad_reducer_finish,
+param_gatherer_init / _free, param_gather_launch, param_gather_finish,
+sequence_parallel_grads_all_reduce, AdamWConfig, LossScaler, loss_scaler_update, AdamWState,
+adamw_init / adamw_free, shard_part, adamw_state_bytes, adamw_workspace_bytes. The model
+calls back into the overlapped reduction and gather through the two hooks these inits set in
+the GPT (on_gradients_final, on_parameters_needed); gpt.h knows nothing of this file.
+
+It sits above gpt.h and parallel.h in the one include line (train.c includes them in order),
+below pipeline.h and step.h, and does its communication through parallel.h's wrappers only.
+*/
+#pragma once
+
+// ----------------------------------------------------------------------------
+// the gradient reduction over DP, overlapped with the last backward (--overlap-grad-reduce,
+// Megatron-LM's flag; DeepSpeed's ZeRO reduces its gradient buckets the same way)
+// Without overlap the step's gradients are reduce-scattered once the last micro-batch's
+// backward is over: all of it on the critical path. With it, the flat gradient buffer is cut
+// into buckets of whole tensors, from its end (the last layers, whose gradients are final
+// first in the backward) towards its start. While the last micro-batch's backward runs, a
+// bucket is queued on the communication stream as soon as the backward has finished its
+// lowest layer: the part of it in rank r's ZeRO shard is summed onto rank r (a reduce with
+// root r), so each rank ends with what the reduce-scatter gave it, bytes sent included. The
+// embedding's bucket goes last, after the tied embedding's all-reduce. Nothing else changes:
+// the buckets are a plan over the buffer, no memory of their own.
+
+// ----------------------------------------------------------------------------
+// sequence parallelism's gradients (Korthikanti et al. 2022, §4.2.2)
+// With --sequence-parallel every tensor that tensor parallelism replicates (the tensor table's
+// split_axis -1: the LayerNorms, the row-parallel biases, the position embedding) meets only
+// this rank's rows of the residual stream, so its gradient here covers 1/TP of the tokens: it
+// is summed over the tensor-parallel group once a step, before the data-parallel reduction and
+// the norm read it (Megatron-LM marks these parameters `sequence_parallel` and all-reduces their
+// gradients in finalize_model_grads). Then every tensor rank holds the same sum, updates the same
+// bits, and the norm still counts them on tensor rank 0 alone (counts_in_norm).
+
+// the gradients of the replicated tensors of layers [lo, hi], summed over the tensor ranks
+static void sequence_parallel_grads_all_reduce(const GPT* m, int lo, int hi) {
+    if (!m->sequence_parallel) return;
+    for (int i = 0; i < m->num_tensors; i++) {
+        const TensorDesc* t = &m->tensors[i];
+        if (t->split_axis < 0 && t->layer >= lo && t->layer <= hi)
+            all_reduce(&grid.tp, m->grads + t->offset, t->numel, AS_FLOAT, REDUCE_SUM);
+    }
+}
+
+// [lo, hi) = [a, b) ∩ [c, d) (empty when lo >= hi)
+static void intersect_ranges(size_t a, size_t b, size_t c, size_t d, size_t* lo, size_t* hi) {
+    *lo = a > c ? a : c;
+    *hi = b < d ? b : d;
+}
+
+typedef struct {
+    size_t start, end;   // [start, end) of the flat gradient buffer
+    int lowest_layer;    // final once the backward has finished this layer (-1: the embedding's bucket)
+} GradBucket;
+
+// [lo, hi): the part of bucket b inside DP rank q's shard of `shard` elements; 0 when empty
+static int bucket_part(const GradBucket* b, size_t shard, int q, size_t* lo, size_t* hi) {
+    intersect_ranges(b->start, b->end, q * shard, (q + 1) * shard, lo, hi);
+    return *lo < *hi;
+}
+
+// Cut [0, padded) into buckets: from the top, whole tensors until a bucket holds at least
+// `bucket_size` elements; the embedding's tensors (layer -1, at the start) in a last bucket of
+// their own; the padding with the top bucket. `out` has room for one per tensor; returns how many.
+static int grad_buckets(const GPT* m, size_t bucket_size, GradBucket* out) {
+    int count = 0;
+    size_t end = m->num_params_padded;
+    for (int i = m->num_tensors - 1; i >= 0; i--) {
+        const TensorDesc* t = &m->tensors[i];
+        int last_of_bucket = i == 0 || (t->layer >= 0 && m->tensors[i - 1].layer < 0) ||
+                             (t->layer >= 0 && end - t->offset >= bucket_size);
+        if (!last_of_bucket) continue;
+        GradBucket b = {i == 0 ? 0 : t->offset, end, t->layer};
+        out[count++] = b;
+        end = b.start;
+    }
+    return count;
+}
+
+typedef struct {
+    int enabled;             // --overlap-grad-reduce with DP > 1
+    const GPT* model;
+    GradBucket* buckets;     // in the order they are launched
+    int num_buckets, launched;
+    int armed;               // the last micro-batch's backward is running
+    float* grads;            // the whole flat buffer ...
+    float* shard_grad;       // ... and this rank's reduced shard of it
+    size_t shard_size;
+    StreamEvent grads_written, reduced;
+} GradReducer;
+static GradReducer grad_reducer;   // one per process, as the grid
+
+// queue bucket b's reduces on the communication stream, after the kernels that wrote it
+static void reduce_bucket(GradReducer* r, const GradBucket* b) {
+    comm_waits_for_compute(&r->grads_written);
+    for (int q = 0; q < grid.dp_size; q++) {   // the part of b in each rank's shard, onto that rank
+        size_t lo, hi;
+        if (bucket_part(b, r->shard_size, q, &lo, &hi))
+            reduce_to(&grid.dp, r->grads + lo, r->shard_grad + (lo - q * r->shard_size), hi - lo, q);
+    }
+}
+
+// the backward (of any micro-batch) has finished `layer`: in the last one, launch the buckets
+// that are final now (the backward calls it: the GPT's hook), the layer's sequence-parallel sums first
+static void gradients_final_down_to(int layer) {
+    GradReducer* r = &grad_reducer;
+    if (!r->armed) return;
+    sequence_parallel_grads_all_reduce(r->model, layer, layer);
+    while (r->launched < r->num_buckets && r->buckets[r->launched].lowest_layer >= layer)   // layer >= 0
+        reduce_bucket(r, &r->buckets[r->launched++]);
+}
+
+static void grad_reducer_init(GPT* m, float* shard_grad, size_t shard_size, int overlap, size_t bucket_size) {
+    GradReducer* r = &grad_reducer;
+    memset(r, 0, sizeof(*r));
+    r->enabled = overlap && grid.dp_size > 1;
+    if (!r->enabled) return;
+    r->buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
+    r->num_buckets = grad_buckets(m, bucket_size, r->buckets);
+    r->model = m;
+    r->grads = m->grads;
+    r->shard_grad = shard_grad;
+    r->shard_size = shard_size;
+    stream_event_create(&r->grads_written);
+    stream_event_create(&r->reduced);
+    m->on_gradients_final = gradients_final_down_to;   // the backward's hook
+}
+
+static void grad_reducer_free(void) {
+    GradReducer* r = &grad_reducer;
+    if (!r->enabled) return;
+    free(r->buckets);
+    stream_event_destroy(&r->grads_written);
+    stream_event_destroy(&r->reduced);
+    memset(r, 0, sizeof(*r));
+}
+
+// after the tied embedding's all-reduce: the buckets left (the embedding's), then the compute
+// stream waits for every reduce before anything reads the shard or writes the gradients again
+static void grad_reducer_finish(void) {
+    GradReducer* r = &grad_reducer;
+    sequence_parallel_grads_all_reduce(r->model, -1, -1);   // the embedding's
+    while (r->launched < r->num_buckets) reduce_bucket(r, &r->buckets[r->launched++]);
+    compute_waits_for_comm(&r->reduced);
+    r->armed = 0;
+    r->launched = 0;
+}
+
+// ----------------------------------------------------------------------------
+// ZeRO-1's parameter all-gather beside the next forward (--overlap-param-gather, Megatron-LM's flag)
+// Without it the updated parameters are all-gathered right after AdamW, on the critical path.
+// With it, the gradient reduction's buckets (grad_buckets), taken from the buffer's start
+// (the embedding, then the layers in the order the forward needs them), are each queued on
+// the communication stream after AdamW: the part of a bucket in rank r's shard is broadcast
+// from rank r, so every rank ends with the all-gather's buffer, bytes sent included. The
+// next forward, of training or of evaluation, waits before each layer only for the buckets
+// that hold it and the ones before (gpt.h calls parameters_needed); whatever else reads the
+// parameters first waits for them all (param_gather_finish). No device memory of its own.
+
+typedef struct {
+    int enabled;             // --overlap-param-gather with DP > 1
+    GradBucket* buckets;     // in the order they are gathered: from the buffer's start
+    StreamEvent* gathered;   // [bucket]: marked on the communication stream after its broadcasts
+    int num_buckets, waited; // the compute stream has waited for buckets [0, waited)
+    floatX* params;          // the whole flat buffer, of which this rank updated its shard
+    size_t shard_size;
+    StreamEvent updated;     // compute -> communication: AdamW has written the shard
+} ParamGatherer;
+static ParamGatherer param_gatherer;   // one per process, as the grid
+
+// the forward is about to read `layer`'s parameters (-1: the embedding's): the compute stream
+// waits for the buckets up to the last one holding some of them (the forward calls it: the GPT's hook)
+static void parameters_needed(int layer) {
+    ParamGatherer* g = &param_gatherer;
+    int k = g->waited;
+    while (k < g->num_buckets && g->buckets[k].lowest_layer <= layer) k++;
+    if (k == g->waited) return;
+    compute_waits_for_mark(&g->gathered[k - 1]);
+    g->waited = k;
+}
+
+static void param_gatherer_init(GPT* m, size_t shard_size, int overlap, size_t bucket_size) {
+    ParamGatherer* g = &param_gatherer;
+    memset(g, 0, sizeof(*g));
+    g->enabled = overlap && grid.dp_size > 1;
+    if (!g->enabled) return;
+    GradBucket* from_end = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
+    g->num_buckets = grad_buckets(m, bucket_size, from_end);
+    g->buckets = (GradBucket*)mallocCheck(g->num_buckets * sizeof(GradBucket));
+    g->gathered = (StreamEvent*)mallocCheck(g->num_buckets * sizeof(StreamEvent));
+    for (int k = 0; k < g->num_buckets; k++) {
+        g->buckets[k] = from_end[g->num_buckets - 1 - k];
+        stream_event_create(&g->gathered[k]);
+    }
+    free(from_end);
+    g->waited = g->num_buckets;   // nothing in flight
+    g->params = m->params;
+    g->shard_size = shard_size;
+    stream_event_create(&g->updated);
+    m->on_parameters_needed = parameters_needed;   // the forward's hook
+}
+
+// after AdamW: every bucket's broadcasts queued on the communication stream, in order
+static void param_gather_launch(void) {
+    ParamGatherer* g = &param_gatherer;
+    comm_waits_for_compute(&g->updated);
+    for (int k = 0; k < g->num_buckets; k++) {
+        const GradBucket* b = &g->buckets[k];
+        for (int q = 0; q < grid.dp_size; q++) {   // the part of b in each rank's shard, from that rank
+            size_t lo, hi;
+            if (bucket_part(b, g->shard_size, q, &lo, &hi)) broadcast_from(&grid.dp, g->params + lo, hi - lo, q);
+        }
+        comm_mark(&g->gathered[k]);
+    }
+    g->waited = 0;
+}
+
+// everything gathered before anything but the forward reads the parameters (or AdamW writes them)
+static void param_gather_finish(void) { parameters_needed(INT_MAX); }
+
+static void param_gatherer_free(void) {
+    ParamGatherer* g = &param_gatherer;
+    if (!g->enabled) return;
+    param_gather_finish();   // the last step's broadcasts, if no forward came after them
+    dev_synchronize();
+    for (int k = 0; k < g->num_buckets; k++) stream_event_destroy(&g->gathered[k]);
+    stream_event_destroy(&g->updated);
+    free(g->buckets);
+    free(g->gathered);
+    memset(g, 0, sizeof(*g));
+}
+
+// ----------------------------------------------------------------------------
+// optimizer: ZeRO-1 AdamW (Rajbhandari et al. 2020, stage 1)
+// Every rank keeps the whole model of its (tp, pp) slot in floatX and its fp32 gradients,
+// but the fp32 master weights and the Adam moments only for its 1/DP shard of the flat
+// buffer (padded to a multiple of DP). A step: reduce-scatter the gradients (each rank gets
+// the summed gradient of its shard), the global norm over all shards, AdamW on the shard,
+// all-gather the updated parameters (step.h's optimizer_step runs the step).
+
+typedef struct {
+    float beta1, beta2, eps, weight_decay, clip_grad;
+} AdamWConfig;
+
+// Megatron's loss scaler for fp16 (Micikevicius et al. 2018): the loss is multiplied by
+// `scale` before the backward, so that small gradients do not underflow fp16, and the
+// gradients are divided by it before the norm. A step whose gradients overflow (their norm
+// is not finite) is skipped. Dynamic scaling (Megatron's DynamicGradScaler): an overflow
+// resets the run of clean steps and uses up one unit of hysteresis; with none left the
+// scale halves (not below min_scale), and so on each further overflow; `window` clean steps
+// in a row double it (while it stays finite: fp32's largest power of two is 2^127) and
+// restore the hysteresis. Static (--loss-scale): the scale never
+// changes. scale 1 and not dynamic: no scaling (bf16, fp32).
+typedef struct {
+    float scale;
+    int dynamic;
+    float min_scale;
+    int window, hysteresis;
+    int growth_tracker;       // clean steps since the last growth or overflow
+    int hysteresis_tracker;   // overflows left before the scale halves; below 0 after more
+                              // overflows than that, as in Megatron (a checkpoint stores it so)
+} LossScaler;
+
+static void loss_scaler_update(LossScaler* s, int overflow) {
+    if (!s->dynamic) return;
+    if (overflow) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker--;
+        if (s->hysteresis_tracker <= 0) s->scale = fmaxf(s->scale * 0.5f, s->min_scale);
+    } else if (++s->growth_tracker == s->window) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker = s->hysteresis;
+        if (isfinite(s->scale * 2.0f)) s->scale *= 2.0f;   // 2^128 would be inf, and inf / 2 stays inf
+    }
+}
+
+typedef struct {
+    size_t shard_start, shard_size;  // this rank's part of the padded flat buffer
+    float* master;       // fp32 master weights of the shard (on the CPU build: the params themselves)
+    float* grad;         // summed gradient of the shard (the gradient buffer itself when DP = 1)
+    float* m;            // first moment, fp32, shard
+    float* v;            // second moment, fp32, shard
+    int step;            // updates applied so far
+    LossScaler scaler;   // the gradients in model->grads are the loss's times scaler.scale
+    double* norm_acc;    // device scalar for the gradient norm
+    ShardRange* ranges;  // device table: the shard's part of each tensor, in order (shard_ranges), cut
+    int num_ranges;      // into the pieces the kernels walk (kernels.cuh's shard_pieces)
+} AdamWState;
+
+// [lo, hi): the part of tensor t inside this rank's shard (empty when lo >= hi)
+static void shard_part(const AdamWState* s, const TensorDesc* t, size_t* lo, size_t* hi) {
+    intersect_ranges(t->offset, t->offset + t->numel, s->shard_start, s->shard_start + s->shard_size, lo, hi);
+}
+
+// A parameter is counted once in the norm: a tensor replicated over tensor ranks only on
+// tensor rank 0, and the tied embedding only on the first stage.
+static int counts_in_norm(const GPT* m, const TensorDesc* t) {
+    if (t->split_axis < 0 && m->tp_rank != 0) return 0;
+    return !t->tied_copy;
+}
+
+// The shard's part of each tensor, in the flat buffer's order, as ShardRanges into `table`
+// (room for one per tensor); returns how many
+static int shard_ranges(const AdamWState* s, const GPT* model, ShardRange* table) {
+    int count = 0;
+    for (int i = 0; i < model->num_tensors; i++) {
+        const TensorDesc* t = &model->tensors[i];
+        size_t lo, hi;
+        shard_part(s, t, &lo, &hi);
+        if (lo >= hi) continue;
+        ShardRange r = {lo - s->shard_start, hi - s->shard_start, t->weight_decay, counts_in_norm(model, t)};
+        if (count > 0 && r.start < table[count - 1].end) fail("the tensor table is not in the flat buffer's order");
+        table[count++] = r;
+    }
+    return count;
+}
+
+static void adamw_init(AdamWState* s, const GPT* model) {
+    memset(s, 0, sizeof(*s));
+    s->shard_size = model->num_params_padded / grid.dp_size;
+    s->shard_start = grid.dp_rank * s->shard_size;
+    size_t bytes = s->shard_size * sizeof(float);
+    s->m = (float*)dev_malloc(bytes);
+    s->v = (float*)dev_malloc(bytes);
+    dev_zero(s->m, bytes);
+    dev_zero(s->v, bytes);
+    s->grad = grid.dp_size == 1 ? model->grads : (float*)dev_malloc(bytes);
+    if (sizeof(floatX) == sizeof(float)) {
+        s->master = (float*)model->params + s->shard_start;
+    } else {   // as Megatron: the fp32 main params start as copies of the bf16 params
+        float* host = (float*)mallocCheck(bytes);
+        dev_floatX_to_floats(host, model->params + s->shard_start, s->shard_size);
+        s->master = (float*)dev_malloc(bytes);
+        host_to_dev(s->master, host, bytes);
+        free(host);
+    }
+    s->norm_acc = (double*)dev_malloc(sizeof(double));
+    ShardRange* table = (ShardRange*)mallocCheck(model->num_tensors * sizeof(ShardRange));
+    size_t room = shard_pieces_max(model->build, model->num_tensors, s->shard_size);   // the same on every rank
+    ShardRange* pieces = (ShardRange*)mallocCheck(room * sizeof(ShardRange));
+    int parts = shard_ranges(s, model, table);
+    s->num_ranges = shard_pieces(table, parts, shard_piece_size(model->build), pieces);
+    s->ranges = (ShardRange*)dev_malloc(room * sizeof(ShardRange));   // as planned
+    host_to_dev(s->ranges, pieces, s->num_ranges * sizeof(ShardRange));
+    free(pieces);
+    free(table);
+    s->scaler.scale = 1.0f;
+}
+
+static void adamw_free(AdamWState* s, const GPT* model) {
+    dev_free(s->m);
+    dev_free(s->v);
+    if (s->grad != model->grads) dev_free(s->grad);
+    if (sizeof(floatX) != sizeof(float)) dev_free(s->master);
+    dev_free(s->norm_acc);
+    dev_free(s->ranges);
+}
+
+// the bytes adamw_init allocates as state for a flat buffer of `padded` elements over DP ranks:
+// the shard's two moments, its fp32 master where it is a copy (`master_copy`: floatX is not
+// float, the GPU build), the reduce-scatter's gradient shard where DP > 1 (else the gradient
+// buffer serves). The norm's scalar is a workspace: adamw_workspace_bytes.
+static size_t adamw_state_bytes(size_t padded, int dp_size, int master_copy) {
+    size_t shard = padded / dp_size * sizeof(float);
+    return shard * (master_copy ? 3 : 2) + (dp_size > 1 ? shard : 0);
+}
+
+// the rest of what adamw_init allocates on build b for a flat buffer of `padded` elements over
+// DP ranks: norm_acc, the gradient norm's device scalar, and the shard's range table, room for
+// the pieces of one range per tensor (the same size on every rank)
+static size_t adamw_workspace_bytes(BuildTarget b, int num_tensors, size_t padded, int dp_size) {
+    return sizeof(double) + shard_pieces_max(b, num_tensors, padded / dp_size) * sizeof(ShardRange);
+}
