@@ -83,7 +83,7 @@ else
   GPU_BINARIES := train_gpu train_gpu_fp16
 endif
 
-SOURCES := files.h tokenizer.h tokenizer_unicode.h train.c megatron_flags.h config.h print_schedule.h hardware.h plan.h data_setup.h stop_signals.h convert.h gpt.h parallel.h trace.h data_parallel.h pipeline.h step.h loader.h generate.h cluster.h checkpoint.h json.h hf.h tensorboard.h kernels.cuh device.cuh blas_cores.h data.c
+SOURCES := files.h tokenizer.h tokenizer_unicode.h train.c megatron_flags.h config.h print_schedule.h hardware.h plan.h data_setup.h stop_signals.h convert.h gpt.h parallel.h trace.h data_parallel.h pipeline.h step.h loader.h generate.h cluster.h checkpoint.h json.h hf.h tensorboard.h kernels.cuh $(wildcard kernels/*.cuh) device.cuh blas_cores.h data.c
 
 ifeq ($(HAVE_GPU),yes)
 default: gpu preprocess
@@ -98,7 +98,7 @@ emu: train_emu train_emu_fp16
 train_cpu: $(SOURCES)
 	$(MPICC) $(CFLAGS) $(BLAS_FLAGS) train.c -o $@ $(LDLIBS)
 
-# The GPU build's precision is a compile-time type (floatX in kernels.cuh): one binary per
+# The GPU build's precision is a compile-time type (floatX in device.cuh): one binary per
 # precision, from the same source. bf16 by default; -DGRIDGPT_FP16 makes floatX fp16.
 GPU_LIBS := -lcublas -lcublasLt -lnccl $(MPI_LIBS) -lz
 

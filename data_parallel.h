@@ -307,7 +307,7 @@ typedef struct {
     LossScaler scaler;   // the gradients in model->grads are the loss's times scaler.scale
     double* norm_acc;    // device scalar for the gradient norm
     ShardRange* ranges;  // device table: the shard's part of each tensor, in order (shard_ranges), cut
-    int num_ranges;      // into the pieces the kernels walk (kernels.cuh's shard_pieces)
+    int num_ranges;      // into the pieces the kernels walk (kernels/optimizer.cuh's shard_pieces)
 } AdamWState;
 
 // [lo, hi): the part of tensor t inside this rank's shard (empty when lo >= hi)

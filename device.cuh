@@ -112,12 +112,12 @@ static void cublas_check_(cublasStatus_t status, const char* file, int line) {
 #define COLUMN_ADD_BLOCK 1024       // column_partials_add's block, 32 warps: 32 columns a block, the chunks in 32 runs
 #define SUM_SQUARES_PARTIALS_BYTES (SUM_SQUARES_MAX_BLOCKS * sizeof(double))
 // The GPU build's optimizer walks the ZeRO shard in pieces of at most this many elements, one
-// tensor's part each, from a table made once (kernels.cuh's shard_pieces; planned by either build)
+// tensor's part each, from a table made once (kernels/optimizer.cuh's shard_pieces; planned by either build)
 #define SHARD_PIECE 4096
 // 32 MiB: what cuBLAS itself sets aside on Hopper (llm.c's choice too); some algorithms
 // (split-K) need one, and the heuristic only offers those that fit
 #define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
-// a bias sum's last block per column tile is the one the tile's counter finds (kernels.cuh's
+// a bias sum's last block per column tile is the one the tile's counter finds (kernels/common.cuh's
 // block_is_last): one counter per tile of COLUMN_BLOCK columns, for sums up to 262,144 wide
 #define COLUMN_COUNTERS 1024
 #define COLUMN_COUNTERS_BYTES (COLUMN_COUNTERS * sizeof(unsigned int))

@@ -317,7 +317,7 @@ typedef struct {
 
 // generation's KV cache (generate.h allocates it, outside the arena): per local layer i,
 // layers[i] is [max_len, 2 x hidden_local] floatX, each position's keys of this rank's heads,
-// then their values (kernels.cuh's kv_cache_index). pos0: the first position of the rows the
+// then their values (kernels/attention.cuh's kv_cache_index). pos0: the first position of the rows the
 // next forward runs. The rest is the training shape gpt_decode_begin set aside, for gpt_decode_end.
 typedef struct {
     floatX** layers;
@@ -482,7 +482,7 @@ static TensorNames layer_part(int l, const char* ours, const char* hf, const cha
 }
 
 // The QKV weight's rows, Megatron's layout: per query group [its NH/G query heads | its key head
-// | its value head], HS rows each (kernels.cuh's qkv_group_index), so a row split over the tensor
+// | its value head], HS rows each (kernels/attention.cuh's qkv_group_index), so a row split over the tensor
 // ranks gives each whole groups. The MLP's first weight: F rows, or with SwiGLU [gate; up], 2F.
 static void add_layer(GPT* m, int capacity, int l, LayerTensors* t) {
     const GPTConfig* c = &m->cfg;
@@ -780,7 +780,7 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
     }
 }
 
-// the workspace of the column reductions (kernels.cuh; none on the CPU build), the largest any
+// the workspace of the column reductions (kernels/embedding.cuh; none on the CPU build), the largest any
 // call needs: the LayerNorms' (width C, over the residual rows) and the biases' (widths 3 Cl and
 // Fl over every row; C over the residual rows: the row-parallel biases, summed over every row
 // without sequence parallelism)

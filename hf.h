@@ -30,7 +30,7 @@ Interface: export_hf, import_hf (rank 0 alone calls each; the trainer's other ra
 //   - GPT-2's projections are Conv1D layers, whose weight is [in, out]: the transpose of
 //     our Linear [out, in] (hf_transpose);
 //   - our QKV rows are grouped per head, [q|k|v] of head 0, then of head 1, ... (Megatron's
-//     layout, see qkv_index in kernels.cuh), GPT-2's columns are [all q | all k | all v] (hf_qkv);
+//     layout, see qkv_index in kernels/attention.cuh), GPT-2's columns are [all q | all k | all v] (hf_qkv);
 //   - Bloom keeps both as we do (nn.Linear, and its fused QKV is viewed as [heads, 3, head
 //     size]): its tensors are copied as they are, under Megatron's part names;
 //   - Llama's linears are nn.Linear too, but unfused: our QKV (per query group [its query

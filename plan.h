@@ -445,14 +445,14 @@ static void charge_kernel(StageCost* c, const char* name, int launches, double b
 // the bytes it has in flight over the latency), and runs at its chains' pace. Its time is
 // the longer of its bytes at the streaming bandwidth and its waves of chains (chain_seconds):
 // LayerNorm's and RMSNorm's backward with their column_partials_add, and the bias gradients'
-// column_sums_kernel (kernels.cuh).
+// column_sums_kernel (kernels/norms.cuh; the column reductions: kernels/embedding.cuh, kernels/linear.cuh).
 #define COLUMN_SUM_ROWS_AHEAD 4          // column_sums_kernel's loads down its chunk's rows: 4 issued before the first add
 #define PARTIALS_AHEAD 16                // column_sums_kernel's last block's loop over the partials
 #define PARTIALS_ADD_AHEAD 4             // column_partials_add_kernel's run of chunks (its UNROLL_4)
 #define NORM_BACKWARD_REGISTERS 128      // norm_backward_chunk's thread (LayerNorm's and RMSNorm's, issue 39's kernel):
                                          // ptxas for sm_90, 2 blocks an SM
 #define COLUMN_SUMS_REGISTERS 32         // 8 blocks an SM (the 2048 threads bound it)
-#define PACK 8                           // the floatX a 128-bit pack moves (kernels.cuh's X128, of the CUDA build only)
+#define PACK 8                           // the floatX a 128-bit pack moves (kernels/common.cuh's X128, of the CUDA build only)
 
 // the blocks of `threads` threads an SM holds when each thread takes `registers`: 64K registers
 // and 2048 threads an SM on sm_80 and sm_90 (CUDA C++ Programming Guide, the table of the
@@ -487,7 +487,7 @@ static void charge_bias_grad(StageCost* c, int rows, int width, double x) {
     charge_reduction(c, "bias gradients (column sums)", (double)rows * width * x + 2.0 * partials + 8.0 * width, chains);
 }
 
-// A bias gradient summed in its weight gradient's GEMM (cuBLASLt's BGRADB epilogue: kernels.cuh's
+// A bias gradient summed in its weight gradient's GEMM (cuBLASLt's BGRADB epilogue: kernels/linear.cuh's
 // matmul_backward_params; the GEMM reads dout anyway, the epilogue's cost inside the GEMMs'
 // efficiency), then one launch of column_partials_add adding the width sums to the gradient:
 // a block of COLUMN_ADD_BLOCK threads per 32 columns, each thread one trip to memory
@@ -529,7 +529,7 @@ static void charge_tensor_parallel_joins(StageCost* c, const GPT* m, int tp_size
 // ----------------------------------------------------------------------------
 // the attention's costs, fused or not, and --attention-backend auto's choice between them
 
-// The fused kernels' tiles are kernels.cuh's: FLASH_ROWS, FLASH_KEYS(HS), FLASH_STEP.
+// The fused kernels' tiles are kernels/attention.cuh's: FLASH_ROWS, FLASH_KEYS(HS), FLASH_STEP.
 
 // ATTENTION EFFICIENCY: the presets' fraction of the peak the fused kernels' products reach,
 // from FlashAttention-2's published figures (Dao 2023, "FlashAttention-2: Faster Attention with
@@ -574,7 +574,7 @@ static FlashWork flash_work(double T, double HS) {
 // products of one tile overlap the loads of the next (cp.async, double-buffered), and
 // FlashAttention-2's measured efficiency already holds its own loads. What a kernel reads
 // again (K and V for each tile pair, the backward's Q and dO for each step) comes from L2,
-// where the first read left it: the blocks of one head's tiles are adjacent (kernels.cuh's
+// where the first read left it: the blocks of one head's tiles are adjacent (kernels/flash_attention.cuh's
 // flash_query_block), so a few heads' K and V are in use at a time, megabytes against L2's
 // 40-50. `bytes`: every load and store; `first`: the part that touches memory.
 static void charge_flash_kernel(StageCost* c, double flops, double bytes, double first) {
@@ -766,7 +766,7 @@ static void charge_bias_adds(StageCost* c, const GPT* m, double x, int count) {
 
 // the normalization's forward of the R residual rows of C (gpt.h norm_forward): the rows read,
 // the output written, its statistics written in fp32: LayerNorm's mean and rstd, RMSNorm's
-// rstd alone (kernels.cuh layernorm_forward, rmsnorm_forward; the weight, C, left out)
+// rstd alone (kernels/norms.cuh layernorm_forward, rmsnorm_forward; the weight, C, left out)
 static void charge_norm_forward(StageCost* c, const GPT* m, double x) {
     double R = m->residual_rows, C = m->cfg.hidden_size;
     if (uses_rmsnorm(m)) charge_kernel(c, "rmsnorm forward", 1, 2.0 * R * C * x + 4.0 * R);
@@ -787,7 +787,7 @@ static void charge_residual_norm_forward(StageCost* c, const GPT* m, double x) {
 }
 
 // The normalization's backward over the [R, C] of the residual rows (gpt.h norm_backward), two
-// launches (kernels.cuh layernorm_backward, rmsnorm_backward):
+// launches (kernels/norms.cuh layernorm_backward, rmsnorm_backward):
 //  - one block of COLUMN_BLOCK threads per chunk of COLUMN_CHUNK_ROWS rows (norm_backward_chunk):
 //    dout and the input read, dinp read and written, the rows' fp32 statistics read (LayerNorm's
 //    mean and rstd, RMSNorm's rstd), one fp32 partial per chunk and column written (LayerNorm's
@@ -816,7 +816,7 @@ static void charge_zeroed_norm_backward(StageCost* c, const GPT* m, double x) {
     charge_norm_backward(c, m, x);
 }
 
-// rope (gpt.h rotate_positions, kernels.cuh rope_rotate): the rotated dims of each query and
+// rope (gpt.h rotate_positions, kernels/attention.cuh rope_rotate): the rotated dims of each query and
 // key head of this rank read and written in place, once forward and once backward (on dqkv)
 static void charge_rope(StageCost* c, const GPT* m, double x) {
     if (m->cfg.position_embedding_type != POSITION_ROPE) return;
@@ -917,7 +917,7 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
         // the head, logits = x W^T: W the tied word embedding or the output layer, the same product
         charge_matmul(c, "logits (cuBLAS)", N, V, C, 1.0, x);
         charge_linear_backward(c, "logits (cuBLAS)", N, C, V, x);   // dx, and W's gradient
-        // the loss and dlogits in the forward's pass (kernels.cuh): at TP 1 one kernel, each row read
+        // the loss and dlogits in the forward's pass (kernels/loss.cuh): at TP 1 one kernel, each row read
         // from memory once (again from the cache) and dlogits written; else the statistics' read,
         // the all-reduces' rescale, then the loss's read and the write of dlogits
         if (tp_size == 1) charge_kernel(c, "cross-entropy", 1, 2.0 * N * V * x);

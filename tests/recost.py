@@ -3,7 +3,7 @@
 the code (issue 39), beside the planner's estimate of each kernel.
 
 ESTIMATES, ALL OF THEM: no GPU has run these kernels. The re-cost prices what each kernel
-does, read from kernels.cuh and from the compiled code, not from plan.h's formulas:
+does, read from kernels/ and from the compiled code, not from plan.h's formulas:
   - a GEMM (cuBLAS/cuBLASLt, not our code): its FLOPs / (989 TFLOP/s x an efficiency fitted to
     the one GPU run we have; see GEMM EFFICIENCIES);
   - the fused attention: issue-bound (docs/gpu-kernels.md, "Issue 39, in the SASS"): the warp
@@ -81,12 +81,15 @@ def planner_command(batch):
 
 
 # ----------------------------------------------------------------------------
-# what the code says: kernels.cuh's and device.cuh's constants, and the compiled kernels
+# what the code says: the kernels' and device.cuh's constants, and the compiled kernels
 
 def source_defines():
-    """the integer #defines of kernels.cuh and device.cuh (block sizes, chunk rows, tiles)"""
+    """the integer #defines of device.cuh and of the kernels (kernels.cuh and the kernels/ files it
+    includes, in its order): block sizes, chunk rows, tiles"""
     defines = {}
-    for name in ("device.cuh", "kernels.cuh"):
+    with open(os.path.join(ROOT, "kernels.cuh")) as f:
+        families = re.findall(r'^#include "(kernels/\w+\.cuh)"', f.read(), flags=re.M)
+    for name in ["device.cuh", "kernels.cuh"] + families:
         with open(os.path.join(ROOT, name)) as f:
             for m in re.finditer(r"^#define\s+(\w+)\s+\(?(\d+)\)?\s*(?://.*)?$", f.read(), flags=re.M):
                 defines.setdefault(m.group(1), int(m.group(2)))
@@ -95,7 +98,8 @@ def source_defines():
 
 def sources_hash():
     h = hashlib.sha256()
-    for name in sorted(os.listdir(ROOT)):
+    names = sorted(os.listdir(ROOT)) + ["kernels/" + n for n in sorted(os.listdir(os.path.join(ROOT, "kernels")))]
+    for name in names:
         if name.endswith((".h", ".cuh", ".c")) or name == "Makefile":
             with open(os.path.join(ROOT, name), "rb") as f:
                 h.update(name.encode() + f.read())
@@ -288,7 +292,7 @@ class Recost:
         memory = self.B * HEADS * (8 * T * HS * X + 8 * T + 4 * T * HS)   # q k v dO read, dq dk dv written; sums
         self.add("attention, fused", 1, max(issue, l2 / L2_BANDWIDTH, memory / STREAM))
 
-    # a bias gradient (kernels.cuh's matmul_backward_params): the weight gradient's GEMM sums
+    # a bias gradient (kernels/linear.cuh's matmul_backward_params): the weight gradient's GEMM sums
     # dout's columns in its BGRADB epilogue (inside the GEMMs' fitted efficiency: the GEMM reads
     # dout anyway), then column_partials_add_kernel with one chunk adds the OC sums to the
     # gradient: OC / 32 blocks, one trip each, the sums read and the gradient read and written
@@ -502,7 +506,7 @@ def check(batch, rows):
 # the step count at which the last block ends, over the even share of the work
 def attention_backward_tail(batch, longest_first):
     tiles, slots, heads = T // 64, SMS * 3, batch * HEADS
-    if longest_first:   # kernels.cuh's tickets: tile 0 of every (b, head), then tile 1, ...
+    if longest_first:   # kernels/flash_attention.cuh's tickets: tile 0 of every (b, head), then tile 1, ...
         tickets = [kt for kt in range(tiles) for _ in range(heads)]
     else:               # the first version's: each (b, head)'s tiles from the diagonal's down
         tickets = [kt for _ in range(heads) for kt in reversed(range(tiles))]

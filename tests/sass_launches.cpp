@@ -1,4 +1,4 @@
-// tests/sass_launches.cpp — for tests/test_sass.py: how kernels.cuh's attention launchers
+// tests/sass_launches.cpp — for tests/test_sass.py: how kernels/flash_attention.cuh's attention launchers
 // launch the fused attention's kernels (threads per block, dynamic shared memory), which no
 // compiler output says. Built by g++ against the CUDA emulation (tests/emu/), with LAUNCH
 // replaced by a recorder that runs nothing: the real launchers (attention_forward and

@@ -1,6 +1,6 @@
 // tests/sass_planted.cu — kernels planted for tests/test_sass.py, never part of the trainer.
-// Each name contains "flash", so the test reads them exactly as it reads kernels.cuh's flash
-// kernels, and each breaks the rule its name says (or none), to show that every rule of the
+// Each name contains "flash", so the test reads them exactly as it reads the flash kernels
+// of kernels/, and each breaks the rule its name says (or none), to show that every rule of the
 // test fires on a kernel that breaks it and stays quiet on one that does not:
 //   planted_flash_good_kernel<1>       a warp's 16 x 8 tile product the FlashAttention-2 way:
 //                                      the tile staged in shared memory with shared stores,

@@ -1,6 +1,6 @@
 #!/bin/bash
-# tests/test_emu.sh — kernels.cuh's CUDA path, compiled by g++ against the emulation in
-# tests/emu/, in these programs:
+# tests/test_emu.sh — the CUDA path of kernels.cuh (and of the kernels/ files it includes),
+# compiled by g++ against the emulation in tests/emu/, in these programs:
 #   tests/test_emu_kernels.cpp  every CUDA kernel against its plain-C reference, with each
 #                               allocation ending at a guard page (one line per check); then
 #                               all of it again with allocations beginning at one
@@ -12,10 +12,11 @@
 #   tests/test_emu_guard.cpp    the guard pages catch a kernel's off-by-one, naming the kernel,
 #                               and the rules of the PTX the fused attention uses (ldmatrix,
 #                               cp.async, mma.sync) and of dynamic shared memory;
-#   planted bugs                kernels.cuh copied with one bug planted by sed (no hooks in the
-#                               source), test_emu_kernels built against the copy and run on the
-#                               fused attention's checks alone: PASS when they catch the bug (a
-#                               check FAILs, or the emulation stops with an error).
+#   planted bugs                kernels.cuh and kernels/ copied, one bug planted by sed in one
+#                               family file (no hooks in the source), test_emu_kernels built
+#                               against the copy and run on the fused attention's checks alone:
+#                               PASS when they catch the bug (a check FAILs, or the emulation
+#                               stops with an error).
 # Prints one PASS/FAIL line per check; the exit status is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -78,17 +79,18 @@ else
 fi
 $B/test_emu_guard || status=1
 
-# plant NAME SED_SCRIPT: kernels.cuh with SED_SCRIPT applied, in $B/planted_K/ (first on the
-# include path); its fused-attention checks must fail. The plants are queued, then built (-O1:
-# the quicker build and run) and run two at a time, each saying PASS or FAIL in its turn.
+# plant NAME FILE SED_SCRIPT: kernels.cuh and kernels/ copied into $B/planted_K/ (first on the
+# include path), SED_SCRIPT applied to the copy's FILE (one of kernels/); its fused-attention
+# checks must fail. The plants are queued, then built (-O1: the quicker build and run) and run
+# two at a time, each saying PASS or FAIL in its turn.
 plants=()
-plant() { plants+=("$1" "$2"); }
-run_plant() {  # K NAME SED_SCRIPT: one line into $B/planted_K/result
-    local k=$1 name=$2 script=$3 dir=$B/planted_$1
-    mkdir -p $dir
-    sed "$script" kernels.cuh > $dir/kernels.cuh
-    if cmp -s kernels.cuh $dir/kernels.cuh; then
-        echo "FAIL planted bug ($name): the sed script no longer matches kernels.cuh" > $dir/result; return
+plant() { plants+=("$1" "$2" "$3"); }
+run_plant() {  # K NAME FILE SED_SCRIPT: one line into $B/planted_K/result
+    local k=$1 name=$2 file=$3 script=$4 dir=$B/planted_$1
+    rm -rf $dir && mkdir -p $dir && cp -r kernels.cuh kernels $dir/
+    sed "$script" $file > $dir/$file
+    if cmp -s $file $dir/$file; then
+        echo "FAIL planted bug ($name): the sed script no longer matches $file" > $dir/result; return
     fi
     if ! build test_emu_planted_$k tests/test_emu_kernels.cpp -O1 -g0 -I$dir > $dir/result; then return; fi
     $B/test_emu_planted_$k flash > $dir/planted.log 2>&1
@@ -99,10 +101,10 @@ run_plant() {  # K NAME SED_SCRIPT: one line into $B/planted_K/result
     else echo "FAIL planted bug ($name) went unnoticed: $(tail -1 $dir/planted.log)" > $dir/result; fi
 }
 run_plants() {
-    local n=$((${#plants[@]} / 2)) k
+    local n=$((${#plants[@]} / 3)) k
     for ((k = 0; k < n; k += 2)); do
-        run_plant $k "${plants[2 * k]}" "${plants[2 * k + 1]}" &
-        if ((k + 1 < n)); then run_plant $((k + 1)) "${plants[2 * k + 2]}" "${plants[2 * k + 3]}" & fi
+        run_plant $k "${plants[@]:3 * k:3}" &
+        if ((k + 1 < n)); then run_plant $((k + 1)) "${plants[@]:3 * k + 3:3}" & fi
         wait
     done
     for ((k = 0; k < n; k++)); do
@@ -110,27 +112,28 @@ run_plants() {
         grep -q '^PASS' $B/planted_$k/result || status=1
     done
 }
-plant "a wrong tile bound: the forward's causal loop stops one key tile early" \
+flash=kernels/flash_attention.cuh   # where the fused attention lives
+plant "a wrong tile bound: the forward's causal loop stops one key tile early" $flash \
     's|for (int kt = 0; kt < key_tiles; kt++) {|for (int kt = 0; kt < key_tiles - 1; kt++) {|'
-plant "a missing barrier: the forward's __syncthreads between the tile's copies landing and the warps reading them" \
+plant "a missing barrier: the forward's __syncthreads between the tile's copies landing and the warps reading them" $flash \
     '\|__syncthreads();      // ... and every thread.s part of them|d'
-plant "a missing cp.async wait: the forward reads a key tile whose copies may still be in flight" \
+plant "a missing cp.async wait: the forward reads a key tile whose copies may still be in flight" $flash \
     '\|cp_async_wait<1>();   // all but the newest group: this tile is here|d'
-plant "a missing barrier: the forward copies the next key tile into a buffer other warps still read" \
+plant "a missing barrier: the forward copies the next key tile into a buffer other warps still read" $flash \
     '0,\|__syncthreads();   // every warp is done with this buffer|{\|__syncthreads();   // every warp is done with this buffer|d}'
-plant "grouped-query attention: the backward sums the first head of each group only" \
+plant "grouped-query attention: the backward sums the first head of each group only" $flash \
     's|pairs = per \* (steps_T - first);|pairs = steps_T - first;|'
-plant "a missing cp.async wait: the backward reads a step's q, dout, lse and D still in flight" \
+plant "a missing cp.async wait: the backward reads a step's q, dout, lse and D still in flight" $flash \
     '\|cp_async_wait<1>();   // all but the newest group: this pair is here|d'
-plant "a missing barrier: the backward's dQ product reads dS^T before the other warps wrote theirs" \
+plant "a missing barrier: the backward's dQ product reads dS^T before the other warps wrote theirs" $flash \
     '\|__syncthreads();   // the block.s dS^T is whole|d'
-plant "dQ out of turn: the backward adds a key tile's part without waiting for the tiles before it" \
+plant "dQ out of turn: the backward adds a key tile's part without waiting for the tiles before it" $flash \
     '\|flash_wait_turn(turn, kt);|d'
-plant "dQ's turns from blockIdx: a block waits for blocks the GPU may start after it" \
+plant "dQ's turns from blockIdx: a block waits for blocks the GPU may start after it" $flash \
     's|unsigned i = atomicAdd(counters + (size_t)B \* NH \* steps_T, 1u);|unsigned i = blockIdx.x;|'
-plant "a missing barrier: a block passes dQ's turn before all its threads have added their part" \
+plant "a missing barrier: a block passes dQ's turn before all its threads have added their part" $flash \
     '/^__device__ inline void flash_pass_turn/,/^}/{/__syncthreads();/d}'
-plant "dQ's turn counters never zeroed: the D kernel leaves what the last backward counted" \
+plant "dQ's turn counters never zeroed: the D kernel leaves what the last backward counted" $flash \
     's|        counters\[i\] = 0;|        (void)counters;|'
 run_plants
 exit $status

@@ -45,7 +45,7 @@ __global__ void scatter_back_kernel(float* out, const float* in, int n) {  // wr
     if (i < n) out[i - 1] = in[i];
 }
 __global__ void write_null_kernel(float* out) { out[threadIdx.x] = 1.0f; }  // not a guard page
-// 128-bit copies of packs (kernels.cuh's load128/store128), one pack per thread, starting
+// 128-bit copies of packs (kernels/common.cuh's load128/store128), one pack per thread, starting
 // `offset` elements into the buffers: the packs are misaligned unless offset % X128 == 0
 __global__ void copy_packs_kernel(floatX* out, const floatX* in, int offset, int packs) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -396,7 +396,7 @@ static void test_gelu_matmul_backward(int C) {
         dev_free(p);
 }
 
-// cuBLASLt's plans are made once per shape and alignment (kernels.cuh's lt_plan): the same
+// cuBLASLt's plans are made once per shape and alignment (kernels/linear.cuh's lt_plan): the same
 // call again makes none, and still takes this call's pointers (a second bias and output of
 // the same alignment give their own results, not the first call's); a less aligned input is
 // another plan.
@@ -956,8 +956,9 @@ static void test_cublas_checks(void) {
     dev_free(c);
 }
 
-// ---- the PTX subset (tests/emu/ptx.h, kernels.cuh's wrappers) against the PTX ISA's layouts,
-// written here from the ISA's element formulas (not from the emulation's code), on random tiles
+// ---- the PTX subset (tests/emu/ptx.h, kernels/flash_attention.cuh's wrappers) against the PTX
+// ISA's layouts, written here from the ISA's element formulas (not from the emulation's code),
+// on random tiles
 
 // mma.m16n8k16: every lane builds its registers from A [16][16] and B [16][8] (row-major, in
 // global memory) by the ISA's formulas for element i of its fragment, multiplies, and writes

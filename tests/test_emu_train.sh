@@ -228,7 +228,7 @@ compare "$name Llama-shaped (--attention-backend unfused, 4 heads in 2 groups, -
 #    (counters, the loss scaler's state), byte for byte;
 #  - steps 1 to ITERS are the uninterrupted run's bits (log lines, the last iteration's tensors.bin and
 #    metadata.txt). One thing would part them without a fault: encoder_backward's word-embedding
-#    gradient adds with atomics (kernels.cuh), and the emulation draws a launch's block and
+#    gradient adds with atomics (kernels/embedding.cuh), and the emulation draws a launch's block and
 #    thread order from the kernel's name and launch count, which starts again at 0 in the
 #    resumed process (measured at (1,1,1), seeds 1-4: a few bytes of the word embedding's rows
 #    at step 10, in bf16 for 1 seed of 4, in fp16 for all 4). So these runs draw the order from
@@ -556,7 +556,7 @@ if [ -z "${GPU_BINARY:-}" ]; then
     # folder, two at a time (a build is one core's work), then run one after another
     plant_build() {  # K: build planted bug K into $tmp/plant$K/train_emu; the reason in build.log if not
         local dir="$tmp/plant$1"
-        mkdir -p "$dir/tests" && cp ./*.c ./*.h ./*.cuh "$dir/" && cp -r tests/emu "$dir/tests/"
+        mkdir -p "$dir/tests" && cp ./*.c ./*.h ./*.cuh "$dir/" && cp -r kernels "$dir/" && cp -r tests/emu "$dir/tests/"
         local file=${planted_in[$1]}
         sed -i "${seds[$1]}" "$dir/$file"
         if cmp -s $file "$dir/$file"; then echo "the sed expression no longer matches $file" > "$dir/build.log"; return; fi

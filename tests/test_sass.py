@@ -43,7 +43,7 @@ GPU_ARCH, and the fused attention's kernels as the compiler emits them (issue 25
                     calls them with a LAUNCH that records each launch's block size and dynamic
                     shared memory instead of running it;
      fits           each such launch fits on the SM (at least one block per SM).
-   Every flash kernel kernels.cuh defines must be in the cubin (a template nothing
+   Every flash kernel kernels/ defines must be in the cubin (a template nothing
    instantiates is not). Then a table per kernel, architecture and precision: registers, shared
    memory (static from ptxas, dynamic from the launcher), spills, and the theoretical
    occupancy. docs/gpu-kernels.md carries the same table (`python3 tests/test_sass.py
@@ -661,7 +661,8 @@ def main():
     report(launch_error is None, "tests/sass_launches.cpp recorded the attention launchers' launches", launch_error or "")
     launches = launches or {}
 
-    in_source = flash_kernels_in_source("kernels.cuh")
+    in_source = sorted({n for path in sorted(glob.glob(os.path.join(ROOT, "kernels", "*.cuh")))
+                        for n in flash_kernels_in_source(os.path.relpath(path, ROOT))})
     rows = []
     for arch in ARCHS:
         for precision, _ in PRECISIONS:
@@ -669,9 +670,9 @@ def main():
             kernels = compiled_flash_kernels(parse_ptxas(ptxas_report), parse_sass(sass))
             where = f"sm_{arch} {precision}"
             missing = [n for n in in_source if not any(base_name(k) == n for k in kernels)]
-            report(in_source and not missing, f"{where}: every flash kernel kernels.cuh defines is in the cubin "
+            report(in_source and not missing, f"{where}: every flash kernel kernels/ defines is in the cubin "
                    f"({len(in_source)} defined, {len(kernels)} compiled: {', '.join(sorted(kernels))})",
-                   f"missing: {', '.join(missing) or 'kernels.cuh defines none'}")
+                   f"missing: {', '.join(missing) or 'kernels/ defines none'}")
             for name in sorted(kernels):
                 _, res, instructions = kernels[name]
                 broken = broken_rules(name, res, instructions, arch, launches)

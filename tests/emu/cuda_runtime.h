@@ -36,11 +36,11 @@ What it covers, and how:
     That is still the alignment of any one type whose array fills the allocation (the size
     is a multiple of it), so gridgpt does not notice, and x86 does not fault on misaligned
     loads anyway. EMU_GUARD=start gives page-aligned allocations.
-  - 128-bit accesses (kernels.cuh's load128/store128, through the CHECK_ALIGNED_128 hook):
+  - 128-bit accesses (kernels/common.cuh's load128/store128, through the CHECK_ALIGNED_128 hook):
     each must be 16-byte aligned, as the GPU requires ("misaligned address"); one that is not
     stops the run with a line naming the kernel, block, thread, the address and its place in
     its allocation. (Under EMU_GUARD=end an allocation whose size is not a multiple of 16
-    starts less aligned: kernels.cuh's packs then take their element-by-element path.)
+    starts less aligned: kernels/common.cuh's packs then take their element-by-element path.)
   - Streams and events (cudaStreamCreateWithFlags, cudaEventRecord, cudaStreamWaitEvent):
     by default every call runs at once on whatever stream it is queued, so work queued on a
     second stream before what it must wait for has run (a missing comm_waits_for_compute)
@@ -391,7 +391,7 @@ static void emu_launch(const char* name, const void* kernel, unsigned grid, unsi
 // what `extern __shared__` names in a kernel: the launch's dynamic shared memory
 static inline void* emu_dynamic_shared_memory(void) { return emu.dynamic_shared; }
 
-// The project's launch macro (kernels.cuh keeps its own unless one is defined first).
+// The project's launch macro (kernels/common.cuh keeps its own unless one is defined first).
 // The arguments are evaluated by each emulated thread; the project passes plain values.
 #define LAUNCH(kernel, grid, block, shmem, ...)                                                      \
     do {                                                                                             \
@@ -547,7 +547,7 @@ static void emu_describe_running(char* out, size_t cap) {
     else snprintf(out, cap, "kernel %s (its scheduler, between threads)", emu.kernel);
 }
 
-// 128-bit accesses (kernels.cuh's load128 and store128 call CHECK_ALIGNED_128): the GPU
+// 128-bit accesses (kernels/common.cuh's load128 and store128 call CHECK_ALIGNED_128): the GPU
 // needs them 16-byte aligned and stops the kernel with "misaligned address" otherwise; x86
 // would not notice, so each one is checked here, and a misaligned one is an emu error that
 // names the kernel, block, thread, the address and where it lies in its allocation.

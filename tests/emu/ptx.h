@@ -1,6 +1,6 @@
 /*
-tests/emu/ptx.h — the PTX instructions kernels.cuh's fused attention writes as inline
-assembly, on the CPU emulation of tests/emu/cuda_runtime.h (tests only). kernels.cuh calls
+tests/emu/ptx.h — the PTX instructions the fused attention (kernels/flash_attention.cuh) writes
+as inline assembly, on the CPU emulation of tests/emu/cuda_runtime.h (tests only). It calls
 emu_<instruction> where nvcc compiles the asm statement, one line apart, so the two can be
 read side by side. The layouts are the PTX ISA's ("Warp-level matrix instructions",
 mma.m16n8k16 with .bf16/.f16 inputs; ldmatrix; cp.async); lane L's groupID is L / 4 and its
@@ -20,7 +20,7 @@ threadID_in_group L % 4.
       the same for 4 bytes. cp.async.commit_group closes the copies issued
       so far (by this thread) into a group; cp.async.wait_group N waits until at most the N
       newest groups are still in flight.
-  Turns between blocks (kernels.cuh's flash_wait_turn, flash_pass_turn; not PTX, but a spin on
+  Turns between blocks (kernels/flash_attention.cuh's flash_wait_turn, flash_pass_turn; not PTX, but a spin on
       a counter in global memory): a block waits until the counter reaches its turn, does its
       part, and passes the turn on (counter + 1).
 
@@ -46,7 +46,7 @@ What the emulation keeps of the hardware's rules, so that a kernel that breaks o
     rounding of the additions inside one instruction are unspecified).
   - Turns: the emulation runs a launch's blocks one after another, each to its end. A block
     may only wait for blocks that started before it (on a GPU, one that has not started may
-    need the waiting block's SM first, and both wait forever: kernels.cuh hands the blocks
+    need the waiting block's SM first, and both wait forever: the kernels hand the blocks
     tickets in the order they start, and the turns follow the tickets). So here every block
     it may wait for has finished when it asks: a turn not yet reached then is an emu error
     (on the GPU it would hang, or wait for a block that started later), and so is work done
