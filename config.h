@@ -2,16 +2,19 @@
 config.h — the run's configuration: the model's fields (gpt.h's list) and the run's, each
 declared once, and everything that reads them before any work is done.
 
-  - RUN_CONFIG_FIELDS and the Config struct; flags (Megatron-LM's names), --help and
-    --help-markdown (docs/flags.md), the range checks, the same flags on every rank;
+  - RUN_CONFIG_FIELDS and the Config struct; flags (Megatron-LM's names; numbers as Python
+    writes them too), --help and --help-markdown (docs/flags.md), the range checks, the same
+    flags on every rank; Megatron's flags through megatron_flags.h's tables, and the start-up
+    notes of those accepted and of Megatron-LM's defaults gridgpt does not apply;
   - every config check, one line each and exit status 2 before anything is allocated: the
     grid, the model, the precision, recomputation, the run; the pipeline's stage layout;
   - what a config costs: the layers recomputed and the FLOPs of one step (Narayanan et al.).
 
-Interface (what train.c and plan.h use): Config, set_defaults, parse_flags, print_usage,
-print_usage_markdown, check_same_config_everywhere, check_grid, check_model, check_precision,
+Interface (what train.c and plan.h use): Config, set_defaults, parse_flags, print_megatron_notes,
+print_usage, print_usage_markdown, check_same_config_everywhere, check_grid, check_model, check_precision,
 check_recompute, check_run, check_profile, profiles_rank, make_loss_scaler, stage_layers, pipeline_stage, this_stage,
-data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores, flops_per_step.
+data_parallel_size, layout_error, plans_gpu_build, set_padded_vocab_size, recomputed_layers, recomputed_attention_cores,
+flops_per_step.
 */
 #pragma once
 
@@ -153,7 +156,7 @@ data_parallel_size, layout_error, recomputed_layers, recomputed_attention_cores,
 typedef enum { LR_CONSTANT, LR_LINEAR, LR_COSINE, LR_INVERSE_SQRT } LRDecayStyle;   // in --lr-decay-style's order
 typedef enum { PARTITION_UNIFORM, PARTITION_TRANSFORMER, PARTITION_TRANSFORMER_EMBEDDING } PartitionMethod;   // --pp-partition-method
 typedef enum { GRANULARITY_NONE, GRANULARITY_FULL, GRANULARITY_SELECTIVE } RecomputeGranularity;   // --recompute-granularity
-typedef enum { PLAN_GPU_BUILD, PLAN_CPU_BUILD } DryRunBuild;   // --dry-run-build (-1, not given: hardware.h's plans_gpu_build)
+typedef enum { PLAN_GPU_BUILD, PLAN_CPU_BUILD } DryRunBuild;   // --dry-run-build (-1, not given: plans_gpu_build)
 typedef enum { ATTENTION_AUTO, ATTENTION_FLASH, ATTENTION_UNFUSED } AttentionBackend;   // --attention-backend
 typedef enum { GENERATE_TEXT, GENERATE_IDS, GENERATE_BOTH } GenerateOutput;   // --generate-output
 typedef enum { TOKENIZER_GPT2_BPE } TokenizerType;   // --tokenizer-type (-1, not given: bytes, or ids printed as numbers)
@@ -168,6 +171,7 @@ typedef struct {
     unsigned char model_given[NUM_MODEL_FIELDS];   // the model flags on the command line (the rest may come from --load)
     MegatronGiven megatron[MAX_MEGATRON_GIVEN];    // for the start-up notes (print_megatron_notes)
     int megatron_count;
+    int sequence_parallel_off;   // --sequence-parallel given at TP 1, and turned off (as Megatron-LM does)
 } Config;
 
 #define DESCRIBE_RUN_FIELD(kind, name, def, min, help) \
@@ -239,6 +243,21 @@ static void print_megatron_markdown(void) {
         print_markdown_cell(f->text);
         printf(" |\n");
     }
+    printf("\n## Megatron-LM's defaults that gridgpt does not apply (`megatron_flags.h`)\n\nA Megatron-LM flag left "
+           "out of a command line leaves its default; where that default asks for something other than what gridgpt "
+           "does, the start-up says so, one line a row whose runs these are (`note: Megatron-LM's default, "
+           "--hidden-dropout 0.1: ...; gridgpt ...`, rank 0, in every run that trains or plans training: see "
+           "[megatron.md](megatron.md)). gridgpt's other defaults are Megatron-LM's; a difference of speed or memory "
+           "alone is not a row.\n\n| flag | Megatron-LM's default | what it does there | gridgpt | noted |\n"
+           "| --- | --- | --- | --- | --- |\n");
+    for (int r = 0; r < NUM_MEGATRON_DEFAULTS; r++) {
+        const MegatronDefault* d = &MEGATRON_DEFAULTS[r];
+        printf("| `%s` | %s | ", d->flag, d->value ? d->value : "off");
+        print_markdown_cell(d->megatron);
+        printf(" | ");
+        print_markdown_cell(d->gridgpt);
+        printf(" | %s |\n", MEGATRON_DIFFERS_WHEN[d->when]);
+    }
 }
 
 static void print_usage_markdown(Config* c) {
@@ -268,6 +287,37 @@ static void print_usage_markdown(Config* c) {
 // The parsers below move *i to the last index of argv they used and return 0, or 1 with the
 // error line in err (a rank's flags may differ from the others': the caller of parse_flags
 // settles the verdict with every rank).
+
+// A number as Python writes it: Megatron's argparse reads its numbers with int() and float(),
+// which take underscores between digits (PEP 515: BigScience's scripts write 9_765_625). argv[k],
+// when it is a number once its underscores are dropped, becomes that number (a copy that lives as
+// long as the argument vector); an underscore anywhere but between two digits (9__7, _9, 9_, 1_.5)
+// is refused, as Python refuses it. Anything else (a name, a path) stays as it is. The one place
+// underscores are read: the values of gridgpt's numeric flags and of Megatron's flags.
+static int python_number(char** argv, int k, const char* flag, char* err, size_t len) {
+    const char* v = argv[k];
+    if (!strchr(v, '_')) return 0;
+    char* digits = (char*)mallocCheck(strlen(v) + 1);
+    int misplaced = 0, n = 0;
+    for (int i = 0; v[i]; i++) {
+        if (v[i] != '_') digits[n++] = v[i];
+        else if (i == 0 || v[i - 1] < '0' || v[i - 1] > '9' || v[i + 1] < '0' || v[i + 1] > '9') misplaced = 1;
+    }
+    digits[n] = '\0';
+    char* end;
+    strtod(digits, &end);
+    if (end == digits || *end) {   // not a number: its underscores are a name's
+        free(digits);
+        return 0;
+    }
+    if (misplaced) {
+        free(digits);
+        return error_line(err, len, "%s %s: an underscore in a number goes between two digits (Python's rule, which "
+                          "Megatron's argparse follows: 9_765_625)", flag, v);
+    }
+    argv[k] = digits;
+    return 0;
+}
 
 // the values of a list flag at argv[*i + 1 ...]: every one up to the next flag
 static int parse_list(const ConfigField* f, void* base, int argc, char** argv, int* i, char* err, size_t len) {
@@ -364,6 +414,8 @@ static int parse_megatron_flag(Config* c, int argc, char** argv, int* i, char* e
     int most = arity == MEGATRON_LIST ? MAX_LIST : arity == MEGATRON_VALUE;
     while (*i - at < most && *i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) ++*i;
     if (arity == MEGATRON_VALUE && *i == at) return error_line(err, len, "%s expects a value", argv[at]);
+    for (int k = at + 1; k <= *i; k++)
+        if (python_number(argv, k, argv[at], err, len)) return 1;
     char values[256] = "";   // the list's values as one text, for the rows' values to match
     for (int k = at + 1; k <= *i; k++)
         snprintf(values + strlen(values), sizeof(values) - strlen(values), "%s%s", k > at + 1 ? " " : "", argv[k]);
@@ -399,6 +451,8 @@ static int parse_flag(Config* c, int argc, char** argv, int* i, char* err, size_
             one.kind = FIELD_INT;
             one.offset += (k - 1) * sizeof(int);
         }
+        int number = one.kind == FIELD_INT || one.kind == FIELD_LONG || one.kind == FIELD_FLOAT;
+        if (number && python_number(argv, *i, flag, err, len)) return 1;
         if (parse_field(&one, base, argv[*i], err, len) == 0) continue;
         int r = f->kind == FIELD_CHOICE ? megatron_row(flag, argv[*i]) : -1;   // a choice of Megatron's?
         return r < 0 ? 1 : megatron_verdict(c, r, argv + *i - 1, 1, err, len, brief, brief_len);
@@ -469,16 +523,83 @@ static void parse_flags(Config* c, int argc, char** argv, char* err, size_t len)
     }
     if (bad > 1 && more) snprintf(err, len, "%d flags refused: %s; and %d more", bad, list, more);
     else if (bad > 1) snprintf(err, len, "%d flags refused: %s", bad, list);
+    // Sequence parallelism splits the rows over the tensor-parallel ranks: at TP 1 there is nothing
+    // to split, and Megatron-LM HEAD's arguments.py turns the switch off with a warning (its own
+    // Llama 3 8B example gives it at TP 1). So does gridgpt, with a note (print_megatron_notes).
+    c->sequence_parallel_off = c->model.sequence_parallel && c->tensor_model_parallel_size == 1;
+    if (c->sequence_parallel_off) c->model.sequence_parallel = 0;
 }
 
-// the start-up notes of the Megatron flags accepted as what gridgpt does (rank 0, a line each)
+// whether any of --hw and --hw-* was given (each is 0, or -1 for --hw, when not)
+static int hardware_given(const Config* a) {
+    for (int k = 0; k < NUM_RUN_FIELDS; k++) {
+        const ConfigField* f = &RUN_FIELDS[k];
+        const char* at = (const char*)a + f->offset;
+        if (strncmp(f->name, "hw_", 3) == 0 && (f->kind == FIELD_INT ? *(const int*)at : *(const float*)at) > 0) return 1;
+    }
+    return a->hw >= 0;
+}
+
+// the build the run is for: the binary's own; in a dry run, --dry-run-build's: the one given, else
+// the GPU build when --hw or an --hw-* describes a GPU, else the binary's own (train_cpu: the CPU
+// build, on this machine)
+static int plans_gpu_build(const Config* a) {
+    if (a->dry_run_build >= 0) return a->dry_run_build == PLAN_GPU_BUILD;
+    return GPU_BUILD || hardware_given(a);
+}
+
+// whether the command line gave Megatron's flag (accepted: a refused one has ended the run)
+static int megatron_given(const Config* c, const char* flag) {
+    for (int k = 0; k < c->megatron_count; k++)
+        if (strcmp(c->megatron[k].at[0], flag) == 0) return 1;
+    return 0;
+}
+
+// whether a difference of megatron_flags.h's MEGATRON_DEFAULTS is about this run
+static int megatron_default_differs(const Config* c, MegatronDiffers when) {
+    switch (when) {
+    case DIFFERS_ALWAYS: return 1;
+    case DIFFERS_UNLESS_DYNAMIC_FP16: return !(c->fp16 && c->loss_scale == 0.0f);
+    case DIFFERS_WITH_FP16: return c->fp16;
+    case DIFFERS_ON_GPU_FP32: return plans_gpu_build(c) && !c->fp16 && !c->bf16;
+    case DIFFERS_WITH_SAVE: return c->save != NULL;
+    case DIFFERS_WITH_SPARSE_TENSORBOARD: return c->tensorboard_dir && c->log_interval != 1;
+    case DIFFERS_WITH_PROFILE_ALL_RANKS: return c->profile && c->profile_ranks.count == 0;
+    case DIFFERS_WITH_GELU_WITHOUT_BIAS: return c->model.disable_bias_linear && !c->model.swiglu;
+    }
+    return 0;
+}
+
+// Megatron-LM's defaults that the command line leaves and gridgpt does not apply, a line each:
+// in a run that trains or plans training (not --help, an export, an import, an evaluation or a
+// generation alone, a cluster check alone) once its flags have passed the checks (check_run's
+// last act: a refused command line gets its one error line alone), on rank 0, once. A plain
+// gridgpt run gets them too: a Megatron-LM command line need not look like one (the GPT-3 175B
+// example's flags are all gridgpt's), and a reader of either should learn what differs.
+static void print_megatron_defaults(const Config* c) {
+    int cluster_check_alone = c->check_cluster && !c->data_path.count && !c->train_data_path.count;
+    if (c->help || c->help_markdown || c->export_hf || c->import_hf || c->skip_train || cluster_check_alone) return;
+    for (int r = 0; r < NUM_MEGATRON_DEFAULTS && grid.world_rank == 0; r++) {
+        const MegatronDefault* d = &MEGATRON_DEFAULTS[r];
+        if (megatron_given(c, d->flag) || !megatron_default_differs(c, d->when)) continue;
+        printf("note: Megatron-LM's default, %s%s%s%s: %s; gridgpt %s\n", d->value ? "" : "no ", d->flag,
+               d->value ? " " : "", d->value ? d->value : "", d->megatron, d->gridgpt);
+    }
+}
+
+// the start-up notes of the Megatron flags accepted as what gridgpt does and of --sequence-parallel
+// turned off at TP 1 (rank 0, a line each; those of Megatron-LM's defaults come after the checks)
 static void print_megatron_notes(const Config* c) {
-    for (int k = 0; k < c->megatron_count && grid.world_rank == 0; k++) {
+    if (grid.world_rank != 0) return;
+    for (int k = 0; k < c->megatron_count; k++) {
         const MegatronGiven* g = &c->megatron[k];
         printf("note: Megatron's %s", g->at[0]);
         for (int v = 1; v <= g->count; v++) printf(" %s", g->at[v]);
         printf(" accepted: %s\n", MEGATRON_FLAGS[g->row].text);
     }
+    if (c->sequence_parallel_off)
+        printf("note: --sequence-parallel at --tensor-model-parallel-size 1 turned off: without tensor parallelism there "
+               "are no ranks to split the rows over (Megatron-LM HEAD turns it off too, with a warning)\n");
 }
 
 // a digest of field k's value (a list or a triple value by value)
@@ -596,16 +717,6 @@ static PipelineStage pipeline_stage(const Config* a, int p) {
 }
 
 static PipelineStage this_stage(const Config* a) { return pipeline_stage(a, grid.pp_rank); }
-
-// whether any of --hw and --hw-* was given (each is 0, or -1 for --hw, when not)
-static int hardware_given(const Config* a) {
-    for (int k = 0; k < NUM_RUN_FIELDS; k++) {
-        const ConfigField* f = &RUN_FIELDS[k];
-        const char* at = (const char*)a + f->offset;
-        if (strncmp(f->name, "hw_", 3) == 0 && (f->kind == FIELD_INT ? *(const int*)at : *(const float*)at) > 0) return 1;
-    }
-    return a->hw >= 0;
-}
 
 // the world the layout is for: --world-size (a dry run's), else the launched one
 static int layout_world_size(const Config* a) { return a->world_size ? a->world_size : grid.world_size; }
@@ -726,12 +837,9 @@ static int layout_error(const Config* a, char* err, size_t len) {
     if (query_groups(m) % TP != 0)   // (without GQA the heads' count, above)
         return error_line(err, len, "--num-query-groups %d is not divisible by --tensor-model-parallel-size %d (the "
                           "query groups are split over the tensor-parallel ranks, as Megatron-LM)", m->num_query_groups, TP);
-    // sequence parallelism splits each sequence's tokens over the tensor ranks: Megatron-LM's
-    // ModelParallelConfig refuses it without tensor parallelism (its arguments.py turns the switch
-    // off instead, with a warning) and asserts that the sequence splits evenly
-    if (m->sequence_parallel && TP == 1)
-        return error_line(err, len, "--sequence-parallel needs --tensor-model-parallel-size > 1 (cannot use sequence "
-                          "parallelism without tensor parallelism: it splits the tokens over the tensor-parallel ranks)");
+    // sequence parallelism splits each sequence's tokens over the tensor ranks (at TP 1, parse_flags
+    // has turned it off, as Megatron-LM's arguments.py does): Megatron-LM asserts that the sequence
+    // splits evenly
     if (m->sequence_parallel && m->seq_length % TP != 0)
         return error_line(err, len, "--seq-length %d is not divisible by --tensor-model-parallel-size %d: "
                           "--sequence-parallel splits each sequence over the tensor-parallel ranks", m->seq_length, TP);
@@ -782,6 +890,30 @@ static void check_fraction(const char* flag, float value) {
     if (value > 1.0f) config_error("%s %g: a fraction of the peak, at most 1", flag, value);
 }
 
+// Megatron-DeepSpeed's --pad-vocab-size-to N pads the vocabulary to exactly N rows: accepted
+// (megatron_flags.h) when N is where gridgpt pads it, refused naming both sizes otherwise, and
+// the --make-vocab-size-divisible-by that would reach N where one does (N a multiple of TP, at
+// least the vocabulary: N / TP pads it to N)
+static void check_pad_vocab_size_to(const Config* a, long long padded) {
+    const GPTConfig* c = &a->model;
+    int TP = a->tensor_model_parallel_size;
+    for (int k = 0; k < a->megatron_count; k++) {
+        const char* flag = a->megatron[k].at[0], *value = a->megatron[k].at[1];
+        if (strcmp(flag, "--pad-vocab-size-to") != 0) continue;
+        char* end, hint[160];
+        long long want = strtoll(value, &end, 10);
+        if (end == value || *end || want < 1) config_error("--pad-vocab-size-to expects a positive integer, got '%s'", value);
+        if (want == padded) continue;
+        if (want < c->vocab_size) snprintf(hint, sizeof hint, "fewer rows than the vocabulary's %d", c->vocab_size);
+        else if (want % TP) snprintf(hint, sizeof hint, "not a multiple of --tensor-model-parallel-size %d: no padding "
+                                     "reaches it", TP);
+        else snprintf(hint, sizeof hint, "--make-vocab-size-divisible-by %lld pads it to %lld", want / TP, want);
+        config_error("--pad-vocab-size-to %s: not in gridgpt: a vocabulary of %s rows: gridgpt pads --vocab-size %d to "
+                     "%lld, a multiple of --make-vocab-size-divisible-by %d x --tensor-model-parallel-size %d (%s)", value,
+                     value, c->vocab_size, padded, c->make_vocab_size_divisible_by, TP, hint);
+    }
+}
+
 // the vocabulary as Megatron pads it (gpt.h), which must fit the int that shapes are counted in
 static void set_padded_vocab_size(Config* a) {
     GPTConfig* c = &a->model;
@@ -791,6 +923,7 @@ static void set_padded_vocab_size(Config* a) {
                      "%lld, more than %d", c->make_vocab_size_divisible_by, a->tensor_model_parallel_size, c->vocab_size,
                      padded, INT_MAX);
     c->padded_vocab_size = (int)padded;
+    check_pad_vocab_size_to(a, padded);
 }
 
 // --data-path (split by --split) or Megatron-LM's per-split blends, not both; training needs
@@ -1042,6 +1175,7 @@ static void check_run(Config* a) {
     check_generate(a);
     check_recompute(a);
     check_tokenizer(a);
+    print_megatron_defaults(a);   // every check passed: what Megatron-LM's defaults would do otherwise (rank 0)
 }
 
 // --profile: the steps it records lie inside this run (of train_iters iterations, starting

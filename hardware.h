@@ -332,13 +332,6 @@ static void print_machine(const Hardware* hw) {
 // ----------------------------------------------------------------------------
 // what a dry run prices
 
-// --dry-run-build: the build a dry run plans: the one given; else the GPU build when --hw or an
-// --hw-* describes a GPU; else the binary's own (train_cpu: the CPU build, on this machine)
-static int plans_gpu_build(const Config* a) {
-    if (a->dry_run_build >= 0) return a->dry_run_build == PLAN_GPU_BUILD;
-    return GPU_BUILD || hardware_given(a);
-}
-
 // the GPU build's --hw preset, or this machine for the CPU build's plan, with each --hw-*
 // number given in its place
 static Hardware hardware_of(const Config* a) {

@@ -1,7 +1,9 @@
 /*
 megatron_flags.h — Megatron-LM's and Megatron-DeepSpeed's flags that are not gridgpt's own, each
 with gridgpt's verdict, in one table: config.h's parser falls back to it, --help-markdown prints
-it (docs/flags.md), and the did-you-mean of an unknown flag searches it.
+it (docs/flags.md), and the did-you-mean of an unknown flag searches it. Below it, a second
+table: Megatron-LM's defaults that differ from what gridgpt does, named at start-up when a
+command line leaves them (docs/megatron.md).
 
   - accepted: the flag (with these values) asks for what gridgpt always does; the trainer
     says so in one start-up line and goes on (a few stand for one of gridgpt's own flags:
@@ -46,10 +48,13 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
            "group, gridgpt's")
     REFUSE("--num-distributed-optimizer-instances", VALUE, NULL, "several distributed-optimizer instances: Megatron-LM "
            "would shard the optimizer state within parts of the data-parallel group and replicate it across them")
+    ACCEPT("--zero-stage", VALUE, "0", "the same step as ZeRO-1: stage 0 keeps the whole optimizer state on every "
+           "data-parallel rank, gridgpt shards it over them (ZeRO-1), which changes the memory, not one number of the "
+           "training (BigScience's bf16 runs give 0: their bf16 optimizer shards the state itself, ZeRO-1's way)")
     ACCEPT("--zero-stage", VALUE, "1", "ZeRO stage 1, gridgpt's only one (the optimizer state sharded over the "
            "data-parallel ranks)")
-    REFUSE("--zero-stage", VALUE, NULL, "another ZeRO stage: Megatron-DeepSpeed would shard nothing (0), the gradients "
-           "too (2) or the parameters too (3); gridgpt is ZeRO-1")
+    REFUSE("--zero-stage", VALUE, NULL, "ZeRO stage 2 or 3: Megatron-DeepSpeed would shard the gradients too (2), or "
+           "the parameters too (3); gridgpt is ZeRO-1 (0 and 1 are accepted: the same step)")
     ACCEPT("--distributed-backend", VALUE, "nccl", "the collectives are NCCL's in the GPU build (MPI only starts the "
            "ranks), MPI's in the CPU build")
     REFUSE("--distributed-backend", VALUE, NULL, "Gloo's collectives: Megatron-LM would communicate through Gloo "
@@ -71,7 +76,8 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
            "expert-parallel ranks")
     REFUSE("--expert-tensor-parallel-size", VALUE, NULL, "mixture of experts: Megatron-LM's tensor parallelism inside "
            "each expert")
-    ACCEPT("--num-experts", LIST, "1", "one expert: a dense MLP (Megatron-DeepSpeed's default)")
+    ACCEPT("--num-experts", LIST, "0|1", "no mixture of experts: a dense MLP (Megatron-LM reads 0 as no experts; "
+           "Megatron-DeepSpeed's default, one expert, is the dense MLP)")
     REFUSE("--num-experts", LIST, NULL, "mixture of experts: Megatron would replace each MLP by N experts and a router")
     REFUSE("--moe-*", LIST, NULL, "mixture of experts: Megatron-LM's router, token dispatch and load balancing")
     REFUSE("--model-parallel-size", VALUE, NULL, "the old name of --tensor-model-parallel-size (Megatron-LM refuses "
@@ -133,8 +139,9 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     REFUSE("--first-last-layers-bf16", SWITCH, NULL, "fp8: Megatron-LM's bf16 first and last layers of an fp8 model")
     ACCEPT("--transformer-impl", VALUE, "local", "gridgpt's layers are its own kernels, as Megatron-LM's local ones "
            "(not Transformer Engine's)")
-    REFUSE("--transformer-impl", VALUE, NULL, "Transformer Engine's layers: Megatron-LM would build the model from "
-           "them (gridgpt's are its own kernels: local)")
+    ACCEPT("--transformer-impl", VALUE, "transformer_engine", "the same layers, computed by gridgpt's own kernels: "
+           "Transformer Engine's (Megatron-LM HEAD's default) fuse each LayerNorm into the next linear layer and run "
+           "the attention in their own kernels, the same model and math (its fp8 is --fp8-*, refused apart)")
 
     // --- the model
     ACCEPT("--hidden-dropout", VALUE, "0", "no dropout: gridgpt has none")
@@ -203,7 +210,9 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     ACCEPT("--no-persist-layer-norm", SWITCH, NULL, "gridgpt's LayerNorm is its own kernel")
     ACCEPT("--no-gradient-accumulation-fusion", SWITCH, NULL, "gridgpt's own weight-gradient matmuls, accumulating "
            "into the fp32 gradients")
-    ACCEPT("--no-async-tensor-model-parallel-allreduce", SWITCH, NULL, "Megatron-LM ignores it too")
+    ACCEPT("--no-async-tensor-model-parallel-allreduce", SWITCH, NULL, "the same math: Megatron-DeepSpeed would stop "
+           "overlapping the tensor-parallel all-reduce of the input gradient with the weight-gradient matmul, a question "
+           "of speed (Megatron-LM ignored it once deprecated, and HEAD no longer has it: its argparse would stop at it)")
     ACCEPT("--cross-entropy-loss-fusion", SWITCH, NULL, "gridgpt's vocab-parallel cross-entropy is one fused pass of "
            "its own already")
     ACCEPT("--use-mcore-models", SWITCH, NULL, "gridgpt's GPT (Megatron-LM ignores the flag: Megatron Core's models "
@@ -217,13 +226,20 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     ACCEPT("--calculate-per-token-loss", SWITCH, NULL, "each token counts the same: gridgpt's loss masks no token and "
            "each micro-batch holds the same tokens, so its mean is the per-token mean")
     ACCEPT("--no-clone-scatter-output-in-embedding", SWITCH, NULL, "gridgpt's embedding is its own kernel")
+    ACCEPT("--abort-on-unmet-fused-kernel-constraints", SWITCH, NULL, "nothing to abort: Megatron-DeepSpeed would stop "
+           "rather than fall back to its unfused softmax when its fused one's limits (sequence length, batch, precision) "
+           "are not met; gridgpt's attention is its own kernels at every sequence length (and --attention-backend flash "
+           "refuses a head size its kernels lack rather than fall back)")
     REFUSE("--enable-cuda-graph", SWITCH, NULL, "CUDA graphs: Megatron-LM would capture and replay the layers' "
            "kernels")
+    ACCEPT("--cuda-graph-impl", VALUE, "none", "no CUDA graphs, gridgpt's way (Megatron-LM's default)")
     REFUSE("--cuda-graph-*", LIST, NULL, "CUDA graphs: Megatron-LM would capture and replay the layers' kernels")
 
     // --- data and tokenizer
     ACCEPT("--num-workers", VALUE, NULL, "the loader has no workers: samples are read from the mmap'd files in the "
            "training thread")
+    ACCEPT("--valid-num-workers", VALUE, NULL, "the loader has no workers: the validation samples too are read from the "
+           "mmap'd files in the training thread")
     ACCEPT("--num-dataset-builder-threads", VALUE, NULL, "rank 0 builds the sample index (cached) and every rank reads it")
     ACCEPT("--no-mmap-bin-files", SWITCH, NULL, "the same tokens: gridgpt always mmaps the .bin files")
     ACCEPT("--mmap-warmup", SWITCH, NULL, "the same tokens: gridgpt mmaps the .bin files and reads them as needed")
@@ -245,16 +261,38 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     REFUSE("--per-split-data-args-path", VALUE, NULL, "per-split data paths read from a file (give "
            "--train-data-path, --valid-data-path, --test-data-path)")
     REFUSE("--multiple-validation-sets", SWITCH, NULL, "a loss for each validation dataset")
+    REFUSE("--train-weighted-split-paths", LIST, NULL, "weighted split paths: Megatron-DeepSpeed would train on a group "
+           "of datasets, each with its weight and its own document range START:END (gridgpt: --train-data-path with "
+           "weights, or --data-path with --split)")
+    REFUSE("--valid-weighted-split-paths", LIST, NULL, "weighted split paths: Megatron-DeepSpeed would evaluate each "
+           "named group of datasets (weights and document ranges START:END) apart, a loss for each (gridgpt: one "
+           "--valid-data-path blend, one loss)")
+    REFUSE("--test-weighted-split-paths", LIST, NULL, "weighted split paths: Megatron-DeepSpeed would test each named "
+           "group of datasets (weights and document ranges START:END) apart (gridgpt: one --test-data-path blend)")
+    REFUSE("--train-weighted-split-paths-path", VALUE, NULL, "weighted split paths: Megatron-DeepSpeed would read the "
+           "training group of datasets (weights and document ranges START:END) from this file (gridgpt: "
+           "--train-data-path with weights, or --data-path with --split)")
+    REFUSE("--valid-weighted-split-paths-path", VALUE, NULL, "weighted split paths: Megatron-DeepSpeed would read named "
+           "validation groups (weights and document ranges START:END) from this file and report a loss for each "
+           "(gridgpt: one --valid-data-path blend, one loss)")
+    REFUSE("--test-weighted-split-paths-path", VALUE, NULL, "weighted split paths: Megatron-DeepSpeed would read named "
+           "test groups (weights and document ranges START:END) from this file (gridgpt: one --test-data-path blend)")
     ACCEPT("--tokenizer-type", VALUE, "NullTokenizer", "no tokenizer: the data's token ids as they are, gridgpt's "
            "way without --tokenizer-type (give --vocab-size)")
     REFUSE("--tokenizer-type", VALUE, NULL, "another tokenizer: gridgpt has GPT-2's byte-level BPE (GPT2BPETokenizer), "
            "or none (NullTokenizer)")
     REFUSE("--tokenizer-model", VALUE, NULL, "a SentencePiece, tiktoken or Hugging Face tokenizer model")
+    REFUSE("--tokenizer-name-or-path", VALUE, NULL, "a Hugging Face tokenizer: Megatron-DeepSpeed would load it "
+           "(PretrainedFromHF) and take the vocabulary's size from it (gridgpt has GPT-2's BPE, or reads the token ids "
+           "as they are: give --vocab-size, the tokenizer's length, instead of the tokenizer)")
     REFUSE("--tiktoken-*", LIST, NULL, "tiktoken's tokenizers")
     ACCEPT("--vocab-extra-ids", VALUE, "0", "no extra vocabulary ids")
     REFUSE("--vocab-extra-ids", VALUE, NULL, "extra vocabulary ids: T5's sentinel tokens")
     REFUSE("--padded-vocab-size", VALUE, NULL, "a given padded vocabulary (gridgpt pads --vocab-size by "
            "--make-vocab-size-divisible-by x TP)")
+    ACCEPT("--pad-vocab-size-to", VALUE, NULL, "the vocabulary padded to exactly that many rows, when that is where "
+           "gridgpt pads it (--vocab-size up to a multiple of --make-vocab-size-divisible-by x TP), checked once the "
+           "vocabulary is known (config.h refuses another size)")
 
     // --- training, the optimizer and the learning rate
     ACCEPT("--optimizer", VALUE, "adam", "Megatron-LM's adam is Adam with decoupled weight decay (AdamW): gridgpt's "
@@ -275,6 +313,8 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     REFUSE("--decoupled-min-lr", VALUE, NULL, "a decoupled learning rate: the input and output layers' own minimum")
     ACCEPT_AS("--use-checkpoint-opt_param-scheduler", SWITCH, NULL, "--use-checkpoint-opt-param-scheduler 1", "Megatron-LM's "
               "spelling, taken as --use-checkpoint-opt-param-scheduler: a resume goes on with the checkpoint's schedule")
+    ACCEPT_AS("--override-opt_param-scheduler", SWITCH, NULL, "--override-opt-param-scheduler 1", "Megatron-LM's "
+              "spelling, taken as --override-opt-param-scheduler: a resume goes on with this run's schedule")
     REFUSE("--train-tokens", VALUE, NULL, "a length in tokens (gridgpt: --train-iters or --train-samples)")
     REFUSE("--lr-decay-tokens", VALUE, NULL, "a length in tokens (gridgpt: --lr-decay-iters or --lr-decay-samples)")
     REFUSE("--lr-warmup-tokens", VALUE, NULL, "a length in tokens (gridgpt: --lr-warmup-iters or --lr-warmup-samples)")
@@ -289,6 +329,9 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     REFUSE("--error-injection-*", LIST, NULL, "the rerun state machine's fault injection")
     REFUSE("--check-weight-hash-across-dp-replicas-interval", VALUE, NULL, "a check that the data-parallel replicas' "
            "weights agree")
+    ACCEPT("--no-check-for-nan-in-loss-and-grad", SWITCH, NULL, "gridgpt does not stop at a NaN or infinite loss or "
+           "gradient norm: it skips that step's update and counts it (the log line's skipped and nan iterations), where "
+           "Megatron-LM with its check off would apply the step (unless fp16's loss scaler skips it)")
 
     // --- checkpoints, exit and restart
     ACCEPT("--exit-signal-handler", SWITCH, NULL, "gridgpt always saves and exits on SIGTERM (and SIGUSR1, SIGINT, "
@@ -297,12 +340,15 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
            "flag not given (one given that differs is refused)")
     REFUSE("--exit-on-missing-checkpoint", SWITCH, NULL, "exit when --load holds no checkpoint (gridgpt starts from "
            "scratch then, and says so)")
+    REFUSE("--kill-switch-path", VALUE, NULL, "a kill switch: Megatron-DeepSpeed would exit when this file exists, at "
+           "start-up before any step, and before each iteration once training (saving a checkpoint); gridgpt checks no "
+           "file (SIGTERM or SIGUSR1 stop it with a checkpoint, as --exit-duration-in-mins does)")
     REFUSE("--no-save-optim", SWITCH, NULL, "checkpoints without the optimizer state")
     REFUSE("--no-save-rng", SWITCH, NULL, "checkpoints without the RNG state")
     REFUSE("--ckpt-*", LIST, NULL, "Megatron-LM's checkpoint formats and their options: gridgpt writes its own, which "
            "any layout loads (--export-hf writes a Hugging Face model)")
-    REFUSE("--use-dist-ckpt", SWITCH, NULL, "Megatron-LM's distributed checkpoints (gridgpt writes its own format, "
-           "which any layout loads)")
+    ACCEPT("--use-dist-ckpt", SWITCH, NULL, "no effect in Megatron-LM HEAD (deprecated: --ckpt-format chooses the "
+           "format); gridgpt writes its own checkpoints, which any layout loads")
     REFUSE("--auto-detect-ckpt-format", SWITCH, NULL, "Megatron-LM's checkpoint formats (gridgpt reads its own)")
     REFUSE("--dist-ckpt-*", LIST, NULL, "Megatron-LM's distributed checkpoints (gridgpt writes its own format)")
     REFUSE("--async-save", SWITCH, NULL, "asynchronous checkpoint saves")
@@ -349,6 +395,64 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     REFUSE("--grpo-*", LIST, NULL, "reinforcement learning (GRPO)")
 };
 #define NUM_MEGATRON_FLAGS ((int)(sizeof(MEGATRON_FLAGS) / sizeof(MEGATRON_FLAGS[0])))
+
+// ----------------------------------------------------------------------------
+// Megatron-LM's defaults that gridgpt does not apply
+
+// A Megatron-LM flag left out of a command line leaves its default, and where that default asks
+// for something other than what gridgpt does, the start-up says so (config.h's
+// print_megatron_defaults, one line a row whose runs this is). gridgpt's own defaults are
+// Megatron-LM HEAD's (arguments.py) everywhere else; differences of speed or memory alone (the
+// distributed optimizer, Transformer Engine's kernels) are not rows. A row goes when gridgpt
+// learns what it names (dropout: these rows change with it).
+typedef enum {
+    DIFFERS_ALWAYS,               // in every run
+    DIFFERS_UNLESS_DYNAMIC_FP16,  // unless --fp16 with the dynamic loss scaler
+    DIFFERS_WITH_FP16,            // with --fp16
+    DIFFERS_ON_GPU_FP32,          // in train_gpu without --fp16 or --bf16
+    DIFFERS_WITH_SAVE,            // with --save
+    DIFFERS_WITH_SPARSE_TENSORBOARD,   // with --tensorboard-dir and a --log-interval other than 1
+    DIFFERS_WITH_PROFILE_ALL_RANKS,    // with --profile and no --profile-ranks
+    DIFFERS_WITH_GELU_WITHOUT_BIAS,    // with --disable-bias-linear and without --swiglu
+} MegatronDiffers;
+static const char* const MEGATRON_DIFFERS_WHEN[] = {"always", "unless --fp16 with the dynamic loss scaler", "with --fp16",
+                                                    "train_gpu without --fp16 or --bf16", "with --save",
+                                                    "with --tensorboard-dir and a --log-interval other than 1",
+                                                    "with --profile and no --profile-ranks",
+                                                    "with --disable-bias-linear and without --swiglu"};
+
+typedef struct {
+    const char* flag;       // Megatron-LM's flag, left out
+    const char* value;      // its default ("0.1"); NULL: a switch, off
+    const char* megatron;   // what Megatron-LM does then
+    const char* gridgpt;    // what gridgpt does instead
+    MegatronDiffers when;   // the runs the difference is about
+} MegatronDefault;
+
+static const MegatronDefault MEGATRON_DEFAULTS[] = {
+    {"--hidden-dropout", "0.1", "it zeroes that fraction of the hidden states after the attention and the MLP in training",
+     "has no dropout yet: it trains without (--hidden-dropout 0 says so)", DIFFERS_ALWAYS},
+    {"--attention-dropout", "0.1", "it zeroes that fraction of the attention probabilities in training",
+     "has no dropout yet: it trains without (--attention-dropout 0 says so)", DIFFERS_ALWAYS},
+    {"--no-check-for-nan-in-loss-and-grad", NULL, "a NaN loss or gradient norm stops its run (after re-running the step: "
+     "--rerun-mode validate_results)", "skips that step's update, counts it (the log line's skipped and nan iterations) "
+     "and goes on", DIFFERS_UNLESS_DYNAMIC_FP16},
+    {"--accumulate-allreduce-grads-in-fp32", NULL, "with --fp16 it accumulates the gradients over the micro-batches and "
+     "all-reduces them in fp16", "accumulates and reduces them in fp32, always", DIFFERS_WITH_FP16},
+    {"--bf16", NULL, "it computes in fp32 (without --fp16 either)", "computes in bf16 in this build, train_gpu, with fp32 "
+     "master weights and gradients (train_cpu computes in fp32)", DIFFERS_ON_GPU_FP32},
+    {"--ckpt-format", "torch_dist", "it writes Megatron's distributed checkpoints", "writes its own format, which any "
+     "layout loads (--export-hf writes a Hugging Face model)", DIFFERS_WITH_SAVE},
+    {"--exit-signal-handler", NULL, "SIGTERM ends its job without a checkpoint", "saves a checkpoint and exits at SIGTERM "
+     "(and SIGUSR1, SIGINT, SIGHUP)", DIFFERS_WITH_SAVE},
+    {"--tensorboard-log-interval", "1", "it writes the TensorBoard scalars every iteration", "writes them with each log "
+     "line, every --log-interval", DIFFERS_WITH_SPARSE_TENSORBOARD},
+    {"--profile-ranks", "0", "it profiles rank 0 alone (for Nsight Systems)", "records every rank into one Chrome trace",
+     DIFFERS_WITH_PROFILE_ALL_RANKS},
+    {"--swiglu", NULL, "with --disable-bias-linear its bias-GELU fusion is off, and its GELU the exact (erf) one",
+     "computes GELU's tanh approximation (it has no exact GELU yet)", DIFFERS_WITH_GELU_WITHOUT_BIAS},
+};
+#define NUM_MEGATRON_DEFAULTS ((int)(sizeof(MEGATRON_DEFAULTS) / sizeof(MEGATRON_DEFAULTS[0])))
 
 // ----------------------------------------------------------------------------
 // looking a flag up

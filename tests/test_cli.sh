@@ -198,12 +198,10 @@ expect_error "--recompute-num-layers below 1" "--recompute-num-layers must be at
 expect_error "--recompute-num-layers beyond the stage's layers" "--recompute-num-layers 2 is more layers than any pipeline stage holds (the largest: 1 of" \
     $base $full --recompute-method block --recompute-num-layers 2
 
-# sequence parallelism: Megatron-LM's refusals (no tensor parallelism to split over; a sequence
-# the tensor ranks do not divide), one line each; the second planned for 2 ranks by --dry-run,
-# which refuses a layout with the trainer's own line
-expect_error "--sequence-parallel without tensor parallelism" \
-    "--sequence-parallel needs --tensor-model-parallel-size > 1 (cannot use sequence parallelism without tensor parallelism" \
-    $base --sequence-parallel
+# sequence parallelism: without tensor parallelism there is nothing to split over, and Megatron-LM
+# HEAD turns it off with a warning: gridgpt too, with a note, and trains the same steps as without
+# it (tests/test_megatron_flags.sh); a sequence the tensor ranks do not divide is refused in one
+# line, planned for 2 ranks by --dry-run, which refuses a layout with the trainer's own line
 expect_error "--sequence-parallel with a sequence TP does not divide" \
     "--seq-length 15 is not divisible by --tensor-model-parallel-size 2: --sequence-parallel splits each sequence" \
     --dry-run --world-size 2 --vocab-size 257 --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 15 \

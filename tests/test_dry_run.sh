@@ -132,9 +132,10 @@ refused "--dry-run-build other than gpu or cpu, in one line" "--dry-run-build mu
 refused "--hw with --dry-run-build cpu, in one line" "--hw names a GPU, but --dry-run-build cpu plans the CPU build" \
     --dry-run --dry-run-build cpu --hw h100-80gb $model
 
-# the first line names the build planned and its precision: train_cpu's own build by default,
-# priced on this machine; the GPU build with --hw (or --dry-run-build gpu), fp16 with --fp16
-first_line() { ./train_cpu --dry-run --world-size 2 $model "$@" 2>&1 | head -1; }
+# the first line (below the start-up notes) names the build planned and its precision: train_cpu's
+# own build by default, priced on this machine; the GPU build with --hw (or --dry-run-build gpu),
+# fp16 with --fp16
+first_line() { ./train_cpu --dry-run --world-size 2 $model "$@" 2>&1 | grep -v "^note: " | head -1; }
 if first_line | grep -q '^dry run: gridgpt CPU build planned (--dry-run-build), fp32, world 2 ' &&
    first_line --hw a100-80gb | grep -q '^dry run: gridgpt GPU build planned (--dry-run-build), bf16 (fp32 master weights' &&
    first_line --dry-run-build gpu --fp16 | grep -q '^dry run: gridgpt GPU build planned (--dry-run-build), fp16 (fp32 master weights' &&

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# tests/test_megatron_flags.sh — a Megatron-LM user's command line runs: the training flags of
-# two of Megatron-LM's own example scripts (tests/data/megatron_examples: GPT-3 175B, Llama 3
-# 8B), given whole to `./train_cpu --dry-run --dry-run-build gpu` (their paths ours, the world size theirs). Every
+# tests/test_megatron_flags.sh [DATA_PREFIX] — a Megatron-LM user's command line runs, and trains
+# nothing else than it asks for without saying so: the training flags of two of Megatron-LM's own
+# example scripts (tests/data/megatron_examples: GPT-3 175B, Llama 3 8B), given whole to
+# `./train_cpu --dry-run --dry-run-build gpu` (their paths ours, the world size theirs). Every
 # flag is gridgpt's, accepted as what gridgpt does (a start-up note each), or refused; one line
 # names every refused flag at once, and the refusals must be exactly the honest ones below, each
 # with its reason in docs/flags.md. Without them, the dry run plans the script's run (after the
-# few checks of gridgpt's own that the scripts meet, each named here).
+# few checks of gridgpt's own that the scripts meet, each named here), and every Megatron-LM
+# default the script leaves is gridgpt's too or named in a start-up note. Then each of issue 48's
+# edge cases: Python's underscores in numbers, --sequence-parallel at TP 1, --zero-stage 0,
+# BigScience's rows, the defaults' notes (with DATA_PREFIX: a short training too).
 set -u
+data=${1:-}
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -92,20 +97,276 @@ not_in_gridgpt="$not_in_gridgpt --fp8-amax-compute-algo --fp8-param-gather --tok
 check_refusals "Llama 3 8B (fp8)" 8 "$llama" "$llama_architecture $not_in_gridgpt"
 # shellcheck disable=SC2086
 dry 8 "$llama" $llama_architecture $not_in_gridgpt --
+cp "$tmp/out" "$tmp/llama.out"
 notes=$(grep -c "^note: Megatron's .* accepted: " "$tmp/out")
 accepted="--use-mcore-models --kv-channels --attention-dropout --hidden-dropout --attention-backend --cross-entropy-loss-fusion"
 accepted="$accepted --calculate-per-token-loss --manual-gc --empty-unused-memory-level --use-distributed-optimizer"
 accepted="$accepted --context-parallel-size --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers"
 accepted="$accepted --distributed-timeout-minutes"
 noted=$(grep "^note: Megatron's " "$tmp/out" | cut -d' ' -f3 | tr '\n' ' ' | sed 's/ $//')
-# Megatron-LM turns --sequence-parallel off at TP 1 with a warning; gridgpt refuses it (config.h layout_error)
-if [ "$noted" = "$accepted" ] && [ "$(cat "$tmp/status")" = 2 ] && grep -qF -- "--sequence-parallel needs --tensor-model-parallel-size > 1" "$tmp/err"; then
-    ok "Llama 3 8B: without the refused flags, each of the $notes Megatron flags gridgpt does anyway gets its start-up note"
-else bad "Llama 3 8B: the notes" "noted [$noted], expected [$accepted]; status $(cat "$tmp/status"): $(head -c 300 "$tmp/err")"; fi
-# shellcheck disable=SC2086
-dry 8 "$llama" $llama_architecture $not_in_gridgpt --sequence-parallel --
 llama_model="--position-embedding-type rope --rotary-base 1000000 --rotary-percent 1 .*--swiglu --group-query-attention "
 llama_model="$llama_model--num-query-groups 8 --untie-embeddings-and-output-weights --disable-bias-linear"
-if [ "$(cat "$tmp/status")" = 0 ] && grep -q "DP 8" "$tmp/out" && [ ! -s "$tmp/err" ] && grep -q -- "$llama_model" "$tmp/out"; then
-    ok "Llama 3 8B: the dry run plans the script's model (rope, SwiGLU, 8 query groups, untied, no biases) and layout (TP 1, PP 1, DP 8) once --sequence-parallel is dropped at TP 1"
-else bad "Llama 3 8B: the dry run" "status $(cat "$tmp/status"): $(head -c 400 "$tmp/err") $(head -c 300 "$tmp/out")"; fi
+# Megatron-LM HEAD turns --sequence-parallel off at TP 1 with a warning (arguments.py): gridgpt too, with a note
+if [ "$noted" = "$accepted" ] && [ "$(cat "$tmp/status")" = 0 ] && [ ! -s "$tmp/err" ] && grep -q "DP 8" "$tmp/out" &&
+   grep -q -- "$llama_model" "$tmp/out" &&
+   grep -qx "note: --sequence-parallel at --tensor-model-parallel-size 1 turned off: .*(Megatron-LM HEAD turns it off too, with a warning)" "$tmp/out"; then
+    ok "Llama 3 8B: without the refused flags, the dry run plans the script's model (rope, SwiGLU, 8 query groups, untied, no biases) and layout (TP 1, PP 1, DP 8); each of the $notes Megatron flags gridgpt does anyway gets its start-up note, and --sequence-parallel at TP 1 one that it is off"
+else bad "Llama 3 8B: the dry run and its notes" "noted [$noted], expected [$accepted]; status $(cat "$tmp/status"): $(head -c 300 "$tmp/err") $(grep -m1 -- --sequence-parallel "$tmp/out")"; fi
+
+# --- no silent difference. Each flag of a script is gridgpt's own (docs/flags.md's first
+# tables), accepted with a note, or refused; and each Megatron-LM default the script leaves is
+# gridgpt's default too (the same value in those tables), a value megatron_flags.h accepts as what
+# gridgpt does, or named in a start-up note "note: Megatron-LM's default, FLAG VALUE: ...". The
+# defaults, from Megatron-LM HEAD's megatron/training/arguments.py (facts, FLAG VALUE a line):
+megatron_defaults="--hidden-dropout 0.1
+--attention-dropout 0.1
+--weight-decay 0.01
+--clip-grad 1.0
+--adam-beta1 0.9
+--adam-beta2 0.999
+--adam-eps 1e-08
+--init-method-std 0.02
+--seed 1234
+--lr-decay-style linear
+--min-lr 0.0
+--lr-warmup-iters 0
+--lr-warmup-samples 0
+--lr-warmup-init 0.0
+--make-vocab-size-divisible-by 128
+--split 969,30,1
+--eval-iters 100
+--eval-interval 1000
+--log-interval 100
+--initial-loss-scale 4294967296
+--min-loss-scale 1.0
+--loss-scale-window 1000
+--hysteresis 2
+--tensor-model-parallel-size 1
+--pipeline-model-parallel-size 1
+--context-parallel-size 1
+--expert-model-parallel-size 1
+--num-distributed-optimizer-instances 1
+--position-embedding-type learned_absolute
+--normalization LayerNorm
+--norm-epsilon 1e-05
+--rotary-base 10000
+--rotary-percent 1.0
+--num-query-groups 1
+--attention-backend auto
+--transformer-impl transformer_engine
+--optimizer adam
+--weight-decay-incr-style constant
+--dataloader-type single
+--distributed-backend nccl
+--vocab-extra-ids 0
+--cpu-offloading-num-layers 0
+--cuda-graph-impl none
+--empty-unused-memory-level 0
+--timing-log-level 0
+--profile-step-start 10
+--profile-step-end 12
+--ckpt-format torch_dist"
+own_tables=$(sed -n "1,/^## Megatron-LM's and/p" docs/flags.md | sed 's/\\|/\//g')
+megatron_table=$(sed -n "/^## Megatron-LM's and/,/^## Megatron-LM's defaults/p" docs/flags.md | sed 's/\\|/\//g')
+# own_default FLAG: gridgpt's default for its own flag (nothing: not gridgpt's)
+own_default() { awk -F' [|] ' -v f="| \`$1\`" '$1 == f { print $3; found = 1; exit } END { if (!found) print "(none)" }' <<< "$own_tables"; }
+# the same value: as numbers where both are numbers (1e-05 = 1e-5, 1 = 1.0), else as text
+same_value() { awk -v a="$1" -v b="$2" 'BEGIN { n = "^[-+]?[0-9.]+([eE][-+]?[0-9]+)?$"; exit !((a ~ n && b ~ n) ? a + 0 == b + 0 : a == b) }'; }
+# megatron_verdict FLAG VALUE: the verdict of the flag's first row in docs/flags.md whose values take VALUE
+megatron_verdict() {
+    awk -F' [|] ' -v f="| \`$1\`" -v v="$2" '$1 == f {
+        n = split($2, alt, "/"); take = $2 == "any" || $2 == "other" || $2 == "switch"
+        for (i = 1; i <= n && !take; i++) take = alt[i] == v || (alt[i] ~ /^[0-9.]+$/ && v ~ /^[0-9.]+$/ && alt[i] + 0 == v + 0)
+        if (take) { split($3, w, " "); print w[1]; exit } }' <<< "$megatron_table"
+}
+# accounted FILE OUT ERR [DROPPED...]: into $accounting, how many flags of FILE are refused (named in ERR's
+# line, or one of DROPPED, refused by an earlier run), noted as accepted, or taken (gridgpt's own); the
+# others, none of these, into $unaccounted
+accounted() {
+    local file=$1 out=$2 err=$3; shift 3
+    local flag own=0 acc=0 ref=0 refusals
+    refusals=" $(sed -e 's/^error: //' -e 's/^[0-9]* flags refused: //' "$err" | tr ';' '\n' | sed -e 's/^ *//' |
+                 grep -E '^--' | sed -E 's/^(--[^ :]*).*/\1/' | tr '\n' ' ') $* "
+    for flag in $(grep -v '^#' "$file" | cut -d' ' -f1); do
+        if [[ "$refusals" == *" $flag "* ]]; then ref=$((ref + 1))
+        elif grep -q -- "^note: Megatron's $flag .*accepted: \|^note: Megatron's $flag accepted: " "$out"; then acc=$((acc + 1))
+        elif [ "$(own_default "$flag")" != "(none)" ]; then own=$((own + 1))
+        else unaccounted="$unaccounted $flag"; fi
+    done
+    accounting="each of its $((own + acc + ref)) flags is taken ($own), accepted with a note ($acc) or refused with its reason ($ref)"
+}
+# no_silent_difference NAME FILE OUT ERR EXPECTED [DROPPED...]: each flag of FILE is accounted for, each
+# Megatron-LM default FILE leaves is gridgpt's, accepted as what gridgpt does, or noted; and the notes of
+# Megatron-LM's defaults are exactly EXPECTED's flags
+no_silent_difference() {
+    local name=$1 file=$2 out=$3 err=$4 expected=$5; shift 5
+    local flag value silent="" same=0 named=0 got unaccounted="" accounting
+    accounted "$file" "$out" "$err" "$@"
+    while read -r flag value; do
+        grep -q -- "^$flag\( \|$\)" "$file" && continue
+        if same_value "$(own_default "$flag")" "$value" || [ "$(megatron_verdict "$flag" "$value")" = accepted ]; then
+            same=$((same + 1))
+        elif grep -qF -- "note: Megatron-LM's default, $flag $value: " "$out"; then named=$((named + 1))
+        else silent="$silent $flag $value;"; fi
+    done <<< "$megatron_defaults"
+    got=$(sed -n "s/^note: Megatron-LM's default, \(no \)\?\(--[a-z0-9-]*\).*/\2/p" "$out" | tr '\n' ' ' | sed 's/ $//')
+    if [ -z "$silent$unaccounted" ] && [ "$got" = "$expected" ]; then
+        ok "$name, no silent difference: $accounting; of Megatron-LM's defaults it leaves, $same are gridgpt's too and $named named at start-up, whose notes name [$got]"
+    else bad "$name: a silent difference" "flags not accounted for:$unaccounted; defaults left silent:$silent noted [$got], expected [$expected]"; fi
+}
+# (--fp16 with the dynamic loss scaler: Megatron-LM turns its NaN check off too)
+dry 1024 "$gpt3" --rampup-batch-size -- --vocab-size 50257 --tokenizer-type GPT2BPETokenizer
+no_silent_difference "GPT-3 175B" "$gpt3" "$tmp/out" "$tmp/err" \
+    "--hidden-dropout --attention-dropout --accumulate-allreduce-grads-in-fp32 --ckpt-format --exit-signal-handler --tensorboard-log-interval" \
+    --rampup-batch-size
+# (its dropout is given, 0; its --ckpt-format torch_dist is refused: without it, the default is named)
+dry 8 "$llama" -- --vocab-size 128256
+no_silent_difference "Llama 3 8B (fp8)" "$llama" "$tmp/llama.out" "$tmp/err" \
+    "--no-check-for-nan-in-loss-and-grad --ckpt-format --exit-signal-handler --profile-ranks"
+
+# --- issue 48's edge cases, on a small model's dry run (and with DATA_PREFIX a short training)
+small="--dry-run --vocab-size 256 --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16"
+# run NAME FLAGS...: ./train_cpu FLAGS, its status, stdout and stderr in $tmp/NAME.{status,out,err}
+run() {
+    local name=$1; shift
+    ./train_cpu "$@" > "$tmp/$name.out" 2> "$tmp/$name.err"
+    echo $? > "$tmp/$name.status"
+}
+# accepted NAME NEEDLE FLAGS...: the dry run goes on (exit 0, nothing on stderr) with NEEDLE on stdout
+accepted() {
+    local name=$1 needle=$2; shift 2
+    run one $small "$@"
+    if [ "$(cat "$tmp/one.status")" = 0 ] && [ ! -s "$tmp/one.err" ] && grep -qF -- "$needle" "$tmp/one.out"; then ok "$name"
+    else bad "$name" "status $(cat "$tmp/one.status"): $(head -c 300 "$tmp/one.err") $(grep -m1 -- "${needle:0:30}" "$tmp/one.out")"; fi
+}
+# refused NAME NEEDLE FLAGS...: exit 2 and one line on stderr holding NEEDLE
+refused_with() {
+    local name=$1 needle=$2; shift 2
+    run one "$@"
+    if [ "$(cat "$tmp/one.status")" = 2 ] && [ "$(wc -l < "$tmp/one.err")" -eq 1 ] && grep -qF -- "$needle" "$tmp/one.err"; then ok "$name"
+    else bad "$name" "status $(cat "$tmp/one.status"): $(head -c 300 "$tmp/one.err")"; fi
+}
+
+# Python's integers (and floats) with underscores, as BigScience's scripts write them: read as the
+# number (gridgpt's flags, and Megatron's rows); an underscore not between two digits refused, as Python does
+# (the GPU build's plan: priced on --hw's figures, not on this machine measured now)
+run plain $small --dry-run-build gpu --train-samples 9765625000 --rampup-batch-size 192 16 9765625 --global-batch-size 2048 --lr 1e-4
+run underscored $small --dry-run-build gpu --train-samples 9_765_625_000 --rampup-batch-size 192 16 9_765_625 --global-batch-size 2_048 \
+    --lr 1_0e-5
+if [ "$(cat "$tmp/plain.status")" = 0 ] && [ "$(cat "$tmp/underscored.status")" = 0 ] && [ ! -s "$tmp/underscored.err" ] &&
+   cmp -s "$tmp/plain.out" "$tmp/underscored.out"; then
+    ok "--train-samples 9_765_625_000 --rampup-batch-size 192 16 9_765_625 --global-batch-size 2_048 --lr 1_0e-5: the plan of the plain numbers, line for line"
+else bad "numbers with Python's underscores" "status $(cat "$tmp/underscored.status"): $(head -c 300 "$tmp/underscored.err")"; fi
+for malformed in 9__7 _97 97_ 1_.5; do
+    refused_with "--train-iters $malformed refused as Python refuses it" \
+        "--train-iters $malformed: an underscore in a number goes between two digits (Python's rule" $small --train-iters "$malformed"
+done
+accepted "a Megatron flag's number with underscores: --distributed-timeout-minutes 1_0 taken as --watchdog-timeout 600" \
+    "note: Megatron's --distributed-timeout-minutes 10 accepted: taken as --watchdog-timeout" --distributed-timeout-minutes 1_0
+refused_with "a Megatron flag's malformed number refused" "--zero-stage 0_: an underscore in a number goes between two digits" \
+    $small --zero-stage 0_
+
+# --zero-stage 0 is the same step as 1 (the optimizer state sharded, or not: memory alone); 2 and 3 refused
+accepted "--zero-stage 0 accepted: the same step as ZeRO-1" "note: Megatron's --zero-stage 0 accepted: the same step as ZeRO-1" --zero-stage 0
+refused_with "--zero-stage 2 refused: ZeRO-2 shards the gradients too" "--zero-stage 2: not in gridgpt: ZeRO stage 2 or 3" $small --zero-stage 2
+
+# BigScience's and Megatron-DeepSpeed's flags that had no row, and rows checked against Megatron-LM HEAD
+accepted "--valid-num-workers accepted as --num-workers is" "note: Megatron's --valid-num-workers 2 accepted: the loader has no workers" \
+    --valid-num-workers 2 --num-workers 2
+accepted "--abort-on-unmet-fused-kernel-constraints accepted: nothing falls back" \
+    "note: Megatron's --abort-on-unmet-fused-kernel-constraints accepted: nothing to abort" --abort-on-unmet-fused-kernel-constraints
+accepted "--pad-vocab-size-to 256 accepted: where gridgpt pads a vocabulary of 256" \
+    "note: Megatron's --pad-vocab-size-to 256 accepted: the vocabulary padded to exactly that many rows" --pad-vocab-size-to 256
+accepted "BLOOM's --pad-vocab-size-to 250_880 at TP 4 accepted: 250680 padded to a multiple of 128 x 4" \
+    "vocabulary padded to 250880" --vocab-size 250680 --hidden-size 32 --num-attention-heads 4 --tensor-model-parallel-size 4 \
+    --world-size 4 --pad-vocab-size-to 250_880
+refused_with "--pad-vocab-size-to 512 refused, naming gridgpt's padding and the flag that reaches it" \
+    "--pad-vocab-size-to 512: not in gridgpt: a vocabulary of 512 rows: gridgpt pads --vocab-size 256 to 256, a multiple of --make-vocab-size-divisible-by 128 x --tensor-model-parallel-size 1 (--make-vocab-size-divisible-by 512 pads it to 512)" \
+    $small --pad-vocab-size-to 512
+refused_with "--pad-vocab-size-to below the vocabulary refused" "(fewer rows than the vocabulary's 256)" $small --pad-vocab-size-to 200
+refused_with "--tokenizer-name-or-path refused: a Hugging Face tokenizer" \
+    "--tokenizer-name-or-path bigscience/tokenizer: not in gridgpt: a Hugging Face tokenizer: Megatron-DeepSpeed would load it" \
+    $small --tokenizer-name-or-path bigscience/tokenizer
+refused_with "--kill-switch-path refused: a kill switch gridgpt does not check" \
+    "--kill-switch-path $tmp/kill: not in gridgpt: a kill switch: Megatron-DeepSpeed would exit when this file exists" \
+    $small --kill-switch-path "$tmp/kill"
+refused_with "--train-weighted-split-paths-path and --valid-weighted-split-paths-path refused, both in one line" \
+    "2 flags refused: --train-weighted-split-paths-path $tmp/t (weighted split paths); --valid-weighted-split-paths-path $tmp/v (weighted split paths)" \
+    $small --train-weighted-split-paths-path "$tmp/t" --valid-weighted-split-paths-path "$tmp/v"
+accepted "--no-async-tensor-model-parallel-allreduce accepted, saying Megatron-LM HEAD no longer has it" \
+    "HEAD no longer has it" --no-async-tensor-model-parallel-allreduce
+accepted "--no-check-for-nan-in-loss-and-grad accepted: gridgpt skips a NaN step, it does not stop" \
+    "note: Megatron's --no-check-for-nan-in-loss-and-grad accepted: gridgpt does not stop at a NaN" --no-check-for-nan-in-loss-and-grad
+accepted "--transformer-impl transformer_engine (HEAD's default) accepted: the same layers" \
+    "note: Megatron's --transformer-impl transformer_engine accepted: the same layers" --transformer-impl transformer_engine
+accepted "--num-experts 0 (Megatron-LM: no experts) accepted" "note: Megatron's --num-experts 0 accepted: no mixture of experts" --num-experts 0
+run none $small --cuda-graph-impl none
+run local $small --cuda-graph-impl local
+if [ "$(cat "$tmp/none.status")" = 0 ] && grep -q "^note: Megatron's --cuda-graph-impl none accepted: no CUDA graphs" "$tmp/none.out" &&
+   [ "$(cat "$tmp/local.status")" = 2 ] && grep -qF -- "--cuda-graph-impl local: not in gridgpt: CUDA graphs" "$tmp/local.err"; then
+    ok "--cuda-graph-impl none (HEAD's default) accepted, local still refused"
+else bad "--cuda-graph-impl" "none: $(cat "$tmp/none.status") $(head -c 200 "$tmp/none.err"); local: $(head -c 200 "$tmp/local.err")"; fi
+accepted "--use-dist-ckpt (no effect in HEAD) accepted" "note: Megatron's --use-dist-ckpt accepted: no effect in Megatron-LM HEAD" --use-dist-ckpt
+accepted "--override-opt_param-scheduler (Megatron-LM's spelling) taken as --override-opt-param-scheduler" \
+    "note: Megatron's --override-opt_param-scheduler accepted: Megatron-LM's spelling" --override-opt_param-scheduler
+
+# the notes of Megatron-LM's defaults: each in the runs it is about, once, on stdout; none where a flag
+# gives the value, nor with --help, nor in an evaluation alone
+defaults_noted() {  # FLAGS...: the flags named by "note: Megatron-LM's default, ..." lines, in order
+    ./train_cpu "$@" 2>&1 | sed -n "s/^note: Megatron-LM's default, \(no \)\?\(--[a-z0-9-]*\).*/\2/p" | tr '\n' ' ' | sed 's/ $//'
+}
+always="--hidden-dropout --attention-dropout --no-check-for-nan-in-loss-and-grad"
+gelu_model="--dry-run --vocab-size 256 --num-layers 1 --hidden-size 64 --num-attention-heads 2 --seq-length 16"
+cases=(
+    "$always|$small"
+    "--attention-dropout --no-check-for-nan-in-loss-and-grad|$small --hidden-dropout 0"
+    "--hidden-dropout --attention-dropout --accumulate-allreduce-grads-in-fp32|$small --fp16"
+    "$always --accumulate-allreduce-grads-in-fp32|$small --fp16 --loss-scale 1024"
+    "$always --bf16|$small --dry-run-build gpu"
+    "$always|$small --dry-run-build gpu --bf16"
+    "$always --ckpt-format --exit-signal-handler|$small --save $tmp/ckpt"
+    "$always --tensorboard-log-interval|$small --tensorboard-dir $tmp/tb --log-interval 10"
+    "$always|$small --tensorboard-dir $tmp/tb --log-interval 1"
+    "$always --profile-ranks|$small --profile --train-iters 20"
+    "$always|$small --profile --train-iters 20 --profile-ranks 0"
+    "$always --swiglu|$gelu_model --disable-bias-linear"
+    "$always|$gelu_model --disable-bias-linear --swiglu"
+    "|$small --help"
+    "|$small --help-markdown"
+)
+wrong=""
+for c in "${cases[@]}"; do
+    want=${c%%|*}
+    # shellcheck disable=SC2086
+    got=$(defaults_noted ${c#*|})
+    [ "$got" = "$want" ] || wrong="$wrong [${c#*|}: noted '$got', expected '$want']"
+done
+rows=$(grep -c '^    {"--' megatron_flags.h)
+documented=$(grep -c "^| \`--" <(sed -n "/^## Megatron-LM's defaults/,\$p" docs/flags.md))
+if [ -z "$wrong" ] && [ "$documented" -eq "$rows" ]; then
+    ok "Megatron-LM's defaults that differ are noted in the runs they are about (${#cases[@]} command lines): dropout and the NaN check always, the fp16 gradients, train_gpu's bf16, the checkpoint format and SIGTERM with --save, TensorBoard's interval, the profiled ranks, GELU without biases; none with --help; each of the $rows rows in docs/flags.md"
+else bad "the notes of Megatron-LM's defaults" "$wrong; $documented of $rows rows in docs/flags.md"; fi
+
+# with DATA_PREFIX: --sequence-parallel at TP 1 trains what the run without it trains (noted, turned
+# off, the same log lines); the notes come once, on rank 0, with 2 ranks; an evaluation alone has none
+if [ -n "$data" ]; then
+    export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    steps() { grep -E '^ \[[^]]*\] iteration|lm loss value' "$1" | sed -E 's/^ \[[^]]*\]//; s/elapsed time per iteration \(ms\): [0-9.]+//; s/tokens per second: [0-9]+//; s/ETA: [0-9:]+//'; }
+    model="--data-path $data --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 32 --micro-batch-size 2"
+    train="$model --train-iters 4 --log-interval 1 --eval-interval 4 --eval-iters 1 --split 90,10,0"
+    ./train_cpu $train --sequence-parallel --save "$tmp/sp.ckpt" > "$tmp/sp.log" 2>&1; sp=$?
+    ./train_cpu $train --save "$tmp/plain.ckpt" > "$tmp/nosp.log" 2>&1
+    if [ $sp -eq 0 ] && [ "$(steps "$tmp/sp.log" | wc -l)" -ge 5 ] && diff <(steps "$tmp/sp.log") <(steps "$tmp/nosp.log") > /dev/null &&
+       [ "$(grep -c '^note: --sequence-parallel at --tensor-model-parallel-size 1 turned off' "$tmp/sp.log")" -eq 1 ] &&
+       grep -q '^config sequence_parallel 0$' "$tmp/sp.ckpt/iter_0000004/metadata.txt"; then
+        ok "--sequence-parallel at TP 1 is turned off with one note: the same 4 steps and evaluation as without it, and the checkpoint records it off"
+    else bad "--sequence-parallel at TP 1" "status $sp: $(grep -m1 -E 'error|note: --seq' "$tmp/sp.log") $(diff <(steps "$tmp/sp.log") <(steps "$tmp/nosp.log") | head -3)"; fi
+    if command -v mpirun > /dev/null; then
+        mpirun --oversubscribe --bind-to none -np 2 ./train_cpu $train > "$tmp/dp2.log" 2>&1; dp2=$?
+        ./train_cpu $model --eval-iters 1 --split 90,10,0 --skip-train --load "$tmp/plain.ckpt" > "$tmp/eval.log" 2>&1
+        if [ $dp2 -eq 0 ] && [ "$(grep -c "^note: Megatron-LM's default, " "$tmp/dp2.log")" -eq 3 ] &&
+           ! grep -q "^note: Megatron-LM's default" "$tmp/eval.log" && grep -q 'validation loss' "$tmp/eval.log"; then
+            ok "Megatron-LM's defaults are noted once by 2 ranks (rank 0: 3 lines), not in an evaluation alone (--skip-train)"
+        else bad "the defaults' notes with 2 ranks and --skip-train" "status $dp2, $(grep -c "^note: Megatron-LM's default, " "$tmp/dp2.log") notes; $(grep -m1 -E 'error' "$tmp/dp2.log" "$tmp/eval.log")"; fi
+    fi
+fi

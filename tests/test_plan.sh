@@ -513,10 +513,10 @@ if [ "$(grep -c ' OOM$' $B/sweep-oom.out)" -eq "$expected" ] && grep -q "(0 fit,
     ok "--sweep marks every layout above --hw-memory-gib OOM"
 else bad "--sweep OOM" "$(head -3 $B/sweep-oom.out)"; fi
 
-refused() {  # name needle flags...
+refused() {  # name needle flags...: exit 2 and one line (besides the start-up notes of checks passed before)
     local name=$1 needle=$2; shift 2
-    ./train_cpu "$@" > $B/refused.out 2>&1
-    local status=$?
+    ./train_cpu "$@" 2>&1 | grep -v '^note: ' > $B/refused.out
+    local status=${PIPESTATUS[0]}
     if [ $status -eq 2 ] && [ "$(wc -l < $B/refused.out)" -eq 1 ] && grep -qF -- "$needle" $B/refused.out; then ok "$name"
     else bad "$name" "status $status: $(head -3 $B/refused.out)"; fi
 }
