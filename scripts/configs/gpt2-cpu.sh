@@ -5,8 +5,8 @@
 # nanoGPT's optimizer settings (betas 0.9/0.95, weight decay 0.1, clip 1.0, cosine to a tenth)
 # at a small model's learning rate; it ends with the validation loss and a sample of text.
 #   scripts/configs/gpt2-cpu.sh [--tiny] [--print | --dry-run] [flags]      (see launch.sh)
-# DATA: GPT-2 tokens; without it, the license texts every Debian machine ships
-# (scripts/make_corpus.sh: 793 documents, 57,868 GPT-2 tokens), made once into runs/corpus/.
+# DATA: GPT-2 tokens; without it, the license texts every Debian machine ships, as running text
+# (scripts/make_corpus.sh --prose: 792 paragraphs), made once into runs/corpus/.
 # Checkpoints go to ${SAVE:-runs/gpt2-cpu} (a second run there resumes: --train-iters 1200 goes on).
 # Time: see "Measured" below the flags (one process, OMP_NUM_THREADS = the cores).
 set -euo pipefail
@@ -24,9 +24,11 @@ FULL=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 
       --split 90,10,0 --log-interval 100 --eval-interval 200 --eval-iters 5 --save-interval 200
       --generate-tokens 80 --generate-prompt "You may" --temperature 0.8 --top-k 40)
 # Measured on this project's 2-core machine (an AMD EPYC, OpenBLAS, idle), 2026-12-07: 277 ms an
-# iteration (the dry run planned 230), 170 s in all with the corpus made; validation loss 4.46
-# nats (PPL 86; the train split's unigram entropy is about 5.8); its sample is license-shaped
-# ("You may copy, and" then the texts' layout of spaces and rules), not yet prose
+# iteration (the dry run planned 230), 170 s in all with the corpus made (on the license texts as
+# laid out; the prose corpus has the same shapes a step). On the prose corpus (make_corpus.sh
+# --prose, 792 paragraphs): validation loss 4.02 nats (PPL 56), and the sample reads as license
+# prose: "You may add a fee for a free software which the Program to the Program or otherwise,
+# you distribute the terms of the Library, and modification of this License, ..."
 TINY_RANKS=1
 TINY=(--train-iters 10 --lr-warmup-iters 2 --log-interval 5 --eval-interval 5 --eval-iters 1 --save-interval 0
       --generate-tokens 8)
