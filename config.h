@@ -80,7 +80,7 @@ flops_per_step.
     X(STRING, split, "969,30,1", 0, "train,valid,test document split")                                                 \
     X(STRING, data_cache_path, NULL, 0, "DIR for the sample-index cache (default: next to the data)")                  \
     X(INT, eval_interval, "1000", 1, "steps between evaluations")                                                      \
-    X(INT, eval_iters, "100", 0, "global batches per evaluation")                                                      \
+    X(INT, eval_iters, "100", 0, "global batches per evaluation (not given: at most one pass of the held-out split)")     \
     X(SWITCH, full_validation, NULL, 0, "evaluate every token of the valid and test splits once instead (in order, "    \
       "windows of --seq-length)")                                                                                      \
     X(SWITCH, unigram_baseline, NULL, 0, "report the data's order-0 entropy next to the loss")                         \
@@ -165,10 +165,12 @@ typedef enum { TOKENIZER_GPT2_BPE } TokenizerType;   // --tokenizer-type (-1, no
 typedef struct { int row; char** at; int count; } MegatronGiven;
 #define MAX_MEGATRON_GIVEN 64
 
+#define COUNT_FIELD(kind, name, def, min, help) +1
 typedef struct {
     GPTConfig model;
     RUN_CONFIG_FIELDS(DECLARE_FIELD)
     unsigned char model_given[NUM_MODEL_FIELDS];   // the model flags on the command line (the rest may come from --load)
+    unsigned char run_given[0 RUN_CONFIG_FIELDS(COUNT_FIELD)];   // and the run's (a default that adapts: eval_iters)
     MegatronGiven megatron[MAX_MEGATRON_GIVEN];    // for the start-up notes (print_megatron_notes)
     int megatron_count;
     int sequence_parallel_off;   // --sequence-parallel given at TP 1, and turned off (as Megatron-LM does)
@@ -183,6 +185,13 @@ static const ConfigField RUN_FIELDS[] = {RUN_CONFIG_FIELDS(DESCRIBE_RUN_FIELD)};
 static int model_field_given(const Config* c, size_t offset) {
     for (int k = 0; k < NUM_MODEL_FIELDS; k++)
         if (MODEL_FIELDS[k].offset == offset) return c->model_given[k];
+    return 0;
+}
+
+// whether a run flag was given (offset: the field's in Config)
+static int run_field_given(const Config* c, size_t offset) {
+    for (int k = 0; k < NUM_RUN_FIELDS; k++)
+        if (RUN_FIELDS[k].offset == offset) return c->run_given[k];
     return 0;
 }
 
@@ -433,6 +442,7 @@ static int parse_flag(Config* c, int argc, char** argv, int* i, char* err, size_
     brief[0] = '\0';
     if (!f) return parse_megatron_flag(c, argc, argv, i, err, len, brief, brief_len);
     if (f >= MODEL_FIELDS && f < MODEL_FIELDS + NUM_MODEL_FIELDS) c->model_given[f - MODEL_FIELDS] = 1;
+    if (f >= RUN_FIELDS && f < RUN_FIELDS + NUM_RUN_FIELDS) c->run_given[f - RUN_FIELDS] = 1;
     if (f->kind == FIELD_SWITCH) {
         *(int*)field_in(f, base) = 1;
         return 0;

@@ -1379,6 +1379,17 @@ static inline int data_splits_open(DataSplits* d, const char* const* data_path, 
     return data_splits_build(d, cache_dir, may_build, err, errlen);
 }
 
+// the samples of split k's documents in one pass, none taken twice: (tokens - 1) / seq_length of
+// each member (Megatron's samples in one epoch), summed over the blend
+static inline int64_t data_splits_one_pass(const DataSplits* d, int k) {
+    int64_t samples = 0;
+    for (int j = 0; j < d->num_members[k]; j++) {
+        const GPTDataset* g = &d->prefix[d->members[k][j]].split[k];
+        samples += (g->tokens_per_epoch - 1) / g->seq_length;
+    }
+    return samples;
+}
+
 static inline int data_splits_has(const DataSplits* d, int split) { return split >= 0 && split < 3 && d->has[split]; }
 
 // sample i (modulo the split's length) of split 0 train, 1 valid, 2 test, which must be there

@@ -8,11 +8,13 @@ data_setup.h — the run's data files, opened from the flags, the same on every 
   - each rank's copy of the files fingerprinted and held against the copy most ranks hold
     (rank_unlike_most, which train.c's tokenizer check uses too): a stale or half-copied file
     on a node-local disk is named, not trained on;
-  - a note when the evaluations ask more samples than one pass over a split holds;
+  - the samples each split is asked for, an evaluation at most one pass of its split when
+    --eval-iters is not given, and a note when the evaluations ask more than one pass holds;
   - the sample indexes built by rank 0 (or found in the cache) and mapped by the others.
 
-Interface (what train.c uses): open_data_files, note_eval_epochs, build_data_index,
-rank_unlike_most. It sits on data.c, parallel.h, checkpoint.h's CRC-32 and config.h's Config.
+Interface (what train.c uses): samples_per_split, eval_iters_at_most_one_pass, open_data_files,
+note_eval_epochs, build_data_index, rank_unlike_most. It sits on data.c, parallel.h,
+checkpoint.h's CRC-32 and config.h's Config.
 */
 #pragma once
 
@@ -150,6 +152,37 @@ static void note_eval_epochs(const DataSplits* d, const Config* a) {
                    SPLIT_NAMES[k], p->ds.path_prefix, (long long)((p->split[k].tokens_per_epoch - 1) / d->seq_length),
                    p->split[k].num_epochs);
         }
+}
+
+// Megatron's sample counts per split: the training's, and the evaluations' (every evaluation of
+// the run, eval_iters[k] global batches each)
+static void samples_per_split(const Config* a, int train_iters, const int eval_iters[3], int64_t samples[3]) {
+    long long eval_batches = (long long)(train_iters / a->eval_interval + 1) * eval_iters[1];
+    samples[0] = a->skip_train ? 0 : a->train_iters > 0 ? (int64_t)a->train_iters * a->global_batch_size : a->train_samples;
+    // (--full-validation walks the files: one epoch's index)
+    samples[1] = a->full_validation ? !!eval_batches : eval_batches * a->global_batch_size;
+    samples[2] = a->full_validation ? !!eval_iters[2] : (long long)eval_iters[2] * a->global_batch_size;
+}
+
+// Megatron-LM's 100 evaluation iterations suit a large held-out set; on a small one every
+// evaluation would be several epochs of the same documents (a loss over repeats, at 3 to 6 times
+// the cost of a 20-step fine-tune). So, unless --eval-iters is given, an evaluation of split k
+// takes at most the whole global batches one pass of it holds (at least one) in iters[k]: said,
+// and 1 returned when one was lowered (the splits must be planned again for it).
+static int eval_iters_at_most_one_pass(const DataSplits* d, const Config* a, int iters[3]) {
+    if (run_field_given(a, offsetof(Config, eval_iters)) || a->full_validation) return 0;
+    int lowered = 0;
+    for (int k = 1; k < 3; k++) {
+        int64_t one_pass = data_splits_one_pass(d, k), batches = one_pass / a->global_batch_size;
+        if (!data_splits_has(d, k) || batches >= iters[k]) continue;
+        iters[k] = batches > 1 ? (int)batches : 1;
+        lowered = 1;
+        if (grid.world_rank == 0)
+            printf("note: an evaluation of the %s split takes %d global batch(es) of %d, not --eval-iters' default %d: "
+                   "one pass of it holds %lld samples (give --eval-iters to take more, or --full-validation for every "
+                   "token once)\n", SPLIT_NAMES[k], iters[k], a->global_batch_size, a->eval_iters, (long long)one_pass);
+    }
+    return lowered;
 }
 
 // Rank 0 builds the planned sample indexes (or finds them cached) and writes the cache; the

@@ -161,6 +161,7 @@ typedef struct {
     BatchSchedule batch;
     LRSchedule lr;
     int train_iters;
+    int eval_iters[3];              // global batches an evaluation of split k takes (eval_iters_at_most_one_pass)
     DataSplits data;
     Loader train, valid, test;
     Progress progress;              // iteration and data positions: what a checkpoint stores
@@ -772,17 +773,19 @@ static void trainer_setup(Trainer* t, int argc, char** argv) {
     check_run(a);
     setup_schedules(t);
     if (a->dry_run) dry_run_and_exit(a);
-    // data: Megatron's sample counts per split
-    long long eval_batches = (long long)(t->train_iters / a->eval_interval + 1) * a->eval_iters;
-    int64_t train_samples = a->train_iters > 0 ? (int64_t)a->train_iters * a->global_batch_size : a->train_samples;
-    int64_t samples[3] = {a->skip_train ? 0 : train_samples,   // (--full-validation walks the files: one epoch's index)
-                          a->full_validation ? !!eval_batches : eval_batches * a->global_batch_size,
-                          a->full_validation ? !!a->eval_iters : (long long)a->eval_iters * a->global_batch_size};
     check_paths(a);
     check_profile(a, t->train_iters, ckpt[0] && !a->finetune ? meta.progress.iteration : 0);
     setup_tokenizer(t);
     check_same_tokenizer_everywhere(&t->tokenizer, a);
+    int64_t samples[3];
+    t->eval_iters[1] = t->eval_iters[2] = a->eval_iters;
+    samples_per_split(a, t->train_iters, t->eval_iters, samples);
     open_data_files(&t->data, a, samples);
+    if (eval_iters_at_most_one_pass(&t->data, a, t->eval_iters)) {
+        data_splits_close(&t->data);
+        samples_per_split(a, t->train_iters, t->eval_iters, samples);
+        open_data_files(&t->data, a, samples);
+    }
     encode_prompt(t);
     set_padded_vocab_size(a);
     if (ckpt[0]) check_config_matches(ckpt, &meta.cfg, &a->model);
@@ -955,12 +958,12 @@ static void generate(Trainer* t) {
 // the valid (split 1) or test (split 2) loss, printed; NAN where the split is absent or a
 // signal stopped it
 static float run_evaluation(Trainer* t, int split, const char* prefix, StopCheck stopped) {
-    if (t->config.eval_iters == 0 || !data_splits_has(&t->data, split)) return NAN;
+    if (t->eval_iters[split] == 0 || !data_splits_has(&t->data, split)) return NAN;
     Loader* l = split == 1 ? &t->valid : &t->test;
     activity_phase(split == 1 ? "validation" : "test", t->progress.iteration, -1);
     trace_begin("evaluation", "evaluation", ON_COMPUTE_STREAM);
     float loss = l->full ? evaluate_full(&t->model, l, t->config.global_batch_size, stopped)
-                         : evaluate(&t->model, l, t->config.eval_iters, t->config.global_batch_size, stopped);
+                         : evaluate(&t->model, l, t->eval_iters[split], t->config.global_batch_size, stopped);
     trace_end();
     if (stopped.flag && max_over_world(*stopped.flag != stopped.seen)) {
         if (grid.world_rank == 0) printf("evaluation at %s stopped by a signal\n", prefix);

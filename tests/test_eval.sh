@@ -9,7 +9,8 @@
 #   --full-validation (issue 46): every token of a held-out file once, in windows of --seq-length
 #   (the last one shorter), the same at TP 2 x PP 2 x DP 2, equal to transformers' loss on the
 #   same windows (tests/full_validation_check.py on the exported model); more samples asked than
-#   a file holds: a note that says it is several epochs.
+#   a file holds: a note that says it is several epochs; --eval-iters not given: at most one
+#   pass of the held-out split (said), the loss of the same number given.
 set -u
 data=${1:?usage: test_eval.sh DATA_PREFIX}
 B=tests/build/eval
@@ -85,6 +86,17 @@ else bad "export the model" "$(tail -2 $B/export.log)"; fi
 if grep -q "^note: the evaluations ask 20 valid samples of $B/held_text_document, which holds 8 in one pass: 3 epochs" $B/epochs.log; then
     ok "20 samples asked of a file of 8: a note says it is 3 epochs of the same documents"
 else bad "the note on a second epoch" "$(grep -m1 'note\|error' $B/epochs.log)"; fi
+# --eval-iters not given: Megatron-LM's 100, but never more than one pass of the split (here 8
+# samples: 2 global batches of 4), the same loss as --eval-iters 2; given, it is taken as it is
+./train_cpu --skip-train --load $B/ck --valid-data-path $B/held_text_document --micro-batch-size 2 --global-batch-size 4 \
+    > $B/one_pass.log 2>&1
+./train_cpu --skip-train --load $B/ck --valid-data-path $B/held_text_document $common > $B/two.log 2>&1
+if grep -q "^note: an evaluation of the valid split takes 2 global batch(es) of 4, not --eval-iters' default 100: one pass of it holds 8 samples" $B/one_pass.log &&
+   grep -q "valid: 8 samples asked, 8 in 1 epoch" $B/one_pass.log && [ -n "$(value_of $B/two.log validation)" ] &&
+   [ "$(value_of $B/one_pass.log validation)" = "$(value_of $B/two.log validation)" ] &&
+   ! grep -q "^note: an evaluation of" $B/epochs.log $B/two.log; then
+    ok "--eval-iters not given: one pass of a file of 8 samples (2 global batches, said), the loss of --eval-iters 2 ($(value_of $B/two.log validation)); given, taken as it is"
+else bad "the default evaluation's one pass" "$(grep -m2 'note: an evaluation\|valid:\|error' $B/one_pass.log); $(value_of $B/one_pass.log validation) vs $(value_of $B/two.log validation)"; fi
 
 # ---- Megatron-LM's per-split paths: the split they name holds every document of their prefixes
 ./train_cpu --skip-train --load $B/ck --valid-data-path $data --test-data-path $data $common > $B/paths.log 2>&1
