@@ -41,9 +41,10 @@ below pipeline.h and step.h, and does its communication through parallel.h's wra
 // first in the backward) towards its start. While the last micro-batch's backward runs, a
 // bucket is queued on the communication stream as soon as the backward has finished its
 // lowest layer: the part of it in rank r's ZeRO shard is summed onto rank r (a reduce with
-// root r), so each rank ends with what the reduce-scatter gave it, bytes sent included. The
-// embedding's bucket goes last, after the tied embedding's all-reduce. Nothing else changes:
-// the buckets are a plan over the buffer, no memory of their own.
+// root r, in place: into rank r's own shard of its gradient buffer), so each rank ends with
+// what the reduce-scatter gave it, bytes sent included. The embedding's bucket goes last, after
+// the tied embedding's all-reduce. Nothing else changes: the buckets are a plan over the
+// buffer, no memory of their own.
 
 // ----------------------------------------------------------------------------
 // sequence parallelism's gradients (Korthikanti et al. 2022, §4.2.2)
@@ -106,8 +107,7 @@ typedef struct {
     GradBucket* buckets;     // in the order they are launched
     int num_buckets, launched;
     int armed;               // the last micro-batch's backward is running
-    float* grads;            // the whole flat buffer ...
-    float* shard_grad;       // ... and this rank's reduced shard of it
+    float* grads;            // the whole flat buffer, each rank's shard of it reduced in place
     size_t shard_size;
     StreamEvent grads_written, reduced;
 } GradReducer;
@@ -119,7 +119,7 @@ static void reduce_bucket(GradReducer* r, const GradBucket* b) {
     for (int q = 0; q < grid.dp_size; q++) {   // the part of b in each rank's shard, onto that rank
         size_t lo, hi;
         if (bucket_part(b, r->shard_size, q, &lo, &hi))
-            reduce_to(&grid.dp, r->grads + lo, r->shard_grad + (lo - q * r->shard_size), hi - lo, q);
+            reduce_to(&grid.dp, r->grads + lo, r->grads + lo, hi - lo, q);
     }
 }
 
@@ -133,7 +133,7 @@ static void gradients_final_down_to(int layer) {
         reduce_bucket(r, &r->buckets[r->launched++]);
 }
 
-static void grad_reducer_init(GPT* m, float* shard_grad, size_t shard_size, int overlap, size_t bucket_size) {
+static void grad_reducer_init(GPT* m, size_t shard_size, int overlap, size_t bucket_size) {
     GradReducer* r = &grad_reducer;
     memset(r, 0, sizeof(*r));
     r->enabled = overlap && grid.dp_size > 1;
@@ -142,7 +142,6 @@ static void grad_reducer_init(GPT* m, float* shard_grad, size_t shard_size, int 
     r->num_buckets = grad_buckets(m, bucket_size, r->buckets);
     r->model = m;
     r->grads = m->grads;
-    r->shard_grad = shard_grad;
     r->shard_size = shard_size;
     stream_event_create(&r->grads_written);
     stream_event_create(&r->reduced);
@@ -257,9 +256,17 @@ static void param_gatherer_free(void) {
 // optimizer: ZeRO-1 AdamW (Rajbhandari et al. 2020, stage 1)
 // Every rank keeps the whole model of its (tp, pp) slot in floatX and its fp32 gradients,
 // but the fp32 master weights and the Adam moments only for its 1/DP shard of the flat
-// buffer (padded to a multiple of DP). A step: reduce-scatter the gradients (each rank gets
-// the summed gradient of its shard), the global norm over all shards, AdamW on the shard,
-// all-gather the updated parameters (step.h's optimizer_step runs the step).
+// buffer (padded to a multiple of DP). A step: reduce-scatter the gradients in place (each
+// rank gets the summed gradient of its shard in its own gradient buffer's shard, the rest of
+// the buffer no longer read), the global norm over all shards, AdamW on the shard, all-gather
+// the updated parameters (step.h's optimizer_step runs the step).
+// Model state per parameter, as Megatron-LM's distributed optimizer keeps it (the table of
+// bytes a parameter in its distributed-optimizer docs; theoretical_memory_usage.py's 6 + 12/DP):
+// on the GPU build 2 (bf16 or fp16 parameters) + 4 (fp32 gradients) + 12/DP (fp32 master
+// weights, m and v of the shard); on the CPU build, fp32 throughout, 4 + 4 + 8/DP (the master
+// weights are the parameters themselves). No gradient shard of its own: the reduce-scatter's
+// output is the gradient buffer's own shard, where Megatron-LM's grad buffer also holds the
+// summed 1/DP of the main gradients between the reduce-scatter and the optimizer.
 
 typedef struct {
     float beta1, beta2, eps, weight_decay, clip_grad;
@@ -300,7 +307,7 @@ static void loss_scaler_update(LossScaler* s, int overflow) {
 typedef struct {
     size_t shard_start, shard_size;  // this rank's part of the padded flat buffer
     float* master;       // fp32 master weights of the shard (on the CPU build: the params themselves)
-    float* grad;         // summed gradient of the shard (the gradient buffer itself when DP = 1)
+    float* grad;         // summed gradient of the shard: the gradient buffer's shard, reduced in place
     float* m;            // first moment, fp32, shard
     float* v;            // second moment, fp32, shard
     int step;            // updates applied so far
@@ -347,7 +354,7 @@ static void adamw_init(AdamWState* s, const GPT* model) {
     s->v = (float*)dev_malloc(bytes);
     dev_zero(s->m, bytes);
     dev_zero(s->v, bytes);
-    s->grad = grid.dp_size == 1 ? model->grads : (float*)dev_malloc(bytes);
+    s->grad = model->grads + s->shard_start;   // the reduce-scatter sums into it in place
     if (sizeof(floatX) == sizeof(float)) {
         s->master = (float*)model->params + s->shard_start;
     } else {   // as Megatron: the fp32 main params start as copies of the bf16 params
@@ -370,22 +377,20 @@ static void adamw_init(AdamWState* s, const GPT* model) {
     s->scaler.scale = 1.0f;
 }
 
-static void adamw_free(AdamWState* s, const GPT* model) {
+static void adamw_free(AdamWState* s) {
     dev_free(s->m);
     dev_free(s->v);
-    if (s->grad != model->grads) dev_free(s->grad);
     if (sizeof(floatX) != sizeof(float)) dev_free(s->master);
     dev_free(s->norm_acc);
     dev_free(s->ranges);
 }
 
 // the bytes adamw_init allocates as state for a flat buffer of `padded` elements over DP ranks:
-// the shard's two moments, its fp32 master where it is a copy (`master_copy`: floatX is not
-// float, the GPU build), the reduce-scatter's gradient shard where DP > 1 (else the gradient
-// buffer serves). The norm's scalar is a workspace: adamw_workspace_bytes.
+// the shard's two moments and its fp32 master where it is a copy (`master_copy`: floatX is not
+// float, the GPU build): 12/DP or 8/DP bytes a parameter. No gradient shard: the gradient
+// buffer's own serves. The norm's scalar is a workspace: adamw_workspace_bytes.
 static size_t adamw_state_bytes(size_t padded, int dp_size, int master_copy) {
-    size_t shard = padded / dp_size * sizeof(float);
-    return shard * (master_copy ? 3 : 2) + (dp_size > 1 ? shard : 0);
+    return padded / dp_size * sizeof(float) * (master_copy ? 3 : 2);
 }
 
 // the rest of what adamw_init allocates on build b for a flat buffer of `padded` elements over

@@ -436,28 +436,42 @@ static void all_reduce(Group* g, void* buf, size_t n, Elem elem, Reduction op) {
 }
 
 // out[shard] = sum over the group of in[rank * shard .. +shard): fp32 gradients (ZeRO), or
-// floatX activations (sequence parallelism)
+// floatX activations (sequence parallelism). out may be in + rank * shard (in place: ZeRO's
+// gradients summed into their own shard of the flat buffer, as Megatron-LM's distributed
+// optimizer does; the rest of `in` is left undefined). NCCL takes that as is; MPI's in-place
+// form leaves the sum at the buffer's start, from where it moves to the rank's shard.
 static void reduce_scatter(Group* g, const void* in, void* out, size_t shard, Elem elem) {
     g->bytes_sent += (double)(g->size - 1) * shard * elem_bytes(elem);
     wait_begin_on("reduce-scatter", g, -1, g->size * shard * elem_bytes(elem), ON_COMPUTE_STREAM);
 #ifdef __CUDACC__
     ncclCheck(ncclReduceScatter(in, out, shard, nccl_type(elem), ncclSum, g->nccl, 0));
 #else
-    mpiCheck(MPI_Reduce_scatter_block(in, out, (int)shard, MPI_FLOAT, MPI_SUM, g->mpi));
+    if (out == (const float*)in + (size_t)g->rank * shard) {
+        mpiCheck(MPI_Reduce_scatter_block(MPI_IN_PLACE, (void*)in, (int)shard, MPI_FLOAT, MPI_SUM, g->mpi));
+        if (g->rank > 0) memcpy(out, in, shard * sizeof(float));   // (shards do not overlap)
+    } else mpiCheck(MPI_Reduce_scatter_block(in, out, (int)shard, MPI_FLOAT, MPI_SUM, g->mpi));
 #endif
     wait_end();
 }
 
-// out[n] on rank `root` = sum over the group of in[n] (out is not touched elsewhere): fp32
-// gradients, queued on the communication stream (the CPU build: done when it returns). A ring
-// or chain reduce has every rank but the root send the buffer once.
+// out[n] on rank `root` = sum over the group of in[n] (out is not touched elsewhere; it may be
+// in: in place): fp32 gradients, queued on the communication stream (the CPU build: done when
+// it returns). A ring or chain reduce has every rank but the root send the buffer once.
+// On MPI, in pieces of REDUCE_PIECE elements: Open MPI's reduce takes temporaries as large as
+// its message (measured: the root of an in-place reduce of a 50 MB part peaked 84 MB above
+// the others), a piece's stay at 4 MiB. Each element is still summed over the ranks, in MPI's order.
+enum { REDUCE_PIECE = 1 << 20 };
 static void reduce_to(Group* g, const float* in, float* out, size_t n, int root) {
     if (g->rank != root) g->bytes_sent += (double)n * sizeof(float);
     wait_begin_on("reduce", g, -1, n * sizeof(float), ON_COMM_STREAM);
 #ifdef __CUDACC__
     ncclCheck(ncclReduce(in, out, n, ncclFloat, ncclSum, root, g->nccl, comm_stream));
 #else
-    mpiCheck(MPI_Reduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, root, g->mpi));
+    int in_place = in == out && g->rank == root;   // MPI's root names it so
+    for (size_t at = 0; at < n; at += REDUCE_PIECE) {
+        int k = (int)(n - at < REDUCE_PIECE ? n - at : REDUCE_PIECE);
+        mpiCheck(MPI_Reduce(in_place ? MPI_IN_PLACE : in + at, out + at, k, MPI_FLOAT, MPI_SUM, root, g->mpi));
+    }
 #endif
     wait_end();
 }

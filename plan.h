@@ -7,7 +7,7 @@ schedule drawn as text (--print-schedule) is print_schedule.h's, below it; the m
 (Hardware, --hw's presets, this CPU measured, the --hw-* flags, the cost model's line) are hardware.h's.
 
 Interface (what train.c uses): StageMemory, stage_memory, plan_stage_memory,
-print_memory_header, print_memory_row, print_attention, print_dp_communication,
+print_memory_header, print_memory_row, print_model_state_bytes, print_attention, print_dp_communication,
 print_pipeline_exchanges, runs_flash_attention, memory_available, check_memory,
 check_index_memory, dry_run_and_exit (and, for the tests, Hardware, plan_layout and the
 cost of a stage).
@@ -76,6 +76,23 @@ static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) 
                      m->recompute_bytes};
     s.total = s.params + s.grads + s.optimizer + s.activations + s.workspaces;
     return s;
+}
+
+// The model state a parameter costs (parameters, gradients, optimizer state) on a stage of the
+// plan, against Megatron-LM's distributed optimizer (its docs' table of bytes a parameter and
+// theoretical_memory_usage.py): 16-bit parameters with fp32 gradients keep 6 + 12/DP there,
+// fp32 ones 8 + 8/DP. The same here: the gradients' reduce-scatter sums into each rank's shard
+// of the gradient buffer in place, so the optimizer's shard holds no gradient copy.
+static void print_model_state_bytes(const StageMemory* s, int dp_size) {
+    size_t padded = s->grads / sizeof(float);
+    if (padded == 0) return;
+    int param_bytes = (int)(s->params / padded), shard_bytes = (int)(s->optimizer / (padded / dp_size));
+    double per_param = (double)(s->params + s->grads + s->optimizer) / padded;
+    printf("model state: %.3g bytes a parameter = %d (%s parameters) + 4 (fp32 gradients%s) + %d/%d (%s), Megatron-LM's "
+           "distributed optimizer's %d + %d/DP\n", per_param, param_bytes, param_bytes == 4 ? "fp32" : "16-bit",
+           dp_size > 1 ? ", each rank's shard summed over DP in place" : "", shard_bytes, dp_size,
+           shard_bytes == 12 ? "the shard's fp32 master weights, Adam's m and v" : "the shard's Adam m and v; the "
+           "parameters are the master weights", param_bytes + 4, shard_bytes);
 }
 
 // the start-up lines that say how the DP gradients are reduced and the parameters gathered
@@ -1408,6 +1425,7 @@ static void dry_run_report(const Config* a) {
         StageMemory s = plan_stage_memory(a, p, TP, DP);
         if (p == 0) print_memory_header();
         print_memory_row("planned", &s, 1);
+        if (p == PP - 1) print_model_state_bytes(&s, DP);
     }
     print_layer_activations(a);
     double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a),

@@ -69,7 +69,7 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
     param_gather_finish();   // (the forward waited for every bucket; a stage without layers did not)
     if (!grad_reducer.enabled) sequence_parallel_grads_all_reduce(model, -1, INT_MAX);   // (else in the buckets' turn)
     if (grad_reducer.enabled) grad_reducer_finish();   // reduced while the backward ran
-    else if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size, AS_FLOAT);
+    else if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size, AS_FLOAT);   // in place
     float unscale = 1.0f / s->scaler.scale;
     trace_begin("gradient norm", "optimizer", ON_COMPUTE_STREAM);
     float norm = global_grad_norm(s) * unscale;

@@ -212,6 +212,7 @@ static void print_memory(const Trainer* t) {
             print_memory_row(label, &row, t->config.log_memory_bytes);
             if (t->config.log_memory_bytes) printf("  rank %3d: dev_malloc handed out %.0f bytes for them\n", r, x[8]);
         }
+        print_model_state_bytes(&s, grid.dp_size);
     }
     free(all);
 }
@@ -636,7 +637,7 @@ static void build_model(Trainer* t) {
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};
     t->adam = adam;
     adamw_init(&t->opt, &t->model);
-    grad_reducer_init(&t->model, t->opt.grad, t->opt.shard_size, a->overlap_grad_reduce, grad_bucket_size(a, grid.dp_size));
+    grad_reducer_init(&t->model, t->opt.shard_size, a->overlap_grad_reduce, grad_bucket_size(a, grid.dp_size));
     param_gatherer_init(&t->model, t->opt.shard_size, a->overlap_param_gather, grad_bucket_size(a, grid.dp_size));
     pipeline_link_init(!a->no_overlap_p2p_communication, t->model.num_slots + 1);   // the slots' outputs and dres
     trace_init(profiles_rank(a, grid.world_rank));
@@ -820,7 +821,7 @@ static void trainer_free(Trainer* t) {
     param_gatherer_free();
     pipeline_link_free();
     trace_free();
-    adamw_free(&t->opt, &t->model);
+    adamw_free(&t->opt);
     gpt_free(&t->model);
     data_splits_close(&t->data);
     if (t->tokenizer.vocab_size) tokenizer_free(&t->tokenizer);

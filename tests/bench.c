@@ -274,7 +274,7 @@ static void bench_setup(Bench* b, const Shape* s) {
 }
 
 static void bench_free(Bench* b) {
-    adamw_free(&b->opt, &b->model);
+    adamw_free(&b->opt);
     gpt_free(&b->model);
     free(b->tokens);
     free(b->targets);

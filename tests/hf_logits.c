@@ -91,7 +91,7 @@ static void make_checkpoint(int argc, char** argv) {
     char iter[4300];
     iter_dir(iter, sizeof(iter), argv[2], iteration);
     printf("%s\n", iter);
-    adamw_free(&s, &m);
+    adamw_free(&s);
     gpt_free(&m);
 }
 

@@ -50,6 +50,7 @@ compare() {  # name tp pp dp [flags...]
 compare one-rank 1 1 1
 compare dp2-optimizer-shard 1 1 2
 compare dp3-padded-shard 1 1 3 --global-batch-size 6
+compare dp4-distributed-optimizer 1 1 4 --global-batch-size 8
 compare tp2 2 1 1
 compare tp4-mbs1 4 1 1 --micro-batch-size 1 --seq-length 32
 compare pp2 1 2 1
@@ -143,8 +144,30 @@ if first_line | grep -q '^dry run: gridgpt CPU build planned (--dry-run-build), 
     ok "the first line names the planned build: train_cpu's CPU fp32 by default, GPU bf16 with --hw, fp16 with --fp16"
 else bad "the first line names the planned build" "$(first_line) / $(first_line --hw a100-80gb) / $(first_line --dry-run-build gpu --fp16)"; fi
 
-# the GPU build's plan: 2-byte parameters, the fp32 master copy in the optimizer state (DP 1: no
-# gradient shard); gradients are fp32 in both builds
+# The distributed optimizer's model state (Megatron-LM's 6 + 12/DP bytes a parameter with 16-bit
+# parameters and fp32 gradients, 8 + 8/DP in fp32): no gradient shard of its own, the DP
+# reduce-scatter sums each rank's shard of the gradient buffer in place. At DP 4 the real CPU
+# run's optimizer state is Adam's m and v of the shard alone, 8/4 bytes a parameter: half its
+# gradients' (the buffer's 4 a parameter), where a gradient shard beside them made it 3/4; every
+# rank's bytes add up to what dev_malloc handed out (compare above: planned = reported =
+# allocated). The GPU build's plan at DP 4: 2 + 4 + 12/4 bytes a parameter, the master weights,
+# m and v, its optimizer state 3/4 of the gradients' (a gradient shard made it 1). Each plan
+# and run says so on its "model state:" line.
+read -r p4 g4 o4 a4 w4 t4 <<< "$(bytes_by_stage $B/dp4-distributed-optimizer.run | head -1 | sed -E 's/^0: //; s/\|//g')"
+allocated4=$(sed -nE 's/.*dev_malloc handed out ([0-9]+) bytes.*/\1/p' $B/dp4-distributed-optimizer.run | sort -u)
+./train_cpu --dry-run --world-size 4 $model --global-batch-size 8 --dry-run-build gpu > $B/gpu-dp4.plan 2>&1
+read -r q4 h4 r4 _ <<< "$(bytes_by_stage $B/gpu-dp4.plan | sed -E 's/^0: //; s/\|//g')"
+state_cpu='model state: 10 bytes a parameter = 4 \(fp32 parameters\) \+ 4 \(fp32 gradients, each rank.s shard summed over DP in place\) \+ 8/4 .*8 \+ 8/DP$'
+state_gpu='model state: 9 bytes a parameter = 2 \(16-bit parameters\) \+ 4 \(fp32 gradients, each rank.s shard summed over DP in place\) \+ 12/4 .*6 \+ 12/DP$'
+if [ -n "${t4:-}" ] && [ -n "${r4:-}" ] && [ $((2 * o4)) -eq $g4 ] && [ $p4 -eq $g4 ] && [ "$allocated4" = "$t4" ] &&
+   [ $((p4 + g4 + o4 + a4 + w4)) -eq $t4 ] && [ $((2 * q4)) -eq $h4 ] && [ $((4 * r4)) -eq $((3 * h4)) ] &&
+   grep -qE "$state_cpu" $B/dp4-distributed-optimizer.run && grep -qE "$state_cpu" $B/dp4-distributed-optimizer.plan &&
+   grep -qE "$state_gpu" $B/gpu-dp4.plan; then
+    ok "DP 4, the distributed optimizer's memory: the CPU run allocates 8 + 8/4 bytes a parameter of model state ($o4 of optimizer state against $g4 of gradients: no gradient shard), the GPU plan 6 + 12/4, each saying so"
+else bad "DP 4, the distributed optimizer's memory" "CPU run: $p4 $g4 $o4 $a4 $w4 $t4, allocated $allocated4; GPU plan: $q4 $h4 $r4; $(grep -h '^model state' $B/dp4-distributed-optimizer.run $B/gpu-dp4.plan | head -2)"; fi
+
+# the GPU build's plan: 2-byte parameters, the fp32 master copy in the optimizer state (no
+# gradient shard at any DP); gradients are fp32 in both builds
 ./train_cpu --dry-run --world-size 1 $model --dry-run-build gpu > $B/gpu.plan 2>&1
 ./train_cpu --dry-run --world-size 1 $model --dry-run-build cpu > $B/cpu.plan 2>&1
 read -r gp gg go ga gw gt <<< "$(bytes_by_stage $B/gpu.plan | sed -E 's/^0: //; s/\|//g')"

@@ -398,6 +398,18 @@ if [ "$(in_bytes "$tmp/real" | wc -l)" -eq 8 ] && [ "$(echo "$planned" | wc -l)"
    [ "$totals" = "$allocated" ] && grep -q '^attention: fused' "$tmp/real"; then
     ok "$(basename "$BIN") --dry-run at (2,2,2), fused attention: each stage's planned bytes = every rank's = what dev_malloc asked cudaMalloc for ($(echo $planned))"
 else bad "$(basename "$BIN") --dry-run at (2,2,2), fused attention" "planned: $planned / real: $real / totals $totals, allocated $allocated"; fi
+# and the distributed optimizer's share of it (Megatron-LM's 6 + 12/DP bytes a parameter): 2 for
+# the bf16 parameters, 4 for the fp32 gradients (the DP reduce-scatter sums each rank's shard of
+# them in place), 12/2 for the shard's fp32 master weights, m and v: on every rank the
+# optimizer state is 3/2 of the gradients' bytes (a gradient shard of its own made it 2)
+state_ok=1
+while read -r p g o _; do
+    [ $((2 * p)) -eq $g ] && [ $((2 * o)) -eq $((3 * g)) ] || state_ok=0
+done <<< "$(in_bytes "$tmp/real" | sed -E 's/^[0-9]+: //; s/\|//g')"
+if [ $state_ok = 1 ] && [ "$(in_bytes "$tmp/real" | wc -l)" -eq 8 ] &&
+   grep -qE '^model state: 12 bytes a parameter = 2 \(16-bit parameters\) \+ 4 .* \+ 12/2 .*6 \+ 12/DP$' "$tmp/real"; then
+    ok "$(basename "$BIN") at DP 2: every rank allocates 6 + 12/2 bytes a parameter of model state (no gradient shard), and says so"
+else bad "$(basename "$BIN") at DP 2: 6 + 12/2 bytes a parameter of model state" "$(in_bytes "$tmp/real" | head -2 | tr '\n' ' '); $(grep -m1 '^model state' "$tmp/real")"; fi
 
 # train_cpu plans the GPU build (--dry-run-build gpu; train_gpu's default) as the GPU path plans itself:
 # the whole dry run, every byte count and the header, the same line for line

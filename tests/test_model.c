@@ -319,7 +319,7 @@ static void optimizer_with_clipping(void) {
     m.grads[w->offset] = NAN;
     optimizer_step(&m, &s, &cfg, 0.01f, &skipped);
     check(skipped && s.step == 1, "a step with a non-finite gradient norm is skipped", "skipped %d, step %d", skipped, s.step);
-    adamw_free(&s, &m);
+    adamw_free(&s);
     gpt_free(&m);
 }
 
@@ -344,7 +344,7 @@ static void overfit_one_batch(void) {
     }
     // log(37) = 3.61 at the start; 28 random (token -> target) pairs are learnable exactly
     check(first > 3.0 && last < 0.05, "a tiny model overfits one fixed batch", "loss %.4f -> %.4f", first, last);
-    adamw_free(&s, &m);
+    adamw_free(&s);
     gpt_free(&m);
 }
 
@@ -807,8 +807,8 @@ static void checkpoint_without_trainer(void) {
           "counters and config back bit for bit", "rc %d %s", rc, err);
     checkpoint_meta_free(&meta);
     remove_tree(dir);
-    adamw_free(&s, &m);
-    adamw_free(&s_back, &back);
+    adamw_free(&s);
+    adamw_free(&s_back);
     gpt_free(&m);
     gpt_free(&back);
 }
