@@ -565,7 +565,6 @@ static int megatron_default_differs(const Config* c, MegatronDiffers when) {
     case DIFFERS_WITH_SAVE: return c->save != NULL;
     case DIFFERS_WITH_SPARSE_TENSORBOARD: return c->tensorboard_dir && c->log_interval != 1;
     case DIFFERS_WITH_PROFILE_ALL_RANKS: return c->profile && c->profile_ranks.count == 0;
-    case DIFFERS_WITH_GELU_WITHOUT_BIAS: return c->model.disable_bias_linear && !c->model.swiglu;
     }
     return 0;
 }
@@ -983,8 +982,24 @@ static int default_ffn_hidden_size(const GPTConfig* m) {
     return m->swiglu ? (int)(4.0 * m->hidden_size * 2.0 / 3.0 / 64.0) * 64 : 4 * m->hidden_size;
 }
 
+// The MLP's GELU where --gelu is not given, as Megatron-LM chooses it: its fused bias-GELU computes
+// the tanh form, and with the fusion off (--no-bias-gelu-fusion, or --disable-bias-linear, which
+// turns it off) its GELU is torch's exact (erf) one, unless --openai-gelu asks for OpenAI's tanh
+// one (Megatron-LM's legacy model and Megatron-DeepSpeed); --swiglu has no GELU. Flags of this
+// command line only: a model from --load keeps its checkpoint's form (tanh if written before it).
+static void choose_gelu(Config* a) {
+    GPTConfig* m = &a->model;
+    int given = model_field_given(a, offsetof(GPTConfig, gelu)), openai = megatron_given(a, "--openai-gelu");
+    check_given_with(a, offsetof(GPTConfig, gelu), !m->swiglu, "--gelu", "a GELU MLP (not --swiglu)");
+    if (given && openai && m->gelu == GELU_ERF)
+        config_error("--gelu erf with --openai-gelu, which asks for OpenAI's tanh form: give one of them");
+    int unfused = megatron_given(a, "--no-bias-gelu-fusion") || model_field_given(a, offsetof(GPTConfig, disable_bias_linear));
+    if (!given && !openai && !m->swiglu && unfused) m->gelu = GELU_ERF;
+}
+
 static void check_model(Config* a) {
     GPTConfig* m = &a->model;
+    choose_gelu(a);
     if (m->ffn_hidden_size == 0) m->ffn_hidden_size = default_ffn_hidden_size(m);
     if (m->ffn_hidden_size == 0)
         config_error("--swiglu at --hidden-size %d: Megatron-LM's MLP width, 8h/3 rounded down to a multiple of 64, is 0: "

@@ -55,6 +55,8 @@ tensor-parallel operators of parallel.h; it never allocates after gpt_build().
     X(FLOAT, norm_epsilon, "1e-5", 0, "the normalization's epsilon (RMSNorm's; LayerNorm's is 1e-5)", MATCH, NULL,     \
       NULL, "rms_norm_eps")                                                                                            \
     X(SWITCH, swiglu, NULL, 0, "SwiGLU MLP, silu(gate) x up (Llama); fc1 twice as wide", MATCH, NULL, NULL, NULL)      \
+    X(CHOICE, gelu, "tanh", 0, "tanh | erf (the GELU MLP's form; not given: erf with --no-bias-gelu-fusion or "     \
+      "--disable-bias-linear, as Megatron-LM)", MATCH, NULL, NULL, NULL)                                            \
     X(SWITCH, group_query_attention, NULL, 0, "grouped-query attention: heads share --num-query-groups K/V heads",    \
       MATCH, NULL, NULL, NULL)                                                                                         \
     X(INT, num_query_groups, "1", 1, "key/value heads (with --group-query-attention)", MATCH, NULL, NULL,              \
@@ -1094,13 +1096,15 @@ static void cached_attention_forward(GPT* m, LayerActivations* L, int i) {
                      alibi_of(m));
 }
 
-// The MLP's activation, GELU or SwiGLU (--swiglu), with the first linear layer before it (the
-// one place the model reads the choice): fch = fc1(x) (kept for the backward), fch_act = its
-// activation. GELU's goes into the product's epilogue; SwiGLU's halves are [gate | up].
+// The MLP's activation, GELU (in --gelu's form) or SwiGLU (--swiglu), with the first linear
+// layer before it (the forward's one place to read the choice; the backward's: below):
+// fch = fc1(x) (kept for the backward), fch_act = its activation. GELU's tanh form goes into
+// the product's epilogue; SwiGLU's halves are [gate | up].
 static void mlp_activation_forward(GPT* m, LayerActivations* L, const floatX* x, const LayerTensors* t) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
     if (!m->cfg.swiglu) {
-        matmul_gelu_forward(L->fch_act, L->fch, x, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, m->ffn_local);
+        matmul_gelu_forward(L->fch_act, L->fch, x, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, m->ffn_local,
+                            (GeluForm)m->cfg.gelu);
         return;
     }
     matmul_forward(L->fch, x, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, m->fc_local);
@@ -1290,7 +1294,7 @@ static void row_parallel_linear_backward(GPT* m, floatX* dinp, const floatX* inp
         dbias = NULL;
     }
     if (pre_gelu) gelu_matmul_backward(dinp, grad_of(m, w), dbias, m->column_partials, dout, inp, param_of(m, w), pre_gelu,
-                                       N, in_local, C);
+                                       N, in_local, C, (GeluForm)m->cfg.gelu);
     else matmul_backward(dinp, grad_of(m, w), dbias, m->column_partials, dout, inp, param_of(m, w), N, in_local, C);
 }
 
@@ -1304,7 +1308,7 @@ static void head_backward(GPT* m, MicroBatchActivations* s) {
 }
 
 // The MLP's second linear layer and the activation before it: da = the gradient at fch (fc1's
-// output). GELU's backward goes into the product's epilogue; SwiGLU's reads the product's
+// output). GELU's backward (--gelu's form) goes into the product; SwiGLU's reads the product's
 // gradient at fch_act from db and writes the [gate | up] gradient into da.
 static floatX* mlp_activation_backward(GPT* m, const LayerActivations* L, const LayerTensors* t, floatX* da, floatX* db) {
     if (!m->cfg.swiglu) {
