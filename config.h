@@ -575,7 +575,6 @@ static int megatron_default_differs(const Config* c, MegatronDiffers when) {
     case DIFFERS_WITH_SAVE: return c->save != NULL;
     case DIFFERS_WITH_SPARSE_TENSORBOARD: return c->tensorboard_dir && c->log_interval != 1;
     case DIFFERS_WITH_PROFILE_ALL_RANKS: return c->profile && c->profile_ranks.count == 0;
-    case DIFFERS_WITH_GELU_WITHOUT_BIAS: return c->model.disable_bias_linear && !c->model.swiglu;
     }
     return 0;
 }
@@ -714,25 +713,42 @@ static int microbatch_group_size(const Config* a) {
     return G > 0 ? G : a->pipeline_model_parallel_size;
 }
 
+// the world the layout is for: --world-size (a dry run's), else the launched one
+static int layout_world_size(const Config* a) { return a->world_size ? a->world_size : grid.world_size; }
+static int data_parallel_size(const Config* a) {
+    return layout_world_size(a) / (a->tensor_model_parallel_size * a->pipeline_model_parallel_size);
+}
+
+// The micro-batches whose logits the last stage's head keeps at once (pipeline.h's
+// schedule_head_logits) in a step of every micro-batch count the run has (each batch of the
+// ramp-up, the full batch): one, but more with interleaving where a last group is short
+static int planned_head_logits(const Config* a) {
+    int v = virtual_chunks(a), PP = a->pipeline_model_parallel_size, per_micro = a->micro_batch_size * data_parallel_size(a);
+    const int* ramp = a->rampup_batch_size.v;   // START INCREMENT SAMPLES
+    int G = microbatch_group_size(a), most = 1;
+    if (v == 1 || per_micro < 1) return 1;
+    for (int g = ramp[0]; ramp[0] > 0 && ramp[1] > 0 && g < a->global_batch_size; g += ramp[1]) {
+        int n = schedule_head_logits(PP, v, G, g / per_micro);
+        most = n > most ? n : most;
+    }
+    int n = schedule_head_logits(PP, v, G, a->global_batch_size / per_micro);
+    return n > most ? n : most;
+}
+
 // Pipeline stage p of the layout. With v model chunks, each stage's layers are cut into v equal
 // chunks and virtual stage c x PP + p (stage p's chunk c) holds the c-th of v rounds of the
 // layers: round c is layers [c L / v, (c + 1) L / v), stage p's chunk of it starting after the
 // earlier stages' chunks (Megatron-LM's offsets, uneven stages included).
 static PipelineStage pipeline_stage(const Config* a, int p) {
     int* counts = stage_layers(a), v = virtual_chunks(a);
-    PipelineStage s = {p, a->pipeline_model_parallel_size, 0, counts[p], v, a->model.num_layers / v};
+    PipelineStage s = {p, a->pipeline_model_parallel_size, 0, counts[p], v, a->model.num_layers / v, 1};
     for (int q = 0; q < p; q++) s.first_layer += counts[q] / v;
     free(counts);
+    if (p == s.size - 1) s.head_logits = planned_head_logits(a);
     return s;
 }
 
 static PipelineStage this_stage(const Config* a) { return pipeline_stage(a, grid.pp_rank); }
-
-// the world the layout is for: --world-size (a dry run's), else the launched one
-static int layout_world_size(const Config* a) { return a->world_size ? a->world_size : grid.world_size; }
-static int data_parallel_size(const Config* a) {
-    return layout_world_size(a) / (a->tensor_model_parallel_size * a->pipeline_model_parallel_size);
-}
 
 // The micro-batch slots stage p needs for each of its model chunks (slots[c]): what the schedule
 // holds at the most (step.h's schedule_slots, a walk of the schedule itself) in a step of every
@@ -760,9 +776,9 @@ static const char* batch_named(const Config* a, int g, char* out, size_t len) {
 // The first reason the interleaved schedule's groups of G (microbatch_group_size) cannot take
 // batch g's micro-batches, M of them: Megatron-LM refuses G outside [PP, M] and a last group of
 // fewer than PP (on the first stage a chunk's input would be due before it arrives). A last
-// group of PP or more but fewer than G, which Megatron-LM runs, is refused too: there its order
-// runs another micro-batch's head forward on the last stage between a head forward and its
-// backward, and gridgpt's head keeps one micro-batch's logits (its dlogits) until that backward.
+// group of PP or more but fewer than G runs, as in Megatron-LM: its order runs head forwards on
+// the last stage ahead of their backwards, and the head keeps each one's logits until then
+// (pipeline.h's schedule_head_logits counts the buffers, gpt.h's logits_of picks one).
 static int micro_batch_group_error(const Config* a, int g, int micro_times_dp, char* err, size_t len) {
     int G = microbatch_group_size(a), PP = a->pipeline_model_parallel_size, M = g / micro_times_dp;
     const char* flag = "--microbatch-group-size-per-virtual-pipeline-stage";
@@ -773,17 +789,12 @@ static int micro_batch_group_error(const Config* a, int g, int micro_times_dp, c
         return error_line(err, len, "%s, fewer than %s %d: the interleaved schedule takes PP to M micro-batches at a "
                           "time per model chunk (as Megatron-LM)", what, a->microbatch_group_size_per_virtual_pipeline_stage ?
                           flag : "--pipeline-model-parallel-size", G);
-    if (M % G == 0) return 0;
+    if (M % G == 0 || M % G >= PP) return 0;
     for (int k = PP; k <= M && f < fits + sizeof fits - 16; k++)   // the sizes that take M here
-        if (M % k == 0) f += snprintf(f, fits + sizeof fits - f, "%s%d", f == fits ? "" : ", ", k);
-    if (M % G < PP)
-        return error_line(err, len, "%s: taken %d at a time per model chunk (%s, PP by default), the last group holds %d, "
-                          "fewer than --pipeline-model-parallel-size %d, which Megatron-LM refuses (the first stage would "
-                          "wait for its own output); group sizes that take %d: %s", what, G, flag, M % G, PP, M, fits);
-    return error_line(err, len, "%s: taken %d at a time per model chunk (%s), the last group holds %d: Megatron-LM runs "
-                      "it, but its order then runs another head forward on the last stage before a micro-batch's head "
-                      "backward, and gridgpt's head keeps one micro-batch's logits; group sizes that take %d: %s", what, G,
-                      flag, M % G, M, fits);
+        if (M % k == 0 || M % k >= PP) f += snprintf(f, fits + sizeof fits - f, "%s%d", f == fits ? "" : ", ", k);
+    return error_line(err, len, "%s: taken %d at a time per model chunk (%s, PP by default), the last group holds %d, "
+                      "fewer than --pipeline-model-parallel-size %d, which Megatron-LM refuses (the first stage would "
+                      "wait for its own output); group sizes that take %d: %s", what, G, flag, M % G, PP, M, fits);
 }
 
 // The first reason the interleaved schedule cannot run the layout of `a` (stage p holding
@@ -993,8 +1004,24 @@ static int default_ffn_hidden_size(const GPTConfig* m) {
     return m->swiglu ? (int)(4.0 * m->hidden_size * 2.0 / 3.0 / 64.0) * 64 : 4 * m->hidden_size;
 }
 
+// The MLP's GELU where --gelu is not given, as Megatron-LM chooses it: its fused bias-GELU computes
+// the tanh form, and with the fusion off (--no-bias-gelu-fusion, or --disable-bias-linear, which
+// turns it off) its GELU is torch's exact (erf) one, unless --openai-gelu asks for OpenAI's tanh
+// one (Megatron-LM's legacy model and Megatron-DeepSpeed); --swiglu has no GELU. Flags of this
+// command line only: a model from --load keeps its checkpoint's form (tanh if written before it).
+static void choose_gelu(Config* a) {
+    GPTConfig* m = &a->model;
+    int given = model_field_given(a, offsetof(GPTConfig, gelu)), openai = megatron_given(a, "--openai-gelu");
+    check_given_with(a, offsetof(GPTConfig, gelu), !m->swiglu, "--gelu", "a GELU MLP (not --swiglu)");
+    if (given && openai && m->gelu == GELU_ERF)
+        config_error("--gelu erf with --openai-gelu, which asks for OpenAI's tanh form: give one of them");
+    int unfused = megatron_given(a, "--no-bias-gelu-fusion") || model_field_given(a, offsetof(GPTConfig, disable_bias_linear));
+    if (!given && !openai && !m->swiglu && unfused) m->gelu = GELU_ERF;
+}
+
 static void check_model(Config* a) {
     GPTConfig* m = &a->model;
+    choose_gelu(a);
     if (m->ffn_hidden_size == 0) m->ffn_hidden_size = default_ffn_hidden_size(m);
     if (m->ffn_hidden_size == 0)
         config_error("--swiglu at --hidden-size %d: Megatron-LM's MLP width, 8h/3 rounded down to a multiple of 64, is 0: "

@@ -55,6 +55,8 @@ tensor-parallel operators of parallel.h; it never allocates after gpt_build().
     X(FLOAT, norm_epsilon, "1e-5", 0, "the normalization's epsilon (RMSNorm's; LayerNorm's is 1e-5)", MATCH, NULL,     \
       NULL, "rms_norm_eps")                                                                                            \
     X(SWITCH, swiglu, NULL, 0, "SwiGLU MLP, silu(gate) x up (Llama); fc1 twice as wide", MATCH, NULL, NULL, NULL)      \
+    X(CHOICE, gelu, "tanh", 0, "tanh | erf (the GELU MLP's form; not given: erf with --no-bias-gelu-fusion or "     \
+      "--disable-bias-linear, as Megatron-LM)", MATCH, NULL, NULL, NULL)                                            \
     X(SWITCH, group_query_attention, NULL, 0, "grouped-query attention: heads share --num-query-groups K/V heads",    \
       MATCH, NULL, NULL, NULL)                                                                                         \
     X(INT, num_query_groups, "1", 1, "key/value heads (with --group-query-attention)", MATCH, NULL, NULL,              \
@@ -366,8 +368,11 @@ typedef struct GPT {
     int longest_chunk;                               // layers in the longest recomputed chunk (0: none)
     LayerActivations* recompute_layers;              // [longest_chunk] scratch of the chunk being recomputed
     floatX* recomputed_att;                          // selective: the one [B, heads, T, T] every layer's att points to
-    floatX* logits;                                  // [B*T, vocab_local], last stage, one micro-batch at a time
-    int logits_hold_gradient;                        // the last forward wrote dlogits over them (a backward follows)
+    floatX* logits;                                  // last stage: head_logits x [B*T, vocab_local], a micro-batch's
+                                                     // in each (logits_of); generation's and the tests' in the first
+    int head_logits;                                 // micro-batches whose dlogits the head keeps at once (1; more
+                                                     // where interleaving's last group is short: pipeline.h)
+    int logits_hold_gradient;                        // of them, those whose forward wrote dlogits (a backward follows)
     float *ce_max, *ce_local_max, *ce_sums, *losses, *host_losses;
     double* loss_sum;   // last stage: the step's micro-batch mean losses, added on the device
     floatX *dres, *dbuf_a, *dbuf_b;                  // backward scratch, reused layer after layer
@@ -819,7 +824,7 @@ static void layout_arena(GPT* m, Arena* a) {
                                                                     C / m->cfg.num_attention_heads));
     m->column_partials = TAKE(a, float, column_partials_floats(m));
     if (m->is_last_stage) {
-        m->logits = take_floatX(a, N * m->vocab_local);
+        m->logits = take_floatX(a, m->head_logits * N * m->vocab_local);
         m->ce_max = TAKE(a, float, N);
         if (m->tp_size > 1) m->ce_local_max = TAKE(a, float, N);   // a slice's own maxima (head_forward)
         m->ce_sums = TAKE(a, float, 2 * N);
@@ -841,14 +846,15 @@ static void layout_arena(GPT* m, Arena* a) {
 // One pipeline stage: stage `rank` of `size`, holding `chunks` model chunks of num_layers /
 // chunks layers each, chunk c from layer first_layer + c x round_layers (round_layers: the
 // model's layers / chunks, one trip round the pipeline); with one chunk, layers
-// [first_layer, first_layer + num_layers)
+// [first_layer, first_layer + num_layers); head_logits: on the last stage, the micro-batches whose
+// logits the head keeps at once (pipeline.h's schedule_head_logits; 0: one)
 typedef struct {
-    int rank, size, first_layer, num_layers, chunks, round_layers;
+    int rank, size, first_layer, num_layers, chunks, round_layers, head_logits;
 } PipelineStage;
 
 // the even split: every stage num_layers / size of them (a multiple), one chunk
 static PipelineStage even_stage(int num_layers, int rank, int size) {
-    PipelineStage s = {rank, size, rank * (num_layers / size), num_layers / size, 1, num_layers};
+    PipelineStage s = {rank, size, rank * (num_layers / size), num_layers / size, 1, num_layers, 1};
     return s;
 }
 
@@ -892,6 +898,7 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
     m->round_layers = stage.round_layers;
     m->is_first_stage = stage.rank == 0;
     m->is_last_stage = stage.rank == stage.size - 1;
+    m->head_logits = stage.head_logits > 1 ? stage.head_logits : 1;
     m->heads_local = cfg->num_attention_heads / tp_size;
     m->head_size = cfg->hidden_size / cfg->num_attention_heads;
     m->hidden_local = m->heads_local * m->head_size;
@@ -1094,13 +1101,15 @@ static void cached_attention_forward(GPT* m, LayerActivations* L, int i) {
                      alibi_of(m));
 }
 
-// The MLP's activation, GELU or SwiGLU (--swiglu), with the first linear layer before it (the
-// one place the model reads the choice): fch = fc1(x) (kept for the backward), fch_act = its
-// activation. GELU's goes into the product's epilogue; SwiGLU's halves are [gate | up].
+// The MLP's activation, GELU (in --gelu's form) or SwiGLU (--swiglu), with the first linear
+// layer before it (the forward's one place to read the choice; the backward's: below):
+// fch = fc1(x) (kept for the backward), fch_act = its activation. GELU's tanh form goes into
+// the product's epilogue; SwiGLU's halves are [gate | up].
 static void mlp_activation_forward(GPT* m, LayerActivations* L, const floatX* x, const LayerTensors* t) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
     if (!m->cfg.swiglu) {
-        matmul_gelu_forward(L->fch_act, L->fch, x, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, m->ffn_local);
+        matmul_gelu_forward(L->fch_act, L->fch, x, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, m->ffn_local,
+                            (GeluForm)m->cfg.gelu);
         return;
     }
     matmul_forward(L->fch, x, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, m->fc_local);
@@ -1137,6 +1146,15 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     }
 }
 
+// The logits of the micro-batch in slot s: its buffer of the head's (micro-batch j in buffer j mod
+// head_logits: the head's forwards and backwards both run in micro-batch order, so those between
+// the two are consecutive, and the schedule keeps no more of them than the buffers); a slot no
+// schedule holds (generation, the tests) has the first
+static floatX* logits_of(const GPT* m, const MicroBatchActivations* s) {
+    size_t j = s->holder > 0 ? (size_t)(s->holder % m->head_logits) : 0;
+    return m->logits + j * m->B * m->T * m->vocab_local;
+}
+
 // final norm, logits with the output layer (the tied word embedding, or its own), and the
 // vocab-parallel cross-entropy.
 // dloss: the weight of each token's loss in the step's (see gpt_backward); with dloss != 0 a
@@ -1144,25 +1162,29 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
 // computes the loss, for head_backward. With 0 the logits stay (generation reads them).
 static void head_forward(GPT* m, MicroBatchActivations* s, float dloss) {
     int N = m->B * m->T, C = m->cfg.hidden_size, V = m->vocab_local, valid = m->vocab_valid_local;
+    floatX* logits = logits_of(m, s);
     if (m->kv_cache) {   // generation: the last row's logits alone (the next token's), no loss
         norm_forward(m, s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(s) + (size_t)(N - 1) * C, m->lnf_w, m->lnf_b, 1);
-        matmul_forward(m->logits, s->lnf, param_of(m, m->output), NULL, 1, C, V);
+        matmul_forward(logits, s->lnf, param_of(m, m->output), NULL, 1, C, V);
         return;
     }
+    if (dloss != 0.0f && m->logits_hold_gradient == m->head_logits)
+        fail("head_forward: %d micro-batches' dlogits wait for their backwards already, as many as the logits buffers "
+             "planned (the schedule runs further ahead than its walk counted)", m->head_logits);
     norm_forward(m, s->lnf, s->lnf_mean, s->lnf_rstd, stage_output(s), m->lnf_w, m->lnf_b, m->residual_rows);
-    matmul_forward(m->logits, column_parallel_input(m, s->lnf), param_of(m, m->output), NULL, N, C, V);   // f, column-parallel
+    matmul_forward(logits, column_parallel_input(m, s->lnf), param_of(m, m->output), NULL, N, C, V);   // f, column-parallel
     if (m->tp_size == 1) {   // whole rows here: statistics, loss and dlogits in one pass a row
-        crossentropy_forward_fused(m->losses, m->logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, valid);
+        crossentropy_forward_fused(m->losses, logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, valid);
     } else {
-        crossentropy_online_stats(m->ce_max, m->ce_local_max, m->ce_sums, m->logits, s->targets, N, V, valid,
+        crossentropy_online_stats(m->ce_max, m->ce_local_max, m->ce_sums, logits, s->targets, N, V, valid,
                                   m->vocab_start);   // the first read of the logits
         vocab_parallel_max(m->ce_max, N);
         crossentropy_rescale_sums(m->ce_sums, m->ce_local_max, m->ce_max, N);
         vocab_parallel_sum(m->ce_sums, 2 * (size_t)N);
-        crossentropy_forward(m->losses, m->logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, valid,
+        crossentropy_forward(m->losses, logits, m->ce_max, m->ce_sums, s->targets, dloss, N, V, valid,
                              m->vocab_start);   // the second: the loss, and dlogits
     }
-    m->logits_hold_gradient = dloss != 0.0f;
+    m->logits_hold_gradient += dloss != 0.0f;
 }
 
 // Forward of the micro-batch in `slot` through the slot's model chunk of this stage (the whole
@@ -1290,21 +1312,21 @@ static void row_parallel_linear_backward(GPT* m, floatX* dinp, const floatX* inp
         dbias = NULL;
     }
     if (pre_gelu) gelu_matmul_backward(dinp, grad_of(m, w), dbias, m->column_partials, dout, inp, param_of(m, w), pre_gelu,
-                                       N, in_local, C);
+                                       N, in_local, C, (GeluForm)m->cfg.gelu);
     else matmul_backward(dinp, grad_of(m, w), dbias, m->column_partials, dout, inp, param_of(m, w), N, in_local, C);
 }
 
-// the logits hold dlogits already: head_forward wrote them
+// the micro-batch's logits hold its dlogits already: head_forward wrote them
 static void head_backward(GPT* m, MicroBatchActivations* s) {
     if (!m->logits_hold_gradient) fail("gpt_backward: the last stage's forward was run without a backward to follow (dloss 0)");
-    m->logits_hold_gradient = 0;
-    floatX* d = column_parallel_linear_backward(m, m->dbuf_a, m->dbuf_b, m->logits, s->lnf, m->output, -1, m->vocab_local);
+    m->logits_hold_gradient--;
+    floatX* d = column_parallel_linear_backward(m, m->dbuf_a, m->dbuf_b, logits_of(m, s), s->lnf, m->output, -1, m->vocab_local);
     dev_zero(m->dres, residual_elems(m) * sizeof(floatX));
     norm_backward(m, m->dres, d, stage_output(s), m->lnf_w, m->lnf_b, s->lnf_mean, s->lnf_rstd);
 }
 
 // The MLP's second linear layer and the activation before it: da = the gradient at fch (fc1's
-// output). GELU's backward goes into the product's epilogue; SwiGLU's reads the product's
+// output). GELU's backward (--gelu's form) goes into the product; SwiGLU's reads the product's
 // gradient at fch_act from db and writes the [gate | up] gradient into da.
 static floatX* mlp_activation_backward(GPT* m, const LayerActivations* L, const LayerTensors* t, floatX* da, floatX* db) {
     if (!m->cfg.swiglu) {
@@ -1360,7 +1382,7 @@ static void embedding_backward(GPT* m, MicroBatchActivations* s) {
 }
 
 // Backward of the micro-batch in `slot` through the slot's model chunk: in the head's chunk
-// right after its forward (the logits are shared by all slots), whose dloss (d(loss)/d(each
+// after its forward (its logits buffer kept since: logits_of), whose dloss (d(loss)/d(each
 // token's loss): 1 / the step's tokens, times fp16's loss scale) has already gone into the
 // dlogits that forward wrote. In other chunks m->dres must hold the gradient of the chunk's
 // output (received from the next stage); afterwards it holds the gradient of the chunk's input

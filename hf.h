@@ -190,6 +190,9 @@ static int hf_refusal(const GPTConfig* c, HFArchitecture arch, const char* ckpt,
             return error_line(err, errlen, "checkpoint %s has %s (%s), which %s cannot express (it has %s)", ckpt, s->on,
                               s->flag, hf_class_name(arch), s->off);
     }
+    if (arch == HF_BLOOM && !c->swiglu && c->gelu == GELU_ERF)
+        return error_line(err, errlen, "checkpoint %s has GELU's exact form (--gelu erf), which BloomForCausalLM cannot "
+                          "express (its GELU is the tanh form)", ckpt);
     if (arch == HF_BLOOM && !c->embed_layernorm)
         return error_line(err, errlen, "checkpoint %s has no embedding LayerNorm (--embed-layernorm), which "
                           "BloomForCausalLM always applies", ckpt);
@@ -217,8 +220,9 @@ static int ckpt_read_tensor(const CheckpointMeta* ck, FILE* bin, int i, float* o
 #define HF_EXPORT_MARK "gridgpt --export-hf"
 
 // config.json: the model fields that have a name in the architecture's config (gpt.h's list),
-// then its constants (GPT-2 and Bloom: no dropout, LayerNorm eps 1e-5, GELU's tanh form, tied
-// embeddings; Llama: SiLU's SwiGLU, no biases, rope unscaled)
+// then its constants (GPT-2 and Bloom: no dropout, LayerNorm eps 1e-5, tied embeddings, GELU's
+// form: GPT-2's "gelu" (erf) or "gelu_new" (tanh), Bloom's tanh always; Llama: SiLU's SwiGLU, no
+// biases, rope unscaled)
 static int hf_write_config(const GPTConfig* c, HFArchitecture arch, const char* out_dir, char* err, size_t errlen) {
     char path[4200], tmp[4300], value[64];
     snprintf(path, sizeof(path), "%s/config.json", out_dir);
@@ -245,9 +249,9 @@ static int hf_write_config(const GPTConfig* c, HFArchitecture arch, const char* 
         fprintf(f, "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
                    "  \"attention_dropout\": 0.0,\n  \"pretraining_tp\": 1,\n  \"rope_scaling\": null,\n");
     else
-        fprintf(f, "  \"activation_function\": \"gelu_new\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
+        fprintf(f, "  \"activation_function\": \"%s\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
                    "  \"attn_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n  \"scale_attn_by_inverse_layer_idx\": false,\n"
-                   "  \"reorder_and_upcast_attn\": false,\n");
+                   "  \"reorder_and_upcast_attn\": false,\n", c->gelu == GELU_ERF ? "gelu" : "gelu_new");
     if (arch != HF_LLAMA) fprintf(f, "  \"layer_norm_epsilon\": 1e-05,\n");   // (Llama's rms_norm_eps is a field)
     // bos/eos: the end-of-document token is the vocabulary's last id for GPT-2's BPE (50256),
     // our byte tokenizer (256) and the ids tokenizer run with --vocab-size N+1 (N)
@@ -542,10 +546,11 @@ static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArc
 // Adam's moments zero, every counter 0), in the format checkpoint_save writes, through
 // checkpoint.h's own pieces. The inverse of the export:
 //   - config.json's model keys are read through gpt.h's field list (hf_gpt2, hf_bloom,
-//     hf_llama) and its constants checked: what our model would compute otherwise (GELU's erf
-//     form, another LayerNorm eps, untied GPT-2 or Bloom, attention scaled by the layer or not
-//     at all, cross-attention, Bloom's residual taken after the LayerNorm; Llama's activation
-//     other than SiLU, scaled or partial rope, biases, a head_dim of its own, pretraining_tp)
+//     hf_llama), GPT-2's activation_function (GELU's form), and its constants checked: what our
+//     model would compute otherwise (an activation other than GELU, another LayerNorm eps,
+//     untied GPT-2 or Bloom, attention scaled by the layer or not at all, cross-attention,
+//     Bloom's residual taken after the LayerNorm; Llama's activation other than SiLU, scaled
+//     or partial rope, biases, a head_dim of its own, pretraining_tp)
 //     is refused naming the key. Dropout is not (the weights are the same function) but
 //     noted: gridgpt trains without;
 //   - each tensor of the table (each part of Llama's split ones) is found under its
@@ -711,20 +716,23 @@ static int hf_check_switch(const Json* j, int root, const char* path, const char
     return value == want ? 0 : error_line(err, errlen, "%s: \"%s\": %s %s", path, key, value ? "true" : "false", why);
 }
 
-// GPT-2's activation: the tanh form of GELU is ours, under any of transformers' names for it
+// GPT-2's activation into --gelu: the tanh form under any of transformers' names for it
 // (activations.py: gelu_new, gelu_pytorch_tanh, gelu_fast and gelu_accurate all compute
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))); "gelu" is the exact erf form
-static int hf_check_activation(const Json* j, int root, const char* path, char* err, size_t errlen) {
-    static const char* const TANH_GELU[] = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_accurate"};
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))), the exact erf form under "gelu" (torch's
+// F.gelu) and "gelu_python" (the same in Python); any other activation refused
+static int hf_read_activation(HFModel* hm, const Json* j, int root, const char* path, char* err, size_t errlen) {
+    static const char* const GELU[] = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_accurate", "gelu", "gelu_python"};
     int v = json_get(j, root, "activation_function");
     const char* name = v < 0 ? "gelu_new" : json_str(j, v);   // (GPT2Config's default)
     if (!name) return error_line(err, errlen, "%s: \"activation_function\" is %s, expected a string", path, json_type_name(j, v));
-    for (int k = 0; k < 4; k++)
-        if (!strcmp(name, TANH_GELU[k])) return 0;
-    int erf = !strcmp(name, "gelu") || !strcmp(name, "gelu_python");
-    return error_line(err, errlen, "%s: \"activation_function\": \"%s\" is %s; gridgpt's GELU is its tanh form "
-                      "(gelu_new, gelu_pytorch_tanh, gelu_fast or gelu_accurate)", path, name,
-                      erf ? "GELU's exact (erf) form" : "not GELU's tanh form");
+    for (int k = 0; k < 6; k++)
+        if (!strcmp(name, GELU[k])) {
+            hm->cfg.gelu = k < 4 ? GELU_TANH : GELU_ERF;
+            return 0;
+        }
+    return error_line(err, errlen, "%s: \"activation_function\": \"%s\" is not GELU; gridgpt's GPT-2 has GELU's tanh "
+                      "form (gelu_new, gelu_pytorch_tanh, gelu_fast, gelu_accurate) or its exact one (gelu, gelu_python)",
+                      path, name);
 }
 
 // a number key (absent or null: transformers' default) that must be `want`, else `why` says so
@@ -785,7 +793,7 @@ static int hf_check_constants(HFModel* hm, const Json* j, int root, const char* 
                         "gridgpt's decoder has not", err, errlen))
         return 1;
     if (gpt2)
-        return hf_check_activation(j, root, path, err, errlen) ||
+        return hf_read_activation(hm, j, root, path, err, errlen) ||
                hf_check_switch(j, root, path, "scale_attn_weights", 1, 1, "leaves the attention scores unscaled; "
                                "gridgpt divides them by sqrt(head size)", err, errlen) ||
                hf_check_switch(j, root, path, "scale_attn_by_inverse_layer_idx", 0, 0, "divides layer l's attention "

@@ -24,9 +24,9 @@ Conventions every kernel keeps:
   - Elementwise and row kernels move floatX in 128-bit packs of 8 (x128, load_pack/store_pack)
     where a pack is whole and 16-byte aligned, one element at a time where not, so they take
     any size and any pointer. The linear layers' forward runs through cuBLASLt with the bias
-    (and the MLP's GELU) in the GEMM's epilogue, and the GELU's backward in the epilogue of
-    the GEMM before it (each shape's cuBLASLt plan made once); the rest of the GEMMs through
-    cuBLAS.
+    (and the MLP's GELU, its tanh form) in the GEMM's epilogue, and the GELU's backward in the
+    epilogue of the GEMM before it (each shape's cuBLASLt plan made once); the rest of the GEMMs
+    through cuBLAS.
   - CUDA kernels are plain `__global__ void` functions (the fused attention's are templates
     on the head size and on ALiBi, on or off), launched only through LAUNCH() (1-D grids, a fixed block size per
     op); shared memory and warp shuffles appear only in the reduction helpers and the fused
@@ -45,7 +45,7 @@ rooms of the trainer):
   kernels/linear.cuh           matmul and cuBLASLt's epilogues, a table's rows added (rows_add)
   kernels/attention.cuh        the unfused attention, the KV cache's decode, rope
   kernels/flash_attention.cuh  the fused attention, and the launchers that choose the path
-  kernels/activations.cuh      GELU (with its linear layers), SwiGLU
+  kernels/activations.cuh      GELU, tanh and erf forms (with its linear layers), SwiGLU
   kernels/loss.cuh             the vocab-parallel cross-entropy
   kernels/optimizer.cuh        AdamW, the mean loss, the gradient norm's sum of squares
 */

@@ -166,7 +166,9 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
            "LayerNorm weight as 1 + w")
     REFUSE("--apply-residual-connection-post-layernorm", SWITCH, NULL, "post-LayerNorm residuals: Megatron-LM would "
            "take the residual after the LayerNorm, BERT's order (gridgpt's blocks are pre-LayerNorm, GPT-2's)")
-    ACCEPT("--openai-gelu", SWITCH, NULL, "GPT-2's tanh approximation is gridgpt's GELU")
+    ACCEPT("--openai-gelu", SWITCH, NULL, "GPT-2's tanh approximation is gridgpt's GELU (--gelu tanh), also where "
+           "--no-bias-gelu-fusion or --disable-bias-linear would make it the exact one, as in Megatron-LM's legacy model "
+           "and Megatron-DeepSpeed")
     REFUSE("--squared-relu", SWITCH, NULL, "squared ReLU: Megatron-LM's MLP activation instead of GELU")
     REFUSE("--quick-geglu", SWITCH, NULL, "quick GeGLU: Megatron-LM's gated MLP activation instead of GELU")
     ACCEPT("--add-qkv-bias", SWITCH, NULL, "the QKV projection has a bias: every linear layer of gridgpt has one")
@@ -202,9 +204,8 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
               "as matmuls and a softmax, as Megatron-LM's local one")
     ACCEPT("--no-masked-softmax-fusion", SWITCH, NULL, "the same math: gridgpt's attention is its own kernels (the "
            "masking and the softmax fused on the GPU)")
-    ACCEPT("--no-bias-gelu-fusion", SWITCH, NULL, "gridgpt's own kernels (bias and GELU fused on the GPU); its GELU is "
-           "the tanh approximation that Megatron-LM's fused bias-GELU computes (Megatron-LM's unfused GELU is the "
-           "exact, erf one)")
+    ACCEPT("--no-bias-gelu-fusion", SWITCH, NULL, "the GELU is then the exact (erf) one, as Megatron-LM's unfused "
+           "GELU (--gelu erf; its fused bias-GELU, the default, computes the tanh form; nothing to change with --swiglu)")
     ACCEPT("--no-bias-dropout-fusion", SWITCH, NULL, "no dropout to fuse: gridgpt has none")
     ACCEPT("--no-bias-swiglu-fusion", SWITCH, NULL, "no bias-SwiGLU fusion to turn off: gridgpt's own kernels")
     ACCEPT("--no-persist-layer-norm", SWITCH, NULL, "gridgpt's LayerNorm is its own kernel")
@@ -413,13 +414,11 @@ typedef enum {
     DIFFERS_WITH_SAVE,            // with --save
     DIFFERS_WITH_SPARSE_TENSORBOARD,   // with --tensorboard-dir and a --log-interval other than 1
     DIFFERS_WITH_PROFILE_ALL_RANKS,    // with --profile and no --profile-ranks
-    DIFFERS_WITH_GELU_WITHOUT_BIAS,    // with --disable-bias-linear and without --swiglu
 } MegatronDiffers;
 static const char* const MEGATRON_DIFFERS_WHEN[] = {"always", "unless --fp16 with the dynamic loss scaler", "with --fp16",
                                                     "train_gpu without --fp16 or --bf16", "with --save",
                                                     "with --tensorboard-dir and a --log-interval other than 1",
-                                                    "with --profile and no --profile-ranks",
-                                                    "with --disable-bias-linear and without --swiglu"};
+                                                    "with --profile and no --profile-ranks"};
 
 typedef struct {
     const char* flag;       // Megatron-LM's flag, left out
@@ -449,8 +448,6 @@ static const MegatronDefault MEGATRON_DEFAULTS[] = {
      "line, every --log-interval", DIFFERS_WITH_SPARSE_TENSORBOARD},
     {"--profile-ranks", "0", "it profiles rank 0 alone (for Nsight Systems)", "records every rank into one Chrome trace",
      DIFFERS_WITH_PROFILE_ALL_RANKS},
-    {"--swiglu", NULL, "with --disable-bias-linear its bias-GELU fusion is off, and its GELU the exact (erf) one",
-     "computes GELU's tanh approximation (it has no exact GELU yet)", DIFFERS_WITH_GELU_WITHOUT_BIAS},
 };
 #define NUM_MEGATRON_DEFAULTS ((int)(sizeof(MEGATRON_DEFAULTS) / sizeof(MEGATRON_DEFAULTS[0])))
 

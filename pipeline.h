@@ -9,8 +9,9 @@ their gradients back.
   - one exchange with the neighbouring stages per turn of the schedule (an output on, an input
     in, a gradient back, a gradient in), nothing crossing the virtual pipeline's ends;
   - the micro-batch slots: which slot holds a micro-batch's activations through a chunk, and
-    how many each chunk needs, counted by walking the very schedule without a model
-    (schedule_walk, schedule_slots) — the walk --print-schedule draws.
+    how many each chunk needs (and the head's logits), counted by walking the very schedule
+    without a model (schedule_walk, schedule_slots, schedule_head_logits) — the walk
+    --print-schedule draws.
 
 What a reader learns here: the schedules read top-down as the papers' figures (warm-up,
 steady 1F1B, cool-down), how interleaving orders the work and what arrives when, why a stage
@@ -21,7 +22,7 @@ two) extend this room.
 Interface (what step.h, loader.h, print_schedule.h, train.c and the tests use): LoadMicroBatch,
 TakeLosses, Work, TraceEvent, ScheduleTrace, Schedule, schedule_trace, schedule_trace_ctx,
 microbatch_group_size_per_vp_stage, schedule_for, run_schedule, run_1f1b, run_forward_only,
-schedule_walk, schedule_slots.
+schedule_walk, schedule_slots, schedule_head_logits.
 
 It sits above gpt.h (a micro-batch's forward and backward through a chunk), parallel.h (the
 exchange, pipeline_before_writing, wait_for_exchanges) and data_parallel.h (the last
@@ -43,7 +44,9 @@ micro-batch's backward arms the overlapped gradient reduction) in the one includ
 // last group whatever is left; backwards the same with the chunks reversed. A stage warms up
 // with 2 (P - p - 1) + (v - 1) G forwards, then 1F1B, then the cool-down. The first stage
 // receives chunk c + 1's input P - 1 forwards after it sent chunk c's on, so each group must
-// hold P micro-batches at least (config.h refuses the rest, as Megatron-LM does). The bubble
+// hold P micro-batches at least (config.h refuses the rest, as Megatron-LM does). A last group
+// shorter than G (P or more) runs too: there the last stage runs head forwards ahead of their
+// backwards, each keeping its logits until then (schedule_head_logits, below). The bubble
 // shrinks from (P - 1) / M of the ideal step to (P - 1) / (v M), for v times the messages.
 // Each token's loss enters the gradient with weight dloss = 1 / (tokens in the global
 // batch), so summing gradients over micro-batches and data-parallel ranks gives the mean.
@@ -87,6 +90,7 @@ typedef struct {
     int held, most_held;    // slots in use, now and at the most
     ScheduleTrace trace;    // (tests) told each forward, backward and message; NULL: none
     void* trace_ctx;
+    int logits_held, most_logits_held;   // the head's micro-batches between forward and backward, now and at the most
 } Schedule;
 
 // a test's look at the trainer's schedules (NULL: none; tests/test_parallel.c records the order)
@@ -99,7 +103,7 @@ static int microbatch_group_size_per_vp_stage;
 // the schedule of this rank's model for one step; dloss 0: forwards only (evaluation)
 static Schedule schedule_for(GPT* m, LoadMicroBatch load, void* ctx, float dloss) {
     Schedule s = {m, load, ctx, NULL, dloss, grid.pp_rank, grid.pp_size, m->num_chunks, microbatch_group_size_per_vp_stage,
-                  0, -1, 0, 0, schedule_trace, schedule_trace_ctx};
+                  0, -1, 0, 0, schedule_trace, schedule_trace_ctx, 0, 0};
     return s;
 }
 
@@ -138,6 +142,15 @@ static void release_slot(Schedule* s, Work w) {
     if (s->model) slot_of(s, w)->holder = -1;
 }
 
+// The head's micro-batches whose forward has run and backward not yet, counted (change +1 at a
+// head forward, -1 at its backward, or at once in an evaluation): each keeps its dlogits in a
+// logits buffer of its own until its backward (gpt.h's logits_of)
+static void count_head_logits(Schedule* s, Work w, int change) {
+    if (!last_virtual_stage(s, w)) return;
+    s->logits_held += change;
+    if (s->logits_held > s->most_logits_held) s->most_logits_held = s->logits_held;
+}
+
 // One exchange with the neighbouring stages: the output of forward `out` to the next stage, the
 // input of forward `in` from the previous, the input's gradient of backward `grad_out` to the
 // previous, the output's gradient for backward `grad_in` from the next (NO_WORK: none; nothing
@@ -168,6 +181,7 @@ static void exchange(Schedule* s, Work out, Work in, Work grad_out, Work grad_in
 static void forward_step(Schedule* s, Work w) {
     trace(s, TRACE_FORWARD, w);
     if (first_virtual_stage(s, w)) take_slot(s, w);   // (elsewhere its input took it)
+    count_head_logits(s, w, +1);
     GPT* m = s->model;
     if (!m) return;
     activity_phase("forward", activity.iteration, w.micro);
@@ -196,6 +210,7 @@ static void backward_step(Schedule* s, Work w, int M) {
         gpt_backward(m, (int)(a - m->slots));
         trace_end();
     }
+    count_head_logits(s, w, -1);
     release_slot(s, w);
 }
 
@@ -313,6 +328,7 @@ static void run_forward_only(Schedule* s, int M) {
         for (int i = 0; i < M; i++) {
             exchange(s, NO_WORK, plain_work(i), NO_WORK, NO_WORK);
             forward_step(s, plain_work(i));
+            count_head_logits(s, plain_work(i), -1);
             release_slot(s, plain_work(i));
             exchange(s, plain_work(i), NO_WORK, NO_WORK, NO_WORK);
         }
@@ -322,6 +338,7 @@ static void run_forward_only(Schedule* s, int M) {
         exchange(s, NO_WORK, forward_work(s, 0), NO_WORK, NO_WORK);
         for (int k = 0; k < total; k++) {
             forward_step(s, forward_work(s, k));
+            count_head_logits(s, forward_work(s, k), -1);
             release_slot(s, forward_work(s, k));
             exchange(s, forward_work(s, k), next_input(s, k, total), NO_WORK, NO_WORK);
         }
@@ -340,7 +357,7 @@ static void run_schedule(Schedule* s, int M) {
 // `trace` each forward, backward and message
 static Schedule schedule_walk(int stage, int stages, int chunks, int group, int counted_chunk, ScheduleTrace trace,
                               void* ctx) {
-    Schedule s = {NULL, NULL, NULL, NULL, 0.0f, stage, stages, chunks, group, 0, counted_chunk, 0, 0, trace, ctx};
+    Schedule s = {NULL, NULL, NULL, NULL, 0.0f, stage, stages, chunks, group, 0, counted_chunk, 0, 0, trace, ctx, 0, 0};
     return s;
 }
 
@@ -356,4 +373,14 @@ static void schedule_slots(int stage, int stages, int chunks, int group, int M, 
         else run_schedule(&s, M);
         if (s.most_held > slots[c]) slots[c] = s.most_held;
     }
+}
+
+// The logits the last stage's head keeps at once in a training step of M micro-batches: one
+// micro-batch's, whose backward follows its forward at once; but with interleaving a last group
+// of micro-batches shorter than the others (M mod G of them, P at least) runs head forwards ahead
+// of their backwards in Megatron-LM's order: then the most a walk of the last stage holds
+static int schedule_head_logits(int stages, int chunks, int group, int M) {
+    Schedule s = schedule_walk(stages - 1, stages, chunks, group, -1, NULL, NULL);
+    run_schedule(&s, M);
+    return s.most_logits_held > 1 ? s.most_logits_held : 1;
 }

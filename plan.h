@@ -855,6 +855,7 @@ static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int 
     charge_matmul(c, linear, N, m->fc_local, C, 1.0, x);    // fc1 (SwiGLU's gate and up: twice as wide)
     charge_matmul(c, linear, N, C, Fl, 1.0, x);             // the MLP's projection
     if (m->cfg.swiglu) charge_kernel(c, "swiglu forward", 1, 3.0 * N * Fl * x);   // gate and up read, out written
+    else if (m->cfg.gelu == GELU_ERF) charge_kernel(c, "GELU (erf) forward", 1, 2.0 * N * Fl * x);   // no epilogue's
     else charge_kernel(c, "GELU epilogue's second output", 0, N * Fl * x);
     charge_rope(c, m, x);
     cost_attention(c, (double)m->B * m->heads_local, m->T, m->head_size, x, m->build.flash_attention, 0);
@@ -884,6 +885,7 @@ static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_siz
     }
     if (m->cfg.swiglu)   // fc1's output (gate and up) and dout read, their gradient written
         charge_kernel(c, "swiglu backward", 1, 5.0 * N * Fl * x);
+    else if (m->cfg.gelu == GELU_ERF) charge_kernel(c, "GELU (erf) backward", 1, 3.0 * N * Fl * x);   // no epilogue's
     else charge_kernel(c, "GELU backward: the DGELU epilogue's aux read", 0, N * Fl * x);   // in fcproj's dinp GEMM
     charge_norm_backward(c, m, x);   // ln2's
     charge_norm_backward(c, m, x);   // ln1's

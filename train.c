@@ -203,7 +203,7 @@ static void print_memory(const Trainer* t) {
         print_memory_header();
         for (int r = 0; r < grid.world_size; r++) {
             const double* x = all + FIELDS * r;
-            StageMemory row = {{(int)x[5], grid.pp_size, (int)x[6], (int)x[7], s.stage.chunks, s.stage.round_layers},
+            StageMemory row = {{(int)x[5], grid.pp_size, (int)x[6], (int)x[7], s.stage.chunks, s.stage.round_layers, 1},
                                (size_t)x[0], (size_t)x[1], (size_t)x[2], (size_t)x[3], (size_t)x[4], (size_t)x[9], 0,
                                (int)x[10], (int)x[12], (size_t)x[11], (size_t)x[13]};
             row.total = row.params + row.grads + row.optimizer + row.activations + row.workspaces;

@@ -1,7 +1,8 @@
 /*
-kernels/activations.cuh — the MLP's activations: GELU (GPT-2's tanh form), the GELU with the
-linear layers on either side of it (matmul_gelu_forward, gelu_matmul_backward: linear.cuh's
-cuBLASLt epilogues on the GPU), and SwiGLU. Each op: its C reference, then its CUDA twin.
+kernels/activations.cuh — the MLP's activations: GELU in its two forms (GPT-2's tanh
+approximation, and the exact erf one), the GELU with the linear layers on either side of it
+(matmul_gelu_forward, gelu_matmul_backward: linear.cuh's cuBLASLt epilogues on the GPU for the
+tanh form), and SwiGLU. Each op: its C reference, then its CUDA twin.
 
 Included by kernels.cuh, the index of kernels/: the conventions every kernel keeps are there.
 */
@@ -82,16 +83,84 @@ static void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, s
 #endif
 
 // ----------------------------------------------------------------------------
+// GELU, the exact form (Hendrycks and Gimpel 2016): x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))),
+// torch's F.gelu: Megatron-LM's GELU where its bias-GELU fusion (the tanh form) is off, and
+// Hugging Face's "gelu". Its derivative: Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+
+#define GELU_INV_SQRT2 0.7071067811865476f       // 1 / sqrt(2)
+#define GELU_INV_SQRT_2PI 0.3989422804014327f    // 1 / sqrt(2 pi)
+
+// the two forms, in gpt.h's --gelu order: the model says which, the ops below take it
+typedef enum { GELU_TANH, GELU_ERF } GeluForm;
+
+static void gelu_erf_forward_cpu(float* out, const float* inp, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * GELU_INV_SQRT2));
+}
+
+// dinp may be the same buffer as dout
+static void gelu_erf_backward_cpu(float* dinp, const float* inp, const float* dout, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float grad = 0.5f * (1.0f + erff(x * GELU_INV_SQRT2)) + x * GELU_INV_SQRT_2PI * expf(-0.5f * x * x);
+        dinp[i] = grad * dout[i];
+    }
+}
+
+#ifdef __CUDACC__
+// as gelu_forward_kernel: one thread per pack of X128 elements
+__global__ void gelu_erf_forward_kernel(floatX* out, const floatX* inp, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
+    if (i >= n) return;
+    int count = pack_count(i, n);
+    x128 px = load_pack(inp + i, count), po;
+    for (int k = 0; k < X128; k++) {
+        float x = floatX_to_float(px.e[k]);
+        po.e[k] = to_floatX(0.5f * x * (1.0f + erff(x * GELU_INV_SQRT2)));
+    }
+    store_pack(out + i, po, count);
+}
+
+__global__ void gelu_erf_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * X128;
+    if (i >= n) return;
+    int count = pack_count(i, n);
+    x128 px = load_pack(inp + i, count), pd = load_pack(dout + i, count), po;
+    for (int k = 0; k < X128; k++) {
+        float x = floatX_to_float(px.e[k]);
+        float grad = 0.5f * (1.0f + erff(x * GELU_INV_SQRT2)) + x * GELU_INV_SQRT_2PI * expf(-0.5f * x * x);
+        po.e[k] = to_floatX(grad * floatX_to_float(pd.e[k]));
+    }
+    store_pack(dinp + i, po, count);
+}
+
+static void gelu_erf_forward(floatX* out, const floatX* inp, size_t n) {
+    LAUNCH(gelu_erf_forward_kernel, CEIL_DIV(CEIL_DIV(n, X128), ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, inp, n);
+}
+
+static void gelu_erf_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
+    LAUNCH(gelu_erf_backward_kernel, CEIL_DIV(CEIL_DIV(n, X128), ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, dinp, inp, dout, n);
+}
+#else
+#define gelu_erf_forward gelu_erf_forward_cpu
+#define gelu_erf_backward gelu_erf_backward_cpu
+#endif
+
+// ----------------------------------------------------------------------------
 // the MLP's GELU and the linear layers on either side of it
-// Forward, the first linear layer and its GELU: pre_gelu = inp @ weight^T + bias (kept for the
-// backward), out = GELU(pre_gelu). On the GPU one cuBLASLt call writes both (the GELU in the
-// GEMM's epilogue) instead of a GEMM, then a GELU kernel reading pre_gelu back. Backward, the
-// second linear layer and the GELU before it, gelu_matmul_backward: below.
+// Forward, the first linear layer and its GELU (of the form given): pre_gelu = inp @ weight^T +
+// bias (kept for the backward), out = GELU(pre_gelu). On the GPU one cuBLASLt call writes both
+// (the GELU in the GEMM's epilogue) instead of a GEMM, then a GELU kernel reading pre_gelu back.
+// cuBLASLt's epilogues have the tanh form alone (GELU, GELU_AUX, DGELU and their BIAS variants;
+// none computes erf), so the erf form is the two steps on the GPU too. Backward, the second
+// linear layer and the GELU before it, gelu_matmul_backward: below.
 
 static void matmul_gelu_forward_cpu(float* out, float* pre_gelu, const float* inp, const float* weight,
-                                    const float* bias, int N, int C, int OC) {
+                                    const float* bias, int N, int C, int OC, GeluForm form) {
     matmul_forward_cpu(pre_gelu, inp, weight, bias, N, C, OC);
-    gelu_forward_cpu(out, pre_gelu, (size_t)N * OC);
+    if (form == GELU_ERF) gelu_erf_forward_cpu(out, pre_gelu, (size_t)N * OC);
+    else gelu_forward_cpu(out, pre_gelu, (size_t)N * OC);
 }
 
 #ifdef __CUDACC__
@@ -100,12 +169,13 @@ static void matmul_gelu_forward_cpu(float* out, float* pre_gelu, const float* in
 // with no algorithm for it) the two steps of the reference. The GELU is applied to the fp32 sum there, to its floatX
 // rounding here: the same within a rounding.
 static void matmul_gelu_forward(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight,
-                                const floatX* bias, int N, int C, int OC) {
-    if (OC % 8 == 0 && (uintptr_t)pre_gelu % 16 == 0 && (bias == NULL || (uintptr_t)bias % 16 == 0) &&
-        matmul_cublaslt(out, pre_gelu, inp, weight, bias, N, C, OC))
+                                const floatX* bias, int N, int C, int OC, GeluForm form) {
+    if (form == GELU_TANH && OC % 8 == 0 && (uintptr_t)pre_gelu % 16 == 0 &&
+        (bias == NULL || (uintptr_t)bias % 16 == 0) && matmul_cublaslt(out, pre_gelu, inp, weight, bias, N, C, OC))
         return;
     matmul_forward(pre_gelu, inp, weight, bias, N, C, OC);
-    gelu_forward(out, pre_gelu, (size_t)N * OC);
+    if (form == GELU_ERF) gelu_erf_forward(out, pre_gelu, (size_t)N * OC);
+    else gelu_forward(out, pre_gelu, (size_t)N * OC);
 }
 #else
 #define matmul_gelu_forward matmul_gelu_forward_cpu
@@ -116,11 +186,13 @@ static void matmul_gelu_forward(floatX* out, floatX* pre_gelu, const floatX* inp
 // dweight and dbias as matmul_backward's, inp being the layer's input GELU(pre_gelu). On the
 // GPU cuBLASLt multiplies by GELU' in the epilogue of the GEMM that computes dout @ weight
 // (CUBLASLT_EPILOGUE_DGELU, pre_gelu its aux input) instead of a GELU-backward kernel reading
-// pre_gelu and that product back, and writing the product again.
+// pre_gelu and that product back, and writing the product again (the tanh form's: the erf
+// form's derivative is no epilogue's, so it is the two steps there too).
 static void gelu_matmul_backward_cpu(float* dpre, float* dweight, float* dbias, const float* dout, const float* inp,
-                                     const float* weight, const float* pre_gelu, int N, int C, int OC) {
+                                     const float* weight, const float* pre_gelu, int N, int C, int OC, GeluForm form) {
     matmul_backward_cpu(dpre, dweight, dbias, dout, inp, weight, N, C, OC);
-    gelu_backward_cpu(dpre, pre_gelu, dpre, (size_t)N * C);
+    if (form == GELU_ERF) gelu_erf_backward_cpu(dpre, pre_gelu, dpre, (size_t)N * C);
+    else gelu_backward_cpu(dpre, pre_gelu, dpre, (size_t)N * C);
 }
 
 #ifdef __CUDACC__
@@ -129,13 +201,15 @@ static void gelu_matmul_backward_cpu(float* dpre, float* dweight, float* dbias, 
 // keeps (C a multiple of 8, 16-byte aligned); otherwise, or with no algorithm for it, the two
 // steps of the reference.
 static void gelu_matmul_backward(floatX* dpre, float* dweight, float* dbias, float* partials, const floatX* dout,
-                                 const floatX* inp, const floatX* weight, const floatX* pre_gelu, int N, int C, int OC) {
+                                 const floatX* inp, const floatX* weight, const floatX* pre_gelu, int N, int C, int OC,
+                                 GeluForm form) {
     LtEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, pre_gelu};
     // laid out as matmul_backward_dinp's product
-    if (!(C % 8 == 0 && (uintptr_t)pre_gelu % 16 == 0 &&
+    if (!(form == GELU_TANH && C % 8 == 0 && (uintptr_t)pre_gelu % 16 == 0 &&
           gemm_lt(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 0.0f, dpre, CUDA_R_FLOATX, C, dgelu))) {
         matmul_backward_dinp(dpre, dout, weight, N, C, OC);
-        gelu_backward(dpre, pre_gelu, dpre, (size_t)N * C);
+        if (form == GELU_ERF) gelu_erf_backward(dpre, pre_gelu, dpre, (size_t)N * C);
+        else gelu_backward(dpre, pre_gelu, dpre, (size_t)N * C);
     }
     matmul_backward_params(dweight, dbias, partials, dout, inp, N, C, OC);
 }

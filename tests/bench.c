@@ -140,17 +140,19 @@ static double attention_flops;   // forward, per call
 #undef sum_squares_ranges
 #define matmul_forward bench_matmul_forward
 // the fc layer and its GELU, timed as the two calls they are on the CPU build
-#define matmul_gelu_forward(out, pre_gelu, inp, weight, bias, N, C, OC) \
-    do {                                                                \
-        bench_matmul_forward(pre_gelu, inp, weight, bias, N, C, OC);    \
-        gelu_forward(out, pre_gelu, (size_t)(N) * (OC));                \
+#define matmul_gelu_forward(out, pre_gelu, inp, weight, bias, N, C, OC, form)                      \
+    do {                                                                                          \
+        bench_matmul_forward(pre_gelu, inp, weight, bias, N, C, OC);                              \
+        if ((form) == GELU_ERF) TIMED("gelu_erf_forward", 0.0, gelu_erf_forward_cpu(out, pre_gelu, (size_t)(N) * (OC))); \
+        else gelu_forward(out, pre_gelu, (size_t)(N) * (OC));                                     \
     } while (0)
 #define matmul_backward(dinp, dweight, dbias, partials, ...) bench_matmul_backward(dinp, dweight, dbias, __VA_ARGS__)
 // the fcproj layer and the GELU before it, backward: the two calls they are on the CPU build
-#define gelu_matmul_backward(dpre, dweight, dbias, partials, dout, inp, weight, pre_gelu, N, C, OC) \
-    do {                                                                                            \
-        bench_matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC);                   \
-        gelu_backward(dpre, pre_gelu, dpre, (size_t)(N) * (C));                                     \
+#define gelu_matmul_backward(dpre, dweight, dbias, partials, dout, inp, weight, pre_gelu, N, C, OC, form) \
+    do {                                                                                                  \
+        bench_matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC);                         \
+        if ((form) == GELU_ERF) TIMED("gelu_erf_backward", 0.0, gelu_erf_backward_cpu(dpre, pre_gelu, dpre, (size_t)(N) * (C))); \
+        else gelu_backward(dpre, pre_gelu, dpre, (size_t)(N) * (C));                                      \
     } while (0)
 #define attention_forward(out, att, lse, scratch, ...) \
     TIMED("attention_forward", attention_flops, attention_forward_cpu(out, att, __VA_ARGS__))

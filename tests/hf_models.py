@@ -53,6 +53,9 @@ MODELS = {
     "llama_bf16_sharded": ("llama", dict(vocab_size=777, hidden_size=128, intermediate_size=200, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
                                          tie_word_embeddings=False), torch.bfloat16, "200KB"),
+    # GELU's exact (erf) form, transformers' "gelu": gridgpt's --gelu erf
+    "gpt2_erf": ("gpt2", dict(vocab_size=500, n_positions=20, n_embd=48, n_layer=2, n_head=2, activation_function="gelu",
+                              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0), torch.float32, None),
 }
 
 
@@ -126,7 +129,7 @@ def make(out):
         return lambda cfg: cfg.__setitem__(key, value)
 
     # config.json: each a model gridgpt would compute otherwise, or no model at all
-    variant(g2, f"{bad}/gelu_erf", setter("activation_function", "gelu"))
+    variant(g2, f"{bad}/relu", setter("activation_function", "relu"))
     variant(g2, f"{bad}/eps", setter("layer_norm_epsilon", 1e-6))
     variant(g2, f"{bad}/untied_config", setter("tie_word_embeddings", False))
     variant(g2, f"{bad}/inverse_layer_idx", setter("scale_attn_by_inverse_layer_idx", True))

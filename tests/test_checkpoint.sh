@@ -776,6 +776,19 @@ rm -rf $R4/llama.ckpt && $TRAIN $flags $llama_r4 --train-iters 6 --save $R4/llam
 expect_refusal "a Llama checkpoint with --normalization LayerNorm is refused naming the normalization" \
     "checkpoint $R4/llama.ckpt/iter_0000006 has --normalization RMSNorm, this run LayerNorm" --load $R4/llama.ckpt --normalization LayerNorm
 
+# GELU's form is the checkpoint's (config gelu erf): a resume keeps it, another form is refused,
+# and a checkpoint from before the field (no `config gelu` line) loads as the tanh form it had
+rm -rf $R4/erf*.ckpt && $TRAIN $flags --gelu erf --train-iters 6 --save $R4/erf.ckpt > $R4/erf.log 2>&1
+cp -r $R4/erf.ckpt $R4/erf-old.ckpt && sed -i '/^crc32 /d; /^config gelu /d' $R4/erf-old.ckpt/iter_0000006/metadata.txt
+$TRAIN $flags --train-iters 7 --load $R4/erf.ckpt > $R4/erf-resume.log 2>&1
+$TRAIN $flags --train-iters 7 --load $R4/erf-old.ckpt > $R4/erf-old.log 2>&1
+if grep -q '^config gelu erf$' $R4/erf.ckpt/iter_0000006/metadata.txt && grep -q "^model from checkpoint .* --gelu erf" $R4/erf-resume.log &&
+   grep -q "^loaded checkpoint $R4/erf-old.ckpt/iter_0000006" $R4/erf-old.log && grep -q "^model from checkpoint .* --gelu tanh" $R4/erf-old.log; then
+    ok "GELU's form is stored (config gelu erf) and resumed; a checkpoint without the line (older) loads as tanh"
+else bad "GELU's form in checkpoints" "$(grep -h -m1 -E 'error|^model from' $R4/erf*.log | tr '\n' ' ')"; fi
+expect_refusal "an erf checkpoint resumed with --gelu tanh is refused naming the form" \
+    "checkpoint $R4/erf.ckpt/iter_0000006 has --gelu erf, this run tanh" --train-iters 7 --load $R4/erf.ckpt --gelu tanh
+
 # --finetune keeps every field the checkpoint holds unless a flag changes it (it once reset
 # --init-method-std, exported as initializer_range, to 0.02): through a fine-tune and an export
 rm -rf $R4/std*.ckpt

@@ -336,26 +336,42 @@ static void test_matmul(void) {
     }
 }
 
+// the plans of a GELU epilogue (forward or backward) made since the plans were last freed
+static int lt_gelu_plans(void) {
+    int n = 0;
+    for (int i = 0; i < lt_plan_count; i++) {
+        cublasLtEpilogue_t e = (cublasLtEpilogue_t)lt_plans[i].key.epilogue;
+        n += emu_lt_has_gelu(e) || e == CUBLASLT_EPILOGUE_DGELU;
+    }
+    return n;
+}
+
 // The forward through cuBLASLt's epilogues against the references: matmul_forward_reference
 // with the bias, and gelu_forward_cpu of that. OC = 48: the epilogues (GELU_AUX_BIAS takes an
 // aux ld that is a multiple of 8); OC = 45: matmul_gelu_forward's two-step fallback (and under
 // EMU_GUARD=end the bias, 90 bytes, is only 2-byte aligned: matmul_forward's fill_rows path).
-// C = 71: odd rows for the GEMM's inputs.
-static void test_matmul_epilogues(int OC) {
+// C = 71: odd rows for the GEMM's inputs. GELU's erf form: the two steps at any OC (cuBLASLt
+// has no epilogue of it), against gelu_erf_forward_cpu.
+static void test_matmul_epilogues(int OC, GeluForm form) {
     const int N = 74, C = 71;
     Vec x = random_vec(N * C, 1, true), w = random_vec(OC * C, 1, true), b = random_vec(OC, 1, true);
     floatX *d_x = to_dev_x(x), *d_w = to_dev_x(w), *d_b = to_dev_x(b);
     floatX *d_out = (floatX*)dev_malloc(N * OC * sizeof(floatX)), *d_pre = (floatX*)dev_malloc(N * OC * sizeof(floatX));
-    std::string oc = " OC=" + std::to_string(OC);
+    std::string oc = " OC=" + std::to_string(OC) + (form == GELU_ERF ? " (erf)" : "");
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         Vec pre(N * OC), out(N * OC);
         matmul_forward_reference(pre.data(), x.data(), w.data(), with_bias ? b.data() : NULL, N, C, OC);
-        gelu_forward_cpu(out.data(), pre.data(), pre.size());
+        (form == GELU_ERF ? gelu_erf_forward_cpu : gelu_forward_cpu)(out.data(), pre.data(), pre.size());
         std::string with = (with_bias ? " (bias)" : " (no bias)") + oc;
         matmul_forward(d_out, d_x, d_w, with_bias ? d_b : NULL, N, C, OC);
         compare(("matmul_forward" + with).c_str(), from_dev_x(d_out, N * OC), pre, X_OUT);
-        matmul_gelu_forward(d_out, d_pre, d_x, d_w, with_bias ? d_b : NULL, N, C, OC);
+        if (form == GELU_ERF) lt_plans_free();   // (the plans below: this call's)
+        matmul_gelu_forward(d_out, d_pre, d_x, d_w, with_bias ? d_b : NULL, N, C, OC, form);
+        if (form == GELU_ERF)   // cuBLASLt's GELU epilogues are the tanh form
+            check(!lt_gelu_plans(), (FLOATX_NAME " matmul_gelu_forward of the erf form takes no GELU epilogue" + with).c_str(),
+                  "%d plans of one", lt_gelu_plans());
         compare(("matmul_gelu_forward pre_gelu" + with).c_str(), from_dev_x(d_pre, N * OC), pre, X_OUT);
+        // the erf form: the GELU of pre_gelu's rounding (the epilogue's of the fp32 sum)
         compare(("matmul_gelu_forward out" + with).c_str(), from_dev_x(d_out, N * OC), out, X_OUT);
     }
 }
@@ -371,24 +387,31 @@ static bool lt_plan_found(cublasLtEpilogue_t kind, int m) {
 // then gelu_backward_cpu in fp32. C = 48: the GELU' in cuBLASLt's DGELU epilogue (one
 // rounding of dpre: X_OUT); C = 45: an aux ld that is not a multiple of 8, the two-step
 // fallback, whose product is rounded to floatX before the GELU' kernel rounds again (X_CHAIN).
-static void test_gelu_matmul_backward(int C) {
+// GELU's erf form: that fallback at any C (no epilogue computes its derivative).
+static void test_gelu_matmul_backward(int C, GeluForm form) {
     const int N = 74, OC = 37;
     Vec pre = random_vec(N * C, 3, true), w = random_vec(OC * C, 1, true), dout = random_vec(N * OC, 1, true), inp(N * C);
-    gelu_forward_cpu(inp.data(), pre.data(), inp.size());
+    (form == GELU_ERF ? gelu_erf_forward_cpu : gelu_forward_cpu)(inp.data(), pre.data(), inp.size());
     for (auto& v : inp) v = floatX_round(v);   // the layer's input lives in floatX
     Vec dpre(N * C), dw = random_vec(OC * C, 1, false), db = random_vec(OC, 1, false);
     floatX *d_pre = to_dev_x(pre), *d_w = to_dev_x(w), *d_dout = to_dev_x(dout), *d_inp = to_dev_x(inp);
     floatX* d_dpre = (floatX*)dev_malloc(N * C * sizeof(floatX));
     float *d_dw = to_dev_f(dw), *d_db = to_dev_f(db);
     float* d_partials = (float*)dev_malloc(bias_grad_partials(this_build(), N, OC) * sizeof(float));
-    gelu_matmul_backward_cpu(dpre.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), pre.data(), N, C, OC);
-    gelu_matmul_backward(d_dpre, d_dw, d_db, d_partials, d_dout, d_inp, d_w, d_pre, N, C, OC);
-    bool epilogue = lt_plan_found(CUBLASLT_EPILOGUE_DGELU, C);
-    std::string c = " C=" + std::to_string(C) + (epilogue ? " (DGELU epilogue)" : " (GEMM, then GELU')");
+    gelu_matmul_backward_cpu(dpre.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), pre.data(), N, C, OC, form);
+    if (form == GELU_ERF) lt_plans_free();   // (the plans below: this call's)
+    gelu_matmul_backward(d_dpre, d_dw, d_db, d_partials, d_dout, d_inp, d_w, d_pre, N, C, OC, form);
+    bool epilogue = form == GELU_TANH && lt_plan_found(CUBLASLT_EPILOGUE_DGELU, C);
+    std::string c = " C=" + std::to_string(C) + (epilogue ? " (DGELU epilogue)" : form == GELU_ERF ? " (GEMM, then erf GELU')" :
+                                                 " (GEMM, then GELU')");
 #ifdef EMU_MAX_BLOCK   // the emulated heuristic offers an algorithm for every aux that follows the rules
-    check(epilogue == (C % 8 == 0), (FLOATX_NAME " gelu_matmul_backward takes cuBLASLt's DGELU exactly when C % 8 == 0" + c).c_str(),
-          "it did%s", epilogue ? "" : " not");
+    if (form == GELU_TANH)
+        check(epilogue == (C % 8 == 0), (FLOATX_NAME " gelu_matmul_backward takes cuBLASLt's DGELU exactly when C % 8 == 0" + c).c_str(),
+              "it did%s", epilogue ? "" : " not");
 #endif
+    if (form == GELU_ERF)   // cuBLASLt's DGELU is the tanh form's derivative
+        check(!lt_gelu_plans(), (FLOATX_NAME " gelu_matmul_backward of the erf form takes no GELU epilogue" + c).c_str(),
+              "%d plans of one", lt_gelu_plans());
     compare(("gelu_matmul_backward dpre" + c).c_str(), from_dev_x(d_dpre, N * C), dpre, epilogue ? X_OUT : X_CHAIN);
     compare(("gelu_matmul_backward dweight (+=)" + c).c_str(), from_dev_f(d_dw, OC * C), dw, FP32_OUT);
     compare(("gelu_matmul_backward dbias (+=)" + c).c_str(), from_dev_f(d_db, OC), db, FP32_OUT);
@@ -613,18 +636,21 @@ static void test_flash_attention(int B, int T, int NH, int G, int HS, Alibi alib
     dev_free(d_qkv), dev_free(d_out), dev_free(d_lse), dev_free(d_D), dev_free(d_dout), dev_free(d_dqkv);
 }
 
-static void test_gelu(void) {
+// GELU's two forms, each kernel against its reference (the erf form's: erff on both sides)
+static void test_gelu(GeluForm form) {
+    std::string what = form == GELU_ERF ? "gelu_erf" : "gelu";
     for (int k = 0; k < 3; k++) {   // see test_residual
         size_t n = packed_sizes[k];
         int offset = k == 2;
         Vec x = random_vec(n, 4, true), dout = random_vec(n, 1, true), out(n), dinp(n);
-        gelu_forward_cpu(out.data(), x.data(), n);
-        gelu_backward_cpu(dinp.data(), x.data(), dout.data(), n);
+        (form == GELU_ERF ? gelu_erf_forward_cpu : gelu_forward_cpu)(out.data(), x.data(), n);
+        (form == GELU_ERF ? gelu_erf_backward_cpu : gelu_backward_cpu)(dinp.data(), x.data(), dout.data(), n);
         floatX *d_x = offset_copy(x, offset), *d_dout = to_dev_x(dout), *d_out = (floatX*)dev_malloc(n * sizeof(floatX));
-        gelu_forward(d_out, d_x, n);
-        compare(offset ? "gelu_forward (misaligned input)" : "gelu_forward", from_dev_x(d_out, n), out, X_OUT);
-        gelu_backward(d_dout, d_x, d_dout, n);  // in place, as the model calls it
-        compare(offset ? "gelu_backward (in place, misaligned input)" : "gelu_backward (in place)", from_dev_x(d_dout, n), dinp, X_OUT);
+        (form == GELU_ERF ? gelu_erf_forward : gelu_forward)(d_out, d_x, n);
+        compare((what + (offset ? "_forward (misaligned input)" : "_forward")).c_str(), from_dev_x(d_out, n), out, X_OUT);
+        (form == GELU_ERF ? gelu_erf_backward : gelu_backward)(d_dout, d_x, d_dout, n);  // in place, as the model calls it
+        compare((what + (offset ? "_backward (in place, misaligned input)" : "_backward (in place)")).c_str(),
+                from_dev_x(d_dout, n), dinp, X_OUT);
     }
 }
 
@@ -1100,11 +1126,13 @@ int main(int argc, char** argv) {
     test_residual_layernorm(264);
     test_matmul();
     test_column_sums();
-    test_matmul_epilogues(48);
-    test_matmul_epilogues(45);
+    test_matmul_epilogues(48, GELU_TANH);
+    test_matmul_epilogues(45, GELU_TANH);
+    test_matmul_epilogues(48, GELU_ERF);
     test_cublaslt_plan_cache();
-    test_gelu_matmul_backward(48);
-    test_gelu_matmul_backward(45);
+    test_gelu_matmul_backward(48, GELU_TANH);
+    test_gelu_matmul_backward(45, GELU_TANH);
+    test_gelu_matmul_backward(48, GELU_ERF);
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     Alibi heads_1_to_6_of_7 = {1, 7};
     test_attention(3, 3, none);
@@ -1118,7 +1146,8 @@ int main(int argc, char** argv) {
     test_attention_decode(4, 1, 80, none);
     test_ptx_layouts();
     test_flash_attention_shapes();
-    test_gelu();
+    test_gelu(GELU_TANH);
+    test_gelu(GELU_ERF);
     test_rmsnorm();
     test_rope(2, 37, 4, 4, 64, 64, 0);
     test_rope(2, 37, 4, 1, 64, 32, 100);

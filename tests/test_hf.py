@@ -205,11 +205,12 @@ elif bloom:
     check((cfg.n_layer, cfg.hidden_size, cfg.n_head, cfg.vocab_size) == (L, C, NH, int(config["vocab_size"])) and
           C * 4 == int(config["ffn_hidden_size"]) and cfg.layer_norm_epsilon == 1e-5 and
           not cfg.apply_residual_connection_post_layernorm, "config.json: shapes, eps 1e-5, pre-LayerNorm residual", str(cfg))
-else:
+else:   # GELU's form: the exact one is transformers' "gelu", the tanh one "gelu_new"
+    gelu_name = "gelu" if config.get("gelu") == "erf" else "gelu_new"
     check((cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_inner, cfg.n_positions, cfg.vocab_size) ==
           (L, C, NH, int(config["ffn_hidden_size"]), int(config["max_position_embeddings"]), int(config["vocab_size"]))
-          and cfg.activation_function == "gelu_new" and cfg.layer_norm_epsilon == 1e-5,
-          "config.json: shapes, gelu_new, eps 1e-5", str(cfg))
+          and cfg.activation_function == gelu_name and cfg.layer_norm_epsilon == 1e-5,
+          f"config.json: shapes, {gelu_name}, eps 1e-5", str(cfg))
 
 with torch.no_grad():
     theirs = model(torch.tensor([tokens])).logits[0].double().numpy()

@@ -233,6 +233,13 @@ expect_refusal "a tensor of the wrong shape in metadata.txt is refused naming it
 eln=$($H --make-checkpoint $B/eln --embed-layernorm 2> /dev/null | tail -1)
 expect_refusal "a model with an embedding LayerNorm is refused (GPT-2 has none)" "embedding.layernorm.weight, which GPT2LMHeadModel has no place for" $eln
 
+# ---- GELU's exact form (--gelu erf) is GPT-2's "gelu": the export says so, transformers computes it
+erf=$($H --make-checkpoint $B/erf --perturb 0.3 --gelu erf 2> $B/make_erf.err | tail -1)
+if $H --export $erf $B/out_erf > $B/export_erf.log 2>&1 && grep -qF '"activation_function": "gelu",' $B/out_erf/config.json; then
+    ok "a model of GELU's erf form exports with activation_function gelu"
+    compare_logits erf $B/out_erf $erf $TOKENS
+else bad "export of GELU's erf form" "$(cat $B/make_erf.err $B/export_erf.log; grep activation_function $B/out_erf/config.json)"; fi
+
 # ---- a BLOOM-style model (ALiBi, embedding LayerNorm, MLP 4 x hidden) is a BloomForCausalLM;
 # 6 heads is not a power of two, so BLOOM's extra ALiBi slopes are used
 BC=48 BNH=6 BF=192
@@ -247,6 +254,8 @@ expect_refusal "GPT-2 refuses an ALiBi model (it learns positions)" "uses ALiBi 
 expect_refusal "Bloom refuses a model with learned positions" "has learned position embeddings, which BloomForCausalLM has no place for" $ck bloom
 noln=$($H --make-checkpoint $B/noln --position-embedding-type alibi --ffn-hidden-size 128 2> /dev/null | tail -1)
 expect_refusal "Bloom refuses an ALiBi model without the embedding LayerNorm" "no embedding LayerNorm (--embed-layernorm), which BloomForCausalLM always applies" $noln
+bloom_erf=$($H --make-checkpoint $B/bloom_erf --position-embedding-type alibi --embed-layernorm --ffn-hidden-size 128 --gelu erf 2> /dev/null | tail -1)
+expect_refusal "Bloom refuses GELU's erf form (its GELU is the tanh form)" "has GELU's exact form (--gelu erf), which BloomForCausalLM cannot express" $bloom_erf
 narrow=$($H --make-checkpoint $B/narrow --position-embedding-type alibi --embed-layernorm 2> /dev/null | tail -1)
 expect_refusal "Bloom refuses an MLP that is not 4 x hidden" "--ffn-hidden-size 96, but BloomForCausalLM's MLP is 4 x hidden = 128 wide" $narrow
 
@@ -457,18 +466,20 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
     # the iteration-1 loss of two samples tokens[0..T] and [T..2T] with --lr 0, against transformers'
     loss_check() {  # model NP TP PP extra-flags...
         local m=$1 np=$2 tp=$3 pp=$4 label="$1 at (TP,PP,DP) = ($3,$4,$(($2 / ($3 * $4))))"; shift 4
-        local got want
+        local got want tol=1e-5
+        # (GELU's two forms give this model losses 9e-6 apart; in fp32 ours and transformers' agree to 1e-7)
+        [ $m = gpt2_erf ] && tol=1e-6
         mpirun --oversubscribe --bind-to none -np $np ./train_cpu --load $B/ck_$m $(model_flags $B/ck_$m/iter_0000000) \
             --data-path $B/data_${m}_text_document --seq-length $T --split 100,0,0 --micro-batch-size 1 \
             --global-batch-size 2 --train-iters 1 --lr 0 --log-interval 1 --eval-iters 0 \
             --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp "$@" > $B/loss_$m.$np.log 2>&1
         got=$(grep -o 'lm loss: [0-9.E+-]*' $B/loss_$m.$np.log | head -1 | cut -d' ' -f3)
         want=$(cat $HM/$m/loss.txt)
-        if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }'; then
-            ok "import $label$([ $# -gt 0 ] && echo " $*"): first loss $got, transformers' $want (within 1e-5 relative)"
+        if [ -n "$got" ] && awk -v a="$got" -v b="$want" -v t=$tol 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= t * b) }'; then
+            ok "import $label$([ $# -gt 0 ] && echo " $*"): first loss $got, transformers' $want (within $tol relative)"
         else bad "import $label: first loss" "ours '$got', transformers' $want: $(tail -2 $B/loss_$m.$np.log)"; fi
     }
-    for m in gpt2_f32 gpt2_f16 gpt2_bf16_sharded bloom_f32 bloom_f16_sharded llama_f32 llama_bf16_sharded; do
+    for m in gpt2_f32 gpt2_f16 gpt2_bf16_sharded bloom_f32 bloom_f16_sharded llama_f32 llama_bf16_sharded gpt2_erf; do
         if ./train_cpu --import-hf $HM/$m --save $B/ck_$m > $B/import_$m.log 2>&1 &&
            grep -q "^imported $HM/$m as .*; wrote $B/ck_$m/iter_0000000 in" $B/import_$m.log &&
            [ "$(cat $B/ck_$m/latest_checkpointed_iteration.txt)" = 0 ] && [ -z "$(ls $B/ck_$m | grep -v '^iter_0000000$\|^latest_checkpointed_iteration.txt$')" ]; then
@@ -487,6 +498,16 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
     if grep -q "^note: config.json has embd_pdrop 0.1, resid_pdrop 0.1, attn_pdrop 0.1: gridgpt trains without dropout" $B/import_gpt2_f32.log &&
        ! grep -q '^note' $B/import_gpt2_f16.log; then ok "import: GPT2Config's dropout is noted (gridgpt trains without); nothing for a config without dropout"
     else bad "import: the dropout note" "$(cat $B/import_gpt2_f32.log $B/import_gpt2_f16.log)"; fi
+    # GELU's form: "gelu" imported as --gelu erf and exported back as "gelu"; gelu_pytorch_tanh as
+    # tanh, exported as gelu_new (its other name); the erf model's loss at TP 2 too
+    if grep -q '^config gelu erf$' $B/ck_gpt2_erf/iter_0000000/metadata.txt &&
+       grep -qF '"activation_function": "gelu",' $B/back_gpt2_erf/config.json &&
+       grep -q '^config gelu tanh$' $B/ck_gpt2_bf16_sharded/iter_0000000/metadata.txt &&
+       grep -qF '"activation_function": "gelu_new",' $B/back_gpt2_bf16_sharded/config.json; then
+        ok "import: activation_function gelu is --gelu erf and exports as gelu; gelu_pytorch_tanh is tanh, exported as gelu_new"
+    else bad "import and export of GELU's form" "$(grep -h -e '^config gelu' -e activation_function $B/ck_gpt2_erf/iter_0000000/metadata.txt \
+        $B/back_gpt2_erf/config.json $B/ck_gpt2_bf16_sharded/iter_0000000/metadata.txt $B/back_gpt2_bf16_sharded/config.json 2>&1 | tr '\n' ' ')"; fi
+    loss_check gpt2_erf 2 2 1
     # every layout loads it (a fresh optimizer: --finetune or not is the same first step)
     rm -rf $B/ft_gpt2_f16 $B/ft_bloom_f32
     loss_check gpt2_f16 8 2 2 --finetune --save $B/ft_gpt2_f16
@@ -558,7 +579,7 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
            [ ! -e $B/refused ]; then ok "import refuses $name: $(cut -c 8-200 $B/refusal.err)"
         else bad "import refuses $name" "status $status, --save $([ -e $B/refused ] && echo made || echo untouched): $(head -c 400 $B/refusal.err)"; fi
     }
-    import_refusal "GELU's erf form" '"activation_function": "gelu" is GELU'"'"'s exact (erf) form' $HM/bad/gelu_erf
+    import_refusal "an activation other than GELU" '"activation_function": "relu" is not GELU' $HM/bad/relu
     import_refusal "another LayerNorm eps" '"layer_norm_epsilon": 1e-06, but gridgpt'"'"'s LayerNorm uses 1e-05' $HM/bad/eps
     import_refusal "tie_word_embeddings false" '"tie_word_embeddings": false unties the output layer' $HM/bad/untied_config
     import_refusal "scale_attn_by_inverse_layer_idx" '"scale_attn_by_inverse_layer_idx": true divides' $HM/bad/inverse_layer_idx

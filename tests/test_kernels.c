@@ -876,36 +876,51 @@ static void test_exp_poly(void) {
 }
 
 // ----------------------------------------------------------------------------
-// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// GELU, both forms, against double precision and finite differences: the tanh approximation
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) and the exact 0.5 x (1 + erf(x / sqrt(2)))
 
-typedef struct { double *inp, *R, *out; size_t n; } GeluCase;
+typedef struct { double *inp, *R, *out; size_t n; GeluForm form; } GeluCase;
 
-static double ref_gelu(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double ref_gelu(double x, GeluForm form) {
+    if (form == GELU_ERF) return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
 static double gelu_loss(const void* p) {
     const GeluCase* g = p;
-    for (size_t i = 0; i < g->n; i++) g->out[i] = ref_gelu(g->inp[i]);
+    for (size_t i = 0; i < g->n; i++) g->out[i] = ref_gelu(g->inp[i], g->form);
     return dot(g->out, g->R, g->n);
 }
 
-static void test_gelu(void) {
+static void test_gelu(GeluForm form) {
     const size_t n = 37 * 45;
+    const char* name[2][3] = {{"gelu_forward", "gelu_backward", "gelu_backward in place (dinp == dout) gives the same bits"},
+                              {"gelu_erf_forward", "gelu_erf_backward", "gelu_erf_backward in place (dinp == dout) gives the same bits"}};
     float* inp = random_floats(n, -5, 5);
     float* R = random_floats(n, -1, 1);
-    GeluCase g = {doubles_of(inp, n), doubles_of(R, n), new_doubles(n), n};
+    GeluCase g = {doubles_of(inp, n), doubles_of(R, n), new_doubles(n), n, form};
     gelu_loss(&g);
     float* out = new_floats(n);
-    gelu_forward_cpu(out, inp, n);
-    // tanhf and a few products: a few u of each value (|out| <= 5): 1e-6 of max |out|
-    expect_close("gelu_forward", out, NULL, g.out, n, 1e-6);
+    (form == GELU_ERF ? gelu_erf_forward_cpu : gelu_forward_cpu)(out, inp, n);
+    // tanh (or erf) and a few products: a few u of each value (|out| <= 5): 1e-6 of max |out|
+    expect_close(name[form][0], out, NULL, g.out, n, 1e-6);
+    // the two forms differ by up to about 5e-4 (near |x| = 2): each test tells them apart
+    if (form == GELU_ERF) {
+        float* tanh_form = new_floats(n);
+        gelu_forward_cpu(tanh_form, inp, n);
+        double most = 0.0;
+        for (size_t i = 0; i < n; i++) most = fmax(most, fabs((double)tanh_form[i] - out[i]));
+        check(most > 1e-4, "gelu_erf_forward is not the tanh form", "they differ by at most %.3g", most);
+    }
 
+    void (*backward)(float*, const float*, const float*, size_t) = form == GELU_ERF ? gelu_erf_backward_cpu : gelu_backward_cpu;
     float* dinp = filled_floats(n, NAN);
-    gelu_backward_cpu(dinp, inp, R, n);
+    backward(dinp, inp, R, n);
     double* fd = new_doubles(n);
     finite_diff(fd, g.inp, n, gelu_loss, &g);
-    expect_close("gelu_backward", dinp, NULL, fd, n, FD_TOL);
+    expect_close(name[form][1], dinp, NULL, fd, n, FD_TOL);
     float* inplace = copy_floats(R, n);  // the trainer's call: dinp is dout's buffer
-    gelu_backward_cpu(inplace, inp, inplace, n);
-    expect_identical("gelu_backward in place (dinp == dout) gives the same bits", inplace, dinp, n);
+    backward(inplace, inp, inplace, n);
+    expect_identical(name[form][2], inplace, dinp, n);
     free_buffers();
 }
 
@@ -1268,7 +1283,8 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 6; k++) test_rope(rope_shapes[k]);
     test_rope_relative();
     test_exp_poly();
-    test_gelu();
+    test_gelu(GELU_TANH);
+    test_gelu(GELU_ERF);
     test_swiglu();
     test_crossentropy();
     for (int same = 1; same >= 0; same--) {

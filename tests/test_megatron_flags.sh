@@ -104,7 +104,7 @@ accepted="$accepted --calculate-per-token-loss --manual-gc --empty-unused-memory
 accepted="$accepted --context-parallel-size --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers"
 accepted="$accepted --distributed-timeout-minutes"
 noted=$(grep "^note: Megatron's " "$tmp/out" | cut -d' ' -f3 | tr '\n' ' ' | sed 's/ $//')
-llama_model="--position-embedding-type rope --rotary-base 1000000 --rotary-percent 1 .*--swiglu --group-query-attention "
+llama_model="--position-embedding-type rope --rotary-base 1000000 --rotary-percent 1 .*--swiglu --gelu tanh --group-query-attention "
 llama_model="$llama_model--num-query-groups 8 --untie-embeddings-and-output-weights --disable-bias-linear"
 # Megatron-LM HEAD turns --sequence-parallel off at TP 1 with a warning (arguments.py): gridgpt too, with a note
 if [ "$noted" = "$accepted" ] && [ "$(cat "$tmp/status")" = 0 ] && [ ! -s "$tmp/err" ] && grep -q "DP 8" "$tmp/out" &&
@@ -329,7 +329,7 @@ cases=(
     "$always|$small --tensorboard-dir $tmp/tb --log-interval 1"
     "$always --profile-ranks|$small --profile --train-iters 20"
     "$always|$small --profile --train-iters 20 --profile-ranks 0"
-    "$always --swiglu|$gelu_model --disable-bias-linear"
+    "$always|$gelu_model --disable-bias-linear"
     "$always|$gelu_model --disable-bias-linear --swiglu"
     "|$small --help"
     "|$small --help-markdown"
@@ -344,8 +344,26 @@ done
 rows=$(grep -c '^    {"--' megatron_flags.h)
 documented=$(grep -c "^| \`--" <(sed -n "/^## Megatron-LM's defaults/,\$p" docs/flags.md))
 if [ -z "$wrong" ] && [ "$documented" -eq "$rows" ]; then
-    ok "Megatron-LM's defaults that differ are noted in the runs they are about (${#cases[@]} command lines): dropout and the NaN check always, the fp16 gradients, train_gpu's bf16, the checkpoint format and SIGTERM with --save, TensorBoard's interval, the profiled ranks, GELU without biases; none with --help; each of the $rows rows in docs/flags.md"
+    ok "Megatron-LM's defaults that differ are noted in the runs they are about (${#cases[@]} command lines): dropout and the NaN check always, the fp16 gradients, train_gpu's bf16, the checkpoint format and SIGTERM with --save, TensorBoard's interval, the profiled ranks; none with --help; each of the $rows rows in docs/flags.md"
 else bad "the notes of Megatron-LM's defaults" "$wrong; $documented of $rows rows in docs/flags.md"; fi
+
+# GELU's form as Megatron-LM chooses it: its fused bias-GELU is the tanh form; with the fusion off
+# (--no-bias-gelu-fusion, or --disable-bias-linear without --swiglu) torch's exact erf GELU;
+# --openai-gelu keeps OpenAI's tanh one; --gelu says it in gridgpt's words and wins
+gelu_of() { ./train_cpu $gelu_model "$@" 2>&1 | sed -n 's/^model: .* --gelu \([a-z]*\) .*/\1/p'; }
+wrong=""
+for c in "tanh|" "erf|--no-bias-gelu-fusion" "erf|--disable-bias-linear" "tanh|--disable-bias-linear --swiglu" \
+         "tanh|--swiglu --no-bias-gelu-fusion" "tanh|--no-bias-gelu-fusion --openai-gelu" "tanh|--disable-bias-linear --gelu tanh" \
+         "erf|--gelu erf" "tanh|--openai-gelu"; do
+    # shellcheck disable=SC2046
+    got=$(gelu_of ${c#*|})
+    [ "$got" = "${c%%|*}" ] || wrong="$wrong [${c#*|}: --gelu '$got', expected ${c%%|*}]"
+done
+if [ -z "$wrong" ]; then ok "GELU's form is Megatron-LM's choice: tanh by default and with --swiglu or --openai-gelu, erf with --no-bias-gelu-fusion or --disable-bias-linear; --gelu wins"
+else bad "GELU's form from Megatron-LM's flags" "$wrong"; fi
+refused_with "--gelu with --swiglu refused: no GELU to choose the form of" "--gelu goes with a GELU MLP (not --swiglu)" \
+    $gelu_model --swiglu --gelu erf
+refused_with "--gelu erf with --openai-gelu refused: two forms asked for" "--gelu erf with --openai-gelu" $gelu_model --gelu erf --openai-gelu
 
 # with DATA_PREFIX: --sequence-parallel at TP 1 trains what the run without it trains (noted, turned
 # off, the same log lines); the notes come once, on rank 0, with 2 ranks; an evaluation alone has none

@@ -259,6 +259,30 @@ if grep -q "pipeline schedule: interleaved 1F1B, 2 virtual stages per pipeline s
     ok "rank 0 names the virtual stages per pipeline stage and the group size at start (Megatron-LM prints the first)"
 else bad "the virtual stages at start" "$(grep -h 'pipeline schedule' $B/vpp2-g3-tp1-pp2-dp1.log $B/plain-groups.log)"; fi
 
+# A last group of PP or more but fewer than G, which Megatron-LM runs (its docstring's example: PP 2,
+# v = 2, 5 micro-batches in groups of 3, the last of 2): the last stage runs head forwards ahead of
+# their backwards (F3b B2a F4b B3b), each micro-batch's logits kept until its backward (two planned).
+# Over a ramp of 3 then 5 micro-batches: at (1,2,1) one process's within 1e-5, plain 1F1B's bits and
+# Megatron-LM's order on every stage (tests/interleaved_order.py 2 2 5 3); at (2,2,2) with sequence
+# parallelism (a micro-batch of 1 at DP 2: the same 3 then 5 micro-batches a pipeline) one process's.
+short_flags="${flags/--global-batch-size 16 --rampup-batch-size 8 8 64 --train-samples 288/--global-batch-size 10 --rampup-batch-size 6 4 24 --train-samples 204}"
+saved_flags=$flags
+flags=$short_flags
+record ref-short 1 1 1
+record plain-short 1 2 1
+record vpp2-g3-short-tp1-pp2-dp1 1 2 1 $N 1 $G 3
+$B/../test_parallel --compare $B/ref-short $B/vpp2-g3-short-tp1-pp2-dp1 "(1,2,1) v = 2, $G 3, 3 then 5 micro-batches" $flags |
+    grep -E '^(PASS|FAIL)'
+same_bits "(1,2,1), v = 2, a last group of 2 of 3, against plain 1F1B," plain-short vpp2-g3-short-tp1-pp2-dp1 "$N 1 $G 3"
+record vpp2-g3-short-tp2-pp2-dp2-sp 2 2 2 --micro-batch-size 1 --sequence-parallel $N 1 $G 3
+$B/../test_parallel --compare $B/ref-short $B/vpp2-g3-short-tp2-pp2-dp2-sp "(2,2,2) --sequence-parallel v = 2, $G 3, micro-batch 1: 3 then 5 micro-batches" \
+    $flags | grep -E '^(PASS|FAIL)'
+flags=$saved_flags
+python3 tests/interleaved_order.py 2 2 5 3 > $B/short.want
+if cmp -s $B/short.want $B/vpp2-g3-short-tp1-pp2-dp1.order && grep -q 'F3b B2a F4b B3b' $B/short.want; then
+    ok "(1,2,1), v = 2, G = 3, 5 micro-batches (a last group of 2): each stage runs Megatron-LM's order, head forwards ahead of their backwards"
+else bad "the order with a short last group" "$(diff $B/short.want $B/vpp2-g3-short-tp1-pp2-dp1.order | head -4)"; fi
+
 info() { awk -v k="$2" '$1 == k { print $2 }' $B/$1.info; }
 # ZeRO-1: the optimizer state of a rank is 1/DP of the (padded) whole
 o1=$(info ref optimizer_bytes); o2=$(info tp1-pp1-dp2 optimizer_bytes); o4=$(info tp1-pp1-dp4 optimizer_bytes)

@@ -341,7 +341,8 @@ else bad "the interleaved bubble" "$(grep 'bubble:' $B/vpp4.plan); $(grep '^step
 # is the planner's (p - 1) / (v m + p - 1), groups or not (G 0: PP, the default)
 drawn_order() { awk '/^stage [0-9]+:/ { printf "%s %s", $1, $2; for (i = 3; i <= NF; i++) if ($i != ".") printf " %s", $i; print "" }' "$1"; }
 orders_ok=0 orders_bad=""
-for c in "2 2 3 3" "2 2 6 3" "4 2 8 0" "4 2 9 9" "4 2 10 5" "4 3 12 6" "3 2 8 4" "2 4 4 0"; do
+# (2 2 5 3, 4 2 9 5, 3 2 11 4: a last group of PP or more but fewer than G, Megatron-LM's docstring's and two more)
+for c in "2 2 3 3" "2 2 6 3" "4 2 8 0" "4 2 9 9" "4 2 10 5" "4 3 12 6" "3 2 8 4" "2 4 4 0" "2 2 5 3" "4 2 9 5" "3 2 11 4"; do
     set -- $c
     P=$1 v=$2 M=$3 G=$4 gflag=""
     [ "$G" -gt 0 ] && gflag="--microbatch-group-size-per-virtual-pipeline-stage $G"
