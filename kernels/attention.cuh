@@ -79,14 +79,22 @@ static void attention_row_probabilities(float* a, const float* qkv, int b, int t
     for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
 }
 
+// the attention dropout's factor of query t and key t2 under a head's key (1: dropout off)
+static inline float attention_dropout_factor(uint64_t head_key, int t, int t2, const Dropout* d) {
+    return d->threshold ? dropout_factor(head_key, t, t2, d) : 1.0f;
+}
+
+// att keeps the probabilities p; with dropout d the values are weighed by p x its mask's factor
+// (Megatron-LM's attention dropout on the probabilities), the mask drawn again in the backward
 static void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int T, int NH, int G, int HS,
-                                  Alibi alibi) {
+                                  Alibi alibi, Dropout d) {
     const size_t row = (size_t)(NH + 2 * G) * HS;   // one token's qkv: token t2's value is v + t2 * row
     // one (b, h) pair per iteration: every pair has the same triangle of work
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             float* p = att + ((size_t)b * NH + h) * T * T;   // the head's probabilities [T, T]
+            uint64_t head_key = d.threshold ? dropout_head_key(&d, b, h) : 0;
             for (int t = 0; t < T; t++) attention_row_probabilities(p + (size_t)t * T, qkv, b, t, h, T, NH, G, HS, alibi);
             // out_t = the sum over t2 <= t of p[t, t2] v_t2, added in t2 order; value by value
             // (t2 outer), so that consecutive adds go to different rows of out (query by query,
@@ -96,7 +104,8 @@ static void attention_forward_cpu(float* out, float* att, const float* qkv, int 
                 for (int i = 0; i < HS; i++) out[((size_t)(b * T + t) * NH + h) * HS + i] = 0.0f;
             for (int t2 = 0; t2 < T; t2++)
                 for (int t = t2; t < T; t++)
-                    axpy_lanes(out + ((size_t)(b * T + t) * NH + h) * HS, p[(size_t)t * T + t2], v + t2 * row, HS);
+                    axpy_lanes(out + ((size_t)(b * T + t) * NH + h) * HS,
+                               p[(size_t)t * T + t2] * attention_dropout_factor(head_key, t, t2, &d), v + t2 * row, HS);
         }
     }
 }
@@ -112,7 +121,8 @@ static void attention_probabilities_cpu(float* att, const float* qkv, int B, int
 }
 
 // Backward of out = softmax(q k^T * scale) v. For one query row with probabilities p and
-// datt[t2] = dout . v[t2]:  dscore[t2] = p[t2] * (datt[t2] - sum_j p[j] datt[j]).
+// datt[t2] = dout . v[t2]:  dscore[t2] = p[t2] * (datt[t2] - sum_j p[j] datt[j]). With dropout
+// (out = (p f) v, f the mask's factor drawn again): datt[t2] = f[t2] dout . v[t2], dv += p f dout.
 // scratch holds one row of datt, then dscore, per (b, h) pair: B * NH * T floats.
 // Each product is a loop of its own over the head's HS elements (dot_lanes, axpy_lanes), so
 // that it runs on vector lanes: one loop updating dq, dk and dv together went through more
@@ -120,7 +130,7 @@ static void attention_probabilities_cpu(float* att, const float* qkv, int B, int
 // attention's backward to 1/8 of the matmuls' rate. dq, dk and dv get their adds in that
 // loop's order.
 static void attention_backward_cpu(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                   const float* att, int B, int T, int NH, int G, int HS) {
+                                   const float* att, int B, int T, int NH, int G, int HS, Dropout d) {
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t row = (size_t)(NH + 2 * G) * HS;   // one token's qkv: token t2's key is k + t2 * row
     // one (b, group) pair per iteration: dk and dv of a key gather from every later query of
@@ -139,6 +149,7 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
                 const float* v = qkv + qkv_index(b, 0, h, 2, T, NH, G, HS);
                 float* dk = dqkv + qkv_index(b, 0, h, 1, T, NH, G, HS);
                 float* dv = dqkv + qkv_index(b, 0, h, 2, T, NH, G, HS);
+                uint64_t head_key = d.threshold ? dropout_head_key(&d, b, h) : 0;
                 for (int t = 0; t < T; t++) {
                     const float* a = att + (((size_t)b * NH + h) * T + t) * T;
                     const float* dout_row = dout + ((size_t)(b * T + t) * NH + h) * HS;
@@ -146,14 +157,16 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
                     float* dq = dqkv + qkv_index(b, t, h, 0, T, NH, G, HS);
                     float p_dot_datt = 0.0f;
                     for (int t2 = 0; t2 <= t; t2++) {
-                        dscore[t2] = dot_lanes(dout_row, v + t2 * row, HS);   // datt
-                        p_dot_datt += a[t2] * dscore[t2];
+                        dscore[t2] = dot_lanes(dout_row, v + t2 * row, HS) * attention_dropout_factor(head_key, t, t2, &d);
+                        p_dot_datt += a[t2] * dscore[t2];   // datt
                     }
-                    for (int t2 = 0; t2 <= t; t2++) dscore[t2] = a[t2] * (dscore[t2] - p_dot_datt) * scale;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        axpy_lanes(dv + t2 * row, a[t2] * attention_dropout_factor(head_key, t, t2, &d), dout_row, HS);
+                        dscore[t2] = a[t2] * (dscore[t2] - p_dot_datt) * scale;
+                    }
                     for (int t2 = 0; t2 <= t; t2++) {
                         axpy_lanes(dq, dscore[t2], k + t2 * row, HS);
                         axpy_lanes(dk + t2 * row, dscore[t2], q, HS);
-                        axpy_lanes(dv + t2 * row, a[t2], dout_row, HS);
                     }
                 }
             }

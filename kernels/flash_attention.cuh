@@ -778,13 +778,16 @@ static void attention_backward_flash(floatX* dqkv, float* scratch, const floatX*
 // The layer's layout decides which attention runs: lse given (the fused kernels keep the
 // log-sum-exp), or att (the cuBLAS path keeps the probabilities).
 static void attention_forward(floatX* out, floatX* att, float* lse, floatX* scratch, const floatX* qkv,
-                              int B, int T, int NH, int G, int HS, Alibi alibi) {
+                              int B, int T, int NH, int G, int HS, Alibi alibi, Dropout dropout) {
+    if (dropout.threshold) fail("attention dropout: not in the GPU build yet");
     if (lse) attention_forward_flash(out, lse, qkv, B, T, NH, G, HS, alibi);
     else attention_forward_unfused(out, att, scratch, qkv, B, T, NH, G, HS, alibi);
 }
 
 static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
-                               const floatX* att, const float* lse, int B, int T, int NH, int G, int HS, Alibi alibi) {
+                               const floatX* att, const float* lse, int B, int T, int NH, int G, int HS, Alibi alibi,
+                               Dropout dropout) {
+    if (dropout.threshold) fail("attention dropout: not in the GPU build yet");
     if (lse) attention_backward_flash(dqkv, (float*)scratch, dout, qkv, out, lse, B, T, NH, G, HS, alibi);
     else attention_backward_unfused(dqkv, scratch, dout, qkv, att, B, T, NH, G, HS);
 }
@@ -798,10 +801,10 @@ static void attention_probabilities(floatX* att, floatX* scratch, const floatX* 
 static int flash_attention_runs_here(void) { return 1; }   // the CPU build plans for any GPU
 
 // one C attention: the layout's lse (never planned on this build) and out are not needed
-#define attention_forward(out, att, lse, scratch, qkv, B, T, NH, G, HS, alibi) \
-    attention_forward_cpu(out, att, qkv, B, T, NH, G, HS, alibi)
-#define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, G, HS, alibi) \
-    attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, NH, G, HS)
+#define attention_forward(out, att, lse, scratch, qkv, B, T, NH, G, HS, alibi, dropout) \
+    attention_forward_cpu(out, att, qkv, B, T, NH, G, HS, alibi, dropout)
+#define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, G, HS, alibi, dropout) \
+    attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, NH, G, HS, dropout)
 #define attention_probabilities(att, scratch, qkv, B, T, NH, G, HS, alibi) \
     attention_probabilities_cpu(att, qkv, B, T, NH, G, HS, alibi)
 #endif

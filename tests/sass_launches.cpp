@@ -86,8 +86,8 @@ int main(void) {
             floatX* scratch = (floatX*)device_buffer(rows * 4 * NH * HS * sizeof(float));   // more than D needs
             Alibi alibi = {0, probed_alibi ? NH : 0};
             if (setjmp(refused) == 0) {
-                attention_forward(out, NULL, lse, scratch, qkv, B, T, NH, G, probed_hs, alibi);
-                attention_backward(dqkv, scratch, dout, qkv, out, NULL, lse, B, T, NH, G, probed_hs, alibi);
+                attention_forward(out, NULL, lse, scratch, qkv, B, T, NH, G, probed_hs, alibi, NO_DROPOUT);
+                attention_backward(dqkv, scratch, dout, qkv, out, NULL, lse, B, T, NH, G, probed_hs, alibi, NO_DROPOUT);
             }
             for (void* p : {(void*)qkv, (void*)dqkv, (void*)out, (void*)dout, (void*)lse, (void*)scratch}) cudaCheck(cudaFree(p));
         }

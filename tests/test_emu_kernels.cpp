@@ -516,12 +516,12 @@ static void test_attention(int NH, int G, Alibi alibi) {
                        (alibi.heads ? " (ALiBi)" : "");
     const size_t n_qkv = (size_t)N * (NH + 2 * G) * HS, n_out = (size_t)N * NH * HS, n_att = (size_t)B * NH * T * T;
     Vec qkv = random_vec(n_qkv, 2, true), out(n_out), att(n_att);
-    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, G, HS, alibi);
+    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, G, HS, alibi, NO_DROPOUT);
     floatX *d_qkv = to_dev_x(qkv), *d_out = (floatX*)dev_malloc(n_out * sizeof(floatX)), *d_att = (floatX*)dev_malloc(n_att * sizeof(floatX));
     // scratch one element past an aligned address: the regions must align themselves
     floatX* scratch_base = (floatX*)dev_malloc((attention_scratch_elements(B, T, NH, HS) + 1) * sizeof(floatX));
     floatX* d_scratch = scratch_base + 1;
-    attention_forward(d_out, d_att, NULL, d_scratch, d_qkv, B, T, NH, G, HS, alibi);  // no lse: the cuBLAS path
+    attention_forward(d_out, d_att, NULL, d_scratch, d_qkv, B, T, NH, G, HS, alibi, NO_DROPOUT);  // no lse: the cuBLAS path
     Vec got_att = from_dev_x(d_att, n_att);
     compare(("attention_forward att" + with).c_str(), got_att, att, X_OUT);
     compare(("attention_forward out" + with).c_str(), from_dev_x(d_out, n_out), out, X_CHAIN);
@@ -537,9 +537,9 @@ static void test_attention(int NH, int G, Alibi alibi) {
     // the backward reads att: both sides get the kernel's floatX probabilities. A group's dk
     // and dv sum over its heads in one product: one rounding, as with G = NH
     Vec dout = random_vec(n_out, 1, true), dqkv(n_qkv), cpu_scratch((size_t)B * NH * T);
-    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), got_att.data(), B, T, NH, G, HS);
+    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), got_att.data(), B, T, NH, G, HS, NO_DROPOUT);
     floatX *d_dout = to_dev_x(dout), *d_dqkv = (floatX*)dev_malloc(n_qkv * sizeof(floatX));
-    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_att, NULL, B, T, NH, G, HS, alibi);
+    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_att, NULL, B, T, NH, G, HS, alibi, NO_DROPOUT);
     Vec parts_got[3], parts_want[3];
     split_qkv(parts_got, from_dev_x(d_dqkv, n_qkv), NH, G, HS);
     split_qkv(parts_want, dqkv, NH, G, HS);
@@ -586,27 +586,27 @@ static void test_flash_attention(int B, int T, int NH, int G, int HS, Alibi alib
     snprintf(with, sizeof with, " B=%d T=%d NH=%d G=%d HS=%d%s", B, T, NH, G, HS, alibi.heads ? " ALiBi" : "");
     const size_t n_qkv = (size_t)N * (NH + 2 * G) * HS, n_out = (size_t)N * NH * HS, rows = (size_t)B * NH * T;
     Vec qkv = random_vec(n_qkv, 2, true), out(n_out), att(rows * T);
-    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, G, HS, alibi);
+    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, G, HS, alibi, NO_DROPOUT);
     floatX *d_qkv = to_dev_x(qkv), *d_out = (floatX*)dev_malloc(n_out * sizeof(floatX));
     // the scratch: the backward's D, dQ's fp32 sums and its counters (also what attention_forward gets)
     float *d_lse = (float*)dev_malloc(rows * sizeof(float)),
           *d_D = (float*)dev_malloc(flash_backward_scratch_floats(B, T, NH, HS) * sizeof(float));
-    attention_forward(d_out, NULL, d_lse, (floatX*)d_D, d_qkv, B, T, NH, G, HS, alibi);
+    attention_forward(d_out, NULL, d_lse, (floatX*)d_D, d_qkv, B, T, NH, G, HS, alibi, NO_DROPOUT);
     compare((std::string("flash attention_forward out") + with).c_str(), from_dev_x(d_out, n_out), out, X_CHAIN);
     compare((std::string("flash attention_forward lse") + with).c_str(), from_dev_f(d_lse, rows),
             reference_lse(qkv, B, T, NH, G, HS, alibi), FP32_OUT);
 
     Vec dout = random_vec(n_out, 1, true), dqkv(n_qkv), cpu_scratch(rows);
-    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, G, HS);
+    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, G, HS, NO_DROPOUT);
     floatX *d_dout = to_dev_x(dout), *d_dqkv = (floatX*)dev_malloc(n_qkv * sizeof(floatX));
-    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, G, HS, alibi);
+    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, G, HS, alibi, NO_DROPOUT);
     Vec got = from_dev_x(d_dqkv, n_qkv), parts_got[3], parts_want[3];
     split_qkv(parts_got, got, NH, G, HS);
     split_qkv(parts_want, dqkv, NH, G, HS);
     compare((std::string("flash attention_backward dq") + with).c_str(), parts_got[0], parts_want[0], X_CHAIN);
     compare((std::string("flash attention_backward dk") + with).c_str(), parts_got[1], parts_want[1], X_CHAIN);
     compare((std::string("flash attention_backward dv") + with).c_str(), parts_got[2], parts_want[2], X_CHAIN);
-    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, G, HS, alibi);
+    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, G, HS, alibi, NO_DROPOUT);
     Vec again = from_dev_x(d_dqkv, n_qkv);
     check(memcmp(again.data(), got.data(), n_qkv * sizeof(float)) == 0,
           (std::string(FLOATX_NAME " flash attention_backward twice: the same bits") + with).c_str(), "the two runs differ");
