@@ -344,20 +344,43 @@ __global__ void attention_softmax_kernel(floatX* att, const float* scores, float
     }
 }
 
-// One warp per row: dscores = scale * p * (datt - sum_j p_j datt_j) over t2 <= t, 0 above.
+// the attention dropout's factor of row `row` (b, h, t) of [B, NH, T, T] at key t2, with the
+// row's head key (dropout_head_key of b, h) hoisted by the caller; 1 with dropout off
+__device__ float row_dropout_factor(uint64_t head_key, int t, int t2, const Dropout* d) {
+    return d->threshold ? dropout_factor(head_key, t, t2, d) : 1.0f;
+}
+__device__ uint64_t row_head_key(int row, int T, int NH, const Dropout* d) {
+    return d->threshold ? dropout_head_key(d, row / T / NH, row / T % NH) : 0;
+}
+
+// One warp per row: the probabilities with the attention dropout's mask, att x its factor, into
+// dropped (what weighs the values: the forward's product, and dV's in the backward)
+__global__ void attention_dropout_kernel(floatX* dropped, const floatX* att, int rows, int T, int NH, Dropout d) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (row >= rows) return;
+    uint64_t key = row_head_key(row, T, NH, &d);
+    for (int t2 = lane; t2 < T; t2 += 32)
+        dropped[(size_t)row * T + t2] = to_floatX(floatX_to_float(att[(size_t)row * T + t2]) *
+                                                   row_dropout_factor(key, row % T, t2, &d));
+}
+
+// One warp per row: dscores = scale * p * (datt - sum_j p_j datt_j) over t2 <= t, 0 above; with
+// dropout datt is the mask's factor times dout . v (the mask drawn again)
 __global__ void attention_softmax_backward_kernel(floatX* dscores, const floatX* att, const float* datt,
-                                                  float scale, int rows, int T) {
+                                                  float scale, int rows, int T, int NH, Dropout d) {
     int lane = threadIdx.x % 32, row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (row >= rows) return;
     int t = row % T;
+    uint64_t key = row_head_key(row, T, NH, &d);
     const floatX* a = att + (size_t)row * T;
     const float* da = datt + (size_t)row * T;
     floatX* ds = dscores + (size_t)row * T;
     float dot = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += 32) dot += floatX_to_float(a[t2]) * da[t2];
+    for (int t2 = lane; t2 <= t; t2 += 32) dot += floatX_to_float(a[t2]) * da[t2] * row_dropout_factor(key, t, t2, &d);
     dot = warp_reduce_sum(dot);
     for (int t2 = lane; t2 < T; t2 += 32) {
-        ds[t2] = to_floatX(t2 <= t ? scale * floatX_to_float(a[t2]) * (da[t2] - dot) : 0.0f);
+        float g = t2 <= t ? da[t2] * row_dropout_factor(key, t, t2, &d) : 0.0f;
+        ds[t2] = to_floatX(t2 <= t ? scale * floatX_to_float(a[t2]) * (g - dot) : 0.0f);
     }
 }
 
@@ -405,21 +428,29 @@ static void attention_probabilities_unfused(floatX* att, floatX* scratch, const 
            att, s.scores, 1.0f / sqrtf((float)HS), B * NH * T, T, NH, alibi);
 }
 
+// the probabilities that weigh the values: att itself, or with dropout att x its mask in the
+// dscores region (free in the forward; in the backward before dscores is written)
+static const floatX* attention_weights(AttentionScratch s, const floatX* att, int B, int T, int NH, Dropout d) {
+    if (!d.threshold) return att;
+    LAUNCH(attention_dropout_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0, s.dscores, att, B * NH * T, T, NH, d);
+    return s.dscores;
+}
+
 static void attention_forward_unfused(floatX* out, floatX* att, floatX* scratch, const floatX* qkv,
-                                      int B, int T, int NH, int G, int HS, Alibi alibi) {
+                                      int B, int T, int NH, int G, int HS, Alibi alibi, Dropout d) {
     AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
     AttentionGroups a = attention_groups(B, T, NH, G, HS);
     size_t n = (size_t)B * NH * T * HS;
     attention_probabilities_unfused(att, scratch, qkv, B, T, NH, G, HS, alibi);
     // y = att v:  y^T [HS, R] = v^T [HS, T] @ att^T [T, R]; both arrays are already these
-    // transposes, op = N, N
-    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, a.R, T, s.v, HS, a.kv_stride, att, T, a.score_stride,
-                 s.y, CUDA_R_FLOATX, HS, a.q_stride, a.batch);
+    // transposes, op = N, N (att with the dropout's mask, if any)
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, a.R, T, s.v, HS, a.kv_stride, attention_weights(s, att, B, T, NH, d), T,
+                 a.score_stride, s.y, CUDA_R_FLOATX, HS, a.q_stride, a.batch);
     LAUNCH(unpermute_heads_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, s.y, B, T, NH, HS);
 }
 
 static void attention_backward_unfused(floatX* dqkv, floatX* scratch, const floatX* dout, const floatX* qkv,
-                                       const floatX* att, int B, int T, int NH, int G, int HS) {
+                                       const floatX* att, int B, int T, int NH, int G, int HS, Dropout d) {
     AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
     AttentionGroups a = attention_groups(B, T, NH, G, HS);
     size_t n = (size_t)B * NH * T * HS, n_qkv = (size_t)B * T * (NH + 2 * G) * HS;
@@ -432,11 +463,11 @@ static void attention_backward_unfused(floatX* dqkv, floatX* scratch, const floa
     gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, a.R, HS, s.v, HS, a.kv_stride, dy, HS, a.q_stride,
                  datt, CUDA_R_32F, T, a.score_stride, a.batch);
     // dv = att^T dy, summed over the group's heads:  dv^T [HS, T] = dy^T [HS, R] @ att [R, T];
-    // the att array is att^T, op = T gives att
-    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, a.R, dy, HS, a.q_stride, att, T, a.score_stride,
-                 s.dv, CUDA_R_FLOATX, HS, a.kv_stride, a.batch);
+    // the att array is att^T, op = T gives att (with the dropout's mask drawn again, if any)
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, a.R, dy, HS, a.q_stride, attention_weights(s, att, B, T, NH, d), T,
+                 a.score_stride, s.dv, CUDA_R_FLOATX, HS, a.kv_stride, a.batch);
     LAUNCH(attention_softmax_backward_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0,
-           s.dscores, att, datt, 1.0f / sqrtf((float)HS), B * NH * T, T);
+           s.dscores, att, datt, 1.0f / sqrtf((float)HS), B * NH * T, T, NH, d);
     // dq = dscores k (the scale is in dscores):  dq^T [HS, R] = k^T [HS, T] @ dscores^T [T, R]
     gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, a.R, T, s.k, HS, a.kv_stride, s.dscores, T, a.score_stride,
                  s.dq, CUDA_R_FLOATX, HS, a.q_stride, a.batch);

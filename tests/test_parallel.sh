@@ -7,6 +7,7 @@
 # RMSNorm, SwiGLU, grouped-query attention, untied, no biases), the interleaved
 # schedule's layouts too, bit for bit as plain 1F1B's, in its order. Also:
 # the same layout twice is bit-identical, so is each layout with activation recomputation,
+# dropout 0.1 (Megatron-LM's default, gridgpt's) is on throughout and differs from dropout 0,
 # optimizer state shrinks as 1/DP, the communication counters match the ring formulas, and a
 # grid that does not fit is refused.
 set -u
@@ -160,6 +161,17 @@ flags=$learned_flags
 # and on the learned-position model, over uneven stages (the last holding only the head)
 record uneven-te4-selective 1 4 1 --pp-partition-method 'type:transformer|embedding' --recompute-activations
 same_bits "(1,4,1) type:transformer|embedding" uneven-te4 uneven-te4-selective --recompute-activations
+
+# dropout is on in every run above, and changes the training: one process without it trains
+# another model from the first step (the first loss differs), and is held to its (2,2,2) run
+record nodrop-ref 1 1 1 --hidden-dropout 0 --attention-dropout 0
+record nodrop-tp2-pp2-dp2 2 2 2 --hidden-dropout 0 --attention-dropout 0 --sequence-parallel
+$B/../test_parallel --compare $B/nodrop-ref $B/nodrop-tp2-pp2-dp2 "without dropout (2,2,2) --sequence-parallel" $flags |
+    grep -E '^(PASS|FAIL)'
+if [ -s $B/ref.steps ] && [ -s $B/nodrop-ref.steps ] && [ "$(head -1 $B/ref.steps | cut -d' ' -f2)" != "$(head -1 $B/nodrop-ref.steps | cut -d' ' -f2)" ] &&
+   ! cmp -s $B/ref.ckpt/iter_0000022/tensors.bin $B/nodrop-ref.ckpt/iter_0000022/tensors.bin; then
+    ok "dropout 0.1 trains another model than dropout 0: the first step's loss and the final weights differ"
+else bad "dropout 0.1 against dropout 0" "the same first loss or weights: $(head -1 $B/ref.steps) vs $(head -1 $B/nodrop-ref.steps)"; fi
 
 # the same layout twice: the same bits
 record again 2 2 2
