@@ -111,6 +111,8 @@ flops_per_step.
       "the flags (else they must match it)")                                                                           \
     X(SWITCH, skip_train, NULL, 0, "no training: evaluate --load's checkpoint on the data, and/or generate from it")    \
     X(STRING, import_hf, NULL, 0, "DIR: a Hugging Face model into --save as an iteration-0 checkpoint, then exit")     \
+    X(SWITCH, import_hf_dropout, NULL, 0, "with --import-hf: config.json's dropout (GPT-2's resid_pdrop, attn_pdrop) "  \
+      "becomes the checkpoint's, a fine-tune's default (else --hidden-dropout's and --attention-dropout's, 0.1)")      \
     X(STRING, export_hf, NULL, 0, "OUT: write --load's latest checkpoint as a Hugging Face model, then exit")          \
     X(CHOICE, export_hf_architecture, "auto", 0, "auto | gpt2 | bloom | llama (auto: by the positions: ALiBi, rope)")  \
     X(INT, generate_tokens, NULL, 0, "generate at most this many tokens (after training, or alone with --skip-train)") \

@@ -78,7 +78,8 @@ static void import_and_exit(const Config* a) {
     double t0 = now_seconds();
     HFImport got;
     on_stop_signals(request_stop);   // a signal ends the import between tensors, its files removed
-    if (grid.world_rank == 0 && import_hf(a->import_hf, a->save, seq_length, &stop_requested, &got, err, sizeof(err)) == 0) {
+    if (grid.world_rank == 0 &&
+        import_hf(a->import_hf, a->save, seq_length, a->import_hf_dropout, &stop_requested, &got, err, sizeof(err)) == 0) {
         const GPTConfig* c = &got.cfg;
         printf("imported %s as %s: %d layers, hidden %d, %d heads, vocabulary %d, sequence length %d; %s, %d tensors "
                "from %d file%s; wrote %s in %.2f s\n", a->import_hf, hf_class_name(got.arch), c->num_layers, c->hidden_size,

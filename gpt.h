@@ -66,7 +66,11 @@ tensor-parallel operators of parallel.h; it never allocates after gpt_build().
     X(SWITCH, disable_bias_linear, NULL, 0, "linear layers without biases (Llama)", MATCH, NULL, NULL, NULL)          \
     X(FLOAT, init_method_std, "0.02", 0, "std of the normal init", STORED, "initializer_range", "initializer_range",   \
       "initializer_range")                                                                                             \
-    X(INT, seed, "1234", 0, "seed of the init and the data order", STORED, NULL, NULL, NULL)                          \
+    X(INT, seed, "1234", 0, "seed of the init, the data order and dropout's masks", STORED, NULL, NULL, NULL)          \
+    X(FLOAT, hidden_dropout, "0.1", 0, "in training, the fraction of the hidden states zeroed after the embedding, "   \
+      "the attention and the MLP (before each residual add)", STORED, NULL, NULL, NULL)                                \
+    X(FLOAT, attention_dropout, "0.1", 0, "in training, the fraction of the attention probabilities zeroed", STORED,   \
+      NULL, NULL, NULL)                                                                                                \
     X(SWITCH, sequence_parallel, NULL, 0, "split the LayerNorm and residual rows over the TP ranks (TP > 1)", STORED,   \
       NULL, NULL, NULL)
 
@@ -256,6 +260,10 @@ static int model_config_error(const GPTConfig* m, char* err, size_t len) {
         return error_line(err, len, "--seq-length %d exceeds --max-position-embeddings %d", m->seq_length,
                           m->max_position_embeddings);
     if (m->init_method_std <= 0.0f) return error_line(err, len, "--init-method-std must be positive, got %g", m->init_method_std);
+    if (m->hidden_dropout >= 1.0f || m->attention_dropout >= 1.0f)
+        return error_line(err, len, "--%s-dropout %g: a fraction below 1 (dropout scales what it keeps by 1 / (1 - p))",
+                          m->hidden_dropout >= 1.0f ? "hidden" : "attention",
+                          m->hidden_dropout >= 1.0f ? m->hidden_dropout : m->attention_dropout);
     return 0;
 }
 
@@ -328,6 +336,22 @@ typedef struct {
     int B, T, sequence_parallel, residual_rows, first_residual_row;
 } KVCache;
 
+// dropout's step: train.c's train_step sets it for the step it runs (training 0, as in an
+// evaluation, a generation or a test's forward: no dropout); the masks' keys (kernels/random.cuh)
+typedef struct {
+    int training;
+    long long iteration, consumed_samples;   // the step's iteration (1 the first), and the samples before it
+    int dp_rank, dp_size;
+} DropoutStep;
+
+// The global index of data-parallel rank r's first sample of micro-batch j in a step that starts
+// after `consumed` samples: the pretraining sampler's order (a global batch is micro-batch x DP
+// consecutive samples per micro-batch, each rank taking its slice), which loader.h reads and the
+// dropout masks are keyed by, so that neither DP nor the micro-batch count changes a sample's index.
+static long long micro_batch_first_sample(long long consumed, int j, int B, int dp_rank, int dp_size) {
+    return consumed + ((long long)j * dp_size + dp_rank) * B;
+}
+
 // ----------------------------------------------------------------------------
 // the model of one rank
 
@@ -398,6 +422,7 @@ typedef struct GPT {
     // generation (NULL in training): the forward runs rows [pos0, pos0 + B x T) of one sequence
     // against this cache (gpt_decode_begin)
     KVCache* kv_cache;
+    DropoutStep dropout;
 } GPT;
 
 static floatX* param_of(const GPT* m, int id) { return id < 0 ? NULL : m->params + m->tensors[id].offset; }
@@ -570,13 +595,6 @@ static void build_tensor_table(GPT* m) {
 // uniforms, Box-Muller turns them into a normal. No state is carried from one element to
 // the next, so any slice of any tensor can be initialized alone, identically in every layout.
 
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t hash_name(const char* s) {  // FNV-1a
     uint64_t h = 0xcbf29ce484222325ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
@@ -626,7 +644,7 @@ static void gpt_init_params(GPT* m) {
 // uniform: chunks of N layers (the last one shorter when N does not divide the model chunk's
 // layers, as Megatron-LM cuts them); block: the model chunk's first N layers are chunks of one,
 // the others keep all their activations. Recomputation changes no value: the same kernels see
-// the same inputs (there is no dropout).
+// the same inputs, and dropout draws the same masks (kernels/random.cuh: keyed by coordinates).
 
 // the recomputed chunk [*first, *end) that local layer i is in; 0: layer i is not recomputed
 static int recompute_chunk(const GPT* m, int i, int* first, int* end) {
@@ -885,6 +903,7 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
     m->T = T;
     m->tp_rank = tp_rank;
     m->tp_size = tp_size;
+    m->dropout.dp_size = 1;   // (off until a step says otherwise)
     // one tensor rank has nothing to split (a checkpoint saved with the switch may be built at TP 1)
     m->sequence_parallel = cfg->sequence_parallel && tp_size > 1;
     if (m->sequence_parallel && (B * T) % tp_size != 0)
@@ -1011,6 +1030,23 @@ static void norm_backward(GPT* m, floatX* dinp, const floatX* dout, const floatX
 // the first position of the rows a forward runs: 0, or in generation where the cache ends
 static int first_position(const GPT* m) { return m->kv_cache ? m->kv_cache->pos0 : 0; }
 
+// Dropout at `site` of global layer `layer` (-1: the embedding) for the micro-batch in slot s:
+// its mask keyed by the step, the micro-batch's first sample (s->holder is the micro-batch the
+// schedule put there) and the rank's first global head; off outside training and in generation
+static Dropout dropout_of(const GPT* m, const MicroBatchActivations* s, int layer, int site) {
+    const DropoutStep* d = &m->dropout;
+    if (!d->training || m->kv_cache) return NO_DROPOUT;
+    float p = site == DROPOUT_ATTENTION_PROBS ? m->cfg.attention_dropout : m->cfg.hidden_dropout;
+    long long first = micro_batch_first_sample(d->consumed_samples, s->holder < 0 ? 0 : s->holder, m->B, d->dp_rank,
+                                               d->dp_size);
+    return dropout_mask(p, (uint64_t)m->cfg.seed, d->iteration, layer, site, first, m->tp_rank * m->heads_local);
+}
+
+// the hidden dropout of this rank's residual rows x, in place (Megatron-LM's, before the residual add)
+static void residual_dropout_forward(GPT* m, floatX* x, Dropout d) {
+    dropout_forward(x, x, m->residual_rows, m->cfg.hidden_size, m->T, m->first_residual_row, d);
+}
+
 // word embedding (vocab-parallel, summed over tensor ranks) + position embedding. With sequence
 // parallelism the sums go to the rows' owners (reduce-scatter, not all-reduce), and each rank
 // adds its rows' positions.
@@ -1030,6 +1066,7 @@ static void embedding_forward(GPT* m, MicroBatchActivations* s) {
     }
     if (m->cfg.embed_layernorm)
         norm_forward(m, s->embed_ln, s->embed_ln_mean, s->embed_ln_rstd, s->input, m->lne_w, m->lne_b, m->residual_rows);
+    residual_dropout_forward(m, layer_input(s, 0), dropout_of(m, s, -1, DROPOUT_EMBEDDING));   // (after the LayerNorm)
 }
 
 // The input of a column-parallel layer (QKV, FC1, the head) from a LayerNorm's output x of this
@@ -1044,18 +1081,21 @@ static const floatX* column_parallel_input(GPT* m, const floatX* x) {
 // Row-parallel linear (Megatron's RowParallelLinear): out = g(inp @ W^T) + b, of this rank's
 // residual rows. Without sequence parallelism the bias is added by tensor rank 0 only, before
 // the all-reduce; with it the partial products are reduce-scattered to the rows' owners and
-// every rank adds the bias to its own rows (as Megatron-LM). The residual add that follows is
-// the caller's.
-static void row_parallel_linear_forward(GPT* m, floatX* out, const floatX* inp, int w, int b, int in_local) {
+// every rank adds the bias to its own rows (as Megatron-LM). Then the hidden dropout d of the
+// output, bias included; the residual add that follows is the caller's (Megatron-LM's
+// bias-dropout-add, here the bias in the product, the dropout a pass, the add fused with the
+// next LayerNorm).
+static void row_parallel_linear_forward(GPT* m, floatX* out, const floatX* inp, int w, int b, int in_local, Dropout d) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
     if (m->sequence_parallel) {
         matmul_forward(m->whole_rows, inp, param_of(m, w), NULL, N, in_local, C);
         reduce_scatter_to_sequence_parallel_region(out, m->whole_rows, residual_elems(m));
         if (b >= 0) rows_add_forward(out, param_of(m, b), m->residual_rows, C, 0, 1);
-        return;
+    } else {
+        matmul_forward(out, inp, param_of(m, w), m->tp_rank == 0 ? param_of(m, b) : NULL, N, in_local, C);
+        reduce_from_tensor_model_parallel_region(out, (size_t)N * C);   // g
     }
-    matmul_forward(out, inp, param_of(m, w), m->tp_rank == 0 ? param_of(m, b) : NULL, N, in_local, C);
-    reduce_from_tensor_model_parallel_region(out, (size_t)N * C);   // g
+    residual_dropout_forward(m, out, d);
 }
 
 // this rank's heads for the attention kernels: with ALiBi, they are global heads
@@ -1118,7 +1158,7 @@ static void mlp_activation_forward(GPT* m, LayerActivations* L, const floatX* x,
 
 static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     int B = m->B, T = m->T, N = B * T, C = m->cfg.hidden_size;
-    int Cl = m->hidden_local, Fl = m->ffn_local;
+    int Cl = m->hidden_local, Fl = m->ffn_local, l = global_layer(m, i);
     const LayerTensors* t = &m->layer_tensors[i];
     LayerActivations* L = &s->layers[i];
     const floatX* x = layer_input(s, i);
@@ -1129,13 +1169,13 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     rotate_positions(m, L->qkv, +1);
     if (m->kv_cache) cached_attention_forward(m, L, i);
     else attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, m->groups_local,
-                           m->head_size, alibi_of(m));
-    row_parallel_linear_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, Cl);
+                           m->head_size, alibi_of(m), dropout_of(m, s, l, DROPOUT_ATTENTION_PROBS));
+    row_parallel_linear_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, Cl, dropout_of(m, s, l, DROPOUT_ATTENTION_OUTPUT));
     // the residual add and ln2 in one pass: res2 += x, ln2 = norm(res2)
     residual_norm_forward(m, L->res2, L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, x, t->ln2_w, t->ln2_b);
     // MLP: res3 = res2 + fcproj(act(fc(ln2))); f, column-parallel
     mlp_activation_forward(m, L, column_parallel_input(m, L->ln2), t);
-    row_parallel_linear_forward(m, L->res3, L->fch_act, t->fcproj_w, t->fcproj_b, Fl);
+    row_parallel_linear_forward(m, L->res3, L->fch_act, t->fcproj_w, t->fcproj_b, Fl, dropout_of(m, s, l, DROPOUT_MLP_OUTPUT));
     if (fuses_next_ln1(m, i)) {   // res3 += res2, and the next block's ln1 = norm(res3) in the same pass
         const LayerTensors* next_t = &m->layer_tensors[i + 1];
         LayerActivations* next = &s->layers[i + 1];
@@ -1299,15 +1339,21 @@ static floatX* column_parallel_linear_backward(GPT* m, floatX* dinp, floatX* dlo
 // them gathered with sequence parallelism: the reduce-scatter's backward): dinp, and the
 // weight's and bias's gradients. pre_gelu: the MLP's GELU input, whose backward then goes into
 // the same product (else NULL). With sequence parallelism the bias was added to this rank's rows
-// only, and its gradient is theirs (data_parallel.h sums it over the tensor ranks).
+// only, and its gradient is theirs (data_parallel.h sums it over the tensor ranks). Dropout d
+// (the forward's): the gradient through its mask, drawn again, into `dropped` (this rank's
+// residual rows; m->dres stays the residual stream's).
 static void row_parallel_linear_backward(GPT* m, floatX* dinp, const floatX* inp, const floatX* pre_gelu, int w, int b,
-                                         int in_local) {
+                                         int in_local, Dropout d, floatX* dropped) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
     const floatX* dout = m->dres;
     float* dbias = grad_of(m, b);
+    if (d.threshold) {
+        dropout_backward(dropped, m->dres, m->residual_rows, C, m->T, m->first_residual_row, d);
+        dout = dropped;
+    }
     if (m->sequence_parallel) {
-        if (dbias) rows_add_backward(dbias, m->column_partials, m->dres, m->residual_rows, C, 0, 1);
-        reduce_scatter_to_sequence_parallel_region_backward(m->whole_rows, m->dres, residual_elems(m));
+        if (dbias) rows_add_backward(dbias, m->column_partials, dout, m->residual_rows, C, 0, 1);
+        reduce_scatter_to_sequence_parallel_region_backward(m->whole_rows, dout, residual_elems(m));
         dout = m->whole_rows;
         dbias = NULL;
     }
@@ -1325,36 +1371,39 @@ static void head_backward(GPT* m, MicroBatchActivations* s) {
     norm_backward(m, m->dres, d, stage_output(s), m->lnf_w, m->lnf_b, s->lnf_mean, s->lnf_rstd);
 }
 
-// The MLP's second linear layer and the activation before it: da = the gradient at fch (fc1's
-// output). GELU's backward (--gelu's form) goes into the product; SwiGLU's reads the product's
-// gradient at fch_act from db and writes the [gate | up] gradient into da.
-static floatX* mlp_activation_backward(GPT* m, const LayerActivations* L, const LayerTensors* t, floatX* da, floatX* db) {
+// The MLP's second linear layer (its dropout d) and the activation before it: da = the gradient
+// at fch (fc1's output). GELU's backward (--gelu's form) goes into the product; SwiGLU's reads
+// the product's gradient at fch_act from db and writes the [gate | up] gradient into da. (db holds
+// the dropout's gradient while the product reads it.)
+static floatX* mlp_activation_backward(GPT* m, const LayerActivations* L, const LayerTensors* t, floatX* da, floatX* db,
+                                       Dropout d) {
     if (!m->cfg.swiglu) {
-        row_parallel_linear_backward(m, da, L->fch_act, L->fch, t->fcproj_w, t->fcproj_b, m->ffn_local);
+        row_parallel_linear_backward(m, da, L->fch_act, L->fch, t->fcproj_w, t->fcproj_b, m->ffn_local, d, db);
         return da;
     }
-    row_parallel_linear_backward(m, da, L->fch_act, NULL, t->fcproj_w, t->fcproj_b, m->ffn_local);
+    row_parallel_linear_backward(m, da, L->fch_act, NULL, t->fcproj_w, t->fcproj_b, m->ffn_local, d, db);
     swiglu_backward(db, L->fch, da, m->B * m->T, m->ffn_local);
     return db;
 }
 
 static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
-    int B = m->B, T = m->T, Cl = m->hidden_local;
+    int B = m->B, T = m->T, Cl = m->hidden_local, l = global_layer(m, i);
     const LayerTensors* t = &m->layer_tensors[i];
     LayerActivations* L = &s->layers[i];
     floatX *da = m->dbuf_a, *db = m->dbuf_b, *d, *dfch;
     // MLP: fcproj and the activation before it, then fc1
-    dfch = mlp_activation_backward(m, L, t, da, db);
+    dfch = mlp_activation_backward(m, L, t, da, db, dropout_of(m, s, l, DROPOUT_MLP_OUTPUT));
     floatX* other = dfch == da ? db : da;
     d = column_parallel_linear_backward(m, other, dfch, dfch, L->ln2, t->fc_w, t->fc_b, m->fc_local);   // f
     norm_backward(m, m->dres, d, L->res2, t->ln2_w, t->ln2_b, L->ln2_mean, L->ln2_rstd);
     // attention
-    row_parallel_linear_backward(m, da, L->atty, NULL, t->proj_w, t->proj_b, Cl);
+    row_parallel_linear_backward(m, da, L->atty, NULL, t->proj_w, t->proj_b, Cl, dropout_of(m, s, l, DROPOUT_ATTENTION_OUTPUT),
+                                 db);
     if (recomputes_attention_core(m))   // selective: the probabilities again (atty, the product with v, was kept)
         attention_probabilities(L->att, m->att_scratch, L->qkv, B, T, m->heads_local, m->groups_local, m->head_size,
                                 alibi_of(m));
     attention_backward(db, m->att_scratch, da, L->qkv, L->atty, L->att, L->lse, B, T, m->heads_local, m->groups_local,
-                       m->head_size, alibi_of(m));
+                       m->head_size, alibi_of(m), dropout_of(m, s, l, DROPOUT_ATTENTION_PROBS));
     rotate_positions(m, db, -1);
     d = column_parallel_linear_backward(m, da, db, db, L->ln1, t->qkv_w, t->qkv_b, m->qkv_local);   // f
     norm_backward(m, m->dres, d, layer_input(s, i), t->ln1_w, t->ln1_b, L->ln1_mean, L->ln1_rstd);
@@ -1363,9 +1412,14 @@ static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
 static void embedding_backward(GPT* m, MicroBatchActivations* s) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
     const floatX* d = m->dres;
+    Dropout drop = dropout_of(m, s, -1, DROPOUT_EMBEDDING);
+    if (drop.threshold) {
+        dropout_backward(m->dbuf_b, m->dres, m->residual_rows, C, m->T, m->first_residual_row, drop);
+        d = m->dbuf_b;
+    }
     if (m->cfg.embed_layernorm) {
         dev_zero(m->dbuf_a, residual_elems(m) * sizeof(floatX));
-        norm_backward(m, m->dbuf_a, m->dres, s->input, m->lne_w, m->lne_b, s->embed_ln_mean, s->embed_ln_rstd);
+        norm_backward(m, m->dbuf_a, d, s->input, m->lne_w, m->lne_b, s->embed_ln_mean, s->embed_ln_rstd);
         d = m->dbuf_a;
     }
     if (!m->sequence_parallel) {

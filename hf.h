@@ -552,7 +552,8 @@ static int export_hf(const char* checkpoint_iter_dir, const char* out_dir, HFArc
 //     Bloom's residual taken after the LayerNorm; Llama's activation other than SiLU, scaled
 //     or partial rope, biases, a head_dim of its own, pretraining_tp)
 //     is refused naming the key. Dropout is not (the weights are the same function) but
-//     noted: gridgpt trains without;
+//     noted, and taken as the checkpoint's (the default of a fine-tune from it) with
+//     --import-hf-dropout (hf_dropout);
 //   - each tensor of the table (each part of Llama's split ones) is found under its
 //     transformers name, with or without the "transformer." or "model." prefix (a base model's
 //     save has none); its shape is checked; it is converted to fp32 (F16 and BF16 exactly);
@@ -597,6 +598,7 @@ typedef struct {
     StTensor* tensors;
     int num_tensors, cap;
     const volatile sig_atomic_t* stop;   // hf_stopped's
+    int take_dropout;      // --import-hf-dropout: config.json's dropout becomes the checkpoint's
     unsigned dtypes_read;  // bit per ST_* dtype
     int nonfinite_tensors, first_nonfinite;   // tensors holding NaN or Inf, and the first (a table index)
     uint64_t nonfinite;    // their NaN and Inf values
@@ -807,8 +809,20 @@ static int hf_check_constants(HFModel* hm, const Json* j, int root, const char* 
                            "after the LayerNorm; gridgpt's is the LayerNorm's input", err, errlen);
 }
 
-// dropout changes training, not the function the weights compute: said, not refused
-static void hf_dropout_note(HFModel* hm, const Json* j, int root) {
+// a dropout key of config.json, transformers' class default where it is absent or null
+static float hf_dropout_value(const Json* j, int root, const char* key, float class_default) {
+    int v = key ? json_get(j, root, key) : -1;
+    return v >= 0 && j->nodes[v].type == JSON_NUMBER ? (float)j->nodes[v].number : key ? class_default : 0.0f;
+}
+
+// Dropout changes training, not the function the weights compute: said, not refused. With
+// --import-hf-dropout config.json's becomes the checkpoint's --hidden-dropout and
+// --attention-dropout (GPT-2's resid_pdrop and attn_pdrop, 0.1 when absent; Bloom's
+// hidden_dropout and attention_dropout, Llama's attention_dropout, 0 when absent; GPT-2's
+// embd_pdrop has no field of its own: the embedding's dropout is --hidden-dropout's, as
+// Megatron-LM's), the default of a fine-tune from it; without, the checkpoint keeps gridgpt's
+// defaults (Megatron-LM's 0.1), and a fine-tune's flags decide either way.
+static void hf_dropout(HFModel* hm, const Json* j, int root) {
     static const char* const KEYS[] = {"embd_pdrop", "resid_pdrop", "attn_pdrop", "hidden_dropout", "attention_dropout"};
     size_t len = 0;
     for (int k = 0; k < 5; k++) {
@@ -817,8 +831,18 @@ static void hf_dropout_note(HFModel* hm, const Json* j, int root) {
             len += snprintf(hm->note + len, sizeof(hm->note) - len, "%s%s %.*s", len ? ", " : "config.json has ", KEYS[k],
                             j->nodes[v].text_len < 24 ? j->nodes[v].text_len : 24, j->nodes[v].text);
     }
-    if (len) snprintf(hm->note + len, sizeof(hm->note) - len, ": gridgpt trains without dropout (the weights are "
-                      "the same function; a fine-tuning run here drops nothing)");
+    int gpt2 = hm->arch == HF_GPT2;
+    if (hm->take_dropout) {
+        hm->cfg.hidden_dropout = hf_dropout_value(j, root, gpt2 ? "resid_pdrop" : hm->arch == HF_BLOOM ? "hidden_dropout"
+                                                                                                   : NULL, gpt2 ? 0.1f : 0.0f);
+        hm->cfg.attention_dropout = hf_dropout_value(j, root, gpt2 ? "attn_pdrop" : "attention_dropout", gpt2 ? 0.1f : 0.0f);
+        snprintf(hm->note + len, sizeof(hm->note) - len, "%s--import-hf-dropout: the checkpoint's dropout is config.json's, "
+                 "--hidden-dropout %g --attention-dropout %g (a fine-tune's default)", len ? "; " : "",
+                 hm->cfg.hidden_dropout, hm->cfg.attention_dropout);
+    } else if (len)
+        snprintf(hm->note + len, sizeof(hm->note) - len, ": not taken, the checkpoint keeps gridgpt's --hidden-dropout %g "
+                 "--attention-dropout %g (--import-hf-dropout takes config.json's)", hm->cfg.hidden_dropout,
+                 hm->cfg.attention_dropout);
 }
 
 // model_type (and architectures, if given) name one of the three architectures
@@ -903,10 +927,10 @@ static int hf_read_config(HFModel* hm, int seq_length, char* err, size_t errlen)
                           hf_read_fields(hm, &j, root, path, err, errlen) ||
                           hf_check_constants(hm, &j, root, path, err, errlen) ||
                           hf_settle_config(hm, &j, root, seq_length, path, err, errlen);
+    if (!status) hf_dropout(hm, &j, root);
     char why[512];   // then as a run's flags are checked: a model every --load would refuse is not written
     if (!status && model_config_error(&hm->cfg, why, sizeof(why)))
         status = error_line(err, errlen, "%s: the model it describes fails the checks of a run's flags: %s", path, why);
-    if (!status) hf_dropout_note(hm, &j, root);
     json_free(&j);
     free(text);
     return status;
@@ -1368,8 +1392,8 @@ static int hf_check_save(const char* save_dir, char* err, size_t errlen) {
 // tensor or key, and what was expected, or after a stop signal (hf_stopped; one during
 // prepare_save_dir's probe is seen once the probe is gone); then save_dir is as it was.
 // Memory: the largest tensor, three times.
-static int import_hf(const char* hf_dir, const char* save_dir, int seq_length, const volatile sig_atomic_t* stop,
-                     HFImport* out, char* err, size_t errlen) {
+static int import_hf(const char* hf_dir, const char* save_dir, int seq_length, int take_dropout,
+                     const volatile sig_atomic_t* stop, HFImport* out, char* err, size_t errlen) {
     const uint32_t one = 1;
     memset(out, 0, sizeof(*out));
     if (*(const uint8_t*)&one != 1)
@@ -1378,6 +1402,7 @@ static int import_hf(const char* hf_dir, const char* save_dir, int seq_length, c
     memset(&hm, 0, sizeof(hm));
     hm.dir = hf_dir;
     hm.stop = stop;
+    hm.take_dropout = take_dropout;
     struct stat st;
     int save_was_there = stat(save_dir, &st) == 0;
     int* source = NULL, status = hf_check_save(save_dir, err, errlen) || hf_read_config(&hm, seq_length, err, errlen) ||

@@ -39,6 +39,7 @@ kernels.cuh is the index of kernels/: one family a file, included below in this 
 using only what the files above it define (calls and types go down the list, as in the
 rooms of the trainer):
   kernels/common.cuh           the CUDA build's shared pieces: launch, handles, reductions, packs
+  kernels/random.cuh           the counter-based generator, dropout's masks, the hidden dropout
   kernels/lanes.cuh            the references' inner loops on vector lanes
   kernels/embedding.cuh        embedding, residual add, column reductions
   kernels/norms.cuh            LayerNorm, RMSNorm
@@ -63,6 +64,7 @@ rooms of the trainer):
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
 
+#include "kernels/random.cuh"
 #include "kernels/lanes.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/norms.cuh"

@@ -100,7 +100,7 @@ static void load_sample(Loader* l, long long i) {
 
 // this rank's first sample of a micro-batch
 static long long first_sample(const Loader* l, int micro_batch) {
-    return l->consumed + (long long)micro_batch * l->micro_batch_size * l->dp_size + (long long)l->dp_rank * l->micro_batch_size;
+    return micro_batch_first_sample(l->consumed, micro_batch, l->micro_batch_size, l->dp_rank, l->dp_size);
 }
 
 static void load_micro_batch(void* ctx, int micro_batch, int* tokens, int* targets) {

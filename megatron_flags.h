@@ -144,12 +144,6 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
            "the attention in their own kernels, the same model and math (its fp8 is --fp8-*, refused apart)")
 
     // --- the model
-    ACCEPT("--hidden-dropout", VALUE, "0", "no dropout: gridgpt has none")
-    REFUSE("--hidden-dropout", VALUE, NULL, "dropout: Megatron-LM would zero this fraction of the hidden states after "
-           "the attention and the MLP in training (default 0.1; gridgpt has no dropout: give 0)")
-    ACCEPT("--attention-dropout", VALUE, "0", "no dropout: gridgpt has none")
-    REFUSE("--attention-dropout", VALUE, NULL, "dropout: Megatron-LM would zero this fraction of the attention "
-           "probabilities in training (default 0.1; gridgpt has no dropout: give 0)")
     ACCEPT("--kv-channels", VALUE, NULL, "the head size, which is --hidden-size / --num-attention-heads in gridgpt "
            "(config.h refuses a --kv-channels that differs)")
     REFUSE("--position-embedding-type", VALUE, NULL, "other position embeddings: Megatron-LM's relative, multimodal "
@@ -206,7 +200,8 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
            "masking and the softmax fused on the GPU)")
     ACCEPT("--no-bias-gelu-fusion", SWITCH, NULL, "the GELU is then the exact (erf) one, as Megatron-LM's unfused "
            "GELU (--gelu erf; its fused bias-GELU, the default, computes the tanh form; nothing to change with --swiglu)")
-    ACCEPT("--no-bias-dropout-fusion", SWITCH, NULL, "no dropout to fuse: gridgpt has none")
+    ACCEPT("--no-bias-dropout-fusion", SWITCH, NULL, "the same math: gridgpt's own kernels (the bias in the product, "
+           "the dropout a pass, the residual add fused with the next LayerNorm)")
     ACCEPT("--no-bias-swiglu-fusion", SWITCH, NULL, "no bias-SwiGLU fusion to turn off: gridgpt's own kernels")
     ACCEPT("--no-persist-layer-norm", SWITCH, NULL, "gridgpt's LayerNorm is its own kernel")
     ACCEPT("--no-gradient-accumulation-fusion", SWITCH, NULL, "gridgpt's own weight-gradient matmuls, accumulating "
@@ -405,7 +400,7 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
 // print_megatron_defaults, one line a row whose runs this is). gridgpt's own defaults are
 // Megatron-LM HEAD's (arguments.py) everywhere else; differences of speed or memory alone (the
 // distributed optimizer, Transformer Engine's kernels) are not rows. A row goes when gridgpt
-// learns what it names (dropout: these rows change with it).
+// learns what it names (dropout's two rows went when it landed).
 typedef enum {
     DIFFERS_ALWAYS,               // in every run
     DIFFERS_UNLESS_DYNAMIC_FP16,  // unless --fp16 with the dynamic loss scaler
@@ -429,10 +424,6 @@ typedef struct {
 } MegatronDefault;
 
 static const MegatronDefault MEGATRON_DEFAULTS[] = {
-    {"--hidden-dropout", "0.1", "it zeroes that fraction of the hidden states after the attention and the MLP in training",
-     "has no dropout yet: it trains without (--hidden-dropout 0 says so)", DIFFERS_ALWAYS},
-    {"--attention-dropout", "0.1", "it zeroes that fraction of the attention probabilities in training",
-     "has no dropout yet: it trains without (--attention-dropout 0 says so)", DIFFERS_ALWAYS},
     {"--no-check-for-nan-in-loss-and-grad", NULL, "a NaN loss or gradient norm stops its run (after re-running the step: "
      "--rerun-mode validate_results)", "skips that step's update, counts it (the log line's skipped and nan iterations) "
      "and goes on", DIFFERS_UNLESS_DYNAMIC_FP16},

@@ -322,6 +322,10 @@ static void check_index_memory(double index_bytes, double host_model_bytes) {
 //                         slowest link the group crosses (the alpha-beta model of Thakur,
 //                         Rabenseifner and Gropp 2005; the bytes as --log-comm counts them);
 //   a pipeline send       latency + its bytes / the link between the two stages.
+// Not priced: dropout (gpt.h dropout_of): two elementwise passes a layer each way and a
+// SplitMix64 hash an element (integer units no preset describes; the attention's inside the fused
+// tiles). V100's and A100's constants were fitted to BigScience's runs, with Megatron-LM's dropout
+// 0.1, so they carry its time; H100's, fitted to a run without, does not (issue 48).
 // A 1F1B step is (m + p - 1) slots of the slowest stage's forward and backward of one
 // micro-batch (p - 1 of them the bubble: Narayanan et al. 2021), then the optimizer: the tied
 // embedding's all-reduce, the ZeRO reduce-scatter, the norm, AdamW and the all-gather. With v

@@ -857,7 +857,10 @@ static StepResult train_step(Trainer* t) {
     test_faults_in_step(t);
     // d(loss)/d(token loss), times the loss scale: the backward carries scaled gradients
     Schedule s = schedule_for(m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->T * r.global_batch));
+    DropoutStep dropout = {1, t->progress.iteration + 1, t->progress.consumed_samples, grid.dp_rank, grid.dp_size};
+    m->dropout = dropout;   // the step's masks (off again after it: evaluation and generation have none)
     run_schedule(&s, num_micro);
+    m->dropout.training = 0;
     r.loss = step_loss(&s, num_micro);
     r.max_in_flight = s.most_held;
     r.nan_loss = !isfinite(r.loss);

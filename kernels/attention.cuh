@@ -79,14 +79,22 @@ static void attention_row_probabilities(float* a, const float* qkv, int b, int t
     for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
 }
 
+// the attention dropout's factor of query t and key t2 under a head's key (1: dropout off)
+static inline float attention_dropout_factor(uint64_t head_key, int t, int t2, const Dropout* d) {
+    return d->threshold ? dropout_factor(head_key, t, t2, d) : 1.0f;
+}
+
+// att keeps the probabilities p; with dropout d the values are weighed by p x its mask's factor
+// (Megatron-LM's attention dropout on the probabilities), the mask drawn again in the backward
 static void attention_forward_cpu(float* out, float* att, const float* qkv, int B, int T, int NH, int G, int HS,
-                                  Alibi alibi) {
+                                  Alibi alibi, Dropout d) {
     const size_t row = (size_t)(NH + 2 * G) * HS;   // one token's qkv: token t2's value is v + t2 * row
     // one (b, h) pair per iteration: every pair has the same triangle of work
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             float* p = att + ((size_t)b * NH + h) * T * T;   // the head's probabilities [T, T]
+            uint64_t head_key = d.threshold ? dropout_head_key(&d, b, h) : 0;
             for (int t = 0; t < T; t++) attention_row_probabilities(p + (size_t)t * T, qkv, b, t, h, T, NH, G, HS, alibi);
             // out_t = the sum over t2 <= t of p[t, t2] v_t2, added in t2 order; value by value
             // (t2 outer), so that consecutive adds go to different rows of out (query by query,
@@ -96,7 +104,8 @@ static void attention_forward_cpu(float* out, float* att, const float* qkv, int 
                 for (int i = 0; i < HS; i++) out[((size_t)(b * T + t) * NH + h) * HS + i] = 0.0f;
             for (int t2 = 0; t2 < T; t2++)
                 for (int t = t2; t < T; t++)
-                    axpy_lanes(out + ((size_t)(b * T + t) * NH + h) * HS, p[(size_t)t * T + t2], v + t2 * row, HS);
+                    axpy_lanes(out + ((size_t)(b * T + t) * NH + h) * HS,
+                               p[(size_t)t * T + t2] * attention_dropout_factor(head_key, t, t2, &d), v + t2 * row, HS);
         }
     }
 }
@@ -112,7 +121,8 @@ static void attention_probabilities_cpu(float* att, const float* qkv, int B, int
 }
 
 // Backward of out = softmax(q k^T * scale) v. For one query row with probabilities p and
-// datt[t2] = dout . v[t2]:  dscore[t2] = p[t2] * (datt[t2] - sum_j p[j] datt[j]).
+// datt[t2] = dout . v[t2]:  dscore[t2] = p[t2] * (datt[t2] - sum_j p[j] datt[j]). With dropout
+// (out = (p f) v, f the mask's factor drawn again): datt[t2] = f[t2] dout . v[t2], dv += p f dout.
 // scratch holds one row of datt, then dscore, per (b, h) pair: B * NH * T floats.
 // Each product is a loop of its own over the head's HS elements (dot_lanes, axpy_lanes), so
 // that it runs on vector lanes: one loop updating dq, dk and dv together went through more
@@ -120,7 +130,7 @@ static void attention_probabilities_cpu(float* att, const float* qkv, int B, int
 // attention's backward to 1/8 of the matmuls' rate. dq, dk and dv get their adds in that
 // loop's order.
 static void attention_backward_cpu(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                   const float* att, int B, int T, int NH, int G, int HS) {
+                                   const float* att, int B, int T, int NH, int G, int HS, Dropout d) {
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t row = (size_t)(NH + 2 * G) * HS;   // one token's qkv: token t2's key is k + t2 * row
     // one (b, group) pair per iteration: dk and dv of a key gather from every later query of
@@ -139,6 +149,7 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
                 const float* v = qkv + qkv_index(b, 0, h, 2, T, NH, G, HS);
                 float* dk = dqkv + qkv_index(b, 0, h, 1, T, NH, G, HS);
                 float* dv = dqkv + qkv_index(b, 0, h, 2, T, NH, G, HS);
+                uint64_t head_key = d.threshold ? dropout_head_key(&d, b, h) : 0;
                 for (int t = 0; t < T; t++) {
                     const float* a = att + (((size_t)b * NH + h) * T + t) * T;
                     const float* dout_row = dout + ((size_t)(b * T + t) * NH + h) * HS;
@@ -146,14 +157,16 @@ static void attention_backward_cpu(float* dqkv, float* scratch, const float* dou
                     float* dq = dqkv + qkv_index(b, t, h, 0, T, NH, G, HS);
                     float p_dot_datt = 0.0f;
                     for (int t2 = 0; t2 <= t; t2++) {
-                        dscore[t2] = dot_lanes(dout_row, v + t2 * row, HS);   // datt
-                        p_dot_datt += a[t2] * dscore[t2];
+                        dscore[t2] = dot_lanes(dout_row, v + t2 * row, HS) * attention_dropout_factor(head_key, t, t2, &d);
+                        p_dot_datt += a[t2] * dscore[t2];   // datt
                     }
-                    for (int t2 = 0; t2 <= t; t2++) dscore[t2] = a[t2] * (dscore[t2] - p_dot_datt) * scale;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        axpy_lanes(dv + t2 * row, a[t2] * attention_dropout_factor(head_key, t, t2, &d), dout_row, HS);
+                        dscore[t2] = a[t2] * (dscore[t2] - p_dot_datt) * scale;
+                    }
                     for (int t2 = 0; t2 <= t; t2++) {
                         axpy_lanes(dq, dscore[t2], k + t2 * row, HS);
                         axpy_lanes(dk + t2 * row, dscore[t2], q, HS);
-                        axpy_lanes(dv + t2 * row, a[t2], dout_row, HS);
                     }
                 }
             }
@@ -331,20 +344,43 @@ __global__ void attention_softmax_kernel(floatX* att, const float* scores, float
     }
 }
 
-// One warp per row: dscores = scale * p * (datt - sum_j p_j datt_j) over t2 <= t, 0 above.
+// the attention dropout's factor of row `row` (b, h, t) of [B, NH, T, T] at key t2, with the
+// row's head key (dropout_head_key of b, h) hoisted by the caller; 1 with dropout off
+__device__ float row_dropout_factor(uint64_t head_key, int t, int t2, const Dropout* d) {
+    return d->threshold ? dropout_factor(head_key, t, t2, d) : 1.0f;
+}
+__device__ uint64_t row_head_key(int row, int T, int NH, const Dropout* d) {
+    return d->threshold ? dropout_head_key(d, row / T / NH, row / T % NH) : 0;
+}
+
+// One warp per row: the probabilities with the attention dropout's mask, att x its factor, into
+// dropped (what weighs the values: the forward's product, and dV's in the backward)
+__global__ void attention_dropout_kernel(floatX* dropped, const floatX* att, int rows, int T, int NH, Dropout d) {
+    int lane = threadIdx.x % 32, row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (row >= rows) return;
+    uint64_t key = row_head_key(row, T, NH, &d);
+    for (int t2 = lane; t2 < T; t2 += 32)
+        dropped[(size_t)row * T + t2] = to_floatX(floatX_to_float(att[(size_t)row * T + t2]) *
+                                                   row_dropout_factor(key, row % T, t2, &d));
+}
+
+// One warp per row: dscores = scale * p * (datt - sum_j p_j datt_j) over t2 <= t, 0 above; with
+// dropout datt is the mask's factor times dout . v (the mask drawn again)
 __global__ void attention_softmax_backward_kernel(floatX* dscores, const floatX* att, const float* datt,
-                                                  float scale, int rows, int T) {
+                                                  float scale, int rows, int T, int NH, Dropout d) {
     int lane = threadIdx.x % 32, row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
     if (row >= rows) return;
     int t = row % T;
+    uint64_t key = row_head_key(row, T, NH, &d);
     const floatX* a = att + (size_t)row * T;
     const float* da = datt + (size_t)row * T;
     floatX* ds = dscores + (size_t)row * T;
     float dot = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += 32) dot += floatX_to_float(a[t2]) * da[t2];
+    for (int t2 = lane; t2 <= t; t2 += 32) dot += floatX_to_float(a[t2]) * da[t2] * row_dropout_factor(key, t, t2, &d);
     dot = warp_reduce_sum(dot);
     for (int t2 = lane; t2 < T; t2 += 32) {
-        ds[t2] = to_floatX(t2 <= t ? scale * floatX_to_float(a[t2]) * (da[t2] - dot) : 0.0f);
+        float g = t2 <= t ? da[t2] * row_dropout_factor(key, t, t2, &d) : 0.0f;
+        ds[t2] = to_floatX(t2 <= t ? scale * floatX_to_float(a[t2]) * (g - dot) : 0.0f);
     }
 }
 
@@ -392,21 +428,29 @@ static void attention_probabilities_unfused(floatX* att, floatX* scratch, const 
            att, s.scores, 1.0f / sqrtf((float)HS), B * NH * T, T, NH, alibi);
 }
 
+// the probabilities that weigh the values: att itself, or with dropout att x its mask in the
+// dscores region (free in the forward; in the backward before dscores is written)
+static const floatX* attention_weights(AttentionScratch s, const floatX* att, int B, int T, int NH, Dropout d) {
+    if (!d.threshold) return att;
+    LAUNCH(attention_dropout_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0, s.dscores, att, B * NH * T, T, NH, d);
+    return s.dscores;
+}
+
 static void attention_forward_unfused(floatX* out, floatX* att, floatX* scratch, const floatX* qkv,
-                                      int B, int T, int NH, int G, int HS, Alibi alibi) {
+                                      int B, int T, int NH, int G, int HS, Alibi alibi, Dropout d) {
     AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
     AttentionGroups a = attention_groups(B, T, NH, G, HS);
     size_t n = (size_t)B * NH * T * HS;
     attention_probabilities_unfused(att, scratch, qkv, B, T, NH, G, HS, alibi);
     // y = att v:  y^T [HS, R] = v^T [HS, T] @ att^T [T, R]; both arrays are already these
-    // transposes, op = N, N
-    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, a.R, T, s.v, HS, a.kv_stride, att, T, a.score_stride,
-                 s.y, CUDA_R_FLOATX, HS, a.q_stride, a.batch);
+    // transposes, op = N, N (att with the dropout's mask, if any)
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, a.R, T, s.v, HS, a.kv_stride, attention_weights(s, att, B, T, NH, d), T,
+                 a.score_stride, s.y, CUDA_R_FLOATX, HS, a.q_stride, a.batch);
     LAUNCH(unpermute_heads_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, s.y, B, T, NH, HS);
 }
 
 static void attention_backward_unfused(floatX* dqkv, floatX* scratch, const floatX* dout, const floatX* qkv,
-                                       const floatX* att, int B, int T, int NH, int G, int HS) {
+                                       const floatX* att, int B, int T, int NH, int G, int HS, Dropout d) {
     AttentionScratch s = attention_scratch(scratch, B, T, NH, HS);
     AttentionGroups a = attention_groups(B, T, NH, G, HS);
     size_t n = (size_t)B * NH * T * HS, n_qkv = (size_t)B * T * (NH + 2 * G) * HS;
@@ -419,11 +463,11 @@ static void attention_backward_unfused(floatX* dqkv, floatX* scratch, const floa
     gemm_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, a.R, HS, s.v, HS, a.kv_stride, dy, HS, a.q_stride,
                  datt, CUDA_R_32F, T, a.score_stride, a.batch);
     // dv = att^T dy, summed over the group's heads:  dv^T [HS, T] = dy^T [HS, R] @ att [R, T];
-    // the att array is att^T, op = T gives att
-    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, a.R, dy, HS, a.q_stride, att, T, a.score_stride,
-                 s.dv, CUDA_R_FLOATX, HS, a.kv_stride, a.batch);
+    // the att array is att^T, op = T gives att (with the dropout's mask drawn again, if any)
+    gemm_batched(CUBLAS_OP_N, CUBLAS_OP_T, HS, T, a.R, dy, HS, a.q_stride, attention_weights(s, att, B, T, NH, d), T,
+                 a.score_stride, s.dv, CUDA_R_FLOATX, HS, a.kv_stride, a.batch);
     LAUNCH(attention_softmax_backward_kernel, CEIL_DIV(B * NH * T, ROWS_PER_BLOCK), ROW_BLOCK, 0,
-           s.dscores, att, datt, 1.0f / sqrtf((float)HS), B * NH * T, T);
+           s.dscores, att, datt, 1.0f / sqrtf((float)HS), B * NH * T, T, NH, d);
     // dq = dscores k (the scale is in dscores):  dq^T [HS, R] = k^T [HS, T] @ dscores^T [T, R]
     gemm_batched(CUBLAS_OP_N, CUBLAS_OP_N, HS, a.R, T, s.k, HS, a.kv_stride, s.dscores, T, a.score_stride,
                  s.dq, CUDA_R_FLOATX, HS, a.q_stride, a.batch);

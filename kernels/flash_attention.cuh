@@ -37,7 +37,11 @@ Included by kernels.cuh, the index of kernels/: the conventions every kernel kee
 // Before issue 39 a second kernel, one block per query tile, recomputed S and dP for dQ: 7
 // products. Scores are kept in log2 units (scaled by log2 e), for exp2, the GPU's native
 // exponential. Each kernel is built with and without ALiBi (a template argument): the instance
-// without has no bias arithmetic at all.
+// without has no bias arithmetic at all; and with and without the attention dropout (another):
+// the forward weighs V by P times the mask's factor (l, the softmax's sum, stays P's), the
+// backward draws the same mask from the same counters (kernels/random.cuh: the head's key, then
+// a hash of (query, key) per score), P^T times it for dV, and dP^T = the factor times V dO^T
+// (D = rowsum(dO O) is already P's mask-weighed dot, as FlashAttention-2's dropout has it).
 //
 // Grouped-query attention (G < NH key/value heads, each shared by the NH/G query heads of its
 // group): the forward keeps a block per query head, reading the group's K and V, and numbers
@@ -334,9 +338,9 @@ __device__ float flash_score_log2(const FlashHead& f, float s, int key, int row)
 // s (scores) becomes p = 2^(x - m_new), x the score in log2 units with ALiBi's bias; keys
 // right of a row (on tiles that reach the diagonal only) get p = 0; m, l and o move to the new
 // maximum. A row whose keys in this tile are all masked keeps m: it saw key 0 in tile 0.
-template <int HS, bool ALIBI>
+template <int HS, bool DROPOUT, bool ALIBI>
 __device__ void flash_online_softmax(float s[][4], float o[][4], float m[2], float l[2], int k0, int row0,
-                                     bool diagonal, const FlashHead& head) {
+                                     bool diagonal, const FlashHead& head, uint64_t head_key, const Dropout& dropout) {
     int lane = threadIdx.x % 32;
     float tile_max[2] = {-INFINITY, -INFINITY};
     UNROLL
@@ -363,6 +367,8 @@ __device__ void flash_online_softmax(float s[][4], float o[][4], float m[2], flo
         for (int e = 0; e < 4; e++) {
             s[n][e] = exp2f(s[n][e] - m[e / 2]);
             l[e / 2] += s[n][e];   // this lane's part of the row's sum: the quad adds at the end
+            if (DROPOUT)           // then P V weighs by P x the mask's factor
+                s[n][e] *= dropout_factor(head_key, row0 + lane / 4 + 8 * (e / 2), k0 + 8 * n + 2 * (lane % 4) + e % 2, &dropout);
         }
     }
     UNROLL
@@ -391,9 +397,9 @@ __device__ FlashQueryBlock flash_query_block(int T, int NH, int G) {
 
 // grid: B * NH * tiles blocks of FLASH_THREADS (flash_query_block), flash_shared_bytes(HS, 1) of
 // dynamic shared memory; out [N, NH * HS], lse [B, NH, T]. ALIBI: alibi.heads != 0.
-template <int HS, bool ALIBI>
+template <int HS, bool DROPOUT, bool ALIBI>
 __global__ void __launch_bounds__(FLASH_THREADS, 3) attention_forward_flash_kernel(floatX* out, float* lse, const floatX* qkv,
-                                                                                int T, int NH, int G, Alibi alibi) {
+                                                                                int T, int NH, int G, Alibi alibi, Dropout dropout) {
     constexpr int KEYS = FLASH_KEYS(HS), tile = KEYS * FLASH_ROW(HS);
     floatX* q = flash_shared();
     floatX* k = q + FLASH_ROWS * FLASH_ROW(HS);   // two buffers, then v's two
@@ -410,6 +416,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, 3) attention_forward_flash_kern
     // computes k_rows again from bh rather than keep the pointer: that keeps the block at 168
     // registers, three blocks an SM, without a spill)
     const FlashHead head = flash_head(HS, alibi, h);
+    const uint64_t head_key = DROPOUT ? dropout_head_key(&dropout, b, h) : 0;
 
     flash_copy_rows<HS, FLASH_ROWS>(q, q_rows, stride, t0, T);
     cp_async_commit();   // a group of its own: the queries are waited for before the first key tile
@@ -434,7 +441,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, 3) attention_forward_flash_kern
         __syncthreads();      // ... and every thread's part of them
         float s[KEYS / 8][4] = {};
         warp_product_abt<HS, KEYS>(s, qa, k + buffer * tile);
-        flash_online_softmax<HS, ALIBI>(s, o, m, l, k0, row0, k0 + KEYS > t0, head);
+        flash_online_softmax<HS, DROPOUT, ALIBI>(s, o, m, l, k0, row0, k0 + KEYS > t0, head, head_key, dropout);
         warp_product_pb<HS, KEYS>(o, s, v + buffer * tile);
         __syncthreads();   // every warp is done with this buffer before the next copy into it
     }
@@ -475,10 +482,11 @@ __global__ void attention_backward_flash_d_kernel(float* D, unsigned* counters, 
 // A step: st = S^T (this warp's 16 keys from key0 by FLASH_STEP queries from q0) becomes P^T,
 // dpt = dP^T becomes dS^T = scale P^T (dP^T - D); stats holds the step's queries' lse (natural
 // log, as the forward wrote it) then their D. Masked where a key is right of its query or the
-// query is past T.
-template <bool ALIBI>
+// query is past T. With dropout, st becomes P^T x the mask's factor (for dV) and dP^T the factor
+// x (V dO^T), the mask drawn again from the head's key.
+template <bool DROPOUT, bool ALIBI>
 __device__ void flash_scores_to_gradients(float st[][4], float dpt[][4], const float* stats, int key0, int q0, int T,
-                                          bool masked, const FlashHead& head) {
+                                          bool masked, const FlashHead& head, uint64_t head_key, const Dropout& dropout) {
     int lane = threadIdx.x % 32;
     UNROLL
     for (int n = 0; n < FLASH_STEP / 8; n++) {
@@ -487,8 +495,9 @@ __device__ void flash_scores_to_gradients(float st[][4], float dpt[][4], const f
             int key = key0 + lane / 4 + 8 * (e / 2), c = 8 * n + 2 * (lane % 4) + e % 2, query = q0 + c;
             float p = exp2f(flash_score_log2<ALIBI>(head, st[n][e], key, query) - stats[c] * LOG2E);
             if (masked && (key > query || query >= T)) p = 0.0f;
-            st[n][e] = p;
-            dpt[n][e] = head.scale * p * (dpt[n][e] - stats[FLASH_STEP + c]);
+            float f = DROPOUT ? dropout_factor(head_key, query, key, &dropout) : 1.0f;
+            st[n][e] = p * f;
+            dpt[n][e] = head.scale * p * (dpt[n][e] * f - stats[FLASH_STEP + c]);
         }
     }
 }
@@ -610,11 +619,12 @@ __device__ void flash_copy_pair(floatX* q_tile, floatX* dout_tile, float* stats,
 // and left the GPU half idle at the end: 15% longer at GPT-2's 16 x 1024 by a list
 // schedule of the blocks on 396 slots), and a tile's predecessor in the turns is usually done
 // before it starts. counters: [B, NH, steps] turns, then the ticket; zero when the kernel starts
-// (the D kernel zeroes them). sums: [B, NH, T, HS] floats.
-template <int HS, bool ALIBI>
-__global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : 3) attention_backward_flash_kernel(floatX* dqkv, float* sums,
+// (the D kernel zeroes them). sums: [B, NH, T, HS] floats. With dropout at head size 64: two blocks
+// an SM, not three (the mask's key and hashes took the last registers of 168: a spill).
+template <int HS, bool DROPOUT, bool ALIBI>
+__global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : DROPOUT ? 2 : 3) attention_backward_flash_kernel(floatX* dqkv, float* sums,
         unsigned* counters, const floatX* dout, const floatX* qkv, const float* lse, const float* D, int B, int T, int NH,
-        int G, Alibi alibi) {
+        int G, Alibi alibi, Dropout dropout) {
     constexpr int step_tile = FLASH_STEP * FLASH_ROW(HS);
     // K's A fragments in registers at head size 64 (16 registers; V's too would take 16 more, and
     // the block would no longer fit the 168 registers that give three blocks an SM): at 128 they
@@ -666,13 +676,15 @@ __global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : 3) attention_back
         cp_async_wait<1>();   // all but the newest group: this pair is here
         __syncthreads();      // ... and every thread's part of it
         const FlashHead head = flash_head(HS, alibi, h);
+        const uint64_t head_key = DROPOUT ? dropout_head_key(&dropout, b, h) : 0;
         float st[FLASH_STEP / 8][4] = {}, dpt[FLASH_STEP / 8][4] = {};
         if (k_in_registers) warp_product_abt<HS, FLASH_STEP>(st, kf, qs);   // S^T = K Q^T
         else warp_product_abt<HS, FLASH_STEP>(st, k, 16 * warp, qs);
         warp_product_abt<HS, FLASH_STEP>(dpt, v, 16 * warp, dos);            // dP^T = V dO^T
         bool diagonal = q0 < k0 + FLASH_ROWS;   // (the walk's steps start at the tile's diagonal)
         bool masked = diagonal || q0 + FLASH_STEP > T;   // the diagonal, or past T
-        flash_scores_to_gradients<ALIBI>(st, dpt, stats + buffer * 2 * FLASH_STEP, key0, q0, T, masked, head);
+        flash_scores_to_gradients<DROPOUT, ALIBI>(st, dpt, stats + buffer * 2 * FLASH_STEP, key0, q0, T, masked, head, head_key,
+                                                  dropout);
         warp_product_pb<HS, FLASH_STEP>(dv, st, dos);   // dV += P^T dO
         warp_product_pb<HS, FLASH_STEP>(dk, dpt, qs);   // dK += dS^T Q
         flash_store_ds(ds, dpt, 16 * warp);
@@ -721,7 +733,7 @@ static void check_flash_arguments(int HS, const void* qkv, const void* dout) {
 
 // a flash kernel's instance for the launcher's head size and ALiBi: a name with a comma in it
 // cannot be LAUNCH's argument, a macro call can
-#define FLASH_INSTANCE(kernel) kernel<HS, ALIBI>
+#define FLASH_INSTANCE(kernel) kernel<HS, DROPOUT, ALIBI>
 
 // a kernel may use more than 48 KiB of dynamic shared memory only after it asked for it
 template <class Kernel>
@@ -729,40 +741,52 @@ static void allow_shared_bytes(Kernel* kernel, size_t bytes) {
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-template <int HS, bool ALIBI>
-static void attention_forward_flash_at(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int G, Alibi alibi) {
+template <int HS, bool DROPOUT, bool ALIBI>
+static void attention_forward_flash_at(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int G, Alibi alibi,
+                                       Dropout dropout) {
     static size_t allowed = 0;
     size_t bytes = flash_shared_bytes(HS, 1);
     if (allowed != bytes) allow_shared_bytes(FLASH_INSTANCE(attention_forward_flash_kernel), bytes), allowed = bytes;
     LAUNCH(FLASH_INSTANCE(attention_forward_flash_kernel), B * NH * CEIL_DIV(T, FLASH_ROWS), FLASH_THREADS, bytes,
-           out, lse, qkv, T, NH, G, alibi);
+           out, lse, qkv, T, NH, G, alibi, dropout);
 }
 
-template <int HS, bool ALIBI>
+template <int HS, bool DROPOUT, bool ALIBI>
 static void attention_backward_flash_at(floatX* dqkv, float* sums, unsigned* counters, const float* D, const floatX* dout,
-                                        const floatX* qkv, const float* lse, int B, int T, int NH, int G, Alibi alibi) {
+                                        const floatX* qkv, const float* lse, int B, int T, int NH, int G, Alibi alibi,
+                                        Dropout dropout) {
     static size_t allowed = 0;
     size_t bytes = flash_shared_bytes(HS, 0);
     if (allowed != bytes) allow_shared_bytes(FLASH_INSTANCE(attention_backward_flash_kernel), bytes), allowed = bytes;
     int tiles = CEIL_DIV(T, FLASH_ROWS);   // a block per key tile of each (b, group)
     LAUNCH(FLASH_INSTANCE(attention_backward_flash_kernel), B * G * tiles, FLASH_THREADS, bytes, dqkv, sums, counters, dout,
-           qkv, lse, D, B, T, NH, G, alibi);
+           qkv, lse, D, B, T, NH, G, alibi, dropout);
 }
 
+// the eight instances: head size 64 or 128, dropout or not, ALiBi or not
+#define FLASH_DISPATCH(launcher, ...)                                                                      \
+    do {                                                                                                    \
+        bool drop = dropout.threshold != 0, bias = alibi.heads != 0;                                        \
+        if (HS == 64 && drop && bias) launcher<64, true, true>(__VA_ARGS__);                                \
+        else if (HS == 64 && drop) launcher<64, true, false>(__VA_ARGS__);                                  \
+        else if (HS == 64 && bias) launcher<64, false, true>(__VA_ARGS__);                                  \
+        else if (HS == 64) launcher<64, false, false>(__VA_ARGS__);                                         \
+        else if (drop && bias) launcher<128, true, true>(__VA_ARGS__);                                      \
+        else if (drop) launcher<128, true, false>(__VA_ARGS__);                                             \
+        else if (bias) launcher<128, false, true>(__VA_ARGS__);                                             \
+        else launcher<128, false, false>(__VA_ARGS__);                                                      \
+    } while (0)
+
 static void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int G, int HS,
-                                    Alibi alibi) {
+                                    Alibi alibi, Dropout dropout) {
     check_flash_arguments(HS, qkv, qkv);
-    // the four instances: head size 64 or 128, ALiBi or not
-    if (HS == 64 && alibi.heads) attention_forward_flash_at<64, true>(out, lse, qkv, B, T, NH, G, alibi);
-    else if (HS == 64) attention_forward_flash_at<64, false>(out, lse, qkv, B, T, NH, G, alibi);
-    else if (alibi.heads) attention_forward_flash_at<128, true>(out, lse, qkv, B, T, NH, G, alibi);
-    else attention_forward_flash_at<128, false>(out, lse, qkv, B, T, NH, G, alibi);
+    FLASH_DISPATCH(attention_forward_flash_at, out, lse, qkv, B, T, NH, G, alibi, dropout);
 }
 
 // scratch: flash_backward_scratch_floats(B, T, NH, HS) floats (D, dQ's sums, the counters); out
 // and lse: the forward's
 static void attention_backward_flash(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
-                                     const float* lse, int B, int T, int NH, int G, int HS, Alibi alibi) {
+                                     const float* lse, int B, int T, int NH, int G, int HS, Alibi alibi, Dropout dropout) {
     check_flash_arguments(HS, qkv, dout);
     size_t rows = (size_t)B * NH * T;
     float *D = scratch, *sums = scratch + rows;
@@ -770,23 +794,21 @@ static void attention_backward_flash(floatX* dqkv, float* scratch, const floatX*
     int count = B * NH * CEIL_DIV(T, FLASH_STEP) + 1;   // the turns and the ticket
     LAUNCH(attention_backward_flash_d_kernel, CEIL_DIV(rows, ROWS_PER_BLOCK), ROW_BLOCK, 0, D, counters, count, dout, out,
            B, T, NH, HS);
-    if (HS == 64 && alibi.heads) attention_backward_flash_at<64, true>(dqkv, sums, counters, D, dout, qkv, lse, B, T, NH, G, alibi);
-    else if (HS == 64) attention_backward_flash_at<64, false>(dqkv, sums, counters, D, dout, qkv, lse, B, T, NH, G, alibi);
-    else if (alibi.heads) attention_backward_flash_at<128, true>(dqkv, sums, counters, D, dout, qkv, lse, B, T, NH, G, alibi);
-    else attention_backward_flash_at<128, false>(dqkv, sums, counters, D, dout, qkv, lse, B, T, NH, G, alibi);
+    FLASH_DISPATCH(attention_backward_flash_at, dqkv, sums, counters, D, dout, qkv, lse, B, T, NH, G, alibi, dropout);
 }
 // The layer's layout decides which attention runs: lse given (the fused kernels keep the
 // log-sum-exp), or att (the cuBLAS path keeps the probabilities).
 static void attention_forward(floatX* out, floatX* att, float* lse, floatX* scratch, const floatX* qkv,
-                              int B, int T, int NH, int G, int HS, Alibi alibi) {
-    if (lse) attention_forward_flash(out, lse, qkv, B, T, NH, G, HS, alibi);
-    else attention_forward_unfused(out, att, scratch, qkv, B, T, NH, G, HS, alibi);
+                              int B, int T, int NH, int G, int HS, Alibi alibi, Dropout dropout) {
+    if (lse) attention_forward_flash(out, lse, qkv, B, T, NH, G, HS, alibi, dropout);
+    else attention_forward_unfused(out, att, scratch, qkv, B, T, NH, G, HS, alibi, dropout);
 }
 
 static void attention_backward(floatX* dqkv, floatX* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
-                               const floatX* att, const float* lse, int B, int T, int NH, int G, int HS, Alibi alibi) {
-    if (lse) attention_backward_flash(dqkv, (float*)scratch, dout, qkv, out, lse, B, T, NH, G, HS, alibi);
-    else attention_backward_unfused(dqkv, scratch, dout, qkv, att, B, T, NH, G, HS);
+                               const floatX* att, const float* lse, int B, int T, int NH, int G, int HS, Alibi alibi,
+                               Dropout dropout) {
+    if (lse) attention_backward_flash(dqkv, (float*)scratch, dout, qkv, out, lse, B, T, NH, G, HS, alibi, dropout);
+    else attention_backward_unfused(dqkv, scratch, dout, qkv, att, B, T, NH, G, HS, dropout);
 }
 // selective recomputation's pass: the probabilities again, for the backward (the cuBLAS path
 // alone: the fused attention keeps none, and its backward recomputes them itself)
@@ -798,10 +820,10 @@ static void attention_probabilities(floatX* att, floatX* scratch, const floatX* 
 static int flash_attention_runs_here(void) { return 1; }   // the CPU build plans for any GPU
 
 // one C attention: the layout's lse (never planned on this build) and out are not needed
-#define attention_forward(out, att, lse, scratch, qkv, B, T, NH, G, HS, alibi) \
-    attention_forward_cpu(out, att, qkv, B, T, NH, G, HS, alibi)
-#define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, G, HS, alibi) \
-    attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, NH, G, HS)
+#define attention_forward(out, att, lse, scratch, qkv, B, T, NH, G, HS, alibi, dropout) \
+    attention_forward_cpu(out, att, qkv, B, T, NH, G, HS, alibi, dropout)
+#define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, G, HS, alibi, dropout) \
+    attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, NH, G, HS, dropout)
 #define attention_probabilities(att, scratch, qkv, B, T, NH, G, HS, alibi) \
     attention_probabilities_cpu(att, qkv, B, T, NH, G, HS, alibi)
 #endif

@@ -156,8 +156,8 @@ static double attention_flops;   // forward, per call
     } while (0)
 #define attention_forward(out, att, lse, scratch, ...) \
     TIMED("attention_forward", attention_flops, attention_forward_cpu(out, att, __VA_ARGS__))
-#define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, G, HS, alibi) \
-    TIMED("attention_backward", 2.0 * attention_flops, attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, NH, G, HS))
+#define attention_backward(dqkv, scratch, dout, qkv, out, att, lse, B, T, NH, G, HS, alibi, dropout) \
+    TIMED("attention_backward", 2.0 * attention_flops, attention_backward_cpu(dqkv, scratch, dout, qkv, att, B, T, NH, G, HS, dropout))
 // selective recomputation's pass: the scores q k^T again, half the forward's products
 #define attention_probabilities(att, scratch, ...) \
     TIMED("attention_probabilities", attention_flops / 2.0, attention_probabilities_cpu(att, __VA_ARGS__))

@@ -268,7 +268,7 @@ class Recost:
     def attention_forward(self):
         rows, keys = self.d["FLASH_ROWS"], 64 if HS <= 64 else 32
         pairs = sum(math.ceil(min(T, r0 + rows) / keys) for r0 in range(0, T, rows))
-        _, sass = kernel(self.k, f"attention_forward_flash_kernel<{HS}, false>")
+        _, sass = kernel(self.k, f"attention_forward_flash_kernel<{HS}, false, false>")
         loop = test_sass.inner_loop(sass)[2]
         warps = rows // 16
         issue = self.B * HEADS * pairs * warps * loop / ISSUE_RATE
@@ -285,7 +285,7 @@ class Recost:
         steps = sum(math.ceil((T - r0) / step) for r0 in range(0, T, rows))
         first_parts = math.ceil(T / step)
         self.memory("attention, fused", 1, self.B * HEADS * (2 * T * HS * X + 4 * T))
-        _, sass = kernel(self.k, f"attention_backward_flash_kernel<{HS}, false>")
+        _, sass = kernel(self.k, f"attention_backward_flash_kernel<{HS}, false, false>")
         loop = test_sass.inner_loop(sass)[2]
         issue = self.B * HEADS * steps * (rows // 16) * loop / ISSUE_RATE
         l2 = self.B * HEADS * (steps * (2 * step * HS * X + 2 * 4 * step) + (steps - first_parts) * 2 * step * HS * 4)

@@ -4,7 +4,7 @@
 // replaced by a recorder that runs nothing: the real launchers (attention_forward and
 // attention_backward, on the fused path) are called for every head size 16, 32, ..., 128,
 // with ALiBi and without, and each launch prints one line
-//     launch KERNEL THREADS DYNAMIC_SHARED_BYTES hs=HS alibi=0|1
+//     launch KERNEL THREADS DYNAMIC_SHARED_BYTES hs=HS alibi=0|1 dropout=0|1
 // KERNEL is the launched function's name without its parameters, as the symbol table gives
 // it (a template instance shows its arguments: attention_forward_flash_kernel<64>), the form
 // test_sass.py gives the cubin's kernels. A head size the launchers refuse prints
@@ -16,7 +16,7 @@
 #include <string>
 
 static std::string launched_name(void* kernel, const char* as_written);
-static int probed_hs, probed_alibi;
+static int probed_hs, probed_alibi, probed_dropout;
 
 // the launch's grid and arguments are evaluated or type-checked (the arguments in a lambda
 // that is never called), so nothing the launcher computes for them goes unused; +(kernel) is
@@ -27,8 +27,8 @@ static int probed_hs, probed_alibi;
         auto launch_not_run_ = [&]() { kernel(__VA_ARGS__); };                                                        \
         (void)launch_not_run_;                                                                                        \
         (void)(blocks);                                                                                               \
-        printf("launch %s %u %zu hs=%d alibi=%d\n", launched_name(reinterpret_cast<void*>(+(kernel)), #kernel).c_str(), \
-               (unsigned)(block), (size_t)(shmem), probed_hs, probed_alibi);                                         \
+        printf("launch %s %u %zu hs=%d alibi=%d dropout=%d\n", launched_name(reinterpret_cast<void*>(+(kernel)), #kernel).c_str(), \
+               (unsigned)(block), (size_t)(shmem), probed_hs, probed_alibi, probed_dropout);                        \
     } while (0)
 #include "kernels.cuh"
 
@@ -75,6 +75,7 @@ static void* device_buffer(size_t bytes) {
 int main(void) {
     const int B = 1, T = 256, NH = 1, G = 1;
     fail = refuse;
+    for (probed_dropout = 0; probed_dropout <= 1; probed_dropout++)
     for (probed_alibi = 0; probed_alibi <= 1; probed_alibi++)
         for (probed_hs = 16; probed_hs <= 128; probed_hs += 16) {
             size_t rows = (size_t)B * T, HS = probed_hs;
@@ -85,9 +86,10 @@ int main(void) {
             float* lse = (float*)device_buffer((size_t)B * NH * T * sizeof(float));
             floatX* scratch = (floatX*)device_buffer(rows * 4 * NH * HS * sizeof(float));   // more than D needs
             Alibi alibi = {0, probed_alibi ? NH : 0};
+            Dropout dropout = probed_dropout ? dropout_mask(0.1f, 1234, 1, 0, DROPOUT_ATTENTION_PROBS, 0, 0) : NO_DROPOUT;
             if (setjmp(refused) == 0) {
-                attention_forward(out, NULL, lse, scratch, qkv, B, T, NH, G, probed_hs, alibi);
-                attention_backward(dqkv, scratch, dout, qkv, out, NULL, lse, B, T, NH, G, probed_hs, alibi);
+                attention_forward(out, NULL, lse, scratch, qkv, B, T, NH, G, probed_hs, alibi, dropout);
+                attention_backward(dqkv, scratch, dout, qkv, out, NULL, lse, B, T, NH, G, probed_hs, alibi, dropout);
             }
             for (void* p : {(void*)qkv, (void*)dqkv, (void*)out, (void*)dout, (void*)lse, (void*)scratch}) cudaCheck(cudaFree(p));
         }

@@ -2,7 +2,8 @@
 # tests/test_checkpoint.sh DATA_PREFIX — checkpoints survive anything.
 #   exact resume: stop at step 10, resume, and steps 11-20 are bit-identical to one
 #   uninterrupted run; resumed under other layouts they match within 1e-5 (interleaved and plain
-#   1F1B resume each other's, the same bits); a kill -9 in the
+#   1F1B resume each other's, the same bits), with dropout 0.1 on (the default: a resumed step
+#   draws the uninterrupted run's masks, keyed by the iteration and the samples); a kill -9 in the
 #   middle of a save leaves the previous checkpoint loadable; a truncated or bit-flipped
 #   checkpoint and a different model config are refused naming the file, tensor or field;
 #   SIGTERM saves and exits 0; --keep-last rotates; --finetune and --no-load-optim load.

@@ -78,8 +78,6 @@ megatron_note() {  # NAME FLAG...: the dry run goes on, with "note: Megatron's F
     else bad "$name" "status $status: $(grep -m1 note "$tmp/out") $(head -c 300 "$tmp/err")"; fi
 }
 megatron_note "--use-distributed-optimizer accepted: gridgpt is always ZeRO-1" --use-distributed-optimizer
-megatron_note "--hidden-dropout 0 accepted: no dropout" --hidden-dropout 0
-megatron_note "--attention-dropout 0.0 accepted: no dropout (numbers compare as numbers)" --attention-dropout 0.0
 megatron_note "--distributed-backend nccl accepted (the CPU build's collectives are MPI's)" --distributed-backend nccl
 megatron_note "--no-masked-softmax-fusion accepted" --no-masked-softmax-fusion
 megatron_note "--no-bias-gelu-fusion accepted" --no-bias-gelu-fusion
@@ -93,8 +91,9 @@ megatron_note "--tokenizer-type NullTokenizer accepted: the data's ids as they a
 grep -q "^note: Megatron's --distributed-timeout-minutes 3 accepted: taken as --watchdog-timeout" \
     <(./train_cpu --dry-run --vocab-size 256 --distributed-timeout-minutes 3 2>&1) && ok "--distributed-timeout-minutes accepted as --watchdog-timeout" ||
     bad "--distributed-timeout-minutes" "no note"
-expect_error "--hidden-dropout 0.1 refused, naming dropout and what Megatron-LM does" \
-    "--hidden-dropout 0.1: not in gridgpt: dropout: Megatron-LM would zero this fraction of the hidden states" $base --hidden-dropout 0.1
+expect_error "--attention-dropout 1 refused: dropout keeps a fraction below 1" \
+    "--attention-dropout 1: a fraction below 1" $base --attention-dropout 1
+expect_error "--hidden-dropout -0.1 refused" "--hidden-dropout must be at least 0, got -0.1" $base --hidden-dropout -0.1
 expect_error "--distributed-backend gloo refused" "--distributed-backend gloo: not in gridgpt: Gloo" $base --distributed-backend gloo
 expect_error "--num-experts 8 refused as not in gridgpt" "--num-experts 8: not in gridgpt: mixture of experts" $base --num-experts 8
 expect_error "a family of Megatron flags (--moe-*) refused as not in gridgpt" "--moe-router-topk 2: not in gridgpt: mixture of experts" \

@@ -135,5 +135,9 @@ plant "a missing barrier: a block passes dQ's turn before all its threads have a
     '/^__device__ inline void flash_pass_turn/,/^}/{/__syncthreads();/d}'
 plant "dQ's turn counters never zeroed: the D kernel leaves what the last backward counted" $flash \
     's|        counters\[i\] = 0;|        (void)counters;|'
+plant "dropout: the backward draws the mask of (key, query), not (query, key)" $flash \
+    's|dropout_factor(head_key, query, key, \&dropout)|dropout_factor(head_key, key, query, \&dropout)|'
+plant "dropout: the forward's product weighs V by P without the mask" $flash \
+    's|            if (DROPOUT)           // then P V weighs|            if (false)             // then P V weighs|'
 run_plants
 exit $status

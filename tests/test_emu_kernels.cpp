@@ -532,19 +532,20 @@ static void split_qkv(Vec parts[3], const Vec& dqkv, int NH, int G, int HS) {
 
 // The cuBLAS path with NH query heads in G groups (G = NH: multi-head attention). alibi: none,
 // or these heads as global heads first_head.. of a count that is not a power of two (a tensor
-// rank's share).
-static void test_attention(int NH, int G, Alibi alibi) {
+// rank's share). d: the attention dropout (NO_DROPOUT: none), the same mask on both sides (dv
+// then comes from the probabilities times the mask's factor, rounded again: X_CHAIN).
+static void test_attention(int NH, int G, Alibi alibi, Dropout d) {
     const int B = 2, T = 37, HS = 10, N = B * T;  // T > 32: a softmax row spans lanes twice
     std::string with = (G < NH ? " NH=" + std::to_string(NH) + " G=" + std::to_string(G) : std::string()) +
-                       (alibi.heads ? " (ALiBi)" : "");
+                       (alibi.heads ? " (ALiBi)" : "") + (d.threshold ? " (dropout 0.3)" : "");
     const size_t n_qkv = (size_t)N * (NH + 2 * G) * HS, n_out = (size_t)N * NH * HS, n_att = (size_t)B * NH * T * T;
     Vec qkv = random_vec(n_qkv, 2, true), out(n_out), att(n_att);
-    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, G, HS, alibi);
+    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, G, HS, alibi, d);
     floatX *d_qkv = to_dev_x(qkv), *d_out = (floatX*)dev_malloc(n_out * sizeof(floatX)), *d_att = (floatX*)dev_malloc(n_att * sizeof(floatX));
     // scratch one element past an aligned address: the regions must align themselves
     floatX* scratch_base = (floatX*)dev_malloc((attention_scratch_elements(B, T, NH, HS) + 1) * sizeof(floatX));
     floatX* d_scratch = scratch_base + 1;
-    attention_forward(d_out, d_att, NULL, d_scratch, d_qkv, B, T, NH, G, HS, alibi);  // no lse: the cuBLAS path
+    attention_forward(d_out, d_att, NULL, d_scratch, d_qkv, B, T, NH, G, HS, alibi, d);  // no lse: the cuBLAS path
     Vec got_att = from_dev_x(d_att, n_att);
     compare(("attention_forward att" + with).c_str(), got_att, att, X_OUT);
     compare(("attention_forward out" + with).c_str(), from_dev_x(d_out, n_out), out, X_CHAIN);
@@ -560,15 +561,15 @@ static void test_attention(int NH, int G, Alibi alibi) {
     // the backward reads att: both sides get the kernel's floatX probabilities. A group's dk
     // and dv sum over its heads in one product: one rounding, as with G = NH
     Vec dout = random_vec(n_out, 1, true), dqkv(n_qkv), cpu_scratch((size_t)B * NH * T);
-    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), got_att.data(), B, T, NH, G, HS);
+    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), got_att.data(), B, T, NH, G, HS, d);
     floatX *d_dout = to_dev_x(dout), *d_dqkv = (floatX*)dev_malloc(n_qkv * sizeof(floatX));
-    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_att, NULL, B, T, NH, G, HS, alibi);
+    attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_att, NULL, B, T, NH, G, HS, alibi, d);
     Vec parts_got[3], parts_want[3];
     split_qkv(parts_got, from_dev_x(d_dqkv, n_qkv), NH, G, HS);
     split_qkv(parts_want, dqkv, NH, G, HS);
     compare(("attention_backward dq" + with).c_str(), parts_got[0], parts_want[0], X_CHAIN);
     compare(("attention_backward dk" + with).c_str(), parts_got[1], parts_want[1], X_CHAIN);
-    compare(("attention_backward dv" + with).c_str(), parts_got[2], parts_want[2], X_OUT);
+    compare(("attention_backward dv" + with).c_str(), parts_got[2], parts_want[2], d.threshold ? X_CHAIN : X_OUT);
     dev_free(d_qkv), dev_free(d_out), dev_free(d_att), dev_free(scratch_base), dev_free(d_again), dev_free(d_dout), dev_free(d_dqkv);
 }
 
@@ -603,33 +604,35 @@ static Vec reference_lse(const Vec& qkv, int B, int T, int NH, int G, int HS, Al
 // dv sum over its heads in the same fp32 registers, still rounded once.
 // lse is fp32 on exact inputs: the summation order only (1e-5). Twice the same backward must
 // give the same bits: no atomics, whatever order the blocks run in.
-static void test_flash_attention(int B, int T, int NH, int G, int HS, Alibi alibi) {
+// d: the attention dropout (NO_DROPOUT: none), the same mask drawn on both sides.
+static void test_flash_attention(int B, int T, int NH, int G, int HS, Alibi alibi, Dropout d) {
     const int N = B * T;
     char with[96];
-    snprintf(with, sizeof with, " B=%d T=%d NH=%d G=%d HS=%d%s", B, T, NH, G, HS, alibi.heads ? " ALiBi" : "");
+    snprintf(with, sizeof with, " B=%d T=%d NH=%d G=%d HS=%d%s%s", B, T, NH, G, HS, alibi.heads ? " ALiBi" : "",
+             d.threshold ? " dropout 0.3" : "");
     const size_t n_qkv = (size_t)N * (NH + 2 * G) * HS, n_out = (size_t)N * NH * HS, rows = (size_t)B * NH * T;
     Vec qkv = random_vec(n_qkv, 2, true), out(n_out), att(rows * T);
-    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, G, HS, alibi);
+    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, G, HS, alibi, d);
     floatX *d_qkv = to_dev_x(qkv), *d_out = (floatX*)dev_malloc(n_out * sizeof(floatX));
     // the scratch: the backward's D, dQ's fp32 sums and its counters (also what attention_forward gets)
     float *d_lse = (float*)dev_malloc(rows * sizeof(float)),
           *d_D = (float*)dev_malloc(flash_backward_scratch_floats(B, T, NH, HS) * sizeof(float));
-    attention_forward(d_out, NULL, d_lse, (floatX*)d_D, d_qkv, B, T, NH, G, HS, alibi);
+    attention_forward(d_out, NULL, d_lse, (floatX*)d_D, d_qkv, B, T, NH, G, HS, alibi, d);
     compare((std::string("flash attention_forward out") + with).c_str(), from_dev_x(d_out, n_out), out, X_CHAIN);
     compare((std::string("flash attention_forward lse") + with).c_str(), from_dev_f(d_lse, rows),
             reference_lse(qkv, B, T, NH, G, HS, alibi), FP32_OUT);
 
     Vec dout = random_vec(n_out, 1, true), dqkv(n_qkv), cpu_scratch(rows);
-    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, G, HS);
+    attention_backward_cpu(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, G, HS, d);
     floatX *d_dout = to_dev_x(dout), *d_dqkv = (floatX*)dev_malloc(n_qkv * sizeof(floatX));
-    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, G, HS, alibi);
+    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, G, HS, alibi, d);
     Vec got = from_dev_x(d_dqkv, n_qkv), parts_got[3], parts_want[3];
     split_qkv(parts_got, got, NH, G, HS);
     split_qkv(parts_want, dqkv, NH, G, HS);
     compare((std::string("flash attention_backward dq") + with).c_str(), parts_got[0], parts_want[0], X_CHAIN);
     compare((std::string("flash attention_backward dk") + with).c_str(), parts_got[1], parts_want[1], X_CHAIN);
     compare((std::string("flash attention_backward dv") + with).c_str(), parts_got[2], parts_want[2], X_CHAIN);
-    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, G, HS, alibi);
+    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, G, HS, alibi, d);
     Vec again = from_dev_x(d_dqkv, n_qkv);
     check(memcmp(again.data(), got.data(), n_qkv * sizeof(float)) == 0,
           (std::string(FLOATX_NAME " flash attention_backward twice: the same bits") + with).c_str(), "the two runs differ");
@@ -1084,26 +1087,103 @@ static void test_attention_decode(int NH, int G, int HS, Alibi alibi) {
     compare(("attention_decode out" + with).c_str(), from_dev_x(d_out, n_out), out, X_OUT);
 }
 
+// The hidden dropout's kernel zeroes exactly what the C reference zeroes (rows from global row 9
+// of samples of T = 7, as a sequence-parallel rank holds them; C = 70 and 13, a pack of 8 a
+// thread and one element a thread), and scales the rest by 1 / (1 - p), rounded once
+static void test_hidden_dropout(int C) {
+    const int rows = 50, T = 7, first_row = 9;
+    size_t n = (size_t)rows * C;
+    Dropout d = dropout_mask(0.3f, 1234, 5, 2, DROPOUT_MLP_OUTPUT, 40, 0);
+    Vec x = random_vec(n, 2, true), want(n);
+    for (auto& v : x) v = v == 0.0f ? 1.0f : v;   // none zero before the mask
+    dropout_forward_cpu(want.data(), x.data(), rows, C, T, first_row, d);
+    floatX* d_x = to_dev_x(x);
+    dropout_forward(d_x, d_x, rows, C, T, first_row, d);   // in place, as the model calls it
+    Vec got = from_dev_x(d_x, n);
+    size_t differ = 0, dropped = 0;
+    for (size_t i = 0; i < n; i++) differ += (got[i] == 0.0f) != (want[i] == 0.0f), dropped += want[i] == 0.0f;
+    std::string with = " C=" + std::to_string(C);
+    check(differ == 0 && dropped > 0, (FLOATX_NAME " dropout_forward: the C reference's mask, bit for bit" + with).c_str(),
+          "%zu of %zu elements differ (%zu dropped)", differ, n, dropped);
+    compare(("dropout_forward" + with).c_str(), got, want, X_OUT);
+    dev_free(d_x);
+}
+
+// The attention dropout's masks, the unfused path's and the fused kernels', are the C
+// reference's bit for bit. Made visible: value t2 is the unit vector e_t2 (HS >= T), so out's row
+// t of head h is that row's probabilities times the mask's factor, zero exactly where a key is
+// dropped (or past the diagonal); and dout's row t is e_t, so dV's row t2 (one head a group) is
+// column t2 of the same, the mask the backward drew again. Two tiles of queries and four of keys
+// (T = 100, HS = 128), heads global heads 2 and 3 (tensor rank 1's).
+static void test_dropout_masks(void) {
+    const int B = 2, T = 100, NH = 2, G = 2, HS = 128, N = B * T;
+    const size_t n_qkv = (size_t)N * (NH + 2 * G) * HS, n_out = (size_t)N * NH * HS, rows = (size_t)B * NH * T;
+    Dropout d = dropout_mask(0.3f, 1234, 7, 1, DROPOUT_ATTENTION_PROBS, 40, 2);
+    Alibi none = {0, 0};
+    Vec qkv = random_vec(n_qkv, 0.5f, true), dout(n_out, 0.0f);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                float* v = &qkv[qkv_index(b, t, h, 2, T, NH, G, HS)];
+                for (int i = 0; i < HS; i++) v[i] = i == t ? 1.0f : 0.0f;
+                dout[((size_t)(b * T + t) * NH + h) * HS + t] = 1.0f;
+            }
+    Vec out(n_out), att(rows * T), dqkv(n_qkv), scratch(rows);
+    attention_forward_cpu(out.data(), att.data(), qkv.data(), B, T, NH, G, HS, none, d);
+    attention_backward_cpu(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, G, HS, d);
+    Vec want_dv[3];
+    split_qkv(want_dv, dqkv, NH, G, HS);
+    floatX *d_qkv = to_dev_x(qkv), *d_dout = to_dev_x(dout), *d_out = (floatX*)dev_malloc(n_out * sizeof(floatX));
+    floatX *d_att = (floatX*)dev_malloc(rows * T * sizeof(floatX)), *d_dqkv = (floatX*)dev_malloc(n_qkv * sizeof(floatX));
+    floatX* d_scratch = (floatX*)dev_malloc(attention_scratch_elements(B, T, NH, HS) * sizeof(floatX));
+    float *d_lse = (float*)dev_malloc(rows * sizeof(float)),
+          *d_flash = (float*)dev_malloc(flash_backward_scratch_floats(B, T, NH, HS) * sizeof(float));
+    for (int fused = 0; fused <= 1; fused++) {
+        if (fused) attention_forward(d_out, NULL, d_lse, (floatX*)d_flash, d_qkv, B, T, NH, G, HS, none, d);
+        else attention_forward(d_out, d_att, NULL, d_scratch, d_qkv, B, T, NH, G, HS, none, d);
+        if (fused) attention_backward(d_dqkv, (floatX*)d_flash, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, G, HS, none, d);
+        else attention_backward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_att, NULL, B, T, NH, G, HS, none, d);
+        Vec got = from_dev_x(d_out, n_out), got_dv[3];
+        split_qkv(got_dv, from_dev_x(d_dqkv, n_qkv), NH, G, HS);
+        size_t differ = 0, dv_differ = 0, dropped = 0;
+        for (size_t i = 0; i < n_out; i++) differ += (got[i] == 0.0f) != (out[i] == 0.0f), dropped += out[i] == 0.0f;
+        for (size_t i = 0; i < want_dv[2].size(); i++) dv_differ += (got_dv[2][i] == 0.0f) != (want_dv[2][i] == 0.0f);
+        std::string name = std::string(FLOATX_NAME) + (fused ? " flash" : " unfused") +
+                           " attention dropout: the C reference's mask, bit for bit, in the forward and drawn again in the backward";
+        check(differ == 0 && dv_differ == 0 && dropped > 0, name.c_str(), "%zu of %zu of out's elements differ, %zu of dV's",
+              differ, n_out, dv_differ);
+    }
+    dev_free(d_qkv), dev_free(d_dout), dev_free(d_out), dev_free(d_att), dev_free(d_dqkv), dev_free(d_scratch);
+    dev_free(d_lse), dev_free(d_flash);
+}
+
 // the fused attention's checks alone: tests/test_emu.sh's planted bugs run these
 static void test_flash_attention_shapes(void) {
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5}, heads_1_to_6_of_7 = {1, 7};
+    // the attention dropout 0.3 of a step, these heads global heads 2.. (a tensor rank's)
+    Dropout d = dropout_mask(0.3f, 1234, 7, 1, DROPOUT_ATTENTION_PROBS, 40, 2), none_d = NO_DROPOUT;
     // the two head sizes; T of a few rows (5), under one tile (37), one tile exactly (64), a partial
     // last tile (70: the backward's 32-row steps past T too), three tiles (130); B and NH
     // above 1; ALiBi on and off
-    test_flash_attention(1, 5, 2, 2, 64, none);
-    test_flash_attention(2, 37, 3, 3, 64, heads_2_to_4_of_5);
-    test_flash_attention(1, 64, 2, 2, 64, none);
-    test_flash_attention(2, 70, 2, 2, 64, none);
-    test_flash_attention(1, 130, 2, 2, 64, heads_2_to_4_of_5);
-    test_flash_attention(1, 70, 2, 2, 128, heads_2_to_4_of_5);
-    test_flash_attention(2, 130, 1, 1, 128, none);
+    test_flash_attention(1, 5, 2, 2, 64, none, none_d);
+    test_flash_attention(2, 37, 3, 3, 64, heads_2_to_4_of_5, none_d);
+    test_flash_attention(1, 64, 2, 2, 64, none, none_d);
+    test_flash_attention(2, 70, 2, 2, 64, none, none_d);
+    test_flash_attention(1, 130, 2, 2, 64, heads_2_to_4_of_5, none_d);
+    test_flash_attention(1, 70, 2, 2, 128, heads_2_to_4_of_5, none_d);
+    test_flash_attention(2, 130, 1, 1, 128, none, none_d);
     // grouped-query attention: groups of 2 and 3 heads, one group of 3 (multi-query); odd T
     // (a partial tile, a few rows, two and three tiles), both head sizes, ALiBi on and off
-    test_flash_attention(2, 37, 4, 2, 64, none);
-    test_flash_attention(1, 71, 6, 2, 64, heads_1_to_6_of_7);
-    test_flash_attention(1, 71, 3, 1, 64, heads_2_to_4_of_5);
-    test_flash_attention(1, 5, 3, 1, 128, none);
-    test_flash_attention(1, 71, 4, 2, 128, heads_1_to_6_of_7);
+    test_flash_attention(2, 37, 4, 2, 64, none, none_d);
+    test_flash_attention(1, 71, 6, 2, 64, heads_1_to_6_of_7, none_d);
+    test_flash_attention(1, 71, 3, 1, 64, heads_2_to_4_of_5, none_d);
+    test_flash_attention(1, 5, 3, 1, 128, none, none_d);
+    test_flash_attention(1, 71, 4, 2, 128, heads_1_to_6_of_7, none_d);
+    // with dropout: both head sizes, partial tiles, grouped-query attention, ALiBi on and off
+    test_flash_attention(2, 37, 3, 3, 64, heads_2_to_4_of_5, d);
+    test_flash_attention(1, 130, 4, 2, 64, none, d);
+    test_flash_attention(1, 71, 4, 2, 128, heads_1_to_6_of_7, d);
+    test_dropout_masks();
 }
 
 // argument "flash": only the fused attention's checks
@@ -1135,10 +1215,15 @@ int main(int argc, char** argv) {
     test_gelu_matmul_backward(48, GELU_ERF);
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5};
     Alibi heads_1_to_6_of_7 = {1, 7};
-    test_attention(3, 3, none);
-    test_attention(3, 3, heads_2_to_4_of_5);
-    test_attention(6, 2, heads_1_to_6_of_7);   // grouped-query attention: 2 groups of 3 heads
-    test_attention(4, 1, none);                // multi-query: one group
+    test_attention(3, 3, none, NO_DROPOUT);
+    test_attention(3, 3, heads_2_to_4_of_5, NO_DROPOUT);
+    test_attention(6, 2, heads_1_to_6_of_7, NO_DROPOUT);   // grouped-query attention: 2 groups of 3 heads
+    test_attention(4, 1, none, NO_DROPOUT);                // multi-query: one group
+    Dropout attention_dropout = dropout_mask(0.3f, 1234, 7, 1, DROPOUT_ATTENTION_PROBS, 40, 3);
+    test_attention(3, 3, heads_2_to_4_of_5, attention_dropout);
+    test_attention(6, 2, none, attention_dropout);
+    test_hidden_dropout(70);
+    test_hidden_dropout(13);
     test_attention_decode(3, 3, 64, none);
     test_attention_decode(2, 2, 7, heads_2_to_4_of_5);
     test_attention_decode(2, 2, 80, heads_2_to_4_of_5);

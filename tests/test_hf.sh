@@ -471,7 +471,7 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
         [ $m = gpt2_erf ] && tol=1e-6
         mpirun --oversubscribe --bind-to none -np $np ./train_cpu --load $B/ck_$m $(model_flags $B/ck_$m/iter_0000000) \
             --data-path $B/data_${m}_text_document --seq-length $T --split 100,0,0 --micro-batch-size 1 \
-            --global-batch-size 2 --train-iters 1 --lr 0 --log-interval 1 --eval-iters 0 \
+            --global-batch-size 2 --train-iters 1 --lr 0 --log-interval 1 --eval-iters 0 --hidden-dropout 0 --attention-dropout 0 \
             --tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp "$@" > $B/loss_$m.$np.log 2>&1
         got=$(grep -o 'lm loss: [0-9.E+-]*' $B/loss_$m.$np.log | head -1 | cut -d' ' -f3)
         want=$(cat $HM/$m/loss.txt)
@@ -495,8 +495,8 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
             --output-prefix $B/data_$m > /dev/null
         loss_check $m 1 1 1
     done
-    if grep -q "^note: config.json has embd_pdrop 0.1, resid_pdrop 0.1, attn_pdrop 0.1: gridgpt trains without dropout" $B/import_gpt2_f32.log &&
-       ! grep -q '^note' $B/import_gpt2_f16.log; then ok "import: GPT2Config's dropout is noted (gridgpt trains without); nothing for a config without dropout"
+    if grep -q "^note: config.json has embd_pdrop 0.1, resid_pdrop 0.1, attn_pdrop 0.1: not taken, the checkpoint keeps gridgpt's --hidden-dropout 0.1 --attention-dropout 0.1 (--import-hf-dropout takes config.json's)" $B/import_gpt2_f32.log &&
+       ! grep -q '^note' $B/import_gpt2_f16.log; then ok "import: GPT2Config's dropout is noted (not taken without --import-hf-dropout); nothing for a config without dropout"
     else bad "import: the dropout note" "$(cat $B/import_gpt2_f32.log $B/import_gpt2_f16.log)"; fi
     # GELU's form: "gelu" imported as --gelu erf and exported back as "gelu"; gelu_pytorch_tanh as
     # tanh, exported as gelu_new (its other name); the erf model's loss at TP 2 too
@@ -508,6 +508,24 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
     else bad "import and export of GELU's form" "$(grep -h -e '^config gelu' -e activation_function $B/ck_gpt2_erf/iter_0000000/metadata.txt \
         $B/back_gpt2_erf/config.json $B/ck_gpt2_bf16_sharded/iter_0000000/metadata.txt $B/back_gpt2_bf16_sharded/config.json 2>&1 | tr '\n' ' ')"; fi
     loss_check gpt2_erf 2 2 1
+    # --import-hf-dropout: config.json's dropout becomes the checkpoint's (gpt2_f16's resid_pdrop and attn_pdrop
+    # are 0.0, bloom_f16_sharded's hidden_dropout 0.1 and attention_dropout BloomConfig's 0), a fine-tune's default
+    rm -rf $B/ckd_gpt2_f16 $B/ckd_bloom
+    ./train_cpu --import-hf $HM/gpt2_f16 --save $B/ckd_gpt2_f16 --import-hf-dropout > $B/importd_gpt2.log 2>&1
+    ./train_cpu --import-hf $HM/bloom_f16_sharded --save $B/ckd_bloom --import-hf-dropout > $B/importd_bloom.log 2>&1
+    ./preprocess --input $HM/gpt2_f16/tokens.txt --input-format text --tokenizer-type ids --vocab-size 100000 \
+        --output-prefix $B/datad_gpt2 > /dev/null
+    ./train_cpu --load $B/ckd_gpt2_f16 --finetune --data-path $B/datad_gpt2_text_document --seq-length $T --split 100,0,0 \
+        --micro-batch-size 1 --global-batch-size 2 --train-iters 1 --eval-iters 0 > $B/ftd_gpt2.log 2>&1
+    if grep -qx "config hidden_dropout 0" $B/ckd_gpt2_f16/iter_0000000/metadata.txt &&
+       grep -qx "config attention_dropout 0" $B/ckd_gpt2_f16/iter_0000000/metadata.txt &&
+       grep -qx "config hidden_dropout 0.1" $B/ckd_bloom/iter_0000000/metadata.txt &&
+       grep -qx "config attention_dropout 0" $B/ckd_bloom/iter_0000000/metadata.txt &&
+       grep -q "^note: --import-hf-dropout: the checkpoint's dropout is config.json's, --hidden-dropout 0 --attention-dropout 0" $B/importd_gpt2.log &&
+       grep -q "^model from checkpoint .*--hidden-dropout 0 --attention-dropout 0" $B/ftd_gpt2.log &&
+       grep -qx "config hidden_dropout 0.1" $B/ck_gpt2_f32/iter_0000000/metadata.txt; then
+        ok "--import-hf-dropout: config.json's dropout becomes the checkpoint's (GPT-2's resid_pdrop and attn_pdrop, Bloom's hidden_dropout and attention_dropout), a fine-tune's default; without it gridgpt's 0.1"
+    else bad "--import-hf-dropout" "$(cat $B/importd_gpt2.log $B/importd_bloom.log; grep dropout $B/ckd_*/iter_0000000/metadata.txt; grep -m1 'model from' $B/ftd_gpt2.log)"; fi
     # every layout loads it (a fresh optimizer: --finetune or not is the same first step)
     rm -rf $B/ft_gpt2_f16 $B/ft_bloom_f32
     loss_check gpt2_f16 8 2 2 --finetune --save $B/ft_gpt2_f16
@@ -551,7 +569,7 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
     ./train_cpu --load $B/llama_trained --export-hf $B/out_llama_trained > $B/llama_export.log 2>&1
     ./train_cpu --load $B/llama_trained --data-path $B/data_llama_f32_text_document --seq-length $T --split 100,0,0 \
         --micro-batch-size 1 --global-batch-size 2 --train-iters 1 --lr 0 --log-interval 1 --eval-iters 0 --finetune \
-        --save $B/ft_llama_trained > $B/llama_trained_loss.log 2>&1
+        --hidden-dropout 0 --attention-dropout 0 --save $B/ft_llama_trained > $B/llama_trained_loss.log 2>&1
     got=$(grep -o 'lm loss: [0-9.E+-]*' $B/llama_trained_loss.log | head -1 | cut -d' ' -f3)
     want=$($PY tests/hf_models.py loss $B/out_llama_trained $HM/llama_f32/tokens.txt 2> $B/llama_trained_py.err)
     if grep -q "as a Hugging Face LlamaForCausalLM" $B/llama_export.log && [ "${want% *}" = LlamaForCausalLM ] && [ -n "$got" ] &&

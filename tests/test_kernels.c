@@ -28,14 +28,13 @@ Add -DVERBOSE to print every measured error beside its tolerance.
 
 static uint64_t rng_state = 1234;
 
-static uint64_t splitmix64(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+static uint64_t next_random(void) {   // SplitMix64's stream: kernels/random.cuh's finalizer of a counter
+    uint64_t z = splitmix64(rng_state);
+    rng_state += 0x9E3779B97F4A7C15ull;
+    return z;
 }
-static float rand_uniform(float lo, float hi) { return lo + (hi - lo) * (float)((splitmix64() >> 40) / 16777216.0); }
-static int rand_int(int n) { return (int)(splitmix64() % (uint64_t)n); }
+static float rand_uniform(float lo, float hi) { return lo + (hi - lo) * (float)((next_random() >> 40) / 16777216.0); }
+static int rand_int(int n) { return (int)(next_random() % (uint64_t)n); }
 
 // every buffer of a test comes from here and is freed together at the test's end
 #define MAX_BUFFERS 128
@@ -539,7 +538,7 @@ static void test_attention(Alibi alibi) {
     float* scratch = filled_floats(n_scratch, NAN);
     float* out = filled_floats(n_out, NAN);
     float* att = filled_floats(n_att, NAN);
-    attention_forward(out, att, NULL, NULL, qkv, B, T, NH, NH, HS, alibi);   // no lse, no scratch: the C attention
+    attention_forward(out, att, NULL, NULL, qkv, B, T, NH, NH, HS, alibi, NO_DROPOUT);   // no lse, no scratch: the C attention
     // scores: 7-term fp32 dot products; softmax over <= 11 terms; then an 11-term weighted
     // sum: each step a few u, all told ~1e-6 of the scale; 1e-5 leaves a decade
     snprintf(name, sizeof(name), "attention_forward out%s", with);
@@ -570,7 +569,7 @@ static void test_attention(Alibi alibi) {
     check(memcmp(again, att, n_att * sizeof(float)) == 0, name, "they differ");
 
     float* dqkv = filled_floats(n_qkv, NAN);  // overwritten: pre-filled with NaN
-    attention_backward(dqkv, scratch, R, qkv, out, att, NULL, B, T, NH, NH, HS, alibi);
+    attention_backward(dqkv, scratch, R, qkv, out, att, NULL, B, T, NH, NH, HS, alibi, NO_DROPOUT);
     double* fd = new_doubles(n_qkv);
     finite_diff(fd, a.qkv, n_qkv, attention_loss, &a);
     const char* parts[3] = {"dq", "dk", "dv"};
@@ -626,8 +625,8 @@ static void test_attention_gqa(int NH, int G, Alibi alibi) {
     float* mha = expand_groups(qkv, B, T, NH, G, HS);
     float *out = filled_floats(n_out, NAN), *att = filled_floats(n_att, NAN);
     float *out_mha = filled_floats(n_out, NAN), *att_mha = filled_floats(n_att, NAN);
-    attention_forward(out, att, NULL, NULL, qkv, B, T, NH, G, HS, alibi);
-    attention_forward(out_mha, att_mha, NULL, NULL, mha, B, T, NH, NH, HS, alibi);
+    attention_forward(out, att, NULL, NULL, qkv, B, T, NH, G, HS, alibi, NO_DROPOUT);
+    attention_forward(out_mha, att_mha, NULL, NULL, mha, B, T, NH, NH, HS, alibi, NO_DROPOUT);
     snprintf(name, sizeof name, "GQA attention_forward out = MHA on the expanded k, v, bit for bit%s", with);
     expect_identical(name, out, out_mha, n_out);
     snprintf(name, sizeof name, "GQA attention_forward att = MHA on the expanded k, v, bit for bit%s", with);
@@ -640,8 +639,8 @@ static void test_attention_gqa(int NH, int G, Alibi alibi) {
     float* dout = random_floats(n_out, -1, 1);
     float *dqkv = filled_floats(n_qkv, NAN), *dmha = filled_floats(n_mha, NAN);   // overwritten
     float* scratch = filled_floats(attention_scratch_elements(B, T, NH, HS), NAN);
-    attention_backward(dqkv, scratch, dout, qkv, out, att, NULL, B, T, NH, G, HS, alibi);
-    attention_backward(dmha, scratch, dout, mha, out_mha, att_mha, NULL, B, T, NH, NH, HS, alibi);
+    attention_backward(dqkv, scratch, dout, qkv, out, att, NULL, B, T, NH, G, HS, alibi, NO_DROPOUT);
+    attention_backward(dmha, scratch, dout, mha, out_mha, att_mha, NULL, B, T, NH, NH, HS, alibi, NO_DROPOUT);
     float *dq = new_floats(n_out), *dq_mha = new_floats(n_out);   // [b, t, h, i]
     size_t n_kv = (size_t)B * T * G * HS;
     float* dkv[2] = {new_floats(n_kv), new_floats(n_kv)};
@@ -678,7 +677,7 @@ static void test_attention_decode(int NH, int G, Alibi alibi) {
     snprintf(with, sizeof with, " NH=%d G=%d%s", NH, G, alibi.heads ? " (ALiBi)" : "");
     float* qkv = random_floats((size_t)T * row, -1.5f, 1.5f);
     float *want = new_floats((size_t)T * NH * HS), *att = new_floats((size_t)NH * T * T);
-    attention_forward(want, att, NULL, NULL, qkv, 1, T, NH, G, HS, alibi);
+    attention_forward(want, att, NULL, NULL, qkv, 1, T, NH, G, HS, alibi, NO_DROPOUT);
     float *cache = filled_floats((size_t)T * 2 * G * HS, NAN), *got = filled_floats((size_t)T * NH * HS, NAN);
     for (int k = 0, pos0 = 0; k < 4; pos0 += pieces[k++]) {
         kv_cache_append(cache, qkv + (size_t)pos0 * row, pieces[k], pos0, NH, G, HS);

@@ -88,13 +88,21 @@ static double loss_and_grads(GPT* m) {
 // size or in direction shows. Error budget: the loss is summed in double from fp32 token
 // losses (relative round-off ~1e-7, so ~1e-6 absolute over a 2e-3 step -> ~5e-4 on the
 // derivative), plus the h^2 truncation term; the derivative itself is ~1e-2 .. 1.
-static void gradient_check(int embed_layernorm, int alibi, int llama) {
+// With dropout: 0.3 of the hidden states and of the probabilities, the step's masks fixed (the
+// same micro-batch of the same step, every forward), so the loss is a smooth function of the
+// weights and the backward's masks, drawn again, must be the forward's.
+static void gradient_check(int embed_layernorm, int alibi, int llama, int dropout) {
     GPTConfig c = llama ? tiny_llama_config() : tiny_config(embed_layernorm);
     if (alibi) c.position_embedding_type = POSITION_ALIBI;
-    const char* variant = llama ? " (Llama: rope, RMSNorm, SwiGLU, GQA, untied, no biases)"
-                          : alibi ? " (BLOOM: embedding LayerNorm, ALiBi)" : embed_layernorm ? " (embedding LayerNorm)" : "";
+    char variant[160];
+    snprintf(variant, sizeof(variant), "%s%s", llama ? " (Llama: rope, RMSNorm, SwiGLU, GQA, untied, no biases)"
+             : alibi ? " (BLOOM: embedding LayerNorm, ALiBi)" : embed_layernorm ? " (embedding LayerNorm)" : "",
+             dropout ? " with dropout 0.3" : "");
+    c.hidden_dropout = c.attention_dropout = dropout ? 0.3f : 0.0f;
     GPT m;
     gpt_build(&m, &c, 3, c.seq_length, 0, 1, 0, 1, 1, 1);
+    DropoutStep step = {dropout, 3, 17, 0, 1};   // iteration 3, after 17 samples
+    m.dropout = step;
     random_batch(&m, c.vocab_size);
     loss_and_grads(&m);
     float* g = (float*)mallocCheck(m.num_params * sizeof(float));
@@ -127,7 +135,7 @@ static void gradient_check(int embed_layernorm, int alibi, int llama) {
         memcpy(p, saved, t->numel * sizeof(float));
         double numeric = (up - down) / (2.0 * h);
         double err = fabs(numeric - analytic);
-        char name[256];
+        char name[512];
         snprintf(name, sizeof(name), "model gradient %s%s", t->name, variant);
         check(err <= 1e-3 + 1e-2 * fabs(analytic), name, "backward %.6e vs finite differences %.6e (error %.2e)",
               analytic, numeric, err);
@@ -136,6 +144,118 @@ static void gradient_check(int embed_layernorm, int alibi, int llama) {
     }
     free(g);
     gpt_free(&m);
+}
+
+// ----------------------------------------------------------------------------
+// dropout (kernels/random.cuh): the masks, and the model's use of them
+
+// the fraction of 1s a dropout keeps of n, and whether each kept one is 1 / (1 - p) exactly
+static double kept_fraction(const float* x, size_t n, float p, int* exact) {
+    size_t kept = 0;
+    *exact = 1;
+    for (size_t i = 0; i < n; i++) {
+        kept += x[i] != 0.0f;
+        *exact &= x[i] == 0.0f || x[i] == 1.0f / (1.0f - p);
+    }
+    return (double)kept / n;
+}
+
+static void dropout_masks(void) {
+    int T = 64, C = 512, rows = 4 * T;   // 4 samples of 64 tokens
+    size_t n = (size_t)rows * C;
+    float* ones = (float*)mallocCheck(n * sizeof(float));
+    float *a = (float*)mallocCheck(n * sizeof(float)), *b = (float*)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
+    char name[200];
+    float ps[3] = {0.1f, 0.5f, 0.9f};
+    for (int k = 0; k < 3; k++) {   // hidden: within 4 sigma of 1 - p, each kept value scaled exactly
+        Dropout d = dropout_mask(ps[k], 1234, 7, 3, DROPOUT_MLP_OUTPUT, 100, 0);
+        dropout_forward_cpu(a, ones, rows, C, T, 0, d);
+        int exact;
+        double kept = kept_fraction(a, n, ps[k], &exact), sigma = sqrt(ps[k] * (1.0 - ps[k]) / n);
+        snprintf(name, sizeof(name), "hidden dropout %.1f keeps %.5f of %zu, within 4 sigma (%.5f) of %.1f, each times 1/(1-p)",
+                 ps[k], kept, n, sigma, 1.0 - ps[k]);
+        check(fabs(kept - (1.0 - ps[k])) <= 4.0 * sigma && exact, name, "kept %.5f, exact %d", kept, exact);
+    }
+    // attention: every (sample, head, query, key) of 4 samples x 8 heads x 64 x 64
+    Dropout d = dropout_mask(0.1f, 1234, 7, 3, DROPOUT_ATTENTION_PROBS, 100, 8);
+    size_t kept = 0, total = 0;
+    for (int s = 0; s < 4; s++)
+        for (int h = 0; h < 8; h++) {
+            uint64_t key = dropout_head_key(&d, s, h);
+            for (int t = 0; t < T; t++)
+                for (int t2 = 0; t2 < T; t2++, total++) kept += dropout_factor(key, t, t2, &d) != 0.0f;
+        }
+    double sigma = sqrt(0.1 * 0.9 / total);
+    snprintf(name, sizeof(name), "attention dropout 0.1 keeps %.5f of %zu, within 4 sigma (%.5f) of 0.9",
+             (double)kept / total, total, sigma);
+    check(fabs((double)kept / total - 0.9) <= 4.0 * sigma, name, "kept %zu", kept);
+    // the mask of a row is its (sample, position, channel)'s: the rows in two pieces, as two
+    // sequence-parallel ranks hold them (from global row rows / 2 on), draw the same mask
+    d = dropout_mask(0.1f, 1234, 7, 3, DROPOUT_ATTENTION_OUTPUT, 100, 0);
+    dropout_forward_cpu(a, ones, rows, C, T, 0, d);
+    dropout_forward_cpu(b, ones, rows / 2, C, T, 0, d);
+    dropout_forward_cpu(b + n / 2, ones, rows / 2, C, T, rows / 2, d);
+    check(memcmp(a, b, n * sizeof(float)) == 0, "hidden dropout: the rows in two pieces (sequence parallelism) draw the "
+          "whole's mask", "they differ");
+    // and sample s of a micro-batch from sample 100 is sample s + 2 of one from 98 (data parallelism, micro-batches)
+    Dropout later = dropout_mask(0.1f, 1234, 7, 3, DROPOUT_ATTENTION_OUTPUT, 98, 0);
+    dropout_forward_cpu(b, ones, rows, C, T, 0, later);
+    check(memcmp(a, b + 2 * (size_t)T * C, (n - 2 * (size_t)T * C) * sizeof(float)) == 0, "hidden dropout: a sample's mask "
+          "is its global index's, whatever micro-batch it is in", "they differ");
+    // another seed, iteration, layer, site or sample draws another mask (agreeing on about
+    // p^2 + (1 - p)^2 = 0.82 of the elements)
+    Dropout others[5] = {dropout_mask(0.1f, 1235, 7, 3, DROPOUT_ATTENTION_OUTPUT, 100, 0),
+                         dropout_mask(0.1f, 1234, 8, 3, DROPOUT_ATTENTION_OUTPUT, 100, 0),
+                         dropout_mask(0.1f, 1234, 7, 4, DROPOUT_ATTENTION_OUTPUT, 100, 0),
+                         dropout_mask(0.1f, 1234, 7, 3, DROPOUT_MLP_OUTPUT, 100, 0),
+                         dropout_mask(0.1f, 1234, 7, 3, DROPOUT_ATTENTION_OUTPUT, 101, 0)};
+    const char* what[5] = {"seed", "iteration", "layer", "site", "sample"};
+    for (int k = 0; k < 5; k++) {
+        dropout_forward_cpu(b, ones, rows, C, T, 0, others[k]);
+        size_t same = 0;
+        for (size_t i = 0; i < n; i++) same += a[i] == b[i];
+        snprintf(name, sizeof(name), "hidden dropout: another %s, another mask (%.3f of the elements agree)", what[k],
+                 (double)same / n);
+        check(fabs((double)same / n - 0.82) < 0.01, name, "%zu of %zu agree", same, n);
+    }
+    dropout_forward_cpu(b, ones, rows, C, T, 0, dropout_mask(0.0f, 1234, 7, 3, DROPOUT_ATTENTION_OUTPUT, 100, 0));
+    check(memcmp(b, ones, n * sizeof(float)) == 0, "dropout 0 changes nothing", "it did");
+    free(ones);
+    free(a);
+    free(b);
+}
+
+// the model's loss on one batch, its dropout step given
+static double loss_with(GPTConfig c, DropoutStep step) {
+    GPT m;
+    gpt_build(&m, &c, 3, c.seq_length, 0, 1, 0, 1, 1, 1);
+    m.dropout = step;
+    rng_state = 5;
+    random_batch(&m, c.vocab_size);
+    double loss = gpt_forward(&m, 0);
+    gpt_free(&m);
+    return loss;
+}
+
+// training draws masks and changes the loss; evaluation (no step in training) is the model
+// without dropout, bit for bit; another step or micro-batch draws other masks
+static void dropout_in_the_model(void) {
+    GPTConfig c = tiny_config(1), none = c;
+    none.hidden_dropout = none.attention_dropout = 0.0f;
+    DropoutStep training = {1, 4, 24, 0, 1}, evaluation = {0, 4, 24, 0, 1}, next = {1, 5, 32, 0, 1};
+    double plain = loss_with(none, training), eval = loss_with(c, evaluation), train = loss_with(c, training);
+    double again = loss_with(c, training), other = loss_with(c, next);
+    GPTConfig hidden_only = c, attention_only = c;
+    hidden_only.attention_dropout = 0.0f;
+    attention_only.hidden_dropout = 0.0f;
+    double h = loss_with(hidden_only, training), a = loss_with(attention_only, training);
+    check(eval == plain, "evaluation with dropout 0.1 is the model without dropout, bit for bit", "%.9g vs %.9g", eval, plain);
+    check(train != plain && train == again && other != train, "training with dropout 0.1: another loss than without, "
+          "the same for the same step, another for the next step", "%.9g (without %.9g, again %.9g, next step %.9g)",
+          train, plain, again, other);
+    check(h != plain && a != plain && h != a, "hidden and attention dropout each change the training loss", "%.9g, %.9g, %.9g",
+          h, a, plain);
 }
 
 // padded vocabulary rows stay zero and get no gradient; the loss ignores them
@@ -420,6 +540,8 @@ static void recompute_same_bits(int llama) {
         c.recompute_num_layers = cases[k].n;
         GPT m;
         gpt_build(&m, &c, 3, c.seq_length, 0, 1, 0, 1, 1, 1);
+        DropoutStep step = {1, 2, 6, 0, 1};   // dropout 0.1 on: the recomputed forward draws the forward's masks
+        m.dropout = step;
         poison_arena(&m);
         rng_state = 99;
         random_batch(&m, c.vocab_size);
@@ -432,7 +554,7 @@ static void recompute_same_bits(int llama) {
             memcpy(grads0, m.grads, m.num_params * sizeof(float));
             arena0 = m.arena_bytes;
         } else {
-            snprintf(name, sizeof(name), "recomputation (%s%s): the same loss and gradients, bit for bit", cases[k].name,
+            snprintf(name, sizeof(name), "recomputation (%s%s, dropout 0.1): the same loss and gradients, bit for bit", cases[k].name,
                      llama ? ", Llama" : "");
             check(loss == loss0 && memcmp(grads0, m.grads, m.num_params * sizeof(float)) == 0, name,
                   "loss %.9g vs %.9g, or a gradient differs", loss, loss0);
@@ -893,10 +1015,14 @@ int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     crc32_check_value();
     grid_build(1, 1);
-    gradient_check(0, 0, 0);
-    gradient_check(1, 0, 0);
-    gradient_check(1, 1, 0);
-    gradient_check(0, 0, 1);
+    gradient_check(0, 0, 0, 0);
+    gradient_check(1, 0, 0, 0);
+    gradient_check(1, 1, 0, 0);
+    gradient_check(0, 0, 1, 0);
+    gradient_check(1, 0, 0, 1);
+    gradient_check(0, 0, 1, 1);
+    dropout_masks();
+    dropout_in_the_model();
     padding_is_inert();
     init_is_layout_free();
     lr_schedule();

@@ -23,7 +23,7 @@ GPU_ARCH, and the fused attention's kernels as the compiler emits them (issue 25
                     mma.sync (HMMA). Exempt: a kernel whose name contains "flash_d_", the
                     backward's D = rowsum(dout * out), a sum with no matrix product in it;
      ALiBi          a kernel built without ALiBi (its last template argument `false`:
-                    attention_forward_flash_kernel<64, false>) has no ALiBi arithmetic: no
+                    attention_forward_flash_kernel<64, false, false>) has no ALiBi arithmetic: no
                     int-to-float conversion rounded to nearest (I2F on sm_80, I2FP.F32.S32 on
                     sm_90), the (float)(key - row) of the bias, one a score. (The integer
                     divisions' I2F.RP and I2F.U32.RP, in every instance, are not that.) And a

@@ -21,6 +21,7 @@ FULL=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --ffn-hidden-si
       --seq-length 1024 --max-position-embeddings 1024   # -t 1024 (nanoGPT: block_size 1024)
       --vocab-size 50257 --make-vocab-size-divisible-by 128   # GPT-2's BPE, padded to 50304 as both pad it
       --init-method-std 0.02   # GPT-2's 0.02, output projections / sqrt(2 x layers): both, and gridgpt's own
+      --hidden-dropout 0 --attention-dropout 0   # llm.c trains without dropout (nanoGPT: dropout 0.0 for pretraining)
       --micro-batch-size 64 --global-batch-size 512   # -b 64 x 8 GPUs = -d 524288 tokens, no accumulation
                                                       # (nanoGPT: 12 x 5 accumulated x 8 GPUs = 480 samples, 491,520 tokens)
       --train-iters 18865   # one epoch of FineWeb 10B's train shards: DONE_00018865, 9.89B tokens (nanoGPT: max_iters 600000, 300B tokens)

@@ -26,6 +26,7 @@ FULL=(--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --ffn-hidden-s
       --position-embedding-type rope --rotary-base 500000   # Table 3: RoPE, theta 500,000 (Megatron-LM's recipe: --rotary-base 1000000)
       --normalization RMSNorm --norm-epsilon 1e-5   # rms_norm_eps 1e-05 (Megatron-LM's recipe adds --apply-layernorm-1p: gridgpt refuses it)
       --swiglu   # Table 3: SwiGLU (hidden_act silu)
+      --hidden-dropout 0 --attention-dropout 0   # Megatron-LM's recipe (attention_dropout 0.0)
       --untie-embeddings-and-output-weights   # tie_word_embeddings false
       --disable-bias-linear   # attention_bias false, mlp_bias false
       --init-method-std 0.0134   # Megatron-LM's recipe (config.json's initializer_range: 0.02)
