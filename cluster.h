@@ -148,14 +148,15 @@ static void describe_report(const WatchdogReport* r, char* out, size_t len) {
 
 // a rank's grid coordinates, from its number (Megatron's order, as grid_place)
 static void coordinates_of(int rank, char* out, size_t len) {
-    int TP = grid.tp_size, DP = grid.dp_size;
-    snprintf(out, len, "TP(%d)-PP(%d)-DP(%d)-Rank(%d)", rank % TP, rank / (TP * DP), (rank / TP) % DP, rank);
+    int TP = grid.tp_size, CP = grid.cp_size, DP = grid.dp_size;
+    coordinates_name(out, len, rank % TP, (rank / TP) % CP, rank / (TP * CP * DP), (rank / (TP * CP)) % DP, rank);
 }
 
 static void watchdog_end(void) {
 #ifdef __CUDACC__
-    Group* groups[] = {&grid.world, &grid.tp, &grid.dp, &grid.pp, &grid.model_parallel, &grid.embedding};
-    for (int i = 0; i < 6; i++)
+    Group* groups[GRID_GROUPS];
+    grid_groups(groups);
+    for (int i = 0; i < GRID_GROUPS; i++)
         if (groups[i]->mpi != MPI_COMM_NULL) ncclCommAbort(groups[i]->nccl);
 #endif
     fflush(stdout);
@@ -455,7 +456,7 @@ static double median_field(const double* all, int first, int n, StepField f) {
 
 // rank 0: each rank's compute against its stage's median
 static void report_slow_ranks(const RankName* names, const double* all, float threshold) {
-    int per_stage = grid.tp_size * grid.dp_size;
+    int per_stage = grid.tp_size * grid.cp_size * grid.dp_size;
     double step = median_field(all, 0, grid.world_size, STEP_TOTAL), ms = 1000.0;
     for (int r = 0; r < grid.world_size && per_stage > 1; r++) {
         double median = median_field(all, r / per_stage * per_stage, per_stage, STEP_COMPUTE);

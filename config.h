@@ -27,6 +27,9 @@ flops_per_step.
 #define RUN_CONFIG_FIELDS(X)                                                                                          \
     X(INT, tensor_model_parallel_size, "1", 1, "TP: tensor-parallel ranks of one model replica")                      \
     X(INT, pipeline_model_parallel_size, "1", 1, "PP: pipeline stages")                                                \
+    X(INT, context_parallel_size, "1", 1, "CP: context-parallel ranks; each holds 2 of every sequence's 2 CP chunks")  \
+    X(CHOICE, cp_comm_type, "p2p", 0, "p2p | all_gather | a2a (CP's keys and values round a ring, or gathered once; "  \
+      "a2a, Ulysses', is refused)")                                                                                    \
     X(CHOICE, pp_partition_method, "uniform", 0, "uniform | type:transformer | type:transformer|embedding")            \
     X(INT, decoder_first_pipeline_num_layers, NULL, 0, "layers of the first stage (0: not set)")                      \
     X(INT, decoder_last_pipeline_num_layers, NULL, 0, "layers of the last stage (0: not set)")                        \
@@ -718,7 +721,7 @@ static int microbatch_group_size(const Config* a) {
 // the world the layout is for: --world-size (a dry run's), else the launched one
 static int layout_world_size(const Config* a) { return a->world_size ? a->world_size : grid.world_size; }
 static int data_parallel_size(const Config* a) {
-    return layout_world_size(a) / (a->tensor_model_parallel_size * a->pipeline_model_parallel_size);
+    return layout_world_size(a) / (a->tensor_model_parallel_size * a->context_parallel_size * a->pipeline_model_parallel_size);
 }
 
 // The micro-batches whose logits the last stage's head keeps at once (pipeline.h's
@@ -863,9 +866,15 @@ static int layout_error(const Config* a, char* err, size_t len) {
     // sequence parallelism splits each sequence's tokens over the tensor ranks (at TP 1, parse_flags
     // has turned it off, as Megatron-LM's arguments.py does): Megatron-LM asserts that the sequence
     // splits evenly
-    if (m->sequence_parallel && m->seq_length % TP != 0)
-        return error_line(err, len, "--seq-length %d is not divisible by --tensor-model-parallel-size %d: "
-                          "--sequence-parallel splits each sequence over the tensor-parallel ranks", m->seq_length, TP);
+    // context parallelism cuts each sequence into 2 CP chunks (Megatron-LM asserts the same)
+    int CP = a->context_parallel_size;
+    if (m->seq_length % (2 * CP) != 0)
+        return error_line(err, len, "--seq-length %d is not divisible by 2 x --context-parallel-size %d: each sequence is "
+                          "cut into 2 CP equal chunks, two to a context-parallel rank", m->seq_length, CP);
+    if (m->sequence_parallel && m->seq_length / CP % TP != 0)
+        return error_line(err, len, "--seq-length %d%s is not divisible by --tensor-model-parallel-size %d: "
+                          "--sequence-parallel splits each sequence%s over the tensor-parallel ranks", m->seq_length,
+                          CP > 1 ? " / --context-parallel-size" : "", TP, CP > 1 ? "'s context-parallel part" : "");
     int* layers = (int*)mallocCheck(PP * sizeof(int)), most = 0;
     int bad = stage_layer_counts(a, layers, err, len);
     for (int p = 0; p < PP && !bad; p++) most = layers[p] > most ? layers[p] : most;
@@ -898,14 +907,21 @@ static int layout_error(const Config* a, char* err, size_t len) {
 // the grid's flags against the world size; then every rank knows its coordinates (not in a
 // dry run: its world is not the launched one)
 static void check_grid(const Config* a) {
-    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, W = layout_world_size(a);
+    int TP = a->tensor_model_parallel_size, CP = a->context_parallel_size, PP = a->pipeline_model_parallel_size;
+    int W = layout_world_size(a);
     if (a->world_size && !a->dry_run && a->world_size != grid.world_size)
         config_error("--world-size %d, but the job has %d rank(s) (--world-size is for --dry-run)", a->world_size,
                      grid.world_size);
-    if (W % (TP * PP) != 0 && !a->sweep)   // a sweep plans every layout of the world but this one
-        config_error("world size %d is not a multiple of --tensor-model-parallel-size %d x --pipeline-model-parallel-size %d",
-                     W, TP, PP);
-    if (!a->dry_run) grid_place(TP, PP);
+    if (W % (TP * CP * PP) != 0 && !a->sweep) {   // a sweep plans every layout of the world but this one
+        char cp[48] = "";
+        if (CP > 1) snprintf(cp, sizeof cp, " x --context-parallel-size %d", CP);
+        config_error("world size %d is not a multiple of --tensor-model-parallel-size %d%s x --pipeline-model-parallel-size %d",
+                     W, TP, cp, PP);
+    }
+    if (a->cp_comm_type == CP_COMM_A2A)
+        config_error("--cp-comm-type a2a (Ulysses' all-to-all of heads and sequence) is not built: p2p (a ring) or "
+                     "all_gather");
+    if (!a->dry_run) grid_place(TP, CP, PP);
 }
 
 // an --hw-*-efficiency is a fraction of a peak (0: the preset's): above 1 is a typo, not a faster GPU

@@ -116,10 +116,10 @@ static GradReducer grad_reducer;   // one per process, as the grid
 // queue bucket b's reduces on the communication stream, after the kernels that wrote it
 static void reduce_bucket(GradReducer* r, const GradBucket* b) {
     comm_waits_for_compute(&r->grads_written);
-    for (int q = 0; q < grid.dp_size; q++) {   // the part of b in each rank's shard, onto that rank
+    for (int q = 0; q < grid.dp_cp.size; q++) {   // the part of b in each rank's shard, onto that rank
         size_t lo, hi;
         if (bucket_part(b, r->shard_size, q, &lo, &hi))
-            reduce_to(&grid.dp, r->grads + lo, r->grads + lo, hi - lo, q);
+            reduce_to(&grid.dp_cp, r->grads + lo, r->grads + lo, hi - lo, q);
     }
 }
 
@@ -136,7 +136,7 @@ static void gradients_final_down_to(int layer) {
 static void grad_reducer_init(GPT* m, size_t shard_size, int overlap, size_t bucket_size) {
     GradReducer* r = &grad_reducer;
     memset(r, 0, sizeof(*r));
-    r->enabled = overlap && grid.dp_size > 1;
+    r->enabled = overlap && grid.dp_cp.size > 1;
     if (!r->enabled) return;
     r->buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
     r->num_buckets = grad_buckets(m, bucket_size, r->buckets);
@@ -204,7 +204,7 @@ static void parameters_needed(int layer) {
 static void param_gatherer_init(GPT* m, size_t shard_size, int overlap, size_t bucket_size) {
     ParamGatherer* g = &param_gatherer;
     memset(g, 0, sizeof(*g));
-    g->enabled = overlap && grid.dp_size > 1;
+    g->enabled = overlap && grid.dp_cp.size > 1;
     if (!g->enabled) return;
     GradBucket* from_end = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
     g->num_buckets = grad_buckets(m, bucket_size, from_end);
@@ -228,9 +228,9 @@ static void param_gather_launch(void) {
     comm_waits_for_compute(&g->updated);
     for (int k = 0; k < g->num_buckets; k++) {
         const GradBucket* b = &g->buckets[k];
-        for (int q = 0; q < grid.dp_size; q++) {   // the part of b in each rank's shard, from that rank
+        for (int q = 0; q < grid.dp_cp.size; q++) {   // the part of b in each rank's shard, from that rank
             size_t lo, hi;
-            if (bucket_part(b, g->shard_size, q, &lo, &hi)) broadcast_from(&grid.dp, g->params + lo, hi - lo, q);
+            if (bucket_part(b, g->shard_size, q, &lo, &hi)) broadcast_from(&grid.dp_cp, g->params + lo, hi - lo, q);
         }
         comm_mark(&g->gathered[k]);
     }
@@ -347,8 +347,8 @@ static int shard_ranges(const AdamWState* s, const GPT* model, ShardRange* table
 
 static void adamw_init(AdamWState* s, const GPT* model) {
     memset(s, 0, sizeof(*s));
-    s->shard_size = model->num_params_padded / grid.dp_size;
-    s->shard_start = grid.dp_rank * s->shard_size;
+    s->shard_size = model->num_params_padded / grid.dp_cp.size;   // (DP x CP: Megatron-LM's distributed optimizer)
+    s->shard_start = grid.dp_cp.rank * s->shard_size;
     size_t bytes = s->shard_size * sizeof(float);
     s->m = (float*)dev_malloc(bytes);
     s->v = (float*)dev_malloc(bytes);

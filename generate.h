@@ -187,7 +187,7 @@ static void decode_forward(GPT* m, const int* ids, int pos0, int n) {
 }
 
 // the world rank that draws: tensor rank 0 of data-parallel replica 0's last stage
-static int drawing_rank(void) { return grid.tp_size * grid.dp_size * (grid.pp_size - 1); }
+static int drawing_rank(void) { return grid.tp_size * grid.cp_size * grid.dp_size * (grid.pp_size - 1); }
 
 // The next token, known to every rank: the last stage's tensor ranks gather the vocab-parallel
 // logits of the last row (whole_logits: [padded vocabulary] on the device), the drawing rank

@@ -357,8 +357,13 @@ static long long micro_batch_first_sample(long long consumed, int j, int B, int 
 
 typedef struct GPT {
     GPTConfig cfg;
-    int B, T;                          // micro-batch size, sequence length
+    int B, T;                          // micro-batch size, rows of a sequence on this rank (the sequence
+                                       // length, or with context parallelism its seq_length / CP)
+    int seq_length;                    // tokens of a whole sequence
     int tp_rank, tp_size;
+    // context parallelism (context_parallel.h): this rank's two chunks of each sequence, the
+    // attention across the context-parallel group and its scratch (slice.size 1: none)
+    ContextAttention context;
     // sequence parallelism (--sequence-parallel with TP > 1): the rows of a micro-batch's [B*T, C]
     // residual stream (and of the LayerNorms around it) are split over the tensor ranks, this rank
     // holding residual_rows = B*T / TP of them from first_residual_row on; without: all B*T from 0
@@ -724,7 +729,10 @@ static floatX* take_floatX(Arena* a, size_t count) { return (floatX*)arena_take(
 // (its backward recomputes them from the log-sum-exp anyway), so there selective changes nothing.
 // The one rule, for the model's layout and backward and for the FLOPs count (config.h).
 static int selective_recomputes_core(const GPTConfig* c, int flash) { return c->recompute_attention_core && !flash; }
-static int recomputes_attention_core(const GPT* m) { return selective_recomputes_core(&m->cfg, m->build.flash_attention); }
+// Does each query row keep the log-sum-exp of its scores rather than its probabilities? The fused
+// attention does, and so does context parallelism's (its blocks merge by it, context_parallel.h).
+static int attention_keeps_lse(const GPT* m) { return m->build.flash_attention || m->context.slice.size > 1; }
+static int recomputes_attention_core(const GPT* m) { return selective_recomputes_core(&m->cfg, attention_keeps_lse(m)); }
 
 // one layer's activations; its output (res3) only when `with_output`. The tensor-parallel
 // region's (qkv, atty, att or lse, fch, fch_act) hold every row and this rank's heads or MLP
@@ -745,7 +753,7 @@ static void layout_layer(GPT* m, Arena* a, LayerActivations* L, int with_output)
     layout_norm_stats(m, a, &L->ln1_mean, &L->ln1_rstd, R);
     L->qkv = take_floatX(a, N * m->qkv_local);
     L->atty = take_floatX(a, N * Cl);
-    if (m->build.flash_attention) L->lse = TAKE(a, float, (size_t)m->B * NHl * m->T);   // one per row: recomputes p
+    if (attention_keeps_lse(m)) L->lse = TAKE(a, float, (size_t)m->B * NHl * m->T);    // one per row: recomputes p
     else if (recomputes_attention_core(m)) L->att = m->recomputed_att;                 // selective: shared, refilled
     else L->att = take_floatX(a, (size_t)m->B * NHl * m->T * m->T);                    // the probabilities
     L->res2 = take_floatX(a, R * C);
@@ -838,8 +846,13 @@ static void layout_arena(GPT* m, Arena* a) {
     m->dbuf_a = take_floatX(a, N * wide_a);
     m->dbuf_b = take_floatX(a, N * wide_b);
     if (m->sequence_parallel) m->whole_rows = take_floatX(a, N * C);   // one for every layer and micro-batch
-    m->att_scratch = (floatX*)arena_take(a, attention_scratch_bytes(m->build, m->B, m->T, m->heads_local,
-                                                                    C / m->cfg.num_attention_heads));
+    if (m->context.slice.size > 1) {   // context parallelism's attention: its own scratch (context_parallel.h)
+        size_t bytes = context_attention_layout(&m->context, NULL, a->floatx_bytes);
+        context_attention_layout(&m->context, (char*)arena_take(a, bytes), a->floatx_bytes);
+    } else {
+        m->att_scratch = (floatX*)arena_take(a, attention_scratch_bytes(m->build, m->B, m->T, m->heads_local,
+                                                                        C / m->cfg.num_attention_heads));
+    }
     m->column_partials = TAKE(a, float, column_partials_floats(m));
     if (m->is_last_stage) {
         m->logits = take_floatX(a, m->head_logits * N * m->vocab_local);
@@ -894,21 +907,23 @@ static void plan_slots(GPT* m, const int* chunk_slots) {
         }
 }
 
-static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
-                           PipelineStage stage, const int* chunk_slots, int pad_multiple, BuildTarget build) {
+static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size, ContextSlice cp,
+                           CpCommType cp_comm, PipelineStage stage, const int* chunk_slots, int pad_multiple,
+                           BuildTarget build) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->build = build;
     m->B = B;
-    m->T = T;
+    m->seq_length = T;
+    m->T = T / cp.size;   // this rank's two chunks of each sequence
     m->tp_rank = tp_rank;
     m->tp_size = tp_size;
     m->dropout.dp_size = 1;   // (off until a step says otherwise)
     // one tensor rank has nothing to split (a checkpoint saved with the switch may be built at TP 1)
     m->sequence_parallel = cfg->sequence_parallel && tp_size > 1;
-    if (m->sequence_parallel && (B * T) % tp_size != 0)
-        fail("sequence parallelism: %d x %d rows do not split over %d tensor ranks", B, T, tp_size);
-    m->residual_rows = m->sequence_parallel ? B * T / tp_size : B * T;
+    if (m->sequence_parallel && (B * m->T) % tp_size != 0)
+        fail("sequence parallelism: %d x %d rows do not split over %d tensor ranks", B, m->T, tp_size);
+    m->residual_rows = m->sequence_parallel ? B * m->T / tp_size : B * m->T;
     m->first_residual_row = m->sequence_parallel ? tp_rank * m->residual_rows : 0;
     m->first_layer = stage.first_layer;
     m->num_local_layers = stage.num_layers;   // may be 0: a stage that holds only the embedding or the head
@@ -929,6 +944,14 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
     m->vocab_start = tp_rank * m->vocab_local;
     int valid = cfg->vocab_size - m->vocab_start;
     m->vocab_valid_local = valid < 0 ? 0 : (valid > m->vocab_local ? m->vocab_local : valid);
+    ContextAttention* ca = &m->context;   // (its scratch: layout_arena)
+    ca->slice = cp;
+    ca->comm = cp_comm;
+    ca->group = &grid.cp;
+    ca->B = B;
+    ca->NH = m->heads_local;
+    ca->G = m->groups_local;
+    ca->HS = m->head_size;
 
     build_tensor_table(m);
     m->num_params_padded = CEIL_DIV(m->num_params, (size_t)pad_multiple) * pad_multiple;
@@ -948,6 +971,7 @@ static void gpt_allocate(GPT* m) {
     dev_zero(m->params, m->num_params_padded * sizeof(floatX));
     dev_zero(m->grads, m->num_params_padded * sizeof(float));
     gpt_init_params(m);
+    if (m->context.slice.size > 1) context_attention_init(&m->context);
     m->arena = dev_malloc(m->arena_bytes);
     Arena real = {(char*)m->arena, 0, m->build.floatx_bytes};
     layout_arena(m, &real);
@@ -958,8 +982,8 @@ static void gpt_allocate(GPT* m) {
 // both at once (tests and tools; inline: the trainer, which checks memory between, does not call it)
 static inline void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
                              int pp_rank, int pp_size, int num_slots, int pad_multiple) {
-    gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, even_stage(cfg->num_layers, pp_rank, pp_size), &num_slots, pad_multiple,
-                   this_build());
+    gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, context_slice(0, 1, T), CP_COMM_P2P,
+                   even_stage(cfg->num_layers, pp_rank, pp_size), &num_slots, pad_multiple, this_build());
     gpt_allocate(m);
 }
 
@@ -974,6 +998,7 @@ static void gpt_free_plan(GPT* m) {
 }
 
 static void gpt_free(GPT* m) {
+    if (m->context.slice.size > 1) context_attention_free(&m->context);
     dev_free(m->arena);
     dev_free(m->params);
     dev_free(m->grads);
@@ -1042,9 +1067,65 @@ static Dropout dropout_of(const GPT* m, const MicroBatchActivations* s, int laye
     return dropout_mask(p, (uint64_t)m->cfg.seed, d->iteration, layer, site, first, m->tp_rank * m->heads_local);
 }
 
+// Does this forward run a rank's chunks of its sequences (context parallelism in training or an
+// evaluation)? Decoding runs whole sequences on every context-parallel rank (see gpt_decode_begin).
+static int splits_sequence(const GPT* m) { return m->context.slice.size > 1 && !m->kv_cache; }
+
+// The hidden dropout's mask on this rank's residual rows: out = in x the mask's factor (the
+// forward on x in place, the backward on its gradient, the mask drawn again). A row's mask is
+// keyed by its sample and its position: one call where the position is its place in a sequence
+// of T; with context parallelism one a run of consecutive positions (context_parallel.h).
+static void hidden_dropout(GPT* m, floatX* out, const floatX* in, Dropout d) {
+    int C = m->cfg.hidden_size, first = m->first_residual_row, end = first + m->residual_rows;
+    if (!splits_sequence(m)) {
+        dropout_forward(out, in, m->residual_rows, C, m->T, first, d);
+        return;
+    }
+    for (int row = first; row < end && d.threshold;) {
+        PositionRun r = position_run_at(&m->context.slice, row, end);
+        Dropout of_run = d;
+        of_run.sample0 += r.sequence;   // (rows of one sequence, at positions [position, position + count))
+        size_t at = (size_t)(row - first) * C;
+        dropout_forward(out + at, in + at, r.count, C, m->seq_length, r.position, of_run);
+        row += r.count;
+    }
+    if (!d.threshold && out != in) dev_copy(out, in, residual_elems(m) * sizeof(floatX));
+}
+
 // the hidden dropout of this rank's residual rows x, in place (Megatron-LM's, before the residual add)
-static void residual_dropout_forward(GPT* m, floatX* x, Dropout d) {
-    dropout_forward(x, x, m->residual_rows, m->cfg.hidden_size, m->T, m->first_residual_row, d);
+static void residual_dropout_forward(GPT* m, floatX* x, Dropout d) { hidden_dropout(m, x, x, d); }
+
+// The position embedding's rows added to rows [first, first + rows) of x, a row's position its
+// place in its sequence (sequence parallelism: this rank's residual rows); with context
+// parallelism a run of consecutive positions at a time. The backward adds each row into the
+// table's gradient at its position.
+static void position_rows_forward(GPT* m, floatX* x, int rows, int first) {
+    int C = m->cfg.hidden_size;
+    const floatX* wpe = param_of(m, m->wpe);
+    if (!splits_sequence(m)) {
+        rows_add_forward(x, wpe, rows, C, first, m->T);
+        return;
+    }
+    for (int row = first; row < first + rows;) {
+        PositionRun r = position_run_at(&m->context.slice, row, first + rows);
+        rows_add_forward(x + (size_t)(row - first) * C, wpe + (size_t)r.position * C, r.count, C, 0, r.count);
+        row += r.count;
+    }
+}
+
+static void position_rows_backward(GPT* m, const floatX* d, int rows, int first) {
+    int C = m->cfg.hidden_size;
+    float* dwpe = grad_of(m, m->wpe);
+    if (!splits_sequence(m)) {
+        rows_add_backward(dwpe, m->column_partials, d, rows, C, first, m->T);
+        return;
+    }
+    for (int row = first; row < first + rows;) {
+        PositionRun r = position_run_at(&m->context.slice, row, first + rows);
+        rows_add_backward(dwpe + (size_t)r.position * C, m->column_partials, d + (size_t)(row - first) * C, r.count, C, 0,
+                          r.count);
+        row += r.count;
+    }
 }
 
 // word embedding (vocab-parallel, summed over tensor ranks) + position embedding. With sequence
@@ -1055,13 +1136,15 @@ static void embedding_forward(GPT* m, MicroBatchActivations* s) {
     if (m->sequence_parallel) {
         encoder_forward(m->whole_rows, s->tokens, param_of(m, m->wte), NULL, N, m->T, C, m->vocab_start, m->vocab_local);
         reduce_scatter_to_sequence_parallel_region(s->input, m->whole_rows, residual_elems(m));
-        if (m->wpe >= 0) rows_add_forward(s->input, param_of(m, m->wpe), m->residual_rows, C, m->first_residual_row, m->T);
+        if (m->wpe >= 0) position_rows_forward(m, s->input, m->residual_rows, m->first_residual_row);
     } else {
         const floatX* wpe = m->tp_rank == 0 ? param_of(m, m->wpe) : NULL;   // added once
         int pos0 = first_position(m);   // generation: the rows' positions start there
-        encoder_forward(s->input, s->tokens, param_of(m, m->wte), pos0 ? NULL : wpe, N, m->T, C, m->vocab_start,
+        int with_words = !pos0 && !splits_sequence(m);   // row t at position t: with the word, in one pass
+        encoder_forward(s->input, s->tokens, param_of(m, m->wte), with_words ? wpe : NULL, N, m->T, C, m->vocab_start,
                         m->vocab_local);
         if (pos0 && wpe) rows_add_forward(s->input, wpe, N, C, pos0, m->cfg.max_position_embeddings);   // the same sums
+        else if (!with_words && wpe) position_rows_forward(m, s->input, N, 0);
         reduce_from_tensor_model_parallel_region(s->input, (size_t)N * C);   // g (vocab-parallel embedding)
     }
     if (m->cfg.embed_layernorm)
@@ -1120,15 +1203,50 @@ static int fuses_next_ln1(const GPT* m, int i) {
 
 // rope (--position-embedding-type rope) turns this rank's query and key heads in qkv by their
 // tokens' positions, in place, after the QKV product; the backward turns their gradients back
-static void rotate_positions(GPT* m, floatX* qkv, int direction) {
+// (B sequences of T rows, from position pos0; with context parallelism a run of positions at a time)
+static void rotate_rows(GPT* m, floatX* qkv, int B, int T, int pos0, int direction) {
     const GPTConfig* c = &m->cfg;
-    if (c->position_embedding_type != POSITION_ROPE) return;
     if (direction > 0)
-        rope_forward(qkv, m->B, m->T, m->heads_local, m->groups_local, m->head_size, rotated_dims(c), (float)c->rotary_base,
-                     first_position(m));
+        rope_forward(qkv, B, T, m->heads_local, m->groups_local, m->head_size, rotated_dims(c), (float)c->rotary_base, pos0);
     else
-        rope_backward(qkv, m->B, m->T, m->heads_local, m->groups_local, m->head_size, rotated_dims(c),
-                      (float)c->rotary_base, first_position(m));
+        rope_backward(qkv, B, T, m->heads_local, m->groups_local, m->head_size, rotated_dims(c), (float)c->rotary_base, pos0);
+}
+
+static void rotate_positions(GPT* m, floatX* qkv, int direction) {
+    if (m->cfg.position_embedding_type != POSITION_ROPE) return;
+    if (!splits_sequence(m)) {
+        rotate_rows(m, qkv, m->B, m->T, first_position(m), direction);
+        return;
+    }
+    for (int row = 0, N = m->B * m->T; row < N;) {
+        PositionRun r = position_run_at(&m->context.slice, row, N);
+        rotate_rows(m, qkv + (size_t)row * m->qkv_local, 1, r.count, r.position, direction);
+        row += r.count;
+    }
+}
+
+// The attention core of layer l of the micro-batch in slot s: out = softmax(q k^T) v over this
+// rank's heads; with context parallelism over every context-parallel rank's keys (context_parallel.h)
+static void attention_core_forward(GPT* m, MicroBatchActivations* s, LayerActivations* L, int l) {
+    Dropout d = dropout_of(m, s, l, DROPOUT_ATTENTION_PROBS);
+    if (splits_sequence(m)) context_attention_forward(&m->context, L->atty, L->lse, L->qkv, alibi_of(m), d);
+    else attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, m->B, m->T, m->heads_local, m->groups_local,
+                           m->head_size, alibi_of(m), d);
+}
+
+// its backward: dqkv from datty
+static void attention_core_backward(GPT* m, MicroBatchActivations* s, LayerActivations* L, int l, floatX* dqkv,
+                                    const floatX* datty) {
+    Dropout d = dropout_of(m, s, l, DROPOUT_ATTENTION_PROBS);
+    if (splits_sequence(m)) {
+        context_attention_backward(&m->context, dqkv, datty, L->qkv, L->atty, L->lse, alibi_of(m), d);
+        return;
+    }
+    if (recomputes_attention_core(m))   // selective: the probabilities again (atty, the product with v, was kept)
+        attention_probabilities(L->att, m->att_scratch, L->qkv, m->B, m->T, m->heads_local, m->groups_local, m->head_size,
+                                alibi_of(m));
+    attention_backward(dqkv, m->att_scratch, datty, L->qkv, L->atty, L->att, L->lse, m->B, m->T, m->heads_local,
+                       m->groups_local, m->head_size, alibi_of(m), d);
 }
 
 // generation: the rows' keys and values appended to layer i's cache, their queries attending
@@ -1168,8 +1286,7 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
                    m->qkv_local);   // f, column-parallel
     rotate_positions(m, L->qkv, +1);
     if (m->kv_cache) cached_attention_forward(m, L, i);
-    else attention_forward(L->atty, L->att, L->lse, m->att_scratch, L->qkv, B, T, m->heads_local, m->groups_local,
-                           m->head_size, alibi_of(m), dropout_of(m, s, l, DROPOUT_ATTENTION_PROBS));
+    else attention_core_forward(m, s, L, l);
     row_parallel_linear_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, Cl, dropout_of(m, s, l, DROPOUT_ATTENTION_OUTPUT));
     // the residual add and ln2 in one pass: res2 += x, ln2 = norm(res2)
     residual_norm_forward(m, L->res2, L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, x, t->ln2_w, t->ln2_b);
@@ -1348,7 +1465,7 @@ static void row_parallel_linear_backward(GPT* m, floatX* dinp, const floatX* inp
     const floatX* dout = m->dres;
     float* dbias = grad_of(m, b);
     if (d.threshold) {
-        dropout_backward(dropped, m->dres, m->residual_rows, C, m->T, m->first_residual_row, d);
+        hidden_dropout(m, dropped, m->dres, d);
         dout = dropped;
     }
     if (m->sequence_parallel) {
@@ -1387,7 +1504,7 @@ static floatX* mlp_activation_backward(GPT* m, const LayerActivations* L, const 
 }
 
 static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
-    int B = m->B, T = m->T, Cl = m->hidden_local, l = global_layer(m, i);
+    int Cl = m->hidden_local, l = global_layer(m, i);
     const LayerTensors* t = &m->layer_tensors[i];
     LayerActivations* L = &s->layers[i];
     floatX *da = m->dbuf_a, *db = m->dbuf_b, *d, *dfch;
@@ -1399,11 +1516,7 @@ static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
     // attention
     row_parallel_linear_backward(m, da, L->atty, NULL, t->proj_w, t->proj_b, Cl, dropout_of(m, s, l, DROPOUT_ATTENTION_OUTPUT),
                                  db);
-    if (recomputes_attention_core(m))   // selective: the probabilities again (atty, the product with v, was kept)
-        attention_probabilities(L->att, m->att_scratch, L->qkv, B, T, m->heads_local, m->groups_local, m->head_size,
-                                alibi_of(m));
-    attention_backward(db, m->att_scratch, da, L->qkv, L->atty, L->att, L->lse, B, T, m->heads_local, m->groups_local,
-                       m->head_size, alibi_of(m), dropout_of(m, s, l, DROPOUT_ATTENTION_PROBS));
+    attention_core_backward(m, s, L, l, db, da);
     rotate_positions(m, db, -1);
     d = column_parallel_linear_backward(m, da, db, db, L->ln1, t->qkv_w, t->qkv_b, m->qkv_local);   // f
     norm_backward(m, m->dres, d, layer_input(s, i), t->ln1_w, t->ln1_b, L->ln1_mean, L->ln1_rstd);
@@ -1414,7 +1527,7 @@ static void embedding_backward(GPT* m, MicroBatchActivations* s) {
     const floatX* d = m->dres;
     Dropout drop = dropout_of(m, s, -1, DROPOUT_EMBEDDING);
     if (drop.threshold) {
-        dropout_backward(m->dbuf_b, m->dres, m->residual_rows, C, m->T, m->first_residual_row, drop);
+        hidden_dropout(m, m->dbuf_b, m->dres, drop);
         d = m->dbuf_b;
     }
     if (m->cfg.embed_layernorm) {
@@ -1425,12 +1538,15 @@ static void embedding_backward(GPT* m, MicroBatchActivations* s) {
     if (!m->sequence_parallel) {
         // every tensor rank holds the whole gradient of the (replicated) embedding output, so
         // each computes the same position-embedding gradient and its own word-embedding rows
-        encoder_backward(grad_of(m, m->wte), grad_of(m, m->wpe), d, s->tokens, N, m->T, C, m->vocab_start, m->vocab_local);
+        int with_words = !splits_sequence(m);   // (as the forward added them)
+        encoder_backward(grad_of(m, m->wte), with_words ? grad_of(m, m->wpe) : NULL, d, s->tokens, N, m->T, C,
+                         m->vocab_start, m->vocab_local);
+        if (!with_words && m->wpe >= 0) position_rows_backward(m, d, N, 0);
         return;
     }
     // sequence parallelism: the positions' gradient from this rank's rows (data_parallel.h sums it over
     // the tensor ranks), the word embedding's rows from every row, gathered (the reduce-scatter's backward)
-    if (m->wpe >= 0) rows_add_backward(grad_of(m, m->wpe), m->column_partials, d, m->residual_rows, C, m->first_residual_row, m->T);
+    if (m->wpe >= 0) position_rows_backward(m, d, m->residual_rows, m->first_residual_row);
     reduce_scatter_to_sequence_parallel_region_backward(m->whole_rows, d, residual_elems(m));
     encoder_backward(grad_of(m, m->wte), NULL, m->whole_rows, s->tokens, N, m->T, C, m->vocab_start, m->vocab_local);
 }

@@ -46,6 +46,8 @@ rooms of the trainer):
   kernels/linear.cuh           matmul and cuBLASLt's epilogues, a table's rows added (rows_add)
   kernels/attention.cuh        the unfused attention, the KV cache's decode, rope
   kernels/flash_attention.cuh  the fused attention, and the launchers that choose the path
+  kernels/attention_blocks.cuh the attention block by block, merged by log-sum-exp: context
+                               parallelism's (ring attention's) kernels
   kernels/activations.cuh      GELU, tanh and erf forms (with its linear layers), SwiGLU
   kernels/loss.cuh             the vocab-parallel cross-entropy
   kernels/optimizer.cuh        AdamW, the mean loss, the gradient norm's sum of squares
@@ -71,6 +73,7 @@ rooms of the trainer):
 #include "kernels/linear.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/flash_attention.cuh"
+#include "kernels/attention_blocks.cuh"
 #include "kernels/activations.cuh"
 #include "kernels/loss.cuh"
 #include "kernels/optimizer.cuh"

@@ -68,6 +68,8 @@ typedef struct {
     int split;                    // 0 train, 1 valid, 2 test
     long long consumed;           // samples consumed before this step
     int micro_batch_size, dp_size, dp_rank, seq_length;
+    ContextSlice cp;              // context parallelism: this rank's chunks of each sample (rows: 2 chunks' tokens)
+    int rows;                     // tokens of a sample this rank takes: seq_length / CP
     int* host_sample;             // [seq_length + 1]
     // Two pinned staging buffers, each [tokens | targets] of one micro-batch, used in turn: the
     // host fills one while the GPU may still be copying from the other (host_to_dev_async)
@@ -105,7 +107,7 @@ static long long first_sample(const Loader* l, int micro_batch) {
 
 static void load_micro_batch(void* ctx, int micro_batch, int* tokens, int* targets) {
     Loader* l = (Loader*)ctx;
-    int T = l->seq_length;
+    int T = l->rows;
     long long first = first_sample(l, micro_batch);
     size_t n = (size_t)l->micro_batch_size * T;
     int k = l->next;
@@ -114,9 +116,9 @@ static void load_micro_batch(void* ctx, int micro_batch, int* tokens, int* targe
     host_copy_wait(&l->copied[k]);   // the GPU has read this buffer (two micro-batches ago)
     int *host_tokens = l->staging[k], *host_targets = l->staging[k] + n;
     for (int b = 0; b < l->micro_batch_size; b++) {
-        load_sample(l, first + b);
-        memcpy(host_tokens + (size_t)b * T, l->host_sample, T * sizeof(int));
-        memcpy(host_targets + (size_t)b * T, l->host_sample + 1, T * sizeof(int));
+        load_sample(l, first + b);   // (context parallelism: this rank's two chunks of it)
+        slice_sequence(host_tokens + (size_t)b * T, l->host_sample, &l->cp);
+        slice_sequence(host_targets + (size_t)b * T, l->host_sample + 1, &l->cp);
     }
     host_to_dev_async(tokens, host_tokens, n * sizeof(int));
     host_to_dev_async(targets, host_targets, n * sizeof(int));
@@ -134,6 +136,8 @@ static Loader make_loader(const DataSplits* d, int split, int micro_batch_size, 
     l.dp_size = grid.dp_size;
     l.dp_rank = grid.dp_rank;
     l.seq_length = seq_length;
+    l.cp = context_slice(grid.cp_rank, grid.cp_size, seq_length);
+    l.rows = seq_length / grid.cp_size;
     l.full = split > 0 && full && data_splits_has(d, split);
     l.stream_tokens = l.full ? data_splits_stream_length(d, split) : 0;
     l.cursor.member = -1;
@@ -184,12 +188,13 @@ static float evaluate(GPT* m, Loader* l, int eval_iters, int global_batch, StopC
 // causal attention keeps them out of the rows before)
 static void add_window_losses(void* ctx, int micro_batch, const float* losses) {
     Loader* l = (Loader*)ctx;
-    int T = l->seq_length, n = l->micro_batch_size * T;
+    int T = l->rows, n = l->micro_batch_size * T;
     float* host = l->host_losses;
     long long first = first_sample(l, micro_batch);
     dev_to_host(host, losses, (size_t)n * sizeof(float));
     for (int b = 0; b < l->micro_batch_size; b++)
-        for (int t = 0; t < window_targets(l, first + b); t++) l->loss_sum += host[b * T + t], l->targets++;
+        for (int t = 0; t < T; t++)   // (context parallelism: this rank's rows, at their positions in the window)
+            if (slice_position(&l->cp, t) < window_targets(l, first + b)) l->loss_sum += host[b * T + t], l->targets++;
 }
 
 // every target of the split once: its windows, global_batch of them a step split over DP as
@@ -209,7 +214,7 @@ static float evaluate_full(GPT* m, Loader* l, int global_batch, StopCheck stoppe
     if (stop_arrived(stopped)) return NAN;   // (every rank left the walk at the same window)
     double sums[2] = {l->loss_sum, (double)l->targets};   // (other stages than the last: 0)
     all_reduce_host(&grid.pp, sums, 2, REDUCE_SUM);
-    all_reduce_host(&grid.dp, sums, 2, REDUCE_SUM);
+    all_reduce_host(&grid.dp_cp, sums, 2, REDUCE_SUM);
     if (grid.world_rank == 0)
         printf("full validation: %.0f tokens predicted, in %lld windows of up to %d (the %s split's %lld tokens, "
                "each after the ones before it in its window)\n", sums[1], windows, l->seq_length,

@@ -61,11 +61,6 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
            "(gridgpt: NCCL in the GPU build, MPI in the CPU build)")
     ACCEPT_AS("--distributed-timeout-minutes", VALUE, NULL, "--watchdog-timeout *60", "taken as --watchdog-timeout "
               "(seconds): gridgpt's watchdog ends a job that makes no progress that long, naming where every rank is")
-    ACCEPT("--context-parallel-size", VALUE, "1", "no context parallelism: a sequence stays whole on its "
-           "tensor-parallel ranks")
-    REFUSE("--context-parallel-size", VALUE, NULL, "context parallelism: Megatron-LM would split each sequence over the "
-           "context-parallel ranks, with ring attention between them")
-    REFUSE("--cp-comm-type", LIST, NULL, "context parallelism: Megatron-LM's exchange between context-parallel ranks")
     REFUSE("--hierarchical-context-parallel-sizes", LIST, NULL, "context parallelism: Megatron-LM's levels of "
            "context-parallel groups")
     ACCEPT("--ds-sequence-parallel-size", VALUE, "1", "no DeepSpeed-Ulysses sequence parallelism")

@@ -2,9 +2,10 @@
 parallel.h — everything that crosses a process boundary (the step built on it: data_parallel.h,
 pipeline.h and step.h).
 
-  - the process grid: world = TP x PP x DP ranks in Megatron's order (TP fastest, then DP,
-    then PP: rank = tp + TP * (dp + DP * pp)), one object every part asks for its
-    coordinates and groups, and the one way a rank fails (naming rank, host and coordinates);
+  - the process grid: world = TP x CP x DP x PP ranks in Megatron-LM's order (TP fastest, then
+    CP, then DP, then PP: rank = tp + TP * (cp + CP * (dp + DP * pp))), one object every part
+    asks for its coordinates and groups, and the one way a rank fails (naming rank, host and
+    coordinates);
   - collectives over a group (Megatron's f and g by name) and exchanges between pipeline
     neighbours: MPI on the CPU build, NCCL on the GPU build (MPI only to start), counting bytes;
   - what each rank is doing (before every blocking operation) and how long it waited: what
@@ -50,11 +51,13 @@ typedef struct {
     int world_rank, world_size, local_rank;   // local_rank: index among the ranks on this host ...
     int local_size;                           // ... of local_size
     char host[256];
-    int tp_size, pp_size, dp_size;
-    int tp_rank, pp_rank, dp_rank;
+    int tp_size, cp_size, pp_size, dp_size;
+    int tp_rank, cp_rank, pp_rank, dp_rank;
     Group world;
-    Group tp, dp, pp;                         // same (dp, pp) / same (tp, pp) / same (tp, dp)
-    Group model_parallel;                     // all ranks with the same dp
+    Group tp, cp, dp, pp;                     // same (cp, dp, pp) / (tp, dp, pp) / (tp, cp, pp) / (tp, cp, dp)
+    Group dp_cp;                              // same (tp, pp): the ranks one weight's gradient is summed over (DP x CP,
+                                              // Megatron-LM's data-parallel group with context parallelism)
+    Group model_parallel;                     // all ranks with the same (cp, dp)
     Group embedding;                          // first and last stage of a pipeline (PP > 1)
     int thread_level;                         // MPI's, from MPI_Init_thread
     const char* threads_from;                 // where the OpenMP thread count came from (start-up line)
@@ -70,9 +73,16 @@ static double now_seconds(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static const char* grid_name(char* buf, size_t len) {
-    snprintf(buf, len, "TP(%d)-PP(%d)-DP(%d)-Rank(%d)", grid.tp_rank, grid.pp_rank, grid.dp_rank, grid.world_rank);
+// a rank's coordinates as its error lines name them (CP only where there is context parallelism)
+static const char* coordinates_name(char* buf, size_t len, int tp, int cp, int pp, int dp, int rank) {
+    char cp_part[24] = "";
+    if (grid.cp_size > 1) snprintf(cp_part, sizeof cp_part, "CP(%d)-", cp);
+    snprintf(buf, len, "TP(%d)-%sPP(%d)-DP(%d)-Rank(%d)", tp, cp_part, pp, dp, rank);
     return buf;
+}
+
+static const char* grid_name(char* buf, size_t len) {
+    return coordinates_name(buf, len, grid.tp_rank, grid.cp_rank, grid.pp_rank, grid.dp_rank, grid.world_rank);
 }
 
 // Test-only switches, from the environment (train.c's test_faults_in_step has the others):
@@ -276,40 +286,54 @@ static void group_make(Group* g, const char* name, int color, int key) {
 #endif
 }
 
-// Coordinates from the rank (Megatron's order: TP fastest, then DP, then PP), known as soon
+// Coordinates from the rank (Megatron-LM's order: TP fastest, then CP, DP, PP), known as soon
 // as the flags are checked, so that every later error line can name them. The caller has
-// checked that world size is a multiple of TP x PP.
-static void grid_place(int tp_size, int pp_size) {
+// checked that world size is a multiple of TP x CP x PP. CP sits next to TP, as in Megatron-LM's
+// parallel_state: the ring of a context-parallel group is the next-fastest link after TP's.
+static void grid_place(int tp_size, int cp_size, int pp_size) {
     grid.tp_size = tp_size;
+    grid.cp_size = cp_size;
     grid.pp_size = pp_size;
-    grid.dp_size = grid.world_size / (tp_size * pp_size);
-    int r = grid.world_rank, TP = tp_size, DP = grid.dp_size;
+    grid.dp_size = grid.world_size / (tp_size * cp_size * pp_size);
+    int r = grid.world_rank, TP = tp_size, CP = cp_size, DP = grid.dp_size;
     grid.tp_rank = r % TP;
-    grid.dp_rank = (r / TP) % DP;
-    grid.pp_rank = r / (TP * DP);
+    grid.cp_rank = (r / TP) % CP;
+    grid.dp_rank = (r / (TP * CP)) % DP;
+    grid.pp_rank = r / (TP * CP * DP);
     grid.placed = 1;
+}
+
+// every group of the grid, for what walks them all (shutdown, the watchdog's abort, the cluster check)
+enum { GRID_GROUPS = 8 };
+static void grid_groups(Group** out) {
+    Group* all[GRID_GROUPS] = {&grid.world, &grid.tp, &grid.cp, &grid.dp, &grid.dp_cp, &grid.pp, &grid.model_parallel,
+                               &grid.embedding};
+    memcpy(out, all, sizeof(all));
 }
 
 // The coordinates and one communicator per group. On the GPU build this rank's GPU must be
 // chosen first (kernels_init): NCCL binds a communicator to the current device.
-static void grid_build(int tp_size, int pp_size) {
-    grid_place(tp_size, pp_size);
-    int r = grid.world_rank, TP = tp_size, DP = grid.dp_size, PP = pp_size;
+static void grid_build(int tp_size, int cp_size, int pp_size) {
+    grid_place(tp_size, cp_size, pp_size);
+    int r = grid.world_rank, TP = tp_size, CP = cp_size, DP = grid.dp_size, PP = pp_size;
+    int tp = grid.tp_rank, cp = grid.cp_rank, dp = grid.dp_rank, pp = grid.pp_rank;
     group_make(&grid.world, "world", 0, r);
-    group_make(&grid.tp, "tensor-parallel", grid.dp_rank + DP * grid.pp_rank, grid.tp_rank);
-    group_make(&grid.dp, "data-parallel", grid.tp_rank + TP * grid.pp_rank, grid.dp_rank);
-    group_make(&grid.pp, "pipeline", grid.tp_rank + TP * grid.dp_rank, grid.pp_rank);
-    group_make(&grid.model_parallel, "model-parallel", grid.dp_rank, grid.tp_rank + TP * grid.pp_rank);
-    int embedding_stage = PP > 1 && (grid.pp_rank == 0 || grid.pp_rank == PP - 1);
-    group_make(&grid.embedding, "embedding", embedding_stage ? grid.tp_rank + TP * grid.dp_rank : MPI_UNDEFINED,
-               grid.pp_rank);
+    group_make(&grid.tp, "tensor-parallel", cp + CP * (dp + DP * pp), tp);
+    group_make(&grid.cp, "context-parallel", tp + TP * (dp + DP * pp), cp);
+    group_make(&grid.dp, "data-parallel", tp + TP * (cp + CP * pp), dp);
+    group_make(&grid.dp_cp, "data-parallel x context-parallel", tp + TP * pp, cp + CP * dp);
+    group_make(&grid.pp, "pipeline", tp + TP * (cp + CP * dp), pp);
+    group_make(&grid.model_parallel, "model-parallel", cp + CP * dp, tp + TP * pp);
+    int embedding_stage = PP > 1 && (pp == 0 || pp == PP - 1);
+    group_make(&grid.embedding, "embedding", embedding_stage ? tp + TP * (cp + CP * dp) : MPI_UNDEFINED, pp);
     grid.ready = 1;
 }
 
 static void grid_finish(void) {
     if (grid.ready) {
-        Group* groups[] = {&grid.world, &grid.tp, &grid.dp, &grid.pp, &grid.model_parallel, &grid.embedding};
-        for (int i = 0; i < 6; i++) {
+        Group* groups[GRID_GROUPS];
+        grid_groups(groups);
+        for (int i = 0; i < GRID_GROUPS; i++) {
             if (groups[i]->mpi == MPI_COMM_NULL) continue;
 #ifdef __CUDACC__
             ncclCommDestroy(groups[i]->nccl);
@@ -656,6 +680,81 @@ static void vocab_parallel_max(float* row_max, size_t n) { all_reduce(&grid.tp, 
 static void vocab_parallel_sum(float* sums, size_t n) { all_reduce(&grid.tp, sums, n, AS_FLOAT, REDUCE_SUM); }
 
 // ----------------------------------------------------------------------------
+// A ring's transfer that runs while the rank computes (context parallelism's, context_parallel.h):
+// n elements to the next rank of group g and n from the previous one, posted by
+// ring_transfer_start and waited for by ring_transfer_finish, with the work between the two
+// hiding it. On the GPU build it runs on the communication stream, after the kernels that
+// wrote what it sends, and the compute stream waits for it at the finish; on the CPU build
+// MPI's nonblocking send and receive, waited for at the finish (what MPI moves meanwhile is its
+// own business: a large message over shared memory may wait for the finish to move at all).
+typedef struct {
+    Group* g;
+    size_t bytes;
+    int from;
+    int active;
+#ifdef __CUDACC__
+    StreamEvent written, arrived;
+#else
+    MPI_Request req[2];
+#endif
+} RingTransfer;
+
+static void ring_transfer_init(RingTransfer* t) {
+    memset(t, 0, sizeof(*t));
+#ifdef __CUDACC__
+    stream_event_create(&t->written);
+    stream_event_create(&t->arrived);
+#endif
+}
+
+static void ring_transfer_free(RingTransfer* t) {
+#ifdef __CUDACC__
+    stream_event_destroy(&t->written);
+    stream_event_destroy(&t->arrived);
+#endif
+    (void)t;
+}
+
+// the previous and the next rank of this rank in group g's ring
+static int ring_prev(const Group* g) { return (g->rank + g->size - 1) % g->size; }
+static int ring_next(const Group* g) { return (g->rank + 1) % g->size; }
+
+static void ring_transfer_start(RingTransfer* t, Group* g, const void* send, void* recv, size_t n, Elem elem) {
+    t->g = g;
+    t->bytes = n * elem_bytes(elem);
+    t->from = ring_prev(g);
+    t->active = 1;
+    g->bytes_sent += (double)t->bytes;
+#ifdef __CUDACC__
+    comm_waits_for_compute(&t->written);
+    wait_begin_on("ring send and receive", g, t->from, 2 * t->bytes, ON_COMM_STREAM);
+    ncclCheck(ncclGroupStart());
+    ncclCheck(ncclSend(send, n, nccl_type(elem), ring_next(g), g->nccl, comm_stream));
+    ncclCheck(ncclRecv(recv, n, nccl_type(elem), t->from, g->nccl, comm_stream));
+    ncclCheck(ncclGroupEnd());
+    comm_mark(&t->arrived);
+    wait_end();
+#else
+    (void)elem;   // floatX is float on the CPU build
+    mpiCheck(MPI_Irecv(recv, (int)n, MPI_FLOAT, t->from, 0, g->mpi, &t->req[0]));
+    mpiCheck(MPI_Isend(send, (int)n, MPI_FLOAT, ring_next(g), 0, g->mpi, &t->req[1]));
+#endif
+}
+
+// what arrives is there for the next kernel (and what was sent may be written again)
+static void ring_transfer_finish(RingTransfer* t) {
+    if (!t->active) return;
+    t->active = 0;
+#ifdef __CUDACC__
+    compute_waits_for_mark(&t->arrived);
+#else
+    wait_begin_on("ring send and receive", t->g, t->from, 2 * t->bytes, ON_COMPUTE_STREAM);
+    mpiCheck(MPI_Waitall(2, t->req, MPI_STATUSES_IGNORE));
+    wait_end();
+#endif
+}
+
+// ----------------------------------------------------------------------------
 // files every rank of the world writes and reads at once (MPI-IO): each rank its own ranges
 // (open, set_size, sync and close are collective: every rank calls them together)
 
@@ -889,7 +988,9 @@ typedef struct {
 } PipelineMessages;
 
 // the world rank of pipeline stage `stage` of this rank's pipeline (same tp, dp)
-static int pipeline_world_rank(int stage) { return grid.world_rank + (stage - grid.pp_rank) * grid.tp_size * grid.dp_size; }
+static int pipeline_world_rank(int stage) {
+    return grid.world_rank + (stage - grid.pp_rank) * grid.tp_size * grid.cp_size * grid.dp_size;
+}
 
 // one exchange with the stages `next` and `prev` (-1: none, and so nothing to or from it)
 static void pipeline_exchange(PipelineMessages msg, int next, int prev, size_t n) {

@@ -98,7 +98,7 @@ static void print_model_state_bytes(const StageMemory* s, int dp_size) {
 // the start-up lines that say how the DP gradients are reduced and the parameters gathered
 // (rank 0's stage's buckets)
 static void print_dp_communication(const Config* a, const GPT* m) {
-    if (grid.dp_size == 1) {
+    if (grid.dp_cp.size == 1) {
         if (a->overlap_grad_reduce) printf("gradient reduction: none at DP 1 (--overlap-grad-reduce has nothing to do)\n");
         if (a->overlap_param_gather) printf("parameter all-gather: none at DP 1 (--overlap-param-gather has nothing to do)\n");
         return;
@@ -106,7 +106,7 @@ static void print_dp_communication(const Config* a, const GPT* m) {
     if (grad_reducer.enabled)
         printf("gradient reduction: %d bucket(s) of at least %zu elements on stage 0 (--ddp-bucket-size), each reduced "
                "onto its shards' owners as soon as the last backward has finished its layers%s\n",
-               grad_reducer.num_buckets, grad_bucket_size(a, grid.dp_size), m->is_first_stage ? "; the embedding's last" : "");
+               grad_reducer.num_buckets, grad_bucket_size(a, grid.dp_cp.size), m->is_first_stage ? "; the embedding's last" : "");
     else printf("gradient reduction: one reduce-scatter over DP after the last backward (--overlap-grad-reduce: in buckets, "
                 "during it)\n");
     if (param_gatherer.enabled)
@@ -760,7 +760,9 @@ static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp
     PipelineStage stage = pipeline_stage(a, p);
     int* slots = (int*)mallocCheck(stage.chunks * sizeof(int));   // what the schedule needs, as the trainer's
     stage_slots(a, p, slots);
-    gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size, stage, slots, dp_size, build);
+    gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size,
+                   context_slice(0, a->context_parallel_size, a->model.seq_length), (CpCommType)a->cp_comm_type, stage, slots,
+                   dp_size * a->context_parallel_size, build);
     free(slots);
 }
 

@@ -39,8 +39,8 @@ static float step_loss(const Schedule* s, int M) {
         loss /= M;
     }
     all_reduce_host(&grid.pp, &loss, 1, REDUCE_SUM);
-    all_reduce_host(&grid.dp, &loss, 1, REDUCE_SUM);
-    return (float)(loss / grid.dp_size);
+    all_reduce_host(&grid.dp_cp, &loss, 1, REDUCE_SUM);   // (each context-parallel rank: its chunks' mean)
+    return (float)(loss / grid.dp_cp.size);
 }
 
 // ----------------------------------------------------------------------------
@@ -69,7 +69,7 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
     param_gather_finish();   // (the forward waited for every bucket; a stage without layers did not)
     if (!grad_reducer.enabled) sequence_parallel_grads_all_reduce(model, -1, INT_MAX);   // (else in the buckets' turn)
     if (grad_reducer.enabled) grad_reducer_finish();   // reduced while the backward ran
-    else if (grid.dp_size > 1) reduce_scatter(&grid.dp, model->grads, s->grad, s->shard_size, AS_FLOAT);   // in place
+    else if (grid.dp_cp.size > 1) reduce_scatter(&grid.dp_cp, model->grads, s->grad, s->shard_size, AS_FLOAT);   // in place
     float unscale = 1.0f / s->scaler.scale;
     trace_begin("gradient norm", "optimizer", ON_COMPUTE_STREAM);
     float norm = global_grad_norm(s) * unscale;
@@ -88,6 +88,6 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
                         s->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
     trace_end();
     if (param_gatherer.enabled) param_gather_launch();   // waited for by the next forward
-    else all_gather(&grid.dp, model->params + s->shard_start, model->params, s->shard_size);
+    else all_gather(&grid.dp_cp, model->params + s->shard_start, model->params, s->shard_size);
     return norm;
 }

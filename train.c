@@ -20,6 +20,7 @@ main.
 #include "kernels.cuh"
 #include "parallel.h"
 #include "trace.h"
+#include "context_parallel.h"
 #include "gpt.h"
 #include "data_parallel.h"
 #include "pipeline.h"
@@ -183,7 +184,7 @@ typedef struct {
 // out += sign x the bytes each group has sent so far (a step's: -1 before it, +1 after)
 static void add_comm_counters(double out[4], double sign) {
     out[0] += sign * grid.tp.bytes_sent;
-    out[1] += sign * grid.dp.bytes_sent;
+    out[1] += sign * (grid.dp_cp.bytes_sent + grid.cp.bytes_sent);
     out[2] += sign * grid.pp.bytes_sent;
     out[3] += sign * grid.embedding.bytes_sent;
 }
@@ -191,7 +192,7 @@ static void add_comm_counters(double out[4], double sign) {
 // Per rank: parameters, gradients, optimizer state, activations and workspaces, gathered to rank
 // 0; with --log-memory-bytes also in bytes, and the bytes dev_malloc really handed out for them
 static void print_memory(const Trainer* t) {
-    StageMemory s = stage_memory(&t->model, this_stage(&t->config), grid.dp_size);
+    StageMemory s = stage_memory(&t->model, this_stage(&t->config), grid.dp_cp.size);
     enum { FIELDS = 14 };
     double mine[FIELDS] = {(double)s.num_params, (double)s.params, (double)s.grads, (double)s.optimizer, (double)s.activations,
                            (double)s.stage.rank, (double)s.stage.first_layer, (double)s.stage.num_layers,
@@ -212,7 +213,7 @@ static void print_memory(const Trainer* t) {
             print_memory_row(label, &row, t->config.log_memory_bytes);
             if (t->config.log_memory_bytes) printf("  rank %3d: dev_malloc handed out %.0f bytes for them\n", r, x[8]);
         }
-        print_model_state_bytes(&s, grid.dp_size);
+        print_model_state_bytes(&s, grid.dp_cp.size);
     }
     free(all);
 }
@@ -554,7 +555,7 @@ static void start_grid(const Config* a) {
     config_error_anywhere(err);
 #endif
     kernels_init(grid.local_rank);   // ranks on one host take distinct GPUs
-    grid_build(a->tensor_model_parallel_size, a->pipeline_model_parallel_size);
+    grid_build(a->tensor_model_parallel_size, a->context_parallel_size, a->pipeline_model_parallel_size);
     watchdog_start(a->watchdog_timeout, a->watchdog_io_timeout);
 }
 
@@ -619,10 +620,11 @@ static void plan_model(Trainer* t) {
     int* slots = (int*)mallocCheck(stage.chunks * sizeof(int));   // what the schedule needs
     stage_slots(a, grid.pp_rank, slots);
     microbatch_group_size_per_vp_stage = microbatch_group_size(a);   // the order the slots were counted in (pipeline.h)
-    gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size, stage, slots,
-                   grid.dp_size, build);
+    gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size,
+                   context_slice(grid.cp_rank, grid.cp_size, c->seq_length), (CpCommType)a->cp_comm_type, stage, slots,
+                   grid.dp_cp.size, build);
     free(slots);
-    StageMemory planned = stage_memory(&t->model, stage, grid.dp_size);
+    StageMemory planned = stage_memory(&t->model, stage, grid.dp_cp.size);
     check_memory(&planned, table_flags);
     double model_bytes = GPU_BUILD ? 0.0 : (double)(planned.params + planned.grads + planned.optimizer +
                                                     planned.activations + planned.workspaces);
@@ -637,8 +639,8 @@ static void build_model(Trainer* t) {
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};
     t->adam = adam;
     adamw_init(&t->opt, &t->model);
-    grad_reducer_init(&t->model, t->opt.shard_size, a->overlap_grad_reduce, grad_bucket_size(a, grid.dp_size));
-    param_gatherer_init(&t->model, t->opt.shard_size, a->overlap_param_gather, grad_bucket_size(a, grid.dp_size));
+    grad_reducer_init(&t->model, t->opt.shard_size, a->overlap_grad_reduce, grad_bucket_size(a, grid.dp_cp.size));
+    param_gatherer_init(&t->model, t->opt.shard_size, a->overlap_param_gather, grad_bucket_size(a, grid.dp_cp.size));
     pipeline_link_init(!a->no_overlap_p2p_communication, t->model.num_slots + 1);   // the slots' outputs and dres
     trace_init(profiles_rank(a, grid.world_rank));
     t->allocated_bytes = dev_bytes_allocated - before + kernels_workspace_bytes;   // kernels_init's came first
@@ -856,7 +858,7 @@ static StepResult train_step(Trainer* t) {
     activity_phase("forward and backward", t->progress.iteration + 1, -1);
     test_faults_in_step(t);
     // d(loss)/d(token loss), times the loss scale: the backward carries scaled gradients
-    Schedule s = schedule_for(m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->T * r.global_batch));
+    Schedule s = schedule_for(m, load_micro_batch, &t->train, t->opt.scaler.scale / ((float)m->seq_length * r.global_batch));
     DropoutStep dropout = {1, t->progress.iteration + 1, t->progress.consumed_samples, grid.dp_rank, grid.dp_size};
     m->dropout = dropout;   // the step's masks (off again after it: evaluation and generation have none)
     run_schedule(&s, num_micro);

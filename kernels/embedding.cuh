@@ -139,6 +139,21 @@ static void residual_forward(floatX* out, const floatX* a, const floatX* b, size
 #define residual_forward residual_forward_cpu
 #endif
 
+// the same add on fp32 buffers (context parallelism's partial sums of the keys' and values'
+// gradients, added on their way round the ring): on the CPU build residual_forward_cpu itself
+#ifdef __CUDACC__
+__global__ void add_floats_kernel(float* out, const float* a, const float* b, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+
+static void add_floats(float* out, const float* a, const float* b, size_t n) {
+    LAUNCH(add_floats_kernel, CEIL_DIV(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out, a, b, n);
+}
+#else
+#define add_floats residual_forward_cpu
+#endif
+
 
 // ----------------------------------------------------------------------------
 // column reductions: the sums over rows that bias and LayerNorm parameter gradients need
