@@ -49,10 +49,11 @@ typedef enum { CP_COMM_P2P, CP_COMM_ALL_GATHER, CP_COMM_A2A } CpCommType;   // -
 typedef struct {
     int rank, size;   // this rank's place in the context-parallel group, and the group's size
     int chunk_rows;   // S = seq_length / (2 size): tokens of one chunk
+    int rows;         // 2S = seq_length / size: this rank's tokens of a sequence (size 1: all, any length)
 } ContextSlice;
 
 static ContextSlice context_slice(int rank, int size, int seq_length) {
-    ContextSlice c = {rank, size, seq_length / (2 * size)};
+    ContextSlice c = {rank, size, seq_length / (2 * size), seq_length / size};
     return c;
 }
 
@@ -62,14 +63,15 @@ static int slice_chunk(const ContextSlice* c, int rank, int half) { return half 
 // the global position of local row t (0 <= t < 2S) of a sequence
 static int slice_position(const ContextSlice* c, int t) {
     int S = c->chunk_rows;
-    return slice_chunk(c, c->rank, t / S) * S + t % S;
+    return c->size == 1 ? t : slice_chunk(c, c->rank, t / S) * S + t % S;
 }
 
 // a whole sequence's values (tokens, targets) at this rank's rows: local[t] = whole[position of t]
 static void slice_sequence(int* local, const int* whole, const ContextSlice* c) {
     int S = c->chunk_rows;
-    for (int half = 0; half < 2; half++)
-        memcpy(local + half * S, whole + slice_chunk(c, c->rank, half) * S, S * sizeof(int));
+    if (c->size == 1) memcpy(local, whole, c->rows * sizeof(int));
+    else
+        for (int half = 0; half < 2; half++) memcpy(local + half * S, whole + slice_chunk(c, c->rank, half) * S, S * sizeof(int));
 }
 
 // A stretch of rows whose positions follow each other: rows [row, row + count) of a micro-batch's
@@ -136,14 +138,23 @@ static size_t context_attention_layout(ContextAttention* c, char* base, int floa
     return at;
 }
 
+// What rank `rank`'s query chunk of half qh does with key half kh of rank src's block: a key
+// chunk after the query chunk is wholly masked (skipped), the same chunk is the causal diagonal,
+// an earlier one is attended whole. The one rule: the attention's and --print-schedule's.
+typedef enum { BLOCK_SKIPPED, BLOCK_DIAGONAL, BLOCK_WHOLE } BlockKind;
+static BlockKind block_kind(const ContextSlice* s, int rank, int qh, int src, int kh) {
+    int q_chunk = slice_chunk(s, rank, qh), kv_chunk = slice_chunk(s, src, kh);
+    return kv_chunk > q_chunk ? BLOCK_SKIPPED : kv_chunk == q_chunk ? BLOCK_DIAGONAL : BLOCK_WHOLE;
+}
+
 // the queries of this rank's half qh against key half kh of the block rank `src` holds (in a kv
-// buffer of that block's 2S rows a sequence): 0 where every key is after every query (skipped)
+// buffer of that block's 2S rows a sequence), at their global positions: 0 where it is skipped
 static int visible_block(const ContextAttention* c, int qh, int src, int kh, AttentionBlock* blk) {
     const ContextSlice* s = &c->slice;
     int S = s->chunk_rows, q_chunk = slice_chunk(s, s->rank, qh), kv_chunk = slice_chunk(s, src, kh);
     AttentionBlock b = {c->B, 2 * S, 2 * S, qh * S, kh * S, S, S, q_chunk * S, kv_chunk * S};
     *blk = b;
-    return kv_chunk <= q_chunk;   // the same chunk: the causal diagonal; an earlier one: whole
+    return block_kind(s, s->rank, qh, src, kh) != BLOCK_SKIPPED;
 }
 
 // the forward of this rank's queries against rank src's block kv, merged into out_acc and lse
@@ -168,8 +179,13 @@ static void backward_through_block(ContextAttention* c, float* dkv, const floatX
                 attention_block_backward(c->dq, dkv, dout, c->D, lse, qkv, kv, blk, c->NH, c->G, c->HS, alibi, d);
 }
 
-// the rank whose block this rank holds at step k of the ring: its own first, then the one before
-static int ring_source(const ContextAttention* c, int k) { return (c->slice.rank - k + c->slice.size) % c->slice.size; }
+// the rank whose block rank r holds at step k of the ring: its own first, then the one before
+static int ring_source_of(const ContextSlice* s, int r, int k) { return (r - k + s->size) % s->size; }
+static int ring_source(const ContextAttention* c, int k) { return ring_source_of(&c->slice, c->slice.rank, k); }
+
+// --profile's names of a ring step's compute (the transfer beside it is parallel.h's span)
+static const char* const RING_STEP_NAMES[] = {"ring step 0", "ring step 1", "ring step 2", "ring step 3", "ring step 4",
+                                              "ring step 5", "ring step 6", "ring step 7", "ring step 8+"};
 
 // The layer's attention over the whole sequence: out [B x 2S, NH x HS] (floatX, this rank's rows)
 // and lse [B, NH, 2S] (the merged log-sum-exp the backward needs), from this rank's qkv.
@@ -188,7 +204,9 @@ static void context_attention_forward(ContextAttention* c, floatX* out, float* l
         for (int k = 0; k < C; k++) {
             floatX *held = c->kv[k % 2], *next = c->kv[(k + 1) % 2];
             if (k + 1 < C) ring_transfer_start(&c->kv_transfer, c->group, held, next, kv, AS_FLOATX);   // first: it overlaps
+            trace_begin(RING_STEP_NAMES[k < 8 ? k : 8], "context-parallel", ON_COMPUTE_STREAM);
             attend_to_block(c, lse, qkv, held, ring_source(c, k), alibi, d);
+            trace_end();
             ring_transfer_finish(&c->kv_transfer);
         }
     }
@@ -208,7 +226,9 @@ static const float* ring_backward(ContextAttention* c, const floatX* dout, const
         floatX *held = c->kv[k % 2], *next = c->kv[(k + 1) % 2];
         if (k + 1 < C) ring_transfer_start(&c->kv_transfer, c->group, held, next, kv, AS_FLOATX);
         dev_zero(c->dkv[0], kv * sizeof(float));
+        trace_begin(RING_STEP_NAMES[k < 8 ? k : 8], "context-parallel", ON_COMPUTE_STREAM);
         backward_through_block(c, c->dkv[0], dout, lse, qkv, held, ring_source(c, k), alibi, d);
+        trace_end();
         ring_transfer_finish(&c->kv_transfer);
         ring_transfer_finish(&c->dkv_transfer);   // (k > 0) the partial sum of this block from the ranks before
         if (k == 0) dev_copy(c->dkv[2], c->dkv[0], kv * sizeof(float));

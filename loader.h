@@ -137,7 +137,7 @@ static Loader make_loader(const DataSplits* d, int split, int micro_batch_size, 
     l.dp_rank = grid.dp_rank;
     l.seq_length = seq_length;
     l.cp = context_slice(grid.cp_rank, grid.cp_size, seq_length);
-    l.rows = seq_length / grid.cp_size;
+    l.rows = l.cp.rows;
     l.full = split > 0 && full && data_splits_has(d, split);
     l.stream_tokens = l.full ? data_splits_stream_length(d, split) : 0;
     l.cursor.member = -1;

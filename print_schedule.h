@@ -2,7 +2,8 @@
 print_schedule.h — --print-schedule: one step's pipeline schedule drawn as text, one line per
 stage, from the very walk pipeline.h's schedules take (schedule_walk), without a model. Its own room
 because it is one concern with one caller: the dry run (plan.h) calls draw_schedule and nothing
-else; it sits on config.h (the layout's stages, chunks and groups) and pipeline.h (the walk).
+else; it sits on config.h (the layout's stages, chunks and groups), pipeline.h (the walk) and
+context_parallel.h (the ring's steps and blocks).
 
 Interface (what plan.h uses): draw_schedule.
 */
@@ -88,6 +89,39 @@ static int place_schedule(StageOrder* orders, int P, int v, int M, int** cells) 
     return length;
 }
 
+// Context parallelism's attention in each layer, from context_parallel.h's own rules (ring_source_of,
+// block_kind): at each ring step, the block every rank holds, and what each of its query chunks
+// does with each of the block's key chunks (D: the causal diagonal, W: attended whole, '.':
+// skipped, every key after every query); then the blocks each rank attends, equal on every rank
+// (Megatron-LM's load balancing). all_gather attends to the same blocks, gathered at once.
+static void draw_context_ring(const Config* a) {
+    int C = a->context_parallel_size, p2p = a->cp_comm_type == CP_COMM_P2P;
+    ContextSlice s = context_slice(0, C, a->model.seq_length);
+    const char mark[] = {'.', 'D', 'W'};
+    printf("context parallelism (--print-schedule): CP %d, each sequence in %d chunks of %d tokens, rank r holding chunks r "
+           "and %d - r; each layer's attention %s: at step k rank r holds rank r - k's block; per query chunk of the rank, "
+           "its key chunks in the block: D the causal diagonal, W whole, '.' skipped\n", C, 2 * C, s.chunk_rows, 2 * C - 1,
+           p2p ? "round the ring (p2p), the next block in flight during each step" : "over all blocks, gathered at once "
+           "(all_gather), drawn in the ring's order");
+    for (int r = 0; r < C; r++) {
+        int counts[3] = {0, 0, 0};
+        printf("rank %d (chunks %d, %d):", r, slice_chunk(&s, r, 0), slice_chunk(&s, r, 1));
+        for (int k = 0; k < C; k++) {
+            int src = ring_source_of(&s, r, k);
+            printf("  step %d, rank %d's (%d, %d): ", k, src, slice_chunk(&s, src, 0), slice_chunk(&s, src, 1));
+            for (int qh = 0; qh < 2; qh++) {
+                for (int kh = 0; kh < 2; kh++) {
+                    BlockKind kind = block_kind(&s, r, qh, src, kh);
+                    counts[kind]++;
+                    putchar(mark[kind]);
+                }
+                if (qh == 0) putchar(' ');
+            }
+        }
+        printf("  | %d diagonal, %d whole, %d skipped\n", counts[BLOCK_DIAGONAL], counts[BLOCK_WHOLE], counts[BLOCK_SKIPPED]);
+    }
+}
+
 static void draw_schedule(const Config* a, int M) {
     int P = a->pipeline_model_parallel_size, v = virtual_chunks(a), width = 0;
     StageOrder* orders = (StageOrder*)mallocCheck(P * sizeof(StageOrder));
@@ -126,4 +160,5 @@ static void draw_schedule(const Config* a, int M) {
     }
     free(orders);
     free(cells);
+    if (a->context_parallel_size > 1) draw_context_ring(a);
 }

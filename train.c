@@ -21,6 +21,7 @@ main.
 #include "parallel.h"
 #include "trace.h"
 #include "context_parallel.h"
+#include "fields.h"
 #include "gpt.h"
 #include "data_parallel.h"
 #include "pipeline.h"
