@@ -15,7 +15,8 @@ Conventions every kernel keeps:
     optimizer state are always float. Kernels convert with to_floatX / floatX_to_float.
   - Parameter-gradient outputs ACCUMULATE (+=): micro-batches add into one gradient buffer.
     Activation-gradient outputs are overwritten (=), except `layernorm_backward`'s dinp,
-    which adds into the residual stream's gradient (that is the residual's backward).
+    which adds into the residual stream's gradient (that is the residual's backward), and
+    `attention_block_backward`'s fp32 dq and dkv, which add up the blocks of a sequence.
   - Linear weights are stored [out, in] (Megatron/PyTorch), so a linear layer is
     out[N, OC] = inp[N, C] @ W[OC, C]^T + b.
   - Reductions are deterministic: a fixed split of the work, independent of the thread
@@ -46,6 +47,8 @@ rooms of the trainer):
   kernels/linear.cuh           matmul and cuBLASLt's epilogues, a table's rows added (rows_add)
   kernels/attention.cuh        the unfused attention, the KV cache's decode, rope
   kernels/flash_attention.cuh  the fused attention, and the launchers that choose the path
+  kernels/attention_blocks.cuh the attention block by block, merged by log-sum-exp: context
+                               parallelism's (ring attention's) kernels
   kernels/activations.cuh      GELU, tanh and erf forms (with its linear layers), SwiGLU
   kernels/loss.cuh             the vocab-parallel cross-entropy
   kernels/optimizer.cuh        AdamW, the mean loss, the gradient norm's sum of squares
@@ -71,6 +74,7 @@ rooms of the trainer):
 #include "kernels/linear.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/flash_attention.cuh"
+#include "kernels/attention_blocks.cuh"
 #include "kernels/activations.cuh"
 #include "kernels/loss.cuh"
 #include "kernels/optimizer.cuh"
