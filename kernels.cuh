@@ -15,7 +15,8 @@ Conventions every kernel keeps:
     optimizer state are always float. Kernels convert with to_floatX / floatX_to_float.
   - Parameter-gradient outputs ACCUMULATE (+=): micro-batches add into one gradient buffer.
     Activation-gradient outputs are overwritten (=), except `layernorm_backward`'s dinp,
-    which adds into the residual stream's gradient (that is the residual's backward).
+    which adds into the residual stream's gradient (that is the residual's backward), and
+    `attention_block_backward`'s fp32 dq and dkv, which add up the blocks of a sequence.
   - Linear weights are stored [out, in] (Megatron/PyTorch), so a linear layer is
     out[N, OC] = inp[N, C] @ W[OC, C]^T + b.
   - Reductions are deterministic: a fixed split of the work, independent of the thread

@@ -80,7 +80,7 @@ static void attention_row_probabilities(float* a, const float* qkv, int b, int t
 }
 
 // the attention dropout's factor of query t and key t2 under a head's key (1: dropout off)
-static inline float attention_dropout_factor(uint64_t head_key, int t, int t2, const Dropout* d) {
+HOST_DEVICE static inline float attention_dropout_factor(uint64_t head_key, int t, int t2, const Dropout* d) {
     return d->threshold ? dropout_factor(head_key, t, t2, d) : 1.0f;
 }
 

@@ -341,7 +341,8 @@ static int lt_gelu_plans(void) {
     int n = 0;
     for (int i = 0; i < lt_plan_count; i++) {
         cublasLtEpilogue_t e = (cublasLtEpilogue_t)lt_plans[i].key.epilogue;
-        n += emu_lt_has_gelu(e) || e == CUBLASLT_EPILOGUE_DGELU;
+        n += e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
+             e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;   // (the real cuBLASLt's names: nvcc builds this file too)
     }
     return n;
 }
@@ -1157,6 +1158,117 @@ static void test_dropout_masks(void) {
     dev_free(d_lse), dev_free(d_flash);
 }
 
+// Context parallelism's attention by blocks (kernels/attention_blocks.cuh): each CUDA kernel
+// against its C reference on the same floatX inputs. Two blocks at offsets in buffers of
+// different rows a sequence (13 query rows, 11 key rows): one with q_count != kv_count whose
+// positions give rows that see all of its keys, part of them, and none (out 0, lse -inf), one
+// whole. Every output but two is fp32 computed from the same floatX values: only the order of
+// the fp32 additions (a warp's butterfly against dot_lanes; an online softmax against two
+// passes) differs, FP32_OUT; the rounding of the accumulated output and of the gradients into
+// dqkv is one rounding, X_OUT. The outputs' rows outside the block must keep their values (both
+// sides start from the same ones), and the backward run twice gives the same bits.
+// HS = 64 (2 dims a lane), 80 (lanes with a part of a third), 7 (lanes with none).
+
+// lse arrays: the same rows -inf (no key seen), the others within tol
+static void compare_lse(const char* name, Vec got, Vec want, double tol) {
+    size_t differ = 0;
+    for (size_t i = 0; i < want.size(); i++) {
+        differ += (got[i] == -INFINITY) != (want[i] == -INFINITY);
+        if (want[i] == -INFINITY) got[i] = want[i] = 0.0f;
+    }
+    check(differ == 0, (std::string(FLOATX_NAME " ") + name + ": -inf in the same rows").c_str(), "%zu rows differ", differ);
+    compare(name, got, want, tol);
+}
+
+static void test_attention_blocks(int NH, int G, int HS, Alibi alibi, Dropout d) {
+    const int B = 2, q_rows = 13, kv_rows = 11, row = (NH + 2 * G) * HS;
+    const AttentionBlock blocks[2] = {{B, q_rows, kv_rows, 3, 2, 8, 7, 20, 22}, {B, q_rows, kv_rows, 0, 0, 13, 11, 50, 0}};
+    const size_t n_qkv = (size_t)B * q_rows * row, n_kv = (size_t)B * kv_rows * 2 * G * HS;
+    const size_t n_out = (size_t)B * q_rows * NH * HS, n_lse = (size_t)B * NH * q_rows;
+    Vec qkv = random_vec(n_qkv, 1.5f, true), kv = random_vec(n_kv, 1.5f, true), dout = random_vec(n_out, 1, true);
+    floatX *d_qkv = to_dev_x(qkv), *d_kv = to_dev_x(kv), *d_dout = to_dev_x(dout);
+    for (int k = 0; k < 2; k++) {
+        AttentionBlock blk = blocks[k];
+        char with[128];
+        snprintf(with, sizeof with, " block %d NH=%d G=%d HS=%d%s%s", k, NH, G, HS, alibi.heads ? " ALiBi" : "",
+                 d.threshold ? " dropout 0.3" : "");
+        std::string w = with;
+        // the forward, into outputs that hold other values in the rows outside the block
+        Vec out = random_vec(n_out, 1, false), lse = random_vec(n_lse, 1, false);
+        float *d_out = to_dev_f(out), *d_lse = to_dev_f(lse);
+        attention_block_forward_cpu(out.data(), lse.data(), qkv.data(), kv.data(), blk, NH, G, HS, alibi, d);
+        attention_block_forward(d_out, d_lse, d_qkv, d_kv, blk, NH, G, HS, alibi, d);
+        compare(("attention_block_forward out" + w).c_str(), from_dev_f(d_out, n_out), out, FP32_OUT);
+        compare_lse(("attention_block_forward lse" + w).c_str(), from_dev_f(d_lse, n_lse), lse, FP32_OUT);
+
+        // the merge of that block into an accumulator, some of whose rows are still clear (-inf)
+        Vec acc = random_vec(n_out, 1, false), acc_lse = random_vec(n_lse, 3, false);
+        for (size_t i = 0; i < n_lse; i += 3) acc_lse[i] = -INFINITY;
+        float *d_acc = to_dev_f(acc), *d_acc_lse = to_dev_f(acc_lse);
+        attention_merge_cpu(acc.data(), acc_lse.data(), out.data(), lse.data(), blk, NH, HS);
+        attention_merge(d_acc, d_acc_lse, d_out, d_lse, blk, NH, HS);
+        compare(("attention_merge out" + w).c_str(), from_dev_f(d_acc, n_out), acc, FP32_OUT);
+        compare_lse(("attention_merge lse" + w).c_str(), from_dev_f(d_acc_lse, n_lse), acc_lse, FP32_OUT);
+
+        // the backward from this block's lse (P <= 1), adding into gradients that hold values
+        Vec D = random_vec(n_lse, 1, false), dq = random_vec(n_out, 1, false), dkv = random_vec(n_kv, 1, false);
+        float *d_D = to_dev_f(D), *d_dq = to_dev_f(dq), *d_dkv = to_dev_f(dkv);
+        attention_block_backward_cpu(dq.data(), dkv.data(), dout.data(), D.data(), lse.data(), qkv.data(), kv.data(), blk,
+                                     NH, G, HS, alibi, d);
+        attention_block_backward(d_dq, d_dkv, d_dout, d_D, d_lse, d_qkv, d_kv, blk, NH, G, HS, alibi, d);
+        Vec got_dq = from_dev_f(d_dq, n_out), got_dkv = from_dev_f(d_dkv, n_kv);
+        compare(("attention_block_backward dq" + w).c_str(), got_dq, dq, FP32_OUT);
+        compare(("attention_block_backward dkv" + w).c_str(), got_dkv, dkv, FP32_OUT);
+        // again from the same starting values: the same bits
+        Vec start_dq = random_vec(n_out, 1, false), start_dkv = random_vec(n_kv, 1, false), again[2][2];
+        for (int run = 0; run < 2; run++) {
+            host_to_dev(d_dq, start_dq.data(), n_out * sizeof(float));
+            host_to_dev(d_dkv, start_dkv.data(), n_kv * sizeof(float));
+            attention_block_backward(d_dq, d_dkv, d_dout, d_D, d_lse, d_qkv, d_kv, blk, NH, G, HS, alibi, d);
+            again[run][0] = from_dev_f(d_dq, n_out), again[run][1] = from_dev_f(d_dkv, n_kv);
+        }
+        check(same_bits(again[0][0], again[1][0]) && same_bits(again[0][1], again[1][1]),
+              (FLOATX_NAME " attention_block_backward twice: the same bits" + w).c_str(), "the two runs differ");
+        dev_free(d_out), dev_free(d_lse), dev_free(d_acc), dev_free(d_acc_lse), dev_free(d_D), dev_free(d_dq), dev_free(d_dkv);
+    }
+    std::string w = " NH=" + std::to_string(NH) + " G=" + std::to_string(G) + " HS=" + std::to_string(HS);
+
+    // D = rowsum(dout * out), out the final floatX output
+    Vec out = random_vec(n_out, 1, true), D(n_lse);
+    floatX* d_outx = to_dev_x(out);
+    float* d_D = (float*)dev_malloc(n_lse * sizeof(float));
+    attention_rows_dot_cpu(D.data(), dout.data(), out.data(), B, q_rows, NH, HS);
+    attention_rows_dot(d_D, d_dout, d_outx, B, q_rows, NH, HS);
+    compare(("attention_rows_dot" + w).c_str(), from_dev_f(d_D, n_lse), D, FP32_OUT);
+
+    // the accumulated output to floatX: n not a multiple of 8, from an address that is not 16-byte aligned
+    Vec acc = random_vec(n_out, 2, false), rounded(n_out - 1);
+    float* d_acc = to_dev_f(acc);
+    attention_output_rows_cpu(rounded.data(), acc.data() + 1, n_out - 1);
+    attention_output_rows(d_outx + 1, d_acc + 1, n_out - 1);
+    compare(("attention_output_rows" + w).c_str(), from_dev_x(d_outx + 1, n_out - 1), rounded, X_OUT);
+
+    // the accumulator cleared: out 0, lse -inf, exactly
+    float* d_lse = (float*)dev_malloc(n_lse * sizeof(float));
+    attention_accumulator_clear(d_acc, d_lse, B, q_rows, NH, HS);
+    Vec cleared = from_dev_f(d_acc, n_out), cleared_lse = from_dev_f(d_lse, n_lse);
+    size_t wrong = 0;
+    for (float x : cleared) wrong += x != 0.0f;
+    for (float x : cleared_lse) wrong += x != -INFINITY;
+    check(wrong == 0, (FLOATX_NAME " attention_accumulator_clear: out 0, lse -inf" + w).c_str(), "%zu elements wrong", wrong);
+
+    // dq and dkv (fp32) into dqkv's layout, rounded once
+    const int n = B * q_rows;
+    Vec dq = random_vec((size_t)n * NH * HS, 1, false), dkv = random_vec((size_t)n * 2 * G * HS, 1, false), dqkv(n_qkv);
+    float *d_dq = to_dev_f(dq), *d_dkv = to_dev_f(dkv);
+    floatX* d_dqkv = (floatX*)dev_malloc(n_qkv * sizeof(floatX));
+    attention_block_gradients_into_qkv_cpu(dqkv.data(), dq.data(), dkv.data(), n, NH, G, HS);
+    attention_block_gradients_into_qkv(d_dqkv, d_dq, d_dkv, n, NH, G, HS);
+    compare(("attention_block_gradients_into_qkv" + w).c_str(), from_dev_x(d_dqkv, n_qkv), dqkv, X_OUT);
+    dev_free(d_qkv), dev_free(d_kv), dev_free(d_dout), dev_free(d_outx), dev_free(d_D), dev_free(d_acc), dev_free(d_lse);
+    dev_free(d_dq), dev_free(d_dkv), dev_free(d_dqkv);
+}
+
 // the fused attention's checks alone: tests/test_emu.sh's planted bugs run these
 static void test_flash_attention_shapes(void) {
     Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5}, heads_1_to_6_of_7 = {1, 7};
@@ -1231,6 +1343,10 @@ int main(int argc, char** argv) {
     test_attention_decode(4, 1, 80, none);
     test_ptx_layouts();
     test_flash_attention_shapes();
+    test_attention_blocks(4, 4, 64, none, NO_DROPOUT);
+    test_attention_blocks(4, 2, 80, heads_1_to_6_of_7, attention_dropout);   // grouped-query: 2 groups of 2
+    test_attention_blocks(3, 1, 7, heads_2_to_4_of_5, NO_DROPOUT);          // multi-query
+    test_attention_blocks(6, 2, 64, none, attention_dropout);
     test_gelu(GELU_TANH);
     test_gelu(GELU_ERF);
     test_rmsnorm();

@@ -1235,6 +1235,160 @@ static void test_blas_core_choice(void) {
 #endif
 }
 
+// ----------------------------------------------------------------------------
+// context parallelism's attention block by block (kernels/attention_blocks.cuh), against the
+// one-process attention on the whole sequence. C ranks; a sequence of T = 2C S rows in 2C chunks
+// of S; rank r holds chunks r and 2C-1-r (local rows [0, S) and [S, 2S) of each sequence).
+
+static int cp_chunk(int r, int C, int local_chunk) { return local_chunk == 0 ? r : 2 * C - 1 - r; }
+static int cp_global_row(int r, int C, int S, int l) { return cp_chunk(r, C, l / S) * S + l % S; }
+
+// rank r's rows of a whole [B * T, width] buffer (to_local), or the other way
+static void cp_copy_rows(float* local, float* whole, int r, int C, int S, int B, size_t width, int to_local) {
+    int T = 2 * C * S;
+    for (int b = 0; b < B; b++)
+        for (int l = 0; l < 2 * S; l++) {
+            float* x = local + ((size_t)b * 2 * S + l) * width;
+            float* y = whole + ((size_t)b * T + cp_global_row(r, C, S, l)) * width;
+            memcpy(to_local ? x : y, to_local ? y : x, width * sizeof(float));
+        }
+}
+
+// a block, and whose keys and values it reads: a rank's, or (C) the whole sequence's, gathered
+typedef struct {
+    AttentionBlock blk;
+    int owner;
+} CpBlock;
+
+// Rank r's blocks. The ring: the C ranks' key/value chunks in the ring's order (its own first),
+// each of its two query chunks against each of their two chunks (S x S blocks, some empty, some
+// triangles, some whole; the early query chunk meets its own rank's late key chunk first, an
+// empty block merged into an accumulator still at lse -inf). The all-gather way: each query chunk c against the keys 0 .. (c + 1) S
+// of the whole gathered sequence, in two blocks split at c S / 2 + 1 (q_count != kv_count,
+// q_rows != kv_rows, a key block starting mid-chunk).
+static int cp_blocks(CpBlock* list, int r, int C, int S, int B, int all_gather) {
+    int n = 0, L = 2 * S, T = 2 * C * S;
+    for (int qc = 0; qc < 2; qc++) {
+        int c = cp_chunk(r, C, qc);
+        if (all_gather) {
+            int split = c * S / 2 + 1, end = (c + 1) * S;
+            list[n++] = (CpBlock){{B, L, T, qc * S, 0, S, split, c * S, 0}, C};
+            list[n++] = (CpBlock){{B, L, T, qc * S, split, S, end - split, c * S, split}, C};
+            continue;
+        }
+        for (int step = 0; step < C; step++) {
+            int src = (r - step + C) % C;
+            for (int kc = 1; kc >= 0; kc--)   // the later chunk first: an empty block into a clear accumulator
+                list[n++] = (CpBlock){{B, L, L, qc * S, kc * S, S, S, c * S, cp_chunk(src, C, kc) * S}, src};
+        }
+    }
+    return n;
+}
+
+// log sum_{t2 <= t} exp(q_t . k_t2 / sqrt(HS) + slope (t2 - t)) in double, from the layout's
+// description (gqa_at) and the ALiBi rule of BLOOM
+static double ref_lse(const float* qkv, int b, int h, int t, int T, int NH, int G, int HS, Alibi alibi) {
+    int per = NH / G;
+    double s[T], max = -INFINITY, sum = 0.0;
+    for (int t2 = 0; t2 <= t; t2++) {
+        const float *q = qkv + gqa_at(b, t, h / per, h % per, T, NH, G, HS), *k = qkv + gqa_at(b, t2, h / per, per, T, NH, G, HS);
+        s[t2] = 0.0;
+        for (int i = 0; i < HS; i++) s[t2] += (double)q[i] * k[i] / sqrt((double)HS);
+        if (alibi.heads) s[t2] += ref_alibi_slope(alibi.first_head + h, alibi.heads) * (t2 - t);
+        max = fmax(max, s[t2]);
+    }
+    for (int t2 = 0; t2 <= t; t2++) sum += exp(s[t2] - max);
+    return max + log(sum);
+}
+
+// Every rank's attention by blocks against attention_forward and attention_backward on the
+// whole sequence (the same fp32 products, added in other orders and merged by lse: ~1e-7 of the
+// scale measured; 1e-5), its lse against a double log-sum-exp (1e-5). The backward: D, every
+// block's attention_block_backward from the merged lse, each rank's dkv for another rank's
+// chunks summed by the owner (what the ring sends back; all-gather: summed over ranks, a
+// reduce-scatter's sum), attention_block_gradients_into_qkv; against attention_backward's dqkv.
+// A missing or doubled block, a wrong position or mask moves elements by O(1/T). C <= 3 (the
+// arrays of ranks below).
+static void test_attention_blocks(int C, int NH, int G, Alibi alibi, Dropout d, int all_gather) {
+    const int B = 2, S = 5, T = 2 * C * S, L = 2 * S, HS = 8;
+    const size_t row = (size_t)(NH + 2 * G) * HS, kv_row = (size_t)2 * G * HS, out_row = (size_t)NH * HS;
+    char with[128], name[256];
+    snprintf(with, sizeof with, " C=%d NH=%d G=%d%s%s%s", C, NH, G, alibi.heads ? " ALiBi" : "",
+             d.threshold ? " dropout 0.3" : "", all_gather ? ", all-gathered keys" : ", the ring's blocks");
+    float* qkv = random_floats((size_t)B * T * row, -1.5f, 1.5f);
+    float *want = new_floats((size_t)B * T * out_row), *att = new_floats((size_t)B * NH * T * T);
+    attention_forward(want, att, NULL, NULL, qkv, B, T, NH, G, HS, alibi, d);
+    float *dout = random_floats((size_t)B * T * out_row, -1, 1), *dqkv_want = new_floats((size_t)B * T * row);
+    attention_backward(dqkv_want, new_floats(attention_scratch_elements(B, T, NH, HS)), dout, qkv, want, att, NULL, B, T,
+                       NH, G, HS, alibi, d);
+
+    // each rank's rows; kv[r] its keys and values, kv[C] the whole sequence's
+    float *lqkv[3], *kv[4], *acc[3], *lse[3], *out[3];
+    for (int r = 0; r < C; r++) {
+        cp_copy_rows(lqkv[r] = new_floats((size_t)B * L * row), qkv, r, C, S, B, row, 1);
+        kv_cache_append(kv[r] = new_floats((size_t)B * L * kv_row), lqkv[r], B * L, 0, NH, G, HS);
+    }
+    kv_cache_append(kv[C] = new_floats((size_t)B * T * kv_row), qkv, B * T, 0, NH, G, HS);
+
+    // the forward: blocks merged into each rank's accumulator (a block writes its query rows
+    // alone: the partial's other rows stay NaN, and the merge must not read them)
+    CpBlock blocks[12];
+    float *part = new_floats((size_t)B * L * out_row), *part_lse = new_floats((size_t)B * NH * L);
+    float *got = new_floats((size_t)B * T * out_row), *got_lse = new_floats((size_t)B * NH * T);
+    for (int r = 0; r < C; r++) {
+        attention_accumulator_clear(acc[r] = new_floats((size_t)B * L * out_row), lse[r] = new_floats((size_t)B * NH * L),
+                                    B, L, NH, HS);
+        int n = cp_blocks(blocks, r, C, S, B, all_gather);
+        for (int k = 0; k < n; k++) {
+            for (size_t e = 0; e < (size_t)B * L * out_row; e++) part[e] = NAN;
+            for (size_t e = 0; e < (size_t)B * NH * L; e++) part_lse[e] = NAN;
+            attention_block_forward(part, part_lse, lqkv[r], kv[blocks[k].owner], blocks[k].blk, NH, G, HS, alibi, d);
+            attention_merge(acc[r], lse[r], part, part_lse, blocks[k].blk, NH, HS);
+        }
+        attention_output_rows(out[r] = new_floats((size_t)B * L * out_row), acc[r], (size_t)B * L * out_row);
+        cp_copy_rows(out[r], got, r, C, S, B, out_row, 0);
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int l = 0; l < L; l++)
+                    got_lse[((size_t)b * NH + h) * T + cp_global_row(r, C, S, l)] = lse[r][((size_t)b * NH + h) * L + l];
+    }
+    snprintf(name, sizeof name, "attention by blocks merged by lse = attention_forward on the whole sequence%s", with);
+    expect_close(name, got, NULL, doubles_of(want, (size_t)B * T * out_row), (size_t)B * T * out_row, 1e-5);
+    double* lse_want = new_doubles((size_t)B * NH * T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) lse_want[((size_t)b * NH + h) * T + t] = ref_lse(qkv, b, h, t, T, NH, G, HS, alibi);
+    snprintf(name, sizeof name, "attention by blocks: the merged lse = log-sum-exp in double%s", with);
+    expect_close(name, got_lse, NULL, lse_want, (size_t)B * NH * T, 1e-5);
+
+    // the backward: dq[r] rank r's; dkv[r][o] what rank r adds for owner o's keys (C: the whole's)
+    float *ldout[3], *D[3], *dq[3], *dkv[3][4], *dkv_own = new_floats((size_t)B * L * kv_row);
+    float *ldqkv = new_floats((size_t)B * L * row), *got_dqkv = new_floats((size_t)B * T * row);
+    for (int r = 0; r < C; r++) {
+        cp_copy_rows(ldout[r] = new_floats((size_t)B * L * out_row), dout, r, C, S, B, out_row, 1);
+        attention_rows_dot(D[r] = new_floats((size_t)B * NH * L), ldout[r], out[r], B, L, NH, HS);
+        dq[r] = new_floats((size_t)B * L * out_row);
+        for (int o = 0; o <= C; o++) dkv[r][o] = new_floats((size_t)B * (o < C ? L : T) * kv_row);
+        int n = cp_blocks(blocks, r, C, S, B, all_gather);
+        for (int k = 0; k < n; k++)
+            attention_block_backward(dq[r], dkv[r][blocks[k].owner], ldout[r], D[r], lse[r], lqkv[r], kv[blocks[k].owner],
+                                     blocks[k].blk, NH, G, HS, alibi, d);
+    }
+    float* dkv_whole = new_floats((size_t)B * T * kv_row);   // the all-gather's: summed over the ranks
+    for (int r = 0; r < C; r++)
+        for (size_t e = 0; e < (size_t)B * T * kv_row; e++) dkv_whole[e] += dkv[r][C][e];
+    for (int o = 0; o < C; o++) {   // the owner's dkv: its own, the others' sent back, and its rows of the whole's
+        cp_copy_rows(dkv_own, dkv_whole, o, C, S, B, kv_row, 1);
+        for (int r = 0; r < C; r++)
+            for (size_t e = 0; e < (size_t)B * L * kv_row; e++) dkv_own[e] += dkv[r][o][e];
+        attention_block_gradients_into_qkv(ldqkv, dq[o], dkv_own, B * L, NH, G, HS);
+        cp_copy_rows(ldqkv, got_dqkv, o, C, S, B, row, 0);
+    }
+    snprintf(name, sizeof name, "attention by blocks' backward = attention_backward's dqkv%s", with);
+    expect_close(name, got_dqkv, NULL, doubles_of(dqkv_want, (size_t)B * T * row), (size_t)B * T * row, 1e-5);
+    free_buffers();
+}
+
 int main(int argc, char** argv) {
     (void)argc;
     blas_choose_kernels(argv);   // as grid_start does in every program that starts MPI
@@ -1273,6 +1427,17 @@ int main(int argc, char** argv) {
         test_attention_gqa(6, G, heads_1_to_6_of_7);
         test_attention_decode(6, G, G == 2 ? none : heads_1_to_6_of_7);
     }
+    // context parallelism's attention by blocks: 2 and 3 ranks, 4 heads in 4 groups and in 2,
+    // ALiBi (heads 1..4 of 7) and the attention dropout on and off; the ring's blocks, and the
+    // all-gathered keys in blocks of other sizes and offsets
+    Alibi heads_1_to_4_of_7 = {1, 7};
+    Dropout attention_dropout = dropout_mask(0.3f, 1234, 7, 1, DROPOUT_ATTENTION_PROBS, 40, 3);
+    for (int C = 2; C <= 3; C++)
+        for (int G = 4; G >= 2; G -= 2)
+            for (int with = 0; with < 4; with++)
+                test_attention_blocks(C, 4, G, with & 1 ? heads_1_to_4_of_7 : none, with & 2 ? attention_dropout : NO_DROPOUT, 0);
+    test_attention_blocks(3, 4, 2, heads_1_to_4_of_7, attention_dropout, 1);
+    test_attention_blocks(2, 4, 4, none, NO_DROPOUT, 1);
     // {B, T, NH, G, HS, rotary_dims, pos0, base}: without GQA (G = NH), one k/v head (G = 1),
     // groups of 3 queries; all of each head rotated, half of it (--rotary-percent 0.5), and a
     // pos0 past a cache of 37 tokens
