@@ -218,6 +218,22 @@ compare "$name Llama-shaped (--attention-backend unfused, 4 heads in 2 groups, -
     "${run/--num-attention-heads 2/--num-attention-heads 4} $llama --num-query-groups 2 --ffn-hidden-size 64" 8 2 2 start "$BIN" \
     "$bf16_tol" "--checkpoint-activations" --attention-backend unfused --sequence-parallel
 
+# Context parallelism (issue 49) on the GPU path: kernels/attention_blocks.cuh's CUDA kernels (the
+# blocks at their global positions, the log-sum-exp merge, the fp32 dQ and dK/dV sums), the ring's
+# NCCL sends and receives on the communication stream behind each step's compute, the gathered
+# blocks' all-gather and reduce-scatter: p2p at CP 2, recomputed (the same bits); all_gather on
+# Llama's shape (rope at the global positions, 4 heads in 2 groups) at (TP 2, CP 2) with
+# sequence parallelism; the fp16 build's ring at CP 2
+compare "$name context parallelism (p2p) matches train_cpu over 10 steps at (TP,CP,PP,DP)=(1,2,1,1)" "$run" 2 1 1 end "$BIN" \
+    "$bf16_tol" "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" --context-parallel-size 2
+compare "$name Llama-shaped context parallelism (all_gather, --sequence-parallel) matches train_cpu over 10 steps at (TP,CP,PP,DP)=(2,2,1,1)" \
+    "${run/--num-attention-heads 2/--num-attention-heads 4} $llama --num-query-groups 2 --ffn-hidden-size 64" 4 2 1 start "$BIN" \
+    "$bf16_tol" "" --context-parallel-size 2 --cp-comm-type all_gather --sequence-parallel
+if [ -z "${GPU_BINARY:-}" ]; then
+    compare "train_emu_fp16 --fp16 --loss-scale 1024 context parallelism (p2p) matches train_cpu over 10 steps at CP 2" "$run" 2 1 1 \
+        end tests/build/train_emu_fp16 "$fp16_tol" "" --fp16 --loss-scale 1024 --context-parallel-size 2
+fi
+
 # Resuming on the GPU path (resumed): BINARY's steps of `run`, once uninterrupted (--save) and
 # once stopped at step STOP (--exit-interval STOP --save D) then resumed (--load D --save D), as
 # tests/test_checkpoint.sh's first test does on the CPU build. Before 51960dc every --load on the
