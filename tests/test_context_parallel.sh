@@ -109,6 +109,25 @@ if [ -n "$(pick $B/gen1.log)" ] && [ "$(pick $B/gen1.log)" = "$(pick $B/gen4.log
     ok "evaluation and sampling at (TP 2, CP 2): one process's validation loss and tokens"
 else bad "evaluation and generation on a CP grid" "$(diff <(pick $B/gen1.log) <(pick $B/gen4.log) | head -4)"; fi
 
+# a failure on a context-parallel rank ends the job naming it, its host and its coordinates (CP
+# among them); a rank frozen in the middle of the ring is named by the watchdog, the others
+# waiting in the ring's transfer of the context-parallel group
+host=$(hostname)
+timeout 120 $MPIRUN -np 4 $REC --fail-rank 3 $B/failing $flags --tensor-model-parallel-size 2 --context-parallel-size 2 \
+    > $B/failing.log 2>&1
+status=$?
+if [ $status -ne 0 ] && [ $status -ne 124 ] && grep -qF "rank 3 on $host TP(1)-CP(1)-PP(0)-DP(0)-Rank(3)" $B/failing.log; then
+    ok "a failing rank of a (TP 2, CP 2) job ends the whole job with its rank, host and coordinates (status $status)"
+else bad "a failing context-parallel rank" "status $status (124 = hung): $(grep -m1 error $B/failing.log)"; fi
+timeout 120 $MPIRUN -x GRIDGPT_TEST_HANG_RANK=1 -x GRIDGPT_TEST_HANG_ITERATION=3 -np 2 ./train_cpu $flags \
+    --context-parallel-size 2 --watchdog-timeout 5 > $B/hang.out 2> $B/hang.err
+status=$?
+summary=$(grep "^error: watchdog summary:" $B/hang.err)
+if [ $status -ne 0 ] && [ $status -ne 124 ] && [[ "$summary" =~ "rank 1 on $host pid "[0-9]+" TP(0)-CP(1)-PP(0)-DP(0)-Rank(1) (iteration 3" ]] &&
+   grep -q "rank 0 on $host pid [0-9]* TP(0)-CP(0)-PP(0)-DP(0)-Rank(0)\] watchdog: .*waiting in ring send and receive with rank 1 (context-parallel group)" $B/hang.err; then
+    ok "a context-parallel rank frozen at iteration 3: the watchdog ends the job (status $status), rank 0 waiting in the ring's transfer, the summary naming rank 1"
+else bad "a frozen context-parallel rank" "status $status: $(head -c 300 <<< "$summary") / $(grep -m1 'rank 0 on' $B/hang.err | head -c 300)"; fi
+
 # one line for each wrong grid
 refused() {  # label np expected-text flags...
     local label=$1 np=$2 want=$3; shift 3
