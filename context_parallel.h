@@ -267,8 +267,8 @@ static void context_attention_backward(ContextAttention* c, floatX* dqkv, const 
 }
 
 static void context_attention_init(ContextAttention* c) {
-    ring_transfer_init(&c->kv_transfer);
-    ring_transfer_init(&c->dkv_transfer);
+    ring_transfer_init(&c->kv_transfer, 1);   // (the backward has both in flight at once)
+    ring_transfer_init(&c->dkv_transfer, 2);
 }
 
 static void context_attention_free(ContextAttention* c) {

@@ -691,6 +691,8 @@ typedef struct {
     Group* g;
     size_t bytes;
     int from;
+    int tag;      // MPI's message tag: two transfers in flight at once on one ring stay apart (NCCL
+                  // matches by order, which every rank keeps alike)
     int active;
 #ifdef __CUDACC__
     StreamEvent written, arrived;
@@ -699,8 +701,9 @@ typedef struct {
 #endif
 } RingTransfer;
 
-static void ring_transfer_init(RingTransfer* t) {
+static void ring_transfer_init(RingTransfer* t, int tag) {
     memset(t, 0, sizeof(*t));
+    t->tag = tag;
 #ifdef __CUDACC__
     stream_event_create(&t->written);
     stream_event_create(&t->arrived);
@@ -736,8 +739,8 @@ static void ring_transfer_start(RingTransfer* t, Group* g, const void* send, voi
     wait_end();
 #else
     (void)elem;   // floatX is float on the CPU build
-    mpiCheck(MPI_Irecv(recv, (int)n, MPI_FLOAT, t->from, 0, g->mpi, &t->req[0]));
-    mpiCheck(MPI_Isend(send, (int)n, MPI_FLOAT, ring_next(g), 0, g->mpi, &t->req[1]));
+    mpiCheck(MPI_Irecv(recv, (int)n, MPI_FLOAT, t->from, t->tag, g->mpi, &t->req[0]));
+    mpiCheck(MPI_Isend(send, (int)n, MPI_FLOAT, ring_next(g), t->tag, g->mpi, &t->req[1]));
 #endif
 }
 
