@@ -128,6 +128,15 @@ if [ $status -ne 0 ] && [ $status -ne 124 ] && [[ "$summary" =~ "rank 1 on $host
     ok "a context-parallel rank frozen at iteration 3: the watchdog ends the job (status $status), rank 0 waiting in the ring's transfer, the summary naming rank 1"
 else bad "a frozen context-parallel rank" "status $status: $(head -c 300 <<< "$summary") / $(grep -m1 'rank 0 on' $B/hang.err | head -c 300)"; fi
 
+# --full-validation on a CP grid: each rank's rows counted at their positions in the window
+full="--skip-train --load $B/cp2.ckpt --full-validation"
+./train_cpu $flags $full > $B/full1.log 2>&1
+$MPIRUN -np 4 ./train_cpu $flags $full --context-parallel-size 4 > $B/full4.log 2>&1
+pick_full() { grep -E "^full validation|validation loss at" "$1"; }
+if [ -n "$(pick_full $B/full1.log)" ] && [ "$(pick_full $B/full1.log)" = "$(pick_full $B/full4.log)" ]; then
+    ok "--full-validation at CP 4: one process's token count and loss"
+else bad "--full-validation at CP 4" "$(diff <(pick_full $B/full1.log) <(pick_full $B/full4.log) | head -4)"; fi
+
 # one line for each wrong grid
 refused() {  # label np expected-text flags...
     local label=$1 np=$2 want=$3; shift 3
