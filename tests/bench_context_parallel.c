@@ -61,6 +61,14 @@ typedef struct {
     char* scratch;
 } Layer;
 
+// the bench's layer: no ALiBi, no dropout
+static const Alibi NO_ALIBI = {0, 0};
+static Dropout no_dropout(void) {
+    Dropout d;
+    memset(&d, 0, sizeof(d));
+    return d;
+}
+
 static void fill_random(floatX* x, size_t n, uint64_t* state) {
     for (size_t i = 0; i < n; i++) {
         *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -88,10 +96,7 @@ static void layer_init(Layer* L, int seq, int B, int NH, int G, int HS, int piec
     uint64_t state = 1234 + (uint64_t)grid.cp_rank;
     fill_random(L->qkv, qkv, &state);
     fill_random(L->dout, query_rows_elems(c), &state);
-    Alibi none = {0, 0};
-    Dropout off;
-    memset(&off, 0, sizeof(off));
-    context_attention_forward(c, L->out, L->lse, L->qkv, none, off);   // the backward's out and lse
+    context_attention_forward(c, L->out, L->lse, L->qkv, NO_ALIBI, no_dropout());   // the backward's out and lse
 }
 
 static void layer_free(Layer* L) {
@@ -104,15 +109,8 @@ static void layer_free(Layer* L) {
     free(L->lse);
 }
 
-static const Alibi NO_ALIBI = {0, 0};
-static Dropout no_dropout(void) {
-    Dropout d;
-    memset(&d, 0, sizeof(d));
-    return d;
-}
-
 // what the idle pieces sleep between a transfer's start and its finish: many times the transfer
-// alone (a few ms here), so that whatever MPI moves by itself has time to arrive
+// alone (0.2-3 ms here), so that whatever MPI moves by itself has time to arrive
 #define IDLE_SECONDS 0.02
 static void sleep_seconds(double s) {
     struct timespec t = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
