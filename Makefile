@@ -10,7 +10,8 @@
 #   make check    every test, installing nothing; make check T="data cli" only those named
 #   make test-gpu on a GPU machine: the kernel checks and a short training against the CPU build,
 #                 then the 124M benchmark (tokens/s, MFU) next to the planner's estimate and llm.c's
-#   make bench    CPU step time, throughput and memory for GPT-2 124M and a small shape
+#   make bench    CPU step time, throughput and memory for GPT-2 124M and a small shape; the
+#                 tokenizer, generation, and context parallelism's ring overlap on 2 and 4 ranks
 #   make run      the main job: set up, build, make a corpus, train, evaluate, sample
 
 CC       ?= gcc
@@ -144,6 +145,7 @@ bench: train_cpu preprocess
 	bash tests/bench.sh
 	bash tests/bench_tokenizer.sh
 	bash tests/bench_generate.sh
+	bash tests/bench_context_parallel.sh
 
 run:
 	bash scripts/run.sh
