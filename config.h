@@ -860,6 +860,10 @@ static int layout_error(const Config* a, char* err, size_t len) {
     if (m->ffn_hidden_size % TP != 0)
         return error_line(err, len, "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
                           m->ffn_hidden_size, TP);
+    if (m->num_experts > 0 && TP > 1)
+        return error_line(err, len, "--num-experts %d at --tensor-model-parallel-size %d: the experts' tensor parallelism "
+                          "is not built yet (each rank holds whole experts): TP 1 with a mixture of experts",
+                          m->num_experts, TP);
     if (query_groups(m) % TP != 0)   // (without GQA the heads' count, above)
         return error_line(err, len, "--num-query-groups %d is not divisible by --tensor-model-parallel-size %d (the "
                           "query groups are split over the tensor-parallel ranks, as Megatron-LM)", m->num_query_groups, TP);
@@ -1045,6 +1049,7 @@ static void check_model(Config* a) {
         config_error("--swiglu at --hidden-size %d: Megatron-LM's MLP width, 8h/3 rounded down to a multiple of 64, is 0: "
                      "give --ffn-hidden-size", m->hidden_size);
     if (m->max_position_embeddings == 0) m->max_position_embeddings = m->seq_length;
+    if (m->num_experts > 0 && m->moe_ffn_hidden_size == 0) m->moe_ffn_hidden_size = m->ffn_hidden_size;
     char err[512];
     check_architecture(a);
     if (model_config_error(m, err, sizeof(err))) config_error("%s", err);   // (the same checks as an import's)

@@ -72,7 +72,22 @@ tensor-parallel operators of parallel.h; it never allocates after gpt_build().
     X(FLOAT, attention_dropout, "0.1", 0, "in training, the fraction of the attention probabilities zeroed", STORED,   \
       NULL, NULL, NULL)                                                                                                \
     X(SWITCH, sequence_parallel, NULL, 0, "split the LayerNorm and residual rows over the TP ranks (TP > 1)", STORED,   \
-      NULL, NULL, NULL)
+      NULL, NULL, NULL)                                                                                                \
+    X(INT, num_experts, NULL, 0, "E: experts in each MoE layer, a mixture of experts in place of the MLP (0: dense)", \
+      MATCH, NULL, NULL, NULL)                                                                                         \
+    X(INT, moe_router_topk, "2", 1, "k: the experts each token goes to", STORED, NULL, NULL, "num_experts_per_tok")    \
+    X(INT, moe_ffn_hidden_size, NULL, 0, "an expert's MLP width (0: --ffn-hidden-size)", MATCH, NULL, NULL,            \
+      "moe_intermediate_size")                                                                                         \
+    X(INT, moe_layer_freq, "1", 1, "N: layers 0, N, 2N, ... are MoE layers, the others dense", MATCH, NULL, NULL, NULL) \
+    X(SWITCH, moe_router_pre_softmax, NULL, 0, "the top-k's weights from the softmax over all experts, not "          \
+      "renormalized (Qwen2-MoE); default: the softmax over the k chosen (Mixtral)", STORED, NULL, NULL, NULL)        \
+    X(CHOICE, moe_router_load_balancing_type, "aux_loss", 0, "aux_loss | none (Switch Transformer's, per layer)",     \
+      STORED, NULL, NULL, NULL)                                                                                        \
+    X(FLOAT, moe_aux_loss_coeff, NULL, 0, "the load-balancing loss's weight in the loss (0: off)", STORED, NULL, NULL, \
+      "router_aux_loss_coef")                                                                                          \
+    X(FLOAT, moe_z_loss_coeff, NULL, 0, "the router z-loss's weight (ST-MoE; 0: off)", STORED, NULL, NULL, NULL)      \
+    X(INT, moe_shared_expert_intermediate_size, NULL, 0, "a shared expert of this width every token goes through, "  \
+      "its output gated by a sigmoid (Qwen2-MoE; 0: none)", MATCH, NULL, NULL, "shared_expert_intermediate_size")
 
 // activation recomputation, in --recompute-method's order (train.c's check_recompute)
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_UNIFORM, RECOMPUTE_BLOCK } RecomputeMethod;
@@ -163,6 +178,13 @@ static int model_config_error(const GPTConfig* m, char* err, size_t len) {
         return error_line(err, len, "--seq-length %d exceeds --max-position-embeddings %d", m->seq_length,
                           m->max_position_embeddings);
     if (m->init_method_std <= 0.0f) return error_line(err, len, "--init-method-std must be positive, got %g", m->init_method_std);
+    if (m->num_experts > MOE_MAX_EXPERTS || (m->num_experts > 0 && m->moe_router_topk > m->num_experts) ||
+        (m->num_experts > 0 && m->moe_router_topk > MOE_MAX_TOPK))
+        return error_line(err, len, "--num-experts %d with --moe-router-topk %d: at most %d experts, each token to at most "
+                          "%d of them and no more than there are", m->num_experts, m->moe_router_topk, MOE_MAX_EXPERTS,
+                          MOE_MAX_TOPK);
+    if (m->num_experts > 0 && m->moe_ffn_hidden_size < 1)
+        return error_line(err, len, "--moe-ffn-hidden-size must be at least 1, got %d", m->moe_ffn_hidden_size);
     if (m->hidden_dropout >= 1.0f || m->attention_dropout >= 1.0f)
         return error_line(err, len, "--%s-dropout %g: a fraction below 1 (dropout scales what it keeps by 1 / (1 - p))",
                           m->hidden_dropout >= 1.0f ? "hidden" : "attention",
@@ -198,8 +220,21 @@ typedef struct {
 } TensorDesc;
 
 // indices into the tensor table of one transformer layer's tensors
+// an MLP's tensors, of width F (fc1 is [F, C], or with SwiGLU [gate; up], [2F, C]; fc2 [C, F]): the
+// dense MLP's, or in a MoE layer one expert's or the shared expert's. An expert is the dense MLP
+// on the rows routed to it: the same code runs both (mlp_rows_forward, mlp_rows_backward).
 typedef struct {
-    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+    int fc_w, fc_b, fcproj_w, fcproj_b;
+    int width;   // F on this rank (the dense MLP's is split over the tensor ranks)
+} MlpTensors;
+
+typedef struct {
+    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b;
+    MlpTensors mlp;          // the dense MLP (-1s in a MoE layer)
+    int router_w;            // a MoE layer (else -1): the router [E, C], the experts [E], and with
+    MlpTensors* experts;     // --moe-shared-expert-intermediate-size the shared expert and its gate [1, C]
+    MlpTensors shared;
+    int shared_gate_w;
 } LayerTensors;
 
 // ----------------------------------------------------------------------------
@@ -209,6 +244,11 @@ typedef struct {
     floatX *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fch_act, *res3;   // fch: fc1's output, fch_act: GELU or SwiGLU of it
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
     float* lse;   // the fused attention's log-sum-exp [B, heads, T], kept instead of att [B, heads, T, T]
+    // a MoE layer (moe.h): its routing, the router's logits [N, E], each routed row's expert output
+    // [N k, C] (fch and fch_act hold the experts' N k rows); the shared expert's fc1 output, its
+    // activation, its output [N, C] and its gate's logit [N]
+    MoERouting route;
+    floatX *router_logits, *moe_ys, *shared_fch, *shared_fch_act, *shared_y, *shared_gate;
 } LayerActivations;
 
 // everything one micro-batch keeps from its forward until its backward through one model chunk
@@ -311,6 +351,16 @@ typedef struct GPT {
     floatX* whole_rows;                              // sequence parallelism: [B*T, C], the whole rows a tensor-
                                                      // parallel matmul reads or writes, gathered or to be scattered
     floatX* att_scratch;
+    // MoE layers' scratch, shared by the layers (moe.h): the experts' input rows [N k, C] and the
+    // gradients the backward passes through, the host's copy of a routing's offsets; the step's
+    // load-balancing and z losses (device: [2]); the forward's dloss x N, the micro-batch's share
+    // of the step's gradient (the MoE losses' weight); set while a backward recomputes a forward
+    floatX *moe_xs, *moe_dys, *moe_dxs, *moe_dfch, *moe_dfch_act, *moe_dlogits, *moe_dx;
+    float* moe_dweight;
+    double* moe_loss_sums;
+    int* moe_host_offsets;
+    float moe_loss_scale;
+    int recomputing;
     float* column_partials;                          // the GPU build's column reductions' partial sums
     void* arena;
     size_t arena_bytes;
@@ -414,9 +464,31 @@ static TensorNames layer_part(int l, const char* ours, const char* hf, const cha
     TensorNames n;
     snprintf(n.ours, sizeof(n.ours), "language_model.encoder.layers.%d.%s", l, ours);
     snprintf(n.hf, sizeof(n.hf), "transformer.h.%d.%s", l, hf);
+    if (!hf[0]) n.hf[0] = '\0';   // GPT-2 has none
     snprintf(n.bloom, sizeof(n.bloom), "transformer.h.%d.%s", l, ours);
     snprintf(n.llama, sizeof(n.llama), "model.layers.%d.%s", l, llama);
     return n;
+}
+
+// Is layer l a mixture of experts? Megatron-LM's --moe-layer-freq N: layers 0, N, 2N, ...
+static int is_moe_layer(const GPTConfig* c, int l) { return c->num_experts > 0 && l % c->moe_layer_freq == 0; }
+
+// An MLP of width F named `ours` (Megatron's dense_h_to_4h and dense_4h_to_h under it), GPT-2's
+// fc1 and fc2 names (`gpt2_fc`, `gpt2_proj`: "" where GPT-2 has none) and the Llama-family `llama`
+// prefix's gate_up_proj and down_proj; split over the tensor ranks as Megatron-LM splits the MLP
+static MlpTensors add_mlp(GPT* m, int capacity, int l, const char* ours, const char* gpt2_fc, const char* gpt2_proj,
+                          const char* llama, int F, float std, float out_std) {
+    int C = m->cfg.hidden_size, glu = m->cfg.swiglu ? 2 : 1;
+    char a[64], b[64], c[64], d[64];   // (short enough for layer_part's names)
+    snprintf(a, sizeof a, "%s.dense_h_to_4h", ours);
+    snprintf(b, sizeof b, "%s.dense_4h_to_h", ours);
+    snprintf(c, sizeof c, "%s.gate_up_proj", llama);
+    snprintf(d, sizeof d, "%s.down_proj", llama);
+    MlpTensors t;
+    t.fc_w = add_linear(m, capacity, layer_part(l, a, gpt2_fc, c), l, glu * F, C, 0, std, &t.fc_b, glu);
+    t.fcproj_w = add_linear(m, capacity, layer_part(l, b, gpt2_proj, d), l, C, F, 1, out_std, &t.fcproj_b, 1);
+    t.width = F / m->tp_size;
+    return t;
 }
 
 // The QKV weight's rows, Megatron's layout: per query group [its NH/G query heads | its key head
@@ -425,7 +497,6 @@ static TensorNames layer_part(int l, const char* ours, const char* hf, const cha
 static void add_layer(GPT* m, int capacity, int l, LayerTensors* t) {
     const GPTConfig* c = &m->cfg;
     int C = c->hidden_size, F = c->ffn_hidden_size, HS = C / c->num_attention_heads, G = query_groups(c);
-    int glu = c->swiglu ? 2 : 1;
     // output projections: GPT-2's scaled init, std / sqrt(2 * num_layers) (Radford et al.
     // 2019, §2.3; Megatron's scaled_init_method_normal)
     float std = c->init_method_std, out_std = c->init_method_std / sqrtf(2.0f * c->num_layers);
@@ -438,10 +509,31 @@ static void add_layer(GPT* m, int capacity, int l, LayerTensors* t) {
                            1, out_std, &t->proj_b, 1);
     t->ln2_w = add_norm(m, capacity, layer_part(l, "post_attention_layernorm", "ln_2", "post_attention_layernorm"), l, C,
                         &t->ln2_b);
-    t->fc_w = add_linear(m, capacity, layer_part(l, "mlp.dense_h_to_4h", "mlp.c_fc", "mlp.gate_up_proj"), l, glu * F, C, 0,
-                         std, &t->fc_b, glu);
-    t->fcproj_w = add_linear(m, capacity, layer_part(l, "mlp.dense_4h_to_h", "mlp.c_proj", "mlp.down_proj"), l, C, F, 1,
-                             out_std, &t->fcproj_b, 1);
+    MlpTensors none = {-1, -1, -1, -1, 0};
+    t->mlp = t->shared = none;
+    t->router_w = t->shared_gate_w = -1;
+    if (!is_moe_layer(c, l)) {
+        t->mlp = add_mlp(m, capacity, l, "mlp", "mlp.c_fc", "mlp.c_proj", "mlp", F, std, out_std);
+        return;
+    }
+    // a mixture of experts (moe.h): Megatron-LM's router and experts (the Hugging Face names are
+    // Qwen2-MoE's, hf.h renames them for Mixtral), each expert an MLP of --moe-ffn-hidden-size
+    int E = c->num_experts;
+    t->router_w = add_tensor(m, capacity, layer_part(l, "mlp.router.weight", "", "mlp.gate.weight"), l, E, C, -1,
+                             INIT_NORMAL, std, 1);
+    t->experts = (MlpTensors*)mallocCheck(E * sizeof(MlpTensors));
+    for (int e = 0; e < E; e++) {
+        char ours[64], hf[64];
+        snprintf(ours, sizeof ours, "mlp.experts.%d", e);
+        snprintf(hf, sizeof hf, "mlp.experts.%d", e);
+        t->experts[e] = add_mlp(m, capacity, l, ours, "", "", hf, c->moe_ffn_hidden_size, std, out_std);
+    }
+    if (c->moe_shared_expert_intermediate_size > 0) {
+        t->shared = add_mlp(m, capacity, l, "mlp.shared_expert", "", "", "mlp.shared_expert",
+                            c->moe_shared_expert_intermediate_size, std, out_std);
+        t->shared_gate_w = add_tensor(m, capacity, layer_part(l, "mlp.shared_expert_gate.weight", "",
+                                                               "mlp.shared_expert_gate.weight"), l, 1, C, -1, INIT_NORMAL, std, 1);
+    }
 }
 
 // Local layer i of a rank: in chunk i / chunk_layers, which starts round_layers after the one
@@ -460,7 +552,8 @@ static int chunk_holds_head(const GPT* m, int chunk) { return m->is_last_stage &
 // tensors keep that order).
 static void build_tensor_table(GPT* m) {
     const GPTConfig* c = &m->cfg;
-    long long entries = 8 + 12LL * m->num_local_layers;   // (in an int, 2^31 layers once wrapped it)
+    long long per_layer = 12 + (c->num_experts > 0 ? 4LL * c->num_experts + 7 : 0);   // a MoE layer's router, experts, shared
+    long long entries = 8 + per_layer * m->num_local_layers;   // (in an int, 2^31 layers once wrapped it)
     if (entries > INT_MAX) fail("the tensor table of %d layers: more than %d tensors", m->num_local_layers, INT_MAX);
     int C = c->hidden_size, capacity = (int)entries;
     m->tensors = (TensorDesc*)callocCheck(capacity, sizeof(TensorDesc));
@@ -649,9 +742,32 @@ static void layout_norm_stats(const GPT* m, Arena* a, float** mean, float** rstd
     *rstd = TAKE(a, float, rows);
 }
 
-static void layout_layer(GPT* m, Arena* a, LayerActivations* L, int with_output) {
+// a MoE layer's own activations: the routing, the router's logits, the experts' outputs and the
+// shared expert's (the experts' fc1 rows are fch's, laid out N k rows long by layout_layer)
+static void layout_moe_layer(GPT* m, Arena* a, LayerActivations* L) {
+    const GPTConfig* c = &m->cfg;
+    size_t N = (size_t)m->B * m->T, C = c->hidden_size, Fs = c->moe_shared_expert_intermediate_size, E = c->num_experts;
+    size_t k = c->moe_router_topk;
+    size_t bytes = moe_routing_layout(&L->route, NULL, (int)N, (int)E, (int)k, c->moe_router_pre_softmax);
+    moe_routing_layout(&L->route, (char*)arena_take(a, bytes), (int)N, (int)E, (int)k, c->moe_router_pre_softmax);
+    L->router_logits = take_floatX(a, N * E);
+    L->moe_ys = take_floatX(a, N * k * C);
+    if (!Fs) return;
+    L->shared_fch = take_floatX(a, N * (c->swiglu ? 2 : 1) * Fs);
+    L->shared_fch_act = take_floatX(a, N * Fs);
+    L->shared_y = take_floatX(a, N * C);
+    L->shared_gate = take_floatX(a, N);
+}
+
+// the rows and width of a layer's fc1 output: the dense MLP's N rows of fc_local, or a MoE
+// layer's N k expert rows of its experts' width (x 2 with SwiGLU)
+static size_t mlp_rows(const GPT* m, int moe) { return (size_t)m->B * m->T * (moe ? m->cfg.moe_router_topk : 1); }
+static size_t mlp_width(const GPT* m, int moe) { return moe ? (size_t)m->cfg.moe_ffn_hidden_size : (size_t)m->ffn_local; }
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+static void layout_layer(GPT* m, Arena* a, LayerActivations* L, int with_output, int moe) {
     size_t N = (size_t)m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size;
-    size_t Cl = m->hidden_local, Fl = m->ffn_local, NHl = m->heads_local;
+    size_t Cl = m->hidden_local, NHl = m->heads_local;
     L->ln1 = take_floatX(a, R * C);
     layout_norm_stats(m, a, &L->ln1_mean, &L->ln1_rstd, R);
     L->qkv = take_floatX(a, N * m->qkv_local);
@@ -662,9 +778,13 @@ static void layout_layer(GPT* m, Arena* a, LayerActivations* L, int with_output)
     L->res2 = take_floatX(a, R * C);
     L->ln2 = take_floatX(a, R * C);
     layout_norm_stats(m, a, &L->ln2_mean, &L->ln2_rstd, R);
-    L->fch = take_floatX(a, N * m->fc_local);
-    L->fch_act = take_floatX(a, N * Fl);
+    // (moe -1: room for either kind, the recomputation's scratch of a model with both)
+    size_t act = moe < 0 ? max_size(mlp_rows(m, 0) * mlp_width(m, 0), mlp_rows(m, 1) * mlp_width(m, 1))
+                         : mlp_rows(m, moe) * mlp_width(m, moe);
+    L->fch = take_floatX(a, (m->cfg.swiglu ? 2 : 1) * act);
+    L->fch_act = take_floatX(a, act);
     L->res3 = with_output ? take_floatX(a, R * C) : NULL;
+    if (moe) layout_moe_layer(m, a, L);
 }
 
 // the bytes of one layer's activations, its output included, as layout_layer lays them out
@@ -672,7 +792,7 @@ static void layout_layer(GPT* m, Arena* a, LayerActivations* L, int with_output)
 static size_t layer_activation_bytes(GPT* m) {
     Arena sizing = {NULL, 0, m->build.floatx_bytes};
     LayerActivations L;
-    layout_layer(m, &sizing, &L, 1);
+    layout_layer(m, &sizing, &L, 1, is_moe_layer(&m->cfg, 0));
     return sizing.used;
 }
 
@@ -682,7 +802,7 @@ static size_t layer_activation_bytes(GPT* m) {
 static void layout_recompute_scratch(GPT* m, Arena* a) {
     size_t before = a->used;
     for (int k = 0; k < m->longest_chunk; k++)
-        layout_layer(m, a, &m->recompute_layers[k], scratch_holds_output(m, k));
+        layout_layer(m, a, &m->recompute_layers[k], scratch_holds_output(m, k), m->cfg.num_experts > 0 ? -1 : 0);
     if (recomputes_attention_core(m)) m->recomputed_att = take_floatX(a, (size_t)m->B * m->heads_local * m->T * m->T);
     m->recompute_bytes = a->used - before;
 }
@@ -702,7 +822,7 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
     for (int i = s->first; i < s->end; i++) {
         int first, end;
         if (!recompute_chunk(m, i, &first, &end)) {
-            layout_layer(m, a, &s->layers[i], 1);
+            layout_layer(m, a, &s->layers[i], 1, is_moe_layer(&m->cfg, global_layer(m, i)));
             continue;
         }
         s->layers[i] = m->recompute_layers[i - first];   // in the shared scratch ...
@@ -720,13 +840,33 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
 // without sequence parallelism)
 static size_t column_partials_floats(const GPT* m) {
     int N = m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size;
-    int rows[3] = {R, N, N}, widths[3] = {C, m->qkv_local, m->fc_local};
+    const GPTConfig* c = &m->cfg;
+    int Nk = N * (c->num_experts > 0 ? c->moe_router_topk : 1), glu = c->swiglu ? 2 : 1;   // (MoE: TP 1, no SP)
+    int rows[6] = {R, N, N, Nk, Nk, N};
+    int widths[6] = {C, m->qkv_local, m->fc_local, glu * c->moe_ffn_hidden_size, C, glu * c->moe_shared_expert_intermediate_size};
     size_t floats = layernorm_grad_partials(m->build, R, C);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 6; i++) {
         size_t bias = bias_grad_partials(m->build, rows[i], widths[i]);
         floats = bias > floats ? bias : floats;
     }
     return floats;
+}
+
+// the MoE layers' shared scratch (see the GPT's fields); the experts' fc1 gradients as wide as the
+// widest of the experts' and the shared expert's
+static void layout_moe_scratch(GPT* m, Arena* a) {
+    const GPTConfig* c = &m->cfg;
+    size_t N = (size_t)m->B * m->T, Nk = N * c->moe_router_topk, C = c->hidden_size, glu = c->swiglu ? 2 : 1;
+    size_t act = max_size(Nk * c->moe_ffn_hidden_size, N * c->moe_shared_expert_intermediate_size);
+    m->moe_xs = take_floatX(a, Nk * C);
+    m->moe_dys = take_floatX(a, Nk * C);
+    m->moe_dxs = take_floatX(a, Nk * C);
+    m->moe_dfch = take_floatX(a, glu * act);
+    m->moe_dfch_act = take_floatX(a, act);
+    m->moe_dlogits = take_floatX(a, N * max_size(c->num_experts, 1));
+    m->moe_dx = take_floatX(a, N * C);
+    m->moe_dweight = TAKE(a, float, Nk);
+    m->moe_loss_sums = TAKE(a, double, 2);
 }
 
 static void layout_arena(GPT* m, Arena* a) {
@@ -757,6 +897,7 @@ static void layout_arena(GPT* m, Arena* a) {
                                                                         C / m->cfg.num_attention_heads));
     }
     m->column_partials = TAKE(a, float, column_partials_floats(m));
+    if (m->cfg.num_experts > 0) layout_moe_scratch(m, a);
     if (m->is_last_stage) {
         m->logits = take_floatX(a, m->head_logits * N * m->vocab_local);
         m->ce_max = TAKE(a, float, N);
@@ -879,7 +1020,9 @@ static void gpt_allocate(GPT* m) {
     Arena real = {(char*)m->arena, 0, m->build.floatx_bytes};
     layout_arena(m, &real);
     if (m->loss_sum) dev_zero(m->loss_sum, sizeof(double));   // step_loss zeroes it after each read
+    if (m->moe_loss_sums) dev_zero(m->moe_loss_sums, 2 * sizeof(double));
     m->host_losses = (float*)mallocCheck((size_t)m->B * m->T * sizeof(float));
+    m->moe_host_offsets = (int*)mallocCheck((size_t)(m->cfg.num_experts + 1) * sizeof(int));
 }
 
 // both at once (tests and tools; inline: the trainer, which checks memory between, does not call it)
@@ -897,6 +1040,7 @@ static void gpt_free_plan(GPT* m) {
     free(m->chunk_slots);
     free(m->recompute_layers);
     free(m->tensors);
+    for (int i = 0; i < m->num_local_layers && m->layer_tensors; i++) free(m->layer_tensors[i].experts);
     free(m->layer_tensors);
 }
 
@@ -907,6 +1051,7 @@ static void gpt_free(GPT* m) {
     dev_free(m->grads);
     gpt_free_plan(m);
     free(m->host_losses);
+    free(m->moe_host_offsets);
 }
 
 // ----------------------------------------------------------------------------
@@ -1162,24 +1307,94 @@ static void cached_attention_forward(GPT* m, LayerActivations* L, int i) {
                      alibi_of(m));
 }
 
-// The MLP's activation, GELU (in --gelu's form) or SwiGLU (--swiglu), with the first linear
-// layer before it (the forward's one place to read the choice; the backward's: below):
-// fch = fc1(x) (kept for the backward), fch_act = its activation. GELU's tanh form goes into
-// the product's epilogue; SwiGLU's halves are [gate | up].
-static void mlp_activation_forward(GPT* m, LayerActivations* L, const floatX* x, const LayerTensors* t) {
-    int N = m->B * m->T, C = m->cfg.hidden_size;
+// An MLP's first product and activation on `rows` rows of x (the dense MLP's every row, or an
+// expert's rows): fch = fc1(x), kept for the backward, fch_act = its activation, GELU (in --gelu's
+// form) or SwiGLU (--swiglu); the forward's one place to read the choice (the backward's: below).
+// GELU's tanh form goes into the product's epilogue; SwiGLU's halves are [gate | up].
+static void mlp_rows_activation(GPT* m, const MlpTensors* t, int rows, const floatX* x, floatX* fch, floatX* fch_act) {
+    int C = m->cfg.hidden_size, F = t->width;
     if (!m->cfg.swiglu) {
-        matmul_gelu_forward(L->fch_act, L->fch, x, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, m->ffn_local,
-                            (GeluForm)m->cfg.gelu);
+        matmul_gelu_forward(fch_act, fch, x, param_of(m, t->fc_w), param_of(m, t->fc_b), rows, C, F, (GeluForm)m->cfg.gelu);
         return;
     }
-    matmul_forward(L->fch, x, param_of(m, t->fc_w), param_of(m, t->fc_b), N, C, m->fc_local);
-    swiglu_forward(L->fch_act, L->fch, N, m->ffn_local);
+    matmul_forward(fch, x, param_of(m, t->fc_w), param_of(m, t->fc_b), rows, C, 2 * F);
+    swiglu_forward(fch_act, fch, rows, F);
+}
+
+// the whole MLP on `rows` rows of x into y (an expert's or the shared expert's: TP 1)
+static void mlp_rows_forward(GPT* m, const MlpTensors* t, int rows, const floatX* x, floatX* fch, floatX* fch_act, floatX* y) {
+    mlp_rows_activation(m, t, rows, x, fch, fch_act);
+    matmul_forward(y, fch_act, param_of(m, t->fcproj_w), param_of(m, t->fcproj_b), rows, t->width, m->cfg.hidden_size);
+}
+
+// The MLP's backward on `rows` rows from its output's gradient dy (an expert's or the shared
+// expert's: TP 1): its weights' and biases' gradients, and into dx its input's gradient. dfch,
+// dfch_act: scratch. GELU's backward goes into fc2's product, as the dense MLP's.
+static void mlp_rows_backward(GPT* m, const MlpTensors* t, int rows, floatX* dx, const floatX* dy, const floatX* x,
+                              const floatX* fch, const floatX* fch_act, floatX* dfch, floatX* dfch_act) {
+    int C = m->cfg.hidden_size, F = t->width;
+    if (!m->cfg.swiglu) {
+        gelu_matmul_backward(dfch, grad_of(m, t->fcproj_w), grad_of(m, t->fcproj_b), m->column_partials, dy, fch_act,
+                             param_of(m, t->fcproj_w), fch, rows, F, C, (GeluForm)m->cfg.gelu);
+    } else {
+        matmul_backward(dfch_act, grad_of(m, t->fcproj_w), grad_of(m, t->fcproj_b), m->column_partials, dy, fch_act,
+                        param_of(m, t->fcproj_w), rows, F, C);
+        swiglu_backward(dfch, fch, dfch_act, rows, F);
+    }
+    matmul_backward(dx, grad_of(m, t->fc_w), grad_of(m, t->fc_b), m->column_partials, dfch, x, param_of(m, t->fc_w), rows, C,
+                    (m->cfg.swiglu ? 2 : 1) * F);
+}
+
+// the load-balancing and z losses' coefficients (0: off)
+static MoELosses moe_losses_of(const GPT* m) {
+    const GPTConfig* c = &m->cfg;
+    MoELosses l = {c->moe_router_load_balancing_type == 0 ? c->moe_aux_loss_coeff : 0.0f, c->moe_z_loss_coeff,
+                   m->moe_loss_scale};
+    return l;
+}
+
+// A MoE layer's forward in place of the MLP (moe.h): res3 = the experts' outputs combined by the
+// router's weights, plus the shared expert's gated output; the hidden dropout after it, as the
+// dense MLP's. In training the layer's load-balancing and z losses add to the step's sums (raw,
+// without their coefficients: 1 is a perfect balance), once (not again when a backward recomputes).
+static void moe_forward(GPT* m, MicroBatchActivations* s, LayerActivations* L, const LayerTensors* t, int l) {
+    const GPTConfig* c = &m->cfg;
+    int N = m->B * m->T, C = c->hidden_size, E = c->num_experts, k = c->moe_router_topk;
+    int F = c->moe_ffn_hidden_size, glu = c->swiglu ? 2 : 1, *offsets = m->moe_host_offsets;
+    matmul_forward(L->router_logits, L->ln2, param_of(m, t->router_w), NULL, N, C, E);
+    moe_dispatch(&L->route, m->moe_xs, L->ln2, L->router_logits, C, offsets);
+    for (int e = 0; e < E; e++) {   // each expert on its rows (none: nothing to do)
+        size_t r = offsets[e];
+        if (offsets[e + 1] > offsets[e])
+            mlp_rows_forward(m, &t->experts[e], offsets[e + 1] - offsets[e], m->moe_xs + r * C, L->fch + r * glu * F,
+                             L->fch_act + r * F, L->moe_ys + r * C);
+    }
+    moe_combine(L->res3, L->moe_ys, L->route.weight, L->route.position, N, k, C);
+    if (t->shared_gate_w >= 0) {   // + sigmoid(x w_gate) shared_mlp(x)
+        mlp_rows_forward(m, &t->shared, N, L->ln2, L->shared_fch, L->shared_fch_act, L->shared_y);
+        matmul_forward(L->shared_gate, L->ln2, param_of(m, t->shared_gate_w), NULL, N, C, 1);
+        moe_shared_gate_forward(L->res3, L->shared_y, L->shared_gate, N, C);
+    }
+    if (m->moe_loss_scale > 0.0f && !m->recomputing)
+        moe_aux_loss(&m->moe_loss_sums[0], &m->moe_loss_sums[1], L->route.probs, L->route.lse, L->route.counts, N, E, k,
+                     1.0f, 1.0f, N);
+    residual_dropout_forward(m, L->res3, dropout_of(m, s, l, DROPOUT_MLP_OUTPUT));
+}
+
+// The MLP's forward, dense or a mixture of experts: res3 = mlp(ln2), before the residual add
+static void mlp_forward(GPT* m, MicroBatchActivations* s, LayerActivations* L, const LayerTensors* t, int l) {
+    if (t->router_w >= 0) {
+        moe_forward(m, s, L, t, l);
+        return;
+    }
+    mlp_rows_activation(m, &t->mlp, m->B * m->T, column_parallel_input(m, L->ln2), L->fch, L->fch_act);   // f, column-parallel
+    row_parallel_linear_forward(m, L->res3, L->fch_act, t->mlp.fcproj_w, t->mlp.fcproj_b, m->ffn_local,
+                                dropout_of(m, s, l, DROPOUT_MLP_OUTPUT));
 }
 
 static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     int B = m->B, T = m->T, N = B * T, C = m->cfg.hidden_size;
-    int Cl = m->hidden_local, Fl = m->ffn_local, l = global_layer(m, i);
+    int Cl = m->hidden_local, l = global_layer(m, i);
     const LayerTensors* t = &m->layer_tensors[i];
     LayerActivations* L = &s->layers[i];
     const floatX* x = layer_input(s, i);
@@ -1193,9 +1408,8 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     row_parallel_linear_forward(m, L->res2, L->atty, t->proj_w, t->proj_b, Cl, dropout_of(m, s, l, DROPOUT_ATTENTION_OUTPUT));
     // the residual add and ln2 in one pass: res2 += x, ln2 = norm(res2)
     residual_norm_forward(m, L->res2, L->ln2, L->ln2_mean, L->ln2_rstd, L->res2, x, t->ln2_w, t->ln2_b);
-    // MLP: res3 = res2 + fcproj(act(fc(ln2))); f, column-parallel
-    mlp_activation_forward(m, L, column_parallel_input(m, L->ln2), t);
-    row_parallel_linear_forward(m, L->res3, L->fch_act, t->fcproj_w, t->fcproj_b, Fl, dropout_of(m, s, l, DROPOUT_MLP_OUTPUT));
+    // MLP: res3 = res2 + fcproj(act(fc(ln2))), or a mixture of experts
+    mlp_forward(m, s, L, t, l);
     if (fuses_next_ln1(m, i)) {   // res3 += res2, and the next block's ln1 = norm(res3) in the same pass
         const LayerTensors* next_t = &m->layer_tensors[i + 1];
         LayerActivations* next = &s->layers[i + 1];
@@ -1258,6 +1472,7 @@ static void before_reading_parameters(const GPT* m, int layer) {
 
 static void gpt_forward_stage(GPT* m, int slot, float dloss) {
     MicroBatchActivations* s = &m->slots[slot];
+    m->moe_loss_scale = dloss * m->B * m->T;   // (the micro-batch's share of the step's gradient: its MoE losses')
     if (chunk_holds_embedding(m, s->chunk)) {
         before_reading_parameters(m, -1);
         embedding_forward(m, s);
@@ -1395,7 +1610,7 @@ static void head_backward(GPT* m, MicroBatchActivations* s) {
 // at fch (fc1's output). GELU's backward (--gelu's form) goes into the product; SwiGLU's reads
 // the product's gradient at fch_act from db and writes the [gate | up] gradient into da. (db holds
 // the dropout's gradient while the product reads it.)
-static floatX* mlp_activation_backward(GPT* m, const LayerActivations* L, const LayerTensors* t, floatX* da, floatX* db,
+static floatX* mlp_activation_backward(GPT* m, const LayerActivations* L, const MlpTensors* t, floatX* da, floatX* db,
                                        Dropout d) {
     if (!m->cfg.swiglu) {
         row_parallel_linear_backward(m, da, L->fch_act, L->fch, t->fcproj_w, t->fcproj_b, m->ffn_local, d, db);
@@ -1406,15 +1621,54 @@ static floatX* mlp_activation_backward(GPT* m, const LayerActivations* L, const 
     return db;
 }
 
+// A MoE layer's backward (moe.h), from the gradient of its output in m->dres: the combine's, each
+// expert's on its rows, the gather's, the router's (with the load-balancing and z losses), the
+// shared expert's and its gate's. Returns the gradient at ln2 (in dbuf_a).
+static floatX* moe_backward(GPT* m, MicroBatchActivations* s, LayerActivations* L, const LayerTensors* t, int l) {
+    const GPTConfig* c = &m->cfg;
+    int N = m->B * m->T, C = c->hidden_size, E = c->num_experts, F = c->moe_ffn_hidden_size, glu = c->swiglu ? 2 : 1;
+    int* offsets = m->moe_host_offsets;
+    floatX *dx = m->dbuf_a, *dout = m->dres;
+    Dropout d = dropout_of(m, s, l, DROPOUT_MLP_OUTPUT);
+    if (d.threshold) hidden_dropout(m, dout = m->dbuf_b, m->dres, d);
+    moe_dispatch_again(&L->route, m->moe_xs, L->ln2, C, offsets);
+    moe_combine_backward_rows(&L->route, m->moe_dys, m->moe_dweight, dout, L->moe_ys, C);
+    for (int e = 0; e < E; e++) {
+        size_t r = offsets[e];
+        if (offsets[e + 1] > offsets[e])
+            mlp_rows_backward(m, &t->experts[e], offsets[e + 1] - offsets[e], m->moe_dxs + r * C, m->moe_dys + r * C,
+                              m->moe_xs + r * C, L->fch + r * glu * F, L->fch_act + r * F, m->moe_dfch, m->moe_dfch_act);
+    }
+    moe_dispatch_backward(&L->route, dx, m->moe_dlogits, m->moe_dxs, m->moe_dweight, moe_losses_of(m), C);
+    // the router's product: its weight's gradient, and its input's added to dx
+    matmul_backward(m->moe_dx, grad_of(m, t->router_w), NULL, m->column_partials, m->moe_dlogits, L->ln2,
+                    param_of(m, t->router_w), N, C, E);
+    residual_forward(dx, dx, m->moe_dx, (size_t)N * C);
+    if (t->shared_gate_w < 0) return dx;
+    // the shared expert's gate (its logit's gradient in moe_dlogits' first N) and the shared expert
+    moe_shared_gate_backward(m->moe_dys, m->moe_dlogits, dout, L->shared_y, L->shared_gate, N, C);
+    matmul_backward(m->moe_dx, grad_of(m, t->shared_gate_w), NULL, m->column_partials, m->moe_dlogits, L->ln2,
+                    param_of(m, t->shared_gate_w), N, C, 1);
+    residual_forward(dx, dx, m->moe_dx, (size_t)N * C);
+    mlp_rows_backward(m, &t->shared, N, m->moe_dx, m->moe_dys, L->ln2, L->shared_fch, L->shared_fch_act, m->moe_dfch,
+                      m->moe_dfch_act);
+    residual_forward(dx, dx, m->moe_dx, (size_t)N * C);
+    return dx;
+}
+
 static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
     int Cl = m->hidden_local, l = global_layer(m, i);
     const LayerTensors* t = &m->layer_tensors[i];
     LayerActivations* L = &s->layers[i];
     floatX *da = m->dbuf_a, *db = m->dbuf_b, *d, *dfch;
-    // MLP: fcproj and the activation before it, then fc1
-    dfch = mlp_activation_backward(m, L, t, da, db, dropout_of(m, s, l, DROPOUT_MLP_OUTPUT));
-    floatX* other = dfch == da ? db : da;
-    d = column_parallel_linear_backward(m, other, dfch, dfch, L->ln2, t->fc_w, t->fc_b, m->fc_local);   // f
+    // MLP: fcproj and the activation before it, then fc1; or a mixture of experts
+    if (t->router_w >= 0) {
+        d = moe_backward(m, s, L, t, l);
+    } else {
+        dfch = mlp_activation_backward(m, L, &t->mlp, da, db, dropout_of(m, s, l, DROPOUT_MLP_OUTPUT));
+        floatX* other = dfch == da ? db : da;
+        d = column_parallel_linear_backward(m, other, dfch, dfch, L->ln2, t->mlp.fc_w, t->mlp.fc_b, m->fc_local);   // f
+    }
     norm_backward(m, m->dres, d, L->res2, t->ln2_w, t->ln2_b, L->ln2_mean, L->ln2_rstd);
     // attention
     row_parallel_linear_backward(m, da, L->atty, NULL, t->proj_w, t->proj_b, Cl, dropout_of(m, s, l, DROPOUT_ATTENTION_OUTPUT),
@@ -1476,8 +1730,11 @@ static void gpt_backward(GPT* m, int slot) {
     }
     for (int i = s->end - 1; i >= s->first; i--) {
         int first, end;
-        if (recompute_chunk(m, i, &first, &end) && i == end - 1)
+        if (recompute_chunk(m, i, &first, &end) && i == end - 1) {
+            m->recomputing = 1;
             for (int k = first; k < end; k++) block_forward(m, s, k);
+            m->recomputing = 0;
+        }
         block_backward(m, s, i);
         after_final_gradients(m, global_layer(m, i));
     }

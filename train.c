@@ -21,6 +21,7 @@ main.
 #include "parallel.h"
 #include "trace.h"
 #include "context_parallel.h"
+#include "moe.h"
 #include "fields.h"
 #include "gpt.h"
 #include "data_parallel.h"
@@ -180,6 +181,7 @@ typedef struct {
     int global_batch, skipped, nan_loss;
     int max_in_flight;   // most micro-batches whose activations this stage held at once
     double comm[4];      // bytes this rank sent in the step: tp, dp, pp, embedding groups
+    double moe[2];       // the MoE layers' load balance and z-loss (step_moe_losses)
 } StepResult;
 
 // out += sign x the bytes each group has sent so far (a step's: -1 before it, +1 after)
@@ -865,6 +867,7 @@ static StepResult train_step(Trainer* t) {
     run_schedule(&s, num_micro);
     m->dropout.training = 0;
     r.loss = step_loss(&s, num_micro);
+    step_moe_losses(m, num_micro, r.moe);
     r.max_in_flight = s.most_held;
     r.nan_loss = !isfinite(r.loss);
     float lr = learning_rate(&t->lr, t->progress.scheduler_samples);
@@ -923,15 +926,22 @@ static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
     if (t->config.log_throughput) snprintf(throughput, sizeof(throughput), " throughput per GPU (TFLOP/s/GPU): %.1f |", tflops);
     int has_norm = isfinite(r->grad_norm);   // a skipped step (gradients not finite) has no norm
     if (has_norm) snprintf(norm, sizeof(norm), " grad norm: %.3f |", r->grad_norm);
+    char moe[96] = "";   // a mixture of experts: its losses after the LM loss, as Megatron-LM's MoE logs them
+    if (t->config.model.num_experts > 0)
+        snprintf(moe, sizeof moe, " load_balancing_loss: %.6E | z_loss: %.6E |", r->moe[0], r->moe[1]);
     printf(" [%s] iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |%s"
-           " learning rate: %.6E | global batch size: %5d | lm loss: %.6E | loss scale: %.1f |%s"
+           " learning rate: %.6E | global batch size: %5d | lm loss: %.6E |%s loss scale: %.1f |%s"
            " number of skipped iterations: %3d | number of nan iterations: %3d |"
            " tokens per second: %.0f | ETA: %ld:%02ld:%02ld |\n",
            date, t->progress.iteration, t->train_iters, t->progress.consumed_samples, 1000.0 * seconds, throughput, r->lr,
-           r->global_batch, loss, t->opt.scaler.scale, norm, w->skipped, w->nan_loss, tokens_per_second, eta / 3600,
+           r->global_batch, loss, moe, t->opt.scaler.scale, norm, w->skipped, w->nan_loss, tokens_per_second, eta / 3600,
            eta / 60 % 60, eta % 60);
     fflush(stdout);
     tensorboard_pair(t, "lm loss", loss);
+    if (t->config.model.num_experts > 0) {   // (the last step's)
+        tensorboard_pair(t, "load_balancing_loss", r->moe[0]);
+        tensorboard_pair(t, "z_loss", r->moe[1]);
+    }
     tensorboard_pair(t, "learning-rate", r->lr);
     tensorboard_pair(t, "batch-size", r->global_batch);
     if (t->config.fp16) tensorboard_pair(t, "loss-scale", t->opt.scaler.scale);

@@ -91,13 +91,22 @@ static double loss_and_grads(GPT* m) {
 // With dropout: 0.3 of the hidden states and of the probabilities, the step's masks fixed (the
 // same micro-batch of the same step, every forward), so the loss is a smooth function of the
 // weights and the backward's masks, drawn again, must be the forward's.
-static void gradient_check(int embed_layernorm, int alibi, int llama, int dropout) {
+// moe: a mixture of 4 experts, top 2, in every layer (1: Mixtral's router; 2: Qwen2-MoE's, the
+// softmax before the top-k, and a shared expert with its gate), MoE losses off: the loss the
+// forward returns is the LM loss alone (their gradients: tests/test_kernels.c's router checks)
+static void gradient_check(int embed_layernorm, int alibi, int llama, int dropout, int moe) {
     GPTConfig c = llama ? tiny_llama_config() : tiny_config(embed_layernorm);
     if (alibi) c.position_embedding_type = POSITION_ALIBI;
-    char variant[160];
-    snprintf(variant, sizeof(variant), "%s%s", llama ? " (Llama: rope, RMSNorm, SwiGLU, GQA, untied, no biases)"
+    if (moe) {
+        c.num_experts = 4, c.moe_router_topk = 2, c.moe_ffn_hidden_size = 24;
+        c.moe_router_pre_softmax = moe == 2;
+        c.moe_shared_expert_intermediate_size = moe == 2 ? 16 : 0;
+    }
+    char variant[200];
+    snprintf(variant, sizeof(variant), "%s%s%s", llama ? " (Llama: rope, RMSNorm, SwiGLU, GQA, untied, no biases)"
              : alibi ? " (BLOOM: embedding LayerNorm, ALiBi)" : embed_layernorm ? " (embedding LayerNorm)" : "",
-             dropout ? " with dropout 0.3" : "");
+             dropout ? " with dropout 0.3" : "", moe == 1 ? " with 4 experts, top 2 (Mixtral's router)"
+             : moe == 2 ? " with 4 experts, top 2, softmax first, a shared expert (Qwen2-MoE's)" : "");
     c.hidden_dropout = c.attention_dropout = dropout ? 0.3f : 0.0f;
     GPT m;
     gpt_build(&m, &c, 3, c.seq_length, 0, 1, 0, 1, 1, 1);
@@ -1015,12 +1024,14 @@ int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     crc32_check_value();
     grid_build(1, 1, 1);
-    gradient_check(0, 0, 0, 0);
-    gradient_check(1, 0, 0, 0);
-    gradient_check(1, 1, 0, 0);
-    gradient_check(0, 0, 1, 0);
-    gradient_check(1, 0, 0, 1);
-    gradient_check(0, 0, 1, 1);
+    gradient_check(0, 0, 0, 0, 0);
+    gradient_check(1, 0, 0, 0, 0);
+    gradient_check(1, 1, 0, 0, 0);
+    gradient_check(0, 0, 1, 0, 0);
+    gradient_check(1, 0, 0, 1, 0);
+    gradient_check(0, 0, 1, 1, 0);
+    gradient_check(0, 0, 0, 0, 1);   // GELU experts with biases
+    gradient_check(0, 0, 1, 1, 2);   // SwiGLU experts, no biases, dropout
     dropout_masks();
     dropout_in_the_model();
     padding_is_inert();

@@ -1,0 +1,106 @@
+/*
+moe.h — a mixture of experts (MoE): the router and the dispatcher, which send each token to k of
+E experts and bring the experts' outputs back (Shazeer et al. 2017; Switch Transformer, Fedus
+et al. 2021; Megatron-Core's MoELayer; Mixtral, Qwen2-MoE).
+
+A MoE layer takes the place of a layer's MLP. For each of its N tokens (the rows of ln2's output):
+  router     logits = x Wr^T [N, E]; the k experts of the largest logits, each with a weight
+             (moe_router_forward: the softmax over the k chosen, Mixtral's and Megatron-LM's
+             default; or with --moe-router-pre-softmax the softmax over all E at the chosen,
+             Qwen2-MoE's);
+  dispatch   the N x k (token, expert) choices sorted by expert, a stable counting sort (the
+             same order on every layout), and the rows gathered in that order: expert e's rows
+             are [offsets[e], offsets[e + 1]) of one [N k, C] buffer;
+  experts    each expert, an MLP like the dense one, on its rows (gpt.h runs them: the dense MLP's
+             code on fewer rows, with the expert's tensors);
+  combine    out[t] = the sum over its k choices of weight x the expert's output row;
+and with --moe-shared-expert-intermediate-size a shared expert every token goes through, gated by
+a sigmoid (Qwen2-MoE): out += sigmoid(x w_gate) shared_mlp(x).
+The backward runs the same way back: the combine's (each output row's gradient to its expert
+rows, and the weights' gradients), the experts', the gather's (each token's k rows summed back),
+the router's (through the weights, plus the load-balancing and z losses).
+
+The load-balancing loss (Switch Transformer's, as Megatron-Core's switch_load_balancing_loss_func):
+aux = coeff x E / (N^2 k) x sum_e (sum_t p_te) (tokens routed to e), each layer's added to the
+loss; the z-loss (ST-MoE): coeff x mean_t logsumexp_t^2. Both are logged beside the LM loss.
+
+Expert parallelism (the experts split over ranks, tokens sent to them by an all-to-all) belongs
+here too, in the dispatch and the combine; it is not built yet: every rank holds every expert.
+
+Included between context_parallel.h and fields.h (it needs the kernels and nothing of the model's).
+*/
+#pragma once
+
+// one micro-batch's routing in one MoE layer: what the forward decides and the backward reads
+typedef struct {
+    int N, E, k, pre_softmax;
+    float* probs;    // [N, E] the softmax over all experts (the aux loss's and the backward's)
+    float* lse;      // [N] each row's log-sum-exp (the z-loss's)
+    int* topk;       // [N, k] the chosen experts, best first
+    float* weight;   // [N, k] their weights in the combine
+    int* counts;     // [E] rows routed to each expert
+    int* order;      // [N k] the experts' rows: row r holds choice order[r] = t k + j
+    int* position;   // [N k] choice t k + j's row
+    int* offsets;    // [E + 1] expert e's rows are [offsets[e], offsets[e + 1])
+} MoERouting;
+
+// the next region of `bytes` at *at (NULL base: counting only), 256-byte aligned
+static void* moe_take(char* base, size_t* at, size_t bytes) {
+    void* p = base ? base + *at : NULL;
+    *at += (bytes + 255) / 256 * 256;
+    return p;
+}
+
+// lays one routing out from base (NULL: only counts), returns its bytes
+static size_t moe_routing_layout(MoERouting* r, char* base, int N, int E, int k, int pre_softmax) {
+    size_t at = 0, choices = (size_t)N * k;
+    r->N = N, r->E = E, r->k = k, r->pre_softmax = pre_softmax;
+    r->probs = (float*)moe_take(base, &at, (size_t)N * E * sizeof(float));
+    r->lse = (float*)moe_take(base, &at, (size_t)N * sizeof(float));
+    r->topk = (int*)moe_take(base, &at, choices * sizeof(int));
+    r->weight = (float*)moe_take(base, &at, choices * sizeof(float));
+    r->counts = (int*)moe_take(base, &at, (size_t)E * sizeof(int));
+    r->order = (int*)moe_take(base, &at, choices * sizeof(int));
+    r->position = (int*)moe_take(base, &at, choices * sizeof(int));
+    r->offsets = (int*)moe_take(base, &at, (size_t)(E + 1) * sizeof(int));
+    return at;
+}
+
+// The router and the dispatch: from the router's logits [N, E] the choices, their weights and the
+// experts' order; the rows of x [N, C] gathered into xs [N k, C] in that order; the experts' row
+// offsets copied to the host (host_offsets [E + 1]: the experts' products are launched from there)
+static void moe_dispatch(MoERouting* r, floatX* xs, const floatX* x, const floatX* logits, int C, int* host_offsets) {
+    moe_router_forward(r->probs, r->topk, r->weight, r->lse, logits, r->N, r->E, r->k, r->pre_softmax);
+    moe_expert_counts(r->counts, r->topk, r->N, r->k, r->E);
+    moe_sort_tokens(r->order, r->position, r->offsets, r->topk, r->N, r->k, r->E);
+    moe_gather_rows(xs, x, r->order, r->N * r->k, r->k, C);
+    dev_to_host(host_offsets, r->offsets, (size_t)(r->E + 1) * sizeof(int));
+}
+
+// the same routing's rows gathered again (the backward's input of the experts' products) and its
+// offsets on the host
+static void moe_dispatch_again(const MoERouting* r, floatX* xs, const floatX* x, int C, int* host_offsets) {
+    moe_gather_rows(xs, x, r->order, r->N * r->k, r->k, C);
+    dev_to_host(host_offsets, r->offsets, (size_t)(r->E + 1) * sizeof(int));
+}
+
+// The load-balancing and z losses' weights for one micro-batch: each coefficient (0: off) and
+// `scale`, the micro-batch's share of the step's loss gradient (the LM loss's is dloss a token)
+typedef struct {
+    float aux_coeff, z_coeff, scale;
+} MoELosses;
+
+// The backward of the combine, the gather and the router: from dout [N, C] (the layer's output
+// gradient) and the experts' outputs ys [N k, C], dys [N k, C] (to the experts), then after the
+// experts (gpt.h) their input gradients dxs into dx [N, C] and the router logits' dlogits [N, E]
+static void moe_combine_backward_rows(const MoERouting* r, floatX* dys, float* dweight, const floatX* dout,
+                                      const floatX* ys, int C) {
+    moe_combine_backward(dys, dweight, dout, ys, r->weight, r->position, r->N, r->k, C);
+}
+
+static void moe_dispatch_backward(const MoERouting* r, floatX* dx, floatX* dlogits, const floatX* dxs,
+                                  const float* dweight, MoELosses losses, int C) {
+    moe_gather_rows_backward(dx, dxs, r->position, r->N, r->k, C, 0);
+    moe_router_backward(dlogits, dweight, r->probs, r->lse, r->topk, r->weight, r->counts, r->N, r->E, r->k,
+                        r->pre_softmax, losses.aux_coeff * losses.scale, losses.z_coeff * losses.scale, r->N);
+}
