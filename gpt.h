@@ -1362,6 +1362,7 @@ static void moe_forward(GPT* m, MicroBatchActivations* s, LayerActivations* L, c
     int N = m->B * m->T, C = c->hidden_size, E = c->num_experts, k = c->moe_router_topk;
     int F = c->moe_ffn_hidden_size, glu = c->swiglu ? 2 : 1, *offsets = m->moe_host_offsets;
     matmul_forward(L->router_logits, L->ln2, param_of(m, t->router_w), NULL, N, C, E);
+    L->route.N = N;   // (decoding runs fewer rows than the arena's)
     moe_dispatch(&L->route, m->moe_xs, L->ln2, L->router_logits, C, offsets);
     for (int e = 0; e < E; e++) {   // each expert on its rows (none: nothing to do)
         size_t r = offsets[e];
