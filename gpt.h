@@ -1345,11 +1345,12 @@ static void mlp_rows_backward(GPT* m, const MlpTensors* t, int rows, floatX* dx,
                     (m->cfg.swiglu ? 2 : 1) * F);
 }
 
-// the load-balancing and z losses' coefficients (0: off)
+// the load-balancing and z losses' coefficients (0: off), weight and tokens (moe.h's MoELosses)
 static MoELosses moe_losses_of(const GPT* m) {
     const GPTConfig* c = &m->cfg;
+    int share = splits_sequence(m) ? m->context.slice.size : 1;   // (context parallelism: the sequences' tokens)
     MoELosses l = {c->moe_router_load_balancing_type == 0 ? c->moe_aux_loss_coeff : 0.0f, c->moe_z_loss_coeff,
-                   m->moe_loss_scale};
+                   m->moe_loss_scale * share, m->B * m->T * share};
     return l;
 }
 
@@ -1364,6 +1365,7 @@ static void moe_forward(GPT* m, MicroBatchActivations* s, LayerActivations* L, c
     matmul_forward(L->router_logits, L->ln2, param_of(m, t->router_w), NULL, N, C, E);
     L->route.N = N;   // (decoding runs fewer rows than the arena's)
     moe_dispatch(&L->route, m->moe_xs, L->ln2, L->router_logits, C, offsets);
+    if (splits_sequence(m)) all_reduce_counts(m->context.group, L->route.counts, E);   // the sequences' (moe_losses_of)
     for (int e = 0; e < E; e++) {   // each expert on its rows (none: nothing to do)
         size_t r = offsets[e];
         if (offsets[e + 1] > offsets[e])
@@ -1378,7 +1380,7 @@ static void moe_forward(GPT* m, MicroBatchActivations* s, LayerActivations* L, c
     }
     if (m->moe_loss_scale > 0.0f && !m->recomputing)
         moe_aux_loss(&m->moe_loss_sums[0], &m->moe_loss_sums[1], L->route.probs, L->route.lse, L->route.counts, N, E, k,
-                     1.0f, 1.0f, N);
+                     1.0f, 1.0f, moe_losses_of(m).tokens);
     residual_dropout_forward(m, L->res3, dropout_of(m, s, l, DROPOUT_MLP_OUTPUT));
 }
 

@@ -84,10 +84,15 @@ static void moe_dispatch_again(const MoERouting* r, floatX* xs, const floatX* x,
     dev_to_host(host_offsets, r->offsets, (size_t)(r->E + 1) * sizeof(int));
 }
 
-// The load-balancing and z losses' weights for one micro-batch: each coefficient (0: off) and
-// `scale`, the micro-batch's share of the step's loss gradient (the LM loss's is dloss a token)
+// The load-balancing and z losses' weights for one micro-batch: each coefficient (0: off),
+// `scale`, the micro-batch's share of the step's loss gradient (the LM loss's is dloss a token),
+// and `tokens`, the micro-batch's tokens over the ranks that share its sequences (context
+// parallelism: each rank's probabilities are a part of the sequence's, the tokens per expert the
+// whole sequence's, summed over the group as Megatron-Core's sequence_partition_group does, so the
+// ranks' partial losses add up to one process's)
 typedef struct {
     float aux_coeff, z_coeff, scale;
+    int tokens;
 } MoELosses;
 
 // The backward of the combine, the gather and the router: from dout [N, C] (the layer's output
@@ -102,5 +107,5 @@ static void moe_dispatch_backward(const MoERouting* r, floatX* dx, floatX* dlogi
                                   const float* dweight, MoELosses losses, int C) {
     moe_gather_rows_backward(dx, dxs, r->position, r->N, r->k, C, 0);
     moe_router_backward(dlogits, dweight, r->probs, r->lse, r->topk, r->weight, r->counts, r->N, r->E, r->k,
-                        r->pre_softmax, losses.aux_coeff * losses.scale, losses.z_coeff * losses.scale, r->N);
+                        r->pre_softmax, losses.aux_coeff * losses.scale, losses.z_coeff * losses.scale, losses.tokens);
 }

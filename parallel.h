@@ -556,6 +556,20 @@ static void all_gather(Group* g, const floatX* in, floatX* out, size_t shard) {
     wait_end();
 }
 
+// n ints on the device summed over the group, in place (a MoE layer's tokens per expert over
+// the ranks that share a sequence)
+static void all_reduce_counts(Group* g, int* counts, size_t n) {
+    if (g->size <= 1) return;
+    g->bytes_sent += 2.0 * (g->size - 1) / g->size * n * sizeof(int);
+    wait_begin_on("all-reduce", g, -1, n * sizeof(int), ON_COMPUTE_STREAM);
+#ifdef __CUDACC__
+    ncclCheck(ncclAllReduce(counts, counts, n, ncclInt32, ncclSum, g->nccl, 0));
+#else
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, counts, (int)n, MPI_INT, MPI_SUM, g->mpi));
+#endif
+    wait_end();
+}
+
 // host values (a norm, a loss, a flag) go over MPI in both builds: NCCL reads device memory only
 static void all_reduce_host(Group* g, double* x, int n, Reduction op) {
     if (g->size <= 1) return;

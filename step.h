@@ -44,8 +44,9 @@ static float step_loss(const Schedule* s, int M) {
 }
 
 // The step's MoE losses (moe.h: Switch Transformer's load balance, 1 when balanced, and the router's
-// z-loss), each the mean over the model's MoE layers, the micro-batches and the DP x CP ranks
-// (their coefficients apart): out[0], out[1]. Every stage adds its own layers' sums.
+// z-loss), each the mean over the model's MoE layers, the micro-batches and the DP ranks (their
+// coefficients apart; a context-parallel rank's is its part of its sequences'): out[0], out[1].
+// Every stage adds its own layers' sums.
 static void step_moe_losses(const GPT* m, int M, double out[2]) {
     out[0] = out[1] = 0.0;
     if (m->cfg.num_experts == 0) return;
@@ -57,7 +58,7 @@ static void step_moe_losses(const GPT* m, int M, double out[2]) {
     all_reduce_host(&grid.dp_cp, out, 2, REDUCE_SUM);
     int layers = 0;
     for (int l = 0; l < m->cfg.num_layers; l++) layers += is_moe_layer(&m->cfg, l);
-    for (int i = 0; i < 2; i++) out[i] /= (double)M * grid.dp_cp.size * layers;
+    for (int i = 0; i < 2; i++) out[i] /= (double)M * grid.dp_size * layers;
 }
 
 // ----------------------------------------------------------------------------
