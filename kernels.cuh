@@ -15,8 +15,9 @@ Conventions every kernel keeps:
     optimizer state are always float. Kernels convert with to_floatX / floatX_to_float.
   - Parameter-gradient outputs ACCUMULATE (+=): micro-batches add into one gradient buffer.
     Activation-gradient outputs are overwritten (=), except `layernorm_backward`'s dinp,
-    which adds into the residual stream's gradient (that is the residual's backward), and
-    `attention_block_backward`'s fp32 dq and dkv, which add up the blocks of a sequence.
+    which adds into the residual stream's gradient (that is the residual's backward),
+    `attention_block_backward`'s fp32 dq and dkv, which add up the blocks of a sequence, and
+    `moe_gather_rows_backward`'s dx when asked to (the MoE layer's input has other paths).
   - Linear weights are stored [out, in] (Megatron/PyTorch), so a linear layer is
     out[N, OC] = inp[N, C] @ W[OC, C]^T + b.
   - Reductions are deterministic: a fixed split of the work, independent of the thread
@@ -49,6 +50,9 @@ rooms of the trainer):
   kernels/flash_attention.cuh  the fused attention, and the launchers that choose the path
   kernels/attention_blocks.cuh the attention block by block, merged by log-sum-exp: context
                                parallelism's (ring attention's) kernels
+  kernels/moe.cuh              a mixture-of-experts layer's: the router's softmax and top-k, the
+                               tokens sorted by expert, gathered and combined, the shared
+                               expert's gate, the load-balancing and z losses
   kernels/activations.cuh      GELU, tanh and erf forms (with its linear layers), SwiGLU
   kernels/loss.cuh             the vocab-parallel cross-entropy
   kernels/optimizer.cuh        AdamW, the mean loss, the gradient norm's sum of squares
@@ -75,6 +79,7 @@ rooms of the trainer):
 #include "kernels/attention.cuh"
 #include "kernels/flash_attention.cuh"
 #include "kernels/attention_blocks.cuh"
+#include "kernels/moe.cuh"
 #include "kernels/activations.cuh"
 #include "kernels/loss.cuh"
 #include "kernels/optimizer.cuh"

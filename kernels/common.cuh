@@ -2,8 +2,8 @@
 kernels/common.cuh — the CUDA build's shared pieces, under every kernel: the launch macro
 (LAUNCH), the block sizes, the cuBLAS and cuBLASLt handles and kernels_init; the reduction
 helpers, the only code that touches warp shuffles and shared memory (warp and block sums and
-maxima, the norms' table of column partials, block_is_last); the 128-bit packs (x128,
-load_pack, store_pack). All of it under `#ifdef __CUDACC__`: the CPU build has none of it.
+maxima, the warp's arg-max, the norms' table of column partials, block_is_last); the 128-bit
+packs (x128, load_pack, store_pack). All of it under `#ifdef __CUDACC__`: the CPU build has none of it.
 
 Included by kernels.cuh, the index of kernels/: the conventions every kernel keeps are there.
 */
@@ -85,6 +85,17 @@ __device__ float warp_reduce_sum(float val) {
 __device__ float warp_reduce_max(float val) {
     for (int offset = 16; offset > 0; offset /= 2) val = fmaxf(val, __shfl_xor_sync(0xffffffffu, val, offset));
     return val;
+}
+
+// The warp's first (value, index) pair: the largest value, ties to the lower index (the MoE
+// router's top-k order). Every lane ends with the same pair: the order is total (for values
+// that are not NaN), so the butterfly's pairings do not matter.
+__device__ void warp_reduce_argmax(float* value, int* index) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+        float v = __shfl_xor_sync(0xffffffffu, *value, offset);
+        int i = __shfl_xor_sync(0xffffffffu, *index, offset);
+        if (v > *value || (v == *value && i < *index)) *value = v, *index = i;
+    }
 }
 
 // The LayerNorm and RMSNorm backward's table of column sums over each warp's rows, for a
