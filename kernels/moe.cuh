@@ -178,8 +178,8 @@ static void moe_router_forward(float* probs, int* topk_expert, float* topk_weigh
 // the choices counted, and sorted by expert
 // The GPU's way is the simplest deterministic one: a thread per expert reads all N k choices in
 // order (the threads of a warp read the same choice at once), counts its own, then (after the
-// counts' prefix sum, one thread) writes its rows. O(E N k) reads, one launch's worth of
-// threads: correctness over speed. A faster one, as deterministic: the choices in tiles, a
+// counts' prefix sum, one thread) writes its rows: O(E N k) reads by only E threads,
+// correctness over speed. A faster one, as deterministic: the choices in tiles, a
 // block a tile counting each expert's choices in it (in shared memory), an exclusive scan over
 // the (expert, tile) counts in expert-major order giving each tile's first row in each expert,
 // then each block writing its tile's choices in order from there (stable, O(N k) work spread
@@ -476,7 +476,7 @@ __global__ void moe_router_backward_kernel(floatX* dlogits, const float* dweight
         p[i] = e < E ? probs[(size_t)t * E + e] : 0.0f;
         if (e < E) pg += p[i] * moe_probs_gradient(moe_slot_of(e, chosen, k), counts[e], dw, pre_softmax, aux_factor);
     }
-    (void)0;
+    pg = warp_reduce_sum(pg);
     for (int i = 0; i < MOE_EXPERTS_PER_LANE; i++) {
         int e = lane + 32 * i;
         if (e >= E) continue;

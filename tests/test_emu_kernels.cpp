@@ -28,6 +28,7 @@ significant bits), u = 2^-11 for fp16 (11 significant bits).
 */
 #include "kernels.cuh"
 #include "test.h"
+#include <setjmp.h>
 #include <string>
 #include <vector>
 
@@ -943,6 +944,156 @@ static void test_loss_mean_add(void) {
     }
 }
 
+// ----------------------------------------------------------------------------
+// the mixture-of-experts layer (kernels/moe.cuh): each kernel against its reference on the same
+// inputs. Shapes: N not a multiple of the 8 rows of a block, E = 8 k = 2 (Mixtral), E = 60 k = 4
+// (Qwen2-MoE), the most experts and slots the GPU router takes (256, 8), rows of C = 70 (packs
+// not whole, rows not 16-byte aligned) and 64 (whole packs), logits with many ties.
+
+static bool same_ints(const int* d, const std::vector<int>& want) {
+    std::vector<int> got(want.size());
+    dev_to_host(got.data(), d, want.size() * sizeof(int));
+    return got == want;
+}
+
+static void test_moe(int N, int E, int k, int C, bool ties) {
+    char shape[96];
+    snprintf(shape, sizeof shape, " N=%d E=%d k=%d C=%d%s", N, E, k, C, ties ? " ties" : "");
+    std::string s = shape;
+    size_t rows = (size_t)N * k;
+    Vec logits = random_vec((size_t)N * E, 3, true);
+    if (ties)
+        for (auto& l : logits) l = 0.5f * (float)((int)(urand() * 5) - 2);   // -1, -0.5, 0, 0.5, 1
+    floatX* d_logits = to_dev_x(logits);
+    float *d_probs = (float*)dev_malloc((size_t)N * E * sizeof(float)), *d_lse = (float*)dev_malloc(N * sizeof(float));
+    float* d_w = (float*)dev_malloc(rows * sizeof(float));
+    int *d_chosen = (int*)dev_malloc(rows * sizeof(int)), *d_counts = (int*)dev_malloc(E * sizeof(int));
+    int *d_order = (int*)dev_malloc(rows * sizeof(int)), *d_position = (int*)dev_malloc(rows * sizeof(int));
+    int* d_offsets = (int*)dev_malloc((E + 1) * sizeof(int));
+    Vec probs((size_t)N * E), lse(N), w(rows);
+    std::vector<int> chosen(rows), counts(E), order(rows), position(rows), offsets(E + 1);
+    for (int pre_softmax = 0; pre_softmax < 2; pre_softmax++) {
+        std::string p = s + " pre_softmax=" + std::to_string(pre_softmax);
+        moe_router_forward_cpu(probs.data(), chosen.data(), w.data(), lse.data(), logits.data(), N, E, k, pre_softmax);
+        moe_router_forward(d_probs, d_chosen, d_w, d_lse, d_logits, N, E, k, pre_softmax);
+        check(same_ints(d_chosen, chosen), (FLOATX_NAME " moe_router_forward top-k: the reference's" + p).c_str(),
+              "the experts differ");
+        compare(("moe_router_forward probs" + p).c_str(), from_dev_f(d_probs, (size_t)N * E), probs, FP32_OUT);
+        compare(("moe_router_forward lse" + p).c_str(), from_dev_f(d_lse, N), lse, FP32_OUT);
+        compare(("moe_router_forward weights" + p).c_str(), from_dev_f(d_w, rows), w, FP32_OUT);
+    }
+    // the rest from the reference's router outputs (pre_softmax 1), given to both sides
+    host_to_dev(d_probs, probs.data(), probs.size() * sizeof(float));
+    host_to_dev(d_lse, lse.data(), N * sizeof(float));
+    host_to_dev(d_w, w.data(), rows * sizeof(float));
+    moe_expert_counts_cpu(counts.data(), chosen.data(), N, k, E);
+    moe_expert_counts(d_counts, d_chosen, N, k, E);
+    check(same_ints(d_counts, counts), (FLOATX_NAME " moe_expert_counts" + s).c_str(), "the counts differ");
+    moe_sort_tokens_cpu(order.data(), position.data(), offsets.data(), chosen.data(), N, k, E);
+    moe_sort_tokens(d_order, d_position, d_offsets, d_chosen, N, k, E);
+    check(same_ints(d_order, order) && same_ints(d_position, position) && same_ints(d_offsets, offsets),
+          (FLOATX_NAME " moe_sort_tokens order, position, offsets: the reference's" + s).c_str(), "they differ");
+
+    float aux_coeff = 0.01f, z_coeff = 0.001f;
+    for (int pre_softmax = 0; pre_softmax < 2; pre_softmax++) {
+        Vec dweight = random_vec(rows, 1, false), dlogits((size_t)N * E);
+        float* d_dweight = to_dev_f(dweight);
+        floatX* d_dlogits = (floatX*)dev_malloc((size_t)N * E * sizeof(floatX));
+        // dlogits's terms are of a few 0.1 and of 1e-4 (the losses'): coefficients that make
+        // the losses' terms count, and the global token count 2 N
+        moe_router_backward_cpu(dlogits.data(), dweight.data(), probs.data(), lse.data(), chosen.data(), w.data(),
+                                counts.data(), N, E, k, pre_softmax, 10.0f, 1.0f, 2 * N);
+        moe_router_backward(d_dlogits, d_dweight, d_probs, d_lse, d_chosen, d_w, d_counts, N, E, k, pre_softmax, 10.0f,
+                            1.0f, 2 * N);
+        compare(("moe_router_backward pre_softmax=" + std::to_string(pre_softmax) + s).c_str(),
+                from_dev_x(d_dlogits, (size_t)N * E), dlogits, X_OUT);
+        dev_free(d_dweight), dev_free(d_dlogits);
+    }
+    double want[2] = {0.25, 0.5}, got[2] = {0.25, 0.5};   // added into
+    double* d_losses = (double*)dev_malloc(2 * sizeof(double));
+    host_to_dev(d_losses, got, sizeof got);
+    moe_aux_loss_cpu(&want[0], &want[1], probs.data(), lse.data(), counts.data(), N, E, k, aux_coeff, z_coeff, N);
+    moe_aux_loss(d_losses, d_losses + 1, d_probs, d_lse, d_counts, N, E, k, aux_coeff, z_coeff, N);
+    dev_to_host(got, d_losses, sizeof got);
+    for (int i = 0; i < 2; i++) {
+        double rel = fabs(got[i] - want[i]) / fabs(want[i]);
+        char label[160];
+        snprintf(label, sizeof label, FLOATX_NAME " moe_aux_loss %s (+=)%s err %.2e (tol 1e-12)", i ? "z" : "aux", shape, rel);
+        check(rel <= 1e-12, label, "got %.17g, want %.17g", got[i], want[i]);
+    }
+
+    // the rows: gathered (a copy: the same bits), combined, and back
+    Vec x = random_vec((size_t)N * C, 1, true), ys = random_vec(rows * C, 1, true), dout = random_vec((size_t)N * C, 1, true);
+    Vec xs(rows * C), out((size_t)N * C), dys(rows * C), dweight(rows);
+    floatX *d_x = to_dev_x(x), *d_ys = to_dev_x(ys), *d_dout = to_dev_x(dout), *d_xs = (floatX*)dev_malloc(rows * C * sizeof(floatX));
+    floatX *d_out = (floatX*)dev_malloc((size_t)N * C * sizeof(floatX)), *d_dys = (floatX*)dev_malloc(rows * C * sizeof(floatX));
+    float* d_dweight = (float*)dev_malloc(rows * sizeof(float));
+    moe_gather_rows_cpu(xs.data(), x.data(), order.data(), (int)rows, k, C);
+    moe_gather_rows(d_xs, d_x, d_order, (int)rows, k, C);
+    check(same_bits(from_dev_x(d_xs, rows * C), xs), (FLOATX_NAME " moe_gather_rows: the same bits" + s).c_str(), "they differ");
+    moe_combine_cpu(out.data(), ys.data(), w.data(), position.data(), N, k, C);
+    moe_combine(d_out, d_ys, d_w, d_position, N, k, C);
+    compare(("moe_combine" + s).c_str(), from_dev_x(d_out, (size_t)N * C), out, X_OUT);
+    moe_combine_backward_cpu(dys.data(), dweight.data(), dout.data(), ys.data(), w.data(), position.data(), N, k, C);
+    moe_combine_backward(d_dys, d_dweight, d_dout, d_ys, d_w, d_position, N, k, C);
+    compare(("moe_combine_backward dys" + s).c_str(), from_dev_x(d_dys, rows * C), dys, X_OUT);
+    compare(("moe_combine_backward dweight" + s).c_str(), from_dev_f(d_dweight, rows), dweight, FP32_OUT);
+    for (int accumulate = 0; accumulate < 2; accumulate++) {
+        Vec dx = random_vec((size_t)N * C, 1, true);
+        floatX* d_dx = to_dev_x(dx);
+        moe_gather_rows_backward_cpu(dx.data(), dys.data(), position.data(), N, k, C, accumulate);
+        moe_gather_rows_backward(d_dx, d_dys, d_position, N, k, C, accumulate);   // dys: the same floatX values
+        compare((std::string(accumulate ? "moe_gather_rows_backward (+=)" : "moe_gather_rows_backward") + s).c_str(),
+                from_dev_x(d_dx, (size_t)N * C), dx, X_OUT);
+        dev_free(d_dx);
+    }
+    if (k == 2) {   // the shared expert's gate, once a row length
+        Vec gate = random_vec(N, 4, true), y = random_vec((size_t)N * C, 1, true), o = random_vec((size_t)N * C, 1, true);
+        Vec dy((size_t)N * C), dgate(N);
+        floatX *d_gate = to_dev_x(gate), *d_y = to_dev_x(y), *d_o = to_dev_x(o), *d_dgate = (floatX*)dev_malloc(N * sizeof(floatX));
+        floatX* d_dy = (floatX*)dev_malloc((size_t)N * C * sizeof(floatX));
+        moe_shared_gate_forward_cpu(o.data(), y.data(), gate.data(), N, C);
+        moe_shared_gate_forward(d_o, d_y, d_gate, N, C);
+        compare(("moe_shared_gate_forward (+=)" + s).c_str(), from_dev_x(d_o, (size_t)N * C), o, X_OUT);
+        moe_shared_gate_backward_cpu(dy.data(), dgate.data(), dout.data(), y.data(), gate.data(), N, C);
+        moe_shared_gate_backward(d_dy, d_dgate, d_dout, d_y, d_gate, N, C);
+        compare(("moe_shared_gate_backward dshared_y" + s).c_str(), from_dev_x(d_dy, (size_t)N * C), dy, X_OUT);
+        compare(("moe_shared_gate_backward dgate_logit" + s).c_str(), from_dev_x(d_dgate, N), dgate, X_OUT);
+        for (void* q : {(void*)d_gate, (void*)d_y, (void*)d_o, (void*)d_dgate, (void*)d_dy}) dev_free(q);
+    }
+    for (void* q : {(void*)d_logits, (void*)d_probs, (void*)d_lse, (void*)d_w, (void*)d_chosen, (void*)d_counts,
+                    (void*)d_order, (void*)d_position, (void*)d_offsets, (void*)d_losses, (void*)d_x, (void*)d_ys,
+                    (void*)d_dout, (void*)d_xs, (void*)d_out, (void*)d_dys, (void*)d_dweight})
+        dev_free(q);
+}
+
+// the GPU router's limits: more experts or slots than a warp holds are refused, naming the limit
+static jmp_buf moe_refused;
+static char moe_refusal[160];
+static void moe_refuse(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(moe_refusal, sizeof moe_refusal, fmt, ap);
+    va_end(ap);
+    longjmp(moe_refused, 1);
+}
+
+static void test_moe_limits(void) {
+    const int shapes[2][2] = {{MOE_MAX_EXPERTS + 1, 2}, {64, MOE_MAX_TOPK + 1}};
+    for (auto& shape : shapes) {
+        int E = shape[0], k = shape[1];
+        void (*was)(const char*, ...) = fail;
+        fail = moe_refuse;
+        moe_refusal[0] = 0;
+        if (setjmp(moe_refused) == 0) moe_router_forward(NULL, NULL, NULL, NULL, NULL, 1, E, k, 0);
+        fail = was;
+        std::string limit = std::to_string(E > MOE_MAX_EXPERTS ? MOE_MAX_EXPERTS : MOE_MAX_TOPK);
+        std::string name = std::string(FLOATX_NAME " moe_router_forward refuses ") + (E > MOE_MAX_EXPERTS ? "E=" : "k=")
+                           + std::to_string(E > MOE_MAX_EXPERTS ? E : k) + ", naming " + limit;
+        check(strstr(moe_refusal, ("above " + limit).c_str()) != NULL, name.c_str(), "said: '%s'", moe_refusal);
+    }
+}
+
 static void test_sum_squares(void) {
     // 1 element, less than one block, and more pieces than SUM_SQUARES_MAX_BLOCKS blocks (each
     // block takes several: pieces of 256 here, SHARD_PIECE for the others)
@@ -1298,12 +1449,25 @@ static void test_flash_attention_shapes(void) {
     test_dropout_masks();
 }
 
-// argument "flash": only the fused attention's checks
+static void test_moe_shapes(void) {
+    test_moe(37, 8, 2, 70, false);
+    test_moe(37, 8, 2, 64, true);
+    test_moe(29, 60, 4, 64, false);
+    test_moe(13, 60, 4, 70, true);
+    test_moe(5, MOE_MAX_EXPERTS, MOE_MAX_TOPK, 9, false);
+    test_moe_limits();
+}
+
+// argument "flash": only the fused attention's checks; "moe": only the MoE layer's
 int main(int argc, char** argv) {
     kernels_init(0);
     if (argc > 1 && strcmp(argv[1], "flash") == 0) {
         test_ptx_layouts();
         test_flash_attention_shapes();
+        return tests_summary();
+    }
+    if (argc > 1 && strcmp(argv[1], "moe") == 0) {
+        test_moe_shapes();
         return tests_summary();
     }
     test_cublas_checks();
@@ -1365,6 +1529,7 @@ int main(int argc, char** argv) {
     test_shard_ranges(SHARD_PIECE);
     test_shard_ranges(100);
     test_loss_mean_add();
+    test_moe_shapes();
 #ifdef EMU_MAX_BLOCK   // under the emulation (tests/emu); nvcc builds this file for make test-gpu too
     printf("(%ld emulated kernel launches, %ld 128-bit loads and stores)\n", emu.launches, emu_accesses_128);
 #endif

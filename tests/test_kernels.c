@@ -957,6 +957,283 @@ static void test_swiglu(void) {
 }
 
 // ----------------------------------------------------------------------------
+// the mixture-of-experts layer (kernels/moe.cuh): the router against softmax and a sort of each
+// row written here, the counting sort by its properties, gather and combine against the layer's
+// sum over (token, slot) with no sort in it, every backward by finite differences of a loss built
+// from the forward, the aux and z losses against their formulas (and Hugging Face's form)
+
+// a row's top k by insertion sort of the indices on (logit descending, index ascending)
+static void ref_topk(int* chosen, const float* l, int E, int k) {
+    int idx[256];
+    for (int e = 0; e < E; e++) {
+        int b = e;
+        for (; b > 0 && (l[idx[b - 1]] < l[e] || (l[idx[b - 1]] == l[e] && idx[b - 1] > e)); b--) idx[b] = idx[b - 1];
+        idx[b] = e;
+    }
+    for (int j = 0; j < k; j++) chosen[j] = idx[j];
+}
+
+// token t's probabilities, lse and weights in double, the chosen experts given
+static double ref_router_row(double* p, double* w, const double* l, const int* chosen, int E, int k, int pre_softmax) {
+    double m = -INFINITY, sum = 0.0, sum_k = 0.0;
+    for (int e = 0; e < E; e++) m = fmax(m, l[e]);
+    for (int e = 0; e < E; e++) sum += exp(l[e] - m);
+    for (int e = 0; e < E; e++) p[e] = exp(l[e] - m) / sum;
+    for (int j = 0; j < k; j++) sum_k += exp(l[chosen[j]]);
+    for (int j = 0; j < k; j++) w[j] = pre_softmax ? p[chosen[j]] : exp(l[chosen[j]]) / sum_k;
+    return m + log(sum);
+}
+
+// L = sum_tj w_tj R_tj + aux + z, the top k (chosen) and the counts held fixed
+typedef struct {
+    double *logits, *R, *p, *w;
+    const int *chosen, *counts;
+    int N, E, k, pre_softmax, aux_tokens;
+    double aux_coeff, z_coeff;
+} RouterCase;
+
+static double router_loss(const void* ctx) {
+    const RouterCase* r = ctx;
+    double L = 0.0, pc = 0.0, l2 = 0.0;
+    for (int t = 0; t < r->N; t++) {
+        double lse = ref_router_row(r->p, r->w, r->logits + (size_t)t * r->E, r->chosen + (size_t)t * r->k, r->E, r->k,
+                                    r->pre_softmax);
+        for (int j = 0; j < r->k; j++) L += r->w[j] * r->R[(size_t)t * r->k + j];
+        for (int e = 0; e < r->E; e++) pc += r->p[e] * r->counts[e];
+        l2 += lse * lse;
+    }
+    double T = r->aux_tokens;
+    return L + r->aux_coeff * r->E / (T * T * r->k) * pc + r->z_coeff / T * l2;
+}
+
+static void test_moe_router(int N, int E, int k, int pre_softmax, int ties) {
+    char name[192], shape[64];
+    snprintf(shape, sizeof shape, " N=%d E=%d k=%d pre_softmax=%d%s", N, E, k, pre_softmax, ties ? " ties" : "");
+    float* logits = random_floats((size_t)N * E, -3, 3);
+    if (ties)   // logits from {-1, -0.5, 0, 0.5, 1}: many ties; row 0 all the same
+        for (size_t i = 0; i < (size_t)N * E; i++) logits[i] = i < (size_t)E ? 0.25f : 0.5f * (float)(rand_int(5) - 2);
+    float *probs = filled_floats((size_t)N * E, NAN), *w = filled_floats((size_t)N * k, NAN), *lse = filled_floats(N, NAN);
+    int* chosen = new_buffer((size_t)N * k * sizeof(int));
+    moe_router_forward_cpu(probs, chosen, w, lse, logits, N, E, k, pre_softmax);
+
+    int* want_chosen = new_buffer((size_t)N * k * sizeof(int));
+    double *want_p = new_doubles((size_t)N * E), *want_w = new_doubles((size_t)N * k), *want_lse = new_doubles(N);
+    double* l = doubles_of(logits, (size_t)N * E);
+    for (int t = 0; t < N; t++) {
+        ref_topk(want_chosen + (size_t)t * k, logits + (size_t)t * E, E, k);
+        want_lse[t] = ref_router_row(want_p + (size_t)t * E, want_w + (size_t)t * k, l + (size_t)t * E,
+                                     want_chosen + (size_t)t * k, E, k, pre_softmax);
+    }
+    snprintf(name, sizeof name, "moe_router_forward top-k (descending, ties to the lower expert)%s", shape);
+    check(memcmp(chosen, want_chosen, (size_t)N * k * sizeof(int)) == 0, name, "the experts differ");
+    // expf and a sum of E terms: a few u
+    snprintf(name, sizeof name, "moe_router_forward probs%s", shape);
+    expect_close(name, probs, NULL, want_p, (size_t)N * E, 1e-6);
+    snprintf(name, sizeof name, "moe_router_forward lse%s", shape);
+    expect_close(name, lse, NULL, want_lse, N, 1e-6);
+    snprintf(name, sizeof name, "moe_router_forward weights%s", shape);
+    expect_close(name, w, NULL, want_w, (size_t)N * k, 1e-6);
+    if (ties) {   // row 0, all equal: experts 0 .. k-1, weights 1/k (the k chosen) or 1/E (all)
+        int first = 1;
+        for (int j = 0; j < k; j++)
+            first &= chosen[j] == j && fabsf(w[j] - (pre_softmax ? 1.0f / E : 1.0f / k)) < 1e-6f;
+        snprintf(name, sizeof name, "moe_router_forward a row of equal logits: experts 0..k-1, equal weights%s", shape);
+        check(first, name, "experts %d %d, weight %g", chosen[0], chosen[1], w[0]);
+    }
+
+    // the backward: dweight = R, the aux loss and the z loss, each alone and all together; the
+    // global token count 3 N once (a caller's --global count)
+    int* counts = new_buffer((size_t)E * sizeof(int));
+    moe_expert_counts_cpu(counts, chosen, N, k, E);
+    float* R = random_floats((size_t)N * k, -1, 1);
+    const double mix[4][3] = {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1, 0.5, 0.3}};
+    for (int m = 0; m < 4; m++) {
+        float* Rm = new_floats((size_t)N * k);
+        for (size_t i = 0; i < (size_t)N * k; i++) Rm[i] = (float)mix[m][0] * R[i];
+        int aux_tokens = m == 3 ? 3 * N : N;
+        RouterCase rc = {l, doubles_of(Rm, (size_t)N * k), new_doubles(E), new_doubles(k), chosen, counts, N, E, k,
+                         pre_softmax, aux_tokens, mix[m][1], mix[m][2]};
+        float* dlogits = filled_floats((size_t)N * E, NAN);
+        moe_router_backward_cpu(dlogits, Rm, probs, lse, chosen, w, counts, N, E, k, pre_softmax, (float)mix[m][1],
+                                (float)mix[m][2], aux_tokens);
+        double* fd = new_doubles((size_t)N * E);
+        finite_diff(fd, l, (size_t)N * E, router_loss, &rc);
+        snprintf(name, sizeof name, "moe_router_backward (%s)%s",
+                 m == 0 ? "dweight" : m == 1 ? "aux loss" : m == 2 ? "z-loss" : "all three, aux_tokens 3N", shape);
+        expect_close(name, dlogits, NULL, fd, (size_t)N * E, FD_TOL);
+    }
+
+    // the losses' values, added into what *aux and *z held, against the formulas from the double
+    // probabilities and counts made here
+    int* want_counts = new_buffer((size_t)E * sizeof(int));
+    for (size_t i = 0; i < (size_t)N * k; i++) want_counts[want_chosen[i]]++;
+    double aux = 0.25, z = 0.5, pc = 0.0, l2 = 0.0, hf = 0.0;
+    const float aux_coeff = 0.01f, z_coeff = 0.001f;
+    moe_aux_loss_cpu(&aux, &z, probs, lse, counts, N, E, k, aux_coeff, z_coeff, N);
+    for (int e = 0; e < E; e++) {
+        double P = 0.0;
+        for (int t = 0; t < N; t++) P += want_p[(size_t)t * E + e];
+        pc += P * want_counts[e];
+        // Hugging Face's load_balancing_loss_func: E sum_j sum_e mean_t(one-hot of slot j) mean_t(p)
+        for (int j = 0; j < k; j++) {
+            double slot = 0.0;
+            for (int t = 0; t < N; t++) slot += want_chosen[(size_t)t * k + j] == e;
+            hf += E * (slot / N) * (P / N);
+        }
+    }
+    for (int t = 0; t < N; t++) l2 += want_lse[t] * want_lse[t];
+    double want_aux = (double)aux_coeff * E / ((double)N * N * k) * pc, want_z = (double)z_coeff / N * l2;
+    snprintf(name, sizeof name, "moe_aux_loss aux (+=)%s", shape);
+    check(fabs(aux - 0.25 - want_aux) <= 1e-6 * want_aux, name, "got %.9g, want %.9g", aux - 0.25, want_aux);
+    snprintf(name, sizeof name, "moe_aux_loss z (+=)%s", shape);
+    check(fabs(z - 0.5 - want_z) <= 1e-6 * want_z, name, "got %.9g, want %.9g", z - 0.5, want_z);
+    snprintf(name, sizeof name, "Hugging Face's load-balancing loss is k x Megatron's without the coefficient%s", shape);
+    check(fabs(hf - k * want_aux / aux_coeff) <= 1e-9 * hf, name, "%.12g vs %.12g", hf, k * want_aux / aux_coeff);
+    free_buffers();
+}
+
+// the sort by its properties, on choices that leave one expert out (no rows)
+static void test_moe_sort(int N, int E, int k) {
+    char name[128], shape[48];
+    snprintf(shape, sizeof shape, " N=%d E=%d k=%d", N, E, k);
+    int *choices = new_buffer((size_t)N * k * sizeof(int)), *counts = new_buffer((size_t)E * sizeof(int));
+    int *order = new_buffer((size_t)N * k * sizeof(int)), *position = new_buffer((size_t)N * k * sizeof(int));
+    int* offsets = new_buffer((size_t)(E + 1) * sizeof(int));
+    for (int t = 0; t < N; t++)   // k distinct experts a token, never expert E - 2
+        for (int j = 0; j < k; j++) {
+            int e, again;
+            do {
+                e = rand_int(E - 1);
+                e = e == E - 2 ? E - 1 : e;
+                again = 0;
+                for (int i = 0; i < j; i++) again |= choices[(size_t)t * k + i] == e;
+            } while (again);
+            choices[(size_t)t * k + j] = e;
+        }
+    moe_expert_counts_cpu(counts, choices, N, k, E);
+    moe_sort_tokens_cpu(order, position, offsets, choices, N, k, E);
+    int counts_right = 1, offsets_right = offsets[0] == 0 && offsets[E] == N * k, inverse = 1, grouped = 1, stable = 1;
+    for (int e = 0; e < E; e++) {
+        int n = 0;
+        for (int c = 0; c < N * k; c++) n += choices[c] == e;
+        counts_right &= counts[e] == n;
+        offsets_right &= offsets[e + 1] - offsets[e] == n;
+        for (int r = offsets[e]; r < offsets[e + 1] && offsets_right; r++) {
+            grouped &= choices[order[r]] == e;
+            stable &= r == offsets[e] || order[r] > order[r - 1];
+        }
+    }
+    for (int r = 0; r < N * k; r++) inverse &= order[r] >= 0 && order[r] < N * k && position[order[r]] == r;
+    snprintf(name, sizeof name, "moe_expert_counts%s", shape);
+    check(counts_right && counts[E - 2] == 0, name, "a count is wrong");
+    snprintf(name, sizeof name, "moe_sort_tokens offsets: 0, each expert's count, N k%s", shape);
+    check(offsets_right, name, "offsets wrong");
+    snprintf(name, sizeof name, "moe_sort_tokens order and position: inverse permutations%s", shape);
+    check(inverse, name, "position[order[r]] != r somewhere");
+    snprintf(name, sizeof name, "moe_sort_tokens each expert's rows hold its choices, in (t, j) order%s", shape);
+    check(grouped && stable, name, "grouped %d, stable %d", grouped, stable);
+    free_buffers();
+}
+
+// The layer's routed part in double, indexed by (token, slot) with no sort: an "expert" e that
+// scales x[t] by a[e] column by column, out[t] = sum_j w[t, j] a[e_tj] * x[t]; L = sum out * R.
+typedef struct { double *x, *w, *a, *R, *out; const int* chosen; int N, k, C; } CombineCase;
+
+static double combine_loss(const void* ctx) {
+    const CombineCase* s = ctx;
+    for (int t = 0; t < s->N; t++)
+        for (int c = 0; c < s->C; c++) {
+            double o = 0.0;
+            for (int j = 0; j < s->k; j++) {
+                size_t choice = (size_t)t * s->k + j;
+                o += s->w[choice] * s->a[(size_t)s->chosen[choice] * s->C + c] * s->x[(size_t)t * s->C + c];
+            }
+            s->out[(size_t)t * s->C + c] = o;
+        }
+    return dot(s->out, s->R, (size_t)s->N * s->C);
+}
+
+static void test_moe_combine(int N, int E, int k, int C) {
+    char name[128], shape[48];
+    snprintf(shape, sizeof shape, " N=%d E=%d k=%d C=%d", N, E, k, C);
+    size_t rows = (size_t)N * k;
+    float *logits = random_floats((size_t)N * E, -2, 2), *probs = new_floats((size_t)N * E), *lse = new_floats(N);
+    float *w = new_floats(rows), *x = random_floats((size_t)N * C, -1, 1), *a = random_floats((size_t)E * C, -2, 2);
+    float* R = random_floats((size_t)N * C, -1, 1);
+    int *chosen = new_buffer(rows * sizeof(int)), *order = new_buffer(rows * sizeof(int));
+    int *position = new_buffer(rows * sizeof(int)), *offsets = new_buffer((size_t)(E + 1) * sizeof(int));
+    moe_router_forward_cpu(probs, chosen, w, lse, logits, N, E, k, 0);
+    moe_sort_tokens_cpu(order, position, offsets, chosen, N, k, E);
+    float *xs = filled_floats(rows * C, NAN), *ys = new_floats(rows * C), *out = filled_floats((size_t)N * C, NAN);
+    moe_gather_rows_cpu(xs, x, order, (int)rows, k, C);
+    int gathered = 1;
+    for (size_t r = 0; r < rows; r++) gathered &= memcmp(xs + r * C, x + (size_t)(order[r] / k) * C, C * sizeof(float)) == 0;
+    snprintf(name, sizeof name, "moe_gather_rows: row r is x[order[r] / k]%s", shape);
+    check(gathered, name, "a row differs");
+    for (size_t r = 0; r < rows; r++)   // the experts: row r through the expert of its choice
+        for (int c = 0; c < C; c++) ys[r * C + c] = a[(size_t)chosen[order[r]] * C + c] * xs[r * C + c];
+    moe_combine_cpu(out, ys, w, position, N, k, C);
+    CombineCase s = {doubles_of(x, (size_t)N * C), doubles_of(w, rows), doubles_of(a, (size_t)E * C),
+                     doubles_of(R, (size_t)N * C), new_doubles((size_t)N * C), chosen, N, k, C};
+    combine_loss(&s);
+    snprintf(name, sizeof name, "moe_combine%s", shape);
+    expect_close(name, out, NULL, s.out, (size_t)N * C, 1e-6);
+
+    // backward: combine's, the experts' (dxs = a * dys), the gather's, against the loss's finite
+    // differences in x and in the weights
+    float *dys = filled_floats(rows * C, NAN), *dweight = filled_floats(rows, NAN), *dxs = new_floats(rows * C);
+    moe_combine_backward_cpu(dys, dweight, R, ys, w, position, N, k, C);
+    for (size_t r = 0; r < rows; r++)
+        for (int c = 0; c < C; c++) dxs[r * C + c] = a[(size_t)chosen[order[r]] * C + c] * dys[r * C + c];
+    float *dx = filled_floats((size_t)N * C, NAN), *base = random_floats((size_t)N * C, -1, 1);
+    float* dx_acc = copy_floats(base, (size_t)N * C);
+    moe_gather_rows_backward_cpu(dx, dxs, position, N, k, C, 0);
+    moe_gather_rows_backward_cpu(dx_acc, dxs, position, N, k, C, 1);
+    double *fd_x = new_doubles((size_t)N * C), *fd_w = new_doubles(rows);
+    finite_diff(fd_x, s.x, (size_t)N * C, combine_loss, &s);
+    finite_diff(fd_w, s.w, rows, combine_loss, &s);
+    snprintf(name, sizeof name, "moe_combine_backward dweight%s", shape);
+    expect_close(name, dweight, NULL, fd_w, rows, FD_TOL);
+    snprintf(name, sizeof name, "moe_combine_backward + moe_gather_rows_backward dx%s", shape);
+    expect_close(name, dx, NULL, fd_x, (size_t)N * C, FD_TOL);
+    snprintf(name, sizeof name, "moe_gather_rows_backward dx (+=)%s", shape);
+    expect_close(name, dx_acc, base, fd_x, (size_t)N * C, FD_TOL);
+    free_buffers();
+}
+
+// out = base + sigmoid(g) y; L = sum out * R
+typedef struct { double *y, *g, *R, *out; const float* base; int N, C; } SharedGateCase;
+
+static double shared_gate_loss(const void* ctx) {
+    const SharedGateCase* s = ctx;
+    for (int t = 0; t < s->N; t++)
+        for (int c = 0; c < s->C; c++) {
+            size_t i = (size_t)t * s->C + c;
+            s->out[i] = s->base[i] + s->y[i] / (1.0 + exp(-s->g[t]));
+        }
+    return dot(s->out, s->R, (size_t)s->N * s->C);
+}
+
+static void test_moe_shared_gate(void) {
+    const int N = 11, C = 13;
+    float *base = random_floats((size_t)N * C, -1, 1), *y = random_floats((size_t)N * C, -1, 1);
+    float *g = random_floats(N, -4, 4), *R = random_floats((size_t)N * C, -1, 1), *out = copy_floats(base, (size_t)N * C);
+    SharedGateCase s = {doubles_of(y, (size_t)N * C), doubles_of(g, N), doubles_of(R, (size_t)N * C),
+                        new_doubles((size_t)N * C), base, N, C};
+    shared_gate_loss(&s);
+    moe_shared_gate_forward_cpu(out, y, g, N, C);
+    expect_close("moe_shared_gate_forward (+=)", out, NULL, s.out, (size_t)N * C, 1e-6);
+    float *dy = filled_floats((size_t)N * C, NAN), *dg = filled_floats(N, NAN);
+    moe_shared_gate_backward_cpu(dy, dg, R, y, g, N, C);
+    double *fd_y = new_doubles((size_t)N * C), *fd_g = new_doubles(N);
+    finite_diff(fd_y, s.y, (size_t)N * C, shared_gate_loss, &s);
+    finite_diff(fd_g, s.g, N, shared_gate_loss, &s);
+    expect_close("moe_shared_gate_backward dshared_y", dy, NULL, fd_y, (size_t)N * C, FD_TOL);
+    expect_close("moe_shared_gate_backward dgate_logit", dg, NULL, fd_g, N, FD_TOL);
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
 // cross-entropy: loss[n] = logsumexp over the real vocabulary of logits[n] - logits[n][target]
 // The vocabulary has 50 real columns padded to 56 (divisible by 4 x TP for TP = 2); a
 // vocab-parallel run gives each of 2 ranks 28 columns, the second rank's last 6 padding.
@@ -1450,6 +1727,18 @@ int main(int argc, char** argv) {
     test_gelu(GELU_TANH);
     test_gelu(GELU_ERF);
     test_swiglu();
+    // the mixture-of-experts layer: Mixtral-like (8 experts, top 2) and Qwen2-MoE-like (60, top
+    // 4), both weightings, a router with many ties; the sort with an expert no token chose
+    for (int pre_softmax = 0; pre_softmax < 2; pre_softmax++) {
+        test_moe_router(23, 8, 2, pre_softmax, 0);
+        test_moe_router(13, 60, 4, pre_softmax, 0);
+        test_moe_router(17, 8, 3, pre_softmax, 1);
+    }
+    test_moe_sort(37, 8, 2);
+    test_moe_sort(29, 60, 4);
+    test_moe_combine(19, 8, 2, 9);
+    test_moe_combine(7, 60, 4, 5);
+    test_moe_shared_gate();
     test_crossentropy();
     for (int same = 1; same >= 0; same--) {
         test_adamw(0.0f, same);
