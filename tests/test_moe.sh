@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# tests/test_moe.sh DATA_PREFIX — a mixture of experts (issue 50) trains like one process.
+# test_parallel.sh's tiny model and 22 steps (ramp-up, accumulation, dropout 0.1 on), its MLPs
+# replaced by 4 experts, top 2, the load-balancing and z losses on: Mixtral's router with GELU
+# experts and biases, then Qwen2-MoE's (the softmax before the top-k, a shared expert, SwiGLU, no
+# biases) every other layer; under DP 2 and 4 (ZeRO-1, the overlapped reduce), PP 2 (interleaved
+# too), CP 2 and 4 (the tokens per expert summed over the sequence's ranks): losses, grad norms and
+# final weights within 1e-5 of one process (test_parallel --compare); full recomputation the same
+# bits; the MoE losses in the log line; the refusals in one line each. The GPU path's MoE layer
+# (emulated) is held to train_cpu within bf16's tolerance.
+set -u
+data=${1:?usage: test_moe.sh DATA_PREFIX}
+B=tests/build/moe
+rm -rf $B && mkdir -p $B
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN="mpirun --oversubscribe --bind-to none"
+REC=tests/build/test_parallel   # records every step's loss and norm in full precision
+ok() { echo "PASS $1"; }
+bad() { echo "FAIL $1: $2"; }
+
+flags="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+       --micro-batch-size 2 --global-batch-size 16 --rampup-batch-size 8 8 64 --train-samples 288
+       --lr 3e-3 --lr-warmup-samples 32 --lr-decay-style cosine --min-lr 3e-4 --weight-decay 0.1
+       --split 90,10,0 --eval-interval 10 --eval-iters 1 --log-interval 100 --seed 12
+       --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
+
+record() {  # name cp pp dp [extra flags]
+    local name=$1 cp=$2 pp=$3 dp=$4; shift 4
+    $MPIRUN -np $((cp * pp * dp)) $REC $B/$name $flags --context-parallel-size $cp --pipeline-model-parallel-size $pp "$@" \
+        > $B/$name.log 2>&1 || bad "$name run" "exit status $?: $(grep -m1 error $B/$name.log)"
+    grep -E '^FAIL' $B/$name.log | sed "s/^FAIL /FAIL $name: /"
+}
+against() {  # ref name label cp pp dp [flags]
+    local ref=$1 name=$2 label=$3; shift 3
+    record $name "$@"
+    $REC --compare $B/$ref $B/$name "$label" $flags | grep -E '^(PASS|FAIL)'
+}
+
+# Mixtral's router (the softmax over the k chosen), GELU experts with biases, every layer
+record ref 1 1 1
+against ref dp2 "MoE (Mixtral's router) DP 2" 1 1 2
+against ref dp4-overlap "MoE DP 4, the overlapped reduce and gather" 1 1 4 --overlap-grad-reduce --overlap-param-gather \
+    --ddp-bucket-size 600
+against ref pp2 "MoE PP 2" 1 2 1
+against ref pp2-dp2-interleaved "MoE (PP 2, DP 2) interleaved" 1 2 2 --num-layers-per-virtual-pipeline-stage 1
+against ref cp2 "MoE CP 2 (the tokens per expert over the sequence)" 2 1 1
+against ref cp2-dp2 "MoE (CP 2, DP 2)" 2 1 2 --cp-comm-type all_gather
+record recompute 1 1 1 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
+if cmp -s $B/ref.steps $B/recompute.steps && cmp -s $B/ref.ckpt/iter_0000022/tensors.bin $B/recompute.ckpt/iter_0000022/tensors.bin; then
+    ok "MoE with full recomputation: bit-identical losses, norms, weights and optimizer state (the MoE losses counted once)"
+else bad "MoE with full recomputation" "the recordings differ"; fi
+
+# Qwen2-MoE's: the softmax over every expert before the top-k, a shared expert with its sigmoid
+# gate, SwiGLU, no biases; MoE layers 0 and 2 (--moe-layer-freq 2), dense 1 and 3
+mixtral=$flags
+flags="$mixtral --moe-router-pre-softmax --moe-shared-expert-intermediate-size 32 --moe-layer-freq 2 --swiglu
+       --disable-bias-linear --normalization RMSNorm --position-embedding-type rope"
+record qwen-ref 1 1 1
+against qwen-ref qwen-dp2-pp2 "Qwen2-MoE-shaped (DP 2, PP 2)" 1 2 2
+against qwen-ref qwen-cp4 "Qwen2-MoE-shaped CP 4" 4 1 1
+flags=$mixtral
+
+# the log line carries the MoE losses, after the LM loss (Megatron-LM's order); at the start, a
+# balanced router's load-balancing loss is near 1 (Switch Transformer's: E x sum f_e P_e)
+./train_cpu ${flags/--train-samples 288/--train-samples 48} --log-interval 1 > $B/log.out 2>&1
+first=$(sed -nE 's/.*iteration +1\/.*\| lm loss: [0-9.E+-]+ \| load_balancing_loss: ([0-9.E+-]+) \| z_loss: ([0-9.E+-]+) \|.*/\1 \2/p' $B/log.out)
+if [ -n "$first" ] && awk -v a="${first% *}" 'BEGIN { exit !(a >= 1.0 && a < 1.5) }'; then
+    ok "the log line: lm loss, then load_balancing_loss and z_loss ($first at iteration 1)"
+else bad "the MoE losses in the log line" "$(grep -m1 'iteration  *1/' $B/log.out | head -c 300)"; fi
+
+# one line for each wrong MoE
+refused() {  # label np expected-text flags...
+    local label=$1 np=$2 want=$3; shift 3
+    $MPIRUN -np $np ./train_cpu $flags --train-iters 1 "$@" > $B/refused.out 2> $B/refused.err
+    local status=$?
+    if [ $status -eq 2 ] && [ "$(grep -c '^error' $B/refused.err)" -ge 1 ] && grep -q -- "$want" $B/refused.err; then ok "refused: $label"
+    else bad "refused: $label" "status $status: $(head -c 300 $B/refused.err)"; fi
+}
+refused "experts with tensor parallelism (not built yet)" 2 "experts' tensor parallelism is not built" --tensor-model-parallel-size 2
+refused "a top-k above the experts" 1 "each token to at most" --moe-router-topk 5
+refused "more experts than the router's kernel takes" 1 "at most 256 experts" --num-experts 300
+exit 0
