@@ -66,15 +66,15 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     ACCEPT("--ds-sequence-parallel-size", VALUE, "1", "no DeepSpeed-Ulysses sequence parallelism")
     REFUSE("--ds-sequence-parallel-size", VALUE, NULL, "DeepSpeed-Ulysses sequence parallelism: Megatron-DeepSpeed "
            "would split each sequence over ranks, all-to-all around the attention")
-    ACCEPT("--expert-model-parallel-size", VALUE, "1", "no expert parallelism (gridgpt has no experts)")
-    REFUSE("--expert-model-parallel-size", VALUE, NULL, "mixture of experts: Megatron-LM would spread the experts over "
-           "expert-parallel ranks")
+    ACCEPT("--expert-model-parallel-size", VALUE, "1", "no expert parallelism: every rank holds every expert")
+    REFUSE("--expert-model-parallel-size", VALUE, NULL, "expert parallelism: Megatron-LM would spread the experts over "
+           "expert-parallel ranks (gridgpt's experts are whole on every rank for now)")
     REFUSE("--expert-tensor-parallel-size", VALUE, NULL, "mixture of experts: Megatron-LM's tensor parallelism inside "
            "each expert")
-    ACCEPT("--num-experts", LIST, "0|1", "no mixture of experts: a dense MLP (Megatron-LM reads 0 as no experts; "
-           "Megatron-DeepSpeed's default, one expert, is the dense MLP)")
-    REFUSE("--num-experts", LIST, NULL, "mixture of experts: Megatron would replace each MLP by N experts and a router")
-    REFUSE("--moe-*", LIST, NULL, "mixture of experts: Megatron-LM's router, token dispatch and load balancing")
+    REFUSE("--moe-*", LIST, NULL, "mixture of experts: an option of Megatron-LM's MoE that gridgpt does not have (its own: "
+           "--moe-router-topk, --moe-ffn-hidden-size, --moe-layer-freq, --moe-router-pre-softmax, "
+           "--moe-router-load-balancing-type, --moe-aux-loss-coeff, --moe-z-loss-coeff, "
+           "--moe-shared-expert-intermediate-size)")
     REFUSE("--model-parallel-size", VALUE, NULL, "the old name of --tensor-model-parallel-size (Megatron-LM refuses "
            "it too)")
     REFUSE("--pipeline-model-parallel-layout", VALUE, NULL, "a pipeline layout string: Megatron-LM would place the "

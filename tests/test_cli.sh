@@ -95,9 +95,11 @@ expect_error "--attention-dropout 1 refused: dropout keeps a fraction below 1" \
     "--attention-dropout 1: a fraction below 1" $base --attention-dropout 1
 expect_error "--hidden-dropout -0.1 refused" "--hidden-dropout must be at least 0, got -0.1" $base --hidden-dropout -0.1
 expect_error "--distributed-backend gloo refused" "--distributed-backend gloo: not in gridgpt: Gloo" $base --distributed-backend gloo
-expect_error "--num-experts 8 refused as not in gridgpt" "--num-experts 8: not in gridgpt: mixture of experts" $base --num-experts 8
-expect_error "a family of Megatron flags (--moe-*) refused as not in gridgpt" "--moe-router-topk 2: not in gridgpt: mixture of experts" \
-    $base --moe-router-topk 2
+expect_error "--expert-model-parallel-size 2 refused as not in gridgpt yet" \
+    "--expert-model-parallel-size 2: not in gridgpt: expert parallelism" $base --expert-model-parallel-size 2
+expect_error "a family of Megatron flags (--moe-*) refused as not in gridgpt" \
+    "--moe-token-dispatcher-type alltoall: not in gridgpt: mixture of experts: an option of Megatron-LM's MoE" \
+    $base --moe-token-dispatcher-type alltoall
 expect_error "--rotary-interleaved refused, naming the convention gridgpt has" \
     "--rotary-interleaved: not in gridgpt: interleaved rotary pairs: Megatron-LM would turn dims (2i, 2i + 1) together" $base --rotary-interleaved
 # Llama's architecture flags: Megatron-LM's refusals, and a qualifier without what it qualifies
@@ -120,8 +122,8 @@ expect_error "--add-qkv-bias with --disable-bias-linear" "--add-qkv-bias with --
 megatron_note "--use-rotary-position-embeddings accepted as --position-embedding-type rope" --use-rotary-position-embeddings
 expect_error "--kv-channels other than hidden / heads refused" "--kv-channels 16: not in gridgpt: a head size other than --hidden-size 16 / --num-attention-heads 2" \
     $base --kv-channels 16
-expect_error "every refused flag in one line" "3 flags refused: --use-rope-scaling (rotary frequency scaling); --num-experts 8 (mixture of experts); unknown flag '--bogus-flag-here'" \
-    $base --use-rope-scaling --num-experts 8 --bogus-flag-here
+expect_error "every refused flag in one line" "3 flags refused: --use-rope-scaling (rotary frequency scaling); --moe-grouped-gemm (mixture of experts); unknown flag '--bogus-flag-here'" \
+    $base --use-rope-scaling --moe-grouped-gemm --bogus-flag-here
 expect_error "a typo of gridgpt's flag: did you mean" "unknown flag '--hiden-size', did you mean --hidden-size?" $base --hiden-size 16
 expect_error "a typo of a Megatron flag: did you mean" "unknown flag '--use-distributed-optimiser', did you mean --use-distributed-optimizer?" \
     $base --use-distributed-optimiser
