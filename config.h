@@ -1300,7 +1300,9 @@ static int recomputed_attention_cores(const Config* a, int flash) {
 // appendix): a forward pass costs 2 FLOPs per multiply-add,
 //   per layer: 2 B s h (n + 2g) d  (QKV: n query heads, g key and value heads, of d = h / n)
 //            + 2 B s h^2           (the attention's projection)
-//            + 2 B s h F x 2       (the MLP's two matrices; SwiGLU's three, gate, up and down: x 3)
+//            + 2 B s h F x 2       (the MLP's two matrices; SwiGLU's three, gate, up and down: x 3;
+//                                   a MoE layer's active ones: the router's h E, k experts' and
+//                                   the shared expert's: mlp_multiply_adds)
 //            + 4 B s^2 h           (scores, values)
 //   logits:    2 B s h V           (the tied word embedding or an output layer of its own: the same product)
 // and the backward twice the forward. Without grouped-query attention g = n and QKV is 3h^2; for
@@ -1315,10 +1317,22 @@ static int recomputed_attention_cores(const Config* a, int flash) {
 // selectively recomputed layer (`cores`: recomputed_attention_cores()) adds its probabilities'
 // scores q k^T once more, 2 B s^2 h: half the attention core's 4 B s^2 h that Korthikanti et al.
 // 2022 (§5) and Megatron-LM recompute, since the product with v is kept (gpt.h block_backward).
+// A layer's MLP multiply-adds per token, mean over the layers: the dense MLP's, or a MoE layer's
+// active ones (the router, the k experts a token goes to, the shared expert and its gate; the
+// experts a token skips cost it nothing)
+static double mlp_multiply_adds(const GPTConfig* c) {
+    double h = c->hidden_size, glu = c->swiglu ? 3.0 : 2.0, sum = 0.0;
+    for (int l = 0; l < c->num_layers; l++)
+        sum += !is_moe_layer(c, l) ? glu * h * c->ffn_hidden_size
+                                   : h * c->num_experts + c->moe_router_topk * glu * h * c->moe_ffn_hidden_size +
+                                         (c->moe_shared_expert_intermediate_size ? glu * h * c->moe_shared_expert_intermediate_size + h : 0.0);
+    return sum / c->num_layers;
+}
+
 static double flops_per_step(const GPTConfig* c, int global_batch, int recomputed, int cores) {
-    double B = global_batch, s = c->seq_length, h = c->hidden_size, F = c->ffn_hidden_size;
+    double B = global_batch, s = c->seq_length, h = c->hidden_size;
     double l = c->num_layers, V = c->padded_vocab_size, n = c->num_attention_heads, g = query_groups(c), d = h / n;
-    double matrices = h * (n + 2.0 * g) * d + h * h + (c->swiglu ? 3.0 : 2.0) * h * F;   // multiply-adds per token
+    double matrices = h * (n + 2.0 * g) * d + h * h + mlp_multiply_adds(c);   // multiply-adds per token
     double core = 4.0 * B * s * s * h, layer = 2.0 * B * s * matrices + core, logits = 2.0 * B * s * h * V;
     return (3.0 * l + recomputed) * layer + cores * core / 2.0 + 3.0 * logits;
 }
