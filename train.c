@@ -24,6 +24,7 @@ main.
 #include "moe.h"
 #include "fields.h"
 #include "gpt.h"
+#include "layers.h"
 #include "data_parallel.h"
 #include "pipeline.h"
 #include "step.h"
