@@ -1,11 +1,11 @@
 /*
 train.c — the gridgpt trainer: schedules, setup, the training loop, logging (its scalars go to
 tensorboard.h), evaluation's calls, sampling. The flags and their checks are config.h's, the
-memory plan and the dry run plan.h's, the step step.h's (its schedules pipeline.h's, its data-
-parallel reduction and optimizer data_parallel.h's), the loader and evaluation loader.h's, the
-data files' set-up data_setup.h's, the stop signals stop_signals.h's, the Hugging Face
-conversions (run instead of training) convert.h's; checkpoints are called from checkpoint.h,
---profile's recorder and writer from trace.h.
+memory plan and the dry run plan.h's (its cost model cost.h's), the step step.h's (its
+schedules pipeline.h's, its data-parallel reduction and optimizer data_parallel.h's), the
+loader and evaluation loader.h's, the data files' set-up data_setup.h's, the stop signals
+stop_signals.h's, the Hugging Face conversions (run instead of training) convert.h's;
+checkpoints are called from checkpoint.h, --profile's recorder and writer from trace.h.
 
 One source, two builds: gcc compiles it with the plain-C kernels and MPI (train_cpu); nvcc
 compiles it as CUDA with cuBLAS and NCCL (train_gpu). Flags, log lines and files are the
@@ -36,6 +36,7 @@ main.
 #include "config.h"
 #include "print_schedule.h"
 #include "hardware.h"
+#include "cost.h"
 #include "plan.h"
 #include "data_setup.h"
 #include "stop_signals.h"
