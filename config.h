@@ -868,7 +868,7 @@ static int layout_error(const Config* a, char* err, size_t len) {
     // splits evenly
     // context parallelism cuts each sequence into 2 CP chunks (Megatron-LM asserts the same)
     int CP = a->context_parallel_size;
-    if (m->seq_length % (2 * CP) != 0)
+    if (CP > 1 && m->seq_length % (2 * CP) != 0)
         return error_line(err, len, "--seq-length %d is not divisible by 2 x --context-parallel-size %d: each sequence is "
                           "cut into 2 CP equal chunks, two to a context-parallel rank", m->seq_length, CP);
     if (m->sequence_parallel && m->seq_length / CP % TP != 0)
