@@ -16,8 +16,9 @@ print_attention.
 // the step does on each pipeline stage, kernel by kernel and message by message, as the GPU
 // build does it. Everything runs on one stream in order, so nothing overlaps and the costs add
 // (but for --overlap-grad-reduce's buckets, which run beside the last backward:
-// overlapped_reduce_seconds; and --overlap-param-gather's, beside the next forward:
-// overlapped_gather_seconds):
+// overlapped_reduce_seconds; --overlap-param-gather's, beside the next forward:
+// overlapped_gather_seconds; and context parallelism's ring, beside its blocks' attention:
+// cost_layer_attention):
 //   a matmul (cuBLAS)     its FLOPs / (the dense peak x the matmul efficiency x its shape's
 //                         wave efficiency), or its bytes at the streaming bandwidth when that
 //                         is longer (gemm_seconds);
@@ -32,7 +33,11 @@ print_attention.
 //   a ring collective     steps x latency + the bytes each rank sends / the bandwidth of the
 //                         slowest link the group crosses (the alpha-beta model of Thakur,
 //                         Rabenseifner and Gropp 2005; the bytes as --log-comm counts them);
-//   a pipeline send       latency + its bytes / the link between the two stages.
+//   a pipeline send       latency + its bytes / the link between the two stages;
+//   a context-parallel    with --cp-comm-type p2p each transfer of the ring beside one ring
+//   ring transfer         step's block attention, only what it takes beyond that compute
+//                         exposed (cost_layer_attention); all_gather's collectives as any
+//                         ring collective, nothing beside them.
 // Not priced: dropout (gpt.h dropout_of): two elementwise passes a layer each way and a
 // SplitMix64 hash an element (integer units no preset describes; the attention's inside the fused
 // tiles). V100's and A100's constants were fitted to BigScience's runs, with Megatron-LM's dropout
@@ -44,7 +49,8 @@ print_attention.
 // step is (m + (p - 1) / v) slots, each slot with v times the pipeline's messages.
 
 // The bandwidth (bytes/s) a group's ring runs at. Ranks fill nodes in order (gpus_per_node
-// each) and a group's members are `stride` ranks apart (TP 1, DP TP, PP TP x DP): the group
+// each) and a group's members are `stride` ranks apart (TP 1, CP TP, DP x CP TP, PP TP x CP x
+// DP: Megatron-LM's order, parallel.h grid_build): the group
 // starting at rank 0 stays in one node when its last member is below gpus_per_node; else
 // its ring crosses the network, the slowest link.
 static double group_bandwidth(const Hardware* hw, int stride, int size) {
@@ -87,10 +93,12 @@ static double gemm_seconds(const Hardware* hw, double M, double N, double K, dou
     return fmax(math, (M * K + K * N + M * N) * batch * x / streaming_bandwidth(hw));
 }
 
-enum { GROUP_TP, GROUP_DP, GROUP_PP, GROUP_EMBEDDING, NUM_COMM_GROUPS };   // --log-comm's order
+// --log-comm's order. GROUP_DP is the group ZeRO shards over and a weight's gradient is summed
+// over: DP x CP (parallel.h's dp_cp); GROUP_CP the context-parallel ring's (grid.cp)
+enum { GROUP_TP, GROUP_DP, GROUP_PP, GROUP_EMBEDDING, GROUP_CP, NUM_COMM_GROUPS };
 
 // One stage's costs: each kernel (summed over its calls) and each group's messages
-#define MAX_COSTS 32
+#define MAX_COSTS 40
 typedef struct {
     const char* name;
     double launches, flops, bytes, seconds;   // bytes: read + written, or sent; launches: kernels or messages
@@ -107,6 +115,8 @@ typedef struct {
     double seconds;
     double reduce_total, reduce_hidden;    // --overlap-grad-reduce: its reduces' time, and how much of it the backward hides
     double gather_total, gather_hidden;    // --overlap-param-gather: its broadcasts' time, and how much the forward hides
+    double ring_total, ring_hidden;        // --cp-comm-type p2p: the ring's transfers' time, and how much the blocks hide
+    double ring_step[2];                   // the block attention one ring step's transfers run beside: forward, backward
 } StageCost;
 
 // the bucket sizes of the DP overlaps (0: off): --overlap-grad-reduce's and --overlap-param-gather's
@@ -462,6 +472,69 @@ static void print_attention(const Config* a, int gpu) {
                 "%s%s)\n", flag, why);
 }
 
+// ----------------------------------------------------------------------------
+// context parallelism's attention (context_parallel.h): a rank's queries against every rank's
+// keys and values, block by block, and the blocks' transfers
+//
+// The compute: a rank's share of the causal attention over the whole sequence, 1/CP of it
+// (chunks i and 2 CP - 1 - i: every rank the same share of the triangle), kind of work by kind
+// of work as cost_attention prices the whole sequence's attention (fused or not, as the planned
+// build runs it), each row a CP-th of its FLOPs, bytes and time. kernels/attention_blocks.cuh's
+// block kernels and the merges are not priced apart: the attention's own rows stand for them.
+// The messages (a block: this rank's keys and values, B x T / CP rows x 2 x G x HS floatX;
+// kv_block_elems): p2p, a ring (context_attention_forward, ring_backward): CP steps of a CP-th
+// of the share each; the forward's CP - 1 transfers of a block each run beside one step; the
+// backward's step k runs beside the next block's transfer (k < CP - 1) and the fp32 partial sums
+// sent at step k - 1's end (k > 0), and the last sums (the CP-th) go home after the last step,
+// beside nothing. On one link a step's transfers take their sum; what a step's transfers take
+// beyond the step's compute is exposed: max(0, transfers - step) a step. all_gather: an
+// all-gather of every block in the forward, again in the backward, and a reduce-scatter of the
+// fp32 gradients of all blocks (gathered_backward); none of them beside any compute.
+
+// one layer's attention of this rank, forward or backward, with context parallelism's messages
+static void cost_layer_attention(StageCost* c, const GPT* m, double x, int backward) {
+    double BH = (double)m->B * m->heads_local;
+    int CP = m->context.slice.size;
+    if (CP == 1) {
+        cost_attention(c, BH, m->T, m->head_size, x, m->build.flash_attention, backward);
+        return;
+    }
+    StageCost whole;   // the whole sequence's attention of this rank's heads, once
+    memset(&whole, 0, sizeof(whole));
+    whole.hw = c->hw;
+    whole.calls = 1.0;
+    cost_attention(&whole, BH, m->seq_length, m->head_size, x, m->build.flash_attention, backward);
+    for (int k = 0; k < whole.num_costs; k++) {
+        const Cost* w = &whole.costs[k];
+        charge_launches(c, w->name, (int)w->launches, w->flops / CP, w->bytes / CP, w->seconds / CP)->matmul = w->matmul;
+    }
+    double block = kv_block_elems(&m->context) * x, sums = kv_block_elems(&m->context) * 4.0;
+    if (m->context.comm == CP_COMM_ALL_GATHER) {
+        charge_half_all_reduce(c, "context-parallel all-gather", GROUP_CP, CP, CP * block);
+        if (backward) charge_half_all_reduce(c, "context-parallel reduce-scatter", GROUP_CP, CP, CP * sums);
+        return;
+    }
+    double step = whole.seconds / CP / CP, total = 0.0, exposed = 0.0, bytes = 0.0;
+    int messages = 0;
+    for (int k = 0; k <= CP; k++) {   // k = CP: after the last step (the backward's last sums)
+        double sent = 0.0;
+        if (k + 1 < CP) sent += block;          // the next block
+        if (backward && k > 0) sent += sums;    // the partial sums of the block before
+        if (sent == 0.0) continue;
+        int count = (k + 1 < CP) + (backward && k > 0);
+        double seconds = count * 1e-6 * c->hw->latency_us + sent / c->group_bandwidth[GROUP_CP];
+        total += seconds;
+        exposed += k < CP ? fmax(0.0, seconds - step) : seconds;
+        bytes += sent;
+        messages += count;
+    }
+    charge(c, "context-parallel ring: exposed", messages, 0.0, bytes, exposed);
+    c->bytes_sent[GROUP_CP] += c->calls * bytes;
+    c->ring_total += c->calls * total;
+    c->ring_hidden += c->calls * (total - exposed);
+    c->ring_step[backward] = step;
+}
+
 // what one micro-batch's layer does (gpt.h block_forward and block_backward, kernels.cuh's GPU
 // kernels), in the model's choices: LayerNorm or RMSNorm, learned positions, ALiBi or rope, a
 // GELU or a SwiGLU MLP, linear biases or none, multi-head or grouped-query attention (the QKV
@@ -552,7 +625,7 @@ static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int 
     else if (m->cfg.gelu == GELU_ERF) charge_kernel(c, "GELU (erf) forward", 1, 2.0 * N * Fl * x);   // no epilogue's
     else charge_kernel(c, "GELU epilogue's second output", 0, N * Fl * x);
     charge_rope(c, m, x);
-    cost_attention(c, (double)m->B * m->heads_local, m->T, m->head_size, x, m->build.flash_attention, 0);
+    cost_layer_attention(c, m, x, 0);
     // f and g around attention and MLP; with sequence parallelism ln1 and ln2 gathered, the two
     // projections' outputs scattered, each rank adding the biases to its rows
     charge_tensor_parallel_joins(c, m, tp_size, N * C * x, 2, 2, 2);
@@ -585,7 +658,7 @@ static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_siz
     charge_norm_backward(c, m, x);   // ln1's
     if (recomputes_attention_core(m))   // selective: the probabilities again (never the fused attention's)
         cost_unfused_probabilities(c, (double)m->B * m->heads_local, m->T, m->head_size, x);
-    cost_attention(c, (double)m->B * m->heads_local, m->T, m->head_size, x, m->build.flash_attention, 1);
+    cost_layer_attention(c, m, x, 1);
     charge_rope(c, m, x);
     // f's backward twice; with sequence parallelism the projections' output gradients gathered,
     // ln2 and ln1 gathered again for the weight gradients, the input gradients scattered
@@ -785,20 +858,22 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
     charge_launch_gaps(c);
 }
 
-// a planned stage's costs over a step of `micro` micro-batches, in its build's precision
-static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int PP, int DP, int micro, DPOverlap overlap,
-                            StageCost* c, double* micro_seconds) {
+// a planned stage's costs over a step of `micro` micro-batches, in its build's precision; the
+// ZeRO group (GROUP_DP) is DP x CP
+static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int CP, int PP, int DP, int micro,
+                            DPOverlap overlap, StageCost* c, double* micro_seconds) {
     double x = m->build.floatx_bytes;
     memset(c, 0, sizeof(*c));
     c->hw = hw;
     c->group_bandwidth[GROUP_TP] = group_bandwidth(hw, 1, TP);
-    c->group_bandwidth[GROUP_DP] = group_bandwidth(hw, TP, DP);
-    c->group_bandwidth[GROUP_PP] = group_bandwidth(hw, TP * DP, PP);
-    c->group_bandwidth[GROUP_EMBEDDING] = group_bandwidth(hw, TP * DP * (PP - 1), 2);
+    c->group_bandwidth[GROUP_DP] = group_bandwidth(hw, TP, CP * DP);
+    c->group_bandwidth[GROUP_PP] = group_bandwidth(hw, TP * CP * DP, PP);
+    c->group_bandwidth[GROUP_EMBEDDING] = group_bandwidth(hw, TP * CP * DP * (PP - 1), 2);
+    c->group_bandwidth[GROUP_CP] = group_bandwidth(hw, TP, CP);
     c->calls = micro;
     cost_micro_batch(c, m, x, TP);
     *micro_seconds = c->seconds / micro;
-    cost_optimizer(c, m, x, DP, PP, overlap, layer_seconds(c, m, x, TP, 0), layer_seconds(c, m, x, TP, 1));
+    cost_optimizer(c, m, x, DP * CP, PP, overlap, layer_seconds(c, m, x, TP, 0), layer_seconds(c, m, x, TP, 1));
 }
 
 // the GEMM-only part of a stage's step: its cuBLAS rows (what tests/fit_matmul_efficiency.sh fits

@@ -31,14 +31,16 @@ static void print_model(const GPTConfig* c) {
     printf(" (vocabulary padded to %d)\n", c->padded_vocab_size);
 }
 
-// --log-comm's two lines: the bytes sent in each group (tp, dp, pp, embedding) in a step, the
-// most any rank sent, in MiB and in bytes (--dry-run prints the ones it predicts)
-static void print_comm(const double most[4]) {
+// --log-comm's two lines: the bytes sent in each group (cost.h's order: tp, dp (DP x CP's, ZeRO's),
+// pp, embedding, cp) in a step, the most any rank sent, in MiB and in bytes (--dry-run prints the
+// ones it predicts)
+static void print_comm(const double most[NUM_COMM_GROUPS]) {
     double mib = 1024.0 * 1024.0;
     printf(" communication per step (MiB sent by the busiest rank, ring algorithms): tensor-parallel %.3f |"
-           " data-parallel %.3f | pipeline %.3f | embedding %.3f |\n", most[0] / mib, most[1] / mib, most[2] / mib,
-           most[3] / mib);
-    printf(" communication per step in bytes: %.0f | %.0f | %.0f | %.0f\n", most[0], most[1], most[2], most[3]);
+           " data-parallel %.3f | pipeline %.3f | embedding %.3f | context-parallel %.3f |\n", most[GROUP_TP] / mib,
+           most[GROUP_DP] / mib, most[GROUP_PP] / mib, most[GROUP_EMBEDDING] / mib, most[GROUP_CP] / mib);
+    printf(" communication per step in bytes: %.0f | %.0f | %.0f | %.0f | %.0f\n", most[GROUP_TP], most[GROUP_DP],
+           most[GROUP_PP], most[GROUP_EMBEDDING], most[GROUP_CP]);
 }
 
 // ----------------------------------------------------------------------------
@@ -268,7 +270,7 @@ static void check_memory(const StageMemory* s, const char* table_flags) {
     const char* names[5] = {"parameters", "gradients", "optimizer state", "activations", "workspaces"};
     const char* flags[5] = {table_flags, table_flags, table_flags,
                             "--micro-batch-size, --seq-length, --hidden-size, --num-attention-heads (scores: seq^2 per head; "
-                            "--checkpoint-activations keeps less)",
+                            "--checkpoint-activations keeps less; --context-parallel-size divides a rank's rows)",
                             "--micro-batch-size, --seq-length (the GPU's attention scratch: seq^2 per head; the logits: "
                             "seq x the vocabulary / TP)"};
     const char* where;
@@ -300,9 +302,10 @@ static void check_index_memory(double index_bytes, double host_model_bytes) {
                         have / gib);
 }
 
-// stage p of the layout with tp_size x dp_size ranks, as its tensor rank 0 would hold it on the
-// build --dry-run-build names: planned and thrown away. The ranks of a stage hold the same sizes
-// (other slices of the vocabulary, of the matrices and of the ZeRO shard).
+// stage p of the layout with tp_size x CP x dp_size ranks, as its tensor rank 0 (and context rank
+// 0) would hold it on the build --dry-run-build names: planned and thrown away. The ranks of a
+// stage hold the same sizes (other slices of the vocabulary, of the matrices, of the sequences'
+// chunks and of the ZeRO shard, which is over DP x CP).
 static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp_size) {
     BuildTarget build = {plans_gpu_build(a), plans_gpu_build(a) ? 2 : (int)sizeof(float),   // bf16 or fp16; fp32
                          runs_flash_attention(a, plans_gpu_build(a))};
@@ -318,14 +321,14 @@ static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp
 static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp_size) {
     GPT m;
     plan_stage_model(&m, a, p, tp_size, dp_size);
-    StageMemory s = stage_memory(&m, pipeline_stage(a, p), dp_size);
+    StageMemory s = stage_memory(&m, pipeline_stage(a, p), dp_size * a->context_parallel_size);   // (ZeRO's DP x CP)
     gpt_free_plan(&m);
     return s;
 }
 
 // a layout's plan: its peak memory (the stage that holds most), its step and what it sends
 typedef struct {
-    int tp, pp, dp, vp, micro_batches, peak_stage, slowest_stage;   // vp: model chunks per stage (interleaving)
+    int tp, cp, pp, dp, vp, micro_batches, peak_stage, slowest_stage;   // vp: model chunks per stage (interleaving)
     double peak_bytes, step_seconds, slot_seconds, optimizer_seconds, tflops_per_gpu, bubble;
     double bytes_sent[NUM_COMM_GROUPS];   // the busiest rank's, per group: --log-comm's numbers
     int out_of_memory;
@@ -337,23 +340,25 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
     LayoutPlan L;
     memset(&L, 0, sizeof(L));
     L.tp = a->tensor_model_parallel_size;
+    L.cp = a->context_parallel_size;
     L.pp = a->pipeline_model_parallel_size;
     L.dp = data_parallel_size(a);
     L.vp = virtual_chunks(a);
     L.micro_batches = a->global_batch_size / (a->micro_batch_size * L.dp);
+    int zero = L.dp * L.cp;   // the ranks ZeRO shards over and a gradient is summed over (DP x CP)
     StageCost* c = (StageCost*)mallocCheck(sizeof(StageCost));
     for (int p = 0; p < L.pp; p++) {
         GPT m;
         plan_stage_model(&m, a, p, L.tp, L.dp);
-        StageMemory s = stage_memory(&m, pipeline_stage(a, p), L.dp);
+        StageMemory s = stage_memory(&m, pipeline_stage(a, p), zero);
         if (s.total > L.peak_bytes) {
             L.peak_bytes = (double)s.total;
             L.peak_stage = p;
         }
         double micro_seconds;
-        DPOverlap overlap = {a->overlap_grad_reduce ? grad_bucket_size(a, L.dp) : 0,
-                             a->overlap_param_gather ? grad_bucket_size(a, L.dp) : 0};
-        plan_stage_cost(&m, hw, L.tp, L.pp, L.dp, L.micro_batches, overlap, c, &micro_seconds);
+        DPOverlap overlap = {a->overlap_grad_reduce ? grad_bucket_size(a, zero) : 0,
+                             a->overlap_param_gather ? grad_bucket_size(a, zero) : 0};
+        plan_stage_cost(&m, hw, L.tp, L.cp, L.pp, L.dp, L.micro_batches, overlap, c, &micro_seconds);
         gpt_free_plan(&m);
         if (micro_seconds > L.slot_seconds) {
             L.slot_seconds = micro_seconds;
@@ -371,7 +376,7 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
     L.bubble = (L.pp - 1.0) / ((double)L.vp * L.micro_batches + L.pp - 1.0);
     double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a),
                                   recomputed_attention_cores(a, runs_flash_attention(a, plans_gpu_build(a))));
-    L.tflops_per_gpu = flops / L.step_seconds / (L.tp * L.pp * L.dp) / 1e12;
+    L.tflops_per_gpu = flops / L.step_seconds / (L.tp * L.cp * L.pp * L.dp) / 1e12;
     L.out_of_memory = L.peak_bytes + hw->reserve_gib * (1 << 30) > hw->memory_gib * (1 << 30);
     return L;
 }
@@ -382,26 +387,33 @@ static void print_seconds(double s) {
     printf("%.*f", decimals, s);
 }
 
-// the fixed, parseable last line
+// the fixed, parseable last line (CP, with all_gather's exchange named, only with context parallelism)
 static void print_layout_line(const Config* a, const LayoutPlan* L) {
-    char vp[16] = "";   // interleaved: its model chunks per stage (Megatron-LM's virtual pipeline size)
+    char vp[16] = "", cp[32] = "";   // interleaved: its model chunks per stage (Megatron-LM's virtual pipeline size)
     if (L->vp > 1) snprintf(vp, sizeof vp, " VPP %d", L->vp);
-    printf("dry-run: world %d TP %d PP %d DP %d MBS %d GBS %d%s%s: peak memory per GPU %.1f GiB (stage %d), step ",
-           L->tp * L->pp * L->dp, L->tp, L->pp, L->dp, a->micro_batch_size, a->global_batch_size, vp,
+    if (L->cp > 1) snprintf(cp, sizeof cp, " CP %d%s", L->cp, a->cp_comm_type == CP_COMM_ALL_GATHER ? " all_gather" : "");
+    printf("dry-run: world %d TP %d%s PP %d DP %d MBS %d GBS %d%s%s: peak memory per GPU %.1f GiB (stage %d), step ",
+           L->tp * L->cp * L->pp * L->dp, L->tp, cp, L->pp, L->dp, a->micro_batch_size, a->global_batch_size, vp,
            a->model.sequence_parallel ? " SP" : "", L->peak_bytes / (1 << 30), L->peak_stage);
     print_seconds(L->step_seconds);
     printf(" s, %.1f TFLOPs per GPU, bubble %.1f%%%s\n", L->tflops_per_gpu, 100.0 * L->bubble,
            L->out_of_memory ? " OOM" : "");
 }
 
-// --sweep: every layout of the world the model's shape and the batch allow, with sequence
-// parallelism and without where TP > 1 (a --sequence-parallel given is not read) and with each
-// interleaving (v model chunks per stage) its layers and micro-batches allow, one line each,
-// those that fit first, each part fastest first
+// --sweep: every layout of the world (TP, CP, PP, the rest DP, MBS) the model's shape, the
+// sequence and the batch allow, with sequence parallelism and without where TP > 1 (a
+// --sequence-parallel given is not read) and with each interleaving (v model chunks per stage)
+// its layers and micro-batches allow, one line each, those that fit first, each part fastest
+// first; context parallelism by the --cp-comm-type given
 typedef struct {
     LayoutPlan plan;
     int micro_batch_size, sequence_parallel;
 } SweepRow;
+
+typedef struct {
+    SweepRow* rows;
+    int count, capacity, oom, refused;   // refused: by layout_error (the model's shape, the sequence, the batch)
+} Sweep;
 
 static int compare_sweep_rows(const void* x, const void* y) {
     const SweepRow *a = (const SweepRow*)x, *b = (const SweepRow*)y;
@@ -409,59 +421,64 @@ static int compare_sweep_rows(const void* x, const void* y) {
     return (a->plan.step_seconds > b->plan.step_seconds) - (a->plan.step_seconds < b->plan.step_seconds);
 }
 
-static void dry_run_sweep(const Config* a, const Hardware* hw) {
-    int W = layout_world_size(a), count = 0, refused = 0, capacity = 64, oom = 0;
-    SweepRow* rows = (SweepRow*)mallocCheck(capacity * sizeof(SweepRow));
+// the layouts of one (TP, CP, PP): each MBS that divides a pipeline's batch, without SP and then
+// with, each plain and interleaved
+static void sweep_micro_batches(Sweep* s, const Config* a, const Hardware* hw, int tp, int cp, int pp) {
+    int dp = layout_world_size(a) / (tp * cp * pp);
     char err[512];
-    for (int tp = 1; tp <= W; tp++) {
-        for (int pp = 1; W % tp == 0 && pp <= W / tp; pp++) {
-            int dp = W / (tp * pp);
-            for (int k = 0; (W / tp) % pp == 0 && k < a->global_batch_size / dp * (tp > 1 ? 2 : 1); k++) {
-                int mbs = k / (tp > 1 ? 2 : 1) + 1, sp = tp > 1 && k % 2;   // each MBS without SP, then with
-                if ((a->global_batch_size / dp) % mbs != 0) continue;
-                Config b = *a;
-                b.tensor_model_parallel_size = tp;
-                b.pipeline_model_parallel_size = pp;
-                b.micro_batch_size = mbs;
-                b.num_layers_per_virtual_pipeline_stage = b.num_virtual_stages_per_pipeline_rank = 0;
-                b.microbatch_group_size_per_virtual_pipeline_stage = 0;   // (a group size given: the interleaved rows')
-                b.model.sequence_parallel = sp;
-                long long padded = padded_vocab_size(b.model.vocab_size, b.model.make_vocab_size_divisible_by, tp);
-                b.model.padded_vocab_size = padded > INT_MAX ? 0 : (int)padded;
-                if (padded > INT_MAX || layout_error(&b, err, sizeof(err))) {
-                    refused++;
-                    continue;
-                }
-                // plain 1F1B (v = 1), then each interleaving the layers and the micro-batches allow
-                for (int v = 1; v == 1 || (pp > 1 && v <= a->model.num_layers / pp); v++) {
-                    b.num_virtual_stages_per_pipeline_rank = v > 1 ? v : 0;
-                    b.microbatch_group_size_per_virtual_pipeline_stage =
-                        v > 1 ? a->microbatch_group_size_per_virtual_pipeline_stage : 0;
-                    if (v > 1 && layout_error(&b, err, sizeof(err))) continue;
-                    if (count == capacity) {
-                        capacity *= 2;
-                        rows = (SweepRow*)reallocCheck(rows, capacity * sizeof(SweepRow));
-                    }
-                    rows[count].plan = plan_layout(&b, hw, NULL);
-                    rows[count].micro_batch_size = mbs;
-                    rows[count].sequence_parallel = sp;
-                    oom += rows[count].plan.out_of_memory;
-                    count++;
-                }
+    for (int k = 0; k < a->global_batch_size / dp * (tp > 1 ? 2 : 1); k++) {
+        int mbs = k / (tp > 1 ? 2 : 1) + 1, sp = tp > 1 && k % 2;   // each MBS without SP, then with
+        if ((a->global_batch_size / dp) % mbs != 0) continue;
+        Config b = *a;
+        b.tensor_model_parallel_size = tp;
+        b.context_parallel_size = cp;
+        b.pipeline_model_parallel_size = pp;
+        b.micro_batch_size = mbs;
+        b.num_layers_per_virtual_pipeline_stage = b.num_virtual_stages_per_pipeline_rank = 0;
+        b.microbatch_group_size_per_virtual_pipeline_stage = 0;   // (a group size given: the interleaved rows')
+        b.model.sequence_parallel = sp;
+        long long padded = padded_vocab_size(b.model.vocab_size, b.model.make_vocab_size_divisible_by, tp);
+        b.model.padded_vocab_size = padded > INT_MAX ? 0 : (int)padded;
+        if (padded > INT_MAX || layout_error(&b, err, sizeof(err))) {
+            s->refused++;
+            continue;
+        }
+        // plain 1F1B (v = 1), then each interleaving the layers and the micro-batches allow
+        for (int v = 1; v == 1 || (pp > 1 && v <= a->model.num_layers / pp); v++) {
+            b.num_virtual_stages_per_pipeline_rank = v > 1 ? v : 0;
+            b.microbatch_group_size_per_virtual_pipeline_stage = v > 1 ? a->microbatch_group_size_per_virtual_pipeline_stage : 0;
+            if (v > 1 && layout_error(&b, err, sizeof(err))) continue;
+            if (s->count == s->capacity) {
+                s->capacity *= 2;
+                s->rows = (SweepRow*)reallocCheck(s->rows, s->capacity * sizeof(SweepRow));
             }
+            SweepRow* row = &s->rows[s->count++];
+            row->plan = plan_layout(&b, hw, NULL);
+            row->micro_batch_size = mbs;
+            row->sequence_parallel = sp;
+            s->oom += row->plan.out_of_memory;
         }
     }
-    qsort(rows, count, sizeof(SweepRow), compare_sweep_rows);
+}
+
+static void dry_run_sweep(const Config* a, const Hardware* hw) {
+    int W = layout_world_size(a);
+    Sweep s = {(SweepRow*)mallocCheck(64 * sizeof(SweepRow)), 0, 64, 0, 0};
+    for (int tp = 1; tp <= W; tp++)
+        for (int cp = 1; W % tp == 0 && cp <= W / tp; cp++)
+            for (int pp = 1; (W / tp) % cp == 0 && pp <= W / (tp * cp); pp++)
+                if ((W / (tp * cp)) % pp == 0) sweep_micro_batches(&s, a, hw, tp, cp, pp);
+    qsort(s.rows, s.count, sizeof(SweepRow), compare_sweep_rows);
     printf("sweep: %d layout(s) of world %d at global batch %d (%d fit, %d above memory: OOM), %d refused by the "
-           "model's shape or the batch; those that fit first, each part fastest first\n", count, W,
-           a->global_batch_size, count - oom, oom, refused);
-    for (int k = 0; k < count; k++) {
+           "model's shape or the batch; those that fit first, each part fastest first\n", s.count, W,
+           a->global_batch_size, s.count - s.oom, s.oom, s.refused);
+    for (int k = 0; k < s.count; k++) {
         Config b = *a;
-        b.micro_batch_size = rows[k].micro_batch_size;
-        b.model.sequence_parallel = rows[k].sequence_parallel;
-        print_layout_line(&b, &rows[k].plan);
+        b.micro_batch_size = s.rows[k].micro_batch_size;
+        b.model.sequence_parallel = s.rows[k].sequence_parallel;
+        print_layout_line(&b, &s.rows[k].plan);
     }
-    free(rows);
+    free(s.rows);
 }
 
 // a plan's figures after "LABEL: ", as the last line has them, with the pipeline's bytes
@@ -590,13 +607,59 @@ static void print_layer_activations(const Config* a) {
 // 2022, appendix B) per second per GPU, over --hw's dense peak. With recomputation the TFLOPs
 // of the last line count the recomputed forwards too (Narayanan et al. 2021's convention).
 static void print_throughput(const Config* a, const Hardware* hw, const LayoutPlan* L) {
-    double tokens = (double)a->global_batch_size * a->model.seq_length, gpus = (double)L->tp * L->pp * L->dp;
+    double tokens = (double)a->global_batch_size * a->model.seq_length, gpus = (double)L->tp * L->cp * L->pp * L->dp;
     double model_flops = flops_per_step(&a->model, a->global_batch_size, 0, 0);
     int digits = hw->cpu_threads > 0.0 ? 3 : 0;   // a CPU's peak is a fraction of a TFLOP/s
     printf("throughput: %.0f tokens per second (%.0f per GPU); model FLOPs utilization %.1f%% of %.*f TFLOP/s (%.*f TFLOPs "
            "per GPU without recomputation)\n", tokens / L->step_seconds, tokens / L->step_seconds / gpus,
            100.0 * model_flops / L->step_seconds / gpus / (1e12 * hw->peak_tflops), digits, hw->peak_tflops, digits + 1,
            model_flops / L->step_seconds / gpus / 1e12);
+}
+
+// With context parallelism, what a layer's micro-batch exchanges (cost.h's cost_layer_attention):
+// its block of keys and values (stage 0's tensor rank 0's, as the plan's rows), and with p2p
+// the block attention each ring step's transfers run beside, and how much of the ring it hides
+static void print_context_parallel_exchange(const Config* a, const StageCost* slowest, int stage) {
+    int CP = a->context_parallel_size;
+    GPT m;
+    plan_stage_model(&m, a, 0, a->tensor_model_parallel_size, data_parallel_size(a));
+    double block = (double)kv_block_elems(&m.context) * m.build.floatx_bytes, sums = (double)kv_block_elems(&m.context) * 4.0;
+    gpt_free_plan(&m);
+    if (a->cp_comm_type == CP_COMM_ALL_GATHER) {
+        printf("context parallelism, --cp-comm-type all_gather over CP %d: a layer's micro-batch all-gathers the %d blocks "
+               "of keys and values (%.0f bytes each) in the forward and again in the backward, and reduce-scatters their "
+               "fp32 gradients (%.0f bytes a block): it sends %.0f bytes, beside no compute\n", CP, CP, block, sums,
+               (CP - 1.0) * (2.0 * block + sums));
+        return;
+    }
+    printf("context parallelism, --cp-comm-type p2p, a ring of CP %d: a layer's micro-batch sends %d block(s) of keys and "
+           "values (%.0f bytes each) in the forward, %d again and %d fp32 partial sums of their gradients (%.0f bytes each) "
+           "in the backward; each transfer beside one ring step's block attention (%.6g ms forward, %.6g ms backward) on "
+           "stage %d: the ring takes %.6g ms a step, %.6g ms of them hidden\n", CP, CP - 1, block, CP - 1, CP, sums,
+           1e3 * slowest->ring_step[0], 1e3 * slowest->ring_step[1], stage, 1e3 * slowest->ring_total,
+           1e3 * slowest->ring_hidden);
+}
+
+// A layout above the memory: the smallest context-parallel size of the same world, TP and PP (DP
+// the rest) that the trainer accepts (2 CP chunks of every sequence, the batch over DP) and whose
+// plan fits, or that none does: context parallelism divides a rank's activations by CP
+static void print_context_parallel_fit(const Config* a, const Hardware* hw) {
+    int W = layout_world_size(a), TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size;
+    Config other = *a;
+    char err[512], label[256], layout[96];
+    for (int cp = a->context_parallel_size + 1; cp <= W / (TP * PP); cp++) {
+        other.context_parallel_size = cp;
+        if (W % (TP * cp * PP) != 0 || layout_error(&other, err, sizeof err)) continue;
+        LayoutPlan L = plan_layout(&other, hw, NULL);
+        if (L.out_of_memory) continue;
+        snprintf(label, sizeof label, "the smallest context parallelism that fits: --context-parallel-size %d (%s)", cp,
+                 layout_name(layout, sizeof layout, TP, cp, PP, W / (TP * cp * PP)));
+        print_plan_summary(label, &L);
+        return;
+    }
+    printf("context parallelism: no --context-parallel-size above %d fits world %d at TP %d and PP %d (CP must divide "
+           "the world over TP x PP, and --seq-length %d into 2 CP chunks)\n", a->context_parallel_size, W, TP, PP,
+           a->model.seq_length);
 }
 
 // the precision of the build --dry-run-build plans: the GPU build's 16-bit type (fp16 with --fp16,
@@ -612,19 +675,26 @@ static const char* planned_precision(const Config* a) {
 // last line in a fixed form. Every check of the flags has passed; nothing large is allocated,
 // no group built, no data read, no step run.
 static void dry_run_report(const Config* a) {
-    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, DP = data_parallel_size(a);
-    int micro = a->global_batch_size / (a->micro_batch_size * DP);
-    printf("dry run: gridgpt %s build planned (--dry-run-build), %s, world %d as TP %d x PP %d x DP %d: nothing allocated, "
-           "no step run\n", plans_gpu_build(a) ? "GPU" : "CPU", planned_precision(a), layout_world_size(a), TP, PP, DP);
+    int TP = a->tensor_model_parallel_size, CP = a->context_parallel_size, PP = a->pipeline_model_parallel_size;
+    int DP = data_parallel_size(a), micro = a->global_batch_size / (a->micro_batch_size * DP);
+    char layout[96];
+    printf("dry run: gridgpt %s build planned (--dry-run-build), %s, world %d as %s: nothing allocated, no step run\n",
+           plans_gpu_build(a) ? "GPU" : "CPU", planned_precision(a), layout_world_size(a),
+           layout_name(layout, sizeof layout, TP, CP, PP, DP));
     print_model(&a->model);
     print_attention(a, plans_gpu_build(a));
-    printf("each stage as its tensor rank 0, data rank 0 holds it (its other ranks hold the same sizes: another slice "
-           "of the vocabulary, the matrices and the ZeRO shard)\n");
+    if (CP == 1)
+        printf("each stage as its tensor rank 0, data rank 0 holds it (its other ranks hold the same sizes: another slice "
+               "of the vocabulary, the matrices and the ZeRO shard)\n");
+    else
+        printf("each stage as its tensor rank 0, context rank 0, data rank 0 holds it (its other ranks hold the same sizes: "
+               "another slice of the vocabulary, the matrices, the sequences' chunks (%d rows of each sequence's %d) and the "
+               "ZeRO shard, over DP x CP = %d)\n", a->model.seq_length / CP, a->model.seq_length, DP * CP);
     for (int p = 0; p < PP; p++) {
         StageMemory s = plan_stage_memory(a, p, TP, DP);
         if (p == 0) print_memory_header();
         print_memory_row("planned", &s, 1);
-        if (p == PP - 1) print_model_state_bytes(&s, DP);
+        if (p == PP - 1) print_model_state_bytes(&s, DP * CP);
     }
     print_layer_activations(a);
     double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a),
@@ -652,12 +722,13 @@ static void dry_run_report(const Config* a) {
     else
         printf("step = (m + (p - 1) / v) x the slowest stage's micro-batch + the slowest optimizer step = %.4g x %.4g s + "
                "%.4g s\n", micro + (PP - 1.0) / L.vp, L.slot_seconds, L.optimizer_seconds);
-    if (a->overlap_grad_reduce && DP > 1)
+    if (a->overlap_grad_reduce && DP * CP > 1)
         printf("--overlap-grad-reduce on stage %d: its bucketed reduces take %.3f ms, %.3f ms of them hidden behind the "
                "last micro-batch's backward\n", L.slowest_stage, 1e3 * slowest->reduce_total, 1e3 * slowest->reduce_hidden);
-    if (a->overlap_param_gather && DP > 1)
+    if (a->overlap_param_gather && DP * CP > 1)
         printf("--overlap-param-gather on stage %d: its bucketed broadcasts take %.3f ms, %.3f ms of them hidden behind the "
                "next step's first forward\n", L.slowest_stage, 1e3 * slowest->gather_total, 1e3 * slowest->gather_hidden);
+    if (CP > 1) print_context_parallel_exchange(a, slowest, L.slowest_stage);
     print_recomputation_alternatives(a, &hw);
     print_interleaving_alternative(a, &hw);
     print_sequence_parallel_alternative(a, &hw);
@@ -665,6 +736,7 @@ static void dry_run_report(const Config* a) {
     if (L.out_of_memory)
         printf("does not fit: %.1f GiB of ours + %.1f GiB left to CUDA, cuBLAS and NCCL > %.1f GiB\n",
                L.peak_bytes / (1 << 30), hw.reserve_gib, hw.memory_gib);
+    if (L.out_of_memory) print_context_parallel_fit(a, &hw);
     free(slowest);
     print_layout_line(a, &L);
 }
