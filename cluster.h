@@ -14,7 +14,7 @@ cluster.h — operating a cluster, on top of parallel.h: what names a sick rank.
     --data-path).
 
 Interface (what train.c uses): watchdog_start, watchdog_stop, slow_rank_report, ClusterCheck
-(its sizes and matmul size), check_cluster.
+(its sizes and matmul size), check_cluster, layout_name (the grid as the start-up lines name it).
 */
 #pragma once
 
@@ -144,6 +144,15 @@ static void describe_report(const WatchdogReport* r, char* out, size_t len) {
     if (r->waiting) snprintf(out, len, "%s: waiting in %s%s (%s group)", where, r->op, peer, r->group);
     else if (r->op[0]) snprintf(out, len, "%s: in no collective (last: %s%s, %s group)", where, r->op, peer, r->group);
     else snprintf(out, len, "%s: in no collective", where);
+}
+
+// the grid as the start-up lines (and the dry run's) name it: "TP 2 x PP 1 x DP 2", with CP next
+// to TP where there is context parallelism, as Megatron-LM orders the groups: "TP 2 x CP 2 x PP 1 x DP 2"
+static const char* layout_name(char* out, size_t len, int tp, int cp, int pp, int dp) {
+    char cp_part[24] = "";
+    if (cp > 1) snprintf(cp_part, sizeof cp_part, "CP %d x ", cp);
+    snprintf(out, len, "TP %d x %sPP %d x DP %d", tp, cp_part, pp, dp);
+    return out;
 }
 
 // a rank's grid coordinates, from its number (Megatron's order, as grid_place)
@@ -1002,9 +1011,11 @@ static void check_cluster(const ClusterCheck* cc) {
     double start = now_seconds();
     activity_phase("check-cluster", -1, -1);   // what the watchdog says if the check hangs
     if (grid.world_rank == 0) {
-        printf("check-cluster: %d rank(s) as TP %d x PP %d x DP %d, %s build; one group at a time; each figure is the median "
-               "of %d repetitions (after %d untimed) of the slowest member's time\n", grid.world_size, grid.tp_size,
-               grid.pp_size, grid.dp_size, BUILD_NAME, CHECK_REPS, CHECK_WARMUP);
+        char layout[96];
+        printf("check-cluster: %d rank(s) as %s, %s build; one group at a time; each figure is the median of %d "
+               "repetitions (after %d untimed) of the slowest member's time\n", grid.world_size,
+               layout_name(layout, sizeof layout, grid.tp_size, grid.cp_size, grid.pp_size, grid.dp_size), BUILD_NAME,
+               CHECK_REPS, CHECK_WARMUP);
         printf("  nccl-tests' definitions: algbw = bytes / time; busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for "
                "reduce-scatter and all-gather, x 1 for send/recv; GB/s = 1e9 bytes/s\n");
         fflush(stdout);

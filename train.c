@@ -1,11 +1,11 @@
 /*
 train.c — the gridgpt trainer: schedules, setup, the training loop, logging (its scalars go to
 tensorboard.h), evaluation's calls, sampling. The flags and their checks are config.h's, the
-memory plan and the dry run plan.h's, the step step.h's (its schedules pipeline.h's, its data-
-parallel reduction and optimizer data_parallel.h's), the loader and evaluation loader.h's, the
-data files' set-up data_setup.h's, the stop signals stop_signals.h's, the Hugging Face
-conversions (run instead of training) convert.h's; checkpoints are called from checkpoint.h,
---profile's recorder and writer from trace.h.
+memory plan and the dry run plan.h's (its cost model cost.h's), the step step.h's (its
+schedules pipeline.h's, its data-parallel reduction and optimizer data_parallel.h's), the
+loader and evaluation loader.h's, the data files' set-up data_setup.h's, the stop signals
+stop_signals.h's, the Hugging Face conversions (run instead of training) convert.h's;
+checkpoints are called from checkpoint.h, --profile's recorder and writer from trace.h.
 
 One source, two builds: gcc compiles it with the plain-C kernels and MPI (train_cpu); nvcc
 compiles it as CUDA with cuBLAS and NCCL (train_gpu). Flags, log lines and files are the
@@ -39,6 +39,7 @@ main.
 #include "config.h"
 #include "print_schedule.h"
 #include "hardware.h"
+#include "cost.h"
 #include "plan.h"
 #include "data_setup.h"
 #include "stop_signals.h"
@@ -181,16 +182,19 @@ typedef struct {
     float loss, grad_norm, lr;
     int global_batch, skipped, nan_loss;
     int max_in_flight;   // most micro-batches whose activations this stage held at once
-    double comm[4];      // bytes this rank sent in the step: tp, dp, pp, embedding groups
+    double comm[NUM_COMM_GROUPS];   // bytes this rank sent in the step: tp, dp (x cp), pp, embedding, cp groups
     double moe[2];       // the MoE layers' load balance and z-loss (step_moe_losses)
 } StepResult;
 
-// out += sign x the bytes each group has sent so far (a step's: -1 before it, +1 after)
-static void add_comm_counters(double out[4], double sign) {
-    out[0] += sign * grid.tp.bytes_sent;
-    out[1] += sign * (grid.dp_cp.bytes_sent + grid.cp.bytes_sent);
-    out[2] += sign * grid.pp.bytes_sent;
-    out[3] += sign * grid.embedding.bytes_sent;
+// out += sign x the bytes each group has sent so far (a step's: -1 before it, +1 after), in
+// cost.h's order of the groups: the data-parallel one is DP x CP's (ZeRO's), the
+// context-parallel one the ring's or the blocks' gathers
+static void add_comm_counters(double out[NUM_COMM_GROUPS], double sign) {
+    out[GROUP_TP] += sign * grid.tp.bytes_sent;
+    out[GROUP_DP] += sign * grid.dp_cp.bytes_sent;
+    out[GROUP_PP] += sign * grid.pp.bytes_sent;
+    out[GROUP_EMBEDDING] += sign * grid.embedding.bytes_sent;
+    out[GROUP_CP] += sign * grid.cp.bytes_sent;
 }
 
 // Per rank: parameters, gradients, optimizer state, activations and workspaces, gathered to rank
@@ -290,9 +294,10 @@ static void print_setup(const Trainer* t) {
     char blas[1024];
     blas_kernels_everywhere(blas, sizeof(blas));
     if (grid.world_rank == 0) {
-        char name[96];
-        printf("gridgpt %s build, %s, %d rank(s) as TP %d x PP %d x DP %d, %d OpenMP thread(s) per rank (%s); rank 0 is "
-               "%s\n", BUILD_NAME, PRECISION_NAME, grid.world_size, grid.tp_size, grid.pp_size, grid.dp_size,
+        char name[96], layout[96];
+        printf("gridgpt %s build, %s, %d rank(s) as %s, %d OpenMP thread(s) per rank (%s); rank 0 is %s\n", BUILD_NAME,
+               PRECISION_NAME, grid.world_size,
+               layout_name(layout, sizeof layout, grid.tp_size, grid.cp_size, grid.pp_size, grid.dp_size),
 #ifdef _OPENMP
                omp_get_max_threads(),
 #else
@@ -894,8 +899,9 @@ typedef struct {
 
 // --log-comm: the last step's
 static void print_comm_sent(const StepResult* r) {
-    double most[4] = {r->comm[0], r->comm[1], r->comm[2], r->comm[3]};
-    all_reduce_host(&grid.world, most, 4, REDUCE_MAX);
+    double most[NUM_COMM_GROUPS];
+    memcpy(most, r->comm, sizeof(most));
+    all_reduce_host(&grid.world, most, NUM_COMM_GROUPS, REDUCE_MAX);
     if (grid.world_rank == 0) print_comm(most);
 }
 
@@ -1176,7 +1182,8 @@ static void trainer_run(Trainer* t, StepHook on_step, void* ctx) {
         reason = stop_reason(t, run.start);
         // Megatron-LM HEAD logs the first iteration too; the last, and a stop's, close the window
         if (it % t->config.log_interval == 0 || it == 1 || it == t->train_iters || reason) {
-            double sent = r.comm[0] + r.comm[1] + r.comm[2] + r.comm[3];   // (the last step's: each alike)
+            double sent = 0.0;   // (the last step's: each alike)
+            for (int g = 0; g < NUM_COMM_GROUPS; g++) sent += r.comm[g];
             slow_rank_report((w.seconds - w.waited) / w.steps, w.waited / w.steps, sent, t->config.slow_rank_threshold);
             log_step(t, &r, &w);
             memset(&w, 0, sizeof(w));

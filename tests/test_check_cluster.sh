@@ -12,7 +12,8 @@
 #     jobs, and the check names what it sees: up to 3 runs are tried, and when every one named
 #     something the line is a SKIP that says so (tests/test_model.c checks on made-up figures
 #     that an even report names nothing);
-#   - with --data-path and training flags it checks, then trains; its flags' errors are one line.
+#   - with --data-path and training flags it checks, then trains; its flags' errors are one line;
+#   - its first line names the grid, CP next to TP with context parallelism (TP 2 x CP 2).
 # tests/test_check_cluster.sh --verify LOG LABEL: only the tables and formulas of LOG (the
 # emulated GPU build's run in tests/test_emu_train.sh uses it).
 set -u
@@ -119,6 +120,16 @@ if [ $status -eq 0 ] && [ -n "$check_line" ] && [ -n "$first_iteration" ] && [ "
    grep -q ' iteration        2/       2 ' $B/then_train.log; then
     ok "--check-cluster with --data-path checks, then trains (PP 2: TP and DP groups of one rank, one pipeline link)"
 else bad "--check-cluster before a run" "exit status $status: $(grep -m2 'error\|groups' $B/then_train.log)"; fi
+
+# the check's first line names the grid as the start-up line does: CP next to TP where there is
+# context parallelism (TP 2 x CP 2 at 4 ranks), not at all where there is none (the (2,2,2) above)
+$MPIRUN -np 4 ./train_cpu --check-cluster --tensor-model-parallel-size 2 --context-parallel-size 2 --check-cluster-sizes 0.0625 \
+    --check-cluster-matmul-size 64 > $B/context_parallel.log 2>&1
+status=$?
+if [ $status -eq 0 ] && grep -q '^check-cluster: 4 rank(s) as TP 2 x CP 2 x PP 1 x DP 1, CPU build; ' $B/context_parallel.log &&
+   grep -q '^check-cluster: 8 rank(s) as TP 2 x PP 2 x DP 2, CPU build; ' $B/even.log; then
+    ok "the check's first line names the grid: TP 2 x CP 2 x PP 1 x DP 1 with context parallelism, TP 2 x PP 2 x DP 2 without"
+else bad "the check's grid line" "exit status $status: $(grep -m1 '^check-cluster: ' $B/context_parallel.log) / $(grep -m1 '^check-cluster: ' $B/even.log)"; fi
 
 # the check's flags: one line each, exit status 2
 refused() {  # label, expected text, ranks, flags...

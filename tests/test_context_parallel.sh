@@ -137,6 +137,32 @@ if [ -n "$(pick_full $B/full1.log)" ] && [ "$(pick_full $B/full1.log)" = "$(pick
     ok "--full-validation at CP 4: one process's token count and loss"
 else bad "--full-validation at CP 4" "$(diff <(pick_full $B/full1.log) <(pick_full $B/full4.log) | head -4)"; fi
 
+# A sequence too long for a memory limit at CP 1 trains at CP 4. 4096 tokens of 4 heads: one
+# process would keep 0.53 GiB of activations (the attention's probabilities, T^2 a head); at CP 4
+# a rank keeps no probabilities and a quarter of the rows. The limit is the address space
+# (ulimit -v) the trainer's memory check reads: this machine's baseline (what a process maps
+# before the check, found from a refusal's "leaves N GiB") plus 0.25 GiB. One process is refused
+# in one line naming the limit and CP; four train, each rank's peak resident memory measured.
+long="--data-path $data --vocab-size 257 --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 4096
+      --micro-batch-size 1 --global-batch-size 1 --train-iters 2 --lr 1e-3 --split 90,10,0 --eval-iters 0 --log-interval 1"
+probe=500000   # KiB
+left=$( (ulimit -v $probe; ./train_cpu $long 2>&1) | sed -nE 's/.*address-space limit \(ulimit -v, RLIMIT_AS\) leaves ([0-9.]+) GiB.*/\1/p')
+if [ -n "$left" ]; then
+    limit=$(awk -v p=$probe -v l="$left" 'BEGIN { printf "%d", p - l * 1048576 + 262144 }')
+    (ulimit -v $limit; ./train_cpu $long > $B/long1.out 2> $B/long1.err)
+    status1=$?
+    peak='import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]).returncode; print("peak resident KiB", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(r)'
+    (ulimit -v $limit; $MPIRUN -np 4 python3 -c "$peak" ./train_cpu $long --context-parallel-size 4 > $B/long4.out 2> $B/long4.err)
+    status4=$?
+    peaks=$(sed -nE 's/^peak resident KiB ([0-9]+)$/\1/p' $B/long4.err | sort -n | tr '\n' ' ')
+    most=$(echo $peaks | tr ' ' '\n' | tail -1)
+    if [ $status1 -eq 2 ] && grep -q "address-space limit (ulimit -v, RLIMIT_AS).*--context-parallel-size divides" $B/long1.err &&
+       [ $status4 -eq 0 ] && [ "$(echo $peaks | wc -w)" -eq 4 ] && [ "$most" -lt 262144 ] &&
+       grep -q "^summary: 2 iterations" $B/long4.out; then
+        ok "4096 tokens under ulimit -v $limit KiB: refused at CP 1 (activations 0.53 GiB), trained at CP 4 (peak resident per rank, KiB: $peaks)"
+    else bad "a sequence that fits only with CP" "CP 1 status $status1 ($(head -c 200 $B/long1.err)), CP 4 status $status4, peaks '$peaks': $(grep -m1 -i error $B/long4.err)"; fi
+else bad "a sequence that fits only with CP" "no refusal under ulimit -v $probe to measure the baseline from"; fi
+
 # one line for each wrong grid
 refused() {  # label np expected-text flags...
     local label=$1 np=$2 want=$3; shift 3

@@ -7,7 +7,9 @@
 # dev_malloc really handed out. (The GPU build's plan, --dry-run-build gpu, is checked against
 # the emulated GPU build's in tests/test_emu_train.sh.) Also: the last line's fixed form and
 # bubble, the first line's planned build, the dry run's one-line refusals, and the CPU build's
-# step priced on this machine within 2x of a real run's, on three shapes.
+# step priced on this machine within 2x of a real run's, on three shapes. Context parallelism:
+# its layouts planned = reported = allocated, CP named in the start-up and dry-run lines, a long
+# sequence's activations divided by CP, and a layout above the memory told the smallest CP that fits.
 set -u
 data=${1:?usage: test_dry_run.sh DATA_PREFIX}
 B=tests/build/dry_run
@@ -22,9 +24,11 @@ model="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 
 # "stage S: the six byte counts", from lines "  LABEL (stage S) in bytes: a | b | c | d | e | f"
 bytes_by_stage() { sed -nE 's/.*\(stage ([0-9]+)\) in bytes: (.*)/\1: \2/p' "$1"; }
 
-compare() {  # name tp pp dp [flags...]
+compare() {  # name tp pp dp [flags...] (a --context-parallel-size among the flags multiplies the world)
     local name=$1 tp=$2 pp=$3 dp=$4; shift 4
-    local n=$((tp * pp * dp)) layout="--tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp"
+    local cp=1 previous=
+    for flag in "$@"; do [ "$previous" = --context-parallel-size ] && cp=$flag; previous=$flag; done
+    local n=$((tp * cp * pp * dp)) layout="--tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp"
     ./train_cpu --dry-run --dry-run-build cpu --world-size $n $model $layout "$@" > $B/$name.plan 2>&1
     $MPIRUN -np $n ./train_cpu --data-path $data $model $layout "$@" --train-iters 1 --eval-iters 0 --log-memory-bytes \
         > $B/$name.run 2>&1
@@ -77,6 +81,56 @@ llama="--position-embedding-type rope --normalization RMSNorm --swiglu --group-q
 compare llama-one-rank 1 1 1 $llama
 compare llama-tp2-pp2-dp2 2 2 2 $llama --global-batch-size 8
 compare llama-tp2-pp2-sequence-parallel-recompute 2 2 1 $llama --sequence-parallel --checkpoint-activations
+# context parallelism: T / CP rows a sequence, the attention's log-sum-exp kept (no probabilities),
+# its scratch in the workspace (p2p: two blocks of keys and values, three of fp32 gradients;
+# all_gather: CP of each), the optimizer's shard over DP x CP
+compare cp2-ring 1 1 1 --context-parallel-size 2
+compare cp4-ring-recompute 1 1 1 --context-parallel-size 4 --checkpoint-activations
+compare cp4-all-gather 1 1 1 --context-parallel-size 4 --cp-comm-type all_gather
+compare cp2-dp2-all-gather 1 1 2 --context-parallel-size 2 --cp-comm-type all_gather --global-batch-size 4
+compare tp2-cp2-pp2 2 2 1 --context-parallel-size 2 --global-batch-size 4
+compare llama-tp2-cp2-sequence-parallel 2 1 1 $llama --context-parallel-size 2 --sequence-parallel
+# the start-up line and the dry run's name CP next to TP, as Megatron-LM orders the groups
+if grep -q '^gridgpt CPU build, fp32, 8 rank(s) as TP 2 x CP 2 x PP 2 x DP 1, ' $B/tp2-cp2-pp2.run &&
+   grep -q '^dry run: gridgpt CPU build planned (--dry-run-build), fp32, world 8 as TP 2 x CP 2 x PP 2 x DP 1: ' $B/tp2-cp2-pp2.plan &&
+   grep -q '^dry-run: world 8 TP 2 CP 2 PP 2 DP 1 MBS 2 GBS 4: ' $B/tp2-cp2-pp2.plan &&
+   grep -q ' rank(s) as TP 1 x PP 1 x DP 1, ' $B/one-rank.run; then
+    ok "the start-up line and the dry run's name the grid TP 2 x CP 2 x PP 2 x DP 1 (CP only where there is context parallelism)"
+else bad "CP in the start-up and dry-run lines" "$(grep -m1 'rank(s) as' $B/tp2-cp2-pp2.run) / $(grep -m1 '^dry run:' $B/tp2-cp2-pp2.plan)"; fi
+
+# A long sequence (GPT-2 124M's shape at 8192 tokens, world 8): a rank's activations at CP 2 and 4
+# are exactly a half and a quarter of CP 1's on the GPU build's plan (every buffer kept is a row's,
+# the fused attention keeps a log-sum-exp a row either way, and a rank holds T / CP rows), and on
+# the CPU build's far below a quarter (CP 1 keeps the T x T probabilities, CP the log-sum-exp).
+long="--vocab-size 50257 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 8192 --micro-batch-size 1
+      --global-batch-size 8 --world-size 8"
+activations() { sed -nE 's/^  planned \(stage 0\) in bytes: ([0-9]+) \| ([0-9]+) \| ([0-9]+) \| ([0-9]+) \| .*/\4/p' "$1"; }
+for build in gpu cpu; do
+    for cp in 1 2 4; do ./train_cpu --dry-run --dry-run-build $build $long --context-parallel-size $cp > $B/long-$build-cp$cp.plan 2>&1; done
+done
+g1=$(activations $B/long-gpu-cp1.plan) g2=$(activations $B/long-gpu-cp2.plan) g4=$(activations $B/long-gpu-cp4.plan)
+c1=$(activations $B/long-cpu-cp1.plan) c4=$(activations $B/long-cpu-cp4.plan)
+if [ -n "$g1" ] && [ -n "$c4" ] && [ $((2 * g2)) -eq "$g1" ] && [ $((4 * g4)) -eq "$g1" ] && [ $((4 * c4)) -lt "$c1" ]; then
+    ok "8192 tokens: a rank's activations at CP 4 are a quarter of CP 1's on the GPU plan ($g4 against $g1 bytes; CP 2 a half), on the CPU plan $c4 against $c1 (no T x T probabilities)"
+else bad "CP's activations" "GPU $g1 / $g2 / $g4, CPU $c1 / $c4"; fi
+
+# Above the memory, the dry run names the smallest context-parallel size of the same world that
+# fits: with room between CP 4's total and CP 2's (besides a reserve of 1 GiB), CP 4; with less than
+# CP 8's, none.
+total_of() { sed -nE 's/^  planned \(stage 0\) in bytes: .* \| ([0-9]+)$/\1/p' "$1"; }
+./train_cpu --dry-run --dry-run-build gpu $long --context-parallel-size 8 > $B/long-gpu-cp8.plan 2>&1
+room=$(awk -v a="$(total_of $B/long-gpu-cp4.plan)" -v b="$(total_of $B/long-gpu-cp2.plan)" 'BEGIN { printf "%.6f", 1 + (a + b) / 2 / 2^30 }')
+tight=$(awk -v a="$(total_of $B/long-gpu-cp8.plan)" 'BEGIN { printf "%.6f", 1 + a / 2 / 2^30 }')
+./train_cpu --dry-run --dry-run-build gpu $long --hw-memory-gib $room --hw-reserve-gib 1 > $B/long-fit.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu $long --hw-memory-gib $room --hw-reserve-gib 1 --context-parallel-size 4 > $B/long-fit-cp4.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu $long --hw-memory-gib $tight --hw-reserve-gib 1 > $B/long-none.plan 2>&1
+fits=$(grep -m1 '^the smallest context parallelism that fits: ' $B/long-fit.plan)
+own=$(tail -1 $B/long-fit-cp4.plan | sed -E 's/.*: peak/peak/; s/, bubble.*//')
+if [[ "$fits" == "the smallest context parallelism that fits: --context-parallel-size 4 (TP 1 x CP 4 x PP 1 x DP 2): $own, bubble"* ]] &&
+   tail -1 $B/long-fit.plan | grep -q ' OOM$' && ! tail -1 $B/long-fit-cp4.plan | grep -q OOM &&
+   grep -q '^context parallelism: no --context-parallel-size above 1 fits world 8 at TP 1 and PP 1 ' $B/long-none.plan; then
+    ok "above the memory at CP 1 ($room GiB), the dry run names CP 4 as the smallest that fits (CP 2 does not), with that layout's own plan; none under CP 8's total"
+else bad "the smallest CP that fits" "'$fits' (own: '$own'); $(tail -1 $B/long-fit.plan); $(grep -m1 '^context parallelism: no' $B/long-none.plan)"; fi
 
 # one layer's activations for one micro-batch, without and with --sequence-parallel, against
 # what layout_layer takes, written out: every buffer rounded up to 256 bytes; at TP 2 (CPU

@@ -101,6 +101,7 @@ cp "$tmp/out" "$tmp/llama.out"
 notes=$(grep -c "^note: Megatron's .* accepted: " "$tmp/out")
 accepted="--use-mcore-models --kv-channels --attention-backend --cross-entropy-loss-fusion"
 accepted="$accepted --calculate-per-token-loss --manual-gc --empty-unused-memory-level --use-distributed-optimizer"
+# (--context-parallel-size is gridgpt's own flag since context parallelism: no note, as --tensor-model-parallel-size)
 accepted="$accepted --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers"
 accepted="$accepted --distributed-timeout-minutes"
 noted=$(grep "^note: Megatron's " "$tmp/out" | cut -d' ' -f3 | tr '\n' ' ' | sed 's/ $//')

@@ -78,7 +78,7 @@ typedef struct {
     FILE* steps;
     int most_in_flight;
     int wrong_peak_step, wrong_peak, wanted_peak;   // a step whose peak in flight is not min(P, micro-batches)
-    double comm_last[4];
+    double comm_last[NUM_COMM_GROUPS];
     int fail_rank;   // this world rank fails after step 2 (-1: none), to test fail()
 } Recording;
 
@@ -93,7 +93,7 @@ static void record_step(const Trainer* t, const StepResult* r, void* ctx) {
         rec->wrong_peak = r->max_in_flight;
         rec->wanted_peak = want;
     }
-    for (int k = 0; k < 4; k++) rec->comm_last[k] = r->comm[k];
+    memcpy(rec->comm_last, r->comm, sizeof(rec->comm_last));
     memcpy(order_last, order_now, sizeof(order_now));   // (an evaluation's forwards would come first)
     order_now[0] = '\0';
     if (rec->fail_rank == grid.world_rank && t->progress.iteration == 2) fail("injected failure after step 2 (test)");
@@ -107,7 +107,7 @@ static int record(const char* out, int fail_rank, int argc, char** argv) {
     snprintf(ckpt, sizeof(ckpt), "%s.ckpt", out);
     t->config.save = ckpt;   // trainer_run saves at the end
     snprintf(path, sizeof(path), "%s.steps", out);
-    Recording rec = {grid.world_rank == 0 ? fopen(path, "w") : NULL, 0, 0, 0, 0, {0, 0, 0, 0}, fail_rank};
+    Recording rec = {grid.world_rank == 0 ? fopen(path, "w") : NULL, 0, 0, 0, 0, {0}, fail_rank};
     trainer_run(t, record_step, &rec);
     FILE* steps = rec.steps;
     int most_in_flight = rec.most_in_flight;
@@ -153,8 +153,8 @@ static int record(const char* out, int fail_rank, int argc, char** argv) {
         fprintf(info, "optimizer_bytes %zu\nmax_in_flight %d\nparams_padded %zu\nhidden_bytes %zu\n",
                 2 * t->opt.shard_size * sizeof(float), worst, t->model.num_params_padded,
                 (size_t)t->model.B * t->model.T * t->config.model.hidden_size * sizeof(floatX));
-        fprintf(info, "comm_tp %.0f\ncomm_dp %.0f\ncomm_pp %.0f\ncomm_embedding %.0f\n", comm_sum[0], comm_sum[1],
-                comm_sum[2], comm_sum[3]);
+        fprintf(info, "comm_tp %.0f\ncomm_dp %.0f\ncomm_pp %.0f\ncomm_embedding %.0f\ncomm_cp %.0f\n", comm_sum[GROUP_TP],
+                comm_sum[GROUP_DP], comm_sum[GROUP_PP], comm_sum[GROUP_EMBEDDING], comm_sum[GROUP_CP]);
         fclose(info);
     }
     trainer_free(t);

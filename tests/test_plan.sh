@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/test_plan.sh DATA_PREFIX — the planner's communication, cost model and --sweep.
 # - Each group's bytes per step that --dry-run predicts equal, to the byte, what --log-comm
-#   counts in a real run of the same layout under mpirun (the busiest rank of each group).
+#   counts in a real run of the same layout under mpirun (the busiest rank of each group), with
+#   context parallelism too (the ring, the all-gather; the gradients over DP x CP).
 # - The cost model's FLOPs and bytes equal the formulas written out here for GPT-2 124M; its
 #   times follow its stated rules (a matmul at peak x efficiency x its waves of 128 x 128
 #   tiles, or its bytes; the fused attention's kernels at the attention efficiency or their
@@ -14,8 +15,12 @@
 # - Llama's shape (Llama 3 8B): the model FLOPs = Megatron-LM's count with GQA and SwiGLU, written
 #   out here; QKV, fc1, SwiGLU, rope and RMSNorm priced at their widths and bytes; the throughput
 #   line's tokens per second and utilization; an untied output layer sends no embedding all-reduce.
-# - --sweep lists every layout the rules allow (counted here independently), sorted, with the
-#   same line a single dry run of that layout prints, OOM marked; refusals are one line.
+# - Context parallelism (GPT-2 124M at CP 1, 2, 4): the context-parallel bytes per step of the
+#   ring, the all-gather and the recomputed ring against the formulas written out here; the
+#   attention's share; the ring's transfers each beside one ring step's block attention, what
+#   they take beyond it exposed, on a slow and a fast link; all_gather's collectives beside nothing.
+# - --sweep lists every layout the rules allow (counted here independently, CP's too), sorted,
+#   with the same line a single dry run of that layout prints, OOM marked; refusals are one line.
 set -u
 data=${1:?usage: test_plan.sh DATA_PREFIX}
 B=tests/build/plan
@@ -30,9 +35,11 @@ PLAN="./train_cpu --dry-run --dry-run-build cpu"
 model="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2"
 comm_bytes() { grep -m1 'communication per step in bytes' "$1" | sed 's/.*bytes: //'; }
 
-comm() {  # name tp pp dp [flags...]
+comm() {  # name tp pp dp [flags...] (a --context-parallel-size among the flags multiplies the world)
     local name=$1 tp=$2 pp=$3 dp=$4; shift 4
-    local n=$((tp * pp * dp)) layout="--tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp"
+    local cp=1 previous=
+    for flag in "$@"; do [ "$previous" = --context-parallel-size ] && cp=$flag; previous=$flag; done
+    local n=$((tp * cp * pp * dp)) layout="--tensor-model-parallel-size $tp --pipeline-model-parallel-size $pp"
     $PLAN --world-size $n $model $layout "$@" > $B/$name.plan 2>&1
     $MPIRUN -np $n ./train_cpu --data-path $data $model $layout "$@" --train-iters 1 --eval-iters 0 --log-comm \
         --log-interval 1 > $B/$name.run 2>&1
@@ -41,7 +48,7 @@ comm() {  # name tp pp dp [flags...]
     real=$(comm_bytes $B/$name.run)
     if [ -z "$real" ]; then bad "$name: the real run logs its communication" "$(grep -m1 -i error $B/$name.run)"
     elif [ "$planned" != "$real" ]; then bad "$name: planned bytes per group = --log-comm's" "planned $planned, real $real"
-    else ok "$name (world $n): bytes per step, tp | dp | pp | embedding, planned = counted: $real"; fi
+    else ok "$name (world $n): bytes per step, tp | dp | pp | embedding | cp, planned = counted: $real"; fi
 }
 
 comm tp2-pp2-dp2 2 2 2 --global-batch-size 8
@@ -64,6 +71,19 @@ comm sp-tp2-pp2-dp2 2 2 2 --sequence-parallel --checkpoint-activations --overlap
 llama="--position-embedding-type rope --normalization RMSNorm --swiglu --group-query-attention --num-query-groups 2
        --untie-embeddings-and-output-weights --disable-bias-linear"
 comm llama-tp2-pp2-dp2 2 2 2 $llama --global-batch-size 8
+# context parallelism: the ring's blocks (CP - 1 a layer and micro-batch forward, again backward
+# with CP fp32 partial sums), all_gather's gathers and reduce-scatter, the recomputed forward's
+# ring again, the gradients and ZeRO over DP x CP (overlapped too), grouped-query attention's G
+# key/value heads alone, beside TP with sequence parallelism and PP
+comm cp2-ring 1 1 1 --context-parallel-size 2
+comm cp4-ring 1 1 1 --context-parallel-size 4
+comm cp2-all-gather 1 1 1 --context-parallel-size 2 --cp-comm-type all_gather
+comm cp2-recompute 1 1 1 --context-parallel-size 2 --checkpoint-activations
+comm cp2-dp2-overlap 1 1 2 --context-parallel-size 2 --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 600 \
+    --global-batch-size 4
+comm sp-tp2-cp2-pp2-all-gather 2 2 1 --context-parallel-size 2 --cp-comm-type all_gather --sequence-parallel \
+    --global-batch-size 4
+comm llama-cp2-dp2 1 1 2 $llama --context-parallel-size 2 --global-batch-size 4
 
 # (the cost model's tests below plan the GPU build, --dry-run-build gpu: train_cpu's own default
 # prices this machine, tests/test_dry_run.sh's)
@@ -405,6 +425,71 @@ dp_overlap_cost() {  # FLAG ROW WHAT REPLACED-ROW
 dp_overlap_cost --overlap-grad-reduce 'ZeRO gradient reduce, buckets: exposed' reduces 'ZeRO reduce-scatter'
 dp_overlap_cost --overlap-param-gather 'ZeRO all-gather, buckets: exposed' broadcasts 'ZeRO all-gather'
 
+# --- context parallelism on GPT-2 124M over world 4, global batch 64 of 16 x 1024: at CP C, DP 4 / C
+# and C micro-batches a pipeline. The context-parallel bytes per step (the busiest rank's, --log-comm's
+# fifth group) against the formulas, a block K = 16 x 1024 / C rows x 2 (keys, values) x 12 heads x
+# 64 x 2 bytes (bf16), its gradient's partial sums fp32 (2K), 12 layers x C micro-batches:
+#   p2p          (C - 1) K forward + (C - 1) K + C 2K backward
+#   all_gather   (C - 1) K forward + (C - 1) K + (C - 1) 2K backward (a reduce-scatter of the C blocks' gradients)
+#   recomputed   p2p's + (C - 1) K: the recomputed forward's ring again
+# The attention's rows at CP 2 and 4 are CP 1's: each rank's share 1/C of the whole sequence's
+# attention, over C times the micro-batches.
+cp_layout="--world-size 4 $gpt2 --global-batch-size 64 $hw"
+cp_bytes() { grep -m1 'communication per step in bytes' "$1" | awk -F'|' '{ gsub(/ /, "", $5); print $5 }'; }
+for cp in 1 2 4; do
+    ./train_cpu --dry-run --dry-run-build gpu $cp_layout --context-parallel-size $cp > $B/cp$cp.plan 2>&1
+    ./train_cpu --dry-run --dry-run-build gpu $cp_layout --context-parallel-size $cp --cp-comm-type all_gather > $B/cp$cp-gather.plan 2>&1
+    ./train_cpu --dry-run --dry-run-build gpu $cp_layout --context-parallel-size $cp --checkpoint-activations > $B/cp$cp-recompute.plan 2>&1
+    read ring gather recompute <<< "$(awk -v C=$cp 'BEGIN { K = 16 * 1024 / C * 2 * 12 * 64 * 2; n = 12 * C
+        printf "%.0f %.0f %.0f\n", n * ((C - 1) * K + (C - 1) * K + C * 2 * K) * (C > 1),
+            n * ((C - 1) * K + (C - 1) * K + (C - 1) * 2 * K), n * ((C - 1) * K + (C - 1) * K + C * 2 * K + (C - 1) * K) * (C > 1) }')"
+    got="$(cp_bytes $B/cp$cp.plan) $(cp_bytes $B/cp$cp-gather.plan) $(cp_bytes $B/cp$cp-recompute.plan)"
+    if [ "$got" = "$ring $gather $recompute" ] && [ "$(row "$fused_row" 2 cp$cp)" = "$(row "$fused_row" 2 cp1)" ] &&
+       [ "$(row "$fused_row" 4 cp$cp)" = "$(row "$fused_row" 4 cp1)" ] &&
+       tail -1 $B/cp$cp.plan | grep -qE "^dry-run: world 4 TP 1 $( [ $cp -gt 1 ] && echo "CP $cp " )PP 1 DP $((4 / cp)) MBS 16 GBS 64: " &&
+       tail -1 $B/cp$cp-gather.plan | grep -qE "^dry-run: world 4 TP 1 $( [ $cp -gt 1 ] && echo "CP $cp all_gather " )PP 1 DP $((4 / cp)) "; then
+        ok "CP $cp: context-parallel bytes per step, p2p | all_gather | p2p recomputed = the formulas ($got); the attention's GFLOP and ms = CP 1's; the last line names CP"
+    else bad "CP $cp's bytes" "planned '$got', formulas '$ring $gather $recompute'; attention $(row "$fused_row" 2 cp$cp) GFLOP against $(row "$fused_row" 2 cp1); $(tail -1 $B/cp$cp.plan)"; fi
+done
+# The ring's overlap: each transfer beside one ring step's block attention (a CP-th of the rank's
+# share: the line gives the step's forward and backward ms), only what it takes beyond exposed. A
+# transfer: 5 us + its bytes at the CP link (--hw-nvlink-bandwidth: the group within a node). The
+# forward's C - 1 steps each beside a block K; the backward's step 0 beside K, steps 1 .. C - 2
+# beside K and the partial sums 2K (two messages), step C - 1 beside 2K, and the last sums after
+# the last step, beside nothing. Per layer and micro-batch, x 12 x C: the total and the hidden
+# part on the line, the exposed row = total - hidden, on a slow link (most exposed) and a fast
+# one (most hidden); all_gather's collectives beside nothing: their rows' time is their alpha-beta.
+for link in 20 4000; do
+    for cp in 2 4; do
+        plan=$B/cp$cp-link$link.plan
+        ./train_cpu --dry-run --dry-run-build gpu $cp_layout --context-parallel-size $cp --hw-nvlink-bandwidth $link \
+            --hw-latency-us 5 > $plan 2>&1
+        line=$(grep -m1 '^context parallelism, --cp-comm-type p2p' $plan)
+        read f b total hidden <<< "$(sed -nE 's/.*block attention \(([0-9.e+-]+) ms forward, ([0-9.e+-]+) ms backward\) on stage 0: the ring takes ([0-9.e+-]+) ms a step, ([0-9.e+-]+) ms of them hidden$/\1 \2 \3 \4/p' <<< "$line")"
+        read want_total want_hidden <<< "$(awk -v C=$cp -v f="$f" -v b="$b" -v bw="$link" '
+            function t(bytes, n) { return n * 5e-3 + bytes / (bw * 1e9) * 1e3 }   # ms
+            function beside(ms, step) { total += ms; hidden += ms < step ? ms : step }
+            BEGIN { K = 16 * 1024 / C * 2 * 12 * 64 * 2
+                    for (k = 0; k < C - 1; k++) beside(t(K, 1), f)
+                    beside(t(K, 1), b); for (k = 1; k < C - 1; k++) beside(t(3 * K, 2), b); beside(t(2 * K, 1), b)
+                    total += t(2 * K, 1)
+                    printf "%.9g %.9g\n", 12 * C * total, 12 * C * hidden }')"
+        exposed=$(row 'context-parallel ring: exposed' 4 cp$cp-link$link)
+        if [ -n "$f" ] && near "$total" "$want_total" 1e-5 && near "$hidden" "$want_hidden" 1e-4 &&
+           near "$exposed" "$(awk -v a="$total" -v h="$hidden" 'BEGIN { printf "%.2f", a - h }')" 0.001 &&
+           near "$(row "$fused_row" 4 cp$cp-link$link)" "$(awk -v C=$cp -v f="$f" -v b="$b" 'BEGIN { print 12 * C * C * (f + b) }')" 0.002; then
+            ok "CP $cp at $link GB/s: the ring's transfers $total ms a step, $hidden hidden behind the block steps ($f ms forward, $b backward: the attention row over 12 C^2), $exposed ms exposed, as the formula"
+        else bad "CP $cp's ring at $link GB/s" "line '$line'; want total $want_total, hidden $want_hidden; exposed row $exposed"; fi
+    done
+done
+gather_ms=$(row 'context-parallel all-gather' 4 cp4-gather) scatter_ms=$(row 'context-parallel reduce-scatter' 4 cp4-gather)
+read want_gather want_scatter <<< "$(awk 'BEGIN { K = 16 * 1024 / 4 * 2 * 12 * 64 * 2; n = 12 * 4
+    printf "%.2f %.2f\n", 2 * n * (3 * 5e-3 + 3 * K / 450e9 * 1e3), n * (3 * 5e-3 + 3 * 2 * K / 450e9 * 1e3) }')"
+if [ "$gather_ms" = "$want_gather" ] && [ "$scatter_ms" = "$want_scatter" ] && ! grep -q 'ring: exposed' $B/cp4-gather.plan &&
+   grep -q '^context parallelism, --cp-comm-type all_gather over CP 4: .* beside no compute$' $B/cp4-gather.plan; then
+    ok "CP 4 all_gather: the all-gathers ($gather_ms ms) and the reduce-scatter ($scatter_ms ms) by alpha-beta on NVLink, beside no compute"
+else bad "CP 4 all_gather's time" "all-gather $gather_ms (want $want_gather), reduce-scatter $scatter_ms (want $want_scatter)"; fi
+
 # --- tests/fit_matmul_efficiency.sh (bench_gpu.sh's fit of the GEMM constant to the GEMMs' own
 # measured time): the plan's "GEMMs only" line is the sum of its cuBLAS rows; given the GEMM time
 # the planner prices at efficiency 0.37 on one GPU, the fit finds 0.37 again, and again when the
@@ -467,33 +552,38 @@ tuneup "200B A100 MBS 8" 229.69 90.91 tr11-176B-bloom $a200 --micro-batch-size 8
 tuneup "104B V100" 696 39.17 tr8-104B --hw v100-32gb --hw-gpus-per-node 4 --world-size 128
 
 # --- --sweep: world 8 of a model with 4 heads, FFN 128, 4 layers, global batch 8; where TP > 1
-# each layout with --sequence-parallel and without (the sequence of 16 splits over TP 2 and 4)
+# each layout with --sequence-parallel and without (the sequence of 16 splits over TP 2 and 4);
+# context parallelism CP 1, 2, 4, 8 (16 tokens cut into 2 CP chunks)
 sweep_model="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --global-batch-size 8"
 ./train_cpu --dry-run --dry-run-build gpu --sweep --world-size 8 $sweep_model > $B/sweep.out 2>&1
 status=$?
-# counted here: TP | 4 heads and 128, PP | 4 layers (uniform), MBS | 8 / DP; each such layout with
-# and without sequence parallelism where TP > 1; and each interleaved with v >= 2 chunks of a
-# stage's 4 / PP layers when PP > 1 and PP | its micro-batches
-expected=0 expected_sp=0
-for tp in 1 2 4 8; do for pp in 1 2 4 8; do
-    [ $((8 % (tp * pp))) -eq 0 ] || continue
-    dp=$((8 / (tp * pp)))
+# counted here: TP | 4 heads and 128, TP x CP x PP | 8, 2 CP | 16, PP | 4 layers (uniform), MBS |
+# 8 / DP; each such layout with and without sequence parallelism where TP > 1 (16 / CP tokens over
+# TP); and each interleaved with v >= 2 chunks of a stage's 4 / PP layers when PP > 1 and PP | its
+# micro-batches
+expected=0 expected_sp=0 expected_cp=0
+for tp in 1 2 4 8; do for cp in 1 2 4 8; do for pp in 1 2 4 8; do
+    [ $((8 % (tp * cp * pp))) -eq 0 ] && [ $((16 % (2 * cp))) -eq 0 ] || continue
+    dp=$((8 / (tp * cp * pp)))
     for mbs in 1 2 3 4 5 6 7 8; do
         [ $((4 % tp)) -eq 0 ] && [ $((128 % tp)) -eq 0 ] && [ $((4 % pp)) -eq 0 ] && [ $((8 % (mbs * dp))) -eq 0 ] || continue
         schedules=1
         for v in 2 3 4; do
             [ $pp -gt 1 ] && [ $(((4 / pp) % v)) -eq 0 ] && [ $((8 / (mbs * dp) % pp)) -eq 0 ] && schedules=$((schedules + 1))
         done
-        expected=$((expected + schedules * (tp > 1 ? 2 : 1))) expected_sp=$((expected_sp + schedules * (tp > 1)))
+        sp=$(( tp > 1 && (16 / cp) % tp == 0 ))
+        expected=$((expected + schedules * (1 + sp))) expected_sp=$((expected_sp + schedules * sp))
+        expected_cp=$((expected_cp + schedules * (1 + sp) * (cp > 1)))
     done
-done; done
-lines=$(grep -c '^dry-run: ' $B/sweep.out) sp_lines=$(grep -c ' SP: ' $B/sweep.out)
+done; done; done
+lines=$(grep -c '^dry-run: ' $B/sweep.out) sp_lines=$(grep -c ' SP: ' $B/sweep.out) cp_lines=$(grep -c '^dry-run: world 8 TP [0-9]* CP ' $B/sweep.out)
 # (-s: equal times printed to other digits, 0.00100 and 0.0010, are not then compared as text)
 sorted=$(grep '^dry-run: ' $B/sweep.out | sed -E 's/.*, step ([0-9.]+) s,.*/\1/' | sort -s -g -c 2>&1 && echo yes)
 if [ $status -eq 0 ] && [ "$lines" -eq "$expected" ] && [ "$sorted" = yes ] && grep -q "^sweep: $expected layout(s) of world 8" $B/sweep.out &&
-   [ "$sp_lines" -eq "$expected_sp" ]; then
-    ok "--sweep: all $expected layouts the model and batch allow at world 8 ($sp_lines with --sequence-parallel), fastest first"
-else bad "--sweep" "status $status, $lines lines (expected $expected), $sp_lines SP (expected $expected_sp), sorted: $sorted; $(head -2 $B/sweep.out)"; fi
+   [ "$sp_lines" -eq "$expected_sp" ] && [ "$cp_lines" -eq "$expected_cp" ] && [ "$expected_cp" -gt 0 ] &&
+   grep -q '^dry-run: world 8 TP 1 CP 8 PP 1 DP 1 ' $B/sweep.out; then
+    ok "--sweep: all $expected layouts the model and batch allow at world 8 ($sp_lines with --sequence-parallel, $cp_lines with CP 2, 4 or 8), fastest first"
+else bad "--sweep" "status $status, $lines lines (expected $expected), $sp_lines SP (expected $expected_sp), $cp_lines CP (expected $expected_cp), sorted: $sorted; $(head -2 $B/sweep.out)"; fi
 # a sweep's line is the single dry run's last line of that layout, with and without SP, plain and interleaved
 for sp in "" --sequence-parallel; do
     line=$(grep -m1 "TP 2 PP 2 DP 2 MBS 2 GBS 8${sp:+ SP}: " $B/sweep.out)
@@ -502,6 +592,12 @@ for sp in "" --sequence-parallel; do
     if [ -n "$line" ] && [ "$line" = "$single" ]; then ok "a sweep's line = that layout's own dry run${sp:+ (with $sp)}"
     else bad "a sweep's line${sp:+ with $sp}" "sweep: $line / single: $single"; fi
 done
+# and with context parallelism
+cp_line=$(grep -m1 'TP 2 CP 2 PP 1 DP 2 MBS 2 GBS 8 SP: ' $B/sweep.out)
+cp_single=$(./train_cpu --dry-run --dry-run-build gpu --world-size 8 $sweep_model --tensor-model-parallel-size 2 --context-parallel-size 2 \
+    --micro-batch-size 2 --sequence-parallel 2>&1 | tail -1)
+if [ -n "$cp_line" ] && [ "$cp_line" = "$cp_single" ]; then ok "a sweep's line = that layout's own dry run, with CP 2 (and SP)"
+else bad "a sweep's CP line" "sweep: $cp_line / single: $cp_single"; fi
 interleaved_line=$(grep -m1 'TP 2 PP 2 DP 2 MBS 2 GBS 8 VPP 2:' $B/sweep.out)
 interleaved_single=$(./train_cpu --dry-run --dry-run-build gpu --world-size 8 $sweep_model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
     --micro-batch-size 2 --num-layers-per-virtual-pipeline-stage 1 2>&1 | tail -1)
