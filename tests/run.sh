@@ -91,7 +91,7 @@ run_quietly() {
 # per test" line says where the time goes). The cluster check and the simulated hosts' test
 # compare ranks' speeds and run alone, last. Each lane runs its tests one at a time; each test
 # has its own folder under $B. The report comes afterwards, in the order of TESTS.
-LANE_A="emu_kernels emu_train watchdog plan hf generate crash_points"
+LANE_A="emu_kernels emu_train watchdog plan hf generate crash_points moe"
 rm -f $B/*.status $B/*.seconds $B/*.cpu
 ( for name in $LANE_A; do run_quietly $name; done ) &
 for name in $TESTS; do
