@@ -86,7 +86,7 @@ run_quietly() {
 
 # Most tests leave the two cores half idle (process start-up, MPI's launch, waits for a
 # signal or a timeout), so they run in two lanes at once: the emulation (which keeps both cores
-# busy for minutes), the watchdog's, the planner's, the Hugging Face, generation's and the crash
+# busy for minutes), the watchdog's, the planner's, the Hugging Face, generation's, the MoE and the crash
 # points' tests in one, the others in the other, about half the time each (the report's "seconds
 # per test" line says where the time goes). The cluster check and the simulated hosts' test
 # compare ranks' speeds and run alone, last. Each lane runs its tests one at a time; each test
