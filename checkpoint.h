@@ -19,9 +19,9 @@ and latest_checkpointed_iteration.txt (Megatron's name) is replaced last, so a c
 the middle of a save leaves the previous checkpoint as it was.
 
 Interface: checkpoint_save, latest_checkpoint, checkpoint_meta_read, check_config_matches,
-checkpoint_load; for hf.h (which writes an imported model as a checkpoint): canonical_layout,
-prepare_save_dir, finish_save.
-The Hugging Face export and import are hf.h's, on top of this room.
+checkpoint_load; for hf_import.h (which writes an imported model as a checkpoint):
+canonical_layout, prepare_save_dir, finish_save.
+The Hugging Face export and import are hf.h's and hf_import.h's, on top of this room.
 */
 #pragma once
 #include <dirent.h>
@@ -886,7 +886,7 @@ static int save_tensors(const char* tmp_dir, const GPT* m, const AdamWState* opt
 }
 
 // rank 0, after tensors.bin: metadata.txt, the rename into place, the marker, the rotation.
-// 0, or 1 with the line in err (checkpoint_save's and hf.h's import's callers print it).
+// 0, or 1 with the line in err (checkpoint_save's and hf_import.h's callers print it).
 static int finish_save(const char* dir, const char* tmp_dir, const char* final_dir, const GPT* m,
                        const AdamWState* opt, const Progress* p, const CanonicalLayout* L, const uint32_t* crc,
                        int keep_last, char* err, size_t errlen) {

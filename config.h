@@ -117,7 +117,9 @@ flops_per_step.
     X(SWITCH, import_hf_dropout, NULL, 0, "with --import-hf: config.json's dropout (GPT-2's resid_pdrop, attn_pdrop) "  \
       "becomes the checkpoint's, a fine-tune's default (else --hidden-dropout's and --attention-dropout's, 0.1)")      \
     X(STRING, export_hf, NULL, 0, "OUT: write --load's latest checkpoint as a Hugging Face model, then exit")          \
-    X(CHOICE, export_hf_architecture, "auto", 0, "auto | gpt2 | bloom | llama (auto: by the positions: ALiBi, rope)")  \
+    X(CHOICE, export_hf_architecture, "auto", 0, "auto | gpt2 | bloom | llama | mixtral | qwen2_moe (auto: by the "   \
+      "positions, ALiBi or rope; rope with experts: qwen2_moe with a shared expert, a QKV bias or the pre-softmax "     \
+      "router, else mixtral)")                                                                                         \
     X(INT, generate_tokens, NULL, 0, "generate at most this many tokens (after training, or alone with --skip-train)") \
     X(STRING, generate_prompt, NULL, 0, "text the generation starts from (bytes, or --tokenizer-type's; none: EOD)")   \
     X(STRING, generate_prompt_ids, NULL, 0, "ID,ID,...: token ids the generation starts from (instead of --generate-prompt)") \
@@ -1014,10 +1016,7 @@ static void check_architecture(Config* a) {
                      "--group-query-attention");
     check_given_with(a, offsetof(GPTConfig, rotary_base), rope, "--rotary-base", "--position-embedding-type rope");
     check_given_with(a, offsetof(GPTConfig, rotary_percent), rope, "--rotary-percent", "--position-embedding-type rope");
-    for (int k = 0; k < a->megatron_count; k++)
-        if (m->disable_bias_linear && strcmp(a->megatron[k].at[0], "--add-qkv-bias") == 0)
-            config_error("--add-qkv-bias with --disable-bias-linear: not in gridgpt: a bias on the QKV projection alone "
-                         "(Megatron-LM would keep that one, as Qwen does)");
+    check_given_with(a, offsetof(GPTConfig, add_qkv_bias), m->disable_bias_linear, "--add-qkv-bias", "--disable-bias-linear");
 }
 
 // --ffn-hidden-size's default: 4h, or with SwiGLU Megatron-LM's 2/3 of that (the same

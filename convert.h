@@ -3,12 +3,12 @@ convert.h — the Hugging Face conversions, run instead of training.
 
   - --load DIR --export-hf OUT: DIR's latest checkpoint as a transformers model (hf.h's
     export), with the tokenizer's files when --tokenizer-type names them;
-  - --import-hf DIR --save CKPT: a transformers model as CKPT/iter_0000000 (hf.h's import),
+  - --import-hf DIR --save CKPT: a transformers model as CKPT/iter_0000000 (hf_import.h),
     which any grid then --loads.
 No data, no model: rank 0 converts, the others end with it; a stop signal (stop_signals.h)
 ends a conversion between tensors, its files removed, and the status is 128 + the signal.
 
-Interface (what train.c uses): export_and_exit, import_and_exit. It sits on hf.h,
+Interface (what train.c uses): export_and_exit, import_and_exit. It sits on hf.h, hf_import.h,
 checkpoint.h, tokenizer.h, config.h's Config and stop_signals.h.
 */
 #pragma once

@@ -640,13 +640,14 @@ static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_siz
     charge_linear_backward(c, linear, N, Cl, C, x);             // the attention's projection
     charge_linear_backward(c, linear, N, C, m->fc_local, x);    // fc1
     charge_linear_backward(c, linear, N, Fl, C, x);             // the MLP's projection
-    if (!m->cfg.disable_bias_linear) {
+    if (!m->cfg.disable_bias_linear || m->cfg.add_qkv_bias) {
         // in the weight gradients' GEMMs on the GPU build; the row-parallel layers' (the MLP's
         // and the attention's projections) with SP over the residual rows before the
-        // reduce-scatter, by column sums (gpt.h's rows_add_backward), as on the CPU build
+        // reduce-scatter, by column sums (gpt.h's rows_add_backward), as on the CPU build;
+        // --add-qkv-bias alone: the QKV's, the last
         int hidden = m->cfg.hidden_size, row_parallel = 2;   // the two projections first
         int widths[4] = {hidden, hidden, m->fc_local, m->qkv_local};
-        for (int k = 0; k < 4; k++)
+        for (int k = m->cfg.disable_bias_linear ? 3 : 0; k < 4; k++)
             if (m->build.gpu && !(k < row_parallel && m->sequence_parallel)) charge_epilogue_bias_grad(c, widths[k]);
             else charge_bias_grad(c, k < row_parallel ? R : rows, widths[k], x);
     }

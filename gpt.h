@@ -31,7 +31,9 @@ Rules it keeps: it never allocates after gpt_build().
 //   default: text, parsed like the flag's value (NULL: zero);  min: the smallest value allowed
 //   checkpoint: MATCH = the tensor layout depends on it, a resume must give the same value;
 //               STORED = written for the record, may change on resume
-//   gpt2, bloom, llama: the field's name in transformers' GPT-2 / Bloom / Llama config.json (NULL: none)
+//   gpt2, bloom, llama: the field's name in transformers' GPT-2 / Bloom / Llama config.json (NULL: none);
+//               llama is the Llama family's column: Llama's keys, and the MoE fields' Qwen2-MoE keys (hf.h's
+//               hf_field_key leaves the MoE fields out of Llama's config and names Mixtral's few others)
 // GPT-2, BLOOM and Llama are presets of these fields: where the models differ, the model reads
 // the field in one place (gpt.h's helpers below the tensor table, kernels.cuh's arguments).
 #define GPT_CONFIG_FIELDS(X)                                                                                          \
@@ -64,6 +66,8 @@ Rules it keeps: it never allocates after gpt_build().
     X(SWITCH, untie_embeddings_and_output_weights, NULL, 0, "an output layer of its own, not the word embedding",     \
       MATCH, NULL, NULL, NULL)                                                                                         \
     X(SWITCH, disable_bias_linear, NULL, 0, "linear layers without biases (Llama)", MATCH, NULL, NULL, NULL)          \
+    X(SWITCH, add_qkv_bias, NULL, 0, "a bias on the QKV projection even with --disable-bias-linear (Qwen2)", MATCH,  \
+      NULL, NULL, NULL)                                                                                                \
     X(FLOAT, init_method_std, "0.02", 0, "std of the normal init", STORED, "initializer_range", "initializer_range",   \
       "initializer_range")                                                                                             \
     X(INT, seed, "1234", 0, "seed of the init, the data order and dropout's masks", STORED, NULL, NULL, NULL)          \
@@ -74,7 +78,7 @@ Rules it keeps: it never allocates after gpt_build().
     X(SWITCH, sequence_parallel, NULL, 0, "split the LayerNorm and residual rows over the TP ranks (TP > 1)", STORED,   \
       NULL, NULL, NULL)                                                                                                \
     X(INT, num_experts, NULL, 0, "E: experts in each MoE layer, a mixture of experts in place of the MLP (0: dense)", \
-      MATCH, NULL, NULL, NULL)                                                                                         \
+      MATCH, NULL, NULL, "num_experts")                                                                                \
     X(INT, moe_router_topk, "2", 1, "k: the experts each token goes to", STORED, NULL, NULL, "num_experts_per_tok")    \
     X(INT, moe_ffn_hidden_size, NULL, 0, "an expert's MLP width (0: --ffn-hidden-size)", MATCH, NULL, NULL,            \
       "moe_intermediate_size")                                                                                         \
@@ -445,16 +449,16 @@ static int add_norm(GPT* m, int capacity, TensorNames prefix, int layer, int C, 
     return w;
 }
 
-// a linear layer [out, in] and its bias [out] (none with --disable-bias-linear: -1); split_axis 0
-// = column-parallel (output features split, bias split too), 1 = row-parallel (input features
+// a linear layer [out, in] and, where `bias`, its bias [out] (else -1); split_axis 0 =
+// column-parallel (output features split, bias split too), 1 = row-parallel (input features
 // split, bias replicated); row_parts: see TensorDesc
 static int add_linear(GPT* m, int capacity, TensorNames prefix, int layer, int out, int in,
-                      int split_axis, float std, int* bias_id, int row_parts) {
+                      int split_axis, float std, int bias, int* bias_id, int row_parts) {
     int w = add_tensor(m, capacity, names_with_suffix(&prefix, ".weight"), layer, out, in, split_axis, INIT_NORMAL, std,
                        row_parts);
-    *bias_id = m->cfg.disable_bias_linear ? -1
-                                          : add_tensor(m, capacity, names_with_suffix(&prefix, ".bias"), layer, out, 1,
-                                                       split_axis == 0 ? 0 : -1, INIT_ZEROS, 0.0f, row_parts);
+    *bias_id = !bias ? -1
+                     : add_tensor(m, capacity, names_with_suffix(&prefix, ".bias"), layer, out, 1, split_axis == 0 ? 0 : -1,
+                                  INIT_ZEROS, 0.0f, row_parts);
     m->tensors[w].hf_transpose = 1;
     return w;
 }
@@ -485,8 +489,9 @@ static MlpTensors add_mlp(GPT* m, int capacity, int l, const char* ours, const c
     snprintf(c, sizeof c, "%s.gate_up_proj", llama);
     snprintf(d, sizeof d, "%s.down_proj", llama);
     MlpTensors t;
-    t.fc_w = add_linear(m, capacity, layer_part(l, a, gpt2_fc, c), l, glu * F, C, 0, std, &t.fc_b, glu);
-    t.fcproj_w = add_linear(m, capacity, layer_part(l, b, gpt2_proj, d), l, C, F, 1, out_std, &t.fcproj_b, 1);
+    int bias = !m->cfg.disable_bias_linear;
+    t.fc_w = add_linear(m, capacity, layer_part(l, a, gpt2_fc, c), l, glu * F, C, 0, std, bias, &t.fc_b, glu);
+    t.fcproj_w = add_linear(m, capacity, layer_part(l, b, gpt2_proj, d), l, C, F, 1, out_std, bias, &t.fcproj_b, 1);
     t.width = F / m->tp_size;
     return t;
 }
@@ -494,19 +499,22 @@ static MlpTensors add_mlp(GPT* m, int capacity, int l, const char* ours, const c
 // The QKV weight's rows, Megatron's layout: per query group [its NH/G query heads | its key head
 // | its value head], HS rows each (kernels/attention.cuh's qkv_group_index), so a row split over the tensor
 // ranks gives each whole groups. The MLP's first weight: F rows, or with SwiGLU [gate; up], 2F.
+// Biases: on every linear layer, none with --disable-bias-linear, except the QKV's with
+// --add-qkv-bias (Megatron-LM's; Qwen2's attention).
 static void add_layer(GPT* m, int capacity, int l, LayerTensors* t) {
     const GPTConfig* c = &m->cfg;
     int C = c->hidden_size, F = c->ffn_hidden_size, HS = C / c->num_attention_heads, G = query_groups(c);
+    int bias = !c->disable_bias_linear, qkv_bias = bias || c->add_qkv_bias;
     // output projections: GPT-2's scaled init, std / sqrt(2 * num_layers) (Radford et al.
     // 2019, §2.3; Megatron's scaled_init_method_normal)
     float std = c->init_method_std, out_std = c->init_method_std / sqrtf(2.0f * c->num_layers);
     t->ln1_w = add_norm(m, capacity, layer_part(l, "input_layernorm", "ln_1", "input_layernorm"), l, C, &t->ln1_b);
     t->qkv_w = add_linear(m, capacity, layer_part(l, "self_attention.query_key_value", "attn.c_attn", "self_attn.qkv_proj"),
-                          l, (c->num_attention_heads + 2 * G) * HS, C, 0, std, &t->qkv_b, 1);
+                          l, (c->num_attention_heads + 2 * G) * HS, C, 0, std, qkv_bias, &t->qkv_b, 1);
     m->tensors[t->qkv_w].hf_qkv = 1;
     if (t->qkv_b >= 0) m->tensors[t->qkv_b].hf_qkv = 1;
     t->proj_w = add_linear(m, capacity, layer_part(l, "self_attention.dense", "attn.c_proj", "self_attn.o_proj"), l, C, C,
-                           1, out_std, &t->proj_b, 1);
+                           1, out_std, bias, &t->proj_b, 1);
     t->ln2_w = add_norm(m, capacity, layer_part(l, "post_attention_layernorm", "ln_2", "post_attention_layernorm"), l, C,
                         &t->ln2_b);
     MlpTensors none = {-1, -1, -1, -1, 0};

@@ -1,8 +1,9 @@
 /*
 json.h — a small JSON reader (RFC 8259), for the files of a Hugging Face model: config.json, the
-safetensors header, the shard index (hf.h). A document becomes an array of nodes; an array's or
-object's children follow each other through `next`; strings (values and member names) are
-decoded into one pool, as UTF-8. A name given twice in one object is refused (json_parse).
+safetensors header, the shard index (hf_import.h; hf.h reads an earlier export's config.json). A
+document becomes an array of nodes; an array's or object's children follow each other through
+`next`; strings (values and member names) are decoded into one pool, as UTF-8. A name given twice
+in one object is refused (json_parse).
 Small files are read whole through files.h's opener (read_small_file).
 
 Its own room (out of hf.h) because it is one concern with a narrow interface: json_parse,

@@ -160,7 +160,6 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
            "and Megatron-DeepSpeed")
     REFUSE("--squared-relu", SWITCH, NULL, "squared ReLU: Megatron-LM's MLP activation instead of GELU")
     REFUSE("--quick-geglu", SWITCH, NULL, "quick GeGLU: Megatron-LM's gated MLP activation instead of GELU")
-    ACCEPT("--add-qkv-bias", SWITCH, NULL, "the QKV projection has a bias: every linear layer of gridgpt has one")
     REFUSE("--no-position-embedding", SWITCH, NULL, "no position embeddings: Megatron-LM would add none")
     REFUSE("--multi-latent-attention", SWITCH, NULL, "multi-latent attention: DeepSeek's compressed keys and values")
     REFUSE("--mtp-*", LIST, NULL, "multi-token prediction: Megatron-LM would add layers predicting further tokens")

@@ -34,6 +34,7 @@ main.
 #include "checkpoint.h"
 #include "json.h"
 #include "hf.h"
+#include "hf_import.h"
 #include "tensorboard.h"
 #include "megatron_flags.h"
 #include "config.h"

@@ -9,13 +9,18 @@ tests/hf_logits.c — our side of the Hugging Face export check (tests/test_hf.s
       (LayerNorm gains and all biases included, so that none of them is a trivial 1 or 0),
       makes up Adam moments, and saves it with checkpoint.h's checkpoint_save (no trainer):
       DIR/iter_NNNNNNN/ and latest_checkpointed_iteration.txt; prints the iter dir.
-  hf_logits --export CKPT_ITER_DIR OUT [gpt2|bloom|llama]
+  hf_logits --export CKPT_ITER_DIR OUT [gpt2|bloom|llama|mixtral|qwen2_moe]
       export_hf(), no tokenizer: OUT/config.json, model.safetensors and generation_config.json
       (the architecture: the model's, or the one named).
   hf_logits --logits CKPT_ITER_DIR TOKEN...
       loads the checkpoint's weight section by tensor name into a one-process model (every
       tensor's CRC verified), runs gpt_forward on the tokens (B = 1, T = their number) and
       prints the logits: one line per position, vocab_size numbers, %.9g.
+  hf_logits --routing CKPT_ITER_DIR TOKEN...
+      the same forward of a mixture of experts, then each MoE layer's routing (moe.h's
+      MoERouting, as the aux loss reads it): one line per MoE layer, "LAYER c_0 .. c_E-1 P_0 ..
+      P_E-1", c_e the rows routed to expert e (the k choices of every token), P_e the sum over
+      the tokens of the router's softmax at e (%.9g).
 Exit status 2 with one line on stderr for bad input.
 */
 #define TESTING
@@ -30,7 +35,7 @@ static void input_error(const char* why) { config_error("%s", why); }
 
 static void usage_error(const char* why) {
     config_error("%s; usage: hf_logits --make-checkpoint DIR [model flags] | --export CKPT_ITER_DIR OUT | "
-                 "--logits CKPT_ITER_DIR TOKEN...", why);
+                 "--logits CKPT_ITER_DIR TOKEN... | --routing CKPT_ITER_DIR TOKEN...", why);
 }
 
 // ----------------------------------------------------------------------------
@@ -98,44 +103,69 @@ static void make_checkpoint(int argc, char** argv) {
 // ----------------------------------------------------------------------------
 // our logits for a token sequence, from a checkpoint's weights
 
-static void print_logits(int argc, char** argv) {
+// a one-process model of the checkpoint argv[2]'s weights, run forward on the tokens argv[3..]
+static void forward_from_checkpoint(int argc, char** argv, GPT* m) {
     char err[1024];
     CheckpointMeta ck;
     if (checkpoint_meta_read(argv[2], &ck, err, sizeof(err)) != 0) input_error(err);
     const GPTConfig* c = &ck.cfg;
     int T = argc - 3;
     if (T < 1 || T > c->max_position_embeddings) usage_error("give 1 to max_position_embeddings tokens");
-    GPT m;
-    gpt_build(&m, c, 1, T, 0, 1, 0, 1, 1, 1);
+    gpt_build(m, c, 1, T, 0, 1, 0, 1, 1, 1);
     FILE* bin = fopen(ck.bin_path, "rb");
     if (!bin) input_error(strerror(errno));
-    for (int i = 0; i < m.num_tensors; i++) {
-        const TensorDesc* d = &m.tensors[i];
+    for (int i = 0; i < m->num_tensors; i++) {
+        const TensorDesc* d = &m->tensors[i];
         int j = 0;
         while (j < ck.num_tensors && strcmp(ck.tensors[j].name, d->name) != 0) j++;
         if (j == ck.num_tensors) input_error(d->name);
         float* host = (float*)callocCheck(d->numel, sizeof(float));   // vocabulary padding rows stay zero
         if (ckpt_read_tensor(&ck, bin, j, host, err, sizeof(err)) != 0) input_error(err);
-        floats_to_dev_floatX(m.params + d->offset, host, d->numel);
+        floats_to_dev_floatX(m->params + d->offset, host, d->numel);
         free(host);
     }
     fclose(bin);
     for (int t = 0; t < T; t++) {
         int tok = atoi(argv[3 + t]);
         if (tok < 0 || tok >= c->vocab_size) usage_error("a token is outside the vocabulary");
-        m.slots[0].tokens[t] = tok;
-        m.slots[0].targets[t] = 0;
+        m->slots[0].tokens[t] = tok;
+        m->slots[0].targets[t] = 0;
     }
-    gpt_forward(&m, 0);
+    gpt_forward(m, 0);
+    checkpoint_meta_free(&ck);
+}
+
+static void print_logits(int argc, char** argv) {
+    GPT m;
+    forward_from_checkpoint(argc, argv, &m);
+    int T = m.T;
     float* logits = (float*)mallocCheck((size_t)T * m.vocab_local * sizeof(float));
     dev_floatX_to_floats(logits, m.logits, (size_t)T * m.vocab_local);
     for (int t = 0; t < T; t++) {
-        for (int v = 0; v < c->vocab_size; v++) printf(v ? " %.9g" : "%.9g", logits[(size_t)t * m.vocab_local + v]);
+        for (int v = 0; v < m.cfg.vocab_size; v++) printf(v ? " %.9g" : "%.9g", logits[(size_t)t * m.vocab_local + v]);
         printf("\n");
     }
     free(logits);
     gpt_free(&m);
-    checkpoint_meta_free(&ck);
+}
+
+// each MoE layer's routing after the forward (the CPU build's: host memory)
+static void print_routing(int argc, char** argv) {
+    GPT m;
+    forward_from_checkpoint(argc, argv, &m);
+    for (int i = 0; i < m.num_local_layers; i++) {
+        if (m.layer_tensors[i].router_w < 0) continue;
+        const MoERouting* r = &m.slots[0].layers[i].route;
+        printf("%d", global_layer(&m, i));
+        for (int e = 0; e < r->E; e++) printf(" %d", r->counts[e]);
+        for (int e = 0; e < r->E; e++) {
+            double P = 0.0;
+            for (int t = 0; t < r->N; t++) P += r->probs[(size_t)t * r->E + e];
+            printf(" %.9g", P);
+        }
+        printf("\n");
+    }
+    gpt_free(&m);
 }
 
 int main(int argc, char** argv) {
@@ -144,13 +174,13 @@ int main(int argc, char** argv) {
     if (argc >= 3 && !strcmp(argv[1], "--make-checkpoint")) make_checkpoint(argc, argv);
     else if ((argc == 4 || argc == 5) && !strcmp(argv[1], "--export")) {
         char err[1024];
-        HFArchitecture arch = argc == 4                  ? HF_AUTO
-                              : !strcmp(argv[4], "gpt2")  ? HF_GPT2
-                              : !strcmp(argv[4], "bloom") ? HF_BLOOM
-                                                          : HF_LLAMA;
+        HFArchitecture arch = argc == 4 ? HF_AUTO : HF_LLAMA;   // (a name not below: Llama)
+        for (int a = HF_GPT2; argc == 5 && a < HF_NUM_ARCHITECTURES; a++)
+            if (!strcmp(argv[4], hf_model_type((HFArchitecture)a))) arch = (HFArchitecture)a;
         if (export_hf(argv[2], argv[3], &arch, NULL, NULL, err, sizeof(err)) != 0) input_error(err);
         printf("exported %s to %s as %s\n", argv[2], argv[3], hf_class_name(arch));
     } else if (argc >= 4 && !strcmp(argv[1], "--logits")) print_logits(argc, argv);
+    else if (argc >= 4 && !strcmp(argv[1], "--routing")) print_routing(argc, argv);
     else usage_error("no mode given");
     grid_finish();
     return 0;

@@ -3,19 +3,33 @@
 
 usage: hf_models.py make OUT
          writes OUT/NAME/ for each model of MODELS: a randomly initialized GPT2LMHeadModel,
-         BloomForCausalLM or LlamaForCausalLM (every parameter perturbed, norms and biases included,
-         so none is a trivial 1 or 0), saved by save_pretrained (safetensors) in its dtype, sharded where
-         asked; OUT/NAME/tokens.txt, 2T+1 token ids; OUT/NAME/loss.txt, transformers' mean loss
-         (fp32, the saved model read back) over the two samples tokens[0..T] and tokens[T..2T]; and OUT/bad/CASE/, the
+         BloomForCausalLM, LlamaForCausalLM, MixtralForCausalLM or Qwen2MoeForCausalLM (every
+         parameter perturbed, norms, biases and routers included, so none is a trivial 1 or 0), saved
+         by save_pretrained (safetensors) in its dtype, sharded where asked; OUT/NAME/tokens.txt, 2T+1
+         token ids; OUT/NAME/loss.txt, transformers' mean loss (fp32, the saved model read back) over
+         the two samples tokens[0..T] and tokens[T..2T] (a mixture of experts: and OUT/NAME/aux.txt,
+         its aux_loss on that batch, output_router_logits=True); and OUT/bad/CASE/, the
          variants every refusal is checked on (one thing wrong each), and OUT/good/CASE/, variants
          that must import (no "transformer." prefix with GPT-2's mask buffers, a tied lm_head,
-         Llama's config without num_key_value_heads).
+         Llama's config without num_key_value_heads, Mixtral's sliding window longer than its
+         positions).
        hf_models.py same HF_DIR EXPORT_DIR
          every tensor of HF_DIR's model (names with or without "transformer.") equals the export's
          bit for bit; an F16 or BF16 tensor, its exact fp32 upcast. One PASS/FAIL line.
        hf_models.py loss EXPORT_DIR TOKENS_FILE
          loads EXPORT_DIR with from_pretrained (refusing missing, unexpected or mismatched keys)
          and prints its mean loss (fp32) over the two samples of the tokens, as `make` does.
+       hf_models.py aux HF_DIR ROUTING_FILE TOKEN...
+         a mixture of experts' routing on the tokens (one sequence) against ours (ROUTING_FILE:
+         tests/hf_logits --routing's lines, each MoE layer's count of rows per expert and sum of
+         the router's softmax per expert): the counts equal transformers' top-k choices', layer by
+         layer; transformers' aux_loss (load_balancing_loss_func: every layer's router logits
+         concatenated, E x sum over the k slots and the experts of the fraction of rows choosing
+         the expert x its mean probability) equals that formula computed from our counts and sums,
+         within 1e-5 relative. PASS/FAIL lines.
+       hf_models.py generate HF_DIR N TOKEN...
+         transformers' greedy generate of N tokens after the prompt's ids, past any eos (as
+         ./train_cpu --generate-ignore-eod), printed comma-separated.
 """
 import json
 import os
@@ -25,8 +39,8 @@ import sys
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import (AutoModelForCausalLM, BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
-                          LlamaForCausalLM)
+from transformers import (AutoConfig, AutoModelForCausalLM, BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM)
 
 T = 16  # tokens per sample
 # name: (architecture, config, dtype, max_shard_size or None)
@@ -56,7 +70,35 @@ MODELS = {
     # GELU's exact (erf) form, transformers' "gelu": gridgpt's --gelu erf
     "gpt2_erf": ("gpt2", dict(vocab_size=500, n_positions=20, n_embd=48, n_layer=2, n_head=2, activation_function="gelu",
                               resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0), torch.float32, None),
+    # Mixtral: 8 experts, each token to 2 (softmax, top-2, renormalized), 4 heads sharing 2
+    # key/value heads, untied, rope_theta MixtralConfig's 1e6; the aux loss on in training
+    "mixtral_f32": ("mixtral", dict(vocab_size=301, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                            num_local_experts=8, num_experts_per_tok=2, output_router_logits=True,
+                                            router_aux_loss_coef=0.02), torch.float32, None),
+    # Qwen2-MoE: 8 experts, each token to 4 weighted by the softmax over all 8 (norm_topk_prob
+    # false: --moe-router-pre-softmax), a shared expert of its own width and its sigmoid gate, the
+    # QKV's biases; bf16, sharded
+    "qwen2_moe_bf16_sharded": ("qwen2_moe", dict(vocab_size=333, hidden_size=48, intermediate_size=64, moe_intermediate_size=24,
+                                         shared_expert_intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, max_position_embeddings=32, num_experts=8,
+                                         num_experts_per_tok=4, norm_topk_prob=False), torch.bfloat16, "60KB"),
+    # one layer (transformers' aux loss is then k x Megatron-LM's), norm_topk_prob true (gridgpt's
+    # softmax over the top-k), 4 experts to 2, tied embeddings
+    "qwen2_moe_one_layer": ("qwen2_moe", dict(vocab_size=257, hidden_size=32, intermediate_size=64,
+                                              moe_intermediate_size=32, shared_expert_intermediate_size=16,
+                                              num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                                              max_position_embeddings=16, num_experts=4, num_experts_per_tok=2,
+                                              norm_topk_prob=True, tie_word_embeddings=True), torch.float32, None),
 }
+MOE = ("mixtral", "qwen2_moe")
+# the config.json keys that describe a mixture of experts' model, equal after an import and an export
+LLAMA_KEYS = ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+              "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings", "hidden_act",
+              "num_experts_per_tok", "router_aux_loss_coef", "output_router_logits", "intermediate_size"]
+CONFIG_KEYS = {"mixtral": LLAMA_KEYS + ["num_local_experts", "sliding_window", "router_jitter_noise"],
+               "qwen2_moe": LLAMA_KEYS + ["num_experts", "moe_intermediate_size", "shared_expert_intermediate_size",
+                                          "norm_topk_prob", "decoder_sparse_step", "use_sliding_window"]}
 
 
 def make_model(arch, kwargs, seed):
@@ -65,6 +107,10 @@ def make_model(arch, kwargs, seed):
         model = GPT2LMHeadModel(GPT2Config(**kwargs))
     elif arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(**kwargs))
+    elif arch == "mixtral":
+        model = MixtralForCausalLM(MixtralConfig(**kwargs))
+    elif arch == "qwen2_moe":
+        model = Qwen2MoeForCausalLM(Qwen2MoeConfig(**kwargs))
     else:
         model = BloomForCausalLM(BloomConfig(**kwargs))
     with torch.no_grad():
@@ -73,10 +119,12 @@ def make_model(arch, kwargs, seed):
     return model.eval()
 
 
-def loss_of(model, tokens):
+def loss_of(model, tokens, aux=False):
     x = torch.tensor([tokens[0:T], tokens[T:2 * T]])
     y = torch.tensor([tokens[1:T + 1], tokens[T + 1:2 * T + 1]])
     with torch.no_grad():
+        if aux:  # transformers' load-balancing loss of the batch (its raw value, without the coefficient)
+            return model.float()(x, output_router_logits=True).aux_loss.item()
         logits = model.float()(x).logits
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
 
@@ -120,8 +168,12 @@ def make(out):
             f.write(" ".join(map(str, tokens)) + "\n")
         # the loss of the saved model read back in fp32: a model cast back with .float() would keep
         # Llama's rope frequencies (a buffer) rounded to its dtype, which from_pretrained computes anew
+        back = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32, attn_implementation="eager").eval()
         with open(os.path.join(d, "loss.txt"), "w") as f:
-            f.write("%.9g\n" % loss_of(AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval(), tokens))
+            f.write("%.9g\n" % loss_of(back, tokens))
+        if arch in MOE:
+            with open(os.path.join(d, "aux.txt"), "w") as f:
+                f.write("%.9g\n" % loss_of(back, tokens, aux=True))
     g2, bl = os.path.join(out, "gpt2_f32"), os.path.join(out, "bloom_f32")
     bad, good = os.path.join(out, "bad"), os.path.join(out, "good")
 
@@ -207,6 +259,20 @@ def make(out):
     # imports as the model itself: no num_key_value_heads (LlamaConfig's default: the heads)
     variant(lb, f"{good}/llama_no_kv_heads", lambda cfg: cfg.pop("num_key_value_heads"))
 
+    # the mixtures of experts: what gridgpt's model is not (a window shorter than the sequence, dense
+    # layers among the MoE ones, a shared expert of no width, no experts)
+    mx, qw = os.path.join(out, "mixtral_f32"), os.path.join(out, "qwen2_moe_bf16_sharded")
+    variant(mx, f"{bad}/mixtral_window", setter("sliding_window", 8))
+    variant(qw, f"{bad}/qwen2_moe_sparse_step", setter("decoder_sparse_step", 2))
+    variant(qw, f"{bad}/qwen2_moe_mlp_only_layers", setter("mlp_only_layers", [1]))
+    variant(qw, f"{bad}/qwen2_moe_window", lambda cfg: cfg.update(use_sliding_window=True, sliding_window=16))
+    variant(qw, f"{bad}/qwen2_moe_no_shared", setter("shared_expert_intermediate_size", 0))
+    variant(mx, f"{bad}/mixtral_no_experts", setter("num_local_experts", 0))
+    variant(mx, f"{bad}/mixtral_missing_w3", None,
+            lambda t: t.pop("model.layers.1.block_sparse_moe.experts.7.w3.weight"))
+    # a window no shorter than the sequence changes nothing: the same checkpoint as the model's
+    variant(mx, f"{good}/mixtral_long_window", setter("sliding_window", 32))
+
 
 def loss(export_dir, tokens_file):
     tokens = [int(t) for t in open(tokens_file).read().split()]
@@ -226,18 +292,59 @@ def same(hf_dir, export_dir):
         for f in sorted(set(index["weight_map"].values())):
             theirs.update(load_file(os.path.join(hf_dir, f)))
     ours = load_file(os.path.join(export_dir, "model.safetensors"))
-    if json.load(open(os.path.join(hf_dir, "config.json")))["model_type"] != "llama":
+    if json.load(open(os.path.join(hf_dir, "config.json")))["model_type"] not in ("llama",) + MOE:
         theirs = {(k if k.startswith("transformer.") else "transformer." + k): v for k, v in theirs.items()
                   if k != "lm_head.weight" and not k.endswith(("attn.bias", "attn.masked_bias")) or "c_attn" in k}
     dtypes = sorted({str(v.dtype).replace("torch.", "") for v in theirs.values()})
     wrong = [k for k in theirs if k not in ours or ours[k].dtype != torch.float32 or ours[k].shape != theirs[k].shape
              or not torch.equal(ours[k].view(torch.int32), theirs[k].float().view(torch.int32))]
-    ok = set(theirs) == set(ours) and not wrong
+    # a mixture of experts: its config's keys too, as its class reads them (defaults filled in)
+    keys = CONFIG_KEYS.get(json.load(open(os.path.join(hf_dir, "config.json")))["model_type"], [])
+    a, b = AutoConfig.from_pretrained(hf_dir), AutoConfig.from_pretrained(export_dir)
+    keys_wrong = [f"{k}: {getattr(a, k, None)} vs {getattr(b, k, None)}" for k in keys if getattr(a, k, 0) != getattr(b, k, 1)]
+    ok = set(theirs) == set(ours) and not wrong and not keys_wrong
     print(("PASS" if ok else "FAIL") + f" {os.path.basename(hf_dir)}: import then export gives back all {len(theirs)} "
           f"tensors bit for bit ({'/'.join(dtypes)} read; the export's fp32 is their exact upcast)" +
+          (f" and config.json's {len(keys)} keys of the model" if keys else "") +
           ("" if ok else f": differ {wrong[:3]}, only theirs {sorted(set(theirs) - set(ours))[:3]}, "
-                         f"only ours {sorted(set(ours) - set(theirs))[:3]}"))
+                         f"only ours {sorted(set(ours) - set(theirs))[:3]}, config {keys_wrong[:3]}"))
     return ok
+
+
+def aux(hf_dir, routing_file, tokens):
+    """our routing (counts and probability sums per MoE layer) against transformers' on the same tokens"""
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32, attn_implementation="eager").eval()
+    cfg = model.config
+    E, k = cfg.num_experts if cfg.model_type == "qwen2_moe" else cfg.num_local_experts, cfg.num_experts_per_tok
+    with torch.no_grad():
+        out = model(torch.tensor([tokens]), output_router_logits=True)
+    theirs = [torch.bincount(torch.topk(torch.softmax(g.float(), -1), k, dim=-1)[1].reshape(-1), minlength=E).tolist()
+              for g in out.router_logits]
+    rows = [line.split() for line in open(routing_file) if line.strip()]
+    counts = [[int(c) for c in r[1:1 + E]] for r in rows]
+    sums = [[float(p) for p in r[1 + E:1 + 2 * E]] for r in rows]
+    name, ok = os.path.basename(hf_dir.rstrip("/")), 0
+    same = counts == theirs
+    print(("PASS" if same else "FAIL") + f" {name}: each of the {len(rows)} MoE layers sends the same number of the "
+          f"{len(tokens)} tokens' {k} choices to each of the {E} experts as transformers' router" +
+          ("" if same else f": ours {counts}, theirs {theirs}"))
+    # load_balancing_loss_func over the layers' rows together: E x sum_e (rows choosing e / rows) x (sum of p_e / rows)
+    n = len(rows) * len(tokens)
+    ours = E * sum(sum(c[e] for c in counts) / n * sum(s[e] for s in sums) / n for e in range(E))
+    want = out.aux_loss.item()
+    close = abs(ours - want) <= 1e-5 * abs(want)
+    print(("PASS" if close else "FAIL") + f" {name}: transformers' aux_loss {want:.9g} from our routing: {ours:.9g} "
+          f"(within 1e-5 relative; {len(rows)} layers' rows pooled, as load_balancing_loss_func does)")
+    return same and close
+
+
+def generate(hf_dir, n, prompt):
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32, attn_implementation="eager").eval()
+    model.generation_config.eos_token_id = None  # past the end of document, as --generate-ignore-eod
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        out = model.generate(ids, do_sample=False, max_new_tokens=n, pad_token_id=0, attention_mask=torch.ones_like(ids))
+    print(",".join(str(t) for t in out[0, len(prompt):].tolist()))
 
 
 if __name__ == "__main__":
@@ -247,5 +354,9 @@ if __name__ == "__main__":
         sys.exit(0 if same(sys.argv[2], sys.argv[3]) else 1)
     elif len(sys.argv) == 4 and sys.argv[1] == "loss":
         loss(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) >= 5 and sys.argv[1] == "aux":
+        sys.exit(0 if aux(sys.argv[2], sys.argv[3], [int(t) for t in sys.argv[4:]]) else 1)
+    elif len(sys.argv) >= 5 and sys.argv[1] == "generate":
+        generate(sys.argv[2], int(sys.argv[3]), [int(t) for t in sys.argv[4:]])
     else:
         sys.exit(__doc__)

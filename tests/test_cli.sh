@@ -117,8 +117,17 @@ expect_error "another epsilon for LayerNorm" "--norm-epsilon 1e-06 with LayerNor
     --norm-epsilon 1e-6
 expect_error "--swiglu on a model too narrow for Megatron-LM's default width" "--swiglu at --hidden-size 16: Megatron-LM's MLP width" \
     $base --swiglu
-expect_error "--add-qkv-bias with --disable-bias-linear" "--add-qkv-bias with --disable-bias-linear: not in gridgpt" $base \
-    --disable-bias-linear --add-qkv-bias
+expect_error "--add-qkv-bias without --disable-bias-linear (every linear layer has its bias)" \
+    "--add-qkv-bias goes with --disable-bias-linear (without it, it would change nothing)" $base --add-qkv-bias
+# --disable-bias-linear --add-qkv-bias (Qwen's attention): the QKV's bias alone, [3 x 16] in each of the 2 layers
+./train_cpu --dry-run --vocab-size 256 --num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 16 \
+    --disable-bias-linear > "$tmp/nobias" 2>&1
+./train_cpu --dry-run --vocab-size 256 --num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 16 \
+    --disable-bias-linear --add-qkv-bias > "$tmp/qkvbias" 2>&1
+params() { grep -o '[0-9][0-9]* parameters' "$1" | head -1 | cut -d' ' -f1; }
+if [ -n "$(params "$tmp/qkvbias")" ] && [ $(( $(params "$tmp/qkvbias") - $(params "$tmp/nobias") )) -eq 96 ]; then
+    ok "--disable-bias-linear --add-qkv-bias: 96 parameters more than --disable-bias-linear alone, the QKV biases of 2 layers"
+else bad "--add-qkv-bias" "$(params "$tmp/nobias") vs $(params "$tmp/qkvbias"): $(tail -2 "$tmp/qkvbias")"; fi
 megatron_note "--use-rotary-position-embeddings accepted as --position-embedding-type rope" --use-rotary-position-embeddings
 expect_error "--kv-channels other than hidden / heads refused" "--kv-channels 16: not in gridgpt: a head size other than --hidden-size 16 / --num-attention-heads 2" \
     $base --kv-channels 16

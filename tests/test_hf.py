@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """tests/test_hf.py — the Hugging Face export against transformers (run by tests/test_hf.sh).
-The export is GPT2LMHeadModel, BloomForCausalLM or LlamaForCausalLM, as its config.json says.
+The export is GPT2LMHeadModel, BloomForCausalLM, LlamaForCausalLM, MixtralForCausalLM or
+Qwen2MoeForCausalLM, as its config.json says.
 
 usage: test_hf.py LABEL EXPORT_DIR CKPT_ITER_DIR OUR_LOGITS TOKEN...
 
@@ -11,6 +12,9 @@ usage: test_hf.py LABEL EXPORT_DIR CKPT_ITER_DIR OUR_LOGITS TOKEN...
     regrouped from our per-head [q|k|v] into GPT-2's [all q | all k | all v], computed here in
     numpy independently of the C code; for Bloom as they are (nn.Linear, per-head QKV); for
     Llama our grouped QKV split into q_proj (head order), k_proj and v_proj, [gate; up] split;
+    for Mixtral and Qwen2-MoE the same, each expert's [gate; up] split too (Mixtral's w1 and
+    w3, w2 its down), the router as block_sparse_moe.gate (Mixtral) or mlp.gate (Qwen2-MoE),
+    Qwen2-MoE's QKV bias split as its weight, its shared expert and gate;
   - from_pretrained loads it with no missing, unexpected or mismatched keys, and lm_head is
     tied to the word embedding (untied where the checkpoint's is);
   - the logits of the same tokens (fp32, eager attention) match ours (OUR_LOGITS, written by
@@ -32,7 +36,7 @@ import zlib
 
 import numpy as np
 import torch
-from transformers import BloomForCausalLM, GPT2LMHeadModel, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, BloomForCausalLM, GPT2LMHeadModel, LlamaForCausalLM
 
 label, export_dir, ckpt_dir, our_logits_path = sys.argv[1:5]
 tokens = [int(t) for t in sys.argv[5:]]
@@ -87,8 +91,11 @@ def qkv_to_gpt2(w):  # our rows h*3*HS + which*HS + d -> GPT-2's rows which*C + 
 
 
 model_type = json.load(open(os.path.join(export_dir, "config.json")))["model_type"]
-bloom, llama = model_type == "bloom", model_type == "llama"
-arch = {"bloom": "BloomForCausalLM", "llama": "LlamaForCausalLM"}.get(model_type, "GPT2LMHeadModel")
+mixtral, qwen = model_type == "mixtral", model_type == "qwen2_moe"
+bloom, llama = model_type == "bloom", model_type in ("llama", "mixtral", "qwen2_moe")  # (Llama's family)
+arch = {"bloom": "BloomForCausalLM", "llama": "LlamaForCausalLM", "mixtral": "MixtralForCausalLM",
+        "qwen2_moe": "Qwen2MoeForCausalLM"}.get(model_type, "GPT2LMHeadModel")
+E = int(config.get("num_experts", 0))
 G = int(config["num_query_groups"]) if config.get("group_query_attention", 0) else NH  # key/value heads
 untied = bool(config.get("untie_embeddings_and_output_weights", 0))
 
@@ -127,6 +134,13 @@ def gpt2_tensors():
     return expected
 
 
+def swiglu_mlp(p, ours_name, h, names):  # our MLP [gate; up] and down as the architecture's three
+    fc = ours[p + ours_name + ".dense_h_to_4h.weight"]
+    F = fc.shape[0] // 2
+    return {h + names[0] + ".weight": fc[:F], h + names[1] + ".weight": fc[F:],
+            h + names[2] + ".weight": ours[p + ours_name + ".dense_4h_to_h.weight"]}
+
+
 def llama_tensors():  # our QKV rows per group g: [its NH/G query heads | its k | its v], HS rows each
     expected = {"model.embed_tokens.weight": ours["language_model.embedding.word_embeddings.weight"],
                 "model.norm.weight": ours["language_model.encoder.final_layernorm.weight"][:, 0]}
@@ -135,8 +149,6 @@ def llama_tensors():  # our QKV rows per group g: [its NH/G query heads | its k 
     for l in range(L):
         p, h = f"language_model.encoder.layers.{l}.", f"model.layers.{l}."
         qkv = ours[p + "self_attention.query_key_value.weight"].reshape(G, NH // G + 2, HS, C)
-        fc = ours[p + "mlp.dense_h_to_4h.weight"]
-        F = fc.shape[0] // 2
         expected.update({
             h + "input_layernorm.weight": ours[p + "input_layernorm.weight"][:, 0],
             h + "self_attn.q_proj.weight": qkv[:, :NH // G].reshape(NH * HS, C),
@@ -144,9 +156,24 @@ def llama_tensors():  # our QKV rows per group g: [its NH/G query heads | its k 
             h + "self_attn.v_proj.weight": qkv[:, NH // G + 1].reshape(G * HS, C),
             h + "self_attn.o_proj.weight": ours[p + "self_attention.dense.weight"],
             h + "post_attention_layernorm.weight": ours[p + "post_attention_layernorm.weight"][:, 0],
-            h + "mlp.gate_proj.weight": fc[:F], h + "mlp.up_proj.weight": fc[F:],
-            h + "mlp.down_proj.weight": ours[p + "mlp.dense_4h_to_h.weight"],
         })
+        if qwen:  # the QKV's bias, split as its weight
+            b = ours[p + "self_attention.query_key_value.bias"][:, 0].reshape(G, NH // G + 2, HS)
+            expected.update({h + "self_attn.q_proj.bias": b[:, :NH // G].reshape(NH * HS),
+                             h + "self_attn.k_proj.bias": b[:, NH // G].reshape(G * HS),
+                             h + "self_attn.v_proj.bias": b[:, NH // G + 1].reshape(G * HS)})
+        if not E:
+            expected.update(swiglu_mlp(p, "mlp", h, ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")))
+            continue
+        moe = "block_sparse_moe" if mixtral else "mlp"
+        expected[h + moe + ".gate.weight"] = ours[p + "mlp.router.weight"]
+        for e in range(E):
+            names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+            expected.update(swiglu_mlp(p, f"mlp.experts.{e}", h, [f"{moe}.experts.{e}.{n}" for n in names]))
+        if qwen:
+            expected.update(swiglu_mlp(p, "mlp.shared_expert", h, ("mlp.shared_expert.gate_proj",
+                                                                   "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj")))
+            expected[h + "mlp.shared_expert_gate.weight"] = ours[p + "mlp.shared_expert_gate.weight"]
     return expected
 
 
@@ -183,7 +210,8 @@ check(not wrong, "every tensor equals its checkpoint tensor bit for bit" +
 
 # ---- transformers
 try:
-    model_class = BloomForCausalLM if bloom else LlamaForCausalLM if llama else GPT2LMHeadModel
+    model_class = (BloomForCausalLM if bloom else AutoModelForCausalLM if mixtral or qwen else LlamaForCausalLM if llama
+                   else GPT2LMHeadModel)
     model, info = model_class.from_pretrained(export_dir, output_loading_info=True, attn_implementation="eager")
 except Exception as e:  # noqa: BLE001 - any refusal is the failure to report
     check(False, f"{arch}.from_pretrained loads the export", f"{type(e).__name__}: {e}")
@@ -195,7 +223,21 @@ embedding = model.transformer.word_embeddings if bloom else model.model.embed_to
 check((model.lm_head.weight.data_ptr() == embedding.weight.data_ptr()) != untied,
       "lm_head is " + ("its own tensor (untied)" if untied else "tied to the word embedding"))
 cfg = model.config
-if llama:
+check(type(model).__name__ == arch, f"AutoModelForCausalLM loads it as {arch}", type(model).__name__)
+if mixtral or qwen:
+    F = int(config["moe_ffn_hidden_size"])
+    check((cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.vocab_size,
+           cfg.rope_theta, cfg.rms_norm_eps, cfg.num_experts_per_tok, cfg.router_aux_loss_coef) ==
+          (L, C, NH, G, int(config["vocab_size"]), config["rotary_base"], config["norm_epsilon"],
+           int(config["moe_router_topk"]), config["moe_aux_loss_coeff"]) and cfg.hidden_act == "silu" and
+          cfg.sliding_window is None and cfg.output_router_logits == (config["moe_router_load_balancing_type"] == "aux_loss")
+          and ((cfg.num_local_experts, cfg.intermediate_size) == (E, F) if mixtral else
+               (cfg.num_experts, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size, cfg.norm_topk_prob,
+                cfg.decoder_sparse_step) == (E, F, int(config["moe_shared_expert_intermediate_size"]),
+                                             not config.get("moe_router_pre_softmax", 0), 1)),
+          "config.json: shapes, key/value heads, rope_theta, rms_norm_eps, silu, no window, the experts, their width, k, "
+          "the aux loss" + (", the shared expert's width, norm_topk_prob, every layer sparse" if qwen else ""), str(cfg))
+elif llama:
     check((cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
            cfg.intermediate_size, cfg.vocab_size, cfg.rope_theta, cfg.rms_norm_eps) ==
           (L, C, NH, G, int(config["ffn_hidden_size"]), int(config["vocab_size"]), config["rotary_base"],

@@ -22,6 +22,16 @@
 #   4 of 4, untied, BF16, sharded; vocabularies 1001 and 777) go through the same checks, at
 #   (1,1,1) and (2,2,2), and its refusals; and a Llama-shaped run that train_cpu trained at TP = 2,
 #   exported, has in transformers the trainer's loss within 1e-5 relative.
+#   Mixtures of experts (issue 50): randomized Mixtral- and Qwen2-MoE-shaped checkpoints export as
+#   MixtralForCausalLM and Qwen2MoeForCausalLM (tensors and logits checked by test_hf.py), and what
+#   each cannot express is refused; three models transformers made (a Mixtral; a Qwen2-MoE with a
+#   shared expert, the QKV bias and norm_topk_prob false, BF16 sharded; a one-layer Qwen2-MoE,
+#   norm_topk_prob true, tied) import and export bit for bit with their config keys, give
+#   transformers' first loss at one rank, PP 2 x DP 2 and DP 2, route as transformers does (its
+#   aux_loss from our routing, tests/hf_logits --routing; on one layer 2 x the trainer's
+#   load_balancing_loss), generate greedily as its generate; two MoE models trained by train_cpu
+#   export with the trainer's loss; Mixtral's short window, Qwen2-MoE's decoder_sparse_step and
+#   mlp_only_layers are refused.
 #   Hostile directories (issue 45, with ./train_cpu alone): each of tests/data/hostile/hf/ imports
 #   as its EXPECTED says; a FIFO as each file the import reads is refused at once; an export over
 #   another model's directory is refused; SIGTERM (tests/fault_fs.c's signal mode) in the middle of
@@ -293,6 +303,42 @@ llama_refusal "GPT-2 refuses grouped-query attention" "has grouped-query attenti
 llama_refusal "Bloom refuses an untied output layer" "has an output layer of its own (--untie-embeddings-and-output-weights), which BloomForCausalLM cannot express" "" \
     --position-embedding-type alibi --embed-layernorm --ffn-hidden-size 128 --untie-embeddings-and-output-weights
 
+# ---- mixtures of experts (issue 50): a rope model with 8 experts, each token to 2 by the softmax over
+# the 2 chosen, no shared expert, no biases, is a MixtralForCausalLM; with a shared expert, the
+# QKV's bias and the softmax over all experts (4 chosen), a Qwen2MoeForCausalLM (both chosen by the
+# model); test_hf.py checks each tensor (each expert's [gate; up] split, the router, the shared
+# expert and its gate, the QKV bias split) and the logits, routing included, against transformers
+MOE="--num-experts 8 --moe-ffn-hidden-size 24"
+mixtral=$($H --make-checkpoint $B/mixtral --perturb 0.3 $LLAMA $MOE --group-query-attention --num-query-groups $LG \
+          --untie-embeddings-and-output-weights --rotary-base 1000000 2> $B/make_mixtral.err | tail -1)
+qwen=$($H --make-checkpoint $B/qwen --perturb 0.3 $LLAMA $MOE --moe-router-topk 4 --moe-router-pre-softmax \
+       --moe-shared-expert-intermediate-size 40 --add-qkv-bias 2> $B/make_qwen.err | tail -1)
+for moe in mixtral:MixtralForCausalLM:$mixtral qwen:Qwen2MoeForCausalLM:$qwen; do
+    IFS=: read -r name class moe_ck <<< "$moe"
+    if $H --export $moe_ck $B/out_$name > $B/export_$name.log 2>&1 && grep -q "as $class" $B/export_$name.log; then
+        ok "a rope mixture of experts$([ $name = qwen ] && echo ' with a shared expert, the QKV bias and the softmax over all experts') is exported as $class (chosen by the model)"
+        compare_logits $name $B/out_$name $moe_ck $TOKENS
+    else bad "export of a $class-shaped model" "$(cat $B/make_$name.err $B/export_$name.log)"; fi
+done
+llama_refusal "Mixtral refuses a shared expert" "has a shared expert (--moe-shared-expert-intermediate-size), which MixtralForCausalLM cannot express: export it as qwen2_moe" \
+    mixtral $LLAMA $MOE --moe-shared-expert-intermediate-size 8
+llama_refusal "Mixtral refuses the QKV's bias" "has a bias on the QKV projection (--add-qkv-bias), which MixtralForCausalLM cannot express" \
+    mixtral $LLAMA $MOE --add-qkv-bias
+llama_refusal "Mixtral refuses the softmax over all experts" "from the softmax over all of them, not renormalized (--moe-router-pre-softmax; Mixtral renormalizes the top-k), which MixtralForCausalLM cannot express" \
+    mixtral $LLAMA $MOE --moe-router-pre-softmax
+llama_refusal "Qwen2-MoE refuses a model without a shared expert" "has no shared expert, which Qwen2MoeForCausalLM always has (--moe-shared-expert-intermediate-size)" \
+    qwen2_moe $LLAMA $MOE --add-qkv-bias
+llama_refusal "Qwen2-MoE refuses a model without the QKV's bias" "has no bias on the QKV projection, which Qwen2MoeForCausalLM always has (--add-qkv-bias)" \
+    qwen2_moe $LLAMA $MOE --moe-shared-expert-intermediate-size 8
+llama_refusal "Llama refuses experts" "has a mixture of experts (--num-experts 8), which LlamaForCausalLM cannot express: export it as mixtral" \
+    llama $LLAMA $MOE
+llama_refusal "Llama refuses the QKV's bias alone" "has a bias on the QKV projection alone (--add-qkv-bias), which LlamaForCausalLM cannot express" \
+    llama $LLAMA --add-qkv-bias
+llama_refusal "Mixtral refuses a dense model" "has a dense MLP (no --num-experts), which MixtralForCausalLM has no place for" mixtral $LLAMA
+llama_refusal "Mixtral and Qwen2-MoE refuse dense layers between MoE ones" "has dense MLPs between its MoE layers (--moe-layer-freq 2), which MixtralForCausalLM cannot express" \
+    "" $LLAMA $MOE --moe-layer-freq 2
+llama_refusal "GPT-2 refuses experts" "has a mixture of experts (--num-experts 8), which GPT2LMHeadModel cannot express" gpt2 $MOE
+
 # only the weights are read: a flipped bit in Adam's moments does not change the export
 cp -r $B/ck $B/moments
 flip_byte $B/moments/iter_0000100/tensors.bin $(tensor_offset $ck exp_avg_sq 'word_embeddings')
@@ -479,7 +525,8 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
             ok "import $label$([ $# -gt 0 ] && echo " $*"): first loss $got, transformers' $want (within $tol relative)"
         else bad "import $label: first loss" "ours '$got', transformers' $want: $(tail -2 $B/loss_$m.$np.log)"; fi
     }
-    for m in gpt2_f32 gpt2_f16 gpt2_bf16_sharded bloom_f32 bloom_f16_sharded llama_f32 llama_bf16_sharded gpt2_erf; do
+    MOE_MODELS="mixtral_f32 qwen2_moe_bf16_sharded qwen2_moe_one_layer"
+    for m in gpt2_f32 gpt2_f16 gpt2_bf16_sharded bloom_f32 bloom_f16_sharded llama_f32 llama_bf16_sharded gpt2_erf $MOE_MODELS; do
         if ./train_cpu --import-hf $HM/$m --save $B/ck_$m > $B/import_$m.log 2>&1 &&
            grep -q "^imported $HM/$m as .*; wrote $B/ck_$m/iter_0000000 in" $B/import_$m.log &&
            [ "$(cat $B/ck_$m/latest_checkpointed_iteration.txt)" = 0 ] && [ -z "$(ls $B/ck_$m | grep -v '^iter_0000000$\|^latest_checkpointed_iteration.txt$')" ]; then
@@ -535,6 +582,12 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
     loss_check llama_bf16_sharded 8 2 2 --finetune --save $B/ft_llama_bf16_sharded
     # the hub's layout (no "transformer." prefix, GPT-2's mask buffers saved) and a stored tied
     # lm_head import to the very same checkpoint
+    rm -rf $B/ck_mixtral_long_window   # a window no shorter than the sequence: the same checkpoint
+    if ./train_cpu --import-hf $HM/good/mixtral_long_window --save $B/ck_mixtral_long_window > $B/import_window.log 2>&1 &&
+       cmp -s $B/ck_mixtral_long_window/iter_0000000/tensors.bin $B/ck_mixtral_f32/iter_0000000/tensors.bin &&
+       cmp -s $B/ck_mixtral_long_window/iter_0000000/metadata.txt $B/ck_mixtral_f32/iter_0000000/metadata.txt; then
+        ok "import of a Mixtral whose sliding_window (32) is no shorter than the sequence: the same checkpoint"
+    else bad "import of a Mixtral with a long window" "$(cat $B/import_window.log)"; fi
     for v in hub_layout tied; do
         rm -rf $B/ck_$v
         if ./train_cpu --import-hf $HM/good/$v --save $B/ck_$v > $B/import_$v.log 2>&1 &&
@@ -576,6 +629,82 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
        awk -v a="$got" -v b="${want#* }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }'; then
         ok "a Llama-shaped model train_cpu trained at TP = 2 exports as LlamaForCausalLM: transformers' loss ${want#* }, the trainer's $got (within 1e-5 relative)"
     else bad "export of a trained Llama-shaped model" "ours '$got', transformers '$want': $(tail -2 $B/llama_train.log $B/llama_export.log $B/llama_trained_py.err)"; fi
+    # ---- the mixtures of experts (issue 50): their config as gridgpt's fields; the first loss at PP 2 x DP 2
+    # and DP 2 (TP 1: the experts' tensor parallelism is not built); the routing and transformers' aux
+    # loss; greedy generation; a model train_cpu trained, exported; the refusals
+    if grep -qx 'config num_experts 8' $B/ck_mixtral_f32/iter_0000000/metadata.txt &&
+       grep -qx 'config moe_router_topk 2' $B/ck_mixtral_f32/iter_0000000/metadata.txt &&
+       grep -qx 'config moe_ffn_hidden_size 48' $B/ck_mixtral_f32/iter_0000000/metadata.txt &&
+       grep -qx 'config moe_router_pre_softmax 0' $B/ck_mixtral_f32/iter_0000000/metadata.txt &&
+       grep -qx 'config moe_router_load_balancing_type aux_loss' $B/ck_mixtral_f32/iter_0000000/metadata.txt &&
+       grep -qx 'config moe_aux_loss_coeff 0.02' $B/ck_mixtral_f32/iter_0000000/metadata.txt &&
+       grep -qx 'config rotary_base 1000000' $B/ck_mixtral_f32/iter_0000000/metadata.txt &&
+       grep -qx 'config add_qkv_bias 0' $B/ck_mixtral_f32/iter_0000000/metadata.txt &&
+       grep -qx 'config moe_router_topk 4' $B/ck_qwen2_moe_bf16_sharded/iter_0000000/metadata.txt &&
+       grep -qx 'config moe_ffn_hidden_size 24' $B/ck_qwen2_moe_bf16_sharded/iter_0000000/metadata.txt &&
+       grep -qx 'config moe_shared_expert_intermediate_size 40' $B/ck_qwen2_moe_bf16_sharded/iter_0000000/metadata.txt &&
+       grep -qx 'config moe_router_pre_softmax 1' $B/ck_qwen2_moe_bf16_sharded/iter_0000000/metadata.txt &&
+       grep -qx 'config moe_router_load_balancing_type none' $B/ck_qwen2_moe_bf16_sharded/iter_0000000/metadata.txt &&
+       grep -qx 'config add_qkv_bias 1' $B/ck_qwen2_moe_bf16_sharded/iter_0000000/metadata.txt &&
+       grep -qx 'config disable_bias_linear 1' $B/ck_qwen2_moe_bf16_sharded/iter_0000000/metadata.txt &&
+       grep -qx 'config moe_router_pre_softmax 0' $B/ck_qwen2_moe_one_layer/iter_0000000/metadata.txt; then
+        ok "import of Mixtral and Qwen2-MoE: experts, k, widths, the shared expert, the router (norm_topk_prob false: --moe-router-pre-softmax; true and Mixtral's: the softmax over the top-k), output_router_logits as the load-balancing type, router_aux_loss_coef, the QKV bias"
+    else bad "import of the MoE configs" "$(grep -h -e moe -e experts -e qkv -e rotary_base $B/ck_mixtral_f32/iter_0000000/metadata.txt $B/ck_qwen2_moe_bf16_sharded/iter_0000000/metadata.txt | tr '\n' ' ')"; fi
+    rm -rf $B/ft_mixtral_f32 $B/ft_qwen2_moe_bf16_sharded
+    loss_check mixtral_f32 4 1 2 --finetune --save $B/ft_mixtral_f32
+    loss_check qwen2_moe_bf16_sharded 2 1 1 --finetune --save $B/ft_qwen2_moe_bf16_sharded
+    for m in mixtral_f32 qwen2_moe_bf16_sharded qwen2_moe_one_layer; do   # the routing of one sequence of T tokens
+        tokens=$(cut -d' ' -f1-$T $HM/$m/tokens.txt)
+        if $H --routing $B/ck_$m/iter_0000000 $tokens > $B/routing_$m.txt 2> $B/routing_$m.err; then
+            $PY tests/hf_models.py aux $HM/$m $B/routing_$m.txt $tokens > $B/aux_$m.log 2> $B/aux_$m.err
+            grep -E '^(PASS|FAIL)' $B/aux_$m.log || bad "tests/hf_models.py aux $m" "$(tail -3 $B/aux_$m.err)"
+            failed=$((failed + $(grep -c '^FAIL' $B/aux_$m.log)))
+        else bad "our routing of $m" "$(cat $B/routing_$m.err)"; fi
+    done
+    # one layer: transformers' aux loss (the batch's two samples) is k = 2 x the trainer's load_balancing_loss
+    # (Megatron-LM's per layer) of the same batch in one micro-batch
+    m=qwen2_moe_one_layer
+    ./train_cpu --load $B/ck_$m --data-path $B/data_${m}_text_document --seq-length $T --split 100,0,0 \
+        --micro-batch-size 2 --global-batch-size 2 --train-iters 1 --lr 0 --log-interval 1 --eval-iters 0 \
+        --hidden-dropout 0 --attention-dropout 0 --finetune --save $B/ft_balance > $B/balance.log 2>&1
+    got=$(grep -o 'load_balancing_loss: [0-9.E+-]*' $B/balance.log | head -1 | cut -d' ' -f2)
+    want=$(cat $HM/$m/aux.txt)
+    if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN { d = 2 * a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }'; then
+        ok "one MoE layer, top-2: transformers' aux_loss $want is 2 x the trainer's load_balancing_loss $got (within 1e-5 relative)"
+    else bad "the one-layer load-balancing loss" "ours '$got' (x 2), transformers' $want: $(tail -2 $B/balance.log)"; fi
+    # greedy generation, 8 tokens past a prompt of 3 (and past any end of document), as transformers' generate
+    for m in mixtral_f32 qwen2_moe_bf16_sharded; do
+        prompt=$(cut -d' ' -f3-5 $HM/$m/tokens.txt | tr ' ' ,)
+        ./train_cpu --skip-train --load $B/ck_$m --generate-prompt-ids $prompt --generate-tokens 8 --temperature 0 \
+            --generate-output ids --generate-ignore-eod > $B/gen_$m.log 2>&1
+        got=$(grep -a '^sample ids: ' $B/gen_$m.log | cut -d' ' -f3)
+        want=$($PY tests/hf_models.py generate $HM/$m 8 ${prompt//,/ } 2> $B/gen_$m.err)
+        if [ -n "$got" ] && [ "$got" = "$want" ]; then ok "$m: greedy generation after $prompt equals transformers' generate: $got"
+        else bad "$m: greedy generation" "ours '$got', transformers' '$want': $(tail -2 $B/gen_$m.log $B/gen_$m.err)"; fi
+    done
+    # models train_cpu trained (a Mixtral shape at PP 2, a Qwen2-MoE shape at DP 2, the aux loss on),
+    # exported: transformers' loss of the export equals the trainer's first loss of the checkpoint
+    for run in "mixtral:MixtralForCausalLM:--pipeline-model-parallel-size 2:--num-experts 4 --moe-router-topk 2" \
+               "qwen:Qwen2MoeForCausalLM::--num-experts 4 --moe-router-topk 2 --moe-router-pre-softmax --moe-shared-expert-intermediate-size 16 --add-qkv-bias"; do
+        IFS=: read -r name class grid moe <<< "$run"
+        rm -rf $B/${name}_trained $B/out_${name}_trained $B/ft_${name}_trained
+        mpirun --oversubscribe --bind-to none -np 2 ./train_cpu --data-path $B/data_llama_f32_text_document --vocab-size 1001 \
+            --num-layers 2 --hidden-size 32 --num-attention-heads 4 --ffn-hidden-size 64 --moe-ffn-hidden-size 32 $moe \
+            --moe-aux-loss-coeff 0.01 --seq-length $T $LLAMA --group-query-attention --num-query-groups 2 \
+            --micro-batch-size 1 --global-batch-size 2 --train-iters 4 --lr 1e-2 --split 100,0,0 --eval-iters 0 \
+            --log-interval 1 --seed 5 $grid --save $B/${name}_trained --save-interval 4 > $B/${name}_train.log 2>&1
+        ./train_cpu --load $B/${name}_trained --export-hf $B/out_${name}_trained > $B/${name}_export.log 2>&1
+        ./train_cpu --load $B/${name}_trained --data-path $B/data_llama_f32_text_document --seq-length $T --split 100,0,0 \
+            --micro-batch-size 1 --global-batch-size 2 --train-iters 1 --lr 0 --log-interval 1 --eval-iters 0 --finetune \
+            --hidden-dropout 0 --attention-dropout 0 --save $B/ft_${name}_trained > $B/${name}_trained_loss.log 2>&1
+        got=$(grep -o 'lm loss: [0-9.E+-]*' $B/${name}_trained_loss.log | head -1 | cut -d' ' -f3)
+        want=$($PY tests/hf_models.py loss $B/out_${name}_trained $HM/llama_f32/tokens.txt 2> $B/${name}_trained_py.err)
+        if grep -q "as a Hugging Face $class" $B/${name}_export.log && [ "${want% *}" = $class ] && [ -n "$got" ] &&
+           awk -v a="$got" -v b="${want#* }" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }'; then
+            ok "a $class-shaped model train_cpu trained (${grid:-DP 2}, the aux loss on) exports as $class: transformers' loss ${want#* }, the trainer's $got (within 1e-5 relative)"
+        else bad "export of a trained $class-shaped model" "ours '$got', transformers '$want': $(tail -2 $B/${name}_train.log $B/${name}_export.log $B/${name}_trained_py.err)"; fi
+    done
+
     rm -rf $B/ck_seq $B/ck_seq128
     if ! ./train_cpu --import-hf $HM/gpt2_f32 --save $B/ck_seq128 --seq-length 128 > $B/ck_seq128.log 2>&1 &&
        grep -q 'more than n_positions 40' $B/ck_seq128.log && [ ! -e $B/ck_seq128 ]; then
@@ -635,6 +764,13 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
     import_refusal "a q_proj bias" 'unexpected tensor model.layers.0.self_attn.q_proj.bias: LlamaForCausalLM' $HM/bad/llama_extra
     import_refusal "a sequence longer than max_position_embeddings" 'a sequence length of 64 is more than max_position_embeddings 32' $HM/llama_f32 --seq-length 64
     import_refusal "a model flag besides --seq-length" 'takes the model from '"$HM"'/gpt2_f32/config.json: drop --num-layers' $HM/gpt2_f32 --num-layers 3
+    import_refusal "Mixtral's window shorter than the sequence" '"sliding_window": 8 is shorter than the sequence (32 tokens)' $HM/bad/mixtral_window
+    import_refusal "Qwen2-MoE's decoder_sparse_step 2" '"decoder_sparse_step": 2 makes layer l a mixture of experts only where' $HM/bad/qwen2_moe_sparse_step
+    import_refusal "Qwen2-MoE's mlp_only_layers" '"mlp_only_layers" is not empty: layers with a dense MLP' $HM/bad/qwen2_moe_mlp_only_layers
+    import_refusal "Qwen2-MoE's window shorter than the sequence" '"sliding_window": 16 (use_sliding_window true) is shorter than the sequence' $HM/bad/qwen2_moe_window
+    import_refusal "Qwen2-MoE without a shared expert" '"shared_expert_intermediate_size": 0: a shared expert of no width' $HM/bad/qwen2_moe_no_shared
+    import_refusal "Mixtral without experts" '"num_local_experts": 0, a mixture of no experts' $HM/bad/mixtral_no_experts
+    import_refusal "a missing expert's w3" 'no tensor model.layers.1.block_sparse_moe.experts.7.w3.weight' $HM/bad/mixtral_missing_w3
     # a --save that holds checkpoints is left exactly as it was (no lock, no .tmp, the same files)
     listing() { find $1 -printf '%p %s %T@\n' | sort; }
     before=$(listing $B/ck_gpt2_f32)

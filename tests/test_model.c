@@ -92,7 +92,8 @@ static double loss_and_grads(GPT* m) {
 // same micro-batch of the same step, every forward), so the loss is a smooth function of the
 // weights and the backward's masks, drawn again, must be the forward's.
 // moe: a mixture of 4 experts, top 2, in every layer (1: Mixtral's router; 2: Qwen2-MoE's, the
-// softmax before the top-k, and a shared expert with its gate), MoE losses off: the loss the
+// softmax before the top-k, a shared expert with its gate, and with Llama's block the QKV's bias
+// alone, --add-qkv-bias, as Qwen2's attention), MoE losses off: the loss the
 // forward returns is the LM loss alone (their gradients: tests/test_kernels.c's router checks)
 static void gradient_check(int embed_layernorm, int alibi, int llama, int dropout, int moe) {
     GPTConfig c = llama ? tiny_llama_config() : tiny_config(embed_layernorm);
@@ -101,12 +102,14 @@ static void gradient_check(int embed_layernorm, int alibi, int llama, int dropou
         c.num_experts = 4, c.moe_router_topk = 2, c.moe_ffn_hidden_size = 24;
         c.moe_router_pre_softmax = moe == 2;
         c.moe_shared_expert_intermediate_size = moe == 2 ? 16 : 0;
+        c.add_qkv_bias = moe == 2 && c.disable_bias_linear;
     }
     char variant[200];
-    snprintf(variant, sizeof(variant), "%s%s%s", llama ? " (Llama: rope, RMSNorm, SwiGLU, GQA, untied, no biases)"
+    snprintf(variant, sizeof(variant), "%s%s%s%s", llama ? " (Llama: rope, RMSNorm, SwiGLU, GQA, untied, no biases)"
              : alibi ? " (BLOOM: embedding LayerNorm, ALiBi)" : embed_layernorm ? " (embedding LayerNorm)" : "",
              dropout ? " with dropout 0.3" : "", moe == 1 ? " with 4 experts, top 2 (Mixtral's router)"
-             : moe == 2 ? " with 4 experts, top 2, softmax first, a shared expert (Qwen2-MoE's)" : "");
+             : moe == 2 ? " with 4 experts, top 2, softmax first, a shared expert (Qwen2-MoE's)" : "",
+             c.add_qkv_bias ? ", the QKV's bias alone" : "");
     c.hidden_dropout = c.attention_dropout = dropout ? 0.3f : 0.0f;
     GPT m;
     gpt_build(&m, &c, 3, c.seq_length, 0, 1, 0, 1, 1, 1);
