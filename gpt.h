@@ -363,6 +363,7 @@ typedef struct GPT {
     float* moe_dweight;
     double* moe_loss_sums;
     int* moe_host_offsets;
+    long long* moe_tokens;   // host [num_local_layers x E]: the tokens routed to each expert in this step
     float moe_loss_scale;
     int recomputing;
     float* column_partials;                          // the GPU build's column reductions' partial sums
@@ -1031,6 +1032,7 @@ static void gpt_allocate(GPT* m) {
     if (m->moe_loss_sums) dev_zero(m->moe_loss_sums, 2 * sizeof(double));
     m->host_losses = (float*)mallocCheck((size_t)m->B * m->T * sizeof(float));
     m->moe_host_offsets = (int*)mallocCheck((size_t)(m->cfg.num_experts + 1) * sizeof(int));
+    m->moe_tokens = (long long*)callocCheck((size_t)m->num_local_layers * m->cfg.num_experts + 1, sizeof(long long));
 }
 
 // both at once (tests and tools; inline: the trainer, which checks memory between, does not call it)
@@ -1060,4 +1062,5 @@ static void gpt_free(GPT* m) {
     gpt_free_plan(m);
     free(m->host_losses);
     free(m->moe_host_offsets);
+    free(m->moe_tokens);
 }

@@ -43,6 +43,26 @@ static float step_loss(const Schedule* s, int M) {
     return (float)(loss / grid.dp_cp.size);
 }
 
+// The step's load imbalance of the experts: the most tokens any expert of a MoE layer got over
+// the mean of that layer's experts, the worst layer's (1: balanced; the first thing a MoE user
+// watches), from each layer's tokens per expert summed over the DP x CP ranks
+static double step_expert_imbalance(GPT* m) {
+    int E = m->cfg.num_experts;
+    double worst = 0.0, *sums = (double*)mallocCheck(E * sizeof(double));
+    for (int i = 0; i < m->num_local_layers; i++) {
+        if (m->layer_tensors[i].router_w < 0) continue;
+        double most = 0.0, total = 0.0;
+        for (int e = 0; e < E; e++) sums[e] = (double)m->moe_tokens[(size_t)i * E + e];
+        all_reduce_host(&grid.dp_cp, sums, E, REDUCE_SUM);
+        for (int e = 0; e < E; e++) most = sums[e] > most ? sums[e] : most, total += sums[e];
+        if (total > 0) worst = fmax(worst, most / (total / E));
+    }
+    free(sums);
+    memset(m->moe_tokens, 0, (size_t)m->num_local_layers * E * sizeof(long long));
+    all_reduce_host(&grid.pp, &worst, 1, REDUCE_MAX);
+    return worst;
+}
+
 // The step's MoE losses (moe.h: Switch Transformer's load balance, 1 when balanced, and the router's
 // z-loss), each the mean over the model's MoE layers, the micro-batches and the DP ranks (their
 // coefficients apart; a context-parallel rank's is its part of its sequences'): out[0], out[1].

@@ -184,7 +184,7 @@ typedef struct {
     int global_batch, skipped, nan_loss;
     int max_in_flight;   // most micro-batches whose activations this stage held at once
     double comm[NUM_COMM_GROUPS];   // bytes this rank sent in the step: tp, dp (x cp), pp, embedding, cp groups
-    double moe[2];       // the MoE layers' load balance and z-loss (step_moe_losses)
+    double moe[3];       // the MoE layers' load balance and z-loss (step_moe_losses), the experts' imbalance
 } StepResult;
 
 // out += sign x the bytes each group has sent so far (a step's: -1 before it, +1 after), in
@@ -875,6 +875,7 @@ static StepResult train_step(Trainer* t) {
     m->dropout.training = 0;
     r.loss = step_loss(&s, num_micro);
     step_moe_losses(m, num_micro, r.moe);
+    r.moe[2] = m->cfg.num_experts > 0 ? step_expert_imbalance(m) : 0.0;
     r.max_in_flight = s.most_held;
     r.nan_loss = !isfinite(r.loss);
     float lr = learning_rate(&t->lr, t->progress.scheduler_samples);
@@ -934,9 +935,10 @@ static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
     if (t->config.log_throughput) snprintf(throughput, sizeof(throughput), " throughput per GPU (TFLOP/s/GPU): %.1f |", tflops);
     int has_norm = isfinite(r->grad_norm);   // a skipped step (gradients not finite) has no norm
     if (has_norm) snprintf(norm, sizeof(norm), " grad norm: %.3f |", r->grad_norm);
-    char moe[96] = "";   // a mixture of experts: its losses after the LM loss, as Megatron-LM's MoE logs them
+    char moe[160] = "";   // a mixture of experts: its losses after the LM loss, as Megatron-LM's MoE logs them
     if (t->config.model.num_experts > 0)
-        snprintf(moe, sizeof moe, " load_balancing_loss: %.6E | z_loss: %.6E |", r->moe[0], r->moe[1]);
+        snprintf(moe, sizeof moe, " load_balancing_loss: %.6E | z_loss: %.6E | expert tokens max/mean: %.3f |", r->moe[0],
+                 r->moe[1], r->moe[2]);
     printf(" [%s] iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |%s"
            " learning rate: %.6E | global batch size: %5d | lm loss: %.6E |%s loss scale: %.1f |%s"
            " number of skipped iterations: %3d | number of nan iterations: %3d |"
@@ -949,6 +951,7 @@ static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
     if (t->config.model.num_experts > 0) {   // (the last step's)
         tensorboard_pair(t, "load_balancing_loss", r->moe[0]);
         tensorboard_pair(t, "z_loss", r->moe[1]);
+        tensorboard_pair(t, "expert_tokens_max_over_mean", r->moe[2]);
     }
     tensorboard_pair(t, "learning-rate", r->lr);
     tensorboard_pair(t, "batch-size", r->global_batch);

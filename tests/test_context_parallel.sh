@@ -45,7 +45,6 @@ same_bits() {  # label run recomputed-run
 # learned positions (each rank adds its rows' global positions), the GPT-2 shape
 record ref 1 1 1 1
 against ref cp2 "CP 2 (p2p)" 1 2 1 1
-against ref cp4 "CP 4 (p2p)" 1 4 1 1
 against ref cp4-ag "CP 4 (all_gather)" 1 4 1 1 --cp-comm-type all_gather
 against ref tp2-cp2-sp "(TP 2, CP 2) --sequence-parallel" 2 2 1 1 --sequence-parallel
 against ref cp2-pp2-interleaved "(CP 2, PP 2) interleaved" 1 2 2 1 --num-layers-per-virtual-pipeline-stage 1
@@ -63,7 +62,6 @@ learned=$flags
 flags="${learned/--hidden-size 32 --num-attention-heads 4/--hidden-size 48 --num-attention-heads 12} --position-embedding-type alibi --embed-layernorm"
 record bloom-ref 1 1 1 1
 against bloom-ref bloom-cp2-ag "ALiBi CP 2 (all_gather)" 1 2 1 1 --cp-comm-type all_gather
-against bloom-ref bloom-tp2-cp2 "ALiBi (TP 2, CP 2) p2p" 2 2 1 1
 flags="${learned/--hidden-size 32 --num-attention-heads 4/--hidden-size 32 --num-attention-heads 8} --group-query-attention
        --num-query-groups 4 --position-embedding-type rope --rotary-percent 0.5 --normalization RMSNorm --norm-epsilon 1e-6
        --swiglu --ffn-hidden-size 48 --untie-embeddings-and-output-weights --disable-bias-linear"

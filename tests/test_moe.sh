@@ -63,10 +63,15 @@ flags=$mixtral
 # the log line carries the MoE losses, after the LM loss (Megatron-LM's order); at the start, a
 # balanced router's load-balancing loss is near 1 (Switch Transformer's: E x sum f_e P_e)
 ./train_cpu ${flags/--train-samples 288/--train-samples 48} --log-interval 1 > $B/log.out 2>&1
-first=$(sed -nE 's/.*iteration +1\/.*\| lm loss: [0-9.E+-]+ \| load_balancing_loss: ([0-9.E+-]+) \| z_loss: ([0-9.E+-]+) \|.*/\1 \2/p' $B/log.out)
-if [ -n "$first" ] && awk -v a="${first% *}" 'BEGIN { exit !(a >= 1.0 && a < 1.5) }'; then
-    ok "the log line: lm loss, then load_balancing_loss and z_loss ($first at iteration 1)"
+first=$(sed -nE 's/.*iteration +1\/.*\| lm loss: [0-9.E+-]+ \| load_balancing_loss: ([0-9.E+-]+) \| z_loss: ([0-9.E+-]+) \| expert tokens max\/mean: ([0-9.]+) \|.*/\1 \2 \3/p' $B/log.out)
+if [ -n "$first" ] && awk -v a="${first%% *}" -v r="${first##* }" 'BEGIN { exit !(a >= 1.0 && a < 1.5 && r >= 1.0) }'; then
+    ok "the log line: lm loss, then load_balancing_loss, z_loss and the experts' tokens max/mean ($first at iteration 1)"
 else bad "the MoE losses in the log line" "$(grep -m1 'iteration  *1/' $B/log.out | head -c 300)"; fi
+# every token to every expert (top 4 of 4): each expert gets the same tokens, max/mean exactly 1
+./train_cpu ${flags/--train-samples 288/--train-samples 48} --moe-router-topk 4 --log-interval 1 > $B/even.out 2>&1
+if grep -qE "iteration +1/.*expert tokens max/mean: 1\.000 \|" $B/even.out; then
+    ok "top 4 of 4 experts: every expert's tokens the mean (max/mean 1.000)"
+else bad "the experts' tokens max/mean at top 4 of 4" "$(grep -m1 'iteration  *1/' $B/even.out | head -c 400)"; fi
 
 # one line for each wrong MoE
 refused() {  # label np expected-text flags...
