@@ -14,7 +14,6 @@ data=${1:?usage: test_context_parallel.sh DATA_PREFIX}
 B=tests/build/context_parallel
 source tests/layouts_common.sh   # MPIRUN, REC, ok, bad, the tiny model's flags
 
-
 record() {  # name tp cp pp dp [extra flags]
     local name=$1 tp=$2 cp=$3 pp=$4 dp=$5; shift 5
     $MPIRUN -np $((tp * cp * pp * dp)) $REC $B/$name $flags --tensor-model-parallel-size $tp --context-parallel-size $cp \
