@@ -139,10 +139,12 @@ if [ -n "$left" ]; then
     limit=$(awk -v p=$probe -v l="$left" 'BEGIN { printf "%d", p - l * 1048576 + 262144 }')
     (ulimit -v $limit; ./train_cpu $long > $B/long1.out 2> $B/long1.err)
     status1=$?
-    peak='import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]).returncode; print("peak resident KiB", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(r)'
-    (ulimit -v $limit; $MPIRUN -np 4 python3 -c "$peak" ./train_cpu $long --context-parallel-size 4 > $B/long4.out 2> $B/long4.err)
+    # each rank's peak into a file of its own (lines written to one stream by four ranks interleave)
+    peak='import os, resource, subprocess, sys; r = subprocess.run(sys.argv[1:]).returncode; open(os.environ["PEAK_DIR"] + "/peak." + os.environ["OMPI_COMM_WORLD_RANK"], "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) + "\n"); sys.exit(r)'
+    rm -f $B/peak.*
+    (ulimit -v $limit; $MPIRUN -x PEAK_DIR=$B -np 4 python3 -c "$peak" ./train_cpu $long --context-parallel-size 4 > $B/long4.out 2> $B/long4.err)
     status4=$?
-    peaks=$(sed -nE 's/^peak resident KiB ([0-9]+)$/\1/p' $B/long4.err | sort -n | tr '\n' ' ')
+    peaks=$(cat $B/peak.* 2> /dev/null | sort -n | tr '\n' ' ')
     most=$(echo $peaks | tr ' ' '\n' | tail -1)
     if [ $status1 -eq 2 ] && grep -q "address-space limit (ulimit -v, RLIMIT_AS).*--context-parallel-size divides" $B/long1.err &&
        [ $status4 -eq 0 ] && [ "$(echo $peaks | wc -w)" -eq 4 ] && [ "$most" -lt 262144 ] &&
