@@ -112,13 +112,6 @@ static size_t kv_block_elems(const ContextAttention* c) {
 static size_t query_rows_elems(const ContextAttention* c) { return (size_t)c->B * 2 * c->slice.chunk_rows * c->NH * c->HS; }
 static size_t lse_elems(const ContextAttention* c) { return (size_t)c->B * c->NH * 2 * c->slice.chunk_rows; }
 
-// the next region of `bytes` at *at (NULL base: counting only), 256-byte aligned
-static void* context_take(char* base, size_t* at, size_t bytes) {
-    void* p = base ? base + *at : NULL;
-    *at += (bytes + 255) / 256 * 256;
-    return p;
-}
-
 // Lays the scratch out from base (NULL: only counts) with floatX of floatx_bytes (a dry run may
 // lay out the other build's), returns its bytes: the keys and values of one block twice (p2p)
 // or of all CP blocks (all_gather), their gradients in fp32 likewise (p2p: three, see above),
@@ -127,14 +120,14 @@ static size_t context_attention_layout(ContextAttention* c, char* base, int floa
     size_t at = 0, kv = kv_block_elems(c), rows = query_rows_elems(c), lse = lse_elems(c);
     int gathered = c->comm == CP_COMM_ALL_GATHER;
     size_t blocks = gathered ? (size_t)c->slice.size : 1;
-    for (int k = 0; k < 2; k++) c->kv[k] = (floatX*)context_take(base, &at, gathered && k ? 0 : blocks * kv * floatx_bytes);
-    c->dkv[0] = (float*)context_take(base, &at, blocks * kv * sizeof(float));
-    for (int k = 1; k < 3; k++) c->dkv[k] = (float*)context_take(base, &at, gathered && k == 2 ? 0 : kv * sizeof(float));
-    c->out_part = (float*)context_take(base, &at, rows * sizeof(float));
-    c->out_acc = (float*)context_take(base, &at, rows * sizeof(float));
-    c->dq = (float*)context_take(base, &at, rows * sizeof(float));
-    c->lse_part = (float*)context_take(base, &at, lse * sizeof(float));
-    c->D = (float*)context_take(base, &at, lse * sizeof(float));
+    for (int k = 0; k < 2; k++) c->kv[k] = (floatX*)region_take(base, &at, gathered && k ? 0 : blocks * kv * floatx_bytes);
+    c->dkv[0] = (float*)region_take(base, &at, blocks * kv * sizeof(float));
+    for (int k = 1; k < 3; k++) c->dkv[k] = (float*)region_take(base, &at, gathered && k == 2 ? 0 : kv * sizeof(float));
+    c->out_part = (float*)region_take(base, &at, rows * sizeof(float));
+    c->out_acc = (float*)region_take(base, &at, rows * sizeof(float));
+    c->dq = (float*)region_take(base, &at, rows * sizeof(float));
+    c->lse_part = (float*)region_take(base, &at, lse * sizeof(float));
+    c->D = (float*)region_take(base, &at, lse * sizeof(float));
     return at;
 }
 

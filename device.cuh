@@ -38,6 +38,15 @@ static inline void omp_set_num_threads(int threads) { (void)threads; }
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
+// Laying out a scratch of regions in one buffer: the next region of `bytes` at *at, 256-byte
+// aligned; a NULL base only counts (the same walk sizes the buffer, then hands out its pointers:
+// context parallelism's and a MoE layer's scratch)
+static inline void* region_take(char* base, size_t* at, size_t bytes) {
+    void* p = base ? base + *at : NULL;
+    *at += CEIL_DIV(bytes, (size_t)256) * 256;
+    return p;
+}
+
 // ----------------------------------------------------------------------------
 // checking helpers: print file:line and the library's own message, then end the job
 

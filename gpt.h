@@ -721,11 +721,7 @@ typedef struct {
     int floatx_bytes;   // the model's build's
 } Arena;
 
-static void* arena_take(Arena* a, size_t bytes) {
-    size_t start = a->used;
-    a->used += CEIL_DIV(bytes, (size_t)256) * 256;   // keep every buffer 256-byte aligned
-    return a->base ? a->base + start : NULL;
-}
+static void* arena_take(Arena* a, size_t bytes) { return region_take(a->base, &a->used, bytes); }   // (256-aligned)
 #define TAKE(arena, type, count) ((type*)arena_take((arena), (size_t)(count) * sizeof(type)))
 static floatX* take_floatX(Arena* a, size_t count) { return (floatX*)arena_take(a, count * a->floatx_bytes); }
 

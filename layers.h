@@ -332,13 +332,12 @@ static void moe_forward(GPT* m, MicroBatchActivations* s, LayerActivations* L, c
         matmul_forward(L->shared_gate, L->ln2, param_of(m, t->shared_gate_w), NULL, N, C, 1);
         moe_shared_gate_forward(L->res3, L->shared_y, L->shared_gate, N, C);
     }
-    if (m->moe_loss_scale > 0.0f && !m->recomputing) {   // training: the step's tokens per expert, on the host
+    if (m->moe_loss_scale > 0.0f && !m->recomputing) {   // training, once: the step's tokens per expert and MoE losses
         long long* tokens = m->moe_tokens + (size_t)(t - m->layer_tensors) * E;
         for (int e = 0; e < E; e++) tokens[e] += offsets[e + 1] - offsets[e];
-    }
-    if (m->moe_loss_scale > 0.0f && !m->recomputing)
         moe_aux_loss(&m->moe_loss_sums[0], &m->moe_loss_sums[1], L->route.probs, L->route.lse, L->route.counts, N, E, k,
                      1.0f, 1.0f, moe_losses_of(m).tokens);
+    }
     residual_dropout_forward(m, L->res3, dropout_of(m, s, l, DROPOUT_MLP_OUTPUT));
 }
 

@@ -44,25 +44,18 @@ typedef struct {
     int* offsets;    // [E + 1] expert e's rows are [offsets[e], offsets[e + 1])
 } MoERouting;
 
-// the next region of `bytes` at *at (NULL base: counting only), 256-byte aligned
-static void* moe_take(char* base, size_t* at, size_t bytes) {
-    void* p = base ? base + *at : NULL;
-    *at += (bytes + 255) / 256 * 256;
-    return p;
-}
-
 // lays one routing out from base (NULL: only counts), returns its bytes
 static size_t moe_routing_layout(MoERouting* r, char* base, int N, int E, int k, int pre_softmax) {
     size_t at = 0, choices = (size_t)N * k;
     r->N = N, r->E = E, r->k = k, r->pre_softmax = pre_softmax;
-    r->probs = (float*)moe_take(base, &at, (size_t)N * E * sizeof(float));
-    r->lse = (float*)moe_take(base, &at, (size_t)N * sizeof(float));
-    r->topk = (int*)moe_take(base, &at, choices * sizeof(int));
-    r->weight = (float*)moe_take(base, &at, choices * sizeof(float));
-    r->counts = (int*)moe_take(base, &at, (size_t)E * sizeof(int));
-    r->order = (int*)moe_take(base, &at, choices * sizeof(int));
-    r->position = (int*)moe_take(base, &at, choices * sizeof(int));
-    r->offsets = (int*)moe_take(base, &at, (size_t)(E + 1) * sizeof(int));
+    r->probs = (float*)region_take(base, &at, (size_t)N * E * sizeof(float));
+    r->lse = (float*)region_take(base, &at, (size_t)N * sizeof(float));
+    r->topk = (int*)region_take(base, &at, choices * sizeof(int));
+    r->weight = (float*)region_take(base, &at, choices * sizeof(float));
+    r->counts = (int*)region_take(base, &at, (size_t)E * sizeof(int));
+    r->order = (int*)region_take(base, &at, choices * sizeof(int));
+    r->position = (int*)region_take(base, &at, choices * sizeof(int));
+    r->offsets = (int*)region_take(base, &at, (size_t)(E + 1) * sizeof(int));
     return at;
 }
 

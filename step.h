@@ -47,18 +47,17 @@ static float step_loss(const Schedule* s, int M) {
 // the mean of that layer's experts, the worst layer's (1: balanced; the first thing a MoE user
 // watches), from each layer's tokens per expert summed over the DP x CP ranks
 static double step_expert_imbalance(GPT* m) {
-    int E = m->cfg.num_experts;
-    double worst = 0.0, *sums = (double*)mallocCheck(E * sizeof(double));
+    size_t E = m->cfg.num_experts, n = (size_t)m->num_local_layers * E;
+    double worst = 0.0, *sums = (double*)mallocCheck((n + 1) * sizeof(double));
+    for (size_t i = 0; i < n; i++) sums[i] = (double)m->moe_tokens[i];
+    all_reduce_host(&grid.dp_cp, sums, (int)n, REDUCE_SUM);   // (every layer's in one)
     for (int i = 0; i < m->num_local_layers; i++) {
-        if (m->layer_tensors[i].router_w < 0) continue;
-        double most = 0.0, total = 0.0;
-        for (int e = 0; e < E; e++) sums[e] = (double)m->moe_tokens[(size_t)i * E + e];
-        all_reduce_host(&grid.dp_cp, sums, E, REDUCE_SUM);
-        for (int e = 0; e < E; e++) most = sums[e] > most ? sums[e] : most, total += sums[e];
-        if (total > 0) worst = fmax(worst, most / (total / E));
+        double most = 0.0, total = 0.0, *layer = sums + (size_t)i * E;
+        for (size_t e = 0; e < E; e++) most = layer[e] > most ? layer[e] : most, total += layer[e];
+        if (m->layer_tensors[i].router_w >= 0 && total > 0) worst = fmax(worst, most / (total / E));
     }
     free(sums);
-    memset(m->moe_tokens, 0, (size_t)m->num_local_layers * E * sizeof(long long));
+    memset(m->moe_tokens, 0, n * sizeof(long long));
     all_reduce_host(&grid.pp, &worst, 1, REDUCE_MAX);
     return worst;
 }
