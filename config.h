@@ -28,6 +28,8 @@ flops_per_step.
     X(INT, tensor_model_parallel_size, "1", 1, "TP: tensor-parallel ranks of one model replica")                      \
     X(INT, pipeline_model_parallel_size, "1", 1, "PP: pipeline stages")                                                \
     X(INT, context_parallel_size, "1", 1, "CP: context-parallel ranks; each holds 2 of every sequence's 2 CP chunks")  \
+    X(INT, expert_model_parallel_size, "1", 1, "EP: the ranks each MoE layer's experts are split over, taken from "       \
+      "the data-parallel (x context-parallel) ranks")                                                                  \
     X(CHOICE, cp_comm_type, "p2p", 0, "p2p | all_gather | a2a (CP's keys and values round a ring, or gathered once; "  \
       "a2a, Ulysses', is refused)")                                                                                    \
     X(CHOICE, pp_partition_method, "uniform", 0, "uniform | type:transformer | type:transformer|embedding")            \
@@ -881,6 +883,17 @@ static int layout_error(const Config* a, char* err, size_t len) {
         return error_line(err, len, "--seq-length %d%s is not divisible by --tensor-model-parallel-size %d: "
                           "--sequence-parallel splits each sequence%s over the tensor-parallel ranks", m->seq_length,
                           CP > 1 ? " / --context-parallel-size" : "", TP, CP > 1 ? "'s context-parallel part" : "");
+    // expert parallelism splits the experts over EP of the DP x CP ranks (Megatron-Core's layout)
+    int EP = a->expert_model_parallel_size;
+    if (EP > 1 && m->num_experts == 0)
+        return error_line(err, len, "--expert-model-parallel-size %d without --num-experts: a dense model has no experts "
+                          "to split", EP);
+    if (EP > 1 && (dp * CP) % EP != 0)
+        return error_line(err, len, "--expert-model-parallel-size %d does not divide data-parallel size %d x "
+                          "--context-parallel-size %d: the expert ranks are taken from those", EP, dp, CP);
+    if (EP > 1 && m->num_experts % EP != 0)
+        return error_line(err, len, "--num-experts %d is not divisible by --expert-model-parallel-size %d: each expert rank "
+                          "holds the same number of experts", m->num_experts, EP);
     int* layers = (int*)mallocCheck(PP * sizeof(int)), most = 0;
     int bad = stage_layer_counts(a, layers, err, len);
     for (int p = 0; p < PP && !bad; p++) most = layers[p] > most ? layers[p] : most;
@@ -927,6 +940,9 @@ static void check_grid(const Config* a) {
     if (a->cp_comm_type == CP_COMM_A2A)
         config_error("--cp-comm-type a2a (Ulysses' all-to-all of heads and sequence) is not built: p2p (a ring) or "
                      "all_gather");
+    if (a->expert_model_parallel_size > 1 && !a->dry_run)
+        config_error("--expert-model-parallel-size %d: expert parallelism is not built yet (every rank holds every "
+                     "expert): 1", a->expert_model_parallel_size);
     if (!a->dry_run) grid_place(TP, CP, PP);
 }
 

@@ -66,9 +66,6 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     ACCEPT("--ds-sequence-parallel-size", VALUE, "1", "no DeepSpeed-Ulysses sequence parallelism")
     REFUSE("--ds-sequence-parallel-size", VALUE, NULL, "DeepSpeed-Ulysses sequence parallelism: Megatron-DeepSpeed "
            "would split each sequence over ranks, all-to-all around the attention")
-    ACCEPT("--expert-model-parallel-size", VALUE, "1", "no expert parallelism: every rank holds every expert")
-    REFUSE("--expert-model-parallel-size", VALUE, NULL, "expert parallelism: Megatron-LM would spread the experts over "
-           "expert-parallel ranks (gridgpt's experts are whole on every rank for now)")
     REFUSE("--expert-tensor-parallel-size", VALUE, NULL, "mixture of experts: Megatron-LM's tensor parallelism inside "
            "each expert")
     REFUSE("--moe-*", LIST, NULL, "mixture of experts: an option of Megatron-LM's MoE that gridgpt does not have (its own: "

@@ -177,10 +177,10 @@ nsenter -t "$(cat $D/node3.pid)" -n tc qdisc del dev eth0 root 2> /dev/null
 # is lost (rank 0's too: its deputy, the lowest rank on another host, writes the summary), the
 # job ends, and the hosts left resume. (A host whose link comes back up is not used again: a
 # launch right after that hangs at times, in Open MPI's start-up.)
-timeout=3
+timeout=3 io_timeout=10
 run="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
      --micro-batch-size 2 --global-batch-size 12 --eval-iters 0 --split 90,10,0 --log-interval 1 --data-cache-path $D/cache
-     --save-interval 10 --watchdog-timeout $timeout --watchdog-io-timeout 10"
+     --save-interval 10 --watchdog-timeout $timeout --watchdog-io-timeout $io_timeout"
 since() { awk -v t0=$1 -v t=$(date +%s.%N) 'BEGIN { printf "%.1f", t - t0 }'; }
 at_most() { awk -v x=$1 -v most=$2 'BEGIN { exit !(x <= most) }'; }
 # link_down NAME HOST HOSTFILE MAP GRID-FLAGS...: 4 ranks until the first save, then HOST's link
@@ -199,16 +199,20 @@ link_down() {
     wait $job
     status=$? ended=$(since $t0)
     summary=$(grep "^error: watchdog summary:" $D/$name.err)
+    # the limit that applies: --watchdog-io-timeout when the link went down during a save
+    limit=$timeout; grep -q -- "--watchdog-io-timeout $io_timeout)" $D/$name.err && limit=$io_timeout
     bash tests/sim_hosts.sh stop $host   # the host is gone: what ran on it ends
 }
-# Named within the timeout: the summary within $timeout s + 6 (its 1 s of grace, a heartbeat,
+# Named within the timeout: the summary within the limit + 6 (--watchdog-timeout, or
+# --watchdog-io-timeout when the link went down during a save: saves come every 10 iterations,
+# a fraction of a second apart here) (its 1 s of grace, a heartbeat,
 # the launcher's forwarding, a loaded machine; it took $timeout + 10 before the heartbeats).
 # rank 2 on node3, one rank a host, PP 2 x DP 2 (rank 2 = TP(0)-PP(1)-DP(0)): rank 0 writes it
 link_down down node3 $D/hostfile node --pipeline-model-parallel-size 2
-if [ $status -ne 0 ] && [ $status -ne 124 ] && at_most $named $((timeout + 6)) && at_most $ended $((timeout + 25)) &&
+if [ $status -ne 0 ] && [ $status -ne 124 ] && at_most $named $((limit + 6)) && at_most $ended $((limit + 25)) &&
    [[ "$summary" =~ "(dead, frozen or cut off): rank 2 on node3 pid "[0-9]+" TP(0)-PP(1)-DP(0)-Rank(2) | hosts none of whose ranks is heard from: node3"$ ]]; then
-    ok "node3's link down mid-run: the watchdog summary names rank 2 and node3 $named s later, the job ends after $ended s (status $status)"
-else bad "a host whose link goes down" "status $status, summary after $named s (at most $((timeout + 6))), end after $ended s: $(head -c 600 <<< "$summary")"; fi
+    ok "node3's link down mid-run: the watchdog summary names rank 2 and node3 $named s later (the timeout that applied: $limit s), the job ends after $ended s (status $status)"
+else bad "a host whose link goes down" "status $status, summary after $named s (at most $((limit + 6))), end after $ended s: $(head -c 600 <<< "$summary")"; fi
 saved=$(cat $D/down.ckpt/latest_checkpointed_iteration.txt)
 hosts_mpirun $D/hosts3 -np 3 --map-by node ./train_cpu $run --train-iters $((saved + 2)) --override-opt-param-scheduler --load $D/down.ckpt --save $D/down.ckpt > $D/resume.out 2> $D/resume.err
 status=$?
@@ -220,7 +224,7 @@ else bad "resuming on the hosts left" "status $status: $(grep -m2 error $D/resum
 # x DP 2: rank 1 on node2 is rank 0's deputy and writes it
 printf 'node1 slots=1\nnode2 slots=2\nnode4 slots=1\n' > $D/hosts1-2-1
 link_down lost0 node1 $D/hosts1-2-1 slot --tensor-model-parallel-size 2
-if [ $status -ne 0 ] && [ $status -ne 124 ] && at_most $named $((timeout + 6)) && at_most $ended $((timeout + 25)) &&
+if [ $status -ne 0 ] && [ $status -ne 124 ] && at_most $named $((limit + 6)) && at_most $ended $((limit + 25)) &&
    [[ "$summary" =~ "(dead, frozen or cut off): rank 0 on node1 pid "[0-9]+" TP(0)-PP(0)-DP(0)-Rank(0) | hosts none of whose ranks is heard from: node1 | written by rank 1 on node2, rank 0's deputy" ]]; then
-    ok "node1's link down (rank 0's host, TP 2 x DP 2): rank 1 on node2 writes the summary naming rank 0 and node1 $named s later, the job ends after $ended s (status $status)"
-else bad "rank 0's host's link down" "status $status, summary after $named s (at most $((timeout + 6))), end after $ended s: $(head -c 600 <<< "$summary")"; fi
+    ok "node1's link down (rank 0's host, TP 2 x DP 2): rank 1 on node2 writes the summary naming rank 0 and node1 $named s later (the timeout that applied: $limit s), the job ends after $ended s (status $status)"
+else bad "rank 0's host's link down" "status $status, summary after $named s (at most $((limit + 6))), end after $ended s: $(head -c 600 <<< "$summary")"; fi

@@ -300,7 +300,6 @@ accepted "--no-check-for-nan-in-loss-and-grad accepted: gridgpt skips a NaN step
     "note: Megatron's --no-check-for-nan-in-loss-and-grad accepted: gridgpt does not stop at a NaN" --no-check-for-nan-in-loss-and-grad
 accepted "--transformer-impl transformer_engine (HEAD's default) accepted: the same layers" \
     "note: Megatron's --transformer-impl transformer_engine accepted: the same layers" --transformer-impl transformer_engine
-accepted "--expert-model-parallel-size 1 accepted" "note: Megatron's --expert-model-parallel-size 1 accepted: no expert parallelism" --expert-model-parallel-size 1
 run none $small --cuda-graph-impl none
 run local $small --cuda-graph-impl local
 if [ "$(cat "$tmp/none.status")" = 0 ] && grep -q "^note: Megatron's --cuda-graph-impl none accepted: no CUDA graphs" "$tmp/none.out" &&
