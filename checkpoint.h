@@ -114,6 +114,8 @@ static GPT canonical_table(const GPTConfig* c) {
     memset(&whole, 0, sizeof(whole));
     whole.cfg = *c;
     whole.tp_size = 1;
+    whole.ep = expert_slice(0, 1, c->num_experts, NULL, 1);   // every expert
+    whole.dense_pad_multiple = 1;
     whole.num_local_layers = c->num_layers;
     whole.is_first_stage = whole.is_last_stage = 1;
     build_tensor_table(&whole);
@@ -260,20 +262,24 @@ static int writes_tensor(const GPT* m, const TensorDesc* t) {
 // with all three sections the Adam moments
 static void shard_io(const GPT* m, const AdamWState* opt, const CanonicalLayout* L, MPI_File f, const char* path,
                      SaveLog* log, int sections) {
-    float* arrays[3] = {opt->master, opt->m, opt->v};
     float* bounce = (float*)mallocCheck(RUN_MAX * sizeof(float));
     int reading = log == NULL;
     for (int k = 0; k < sections; k++) {
         if (reading && k == 0 && sizeof(floatX) == sizeof(float)) continue;   // CPU: the master is the params, loaded
-        RunIO io = {f, path, k * L->section_bytes, arrays[k], opt->shard_start, bounce, log, 0, 0, 0};
-        for (int i = 0; i < m->num_tensors; i++) {
-            const TensorDesc* tensor = &m->tensors[i];
-            if (!reading && !writes_tensor(m, tensor)) continue;
-            size_t lo, hi;
-            shard_part(opt, tensor, &lo, &hi);
-            if (lo < hi) for_each_run(tensor, L->offset[canonical_index(L, tensor->name)], lo, hi, run_io, &io);
+        for (int g = 0; g < opt->num_regions; g++) {
+            const ShardRegion* r = &opt->regions[g];
+            float* arrays[3] = {r->master, r->m, r->v};
+            RunIO io = {f, path, k * L->section_bytes, arrays[k], r->shard_start, bounce, log, 0, 0, 0};
+            for (int i = 0; i < m->num_tensors; i++) {
+                const TensorDesc* tensor = &m->tensors[i];
+                if (!reading && !writes_tensor(m, tensor)) continue;
+                size_t lo, hi;
+                intersect_ranges(tensor->offset, tensor->offset + tensor->numel, r->shard_start,
+                                 r->shard_start + r->shard_size, &lo, &hi);
+                if (lo < hi) for_each_run(tensor, L->offset[canonical_index(L, tensor->name)], lo, hi, run_io, &io);
+            }
+            if (!reading) write_pending(&io);
         }
-        if (!reading) write_pending(&io);
     }
     free(bounce);
 }

@@ -940,9 +940,6 @@ static void check_grid(const Config* a) {
     if (a->cp_comm_type == CP_COMM_A2A)
         config_error("--cp-comm-type a2a (Ulysses' all-to-all of heads and sequence) is not built: p2p (a ring) or "
                      "all_gather");
-    if (a->expert_model_parallel_size > 1 && !a->dry_run)
-        config_error("--expert-model-parallel-size %d: expert parallelism is not built yet (every rank holds every "
-                     "expert): 1", a->expert_model_parallel_size);
     if (!a->dry_run) grid_place(TP, CP, PP);
 }
 

@@ -743,14 +743,15 @@ static double layer_seconds(const StageCost* c, const GPT* m, double x, int tp_s
 }
 
 // one DP bucket's chain reduce, or chain broadcast, per shard it touches: (DP - 1) latencies
-// and its bytes over the DP link each (elem_bytes: fp32 gradients, floatX parameters)
-static double bucket_seconds(const StageCost* c, const GradBucket* b, size_t shard, int dp_size, double elem_bytes,
-                             int* messages) {
+// and its bytes over the DP link each (elem_bytes: fp32 gradients, floatX parameters); a
+// bucket of experts over their expert-data-parallel group's ranks
+static double bucket_seconds(const StageCost* c, const GradBucket* b, double elem_bytes, int* messages) {
     double seconds = 0.0;
-    for (int q = 0; q < dp_size; q++) {
+    int ranks = (int)(b->region->length / b->region->shard_size);
+    for (int q = 0; q < ranks; q++) {
         size_t lo, hi;
-        if (!bucket_part(b, shard, q, &lo, &hi)) continue;
-        seconds += (dp_size - 1.0) * 1e-6 * c->hw->latency_us + (hi - lo) * elem_bytes / c->group_bandwidth[GROUP_DP];
+        if (!bucket_part(b, q, &lo, &hi)) continue;
+        seconds += (ranks - 1.0) * 1e-6 * c->hw->latency_us + (hi - lo) * elem_bytes / c->group_bandwidth[GROUP_DP];
         (*messages)++;
     }
     return seconds;
@@ -765,16 +766,17 @@ static double bucket_seconds(const StageCost* c, const GradBucket* b, size_t sha
 // the total into *total.
 static double overlapped_reduce_seconds(const StageCost* c, const GPT* m, double t_layer, int dp_size,
                                         size_t bucket_size, double* total, int* messages) {
-    GradBucket* buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
-    int count = grad_buckets(m, bucket_size, buckets);
-    size_t shard = m->num_params_padded / dp_size;
+    GradBucket* buckets = (GradBucket*)mallocCheck((m->num_tensors + 2) * sizeof(GradBucket));
+    ShardRegion regions[2];
+    planned_regions(m, dp_size, regions);
+    int count = grad_buckets(m, regions, bucket_size, buckets);
     double busy_until = 0.0, exposed = 0.0;
     double backward_end = m->num_local_layers * t_layer;
     *total = 0.0;
     *messages = 0;
     for (int k = 0; k < count; k++) {
         const GradBucket* b = &buckets[k];
-        double seconds = bucket_seconds(c, b, shard, dp_size, 4.0, messages);
+        double seconds = bucket_seconds(c, b, 4.0, messages);
         *total += seconds;
         if (b->lowest_layer < 0) {   // the embedding's: after the backward and the tied all-reduce
             exposed += seconds;
@@ -798,14 +800,15 @@ static double overlapped_reduce_seconds(const StageCost* c, const GPT* m, double
 // total into *total.
 static double overlapped_gather_seconds(const StageCost* c, const GPT* m, double t_layer, int dp_size,
                                         size_t bucket_size, double x, double* total, int* messages) {
-    GradBucket* buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
-    int count = grad_buckets(m, bucket_size, buckets);
-    size_t shard = m->num_params_padded / dp_size;
+    GradBucket* buckets = (GradBucket*)mallocCheck((m->num_tensors + 2) * sizeof(GradBucket));
+    ShardRegion regions[2];
+    planned_regions(m, dp_size, regions);
+    int count = grad_buckets(m, regions, bucket_size, buckets);
     double* done = (double*)mallocCheck((count + 1) * sizeof(double));   // done[k]: the k-th from the start
     *total = 0.0;
     *messages = 0;
     for (int k = 0; k < count; k++) {
-        *total += bucket_seconds(c, &buckets[count - 1 - k], shard, dp_size, x, messages);
+        *total += bucket_seconds(c, &buckets[count - 1 - k], x, messages);
         done[k] = *total;
     }
     double t = 0.0;

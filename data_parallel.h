@@ -10,7 +10,7 @@ keeps the optimizer's state for its 1/DP shard of the flat buffers alone.
   - ZeRO-1's parameter all-gather beside the next forward (--overlap-param-gather), bucket by
     bucket, each layer's forward waiting for its own;
   - ZeRO-1's sharded AdamW state (Rajbhandari et al. 2020, stage 1): the fp32 master weights
-    and moments of the shard, the shard's part of each tensor (shard_part, shard_ranges), which
+    and moments of the shard, the shard's part of each tensor (shard_ranges), which
     tensors count in the norm, what it allocates (for the planner), and the loss scaler the
     state carries (Megatron's dynamic scaler for fp16).
 
@@ -23,7 +23,8 @@ Interface (what pipeline.h, step.h, train.c, checkpoint.h, plan.h and the tests 
 grad_reducer_init / _free, grad_reducer (a backward arms it), grad_reducer_finish,
 param_gatherer_init / _free, param_gather_launch, param_gather_finish,
 sequence_parallel_grads_all_reduce, AdamWConfig, LossScaler, loss_scaler_update, AdamWState,
-adamw_init / adamw_free, shard_part, adamw_state_bytes, adamw_workspace_bytes. The model
+adamw_init / adamw_free, ShardRegion, zero_shard_sizes, planned_regions, adamw_state_bytes,
+adamw_workspace_bytes. The model
 calls back into the overlapped reduction and gather through the two hooks these inits set in
 the GPT (on_gradients_final, on_parameters_needed); gpt.h knows nothing of this file.
 
@@ -72,32 +73,87 @@ static void intersect_ranges(size_t a, size_t b, size_t c, size_t d, size_t* lo,
     *hi = b < d ? b : d;
 }
 
+// ZeRO-1 shards each region of the flat buffers (gpt.h: the dense parameters, then the experts')
+// over the group that sums its gradients: DP x CP, or for the experts their expert-data-parallel
+// group (the ranks holding the same experts; DP x CP / EP of them)
 typedef struct {
-    size_t start, end;   // [start, end) of the flat gradient buffer
+    Group* group;
+    size_t start, length;             // [start, start + length) of the flat buffers, a multiple of the group's size
+    size_t shard_start, shard_size;   // this rank's shard (flat indices)
+    float* master;       // fp32 master weights of the shard (on the CPU build: the params themselves)
+    float* grad;         // summed gradient of the shard: the gradient buffer's shard, reduced in place
+    float* m;            // first moment, fp32, shard
+    float* v;            // second moment, fp32, shard
+    ShardRange* ranges;  // device table: the shard's part of each tensor, in order (shard_ranges), cut
+    int num_ranges;      // into the pieces the kernels walk (kernels/optimizer.cuh's shard_pieces)
+} ShardRegion;
+
+// the model's regions (1 without experts) and their groups, shards not yet placed
+static int zero_regions(const GPT* m, ShardRegion* out) {
+    memset(out, 0, 2 * sizeof(ShardRegion));
+    out[0].group = &grid.dp_cp;
+    out[0].length = m->expert_params_start;
+    if (m->num_params_padded == m->expert_params_start) return 1;
+    out[1].group = grid.ep_size > 1 ? &grid.expert_dp : &grid.dp_cp;
+    out[1].start = m->expert_params_start;
+    out[1].length = m->num_params_padded - m->expert_params_start;
+    return 2;
+}
+
+// the regions as a plan of dp_cp ranks sees them (the planner's: no grid, no group), each
+// shard as the ranks' of its group
+static void planned_regions(const GPT* m, int dp_cp, ShardRegion* out) {
+    memset(out, 0, 2 * sizeof(ShardRegion));
+    out[0].length = m->expert_params_start;
+    out[0].shard_size = out[0].length / dp_cp;
+    out[1].start = m->expert_params_start;
+    out[1].length = m->num_params_padded - m->expert_params_start;
+    out[1].shard_size = out[1].length / m->ep.data_parallel;
+}
+
+typedef struct {
+    size_t start, end;   // [start, end) of the flat gradient buffer, inside one region
     int lowest_layer;    // final once the backward has finished this layer (-1: the embedding's bucket)
+    const ShardRegion* region;
 } GradBucket;
 
-// [lo, hi): the part of bucket b inside DP rank q's shard of `shard` elements; 0 when empty
-static int bucket_part(const GradBucket* b, size_t shard, int q, size_t* lo, size_t* hi) {
-    intersect_ranges(b->start, b->end, q * shard, (q + 1) * shard, lo, hi);
+// [lo, hi): the part of bucket b inside its group's rank q's shard; 0 when empty
+static int bucket_part(const GradBucket* b, int q, size_t* lo, size_t* hi) {
+    const ShardRegion* r = b->region;
+    intersect_ranges(b->start, b->end, r->start + q * r->shard_size, r->start + (q + 1) * r->shard_size, lo, hi);
     return *lo < *hi;
 }
 
-// Cut [0, padded) into buckets: from the top, whole tensors until a bucket holds at least
-// `bucket_size` elements; the embedding's tensors (layer -1, at the start) in a last bucket of
-// their own; the padding with the top bucket. `out` has room for one per tensor; returns how many.
-static int grad_buckets(const GPT* m, size_t bucket_size, GradBucket* out) {
-    int count = 0;
+// buckets by their lowest layer, highest first (stable: a region's keep their order)
+static void sort_buckets_down(GradBucket* b, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && b[j - 1].lowest_layer < b[j].lowest_layer; j--) {
+            GradBucket swap = b[j];
+            b[j] = b[j - 1];
+            b[j - 1] = swap;
+        }
+}
+
+// Cut each region into buckets: from its top, whole tensors until a bucket holds at least
+// `bucket_size` elements; the embedding's tensors (layer -1, at the start) in a bucket of their
+// own; a region's padding with its top bucket. Then ordered by their lowest layer, highest first
+// (the order the backward finishes them in: the experts' region, after the head in the flat
+// buffers, holds every layer's experts). `out` has room for one per tensor; returns how many.
+static int grad_buckets(const GPT* m, const ShardRegion* regions, size_t bucket_size, GradBucket* out) {
+    int count = 0, region = m->num_params_padded > m->expert_params_start;
     size_t end = m->num_params_padded;
     for (int i = m->num_tensors - 1; i >= 0; i--) {
         const TensorDesc* t = &m->tensors[i];
-        int last_of_bucket = i == 0 || (t->layer >= 0 && m->tensors[i - 1].layer < 0) ||
+        int region_starts = i == 0 || t->offset == regions[region].start;
+        int last_of_bucket = region_starts || (t->layer >= 0 && m->tensors[i - 1].layer < 0) ||
                              (t->layer >= 0 && end - t->offset >= bucket_size);
         if (!last_of_bucket) continue;
-        GradBucket b = {i == 0 ? 0 : t->offset, end, t->layer};
+        GradBucket b = {region_starts ? regions[region].start : t->offset, end, t->layer, &regions[region]};
         out[count++] = b;
         end = b.start;
+        if (region_starts && region > 0) region--;
     }
+    sort_buckets_down(out, count);
     return count;
 }
 
@@ -108,7 +164,6 @@ typedef struct {
     int num_buckets, launched;
     int armed;               // the last micro-batch's backward is running
     float* grads;            // the whole flat buffer, each rank's shard of it reduced in place
-    size_t shard_size;
     StreamEvent grads_written, reduced;
 } GradReducer;
 static GradReducer grad_reducer;   // one per process, as the grid
@@ -116,10 +171,9 @@ static GradReducer grad_reducer;   // one per process, as the grid
 // queue bucket b's reduces on the communication stream, after the kernels that wrote it
 static void reduce_bucket(GradReducer* r, const GradBucket* b) {
     comm_waits_for_compute(&r->grads_written);
-    for (int q = 0; q < grid.dp_cp.size; q++) {   // the part of b in each rank's shard, onto that rank
+    for (int q = 0; q < b->region->group->size; q++) {   // the part of b in each rank's shard, onto that rank
         size_t lo, hi;
-        if (bucket_part(b, r->shard_size, q, &lo, &hi))
-            reduce_to(&grid.dp_cp, r->grads + lo, r->grads + lo, hi - lo, q);
+        if (bucket_part(b, q, &lo, &hi)) reduce_to(b->region->group, r->grads + lo, r->grads + lo, hi - lo, q);
     }
 }
 
@@ -133,16 +187,15 @@ static void gradients_final_down_to(int layer) {
         reduce_bucket(r, &r->buckets[r->launched++]);
 }
 
-static void grad_reducer_init(GPT* m, size_t shard_size, int overlap, size_t bucket_size) {
+static void grad_reducer_init(GPT* m, const ShardRegion* regions, int overlap, size_t bucket_size) {
     GradReducer* r = &grad_reducer;
     memset(r, 0, sizeof(*r));
     r->enabled = overlap && grid.dp_cp.size > 1;
     if (!r->enabled) return;
-    r->buckets = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
-    r->num_buckets = grad_buckets(m, bucket_size, r->buckets);
+    r->buckets = (GradBucket*)mallocCheck((m->num_tensors + 2) * sizeof(GradBucket));
+    r->num_buckets = grad_buckets(m, regions, bucket_size, r->buckets);
     r->model = m;
     r->grads = m->grads;
-    r->shard_size = shard_size;
     stream_event_create(&r->grads_written);
     stream_event_create(&r->reduced);
     m->on_gradients_final = gradients_final_down_to;   // the backward's hook
@@ -184,9 +237,8 @@ typedef struct {
     GradBucket* buckets;     // in the order they are gathered: from the buffer's start
     StreamEvent* gathered;   // [bucket]: marked on the communication stream after its broadcasts
     int num_buckets, waited; // the compute stream has waited for buckets [0, waited)
-    floatX* params;          // the whole flat buffer, of which this rank updated its shard
-    size_t shard_size;
-    StreamEvent updated;     // compute -> communication: AdamW has written the shard
+    floatX* params;          // the whole flat buffer, of which this rank updated its shards
+    StreamEvent updated;     // compute -> communication: AdamW has written the shards
 } ParamGatherer;
 static ParamGatherer param_gatherer;   // one per process, as the grid
 
@@ -201,13 +253,13 @@ static void parameters_needed(int layer) {
     g->waited = k;
 }
 
-static void param_gatherer_init(GPT* m, size_t shard_size, int overlap, size_t bucket_size) {
+static void param_gatherer_init(GPT* m, const ShardRegion* regions, int overlap, size_t bucket_size) {
     ParamGatherer* g = &param_gatherer;
     memset(g, 0, sizeof(*g));
     g->enabled = overlap && grid.dp_cp.size > 1;
     if (!g->enabled) return;
-    GradBucket* from_end = (GradBucket*)mallocCheck((m->num_tensors + 1) * sizeof(GradBucket));
-    g->num_buckets = grad_buckets(m, bucket_size, from_end);
+    GradBucket* from_end = (GradBucket*)mallocCheck((m->num_tensors + 2) * sizeof(GradBucket));
+    g->num_buckets = grad_buckets(m, regions, bucket_size, from_end);
     g->buckets = (GradBucket*)mallocCheck(g->num_buckets * sizeof(GradBucket));
     g->gathered = (StreamEvent*)mallocCheck(g->num_buckets * sizeof(StreamEvent));
     for (int k = 0; k < g->num_buckets; k++) {
@@ -217,7 +269,6 @@ static void param_gatherer_init(GPT* m, size_t shard_size, int overlap, size_t b
     free(from_end);
     g->waited = g->num_buckets;   // nothing in flight
     g->params = m->params;
-    g->shard_size = shard_size;
     stream_event_create(&g->updated);
     m->on_parameters_needed = parameters_needed;   // the forward's hook
 }
@@ -228,9 +279,9 @@ static void param_gather_launch(void) {
     comm_waits_for_compute(&g->updated);
     for (int k = 0; k < g->num_buckets; k++) {
         const GradBucket* b = &g->buckets[k];
-        for (int q = 0; q < grid.dp_cp.size; q++) {   // the part of b in each rank's shard, from that rank
+        for (int q = 0; q < b->region->group->size; q++) {   // the part of b in each rank's shard, from that rank
             size_t lo, hi;
-            if (bucket_part(b, g->shard_size, q, &lo, &hi)) broadcast_from(&grid.dp_cp, g->params + lo, hi - lo, q);
+            if (bucket_part(b, q, &lo, &hi)) broadcast_from(b->region->group, g->params + lo, hi - lo, q);
         }
         comm_mark(&g->gathered[k]);
     }
@@ -305,25 +356,16 @@ static void loss_scaler_update(LossScaler* s, int overflow) {
 }
 
 typedef struct {
-    size_t shard_start, shard_size;  // this rank's part of the padded flat buffer
-    float* master;       // fp32 master weights of the shard (on the CPU build: the params themselves)
-    float* grad;         // summed gradient of the shard: the gradient buffer's shard, reduced in place
-    float* m;            // first moment, fp32, shard
-    float* v;            // second moment, fp32, shard
+    ShardRegion regions[2];   // the dense parameters' shard, the experts' (zero_regions)
+    int num_regions;
     int step;            // updates applied so far
     LossScaler scaler;   // the gradients in model->grads are the loss's times scaler.scale
     double* norm_acc;    // device scalar for the gradient norm
-    ShardRange* ranges;  // device table: the shard's part of each tensor, in order (shard_ranges), cut
-    int num_ranges;      // into the pieces the kernels walk (kernels/optimizer.cuh's shard_pieces)
 } AdamWState;
 
-// [lo, hi): the part of tensor t inside this rank's shard (empty when lo >= hi)
-static void shard_part(const AdamWState* s, const TensorDesc* t, size_t* lo, size_t* hi) {
-    intersect_ranges(t->offset, t->offset + t->numel, s->shard_start, s->shard_start + s->shard_size, lo, hi);
-}
-
 // A parameter is counted once in the norm: a tensor replicated over tensor ranks only on
-// tensor rank 0, and the tied embedding only on the first stage.
+// tensor rank 0, and the tied embedding only on the first stage. (An expert is in one shard of
+// its expert-data-parallel group, and the expert groups' other ranks hold other experts.)
 static int counts_in_norm(const GPT* m, const TensorDesc* t) {
     if (t->split_axis < 0 && m->tp_rank != 0) return 0;
     return !t->tied_copy;
@@ -331,12 +373,12 @@ static int counts_in_norm(const GPT* m, const TensorDesc* t) {
 
 // The shard's part of each tensor, in the flat buffer's order, as ShardRanges into `table`
 // (room for one per tensor); returns how many
-static int shard_ranges(const AdamWState* s, const GPT* model, ShardRange* table) {
+static int shard_ranges(const ShardRegion* s, const GPT* model, ShardRange* table) {
     int count = 0;
     for (int i = 0; i < model->num_tensors; i++) {
         const TensorDesc* t = &model->tensors[i];
         size_t lo, hi;
-        shard_part(s, t, &lo, &hi);
+        intersect_ranges(t->offset, t->offset + t->numel, s->shard_start, s->shard_start + s->shard_size, &lo, &hi);
         if (lo >= hi) continue;
         ShardRange r = {lo - s->shard_start, hi - s->shard_start, t->weight_decay, counts_in_norm(model, t)};
         if (count > 0 && r.start < table[count - 1].end) fail("the tensor table is not in the flat buffer's order");
@@ -345,10 +387,10 @@ static int shard_ranges(const AdamWState* s, const GPT* model, ShardRange* table
     return count;
 }
 
-static void adamw_init(AdamWState* s, const GPT* model) {
-    memset(s, 0, sizeof(*s));
-    s->shard_size = model->num_params_padded / grid.dp_cp.size;   // (DP x CP: Megatron-LM's distributed optimizer)
-    s->shard_start = grid.dp_cp.rank * s->shard_size;
+// one region's shard: its place, its state, its ranges
+static void shard_region_init(ShardRegion* s, const GPT* model) {
+    s->shard_size = s->length / s->group->size;   // (DP x CP: Megatron-LM's distributed optimizer)
+    s->shard_start = s->start + s->group->rank * s->shard_size;
     size_t bytes = s->shard_size * sizeof(float);
     s->m = (float*)dev_malloc(bytes);
     s->v = (float*)dev_malloc(bytes);
@@ -364,7 +406,6 @@ static void adamw_init(AdamWState* s, const GPT* model) {
         host_to_dev(s->master, host, bytes);
         free(host);
     }
-    s->norm_acc = (double*)dev_malloc(sizeof(double));
     ShardRange* table = (ShardRange*)mallocCheck(model->num_tensors * sizeof(ShardRange));
     size_t room = shard_pieces_max(model->build, model->num_tensors, s->shard_size);   // the same on every rank
     ShardRange* pieces = (ShardRange*)mallocCheck(room * sizeof(ShardRange));
@@ -374,28 +415,48 @@ static void adamw_init(AdamWState* s, const GPT* model) {
     host_to_dev(s->ranges, pieces, s->num_ranges * sizeof(ShardRange));
     free(pieces);
     free(table);
+}
+
+static void adamw_init(AdamWState* s, const GPT* model) {
+    memset(s, 0, sizeof(*s));
+    s->num_regions = zero_regions(model, s->regions);
+    for (int i = 0; i < s->num_regions; i++) shard_region_init(&s->regions[i], model);
+    s->norm_acc = (double*)dev_malloc(sizeof(double));
     s->scaler.scale = 1.0f;
 }
 
 static void adamw_free(AdamWState* s) {
-    dev_free(s->m);
-    dev_free(s->v);
-    if (sizeof(floatX) != sizeof(float)) dev_free(s->master);
+    for (int i = 0; i < s->num_regions; i++) {
+        ShardRegion* r = &s->regions[i];
+        dev_free(r->m);
+        dev_free(r->v);
+        if (sizeof(floatX) != sizeof(float)) dev_free(r->master);
+        dev_free(r->ranges);
+    }
     dev_free(s->norm_acc);
-    dev_free(s->ranges);
 }
 
-// the bytes adamw_init allocates as state for a flat buffer of `padded` elements over DP ranks:
-// the shard's two moments and its fp32 master where it is a copy (`master_copy`: floatX is not
+// the shard's elements of each region of a model whose dense parameters are sharded over dp_cp
+// ranks and its experts over expert_dp (the planner's: no grid)
+static void zero_shard_sizes(const GPT* m, int dp_cp, int expert_dp, size_t shard[2]) {
+    shard[0] = m->expert_params_start / dp_cp;
+    shard[1] = (m->num_params_padded - m->expert_params_start) / expert_dp;
+}
+
+// the bytes adamw_init allocates as state for shards of shard[2] elements (zero_shard_sizes):
+// each shard's two moments and its fp32 master where it is a copy (`master_copy`: floatX is not
 // float, the GPU build): 12/DP or 8/DP bytes a parameter. No gradient shard: the gradient
 // buffer's own serves. The norm's scalar is a workspace: adamw_workspace_bytes.
-static size_t adamw_state_bytes(size_t padded, int dp_size, int master_copy) {
-    return padded / dp_size * sizeof(float) * (master_copy ? 3 : 2);
+static size_t adamw_state_bytes(const size_t shard[2], int master_copy) {
+    return (shard[0] + shard[1]) * sizeof(float) * (master_copy ? 3 : 2);
 }
 
-// the rest of what adamw_init allocates on build b for a flat buffer of `padded` elements over
-// DP ranks: norm_acc, the gradient norm's device scalar, and the shard's range table, room for
-// the pieces of one range per tensor (the same size on every rank)
-static size_t adamw_workspace_bytes(BuildTarget b, int num_tensors, size_t padded, int dp_size) {
-    return sizeof(double) + shard_pieces_max(b, num_tensors, padded / dp_size) * sizeof(ShardRange);
+// the rest of what adamw_init allocates on build b: norm_acc, the gradient norm's device scalar,
+// and each shard's range table, room for the pieces of one range per tensor (the same size on
+// every rank); an empty experts' region has none
+static size_t adamw_workspace_bytes(BuildTarget b, int num_tensors, const size_t shard[2]) {
+    size_t bytes = sizeof(double);
+    for (int i = 0; i < 2; i++)
+        if (i == 0 || shard[i] > 0) bytes += shard_pieces_max(b, num_tensors, shard[i]) * sizeof(ShardRange);
+    return bytes;
 }

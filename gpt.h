@@ -308,6 +308,7 @@ typedef struct GPT {
                                        // length, or with context parallelism its seq_length / CP)
     int seq_length;                    // tokens of a whole sequence
     int tp_rank, tp_size;
+    ExpertSlice ep;                    // the experts here (moe.h; expert parallelism: E / EP of them)
     // context parallelism (context_parallel.h): this rank's two chunks of each sequence, the
     // attention across the context-parallel group and its scratch (slice.size 1: none)
     ContextAttention context;
@@ -332,7 +333,12 @@ typedef struct GPT {
     int output;                                      // the head's matrix: wte (tied), or the output layer's
     LayerTensors* layer_tensors;                     // [num_local_layers]
     size_t num_params;                               // elements of this rank's tensors
-    size_t num_params_padded;                        // the flat buffers' length: a multiple of DP (ZeRO shards)
+    size_t num_params_padded;                        // the flat buffers' length (each region padded: ZeRO shards)
+    // The flat buffers hold two regions (data_parallel.h shards each over its own group): the
+    // dense parameters, padded to a multiple of DP x CP, then from expert_params_start the
+    // experts', padded to a multiple of their expert-data-parallel group (none: the two are equal)
+    size_t expert_params_start, flat_length;         // (flat_length: where the next tensor goes)
+    int dense_pad_multiple;                          // DP x CP
     BuildTarget build;                               // the build laid out: this_build(), or in a dry run's
                                                      // plan the other one (floatX of 2 or 4 bytes)
     floatX* params;                                  // what the kernels read
@@ -363,6 +369,11 @@ typedef struct GPT {
     float* moe_dweight;
     double* moe_loss_sums;
     int* moe_host_offsets;
+    // expert parallelism (EP > 1): the rows the experts here receive (expert_rows_max of them), their
+    // inputs, their outputs (the backward: the outputs' gradients) and their inputs' gradients; the
+    // host's copy of a layer's exchange (moe.h's expert_rows_plan: received [EP x local], offsets [local + 1])
+    floatX *expert_xs, *expert_ys, *expert_dxs;
+    int *expert_received, *expert_offsets;
     long long* moe_tokens;   // host [num_local_layers x E]: the tokens routed to each expert in this step
     float moe_loss_scale;
     int recomputing;
@@ -436,7 +447,8 @@ static int add_tensor(GPT* m, int capacity, TensorNames names, int layer, int ro
     t->col_start = split_axis == 1 ? m->tp_rank * (cols / m->tp_size) : 0;
     t->local_cols = split_axis == 1 ? cols / m->tp_size : cols;
     t->numel = (size_t)t->local_rows * t->local_cols;
-    t->offset = m->num_params;
+    t->offset = m->flat_length;
+    m->flat_length += t->numel;
     m->num_params += t->numel;
     return m->num_tensors++;
 }
@@ -526,22 +538,29 @@ static void add_layer(GPT* m, int capacity, int l, LayerTensors* t) {
         return;
     }
     // a mixture of experts (moe.h): Megatron-LM's router and experts (the Hugging Face names are
-    // Qwen2-MoE's, hf.h renames them for Mixtral), each expert an MLP of --moe-ffn-hidden-size
+    // Qwen2-MoE's, hf.h renames them for Mixtral), each expert an MLP of --moe-ffn-hidden-size, in
+    // the flat buffers' expert region (add_layer_experts)
     int E = c->num_experts;
     t->router_w = add_tensor(m, capacity, layer_part(l, "mlp.router.weight", "", "mlp.gate.weight"), l, E, C, -1,
                              INIT_NORMAL, std, 1);
-    t->experts = (MlpTensors*)mallocCheck(E * sizeof(MlpTensors));
-    for (int e = 0; e < E; e++) {
-        char ours[64], hf[64];
-        snprintf(ours, sizeof ours, "mlp.experts.%d", e);
-        snprintf(hf, sizeof hf, "mlp.experts.%d", e);
-        t->experts[e] = add_mlp(m, capacity, l, ours, "", "", hf, c->moe_ffn_hidden_size, std, out_std);
-    }
     if (c->moe_shared_expert_intermediate_size > 0) {
         t->shared = add_mlp(m, capacity, l, "mlp.shared_expert", "", "", "mlp.shared_expert",
                             c->moe_shared_expert_intermediate_size, std, out_std);
         t->shared_gate_w = add_tensor(m, capacity, layer_part(l, "mlp.shared_expert_gate.weight", "",
                                                                "mlp.shared_expert_gate.weight"), l, 1, C, -1, INIT_NORMAL, std, 1);
+    }
+}
+
+// The experts of MoE layer l held here (ep.local of them, from expert ep.first on: their names
+// and initial values are the one-process model's experts')
+static void add_layer_experts(GPT* m, int capacity, int l, LayerTensors* t) {
+    const GPTConfig* c = &m->cfg;
+    float std = c->init_method_std, out_std = c->init_method_std / sqrtf(2.0f * c->num_layers);
+    t->experts = (MlpTensors*)mallocCheck(m->ep.local * sizeof(MlpTensors));
+    for (int e = 0; e < m->ep.local; e++) {
+        char name[64];
+        snprintf(name, sizeof name, "mlp.experts.%d", m->ep.first + e);
+        t->experts[e] = add_mlp(m, capacity, l, name, "", "", name, c->moe_ffn_hidden_size, std, out_std);
     }
 }
 
@@ -597,6 +616,13 @@ static void build_tensor_table(GPT* m) {
         m->tensors[m->output].valid_rows = c->vocab_size;
     }
     if (m->is_last_stage && tied) m->output = m->wte;
+    // the experts last, a region of their own: summed over their expert-data-parallel group, not DP x CP
+    m->flat_length = CEIL_DIV(m->flat_length, (size_t)m->dense_pad_multiple) * m->dense_pad_multiple;
+    m->expert_params_start = m->flat_length;
+    for (int i = 0; i < m->num_local_layers; i++)
+        if (is_moe_layer(c, global_layer(m, i))) add_layer_experts(m, capacity, global_layer(m, i), &m->layer_tensors[i]);
+    size_t experts = m->flat_length - m->expert_params_start, pad = m->ep.data_parallel;
+    m->num_params_padded = m->expert_params_start + CEIL_DIV(experts, pad) * pad;
 }
 
 // ----------------------------------------------------------------------------
@@ -764,9 +790,17 @@ static void layout_moe_layer(GPT* m, Arena* a, LayerActivations* L) {
     L->shared_gate = take_floatX(a, N);
 }
 
+// The rows the experts here run in one MoE layer, at most: this rank's N k choices, or with
+// expert parallelism (dropless) every rank of the group's choices of these experts, N min(k,
+// local) from each (a token goes to k different experts)
+static size_t expert_rows_max(const GPT* m) {
+    size_t N = (size_t)m->B * m->T, k = m->cfg.moe_router_topk;
+    return m->ep.size <= 1 ? N * k : m->ep.size * N * (k < (size_t)m->ep.local ? k : (size_t)m->ep.local);
+}
+
 // the rows and width of a layer's fc1 output: the dense MLP's N rows of fc_local, or a MoE
-// layer's N k expert rows of its experts' width (x 2 with SwiGLU)
-static size_t mlp_rows(const GPT* m, int moe) { return (size_t)m->B * m->T * (moe ? m->cfg.moe_router_topk : 1); }
+// layer's expert rows of its experts' width (x 2 with SwiGLU)
+static size_t mlp_rows(const GPT* m, int moe) { return moe ? expert_rows_max(m) : (size_t)m->B * m->T; }
 static size_t mlp_width(const GPT* m, int moe) { return moe ? (size_t)m->cfg.moe_ffn_hidden_size : (size_t)m->ffn_local; }
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -846,7 +880,7 @@ static void layout_slot(GPT* m, Arena* a, MicroBatchActivations* s) {
 static size_t column_partials_floats(const GPT* m) {
     int N = m->B * m->T, R = m->residual_rows, C = m->cfg.hidden_size;
     const GPTConfig* c = &m->cfg;
-    int Nk = N * (c->num_experts > 0 ? c->moe_router_topk : 1), glu = c->swiglu ? 2 : 1;   // (MoE: TP 1, no SP)
+    int Nk = c->num_experts > 0 ? (int)expert_rows_max(m) : N, glu = c->swiglu ? 2 : 1;   // (MoE: TP 1, no SP)
     int rows[6] = {R, N, N, Nk, Nk, N};
     int widths[6] = {C, m->qkv_local, m->fc_local, glu * c->moe_ffn_hidden_size, C, glu * c->moe_shared_expert_intermediate_size};
     size_t floats = layernorm_grad_partials(m->build, R, C);
@@ -862,7 +896,12 @@ static size_t column_partials_floats(const GPT* m) {
 static void layout_moe_scratch(GPT* m, Arena* a) {
     const GPTConfig* c = &m->cfg;
     size_t N = (size_t)m->B * m->T, Nk = N * c->moe_router_topk, C = c->hidden_size, glu = c->swiglu ? 2 : 1;
-    size_t act = max_size(Nk * c->moe_ffn_hidden_size, N * c->moe_shared_expert_intermediate_size);
+    size_t rows = expert_rows_max(m), act = max_size(rows * c->moe_ffn_hidden_size, N * c->moe_shared_expert_intermediate_size);
+    if (m->ep.size > 1) {
+        m->expert_xs = take_floatX(a, rows * C);
+        m->expert_ys = take_floatX(a, rows * C);
+        m->expert_dxs = take_floatX(a, rows * C);
+    }
     m->moe_xs = take_floatX(a, Nk * C);
     m->moe_dys = take_floatX(a, Nk * C);
     m->moe_dxs = take_floatX(a, Nk * C);
@@ -957,10 +996,12 @@ static void plan_slots(GPT* m, const int* chunk_slots) {
 }
 
 static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size, ContextSlice cp,
-                           CpCommType cp_comm, PipelineStage stage, const int* chunk_slots, int pad_multiple,
-                           BuildTarget build) {
+                           CpCommType cp_comm, ExpertSlice ep, PipelineStage stage, const int* chunk_slots,
+                           int pad_multiple, BuildTarget build) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
+    m->ep = ep;
+    m->dense_pad_multiple = pad_multiple;
     m->build = build;
     m->B = B;
     m->seq_length = T;
@@ -1003,7 +1044,6 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
     ca->HS = m->head_size;
 
     build_tensor_table(m);
-    m->num_params_padded = CEIL_DIV(m->num_params, (size_t)pad_multiple) * pad_multiple;
     m->longest_chunk = longest_recomputed_chunk(m);
     m->recompute_layers = (LayerActivations*)callocCheck(m->longest_chunk, sizeof(LayerActivations));
     plan_slots(m, chunk_slots);
@@ -1028,6 +1068,8 @@ static void gpt_allocate(GPT* m) {
     if (m->moe_loss_sums) dev_zero(m->moe_loss_sums, 2 * sizeof(double));
     m->host_losses = (float*)mallocCheck((size_t)m->B * m->T * sizeof(float));
     m->moe_host_offsets = (int*)mallocCheck((size_t)(m->cfg.num_experts + 1) * sizeof(int));
+    m->expert_received = (int*)mallocCheck((size_t)(m->cfg.num_experts + 1) * sizeof(int));   // (EP x E / EP)
+    m->expert_offsets = (int*)mallocCheck((size_t)(m->ep.local + 1) * sizeof(int));
     m->moe_tokens = (long long*)callocCheck((size_t)m->num_local_layers * m->cfg.num_experts + 1, sizeof(long long));
 }
 
@@ -1035,7 +1077,8 @@ static void gpt_allocate(GPT* m) {
 static inline void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size,
                              int pp_rank, int pp_size, int num_slots, int pad_multiple) {
     gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, context_slice(0, 1, T), CP_COMM_P2P,
-                   even_stage(cfg->num_layers, pp_rank, pp_size), &num_slots, pad_multiple, this_build());
+                   expert_slice(0, 1, cfg->num_experts, NULL, pad_multiple), even_stage(cfg->num_layers, pp_rank, pp_size),
+                   &num_slots, pad_multiple, this_build());
     gpt_allocate(m);
 }
 
@@ -1058,5 +1101,7 @@ static void gpt_free(GPT* m) {
     gpt_free_plan(m);
     free(m->host_losses);
     free(m->moe_host_offsets);
+    free(m->expert_received);
+    free(m->expert_offsets);
     free(m->moe_tokens);
 }

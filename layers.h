@@ -308,6 +308,29 @@ static MoELosses moe_losses_of(const GPT* m) {
     return l;
 }
 
+// The experts' rows of a MoE layer from this rank's routing (moe.h; offsets on the host): at EP
+// 1 the rows sorted by expert themselves; with expert parallelism `mine` go out to the experts'
+// ranks and the group's rows for the experts here come in at `theirs`, the counts exchanged first
+// where `plan` (else the last plan's: the same routing's rows again). Returns the experts' rows'
+// buffer; m->expert_offsets then holds each expert's rows in it.
+static floatX* experts_rows_in(GPT* m, floatX* mine, floatX* theirs, int plan) {
+    const int* offsets = m->moe_host_offsets;
+    if (m->ep.size <= 1) {
+        memcpy(m->expert_offsets, offsets, (m->ep.local + 1) * sizeof(int));
+        return mine;
+    }
+    if (plan) expert_rows_plan(&m->ep, offsets, m->expert_received, m->expert_offsets);
+    expert_rows_exchange(&m->ep, theirs, mine, offsets, m->expert_received, m->expert_offsets, m->cfg.hidden_size, 1);
+    return theirs;
+}
+
+// and the experts' rows back to the ranks whose tokens they are (nothing to do at EP 1)
+static void experts_rows_out(GPT* m, floatX* mine, floatX* theirs) {
+    if (m->ep.size <= 1) return;
+    expert_rows_exchange(&m->ep, theirs, mine, m->moe_host_offsets, m->expert_received, m->expert_offsets,
+                         m->cfg.hidden_size, 0);
+}
+
 // A MoE layer's forward in place of the MLP (moe.h): res3 = the experts' outputs combined by the
 // router's weights, plus the shared expert's gated output; the hidden dropout after it, as the
 // dense MLP's. In training the layer's load-balancing and z losses add to the step's sums (raw,
@@ -320,12 +343,16 @@ static void moe_forward(GPT* m, MicroBatchActivations* s, LayerActivations* L, c
     L->route.N = N;   // (decoding runs fewer rows than the arena's)
     moe_dispatch(&L->route, m->moe_xs, L->ln2, L->router_logits, C, offsets);
     if (splits_sequence(m)) all_reduce_counts(m->context.group, L->route.counts, E);   // the sequences' (moe_losses_of)
-    for (int e = 0; e < E; e++) {   // each expert on its rows (none: nothing to do)
-        size_t r = offsets[e];
-        if (offsets[e + 1] > offsets[e])
-            mlp_rows_forward(m, &t->experts[e], offsets[e + 1] - offsets[e], m->moe_xs + r * C, L->fch + r * glu * F,
-                             L->fch_act + r * F, L->moe_ys + r * C);
+    floatX* xs = experts_rows_in(m, m->moe_xs, m->expert_xs, 1);
+    floatX* ys = m->ep.size > 1 ? m->expert_ys : L->moe_ys;
+    const int* rows = m->expert_offsets;
+    for (int e = 0; e < m->ep.local; e++) {   // each expert here on its rows (none: nothing to do)
+        size_t r = rows[e];
+        if (rows[e + 1] > rows[e])
+            mlp_rows_forward(m, &t->experts[e], rows[e + 1] - rows[e], xs + r * C, L->fch + r * glu * F, L->fch_act + r * F,
+                             ys + r * C);
     }
+    experts_rows_out(m, L->moe_ys, ys);
     moe_combine(L->res3, L->moe_ys, L->route.weight, L->route.position, N, k, C);
     if (t->shared_gate_w >= 0) {   // + sigmoid(x w_gate) shared_mlp(x)
         mlp_rows_forward(m, &t->shared, N, L->ln2, L->shared_fch, L->shared_fch_act, L->shared_y);
@@ -587,18 +614,24 @@ static floatX* mlp_activation_backward(GPT* m, const LayerActivations* L, const 
 static floatX* moe_backward(GPT* m, MicroBatchActivations* s, LayerActivations* L, const LayerTensors* t, int l) {
     const GPTConfig* c = &m->cfg;
     int N = m->B * m->T, C = c->hidden_size, E = c->num_experts, F = c->moe_ffn_hidden_size, glu = c->swiglu ? 2 : 1;
-    int* offsets = m->moe_host_offsets;
     floatX *dx = m->dbuf_a, *dout = m->dres;
     Dropout d = dropout_of(m, s, l, DROPOUT_MLP_OUTPUT);
     if (d.threshold) apply_hidden_dropout(m, dout = m->dbuf_b, m->dres, d);
-    moe_dispatch_again(&L->route, m->moe_xs, L->ln2, C, offsets);
+    // the experts' inputs again (with expert parallelism, received again: memory kept for one
+    // more all-to-all), and their outputs' gradients sent the same way
+    moe_dispatch_again(&L->route, m->moe_xs, L->ln2, C, m->moe_host_offsets);
+    floatX* xs = experts_rows_in(m, m->moe_xs, m->expert_xs, 1);
     moe_combine_backward_rows(&L->route, m->moe_dys, m->moe_dweight, dout, L->moe_ys, C);
-    for (int e = 0; e < E; e++) {
-        size_t r = offsets[e];
-        if (offsets[e + 1] > offsets[e])
-            mlp_rows_backward(m, &t->experts[e], offsets[e + 1] - offsets[e], m->moe_dxs + r * C, m->moe_dys + r * C,
-                              m->moe_xs + r * C, L->fch + r * glu * F, L->fch_act + r * F, m->moe_dfch, m->moe_dfch_act);
+    floatX* dys = experts_rows_in(m, m->moe_dys, m->expert_ys, 0);
+    floatX* dxs = m->ep.size > 1 ? m->expert_dxs : m->moe_dxs;
+    const int* rows = m->expert_offsets;
+    for (int e = 0; e < m->ep.local; e++) {
+        size_t r = rows[e];
+        if (rows[e + 1] > rows[e])
+            mlp_rows_backward(m, &t->experts[e], rows[e + 1] - rows[e], dxs + r * C, dys + r * C, xs + r * C,
+                              L->fch + r * glu * F, L->fch_act + r * F, m->moe_dfch, m->moe_dfch_act);
     }
+    experts_rows_out(m, m->moe_dxs, dxs);
     moe_dispatch_backward(&L->route, dx, m->moe_dlogits, m->moe_dxs, m->moe_dweight, moe_losses_of(m), C);
     // the router's product: its weight's gradient, and its input's added to dx
     matmul_backward(m->moe_dx, grad_of(m, t->router_w), NULL, m->column_partials, m->moe_dlogits, L->ln2,

@@ -24,8 +24,16 @@ The load-balancing loss (Switch Transformer's, as Megatron-Core's switch_load_ba
 aux = coeff x E / (N^2 k) x sum_e (sum_t p_te) (tokens routed to e), each layer's added to the
 loss; the z-loss (ST-MoE): coeff x mean_t logsumexp_t^2. Both are logged beside the LM loss.
 
-Expert parallelism (the experts split over ranks, tokens sent to them by an all-to-all) belongs
-here too, in the dispatch and the combine; it is not built yet: every rank holds every expert.
+Expert parallelism (--expert-model-parallel-size EP; GShard, Lepikhin et al. 2020; Megatron-Core's
+alltoall dispatcher): the E experts are split over the EP ranks of an expert group (parallel.h's
+grid.ep, taken from the DP x CP ranks), E / EP on each. Each rank routes its own tokens as above;
+its rows sorted by expert are then in blocks, one per rank of the group (that rank's experts').
+The row counts go first (an all-to-all of E / EP ints to each rank), then the rows: each block of
+an expert's rows goes straight to its place among that expert's rows on its owner (expert-major,
+the rows from rank 0 first), so each expert here runs one product over the rows of every rank of
+the group; its outputs go back the same way, and the combine is this rank's own again. The
+backward sends the outputs' gradients the same way and brings the inputs' back. At EP 1 nothing
+moves: the rows sorted by expert are the experts' rows.
 
 Included between context_parallel.h and fields.h (it needs the kernels and nothing of the model's).
 */
@@ -101,4 +109,63 @@ static void moe_dispatch_backward(const MoERouting* r, floatX* dx, floatX* dlogi
     moe_gather_rows_backward(dx, dxs, r->position, r->N, r->k, C, 0);
     moe_router_backward(dlogits, dweight, r->probs, r->lse, r->topk, r->weight, r->counts, r->N, r->E, r->k,
                         r->pre_softmax, losses.aux_coeff * losses.scale, losses.z_coeff * losses.scale, losses.tokens);
+}
+
+// ----------------------------------------------------------------------------
+// expert parallelism: which experts are here, and the rows between the ranks of an expert group
+
+typedef struct {
+    int rank, size;     // in the expert-parallel group (size 1: every expert is here)
+    int local, first;   // the experts here: [first, first + local), E / EP of them
+    Group* group;       // the expert-parallel group (NULL at size 1)
+    int data_parallel;  // the ranks holding the same experts: DP x CP / EP (their gradients' sum, ZeRO's shards)
+} ExpertSlice;
+
+static ExpertSlice expert_slice(int rank, int size, int num_experts, Group* group, int data_parallel) {
+    ExpertSlice x = {rank, size, num_experts / size, rank * (num_experts / size), size > 1 ? group : NULL, data_parallel};
+    return x;
+}
+
+// The rows the experts here receive from the group's ranks, from this rank's routing (offsets
+// [E + 1]: expert e's rows [offsets[e], offsets[e + 1]), the experts in rank order): received[q
+// x local + e] rows of local expert e come from rank q; expert e's rows are [expert_offsets[e],
+// expert_offsets[e + 1]) of the experts' buffer, rank 0's first. Returns their total.
+static int expert_rows_plan(const ExpertSlice* x, const int* offsets, int* received, int* expert_offsets) {
+    int P = x->size, n = x->local;
+    int* sending = (int*)mallocCheck((size_t)P * n * sizeof(int));
+    for (int j = 0; j < P * n; j++) sending[j] = offsets[j + 1] - offsets[j];
+    all_to_all_host(x->group, sending, received, n);
+    free(sending);
+    expert_offsets[0] = 0;
+    for (int e = 0; e < n; e++) {
+        int rows = 0;
+        for (int q = 0; q < P; q++) rows += received[q * n + e];
+        expert_offsets[e + 1] = expert_offsets[e] + rows;
+    }
+    return expert_offsets[n];
+}
+
+// The rows between this rank's routing order (`mine` [N k, C], sorted by expert) and the experts'
+// (`experts`, expert-major as expert_rows_plan lays them out): to_experts, each block of this
+// rank's rows for rank p's experts to its place on p; else the experts' rows back to the ranks
+// whose tokens they are. The blocks go in (rank, expert) order at both ends (parallel.h's
+// exchange_blocks matches them in that order).
+static void expert_rows_exchange(const ExpertSlice* x, floatX* experts, floatX* mine, const int* offsets,
+                                 const int* received, const int* expert_offsets, int C, int to_experts) {
+    int P = x->size, n = x->local;
+    Block* ours = (Block*)mallocCheck((size_t)P * n * sizeof(Block));
+    Block* theirs = (Block*)mallocCheck((size_t)P * n * sizeof(Block));
+    for (int j = 0; j < P * n; j++) {
+        Block b = {j / n, mine + (size_t)offsets[j] * C, (size_t)(offsets[j + 1] - offsets[j]) * C};
+        ours[j] = b;
+    }
+    for (int e = 0; e < n; e++)
+        for (int q = 0, at = expert_offsets[e]; q < P; at += received[q * n + e], q++) {
+            Block b = {q, experts + (size_t)at * C, (size_t)received[q * n + e] * C};
+            theirs[q * n + e] = b;
+        }
+    if (to_experts) exchange_blocks(x->group, ours, P * n, theirs, P * n);
+    else exchange_blocks(x->group, theirs, P * n, ours, P * n);
+    free(ours);
+    free(theirs);
 }

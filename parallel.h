@@ -57,6 +57,11 @@ typedef struct {
     Group tp, cp, dp, pp;                     // same (cp, dp, pp) / (tp, dp, pp) / (tp, cp, pp) / (tp, cp, dp)
     Group dp_cp;                              // same (tp, pp): the ranks one weight's gradient is summed over (DP x CP,
                                               // Megatron-LM's data-parallel group with context parallelism)
+    int ep_size, ep_rank;                     // expert parallelism: the experts split over EP of the DP x CP ranks
+    Group ep;                                 // same (tp, pp, expert_dp): the ranks whose experts a layer's tokens
+                                              // go to (MPI_COMM_NULL at EP 1)
+    Group expert_dp;                          // same (tp, pp, ep): the ranks holding the same experts, whose
+                                              // gradients are summed (MPI_COMM_NULL at EP 1: DP x CP's)
     Group model_parallel;                     // all ranks with the same (cp, dp)
     Group embedding;                          // first and last stage of a pipeline (PP > 1)
     int thread_level;                         // MPI's, from MPI_Init_thread
@@ -304,16 +309,17 @@ static void grid_place(int tp_size, int cp_size, int pp_size) {
 }
 
 // every group of the grid, for what walks them all (shutdown, the watchdog's abort, the cluster check)
-enum { GRID_GROUPS = 8 };
+enum { GRID_GROUPS = 10 };
 static void grid_groups(Group** out) {
     Group* all[GRID_GROUPS] = {&grid.world, &grid.tp, &grid.cp, &grid.dp, &grid.dp_cp, &grid.pp, &grid.model_parallel,
-                               &grid.embedding};
+                               &grid.embedding, &grid.ep, &grid.expert_dp};
     memcpy(out, all, sizeof(all));
 }
 
 // The coordinates and one communicator per group. On the GPU build this rank's GPU must be
 // chosen first (kernels_init): NCCL binds a communicator to the current device.
-static void grid_build(int tp_size, int cp_size, int pp_size) {
+static void grid_build_experts(int ep_size);
+static void grid_build(int tp_size, int cp_size, int pp_size, int ep_size) {
     grid_place(tp_size, cp_size, pp_size);
     int r = grid.world_rank, TP = tp_size, CP = cp_size, DP = grid.dp_size, PP = pp_size;
     int tp = grid.tp_rank, cp = grid.cp_rank, dp = grid.dp_rank, pp = grid.pp_rank;
@@ -326,7 +332,25 @@ static void grid_build(int tp_size, int cp_size, int pp_size) {
     group_make(&grid.model_parallel, "model-parallel", cp + CP * dp, tp + TP * pp);
     int embedding_stage = PP > 1 && (pp == 0 || pp == PP - 1);
     group_make(&grid.embedding, "embedding", embedding_stage ? tp + TP * (cp + CP * dp) : MPI_UNDEFINED, pp);
+    grid_build_experts(ep_size);
     grid.ready = 1;
+}
+
+// Expert parallelism (Megatron-Core's layout): the DP x CP ranks of one (tp, pp) slot, in their
+// order (cp fastest), are cut into expert groups of EP consecutive ranks; a group's ranks hold
+// the experts between them, E / EP each, and the ranks at the same place in every group hold the
+// same experts (their expert-data-parallel group: DP x CP / EP ranks, over which those experts'
+// gradients are summed). At EP 1 neither group is made: every rank holds every expert.
+static void grid_build_experts(int ep_size) {
+    int TP = grid.tp_size, slot = grid.tp_rank + TP * grid.pp_rank, at = grid.cp_rank + grid.cp_size * grid.dp_rank;
+    grid.ep_size = ep_size;
+    grid.ep_rank = at % ep_size;
+    grid.ep.mpi = grid.expert_dp.mpi = MPI_COMM_NULL;
+    grid.ep.size = 1;
+    if (ep_size <= 1) return;
+    int groups = grid.cp_size * grid.dp_size / ep_size;
+    group_make(&grid.ep, "expert-parallel", slot * groups + at / ep_size, grid.ep_rank);
+    group_make(&grid.expert_dp, "expert-data-parallel", slot * ep_size + grid.ep_rank, at / ep_size);
 }
 
 static void grid_finish(void) {
@@ -567,6 +591,51 @@ static void all_reduce_counts(Group* g, int* counts, size_t n) {
 #else
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, counts, (int)n, MPI_INT, MPI_SUM, g->mpi));
 #endif
+    wait_end();
+}
+
+// One rank's part of an all-to-all in blocks (expert parallelism's rows): each block n floatX to
+// or from a peer of the group. Blocks between two ranks are matched in the order both post them
+// (MPI's messages between two ranks do not overtake each other; NCCL's sends and receives of a
+// group call pair up in order), so a block lands at its place with no permutation afterwards.
+// Empty blocks are not posted: both ends know every block's size beforehand.
+typedef struct {
+    int peer;
+    floatX* buf;
+    size_t n;
+} Block;
+
+static void exchange_blocks(Group* g, const Block* sends, int num_sends, const Block* recvs, int num_recvs) {
+    size_t out = 0, in = 0;
+    for (int i = 0; i < num_sends; i++) out += sends[i].peer == g->rank ? 0 : sends[i].n;
+    for (int i = 0; i < num_recvs; i++) in += recvs[i].n;
+    g->bytes_sent += (double)out * sizeof(floatX);
+    wait_begin_on("all-to-all", g, -1, (out + in) * sizeof(floatX), ON_COMPUTE_STREAM);
+#ifdef __CUDACC__
+    ncclCheck(ncclGroupStart());
+    for (int i = 0; i < num_recvs; i++)
+        if (recvs[i].n) ncclCheck(ncclRecv(recvs[i].buf, recvs[i].n, NCCL_FLOATX, recvs[i].peer, g->nccl, 0));
+    for (int i = 0; i < num_sends; i++)
+        if (sends[i].n) ncclCheck(ncclSend(sends[i].buf, sends[i].n, NCCL_FLOATX, sends[i].peer, g->nccl, 0));
+    ncclCheck(ncclGroupEnd());
+#else
+    MPI_Request* req = (MPI_Request*)mallocCheck((size_t)(num_sends + num_recvs + 1) * sizeof(MPI_Request));
+    int posted = 0;
+    for (int i = 0; i < num_recvs; i++)
+        if (recvs[i].n) mpiCheck(MPI_Irecv(recvs[i].buf, (int)recvs[i].n, MPI_FLOAT, recvs[i].peer, 0, g->mpi, &req[posted++]));
+    for (int i = 0; i < num_sends; i++)
+        if (sends[i].n) mpiCheck(MPI_Isend(sends[i].buf, (int)sends[i].n, MPI_FLOAT, sends[i].peer, 0, g->mpi, &req[posted++]));
+    mpiCheck(MPI_Waitall(posted, req, MPI_STATUSES_IGNORE));
+    free(req);
+#endif
+    wait_end();
+}
+
+// each rank's `each` host ints to every rank of the group (send[r * each ..] to rank r), over
+// MPI in both builds (expert parallelism's row counts, known on the host beforehand)
+static void all_to_all_host(Group* g, const int* send, int* recv, int each) {
+    wait_begin("all-to-all (host values)", g, -1);
+    mpiCheck(MPI_Alltoall(send, each, MPI_INT, recv, each, MPI_INT, g->mpi));
     wait_end();
 }
 

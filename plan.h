@@ -70,10 +70,12 @@ static size_t grad_bucket_size(const Config* a, int dp_size) {
 // kernels_init hand out on the build the model was laid out for (m->build)
 static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) {
     int master_copy = m->build.floatx_bytes != (int)sizeof(float);   // adamw_init's rule
-    size_t workspaces = m->workspace_bytes + adamw_workspace_bytes(m->build, m->num_tensors, m->num_params_padded, dp_size) +
+    size_t shard[2];   // (the experts' over their expert-data-parallel group)
+    zero_shard_sizes(m, dp_size, m->ep.data_parallel, shard);
+    size_t workspaces = m->workspace_bytes + adamw_workspace_bytes(m->build, m->num_tensors, shard) +
                         (m->build.gpu ? GPU_KERNELS_WORKSPACE_BYTES : 0);
     StageMemory s = {stage, m->num_params, m->num_params_padded * m->build.floatx_bytes,
-                     m->num_params_padded * sizeof(float), adamw_state_bytes(m->num_params_padded, dp_size, master_copy),
+                     m->num_params_padded * sizeof(float), adamw_state_bytes(shard, master_copy),
                      m->arena_bytes - m->workspace_bytes, workspaces, 0, m->num_slots, m->longest_chunk, m->slot_bytes,
                      m->recompute_bytes};
     s.total = s.params + s.grads + s.optimizer + s.activations + s.workspaces;
@@ -312,9 +314,10 @@ static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp
     PipelineStage stage = pipeline_stage(a, p);
     int* slots = (int*)mallocCheck(stage.chunks * sizeof(int));   // what the schedule needs, as the trainer's
     stage_slots(a, p, slots);
+    int dp_cp = dp_size * a->context_parallel_size, EP = a->expert_model_parallel_size;
     gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size,
-                   context_slice(0, a->context_parallel_size, a->model.seq_length), (CpCommType)a->cp_comm_type, stage, slots,
-                   dp_size * a->context_parallel_size, build);
+                   context_slice(0, a->context_parallel_size, a->model.seq_length), (CpCommType)a->cp_comm_type,
+                   expert_slice(0, EP, a->model.num_experts, NULL, dp_cp / EP), stage, slots, dp_cp, build);
     free(slots);
 }
 

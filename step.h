@@ -85,7 +85,10 @@ static void step_moe_losses(const GPT* m, int M, double out[2]) {
 
 static float global_grad_norm(AdamWState* s) {
     dev_zero(s->norm_acc, sizeof(double));
-    sum_squares_ranges(s->norm_acc, s->grad, s->shard_size, s->ranges, s->num_ranges);
+    for (int i = 0; i < s->num_regions; i++) {
+        const ShardRegion* r = &s->regions[i];
+        sum_squares_ranges(s->norm_acc, r->grad, r->shard_size, r->ranges, r->num_ranges);
+    }
     double sq = 0.0;
     dev_to_host(&sq, s->norm_acc, sizeof(double));
     all_reduce_host(&grid.world, &sq, 1, REDUCE_SUM);
@@ -106,7 +109,10 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
     param_gather_finish();   // (the forward waited for every bucket; a stage without layers did not)
     if (!grad_reducer.enabled) sequence_parallel_grads_all_reduce(model, -1, INT_MAX);   // (else in the buckets' turn)
     if (grad_reducer.enabled) grad_reducer_finish();   // reduced while the backward ran
-    else if (grid.dp_cp.size > 1) reduce_scatter(&grid.dp_cp, model->grads, s->grad, s->shard_size, AS_FLOAT);   // in place
+    else for (int i = 0; i < s->num_regions; i++) {   // in place; each region over its own group
+        ShardRegion* r = &s->regions[i];
+        if (r->group->size > 1) reduce_scatter(r->group, model->grads + r->start, r->grad, r->shard_size, AS_FLOAT);
+    }
     float unscale = 1.0f / s->scaler.scale;
     trace_begin("gradient norm", "optimizer", ON_COMPUTE_STREAM);
     float norm = global_grad_norm(s) * unscale;
@@ -121,10 +127,16 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
     }
     s->step++;
     trace_begin("AdamW", "optimizer", ON_COMPUTE_STREAM);
-    adamw_update_ranges(s->master, model->params + s->shard_start, s->grad, s->m, s->v, s->shard_size, s->ranges,
-                        s->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
+    for (int i = 0; i < s->num_regions; i++) {
+        ShardRegion* r = &s->regions[i];
+        adamw_update_ranges(r->master, model->params + r->shard_start, r->grad, r->m, r->v, r->shard_size, r->ranges,
+                            r->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
+    }
     trace_end();
     if (param_gatherer.enabled) param_gather_launch();   // waited for by the next forward
-    else all_gather(&grid.dp_cp, model->params + s->shard_start, model->params, s->shard_size);
+    else for (int i = 0; i < s->num_regions; i++) {
+        ShardRegion* r = &s->regions[i];
+        all_gather(r->group, model->params + r->shard_start, model->params + r->start, r->shard_size);
+    }
     return norm;
 }

@@ -565,7 +565,8 @@ static void start_grid(const Config* a) {
     config_error_anywhere(err);
 #endif
     kernels_init(grid.local_rank);   // ranks on one host take distinct GPUs
-    grid_build(a->tensor_model_parallel_size, a->context_parallel_size, a->pipeline_model_parallel_size);
+    grid_build(a->tensor_model_parallel_size, a->context_parallel_size, a->pipeline_model_parallel_size,
+               a->expert_model_parallel_size);
     watchdog_start(a->watchdog_timeout, a->watchdog_io_timeout);
 }
 
@@ -631,8 +632,9 @@ static void plan_model(Trainer* t) {
     stage_slots(a, grid.pp_rank, slots);
     microbatch_group_size_per_vp_stage = microbatch_group_size(a);   // the order the slots were counted in (pipeline.h)
     gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size,
-                   context_slice(grid.cp_rank, grid.cp_size, c->seq_length), (CpCommType)a->cp_comm_type, stage, slots,
-                   grid.dp_cp.size, build);
+                   context_slice(grid.cp_rank, grid.cp_size, c->seq_length), (CpCommType)a->cp_comm_type,
+                   expert_slice(grid.ep_rank, grid.ep_size, c->num_experts, &grid.ep, grid.dp_cp.size / grid.ep_size),
+                   stage, slots, grid.dp_cp.size, build);
     free(slots);
     StageMemory planned = stage_memory(&t->model, stage, grid.dp_cp.size);
     check_memory(&planned, table_flags);
@@ -649,8 +651,8 @@ static void build_model(Trainer* t) {
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};
     t->adam = adam;
     adamw_init(&t->opt, &t->model);
-    grad_reducer_init(&t->model, t->opt.shard_size, a->overlap_grad_reduce, grad_bucket_size(a, grid.dp_cp.size));
-    param_gatherer_init(&t->model, t->opt.shard_size, a->overlap_param_gather, grad_bucket_size(a, grid.dp_cp.size));
+    grad_reducer_init(&t->model, t->opt.regions, a->overlap_grad_reduce, grad_bucket_size(a, grid.dp_cp.size));
+    param_gatherer_init(&t->model, t->opt.regions, a->overlap_param_gather, grad_bucket_size(a, grid.dp_cp.size));
     pipeline_link_init(!a->no_overlap_p2p_communication, t->model.num_slots + 1);   // the slots' outputs and dres
     trace_init(profiles_rank(a, grid.world_rank));
     t->allocated_bytes = dev_bytes_allocated - before + kernels_workspace_bytes;   // kernels_init's came first

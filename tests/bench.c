@@ -604,7 +604,7 @@ static void print_profiler(const Bench* b, const ProfilerCost* c) {
 
 int main(int argc, char** argv) {
     grid_start(&argc, &argv);
-    grid_build(1, 1, 1);
+    grid_build(1, 1, 1, 1);
     if (argc > 1 && strcmp(argv[1], "machine") == 0) {
         bench_machine();
         grid_finish();

@@ -373,7 +373,7 @@ int main(int argc, char** argv) {
     if (C < 2 || seq % (2 * C) || NH % G || pieces < 1)
         fail("SEQ %d, C %d, NH %d, G %d, P %d: wanted C >= 2, SEQ a multiple of 2C, G dividing NH, P >= 1", seq, C, NH,
              G, pieces);
-    grid_build(1, C, 1);
+    grid_build(1, C, 1, 1);
     Layer L;
     layer_init(&L, seq, B, NH, G, HS, pieces);
     if (pieces == 1 && poked_differs(&L)) fail("the poked ring's outputs differ from the trainer's");

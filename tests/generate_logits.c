@@ -128,7 +128,7 @@ static void sampler_rules(void) {
 
 int main(int argc, char** argv) {
     grid_start(&argc, &argv);
-    grid_build(grid.world_size, 1, 1);
+    grid_build(grid.world_size, 1, 1, 1);
     int one_by_one[12] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, prefill[4] = {5, 1, 4, 2}, sp_prefill[5] = {6, 1, 2, 1, 2};
     for (int model = GPT2; model <= LLAMA; model++) {
         decode_matches_full_forward(model, 0, one_by_one, 12, "one token at a time");

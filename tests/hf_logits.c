@@ -170,7 +170,7 @@ static void print_routing(int argc, char** argv) {
 
 int main(int argc, char** argv) {
     grid_start(&argc, &argv);
-    grid_build(1, 1, 1);
+    grid_build(1, 1, 1, 1);
     if (argc >= 3 && !strcmp(argv[1], "--make-checkpoint")) make_checkpoint(argc, argv);
     else if ((argc == 4 || argc == 5) && !strcmp(argv[1], "--export")) {
         char err[1024];

@@ -1026,7 +1026,7 @@ static void check_cluster_report(void) {
 int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     crc32_check_value();
-    grid_build(1, 1, 1);
+    grid_build(1, 1, 1, 1);
     gradient_check(0, 0, 0, 0, 0);
     gradient_check(1, 0, 0, 0, 0);
     gradient_check(1, 1, 0, 0, 0);

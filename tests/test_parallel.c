@@ -151,7 +151,8 @@ static int record(const char* out, int fail_rank, int argc, char** argv) {
     if (grid.world_rank == 0) {
         FILE* info = fopen(path, "w");
         fprintf(info, "optimizer_bytes %zu\nmax_in_flight %d\nparams_padded %zu\nhidden_bytes %zu\n",
-                2 * t->opt.shard_size * sizeof(float), worst, t->model.num_params_padded,
+                2 * (t->opt.regions[0].shard_size + t->opt.regions[1].shard_size) * sizeof(float), worst,
+                t->model.num_params_padded,
                 (size_t)t->model.B * t->model.T * t->config.model.hidden_size * sizeof(floatX));
         fprintf(info, "comm_tp %.0f\ncomm_dp %.0f\ncomm_pp %.0f\ncomm_embedding %.0f\ncomm_cp %.0f\n", comm_sum[GROUP_TP],
                 comm_sum[GROUP_DP], comm_sum[GROUP_PP], comm_sum[GROUP_EMBEDDING], comm_sum[GROUP_CP]);
