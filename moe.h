@@ -164,8 +164,10 @@ static void expert_rows_exchange(const ExpertSlice* x, floatX* experts, floatX* 
             Block b = {q, experts + (size_t)at * C, (size_t)received[q * n + e] * C};
             theirs[q * n + e] = b;
         }
+    trace_begin(to_experts ? "expert dispatch" : "expert combine", "expert-parallel", ON_COMPUTE_STREAM);   // (--profile)
     if (to_experts) exchange_blocks(x->group, ours, P * n, theirs, P * n);
     else exchange_blocks(x->group, theirs, P * n, ours, P * n);
+    trace_end();
     free(ours);
     free(theirs);
 }

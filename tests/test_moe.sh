@@ -4,9 +4,10 @@
 # replaced by 4 experts, top 2, the load-balancing and z losses on: Mixtral's router with GELU
 # experts and biases, then Qwen2-MoE's (the softmax before the top-k, a shared expert, SwiGLU, no
 # biases) every other layer; under DP 2 and 4 (ZeRO-1, the overlapped reduce), PP 2 (interleaved
-# too), CP 2 and 4 (the tokens per expert summed over the sequence's ranks): losses, grad norms and
-# final weights within 1e-5 of one process (test_parallel --compare); full recomputation the same
-# bits; the MoE losses in the log line; the refusals in one line each. The GPU path's MoE layer
+# too), CP 2 and 4 (the tokens per expert summed over the sequence's ranks), expert parallelism
+# (EP 2 and 4 with DP, CP, PP and the overlaps): losses, grad norms and final weights within 1e-5
+# of one process (test_parallel --compare); full recomputation the same bits; a checkpoint saved
+# at EP 2 resumed at EP 4; sampling at EP 2 one process's tokens; the MoE losses in the log line; the refusals in one line each. The GPU path's MoE layer
 # (emulated) is held to train_cpu within bf16's tolerance.
 set -u
 data=${1:?usage: test_moe.sh DATA_PREFIX}
@@ -40,6 +41,39 @@ if cmp -s $B/ref.steps $B/recompute.steps && cmp -s $B/ref.ckpt/iter_0000022/ten
     ok "MoE with full recomputation: bit-identical losses, norms, weights and optimizer state (the MoE losses counted once)"
 else bad "MoE with full recomputation" "the recordings differ"; fi
 
+# Expert parallelism (--expert-model-parallel-size EP): the experts split over EP of the DP x CP
+# ranks, each layer's rows sent to their experts' ranks and back; the experts' gradients summed and
+# ZeRO-1-sharded over their expert-data-parallel group (DP x CP / EP ranks), the rest over DP x CP
+against ref ep2 "MoE EP 2 (DP 2: each expert on one rank of two)" 1 1 2 --expert-model-parallel-size 2
+against ref ep2-dp4-overlap "MoE EP 2 at DP 4 (each expert's gradient over 2 ranks), the overlapped reduce and gather" \
+    1 1 4 --expert-model-parallel-size 2 --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 600
+against ref ep4-cp2-dp2 "MoE EP 4 over (CP 2, DP 2): one expert a rank" 2 1 2 --expert-model-parallel-size 4
+against ref ep2-pp2-interleaved "MoE EP 2 (PP 2, DP 2) interleaved" 1 2 2 --expert-model-parallel-size 2 \
+    --num-layers-per-virtual-pipeline-stage 1
+record ep2-recompute 1 1 2 --expert-model-parallel-size 2 --recompute-granularity full --recompute-method uniform \
+    --recompute-num-layers 2
+if cmp -s $B/ep2.steps $B/ep2-recompute.steps && cmp -s $B/ep2.ckpt/iter_0000022/tensors.bin $B/ep2-recompute.ckpt/iter_0000022/tensors.bin; then
+    ok "MoE EP 2 with full recomputation (the rows exchanged again): bit-identical losses, norms, weights and optimizer state"
+else bad "MoE EP 2 with full recomputation" "the recordings differ"; fi
+# checkpoints stay layout-free: saved at EP 2, resumed at EP 4 (and the experts' moments with them)
+record ep2-save 1 1 2 --expert-model-parallel-size 2 --exit-interval 10
+record ep4-resumed 1 1 4 --expert-model-parallel-size 4 --load $B/ep2-save.ckpt
+read n w <<< "$(awk 'NR == FNR { l[$1] = $2; g[$1] = $3; next } ($1 in l) { n++
+    d = ($2 - l[$1]) / l[$1]; if (d < 0) d = -d; if (d > w) w = d
+    d = ($3 - g[$1]) / g[$1]; if (d < 0) d = -d; if (d > w) w = d } END { printf "%d %.3g\n", n, w }' $B/ref.steps $B/ep4-resumed.steps)"
+if [ "$n" -ge 10 ] && awk -v w="$w" 'BEGIN { exit !(w <= 1e-5) }'; then
+    ok "saved at EP 2, resumed at EP 4: the resumed steps within 1e-5 of one process (worst $w over $n steps)"
+else bad "saved at EP 2, resumed at EP 4" "$n steps compared, worst relative difference $w"; fi
+# evaluation and sampling from a checkpoint at EP 2: each rank decodes the sequence, its rows
+# going to the experts' ranks like a training step's
+gen="--skip-train --load $B/ref.ckpt --generate-prompt-ids 7,12,5 --generate-tokens 12 --temperature 0.9 --generate-seed 3"
+./train_cpu $flags $gen > $B/gen1.log 2>&1
+$MPIRUN -np 2 ./train_cpu $flags $gen --expert-model-parallel-size 2 > $B/gen2.log 2>&1
+pick() { grep -E "validation loss|^---------- sample" -A1 "$1" | grep -vE "^--$"; }
+if [ -n "$(pick $B/gen1.log)" ] && [ "$(pick $B/gen1.log)" = "$(pick $B/gen2.log)" ]; then
+    ok "evaluation and sampling at EP 2: one process's validation loss and tokens"
+else bad "evaluation and sampling at EP 2" "$(diff <(pick $B/gen1.log) <(pick $B/gen2.log) | head -4)"; fi
+
 # Qwen2-MoE's: the softmax over every expert before the top-k, a shared expert with its sigmoid
 # gate, SwiGLU, no biases; MoE layers 0 and 2 (--moe-layer-freq 2), dense 1 and 3
 mixtral=$flags
@@ -48,6 +82,7 @@ flags="$mixtral --moe-router-pre-softmax --moe-shared-expert-intermediate-size 3
 record qwen-ref 1 1 1
 against qwen-ref qwen-dp2-pp2 "Qwen2-MoE-shaped (DP 2, PP 2)" 1 2 2
 against qwen-ref qwen-cp4 "Qwen2-MoE-shaped CP 4" 4 1 1
+against qwen-ref qwen-ep2 "Qwen2-MoE-shaped EP 2 (the shared expert on every rank)" 1 1 2 --expert-model-parallel-size 2
 flags=$mixtral
 
 # the log line carries the MoE losses, after the LM loss (Megatron-LM's order); at the start, a
@@ -74,4 +109,8 @@ refused() {  # label np expected-text flags...
 refused "experts with tensor parallelism (not built yet)" 2 "experts' tensor parallelism is not built" --tensor-model-parallel-size 2
 refused "a top-k above the experts" 1 "each token to at most" --moe-router-topk 5
 refused "more experts than the router's kernel takes" 1 "at most 256 experts" --num-experts 300
+refused "EP that does not divide DP x CP" 2 "does not divide data-parallel size 2" --expert-model-parallel-size 4
+refused "experts that do not split evenly over EP" 2 "is not divisible by --expert-model-parallel-size 2" --num-experts 3 \
+    --expert-model-parallel-size 2
+refused "EP without experts" 2 "without --num-experts" --num-experts 0 --expert-model-parallel-size 2
 exit 0
