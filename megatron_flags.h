@@ -66,6 +66,10 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     ACCEPT("--ds-sequence-parallel-size", VALUE, "1", "no DeepSpeed-Ulysses sequence parallelism")
     REFUSE("--ds-sequence-parallel-size", VALUE, NULL, "DeepSpeed-Ulysses sequence parallelism: Megatron-DeepSpeed "
            "would split each sequence over ranks, all-to-all around the attention")
+    ACCEPT("--moe-token-dispatcher-type", VALUE, "alltoall", "the experts' rows go to their ranks by an all-to-all "
+           "(gridgpt's one dispatcher: moe.h)")
+    REFUSE("--moe-token-dispatcher-type", VALUE, NULL, "another token dispatcher: Megatron-LM would gather every "
+           "token on every expert rank (allgather) or use DeepEP/HybridEP (flex); gridgpt's is alltoall")
     REFUSE("--expert-tensor-parallel-size", VALUE, NULL, "mixture of experts: Megatron-LM's tensor parallelism inside "
            "each expert")
     REFUSE("--moe-*", LIST, NULL, "mixture of experts: an option of Megatron-LM's MoE that gridgpt does not have (its own: "

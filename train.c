@@ -192,7 +192,7 @@ typedef struct {
 // context-parallel one the ring's or the blocks' gathers
 static void add_comm_counters(double out[NUM_COMM_GROUPS], double sign) {
     out[GROUP_TP] += sign * grid.tp.bytes_sent;
-    out[GROUP_DP] += sign * grid.dp_cp.bytes_sent;
+    out[GROUP_DP] += sign * (grid.dp_cp.bytes_sent + grid.expert_dp.bytes_sent);   // (the experts' gradients: their own group)
     out[GROUP_PP] += sign * grid.pp.bytes_sent;
     out[GROUP_EMBEDDING] += sign * grid.embedding.bytes_sent;
     out[GROUP_CP] += sign * grid.cp.bytes_sent;

@@ -269,6 +269,11 @@ refused_with "a Megatron flag's malformed number refused" "--zero-stage 0_: an u
 
 # --zero-stage 0 is the same step as 1 (the optimizer state sharded, or not: memory alone); 2 and 3 refused
 accepted "--zero-stage 0 accepted: the same step as ZeRO-1" "note: Megatron's --zero-stage 0 accepted: the same step as ZeRO-1" --zero-stage 0
+accepted "--moe-token-dispatcher-type alltoall accepted: gridgpt's dispatcher" \
+    "note: Megatron's --moe-token-dispatcher-type alltoall accepted: the experts' rows go to their ranks by an all-to-all" \
+    --moe-token-dispatcher-type alltoall
+refused_with "--moe-token-dispatcher-type allgather refused" "--moe-token-dispatcher-type allgather: not in gridgpt: another token dispatcher" \
+    $small --moe-token-dispatcher-type allgather
 refused_with "--zero-stage 2 refused: ZeRO-2 shards the gradients too" "--zero-stage 2: not in gridgpt: ZeRO stage 2 or 3" $small --zero-stage 2
 
 # BigScience's and Megatron-DeepSpeed's flags that had no row, and rows checked against Megatron-LM HEAD
