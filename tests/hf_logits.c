@@ -82,12 +82,13 @@ static void make_checkpoint(int argc, char** argv) {
     // init; made-up moments, so that all three sections are real data
     for (int i = 0; i < m.num_tensors; i++) {
         const TensorDesc* t = &m.tensors[i];
+        const ShardRegion* g = &s.regions[t->offset >= m.expert_params_start];   // (one process: the whole region)
         uint64_t key = hash_name(t->name);
         for (size_t e = 0; e < (size_t)t->valid_rows * t->cols; e++) {
             float r = normal_at(c.seed + 1, key, e);
             m.params[t->offset + e] += perturb * normal_at(c.seed, key ^ 0x5eed, e);
-            s.m[t->offset + e] = 1e-3f * r;
-            s.v[t->offset + e] = 1e-6f * r * r;
+            g->m[t->offset - g->shard_start + e] = 1e-3f * r;
+            g->v[t->offset - g->shard_start + e] = 1e-6f * r * r;
         }
     }
     s.step = iteration;

@@ -95,11 +95,10 @@ expect_error "--attention-dropout 1 refused: dropout keeps a fraction below 1" \
     "--attention-dropout 1: a fraction below 1" $base --attention-dropout 1
 expect_error "--hidden-dropout -0.1 refused" "--hidden-dropout must be at least 0, got -0.1" $base --hidden-dropout -0.1
 expect_error "--distributed-backend gloo refused" "--distributed-backend gloo: not in gridgpt: Gloo" $base --distributed-backend gloo
-expect_error "--expert-model-parallel-size 2 refused as not in gridgpt yet" \
-    "--expert-model-parallel-size 2: not in gridgpt: expert parallelism" $base --expert-model-parallel-size 2
+expect_error "--expert-model-parallel-size 2 of a dense model refused: no experts to split" \
+    "--expert-model-parallel-size 2 without --num-experts: a dense model has no experts to split" $base --expert-model-parallel-size 2
 expect_error "a family of Megatron flags (--moe-*) refused as not in gridgpt" \
-    "--moe-token-dispatcher-type alltoall: not in gridgpt: mixture of experts: an option of Megatron-LM's MoE" \
-    $base --moe-token-dispatcher-type alltoall
+    "--moe-grouped-gemm: not in gridgpt: mixture of experts: an option of Megatron-LM's MoE" $base --moe-grouped-gemm
 expect_error "--rotary-interleaved refused, naming the convention gridgpt has" \
     "--rotary-interleaved: not in gridgpt: interleaved rotary pairs: Megatron-LM would turn dims (2i, 2i + 1) together" $base --rotary-interleaved
 # Llama's architecture flags: Megatron-LM's refusals, and a qualifier without what it qualifies

@@ -446,8 +446,8 @@ static void optimizer_with_clipping(void) {
     check(fabs(m.params[w->offset] - want_w) < 1e-6 && fabs(m.params[b->offset] - want_b) < 1e-6,
           "AdamW step with clipping and decay groups", "weight %.9g (want %.9g), bias %.9g (want %.9g)",
           m.params[w->offset], want_w, m.params[b->offset], want_b);
-    check(fabs(s.m[w->offset] - mw) < 1e-7 && fabs(s.v[b->offset] - vb) < 1e-7, "Adam moments after one step",
-          "m %.9g (want %.9g), v %.9g (want %.9g)", s.m[w->offset], mw, s.v[b->offset], vb);
+    check(fabs(s.regions[0].m[w->offset] - mw) < 1e-7 && fabs(s.regions[0].v[b->offset] - vb) < 1e-7, "Adam moments after one step",
+          "m %.9g (want %.9g), v %.9g (want %.9g)", s.regions[0].m[w->offset], mw, s.regions[0].v[b->offset], vb);
     m.grads[w->offset] = NAN;
     optimizer_step(&m, &s, &cfg, 0.01f, &skipped);
     check(skipped && s.step == 1, "a step with a non-finite gradient norm is skipped", "skipped %d, step %d", skipped, s.step);
@@ -926,8 +926,8 @@ static void checkpoint_without_trainer(void) {
     for (int i = 0; i < m.num_tensors; i++)   // the padding rows of the vocabulary stay zero
         for (size_t k = m.tensors[i].offset; k < m.tensors[i].offset + (size_t)m.tensors[i].valid_rows * m.tensors[i].cols; k++) {
             m.params[k] += randn();
-            s.m[k] = randn();
-            s.v[k] = fabsf(randn());
+            s.regions[0].m[k] = randn();
+            s.regions[0].v[k] = fabsf(randn());
         }
     s.step = 17;
     Progress p = {.iteration = 17, .consumed_samples = 1700, .scheduler_samples = 1600, .consumed_valid_samples = 40};
@@ -941,7 +941,8 @@ static void checkpoint_without_trainer(void) {
     int rc = checkpoint_meta_read(iter, &meta, err, sizeof(err));
     if (rc == 0) checkpoint_load(&meta, &back, &s_back, 1);
     check(rc == 0 && memcmp(m.params, back.params, m.num_params * sizeof(float)) == 0 &&
-          memcmp(s.m, s_back.m, m.num_params * sizeof(float)) == 0 && memcmp(s.v, s_back.v, m.num_params * sizeof(float)) == 0
+          memcmp(s.regions[0].m, s_back.regions[0].m, m.num_params * sizeof(float)) == 0 &&
+          memcmp(s.regions[0].v, s_back.regions[0].v, m.num_params * sizeof(float)) == 0
           && s_back.step == 17 && meta.progress.consumed_samples == 1700 && meta.progress.consumed_valid_samples == 40 &&
           memcmp(&meta.cfg, &c, sizeof(c)) == 0, "a checkpoint saved and loaded with no trainer: weights, moments, "
           "counters and config back bit for bit", "rc %d %s", rc, err);
