@@ -725,7 +725,8 @@ static void cost_experts(StageCost* c, const GPT* m, double x, int backward) {
     int held = busiest_rank_rows(c, m, &busiest, &other);
     const char* gemms = backward ? "MoE experts backward (cuBLAS, per expert)"
                                  : "MoE experts forward (cuBLAS, per expert)";
-    for (int e = 0; e < held; e++) cost_mlp_rows(c, m, gemms, e == 0 ? busiest : other, m->cfg.moe_ffn_hidden_size, x, backward);
+    for (int e = 0; e < held; e++)
+        cost_mlp_rows(c, m, gemms, e == 0 ? busiest : other, m->cfg.moe_ffn_hidden_size, x, backward);
 }
 
 // One all-to-all of the expert-parallel group (EP > 1: the dispatch's, the combine's, and their

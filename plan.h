@@ -450,7 +450,7 @@ static void print_seconds(double s) {
 
 // the fixed, parseable last line (CP, with all_gather's exchange named, only with context parallelism)
 static void print_layout_line(const Config* a, const LayoutPlan* L) {
-    char vp[16] = "", cp[32] = "", ep[16] = "";   // interleaved: its model chunks per stage (Megatron-LM's virtual pipeline size)
+    char vp[16] = "", cp[32] = "", ep[16] = "";   // vp: its model chunks per stage (Megatron-LM's virtual pipeline size)
     if (L->vp > 1) snprintf(vp, sizeof vp, " VPP %d", L->vp);
     if (L->cp > 1) snprintf(cp, sizeof cp, " CP %d%s", L->cp, a->cp_comm_type == CP_COMM_ALL_GATHER ? " all_gather" : "");
     if (L->ep > 1) snprintf(ep, sizeof ep, " EP %d", L->ep);   // (of the DP x CP ranks)
@@ -526,13 +526,13 @@ static void sweep_micro_batches(Sweep* s, const Config* a, const Hardware* hw, i
 }
 
 static void dry_run_sweep(const Config* a, const Hardware* hw) {
-    int W = layout_world_size(a);
+    int W = layout_world_size(a), E = a->model.num_experts;
     Sweep s = {(SweepRow*)mallocCheck(64 * sizeof(SweepRow)), 0, 64, 0, 0};
     for (int tp = 1; tp <= W; tp++)
         for (int cp = 1; W % tp == 0 && cp <= W / tp; cp++)
             for (int pp = 1; (W / tp) % cp == 0 && pp <= W / (tp * cp); pp++)
                 for (int ep = 1; (W / (tp * cp)) % pp == 0 && ep <= W / (tp * pp); ep++)   // EP of DP x CP's ranks
-                    if (ep == 1 || (a->model.num_experts % ep == 0 && a->model.num_experts > 0 && (W / (tp * pp)) % ep == 0))
+                    if (ep == 1 || (E > 0 && E % ep == 0 && (W / (tp * pp)) % ep == 0))
                         sweep_micro_batches(&s, a, hw, tp, cp, pp, ep);
     qsort(s.rows, s.count, sizeof(SweepRow), compare_sweep_rows);
     printf("sweep: %d layout(s) of world %d at global batch %d (%d fit, %d above memory: OOM), %d refused by the "
@@ -819,7 +819,12 @@ static void dry_run_report(const Config* a) {
            layout_name(layout, sizeof layout, TP, CP, PP, DP), ep);
     print_model(&a->model);
     print_attention(a, plans_gpu_build(a));
-    if (CP == 1)
+    if (a->expert_model_parallel_size > 1)   // (the experts' TP is not built: TP 1 with experts)
+        printf("each stage as its %sdata rank 0 holds it (its other ranks hold the same sizes: another %d of the %d "
+               "experts of a MoE layer, another ZeRO shard%s)\n", CP > 1 ? "context rank 0, " : "",
+               a->model.num_experts / a->expert_model_parallel_size, a->model.num_experts,
+               CP > 1 ? ", the sequences' other chunks" : "");
+    else if (CP == 1)
         printf("each stage as its tensor rank 0, data rank 0 holds it (its other ranks hold the same sizes: another slice "
                "of the vocabulary, the matrices and the ZeRO shard)\n");
     else
