@@ -142,6 +142,8 @@ flops_per_step.
     X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                        \
     X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS; SP on and off at TP > 1) of the world, fastest first") \
     X(SWITCH, print_schedule, NULL, 0, "with --dry-run: draw one step's pipeline schedule, a line per stage ('.': the bubble)") \
+    X(FLOAT, moe_imbalance, NULL, 0, "X, with --dry-run: the busiest expert's tokens over its layer's mean, as a run logs " \
+      "them (\"expert tokens max/mean\"; 0: 1, balanced)")                                                        \
     X(CHOICE, hw, NULL, 0, "v100-32gb | a100-40gb | a100-80gb | h100-80gb (default a100-80gb; train_cpu: this machine): the dry run's GPU")   \
     X(FLOAT, hw_peak_tflops, NULL, 0, "dense fp16/bf16 peak, TFLOP/s (0: --hw's)")                                      \
     X(FLOAT, hw_matmul_efficiency, NULL, 0, "the fraction of the peak large matmuls reach (0: --hw's)")                 \
@@ -1077,6 +1079,8 @@ static void check_model(Config* a) {
         config_error("--print-schedule goes with --dry-run, not --sweep (it draws the one layout planned)");
     if (hardware_given(a) && !a->dry_run)
         config_error("--hw and --hw-* describe the cluster a --dry-run prices its step on: give --dry-run");
+    if (a->moe_imbalance > 0.0f && !a->dry_run)
+        config_error("--moe-imbalance is the load a --dry-run prices the experts at (a run measures its own): give --dry-run");
     if (a->dry_run_build == PLAN_CPU_BUILD && a->hw >= 0)
         config_error("--hw names a GPU, but --dry-run-build cpu plans the CPU build, priced on this machine as measured "
                      "now (an --hw-* number may replace one of its figures): give one of them");

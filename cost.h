@@ -94,11 +94,24 @@ static double gemm_seconds(const Hardware* hw, double M, double N, double K, dou
 }
 
 // --log-comm's order. GROUP_DP is the group ZeRO shards over and a weight's gradient is summed
-// over: DP x CP (parallel.h's dp_cp); GROUP_CP the context-parallel ring's (grid.cp)
-enum { GROUP_TP, GROUP_DP, GROUP_PP, GROUP_EMBEDDING, GROUP_CP, NUM_COMM_GROUPS };
+// over: DP x CP (parallel.h's dp_cp); GROUP_CP the context-parallel ring's (grid.cp); GROUP_EP the
+// experts' all-to-alls, GROUP_EXPERT_DP the experts' gradients' and ZeRO's with EP > 1 (ExpertLayout)
+enum { GROUP_TP, GROUP_DP, GROUP_PP, GROUP_EMBEDDING, GROUP_CP, GROUP_EP, GROUP_EXPERT_DP, NUM_COMM_GROUPS };
+
+// A mixture of experts as the planner lays it out. Expert parallelism is Megatron-Core's: the EP
+// ranks of an MoE layer are taken from the DP x CP ones (its "parallel folding": the experts' own
+// grid, tensor rank fastest, then EP, then the expert-data-parallel group, so that an EP group is
+// TP ranks apart, as the DP x CP group's members are); each holds E / EP of the experts, and
+// their gradients and ZeRO-1 state are summed and sharded over the expert-data-parallel group of
+// DP x CP / EP ranks, the dense parameters' over DP x CP as without experts. The trainer does not
+// run EP > 1 yet (config.h refuses it outside --dry-run): the planner's EP is its plan.
+typedef struct {
+    int ep;             // --expert-model-parallel-size
+    double imbalance;   // --moe-imbalance: the busiest expert's rows over its layer's mean (1: balanced)
+} ExpertLayout;
 
 // One stage's costs: each kernel (summed over its calls) and each group's messages
-#define MAX_COSTS 40
+#define MAX_COSTS 56
 typedef struct {
     const char* name;
     double launches, flops, bytes, seconds;   // bytes: read + written, or sent; launches: kernels or messages
@@ -106,6 +119,7 @@ typedef struct {
 } Cost;
 typedef struct {
     const Hardware* hw;
+    ExpertLayout experts;
     double group_bandwidth[NUM_COMM_GROUPS];
     double calls;                          // each charge is made this many times (micro-batches)
     Cost costs[MAX_COSTS];
@@ -608,6 +622,213 @@ static void charge_rope(StageCost* c, const GPT* m, double x) {
     charge_kernel(c, "rope (rotary positions, in place)", 1, 2.0 * N * heads * rotated_dims(&m->cfg) * x);
 }
 
+// ----------------------------------------------------------------------------
+// a mixture of experts (moe.h, layers.h moe_forward and moe_backward): what a MoE layer does in
+// place of the MLP, for one micro-batch of this rank's N tokens, each to k of E experts
+//
+// The experts' GEMMs are priced expert by expert, each on its own rows (the trainer launches one
+// product an expert, from the offsets it copies to the host): E small GEMMs keep the SMs less
+// busy than one of all N k rows would (gemm_seconds' waves), which the plan shows. The rows: at
+// balance each expert gets N k / E of a rank's rows, and with expert parallelism each of the E /
+// EP experts a rank holds gets them from all EP ranks, EP N k / E. --moe-imbalance X puts the
+// busiest expert at X times that mean and spreads the rest evenly over the other E - 1 experts
+// (their sum stays E means: (E - X) / (E - 1) each); the plan prices the rank that holds the
+// busiest expert (it and E / EP - 1 of the others), since every rank waits for it at the
+// combine's all-to-all. At EP 1 the rank's rows stay N k whatever X is: only the GEMMs' shapes change.
+// X is the measure a run logs as "expert tokens max/mean" (step.h step_expert_imbalance): at most
+// E / k, when every token of every rank sends one of its k choices to the busiest expert.
+
+#define HOST_SYNC_US 10.0   // a device-to-host copy the host waits for (moe_dispatch's offsets): the stream
+                            // drains, and the device idles until the host's next launch reaches it; assumed
+                            // the middle of the 5-20 us a host's launch takes (hardware.h's launch note)
+
+// the parameters of the stage's experts, all E of each of its MoE layers (a rank holds 1/EP of them)
+static double stage_expert_params(const GPT* m) {
+    double n = 0.0;
+    for (int i = 0; i < m->num_local_layers; i++) {
+        const LayerTensors* t = &m->layer_tensors[i];
+        for (int e = 0; t->router_w >= 0 && e < m->cfg.num_experts; e++) {
+            int parts[4] = {t->experts[e].fc_w, t->experts[e].fc_b, t->experts[e].fcproj_w, t->experts[e].fcproj_b};
+            for (int j = 0; j < 4; j++) n += parts[j] >= 0 ? (double)m->tensors[parts[j]].numel : 0.0;
+        }
+    }
+    return n;
+}
+
+static int expert_ranks(const StageCost* c) { return c->experts.ep > 1 ? c->experts.ep : 1; }
+
+// The rows the busiest rank's experts compute in one MoE layer's micro-batch: its busiest expert's
+// and each of its other experts' (ExpertLayout, the section's note); returns the experts it holds
+static int busiest_rank_rows(const StageCost* c, const GPT* m, double* busiest, double* other) {
+    double N = (double)m->B * m->T, E = m->cfg.num_experts, k = m->cfg.moe_router_topk, X = c->experts.imbalance;
+    int EP = expert_ranks(c);
+    double mean = EP * N * k / E;
+    X = X >= 1.0 ? X : 1.0;
+    *busiest = X * mean;
+    *other = E > 1.0 ? (E - X) / (E - 1.0) * mean : 0.0;
+    return (int)E / EP;
+}
+
+// all the rows of the busiest rank's experts, the expert-parallel all-to-all's receives
+static double busiest_rank_total_rows(const StageCost* c, const GPT* m) {
+    double busiest, other;
+    int held = busiest_rank_rows(c, m, &busiest, &other);
+    return busiest + (held - 1) * other;
+}
+
+// the MLP's activation on `rows` rows of width F (gpt.h mlp_rows_activation): SwiGLU's kernel (gate
+// and up read, the product written), GELU erf's, or GELU tanh's second output in fc1's epilogue
+static void charge_mlp_activation(StageCost* c, const GPT* m, double rows, double F, double x) {
+    if (m->cfg.swiglu) charge_kernel(c, "swiglu forward", 1, 3.0 * rows * F * x);
+    else if (m->cfg.gelu == GELU_ERF) charge_kernel(c, "GELU (erf) forward", 1, 2.0 * rows * F * x);   // no epilogue's
+    else charge_kernel(c, "GELU epilogue's second output", 0, rows * F * x);
+}
+
+// its backward: SwiGLU's (fc1's output and dout read, their gradient written), GELU erf's, or
+// GELU tanh's DGELU epilogue reading the pre-activation in fc2's input-gradient GEMM
+static void charge_mlp_activation_backward(StageCost* c, const GPT* m, double rows, double F, double x) {
+    if (m->cfg.swiglu) charge_kernel(c, "swiglu backward", 1, 5.0 * rows * F * x);
+    else if (m->cfg.gelu == GELU_ERF) charge_kernel(c, "GELU (erf) backward", 1, 3.0 * rows * F * x);   // no epilogue's
+    else charge_kernel(c, "GELU backward: the DGELU epilogue's aux read", 0, rows * F * x);
+}
+
+// a linear layer's bias gradient over `rows` rows: in the weight gradient's GEMM on the GPU build
+// (then added), by column sums on the CPU build
+static void charge_rows_bias_grad(StageCost* c, const GPT* m, double rows, int width, double x) {
+    if (m->build.gpu) charge_epilogue_bias_grad(c, width);
+    else charge_bias_grad(c, (int)ceil(rows), width, x);
+}
+
+// An expert's or the shared expert's MLP of width F on `rows` rows (layers.h mlp_rows_forward,
+// mlp_rows_backward: TP 1): fc1 (SwiGLU's gate and up, 2F wide), the activation, fc2; backward
+// fc2's two products, the activation's, fc1's two and the biases' gradients
+static void cost_mlp_rows(StageCost* c, const GPT* m, const char* gemms, double rows, double F, double x, int backward) {
+    double C = m->cfg.hidden_size, glu = m->cfg.swiglu ? 2.0 : 1.0;
+    if (rows <= 0.0) return;   // (an expert no token chose: nothing launched)
+    if (!backward) {
+        charge_matmul(c, gemms, rows, glu * F, C, 1.0, x);
+        charge_mlp_activation(c, m, rows, F, x);
+        charge_matmul(c, gemms, rows, C, F, 1.0, x);
+        return;
+    }
+    charge_linear_backward(c, gemms, rows, F, C, x);
+    charge_mlp_activation_backward(c, m, rows, F, x);
+    charge_linear_backward(c, gemms, rows, C, glu * F, x);
+    if (m->cfg.disable_bias_linear) return;
+    charge_rows_bias_grad(c, m, rows, (int)C, x);
+    charge_rows_bias_grad(c, m, rows, (int)(glu * F), x);
+}
+
+// the busiest rank's experts, each on its rows (busiest_rank_rows)
+static void cost_experts(StageCost* c, const GPT* m, double x, int backward) {
+    double busiest, other;
+    int held = busiest_rank_rows(c, m, &busiest, &other);
+    const char* gemms = backward ? "MoE experts backward (cuBLAS, per expert)"
+                                 : "MoE experts forward (cuBLAS, per expert)";
+    for (int e = 0; e < held; e++)
+        cost_mlp_rows(c, m, gemms, e == 0 ? busiest : other, m->cfg.moe_ffn_hidden_size, x, backward);
+}
+
+// One all-to-all of the expert-parallel group (EP > 1: the dispatch's, the combine's, and their
+// backward's): each rank sends each other rank the rows routed to its experts, (EP - 1) / EP of
+// its N k rows of C at balance, in pairwise exchanges of EP - 1 steps (Thakur, Rabenseifner and
+// Gropp 2005's alpha-beta model of an all-to-all, on the slowest link the group crosses as the
+// other groups'). The bytes (and --log-comm's column) are the balanced routing's; the time is the
+// busiest rank's, which receives (EP - 1) / EP of its experts' rows (busiest_rank_total_rows),
+// more than it sends when --moe-imbalance is above 1.
+static void charge_all_to_all(StageCost* c, const GPT* m, double x) {
+    int EP = expert_ranks(c);
+    if (EP == 1) return;
+    double N = (double)m->B * m->T, k = m->cfg.moe_router_topk, C = m->cfg.hidden_size;
+    double sent = (EP - 1.0) / EP * N * k * C * x, received = (EP - 1.0) / EP * busiest_rank_total_rows(c, m) * C * x;
+    charge(c, "expert-parallel all-to-all", 1, 0.0, sent,
+           (EP - 1.0) * 1e-6 * c->hw->latency_us + fmax(sent, received) / c->group_bandwidth[GROUP_EP]);
+    c->bytes_sent[GROUP_EP] += c->calls * sent;
+}
+
+// The counting sort by expert (kernels/moe.cuh moe_sort_tokens): one thread an expert reads all N k
+// choices in order, twice (the counts, then the rows), with a one-thread prefix sum between: a
+// chain of dependent trips, taken here as one L2 trip for each 128-byte line of the choices (its
+// 32 ints; the rest of the line from L1), or the bytes if longer (blocks of 256 threads: the GPU
+// build's ELEMENTWISE_BLOCK)
+static void charge_expert_sort(StageCost* c, const GPT* m) {
+    double choices = (double)m->B * m->T * m->cfg.moe_router_topk, E = m->cfg.num_experts;
+    double chains = chain_seconds(c->hw, ceil(E / 256.0), 1.0, 0.0, ceil(choices * 4.0 / 128.0));
+    const char* name = "MoE sort by expert (a thread an expert)";
+    charge_reduction(c, name, choices * 4.0 + E * 4.0, chains);                   // the counts
+    charge_kernel(c, name, 1, 8.0 * E);                                             // their prefix sum
+    charge_reduction(c, name, choices * 4.0 + choices * 8.0 + E * 4.0, chains);   // order and position written
+}
+
+// the experts' row offsets copied to the host, which launches the experts' products from them
+static void charge_offsets_to_host(StageCost* c, const GPT* m) {
+    charge(c, "MoE offsets to the host (the stream drains)", 1, 0.0, 4.0 * (m->cfg.num_experts + 1.0),
+           1e-6 * HOST_SYNC_US);
+}
+
+// the shared expert (--moe-shared-expert-intermediate-size, Qwen2-MoE's) on all N rows and its
+// sigmoid gate (a product of width 1 and the kernel that adds the gated output); backward the
+// gate's kernel, its product and the MLP's, each input gradient added to dx (residual_forward)
+static void cost_shared_expert(StageCost* c, const GPT* m, double x, int backward) {
+    double N = (double)m->B * m->T, C = m->cfg.hidden_size, Fs = m->cfg.moe_shared_expert_intermediate_size;
+    const char* gemms = "MoE shared expert and its gate (cuBLAS)";
+    if (Fs <= 0.0) return;
+    if (!backward) {
+        cost_mlp_rows(c, m, gemms, N, Fs, x, 0);
+        charge_matmul(c, gemms, N, 1.0, C, 1.0, x);
+        charge_kernel(c, "MoE shared expert's gate", 1, 3.0 * N * C * x + N * x);   // its output and res3 read, res3 written
+        return;
+    }
+    charge_kernel(c, "MoE shared expert's gate", 1, 3.0 * N * C * x + 2.0 * N * x);   // dout, its output read; its gradient
+    charge_linear_backward(c, gemms, N, C, 1.0, x);
+    charge_kernel(c, "residual add", 1, 3.0 * N * C * x);
+    cost_mlp_rows(c, m, gemms, N, Fs, x, 1);
+    charge_kernel(c, "residual add", 1, 3.0 * N * C * x);
+}
+
+// A MoE layer's forward (moe_forward): the router's product and its kernel (the softmax, the top
+// k, their weights; the load-balancing and z losses' sums, each row's probabilities read again),
+// with context parallelism the counts' all-reduce over CP, the sort, the offsets to the host, the
+// rows gathered, the dispatch's all-to-all, the experts, the combine's all-to-all, the combine
+// (each token's k rows read, weighted, its row written), the shared expert
+static void cost_moe_forward(StageCost* c, const GPT* m, double x) {
+    double N = (double)m->B * m->T, C = m->cfg.hidden_size, E = m->cfg.num_experts, k = m->cfg.moe_router_topk;
+    const char* router = "MoE router: softmax, top k, losses";
+    charge_matmul(c, "MoE router (cuBLAS)", N, E, C, 1.0, x);
+    charge_kernel(c, router, 1, N * E * x + N * E * 4.0 + N * 4.0 + N * k * 8.0);   // probs, lse, the choices, weights
+    charge_kernel(c, router, 1, N * E * 4.0 + N * 4.0 + E * 4.0);
+    charge_all_reduce(c, "context-parallel expert counts all-reduce", GROUP_CP, m->context.slice.size, E * 4.0);
+    charge_expert_sort(c, m);
+    charge_offsets_to_host(c, m);
+    charge_kernel(c, "MoE permutation: gather and its backward", 1, 2.0 * N * k * C * x + N * k * 4.0);
+    charge_all_to_all(c, m, x);
+    cost_experts(c, m, x, 0);
+    charge_all_to_all(c, m, x);
+    charge_kernel(c, "MoE combine and its backward", 1, (N * k * C + N * C) * x + N * k * 8.0);
+    cost_shared_expert(c, m, x, 0);
+}
+
+// Its backward (moe_backward): the rows gathered again and the offsets copied again, the
+// combine's backward (dout and the experts' outputs read; each row's gradient and each weight's
+// written), the all-to-all back to the experts, the experts', the all-to-all home, the gather's
+// backward (each token's k rows summed), the router's kernel and product, its input gradient
+// added, the shared expert's. (With EP > 1 the trainer to come would keep the rows it received
+// instead of gathering them again: a gather of the same bytes, kept in this plan.)
+static void cost_moe_backward(StageCost* c, const GPT* m, double x) {
+    double N = (double)m->B * m->T, C = m->cfg.hidden_size, E = m->cfg.num_experts, k = m->cfg.moe_router_topk;
+    charge_kernel(c, "MoE permutation: gather and its backward", 1, 2.0 * N * k * C * x + N * k * 4.0);
+    charge_offsets_to_host(c, m);
+    charge_kernel(c, "MoE combine and its backward", 1, (N * C + 2.0 * N * k * C) * x + N * k * 12.0);
+    charge_all_to_all(c, m, x);
+    cost_experts(c, m, x, 1);
+    charge_all_to_all(c, m, x);
+    charge_kernel(c, "MoE permutation: gather and its backward", 1, (N * k * C + N * C) * x + N * k * 4.0);
+    charge_kernel(c, "MoE router: softmax, top k, losses", 1, N * E * (4.0 + x) + N * k * 12.0 + N * 4.0 + E * 4.0);
+    charge_linear_backward(c, "MoE router (cuBLAS)", N, C, E, x);
+    charge_kernel(c, "residual add", 1, 3.0 * N * C * x);
+    cost_shared_expert(c, m, x, 1);
+}
+
 static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
     double R = m->residual_rows;   // the norms' and the residual's rows: N, or N / TP (sequence parallelism)
@@ -619,11 +840,13 @@ static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int 
     // biases in the epilogue; GELU's too, which also writes the pre-activation it keeps
     charge_matmul(c, linear, N, m->qkv_local, C, 1.0, x);   // qkv: (heads + 2 groups) x the head size
     charge_matmul(c, linear, N, C, Cl, 1.0, x);             // the attention's projection
-    charge_matmul(c, linear, N, m->fc_local, C, 1.0, x);    // fc1 (SwiGLU's gate and up: twice as wide)
-    charge_matmul(c, linear, N, C, Fl, 1.0, x);             // the MLP's projection
-    if (m->cfg.swiglu) charge_kernel(c, "swiglu forward", 1, 3.0 * N * Fl * x);   // gate and up read, out written
-    else if (m->cfg.gelu == GELU_ERF) charge_kernel(c, "GELU (erf) forward", 1, 2.0 * N * Fl * x);   // no epilogue's
-    else charge_kernel(c, "GELU epilogue's second output", 0, N * Fl * x);
+    if (is_moe_layer(&m->cfg, global_layer(m, i))) {   // a mixture of experts in the MLP's place
+        cost_moe_forward(c, m, x);
+    } else {
+        charge_matmul(c, linear, N, m->fc_local, C, 1.0, x);   // fc1 (SwiGLU's gate and up: twice as wide)
+        charge_matmul(c, linear, N, C, Fl, 1.0, x);            // the MLP's projection
+        charge_mlp_activation(c, m, N, Fl, x);
+    }
     charge_rope(c, m, x);
     cost_layer_attention(c, m, x, 0);
     // f and g around attention and MLP; with sequence parallelism ln1 and ln2 gathered, the two
@@ -632,14 +855,16 @@ static void cost_layer_forward(StageCost* c, const GPT* m, int i, double x, int 
     charge_bias_adds(c, m, x, 2);
 }
 
-static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_size) {
+static void cost_layer_backward(StageCost* c, const GPT* m, int i, double x, int tp_size) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, Cl = m->hidden_local, Fl = m->ffn_local;
     int rows = m->B * m->T, R = m->residual_rows;   // with SP, the row-parallel biases' gradients: over the residual rows
+    int moe = is_moe_layer(&m->cfg, global_layer(m, i));
     const char* linear = "linear layers backward (cuBLAS)";
+    if (moe) cost_moe_backward(c, m, x);   // the experts' biases with them
     charge_linear_backward(c, linear, N, C, m->qkv_local, x);   // qkv
     charge_linear_backward(c, linear, N, Cl, C, x);             // the attention's projection
-    charge_linear_backward(c, linear, N, C, m->fc_local, x);    // fc1
-    charge_linear_backward(c, linear, N, Fl, C, x);             // the MLP's projection
+    if (!moe) charge_linear_backward(c, linear, N, C, m->fc_local, x);    // fc1
+    if (!moe) charge_linear_backward(c, linear, N, Fl, C, x);             // the MLP's projection
     if (!m->cfg.disable_bias_linear || m->cfg.add_qkv_bias) {
         // in the weight gradients' GEMMs on the GPU build; the row-parallel layers' (the MLP's
         // and the attention's projections) with SP over the residual rows before the
@@ -648,13 +873,11 @@ static void cost_layer_backward(StageCost* c, const GPT* m, double x, int tp_siz
         int hidden = m->cfg.hidden_size, row_parallel = 2;   // the two projections first
         int widths[4] = {hidden, hidden, m->fc_local, m->qkv_local};
         for (int k = m->cfg.disable_bias_linear ? 3 : 0; k < 4; k++)
-            if (m->build.gpu && !(k < row_parallel && m->sequence_parallel)) charge_epilogue_bias_grad(c, widths[k]);
+            if (moe && (k == 1 || k == 2)) continue;   // (the MLP's: a MoE layer has none)
+            else if (m->build.gpu && !(k < row_parallel && m->sequence_parallel)) charge_epilogue_bias_grad(c, widths[k]);
             else charge_bias_grad(c, k < row_parallel ? R : rows, widths[k], x);
     }
-    if (m->cfg.swiglu)   // fc1's output (gate and up) and dout read, their gradient written
-        charge_kernel(c, "swiglu backward", 1, 5.0 * N * Fl * x);
-    else if (m->cfg.gelu == GELU_ERF) charge_kernel(c, "GELU (erf) backward", 1, 3.0 * N * Fl * x);   // no epilogue's
-    else charge_kernel(c, "GELU backward: the DGELU epilogue's aux read", 0, N * Fl * x);   // in fcproj's dinp GEMM
+    if (!moe) charge_mlp_activation_backward(c, m, N, Fl, x);
     charge_norm_backward(c, m, x);   // ln2's
     charge_norm_backward(c, m, x);   // ln1's
     if (recomputes_attention_core(m))   // selective: the probabilities again (never the fused attention's)
@@ -696,7 +919,7 @@ static void cost_micro_batch(StageCost* c, const GPT* m, double x, int tp_size) 
         int first, end;
         cost_layer_forward(c, m, i, x, tp_size);
         if (recompute_chunk(m, i, &first, &end)) cost_layer_forward(c, m, i, x, tp_size);
-        cost_layer_backward(c, m, x, tp_size);
+        cost_layer_backward(c, m, i, x, tp_size);
     }
     if (m->is_last_stage) {
         charge_norm_forward(c, m, x);                                            // the final norm
@@ -734,7 +957,7 @@ static double layer_seconds(const StageCost* c, const GPT* m, double x, int tp_s
     for (int i = 0; i < m->num_local_layers; i++) {
         int first, end;
         if (!backward || recompute_chunk(m, i, &first, &end)) cost_layer_forward(scratch, m, i, x, tp_size);
-        if (backward) cost_layer_backward(scratch, m, x, tp_size);
+        if (backward) cost_layer_backward(scratch, m, i, x, tp_size);
     }
     charge_launch_gaps(scratch);
     double seconds = scratch->seconds / m->num_local_layers;
@@ -828,10 +1051,15 @@ static double overlapped_gather_seconds(const StageCost* c, const GPT* m, double
 // buckets of the DP overlaps; t_forward, t_backward: layer_seconds
 static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, int pp_size, DPOverlap overlap,
                            double t_forward, double t_backward) {
-    double shard = (double)m->num_params_padded / dp_size;
+    // with EP > 1 the experts' parameters (1/EP of them here) are sharded over the expert-data-
+    // parallel group, the others over DP x CP (ExpertLayout); their buckets are not planned: at
+    // EP > 1 the overlaps are priced as one reduce-scatter and one all-gather a group
+    int EP = expert_ranks(c), expert_dp = dp_size / EP;
+    double experts = EP > 1 ? stage_expert_params(m) : 0.0, dense = (double)m->num_params_padded - experts;
+    double dense_shard = dense / dp_size, expert_shard = experts / EP / expert_dp, shard = dense_shard + expert_shard;
     int messages;
     c->calls = 1.0;
-    charge_kernel(c, "zero gradients", 1, (double)m->num_params_padded * 4.0);
+    charge_kernel(c, "zero gradients", 1, (dense + experts / EP) * 4.0);
     for (int i = 0; i < m->num_tensors && m->sequence_parallel; i++)   // data_parallel.h's sequence_parallel_grads_all_reduce
         if (m->tensors[i].split_axis < 0)
             charge_all_reduce(c, "sequence-parallel gradient all-reduce", GROUP_TP, m->tp_size, m->tensors[i].numel * 4.0);
@@ -839,36 +1067,47 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
     // output layer of its own (--untie-embeddings-and-output-weights) has no copy to sum
     if (pp_size > 1 && (m->is_first_stage || m->is_last_stage) && !m->cfg.untie_embeddings_and_output_weights)
         charge_all_reduce(c, "tied embedding all-reduce", GROUP_EMBEDDING, 2, (double)m->tensors[m->wte].numel * 4.0);
-    if (dp_size > 1 && overlap.reduce_bucket > 0) {
+    if (dp_size > 1 && overlap.reduce_bucket > 0 && EP == 1) {
         double exposed = overlapped_reduce_seconds(c, m, t_backward, dp_size, overlap.reduce_bucket, &c->reduce_total,
                                                    &messages);
         c->reduce_hidden = fmax(0.0, c->reduce_total - exposed);   // (not -0.000 by rounding)
         charge(c, "ZeRO gradient reduce, buckets: exposed", messages, 0.0, (dp_size - 1.0) * shard * 4.0, exposed);
         c->bytes_sent[GROUP_DP] += (dp_size - 1.0) * shard * 4.0;
     } else if (dp_size > 1) {
-        charge_message(c, "ZeRO reduce-scatter", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * 4.0);
+        charge_message(c, "ZeRO reduce-scatter", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * dense_shard * 4.0);
     }
+    if (expert_dp > 1 && experts > 0.0)
+        charge_message(c, "ZeRO reduce-scatter, experts (expert-DP)", GROUP_EXPERT_DP, expert_dp - 1.0,
+                       (expert_dp - 1.0) * expert_shard * 4.0);
     charge_kernel(c, "gradient norm", 2, shard * 4.0);   // the whole shard in one pass and a final sum
     charge_kernel(c, "AdamW", 1, shard * (7.0 * 4.0 + x));   // master, m, v read and written; grad read; param written
-    if (dp_size > 1 && overlap.gather_bucket > 0) {
+    if (dp_size > 1 && overlap.gather_bucket > 0 && EP == 1) {
         double exposed = overlapped_gather_seconds(c, m, t_forward, dp_size, overlap.gather_bucket, x, &c->gather_total,
                                                    &messages);
         c->gather_hidden = fmax(0.0, c->gather_total - exposed);   // (not -0.000 by rounding)
         charge(c, "ZeRO all-gather, buckets: exposed", messages, 0.0, (dp_size - 1.0) * shard * x, exposed);
         c->bytes_sent[GROUP_DP] += (dp_size - 1.0) * shard * x;
     } else if (dp_size > 1) {
-        charge_message(c, "ZeRO all-gather", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * shard * x);
+        charge_message(c, "ZeRO all-gather", GROUP_DP, dp_size - 1.0, (dp_size - 1.0) * dense_shard * x);
     }
+    if (expert_dp > 1 && experts > 0.0)
+        charge_message(c, "ZeRO all-gather, experts (expert-DP)", GROUP_EXPERT_DP, expert_dp - 1.0,
+                       (expert_dp - 1.0) * expert_shard * x);
     charge_launch_gaps(c);
 }
 
 // a planned stage's costs over a step of `micro` micro-batches, in its build's precision; the
-// ZeRO group (GROUP_DP) is DP x CP
-static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int CP, int PP, int DP, int micro,
-                            DPOverlap overlap, StageCost* c, double* micro_seconds) {
+// ZeRO group (GROUP_DP) is DP x CP; with experts, their layout (ExpertLayout: EP's group TP ranks
+// apart, the expert-data-parallel one TP x EP)
+static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int CP, int PP, int DP, ExpertLayout experts,
+                            int micro, DPOverlap overlap, StageCost* c, double* micro_seconds) {
     double x = m->build.floatx_bytes;
+    int EP = experts.ep > 1 ? experts.ep : 1;
     memset(c, 0, sizeof(*c));
     c->hw = hw;
+    c->experts = experts;
+    c->group_bandwidth[GROUP_EP] = group_bandwidth(hw, TP, EP);
+    c->group_bandwidth[GROUP_EXPERT_DP] = group_bandwidth(hw, TP * EP, CP * DP / EP);
     c->group_bandwidth[GROUP_TP] = group_bandwidth(hw, 1, TP);
     c->group_bandwidth[GROUP_DP] = group_bandwidth(hw, TP, CP * DP);
     c->group_bandwidth[GROUP_PP] = group_bandwidth(hw, TP * CP * DP, PP);

@@ -32,15 +32,16 @@ static void print_model(const GPTConfig* c) {
 }
 
 // --log-comm's two lines: the bytes sent in each group (cost.h's order: tp, dp (DP x CP's, ZeRO's),
-// pp, embedding, cp) in a step, the most any rank sent, in MiB and in bytes (--dry-run prints the
-// ones it predicts)
+// pp, embedding, cp, ep (the experts' all-to-alls), expert-dp (the experts' ZeRO with EP > 1)) in a
+// step, the most any rank sent, in MiB and in bytes (--dry-run prints the ones it predicts)
 static void print_comm(const double most[NUM_COMM_GROUPS]) {
     double mib = 1024.0 * 1024.0;
     printf(" communication per step (MiB sent by the busiest rank, ring algorithms): tensor-parallel %.3f |"
-           " data-parallel %.3f | pipeline %.3f | embedding %.3f | context-parallel %.3f |\n", most[GROUP_TP] / mib,
-           most[GROUP_DP] / mib, most[GROUP_PP] / mib, most[GROUP_EMBEDDING] / mib, most[GROUP_CP] / mib);
-    printf(" communication per step in bytes: %.0f | %.0f | %.0f | %.0f | %.0f\n", most[GROUP_TP], most[GROUP_DP],
-           most[GROUP_PP], most[GROUP_EMBEDDING], most[GROUP_CP]);
+           " data-parallel %.3f | pipeline %.3f | embedding %.3f | context-parallel %.3f | expert-parallel %.3f |"
+           " expert-data-parallel %.3f |\n", most[GROUP_TP] / mib, most[GROUP_DP] / mib, most[GROUP_PP] / mib,
+           most[GROUP_EMBEDDING] / mib, most[GROUP_CP] / mib, most[GROUP_EP] / mib, most[GROUP_EXPERT_DP] / mib);
+    printf(" communication per step in bytes: %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f\n", most[GROUP_TP],
+           most[GROUP_DP], most[GROUP_PP], most[GROUP_EMBEDDING], most[GROUP_CP], most[GROUP_EP], most[GROUP_EXPERT_DP]);
 }
 
 // ----------------------------------------------------------------------------
@@ -321,17 +322,76 @@ static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp
     free(slots);
 }
 
+// the MoE layers whose activations a stage keeps at once: each slot's (its chunk's layers that are
+// not recomputed) and the recomputation's scratch's, laid out for a MoE layer at every position
+static int kept_moe_layers(const GPT* m) {
+    int n = 0;
+    for (int s = 0; s < m->num_slots; s++)
+        for (int i = m->slots[s].first; i < m->slots[s].end; i++) {
+            int first, end;
+            n += !recompute_chunk(m, i, &first, &end) && is_moe_layer(&m->cfg, global_layer(m, i));
+        }
+    return n + (m->cfg.num_experts > 0 ? m->longest_chunk : 0);
+}
+
+// The rows a rank's experts may receive in one MoE layer's micro-batch with EP > 1, dropless (every
+// token kept), at worst: each of the EP ranks may send every one of its N tokens' choices of this
+// rank's E / EP experts, min(k, E / EP) a token. (With a capacity factor, Megatron-LM's
+// --moe-expert-capacity-factor, each expert would take at most its capacity and the buffer E / EP
+// x EP x capacity rows: the hook for it when it lands is here.)
+static double expert_receive_rows(const GPT* m, int EP) {
+    double N = (double)m->B * m->T, k = m->cfg.moe_router_topk, held = m->cfg.num_experts / EP;
+    return EP * N * fmin(k, held);
+}
+
+static size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// A stage's memory with expert parallelism, EP > 1, as the planner assumes it (the trainer does
+// not run it yet, so nothing here is checked against an allocation, as EP 1's memory is):
+//  - the experts' parameters, gradients and optimizer state: a rank holds E / EP experts, in a flat
+//    buffer of its own padded for the expert-data-parallel group (DP x CP / EP ranks) its ZeRO
+//    state is sharded over; the dense parameters' buffer as without experts, padded for DP x CP;
+//  - the activations: the model's own layout (the experts' rows at the balanced mean, N k a MoE
+//    layer), and each kept MoE layer's received rows at the dropless worst case, kept for the
+//    backward (expert_receive_rows);
+//  - the workspaces: the model's (the optimizer's shard table: one buffer's).
+static StageMemory expert_parallel_memory(StageMemory s, const GPT* m, int EP, int zero) {
+    if (EP <= 1 || m->cfg.num_experts == 0) return s;
+    int master_copy = m->build.floatx_bytes != (int)sizeof(float);   // adamw_init's rule
+    size_t experts = (size_t)stage_expert_params(m), held = experts / EP, expert_zero = zero / EP;
+    size_t dense = round_up(m->num_params - experts, zero), held_padded = round_up(held, expert_zero);
+    s.num_params = m->num_params - experts + held;
+    s.params = (dense + held_padded) * m->build.floatx_bytes;
+    s.grads = (dense + held_padded) * sizeof(float);
+    s.optimizer = adamw_state_bytes(dense, zero, master_copy) + adamw_state_bytes(held_padded, expert_zero, master_copy);
+    s.activations += (size_t)(kept_moe_layers(m) * expert_receive_rows(m, EP)) * m->cfg.hidden_size * m->build.floatx_bytes;
+    s.total = s.params + s.grads + s.optimizer + s.activations + s.workspaces;
+    return s;
+}
+
+// a planned stage's memory: the model's (stage_memory), with the layout's expert parallelism
+static StageMemory planned_stage_memory(const GPT* m, const Config* a, int p, int dp_size) {
+    int zero = dp_size * a->context_parallel_size;   // (ZeRO's DP x CP)
+    return expert_parallel_memory(stage_memory(m, pipeline_stage(a, p), zero), m, a->expert_model_parallel_size, zero);
+}
+
 static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp_size) {
     GPT m;
     plan_stage_model(&m, a, p, tp_size, dp_size);
-    StageMemory s = stage_memory(&m, pipeline_stage(a, p), dp_size * a->context_parallel_size);   // (ZeRO's DP x CP)
+    StageMemory s = planned_stage_memory(&m, a, p, dp_size);
     gpt_free_plan(&m);
     return s;
 }
 
+// the experts' layout the plan prices (cost.h's ExpertLayout)
+static ExpertLayout expert_layout_of(const Config* a) {
+    ExpertLayout e = {a->expert_model_parallel_size, a->moe_imbalance > 0.0f ? a->moe_imbalance : 1.0};
+    return e;
+}
+
 // a layout's plan: its peak memory (the stage that holds most), its step and what it sends
 typedef struct {
-    int tp, cp, pp, dp, vp, micro_batches, peak_stage, slowest_stage;   // vp: model chunks per stage (interleaving)
+    int tp, cp, pp, dp, ep, vp, micro_batches, peak_stage, slowest_stage;   // vp: model chunks per stage (interleaving)
     double peak_bytes, step_seconds, slot_seconds, optimizer_seconds, tflops_per_gpu, bubble;
     double bytes_sent[NUM_COMM_GROUPS];   // the busiest rank's, per group: --log-comm's numbers
     int out_of_memory;
@@ -346,6 +406,7 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
     L.cp = a->context_parallel_size;
     L.pp = a->pipeline_model_parallel_size;
     L.dp = data_parallel_size(a);
+    L.ep = a->expert_model_parallel_size;
     L.vp = virtual_chunks(a);
     L.micro_batches = a->global_batch_size / (a->micro_batch_size * L.dp);
     int zero = L.dp * L.cp;   // the ranks ZeRO shards over and a gradient is summed over (DP x CP)
@@ -353,7 +414,7 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
     for (int p = 0; p < L.pp; p++) {
         GPT m;
         plan_stage_model(&m, a, p, L.tp, L.dp);
-        StageMemory s = stage_memory(&m, pipeline_stage(a, p), zero);
+        StageMemory s = planned_stage_memory(&m, a, p, L.dp);
         if (s.total > L.peak_bytes) {
             L.peak_bytes = (double)s.total;
             L.peak_stage = p;
@@ -361,7 +422,7 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
         double micro_seconds;
         DPOverlap overlap = {a->overlap_grad_reduce ? grad_bucket_size(a, zero) : 0,
                              a->overlap_param_gather ? grad_bucket_size(a, zero) : 0};
-        plan_stage_cost(&m, hw, L.tp, L.cp, L.pp, L.dp, L.micro_batches, overlap, c, &micro_seconds);
+        plan_stage_cost(&m, hw, L.tp, L.cp, L.pp, L.dp, expert_layout_of(a), L.micro_batches, overlap, c, &micro_seconds);
         gpt_free_plan(&m);
         if (micro_seconds > L.slot_seconds) {
             L.slot_seconds = micro_seconds;
@@ -392,22 +453,24 @@ static void print_seconds(double s) {
 
 // the fixed, parseable last line (CP, with all_gather's exchange named, only with context parallelism)
 static void print_layout_line(const Config* a, const LayoutPlan* L) {
-    char vp[16] = "", cp[32] = "";   // interleaved: its model chunks per stage (Megatron-LM's virtual pipeline size)
+    char vp[16] = "", cp[32] = "", ep[16] = "";   // vp: its model chunks per stage (Megatron-LM's virtual pipeline size)
     if (L->vp > 1) snprintf(vp, sizeof vp, " VPP %d", L->vp);
     if (L->cp > 1) snprintf(cp, sizeof cp, " CP %d%s", L->cp, a->cp_comm_type == CP_COMM_ALL_GATHER ? " all_gather" : "");
-    printf("dry-run: world %d TP %d%s PP %d DP %d MBS %d GBS %d%s%s: peak memory per GPU %.1f GiB (stage %d), step ",
-           L->tp * L->cp * L->pp * L->dp, L->tp, cp, L->pp, L->dp, a->micro_batch_size, a->global_batch_size, vp,
+    if (L->ep > 1) snprintf(ep, sizeof ep, " EP %d", L->ep);   // (of the DP x CP ranks)
+    printf("dry-run: world %d TP %d%s PP %d DP %d%s MBS %d GBS %d%s%s: peak memory per GPU %.1f GiB (stage %d), step ",
+           L->tp * L->cp * L->pp * L->dp, L->tp, cp, L->pp, L->dp, ep, a->micro_batch_size, a->global_batch_size, vp,
            a->model.sequence_parallel ? " SP" : "", L->peak_bytes / (1 << 30), L->peak_stage);
     print_seconds(L->step_seconds);
     printf(" s, %.1f TFLOPs per GPU, bubble %.1f%%%s\n", L->tflops_per_gpu, 100.0 * L->bubble,
            L->out_of_memory ? " OOM" : "");
 }
 
-// --sweep: every layout of the world (TP, CP, PP, the rest DP, MBS) the model's shape, the
-// sequence and the batch allow, with sequence parallelism and without where TP > 1 (a
-// --sequence-parallel given is not read) and with each interleaving (v model chunks per stage)
-// its layers and micro-batches allow, one line each, those that fit first, each part fastest
-// first; context parallelism by the --cp-comm-type given
+// --sweep: every layout of the world (TP, CP, PP, the rest DP, MBS; with experts each EP of the
+// DP x CP ranks that divides them and the experts) the model's shape, the sequence and the batch
+// allow, with sequence parallelism and without where TP > 1 (a --sequence-parallel given is not
+// read) and with each interleaving (v model chunks per stage) its layers and micro-batches allow,
+// one line each, those that fit first, each part fastest first; context parallelism by the
+// --cp-comm-type given
 typedef struct {
     LayoutPlan plan;
     int micro_batch_size, sequence_parallel;
@@ -424,9 +487,9 @@ static int compare_sweep_rows(const void* x, const void* y) {
     return (a->plan.step_seconds > b->plan.step_seconds) - (a->plan.step_seconds < b->plan.step_seconds);
 }
 
-// the layouts of one (TP, CP, PP): each MBS that divides a pipeline's batch, without SP and then
-// with, each plain and interleaved
-static void sweep_micro_batches(Sweep* s, const Config* a, const Hardware* hw, int tp, int cp, int pp) {
+// the layouts of one (TP, CP, PP, EP): each MBS that divides a pipeline's batch, without SP and
+// then with, each plain and interleaved
+static void sweep_micro_batches(Sweep* s, const Config* a, const Hardware* hw, int tp, int cp, int pp, int ep) {
     int dp = layout_world_size(a) / (tp * cp * pp);
     char err[512];
     for (int k = 0; k < a->global_batch_size / dp * (tp > 1 ? 2 : 1); k++) {
@@ -436,6 +499,7 @@ static void sweep_micro_batches(Sweep* s, const Config* a, const Hardware* hw, i
         b.tensor_model_parallel_size = tp;
         b.context_parallel_size = cp;
         b.pipeline_model_parallel_size = pp;
+        b.expert_model_parallel_size = ep;
         b.micro_batch_size = mbs;
         b.num_layers_per_virtual_pipeline_stage = b.num_virtual_stages_per_pipeline_rank = 0;
         b.microbatch_group_size_per_virtual_pipeline_stage = 0;   // (a group size given: the interleaved rows')
@@ -465,12 +529,14 @@ static void sweep_micro_batches(Sweep* s, const Config* a, const Hardware* hw, i
 }
 
 static void dry_run_sweep(const Config* a, const Hardware* hw) {
-    int W = layout_world_size(a);
+    int W = layout_world_size(a), E = a->model.num_experts;
     Sweep s = {(SweepRow*)mallocCheck(64 * sizeof(SweepRow)), 0, 64, 0, 0};
     for (int tp = 1; tp <= W; tp++)
         for (int cp = 1; W % tp == 0 && cp <= W / tp; cp++)
             for (int pp = 1; (W / tp) % cp == 0 && pp <= W / (tp * cp); pp++)
-                if ((W / (tp * cp)) % pp == 0) sweep_micro_batches(&s, a, hw, tp, cp, pp);
+                for (int ep = 1; (W / (tp * cp)) % pp == 0 && ep <= W / (tp * pp); ep++)   // EP of DP x CP's ranks
+                    if (ep == 1 || (E > 0 && E % ep == 0 && (W / (tp * pp)) % ep == 0))
+                        sweep_micro_batches(&s, a, hw, tp, cp, pp, ep);
     qsort(s.rows, s.count, sizeof(SweepRow), compare_sweep_rows);
     printf("sweep: %d layout(s) of world %d at global batch %d (%d fit, %d above memory: OOM), %d refused by the "
            "model's shape or the batch; those that fit first, each part fastest first\n", s.count, W,
@@ -665,6 +731,74 @@ static void print_context_parallel_fit(const Config* a, const Hardware* hw) {
            a->model.seq_length);
 }
 
+// A MoE layer's multiply-adds a token in its MLP's place, as config.h's mlp_multiply_adds counts
+// the active ones (the router's h E, k experts', the shared expert's and its gate's), and with all
+// E experts: what the model holds against what a token uses
+static void moe_layer_multiply_adds(const GPTConfig* c, double* active, double* all) {
+    double h = c->hidden_size, glu = c->swiglu ? 3.0 : 2.0, expert = glu * h * c->moe_ffn_hidden_size;
+    double shared = c->moe_shared_expert_intermediate_size ? glu * h * c->moe_shared_expert_intermediate_size + h : 0.0;
+    *active = h * c->num_experts + c->moe_router_topk * expert + shared;
+    *all = h * c->num_experts + c->num_experts * expert + shared;
+}
+
+// The dry run's lines on a mixture of experts: the FLOPs it counts (the active parameters), the
+// rows its experts are priced on (the busiest rank's, --moe-imbalance), and with expert
+// parallelism the all-to-alls and the memory the plan assumes (expert_parallel_memory)
+static void print_experts_plan(const Config* a, const LayoutPlan* L) {
+    const GPTConfig* c = &a->model;
+    int E = c->num_experts, k = c->moe_router_topk, EP = L->ep, moe_layers = 0;
+    double active, all, X = expert_layout_of(a).imbalance;
+    for (int l = 0; l < c->num_layers; l++) moe_layers += is_moe_layer(c, l);
+    moe_layer_multiply_adds(c, &active, &all);
+    GPT m;
+    plan_stage_model(&m, a, 0, L->tp, L->dp);
+    double N = (double)m.B * m.T, C = c->hidden_size, x = m.build.floatx_bytes, mean = EP * N * k / E;
+    printf("mixture of experts: %d MoE layer(s) of %d (--moe-layer-freq %d), %d experts, each token to %d: the model FLOPs "
+           "count a MoE layer's active parameters alone, %.4g multiply-adds a token in its MLP's place (the router's, %d "
+           "experts'%s) of the %.4g its experts hold (config.h mlp_multiply_adds)\n", moe_layers, c->num_layers,
+           c->moe_layer_freq, E, k, active, k, c->moe_shared_expert_intermediate_size ? ", the shared expert's" : "", all);
+    printf("  the experts priced expert by expert on the rank that holds the busiest: %d expert(s) a rank, %.6g rows each "
+           "at balance (EP x N k / E, N = %.0f tokens a micro-batch), the busiest at --moe-imbalance %.3g x that (the "
+           "others %.6g each); a run logs its own as \"expert tokens max/mean\", which --moe-imbalance takes back\n",
+           E / EP, mean, N, X, E > 1 ? (E - X) / (E - 1.0) * mean : 0.0);
+    if (EP > 1) {
+        double sent = (EP - 1.0) / EP * N * k * C * x, rows = expert_receive_rows(&m, EP);
+        int edp = L->dp * L->cp / EP;
+        printf("  expert parallelism (planned; the trainer runs EP 1 until it is built): EP %d of the DP x CP %d ranks, "
+               "each holding %d of the %d experts of a MoE layer, their gradients and optimizer state sharded over the "
+               "expert-data-parallel group of %d rank(s) (DP x CP / EP), the dense parameters' over DP x CP; a MoE layer's "
+               "micro-batch sends 4 all-to-alls (dispatch and combine, forward and backward; again with recomputation) of "
+               "(EP - 1) / EP x N k rows of %d: %.0f bytes each a rank\n", EP, L->dp * L->cp, E / EP, E, edp, c->hidden_size,
+               sent);
+        printf("  memory assumed: a rank's experts' parameters, gradients and optimizer state 1/EP of all of them (the "
+               "state 1/(DP x CP / EP) of those); each kept MoE layer's received rows at the dropless worst case, EP x N x "
+               "min(k, E / EP) = %.0f rows of %d (%.1f MiB a layer and micro-batch: each peer may send every token's choices "
+               "of this rank's experts; a capacity factor would bound it), on stage 0 for %d layer(s) at once\n", rows,
+               c->hidden_size, rows * C * x / 1048576.0, kept_moe_layers(&m));
+    }
+    gpt_free_plan(&m);
+}
+
+// A layout above the memory, with experts: the smallest expert parallelism of the same TP, CP,
+// PP and DP above the layout's (dividing the experts and DP x CP) whose plan fits, or that none
+// does: EP divides the experts' parameters, gradients and optimizer state by EP
+static void print_expert_parallel_fit(const Config* a, const Hardware* hw) {
+    int ranks = data_parallel_size(a) * a->context_parallel_size, E = a->model.num_experts;
+    Config other = *a;
+    char err[512], label[160];
+    for (int ep = a->expert_model_parallel_size + 1; ep <= ranks && ep <= E; ep++) {
+        other.expert_model_parallel_size = ep;
+        if (ranks % ep != 0 || E % ep != 0 || layout_error(&other, err, sizeof err)) continue;
+        LayoutPlan L = plan_layout(&other, hw, NULL);
+        if (L.out_of_memory) continue;
+        snprintf(label, sizeof label, "the smallest expert parallelism that fits: --expert-model-parallel-size %d", ep);
+        print_plan_summary(label, &L);
+        return;
+    }
+    printf("expert parallelism: no --expert-model-parallel-size above %d fits (EP must divide DP x CP = %d and the %d "
+           "experts)\n", a->expert_model_parallel_size, ranks, E);
+}
+
 // the precision of the build --dry-run-build plans: the GPU build's 16-bit type (fp16 with --fp16,
 // train_gpu_fp16's; else bf16, train_gpu's) over fp32 master weights; the CPU build's fp32
 static const char* planned_precision(const Config* a) {
@@ -681,12 +815,19 @@ static void dry_run_report(const Config* a) {
     int TP = a->tensor_model_parallel_size, CP = a->context_parallel_size, PP = a->pipeline_model_parallel_size;
     int DP = data_parallel_size(a), micro = a->global_batch_size / (a->micro_batch_size * DP);
     char layout[96];
-    printf("dry run: gridgpt %s build planned (--dry-run-build), %s, world %d as %s: nothing allocated, no step run\n",
+    char ep[48] = "";
+    if (a->expert_model_parallel_size > 1) snprintf(ep, sizeof ep, ", EP %d of the DP x CP ranks", a->expert_model_parallel_size);
+    printf("dry run: gridgpt %s build planned (--dry-run-build), %s, world %d as %s%s: nothing allocated, no step run\n",
            plans_gpu_build(a) ? "GPU" : "CPU", planned_precision(a), layout_world_size(a),
-           layout_name(layout, sizeof layout, TP, CP, PP, DP));
+           layout_name(layout, sizeof layout, TP, CP, PP, DP), ep);
     print_model(&a->model);
     print_attention(a, plans_gpu_build(a));
-    if (CP == 1)
+    if (a->expert_model_parallel_size > 1)   // (the experts' TP is not built: TP 1 with experts)
+        printf("each stage as its %sdata rank 0 holds it (its other ranks hold the same sizes: another %d of the %d "
+               "experts of a MoE layer, another ZeRO shard%s)\n", CP > 1 ? "context rank 0, " : "",
+               a->model.num_experts / a->expert_model_parallel_size, a->model.num_experts,
+               CP > 1 ? ", the sequences' other chunks" : "");
+    else if (CP == 1)
         printf("each stage as its tensor rank 0, data rank 0 holds it (its other ranks hold the same sizes: another slice "
                "of the vocabulary, the matrices and the ZeRO shard)\n");
     else
@@ -697,7 +838,7 @@ static void dry_run_report(const Config* a) {
         StageMemory s = plan_stage_memory(a, p, TP, DP);
         if (p == 0) print_memory_header();
         print_memory_row("planned", &s, 1);
-        if (p == PP - 1) print_model_state_bytes(&s, DP * CP);
+        if (p == PP - 1 && a->expert_model_parallel_size == 1) print_model_state_bytes(&s, DP * CP);   // (EP's: below)
     }
     print_layer_activations(a);
     double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a),
@@ -705,8 +846,8 @@ static void dry_run_report(const Config* a) {
     Hardware hw = hardware_of(a);
     StageCost* slowest = (StageCost*)mallocCheck(sizeof(StageCost));
     LayoutPlan L = plan_layout(a, &hw, slowest);
-    printf("model FLOPs per step: %.4g (global batch %d; Narayanan et al. 2021, recomputation included)\n", flops,
-           a->global_batch_size);
+    printf("model FLOPs per step: %.4g (global batch %d; Narayanan et al. 2021, recomputation included%s)\n", flops,
+           a->global_batch_size, a->model.num_experts > 0 ? "; a MoE layer's active parameters alone" : "");
     if (L.vp == 1)
         printf("1F1B bubble: (p - 1) / (m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per pipeline\n",
                PP - 1, micro + PP - 1, 100.0 * L.bubble, micro);
@@ -732,6 +873,7 @@ static void dry_run_report(const Config* a) {
         printf("--overlap-param-gather on stage %d: its bucketed broadcasts take %.3f ms, %.3f ms of them hidden behind the "
                "next step's first forward\n", L.slowest_stage, 1e3 * slowest->gather_total, 1e3 * slowest->gather_hidden);
     if (CP > 1) print_context_parallel_exchange(a, slowest, L.slowest_stage);
+    if (a->model.num_experts > 0) print_experts_plan(a, &L);
     print_recomputation_alternatives(a, &hw);
     print_interleaving_alternative(a, &hw);
     print_sequence_parallel_alternative(a, &hw);
@@ -740,6 +882,7 @@ static void dry_run_report(const Config* a) {
         printf("does not fit: %.1f GiB of ours + %.1f GiB left to CUDA, cuBLAS and NCCL > %.1f GiB\n",
                L.peak_bytes / (1 << 30), hw.reserve_gib, hw.memory_gib);
     if (L.out_of_memory) print_context_parallel_fit(a, &hw);
+    if (L.out_of_memory && a->model.num_experts > 0) print_expert_parallel_fit(a, &hw);
     free(slowest);
     print_layout_line(a, &L);
 }
@@ -748,6 +891,11 @@ static void dry_run_and_exit(Config* a) {
     set_padded_vocab_size(a);
     Hardware hw = hardware_of(a);
     char name[32];
+    int E = a->model.num_experts, k = a->model.moe_router_topk;
+    if (a->moe_imbalance > 0.0f && (E == 0 || a->moe_imbalance < 1.0f || a->moe_imbalance > (double)E / k))
+        config_error("--moe-imbalance %g: the busiest expert's tokens over the mean are 1 (balanced) to E / k = %d / %d "
+                     "(each token's k choices, one to the busiest)%s", a->moe_imbalance, E, k,
+                     E == 0 ? ", and this model has no experts (--num-experts)" : "");
     if (plans_gpu_build(a) && a->attention_backend == ATTENTION_FLASH && hw.attention_efficiency <= 0.0)
         config_error("--attention-backend flash: --hw %s's GPU has no fused attention kernels (they need sm_80: cp.async, "
                      "mma.sync.m16n8k16)", hw_name(a, name, sizeof name));

@@ -21,6 +21,10 @@
 #   they take beyond it exposed, on a slow and a fast link; all_gather's collectives beside nothing.
 # - --sweep lists every layout the rules allow (counted here independently, CP's too), sorted,
 #   with the same line a single dry run of that layout prints, OOM marked; refusals are one line.
+# - A mixture of experts: the model FLOPs = the active parameters' count written out here, the
+#   experts priced on their N k rows (the utilization at most 100%), --moe-imbalance's busiest
+#   expert, and expert parallelism as planned: the all-to-alls' bytes, the experts' memory at 1/EP,
+#   --sweep over EP, the smallest EP that fits; a MoE run's bytes beside CP planned = counted.
 set -u
 data=${1:?usage: test_plan.sh DATA_PREFIX}
 B=tests/build/plan
@@ -48,7 +52,7 @@ comm() {  # name tp pp dp [flags...] (a --context-parallel-size among the flags 
     real=$(comm_bytes $B/$name.run)
     if [ -z "$real" ]; then bad "$name: the real run logs its communication" "$(grep -m1 -i error $B/$name.run)"
     elif [ "$planned" != "$real" ]; then bad "$name: planned bytes per group = --log-comm's" "planned $planned, real $real"
-    else ok "$name (world $n): bytes per step, tp | dp | pp | embedding | cp, planned = counted: $real"; fi
+    else ok "$name (world $n): bytes per step, tp | dp | pp | embedding | cp | ep | expert-dp, planned = counted: $real"; fi
 }
 
 comm tp2-pp2-dp2 2 2 2 --global-batch-size 8
@@ -84,6 +88,10 @@ comm cp2-dp2-overlap 1 1 2 --context-parallel-size 2 --overlap-grad-reduce --ove
 comm sp-tp2-cp2-pp2-all-gather 2 2 1 --context-parallel-size 2 --cp-comm-type all_gather --sequence-parallel \
     --global-batch-size 4
 comm llama-cp2-dp2 1 1 2 $llama --context-parallel-size 2 --global-batch-size 4
+# a mixture of experts beside DP and CP: the expert counts' all-reduce over CP each MoE layer's
+# forward (the recomputed one's too), the experts' gradients over DP x CP as the rest at EP 1
+comm moe-cp2-dp2-recompute 1 1 2 --num-experts 4 --moe-layer-freq 2 --context-parallel-size 2 --checkpoint-activations \
+    --global-batch-size 4
 
 # (the cost model's tests below plan the GPU build, --dry-run-build gpu: train_cpu's own default
 # prices this machine, tests/test_dry_run.sh's)
@@ -633,3 +641,119 @@ refused "--hw without --dry-run, in one line" "--hw and --hw-* describe the clus
     --hw v100-32gb --vocab-size 100 --data-path x
 refused "an --hw-* number without --dry-run, in one line" "--hw and --hw-* describe the cluster" \
     --hw-gpus-per-node 4 --vocab-size 100 --data-path x
+
+# --- a mixture of experts (issue 50): the model FLOPs count a MoE layer's active parameters (the
+# router's h E, k of E experts', the shared expert's and its gate's: config.h mlp_multiply_adds),
+# written out here layer by layer; the cost table prices the experts on their N k rows (the same
+# FLOPs), so the utilization stays below 100% (it read 144% when one dense MLP's time stood for k
+# experts); --moe-imbalance prices the busiest expert; expert parallelism (planned only): the
+# all-to-alls' bytes, the experts' memory at 1/EP, --sweep over EP, the smallest EP that fits
+moe_model="--vocab-size 257 --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --micro-batch-size 4
+           --global-batch-size 32 --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 512 --moe-layer-freq 2
+           --moe-shared-expert-intermediate-size 256 --swiglu --disable-bias-linear --ffn-hidden-size 1024"
+MOE_PLAN="./train_cpu --dry-run --dry-run-build gpu $moe_model $hw"
+$MOE_PLAN --world-size 1 --attention-backend unfused > $B/moe.plan 2>&1
+# layers 0 and 2 MoE (--moe-layer-freq 2), 1 and 3 dense; 8 micro-batches of N = 512 tokens; bf16
+read moe_flops experts_gflop <<< "$(awk 'BEGIN { G = 32; s = 128; h = 256; n = 4; d = 64; V = 384; F = 1024; Fe = 512; Fs = 256
+    E = 4; k = 2; N = 4 * s
+    for (l = 0; l < 4; l++) {
+        mlp = l % 2 ? 3 * h * F : h * E + k * 3 * h * Fe + 3 * h * Fs + h
+        flops += 3 * (2 * G * s * (h * 3 * n * d + h * h + mlp) + 4 * G * s * s * h)
+    }
+    flops += 3 * 2 * G * s * h * V
+    printf "%.6g %.1f\n", flops, 8 * 2 * 2 * N * k * 3 * h * Fe / 1e9 }')"
+planned=$(sed -nE 's/^model FLOPs per step: ([0-9.e+]+) .*/\1/p' $B/moe.plan)
+table=$(grep -E '^  ' $B/moe.plan | grep -F '|' | grep -v planned | sed -E 's/^  .{44} //' | awk -F'|' '{ s += $2 } END { print s * 1e9 }')
+if near "$planned" "$moe_flops" 0.0005 && [ "$(row 'MoE experts forward (cuBLAS, per expert)' 2 moe)" = "$experts_gflop" ] &&
+   [ "$(row 'MoE experts backward (cuBLAS, per expert)' 2 moe)" = "$(awk -v f="$experts_gflop" 'BEGIN { printf "%.1f", 2 * f }')" ] &&
+   near "$table" "$moe_flops" 0.01 && [ "$(row 'MoE experts forward (cuBLAS, per expert)' 1 moe)" = 128 ]; then
+    ok "MoE: model FLOPs $planned = the active parameters' count written out ($moe_flops); the experts priced on their N k rows, one GEMM pair an expert (forward $experts_gflop GFLOP in 128 launches); the table's FLOPs add up to the model's"
+else bad "MoE FLOPs" "model $planned against $moe_flops; experts forward $(row 'MoE experts forward (cuBLAS, per expert)' 2 moe) GFLOP in $(row 'MoE experts forward (cuBLAS, per expert)' 1 moe) launches against $experts_gflop in 128; table $table"; fi
+# the issue's own command (the CPU build, priced on this machine): the utilization was 144%
+mfu_of() { sed -nE 's/.*model FLOPs utilization ([0-9.]+)%.*/\1/p' "$1"; }
+./train_cpu --vocab-size 257 --num-experts 4 --world-size 2 --dry-run > $B/moe-cpu.plan 2>&1
+if [ -n "$(mfu_of $B/moe-cpu.plan)" ] && awk -v u="$(mfu_of $B/moe-cpu.plan)" -v g="$(mfu_of $B/moe.plan)" 'BEGIN { exit !(u > 0 && u <= 100 && g > 0 && g <= 100) }'; then
+    ok "MoE: model FLOPs utilization at most 100% ($(mfu_of $B/moe-cpu.plan)% on this CPU, $(mfu_of $B/moe.plan)% planned on the GPU)"
+else bad "MoE utilization" "$(grep '^throughput' $B/moe-cpu.plan) / $(grep '^throughput' $B/moe.plan)"; fi
+# --moe-imbalance X at EP = E (an expert a rank): the busiest rank's experts compute X times the
+# mean's rows; at EP 1 the rank's rows stay N k (the same FLOPs), the GEMMs' shapes alone change
+$MOE_PLAN --world-size 4 --expert-model-parallel-size 4 > $B/moe-ep4.plan 2>&1
+$MOE_PLAN --world-size 4 --expert-model-parallel-size 4 --moe-imbalance 1.5 > $B/moe-ep4-skewed.plan 2>&1
+$MOE_PLAN --world-size 1 --attention-backend unfused --moe-imbalance 2 > $B/moe-skewed.plan 2>&1
+ep4=$(row 'MoE experts forward (cuBLAS, per expert)' 2 moe-ep4) ep4_skewed=$(row 'MoE experts forward (cuBLAS, per expert)' 2 moe-ep4-skewed)
+if [ -n "$ep4" ] && near "$ep4_skewed" "$(awk -v f="$ep4" 'BEGIN { print 1.5 * f }')" 0.01 &&
+   [ "$(row 'MoE experts forward (cuBLAS, per expert)' 2 moe-skewed)" = "$experts_gflop" ]; then
+    ok "--moe-imbalance 1.5 at EP 4: the busiest rank's experts priced at 1.5 x the mean's rows ($ep4_skewed GFLOP against $ep4); at EP 1 the same FLOPs"
+else bad "--moe-imbalance" "EP 4: $ep4_skewed GFLOP against $ep4; EP 1 skewed: $(row 'MoE experts forward (cuBLAS, per expert)' 2 moe-skewed)"; fi
+# expert parallelism at world 4 (DP 4): each MoE layer's micro-batch sends 4 all-to-alls (6 with
+# every layer recomputed), each (EP - 1) / EP of its N k rows of C in bf16; the experts' gradients
+# and ZeRO state over the expert-DP group (4 / EP ranks)
+ep_bytes() { comm_bytes "$1" | awk -F'|' '{ gsub(/ /, "", $6); print $6 }'; }
+edp_bytes() { comm_bytes "$1" | awk -F'|' '{ gsub(/ /, "", $7); print $7 }'; }
+$MOE_PLAN --world-size 4 --expert-model-parallel-size 2 > $B/moe-ep2.plan 2>&1
+$MOE_PLAN --world-size 4 --expert-model-parallel-size 2 --checkpoint-activations > $B/moe-ep2-recompute.plan 2>&1
+$MOE_PLAN --world-size 4 > $B/moe-ep1.plan 2>&1
+a2a() { awk -v ep=$1 -v n=$2 'BEGIN { printf "%.0f", 2 * 2 * n * (ep - 1) / ep * 512 * 2 * 256 * 2 }'; }   # micro-batches x MoE layers x ...
+got="$(ep_bytes $B/moe-ep1.plan) $(ep_bytes $B/moe-ep2.plan) $(ep_bytes $B/moe-ep4.plan) $(ep_bytes $B/moe-ep2-recompute.plan)"
+want="0 $(a2a 2 4) $(a2a 4 4) $(a2a 2 6)"
+if [ "$got" = "$want" ] && [ "$(edp_bytes $B/moe-ep2.plan)" -gt 0 ] && [ "$(edp_bytes $B/moe-ep4.plan)" = 0 ]; then
+    ok "expert parallelism: the all-to-alls' bytes per step at EP 1, 2, 4 and 2 recomputed = 2 micro-batches x 2 MoE layers x 4 (6) x (EP - 1) / EP x N k C x 2 bytes ($got); the experts' ZeRO over DP / EP (none at EP 4)"
+else bad "the all-to-alls' bytes" "$got against $want; expert-DP $(edp_bytes $B/moe-ep2.plan), $(edp_bytes $B/moe-ep4.plan)"; fi
+# the memory at EP: the experts' E x 3 h Fe parameters a MoE layer 1/EP on a rank, in a flat
+# buffer of their own padded over the expert-DP group (4 / EP), the rest padded over DP 4; the
+# optimizer's 12 bytes of each shard's parameter; the activations plus each kept MoE layer's
+# dropless receive buffer, EP x N x min(k, E / EP) rows of C (2 MoE layers, one micro-batch slot)
+params_of() { sed -nE 's/^  planned \(stage 0, [^)]*\): ([0-9]+) parameters:.*/\1/p' "$1"; }
+bytes_of() { sed -nE 's/^  planned \(stage 0\) in bytes: (.*)/\1/p' "$1" | tr -d '|'; }
+total=$(params_of $B/moe-ep1.plan)
+read _ _ _ act1 _ _ <<< "$(bytes_of $B/moe-ep1.plan)"
+memory_ok="" memory_bad=""
+for ep in 2 4; do
+    want=$(awk -v P="$total" -v ep=$ep -v act="$act1" 'function up(n, m) { return int((n + m - 1) / m) * m }
+        BEGIN { X = 2 * 4 * 3 * 256 * 512; D = P - X; held = X / ep; z = 4; ez = 4 / ep; k = 2; per = 4 / ep
+                rows = ep * 512 * (k < per ? k : per)
+                printf "%d %d %d %d %d", D + held, (up(D, z) + up(held, ez)) * 2, (up(D, z) + up(held, ez)) * 4,
+                       12 * (up(D, z) / z + up(held, ez) / ez), act + 2 * rows * 256 * 2 }')
+    read w_params w_pbytes w_grads w_opt w_act <<< "$want"
+    read pbytes grads opt act _ _ <<< "$(bytes_of $B/moe-ep$ep.plan)"
+    got="$(params_of $B/moe-ep$ep.plan) $pbytes $grads $opt $act"
+    if [ "$got" = "$w_params $w_pbytes $w_grads $w_opt $w_act" ]; then memory_ok="$memory_ok EP $ep: $got;"
+    else memory_bad="$memory_bad EP $ep: $got against $w_params $w_pbytes $w_grads $w_opt $w_act;"; fi
+done
+if [ -z "$memory_bad" ] && [ -n "$total" ]; then
+    ok "expert parallelism's memory: the experts' parameters, gradients and optimizer state 1/EP (ZeRO over DP / EP), the dropless receive buffers added (parameters, their bytes, gradients, optimizer, activations:$memory_ok)"
+else bad "expert parallelism's memory" "$memory_bad (EP 1: $total parameters)"; fi
+# --sweep with experts: each layout (TP 1: the experts' TP is not built) with EP 1, and again
+# with each EP of 2 and 4 that divides DP x CP; a line = that layout's own dry run
+$MOE_PLAN --sweep --world-size 4 > $B/moe-sweep.out 2>&1
+count_ep() { grep '^dry-run: ' $B/moe-sweep.out | grep -c " EP $1 "; }
+# the layouts with DP x CP divisible by EP, among those without EP
+divisible() { grep '^dry-run: ' $B/moe-sweep.out | grep -v ' EP ' | sed -E 's/.* TP [0-9]+ (CP ([0-9]+) )?PP [0-9]+ DP ([0-9]+) .*/\2 \3/' |
+              awk -v ep=$1 '{ cp = NF == 2 ? $1 : 1; if ((cp * $NF) % ep == 0) n++ } END { print n + 0 }'; }
+sweep_line=$(grep -m1 'TP 1 PP 1 DP 4 EP 2 MBS 4 GBS 32:' $B/moe-sweep.out)
+sweep_single=$($MOE_PLAN --world-size 4 --expert-model-parallel-size 2 2>&1 | tail -1)
+if [ "$(count_ep 2)" -gt 0 ] && [ "$(count_ep 2)" = "$(divisible 2)" ] && [ "$(count_ep 4)" = "$(divisible 4)" ] &&
+   [ "$(count_ep 4)" -gt 0 ] && [ -n "$sweep_line" ] && [ "$sweep_line" = "$sweep_single" ]; then
+    ok "--sweep with experts: each layout again at EP 2 ($(count_ep 2)) and 4 ($(count_ep 4)) where they divide DP x CP; a line = its own dry run"
+else bad "--sweep over EP" "EP 2: $(count_ep 2) lines against $(divisible 2); EP 4: $(count_ep 4) against $(divisible 4); '$sweep_line' / '$sweep_single'"; fi
+# above the memory: the smallest EP that fits (0.116 GiB at EP 1, 0.109 at EP 2)
+$MOE_PLAN --world-size 4 --hw-memory-gib 0.113 --hw-reserve-gib 0.001 > $B/moe-oom.plan 2>&1
+fit=$(grep '^the smallest expert parallelism that fits' $B/moe-oom.plan)
+if tail -1 $B/moe-oom.plan | grep -q ' OOM$' && [[ "$fit" == *"--expert-model-parallel-size 2: "* ]]; then
+    ok "above the memory with experts: the smallest EP that fits is named ($fit)"
+else bad "the smallest EP that fits" "$(tail -1 $B/moe-oom.plan) / $fit"; fi
+refused "--moe-imbalance without --dry-run, in one line" "--moe-imbalance is the load a --dry-run prices" \
+    --moe-imbalance 2 --vocab-size 100 --num-experts 4 --data-path x
+refused "--moe-imbalance above E / k, in one line" "--moe-imbalance 3: the busiest expert's tokens over the mean are 1" \
+    --dry-run --vocab-size 100 --num-experts 4 --moe-imbalance 3
+# Mixtral 8x7B (scripts/configs/mixtral-8x7B.sh, docs/moe-plan.md) on 64 H100s: its layout at EP 8
+# fits, the same without EP does not and names EP 2; the page's pasted plan is today's
+scripts/configs/mixtral-8x7B.sh --dry-run --hw h100-80gb 2>&1 | grep -v '^note: ' > $B/mixtral.plan
+scripts/configs/mixtral-8x7B.sh --dry-run --hw h100-80gb --expert-model-parallel-size 1 > $B/mixtral-ep1.plan 2>&1
+pasted=$(sed -n '/^\$ scripts\/configs\/mixtral-8x7B.sh --dry-run --hw h100-80gb$/,/^```$/p' docs/moe-plan.md | sed '1d;$d')
+if [[ "$(tail -1 $B/mixtral.plan)" == "dry-run: world 64 TP 1 PP 4 DP 16 EP 8 MBS 1 GBS 256: "* ]] &&
+   ! tail -1 $B/mixtral.plan | grep -q OOM && tail -1 $B/mixtral-ep1.plan | grep -q ' OOM$' &&
+   grep -q '^the smallest expert parallelism that fits: --expert-model-parallel-size 2: ' $B/mixtral-ep1.plan &&
+   [ "$pasted" = "$(cat $B/mixtral.plan)" ]; then
+    ok "Mixtral 8x7B on 64 H100s: TP 1 x PP 4 x DP 16 with EP 8 fits, EP 1 does not and names EP 2; docs/moe-plan.md's plan is the planner's"
+else bad "Mixtral 8x7B's plan" "$(tail -1 $B/mixtral.plan) / $(tail -1 $B/mixtral-ep1.plan); pasted = planned: $([ "$pasted" = "$(cat $B/mixtral.plan)" ] && echo yes || echo no)"; fi
