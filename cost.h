@@ -642,19 +642,6 @@ static void charge_rope(StageCost* c, const GPT* m, double x) {
                             // drains, and the device idles until the host's next launch reaches it; assumed
                             // the middle of the 5-20 us a host's launch takes (hardware.h's launch note)
 
-// the parameters of the stage's experts, all E of each of its MoE layers (a rank holds 1/EP of them)
-static double stage_expert_params(const GPT* m) {
-    double n = 0.0;
-    for (int i = 0; i < m->num_local_layers; i++) {
-        const LayerTensors* t = &m->layer_tensors[i];
-        for (int e = 0; t->router_w >= 0 && e < m->cfg.num_experts; e++) {
-            int parts[4] = {t->experts[e].fc_w, t->experts[e].fc_b, t->experts[e].fcproj_w, t->experts[e].fcproj_b};
-            for (int j = 0; j < 4; j++) n += parts[j] >= 0 ? (double)m->tensors[parts[j]].numel : 0.0;
-        }
-    }
-    return n;
-}
-
 static int expert_ranks(const StageCost* c) { return c->experts.ep > 1 ? c->experts.ep : 1; }
 
 // The rows the busiest rank's experts compute in one MoE layer's micro-batch: its busiest expert's
@@ -812,12 +799,14 @@ static void cost_moe_forward(StageCost* c, const GPT* m, double x) {
 // combine's backward (dout and the experts' outputs read; each row's gradient and each weight's
 // written), the all-to-all back to the experts, the experts', the all-to-all home, the gather's
 // backward (each token's k rows summed), the router's kernel and product, its input gradient
-// added, the shared expert's. (With EP > 1 the trainer to come would keep the rows it received
-// instead of gathering them again: a gather of the same bytes, kept in this plan.)
+// added, the shared expert's. With EP > 1 the rows gathered again go to the experts' ranks again
+// (layers.h moe_backward: one all-to-all more instead of keeping the rows received: 3 in the
+// backward, 5 a layer and micro-batch, 7 with the forward recomputed).
 static void cost_moe_backward(StageCost* c, const GPT* m, double x) {
     double N = (double)m->B * m->T, C = m->cfg.hidden_size, E = m->cfg.num_experts, k = m->cfg.moe_router_topk;
     charge_kernel(c, "MoE permutation: gather and its backward", 1, 2.0 * N * k * C * x + N * k * 4.0);
     charge_offsets_to_host(c, m);
+    charge_all_to_all(c, m, x);
     charge_kernel(c, "MoE combine and its backward", 1, (N * C + 2.0 * N * k * C) * x + N * k * 12.0);
     charge_all_to_all(c, m, x);
     cost_experts(c, m, x, 1);
@@ -1051,15 +1040,17 @@ static double overlapped_gather_seconds(const StageCost* c, const GPT* m, double
 // buckets of the DP overlaps; t_forward, t_backward: layer_seconds
 static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, int pp_size, DPOverlap overlap,
                            double t_forward, double t_backward) {
-    // with EP > 1 the experts' parameters (1/EP of them here) are sharded over the expert-data-
-    // parallel group, the others over DP x CP (ExpertLayout); their buckets are not planned: at
-    // EP > 1 the overlaps are priced as one reduce-scatter and one all-gather a group
+    // with EP > 1 the experts' parameters (1/EP of them here: the flat buffers' experts' region,
+    // gpt.h) are sharded over the expert-data-parallel group, the others over DP x CP
+    // (ExpertLayout); their buckets are not planned: at EP > 1 the overlaps are priced as one
+    // reduce-scatter and one all-gather a group
     int EP = expert_ranks(c), expert_dp = dp_size / EP;
-    double experts = EP > 1 ? stage_expert_params(m) : 0.0, dense = (double)m->num_params_padded - experts;
-    double dense_shard = dense / dp_size, expert_shard = experts / EP / expert_dp, shard = dense_shard + expert_shard;
+    double experts = EP > 1 ? (double)(m->num_params_padded - m->expert_params_start) : 0.0;
+    double dense = (double)m->num_params_padded - experts;
+    double dense_shard = dense / dp_size, expert_shard = experts / expert_dp, shard = dense_shard + expert_shard;
     int messages;
     c->calls = 1.0;
-    charge_kernel(c, "zero gradients", 1, (dense + experts / EP) * 4.0);
+    charge_kernel(c, "zero gradients", 1, (double)m->num_params_padded * 4.0);
     for (int i = 0; i < m->num_tensors && m->sequence_parallel; i++)   // data_parallel.h's sequence_parallel_grads_all_reduce
         if (m->tensors[i].split_axis < 0)
             charge_all_reduce(c, "sequence-parallel gradient all-reduce", GROUP_TP, m->tp_size, m->tensors[i].numel * 4.0);

@@ -334,45 +334,14 @@ static int kept_moe_layers(const GPT* m) {
     return n + (m->cfg.num_experts > 0 ? m->longest_chunk : 0);
 }
 
-// The rows a rank's experts may receive in one MoE layer's micro-batch with EP > 1, dropless (every
-// token kept), at worst: each of the EP ranks may send every one of its N tokens' choices of this
-// rank's E / EP experts, min(k, E / EP) a token. (With a capacity factor, Megatron-LM's
-// --moe-expert-capacity-factor, each expert would take at most its capacity and the buffer E / EP
-// x EP x capacity rows: the hook for it when it lands is here.)
-static double expert_receive_rows(const GPT* m, int EP) {
-    double N = (double)m->B * m->T, k = m->cfg.moe_router_topk, held = m->cfg.num_experts / EP;
-    return EP * N * fmin(k, held);
-}
+// The rows a rank's experts may receive in one MoE layer's micro-batch (gpt.h expert_rows_max:
+// the activations the model lays out are sized so, dropless). (With a capacity factor, Megatron-
+// LM's --moe-expert-capacity-factor, each expert would take at most its capacity: the hook for it.)
+static double expert_receive_rows(const GPT* m) { return (double)expert_rows_max(m); }
 
-static size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-
-// A stage's memory with expert parallelism, EP > 1, as the planner assumes it (the trainer does
-// not run it yet, so nothing here is checked against an allocation, as EP 1's memory is):
-//  - the experts' parameters, gradients and optimizer state: a rank holds E / EP experts, in a flat
-//    buffer of its own padded for the expert-data-parallel group (DP x CP / EP ranks) its ZeRO
-//    state is sharded over; the dense parameters' buffer as without experts, padded for DP x CP;
-//  - the activations: the model's own layout (the experts' rows at the balanced mean, N k a MoE
-//    layer), and each kept MoE layer's received rows at the dropless worst case, kept for the
-//    backward (expert_receive_rows);
-//  - the workspaces: the model's (the optimizer's shard table: one buffer's).
-static StageMemory expert_parallel_memory(StageMemory s, const GPT* m, int EP, int zero) {
-    if (EP <= 1 || m->cfg.num_experts == 0) return s;
-    int master_copy = m->build.floatx_bytes != (int)sizeof(float);   // adamw_init's rule
-    size_t experts = (size_t)stage_expert_params(m), held = experts / EP, expert_zero = zero / EP;
-    size_t dense = round_up(m->num_params - experts, zero), held_padded = round_up(held, expert_zero);
-    s.num_params = m->num_params - experts + held;
-    s.params = (dense + held_padded) * m->build.floatx_bytes;
-    s.grads = (dense + held_padded) * sizeof(float);
-    s.optimizer = adamw_state_bytes(dense, zero, master_copy) + adamw_state_bytes(held_padded, expert_zero, master_copy);
-    s.activations += (size_t)(kept_moe_layers(m) * expert_receive_rows(m, EP)) * m->cfg.hidden_size * m->build.floatx_bytes;
-    s.total = s.params + s.grads + s.optimizer + s.activations + s.workspaces;
-    return s;
-}
-
-// a planned stage's memory: the model's (stage_memory), with the layout's expert parallelism
+// a planned stage's memory: the model's (stage_memory; its experts those of the layout's EP)
 static StageMemory planned_stage_memory(const GPT* m, const Config* a, int p, int dp_size) {
-    int zero = dp_size * a->context_parallel_size;   // (ZeRO's DP x CP)
-    return expert_parallel_memory(stage_memory(m, pipeline_stage(a, p), zero), m, a->expert_model_parallel_size, zero);
+    return stage_memory(m, pipeline_stage(a, p), dp_size * a->context_parallel_size);   // (ZeRO's DP x CP)
 }
 
 static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp_size) {
@@ -762,19 +731,19 @@ static void print_experts_plan(const Config* a, const LayoutPlan* L) {
            "others %.6g each); a run logs its own as \"expert tokens max/mean\", which --moe-imbalance takes back\n",
            E / EP, mean, N, X, E > 1 ? (E - X) / (E - 1.0) * mean : 0.0);
     if (EP > 1) {
-        double sent = (EP - 1.0) / EP * N * k * C * x, rows = expert_receive_rows(&m, EP);
+        double sent = (EP - 1.0) / EP * N * k * C * x, rows = expert_receive_rows(&m);
         int edp = L->dp * L->cp / EP;
-        printf("  expert parallelism (planned; the trainer runs EP 1 until it is built): EP %d of the DP x CP %d ranks, "
-               "each holding %d of the %d experts of a MoE layer, their gradients and optimizer state sharded over the "
-               "expert-data-parallel group of %d rank(s) (DP x CP / EP), the dense parameters' over DP x CP; a MoE layer's "
-               "micro-batch sends 4 all-to-alls (dispatch and combine, forward and backward; again with recomputation) of "
-               "(EP - 1) / EP x N k rows of %d: %.0f bytes each a rank\n", EP, L->dp * L->cp, E / EP, E, edp, c->hidden_size,
-               sent);
-        printf("  memory assumed: a rank's experts' parameters, gradients and optimizer state 1/EP of all of them (the "
-               "state 1/(DP x CP / EP) of those); each kept MoE layer's received rows at the dropless worst case, EP x N x "
-               "min(k, E / EP) = %.0f rows of %d (%.1f MiB a layer and micro-batch: each peer may send every token's choices "
-               "of this rank's experts; a capacity factor would bound it), on stage 0 for %d layer(s) at once\n", rows,
-               c->hidden_size, rows * C * x / 1048576.0, kept_moe_layers(&m));
+        printf("  expert parallelism: EP %d of the DP x CP %d ranks, each holding %d of the %d experts of a MoE layer, "
+               "their gradients and optimizer state sharded over the expert-data-parallel group of %d rank(s) (DP x CP / "
+               "EP), the dense parameters' over DP x CP; a MoE layer's micro-batch sends 5 all-to-alls (the dispatch and "
+               "the combine, and in the backward the rows again, the outputs' gradients and the inputs' back; 7 with the "
+               "forward recomputed) of (EP - 1) / EP x N k rows of %d: %.0f bytes each a rank\n", EP, L->dp * L->cp, E / EP,
+               E, edp, c->hidden_size, sent);
+        printf("  memory: a rank's experts' parameters, gradients and optimizer state 1/EP of all of them (the state "
+               "1/(DP x CP / EP) of those); the experts' rows of a MoE layer laid out at the dropless worst case, EP x N x "
+               "min(k, E / EP) = %.0f rows of %d (%.1f MiB a layer and micro-batch: each peer may send every token's "
+               "choices of this rank's experts; a capacity factor would bound it), on stage 0 for %d layer(s) at once\n",
+               rows, c->hidden_size, rows * C * x / 1048576.0, kept_moe_layers(&m));
     }
     gpt_free_plan(&m);
 }

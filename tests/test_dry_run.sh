@@ -90,6 +90,12 @@ compare cp4-all-gather 1 1 1 --context-parallel-size 4 --cp-comm-type all_gather
 compare cp2-dp2-all-gather 1 1 2 --context-parallel-size 2 --cp-comm-type all_gather --global-batch-size 4
 compare tp2-cp2-pp2 2 2 1 --context-parallel-size 2 --global-batch-size 4
 compare llama-tp2-cp2-sequence-parallel 2 1 1 $llama --context-parallel-size 2 --sequence-parallel
+# a mixture of experts with expert parallelism: a rank's experts (E / EP) in a region of the flat
+# buffers padded over their expert-data-parallel group, the experts' rows laid out at the dropless
+# worst case (EP x N x min(k, E / EP)) and the exchange's buffers
+moe="--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24"
+compare moe-ep2 1 1 2 $moe --expert-model-parallel-size 2
+compare moe-ep2-dp4-recompute 1 1 4 $moe --expert-model-parallel-size 2 --recompute-activations --global-batch-size 8
 # the start-up line and the dry run's name CP next to TP, as Megatron-LM orders the groups
 if grep -q '^gridgpt CPU build, fp32, 8 rank(s) as TP 2 x CP 2 x PP 2 x DP 1, ' $B/tp2-cp2-pp2.run &&
    grep -q '^dry run: gridgpt CPU build planned (--dry-run-build), fp32, world 8 as TP 2 x CP 2 x PP 2 x DP 1: ' $B/tp2-cp2-pp2.plan &&

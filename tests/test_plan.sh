@@ -646,8 +646,9 @@ refused "an --hw-* number without --dry-run, in one line" "--hw and --hw-* descr
 # router's h E, k of E experts', the shared expert's and its gate's: config.h mlp_multiply_adds),
 # written out here layer by layer; the cost table prices the experts on their N k rows (the same
 # FLOPs), so the utilization stays below 100% (it read 144% when one dense MLP's time stood for k
-# experts); --moe-imbalance prices the busiest expert; expert parallelism (planned only): the
-# all-to-alls' bytes, the experts' memory at 1/EP, --sweep over EP, the smallest EP that fits
+# experts); --moe-imbalance prices the busiest expert; expert parallelism: the all-to-alls'
+# bytes, the experts' memory at 1/EP (tests/test_dry_run.sh holds EP's plans to the allocations),
+# --sweep over EP, the smallest EP that fits
 moe_model="--vocab-size 257 --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --micro-batch-size 4
            --global-batch-size 32 --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 512 --moe-layer-freq 2
            --moe-shared-expert-intermediate-size 256 --swiglu --disable-bias-linear --ffn-hidden-size 1024"
@@ -685,9 +686,10 @@ if [ -n "$ep4" ] && near "$ep4_skewed" "$(awk -v f="$ep4" 'BEGIN { print 1.5 * f
    [ "$(row 'MoE experts forward (cuBLAS, per expert)' 2 moe-skewed)" = "$experts_gflop" ]; then
     ok "--moe-imbalance 1.5 at EP 4: the busiest rank's experts priced at 1.5 x the mean's rows ($ep4_skewed GFLOP against $ep4); at EP 1 the same FLOPs"
 else bad "--moe-imbalance" "EP 4: $ep4_skewed GFLOP against $ep4; EP 1 skewed: $(row 'MoE experts forward (cuBLAS, per expert)' 2 moe-skewed)"; fi
-# expert parallelism at world 4 (DP 4): each MoE layer's micro-batch sends 4 all-to-alls (6 with
-# every layer recomputed), each (EP - 1) / EP of its N k rows of C in bf16; the experts' gradients
-# and ZeRO state over the expert-DP group (4 / EP ranks)
+# expert parallelism at world 4 (DP 4): each MoE layer's micro-batch sends 5 all-to-alls (the
+# dispatch, the combine, and in the backward the rows again, the outputs' gradients, the inputs'
+# back: layers.h; 7 with every layer recomputed), each (EP - 1) / EP of its N k rows of C in bf16;
+# the experts' gradients and ZeRO state over the expert-DP group (4 / EP ranks)
 ep_bytes() { comm_bytes "$1" | awk -F'|' '{ gsub(/ /, "", $6); print $6 }'; }
 edp_bytes() { comm_bytes "$1" | awk -F'|' '{ gsub(/ /, "", $7); print $7 }'; }
 $MOE_PLAN --world-size 4 --expert-model-parallel-size 2 > $B/moe-ep2.plan 2>&1
@@ -695,33 +697,31 @@ $MOE_PLAN --world-size 4 --expert-model-parallel-size 2 --checkpoint-activations
 $MOE_PLAN --world-size 4 > $B/moe-ep1.plan 2>&1
 a2a() { awk -v ep=$1 -v n=$2 'BEGIN { printf "%.0f", 2 * 2 * n * (ep - 1) / ep * 512 * 2 * 256 * 2 }'; }   # micro-batches x MoE layers x ...
 got="$(ep_bytes $B/moe-ep1.plan) $(ep_bytes $B/moe-ep2.plan) $(ep_bytes $B/moe-ep4.plan) $(ep_bytes $B/moe-ep2-recompute.plan)"
-want="0 $(a2a 2 4) $(a2a 4 4) $(a2a 2 6)"
+want="0 $(a2a 2 5) $(a2a 4 5) $(a2a 2 7)"
 if [ "$got" = "$want" ] && [ "$(edp_bytes $B/moe-ep2.plan)" -gt 0 ] && [ "$(edp_bytes $B/moe-ep4.plan)" = 0 ]; then
-    ok "expert parallelism: the all-to-alls' bytes per step at EP 1, 2, 4 and 2 recomputed = 2 micro-batches x 2 MoE layers x 4 (6) x (EP - 1) / EP x N k C x 2 bytes ($got); the experts' ZeRO over DP / EP (none at EP 4)"
+    ok "expert parallelism: the all-to-alls' bytes per step at EP 1, 2, 4 and 2 recomputed = 2 micro-batches x 2 MoE layers x 5 (7) x (EP - 1) / EP x N k C x 2 bytes ($got); the experts' ZeRO over DP / EP (none at EP 4)"
 else bad "the all-to-alls' bytes" "$got against $want; expert-DP $(edp_bytes $B/moe-ep2.plan), $(edp_bytes $B/moe-ep4.plan)"; fi
-# the memory at EP: the experts' E x 3 h Fe parameters a MoE layer 1/EP on a rank, in a flat
-# buffer of their own padded over the expert-DP group (4 / EP), the rest padded over DP 4; the
-# optimizer's 12 bytes of each shard's parameter; the activations plus each kept MoE layer's
-# dropless receive buffer, EP x N x min(k, E / EP) rows of C (2 MoE layers, one micro-batch slot)
+# the memory at EP: the experts' E x 3 h Fe parameters a MoE layer 1/EP on a rank, in a region of
+# the flat buffers padded over the expert-DP group (4 / EP), the rest padded over DP 4; the
+# optimizer's 12 bytes of each shard's parameter (the activations: the model's layout, held to
+# the allocations in tests/test_dry_run.sh)
 params_of() { sed -nE 's/^  planned \(stage 0, [^)]*\): ([0-9]+) parameters:.*/\1/p' "$1"; }
 bytes_of() { sed -nE 's/^  planned \(stage 0\) in bytes: (.*)/\1/p' "$1" | tr -d '|'; }
 total=$(params_of $B/moe-ep1.plan)
-read _ _ _ act1 _ _ <<< "$(bytes_of $B/moe-ep1.plan)"
 memory_ok="" memory_bad=""
 for ep in 2 4; do
-    want=$(awk -v P="$total" -v ep=$ep -v act="$act1" 'function up(n, m) { return int((n + m - 1) / m) * m }
-        BEGIN { X = 2 * 4 * 3 * 256 * 512; D = P - X; held = X / ep; z = 4; ez = 4 / ep; k = 2; per = 4 / ep
-                rows = ep * 512 * (k < per ? k : per)
-                printf "%d %d %d %d %d", D + held, (up(D, z) + up(held, ez)) * 2, (up(D, z) + up(held, ez)) * 4,
-                       12 * (up(D, z) / z + up(held, ez) / ez), act + 2 * rows * 256 * 2 }')
-    read w_params w_pbytes w_grads w_opt w_act <<< "$want"
+    want=$(awk -v P="$total" -v ep=$ep 'function up(n, m) { return int((n + m - 1) / m) * m }
+        BEGIN { X = 2 * 4 * 3 * 256 * 512; D = P - X; held = X / ep; z = 4; ez = 4 / ep
+                printf "%d %d %d %d", D + held, (up(D, z) + up(held, ez)) * 2, (up(D, z) + up(held, ez)) * 4,
+                       12 * (up(D, z) / z + up(held, ez) / ez) }')
+    read w_params w_pbytes w_grads w_opt <<< "$want"
     read pbytes grads opt act _ _ <<< "$(bytes_of $B/moe-ep$ep.plan)"
-    got="$(params_of $B/moe-ep$ep.plan) $pbytes $grads $opt $act"
-    if [ "$got" = "$w_params $w_pbytes $w_grads $w_opt $w_act" ]; then memory_ok="$memory_ok EP $ep: $got;"
-    else memory_bad="$memory_bad EP $ep: $got against $w_params $w_pbytes $w_grads $w_opt $w_act;"; fi
+    got="$(params_of $B/moe-ep$ep.plan) $pbytes $grads $opt"
+    if [ "$got" = "$w_params $w_pbytes $w_grads $w_opt" ]; then memory_ok="$memory_ok EP $ep: $got;"
+    else memory_bad="$memory_bad EP $ep: $got against $w_params $w_pbytes $w_grads $w_opt;"; fi
 done
 if [ -z "$memory_bad" ] && [ -n "$total" ]; then
-    ok "expert parallelism's memory: the experts' parameters, gradients and optimizer state 1/EP (ZeRO over DP / EP), the dropless receive buffers added (parameters, their bytes, gradients, optimizer, activations:$memory_ok)"
+    ok "expert parallelism's memory: the experts' parameters, gradients and optimizer state 1/EP (ZeRO over DP / EP) (parameters, their bytes, gradients, optimizer:$memory_ok)"
 else bad "expert parallelism's memory" "$memory_bad (EP 1: $total parameters)"; fi
 # --sweep with experts: each layout (TP 1: the experts' TP is not built) with EP 1, and again
 # with each EP of 2 and 4 that divides DP x CP; a line = that layout's own dry run
@@ -736,24 +736,26 @@ if [ "$(count_ep 2)" -gt 0 ] && [ "$(count_ep 2)" = "$(divisible 2)" ] && [ "$(c
    [ "$(count_ep 4)" -gt 0 ] && [ -n "$sweep_line" ] && [ "$sweep_line" = "$sweep_single" ]; then
     ok "--sweep with experts: each layout again at EP 2 ($(count_ep 2)) and 4 ($(count_ep 4)) where they divide DP x CP; a line = its own dry run"
 else bad "--sweep over EP" "EP 2: $(count_ep 2) lines against $(divisible 2); EP 4: $(count_ep 4) against $(divisible 4); '$sweep_line' / '$sweep_single'"; fi
-# above the memory: the smallest EP that fits (0.116 GiB at EP 1, 0.109 at EP 2)
-$MOE_PLAN --world-size 4 --hw-memory-gib 0.113 --hw-reserve-gib 0.001 > $B/moe-oom.plan 2>&1
+# above the memory: the smallest EP that fits (0.1160 GiB at EP 1; 0.1190 at EP 2, whose dropless
+# expert rows, 2 x 512 x min(2, 2) a layer, double EP 1's 512 x 2 while the experts' state halves;
+# 0.1146 at EP 4, the same rows and a quarter of the state)
+$MOE_PLAN --world-size 4 --hw-memory-gib 0.1163 --hw-reserve-gib 0.001 > $B/moe-oom.plan 2>&1
 fit=$(grep '^the smallest expert parallelism that fits' $B/moe-oom.plan)
-if tail -1 $B/moe-oom.plan | grep -q ' OOM$' && [[ "$fit" == *"--expert-model-parallel-size 2: "* ]]; then
+if tail -1 $B/moe-oom.plan | grep -q ' OOM$' && [[ "$fit" == *"--expert-model-parallel-size 4: "* ]]; then
     ok "above the memory with experts: the smallest EP that fits is named ($fit)"
 else bad "the smallest EP that fits" "$(tail -1 $B/moe-oom.plan) / $fit"; fi
 refused "--moe-imbalance without --dry-run, in one line" "--moe-imbalance is the load a --dry-run prices" \
     --moe-imbalance 2 --vocab-size 100 --num-experts 4 --data-path x
 refused "--moe-imbalance above E / k, in one line" "--moe-imbalance 3: the busiest expert's tokens over the mean are 1" \
     --dry-run --vocab-size 100 --num-experts 4 --moe-imbalance 3
-# Mixtral 8x7B (scripts/configs/mixtral-8x7B.sh, docs/moe-plan.md) on 64 H100s: its layout at EP 8
+# Mixtral 8x7B (scripts/configs/mixtral-8x7B.sh, docs/moe-plan.md) on 64 H100s: its layout at EP 8 and CP 2
 # fits, the same without EP does not and names EP 2; the page's pasted plan is today's
 scripts/configs/mixtral-8x7B.sh --dry-run --hw h100-80gb 2>&1 | grep -v '^note: ' > $B/mixtral.plan
 scripts/configs/mixtral-8x7B.sh --dry-run --hw h100-80gb --expert-model-parallel-size 1 > $B/mixtral-ep1.plan 2>&1
 pasted=$(sed -n '/^\$ scripts\/configs\/mixtral-8x7B.sh --dry-run --hw h100-80gb$/,/^```$/p' docs/moe-plan.md | sed '1d;$d')
-if [[ "$(tail -1 $B/mixtral.plan)" == "dry-run: world 64 TP 1 PP 4 DP 16 EP 8 MBS 1 GBS 256: "* ]] &&
+if [[ "$(tail -1 $B/mixtral.plan)" == "dry-run: world 64 TP 1 CP 2 PP 4 DP 8 EP 8 MBS 1 GBS 256: "* ]] &&
    ! tail -1 $B/mixtral.plan | grep -q OOM && tail -1 $B/mixtral-ep1.plan | grep -q ' OOM$' &&
    grep -q '^the smallest expert parallelism that fits: --expert-model-parallel-size 2: ' $B/mixtral-ep1.plan &&
    [ "$pasted" = "$(cat $B/mixtral.plan)" ]; then
-    ok "Mixtral 8x7B on 64 H100s: TP 1 x PP 4 x DP 16 with EP 8 fits, EP 1 does not and names EP 2; docs/moe-plan.md's plan is the planner's"
+    ok "Mixtral 8x7B on 64 H100s: TP 1 x CP 2 x PP 4 x DP 8 with EP 8 fits, EP 1 does not and names EP 2; docs/moe-plan.md's plan is the planner's"
 else bad "Mixtral 8x7B's plan" "$(tail -1 $B/mixtral.plan) / $(tail -1 $B/mixtral-ep1.plan); pasted = planned: $([ "$pasted" = "$(cat $B/mixtral.plan)" ] && echo yes || echo no)"; fi

@@ -9,8 +9,7 @@
 # training recipe is not published: the batch and schedule below are assumptions, in the
 # comments.
 #   DATA=PREFIX scripts/configs/mixtral-8x7B.sh [--tiny] [--print | --dry-run] [flags]   (see launch.sh)
-# Expert parallelism is planned, not built: --dry-run prices this layout, the full run is refused
-# (--expert-model-parallel-size 8) until it lands; --tiny trains at EP 1.
+# --dry-run plans this layout (docs/moe-plan.md); --tiny trains a small MoE at PP 2 x DP 2, EP 2.
 # DATA: Mixtral's token ids (32,000, its SentencePiece vocabulary) in a Megatron .bin/.idx, made by
 # Megatron-LM's tools/preprocess_data.py (gridgpt's ./preprocess has GPT-2's BPE alone).
 set -euo pipefail
@@ -34,9 +33,11 @@ FULL=(--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --ffn-hidden-s
       --adam-beta1 0.9 --adam-beta2 0.95 --weight-decay 0.1 --clip-grad 1.0   # assumed (Llama's)
       --bf16
       # the layout: the experts (about 1.4 billion parameters a layer, 45 of the 46.7 billion)
-      # split 8 ways over the data-parallel ranks, 4 stages; without EP a stage's state does not
-      # fit 80 GB (the planner names EP 2 as the smallest that does)
-      --tensor-model-parallel-size 1 --pipeline-model-parallel-size 4 --expert-model-parallel-size 8
+      # split 8 ways over the DP x CP ranks, 4 stages, each sequence over 2 context ranks: the
+      # experts' rows are laid out at the dropless worst case (docs/moe-plan.md), which at CP 1
+      # does not fit 80 GB; without EP the model state alone does not (EP 2 is the smallest)
+      --tensor-model-parallel-size 1 --pipeline-model-parallel-size 4 --context-parallel-size 2
+      --expert-model-parallel-size 8
       --log-interval 1 --eval-interval 1000 --eval-iters 32 --save-interval 1000)
 # tiny: 4 layers of 64, 4 heads in 2 query groups, 4 experts of 224 (3.5 h) with 2 a token,
 # byte-level vocabulary, PP 2 x DP 2 with every rank holding every expert (EP 1: the trainer's)
@@ -44,6 +45,6 @@ TINY_RANKS=4
 TINY=(--num-layers 4 --hidden-size 64 --num-attention-heads 4 --num-query-groups 2 --ffn-hidden-size 224 --num-experts 4
       --seq-length 32 --max-position-embeddings 32 --vocab-size 257 --micro-batch-size 2
       --global-batch-size 8 --train-iters 8 --lr-warmup-iters 2
-      --pipeline-model-parallel-size 2 --expert-model-parallel-size 1
+      --pipeline-model-parallel-size 2 --expert-model-parallel-size 2
       --log-interval 1 --eval-interval 4 --eval-iters 1 --save-interval 0)
 launch "$@"
