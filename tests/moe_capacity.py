@@ -15,9 +15,9 @@ get_capacity), in torch:
                  with a stable sort);
   the weights    the router's, not renormalized over the kept (routing_probs x the kept mask).
 
-PROGRAM is tests/build/test_parallel: with --moe-routing it reads a case on stdin and prints the
-routing moe.h's dispatch made (each choice's expert, weight and row, -1 dropped; the experts' row
-offsets). Each case prints one PASS or FAIL line; the exit status is 1 if any failed. Every case
+PROGRAM is tests/build/test_parallel: with --moe-routing it reads the cases on stdin and prints the
+routing moe.h's dispatch made of each (each choice's expert, weight and row, -1 dropped; the
+experts' row offsets), in one run. Each case prints one PASS or FAIL line; the exit status is 1 if any failed. Every case
 that should drop checks that it did, and the case of ties checks that a tie straddles a capacity.
 """
 import math
@@ -55,29 +55,38 @@ def megatron_routing(logits, k, pre_softmax, factor, policy):
     return experts, weights, kept, capacity, straddles
 
 
-def gridgpt_routing(program, logits, k, pre_softmax, factor, policy):
+def case_text(logits, k, pre_softmax, factor, policy):
     N, E = logits.shape
-    case = f"{N} {E} {k} {pre_softmax} {factor!r} {POLICIES.index(policy)}\n"
-    case += "\n".join(" ".join(f"{v:.9g}" for v in row) for row in logits.tolist()) + "\n"
-    out = subprocess.run([program, "--moe-routing"], input=case, capture_output=True, text=True, check=True).stdout
-    experts = torch.zeros(N, k, dtype=torch.long)
-    weights = torch.zeros(N, k, dtype=torch.float64)
-    position = torch.zeros(N, k, dtype=torch.long)
-    offsets = None
-    for line in out.splitlines():
-        f = line.split()
-        if f and f[0] == "choice":
+    text = f"{N} {E} {k} {pre_softmax} {factor!r} {POLICIES.index(policy)}\n"
+    return text + "\n".join(" ".join(f"{v:.9g}" for v in row) for row in logits.tolist()) + "\n"
+
+
+def gridgpt_routings(program, cases):
+    """Each case's routing by gridgpt: experts, weights, positions [N, k] and the row offsets."""
+    text = "".join(case_text(c["logits"], c["k"], c["pre_softmax"], c["factor"], c["policy"]) for c in cases)
+    lines = iter(subprocess.run([program, "--moe-routing"], input=text, capture_output=True, text=True,
+                                check=True).stdout.splitlines())
+    routings = []
+    for c in cases:
+        N, k = c["logits"].shape[0], c["k"]
+        experts = torch.zeros(N, k, dtype=torch.long)
+        weights = torch.zeros(N, k, dtype=torch.float64)
+        position = torch.zeros(N, k, dtype=torch.long)
+        for _ in range(N * k):
+            f = next(lines).split()
+            assert f[0] == "choice", f
             t, j = int(f[1]), int(f[2])
             experts[t, j], weights[t, j], position[t, j] = int(f[3]), float(f[4]), int(f[5])
-        elif f and f[0] == "offsets":
-            offsets = [int(v) for v in f[1:]]
-    return experts, weights, position, offsets
+        f = next(lines).split()
+        assert f[0] == "offsets", f
+        routings.append((experts, weights, position, [int(v) for v in f[1:]]))
+    return routings
 
 
-def check_case(program, name, logits, k, pre_softmax, factor, policy, drops, ties=False):
+def check_case(name, logits, k, pre_softmax, factor, policy, drops, routing, ties=False):
     N, E = logits.shape
     want_experts, want_weights, kept, capacity, straddles = megatron_routing(logits, k, pre_softmax, factor, policy)
-    experts, weights, position, offsets = gridgpt_routing(program, logits, k, pre_softmax, factor, policy)
+    experts, weights, position, offsets = routing
     dropped = int((~kept).sum())
     problems = []
     if not torch.equal(experts, want_experts):
@@ -87,7 +96,7 @@ def check_case(program, name, logits, k, pre_softmax, factor, policy, drops, tie
     if not torch.equal(position >= 0, kept):
         problems.append(f"kept choices differ at (token, slot) {(position >= 0).ne(kept).nonzero().tolist()[:6]}")
     kept_per_expert = [int(((experts == e) & kept).sum()) for e in range(E)]
-    if offsets is None or [offsets[e + 1] - offsets[e] for e in range(E)] != kept_per_expert:
+    if [offsets[e + 1] - offsets[e] for e in range(E)] != kept_per_expert:
         problems.append(f"the experts' rows {offsets} are not the kept choices' counts {kept_per_expert}")
     rows = sorted(position[position >= 0].tolist())
     if rows != list(range(len(rows))):
@@ -107,21 +116,26 @@ def check_case(program, name, logits, k, pre_softmax, factor, policy, drops, tie
 def main():
     program = sys.argv[1]
     torch.manual_seed(50)
-    ok = True
 
     def skewed(N, E):   # random logits, the experts' popularity uneven (so that capacities bind)
         return (torch.randn(N, E) + torch.linspace(1.5, -1.5, E)).float()
 
+    cases = []
     for policy in POLICIES:
+        def case(name, logits, k, pre_softmax, factor, drops, ties=False):
+            cases.append(dict(name=name, logits=logits, k=k, pre_softmax=pre_softmax, factor=factor, policy=policy,
+                              drops=drops, ties=ties))
         for pre_softmax in (0, 1):
-            ok &= check_case(program, "Mixtral-sized", skewed(32, 4), 2, pre_softmax, 1.0, policy, drops=True)
-        ok &= check_case(program, "a fractional capacity", skewed(37, 8), 2, 1, 0.3, policy, drops=True)
-        ok &= check_case(program, "Qwen2-MoE-sized", skewed(29, 60), 4, 1, 0.5, policy, drops=True)
-        ok &= check_case(program, "a capacity above the tokens", skewed(16, 4), 2, 0, 2.5, policy, drops=False)
+            case("Mixtral-sized", skewed(32, 4), 2, pre_softmax, 1.0, drops=True)
+        case("a fractional capacity", skewed(37, 8), 2, 1, 0.3, drops=True)
+        case("Qwen2-MoE-sized", skewed(29, 60), 4, 1, 0.5, drops=True)
+        case("a capacity above the tokens", skewed(16, 4), 2, 0, 2.5, drops=False)
         # ties: tokens repeat 3 distinct rows, so equal weights meet at an expert's capacity
-        pool = skewed(3, 4)
-        ok &= check_case(program, "ties to the lower token", pool[torch.arange(24) % 3], 2, 0, 0.5, policy, drops=True,
-                         ties=True)
+        case("ties to the lower token", skewed(3, 4)[torch.arange(24) % 3], 2, 0, 0.5, drops=True, ties=True)
+    ok = True
+    for c, routing in zip(cases, gridgpt_routings(program, cases)):
+        ok &= check_case(c["name"], c["logits"], c["k"], c["pre_softmax"], c["factor"], c["policy"], c["drops"], routing,
+                         c["ties"])
     sys.exit(0 if ok else 1)
 
 

@@ -6,8 +6,11 @@
 # biases) every other layer; under DP 2 and 4 (ZeRO-1, the overlapped reduce), PP 2 (interleaved
 # too), CP 2 and 4 (the tokens per expert summed over the sequence's ranks): losses, grad norms and
 # final weights within 1e-5 of one process (test_parallel --compare); full recomputation the same
-# bits; the MoE losses in the log line; the refusals in one line each. The GPU path's MoE layer
-# (emulated) is held to train_cpu within bf16's tolerance.
+# bits; the MoE losses in the log line; an expert capacity (Megatron-Core's token dropping, both
+# drop policies) the same under PP 2 and DP 2, its dropped choices in the log line, and
+# gridgpt's drops against Megatron-Core's rule written in torch (tests/moe_capacity.py); the
+# refusals in one line each. The GPU path's MoE layer (emulated) is held to train_cpu within
+# bf16's tolerance.
 set -u
 data=${1:?usage: test_moe.sh DATA_PREFIX}
 B=tests/build/moe
@@ -39,6 +42,27 @@ record recompute 1 1 1 --recompute-granularity full --recompute-method uniform -
 if cmp -s $B/ref.steps $B/recompute.steps && cmp -s $B/ref.ckpt/iter_0000022/tensors.bin $B/recompute.ckpt/iter_0000022/tensors.bin; then
     ok "MoE with full recomputation: bit-identical losses, norms, weights and optimizer state (the MoE losses counted once)"
 else bad "MoE with full recomputation" "the recordings differ"; fi
+
+# An expert capacity (--moe-expert-capacity-factor 1.0: 16 of a micro-batch's 64 choices an expert)
+# drops choices on this model: with policy probs under PP 2, with position under DP 2, each
+# as one process, the step's dropped choices in the log line (more than none, the same every step)
+dropped() { grep -o 'dropped expert choices: [0-9]*' $B/$1.log | awk '{ print $4 }' | tr '\n' ' '; }
+capacity() {  # policy label cp pp dp
+    local policy=$1 label=$2; shift 2
+    record cap-$policy-ref 1 1 1 --moe-expert-capacity-factor 1.0 --moe-token-drop-policy $policy --log-interval 1
+    against cap-$policy-ref cap-$policy "MoE capacity 1.0, drop policy $policy ($label)" "$@" --moe-expert-capacity-factor \
+        1.0 --moe-token-drop-policy $policy --log-interval 1
+    local want=$(dropped cap-$policy-ref) got=$(dropped cap-$policy)
+    if [ "$(wc -w <<< "$want")" -eq 22 ] && [ "$want" = "$got" ] && awk -v d="$want" 'BEGIN { n = split(d, a, " ");
+        for (i = 1; i <= n; i++) s += a[i]; exit !(s > 0) }'; then
+        ok "MoE capacity, policy $policy: the dropped choices in the log line, the same at every step as one process's ($(cut -d' ' -f1-5 <<< "$want")...)"
+    else bad "MoE capacity, policy $policy: the dropped choices in the log line" "one process: '$want', $label: '$got'"; fi
+}
+capacity probs "PP 2" 1 2 1
+capacity position "DP 2" 1 1 2
+# the choices kept, against Megatron-Core's rule (topk_softmax_with_capacity) written in torch
+if /usr/bin/python3 -c 'import torch' 2> /dev/null; then /usr/bin/python3 tests/moe_capacity.py $REC
+else echo "SKIP gridgpt's drops against Megatron-Core's rule in torch: /usr/bin/python3 has no torch"; fi
 
 # Qwen2-MoE's: the softmax over every expert before the top-k, a shared expert with its sigmoid
 # gate, SwiGLU, no biases; MoE layers 0 and 2 (--moe-layer-freq 2), dense 1 and 3
@@ -74,4 +98,10 @@ refused() {  # label np expected-text flags...
 refused "experts with tensor parallelism (not built yet)" 2 "experts' tensor parallelism is not built" --tensor-model-parallel-size 2
 refused "a top-k above the experts" 1 "each token to at most" --moe-router-topk 5
 refused "more experts than the router's kernel takes" 1 "at most 256 experts" --num-experts 300
+refused "a capacity factor at CP 2 (the drops would follow the split)" 2 "depend on the context-parallel split" \
+    --moe-expert-capacity-factor 1.0 --context-parallel-size 2
+refused "a negative capacity factor" 1 "moe-expert-capacity-factor must be at least 0" --moe-expert-capacity-factor -1
+refused "padding to capacity without a capacity factor" 1 "no capacity to pad to" --moe-pad-expert-input-to-capacity
+refused "padding to capacity (not built)" 1 "pad-expert-input-to-capacity: not built" --moe-pad-expert-input-to-capacity \
+    --moe-expert-capacity-factor 1.0
 exit 0

@@ -17,8 +17,8 @@ hold it against the single-process run.
   test_parallel --compare REF RUN NAME              PASS / FAIL: RUN's losses and grad norms
       within 1e-5 relative of REF's at every step, its weights within 1e-5 (per tensor,
       max |difference| / max |reference|).
-  test_parallel --moe-routing < CASE                one MoE layer's routing of given router logits
-      through moe.h's own dispatch (the expert capacity's drops included), printed for
+  test_parallel --moe-routing < CASES               each case, one MoE layer's routing of given router
+      logits through moe.h's own dispatch (the expert capacity's drops included), printed for
       tests/moe_capacity.py to hold against Megatron-Core's rule.
 */
 #define TESTING
@@ -276,14 +276,17 @@ static void compare(const char* ref, const char* run, const char* name, const GP
 }
 
 // ----------------------------------------------------------------------------
-// --moe-routing: CASE is "N E k pre_softmax capacity_factor drop_policy" (the policy's index in
-// --moe-token-drop-policy's choices), then the N x E logits. Prints "choice t j expert weight
-// position" for each of the N k choices (position -1: dropped) and "offsets" with the E + 1 row
-// offsets (the CPU build: the device's buffers are the host's).
-static void print_moe_routing(void) {
+// --moe-routing: a case is "N E k pre_softmax capacity_factor drop_policy" (the policy's index in
+// --moe-token-drop-policy's choices), then the N x E logits; the cases one after another until the
+// input ends. Prints for each "choice t j expert weight position" for each of the N k choices
+// (position -1: dropped), then "offsets" and the E + 1 row offsets (the CPU build: the device's
+// buffers are the host's). 0 at the input's end.
+static int print_moe_routing(void) {
     int N, E, k, pre_softmax, policy;
     float factor;
-    if (scanf("%d %d %d %d %f %d", &N, &E, &k, &pre_softmax, &factor, &policy) != 6 || N < 1 || E < 1 || k < 1 || k > E)
+    int read = scanf("%d %d %d %d %f %d", &N, &E, &k, &pre_softmax, &factor, &policy);
+    if (read == EOF) return 0;
+    if (read != 6 || N < 1 || E < 1 || k < 1 || k > E)
         fail("--moe-routing: expected 'N E k pre_softmax capacity_factor drop_policy' on stdin");
     float* logits = (float*)mallocCheck((size_t)N * E * sizeof(float));
     for (size_t i = 0; i < (size_t)N * E; i++)
@@ -301,12 +304,13 @@ static void print_moe_routing(void) {
     for (int e = 0; e <= E; e++) printf(" %d", offsets[e]);
     printf("\n");
     free(logits), free(base), free(x), free(xs), free(offsets);
+    return 1;
 }
 
 int main(int argc, char** argv) {
     grid_start(&argc, &argv);
     if (argc == 2 && strcmp(argv[1], "--moe-routing") == 0) {
-        print_moe_routing();
+        while (print_moe_routing()) {}
         grid_finish();
         return 0;
     }
