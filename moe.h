@@ -9,7 +9,8 @@ A MoE layer takes the place of a layer's MLP. For each of its N tokens (the rows
              default; or with --moe-router-pre-softmax the softmax over all E at the chosen,
              Qwen2-MoE's);
   capacity   with --moe-expert-capacity-factor F, each expert takes at most ceil(N k / E x F) of
-             the choices, the others dropped (moe_drop_over_capacity, below);
+             the choices, the others dropped (moe_drop_over_capacity, below), in every forward
+             (evaluation and generation too, as Megatron-Core's router);
   dispatch   the N x k (token, expert) choices sorted by expert, a stable counting sort (the
              same order on every layout), and the rows gathered in that order: expert e's rows
              are [offsets[e], offsets[e + 1]) of one [N k, C] buffer;
