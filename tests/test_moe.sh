@@ -7,7 +7,8 @@
 # too), CP 2 and 4 (the tokens per expert summed over the sequence's ranks): losses, grad norms and
 # final weights within 1e-5 of one process (test_parallel --compare); full recomputation the same
 # bits; the MoE losses in the log line; an expert capacity (Megatron-Core's token dropping, both
-# drop policies) the same under PP 2 and DP 2, its dropped choices in the log line, and
+# drop policies) the same under PP 2 and DP 2 and with full recomputation, its dropped choices in
+# the log line, and
 # gridgpt's drops against Megatron-Core's rule written in torch (tests/moe_capacity.py); the
 # refusals in one line each. The GPU path's MoE layer (emulated) is held to train_cpu within
 # bf16's tolerance.
@@ -62,6 +63,12 @@ capacity() {  # policy label cp pp dp
 }
 capacity probs "PP 2" 1 2 1
 capacity position "DP 2" 1 1 2
+record cap-recompute 1 1 1 --moe-expert-capacity-factor 1.0 --log-interval 1 --recompute-granularity full \
+    --recompute-method uniform --recompute-num-layers 2
+if cmp -s $B/cap-probs-ref.steps $B/cap-recompute.steps && [ "$(dropped cap-probs-ref)" = "$(dropped cap-recompute)" ] &&
+    cmp -s $B/cap-probs-ref.ckpt/iter_0000022/tensors.bin $B/cap-recompute.ckpt/iter_0000022/tensors.bin; then
+    ok "MoE capacity with full recomputation: the same drops again, bit-identical losses, norms and weights (drops counted once)"
+else bad "MoE capacity with full recomputation" "the recordings or the dropped counts differ"; fi
 # the choices kept, against Megatron-Core's rule (topk_softmax_with_capacity) written in torch
 if /usr/bin/python3 -c 'import torch' 2> /dev/null; then /usr/bin/python3 tests/moe_capacity.py $REC
 else echo "SKIP gridgpt's drops against Megatron-Core's rule in torch: /usr/bin/python3 has no torch"; fi
