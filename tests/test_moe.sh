@@ -8,10 +8,9 @@
 # final weights within 1e-5 of one process (test_parallel --compare); full recomputation the same
 # bits; the MoE losses in the log line; an expert capacity (Megatron-Core's token dropping, both
 # drop policies) the same under PP 2 and DP 2 and with full recomputation, its dropped choices in
-# the log line, and
-# gridgpt's drops against Megatron-Core's rule written in torch (tests/moe_capacity.py); the
-# refusals in one line each. The GPU path's MoE layer (emulated) is held to train_cpu within
-# bf16's tolerance.
+# the log line, and gridgpt's drops against Megatron-Core's rule written in torch
+# (tests/moe_capacity.py); the refusals in one line each. The GPU path's MoE layer (emulated) is
+# held to train_cpu within bf16's tolerance.
 set -u
 data=${1:?usage: test_moe.sh DATA_PREFIX}
 B=tests/build/moe
