@@ -885,6 +885,12 @@ static int layout_error(const Config* a, char* err, size_t len) {
         return error_line(err, len, "--seq-length %d%s is not divisible by --tensor-model-parallel-size %d: "
                           "--sequence-parallel splits each sequence%s over the tensor-parallel ranks", m->seq_length,
                           CP > 1 ? " / --context-parallel-size" : "", TP, CP > 1 ? "'s context-parallel part" : "");
+    // Megatron-Core counts an expert's capacity over each rank's own tokens, so with context
+    // parallelism the drops would follow the split: refused, every layout stays one process's model
+    if (CP > 1 && m->num_experts > 0 && m->moe_expert_capacity_factor > 0.0f)
+        return error_line(err, len, "--moe-expert-capacity-factor %g at --context-parallel-size %d: an expert's capacity "
+                          "is counted over a rank's own tokens, so the dropped choices would depend on the context-parallel "
+                          "split: CP 1 with a capacity factor", m->moe_expert_capacity_factor, CP);
     // expert parallelism splits the experts over EP of the DP x CP ranks (Megatron-Core's layout)
     int EP = a->expert_model_parallel_size;
     if (EP > 1 && m->num_experts == 0)

@@ -91,7 +91,13 @@ Rules it keeps: it never allocates after gpt_build().
       "router_aux_loss_coef")                                                                                          \
     X(FLOAT, moe_z_loss_coeff, NULL, 0, "the router z-loss's weight (ST-MoE; 0: off)", STORED, NULL, NULL, NULL)      \
     X(INT, moe_shared_expert_intermediate_size, NULL, 0, "a shared expert of this width every token goes through, "  \
-      "its output gated by a sigmoid (Qwen2-MoE; 0: none)", MATCH, NULL, NULL, "shared_expert_intermediate_size")
+      "its output gated by a sigmoid (Qwen2-MoE; 0: none)", MATCH, NULL, NULL, "shared_expert_intermediate_size")   \
+    X(FLOAT, moe_expert_capacity_factor, NULL, 0, "F: each expert takes at most ceil(N k / E x F) of a micro-batch's " \
+      "N k choices, the others dropped (Megatron-Core's token dropping; 0: dropless)", STORED, NULL, NULL, NULL)      \
+    X(CHOICE, moe_token_drop_policy, "probs", 0, "probs | position (over its capacity an expert keeps the choices of " \
+      "the largest weights, or of the first tokens)", STORED, NULL, NULL, NULL)                                    \
+    X(SWITCH, moe_pad_expert_input_to_capacity, NULL, 0, "each expert runs exactly its capacity of rows (refused: "  \
+      "not built)", STORED, NULL, NULL, NULL)
 
 // activation recomputation, in --recompute-method's order (train.c's check_recompute)
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_UNIFORM, RECOMPUTE_BLOCK } RecomputeMethod;
@@ -189,6 +195,14 @@ static int model_config_error(const GPTConfig* m, char* err, size_t len) {
                           MOE_MAX_TOPK);
     if (m->num_experts > 0 && m->moe_ffn_hidden_size < 1)
         return error_line(err, len, "--moe-ffn-hidden-size must be at least 1, got %d", m->moe_ffn_hidden_size);
+    if (m->moe_pad_expert_input_to_capacity && m->moe_expert_capacity_factor == 0.0f)
+        return error_line(err, len, "--moe-pad-expert-input-to-capacity without --moe-expert-capacity-factor: there is no "
+                          "capacity to pad to (Megatron-Core asks for both)");
+    // Padding is refused: it buys Megatron-Core static shapes (CUDA graphs, a fixed all-to-all); here
+    // each expert's products run on the rows it got, and padding would only add zero rows' work
+    if (m->moe_pad_expert_input_to_capacity)
+        return error_line(err, len, "--moe-pad-expert-input-to-capacity: not built (gridgpt's experts run the rows they "
+                          "got, no CUDA graph needs static shapes, and the padding's zero rows change no output)");
     if (m->hidden_dropout >= 1.0f || m->attention_dropout >= 1.0f)
         return error_line(err, len, "--%s-dropout %g: a fraction below 1 (dropout scales what it keeps by 1 / (1 - p))",
                           m->hidden_dropout >= 1.0f ? "hidden" : "attention",
@@ -375,6 +389,7 @@ typedef struct GPT {
     floatX *expert_xs, *expert_ys, *expert_dxs;
     int *expert_received, *expert_offsets;
     long long* moe_tokens;   // host [num_local_layers x E]: the tokens routed to each expert in this step
+    long long moe_dropped;   // host: the choices dropped over the experts' capacity in this step
     float moe_loss_scale;
     int recomputing;
     float* column_partials;                          // the GPU build's column reductions' partial sums
@@ -489,6 +504,9 @@ static TensorNames layer_part(int l, const char* ours, const char* hf, const cha
 
 // Is layer l a mixture of experts? Megatron-LM's --moe-layer-freq N: layers 0, N, 2N, ...
 static int is_moe_layer(const GPTConfig* c, int l) { return c->num_experts > 0 && l % c->moe_layer_freq == 0; }
+
+// Do the MoE layers drop choices over their experts' capacity (--moe-expert-capacity-factor)?
+static int drops_choices(const GPTConfig* c) { return c->num_experts > 0 && c->moe_expert_capacity_factor > 0.0f; }
 
 // An MLP of width F named `ours` (Megatron's dense_h_to_4h and dense_4h_to_h under it), GPT-2's
 // fc1 and fc2 names (`gpt2_fc`, `gpt2_proj`: "" where GPT-2 has none) and the Llama-family `llama`
@@ -781,6 +799,7 @@ static void layout_moe_layer(GPT* m, Arena* a, LayerActivations* L) {
     size_t k = c->moe_router_topk;
     size_t bytes = moe_routing_layout(&L->route, NULL, (int)N, (int)E, (int)k, c->moe_router_pre_softmax);
     moe_routing_layout(&L->route, (char*)arena_take(a, bytes), (int)N, (int)E, (int)k, c->moe_router_pre_softmax);
+    L->route.capacity_factor = c->moe_expert_capacity_factor, L->route.drop_policy = c->moe_token_drop_policy;
     L->router_logits = take_floatX(a, N * E);
     L->moe_ys = take_floatX(a, N * k * C);
     if (!Fs) return;
@@ -792,10 +811,17 @@ static void layout_moe_layer(GPT* m, Arena* a, LayerActivations* L) {
 
 // The rows the experts here run in one MoE layer, at most: this rank's N k choices, or with
 // expert parallelism (dropless) every rank of the group's choices of these experts, N min(k,
-// local) from each (a token goes to k different experts)
+// local) from each (a token goes to k different experts); with a capacity factor no more than
+// each expert's capacity from each rank (moe.h)
 static size_t expert_rows_max(const GPT* m) {
-    size_t N = (size_t)m->B * m->T, k = m->cfg.moe_router_topk;
-    return m->ep.size <= 1 ? N * k : m->ep.size * N * (k < (size_t)m->ep.local ? k : (size_t)m->ep.local);
+    const GPTConfig* c = &m->cfg;
+    size_t N = (size_t)m->B * m->T, k = c->moe_router_topk, P = m->ep.size, held = m->ep.local;
+    size_t rows = P <= 1 ? N * k : P * N * (k < held ? k : held);
+    if (c->moe_expert_capacity_factor > 0.0f) {
+        size_t capped = P * held * expert_capacity((int)N, (int)k, c->num_experts, c->moe_expert_capacity_factor);
+        rows = capped < rows ? capped : rows;
+    }
+    return rows;
 }
 
 // the rows and width of a layer's fc1 output: the dense MLP's N rows of fc_local, or a MoE

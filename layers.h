@@ -361,7 +361,8 @@ static void moe_forward(GPT* m, MicroBatchActivations* s, LayerActivations* L, c
     }
     if (m->moe_loss_scale > 0.0f && !m->recomputing) {   // training, once: the step's tokens per expert and MoE losses
         long long* tokens = m->moe_tokens + (size_t)(t - m->layer_tensors) * E;
-        for (int e = 0; e < E; e++) tokens[e] += offsets[e + 1] - offsets[e];
+        for (int e = 0; e < E; e++) tokens[e] += offsets[e + 1] - offsets[e];   // (the rows each expert ran)
+        m->moe_dropped += (long long)N * k - offsets[E];   // (the choices over an expert's capacity)
         moe_aux_loss(&m->moe_loss_sums[0], &m->moe_loss_sums[1], L->route.probs, L->route.lse, L->route.counts, N, E, k,
                      1.0f, 1.0f, moe_losses_of(m).tokens);
     }

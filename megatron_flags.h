@@ -75,7 +75,7 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
     REFUSE("--moe-*", LIST, NULL, "mixture of experts: an option of Megatron-LM's MoE that gridgpt does not have (its own: "
            "--moe-router-topk, --moe-ffn-hidden-size, --moe-layer-freq, --moe-router-pre-softmax, "
            "--moe-router-load-balancing-type, --moe-aux-loss-coeff, --moe-z-loss-coeff, "
-           "--moe-shared-expert-intermediate-size)")
+           "--moe-shared-expert-intermediate-size, --moe-expert-capacity-factor, --moe-token-drop-policy)")
     REFUSE("--model-parallel-size", VALUE, NULL, "the old name of --tensor-model-parallel-size (Megatron-LM refuses "
            "it too)")
     REFUSE("--pipeline-model-parallel-layout", VALUE, NULL, "a pipeline layout string: Megatron-LM would place the "

@@ -8,6 +8,9 @@ A MoE layer takes the place of a layer's MLP. For each of its N tokens (the rows
              (moe_router_forward: the softmax over the k chosen, Mixtral's and Megatron-LM's
              default; or with --moe-router-pre-softmax the softmax over all E at the chosen,
              Qwen2-MoE's);
+  capacity   with --moe-expert-capacity-factor F, each expert takes at most ceil(N k / E x F) of
+             the choices, the others dropped (moe_drop_over_capacity, below), in every forward
+             (evaluation and generation too, as Megatron-Core's router);
   dispatch   the N x k (token, expert) choices sorted by expert, a stable counting sort (the
              same order on every layout), and the rows gathered in that order: expert e's rows
              are [offsets[e], offsets[e + 1]) of one [N k, C] buffer;
@@ -46,10 +49,13 @@ typedef struct {
     float* lse;      // [N] each row's log-sum-exp (the z-loss's)
     int* topk;       // [N, k] the chosen experts, best first
     float* weight;   // [N, k] their weights in the combine
-    int* counts;     // [E] rows routed to each expert
+    int* counts;     // [E] choices of each expert, before any drop (the aux loss's)
+    int* routed;     // [N k] with a capacity: each choice's expert, or -1 dropped (what the sort reads)
     int* order;      // [N k] the experts' rows: row r holds choice order[r] = t k + j
-    int* position;   // [N k] choice t k + j's row
+    int* position;   // [N k] choice t k + j's row, -1 dropped
     int* offsets;    // [E + 1] expert e's rows are [offsets[e], offsets[e + 1])
+    float capacity_factor;   // --moe-expert-capacity-factor (0: dropless)
+    int drop_policy;         // --moe-token-drop-policy: MOE_DROP_PROBS or MOE_DROP_POSITION
 } MoERouting;
 
 // lays one routing out from base (NULL: only counts), returns its bytes
@@ -61,28 +67,52 @@ static size_t moe_routing_layout(MoERouting* r, char* base, int N, int E, int k,
     r->topk = (int*)region_take(base, &at, choices * sizeof(int));
     r->weight = (float*)region_take(base, &at, choices * sizeof(float));
     r->counts = (int*)region_take(base, &at, (size_t)E * sizeof(int));
+    r->routed = (int*)region_take(base, &at, choices * sizeof(int));   // (laid out always: the smallest part)
     r->order = (int*)region_take(base, &at, choices * sizeof(int));
     r->position = (int*)region_take(base, &at, choices * sizeof(int));
     r->offsets = (int*)region_take(base, &at, (size_t)(E + 1) * sizeof(int));
     return at;
 }
 
+// An expert's capacity, Megatron-Core's get_capacity over the N k choices of this rank's N tokens
+// of the micro-batch: ceil(N k / E x F), no minimum (its callers give none), in double as Python's
+// floats (F is the flag's float). At N or more nothing is dropped (an expert has N choices at
+// most, as Megatron-Core skips the drop when the capacity exceeds the tokens): N then.
+static int expert_capacity(int N, int k, int E, float factor) {
+    double capacity = ceil((double)N * k / E * (double)factor);
+    return capacity < N ? (int)capacity : N;
+}
+static int moe_expert_capacity(const MoERouting* r) { return expert_capacity(r->N, r->k, r->E, r->capacity_factor); }
+
+// Token dropping (Megatron-Core's topk_softmax_with_capacity): with a capacity factor, each expert
+// keeps at most its capacity of the choices (the largest weights, or the first tokens: kernels/
+// moe.cuh's moe_apply_capacity), the others go to no expert. The weights stay as the router gave
+// them (not renormalized over the kept), and the load-balancing loss counts the choices before any
+// drop (r->counts: Megatron-Core's aux loss takes its tokens per expert from the top-k alone).
+// Returns the experts the sort reads: the top-k's, or routed (-1 where dropped).
+static const int* moe_drop_over_capacity(MoERouting* r) {
+    if (r->capacity_factor <= 0.0f) return r->topk;
+    moe_apply_capacity(r->routed, r->topk, r->weight, r->N, r->k, moe_expert_capacity(r), r->drop_policy);
+    return r->routed;
+}
+
 // The router and the dispatch: from the router's logits [N, E] the choices, their weights and the
-// experts' order; the rows of x [N, C] gathered into xs [N k, C] in that order; the experts' row
-// offsets copied to the host (host_offsets [E + 1]: the experts' products are launched from there)
+// experts' order; the experts' row offsets copied to the host (host_offsets [E + 1]: the experts'
+// products are launched from there, host_offsets[E] rows in all); the rows of x [N, C] gathered
+// into xs [N k, C] in that order
 static void moe_dispatch(MoERouting* r, floatX* xs, const floatX* x, const floatX* logits, int C, int* host_offsets) {
     moe_router_forward(r->probs, r->topk, r->weight, r->lse, logits, r->N, r->E, r->k, r->pre_softmax);
     moe_expert_counts(r->counts, r->topk, r->N, r->k, r->E);
-    moe_sort_tokens(r->order, r->position, r->offsets, r->topk, r->N, r->k, r->E);
-    moe_gather_rows(xs, x, r->order, r->N * r->k, r->k, C);
+    moe_sort_tokens(r->order, r->position, r->offsets, moe_drop_over_capacity(r), r->N, r->k, r->E);
     dev_to_host(host_offsets, r->offsets, (size_t)(r->E + 1) * sizeof(int));
+    moe_gather_rows(xs, x, r->order, host_offsets[r->E], r->k, C);
 }
 
-// the same routing's rows gathered again (the backward's input of the experts' products) and its
-// offsets on the host
+// the same routing's offsets on the host and its rows gathered again (the backward's input of the
+// experts' products)
 static void moe_dispatch_again(const MoERouting* r, floatX* xs, const floatX* x, int C, int* host_offsets) {
-    moe_gather_rows(xs, x, r->order, r->N * r->k, r->k, C);
     dev_to_host(host_offsets, r->offsets, (size_t)(r->E + 1) * sizeof(int));
+    moe_gather_rows(xs, x, r->order, host_offsets[r->E], r->k, C);
 }
 
 // The load-balancing and z losses' weights for one micro-batch: each coefficient (0: off),

@@ -335,8 +335,8 @@ static int kept_moe_layers(const GPT* m) {
 }
 
 // The rows a rank's experts may receive in one MoE layer's micro-batch (gpt.h expert_rows_max:
-// the activations the model lays out are sized so, dropless). (With a capacity factor, Megatron-
-// LM's --moe-expert-capacity-factor, each expert would take at most its capacity: the hook for it.)
+// the activations the model lays out are sized so: dropless, or with a capacity factor each
+// expert's capacity from each rank of its group)
 static double expert_receive_rows(const GPT* m) { return (double)expert_rows_max(m); }
 
 // a planned stage's memory: the model's (stage_memory; its experts those of the layout's EP)
@@ -739,11 +739,14 @@ static void print_experts_plan(const Config* a, const LayoutPlan* L) {
                "the combine, and in the backward the rows again, the outputs' gradients and the inputs' back; 7 with the "
                "forward recomputed) of (EP - 1) / EP x N k rows of %d: %.0f bytes each a rank\n", EP, L->dp * L->cp, E / EP,
                E, edp, c->hidden_size, sent);
+        const char* bound = c->moe_expert_capacity_factor > 0.0f
+                                ? "each expert's capacity from each rank of its group (--moe-expert-capacity-factor)"
+                                : "the dropless worst case, EP x N x min(k, E / EP) (each peer may send every token's "
+                                  "choices of this rank's experts; a capacity factor bounds it)";
         printf("  memory: a rank's experts' parameters, gradients and optimizer state 1/EP of all of them (the state "
-               "1/(DP x CP / EP) of those); the experts' rows of a MoE layer laid out at the dropless worst case, EP x N x "
-               "min(k, E / EP) = %.0f rows of %d (%.1f MiB a layer and micro-batch: each peer may send every token's "
-               "choices of this rank's experts; a capacity factor would bound it), on stage 0 for %d layer(s) at once\n",
-               rows, c->hidden_size, rows * C * x / 1048576.0, kept_moe_layers(&m));
+               "1/(DP x CP / EP) of those); the experts' rows of a MoE layer laid out at %s: %.0f rows of %d (%.1f MiB a "
+               "layer and micro-batch), on stage 0 for %d layer(s) at once\n", bound, rows, c->hidden_size,
+               rows * C * x / 1048576.0, kept_moe_layers(&m));
     }
     gpt_free_plan(&m);
 }

@@ -62,6 +62,17 @@ static double step_expert_imbalance(GPT* m) {
     return worst;
 }
 
+// The choices the step dropped over the experts' capacity (--moe-expert-capacity-factor): every MoE
+// layer's, every micro-batch's, summed over the stages and the data-parallel ranks (the
+// experts' layers run at TP 1 and CP 1, so no rank counts another's)
+static double step_moe_dropped(GPT* m) {
+    double dropped = (double)m->moe_dropped;
+    m->moe_dropped = 0;
+    all_reduce_host(&grid.dp_cp, &dropped, 1, REDUCE_SUM);
+    all_reduce_host(&grid.pp, &dropped, 1, REDUCE_SUM);
+    return dropped;
+}
+
 // The step's MoE losses (moe.h: Switch Transformer's load balance, 1 when balanced, and the router's
 // z-loss), each the mean over the model's MoE layers, the micro-batches and the DP ranks (their
 // coefficients apart; a context-parallel rank's is its part of its sequences'): out[0], out[1].

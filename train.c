@@ -184,7 +184,8 @@ typedef struct {
     int global_batch, skipped, nan_loss;
     int max_in_flight;   // most micro-batches whose activations this stage held at once
     double comm[NUM_COMM_GROUPS];   // bytes this rank sent in the step: tp, dp (x cp), pp, embedding, cp groups
-    double moe[3];       // the MoE layers' load balance and z-loss (step_moe_losses), the experts' imbalance
+    double moe[4];       // the MoE layers' load balance and z-loss (step_moe_losses), the experts' imbalance, the
+                         // choices dropped over their capacity
 } StepResult;
 
 // out += sign x the bytes each group has sent so far (a step's: -1 before it, +1 after), in
@@ -878,6 +879,7 @@ static StepResult train_step(Trainer* t) {
     r.loss = step_loss(&s, num_micro);
     step_moe_losses(m, num_micro, r.moe);
     r.moe[2] = m->cfg.num_experts > 0 ? step_expert_imbalance(m) : 0.0;
+    r.moe[3] = drops_choices(&m->cfg) ? step_moe_dropped(m) : 0.0;
     r.max_in_flight = s.most_held;
     r.nan_loss = !isfinite(r.loss);
     float lr = learning_rate(&t->lr, t->progress.scheduler_samples);
@@ -937,10 +939,12 @@ static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
     if (t->config.log_throughput) snprintf(throughput, sizeof(throughput), " throughput per GPU (TFLOP/s/GPU): %.1f |", tflops);
     int has_norm = isfinite(r->grad_norm);   // a skipped step (gradients not finite) has no norm
     if (has_norm) snprintf(norm, sizeof(norm), " grad norm: %.3f |", r->grad_norm);
-    char moe[160] = "";   // a mixture of experts: its losses after the LM loss, as Megatron-LM's MoE logs them
+    char moe[200] = "";   // a mixture of experts: its losses after the LM loss, as Megatron-LM's MoE logs them
     if (t->config.model.num_experts > 0)
         snprintf(moe, sizeof moe, " load_balancing_loss: %.6E | z_loss: %.6E | expert tokens max/mean: %.3f |", r->moe[0],
                  r->moe[1], r->moe[2]);
+    if (drops_choices(&t->config.model))   // (the step's, with a capacity factor)
+        snprintf(moe + strlen(moe), sizeof moe - strlen(moe), " dropped expert choices: %.0f |", r->moe[3]);
     printf(" [%s] iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |%s"
            " learning rate: %.6E | global batch size: %5d | lm loss: %.6E |%s loss scale: %.1f |%s"
            " number of skipped iterations: %3d | number of nan iterations: %3d |"
@@ -955,6 +959,7 @@ static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
         tensorboard_pair(t, "z_loss", r->moe[1]);
         tensorboard_pair(t, "expert_tokens_max_over_mean", r->moe[2]);
     }
+    if (drops_choices(&t->config.model)) tensorboard_pair(t, "dropped_expert_choices", r->moe[3]);
     tensorboard_pair(t, "learning-rate", r->lr);
     tensorboard_pair(t, "batch-size", r->global_batch);
     if (t->config.fp16) tensorboard_pair(t, "loss-scale", t->opt.scaler.scale);

@@ -13,12 +13,16 @@ experts, and its output is the weighted sum of theirs.
         k largest logits (topk_expert [N, k], descending, ties to the lower expert) and their
         weights (topk_weight [N, k], below)
     moe_expert_counts: counts[e], how many of the N k choices are e (the aux loss's)
+    moe_apply_capacity (with an expert capacity, below): routed [N k], each choice's expert, or
+        -1 where its expert has taken its capacity of choices ahead of it (dropped)
     moe_sort_tokens: a stable counting sort of the N k choices (choice t k + j: token t's slot
-        j) by expert: expert e's rows are [offsets[e], offsets[e+1]), its choices in (t, j)
-        order; order maps a row to its choice, position a choice to its row
+        j) by expert (topk_expert, or routed): expert e's rows are [offsets[e], offsets[e+1]),
+        its choices in (t, j) order; order maps a row to its choice, position a choice to its row
+        (-1: dropped; the rows end at offsets[E], N k less the dropped)
     moe_gather_rows: xs [N k, C], row r = x[order[r] / k]: each expert's tokens side by side
     the experts: rows [offsets[e], offsets[e+1]) of xs through expert e's MLP -> ys [N k, C]
-    moe_combine: out[t] = sum over j of topk_weight[t, j] ys[position[t k + j]]
+    moe_combine: out[t] = sum over j of topk_weight[t, j] ys[position[t k + j]] (a dropped
+        choice adds nothing)
     Qwen2-MoE's shared expert, on every token: out[t] += sigmoid(x[t] . w_gate) shared_mlp(x[t])
         (moe_shared_gate_forward, after the shared MLP and the gate's one-column matmul)
     moe_aux_loss: the load-balancing and z losses' values, added into two device doubles (the log)
@@ -56,8 +60,8 @@ index, the sort stable. On the GPU the row ops are a warp a token (or a sorted r
 over C in packs of X128, each sum over the k slots in slot order in fp32, rounded once; the
 router is a warp a token, its lanes over the experts (E <= MOE_MAX_EXPERTS, k <= MOE_MAX_TOPK).
 
-Layouts: logits, dlogits floatX [N, E]; probs float [N, E]; lse float [N]; topk_expert int,
-topk_weight and dweight float [N, k]; counts int [E]; offsets int [E + 1]; order, position int
+Layouts: logits, dlogits floatX [N, E]; probs float [N, E]; lse float [N]; topk_expert, routed
+int, topk_weight and dweight float [N, k]; counts int [E]; offsets int [E + 1]; order, position int
 [N k]; x, out, dout, dx, shared_y, dshared_y floatX [N, C]; xs, ys, dxs, dys floatX [N k, C],
 rows sorted by expert; gate_logit, dgate_logit floatX [N].
 
@@ -175,6 +179,65 @@ static void moe_router_forward(float* probs, int* topk_expert, float* topk_weigh
 #endif
 
 // ----------------------------------------------------------------------------
+// expert capacity: the choices each expert takes, the others dropped
+// (GShard, Lepikhin et al. 2020; Switch Transformer; Megatron-Core's --moe-expert-capacity-factor,
+// its topk_softmax_with_capacity.) With a capacity (moe.h computes it: ceil(N k / E x factor)),
+// expert e takes at most `capacity` of the choices routed to it, the first in the policy's order:
+//   MOE_DROP_PROBS     the larger weight first (Megatron-Core's "probs": the top `capacity` of
+//                      the expert's column of routing probabilities), equal weights the lower token;
+//   MOE_DROP_POSITION  the lower token first (its "position": the first tokens of the micro-batch).
+// A token goes to an expert at most once, so two choices of one expert never share a token and
+// the order is total: the same choices kept on every device and in every launch. Choice c is kept
+// when fewer than `capacity` of its expert's choices come before it:
+//   routed[c] = topk_expert[c] if kept, else -1 (the sort leaves it out: position -1)
+// O((N k)^2) compares at most (correctness over speed, as the sort below); each choice stops
+// reading once `capacity` are ahead of it. The weights are not renormalized over what is kept
+// (Megatron-Core's: a dropped choice's share of its token's output is lost).
+
+enum { MOE_DROP_PROBS, MOE_DROP_POSITION };   // --moe-token-drop-policy, in its choices' order
+
+// choice a (weight wa, token ta) comes before choice b of the same expert in the policy's order
+HOST_DEVICE static inline int moe_choice_before(float wa, int ta, float wb, int tb, int policy) {
+    if (policy == MOE_DROP_POSITION) return ta < tb;
+    wa = moe_rank_value(wa), wb = moe_rank_value(wb);   // (NaN as -inf: the order stays total)
+    return wa > wb || (wa == wb && ta < tb);
+}
+
+// choice c's expert, or -1 if `capacity` of that expert's choices come before it
+HOST_DEVICE static inline int moe_routed_expert(size_t c, const int* topk_expert, const float* topk_weight, int N, int k,
+                                                int capacity, int policy) {
+    int e = topk_expert[c], t = (int)(c / k), ahead = 0;
+    for (size_t o = 0; o < (size_t)N * k && ahead < capacity; o++)
+        ahead += topk_expert[o] == e && moe_choice_before(topk_weight[o], (int)(o / k), topk_weight[c], t, policy);
+    return ahead < capacity ? e : -1;
+}
+
+static void moe_apply_capacity_cpu(int* routed, const int* topk_expert, const float* topk_weight, int N, int k,
+                                   int capacity, int policy) {
+    #pragma omp parallel for
+    for (long long c = 0; c < (long long)N * k; c++)
+        routed[c] = moe_routed_expert((size_t)c, topk_expert, topk_weight, N, k, capacity, policy);
+}
+
+#ifdef __CUDACC__
+// one thread per choice: the threads of a warp read the same other choice at once
+__global__ void moe_apply_capacity_kernel(int* routed, const int* topk_expert, const float* topk_weight, int N, int k,
+                                          int capacity, int policy) {
+    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= (size_t)N * k) return;
+    routed[c] = moe_routed_expert(c, topk_expert, topk_weight, N, k, capacity, policy);
+}
+
+static void moe_apply_capacity(int* routed, const int* topk_expert, const float* topk_weight, int N, int k, int capacity,
+                               int policy) {
+    LAUNCH(moe_apply_capacity_kernel, CEIL_DIV(N * k, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, routed, topk_expert,
+           topk_weight, N, k, capacity, policy);
+}
+#else
+#define moe_apply_capacity moe_apply_capacity_cpu
+#endif
+
+// ----------------------------------------------------------------------------
 // the choices counted, and sorted by expert
 // The GPU's way is the simplest deterministic one: a thread per expert reads all N k choices in
 // order (the threads of a warp read the same choice at once), counts its own, then (after the
@@ -185,9 +248,11 @@ static void moe_router_forward(float* probs, int* topk_expert, float* topk_weigh
 // then each block writing its tile's choices in order from there (stable, O(N k) work spread
 // over the GPU; what a GPU radix sort's passes do).
 
+// (an expert of -1, a dropped choice, is nobody's: not counted, not sorted, position -1)
 static void moe_expert_counts_cpu(int* counts, const int* topk_expert, int N, int k, int E) {
     for (int e = 0; e < E; e++) counts[e] = 0;
-    for (size_t c = 0; c < (size_t)N * k; c++) counts[topk_expert[c]]++;
+    for (size_t c = 0; c < (size_t)N * k; c++)
+        if (topk_expert[c] >= 0) counts[topk_expert[c]]++;
 }
 
 static void moe_sort_tokens_cpu(int* order, int* position, int* offsets, const int* topk_expert, int N, int k, int E) {
@@ -197,8 +262,8 @@ static void moe_sort_tokens_cpu(int* order, int* position, int* offsets, const i
     // the choices in (t, j) order, each to its expert's next row: offsets[e] serves as the
     // cursor, and ends at e's last row + 1, e + 1's first; shifted back by one expert after
     for (size_t c = 0; c < (size_t)N * k; c++) {
-        int row = offsets[topk_expert[c]]++;
-        order[row] = (int)c;
+        int row = topk_expert[c] < 0 ? -1 : offsets[topk_expert[c]]++;
+        if (row >= 0) order[row] = (int)c;
         position[c] = row;
     }
     for (int e = E - 1; e > 0; e--) offsets[e] = offsets[e - 1];
@@ -238,9 +303,17 @@ static void moe_expert_counts(int* counts, const int* topk_expert, int N, int k,
     LAUNCH(moe_expert_counts_kernel, CEIL_DIV(E, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, counts, topk_expert, N, k, E);
 }
 
+// one thread per choice: a dropped one's position -1 (no expert's thread writes it)
+__global__ void moe_dropped_positions_kernel(int* position, const int* topk_expert, int N, int k) {
+    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < (size_t)N * k && topk_expert[c] < 0) position[c] = -1;
+}
+
 static void moe_sort_tokens(int* order, int* position, int* offsets, const int* topk_expert, int N, int k, int E) {
     moe_expert_counts(offsets + 1, topk_expert, N, k, E);
     LAUNCH(moe_offsets_kernel, 1, 1, 0, offsets, E);
+    LAUNCH(moe_dropped_positions_kernel, CEIL_DIV(N * k, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, position, topk_expert,
+           N, k);
     LAUNCH(moe_sort_tokens_kernel, CEIL_DIV(E, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, order, position, offsets,
            topk_expert, N, k, E);
 }
@@ -251,13 +324,15 @@ static void moe_sort_tokens(int* order, int* position, int* offsets, const int* 
 
 // ----------------------------------------------------------------------------
 // the rows gathered for the experts, and their outputs combined
-// gather:   xs[r] = x[order[r] / k], r < rows (= N k)
+// gather:   xs[r] = x[order[r] / k], r < rows (= offsets[E]: N k less the dropped choices)
 // combine:  out[t] = sum_j topk_weight[t k + j] ys[position[t k + j]], j = 0 .. k-1 in order
 //           (fp32, rounded once; overwrites)
 // backward: dys[position[t k + j]] = topk_weight[t k + j] dout[t];
 //           dweight[t k + j] = dout[t] . ys[position[t k + j]] (fp32);
 //           dx[t] (= or, with accumulate, +=) sum_j dxs[position[t k + j]] (fp32, rounded once;
 //           added to dx's value last)
+// A dropped choice (position -1) has no row: it adds nothing to out[t] nor to dx[t], and its
+// dweight is 0 (its weight reaches no output: Megatron-Core's probs x the kept mask).
 
 static void moe_gather_rows_cpu(float* xs, const float* x, const int* order, int rows, int k, int C) {
     #pragma omp parallel for
@@ -271,7 +346,8 @@ static void moe_combine_cpu(float* out, const float* ys, const float* topk_weigh
         float* o = out + (size_t)t * C;
         for (int c = 0; c < C; c++) o[c] = 0.0f;
         for (int j = 0; j < k; j++)
-            axpy_lanes(o, topk_weight[(size_t)t * k + j], ys + (size_t)position[(size_t)t * k + j] * C, C);
+            if (position[(size_t)t * k + j] >= 0)
+                axpy_lanes(o, topk_weight[(size_t)t * k + j], ys + (size_t)position[(size_t)t * k + j] * C, C);
     }
 }
 
@@ -281,6 +357,8 @@ static void moe_combine_backward_cpu(float* dys, float* dweight, const float* do
     for (int t = 0; t < N; t++)
         for (int j = 0; j < k; j++) {
             size_t choice = (size_t)t * k + j, row = (size_t)position[choice] * C;
+            dweight[choice] = 0.0f;
+            if (position[choice] < 0) continue;   // dropped
             for (int c = 0; c < C; c++) dys[row + c] = topk_weight[choice] * dout[(size_t)t * C + c];
             dweight[choice] = dot_lanes(dout + (size_t)t * C, ys + row, C);
         }
@@ -292,7 +370,8 @@ static void moe_gather_rows_backward_cpu(float* dx, const float* dxs, const int*
     for (int t = 0; t < N; t++)
         for (int c = 0; c < C; c++) {
             float s = 0.0f;
-            for (int j = 0; j < k; j++) s += dxs[(size_t)position[(size_t)t * k + j] * C + c];
+            for (int j = 0; j < k; j++)
+                if (position[(size_t)t * k + j] >= 0) s += dxs[(size_t)position[(size_t)t * k + j] * C + c];
             dx[(size_t)t * C + c] = accumulate ? dx[(size_t)t * C + c] + s : s;
         }
 }
@@ -316,6 +395,7 @@ __global__ void moe_combine_kernel(floatX* out, const floatX* ys, const float* t
         int count = min_int(X128, C - c);
         float acc[X128] = {0.0f};
         for (int j = 0; j < k; j++) {
+            if (position[(size_t)t * k + j] < 0) continue;   // dropped
             float w = topk_weight[(size_t)t * k + j];
             x128 y = load_pack(ys + (size_t)position[(size_t)t * k + j] * C + c, count);
             for (int e = 0; e < X128; e++) acc[e] += w * floatX_to_float(y.e[e]);
@@ -334,6 +414,10 @@ __global__ void moe_combine_backward_kernel(floatX* dys, float* dweight, const f
     for (int j = 0; j < k; j++) {
         size_t choice = (size_t)t * k + j, row = (size_t)position[choice] * C;
         float w = topk_weight[choice], dot = 0.0f;
+        if (position[choice] < 0) {   // dropped: no row, no gradient at its weight
+            if (lane == 0) dweight[choice] = 0.0f;
+            continue;
+        }
         for (int c = lane * X128; c < C; c += 32 * X128) {
             int count = min_int(X128, C - c);
             x128 d = load_pack(dout + (size_t)t * C + c, count), y = load_pack(ys + row + c, count), dy;
@@ -357,6 +441,7 @@ __global__ void moe_gather_rows_backward_kernel(floatX* dx, const floatX* dxs, c
         int count = min_int(X128, C - c);
         float acc[X128] = {0.0f};
         for (int j = 0; j < k; j++) {
+            if (position[(size_t)t * k + j] < 0) continue;   // dropped
             x128 d = load_pack(dxs + (size_t)position[(size_t)t * k + j] * C + c, count);
             for (int e = 0; e < X128; e++) acc[e] += floatX_to_float(d.e[e]);
         }

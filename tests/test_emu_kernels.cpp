@@ -28,6 +28,7 @@ significant bits), u = 2^-11 for fp16 (11 significant bits).
 */
 #include "kernels.cuh"
 #include "test.h"
+#include <algorithm>
 #include <setjmp.h>
 #include <string>
 #include <vector>
@@ -1067,6 +1068,68 @@ static void test_moe(int N, int E, int k, int C, bool ties) {
         dev_free(q);
 }
 
+// The expert capacity (moe_apply_capacity), each policy: the choices kept, the same as the
+// reference's (some dropped: the capacity is half an expert's mean), then what the dropped change
+// downstream, each kernel on the reference's routing: the sort without them (position -1, the rows
+// ending at offsets[E]), and the gather, the combine and their backwards skipping them.
+static void test_moe_capacity(int N, int E, int k, int C, bool ties) {
+    char shape[96];
+    snprintf(shape, sizeof shape, " N=%d E=%d k=%d C=%d%s", N, E, k, C, ties ? " ties" : "");
+    size_t choices = (size_t)N * k;
+    Vec logits = random_vec((size_t)N * E, 3, true), probs((size_t)N * E), lse(N), w(choices);
+    if (ties)   // equal weights at an expert's capacity: the lower token first
+        for (auto& l : logits) l = 0.5f * (float)((int)(urand() * 5) - 2);
+    std::vector<int> chosen(choices), routed(choices), order(choices), position(choices), offsets(E + 1);
+    moe_router_forward_cpu(probs.data(), chosen.data(), w.data(), lse.data(), logits.data(), N, E, k, 0);
+    int *d_chosen = to_dev_i(chosen), *d_routed = (int*)dev_malloc(choices * sizeof(int));
+    int *d_order = (int*)dev_malloc(choices * sizeof(int)), *d_position = (int*)dev_malloc(choices * sizeof(int));
+    int* d_offsets = (int*)dev_malloc((E + 1) * sizeof(int));
+    float* d_w = to_dev_f(w);
+    int capacity = std::max(1, N * k / E / 2);
+    for (int policy = MOE_DROP_PROBS; policy <= MOE_DROP_POSITION; policy++) {
+        std::string s = std::string(shape) + " capacity " + std::to_string(capacity) +
+                        (policy == MOE_DROP_PROBS ? " probs" : " position");
+        moe_apply_capacity_cpu(routed.data(), chosen.data(), w.data(), N, k, capacity, policy);
+        moe_apply_capacity(d_routed, d_chosen, d_w, N, k, capacity, policy);
+        int dropped = (int)std::count(routed.begin(), routed.end(), -1);
+        check(same_ints(d_routed, routed) && dropped > 0,
+              (FLOATX_NAME " moe_apply_capacity: the reference's choices kept, " + std::to_string(dropped) + " dropped" + s).c_str(),
+              "they differ, or none dropped");
+        moe_sort_tokens_cpu(order.data(), position.data(), offsets.data(), routed.data(), N, k, E);
+        moe_sort_tokens(d_order, d_position, d_offsets, d_routed, N, k, E);
+        int rows = offsets[E];
+        check(rows == (int)choices - dropped && same_ints(d_offsets, offsets) && same_ints(d_position, position) &&
+              same_ints(d_order, std::vector<int>(order.begin(), order.begin() + rows)),
+              (FLOATX_NAME " moe_sort_tokens without the dropped: order, position -1, offsets" + s).c_str(), "they differ");
+        Vec x = random_vec((size_t)N * C, 1, true), ys = random_vec((size_t)rows * C, 1, true);
+        Vec dout = random_vec((size_t)N * C, 1, true), xs((size_t)rows * C), out((size_t)N * C);
+        Vec dys((size_t)rows * C), dweight(choices), dx((size_t)N * C);
+        floatX *d_x = to_dev_x(x), *d_ys = to_dev_x(ys), *d_dout = to_dev_x(dout);
+        floatX *d_xs = (floatX*)dev_malloc((size_t)rows * C * sizeof(floatX)), *d_out = (floatX*)dev_malloc(N * C * sizeof(floatX));
+        floatX *d_dys = (floatX*)dev_malloc((size_t)rows * C * sizeof(floatX)), *d_dx = (floatX*)dev_malloc(N * C * sizeof(floatX));
+        float* d_dweight = (float*)dev_malloc(choices * sizeof(float));
+        moe_gather_rows_cpu(xs.data(), x.data(), order.data(), rows, k, C);
+        moe_gather_rows(d_xs, d_x, d_order, rows, k, C);
+        check(same_bits(from_dev_x(d_xs, (size_t)rows * C), xs), (FLOATX_NAME " moe_gather_rows, the kept rows" + s).c_str(),
+              "they differ");
+        moe_combine_cpu(out.data(), ys.data(), w.data(), position.data(), N, k, C);
+        moe_combine(d_out, d_ys, d_w, d_position, N, k, C);
+        compare(("moe_combine, dropped skipped" + s).c_str(), from_dev_x(d_out, (size_t)N * C), out, X_OUT);
+        moe_combine_backward_cpu(dys.data(), dweight.data(), dout.data(), ys.data(), w.data(), position.data(), N, k, C);
+        moe_combine_backward(d_dys, d_dweight, d_dout, d_ys, d_w, d_position, N, k, C);
+        compare(("moe_combine_backward dys, kept rows" + s).c_str(), from_dev_x(d_dys, (size_t)rows * C), dys, X_OUT);
+        compare(("moe_combine_backward dweight, 0 dropped" + s).c_str(), from_dev_f(d_dweight, choices), dweight, FP32_OUT);
+        moe_gather_rows_backward_cpu(dx.data(), dys.data(), position.data(), N, k, C, 0);
+        moe_gather_rows_backward(d_dx, d_dys, d_position, N, k, C, 0);
+        compare(("moe_gather_rows_backward, dropped skipped" + s).c_str(), from_dev_x(d_dx, (size_t)N * C), dx, X_OUT);
+        for (void* q : {(void*)d_x, (void*)d_ys, (void*)d_dout, (void*)d_xs, (void*)d_out, (void*)d_dys, (void*)d_dx,
+                        (void*)d_dweight})
+            dev_free(q);
+    }
+    for (void* q : {(void*)d_chosen, (void*)d_routed, (void*)d_order, (void*)d_position, (void*)d_offsets, (void*)d_w})
+        dev_free(q);
+}
+
 // the GPU router's limits: more experts or slots than a warp holds are refused, naming the limit
 static jmp_buf moe_refused;
 static char moe_refusal[160];
@@ -1455,6 +1518,8 @@ static void test_moe_shapes(void) {
     test_moe(29, 60, 4, 64, false);
     test_moe(13, 60, 4, 70, true);
     test_moe(5, MOE_MAX_EXPERTS, MOE_MAX_TOPK, 9, false);
+    test_moe_capacity(37, 8, 2, 70, false);
+    test_moe_capacity(301, 4, 2, 64, true);   // (choices in more than one block of threads)
     test_moe_limits();
 }
 

@@ -94,22 +94,27 @@ static double loss_and_grads(GPT* m) {
 // moe: a mixture of 4 experts, top 2, in every layer (1: Mixtral's router; 2: Qwen2-MoE's, the
 // softmax before the top-k, a shared expert with its gate, and with Llama's block the QKV's bias
 // alone, --add-qkv-bias, as Qwen2's attention), MoE losses off: the loss the
-// forward returns is the LM loss alone (their gradients: tests/test_kernels.c's router checks)
+// forward returns is the LM loss alone (their gradients: tests/test_kernels.c's router checks);
+// 3 and 4: 1 and 2 with an expert capacity of 0.5 (6 of the 42 choices an expert), policy probs
+// and position, which drops choices (checked): their rows gone, their weights' gradients 0
 static void gradient_check(int embed_layernorm, int alibi, int llama, int dropout, int moe) {
     GPTConfig c = llama ? tiny_llama_config() : tiny_config(embed_layernorm);
     if (alibi) c.position_embedding_type = POSITION_ALIBI;
     if (moe) {
         c.num_experts = 4, c.moe_router_topk = 2, c.moe_ffn_hidden_size = 24;
-        c.moe_router_pre_softmax = moe == 2;
-        c.moe_shared_expert_intermediate_size = moe == 2 ? 16 : 0;
-        c.add_qkv_bias = moe == 2 && c.disable_bias_linear;
+        int qwen = moe == 2 || moe == 4;
+        c.moe_router_pre_softmax = qwen;
+        c.moe_shared_expert_intermediate_size = qwen ? 16 : 0;
+        c.add_qkv_bias = qwen && c.disable_bias_linear;
+        if (moe >= 3) c.moe_expert_capacity_factor = 0.5f, c.moe_token_drop_policy = moe == 3 ? MOE_DROP_PROBS : MOE_DROP_POSITION;
     }
     char variant[200];
     snprintf(variant, sizeof(variant), "%s%s%s%s", llama ? " (Llama: rope, RMSNorm, SwiGLU, GQA, untied, no biases)"
              : alibi ? " (BLOOM: embedding LayerNorm, ALiBi)" : embed_layernorm ? " (embedding LayerNorm)" : "",
-             dropout ? " with dropout 0.3" : "", moe == 1 ? " with 4 experts, top 2 (Mixtral's router)"
-             : moe == 2 ? " with 4 experts, top 2, softmax first, a shared expert (Qwen2-MoE's)" : "",
-             c.add_qkv_bias ? ", the QKV's bias alone" : "");
+             dropout ? " with dropout 0.3" : "", moe == 1 || moe == 3 ? " with 4 experts, top 2 (Mixtral's router)"
+             : moe == 2 || moe == 4 ? " with 4 experts, top 2, softmax first, a shared expert (Qwen2-MoE's)" : "",
+             moe == 3 ? ", capacity 0.5 (probs)" : moe == 4 ? ", capacity 0.5 (position)" : "");
+    if (c.add_qkv_bias) snprintf(variant + strlen(variant), sizeof variant - strlen(variant), ", the QKV's bias alone");
     c.hidden_dropout = c.attention_dropout = dropout ? 0.3f : 0.0f;
     GPT m;
     gpt_build(&m, &c, 3, c.seq_length, 0, 1, 0, 1, 1, 1);
@@ -117,6 +122,9 @@ static void gradient_check(int embed_layernorm, int alibi, int llama, int dropou
     m.dropout = step;
     random_batch(&m, c.vocab_size);
     loss_and_grads(&m);
+    if (moe >= 3)   // (the layers' training forward counts its drops)
+        check(m.moe_dropped > 0, "model gradient check: the expert capacity drops choices", "none of %d layers x 42 "
+              "choices dropped", c.num_layers);
     float* g = (float*)mallocCheck(m.num_params * sizeof(float));
     memcpy(g, m.grads, m.num_params * sizeof(float));
     const float h = 1e-3f;
@@ -1036,6 +1044,8 @@ int main(int argc, char** argv) {
     gradient_check(0, 0, 1, 1, 0);
     gradient_check(0, 0, 0, 0, 1);   // GELU experts with biases
     gradient_check(0, 0, 1, 1, 2);   // SwiGLU experts, no biases, dropout
+    gradient_check(0, 0, 0, 0, 3);   // an expert capacity that drops, policy probs
+    gradient_check(0, 0, 1, 0, 4);   // and policy position, Qwen2-MoE's router
     dropout_masks();
     dropout_in_the_model();
     padding_is_inert();

@@ -7,17 +7,22 @@
 # too), CP 2 and 4 (the tokens per expert summed over the sequence's ranks), expert parallelism
 # (EP 2 and 4 with DP, CP, PP and the overlaps): losses, grad norms and final weights within 1e-5
 # of one process (test_parallel --compare); full recomputation the same bits; a checkpoint saved
-# at EP 2 resumed at EP 4; sampling at EP 2 one process's tokens; the MoE losses in the log line; the refusals in one line each. The GPU path's MoE layer
-# (emulated) is held to train_cpu within bf16's tolerance.
+# at EP 2 resumed at EP 4; sampling at EP 2 one process's tokens; the MoE losses in the log line;
+# an expert capacity (Megatron-Core's token dropping, both drop policies) the same under PP 2 and
+# DP 2 x EP 2 and with full recomputation, its dropped choices in the log line, and gridgpt's drops
+# against Megatron-Core's rule written in torch (tests/moe_capacity.py); the refusals in one line
+# each. The GPU path's MoE layer (emulated) is held to train_cpu within bf16's tolerance.
 set -u
 data=${1:?usage: test_moe.sh DATA_PREFIX}
 B=tests/build/moe
 source tests/layouts_common.sh   # MPIRUN, REC, ok, bad, the tiny model's flags
 flags="$flags --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
 
+# one process runs without mpirun (parallel.h's start_alone_quickly: mpirun's start is seconds here)
+launch() { [ $1 -eq 1 ] && echo "" || echo "$MPIRUN -np $1"; }
 record() {  # name cp pp dp [extra flags]
     local name=$1 cp=$2 pp=$3 dp=$4; shift 4
-    $MPIRUN -np $((cp * pp * dp)) $REC $B/$name $flags --context-parallel-size $cp --pipeline-model-parallel-size $pp "$@" \
+    $(launch $((cp * pp * dp))) $REC $B/$name $flags --context-parallel-size $cp --pipeline-model-parallel-size $pp "$@" \
         > $B/$name.log 2>&1 || bad "$name run" "exit status $?: $(grep -m1 error $B/$name.log)"
     grep -E '^FAIL' $B/$name.log | sed "s/^FAIL /FAIL $name: /"
 }
@@ -74,6 +79,34 @@ if [ -n "$(pick $B/gen1.log)" ] && [ "$(pick $B/gen1.log)" = "$(pick $B/gen2.log
     ok "evaluation and sampling at EP 2: one process's validation loss and tokens"
 else bad "evaluation and sampling at EP 2" "$(diff <(pick $B/gen1.log) <(pick $B/gen2.log) | head -4)"; fi
 
+# An expert capacity (--moe-expert-capacity-factor 1.0: 16 of a micro-batch's 64 choices an expert)
+# drops choices on this model: with policy probs under PP 2, with position under DP 2 x EP 2 (each
+# rank drops among its own tokens, before the rows go to the experts' ranks), each as one
+# process, the step's dropped choices in the log line (more than none, the same every step)
+dropped() { grep -o 'dropped expert choices: [0-9]*' $B/$1.log | awk '{ print $4 }' | tr '\n' ' '; }
+capacity() {  # policy label cp pp dp
+    local policy=$1 label=$2; shift 2
+    record cap-$policy-ref 1 1 1 --moe-expert-capacity-factor 1.0 --moe-token-drop-policy $policy --log-interval 1
+    against cap-$policy-ref cap-$policy "MoE capacity 1.0, drop policy $policy ($label)" "$@" --moe-expert-capacity-factor \
+        1.0 --moe-token-drop-policy $policy --log-interval 1
+    local want=$(dropped cap-$policy-ref) got=$(dropped cap-$policy)
+    if [ "$(wc -w <<< "$want")" -eq 22 ] && [ "$want" = "$got" ] && awk -v d="$want" 'BEGIN { n = split(d, a, " ");
+        for (i = 1; i <= n; i++) s += a[i]; exit !(s > 0) }'; then
+        ok "MoE capacity, policy $policy: the dropped choices in the log line, the same at every step as one process's ($(cut -d' ' -f1-5 <<< "$want")...)"
+    else bad "MoE capacity, policy $policy: the dropped choices in the log line" "one process: '$want', $label: '$got'"; fi
+}
+capacity probs "PP 2" 1 2 1
+capacity position "DP 2, EP 2" 1 1 2 --expert-model-parallel-size 2
+record cap-recompute 1 1 1 --moe-expert-capacity-factor 1.0 --log-interval 1 --recompute-granularity full \
+    --recompute-method uniform --recompute-num-layers 2
+if cmp -s $B/cap-probs-ref.steps $B/cap-recompute.steps && [ "$(dropped cap-probs-ref)" = "$(dropped cap-recompute)" ] &&
+    cmp -s $B/cap-probs-ref.ckpt/iter_0000022/tensors.bin $B/cap-recompute.ckpt/iter_0000022/tensors.bin; then
+    ok "MoE capacity with full recomputation: the same drops again, bit-identical losses, norms and weights (drops counted once)"
+else bad "MoE capacity with full recomputation" "the recordings or the dropped counts differ"; fi
+# the choices kept, against Megatron-Core's rule (topk_softmax_with_capacity) written in torch
+if /usr/bin/python3 -c 'import torch' 2> /dev/null; then /usr/bin/python3 tests/moe_capacity.py $REC
+else echo "SKIP gridgpt's drops against Megatron-Core's rule in torch: /usr/bin/python3 has no torch"; fi
+
 # Qwen2-MoE's: the softmax over every expert before the top-k, a shared expert with its sigmoid
 # gate, SwiGLU, no biases; MoE layers 0 and 2 (--moe-layer-freq 2), dense 1 and 3
 mixtral=$flags
@@ -101,7 +134,7 @@ else bad "the experts' tokens max/mean at top 4 of 4" "$(grep -m1 'iteration  *1
 # one line for each wrong MoE
 refused() {  # label np expected-text flags...
     local label=$1 np=$2 want=$3; shift 3
-    $MPIRUN -np $np ./train_cpu $flags --train-iters 1 "$@" > $B/refused.out 2> $B/refused.err
+    $(launch $np) ./train_cpu $flags --train-iters 1 "$@" > $B/refused.out 2> $B/refused.err
     local status=$?
     if [ $status -eq 2 ] && [ "$(grep -c '^error' $B/refused.err)" -ge 1 ] && grep -q -- "$want" $B/refused.err; then ok "refused: $label"
     else bad "refused: $label" "status $status: $(head -c 300 $B/refused.err)"; fi
@@ -113,4 +146,10 @@ refused "EP that does not divide DP x CP" 2 "does not divide data-parallel size 
 refused "experts that do not split evenly over EP" 2 "is not divisible by --expert-model-parallel-size 2" --num-experts 3 \
     --expert-model-parallel-size 2
 refused "EP without experts" 2 "without --num-experts" --num-experts 0 --expert-model-parallel-size 2
+refused "a capacity factor at CP 2 (the drops would follow the split)" 2 "depend on the context-parallel split" \
+    --moe-expert-capacity-factor 1.0 --context-parallel-size 2
+refused "a negative capacity factor" 1 "moe-expert-capacity-factor must be at least 0" --moe-expert-capacity-factor -1
+refused "padding to capacity without a capacity factor" 1 "no capacity to pad to" --moe-pad-expert-input-to-capacity
+refused "padding to capacity (not built)" 1 "pad-expert-input-to-capacity: not built" --moe-pad-expert-input-to-capacity \
+    --moe-expert-capacity-factor 1.0
 exit 0

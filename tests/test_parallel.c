@@ -17,6 +17,9 @@ hold it against the single-process run.
   test_parallel --compare REF RUN NAME              PASS / FAIL: RUN's losses and grad norms
       within 1e-5 relative of REF's at every step, its weights within 1e-5 (per tensor,
       max |difference| / max |reference|).
+  test_parallel --moe-routing < CASES               each case, one MoE layer's routing of given router
+      logits through moe.h's own dispatch (the expert capacity's drops included), printed for
+      tests/moe_capacity.py to hold against Megatron-Core's rule.
 */
 #define TESTING
 #include "../train.c"
@@ -273,8 +276,45 @@ static void compare(const char* ref, const char* run, const char* name, const GP
     compare_weights(ref, run, name, c);
 }
 
+// ----------------------------------------------------------------------------
+// --moe-routing: a case is "N E k pre_softmax capacity_factor drop_policy" (the policy's index in
+// --moe-token-drop-policy's choices), then the N x E logits; the cases one after another until the
+// input ends. Prints for each "choice t j expert weight position" for each of the N k choices
+// (position -1: dropped), then "offsets" and the E + 1 row offsets (the CPU build: the device's
+// buffers are the host's). 0 at the input's end.
+static int print_moe_routing(void) {
+    int N, E, k, pre_softmax, policy;
+    float factor;
+    int read = scanf("%d %d %d %d %f %d", &N, &E, &k, &pre_softmax, &factor, &policy);
+    if (read == EOF) return 0;
+    if (read != 6 || N < 1 || E < 1 || k < 1 || k > E)
+        fail("--moe-routing: expected 'N E k pre_softmax capacity_factor drop_policy' on stdin");
+    float* logits = (float*)mallocCheck((size_t)N * E * sizeof(float));
+    for (size_t i = 0; i < (size_t)N * E; i++)
+        if (scanf("%f", &logits[i]) != 1) fail("--moe-routing: %d x %d logits expected, %zu read", N, E, i);
+    MoERouting r;
+    char* base = (char*)mallocCheck(moe_routing_layout(&r, NULL, N, E, k, pre_softmax));
+    moe_routing_layout(&r, base, N, E, k, pre_softmax);
+    r.capacity_factor = factor, r.drop_policy = policy;
+    float *x = (float*)callocCheck(N, sizeof(float)), *xs = (float*)mallocCheck((size_t)N * k * sizeof(float));
+    int* offsets = (int*)mallocCheck((size_t)(E + 1) * sizeof(int));
+    moe_dispatch(&r, xs, x, logits, 1, offsets);   // rows of one channel: the routing is what is printed
+    for (int c = 0; c < N * k; c++)
+        printf("choice %d %d %d %.9g %d\n", c / k, c % k, r.topk[c], r.weight[c], r.position[c]);
+    printf("offsets");
+    for (int e = 0; e <= E; e++) printf(" %d", offsets[e]);
+    printf("\n");
+    free(logits), free(base), free(x), free(xs), free(offsets);
+    return 1;
+}
+
 int main(int argc, char** argv) {
     grid_start(&argc, &argv);
+    if (argc == 2 && strcmp(argv[1], "--moe-routing") == 0) {
+        while (print_moe_routing()) {}
+        grid_finish();
+        return 0;
+    }
     if (argc >= 5 && strcmp(argv[1], "--compare") == 0) {
         // the config, for the canonical table: the trainer's flags after the three names
         Config a;
