@@ -335,6 +335,11 @@ static void experts_rows_out(GPT* m, floatX* mine, floatX* theirs) {
 // router's weights, plus the shared expert's gated output; the hidden dropout after it, as the
 // dense MLP's. In training the layer's load-balancing and z losses add to the step's sums (raw,
 // without their coefficients: 1 is a perfect balance), once (not again when a backward recomputes).
+// The experts run one GEMM pair each, launched from the host's copy of the row offsets (the
+// dense MLP's own code on fewer rows): a grouped GEMM (cuBLAS's cublasGemmGroupedBatchedEx,
+// Megatron-Core's --moe-grouped-gemm) would launch them in one call and read the offsets on the
+// device, saving E - 1 launches and the copy to the host; here each expert is a plain product a
+// reader can follow, and the planner prices the smaller GEMMs' lower efficiency (cost.h).
 static void moe_forward(GPT* m, MicroBatchActivations* s, LayerActivations* L, const LayerTensors* t, int l) {
     const GPTConfig* c = &m->cfg;
     int N = m->B * m->T, C = c->hidden_size, E = c->num_experts, k = c->moe_router_topk;

@@ -580,6 +580,9 @@ if [ $have_transformers = yes ] && [ -x ./train_cpu ] && [ -x ./preprocess ]; th
     rm -rf $B/ft_llama_f32 $B/ft_llama_bf16_sharded   # (TP = 2 splits the 2 key/value heads of the first)
     loss_check llama_f32 8 2 2 --finetune --save $B/ft_llama_f32
     loss_check llama_bf16_sharded 8 2 2 --finetune --save $B/ft_llama_bf16_sharded
+    # the mixtures of experts with expert parallelism: the experts split over the data-parallel ranks
+    loss_check mixtral_f32 4 1 2 --expert-model-parallel-size 2
+    loss_check qwen2_moe_bf16_sharded 2 1 1 --expert-model-parallel-size 2
     # the hub's layout (no "transformer." prefix, GPT-2's mask buffers saved) and a stored tied
     # lm_head import to the very same checkpoint
     rm -rf $B/ck_mixtral_long_window   # a window no shorter than the sequence: the same checkpoint
