@@ -43,22 +43,29 @@ static float step_loss(const Schedule* s, int M) {
     return (float)(loss / grid.dp_cp.size);
 }
 
-// The step's load imbalance of the experts: the most tokens any expert of a MoE layer got over
-// the mean of that layer's experts, the worst layer's (1: balanced; the first thing a MoE user
-// watches), from each layer's tokens per expert summed over the DP x CP ranks
-static double step_expert_imbalance(GPT* m) {
+// The step's tokens routed to each expert of every MoE layer: tokens[l x E + e] for the model's
+// layer l (0 in a dense one), summed over the DP x CP ranks and gathered from every stage (the
+// rows the experts ran: past a capacity, the choices kept)
+static void step_expert_tokens(GPT* m, double* tokens) {
     size_t E = m->cfg.num_experts, n = (size_t)m->num_local_layers * E;
-    double worst = 0.0, *sums = (double*)mallocCheck((n + 1) * sizeof(double));
-    for (size_t i = 0; i < n; i++) sums[i] = (double)m->moe_tokens[i];
-    all_reduce_host(&grid.dp_cp, sums, (int)n, REDUCE_SUM);   // (every layer's in one)
-    for (int i = 0; i < m->num_local_layers; i++) {
-        double most = 0.0, total = 0.0, *layer = sums + (size_t)i * E;
-        for (size_t e = 0; e < E; e++) most = layer[e] > most ? layer[e] : most, total += layer[e];
-        if (m->layer_tensors[i].router_w >= 0 && total > 0) worst = fmax(worst, most / (total / E));
-    }
-    free(sums);
+    memset(tokens, 0, (size_t)m->cfg.num_layers * E * sizeof(double));
+    for (int i = 0; i < m->num_local_layers; i++)
+        for (size_t e = 0; e < E; e++) tokens[(size_t)global_layer(m, i) * E + e] = (double)m->moe_tokens[i * E + e];
     memset(m->moe_tokens, 0, n * sizeof(long long));
-    all_reduce_host(&grid.pp, &worst, 1, REDUCE_MAX);
+    all_reduce_host(&grid.dp_cp, tokens, m->cfg.num_layers * (int)E, REDUCE_SUM);   // (every layer's in one)
+    all_reduce_host(&grid.pp, tokens, m->cfg.num_layers * (int)E, REDUCE_SUM);      // (each stage its own layers)
+}
+
+// The experts' load imbalance: the most tokens any expert of a MoE layer got over the mean of that
+// layer's experts, the worst layer's (1: balanced; the first thing a MoE user watches)
+static double expert_imbalance(const GPTConfig* c, const double* tokens) {
+    double worst = 0.0;
+    for (int l = 0; l < c->num_layers; l++) {
+        const double* layer = tokens + (size_t)l * c->num_experts;
+        double most = 0.0, total = 0.0;
+        for (int e = 0; e < c->num_experts; e++) most = fmax(most, layer[e]), total += layer[e];
+        if (is_moe_layer(c, l) && total > 0) worst = fmax(worst, most / (total / c->num_experts));
+    }
     return worst;
 }
 

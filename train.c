@@ -177,6 +177,7 @@ typedef struct {
     size_t allocated_bytes;         // what dev_malloc handed out for the model, the optimizer and the kernels
     Tokenizer tokenizer;            // --tokenizer-type GPT2BPETokenizer's (vocab_size 0: none)
     TokenIds prompt;                // --generate-prompt's tokens, the sample's start
+    double* expert_tokens;          // a mixture of experts: the last step's tokens per expert [layers x E]
 } Trainer;
 
 typedef struct {
@@ -658,6 +659,7 @@ static void build_model(Trainer* t) {
     trace_init(profiles_rank(a, grid.world_rank));
     t->allocated_bytes = dev_bytes_allocated - before + kernels_workspace_bytes;   // kernels_init's came first
     t->opt.scaler = make_loss_scaler(a);
+    t->expert_tokens = (double*)callocCheck((size_t)a->model.num_layers * a->model.num_experts + 1, sizeof(double));
 }
 
 // the checkpoint's weights (and optimizer state, counters) into the built model
@@ -841,6 +843,7 @@ static void trainer_free(Trainer* t) {
     data_splits_close(&t->data);
     if (t->tokenizer.vocab_size) tokenizer_free(&t->tokenizer);
     free(t->prompt.ids);
+    free(t->expert_tokens);
 }
 
 // Test-only faults, from the environment (tests/test_watchdog.sh): GRIDGPT_TEST_HANG_RANK=R
@@ -878,7 +881,10 @@ static StepResult train_step(Trainer* t) {
     m->dropout.training = 0;
     r.loss = step_loss(&s, num_micro);
     step_moe_losses(m, num_micro, r.moe);
-    r.moe[2] = m->cfg.num_experts > 0 ? step_expert_imbalance(m) : 0.0;
+    if (m->cfg.num_experts > 0) {
+        step_expert_tokens(m, t->expert_tokens);
+        r.moe[2] = expert_imbalance(&m->cfg, t->expert_tokens);
+    }
     r.moe[3] = drops_choices(&m->cfg) ? step_moe_dropped(m) : 0.0;
     r.max_in_flight = s.most_held;
     r.nan_loss = !isfinite(r.loss);
@@ -920,6 +926,18 @@ static void tensorboard_pair(Trainer* t, const char* tag, double value) {
     tensorboard_scalar(&t->tensorboard, vs_samples, value, t->progress.consumed_samples);
 }
 
+// each MoE layer's tokens per expert in the last step, one scalar each ("expert tokens/layer 3/
+// expert 1": TensorBoard groups them by layer), the load the log line's max/mean sums up
+static void tensorboard_expert_tokens(Trainer* t) {
+    const GPTConfig* c = &t->config.model;
+    for (int l = 0; l < c->num_layers; l++)
+        for (int e = 0; is_moe_layer(c, l) && e < c->num_experts; e++) {
+            char tag[64];
+            snprintf(tag, sizeof tag, "expert tokens/layer %d/expert %d", l, e);
+            tensorboard_pair(t, tag, t->expert_tokens[(size_t)l * c->num_experts + e]);
+        }
+}
+
 // The log line of Megatron-LM HEAD (training.py's training_log), field for field: the date,
 // the throughput with --log-throughput (its FLOPs count: causal_flops_per_step), the grad
 // norm unless the step was skipped. Then gridgpt's own two fields, always (a newcomer wants
@@ -958,6 +976,7 @@ static void log_step(Trainer* t, const StepResult* r, LogWindow* w) {
         tensorboard_pair(t, "load_balancing_loss", r->moe[0]);
         tensorboard_pair(t, "z_loss", r->moe[1]);
         tensorboard_pair(t, "expert_tokens_max_over_mean", r->moe[2]);
+        tensorboard_expert_tokens(t);
     }
     if (drops_choices(&t->config.model)) tensorboard_pair(t, "dropped_expert_choices", r->moe[3]);
     tensorboard_pair(t, "learning-rate", r->lr);

@@ -236,11 +236,13 @@ fi
 
 # A mixture of experts (issue 50) on the GPU path: kernels/moe.cuh's CUDA kernels (the router, the
 # counting sort, the gather and combine, their backwards, the MoE losses), the experts' products on
-# their rows: Mixtral's router with GELU experts at (1,1,1), recomputed (the same bits); Qwen2-MoE's
+# their rows: Mixtral's router with GELU experts at (1,1,1) with an expert capacity (1.0: choices
+# dropped, kernels/moe.cuh's moe_apply_capacity), recomputed (the same bits); Qwen2-MoE's
 # (the softmax first, a shared expert, SwiGLU, no biases) at (PP 2, DP 2) with expert parallelism
 # (EP 2: the rows between the ranks by NCCL's grouped sends and receives)
 moe="--num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
-compare "$name a mixture of experts (4, top 2) matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" "$run $moe" 1 1 1 end "$BIN" \
+compare "$name a mixture of experts (4, top 2, capacity 1.0) matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" \
+    "$run $moe --moe-expert-capacity-factor 1.0" 1 1 1 end "$BIN" \
     "$bf16_tol" "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" --attention-backend unfused
 compare "$name Qwen2-MoE-shaped experts (a shared expert, SwiGLU) match train_cpu over 10 steps at (TP,PP,DP)=(1,2,2), EP 2" \
     "$run $moe --moe-router-pre-softmax --moe-shared-expert-intermediate-size 32 --swiglu --disable-bias-linear" 4 1 2 start \

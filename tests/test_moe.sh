@@ -120,11 +120,36 @@ flags=$mixtral
 
 # the log line carries the MoE losses, after the LM loss (Megatron-LM's order); at the start, a
 # balanced router's load-balancing loss is near 1 (Switch Transformer's: E x sum f_e P_e)
-./train_cpu ${flags/--train-samples 288/--train-samples 48} --log-interval 1 > $B/log.out 2>&1
+./train_cpu ${flags/--train-samples 288/--train-samples 48} --log-interval 1 --tensorboard-dir $B/tb > $B/log.out 2>&1
 first=$(sed -nE 's/.*iteration +1\/.*\| lm loss: [0-9.E+-]+ \| load_balancing_loss: ([0-9.E+-]+) \| z_loss: ([0-9.E+-]+) \| expert tokens max\/mean: ([0-9.]+) \|.*/\1 \2 \3/p' $B/log.out)
 if [ -n "$first" ] && awk -v a="${first%% *}" -v r="${first##* }" 'BEGIN { exit !(a >= 1.0 && a < 1.5 && r >= 1.0) }'; then
     ok "the log line: lm loss, then load_balancing_loss, z_loss and the experts' tokens max/mean ($first at iteration 1)"
 else bad "the MoE losses in the log line" "$(grep -m1 'iteration  *1/' $B/log.out | head -c 300)"; fi
+# TensorBoard holds every MoE layer's tokens per expert at every step ("expert tokens/layer L/expert
+# e"): each layer's add up to the step's tokens x k (dropless), and their worst max/mean is the
+# log line's (each step's samples of 16 tokens as the log line says, 4 layers of 4 experts)
+if /usr/bin/python3 -c 'import tensorboard' 2> /dev/null; then
+    /usr/bin/python3 tests/tensorboard_scalars.py $B/tb > $B/tb.scalars 2> $B/tb.err
+    logged=$(sed -nE 's/.*expert tokens max\/mean: ([0-9.]+) \|.*/\1/p' $B/log.out | tr '\n' ' ')
+    batches=$(grep -oE "global batch size: +[0-9]+" $B/log.out | awk '{ print $4 }' | tr '\n' ' ')
+    report=$(awk -F'\t' -v logged="$logged" -v batches="$batches" 'BEGIN { steps = split(logged, want, " "); split(batches, g, " ") }
+        $1 ~ /^expert tokens\/layer / { split($1, p, "/"); layer = p[2]; n[$2]++; sum[$2, layer] += $3
+            if ($3 > most[$2, layer]) most[$2, layer] = $3; layers[layer] = 1 }
+        END { if (steps < 3) { print "the log has " steps " steps"; exit }
+              for (step = 1; step <= steps; step++) {
+                  if (n[step] != 16) { print "step " step ": " n[step] " scalars, not 16"; exit }
+                  worst = 0
+                  for (l in layers) {
+                      if (sum[step, l] != g[step] * 16 * 2) { print "step " step " " l ": " sum[step, l] " tokens, not " g[step] * 16 * 2; exit }
+                      r = most[step, l] / (sum[step, l] / 4); if (r > worst) worst = r
+                  }
+                  if (sprintf("%.3f", worst) != want[step]) { print "step " step ": max/mean " worst ", the log " want[step]; exit }
+              }
+              print "ok" }' $B/tb.scalars)
+    if [ "$report" = ok ]; then
+        ok "TensorBoard: each MoE layer's tokens per expert at every step, adding up to the step's tokens x k, their worst max/mean the log line's ($logged)"
+    else bad "TensorBoard's tokens per expert" "$report $(head -c 200 $B/tb.err)"; fi
+else echo "SKIP TensorBoard's tokens per expert: /usr/bin/python3 has no tensorboard package"; fi
 # every token to every expert (top 4 of 4): each expert gets the same tokens, max/mean exactly 1
 ./train_cpu ${flags/--train-samples 288/--train-samples 48} --moe-router-topk 4 --log-interval 1 > $B/even.out 2>&1
 if grep -qE "iteration +1/.*expert tokens max/mean: 1\.000 \|" $B/even.out; then
