@@ -237,16 +237,28 @@ static void share_cores_among_local_ranks(void) {
 // is an MPI singleton, for which Open MPI opens every point-to-point layer it has, probing the
 // fabric libraries (cm and its mtl components): MPI_Init 0.37 s here, 0.18 s without the probes.
 // Alone it talks to no one, so it takes the plain layer (pml ob1, which Open MPI picks on such a
-// host anyway). A user's own setting wins; under mpirun or srun (their variables set) nothing
-// changes. (Open MPI's daemon-less singleton, ess_singleton_isolated, would save 0.15 s more,
-// but every such process takes the same session directory, and two started at once collide at
-// MPI_Init: seen in make test's two lanes.)
+// host anyway). It spawns nothing either, so it needs no supporting daemon (Open MPI's
+// ess_singleton_isolated: a one-rank run of the tests' tiny model took 0.23 s, 0.06 s without
+// it). Such processes would all take one session directory, and two started at once collide at
+// MPI_Init (seen in make test's two lanes): each gets a folder of its own for it, removed at
+// exit (Open MPI empties it at MPI_Finalize). A user's own settings win; under mpirun or srun
+// (their variables set) nothing changes.
+static char alone_session_dir[512];
+static void remove_alone_session_dir(void) { rmdir(alone_session_dir); }
+
 static void start_alone_quickly(void) {
 #ifdef OPEN_MPI
     const char* launcher_variables[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
     for (int i = 0; i < 4; i++)
         if (getenv(launcher_variables[i])) return;
     setenv("OMPI_MCA_pml", "ob1", 0);
+    if (getenv("OMPI_MCA_ess_singleton_isolated") || getenv("OMPI_MCA_orte_tmpdir_base")) return;
+    const char* tmp = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+    snprintf(alone_session_dir, sizeof alone_session_dir, "%s/gridgpt-alone-XXXXXX", tmp);
+    if (!mkdtemp(alone_session_dir)) return;   // (then the supporting daemon, as Open MPI's default)
+    atexit(remove_alone_session_dir);
+    setenv("OMPI_MCA_orte_tmpdir_base", alone_session_dir, 1);
+    setenv("OMPI_MCA_ess_singleton_isolated", "1", 1);
 #endif
 }
 
