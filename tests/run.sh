@@ -61,6 +61,11 @@ wanted model && build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_mod
 # test_parallel records every step's loss and norm in full precision, for three of the scripts
 { wanted parallel || wanted context_parallel || wanted moe || wanted checkpoint || wanted scale || wanted hosts; } && build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
 wanted tensorboard && build test_tensorboard gcc $CFLAGS tests/test_tensorboard.c -o $B/test_tensorboard
+# make bench's programs, which only a hand's run builds, still compile (checked, not built: tests/bench.c
+# once went stale unnoticed)
+for bench in bench bench_context_parallel; do
+    wanted kernels && build $bench mpicc $CFLAGS -fsyntax-only $(pkg-config --cflags openblas) -DUSE_BLAS tests/$bench.c
+done
 
 # each test's command (its output goes to $B/NAME.log)
 test_command() {
