@@ -35,7 +35,7 @@ static void add_to_stage_order(void* ctx, TraceEvent event, Work w) {
 // stage p's forwards and backwards in one step of M micro-batches over P stages of v chunks (G at a time)
 static StageOrder stage_order(int p, int P, int v, int G, int M) {
     StageOrder o = {0, (Work*)mallocCheck(2 * (size_t)M * v * sizeof(Work)), (char*)mallocCheck(2 * (size_t)M * v)};
-    Schedule s = schedule_walk(p, P, v, G, -1, add_to_stage_order, &o);
+    Schedule s = schedule_walk(SCHEDULE_1F1B, p, P, v, G, -1, add_to_stage_order, &o);
     run_schedule(&s, M);
     return o;
 }
