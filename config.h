@@ -41,6 +41,8 @@ flops_per_step.
       "too; 0: plain 1F1B)")                                                                                           \
     X(INT, microbatch_group_size_per_virtual_pipeline_stage, NULL, 0, "G: interleaved 1F1B takes the micro-batches G at " \
       "a time per model chunk, PP <= G <= micro-batches (0: PP)")                                                      \
+    X(CHOICE, pipeline_schedule, "1f1b", 0, "1f1b | gpipe | zb-h1 (gpipe: all forwards, then all backwards; zb-h1: "     \
+      "the weight gradients deferred into the bubble, Qi et al. 2023)")                                                \
     X(INT, micro_batch_size, "4", 1, "samples per micro-batch")                                                        \
     X(INT, global_batch_size, NULL, 0, "samples per step (0: micro-batch x DP)")                                       \
     X(INT3, rampup_batch_size, NULL, 0, "START INCREMENT SAMPLES: ramp the global batch up")                           \
@@ -737,12 +739,13 @@ static int planned_head_logits(const Config* a) {
     int v = virtual_chunks(a), PP = a->pipeline_model_parallel_size, per_micro = a->micro_batch_size * data_parallel_size(a);
     const int* ramp = a->rampup_batch_size.v;   // START INCREMENT SAMPLES
     int G = microbatch_group_size(a), most = 1;
-    if (v == 1 || per_micro < 1) return 1;
+    PipelineSchedule kind = (PipelineSchedule)a->pipeline_schedule;
+    if ((v == 1 && kind != SCHEDULE_GPIPE) || per_micro < 1) return 1;
     for (int g = ramp[0]; ramp[0] > 0 && ramp[1] > 0 && g < a->global_batch_size; g += ramp[1]) {
-        int n = schedule_head_logits(PP, v, G, g / per_micro);
+        int n = schedule_head_logits(kind, PP, v, G, g / per_micro);
         most = n > most ? n : most;
     }
-    int n = schedule_head_logits(PP, v, G, a->global_batch_size / per_micro);
+    int n = schedule_head_logits(kind, PP, v, G, a->global_batch_size / per_micro);
     return n > most ? n : most;
 }
 
@@ -770,11 +773,12 @@ static void stage_slots(const Config* a, int p, int* slots) {
     int full = a->global_batch_size / per_micro;
     const int* ramp = a->rampup_batch_size.v;   // START INCREMENT SAMPLES
     int G = microbatch_group_size(a);
+    PipelineSchedule kind = (PipelineSchedule)a->pipeline_schedule;
     for (int c = 0; c < v; c++) slots[c] = 1;
-    schedule_slots(p, PP, v, G, full, 0, slots);
-    schedule_slots(p, PP, v, G, full, 1, slots);
+    schedule_slots(kind, p, PP, v, G, full, 0, slots);
+    schedule_slots(kind, p, PP, v, G, full, 1, slots);
     for (int g = ramp[0]; ramp[0] > 0 && ramp[1] > 0 && g < a->global_batch_size; g += ramp[1])
-        schedule_slots(p, PP, v, G, g / per_micro, 0, slots);
+        schedule_slots(kind, p, PP, v, G, g / per_micro, 0, slots);
 }
 
 // "the global batch" or "batch size G on the ramp" for an error line about batch g
@@ -806,6 +810,26 @@ static int micro_batch_group_error(const Config* a, int g, int micro_times_dp, c
     return error_line(err, len, "%s: taken %d at a time per model chunk (%s, PP by default), the last group holds %d, "
                       "fewer than --pipeline-model-parallel-size %d, which Megatron-LM refuses (the first stage would "
                       "wait for its own output); group sizes that take %d: %s", what, G, flag, M % G, PP, M, fits);
+}
+
+// The first reason --pipeline-schedule gpipe or zb-h1 cannot run the layout of `a`, as one line; 0
+// if none. GPipe and ZB-H1 are written for one model chunk a stage; ZB-H1's W pass reads the
+// layers' inputs the forward kept in the slot (layers.h), which full recomputation does not keep,
+// and with sequence parallelism those inputs are 1/TP of the rows (W would gather them again).
+static int pipeline_schedule_error(const Config* a, char* err, size_t len) {
+    const char* name = a->pipeline_schedule == SCHEDULE_GPIPE ? "gpipe" : "zb-h1";
+    if (a->pipeline_schedule == SCHEDULE_1F1B) return 0;
+    if (virtual_chunks(a) > 1)
+        return error_line(err, len, "--pipeline-schedule %s with virtual stages (interleaving): not built; interleaving "
+                          "goes with 1f1b", name);
+    if (a->pipeline_schedule != SCHEDULE_ZB_H1) return 0;
+    if (a->recompute_granularity == GRANULARITY_FULL || a->checkpoint_activations)
+        return error_line(err, len, "--pipeline-schedule zb-h1 with full recomputation: its W pass reads each layer's "
+                          "inputs, which recomputation does not keep (selective recomputation composes)");
+    if (a->model.sequence_parallel && a->tensor_model_parallel_size > 1)
+        return error_line(err, len, "--pipeline-schedule zb-h1 with --sequence-parallel: not built (the W pass would "
+                          "gather each layer's inputs over the tensor ranks again)");
+    return 0;
 }
 
 // The first reason the interleaved schedule cannot run the layout of `a` (stage p holding
@@ -920,7 +944,7 @@ static int layout_error(const Config* a, char* err, size_t len) {
                               "data-parallel size %d", g, a->micro_batch_size, dp);
     bad = interleaving_error(a, layers, micro_batch_times_dp, err, len);
     free(layers);
-    if (bad) return bad;
+    if (bad || (bad = pipeline_schedule_error(a, err, len))) return bad;
     int v = virtual_chunks(a);   // N counts the layers of one model chunk: a stage's, or one of its v
     char chunks[64] = "";
     if (v > 1) snprintf(chunks, sizeof chunks, ", in %d model chunks a stage", v);

@@ -46,7 +46,9 @@ print_attention.
 // micro-batch (p - 1 of them the bubble: Narayanan et al. 2021), then the optimizer: the tied
 // embedding's all-reduce, the ZeRO reduce-scatter, the norm, AdamW and the all-gather. With v
 // model chunks a stage (interleaved 1F1B, §2.2) the bubble is p - 1 slots of one chunk, so the
-// step is (m + (p - 1) / v) slots, each slot with v times the pipeline's messages.
+// step is (m + (p - 1) / v) slots, each slot with v times the pipeline's messages. GPipe's
+// bubble is 1F1B's; ZB-H1's is its walk placed with a layer's forward, backward less W and W
+// (layer_weight_gradient_seconds): print_schedule.h's schedule_bubble.
 
 // The bandwidth (bytes/s) a group's ring runs at. Ranks fill nodes in order (gpus_per_node
 // each) and a group's members are `stride` ranks apart (TP 1, CP TP, DP x CP TP, PP TP x CP x
@@ -952,6 +954,21 @@ static double layer_seconds(const StageCost* c, const GPT* m, double x, int tp_s
     double seconds = scratch->seconds / m->num_local_layers;
     free(scratch);
     return seconds;
+}
+
+// ZB-H1's W of one micro-batch through one of the stage's layers (the average layer): the weight
+// gradients' GEMMs of the linear layers whose W it defers (layers.h: QKV, the attention's
+// projection, and a dense layer's fc1 and fc2), each charge_linear_backward's second product. The
+// rest of the backward (the input gradients, attention, norms, bias sums) stays in B.
+static double layer_weight_gradient_seconds(const StageCost* c, const GPT* m, double x) {
+    if (m->num_local_layers == 0) return 0.0;
+    double N = (double)m->B * m->T, C = m->cfg.hidden_size, seconds = 0.0;
+    for (int i = 0; i < m->num_local_layers; i++) {
+        seconds += gemm_seconds(c->hw, m->qkv_local, C, N, 1.0, x) + gemm_seconds(c->hw, C, m->hidden_local, N, 1.0, x);
+        if (!is_moe_layer(&m->cfg, global_layer(m, i)))
+            seconds += gemm_seconds(c->hw, m->fc_local, C, N, 1.0, x) + gemm_seconds(c->hw, C, m->ffn_local, N, 1.0, x);
+    }
+    return seconds / m->num_local_layers;
 }
 
 // one DP bucket's chain reduce, or chain broadcast, per shard it touches: (DP - 1) latencies

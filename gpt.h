@@ -392,6 +392,7 @@ typedef struct GPT {
     long long moe_dropped;   // host: the choices dropped over the experts' capacity in this step
     float moe_loss_scale;
     int recomputing;
+    int weights_deferred;   // ZB-H1's backward: the linear layers' weight gradients wait for the W pass (layers.h)
     float* column_partials;                          // the GPU build's column reductions' partial sums
     void* arena;
     size_t arena_bytes;

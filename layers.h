@@ -543,17 +543,32 @@ static void gpt_decode_end(GPT* m) {
 // the gradient of a layer's output when the layer's backward starts, and of its input
 // when it ends.
 
+// A linear layer's weight and bias gradients from its output's gradient dout [N, out] and its
+// input inp [N, in]: now, or with ZB-H1 (m->weights_deferred, pipeline.h) in the micro-batch's W
+// pass, later (gpt_backward_weights). Then `keep` holds dout until that pass: a buffer of the
+// slot's of dout's shape that the rest of the backward no longer reads (NULL: never deferred).
+static void linear_weight_gradients(GPT* m, int w, float* dbias, const floatX* dout, const floatX* inp, floatX* keep,
+                                    int N, int in, int out) {
+    if (!m->weights_deferred || !keep) {
+        matmul_backward_params(grad_of(m, w), dbias, m->column_partials, dout, inp, N, in, out);
+        return;
+    }
+    pipeline_before_writing(keep);   // (a chunk's last output, still on its way to the next stage)
+    dev_copy(keep, dout, (size_t)N * out * sizeof(floatX));
+}
+
 // A column-parallel layer's backward, of `out_local` output features (this rank's) and input x
 // (the LayerNorm's output of this rank's residual rows, gathered again with sequence
 // parallelism: as Megatron-LM, a micro-batch keeps only its own rows of it): the weight's and
 // the bias's gradients, and into dinp [B*T, C] this rank's part of the input's gradient, then
 // summed over the tensor ranks: in place by an all-reduce (f's backward), or with sequence
-// parallelism reduce-scattered into `dlocal` (this rank's rows). Returns where the sum is.
+// parallelism reduce-scattered into `dlocal` (this rank's rows). Returns where the sum is. keep:
+// where ZB-H1's W pass finds dout (linear_weight_gradients).
 static floatX* column_parallel_linear_backward(GPT* m, floatX* dinp, floatX* dlocal, const floatX* dout, const floatX* x,
-                                               int w, int b, int out_local) {
+                                               int w, int b, int out_local, floatX* keep) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
-    matmul_backward(dinp, grad_of(m, w), grad_of(m, b), m->column_partials, dout, column_parallel_input(m, x),
-                    param_of(m, w), N, C, out_local);
+    matmul_backward_dinp(dinp, dout, param_of(m, w), N, C, out_local);
+    linear_weight_gradients(m, w, grad_of(m, b), dout, column_parallel_input(m, x), keep, N, C, out_local);
     if (!m->sequence_parallel) {
         copy_to_tensor_model_parallel_region_backward(dinp, (size_t)N * C);   // f
         return dinp;
@@ -569,9 +584,9 @@ static floatX* column_parallel_linear_backward(GPT* m, floatX* dinp, floatX* dlo
 // the same product (else NULL). With sequence parallelism the bias was added to this rank's rows
 // only, and its gradient is theirs (data_parallel.h sums it over the tensor ranks). Dropout d
 // (the forward's): the gradient through its mask, drawn again, into `dropped` (this rank's
-// residual rows; m->dres stays the residual stream's).
+// residual rows; m->dres stays the residual stream's). keep: as the column-parallel layer's.
 static void row_parallel_linear_backward(GPT* m, floatX* dinp, const floatX* inp, const floatX* pre_gelu, int w, int b,
-                                         int in_local, Dropout d, floatX* dropped) {
+                                         int in_local, Dropout d, floatX* dropped, floatX* keep) {
     int N = m->B * m->T, C = m->cfg.hidden_size;
     const floatX* dout = m->dres;
     float* dbias = grad_of(m, b);
@@ -585,16 +600,18 @@ static void row_parallel_linear_backward(GPT* m, floatX* dinp, const floatX* inp
         dout = m->whole_rows;
         dbias = NULL;
     }
-    if (pre_gelu) gelu_matmul_backward(dinp, grad_of(m, w), dbias, m->column_partials, dout, inp, param_of(m, w), pre_gelu,
-                                       N, in_local, C, (GeluForm)m->cfg.gelu);
-    else matmul_backward(dinp, grad_of(m, w), dbias, m->column_partials, dout, inp, param_of(m, w), N, in_local, C);
+    if (pre_gelu) gelu_matmul_backward_dinp(dinp, dout, param_of(m, w), pre_gelu, N, in_local, C, (GeluForm)m->cfg.gelu);
+    else matmul_backward_dinp(dinp, dout, param_of(m, w), N, in_local, C);
+    linear_weight_gradients(m, w, dbias, dout, inp, keep, N, in_local, C);
 }
 
-// the micro-batch's logits hold its dlogits already: head_forward wrote them
+// the micro-batch's logits hold its dlogits already: head_forward wrote them. The output
+// layer's weight gradient is never deferred: ZB-H1 would keep the vocabulary-wide dlogits.
 static void head_backward(GPT* m, MicroBatchActivations* s) {
     if (!m->logits_hold_gradient) fail("gpt_backward: the last stage's forward was run without a backward to follow (dloss 0)");
     m->logits_hold_gradient--;
-    floatX* d = column_parallel_linear_backward(m, m->dbuf_a, m->dbuf_b, logits_of(m, s), s->lnf, m->output, -1, m->vocab_local);
+    floatX* d = column_parallel_linear_backward(m, m->dbuf_a, m->dbuf_b, logits_of(m, s), s->lnf, m->output, -1, m->vocab_local,
+                                                 NULL);
     dev_zero(m->dres, residual_elems(m) * sizeof(floatX));
     norm_backward(m, m->dres, d, stage_output(s), m->lnf_w, m->lnf_b, s->lnf_mean, s->lnf_rstd);
 }
@@ -602,14 +619,14 @@ static void head_backward(GPT* m, MicroBatchActivations* s) {
 // The MLP's second linear layer (its dropout d) and the activation before it: da = the gradient
 // at fch (fc1's output). GELU's backward (--gelu's form) goes into the product; SwiGLU's reads
 // the product's gradient at fch_act from db and writes the [gate | up] gradient into da. (db holds
-// the dropout's gradient while the product reads it.)
+// the dropout's gradient while the product reads it.) ZB-H1 keeps fc2's output gradient in res3.
 static floatX* mlp_activation_backward(GPT* m, const LayerActivations* L, const MlpTensors* t, floatX* da, floatX* db,
                                        Dropout d) {
     if (!m->cfg.swiglu) {
-        row_parallel_linear_backward(m, da, L->fch_act, L->fch, t->fcproj_w, t->fcproj_b, m->ffn_local, d, db);
+        row_parallel_linear_backward(m, da, L->fch_act, L->fch, t->fcproj_w, t->fcproj_b, m->ffn_local, d, db, L->res3);
         return da;
     }
-    row_parallel_linear_backward(m, da, L->fch_act, NULL, t->fcproj_w, t->fcproj_b, m->ffn_local, d, db);
+    row_parallel_linear_backward(m, da, L->fch_act, NULL, t->fcproj_w, t->fcproj_b, m->ffn_local, d, db, L->res3);
     swiglu_backward(db, L->fch, da, m->B * m->T, m->ffn_local);
     return db;
 }
@@ -655,6 +672,12 @@ static floatX* moe_backward(GPT* m, MicroBatchActivations* s, LayerActivations* 
     return dx;
 }
 
+// With ZB-H1 the four linear layers' weight gradients wait for the W pass (linear_weight_gradients),
+// each output gradient kept where the layer's backward has read the last of a forward activation
+// of its shape: the layer's output res3 (read by the next layer's backward, which ran first: fc2's),
+// fch (fc1's, once the activation's backward has read it), res2 (the projection's, once ln2's
+// backward has read it), qkv (QKV's, once the attention's backward has read it). The slot grows by
+// nothing; the W pass reads them with the inputs the forward kept (fch_act, ln2, atty, ln1).
 static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
     int Cl = m->hidden_local, l = global_layer(m, i);
     const LayerTensors* t = &m->layer_tensors[i];
@@ -666,15 +689,15 @@ static void block_backward(GPT* m, MicroBatchActivations* s, int i) {
     } else {
         dfch = mlp_activation_backward(m, L, &t->mlp, da, db, dropout_of(m, s, l, DROPOUT_MLP_OUTPUT));
         floatX* other = dfch == da ? db : da;
-        d = column_parallel_linear_backward(m, other, dfch, dfch, L->ln2, t->mlp.fc_w, t->mlp.fc_b, m->fc_local);   // f
+        d = column_parallel_linear_backward(m, other, dfch, dfch, L->ln2, t->mlp.fc_w, t->mlp.fc_b, m->fc_local, L->fch);   // f
     }
     norm_backward(m, m->dres, d, L->res2, t->ln2_w, t->ln2_b, L->ln2_mean, L->ln2_rstd);
     // attention
     row_parallel_linear_backward(m, da, L->atty, NULL, t->proj_w, t->proj_b, Cl, dropout_of(m, s, l, DROPOUT_ATTENTION_OUTPUT),
-                                 db);
+                                 db, L->res2);
     attention_core_backward(m, s, L, l, db, da);
     rotate_positions(m, db, -1);
-    d = column_parallel_linear_backward(m, da, db, db, L->ln1, t->qkv_w, t->qkv_b, m->qkv_local);   // f
+    d = column_parallel_linear_backward(m, da, db, db, L->ln1, t->qkv_w, t->qkv_b, m->qkv_local, L->qkv);   // f
     norm_backward(m, m->dres, d, layer_input(s, i), t->ln1_w, t->ln1_b, L->ln1_mean, L->ln1_rstd);
 }
 
@@ -738,4 +761,35 @@ static void gpt_backward(GPT* m, int slot) {
         after_final_gradients(m, global_layer(m, i));
     }
     if (chunk_holds_embedding(m, s->chunk)) embedding_backward(m, s);
+}
+
+// ZB-H1's W pass of the micro-batch in `slot` (pipeline.h's weight_step), after its backward
+// (run with m->weights_deferred): each layer's four linear weight and bias gradients, from the
+// output gradients the backward kept (block_backward says where) and the inputs the forward kept,
+// by the same kernel on the same bits as gpt_backward's; layer by layer from the last, as the
+// backward, each layer's gradients then final (the head's were at the backward: its turn first).
+// A MoE layer's experts, router and shared expert ran whole in the backward.
+static void deferred_weight_gradients(GPT* m, int w, int b, const floatX* kept, const floatX* inp, int in, int out) {
+    matmul_backward_params(grad_of(m, w), grad_of(m, b), m->column_partials, kept, inp, m->B * m->T, in, out);
+}
+
+static void layer_weight_gradients(GPT* m, MicroBatchActivations* s, int i) {
+    const LayerTensors* t = &m->layer_tensors[i];
+    const LayerActivations* L = &s->layers[i];
+    int C = m->cfg.hidden_size;
+    if (t->router_w < 0) {
+        deferred_weight_gradients(m, t->mlp.fcproj_w, t->mlp.fcproj_b, L->res3, L->fch_act, m->ffn_local, C);
+        deferred_weight_gradients(m, t->mlp.fc_w, t->mlp.fc_b, L->fch, L->ln2, C, m->fc_local);
+    }
+    deferred_weight_gradients(m, t->proj_w, t->proj_b, L->res2, L->atty, m->hidden_local, C);
+    deferred_weight_gradients(m, t->qkv_w, t->qkv_b, L->qkv, L->ln1, C, m->qkv_local);
+}
+
+static void gpt_backward_weights(GPT* m, int slot) {
+    MicroBatchActivations* s = &m->slots[slot];
+    if (chunk_holds_head(m, s->chunk)) after_final_gradients(m, m->cfg.num_layers);
+    for (int i = s->end - 1; i >= s->first; i--) {
+        layer_weight_gradients(m, s, i);
+        after_final_gradients(m, global_layer(m, i));
+    }
 }

@@ -5,7 +5,8 @@ their gradients back.
 
   - 1F1B (PipeDream-flush; Narayanan et al. 2021), plain or interleaved (virtual stages, in
     Megatron-LM's order with its micro-batch groups); with one stage simply forward, backward,
-    forward, ...; and an evaluation's forwards alone;
+    forward, ...; GPipe (all forwards, then all backwards); ZB-H1 (each backward split in two, its
+    weights' part deferred into the bubble); and an evaluation's forwards alone;
   - one exchange with the neighbouring stages per turn of the schedule (an output on, an input
     in, a gradient back, a gradient in), nothing crossing the virtual pipeline's ends;
   - the micro-batch slots: which slot holds a micro-batch's activations through a chunk, and
@@ -16,12 +17,12 @@ their gradients back.
 What a reader learns here: the schedules read top-down as the papers' figures (warm-up,
 steady 1F1B, cool-down), how interleaving orders the work and what arrives when, why a stage
 holds the activations it holds, and that the schedule has no first- or last-stage branches
-(the exchange drops what would cross an end). Zero-bubble schedules (the backward split in
-two) extend this room.
+(the exchange drops what would cross an end), and how splitting the backward (ZB-H1) lets the
+input gradients race back up the pipeline while the weights' gradients wait for the bubble.
 
 Interface (what step.h, loader.h, print_schedule.h, train.c and the tests use): LoadMicroBatch,
-TakeLosses, Work, TraceEvent, ScheduleTrace, Schedule, schedule_trace, schedule_trace_ctx,
-microbatch_group_size_per_vp_stage, schedule_for, run_schedule, run_1f1b, run_forward_only,
+TakeLosses, Work, TraceEvent, ScheduleTrace, PipelineSchedule, Schedule, schedule_trace, schedule_trace_ctx,
+microbatch_group_size_per_vp_stage, pipeline_schedule, schedule_for, run_schedule, run_1f1b, run_forward_only,
 schedule_walk, schedule_slots, schedule_head_logits.
 
 It sits above gpt.h (a micro-batch's forward and backward through a chunk), parallel.h (the
@@ -71,10 +72,14 @@ typedef struct {
 static const Work NO_WORK = {-1, 0};
 
 // What a walk of the schedule can report, in order (the tests record the order it runs in):
-// a forward, a backward, an exchange's start and each of its messages
+// a forward, a backward (ZB-H1: its input gradients alone), ZB-H1's weight pass, an exchange's
+// start and each of its messages
 typedef enum { TRACE_FORWARD, TRACE_BACKWARD, TRACE_EXCHANGE, TRACE_TO_NEXT, TRACE_FROM_PREV, TRACE_TO_PREV,
-               TRACE_FROM_NEXT } TraceEvent;
+               TRACE_FROM_NEXT, TRACE_WEIGHT } TraceEvent;
 typedef void (*ScheduleTrace)(void* ctx, TraceEvent event, Work w);
+
+// --pipeline-schedule, in its choices' order
+typedef enum { SCHEDULE_1F1B, SCHEDULE_GPIPE, SCHEDULE_ZB_H1 } PipelineSchedule;
 
 typedef struct {
     GPT* model;             // NULL: a walk that runs nothing, only counts slots and traces
@@ -82,6 +87,7 @@ typedef struct {
     void* ctx;
     TakeLosses take_losses; // NULL: the mean of each micro-batch's losses adds to the step's
     float dloss;
+    PipelineSchedule kind;
     int stage, stages;      // this rank's pipeline stage, of how many
     int chunks;             // its model chunks (1: plain 1F1B)
     int group;              // interleaved: micro-batches a chunk takes at a time (0: stages)
@@ -99,11 +105,13 @@ static void* schedule_trace_ctx;
 // the run's --microbatch-group-size-per-virtual-pipeline-stage (0: PP), one per process as the
 // grid: train.c sets it from the checked config (Megatron-LM's microbatch_group_size_per_vp_stage)
 static int microbatch_group_size_per_vp_stage;
+// the run's --pipeline-schedule, set by train.c beside it
+static PipelineSchedule pipeline_schedule;
 
 // the schedule of this rank's model for one step; dloss 0: forwards only (evaluation)
 static Schedule schedule_for(GPT* m, LoadMicroBatch load, void* ctx, float dloss) {
-    Schedule s = {m, load, ctx, NULL, dloss, grid.pp_rank, grid.pp_size, m->num_chunks, microbatch_group_size_per_vp_stage,
-                  0, -1, 0, 0, schedule_trace, schedule_trace_ctx, 0, 0};
+    Schedule s = {m, load, ctx, NULL, dloss, pipeline_schedule, grid.pp_rank, grid.pp_size, m->num_chunks,
+                  microbatch_group_size_per_vp_stage, 0, -1, 0, 0, schedule_trace, schedule_trace_ctx, 0, 0};
     return s;
 }
 
@@ -196,7 +204,12 @@ static void forward_step(Schedule* s, Work w) {
     trace_end();
 }
 
-// micro-batch w.micro of M: the last one adds its chunk's gradients' last terms (the overlap's cue)
+// ZB-H1 splits each backward: B, the input gradients (what the previous stage waits for), and W,
+// the linear layers' weight gradients, run later from what B left in the slot (layers.h)
+static int defers_weights(const Schedule* s) { return s->kind == SCHEDULE_ZB_H1; }
+
+// micro-batch w.micro of M: the last one adds its chunk's gradients' last terms (the overlap's
+// cue), but with ZB-H1 its weight pass does (weight_step), which also frees the slot
 static void backward_step(Schedule* s, Work w, int M) {
     trace(s, TRACE_BACKWARD, w);
     GPT* m = s->model;
@@ -204,13 +217,32 @@ static void backward_step(Schedule* s, Work w, int M) {
         activity_phase("backward", activity.iteration, w.micro);
         MicroBatchActivations* a = slot_of(s, w);
         trace_begin_micro("backward", w.micro, w.chunk, global_layer(m, a->first), a->end - a->first);
-        grad_reducer.armed = grad_reducer.enabled && w.micro == M - 1;
+        grad_reducer.armed = grad_reducer.enabled && w.micro == M - 1 && !defers_weights(s);
         pipeline_before_writing(m->dres);   // (in 1F1B an exchange that receives comes between)
         if (a->dout) dev_copy(m->dres, a->dout, residual_elems(m) * sizeof(floatX));   // the gradient that came ahead
+        m->weights_deferred = defers_weights(s);
         gpt_backward(m, (int)(a - m->slots));
+        m->weights_deferred = 0;
         trace_end();
     }
     count_head_logits(s, w, -1);
+    if (!defers_weights(s)) release_slot(s, w);
+}
+
+// ZB-H1's W of micro-batch w.micro of M: the linear layers' weight gradients, each added in
+// micro-batch order as 1F1B adds them (the W passes run in order). The last one's make the
+// stage's gradients final, so it arms the overlapped reduction, which its backward did not.
+static void weight_step(Schedule* s, Work w, int M) {
+    trace(s, TRACE_WEIGHT, w);
+    GPT* m = s->model;
+    if (m) {
+        activity_phase("weight gradients", activity.iteration, w.micro);
+        MicroBatchActivations* a = slot_of(s, w);
+        trace_begin_micro("weights", w.micro, w.chunk, global_layer(m, a->first), a->end - a->first);
+        grad_reducer.armed = grad_reducer.enabled && w.micro == M - 1;
+        gpt_backward_weights(m, (int)(a - m->slots));
+        trace_end();
+    }
     release_slot(s, w);
 }
 
@@ -224,10 +256,24 @@ static Work plain_work(int j) {
     return w;
 }
 
+// ZB-H1 (Qi et al. 2023, Fig. 3): 1F1B's order, but stage p runs each W p backwards after its B
+// (the last stage's W waits longest, the first stage's not at all), and the W's left after the
+// last backward at the end: the input gradients come back up the pipeline at B's pace, not B +
+// W's, and the W's fill the cool-down. A stage then holds at most P micro-batches between their
+// forward and their W (P - p before their B, p after it), 1F1B's first stage's P: the peak over
+// the stages is 1F1B's (a W runs before the next input arrives: run_1f1b's steady phase). In
+// 1F1B every W runs inside its backward: nothing deferred.
+static void weights_after_backward(Schedule* s, int bwd, int M, int* weights) {
+    if (!defers_weights(s)) return;
+    if (bwd >= s->stage) weight_step(s, plain_work((*weights)++), M);
+    if (bwd == M - 1)
+        while (*weights < M) weight_step(s, plain_work((*weights)++), M);
+}
+
 static void run_1f1b(Schedule* s, int M) {
     int warmup = s->stages - s->stage - 1;
     if (warmup > M) warmup = M;
-    int steady = M - warmup, fwd = 0, bwd = 0;
+    int steady = M - warmup, fwd = 0, bwd = 0, weights = 0;
     // warm-up: each output goes on while the next input comes in (one exchange, not two)
     if (M > 0) exchange(s, NO_WORK, plain_work(0), NO_WORK, NO_WORK);   // receive forward
     for (int i = 0; i < warmup; i++, fwd++) {
@@ -239,13 +285,40 @@ static void run_1f1b(Schedule* s, int M) {
         forward_step(s, plain_work(fwd));
         exchange(s, plain_work(fwd), NO_WORK, NO_WORK, plain_work(bwd));   // send forward, receive backward
         backward_step(s, plain_work(bwd), M);
-        exchange(s, NO_WORK, i < steady - 1 ? plain_work(fwd + 1) : NO_WORK, plain_work(bwd), NO_WORK);
+        Work next = i < steady - 1 ? plain_work(fwd + 1) : NO_WORK;
+        if (!defers_weights(s)) {
+            exchange(s, NO_WORK, next, plain_work(bwd), NO_WORK);   // receive forward, send backward
+            continue;
+        }
+        // ZB-H1: the gradient on at once, then the W, then the next input, whose slot the W may have freed
+        exchange(s, NO_WORK, NO_WORK, plain_work(bwd), NO_WORK);
+        weights_after_backward(s, bwd, M, &weights);
+        exchange(s, NO_WORK, next, NO_WORK, NO_WORK);
     }
     // cool-down
     for (int i = 0; i < warmup; i++, bwd++) {
         exchange(s, NO_WORK, NO_WORK, NO_WORK, plain_work(bwd));   // receive backward
         backward_step(s, plain_work(bwd), M);
         exchange(s, NO_WORK, NO_WORK, plain_work(bwd), NO_WORK);   // send backward
+        weights_after_backward(s, bwd, M, &weights);
+    }
+    finish_exchanges(s);
+}
+
+// GPipe (Huang et al. 2019): every forward, each output going on while the next input comes in,
+// then every backward, in micro-batch order (the gradients then add up in 1F1B's order). The
+// bubble is 1F1B's, (P - 1) / (M + P - 1), but a stage holds all M micro-batches at once (and the
+// last stage M micro-batches' logits): the memory 1F1B was made to save. For teaching.
+static void run_gpipe(Schedule* s, int M) {
+    if (M > 0) exchange(s, NO_WORK, plain_work(0), NO_WORK, NO_WORK);   // receive forward
+    for (int j = 0; j < M; j++) {
+        forward_step(s, plain_work(j));
+        exchange(s, plain_work(j), j + 1 < M ? plain_work(j + 1) : NO_WORK, NO_WORK, NO_WORK);
+    }
+    for (int j = 0; j < M; j++) {
+        exchange(s, NO_WORK, NO_WORK, NO_WORK, plain_work(j));   // receive backward
+        backward_step(s, plain_work(j), M);
+        exchange(s, NO_WORK, NO_WORK, plain_work(j), NO_WORK);   // send backward
     }
     finish_exchanges(s);
 }
@@ -346,18 +419,19 @@ static void run_forward_only(Schedule* s, int M) {
     finish_exchanges(s);
 }
 
-// one training step's forwards and backwards
+// one training step's forwards and backwards (config.h lets only 1F1B interleave)
 static void run_schedule(Schedule* s, int M) {
     if (s->chunks > 1) run_interleaved_1f1b(s, M);
-    else run_1f1b(s, M);
+    else if (s->kind == SCHEDULE_GPIPE) run_gpipe(s, M);
+    else run_1f1b(s, M);   // and ZB-H1
 }
 
-// a walk of stage `stage`'s schedule (`group`: micro-batches a chunk takes at a time, 0: stages)
-// that runs nothing: it counts chunk `counted_chunk`'s slots in use (-1: every chunk's) and tells
-// `trace` each forward, backward and message
-static Schedule schedule_walk(int stage, int stages, int chunks, int group, int counted_chunk, ScheduleTrace trace,
-                              void* ctx) {
-    Schedule s = {NULL, NULL, NULL, NULL, 0.0f, stage, stages, chunks, group, 0, counted_chunk, 0, 0, trace, ctx, 0, 0};
+// a walk of stage `stage`'s schedule `kind` (`group`: micro-batches a chunk takes at a time, 0:
+// stages) that runs nothing: it counts chunk `counted_chunk`'s slots in use (-1: every chunk's)
+// and tells `trace` each forward, backward, weight pass and message
+static Schedule schedule_walk(PipelineSchedule kind, int stage, int stages, int chunks, int group, int counted_chunk,
+                              ScheduleTrace trace, void* ctx) {
+    Schedule s = {NULL, NULL, NULL, NULL, 0.0f, kind, stage, stages, chunks, group, 0, counted_chunk, 0, 0, trace, ctx, 0, 0};
     return s;
 }
 
@@ -365,10 +439,11 @@ static Schedule schedule_walk(int stage, int stages, int chunks, int group, int 
 // micro-batches at a time) in a step of M micro-batches (forward_only: an evaluation's), at least
 // the slots[c] given: the most micro-batches the chunk holds at once in a walk of the schedule
 // above (no model: nothing runs, one walk per chunk). Plain 1F1B: min(P - p, M) for training, 1
-// for an evaluation.
-static void schedule_slots(int stage, int stages, int chunks, int group, int M, int forward_only, int* slots) {
+// for an evaluation; GPipe M; ZB-H1 min(P, M) (a slot is freed by its W).
+static void schedule_slots(PipelineSchedule kind, int stage, int stages, int chunks, int group, int M, int forward_only,
+                           int* slots) {
     for (int c = 0; c < chunks; c++) {
-        Schedule s = schedule_walk(stage, stages, chunks, group, c, NULL, NULL);
+        Schedule s = schedule_walk(kind, stage, stages, chunks, group, c, NULL, NULL);
         if (forward_only) run_forward_only(&s, M);
         else run_schedule(&s, M);
         if (s.most_held > slots[c]) slots[c] = s.most_held;
@@ -378,9 +453,11 @@ static void schedule_slots(int stage, int stages, int chunks, int group, int M, 
 // The logits the last stage's head keeps at once in a training step of M micro-batches: one
 // micro-batch's, whose backward follows its forward at once; but with interleaving a last group
 // of micro-batches shorter than the others (M mod G of them, P at least) runs head forwards ahead
-// of their backwards in Megatron-LM's order: then the most a walk of the last stage holds
-static int schedule_head_logits(int stages, int chunks, int group, int M) {
-    Schedule s = schedule_walk(stages - 1, stages, chunks, group, -1, NULL, NULL);
+// of their backwards in Megatron-LM's order, and GPipe all M: then the most a walk of the last
+// stage holds (ZB-H1's head keeps its logits only until its B: the output layer's weight
+// gradient is not deferred, layers.h)
+static int schedule_head_logits(PipelineSchedule kind, int stages, int chunks, int group, int M) {
+    Schedule s = schedule_walk(kind, stages - 1, stages, chunks, group, -1, NULL, NULL);
     run_schedule(&s, M);
     return s.most_logits_held > 1 ? s.most_logits_held : 1;
 }

@@ -362,6 +362,7 @@ static ExpertLayout expert_layout_of(const Config* a) {
 typedef struct {
     int tp, cp, pp, dp, ep, vp, micro_batches, peak_stage, slowest_stage;   // vp: model chunks per stage (interleaving)
     double peak_bytes, step_seconds, slot_seconds, optimizer_seconds, tflops_per_gpu, bubble;
+    double fbw[3];   // the slowest stage's layer: its forward, its backward less W, W (ZB-H1's split), in seconds
     double bytes_sent[NUM_COMM_GROUPS];   // the busiest rank's, per group: --log-comm's numbers
     int out_of_memory;
 } LayoutPlan;
@@ -394,8 +395,12 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
         plan_stage_cost(&m, hw, L.tp, L.cp, L.pp, L.dp, expert_layout_of(a), L.micro_batches, overlap, c, &micro_seconds);
         gpt_free_plan(&m);
         if (micro_seconds > L.slot_seconds) {
+            double x = m.build.floatx_bytes;
             L.slot_seconds = micro_seconds;
             L.slowest_stage = p;
+            L.fbw[2] = layer_weight_gradient_seconds(c, &m, x);
+            L.fbw[0] = layer_seconds(c, &m, x, L.tp, 0);
+            L.fbw[1] = layer_seconds(c, &m, x, L.tp, 1) - L.fbw[2];
             if (slowest) *slowest = *c;
         }
         double optimizer_seconds = c->seconds - micro_seconds * L.micro_batches;
@@ -407,6 +412,10 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
     // the bubble is p - 1 of a chunk's slots, a v-th of a stage's (Narayanan et al. 2021, §2.2.1)
     L.step_seconds = (L.micro_batches + (L.pp - 1.0) / L.vp) * L.slot_seconds + L.optimizer_seconds;
     L.bubble = (L.pp - 1.0) / ((double)L.vp * L.micro_batches + L.pp - 1.0);
+    if (a->pipeline_schedule == SCHEDULE_ZB_H1 && L.fbw[0] > 0.0) {   // its walk, W's share from the layers' GEMMs
+        L.bubble = schedule_bubble(SCHEDULE_ZB_H1, L.pp, L.micro_batches, L.fbw[0], L.fbw[1], L.fbw[2]);
+        L.step_seconds = L.micro_batches / (1.0 - L.bubble) * L.slot_seconds + L.optimizer_seconds;
+    }
     double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a),
                                   recomputed_attention_cores(a, runs_flash_attention(a, plans_gpu_build(a))));
     L.tflops_per_gpu = flops / L.step_seconds / (L.tp * L.cp * L.pp * L.dp) / 1e12;
@@ -820,9 +829,17 @@ static void dry_run_report(const Config* a) {
     LayoutPlan L = plan_layout(a, &hw, slowest);
     printf("model FLOPs per step: %.4g (global batch %d; Narayanan et al. 2021, recomputation included%s)\n", flops,
            a->global_batch_size, a->model.num_experts > 0 ? "; a MoE layer's active parameters alone" : "");
-    if (L.vp == 1)
-        printf("1F1B bubble: (p - 1) / (m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per pipeline\n",
-               PP - 1, micro + PP - 1, 100.0 * L.bubble, micro);
+    if (a->pipeline_schedule == SCHEDULE_ZB_H1) {
+        double f = L.fbw[0], b = L.fbw[1], w = L.fbw[2], idle = (PP - 1) * (f + b - w);
+        printf("ZB-H1 bubble: its walk placed with a layer's F : B : W = 1 : %.3f : %.3f (W: the weight gradients' GEMMs, "
+               "%.1f%% of the backward) = %.1f%% of the step; Qi et al.'s (p - 1)(F + B - W) / (m (F + B + W) + (p - 1)(F + B "
+               "- W)) = %.1f%%; 1F1B's (p - 1) / (m + p - 1) = %.1f%%, m = %d micro-batches per pipeline\n", b / f, w / f,
+               100.0 * w / (b + w), 100.0 * L.bubble, 100.0 * idle / (micro * (f + b + w) + idle),
+               100.0 * (PP - 1) / (micro + PP - 1), micro);
+    } else if (L.vp == 1)
+        printf("%s bubble: (p - 1) / (m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per pipeline%s\n",
+               a->pipeline_schedule == SCHEDULE_GPIPE ? "GPipe" : "1F1B", PP - 1, micro + PP - 1, 100.0 * L.bubble, micro,
+               a->pipeline_schedule == SCHEDULE_GPIPE ? " (1F1B's, but each stage holds all m micro-batches)" : "");
     else
         printf("interleaved 1F1B bubble: (p - 1) / (v m + p - 1) = %d / %d = %.1f%% of the step, m = %d micro-batches per "
                "pipeline, v = %d model chunks per stage (Narayanan et al. 2021, §2.2.1); the pipeline sends v times plain "
@@ -832,7 +849,10 @@ static void dry_run_report(const Config* a) {
     print_hardware(a, &hw);
     print_stage_costs(slowest, L.slowest_stage, micro);
     printf("GEMMs only (the cuBLAS rows): %.6g ms of stage %d's step\n", 1e3 * gemm_only_seconds(slowest), L.slowest_stage);
-    if (L.vp == 1)
+    if (a->pipeline_schedule == SCHEDULE_ZB_H1)
+        printf("step = m / (1 - the bubble) x the slowest stage's micro-batch + the slowest optimizer step = %.4g x %.4g s + "
+               "%.4g s\n", micro / (1.0 - L.bubble), L.slot_seconds, L.optimizer_seconds);
+    else if (L.vp == 1)
         printf("step = (m + p - 1) x the slowest stage's micro-batch + the slowest optimizer step = %d x %.4g s + %.4g s\n",
                micro + PP - 1, L.slot_seconds, L.optimizer_seconds);
     else

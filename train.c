@@ -633,6 +633,7 @@ static void plan_model(Trainer* t) {
     int* slots = (int*)mallocCheck(stage.chunks * sizeof(int));   // what the schedule needs
     stage_slots(a, grid.pp_rank, slots);
     microbatch_group_size_per_vp_stage = microbatch_group_size(a);   // the order the slots were counted in (pipeline.h)
+    pipeline_schedule = (PipelineSchedule)a->pipeline_schedule;
     gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size,
                    context_slice(grid.cp_rank, grid.cp_size, c->seq_length), (CpCommType)a->cp_comm_type,
                    expert_slice(grid.ep_rank, grid.ep_size, c->num_experts, &grid.ep, grid.dp_cp.size / grid.ep_size),

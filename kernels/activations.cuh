@@ -188,11 +188,18 @@ static void matmul_gelu_forward(floatX* out, floatX* pre_gelu, const floatX* inp
 // (CUBLASLT_EPILOGUE_DGELU, pre_gelu its aux input) instead of a GELU-backward kernel reading
 // pre_gelu and that product back, and writing the product again (the tanh form's: the erf
 // form's derivative is no epilogue's, so it is the two steps there too).
-static void gelu_matmul_backward_cpu(float* dpre, float* dweight, float* dbias, const float* dout, const float* inp,
-                                     const float* weight, const float* pre_gelu, int N, int C, int OC, GeluForm form) {
-    matmul_backward_cpu(dpre, dweight, dbias, dout, inp, weight, N, C, OC);
+// the input's half alone (a zero-bubble schedule runs the parameters' later: matmul_backward_params)
+static void gelu_matmul_backward_dinp_cpu(float* dpre, const float* dout, const float* weight, const float* pre_gelu,
+                                          int N, int C, int OC, GeluForm form) {
+    matmul_backward_dinp_cpu(dpre, dout, weight, N, C, OC);
     if (form == GELU_ERF) gelu_erf_backward_cpu(dpre, pre_gelu, dpre, (size_t)N * C);
     else gelu_backward_cpu(dpre, pre_gelu, dpre, (size_t)N * C);
+}
+
+static void gelu_matmul_backward_cpu(float* dpre, float* dweight, float* dbias, const float* dout, const float* inp,
+                                     const float* weight, const float* pre_gelu, int N, int C, int OC, GeluForm form) {
+    gelu_matmul_backward_dinp_cpu(dpre, dout, weight, pre_gelu, N, C, OC, form);
+    matmul_backward_params_cpu(dweight, dbias, dout, inp, N, C, OC);
 }
 
 #ifdef __CUDACC__
@@ -200,9 +207,8 @@ static void gelu_matmul_backward_cpu(float* dpre, float* dweight, float* dbias, 
 // one rounding less. pre_gelu as an aux input: the rules matmul_gelu_forward's aux output
 // keeps (C a multiple of 8, 16-byte aligned); otherwise, or with no algorithm for it, the two
 // steps of the reference.
-static void gelu_matmul_backward(floatX* dpre, float* dweight, float* dbias, float* partials, const floatX* dout,
-                                 const floatX* inp, const floatX* weight, const floatX* pre_gelu, int N, int C, int OC,
-                                 GeluForm form) {
+static void gelu_matmul_backward_dinp(floatX* dpre, const floatX* dout, const floatX* weight, const floatX* pre_gelu,
+                                      int N, int C, int OC, GeluForm form) {
     LtEpilogue dgelu = {CUBLASLT_EPILOGUE_DGELU, NULL, pre_gelu};
     // laid out as matmul_backward_dinp's product
     if (!(form == GELU_TANH && C % 8 == 0 && (uintptr_t)pre_gelu % 16 == 0 &&
@@ -211,10 +217,17 @@ static void gelu_matmul_backward(floatX* dpre, float* dweight, float* dbias, flo
         if (form == GELU_ERF) gelu_erf_backward(dpre, pre_gelu, dpre, (size_t)N * C);
         else gelu_backward(dpre, pre_gelu, dpre, (size_t)N * C);
     }
+}
+
+static void gelu_matmul_backward(floatX* dpre, float* dweight, float* dbias, float* partials, const floatX* dout,
+                                 const floatX* inp, const floatX* weight, const floatX* pre_gelu, int N, int C, int OC,
+                                 GeluForm form) {
+    gelu_matmul_backward_dinp(dpre, dout, weight, pre_gelu, N, C, OC, form);
     matmul_backward_params(dweight, dbias, partials, dout, inp, N, C, OC);
 }
 #else
 #define gelu_matmul_backward(dpre, dweight, dbias, partials, ...) gelu_matmul_backward_cpu(dpre, dweight, dbias, __VA_ARGS__)
+#define gelu_matmul_backward_dinp gelu_matmul_backward_dinp_cpu
 #endif
 
 // ----------------------------------------------------------------------------

@@ -29,9 +29,11 @@ static void matmul_forward_reference(float* out, const float* inp, const float* 
     }
 }
 
-// dinp = dout @ weight;  dweight += dout^T @ inp;  dbias += column sums of dout
-static void matmul_backward_reference(float* dinp, float* dweight, float* dbias, const float* dout,
-                                      const float* inp, const float* weight, int N, int C, int OC) {
+// The backward in its two halves, which share nothing: the input's gradient (what the layer
+// before waits for) and the parameters' (which nothing in this micro-batch's backward reads, so
+// a zero-bubble schedule may run them later: pipeline.h's ZB-H1).
+// dinp = dout @ weight
+static void matmul_backward_dinp_reference(float* dinp, const float* dout, const float* weight, int N, int C, int OC) {
     #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         float* di = dinp + (size_t)n * C;
@@ -42,6 +44,11 @@ static void matmul_backward_reference(float* dinp, float* dweight, float* dbias,
             for (int c = 0; c < C; c++) di[c] += d * w[c];
         }
     }
+}
+
+// dweight += dout^T @ inp;  dbias += column sums of dout
+static void matmul_backward_params_reference(float* dweight, float* dbias, const float* dout, const float* inp, int N,
+                                             int C, int OC) {
     #pragma omp parallel for
     for (int o = 0; o < OC; o++) {
         float* dw = dweight + (size_t)o * C;
@@ -86,15 +93,28 @@ static void matmul_forward_cpu(float* out, const float* inp, const float* weight
 #endif
 }
 
-static void matmul_backward_cpu(float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, int N, int C, int OC) {
+static void matmul_backward_dinp_cpu(float* dinp, const float* dout, const float* weight, int N, int C, int OC) {
 #ifdef USE_BLAS
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+#else
+    matmul_backward_dinp_reference(dinp, dout, weight, N, C, OC);
+#endif
+}
+
+static void matmul_backward_params_cpu(float* dweight, float* dbias, const float* dout, const float* inp, int N, int C,
+                                       int OC) {
+#ifdef USE_BLAS
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias) column_sums_add_cpu(dbias, dout, N, OC);
 #else
-    matmul_backward_reference(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    matmul_backward_params_reference(dweight, dbias, dout, inp, N, C, OC);
 #endif
+}
+
+static void matmul_backward_cpu(float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, int N, int C, int OC) {
+    matmul_backward_dinp_cpu(dinp, dout, weight, N, C, OC);
+    matmul_backward_params_cpu(dweight, dbias, dout, inp, N, C, OC);
 }
 
 #ifdef __CUDACC__
@@ -396,6 +416,8 @@ static void kernels_free(void) {
 #else
 #define matmul_forward matmul_forward_cpu
 #define matmul_backward(dinp, dweight, dbias, partials, ...) matmul_backward_cpu(dinp, dweight, dbias, __VA_ARGS__)
+#define matmul_backward_dinp matmul_backward_dinp_cpu
+#define matmul_backward_params(dweight, dbias, partials, ...) matmul_backward_params_cpu(dweight, dbias, __VA_ARGS__)
 #endif
 
 // ----------------------------------------------------------------------------

@@ -103,7 +103,7 @@ def planned_kind(row):
 
 
 def measured_kind(kind):
-    if kind in ("forward", "backward"):
+    if kind in ("forward", "backward", "weights"):
         return KINDS[0]
     if "(host values)" in kind or "(" not in kind:
         return KINDS[4] if kind in ("AdamW", "gradient norm") else None
@@ -189,7 +189,7 @@ def main(argv):
             if step is None:
                 sys.exit("%s: rank %d has no step span for iteration %d" % (path, r["rank"], it))
             inside = within(spans, step)
-            rows.append((r, step, inside, [e for e in inside if e["name"] in ("forward", "backward")]))
+            rows.append((r, step, inside, [e for e in inside if e["name"] in ("forward", "backward", "weights")]))
         M = rows[0][1]["args"]["micro_batches"]
         t0 = min(w[0]["ts"] for _, _, _, w in rows if w)
         t1 = max(e["ts"] + e["dur"] for _, _, _, w in rows for e in w)

@@ -670,7 +670,7 @@ static void record_event(void* ctx, TraceEvent event, Work w) {
 
 static void walk_stage(StageWalk* t, int stage, int stages, int chunks, int group, int M, int forward_only) {
     memset(t, 0, sizeof(*t));
-    Schedule s = schedule_walk(stage, stages, chunks, group, -1, record_event, t);
+    Schedule s = schedule_walk(SCHEDULE_1F1B, stage, stages, chunks, group, -1, record_event, t);
     if (forward_only) run_forward_only(&s, M);
     else run_schedule(&s, M);
 }
@@ -775,7 +775,7 @@ static void schedule_walks_pair_up(void) {
     StageWalk* walks = (StageWalk*)mallocCheck(8 * sizeof(StageWalk));
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         int P = cases[k][0], v = cases[k][1], M = cases[k][2], G = cases[k][3];
-        int logits = schedule_head_logits(P, v, G, M), short_group = v > 1 && M % (G ? G : P) != 0;
+        int logits = schedule_head_logits(SCHEDULE_1F1B, P, v, G, M), short_group = v > 1 && M % (G ? G : P) != 0;
         bad_logits += logits != (short_group ? 2 : 1);
         for (int forward_only = 0; forward_only <= 1; forward_only++) {
             for (int p = 0; p < P; p++) walk_stage(&walks[p], p, P, v, G, M, forward_only);
@@ -843,7 +843,7 @@ static void schedule_slot_counts(void) {
         for (int M = 1; M <= 6; M++)
             for (int p = 0; p < P; p++) {
                 int slots[1] = {1};
-                schedule_slots(p, P, 1, 0, M, 0, slots);
+                schedule_slots(SCHEDULE_1F1B, p, P, 1, 0, M, 0, slots);
                 plain_ok &= slots[0] == (P - p < M ? P - p : M);
             }
     check(plain_ok, "plain 1F1B: stage p of P needs min(P - p, M) micro-batch slots, for P 1-4 and M 1-6",
@@ -851,7 +851,7 @@ static void schedule_slot_counts(void) {
     int want[4][2] = {{8, 4}, {8, 4}, {7, 3}, {5, 1}}, got[4][2], ok = 1;
     for (int p = 0; p < 4; p++) {
         got[p][0] = got[p][1] = 1;
-        schedule_slots(p, 4, 2, 0, 8, 0, got[p]);
+        schedule_slots(SCHEDULE_1F1B, p, 4, 2, 0, 8, 0, got[p]);
         ok &= got[p][0] == want[p][0] && got[p][1] == want[p][1];
     }
     check(ok, "interleaved 1F1B at P 4, v 2, M 8: slots per chunk 8+4, 8+4, 7+3, 5+1 on stages 0-3",

@@ -77,6 +77,14 @@ static void record_order(void* ctx, TraceEvent event, Work w) {
                  w.micro, 'a' + w.chunk);
 }
 
+// What a plain schedule (--pipeline-schedule) holds: stage p's slots, and stage 0's peak in flight,
+// in a step of M micro-batches over P stages. 1F1B: min(P - p, M) and min(P, M); GPipe: all M;
+// ZB-H1: min(P, M) on every stage (P - p before their B, p waiting for their W)
+static int planned_slots(PipelineSchedule kind, int P, int p, int M) {
+    int most = kind == SCHEDULE_GPIPE ? M : kind == SCHEDULE_ZB_H1 ? P : P - p;
+    return most < M ? most : M;
+}
+
 typedef struct {
     FILE* steps;
     int most_in_flight;
@@ -89,7 +97,7 @@ static void record_step(const Trainer* t, const StepResult* r, void* ctx) {
     Recording* rec = (Recording*)ctx;
     if (rec->steps) fprintf(rec->steps, "%d %.17g %.17g %d\n", t->progress.iteration, r->loss, r->grad_norm, r->global_batch);
     if (r->max_in_flight > rec->most_in_flight) rec->most_in_flight = r->max_in_flight;
-    int micro = r->global_batch / t->batch.micro_batch_times_dp, want = grid.pp_size < micro ? grid.pp_size : micro;
+    int micro = r->global_batch / t->batch.micro_batch_times_dp, want = planned_slots(pipeline_schedule, grid.pp_size, 0, micro);
     int plain = t->model.num_chunks == 1;   // (interleaved: tests/test_model.c counts the slots)
     if (plain && grid.pp_rank == 0 && r->max_in_flight != want && !rec->wrong_peak_step) {   // stage 0 holds the most
         rec->wrong_peak_step = t->progress.iteration;
@@ -121,18 +129,24 @@ static int record(const char* out, int fail_rank, int argc, char** argv) {
     int tied = sum_over_world(tied_copies_differ(&t->model));
     int worst = most_in_flight, plain = t->model.num_chunks == 1;
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    // the arena's slots: stage p of P needs min(P - p, M) for the largest step's M micro-batches
+    // the arena's slots: stage p of P needs min(P - p, M) for the largest step's M micro-batches (1F1B)
     int M = t->config.global_batch_size / t->batch.micro_batch_times_dp, P = grid.pp_size;
-    int wrong_slots = sum_over_world(plain && t->model.num_slots != (P - grid.pp_rank < M ? P - grid.pp_rank : M));
+    int wrong_slots = sum_over_world(plain && t->model.num_slots != planned_slots(pipeline_schedule, P, grid.pp_rank, M));
+    const char* names[] = {"1F1B", "GPipe", "ZB-H1"};
+    const char* slots_are[] = {"min(PP - p, micro-batches)", "M (every micro-batch's)", "min(PP, micro-batches)"};
+    char peak_name[160], slots_name[160];
+    snprintf(peak_name, sizeof peak_name, "%s keeps at most %s micro-batches in flight on stage 0 at every step's peak",
+             names[pipeline_schedule], pipeline_schedule == SCHEDULE_GPIPE ? "all the" : "min(PP, micro-batches)");
+    snprintf(slots_name, sizeof slots_name, "each stage p's arena holds %s slots, what %s needs", slots_are[pipeline_schedule],
+             names[pipeline_schedule]);
     if (grid.world_rank == 0) {   // rank 0 is stage 0: in a step of M micro-batches it holds min(P, M) at the peak
         check(replicated == 0, "replicated LayerNorm and bias tensors identical on every tensor rank", "%d differ", replicated);
         check(tied == 0, "the tied embedding's two copies are identical", "%d ranks differ", tied);
         if (plain) {
-            check(worst <= grid.pp_size && !rec.wrong_peak_step, "1F1B keeps at most PP micro-batches in flight, and stage 0 "
-                  "min(PP, micro-batches) at every step's peak", "most in flight %d, PP %d; step %d: stage 0 held %d, want %d",
-                  worst, grid.pp_size, rec.wrong_peak_step, rec.wrong_peak, rec.wanted_peak);
-            check(wrong_slots == 0, "each stage p's arena holds min(PP - p, micro-batches) slots, what 1F1B needs",
-                  "%d rank(s) hold another count", wrong_slots);
+            check(worst <= planned_slots(pipeline_schedule, P, 0, M) && !rec.wrong_peak_step, peak_name,
+                  "most in flight %d, PP %d; step %d: stage 0 held %d, want %d", worst, grid.pp_size, rec.wrong_peak_step,
+                  rec.wrong_peak, rec.wanted_peak);
+            check(wrong_slots == 0, slots_name, "%d rank(s) hold another count", wrong_slots);
         }
     }
 

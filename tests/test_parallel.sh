@@ -196,6 +196,21 @@ $B/../test_parallel --compare $B/ref $B/tp1-pp1-dp4-overlap "(1,1,4) $both" $fla
 record tp1-pp2-dp2-overlap 1 2 2 $both   # the default bucket: one per stage
 same_bits "(1,2,2)" tp1-pp2-dp2 tp1-pp2-dp2-overlap "$both (the default bucket size)"
 
+# GPipe and ZB-H1 (--pipeline-schedule, pipeline.h): the same kernels on the same inputs, every
+# gradient added in micro-batch order (ZB-H1's W passes run in order, the last one arming the
+# overlapped reduction): the bits of 1F1B's run of the same layout, recorded above (and each
+# run's slots and peak in flight held by tests/test_parallel.c to what its walk counts: GPipe all
+# M on every stage; ZB-H1 min(PP, M), 1F1B's first stage's, on every stage)
+schedule_run() {  # name tp pp dp the-1F1B-run flags...
+    local name=$1 tp=$2 pp=$3 dp=$4 same=$5; shift 5
+    record $name $tp $pp $dp "$@"
+    same_bits "($tp,$pp,$dp), against 1F1B's run," $same $name "$*"
+}
+schedule_run zb-tp1-pp2-dp1 1 2 1 tp1-pp2-dp1 --pipeline-schedule zb-h1
+schedule_run zb-tp2-pp2-dp2 2 2 2 tp2-pp2-dp2 --pipeline-schedule zb-h1
+schedule_run zb-tp2-pp2-dp2-overlap 2 2 2 tp2-pp2-dp2-overlap --pipeline-schedule zb-h1 $both --ddp-bucket-size 600
+schedule_run gpipe-tp1-pp4-dp1 1 4 1 tp1-pp4-dp1 --pipeline-schedule gpipe
+
 # Interleaved 1F1B (Megatron-LM's virtual pipeline stages): each stage holds v model chunks,
 # virtual stage c x PP + p holding the c-th round of the layers. The same kernels on the same
 # inputs, each chunk's micro-batches backward in order 0..M-1 (so every gradient adds its terms in
@@ -376,6 +391,14 @@ expect_refusal "first/last-stage layers with a partition method" "give --pp-part
 expect_refusal "first/last-stage layers without a pipeline" "need --pipeline-model-parallel-size > 1" 1 --decoder-first-pipeline-num-layers 2
 expect_refusal "more stages than layer slots" "--pp-partition-method type:transformer|embedding: 4 layer slot(s) for 5 pipeline stages" \
     5 --num-layers 2 --pipeline-model-parallel-size 5 --pp-partition-method 'type:transformer|embedding'
+expect_refusal "--pipeline-schedule zb-h1 with virtual stages" "--pipeline-schedule zb-h1 with virtual stages (interleaving): not built" \
+    2 --num-layers 4 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 --micro-batch-size 2 --global-batch-size 8 --pipeline-schedule zb-h1
+expect_refusal "--pipeline-schedule gpipe with virtual stages" "--pipeline-schedule gpipe with virtual stages (interleaving): not built" \
+    2 --num-layers 4 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 --micro-batch-size 2 --global-batch-size 8 --pipeline-schedule gpipe
+expect_refusal "--pipeline-schedule zb-h1 with full recomputation" "--pipeline-schedule zb-h1 with full recomputation: its W pass reads" \
+    2 --num-layers 4 --pipeline-model-parallel-size 2 --pipeline-schedule zb-h1 --checkpoint-activations
+expect_refusal "--pipeline-schedule zb-h1 with sequence parallelism" "--pipeline-schedule zb-h1 with --sequence-parallel: not built" \
+    2 --num-layers 4 --num-attention-heads 4 --tensor-model-parallel-size 2 --sequence-parallel --pipeline-schedule zb-h1
 expect_refusal "--recompute-num-layers beyond the stages' layers" "--recompute-num-layers 3 is more layers than any pipeline stage holds (the largest: 2 of" 2 \
     --num-layers 4 --pipeline-model-parallel-size 2 --checkpoint-activations --recompute-num-layers 3
 

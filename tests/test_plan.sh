@@ -363,6 +363,22 @@ if grep -qE '^interleaved 1F1B bubble: \(p - 1\) / \(v m \+ p - 1\) = 3 / 11 = 2
    [ "$(pp_bytes $B/vpp4.plan)" = "$((2 * $(pp_bytes $B/vpp4-plain.plan)))" ]; then
     ok "PP 4, v = 2, 4 micro-batches: bubble 3/11 of a step of 5.5 slots, twice plain 1F1B's pipeline bytes ($(pp_bytes $B/vpp4.plan)), the plain line its own dry run's"
 else bad "the interleaved bubble" "$(grep 'bubble:' $B/vpp4.plan); $(grep '^step' $B/vpp4.plan); bytes $(pp_bytes $B/vpp4.plan) vs $(pp_bytes $B/vpp4-plain.plan); '$from_interleaved' vs '$plain_line'"; fi
+# GPipe and ZB-H1 (--pipeline-schedule): GPipe's bubble is 1F1B's, 3/7; ZB-H1's is its walk placed
+# with the cost model's forward, backward and W (the weight gradients' GEMMs) of a layer, which
+# must equal Qi et al.'s closed form (p - 1)(F + B - W) / (m (F + B + W) + (p - 1)(F + B - W)) (W
+# below F here) and be below 1F1B's; --print-schedule draws ZB-H1's walk, each stage F, B and W
+# of every micro-batch and (p - 1) / (3 m + p - 1) = 3 / 15 cells idle
+pp4="--world-size 4 $gpt2 --micro-batch-size 1 --global-batch-size 4 --pipeline-model-parallel-size 4 $hw"
+./train_cpu --dry-run --dry-run-build gpu $pp4 --pipeline-schedule gpipe > $B/gpipe4.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu $pp4 --pipeline-schedule zb-h1 --print-schedule > $B/zb4.plan 2>&1
+walked=$(sed -nE 's/^ZB-H1 bubble: .* = ([0-9.]+)% of the step; .*/\1/p' $B/zb4.plan)
+closed=$(sed -nE "s/^ZB-H1 bubble: .*; Qi et al.'s .* = ([0-9.]+)%; 1F1B's.*/\1/p" $B/zb4.plan)
+cells=$(grep -cE '^stage [0-3]: .*W4' $B/zb4.plan)
+if grep -qE '^GPipe bubble: \(p - 1\) / \(m \+ p - 1\) = 3 / 7 = 42\.9% ' $B/gpipe4.plan && [ -n "$walked" ] &&
+   [ "$walked" = "$closed" ] && awk -v w="$walked" 'BEGIN { exit !(w < 42.9) }' && tail -1 $B/zb4.plan | grep -q "bubble $walked%$" &&
+   [ "$cells" = 4 ] && grep -q 'bubble of each stage, drawn: 3 of 15 cells (20.0%), 3 of 15 cells (20.0%), 3 of 15 cells (20.0%), 3 of 15 cells (20.0%); (p - 1) / (3 m + p - 1) = 3 / 15' $B/zb4.plan; then
+    ok "PP 4, 4 micro-batches: GPipe's bubble 3/7 (1F1B's); ZB-H1's walk with the cost model's W $walked%, Qi et al.'s form $closed%; drawn 3 of 15 cells (F, B, W one each)"
+else bad "GPipe's and ZB-H1's bubbles" "$(grep 'bubble' $B/gpipe4.plan $B/zb4.plan | head -5)"; fi
 # --print-schedule draws the order pipeline.h runs: for each (P, v, M, G) below, every stage's
 # forwards and backwards (the drawing without its '.' cells) are Megatron-LM's order as
 # tests/interleaved_order.py states it from the schedule table, and each stage's drawn bubble
