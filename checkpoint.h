@@ -1079,7 +1079,7 @@ static int meta_counter_line(CheckpointMeta* m, const char* word, const char* li
         {"consumed_valid_samples", NULL, &p->consumed_valid_samples}};
     for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
         if (strcmp(word, counters[i].word)) continue;
-        long long v, max = counters[i].as_int ? INT_MAX : LLONG_MAX;
+        long long v = 0, max = counters[i].as_int ? INT_MAX : LLONG_MAX;
         if (meta_numbers(line, word, &max, &v, 1, -1, why, len)) return 1;
         if (counters[i].as_int) *counters[i].as_int = (int)v;
         else *counters[i].as_long = v;
