@@ -12,6 +12,14 @@ A checkpoint is a directory DIR/iter_0000100/ with
   tensors.bin   three sections back to back: the fp32 master weights, Adam's first and
                 second moments; in each, every tensor whole, row-major, in the order of the
                 tensor table of a one-process model, the vocabulary without padding rows.
+8-bit moments (--use-bnb-optimizer) are saved dequantized, fp32 as any (metadata.txt's
+`optimizer_states 8bit` says so): their blocks follow each rank's ZeRO shard, so a file of
+codes and block scales would hold one layout's blocks, and every checkpoint here loads in any
+layout. So 32-bit AdamW loads them as they are, and 8-bit AdamW quantizes what it loads (fp32
+moments, or 8-bit ones under another layout's blocks) to its own blocks: each value off by at
+most half a gap of the dynamic map, 0.7% of its block's largest m, 0.35% of its largest v
+(kernels/quantize.cuh). Saved and loaded in the same layout, the blocks come back bit for bit
+(the scale is the block's value of largest magnitude, stored exactly), and so does a second save.
 Each rank writes and reads only its own slices: the part of each tensor inside its ZeRO
 shard, at the tensor's place in the file (MPI-IO, so any number of hosts can share the
 file). Nothing is written in place: a save goes to iter_0000100.tmp/, is synced, renamed,
@@ -215,7 +223,7 @@ typedef struct {
     float* bounce;             // [RUN_MAX] on the host
     SaveLog* log;              // writing: the pieces written; NULL: reading
     size_t pending_at, pending_bytes;   // writing: runs gathered in bounce, not yet written
-    int on_host;               // reading: `dev` is a host array, read into directly
+    int on_host;               // `dev` is a host array, read into or written from directly
 } RunIO;
 
 // writing: the gathered runs, in one write
@@ -246,7 +254,8 @@ static void run_io(void* ctx, size_t flat, size_t n, size_t file_offset) {
     if (!follows || io->pending_bytes + bytes > RUN_MAX * sizeof(float)) write_pending(io);
     if (io->pending_bytes == 0) io->pending_at = at;
     char* run = (char*)io->bounce + io->pending_bytes;
-    dev_to_host(run, p, bytes);
+    if (io->on_host) memcpy(run, p, bytes);
+    else dev_to_host(run, p, bytes);
     Piece piece = {at, bytes, crc32_update(0, run, bytes), 0};
     log_piece(io->log, piece);
     io->pending_bytes += bytes;
@@ -259,7 +268,8 @@ static int writes_tensor(const GPT* m, const TensorDesc* t) {
 }
 
 // write (log given) or read the shard's parts of every local tensor: the master weights, and
-// with all three sections the Adam moments
+// with all three sections the Adam moments (8-bit ones through an fp32 copy of the shard's on
+// the host: dequantized before a write, quantized after a read, the shard's padding with them)
 static void shard_io(const GPT* m, const AdamWState* opt, const CanonicalLayout* L, MPI_File f, const char* path,
                      SaveLog* log, int sections) {
     float* bounce = (float*)mallocCheck(RUN_MAX * sizeof(float));
@@ -268,8 +278,10 @@ static void shard_io(const GPT* m, const AdamWState* opt, const CanonicalLayout*
         if (reading && k == 0 && sizeof(floatX) == sizeof(float)) continue;   // CPU: the master is the params, loaded
         for (int g = 0; g < opt->num_regions; g++) {
             const ShardRegion* r = &opt->regions[g];
+            float* host = k > 0 && opt->states_8bit ? (float*)mallocCheck(r->shard_size * sizeof(float)) : NULL;
+            if (host) adamw_moment_to_host(opt, r, k - 1, host);
             float* arrays[3] = {r->master, r->m, r->v};
-            RunIO io = {f, path, k * L->section_bytes, arrays[k], r->shard_start, bounce, log, 0, 0, 0};
+            RunIO io = {f, path, k * L->section_bytes, host ? host : arrays[k], r->shard_start, bounce, log, 0, 0, host != NULL};
             for (int i = 0; i < m->num_tensors; i++) {
                 const TensorDesc* tensor = &m->tensors[i];
                 if (!reading && !writes_tensor(m, tensor)) continue;
@@ -279,6 +291,8 @@ static void shard_io(const GPT* m, const AdamWState* opt, const CanonicalLayout*
                 if (lo < hi) for_each_run(tensor, L->offset[canonical_index(L, tensor->name)], lo, hi, run_io, &io);
             }
             if (!reading) write_pending(&io);
+            if (host && reading) adamw_moment_from_host(opt, r, k - 1, host);
+            free(host);
         }
     }
     free(bounce);
@@ -335,6 +349,7 @@ static char* metadata_text(const GPT* m, const AdamWState* opt, const Progress* 
         fprintf(f, "lr_schedule max_lr %.9g min_lr %.9g decay_style %s warmup_samples %lld decay_samples %lld "
                 "weight_decay %.9g\n", r->max_lr, r->min_lr, r->decay_style, r->warmup_samples, r->decay_samples,
                 r->weight_decay);
+    fprintf(f, "optimizer_states %s\n", opt->states_8bit ? "8bit" : "fp32");   // 8bit: saved dequantized (above)
     if (opt->scaler.dynamic)   // the dynamic loss scale goes on where it was (as Megatron's grad scaler state)
         fprintf(f, "loss_scaler %.9g %d %d\n", opt->scaler.scale, opt->scaler.growth_tracker, opt->scaler.hysteresis_tracker);
     char value[64];
@@ -986,6 +1001,7 @@ typedef struct {
     int optimizer_step;
     int has_loss_scaler;   // a dynamic loss scaler's state: scale, growth and hysteresis trackers
     LossScaler loss_scaler;
+    int states_8bit;       // `optimizer_states 8bit`: the moments were 8-bit, saved dequantized (none: fp32)
     int text_checked;      // metadata.txt ended with the CRC-32 of its text, and it matched
     GPTConfig cfg;
     size_t section_offset[3], section_bytes[3];
@@ -1063,7 +1079,7 @@ static int meta_counter_line(CheckpointMeta* m, const char* word, const char* li
         {"consumed_valid_samples", NULL, &p->consumed_valid_samples}};
     for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
         if (strcmp(word, counters[i].word)) continue;
-        long long v, max = counters[i].as_int ? INT_MAX : LLONG_MAX;
+        long long v = 0, max = counters[i].as_int ? INT_MAX : LLONG_MAX;
         if (meta_numbers(line, word, &max, &v, 1, -1, why, len)) return 1;
         if (counters[i].as_int) *counters[i].as_int = (int)v;
         else *counters[i].as_long = v;
@@ -1094,6 +1110,11 @@ static int meta_line(CheckpointMeta* m, const char* line, int* seen, int* sectio
         m->has_loss_scaler = 1;
         return sscanf(line, "%*s %f %d %d", &s->scale, &s->growth_tracker, &s->hysteresis_tracker) != 3 ||
                !(s->scale > 0.0f);
+    }
+    if (!strcmp(word, "optimizer_states")) {
+        if (sscanf(line, "%*s %127s", key) != 1) return 1;
+        m->states_8bit = !strcmp(key, "8bit");
+        return !m->states_8bit && strcmp(key, "fp32") != 0;
     }
     if (!strcmp(word, "batch_schedule")) return meta_batch_line(&m->progress.batch, line, why, len);
     if (!strcmp(word, "lr_schedule")) {
@@ -1304,6 +1325,10 @@ static double checkpoint_load(const CheckpointMeta* meta, GPT* m, AdamWState* op
     shard_io(m, opt, &L, f, meta->bin_path, NULL, sections);
     shared_file_close(&f);
     if (with_optim) opt->step = meta->optimizer_step;
+    if (with_optim && meta->states_8bit != opt->states_8bit && grid.world_rank == 0)
+        printf("checkpoint: Adam's moments were saved by %s AdamW, loaded %s\n", meta->states_8bit ? "8-bit" : "32-bit",
+               opt->states_8bit ? "into 8 bits (each within half a gap of the dynamic map of its block's largest)"
+                                : "as they are (the 8-bit moments' values, in fp32)");
     if (with_optim && meta->has_loss_scaler && opt->scaler.dynamic) {   // this run's flags otherwise
         opt->scaler.scale = meta->loss_scaler.scale;
         opt->scaler.growth_tracker = meta->loss_scaler.growth_tracker;

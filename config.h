@@ -71,6 +71,8 @@ flops_per_step.
     X(FLOAT, adam_beta1, "0.9", 0, "Adam's first-moment decay")                                                        \
     X(FLOAT, adam_beta2, "0.999", 0, "Adam's second-moment decay")                                                     \
     X(FLOAT, adam_eps, "1e-8", 0, "Adam's epsilon")                                                                    \
+    X(SWITCH, use_bnb_optimizer, NULL, 0, "Adam's m and v in 8 bits, block-wise dynamic quantization (Dettmers et al. " \
+      "2021, bitsandbytes' Adam8bit; Megatron-DeepSpeed's flag): 2 bytes a parameter instead of 8")                      \
     X(FLOAT, weight_decay, "0.01", 0, "decoupled decay of matrices and embeddings")                                    \
     X(FLOAT, clip_grad, "1.0", 0, "clip the global gradient norm to this (0: off)")                                    \
     X(SWITCH, fp16, NULL, 0, "fp16 with loss scaling (GPU: train_gpu_fp16; CPU: the scaler on fp32)")                 \

@@ -82,8 +82,9 @@ typedef struct {
     size_t shard_start, shard_size;   // this rank's shard (flat indices)
     float* master;       // fp32 master weights of the shard (on the CPU build: the params themselves)
     float* grad;         // summed gradient of the shard: the gradient buffer's shard, reduced in place
-    float* m;            // first moment, fp32, shard
-    float* v;            // second moment, fp32, shard
+    float* m;            // first moment, fp32, shard (NULL with 8-bit states)
+    float* v;            // second moment, fp32, shard (NULL with 8-bit states)
+    Moments8bit moments8;   // with --use-bnb-optimizer: m and v in 8 bits, block-wise (kernels/quantize.cuh)
     ShardRange* ranges;  // device table: the shard's part of each tensor, in order (shard_ranges), cut
     int num_ranges;      // into the pieces the kernels walk (kernels/optimizer.cuh's shard_pieces)
 } ShardRegion;
@@ -358,6 +359,8 @@ static void loss_scaler_update(LossScaler* s, int overflow) {
 typedef struct {
     ShardRegion regions[2];   // the dense parameters' shard, the experts' (zero_regions)
     int num_regions;
+    int states_8bit;     // --use-bnb-optimizer: Adam's moments in 8 bits (each region's moments8)
+    float* quant_maps;   // with them: the signed and the unsigned dynamic map (dynamic_quant_maps), device
     int step;            // updates applied so far
     LossScaler scaler;   // the gradients in model->grads are the loss's times scaler.scale
     double* norm_acc;    // device scalar for the gradient norm
@@ -387,15 +390,28 @@ static int shard_ranges(const ShardRegion* s, const GPT* model, ShardRange* tabl
     return count;
 }
 
+// 8-bit moments of n elements, zero (every scale 0: every value 0, whatever the codes)
+static Moments8bit moments8_alloc(size_t n, const float* maps) {
+    Moments8bit q = {(uint8_t*)dev_malloc(n), (uint8_t*)dev_malloc(n), (float*)dev_malloc(quant_blocks(n) * sizeof(float)),
+                     (float*)dev_malloc(quant_blocks(n) * sizeof(float)), maps};
+    dev_zero(q.m_scale, quant_blocks(n) * sizeof(float));
+    dev_zero(q.v_scale, quant_blocks(n) * sizeof(float));
+    return q;
+}
+
 // one region's shard: its place, its state, its ranges
-static void shard_region_init(ShardRegion* s, const GPT* model) {
+static void shard_region_init(ShardRegion* s, const GPT* model, const float* quant_maps) {
     s->shard_size = s->length / s->group->size;   // (DP x CP: Megatron-LM's distributed optimizer)
     s->shard_start = s->start + s->group->rank * s->shard_size;
     size_t bytes = s->shard_size * sizeof(float);
-    s->m = (float*)dev_malloc(bytes);
-    s->v = (float*)dev_malloc(bytes);
-    dev_zero(s->m, bytes);
-    dev_zero(s->v, bytes);
+    if (quant_maps) {
+        s->moments8 = moments8_alloc(s->shard_size, quant_maps);
+    } else {
+        s->m = (float*)dev_malloc(bytes);
+        s->v = (float*)dev_malloc(bytes);
+        dev_zero(s->m, bytes);
+        dev_zero(s->v, bytes);
+    }
     s->grad = model->grads + s->shard_start;   // the reduce-scatter sums into it in place
     if (sizeof(floatX) == sizeof(float)) {
         s->master = (float*)model->params + s->shard_start;
@@ -417,10 +433,18 @@ static void shard_region_init(ShardRegion* s, const GPT* model) {
     free(table);
 }
 
-static void adamw_init(AdamWState* s, const GPT* model) {
+// states_8bit: --use-bnb-optimizer's block-wise 8-bit moments, else fp32 ones
+static void adamw_init(AdamWState* s, const GPT* model, int states_8bit) {
     memset(s, 0, sizeof(*s));
     s->num_regions = zero_regions(model, s->regions);
-    for (int i = 0; i < s->num_regions; i++) shard_region_init(&s->regions[i], model);
+    s->states_8bit = states_8bit;
+    if (states_8bit) {
+        float maps[2 * QUANT_MAP_SIZE];
+        dynamic_quant_maps(maps);
+        s->quant_maps = (float*)dev_malloc(sizeof(maps));
+        host_to_dev(s->quant_maps, maps, sizeof(maps));
+    }
+    for (int i = 0; i < s->num_regions; i++) shard_region_init(&s->regions[i], model, s->quant_maps);
     s->norm_acc = (double*)dev_malloc(sizeof(double));
     s->scaler.scale = 1.0f;
 }
@@ -428,12 +452,59 @@ static void adamw_init(AdamWState* s, const GPT* model) {
 static void adamw_free(AdamWState* s) {
     for (int i = 0; i < s->num_regions; i++) {
         ShardRegion* r = &s->regions[i];
-        dev_free(r->m);
-        dev_free(r->v);
+        if (s->states_8bit) {
+            dev_free(r->moments8.m);
+            dev_free(r->moments8.v);
+            dev_free(r->moments8.m_scale);
+            dev_free(r->moments8.v_scale);
+        } else {
+            dev_free(r->m);
+            dev_free(r->v);
+        }
         if (sizeof(floatX) != sizeof(float)) dev_free(r->master);
         dev_free(r->ranges);
     }
     dev_free(s->norm_acc);
+    if (s->states_8bit) dev_free(s->quant_maps);
+}
+
+// The moment `which` (0: m, 1: v) of region r, fp32, into host[shard_size]: what a checkpoint
+// holds whatever the states (checkpoint.h). 8-bit states are dequantized on the host, with the
+// reference (the same codes and scales on both builds).
+static void adamw_moment_to_host(const AdamWState* s, const ShardRegion* r, int which, float* host) {
+    size_t n = r->shard_size, blocks = quant_blocks(n);
+    if (!s->states_8bit) {
+        dev_to_host(host, which ? r->v : r->m, n * sizeof(float));
+        return;
+    }
+    uint8_t* codes = (uint8_t*)mallocCheck(n + 1);
+    float* scales = (float*)mallocCheck((blocks + 1) * sizeof(float));
+    float maps[2 * QUANT_MAP_SIZE];
+    dynamic_quant_maps(maps);
+    dev_to_host(codes, which ? r->moments8.v : r->moments8.m, n);
+    dev_to_host(scales, which ? r->moments8.v_scale : r->moments8.m_scale, blocks * sizeof(float));
+    dequantize_blocks_cpu(codes, scales, n, maps + which * QUANT_MAP_SIZE, host);
+    free(codes);
+    free(scales);
+}
+
+// the reverse: host[shard_size] into the moment `which` of region r (8-bit states: quantized
+// on the host, each block to its nearest codes; a dequantized block comes back bit for bit)
+static void adamw_moment_from_host(const AdamWState* s, const ShardRegion* r, int which, const float* host) {
+    size_t n = r->shard_size, blocks = quant_blocks(n);
+    if (!s->states_8bit) {
+        host_to_dev(which ? r->v : r->m, host, n * sizeof(float));
+        return;
+    }
+    uint8_t* codes = (uint8_t*)mallocCheck(n + 1);
+    float* scales = (float*)mallocCheck((blocks + 1) * sizeof(float));
+    float maps[2 * QUANT_MAP_SIZE];
+    dynamic_quant_maps(maps);
+    quantize_blocks_cpu(host, n, maps + which * QUANT_MAP_SIZE, codes, scales);
+    host_to_dev(which ? r->moments8.v : r->moments8.m, codes, n);
+    host_to_dev(which ? r->moments8.v_scale : r->moments8.m_scale, scales, blocks * sizeof(float));
+    free(codes);
+    free(scales);
 }
 
 // the shard's elements of each region of a model whose dense parameters are sharded over dp_cp
@@ -445,17 +516,23 @@ static void zero_shard_sizes(const GPT* m, int dp_cp, int expert_dp, size_t shar
 
 // the bytes adamw_init allocates as state for shards of shard[2] elements (zero_shard_sizes):
 // each shard's two moments and its fp32 master where it is a copy (`master_copy`: floatX is not
-// float, the GPU build): 12/DP or 8/DP bytes a parameter. No gradient shard: the gradient
-// buffer's own serves. The norm's scalar is a workspace: adamw_workspace_bytes.
-static size_t adamw_state_bytes(const size_t shard[2], int master_copy) {
-    return (shard[0] + shard[1]) * sizeof(float) * (master_copy ? 3 : 2);
+// float, the GPU build): 12/DP or 8/DP bytes a parameter. With 8-bit states (states_8bit) the
+// moments take a byte each and a 4-byte scale each a block of 2,048 (quant_blocks): 6/DP or
+// 2/DP bytes a parameter, and 8 bytes a block. No gradient shard: the gradient buffer's own
+// serves. The norm's scalar and the maps are workspaces: adamw_workspace_bytes.
+static size_t adamw_state_bytes(const size_t shard[2], int master_copy, int states_8bit) {
+    size_t master = master_copy ? sizeof(float) : 0, bytes = 0;
+    for (int i = 0; i < 2; i++)
+        bytes += states_8bit ? shard[i] * (master + 2) + 2 * quant_blocks(shard[i]) * sizeof(float)
+                             : shard[i] * (master + 2 * sizeof(float));
+    return bytes;
 }
 
 // the rest of what adamw_init allocates on build b: norm_acc, the gradient norm's device scalar,
-// and each shard's range table, room for the pieces of one range per tensor (the same size on
-// every rank); an empty experts' region has none
-static size_t adamw_workspace_bytes(BuildTarget b, int num_tensors, const size_t shard[2]) {
-    size_t bytes = sizeof(double);
+// each shard's range table, room for the pieces of one range per tensor (the same size on
+// every rank; an empty experts' region has none), and with 8-bit states the two maps
+static size_t adamw_workspace_bytes(BuildTarget b, int num_tensors, const size_t shard[2], int states_8bit) {
+    size_t bytes = sizeof(double) + (states_8bit ? 2 * QUANT_MAP_SIZE * sizeof(float) : 0);
     for (int i = 0; i < 2; i++)
         if (i == 0 || shard[i] > 0) bytes += shard_pieces_max(b, num_tensors, shard[i]) * sizeof(ShardRange);
     return bytes;

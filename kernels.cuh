@@ -56,6 +56,8 @@ rooms of the trainer):
   kernels/activations.cuh      GELU, tanh and erf forms (with its linear layers), SwiGLU
   kernels/loss.cuh             the vocab-parallel cross-entropy
   kernels/optimizer.cuh        AdamW, the mean loss, the gradient norm's sum of squares
+  kernels/quantize.cuh         8-bit optimizer states: the dynamic map, block-wise quantization,
+                               AdamW with 8-bit moments (--use-bnb-optimizer)
 */
 #pragma once
 #include "device.cuh"     // checks, floatX, device memory, streams: the runtime under the kernels
@@ -83,5 +85,6 @@ rooms of the trainer):
 #include "kernels/activations.cuh"
 #include "kernels/loss.cuh"
 #include "kernels/optimizer.cuh"
+#include "kernels/quantize.cuh"
 
 #pragma GCC diagnostic pop

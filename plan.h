@@ -59,6 +59,7 @@ typedef struct {
     size_t params, grads, optimizer, activations, workspaces, total;   // bytes
     int num_slots, longest_chunk;                                       // the arena's make-up, for the table's header
     size_t slot_bytes, recompute_bytes;
+    int states_8bit;                                                    // Adam's moments in 8 bits (--use-bnb-optimizer)
 } StageMemory;
 
 // --ddp-bucket-size, or Megatron-LM's default: max(40M, 1M x DP) elements
@@ -68,17 +69,18 @@ static size_t grad_bucket_size(const Config* a, int dp_size) {
 }
 
 // a planned (or built) model's bytes over dp_size data ranks: what gpt_allocate, adamw_init and
-// kernels_init hand out on the build the model was laid out for (m->build)
-static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) {
+// kernels_init hand out on the build the model was laid out for (m->build), Adam's moments in
+// 8 bits with states_8bit (--use-bnb-optimizer)
+static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size, int states_8bit) {
     int master_copy = m->build.floatx_bytes != (int)sizeof(float);   // adamw_init's rule
     size_t shard[2];   // (the experts' over their expert-data-parallel group)
     zero_shard_sizes(m, dp_size, m->ep.data_parallel, shard);
-    size_t workspaces = m->workspace_bytes + adamw_workspace_bytes(m->build, m->num_tensors, shard) +
+    size_t workspaces = m->workspace_bytes + adamw_workspace_bytes(m->build, m->num_tensors, shard, states_8bit) +
                         (m->build.gpu ? GPU_KERNELS_WORKSPACE_BYTES : 0);
     StageMemory s = {stage, m->num_params, m->num_params_padded * m->build.floatx_bytes,
-                     m->num_params_padded * sizeof(float), adamw_state_bytes(shard, master_copy),
+                     m->num_params_padded * sizeof(float), adamw_state_bytes(shard, master_copy, states_8bit),
                      m->arena_bytes - m->workspace_bytes, workspaces, 0, m->num_slots, m->longest_chunk, m->slot_bytes,
-                     m->recompute_bytes};
+                     m->recompute_bytes, states_8bit};
     s.total = s.params + s.grads + s.optimizer + s.activations + s.workspaces;
     return s;
 }
@@ -87,17 +89,24 @@ static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size) 
 // plan, against Megatron-LM's distributed optimizer (its docs' table of bytes a parameter and
 // theoretical_memory_usage.py): 16-bit parameters with fp32 gradients keep 6 + 12/DP there,
 // fp32 ones 8 + 8/DP. The same here: the gradients' reduce-scatter sums into each rank's shard
-// of the gradient buffer in place, so the optimizer's shard holds no gradient copy.
+// of the gradient buffer in place, so the optimizer's shard holds no gradient copy. With 8-bit
+// moments (--use-bnb-optimizer) the shard's 12 or 8 bytes become 6 or 2 (and a scale of 4 bytes
+// for each moment's 2,048: 0.004 more).
 static void print_model_state_bytes(const StageMemory* s, int dp_size) {
     size_t padded = s->grads / sizeof(float);
     if (padded == 0) return;
     int param_bytes = (int)(s->params / padded), shard_bytes = (int)(s->optimizer / (padded / dp_size));
     double per_param = (double)(s->params + s->grads + s->optimizer) / padded;
+    const char* what = s->states_8bit ? (param_bytes == 4 ? "the shard's Adam m and v in 8 bits, with a scale a 2,048; the "
+                                                            "parameters are the master weights"
+                                                          : "the shard's fp32 master weights, Adam's m and v in 8 bits "
+                                                            "with a scale a 2,048")
+                        : shard_bytes == 12 ? "the shard's fp32 master weights, Adam's m and v"
+                                            : "the shard's Adam m and v; the parameters are the master weights";
     printf("model state: %.3g bytes a parameter = %d (%s parameters) + 4 (fp32 gradients%s) + %d/%d (%s), Megatron-LM's "
            "distributed optimizer's %d + %d/DP\n", per_param, param_bytes, param_bytes == 4 ? "fp32" : "16-bit",
-           dp_size > 1 ? ", each rank's shard summed over DP in place" : "", shard_bytes, dp_size,
-           shard_bytes == 12 ? "the shard's fp32 master weights, Adam's m and v" : "the shard's Adam m and v; the "
-           "parameters are the master weights", param_bytes + 4, shard_bytes);
+           dp_size > 1 ? ", each rank's shard summed over DP in place" : "", shard_bytes, dp_size, what, param_bytes + 4,
+           param_bytes == 4 ? 8 : 12);
 }
 
 // the start-up lines that say how the DP gradients are reduced and the parameters gathered
@@ -341,7 +350,7 @@ static double expert_receive_rows(const GPT* m) { return (double)expert_rows_max
 
 // a planned stage's memory: the model's (stage_memory; its experts those of the layout's EP)
 static StageMemory planned_stage_memory(const GPT* m, const Config* a, int p, int dp_size) {
-    return stage_memory(m, pipeline_stage(a, p), dp_size * a->context_parallel_size);   // (ZeRO's DP x CP)
+    return stage_memory(m, pipeline_stage(a, p), dp_size * a->context_parallel_size, a->use_bnb_optimizer);   // (ZeRO's DP x CP)
 }
 
 static StageMemory plan_stage_memory(const Config* a, int p, int tp_size, int dp_size) {

@@ -147,8 +147,13 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
     trace_begin("AdamW", "optimizer", ON_COMPUTE_STREAM);
     for (int i = 0; i < s->num_regions; i++) {
         ShardRegion* r = &s->regions[i];
-        adamw_update_ranges(r->master, model->params + r->shard_start, r->grad, r->m, r->v, r->shard_size, r->ranges,
-                            r->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
+        if (s->states_8bit)   // --use-bnb-optimizer: the moments dequantized, updated, requantized block by block
+            adamw8bit_update_ranges(r->master, model->params + r->shard_start, r->grad, r->moments8, r->shard_size,
+                                    r->ranges, r->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay,
+                                    scale, s->step);
+        else
+            adamw_update_ranges(r->master, model->params + r->shard_start, r->grad, r->m, r->v, r->shard_size, r->ranges,
+                                r->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
     }
     trace_end();
     if (param_gatherer.enabled) param_gather_launch();   // waited for by the next forward

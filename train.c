@@ -203,7 +203,7 @@ static void add_comm_counters(double out[NUM_COMM_GROUPS], double sign) {
 // Per rank: parameters, gradients, optimizer state, activations and workspaces, gathered to rank
 // 0; with --log-memory-bytes also in bytes, and the bytes dev_malloc really handed out for them
 static void print_memory(const Trainer* t) {
-    StageMemory s = stage_memory(&t->model, this_stage(&t->config), grid.dp_cp.size);
+    StageMemory s = stage_memory(&t->model, this_stage(&t->config), grid.dp_cp.size, t->config.use_bnb_optimizer);
     enum { FIELDS = 14 };
     double mine[FIELDS] = {(double)s.num_params, (double)s.params, (double)s.grads, (double)s.optimizer, (double)s.activations,
                            (double)s.stage.rank, (double)s.stage.first_layer, (double)s.stage.num_layers,
@@ -217,7 +217,7 @@ static void print_memory(const Trainer* t) {
             const double* x = all + FIELDS * r;
             StageMemory row = {{(int)x[5], grid.pp_size, (int)x[6], (int)x[7], s.stage.chunks, s.stage.round_layers, 1},
                                (size_t)x[0], (size_t)x[1], (size_t)x[2], (size_t)x[3], (size_t)x[4], (size_t)x[9], 0,
-                               (int)x[10], (int)x[12], (size_t)x[11], (size_t)x[13]};
+                               (int)x[10], (int)x[12], (size_t)x[11], (size_t)x[13], s.states_8bit};
             row.total = row.params + row.grads + row.optimizer + row.activations + row.workspaces;
             char label[32];
             snprintf(label, sizeof(label), "rank %3d", r);
@@ -639,7 +639,7 @@ static void plan_model(Trainer* t) {
                    expert_slice(grid.ep_rank, grid.ep_size, c->num_experts, &grid.ep, grid.dp_cp.size / grid.ep_size),
                    stage, slots, grid.dp_cp.size, build);
     free(slots);
-    StageMemory planned = stage_memory(&t->model, stage, grid.dp_cp.size);
+    StageMemory planned = stage_memory(&t->model, stage, grid.dp_cp.size, a->use_bnb_optimizer);
     check_memory(&planned, table_flags);
     double model_bytes = GPU_BUILD ? 0.0 : (double)(planned.params + planned.grads + planned.optimizer +
                                                     planned.activations + planned.workspaces);
@@ -653,7 +653,7 @@ static void build_model(Trainer* t) {
     gpt_allocate(&t->model);
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};
     t->adam = adam;
-    adamw_init(&t->opt, &t->model);
+    adamw_init(&t->opt, &t->model, a->use_bnb_optimizer);
     grad_reducer_init(&t->model, t->opt.regions, a->overlap_grad_reduce, grad_bucket_size(a, grid.dp_cp.size));
     param_gatherer_init(&t->model, t->opt.regions, a->overlap_param_gather, grad_bucket_size(a, grid.dp_cp.size));
     pipeline_link_init(!a->no_overlap_p2p_communication, t->model.num_slots + 1);   // the slots' outputs and dres

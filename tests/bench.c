@@ -271,7 +271,7 @@ static void bench_setup(Bench* b, const Shape* s) {
     b->build_seconds = bench_clock() - t0;
     AdamWConfig adam = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};   // beta1, beta2, eps, weight decay, clip
     b->adam = adam;
-    adamw_init(&b->opt, &b->model);
+    adamw_init(&b->opt, &b->model, 0);
     random_batch(b);
 }
 

@@ -77,7 +77,7 @@ static void make_checkpoint(int argc, char** argv) {
     GPT m;
     gpt_build(&m, &c, 1, c.seq_length, 0, 1, 0, 1, 1, 1);
     AdamWState s;
-    adamw_init(&s, &m);   // on the CPU build the master weights are the parameters
+    adamw_init(&s, &m, 0);   // on the CPU build the master weights are the parameters
     // perturb every parameter (rows below valid_rows: the padding stays zero), keyed like the
     // init; made-up moments, so that all three sections are real data
     for (int i = 0; i < m.num_tensors; i++) {

@@ -901,6 +901,65 @@ static void test_shard_ranges(size_t piece) {
     dev_free(d_pieces);
 }
 
+// 8-bit AdamW (kernels/quantize.cuh): a CUDA block per quantization block, against the
+// reference over the same ranges, three steps from zero moments: a shard of two blocks and a
+// short one, ranges across block edges, a padding gap, pieces of the model's size and of 100.
+// The scales are block maxima (any order gives the same bits), so the codes agree but where a
+// value lands within rounding of a midpoint between two codes: at least 99.9% equal, the
+// dequantized moments and the weights within FP32_OUT.
+static void test_adamw8bit_ranges(size_t piece) {
+    const size_t n = 2 * QUANT_BLOCK + 700, blocks = quant_blocks(n);
+    const ShardRange ranges[4] = {{0, 1000, 1, 1}, {1000, 1003, 0, 1}, {1003, 4500, 1, 1}, {4510, n, 0, 1}};
+    float maps[2 * QUANT_MAP_SIZE];
+    dynamic_quant_maps(maps);
+    Vec master = random_vec(n, 1, false), param(master);
+    std::vector<uint8_t> m(n, 0), v(n, 0);
+    Vec m_scale(blocks, 0.0f), v_scale(blocks, 0.0f);
+    Moments8bit host = {m.data(), v.data(), m_scale.data(), v_scale.data(), maps};
+    float* d_maps = (float*)dev_malloc(sizeof(maps));
+    host_to_dev(d_maps, maps, sizeof(maps));
+    Moments8bit dev = {(uint8_t*)dev_malloc(n), (uint8_t*)dev_malloc(n), to_dev_f(m_scale), to_dev_f(v_scale), d_maps};
+    dev_zero(dev.m, n);
+    dev_zero(dev.v, n);
+    float* d_master = to_dev_f(master);
+    floatX* d_param = (floatX*)dev_malloc(n * sizeof(floatX));
+    floats_to_dev_floatX(d_param, param.data(), n);
+    int count;
+    ShardRange* d_pieces = dev_pieces(ranges, 4, n, piece, &count);
+    for (int step = 1; step <= 3; step++) {
+        Vec grad = random_vec(n, 1, false);
+        float* d_grad = to_dev_f(grad);
+        adamw8bit_update_ranges_cpu(master.data(), param.data(), grad.data(), host, n, ranges, 4, 1e-2f, 0.9f, 0.95f,
+                                    1e-8f, 0.1f, 0.5f, step);
+        adamw8bit_update_ranges(d_master, d_param, d_grad, dev, n, d_pieces, count, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                                0.5f, step);
+        dev_free(d_grad);
+    }
+    std::vector<uint8_t> got_m(n), got_v(n);
+    dev_to_host(got_m.data(), dev.m, n);
+    dev_to_host(got_v.data(), dev.v, n);
+    Vec got_ms = from_dev_f(dev.m_scale, blocks), got_vs = from_dev_f(dev.v_scale, blocks);
+    Vec want_mv(2 * n), got_mv(2 * n);
+    size_t equal = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t b = i / QUANT_BLOCK;
+        equal += (got_m[i] == m[i]) + (got_v[i] == v[i]);
+        want_mv[i] = maps[m[i]] * m_scale[b], got_mv[i] = maps[got_m[i]] * got_ms[b];
+        want_mv[n + i] = maps[QUANT_MAP_SIZE + v[i]] * v_scale[b], got_mv[n + i] = maps[QUANT_MAP_SIZE + got_v[i]] * got_vs[b];
+    }
+    char with[160];
+    snprintf(with, sizeof with, " (%d pieces of <= %zu, 3 steps; %.3f%% of the codes equal)", count, piece,
+             50.0 * equal / n);
+    check(equal >= 0.999 * 2 * n, (std::string(FLOATX_NAME " adamw8bit_update_ranges codes") + with).c_str(),
+          "%zu of %zu differ", 2 * n - equal, 2 * n);
+    compare((std::string("adamw8bit_update_ranges m and v, dequantized") + with).c_str(), got_mv, want_mv, FP32_OUT);
+    compare((std::string("adamw8bit_update_ranges master, gaps untouched") + with).c_str(), from_dev_f(d_master, n), master, FP32_OUT);
+    compare((std::string("adamw8bit_update_ranges param (floatX)") + with).c_str(), from_dev_x(d_param, n), param, X_OUT);
+    for (void* p : {(void*)dev.m, (void*)dev.v, (void*)dev.m_scale, (void*)dev.v_scale, (void*)d_maps, (void*)d_master,
+                    (void*)d_param, (void*)d_pieces})
+        dev_free(p);
+}
+
 // shard_pieces: every piece inside its range, none longer than the piece size, together
 // exactly the ranges in order, and no more of them than shard_pieces_max plans room for
 static void test_shard_pieces(void) {
@@ -1593,6 +1652,8 @@ int main(int argc, char** argv) {
     test_shard_pieces();
     test_shard_ranges(SHARD_PIECE);
     test_shard_ranges(100);
+    test_adamw8bit_ranges(SHARD_PIECE);
+    test_adamw8bit_ranges(100);
     test_loss_mean_add();
     test_moe_shapes();
 #ifdef EMU_MAX_BLOCK   // under the emulation (tests/emu); nvcc builds this file for make test-gpu too

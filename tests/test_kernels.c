@@ -1420,6 +1420,185 @@ static void test_adamw(float weight_decay, int same_buffer) {
 }
 
 // ----------------------------------------------------------------------------
+// 8-bit optimizer states (kernels/quantize.cuh): the dynamic map, a block's quantization and
+// its bound, 8-bit AdamW against the same quantized algorithm in double
+
+// the map's facts, from the formula: 256 values sorted, 0 and 1 in it, the signed one with
+// 127 negatives down to -(1 - 0.45/64), the smallest magnitude 1e-6 x the first decade's
+// midpoint, and the largest gap the top decade's 0.9/64 (signed) or 0.9/128 (unsigned)
+static double largest_gap(const float* map) {
+    double gap = 0.0;
+    for (int i = 1; i < QUANT_MAP_SIZE; i++) gap = fmax(gap, (double)map[i] - map[i - 1]);
+    return gap;
+}
+
+static void test_dynamic_map(void) {
+    float maps[2 * QUANT_MAP_SIZE];
+    dynamic_quant_maps(maps);
+    for (int u = 0; u < 2; u++) {
+        const float* map = maps + u * QUANT_MAP_SIZE;
+        int sorted = 1, negatives = 0, zero = 0, positive_min = -1;
+        for (int i = 0; i < QUANT_MAP_SIZE; i++) {
+            if (i > 0 && !(map[i] > map[i - 1])) sorted = 0;
+            negatives += map[i] < 0.0f, zero += map[i] == 0.0f;
+            if (positive_min < 0 && map[i] > 0.0f) positive_min = i;
+        }
+        double want_gap = u ? 0.9 / 128 : 0.9 / 64, want_small = u ? 1e-6 * (0.1 + 0.9 / 4) : 1e-6 * 0.55;
+        char name[256];
+        snprintf(name, sizeof name, "dynamic map (%s): 256 increasing values, %d negative, 0 and 1 in it, the smallest "
+                 "positive %.3g, the largest gap %.4g", u ? "unsigned, v" : "signed, m", negatives, map[positive_min],
+                 largest_gap(map));
+        check(sorted && zero == 1 && map[QUANT_MAP_SIZE - 1] == 1.0f && negatives == (u ? 0 : 127) &&
+              fabs(map[0] - (u ? 0.0 : -(1.0 - 0.45 / 64))) < 1e-7 && fabs(map[positive_min] - want_small) < 1e-12 &&
+              fabs(largest_gap(map) - want_gap) < 1e-6, name, "got min %.9g", map[0]);
+    }
+}
+
+// half the gap between the map's two values around y (y inside the map's range)
+static double half_gap_around(const float* map, double y) {
+    int j = 0;
+    while (j < QUANT_MAP_SIZE - 2 && map[j + 1] <= y) j++;
+    return 0.5 * ((double)map[j + 1] - map[j]);
+}
+
+// Values over 7 decades (the moments of a shard: tensors of very different gradients), in 4
+// blocks, the last one short (2,048 x 3 + 555): each comes back within half the gap of the map
+// around x / scale, times the scale (the nearest value: the whole error is the map's); the
+// largest error at most half the largest gap of the scale (0.0070 signed, 0.0035 unsigned),
+// and the values of at least a tenth of the scale within 6.6% (3.3%) of themselves. A
+// dequantized block quantizes back to the same codes and scale (what a checkpoint round trip
+// needs), and each block's extreme, negative ones too, comes back exactly.
+static void test_quantize_round_trip(void) {
+    enum { n = 3 * QUANT_BLOCK + 555 };
+    float maps[2 * QUANT_MAP_SIZE];
+    dynamic_quant_maps(maps);
+    for (int u = 0; u < 2; u++) {
+        const float* map = maps + u * QUANT_MAP_SIZE;
+        float* x = new_floats(n);
+        float* back = new_floats(n);
+        float* again = new_floats(n);
+        uint8_t* codes = (uint8_t*)new_buffer(n);
+        uint8_t* codes2 = (uint8_t*)new_buffer(n);
+        float* scales = new_floats(quant_blocks(n));
+        float* scales2 = new_floats(quant_blocks(n));
+        for (size_t i = 0; i < n; i++) {
+            float magnitude = powf(10.0f, rand_uniform(-7.0f, 0.0f)) * (i / QUANT_BLOCK + 1);
+            x[i] = i % 97 == 0 ? 0.0f : u || rand_int(2) ? magnitude : -magnitude;
+        }
+        if (!u) x[QUANT_BLOCK + 5] = -9.0f;   // block 1's extreme is negative
+        quantize_blocks_cpu(x, n, map, codes, scales);
+        dequantize_blocks_cpu(codes, scales, n, map, back);
+        double worst = 0.0, worst_relative = 0.0;
+        int within = 1;
+        for (size_t i = 0; i < n; i++) {
+            double s = fabs(scales[i / QUANT_BLOCK]), err = fabs((double)back[i] - x[i]);
+            if (err > half_gap_around(map, x[i] / (double)scales[i / QUANT_BLOCK]) * s * (1 + 1e-5) + 1e-30) within = 0;
+            worst = fmax(worst, err / s);
+            if (fabs(x[i]) >= 0.1 * s) worst_relative = fmax(worst_relative, err / fabs(x[i]));
+        }
+        double bound = largest_gap(map) / 2, bound_relative = u ? 0.033 : 0.066;
+        char name[256];
+        snprintf(name, sizeof name, "quantize_blocks (%s map, %d values, blocks of 2,048 and a last of 555): each within half "
+                 "the map's gap around it; the largest error %.4f of the scale (bound %.4f), %.2f%% of a value >= 0.1 of "
+                 "it (bound %.1f%%)", u ? "unsigned" : "signed", n, worst, bound, 100 * worst_relative, 100 * bound_relative);
+        check(within && worst <= bound * (1 + 1e-5) && worst_relative <= bound_relative, name, "not every value within");
+        quantize_blocks_cpu(back, n, map, codes2, scales2);
+        dequantize_blocks_cpu(codes2, scales2, n, map, again);
+        snprintf(name, sizeof name, "quantize_blocks (%s): a dequantized shard quantizes back to the same codes and scales%s",
+                 u ? "unsigned" : "signed", u ? "" : ", a negative extreme exactly (-9)");
+        check(!memcmp(codes, codes2, n) && !memcmp(scales, scales2, quant_blocks(n) * sizeof(float)) &&
+              !memcmp(back, again, n * sizeof(float)) && (u || back[QUANT_BLOCK + 5] == -9.0f), name,
+              "a code or scale changed (block 1's extreme came back %.9g)", back[QUANT_BLOCK + 5]);
+    }
+    free_buffers();
+}
+
+// the same quantized algorithm in double: dequantize, torch's AdamW (ref_adamw), the block's
+// extreme as its scale, the nearest code
+static int nearest_code_double(const float* map, double y) {
+    int best = 0;
+    for (int c = 1; c < QUANT_MAP_SIZE; c++)
+        if (fabs(map[c] - y) < fabs(map[best] - y)) best = c;
+    return best;
+}
+
+static void ref_quantize_block(const double* x, size_t len, const float* map, uint8_t* codes, double* scale) {
+    double hi = -INFINITY, lo = INFINITY;
+    for (size_t i = 0; i < len; i++) hi = fmax(hi, x[i]), lo = fmin(lo, x[i]);
+    *scale = hi >= -lo ? hi : lo;
+    for (size_t i = 0; i < len; i++) codes[i] = (uint8_t)nearest_code_double(map, *scale != 0.0 ? x[i] / *scale : 0.0);
+}
+
+// A shard of 2 blocks and a short one (2,048 x 2 + 700), five tensors with gradients of
+// different sizes (1e-3 to 1), weight decay on some, a padding gap of 10 left alone; five steps
+// of adamw8bit_update_ranges_cpu against the double one. A code may fall on the other side of
+// a midpoint between two map values in float and in double, after which the two runs differ by
+// up to a gap of the map in that moment: so at least 99% of the codes agree, every dequantized
+// moment is within one gap of the scale of the double's, the scales within 1e-3 (a block's
+// extreme is an updated value) and the weights within 1e-3 of a step (lr).
+static void test_adamw8bit(void) {
+    enum { n = 2 * QUANT_BLOCK + 700, steps = 5 };
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, grad_scale = 0.5f;
+    ShardRange ranges[4] = {{0, 1000, 1, 1}, {1000, 1003, 0, 1}, {1003, 4500, 1, 1}, {4510, n, 0, 1}};
+    const float grad_size[4] = {1e-3f, 1.0f, 0.05f, 0.3f};
+    float maps[2 * QUANT_MAP_SIZE];
+    dynamic_quant_maps(maps);
+    size_t blocks = quant_blocks(n);
+    float* master = random_floats(n, -1, 1);
+    float* master_start = copy_floats(master, n);
+    float* grad = new_floats(n);
+    double* p_ref = doubles_of(master, n);
+    Moments8bit q = {(uint8_t*)new_buffer(n), (uint8_t*)new_buffer(n), new_floats(blocks), new_floats(blocks), maps};
+    uint8_t* m_code = (uint8_t*)new_buffer(n);
+    uint8_t* v_code = (uint8_t*)new_buffer(n);
+    double *m_scale = new_doubles(blocks), *v_scale = new_doubles(blocks), *m = new_doubles(QUANT_BLOCK),
+           *v = new_doubles(QUANT_BLOCK);
+    int codes_equal = 0, moments_within = 1;
+    double scale_err = 0.0;
+    for (int step = 1; step <= steps; step++) {
+        for (int r = 0; r < 4; r++)
+            for (size_t i = ranges[r].start; i < ranges[r].end; i++) grad[i] = grad_size[r] * rand_uniform(-1, 1);
+        adamw8bit_update_ranges_cpu(master, master, grad, q, n, ranges, 4, lr, b1, b2, eps, wd, grad_scale, step);
+        for (size_t b = 0; b < blocks; b++) {
+            size_t a = b * QUANT_BLOCK, len = n - a < QUANT_BLOCK ? n - a : QUANT_BLOCK;
+            for (size_t i = 0; i < len; i++)
+                m[i] = maps[m_code[a + i]] * m_scale[b], v[i] = maps[QUANT_MAP_SIZE + v_code[a + i]] * v_scale[b];
+            for (int r = 0; r < 4; r++)
+                for (size_t i = ranges[r].start; i < ranges[r].end; i++)
+                    if (i >= a && i < a + len)
+                        ref_adamw(&p_ref[i], &m[i - a], &v[i - a], grad[i], lr, b1, b2, eps, ranges[r].decay ? wd : 0.0,
+                                  grad_scale, step);
+            ref_quantize_block(m, len, maps, m_code + a, &m_scale[b]);
+            ref_quantize_block(v, len, maps + QUANT_MAP_SIZE, v_code + a, &v_scale[b]);
+            scale_err = fmax(scale_err, fabs(q.m_scale[b] - m_scale[b]) / fabs(m_scale[b]));
+            scale_err = fmax(scale_err, fabs(q.v_scale[b] - v_scale[b]) / fabs(v_scale[b]));
+        }
+        codes_equal = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t b = i / QUANT_BLOCK;
+            codes_equal += (q.m[i] == m_code[i]) + (q.v[i] == v_code[i]);
+            double dm = fabs(maps[q.m[i]] * q.m_scale[b] - maps[m_code[i]] * m_scale[b]);
+            double dv = fabs(maps[QUANT_MAP_SIZE + q.v[i]] * q.v_scale[b] - maps[QUANT_MAP_SIZE + v_code[i]] * v_scale[b]);
+            if (dm > 0.0141 * fabs(m_scale[b]) * 1.01 || dv > 0.0071 * v_scale[b] * 1.01) moments_within = 0;
+        }
+    }
+    double* p_want = p_ref;
+    double p_err = 0.0;
+    for (size_t i = 0; i < n; i++) p_err = fmax(p_err, fabs(master[i] - p_want[i]));
+    int padding_alone = 1;
+    for (size_t i = 4500; i < 4510; i++)
+        padding_alone &= master[i] == master_start[i] && maps[q.m[i]] * q.m_scale[i / QUANT_BLOCK] == 0.0f &&
+                         maps[QUANT_MAP_SIZE + q.v[i]] * q.v_scale[i / QUANT_BLOCK] == 0.0f;
+    char name[320];
+    snprintf(name, sizeof name, "adamw8bit_update_ranges (%d values, 4 ranges, 5 steps) against the same quantized "
+             "algorithm in double: %.2f%% of the codes equal, the moments within a gap, scales within %.1e, weights within "
+             "%.1e of lr", n, 50.0 * codes_equal / n, scale_err, p_err / lr);
+    check(codes_equal >= 0.99 * 2 * n && moments_within && scale_err <= 1e-3 && p_err <= 1e-3 * lr, name, "too far");
+    check(padding_alone, "adamw8bit_update_ranges: the padding between ranges left alone (weights, m and v 0)", "touched");
+    free_buffers();
+}
+
+// ----------------------------------------------------------------------------
 // sum of squares, for the gradient norm
 
 static void test_sum_squares(void) {
@@ -1745,5 +1924,8 @@ int main(int argc, char** argv) {
         test_adamw(0.1f, same);
     }
     test_sum_squares();
+    test_dynamic_map();
+    test_quantize_round_trip();
+    test_adamw8bit();
     return tests_summary();
 }

@@ -314,6 +314,8 @@ else bad "--cuda-graph-impl" "none: $(cat "$tmp/none.status") $(head -c 200 "$tm
 accepted "--use-dist-ckpt (no effect in HEAD) accepted" "note: Megatron's --use-dist-ckpt accepted: no effect in Megatron-LM HEAD" --use-dist-ckpt
 accepted "--override-opt_param-scheduler (Megatron-LM's spelling) taken as --override-opt-param-scheduler" \
     "note: Megatron's --override-opt_param-scheduler accepted: Megatron-LM's spelling" --override-opt_param-scheduler
+accepted "Megatron-DeepSpeed's --use-bnb-optimizer is gridgpt's own: the plan's Adam moments in 8 bits" \
+    "m and v in 8 bits" --use-bnb-optimizer
 
 # the notes of Megatron-LM's defaults: each in the runs it is about, once, on stdout; none where a flag
 # gives the value, nor with --help, nor in an evaluation alone

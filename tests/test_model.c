@@ -433,7 +433,7 @@ static void optimizer_with_clipping(void) {
     GPT m;
     gpt_build(&m, &c, 1, c.seq_length, 0, 1, 0, 1, 1, 1);
     AdamWState s;
-    adamw_init(&s, &m);
+    adamw_init(&s, &m, 0);
     for (size_t k = 0; k < m.num_params; k++) m.grads[k] = 0.0f;
     const TensorDesc* w = &m.tensors[m.layer_tensors[0].qkv_w];   // decays
     const TensorDesc* b = &m.tensors[m.layer_tensors[0].qkv_b];   // does not
@@ -472,7 +472,7 @@ static void overfit_one_batch(void) {
     GPT m;
     gpt_build(&m, &c, 4, c.seq_length, 0, 1, 0, 1, 1, 1);
     AdamWState s;
-    adamw_init(&s, &m);
+    adamw_init(&s, &m, 0);
     AdamWConfig cfg = {0.9f, 0.95f, 1e-8f, 0.0f, 1.0f};
     random_batch(&m, c.vocab_size);
     double first = 0.0, last = 0.0;
@@ -930,7 +930,7 @@ static void checkpoint_without_trainer(void) {
     GPT m, back;
     AdamWState s, s_back;
     gpt_build(&m, &c, 1, c.seq_length, 0, 1, 0, 1, 1, 1);
-    adamw_init(&s, &m);
+    adamw_init(&s, &m, 0);
     for (int i = 0; i < m.num_tensors; i++)   // the padding rows of the vocabulary stay zero
         for (size_t k = m.tensors[i].offset; k < m.tensors[i].offset + (size_t)m.tensors[i].valid_rows * m.tensors[i].cols; k++) {
             m.params[k] += randn();
@@ -943,7 +943,7 @@ static void checkpoint_without_trainer(void) {
     if (!mkdtemp(dir)) fail("mkdtemp: %s", strerror(errno));
     checkpoint_save(dir, &m, &s, &p, 0);
     gpt_build(&back, &c, 1, c.seq_length, 0, 1, 0, 1, 1, 1);
-    adamw_init(&s_back, &back);
+    adamw_init(&s_back, &back, 0);
     CheckpointMeta meta;
     if (latest_checkpoint(dir, iter, sizeof(iter), NULL, 0)) fail("bad marker in %s", dir);
     int rc = checkpoint_meta_read(iter, &meta, err, sizeof(err));
