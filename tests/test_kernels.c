@@ -379,6 +379,14 @@ static double matmul_loss(const void* p) {
 typedef void (*matmul_forward_fn)(float*, const float*, const float*, const float*, int, int, int);
 typedef void (*matmul_backward_fn)(float*, float*, float*, const float*, const float*, const float*, int, int, int);
 
+// the reference backward whole: its two halves (kernels/linear.cuh keeps them apart for ZB-H1's
+// W pass), the input's gradient and then the parameters'
+static void matmul_backward_halves_reference(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                             const float* weight, int N, int C, int OC) {
+    matmul_backward_dinp_reference(dinp, dout, weight, N, C, OC);
+    matmul_backward_params_reference(dweight, dbias, dout, inp, N, C, OC);
+}
+
 static void test_matmul(void) {
     const int N = 37, C = 45, OC = 29;
     const size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
@@ -397,9 +405,9 @@ static void test_matmul(void) {
     matmul_loss(&m);  // leaves the forward with bias in m.out
 
     const char* fwd_names[2] = {"matmul_forward_reference", "matmul_forward_cpu"};
-    const char* bwd_names[2] = {"matmul_backward_reference", "matmul_backward_cpu"};
+    const char* bwd_names[2] = {"matmul_backward_dinp_reference + matmul_backward_params_reference", "matmul_backward_cpu"};
     matmul_forward_fn fwd[2] = {matmul_forward_reference, matmul_forward_cpu};
-    matmul_backward_fn bwd[2] = {matmul_backward_reference, matmul_backward_cpu};
+    matmul_backward_fn bwd[2] = {matmul_backward_halves_reference, matmul_backward_cpu};
     char name[128];
     for (int k = 0; k < 2; k++) {
         for (int with_bias = 1; with_bias >= 0; with_bias--) {
