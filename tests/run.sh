@@ -38,33 +38,42 @@ CFLAGS="-std=gnu11 -O2 -march=native -fopenmp -fno-math-errno -Wall -Wextra -Wer
 BLAS=${BLAS:-"$(pkg-config --cflags --libs openblas) -DUSE_BLAS"}   # make test passes the build's choice
 FIXTURE=tests/data/megatron/corpus_u16
 
+# A test program that does not build counts as a failure, and its old binary is removed
+# first, so that nothing runs a stale build. The programs build in two streams, one a core,
+# beside the corpus (a failure leaves NAME.build_failed, counted once both are done).
+build() {  # name, command...
+    local name=$1; shift
+    rm -f $B/$name $B/$name.build_failed
+    "$@" > $B/$name.build.log 2>&1 || touch $B/$name.build_failed
+}
+rm -f $B/*.build_failed
+{
+    wanted model && build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_model $BLAS -lz -lm
+    wanted kernels && build test_kernels gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels -lm
+    wanted tensorboard && build test_tensorboard gcc $CFLAGS tests/test_tensorboard.c -o $B/test_tensorboard
+    # make bench's programs, which only a hand's run builds, still compile (checked, not built:
+    # tests/bench.c once went stale unnoticed)
+    for bench in bench bench_context_parallel; do
+        wanted kernels && build $bench mpicc $CFLAGS -fsyntax-only $(pkg-config --cflags openblas) -DUSE_BLAS tests/$bench.c
+    done
+} &
+{
+    # test_parallel records every step's loss and norm in full precision, for several of the scripts
+    { wanted parallel || wanted context_parallel || wanted moe || wanted checkpoint || wanted scale || wanted hosts; } &&
+        build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
+    wanted kernels_blas && build test_kernels_blas gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels_blas $BLAS -lm
+    wanted data && build test_data gcc $CFLAGS -O1 -g -fsanitize=address tests/test_data.c -o $B/test_data -lm
+} &
 # a small corpus for the training tests (text every Debian machine ships)
 scripts/make_corpus.sh $B/corpus.jsonl > /dev/null
 ./preprocess --input $B/corpus.jsonl --json-keys text --append-eod --output-prefix $B/corpus > /dev/null
-
-# A test program that does not build counts as a failure, and its old binary is removed
-# first, so that nothing runs a stale build.
+wait
 build_failures=0
-build() {  # name, command...
-    local name=$1; shift
-    rm -f $B/$name
-    if ! "$@" > $B/$name.build.log 2>&1; then
-        echo "FAIL build $name:"; cat $B/$name.build.log
-        build_failures=$((build_failures + 1))
-        return 1
-    fi
-}
-wanted kernels && build test_kernels gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels -lm
-wanted kernels_blas && build test_kernels_blas gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels_blas $BLAS -lm
-wanted data && build test_data gcc $CFLAGS -O1 -g -fsanitize=address tests/test_data.c -o $B/test_data -lm
-wanted model && build test_model mpicc $CFLAGS tests/test_model.c -o $B/test_model $BLAS -lz -lm
-# test_parallel records every step's loss and norm in full precision, for three of the scripts
-{ wanted parallel || wanted context_parallel || wanted moe || wanted checkpoint || wanted scale || wanted hosts; } && build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
-wanted tensorboard && build test_tensorboard gcc $CFLAGS tests/test_tensorboard.c -o $B/test_tensorboard
-# make bench's programs, which only a hand's run builds, still compile (checked, not built: tests/bench.c
-# once went stale unnoticed)
-for bench in bench bench_context_parallel; do
-    wanted kernels && build $bench mpicc $CFLAGS -fsyntax-only $(pkg-config --cflags openblas) -DUSE_BLAS tests/$bench.c
+for failed in $B/*.build_failed; do
+    [ -e "$failed" ] || continue
+    name=$(basename "$failed" .build_failed)
+    echo "FAIL build $name:"; cat $B/$name.build.log
+    build_failures=$((build_failures + 1))
 done
 
 # each test's command (its output goes to $B/NAME.log)
@@ -96,11 +105,11 @@ run_quietly() {
 # Most tests leave the two cores half idle (process start-up, MPI's launch, waits for a
 # signal or a timeout), so they run in two lanes at once: the emulation (which keeps both cores
 # busy for minutes), the watchdog's, the planner's, the Hugging Face, generation's, the MoE, the Megatron
-# flags' and the crash points' tests in one, the others in the other, about half the time each (the report's "seconds
-# per test" line says where the time goes). The cluster check and the simulated hosts' test
+# flags', the crash points', the profiler's and evaluation's tests in one, the others in the other, about half the
+# time each (the report's "seconds per test" line says where the time goes). The cluster check and the simulated hosts' test
 # compare ranks' speeds and run alone, last. Each lane runs its tests one at a time; each test
 # has its own folder under $B. The report comes afterwards, in the order of TESTS.
-LANE_A="emu_kernels emu_train watchdog plan hf generate crash_points moe megatron_flags"
+LANE_A="emu_kernels emu_train watchdog plan hf generate crash_points moe megatron_flags trace eval"
 rm -f $B/*.status $B/*.seconds $B/*.cpu
 ( for name in $LANE_A; do run_quietly $name; done ) &
 for name in $TESTS; do
