@@ -18,6 +18,7 @@ other file but start-up, shutdown and the watchdog's own channel (cluster.h); no
 computes a rank by hand.
 */
 #pragma once
+#include <signal.h>
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -156,6 +157,14 @@ static void finalize_mpi(void) {
     MPI_Finalize();
 }
 
+// Every rank exits 2 for bad input; the launcher, seeing the first, may send the others SIGTERM
+// before they are gone: that adds no line (one rank has said what was wrong)
+static void exit_for_bad_input(void) {
+    signal(SIGTERM, SIG_IGN);
+    finalize_mpi();
+    exit(2);
+}
+
 // Bad input (a flag, a config, a file): every rank sees the same input and reaches the same
 // verdict, so each exits with status 2 on its own; rank 0 says why in one line.
 static void config_error(const char* fmt, ...) {
@@ -165,8 +174,7 @@ static void config_error(const char* fmt, ...) {
         print_error("", fmt, ap);
         va_end(ap);
     }
-    finalize_mpi();
-    exit(2);
+    exit_for_bad_input();
 }
 
 // Bad input that only rank `who` can name (every rank has agreed on who): that rank says why,
@@ -178,8 +186,7 @@ static void config_error_on(int who, const char* fmt, ...) {
         print_rank_error(fmt, ap);
         va_end(ap);
     }
-    finalize_mpi();
-    exit(2);
+    exit_for_bad_input();
 }
 
 static void mpi_check_(int err, const char* what, const char* file, int line) {
