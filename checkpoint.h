@@ -443,23 +443,6 @@ static int checkpoint_name_iteration(const char* name, const char* suffix) {
     return strcmp(name, ours) == 0 ? it : -1;
 }
 
-// rm -rf path: a directory's entries first, then the directory; links are removed, never followed
-static int remove_tree(const char* path) {
-    struct stat st;
-    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
-    if (!S_ISDIR(st.st_mode)) return unlink(path);
-    DIR* d = opendir(path);
-    if (!d) return -1;
-    int status = 0;
-    for (struct dirent* e; (e = readdir(d)) != NULL;) {
-        char child[4400];
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(child, sizeof(child), "%s/%s", path, e->d_name);
-        status |= remove_tree(child);
-    }
-    closedir(d);
-    return status == 0 ? rmdir(path) : -1;
-}
 
 // The directory a flag names (--save, --tensorboard-dir), before any training (rank 0):
 // created with its parents if missing (the highest it made into made, "" none), and a writable

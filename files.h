@@ -19,6 +19,7 @@ and returns 1; its caller decides between an input error (exit 2) and a failure 
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <dirent.h>
 
 // Write the message into err (if given) and return 1, so callers can `return error_line(...)`.
 static int error_line(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -72,4 +73,25 @@ static FILE* fopen_regular_file(const char* path, char* err, size_t errlen) {
     FILE* f = fd < 0 ? NULL : fdopen(fd, "rb");
     if (fd >= 0 && !f) { error_line(err, errlen, "%s: %s", path, strerror(errno)); close(fd); }
     return f;
+}
+
+// rm -rf path: a directory's entries first, then the directory; links are removed, never followed
+static inline int remove_tree(const char* path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlink(path);
+    DIR* d = opendir(path);
+    if (!d) return -1;
+    int status = 0;
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+        char child[4400];
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        if (snprintf(child, sizeof(child), "%s/%s", path, e->d_name) >= (int)sizeof(child)) {
+            status = -1;   // (a path too long to name: left)
+            continue;
+        }
+        status |= remove_tree(child);
+    }
+    closedir(d);
+    return status == 0 ? rmdir(path) : -1;
 }

@@ -18,6 +18,8 @@ other file but start-up, shutdown and the watchdog's own channel (cluster.h); no
 computes a rank by hand.
 */
 #pragma once
+#include <dirent.h>
+#include <errno.h>
 #include <signal.h>
 #include <limits.h>
 #include <mpi.h>
@@ -250,8 +252,25 @@ static void share_cores_among_local_ranks(void) {
 // MPI_Init (seen in make test's two lanes): each gets a folder of its own for it, removed at
 // exit (Open MPI empties it at MPI_Finalize). A user's own settings win; under mpirun or srun
 // (their variables set) nothing changes.
+// A process that ends without MPI_Finalize (killed, aborted) leaves its folder behind, which no
+// daemon is there to remove: the next process started alone removes the folders whose process
+// is gone (named gridgpt-alone-PID-...).
 static char alone_session_dir[512];
-static void remove_alone_session_dir(void) { rmdir(alone_session_dir); }
+static void remove_alone_session_dir(void) { remove_tree(alone_session_dir); }   // (files.h)
+
+static void remove_stale_alone_dirs(const char* tmp) {
+    DIR* d = opendir(tmp);
+    if (!d) return;
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+        int pid;
+        if (sscanf(e->d_name, "gridgpt-alone-%d-", &pid) != 1 || pid <= 0) continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH) continue;   // alive (or another user's: not ours to remove)
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", tmp, e->d_name);
+        remove_tree(path);
+    }
+    closedir(d);
+}
 
 static void start_alone_quickly(void) {
 #ifdef OPEN_MPI
@@ -261,7 +280,8 @@ static void start_alone_quickly(void) {
     setenv("OMPI_MCA_pml", "ob1", 0);
     if (getenv("OMPI_MCA_ess_singleton_isolated") || getenv("OMPI_MCA_orte_tmpdir_base")) return;
     const char* tmp = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
-    snprintf(alone_session_dir, sizeof alone_session_dir, "%s/gridgpt-alone-XXXXXX", tmp);
+    remove_stale_alone_dirs(tmp);
+    snprintf(alone_session_dir, sizeof alone_session_dir, "%s/gridgpt-alone-%d-XXXXXX", tmp, (int)getpid());
     if (!mkdtemp(alone_session_dir)) return;   // (then the supporting daemon, as Open MPI's default)
     atexit(remove_alone_session_dir);
     setenv("OMPI_MCA_orte_tmpdir_base", alone_session_dir, 1);
