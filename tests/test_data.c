@@ -1277,22 +1277,7 @@ static void test_print_samples(void) {
 
 // ----------------------------------------------------------------------------
 
-// the scratch folder and the folders made in it (a file or link is unlinked, never followed)
-static void remove_tree(const char* dir) {
-    DIR* d = opendir(dir);
-    if (d == NULL) return;
-    for (struct dirent* e; (e = readdir(d)) != NULL;) {
-        char path[8300];
-        struct stat st;
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(path);
-        else unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
+// the scratch folder and the folders made in it (files.h remove_tree: a link is unlinked, never followed)
 static void remove_scratch(void) { remove_tree(TMP); }
 
 int main(int argc, char** argv) {
