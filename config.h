@@ -54,6 +54,8 @@ flops_per_step.
     X(LIST, recompute_modules, NULL, 0, "MODULE [...]: what selective recomputes (Megatron-LM's names; here core_attn, " \
       "the default)")                                                                                                  \
     X(CHOICE, attention_backend, "auto", 0, "auto | flash | unfused (GPU build; auto: flash where the head size allows)") \
+    X(CHOICE, bias_grad, "epilogue", 0, "epilogue | kernel (GPU build: the linear layers' bias gradients summed in " \
+      "cuBLASLt's BGRADB epilogue, or by a kernel after the weight-gradient GEMM, llm.c's way)")                     \
     X(SWITCH, overlap_grad_reduce, NULL, 0, "reduce the DP gradients in buckets during the last backward (DP > 1)")  \
     X(SWITCH, overlap_param_gather, NULL, 0, "all-gather the updated parameters in buckets beside the next forward (DP > 1)") \
     X(LONG, ddp_bucket_size, NULL, 0, "elements per --overlap-grad-reduce/-param-gather bucket (0: max(40M, 1M x DP))") \

@@ -681,10 +681,13 @@ static void charge_mlp_activation_backward(StageCost* c, const GPT* m, double ro
     else charge_kernel(c, "GELU backward: the DGELU epilogue's aux read", 0, rows * F * x);
 }
 
+// the GPU build sums a bias gradient in its weight gradient's GEMM (unless --bias-grad kernel)
+static int bias_grad_in_gemm(const GPT* m) { return m->build.gpu && !m->build.bias_grad_kernel; }
+
 // a linear layer's bias gradient over `rows` rows: in the weight gradient's GEMM on the GPU build
-// (then added), by column sums on the CPU build
+// (then added), by column sums on the CPU build and with --bias-grad kernel
 static void charge_rows_bias_grad(StageCost* c, const GPT* m, double rows, int width, double x) {
-    if (m->build.gpu) charge_epilogue_bias_grad(c, width);
+    if (bias_grad_in_gemm(m)) charge_epilogue_bias_grad(c, width);
     else charge_bias_grad(c, (int)ceil(rows), width, x);
 }
 
@@ -865,7 +868,7 @@ static void cost_layer_backward(StageCost* c, const GPT* m, int i, double x, int
         int widths[4] = {hidden, hidden, m->fc_local, m->qkv_local};
         for (int k = m->cfg.disable_bias_linear ? 3 : 0; k < 4; k++)
             if (moe && (k == 1 || k == 2)) continue;   // (the MLP's: a MoE layer has none)
-            else if (m->build.gpu && !(k < row_parallel && m->sequence_parallel)) charge_epilogue_bias_grad(c, widths[k]);
+            else if (bias_grad_in_gemm(m) && !(k < row_parallel && m->sequence_parallel)) charge_epilogue_bias_grad(c, widths[k]);
             else charge_bias_grad(c, k < row_parallel ? R : rows, widths[k], x);
     }
     if (!moe) charge_mlp_activation_backward(c, m, N, Fl, x);

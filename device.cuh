@@ -310,10 +310,12 @@ typedef struct {
     int floatx_bytes;      // 2 (bf16, fp16) or 4 (fp32)
     int flash_attention;   // the GPU build's fused attention (--attention-backend): a layer keeps the
                            // log-sum-exp of its scores, not its probabilities
+    int bias_grad_kernel;  // the GPU build's bias gradients by a kernel of their own, not in the weight
+                           // gradients' GEMMs (--bias-grad kernel): the planner prices what runs
 } BuildTarget;
 
 // this binary's build, with the unfused attention (train.c sets flash_attention from the flag)
 static inline BuildTarget this_build(void) {
-    BuildTarget b = {GPU_BUILD, (int)sizeof(floatX), 0};
+    BuildTarget b = {GPU_BUILD, (int)sizeof(floatX), 0, 0};
     return b;
 }

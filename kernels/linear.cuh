@@ -383,9 +383,16 @@ static void matmul_backward_dinp(floatX* dinp, const floatX* dout, const floatX*
 // to partials and are added to dbias there (it sums over micro-batches). Where cuBLASLt offers
 // no algorithm for that, or partials is not 16-byte aligned as the epilogue's vectors need (see
 // tests/emu/cublasLt.h), the product alone, then column_sums_add; then cuBLAS.
+// --bias-grad (train.c's start_grid sets it): 1, the bias gradient in the BGRADB epilogue; 0,
+// always the product alone, then column_sums_add (llm.c's way). The weight-gradient GEMMs have few
+// output tiles (GPT-2 124M: 36 to 144 of 128 x 128, against an H100's 132 SMs) and fill the GPU
+// only by splitting K, which cuBLASLt's heuristic may pass over with BGRADB: tests/gpu_dweight.cu
+// times both ways, with the algorithm chosen for each, and says which --bias-grad is faster.
+static int bias_grad_in_epilogue = 1;
+
 static void matmul_backward_params(float* dweight, float* dbias, float* partials, const floatX* dout,
                                    const floatX* inp, int N, int C, int OC) {
-    if (dbias != NULL && N > 0 && (uintptr_t)partials % 16 == 0) {
+    if (bias_grad_in_epilogue && dbias != NULL && N > 0 && (uintptr_t)partials % 16 == 0) {
         LtEpilogue bgrad = {CUBLASLT_EPILOGUE_BGRADB, partials, NULL};
         if (gemm_lt(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C, bgrad)) {
             column_partials_add(dbias, NULL, partials, 1, OC);

@@ -123,6 +123,8 @@ for p in bf16 fp16; do
     step kernels_build_$p 300 nvcc -x cu -std=c++17 -O2 -gencode arch=compute_$arch,code=sm_$arch -Xcompiler -fopenmp \
         $define -I. -Itests tests/test_emu_kernels.cpp -o $B/gpu_check_kernels_$p -lcublas -lcublasLt &
 done
+step dweight_build 300 nvcc -x cu -std=c++17 -O2 -gencode arch=compute_$arch,code=sm_$arch -Xcompiler -fopenmp \
+    -I. -Itests tests/gpu_dweight.cu -o $B/gpu_dweight -lcublas -lcublasLt &
 wait $build_job
 status=$?
 wait
@@ -160,6 +162,18 @@ for p in bf16 fp16; do
         [ $status -ne 0 ] && echo " ($(why kernels_$p $status))")"
     grep '^FAIL' "$O/kernels_$p.log" | head -5 | tee -a "$O/summary.txt"
 done
+
+# the weight-gradient GEMMs with the bias gradient in cuBLASLt's BGRADB epilogue and by a kernel
+# after them (tests/gpu_dweight.cu; issue 52 item 4): the times, the algorithms chosen, and which
+# --bias-grad is faster, in the summary
+if [ "$DRY" = 1 ] || [ -x $B/gpu_dweight ]; then
+    step dweight 60 $B/gpu_dweight
+    status=$?
+    [ "$DRY" = 1 ] || say "weight gradients (tests/gpu_dweight.cu): $(tail -1 "$O/dweight.log")$(
+        [ $status -ne 0 ] && echo " ($(why dweight $status))")"
+else
+    say "weight gradients: tests/gpu_dweight.cu did not build ($(grep -m1 -i error "$O/dweight_build.log" | cut -c1-160))"
+fi
 
 # ----------------------------------------------------------------------------
 # 3. the timed runs: each planned first, then run for ITERS steps with --profile recording

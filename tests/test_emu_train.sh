@@ -168,8 +168,9 @@ compare "$name --attention-backend flash matches train_cpu over 10 steps at (TP,
     "" --attention-backend flash
 compare "$name --attention-backend flash matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" "$flash_run" 8 2 2 start "$BIN" "$bf16_tol" \
     "--checkpoint-activations" --attention-backend flash
-compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" "$run" 1 1 1 end "$BIN" "$bf16_tol" \
-    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" --attention-backend unfused
+compare "$name --attention-backend unfused --bias-grad kernel matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,1)" "$run" 1 1 1 end \
+    "$BIN" "$bf16_tol" "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" --attention-backend unfused \
+    --bias-grad kernel
 compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" "$run" 8 2 2 start "$BIN" "$bf16_tol" \
     "--recompute-activations" --attention-backend unfused
 # interleaved 1F1B (4 layers: 2 model chunks of 1 layer a stage; 2 micro-batches = PP): the

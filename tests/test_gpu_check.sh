@@ -7,7 +7,7 @@
 #   runs only the planner. Every train_gpu command it prints (the timed runs, the nsys runs) is
 #   given to ./train_cpu --dry-run, which parses and checks the same flags with the same table
 #   (config.h) and refuses an unknown one: each must plan. The make targets are asked of make -n,
-#   the kernel checks' nvcc command of nvcc --dryrun (where nvcc is installed); the planner's
+#   the nvcc commands (the kernel checks, gpu_dweight) of nvcc --dryrun (where nvcc is installed); the planner's
 #   lines it prints are there, one per run, with a step and a peak memory, llm.c's 64 x 1024
 #   planned below 80 GiB;
 # - tests/refit_planner.py on tests/data/gpu_check_sample (made-up numbers in the form
@@ -60,8 +60,8 @@ else
     while read -r line; do
         PATH=$PATH:/usr/local/cuda/bin ${line#command: } --dryrun > $B/nvcc.out 2>&1 || nvcc_bad="$nvcc_bad [$(head -2 $B/nvcc.out)]"
     done < <(grep '^command: nvcc ' $B/dry.out)
-    if [ "$nvcc_commands" -eq 2 ] && [ -z "$nvcc_bad" ]; then
-        ok "the build command's targets (make -n $make_command) and the kernel checks' 2 nvcc commands (nvcc --dryrun)"
+    if [ "$nvcc_commands" -eq 3 ] && [ -z "$nvcc_bad" ]; then
+        ok "the build command's targets (make -n $make_command) and the 3 nvcc commands, the kernel checks' and gpu_dweight's (nvcc --dryrun)"
     else bad "the kernel checks' nvcc commands" "$nvcc_commands commands;$nvcc_bad"; fi
 fi
 
@@ -104,3 +104,28 @@ first=$(head -1 $B/kernels.out)
 if [[ "$first" =~ ^39\.346\ ms\ of\ kernels\ a\ step\ in\ 326\ launches:\ GEMMs\ $gemms, ]] && [ "$(wc -l < $B/kernels.out)" -eq 21 ]; then
     ok "refit_planner.py --kernels: $first"
 else bad "refit_planner.py --kernels" "$(head -3 $B/kernels.out)"; fi
+
+# tests/gpu_dweight.cu (the weight-gradient GEMMs, the bias gradient in cuBLASLt's BGRADB epilogue
+# and by column_sums_add after the product) under the emulation, at widths / 8 and 64 rows: it
+# runs, times both ways for both dW types, and the two ways' bias gradients agree
+if g++ -std=c++20 -O2 -Wall -Wextra -Werror -Wno-unused-function -fopenmp -x c++ -D__CUDACC__ -I. -Itests -Itests/emu \
+       tests/gpu_dweight.cu -o $B/gpu_dweight -lm > $B/dweight.build 2>&1; then
+    $B/gpu_dweight 64 1 8 > $B/dweight.out 2>&1
+    status=$?
+    rows=$(grep -cE '^[a-z].*\((96|384) -> (96|288|384)\) +(fp32|bf16) +[0-9.]+ +[0-9.]+ ' $B/dweight.out)
+    if [ $status -eq 0 ] && [ "$rows" -eq 8 ] && grep -q '^bias gradients both ways: largest difference 0.00e+00' $B/dweight.out &&
+       grep -qE '^fp32 weight gradients, the four layers: .* --bias-grad (epilogue|kernel) is faster$' $B/dweight.out; then
+        ok "tests/gpu_dweight.cu emulated: 8 timed rows (4 layers x fp32/bf16 dW), both ways' bias gradients equal, the faster --bias-grad named"
+    else bad "tests/gpu_dweight.cu emulated" "status $status, $rows rows: $(tail -3 $B/dweight.out)"; fi
+else bad "tests/gpu_dweight.cu builds under the emulation" "$(head -5 $B/dweight.build)"; fi
+# --bias-grad kernel: the planner prices column sums in place of the epilogue's add
+gpt2="--num-layers 2 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 4 --vocab-size 50257"
+for way in epilogue kernel; do
+    ./train_cpu --dry-run --dry-run-build gpu --world-size 1 $gpt2 --bias-grad $way > $B/bias_grad_$way.plan 2>&1
+done
+if grep -q '^  bias gradients (GEMM epilogue, then added) ' $B/bias_grad_epilogue.plan &&
+   ! grep -q '^  bias gradients (column sums) ' $B/bias_grad_epilogue.plan &&
+   grep -q '^  bias gradients (column sums) ' $B/bias_grad_kernel.plan &&
+   ! grep -q 'GEMM epilogue, then added' $B/bias_grad_kernel.plan; then
+    ok "--bias-grad kernel: the dry run prices the bias gradients' column sums, epilogue (the default) the epilogue's add"
+else bad "--bias-grad in the dry run" "$(grep 'bias gradients' $B/bias_grad_*.plan)"; fi

@@ -109,6 +109,22 @@ typedef struct {
     int reserved[4];
 } cublasLtMatmulHeuristicResult_t;
 
+// what an algorithm is (tests/gpu_dweight.cu prints it): here one emulated product, so every
+// attribute reads 0
+typedef enum {
+    CUBLASLT_ALGO_CONFIG_ID = 0,
+    CUBLASLT_ALGO_CONFIG_TILE_ID = 1,
+    CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2,
+    CUBLASLT_ALGO_CONFIG_STAGES_ID = 6,
+} cublasLtMatmulAlgoConfigAttributes_t;
+static cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algo, cublasLtMatmulAlgoConfigAttributes_t,
+                                                           void* buf, size_t bytes, size_t* written) {
+    if (algo == NULL || buf == NULL || bytes < sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(buf, 0, bytes);
+    if (written) *written = bytes;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 // ----------------------------------------------------------------------------
 // handle, descriptors, layouts, preferences
 
