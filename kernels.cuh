@@ -47,6 +47,8 @@ rooms of the trainer):
   kernels/norms.cuh            LayerNorm, RMSNorm
   kernels/linear.cuh           matmul and cuBLASLt's epilogues, a table's rows added (rows_add)
   kernels/attention.cuh        the unfused attention, the KV cache's decode, rope
+  kernels/flash_ptx.cuh        the fused attention's PTX (mma.sync, ldmatrix, cp.async) and the
+                               backward's dQ turns (acquire, release, 128-bit partial sums)
   kernels/flash_attention.cuh  the fused attention, and the launchers that choose the path
   kernels/attention_blocks.cuh the attention block by block, merged by log-sum-exp: context
                                parallelism's (ring attention's) kernels
@@ -79,6 +81,7 @@ rooms of the trainer):
 #include "kernels/norms.cuh"
 #include "kernels/linear.cuh"
 #include "kernels/attention.cuh"
+#include "kernels/flash_ptx.cuh"
 #include "kernels/flash_attention.cuh"
 #include "kernels/attention_blocks.cuh"
 #include "kernels/moe.cuh"

@@ -202,12 +202,13 @@ static size_t flash_shared_bytes(int HS, int forward) {
     return (2 * FLASH_ROWS + 4 * FLASH_STEP) * row + FLASH_ROWS * FLASH_DS_ROW * 2 + 4 * FLASH_STEP * sizeof(float) + 16;
 }
 
-// The fused backward's scratch, in floats: D [B, NH, T], then dQ's fp32 sums [B, NH, T, HS]
-// (each query step's, between the key tiles that add to it in turn), then the counters: one
-// turn counter per (b, h, query step of FLASH_STEP) and the blocks' ticket counter.
+// The fused backward's scratch, in floats: dQ's fp32 sums [B, NH, T, HS] (each query step's,
+// between the key tiles that add to it in turn; from the first 16-byte boundary, so 3 floats more
+// for a scratch that starts past one), then D [B, NH, T], then the counters: one turn counter per
+// (b, h, query step of FLASH_STEP) and the blocks' ticket counter.
 static size_t flash_backward_scratch_floats(int B, int T, int NH, int HS) {
     size_t rows = (size_t)B * NH * T;
-    return rows + rows * HS + (size_t)B * NH * CEIL_DIV(T, FLASH_STEP) + 1;
+    return 3 + rows * HS + rows + (size_t)B * NH * CEIL_DIV(T, FLASH_STEP) + 1;
 }
 
 // attention's scratch (gpt.h's att_scratch) in bytes on build b: both builds' formulas are

@@ -1,7 +1,7 @@
 /*
 kernels/flash_attention.cuh — causal self-attention fused, at FlashAttention-2's design on
-tensor cores: the PTX wrappers (mma.sync, ldmatrix, cp.async, each beside its emulation in
-tests/emu/ptx.h), the tiles and fragments, the forward, the deterministic backward; and the
+tensor cores: the tiles and fragments, the forward, the deterministic backward (the PTX they
+write, mma.sync, ldmatrix, cp.async and the dQ turns, is kernels/flash_ptx.cuh's); and the
 launches, attention_forward, attention_backward and attention_probabilities, which take the
 fused kernels or attention.cuh's unfused ones (on the CPU build: attention.cuh's C references).
 
@@ -58,145 +58,7 @@ Included by kernels.cuh, the index of kernels/: the conventions every kernel kee
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
-// mma.sync.m16n8k16 and cp.async need sm_80 (A100) or newer: an fp16 build for an older GPU
-// (GPU_ARCH=70 or 75, see the Makefile) compiles these kernels as a trap, and
-// check_flash_arguments refuses to launch them there first.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#define FLASH_PTX 0
-#else
-#define FLASH_PTX 1
-#endif
-
-// ---- the PTX: each instruction next to its emulation (tests/emu/ptx.h, which also draws
-// the fragment layouts). A 16 x 16 A operand is 4 registers of two 16-bit elements, a 16 x 8
-// B operand 2, a 16 x 8 fp32 accumulator 4: for lane L, g = L / 4 and t = L % 4, accumulator
-// registers 0 and 1 are row g, columns 2t and 2t + 1, registers 2 and 3 the same of row g + 8.
-
-#ifdef __NVCC__
-// a generic pointer into shared memory as the 32-bit shared-window address the instructions take
-__device__ inline uint32_t shared_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-#endif
-
-// four 8 x 8 matrices: lane L gives the address of row L % 8 of matrix L / 8; r[j] is matrix j's
-// row L / 4, columns 2 (L % 4) and 2 (L % 4) + 1 (trans: column L / 4, rows 2 (L % 4) and + 1)
-__device__ inline void ldmatrix_x4(uint32_t r[4], const floatX* row, bool trans) {
-#if defined(__NVCC__) && !FLASH_PTX
-    (void)r, (void)row, (void)trans, __trap();
-#elif defined(__NVCC__)
-    if (trans)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)) : "memory");
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row)) : "memory");
-#else
-    emu_ldmatrix_x4(r, row, trans);
-#endif
-}
-
-// d (16 x 8) += a (16 x 16) b (16 x 8), on the tensor cores
-__device__ inline void mma_16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-#if defined(__NVCC__) && !FLASH_PTX
-    (void)d, (void)a, (void)b0, (void)b1, __trap();
-#elif defined(__NVCC__)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32." PTX_FLOATX "." PTX_FLOATX ".f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    emu_mma_m16n8k16<floatX>(d, a, b0, b1);
-#endif
-}
-
-// 16 bytes from global to shared memory, in the background (zeros when !fill)
-__device__ inline void cp_async_16(void* dst, const void* src, bool fill) {
-#if defined(__NVCC__) && !FLASH_PTX
-    (void)dst, (void)src, (void)fill, __trap();
-#elif defined(__NVCC__)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(shared_address(dst)), "l"(src), "r"(fill ? 16 : 0) : "memory");
-#else
-    emu_cp_async(dst, src, 16, fill);
-#endif
-}
-
-// 4 bytes from global to shared memory, in the background (zeros when !fill): a row's statistic
-__device__ inline void cp_async_4(void* dst, const void* src, bool fill) {
-#if defined(__NVCC__) && !FLASH_PTX
-    (void)dst, (void)src, (void)fill, __trap();
-#elif defined(__NVCC__)
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
-                 :: "r"(shared_address(dst)), "l"(src), "r"(fill ? 4 : 0) : "memory");
-#else
-    emu_cp_async(dst, src, 4, fill);
-#endif
-}
-
-// the copies issued so far become one group
-__device__ inline void cp_async_commit(void) {
-#if defined(__NVCC__) && !FLASH_PTX
-    __trap();
-#elif defined(__NVCC__)
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#else
-    emu_cp_async_commit();
-#endif
-}
-
-// wait until at most `newest` groups are in flight (this thread's copies; a barrier shares them)
-template <int newest>
-__device__ inline void cp_async_wait(void) {
-#if defined(__NVCC__) && !FLASH_PTX
-    __trap();
-#elif defined(__NVCC__)
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(newest) : "memory");
-#else
-    emu_cp_async_wait(newest);
-#endif
-}
-
-// the launch's dynamic shared memory
-__device__ inline floatX* flash_shared(void) {
-#ifdef __NVCC__
-    extern __shared__ __align__(16) unsigned char flash_dynamic_shared[];
-    return (floatX*)flash_dynamic_shared;
-#else
-    return (floatX*)emu_dynamic_shared_memory();
-#endif
-}
-
-// Turns between blocks (the backward's dQ, added in a fixed order; FlashAttention-3's
-// deterministic backward does the same): a block waits until `counter` (in global memory) reaches
-// `turn`, does its part, then passes the turn on (counter + 1). All threads call both. Thread 0
-// spins; its fence after the spin orders the turns' writes before what the block reads next, and
-// each thread's fence before the pass orders its own writes before the counter moves (CUDA's
-// threadFenceReduction sample's pairing). A block may wait only for blocks that started before
-// it (see attention_backward_flash_kernel's tickets): the emulation (tests/emu/ptx.h) checks that.
-__device__ inline void flash_wait_turn(const unsigned* counter, unsigned turn) {
-#ifdef __NVCC__
-    if (threadIdx.x == 0) {
-        while (*(const volatile unsigned*)counter != turn) {
-        }
-        __threadfence();
-    }
-#else
-    emu_wait_turn(counter, turn);
-#endif
-    __syncthreads();
-}
-
-__device__ inline void flash_pass_turn(unsigned* counter) {
-    __threadfence();
-#ifndef __NVCC__
-    emu_turn_done(counter);
-#endif
-    __syncthreads();
-#ifdef __NVCC__
-    if (threadIdx.x == 0) atomicAdd(counter, 1u);
-#else
-    emu_pass_turn(counter);
-#endif
-}
+// (the PTX wrappers, the dQ turns and the partial sums' accesses: kernels/flash_ptx.cuh)
 
 __device__ inline uint32_t pack_floatX2(float low, float high) {
     floatX pair[2] = {to_floatX(low), to_floatX(high)};
@@ -542,10 +404,11 @@ __device__ void warp_product_dq(float dq[][4], const floatX* ds, const floatX* k
 
 // This warp's part of the step's dQ (warp_product_dq's dq: rows q0 .., columns col0 ..), in its
 // turn: the first turn (key tile 0) stores it into sums, fp32 [T, HS] of the head; each later
-// one adds it to what is there (read through a volatile pointer: from L2, where the block
-// before wrote it, never a stale L1 line); the last (the diagonal's key tile) writes the total,
-// rounded to floatX once, to dqkv's row t at dst + t * stride instead. Rows past T are not
-// written.
+// one adds it to what is there (from L2, where the block before stored it); the last (the
+// diagonal's key tile) writes the total, rounded to floatX once, to dqkv's row t at dst + t *
+// stride instead. Rows past T are not written. 128-bit accesses: a lane holds 2 columns of rows g
+// and g + 8 in each 8-column block, so the lanes of a pair (t, t ^ 1) swap halves first, the even
+// lane then holding 4 columns of row g, the odd one the same 4 of row g + 8.
 template <int HS>
 __device__ void flash_add_dq(float* sums, floatX* dst, size_t stride, const float dq[][4], int q0, int col0, int T,
                              bool first, bool last, const unsigned* turn) {
@@ -554,25 +417,29 @@ __device__ void flash_add_dq(float* sums, floatX* dst, size_t stride, const floa
 #else
     (void)turn;
 #endif
-    int lane = threadIdx.x % 32;
+    int lane = threadIdx.x % 32, odd = lane % 2;
     UNROLL
     for (int rb = 0; rb < FLASH_STEP / 16; rb++)
         UNROLL
-        for (int half = 0; half < 2; half++) {
-            int t = q0 + 16 * rb + lane / 4 + 8 * half;
+        for (int nb = 0; nb < HS / 32; nb++) {
+            const float* d = dq[rb * (HS / 32) + nb];
+            float give0 = odd ? d[0] : d[2], give1 = odd ? d[1] : d[3];   // the half the other lane keeps
+            float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+            float x[4] = {odd ? got0 : d[0], odd ? got1 : d[1], odd ? d[2] : got0, odd ? d[3] : got1};
+            int t = q0 + 16 * rb + lane / 4 + 8 * odd, c = col0 + 8 * nb + 2 * (lane & 2);
             if (t >= T) continue;
-            UNROLL
-            for (int nb = 0; nb < HS / 32; nb++) {
-                int c = col0 + 8 * nb + 2 * (lane % 4);
-                float* s = sums + (size_t)t * HS + c;
-                float x0 = dq[rb * (HS / 32) + nb][2 * half], x1 = dq[rb * (HS / 32) + nb][2 * half + 1];
-                if (!first) {
-                    const volatile float* before = s;
-                    x0 = before[0] + x0;
-                    x1 = before[1] + x1;
-                }
-                if (last) *(uint32_t*)(dst + (size_t)t * stride + c) = pack_floatX2(x0, x1);
-                else s[0] = x0, s[1] = x1;
+            float* s = sums + (size_t)t * HS + c;
+            if (!first) {
+                float before[4];
+                load_sums_128(before, s);
+                UNROLL
+                for (int e = 0; e < 4; e++) x[e] = before[e] + x[e];
+            }
+            if (last) {   // 4 floatX in one 8-byte store (c is a multiple of 4)
+                uint64_t rounded = pack_floatX2(x[0], x[1]) | (uint64_t)pack_floatX2(x[2], x[3]) << 32;
+                *(uint64_t*)(dst + (size_t)t * stride + c) = rounded;
+            } else {
+                store_sums_128(s, x);
             }
         }
 }
@@ -599,32 +466,44 @@ __device__ void flash_copy_pair(floatX* q_tile, floatX* dout_tile, float* stats,
 // blocks of FLASH_THREADS, one per 64-key tile of each (b, group); warp w owns the tile's keys
 // 16w .. 16w + 15. The tile's K and V stay in shared memory (and, at head size 64, the warp's K
 // fragments in registers: loop-invariant) while the block walks the 32-row query steps at and
-// below the diagonal of each of the group's NH/G heads in turn, one cp.async pipeline of (head,
-// step) pairs (q, dout and the rows' lse and D of the next pair in flight during this one):
+// below the diagonal, from the last step down to the diagonal's, each step for each of the group's
+// NH/G heads in turn, one cp.async pipeline of (step, head) pairs (q, dout and the rows' lse and D
+// of the next pair in flight during this one):
 //   S^T = K Q^T, dP^T = V dO^T; P^T and dS^T = P^T (dP^T - D) in registers;
 //   dV += P^T dO, dK += dS^T Q, in registers across the whole walk (so K and V are read once
-//   per group, and dK and dV sum over the group's heads in head order);
+//   per group, and dK and dV sum over the group's heads in a fixed order);
 //   dS^T to shared memory, and dQ_step = dS K, each warp 32 rows by HS / 4 columns.
 // A step's dQ sums the partial products of key tiles 0 up to kt_max (its diagonal's), which
 // belong to different blocks: they add them in that order, each in its turn on the step's
 // counter (flash_wait_turn), the first storing into `sums` (fp32, in scratch), the last writing
 // floatX into dqkv. The same sums in the same order: the same bits every run, where
-// FlashAttention-2 adds dQ with atomics. A block may wait only for blocks that started before it
-// (one not yet started may need the waiting block's SM): so a block does not take its tile from
-// blockIdx (the GPU may start blocks in any order) but from a ticket, counters[count - 1]
-// counted up as blocks start, which hands out tile 0 of every (b, group), then tile 1 of every
-// one, and so on: the tiles a block waits for have lower tickets, and started first. Tile kt
-// walks 2 (tiles - kt) steps, tile 0 the most: so the longest blocks start first and the last to
-// start are the shortest (the other order, the diagonal's tile first, started the longest last
-// and left the GPU half idle at the end: 15% longer at GPT-2's 16 x 1024 by a list
-// schedule of the blocks on 396 slots), and a tile's predecessor in the turns is usually done
-// before it starts. counters: [B, NH, steps] turns, then the ticket; zero when the kernel starts
-// (the D kernel zeroes them). sums: [B, NH, T, HS] floats. With dropout at head size 64: two blocks
-// an SM, not three (the mask's key and hashes took the last registers of 168: a spill).
+// FlashAttention-2 adds dQ with atomics.
+// The tickets. A block may wait only for blocks that started before it (one not yet started may
+// need the waiting block's SM): so a block does not take its tile from blockIdx (the GPU may start
+// blocks in any order) but from a ticket, counters[count - 1] counted up as blocks start. The
+// tickets go window by window (issue 52), `windows` of them, each of B G / windows (b, group)
+// pairs or one more (flash_ticket_windows: so few pairs that what their blocks read again, q, dout
+// and dQ's sums, stays in L2; before, tile 0 of every pair, then tile 1, ... put two waves of
+// other heads between two tiles of one head at 64 x 1024, and every re-read came from memory); in
+// a window, tile 0 of each pair, then tile 1 of each, and so on. Deadlock-free: a block waits only
+// for the tiles before it (lower kt) of its own pair, in its own window, whose tickets are lower:
+// they were taken, so those blocks have started, and hold an SM till they end, waiting in turn only
+// for lower tickets: by induction every wait ends. Tile kt walks 2 (tiles - kt) steps, tile 0 the
+// most, so in a window the longest blocks start first; and each walks from the last step down, so
+// that tile kt - 1, which started earlier, is past each step before tile kt comes to it (walking up
+// from the diagonal, tile kt would wait 2 steps for each tile before it: nearly half the blocks'
+// time by the list schedule in tests/recost.py, none walking down). The pairs are spread evenly
+// over the windows, so that no small window is left to end the kernel with its longest tiles (the
+// blocks end 1.11x the work's even share at 16 x 1024 by that schedule, 1.18x with a last window
+// of 8 pairs). The windows change which blocks run together, never a sum's order: the same bits
+// with any number of windows. counters: [B, NH, steps] turns, then the ticket; zero when the
+// kernel starts (the D kernel zeroes them). sums: [B, NH, T, HS] floats, 16-byte aligned. With
+// dropout at head size 64: two blocks an SM, not three (the mask's key and hashes took the last
+// registers of 168: a spill).
 template <int HS, bool DROPOUT, bool ALIBI>
 __global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : DROPOUT ? 2 : 3) attention_backward_flash_kernel(floatX* dqkv, float* sums,
         unsigned* counters, const floatX* dout, const floatX* qkv, const float* lse, const float* D, int B, int T, int NH,
-        int G, Alibi alibi, Dropout dropout) {
+        int G, int windows, Alibi alibi, Dropout dropout) {
     constexpr int step_tile = FLASH_STEP * FLASH_ROW(HS);
     // K's A fragments in registers at head size 64 (16 registers; V's too would take 16 more, and
     // the block would no longer fit the 168 registers that give three blocks an SM): at 128 they
@@ -638,23 +517,26 @@ __global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : DROPOUT ? 2 : 3) 
     float* stats = (float*)(ds + FLASH_ROWS * FLASH_DS_ROW);   // per buffer: FLASH_STEP lse, then D
     unsigned* ticket = (unsigned*)(stats + 4 * FLASH_STEP);   // the tile and its (b, group)
     int steps_T = CEIL_DIV(T, FLASH_STEP), per = NH / G;
-    if (threadIdx.x == 0) {
-        unsigned i = atomicAdd(counters + (size_t)B * NH * steps_T, 1u);
-        ticket[0] = i / (B * G), ticket[1] = i % (B * G);
+    if (threadIdx.x == 0) {   // ticket i: window w (the first `extra` of base + 1 pairs, the others of base)
+        int i = (int)atomicAdd(counters + (size_t)B * NH * steps_T, 1u), tiles = CEIL_DIV(T, FLASH_ROWS);
+        int base = B * G / windows, extra = B * G % windows, at = i / tiles, big = extra * (base + 1);
+        int w = at < big ? at / (base + 1) : extra + (at - big) / base, n = base + (w < extra);   // (at: a pair's place)
+        int first_pair = w * base + (w < extra ? w : extra), j = i - first_pair * tiles;   // j tickets into the window
+        ticket[0] = j / n, ticket[1] = first_pair + j % n;   // tile 0 of each pair, then tile 1, ...
     }
     __syncthreads();
     int kt = (int)ticket[0], bg = (int)ticket[1], b = bg / G, g = bg % G;
     int k0 = kt * FLASH_ROWS, warp = threadIdx.x / 32, key0 = k0 + 16 * warp;
     int stride = (NH + 2 * G) * HS, out_stride = NH * HS;   // (int: two registers fewer)
-    // causal: queries before k0 see none of these keys; each head's steps start at `first`
+    // causal: queries before k0 see none of these keys; the walk ends at step `first`
     int first = k0 / FLASH_STEP, pairs = per * (steps_T - first);
     size_t group = qkv_group_index(b, 0, g, 0, T, NH, G, HS);   // the group's first query head; head hi at + hi HS
-    // the pairs (hi, s), head g per + hi of the group and its query step s, go through the steps
-    // of each head in turn
+    // the pairs (s, hi), query step s and head g per + hi of the group: the steps from the last
+    // down, each for the group's heads in turn
     flash_copy_rows<HS, FLASH_ROWS>(k, qkv + qkv_group_index(b, 0, g, per, T, NH, G, HS), stride, k0, T);
     flash_copy_rows<HS, FLASH_ROWS>(v, qkv + qkv_group_index(b, 0, g, per + 1, T, NH, G, HS), stride, k0, T);
     cp_async_commit();   // K and V: a group of their own, waited for before the first pair
-    flash_copy_pair<HS>(q, dO, stats, qkv + group, stride, dout, out_stride, lse, D, b, NH, g * per, 0, first, T);
+    flash_copy_pair<HS>(q, dO, stats, qkv + group, stride, dout, out_stride, lse, D, b, NH, g * per, 0, steps_T - 1, T);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -663,10 +545,10 @@ __global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : DROPOUT ? 2 : 3) 
         UNROLL
         for (int kk = 0; kk < HS / 16; kk++) load_a<HS>(kf[kk], k, 16 * warp, kk);
     float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
-    int hi = 0, s = first;   // the pair's head in the group, and query step
+    int hi = 0, s = steps_T - 1;   // the pair's head in the group, and query step
     for (int j = 0; j < pairs; j++) {
         int buffer = j % 2, h = g * per + hi, q0 = s * FLASH_STEP;
-        int next_hi = s + 1 < steps_T ? hi : hi + 1, next_s = s + 1 < steps_T ? s + 1 : first;
+        int next_hi = hi + 1 < per ? hi + 1 : 0, next_s = hi + 1 < per ? s : s - 1;
         const floatX* qs = q + buffer * step_tile;
         const floatX* dos = dO + buffer * step_tile;
         if (j + 1 < pairs)
@@ -681,7 +563,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : DROPOUT ? 2 : 3) 
         if (k_in_registers) warp_product_abt<HS, FLASH_STEP>(st, kf, qs);   // S^T = K Q^T
         else warp_product_abt<HS, FLASH_STEP>(st, k, 16 * warp, qs);
         warp_product_abt<HS, FLASH_STEP>(dpt, v, 16 * warp, dos);            // dP^T = V dO^T
-        bool diagonal = q0 < k0 + FLASH_ROWS;   // (the walk's steps start at the tile's diagonal)
+        bool diagonal = q0 < k0 + FLASH_ROWS;   // (the walk ends at the tile's diagonal)
         bool masked = diagonal || q0 + FLASH_STEP > T;   // the diagonal, or past T
         flash_scores_to_gradients<DROPOUT, ALIBI>(st, dpt, stats + buffer * 2 * FLASH_STEP, key0, q0, T, masked, head, head_key,
                                                   dropout);
@@ -696,7 +578,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, HS > 64 ? 1 : DROPOUT ? 2 : 3) 
         flash_wait_turn(turn, kt);
         flash_add_dq<HS>(sums + ((size_t)b * NH + h) * T * HS, dqkv + group + hi * HS, stride, dq, q0, warp * HS / 4, T,
                          kt == 0, diagonal, turn);
-        flash_pass_turn(turn);   // its barrier: every warp is done with this pair's buffers and dS^T
+        flash_pass_turn(turn, kt);   // its barrier: every warp is done with this pair's buffers and dS^T
         hi = next_hi, s = next_s;
     }
     // (the tile again from the ticket in shared memory: at head size 64 a register less through the
@@ -753,14 +635,14 @@ static void attention_forward_flash_at(floatX* out, float* lse, const floatX* qk
 
 template <int HS, bool DROPOUT, bool ALIBI>
 static void attention_backward_flash_at(floatX* dqkv, float* sums, unsigned* counters, const float* D, const floatX* dout,
-                                        const floatX* qkv, const float* lse, int B, int T, int NH, int G, Alibi alibi,
-                                        Dropout dropout) {
+                                        const floatX* qkv, const float* lse, int B, int T, int NH, int G, int windows,
+                                        Alibi alibi, Dropout dropout) {
     static size_t allowed = 0;
     size_t bytes = flash_shared_bytes(HS, 0);
     if (allowed != bytes) allow_shared_bytes(FLASH_INSTANCE(attention_backward_flash_kernel), bytes), allowed = bytes;
     int tiles = CEIL_DIV(T, FLASH_ROWS);   // a block per key tile of each (b, group)
     LAUNCH(FLASH_INSTANCE(attention_backward_flash_kernel), B * G * tiles, FLASH_THREADS, bytes, dqkv, sums, counters, dout,
-           qkv, lse, D, B, T, NH, G, alibi, dropout);
+           qkv, lse, D, B, T, NH, G, windows, alibi, dropout);
 }
 
 // the eight instances: head size 64 or 128, dropout or not, ALiBi or not
@@ -783,18 +665,41 @@ static void attention_forward_flash(floatX* out, float* lse, const floatX* qkv, 
     FLASH_DISPATCH(attention_forward_flash_at, out, lse, qkv, B, T, NH, G, alibi, dropout);
 }
 
-// scratch: flash_backward_scratch_floats(B, T, NH, HS) floats (D, dQ's sums, the counters); out
-// and lse: the forward's
-static void attention_backward_flash(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
-                                     const float* lse, int B, int T, int NH, int G, int HS, Alibi alibi, Dropout dropout) {
+// The backward's ticket windows (issue 52): how many, so that a window holds at most
+// FLASH_WINDOW_L2_BYTES of what its blocks read again (q and dout, the rows' lse and D, dQ's fp32
+// sums: 532,480 bytes a (b, group) pair at GPT-2's T 1024 and head size 64, so 23 pairs). That is a
+// quarter of an H100's 50 MB L2 (NVIDIA's "NVIDIA Hopper Architecture In-Depth", 2022): the blocks
+// that run between two tiles of one pair belong to three windows at most (the list schedule in
+// tests/recost.py: 69 pairs, 37 MB at 23 a window), and the rest holds the K and V tiles and the
+// outputs streaming through. Windows of fewer pairs would not help: the 396 blocks an H100 runs at
+// once belong to 56 to 72 pairs whatever the window (the same schedule, windows of 8 to 31 pairs).
+#define FLASH_WINDOW_L2_BYTES 12500000
+static int flash_ticket_windows(int B, int T, int NH, int G, int HS) {
+    size_t pair = (size_t)(NH / G) * T * (HS * (4 + 2 * sizeof(floatX)) + 2 * sizeof(float));
+    size_t most = FLASH_WINDOW_L2_BYTES / pair;   // pairs a window
+    return most < 1 ? B * G : (int)CEIL_DIV((size_t)B * G, most);
+}
+
+// scratch: flash_backward_scratch_floats(B, T, NH, HS) floats (dQ's sums from its first 16-byte
+// boundary, D, the counters); out and lse: the forward's. windows: flash_ticket_windows's (any
+// other count from 1 to B G gives the same bits)
+static void attention_backward_flash_windowed(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv,
+                                              const floatX* out, const float* lse, int B, int T, int NH, int G, int HS,
+                                              Alibi alibi, Dropout dropout, int windows) {
     check_flash_arguments(HS, qkv, dout);
     size_t rows = (size_t)B * NH * T;
-    float *D = scratch, *sums = scratch + rows;
-    unsigned* counters = (unsigned*)(sums + rows * HS);
+    float *sums = scratch + (16 - (uintptr_t)scratch % 16) % 16 / sizeof(float), *D = sums + rows * HS;   // (16-byte aligned)
+    unsigned* counters = (unsigned*)(D + rows);
     int count = B * NH * CEIL_DIV(T, FLASH_STEP) + 1;   // the turns and the ticket
     LAUNCH(attention_backward_flash_d_kernel, CEIL_DIV(rows, ROWS_PER_BLOCK), ROW_BLOCK, 0, D, counters, count, dout, out,
            B, T, NH, HS);
-    FLASH_DISPATCH(attention_backward_flash_at, dqkv, sums, counters, D, dout, qkv, lse, B, T, NH, G, alibi, dropout);
+    FLASH_DISPATCH(attention_backward_flash_at, dqkv, sums, counters, D, dout, qkv, lse, B, T, NH, G, windows, alibi, dropout);
+}
+
+static void attention_backward_flash(floatX* dqkv, float* scratch, const floatX* dout, const floatX* qkv, const floatX* out,
+                                     const float* lse, int B, int T, int NH, int G, int HS, Alibi alibi, Dropout dropout) {
+    attention_backward_flash_windowed(dqkv, scratch, dout, qkv, out, lse, B, T, NH, G, HS, alibi, dropout,
+                                      flash_ticket_windows(B, T, NH, G, HS));
 }
 // The layer's layout decides which attention runs: lse given (the fused kernels keep the
 // log-sum-exp), or att (the cuBLAS path keeps the probabilities).

@@ -17,7 +17,12 @@ The planner's figures are parsed from `./train_cpu --dry-run --hw h100-80gb ...`
 with `make cpu`). Usage:
   python3 tests/recost.py            the tables at 16 x 1024 and 64 x 1024
   python3 tests/recost.py --check    also fail (exit 1, one line a row) where the planner is
-                                     outside [1/1.3, 1.3] of the re-cost on any row
+                                     outside [1/1.3, 1.3] of the re-cost on any row, or where the
+                                     attention backward's windowed tickets move more than 15 GB a
+                                     step at 64 x 1024 by the L2 model (issue 52)
+Then, for both shapes, the attention backward's traffic with main memory for the order of its
+tickets before issue 52 and the windowed one: a list schedule of its blocks with the dQ turns'
+waits, and a simple L2 model over it (print_attention_backward_hbm).
   python3 tests/recost.py --markdown the tables as markdown (docs/gpu-kernels.md's section)
 The SASS comes from train.c compiled for sm_90 in bf16 (test_sass.compile_cubin), cached in
 tests/build/recost/ under a hash of the sources; nvcc and nvdisasm must be there.
@@ -500,21 +505,100 @@ def check(batch, rows):
     return bad
 
 
-# The attention backward's tail (not in the re-cost's rows): its blocks, one per 64-key tile of
-# each (b, head) at GPT-2's T 1024, tile kt walking 32 - 2 kt query steps, started in ticket
-# order on 132 SMs x 3 blocks as slots free (a list schedule; the waits for a dQ turn left out):
-# the step count at which the last block ends, over the even share of the work
-def attention_backward_tail(batch, longest_first):
-    tiles, slots, heads = T // 64, SMS * 3, batch * HEADS
-    if longest_first:   # kernels/flash_attention.cuh's tickets: tile 0 of every (b, head), then tile 1, ...
-        tickets = [kt for kt in range(tiles) for _ in range(heads)]
-    else:               # the first version's: each (b, head)'s tiles from the diagonal's down
-        tickets = [kt for _ in range(heads) for kt in reversed(range(tiles))]
-    steps = [32 - 2 * kt for kt in tickets]
-    free = [0.0] * slots
-    for s in steps:
-        heapq.heappush(free, heapq.heappop(free) + s)
-    return max(free) / (sum(steps) / slots)
+# ----------------------------------------------------------------------------
+# The attention backward's traffic with main memory by the order of its tickets (issue 52): a list
+# schedule of its blocks (as above, with the dQ turns: a tile's step waits for the tile before it
+# at that step) and a simple model of the L2 over it.
+L2_BYTES = 50e6                  # H100 SXM5's L2 (NVIDIA, "NVIDIA Hopper Architecture In-Depth", 2022)
+HBM_TARGET_64 = 15e9             # issue 52's target for the windowed order at 64 x 1024, bytes a step
+
+
+def window_sizes(pairs, windows):
+    """kernels/flash_attention.cuh's windows: the first pairs % windows of one pair more"""
+    return [pairs // windows + (w < pairs % windows) for w in range(windows)]
+
+
+def backward_schedule(pairs, windows, tiles, slots, walk_down):
+    """The backward's blocks (one per key tile of each pair) started in ticket order on `slots` as
+    slots free: tickets window by window (window_sizes; one window is the order before issue 52),
+    in a window tile 0 of each pair, then tile 1, ... Tile kt walks the 2 (tiles - kt)
+    query steps from its diagonal's, a step a unit of time, upwards or (walk_down) from the last;
+    its part of a step's dQ comes after the part of tile kt - 1 of its pair (the add's own time left
+    out). Returns (the end over the work's even share, the share of the blocks' time spent waiting,
+    the most pairs whose blocks ran between the starts of two tiles of one pair)."""
+    steps_T = 2 * tiles
+    sizes = window_sizes(pairs, windows)
+    tickets = [(kt, p) for w in range(windows) for kt in range(tiles)
+               for p in range(sum(sizes[:w]), sum(sizes[:w + 1]))]
+    free = [(0.0, i) for i in range(slots)]
+    done, started, spans, waited, work, end = {}, {}, [], 0.0, 0, 0.0
+    running = []   # (end, pair) of the blocks started so far that may still run
+    for kt, p in tickets:
+        start, slot = heapq.heappop(free)
+        running = [(e, q) for e, q in running if e > start]
+        if kt > 0:   # the pairs touched since this pair's previous tile started: running then or started since
+            spans.append(len(started[p] | {q for _, q in running} | {p}))
+        for q in started:
+            started[q].add(p)
+        started[p] = {q for _, q in running}
+        t = start
+        for s in (reversed(range(2 * kt, steps_T)) if walk_down else range(2 * kt, steps_T)):
+            t += 1.0
+            if kt > 0 and done[p, kt - 1, s] > t:
+                waited += done[p, kt - 1, s] - t
+                t = done[p, kt - 1, s]
+            done[p, kt, s] = t
+        work += steps_T - 2 * kt
+        running.append((t, p))
+        heapq.heappush(free, (t, slot))
+        end = max(end, t)
+    return end / (work / slots), waited / work, max(spans, default=1)
+
+
+def attention_backward_hbm(batch, touched):
+    """one step's bytes between the attention backward's main kernel and HBM (all layers), and the
+    L2 working set: what a pair's blocks read again (q, dout, the rows' lse and D, dQ's fp32 sums)
+    for the `touched` pairs that run between two tiles of one pair. Where it fits the L2, only the
+    first read of each and one write of the sums reach memory; where not, every read (LRU over a
+    cycle longer than the cache: the lines are gone when the next tile comes back) and every write
+    of the sums."""
+    tiles, step = T // 64, 32
+    visits = sum(s // 2 + 1 for s in range(T // step))         # (query step, key tile) pairs: 272 at T 1024
+    rows = step * (2 * HS * X + 2 * 4)                          # a step's q and dout rows, its lse and D
+    sums = step * HS * 4                                        # a step's fp32 partial sums of dQ
+    pair_bytes = T * (HS * (4 + 2 * X) + 2 * 4)                 # as flash_ticket_window counts them
+    working_set = touched * pair_bytes
+    compulsory = 2 * T * HS * X + 3 * T * HS * X                # k and v read; dq, dk and dv written
+    if working_set <= L2_BYTES:
+        per_pair = compulsory + (T // step) * rows + (T // step) * sums
+    else:
+        per_pair = compulsory + visits * rows + 2 * (visits - T // step) * sums
+    return LAYERS * batch * HEADS * per_pair, working_set
+
+
+def print_attention_backward_hbm(kernels, defines):
+    """the old order and the windowed one at both shapes; the windowed one's bytes at 64 x 1024"""
+    res, _ = kernel(kernels, f"attention_backward_flash_kernel<{HS}, false, false>")
+    rows, step, pad = defines["FLASH_ROWS"], defines["FLASH_STEP"], defines["FLASH_PAD"]
+    shared = (2 * rows + 4 * step) * (HS + pad) * X + rows * (step + pad) * X + 4 * step * 4 + 16   # flash_shared_bytes
+    slots = blocks_per_sm(res, 32 * (rows // 16), shared) * SMS
+    pair_bytes = T * (HS * (4 + 2 * X) + 2 * 4)
+    found = {}
+    for batch in SHAPES:
+        pairs = batch * HEADS
+        windows = math.ceil(pairs / max(1, defines["FLASH_WINDOW_L2_BYTES"] // pair_bytes))   # flash_ticket_windows
+        sizes = sorted(set(window_sizes(pairs, windows)))
+        for name, w, down in (("tile by tile over all pairs (before issue 52)", 1, False),
+                              (f"in {windows} windows of {' or '.join(map(str, sizes))} pairs, each tile walking down",
+                               windows, True)):
+            tail, waiting, touched = backward_schedule(pairs, w, T // 64, slots, down)
+            hbm, working_set = attention_backward_hbm(batch, touched)
+            found[batch, down] = hbm
+            print(f"attention backward at {batch} x {T}, tickets {name}: {hbm / 1e9:.1f} GB a step from HBM "
+                  f"(L2 model: {touched} pairs touched between two tiles of one, {working_set / 1e6:.1f} MB against "
+                  f"{L2_BYTES / 1e6:.0f} MB of L2); the blocks end {tail:.3f}x the work's even share on {slots} slots, "
+                  f"{100 * waiting:.1f}% of their time waiting for a turn")
+    return found[64, True]
 
 
 def main():
@@ -531,16 +615,16 @@ def main():
         rows, total, planner_step = table(batch, kernels, defines)
         print_table(batch, rows, total, planner_step, "--markdown" in args)
         failures += check(batch, rows)
-    for batch in SHAPES:
-        print(f"attention backward's tail at {batch} x {T} (not in the rows above): the last block ends "
-              f"{attention_backward_tail(batch, True):.3f}x the work's even share with the tickets' longest-first "
-              f"order, {attention_backward_tail(batch, False):.3f}x with the diagonal's tile first")
+    windowed_64 = print_attention_backward_hbm(kernels, defines)
+    hbm_ok = windowed_64 <= HBM_TARGET_64
+    print(f"attention backward HBM: {'PASS' if hbm_ok else 'FAIL'}: the windowed tickets' {windowed_64 / 1e9:.1f} GB a "
+          f"step at 64 x {T} by the L2 model (ESTIMATE), at most issue 52's {HBM_TARGET_64 / 1e9:.0f} GB")
     if "--check" in args:
         for line in failures:
             print(line)
         print("recost: " + ("FAIL" if failures else "PASS") + f": the planner within {TOLERANCE}x of the re-cost on "
               f"every row at {' and '.join(f'{b} x {T}' for b in SHAPES)}")
-        return 1 if failures else 0
+        return 1 if failures or not hbm_ok else 0
     return 0
 
 

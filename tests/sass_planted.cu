@@ -28,6 +28,12 @@
 //                                      float conversion in it: the rule's signature is missing
 //   planted_flash_reload_kernel        the good kernel's product in a loop, both operands loaded
 //                                      by ldmatrix for each mma: 2 LDSM an HMMA in its inner loop
+//   planted_flash_turn_kernel          products in a loop whose trips each take a turn between
+//                                      blocks as the attention backward takes dQ's: thread 0's
+//                                      acquire load of the counter, a barrier, 128-bit sums, a
+//                                      barrier, thread 0's release store: breaks nothing
+//   planted_flash_fence_kernel         the same turn with two __threadfence (MEMBAR.SC.GPU and
+//                                      CCTL.IVALL each), as the backward's before issue 52: fences
 //   planted_flash_never_kernel<HS>     a template never instantiated: named here, absent from
 //                                      the cubin (the test's "every flash kernel the source
 //                                      defines was compiled" check)
@@ -174,6 +180,57 @@ __global__ void planted_flash_reload_kernel(float* out, const __nv_bfloat16* in,
         __syncwarp();   // every lane's ldmatrix is done before the next slice's stores
     }
     for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = c[i];
+}
+
+// A turn between blocks on `counter` around one 128-bit read-modify-write of `sums` a thread, each
+// trip of a loop of products (the fragments loaded once, before it: an HMMA loop with few LDSM):
+// with acquire and release (kernels/flash_ptx.cuh's turn), or with full fences (FENCE)
+__device__ void turn_loop(float* out, const __nv_bfloat16* in, unsigned* counter, float4* sums, int trips, bool fence) {
+    __shared__ __align__(16) __nv_bfloat16 tile[16 * 16];
+    int lane = threadIdx.x % 32;
+    for (int i = lane; i < 16 * 16; i += 32) tile[i] = in[i];
+    __syncwarp();
+    unsigned row = (unsigned)__cvta_generic_to_shared(&tile[(lane % 16) * 16 + (lane / 16) * 8]);
+    unsigned a0, a1, a2, a3, b0, b1;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(b0), "=r"(b1) : "r"(row));
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s = 0; s < trips; s++) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                     "{%0, %1, %2, %3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        if (threadIdx.x == 0) {
+            if (fence) {
+                while (*(volatile unsigned*)counter != (unsigned)s) {
+                }
+                __threadfence();
+            } else {
+                unsigned v;
+                do asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+                while (v != (unsigned)s);
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+            }
+        }
+        __syncthreads();
+        float4 x = __ldcg(sums + threadIdx.x);
+        x.x += c[0], x.y += c[1], x.z += c[2], x.w += c[3];
+        __stcg(sums + threadIdx.x, x);
+        if (fence) __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            if (fence) atomicAdd(counter, 1u);
+            else asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(counter), "r"((unsigned)s + 1) : "memory");
+        }
+    }
+    for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = c[i];
+}
+__global__ void planted_flash_turn_kernel(float* out, const __nv_bfloat16* in, unsigned* counter, float4* sums, int trips) {
+    turn_loop(out, in, counter, sums, trips, false);
+}
+__global__ void planted_flash_fence_kernel(float* out, const __nv_bfloat16* in, unsigned* counter, float4* sums, int trips) {
+    turn_loop(out, in, counter, sums, trips, true);
 }
 
 // defined, never instantiated: no code for it exists

@@ -119,6 +119,7 @@ run_plants() {
     done
 }
 flash=kernels/flash_attention.cuh   # where the fused attention lives
+ptx=kernels/flash_ptx.cuh           # ... and its PTX, the dQ turns among it
 plant "a wrong tile bound: the forward's causal loop stops one key tile early" $flash \
     's|for (int kt = 0; kt < key_tiles; kt++) {|for (int kt = 0; kt < key_tiles - 1; kt++) {|'
 plant "a missing barrier: the forward's __syncthreads between the tile's copies landing and the warps reading them" $flash \
@@ -136,9 +137,17 @@ plant "a missing barrier: the backward's dQ product reads dS^T before the other 
 plant "dQ out of turn: the backward adds a key tile's part without waiting for the tiles before it" $flash \
     '\|flash_wait_turn(turn, kt);|d'
 plant "dQ's turns from blockIdx: a block waits for blocks the GPU may start after it" $flash \
-    's|unsigned i = atomicAdd(counters + (size_t)B \* NH \* steps_T, 1u);|unsigned i = blockIdx.x;|'
-plant "a missing barrier: a block passes dQ's turn before all its threads have added their part" $flash \
+    's|int i = (int)atomicAdd(counters + (size_t)B \* NH \* steps_T, 1u)|int i = (int)blockIdx.x|'
+plant "the ticket window hands out a pair's last key tile first: a block waits for tiles with higher tickets" $flash \
+    's|ticket\[0\] = j / n,|ticket[0] = tiles - 1 - j / n,|'
+plant "a missing barrier: a block passes dQ's turn before all its threads have added their part" $ptx \
     '/^__device__ inline void flash_pass_turn/,/^}/{/__syncthreads();/d}'
+plant "a missing barrier: threads add their part of dQ without the barrier after thread 0's acquire" $ptx \
+    '/^__device__ inline void flash_wait_turn/,/^}/{/__syncthreads();/d}'
+plant "no acquire: thread 0 spins on the turn's counter but never reads it with acquire semantics" $ptx \
+    '\|(void)load_acquire_gpu(counter);|d'
+plant "dQ's 128-bit sums: the lanes of a pair do not swap halves (each stores its own columns of two rows as one row's)" $flash \
+    's|float x\[4\] = {odd ? got0 : d\[0\], odd ? got1 : d\[1\], odd ? d\[2\] : got0, odd ? d\[3\] : got1};|float x[4] = {d[0], d[1], d[2], d[3]};|'
 plant "dQ's turn counters never zeroed: the D kernel leaves what the last backward counted" $flash \
     's|        counters\[i\] = 0;|        (void)counters;|'
 plant "dropout: the backward draws the mask of (key, query), not (query, key)" $flash \

@@ -606,7 +606,8 @@ static Vec reference_lse(const Vec& qkv, int B, int T, int NH, int G, int HS, Al
 // also carries D's rounding through the cancellation in dp - D). With G < NH a group's dk and
 // dv sum over its heads in the same fp32 registers, still rounded once.
 // lse is fp32 on exact inputs: the summation order only (1e-5). Twice the same backward must
-// give the same bits: no atomics, whatever order the blocks run in.
+// give the same bits: no atomics, whatever order the blocks run in and however many ticket windows
+// (flash_ticket_windows gives one, of all B G pairs, at these sizes; the second run takes more).
 // d: the attention dropout (NO_DROPOUT: none), the same mask drawn on both sides.
 static void test_flash_attention(int B, int T, int NH, int G, int HS, Alibi alibi, Dropout d) {
     const int N = B * T;
@@ -635,10 +636,15 @@ static void test_flash_attention(int B, int T, int NH, int G, int HS, Alibi alib
     compare((std::string("flash attention_backward dq") + with).c_str(), parts_got[0], parts_want[0], X_CHAIN);
     compare((std::string("flash attention_backward dk") + with).c_str(), parts_got[1], parts_want[1], X_CHAIN);
     compare((std::string("flash attention_backward dv") + with).c_str(), parts_got[2], parts_want[2], X_CHAIN);
-    attention_backward(d_dqkv, (floatX*)d_D, d_dout, d_qkv, d_out, NULL, d_lse, B, T, NH, G, HS, alibi, d);
+    // again, in B G - 1 windows (2 where B G is 2: of one pair each), some of one pair more than the
+    // others, where the run above had one window of all B G pairs: another order of the tickets (and
+    // of the blocks), the same sums
+    int windows = B * G > 2 ? B * G - 1 : B * G;
+    attention_backward_flash_windowed(d_dqkv, d_D, d_dout, d_qkv, d_out, d_lse, B, T, NH, G, HS, alibi, d, windows);
     Vec again = from_dev_x(d_dqkv, n_qkv);
-    check(memcmp(again.data(), got.data(), n_qkv * sizeof(float)) == 0,
-          (std::string(FLOATX_NAME " flash attention_backward twice: the same bits") + with).c_str(), "the two runs differ");
+    check(flash_ticket_windows(B, T, NH, G, HS) == 1 && memcmp(again.data(), got.data(), n_qkv * sizeof(float)) == 0,
+          (std::string(FLOATX_NAME " flash attention_backward twice, the second in ") + std::to_string(windows) +
+           " ticket window(s): the same bits" + with).c_str(), "the two runs differ");
     dev_free(d_qkv), dev_free(d_out), dev_free(d_lse), dev_free(d_D), dev_free(d_dout), dev_free(d_dqkv);
 }
 
@@ -1557,6 +1563,8 @@ static void test_flash_attention_shapes(void) {
     test_flash_attention(1, 130, 2, 2, 64, heads_2_to_4_of_5, none_d);
     test_flash_attention(1, 70, 2, 2, 128, heads_2_to_4_of_5, none_d);
     test_flash_attention(2, 130, 1, 1, 128, none, none_d);
+    // three tiles of 6 pairs, in 5 ticket windows the second time (one of 2 pairs, four of 1)
+    test_flash_attention(3, 130, 2, 2, 64, none, none_d);
     // grouped-query attention: groups of 2 and 3 heads, one group of 3 (multi-query); odd T
     // (a partial tile, a few rows, two and three tiles), both head sizes, ALiBi on and off
     test_flash_attention(2, 37, 4, 2, 64, none, none_d);

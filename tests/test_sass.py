@@ -38,6 +38,12 @@ GPU_ARCH, and the fused attention's kernels as the compiler emits them (issue 25
                     registers; dQ's products 32 rows a warp, each K fragment feeding 4). Before,
                     0.56 to 0.67 (the forward's queries loaded in the loop, the backward's 7
                     products in two kernels);
+     fences         in the kernel's inner loop (the same loop, loops nested in it included) at most
+                    one fence (MEMBAR) and one L1 invalidation (CCTL.IVALL), and no MEMBAR.SC: the
+                    backward's dQ turn (issue 52) is one acquire load of the counter (ld.acquire.gpu:
+                    a load from L2 and a CCTL.IVALL) and one release store (st.release.gpu:
+                    MEMBAR.ALL.GPU and a store), each in one thread. Before, two __threadfence a
+                    turn, each a MEMBAR.SC.GPU and a CCTL.IVALL, the second in every thread;
      launched       attention_forward or attention_backward launches it, at some head size
                     from 16 to 128: tests/sass_launches.cpp, built against the CUDA emulation,
                     calls them with a LAUNCH that records each launch's block size and dynamic
@@ -52,7 +58,8 @@ GPU_ARCH, and the fused attention's kernels as the compiler emits them (issue 25
    they are planted to break (a spill, a local array, a lost state space in the kernel and in
    a helper it calls, no tensor cores; ALiBi's bias in an instance built without it, and an
    instance built with it that computes none; a loop that loads both operands of every product
-   by ldmatrix; with
+   by ldmatrix; a loop that takes a turn with two __threadfence, beside one that takes it as the
+   backward does; with
    made-up launches, one too large for sm_80 and one missing; a template never instantiated),
    its good kernel and its D kernel nothing; and the occupancy arithmetic gives the figures
    worked out by hand below, among them issue 25's review's.
@@ -295,25 +302,42 @@ def parse_sass(sass):
 LDSM_PER_HMMA = {("attention_forward_flash_kernel", "64"): 0.5, ("attention_forward_flash_kernel", "128"): 0.5,
                  ("attention_backward_flash_kernel", "64"): 0.6, ("attention_backward_flash_kernel", "128"): 0.6}
 LDSM_PER_HMMA_ELSE = 0.6
+# fences (MEMBAR) and L1 invalidations (CCTL.IVALL) in the inner loop, at most (see the header)
+MAX_LOOP_FENCES = 1
 
 
-def inner_loop(instructions):
-    """(HMMA, LDSM, instructions) in the kernel's inner loop: of its loops (a branch back to a
-    label above it: the body from the label to the branch), the one with the most HMMA, the
-    shortest of those; None where no loop has an HMMA"""
+def inner_loop_body(instructions):
+    """the opcodes of the kernel's inner loop: of its loops (a branch back to a label above it:
+    the body from the label to the branch, loops nested in it included), the one with the most
+    HMMA, the shortest of those; None where no loop has an HMMA"""
     labels, body, best = {}, [], None
     for op, text in instructions:
         if op == "LABEL":
             labels[text] = len(body)
             continue
-        body.append(op.split(".")[0])
+        body.append(op)
         target = re.search(r"\((\.L_x_\d+)\)", text) if op.startswith("BRA") else None
         if target and target.group(1) in labels:
             loop = body[labels[target.group(1)]:]
-            found = (loop.count("HMMA"), loop.count("LDSM"), len(loop))
-            if found[0] and (best is None or (found[0], -found[2]) > (best[0], -best[2])):
-                best = found
-    return best
+            hmma = sum(o.split(".")[0] == "HMMA" for o in loop)
+            if hmma and (best is None or (hmma, -len(loop)) > (best[0], -len(best[1]))):
+                best = (hmma, loop)
+    return best[1] if best else None
+
+
+def inner_loop(instructions):
+    """(HMMA, LDSM, instructions) in the kernel's inner loop (inner_loop_body); None where no loop has an HMMA"""
+    loop = inner_loop_body(instructions)
+    if loop is None:
+        return None
+    bases = [o.split(".")[0] for o in loop]
+    return bases.count("HMMA"), bases.count("LDSM"), len(loop)
+
+
+def loop_fences(instructions):
+    """(the fences, MEMBAR.*, and the L1 invalidations, CCTL.IVALL) in the kernel's inner loop"""
+    loop = inner_loop_body(instructions) or []
+    return [o for o in loop if o.startswith("MEMBAR")], [o for o in loop if o.startswith("CCTL.IVALL")]
 
 
 def ldsm_per_hmma_limit(name):
@@ -364,6 +388,11 @@ def broken_rules(name, resources, instructions, arch, launches):
         broken["LDSM per HMMA"] = (f"its inner loop ({loop[2]} instructions) loads {loop[1]} fragments by ldmatrix for "
                                    f"{loop[0]} tensor-core products, {loop[1] / loop[0]:.2f} a product, above "
                                    f"{ldsm_per_hmma_limit(name)}")
+    fences, invalidations = loop_fences(instructions)
+    if any(".SC" in f for f in fences) or len(fences) > MAX_LOOP_FENCES or len(invalidations) > MAX_LOOP_FENCES:
+        broken["fences"] = (f"its inner loop has {len(fences)} fence(s) ({', '.join(fences) or 'none'}) and "
+                            f"{len(invalidations)} L1 invalidation(s) (CCTL.IVALL): at most {MAX_LOOP_FENCES} of each "
+                            "(a turn's release and acquire), and no sequentially consistent fence (MEMBAR.SC: __threadfence)")
     alibi, conversions = built_with_alibi(name), alibi_conversions(instructions)
     if alibi is False and conversions:
         broken["ALiBi arithmetic"] = (f"{len(conversions)} int-to-float conversions, ALiBi's (key - row), in an "
@@ -557,6 +586,8 @@ PLANTED = {   # kernel: the rules it must break, exactly (on sm_80, and on sm_90
     "planted_flash_alibi_kernel<true>": set(),
     "planted_flash_nobias_kernel<true>": {"ALiBi signature"},
     "planted_flash_reload_kernel": {"LDSM per HMMA"},
+    "planted_flash_turn_kernel": set(),
+    "planted_flash_fence_kernel": {"fences"},
 }
 
 
@@ -681,7 +712,8 @@ def main():
                         + ("exempt from LDSM/HMMA (a row sum)" if EXEMPT_FROM_TENSOR_CORES in name
                            else f"{count('LDSM')} LDSM, {count('HMMA')} HMMA")
                         + ("" if not inner_loop(instructions) else
-                           ", inner loop: {1} LDSM for {0} HMMA in {2} instructions".format(*inner_loop(instructions)))
+                           ", inner loop: {1} LDSM for {0} HMMA in {2} instructions".format(*inner_loop(instructions))
+                           + ", {} MEMBAR, {} CCTL.IVALL".format(*map(len, loop_fences(instructions))))
                         + {None: "", False: ", no ALiBi arithmetic",
                            True: f", {len(alibi_conversions(instructions))} ALiBi int-to-float conversions"}[
                             built_with_alibi(name)])

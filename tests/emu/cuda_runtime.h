@@ -178,6 +178,7 @@ struct EmuThread {
     std::vector<EmuCopy> copies;   // its cp.async copies in flight
     int groups;                    // how many commit groups it has closed
     unsigned ptx_collectives;      // how many mma and ldmatrix it has done (picks the exchange buffer)
+    unsigned barriers;             // how many __syncthreads it has passed (orders its work: tests/emu/ptx.h's turns)
 };
 
 struct EmuScheduler {
@@ -297,6 +298,7 @@ static void emu_thread_start(unsigned i) {
     t->copies.clear();
     t->groups = 0;
     t->ptx_collectives = 0;
+    t->barriers = 0;
 }
 
 // Runs the block's threads in rounds, each runnable thread in a shuffled order until it waits or
@@ -403,7 +405,10 @@ static inline void* emu_dynamic_shared_memory(void) { return emu.dynamic_shared;
 // ----------------------------------------------------------------------------
 // barriers, warp shuffles, atomics
 
-static inline void __syncthreads(void) { emu_wait(EMU_AT_SYNCTHREADS); }
+static inline void __syncthreads(void) {
+    emu_wait(EMU_AT_SYNCTHREADS);
+    emu.threads[emu.current].barriers++;
+}
 
 // lane ^ lane_mask's value, once all 32 lanes have offered theirs. Shuffle k of a warp uses
 // buffer k % 2: a lane can only come back to a buffer after every lane has read it.

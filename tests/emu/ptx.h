@@ -20,9 +20,11 @@ threadID_in_group L % 4.
       the same for 4 bytes. cp.async.commit_group closes the copies issued
       so far (by this thread) into a group; cp.async.wait_group N waits until at most the N
       newest groups are still in flight.
-  Turns between blocks (kernels/flash_attention.cuh's flash_wait_turn, flash_pass_turn; not PTX, but a spin on
-      a counter in global memory): a block waits until the counter reaches its turn, does its
-      part, and passes the turn on (counter + 1).
+  Turns between blocks (kernels/flash_ptx.cuh's flash_wait_turn, flash_pass_turn): thread 0
+      spins on a counter in global memory (ld.relaxed.gpu) until it reaches the block's turn,
+      then reads it once more with ld.acquire.gpu.global.u32; a barrier; every thread does its
+      part (128-bit ld.global.cg / st.global.cg of dQ's partial sums); a barrier; thread 0 passes
+      the turn on with st.release.gpu.global.u32 of turn + 1.
 
 What the emulation keeps of the hardware's rules, so that a kernel that breaks one fails here:
   - mma and ldmatrix are warp-collective (.sync.aligned): all 32 lanes must reach the same
@@ -49,9 +51,12 @@ What the emulation keeps of the hardware's rules, so that a kernel that breaks o
     need the waiting block's SM first, and both wait forever: the kernels hand the blocks
     tickets in the order they start, and the turns follow the tickets). So here every block
     it may wait for has finished when it asks: a turn not yet reached then is an emu error
-    (on the GPU it would hang, or wait for a block that started later), and so is work done
-    for a turn the thread does not hold (emu_check_turn: the wait missing, or the turn passed
-    before the work), and passing a turn not held, or before every thread of the block is done.
+    (on the GPU it would hang, or wait for a block that started later). The order within the
+    block is checked by barrier counts: a thread's part (emu_check_turn, each partial-sum
+    access) must come after thread 0's acquire and a barrier after it (the wait's barrier
+    missing, or the wait itself, is an emu error), and before a barrier that thread 0's release
+    follows (the pass's barrier missing: an error); so is passing a turn not held, or to
+    another value than the next, and acquiring one while the last was never passed.
 */
 #pragma once
 #include <stdint.h>
@@ -193,55 +198,99 @@ static inline void emu_cp_async_wait(int n) {
     t->copies.swap(pending);
 }
 
-// ---- turns between blocks (see the top): the turn each thread holds, between its wait and its pass
-inline const unsigned* emu_turn_held[EMU_MAX_BLOCK];
+// ---- turns between blocks (see the top). A block holds a turn from thread 0's acquire load of
+// the counter to its release store; each thread's part (emu_check_turn, and its 128-bit accesses
+// to the partial sums) must come after a barrier that follows the acquire and before a barrier
+// that precedes the release: the barriers are what order the other threads' work after thread 0's
+// acquire and before its release (a thread's barrier count, tests/emu/cuda_runtime.h, dates it).
+struct EmuTurn {
+    const unsigned* counter;   // the turn's counter, NULL when the block holds none
+    unsigned block;            // the block holding it
+    unsigned acquired_at;      // thread 0's barrier count at the acquire
+    long generation;           // which turn (each acquire is a new one)
+    bool released;
+};
+inline EmuTurn emu_turn;
+inline long emu_turn_part_of[EMU_MAX_BLOCK];        // the turn (generation) each thread did its part in
+inline unsigned emu_turn_part_at[EMU_MAX_BLOCK];   // ... and its barrier count then
 
 static void emu_turn_fail(const char* what, const unsigned* counter) {
     char line[400];
     snprintf(line, sizeof line, "kernel %s (block %u, thread %u): %s (counter at %p, now %u)", emu.kernel ? emu.kernel : "?",
-             blockIdx.x, threadIdx.x, what, (const void*)counter, *counter);
+             blockIdx.x, threadIdx.x, what, (const void*)counter, counter ? *counter : 0u);
     emu_fail("%s", line);
 }
 
-// flash_wait_turn: every block that may pass the turns before this one has run to its end
-static inline void emu_wait_turn(const unsigned* counter, unsigned turn) {
+static bool emu_turn_held_here(void) { return emu_turn.counter && !emu_turn.released && emu_turn.block == blockIdx.x; }
+
+// flash_wait_turn's spin (thread 0): every block that may pass the turns before this one has run
+// to its end, so the counter is at the turn already, or the spin would never end
+static inline void emu_spin_until(const unsigned* counter, unsigned turn) {
     if (!emu_is_device_range(counter, 4)) emu_ptx_fail("wait for a turn", "the counter is not in a device allocation", counter);
-    if (emu_turn_held[emu.current]) emu_turn_fail("waits for a turn while it holds one it never passed", counter);
+    if (emu_turn.counter && !emu_turn.released)
+        emu_turn_fail(emu_turn.block == blockIdx.x ? "waits for a turn while its block holds one it never passed"
+                                                   : "waits for a turn: a block before it ended holding one it never passed",
+                      counter);
     if (*counter != turn) {
         char what[200];
         snprintf(what, sizeof what, "waits for turn %u, which no block before it passed: on a GPU it would wait forever, "
                  "or for a block that started after it", turn);
         emu_turn_fail(what, counter);
     }
-    emu_turn_held[emu.current] = counter;
 }
 
-// work that must be done in the turn on `counter`: between the wait and the pass
-static inline void emu_check_turn(const unsigned* counter, const char* what) {
-    if (emu_turn_held[emu.current] != counter) {
-        char line[200];
+// ld.acquire.gpu.global.u32 (thread 0, once the turn is there): the block holds the turn from here
+static inline unsigned emu_load_acquire(const unsigned* counter) {
+    if (!emu_is_device_range(counter, 4)) emu_ptx_fail("ld.acquire.gpu", "the address is not in a device allocation", counter);
+    if (emu_turn.counter && !emu_turn.released) emu_turn_fail("acquires a turn while one is held, never passed", counter);
+    emu_turn.counter = counter, emu_turn.block = blockIdx.x, emu_turn.released = false;
+    emu_turn.acquired_at = emu.threads[emu.current].barriers;
+    emu_turn.generation++;
+    return *counter;
+}
+
+// a thread's work in the turn: after thread 0's acquire and a barrier, before the release
+static void emu_check_in_turn(const unsigned* counter, const char* what) {
+    char line[300];
+    if (!emu_turn_held_here() || (counter && emu_turn.counter != counter)) {
         snprintf(line, sizeof line, "%s outside its turn (no wait for it, or the turn already passed)", what);
         emu_turn_fail(line, counter);
     }
+    if (emu.threads[emu.current].barriers <= emu_turn.acquired_at) {
+        snprintf(line, sizeof line, "%s before a barrier after thread 0's acquire of the turn (a barrier missing: its "
+                 "loads are not ordered after the acquire)", what);
+        emu_turn_fail(line, emu_turn.counter);
+    }
 }
 
-// flash_pass_turn, before its barrier: this thread's part of the turn is done
-inline const unsigned* emu_turn_done_of[EMU_MAX_BLOCK];
-static inline void emu_turn_done(const unsigned* counter) {
-    emu_check_turn(counter, "passes a turn");
-    emu_turn_held[emu.current] = NULL;
-    emu_turn_done_of[emu.current] = counter;
+// the part each thread of the block does in the turn on `counter` (all threads call it)
+static inline void emu_check_turn(const unsigned* counter, const char* what) {
+    emu_check_in_turn(counter, what);
+    emu_turn_part_of[emu.current] = emu_turn.generation;
+    emu_turn_part_at[emu.current] = emu.threads[emu.current].barriers;
 }
 
-// flash_pass_turn, after its barrier: thread 0 moves the counter on, once every thread of the
-// block is done with its part (without the barrier it would seldom find them all done)
-static inline void emu_pass_turn(unsigned* counter) {
-    if (threadIdx.x != 0) return;
+// a 128-bit access to the partial sums: in this thread's part of a turn, 16-byte aligned
+static inline void emu_sums_access(const float* p, const char* what) {
+    char op[64];
+    snprintf(op, sizeof op, "%s dQ's partial sums", what);
+    if (!emu_is_device_range(p, 16)) emu_ptx_fail(op, "the address is not in a device allocation", p);
+    if ((uintptr_t)p % 16 != 0) emu_ptx_fail(op, "the address is not 16-byte aligned", p);
+    emu_check_in_turn(NULL, op);
+}
+
+// st.release.gpu.global.u32 (thread 0): the turn passes on, once every thread of the block did its
+// part before a barrier that thread 0 has passed too (without the barrier some would not have)
+static inline void emu_store_release(unsigned* counter, unsigned value) {
+    if (!emu_turn_held_here() || emu_turn.counter != counter) emu_turn_fail("passes a turn it does not hold", counter);
+    if (value != *counter + 1) emu_turn_fail("passes the turn to another than the next", counter);
+    unsigned now = emu.threads[emu.current].barriers;
     for (unsigned i = 0; i < emu.block; i++)
-        if (emu.threads[i].state != EMU_EXITED && emu_turn_done_of[i] != counter) {
+        if (emu.threads[i].state != EMU_EXITED && (emu_turn_part_of[i] != emu_turn.generation || emu_turn_part_at[i] >= now)) {
             char what[200];
             snprintf(what, sizeof what, "passes the turn before thread %u has done its part (a barrier missing)", i);
             emu_turn_fail(what, counter);
         }
-    (*counter)++;
+    *counter = value;
+    emu_turn.released = true;
 }
