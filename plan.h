@@ -327,7 +327,8 @@ static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp
     int dp_cp = dp_size * a->context_parallel_size, EP = a->expert_model_parallel_size;
     gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size,
                    context_slice(0, a->context_parallel_size, a->model.seq_length), (CpCommType)a->cp_comm_type,
-                   expert_slice(0, EP, a->model.num_experts, NULL, dp_cp / EP), stage, slots, dp_cp, build);
+                   expert_slice(0, EP, a->model.num_experts, NULL, dp_cp / EP), stage, slots, dp_cp,
+                   zero_shard_multiple(a->use_bnb_optimizer), build);
     free(slots);
 }
 
