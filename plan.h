@@ -402,7 +402,8 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
         double micro_seconds;
         DPOverlap overlap = {a->overlap_grad_reduce ? grad_bucket_size(a, zero) : 0,
                              a->overlap_param_gather ? grad_bucket_size(a, zero) : 0};
-        plan_stage_cost(&m, hw, L.tp, L.cp, L.pp, L.dp, expert_layout_of(a), L.micro_batches, overlap, c, &micro_seconds);
+        plan_stage_cost(&m, hw, L.tp, L.cp, L.pp, L.dp, expert_layout_of(a), L.micro_batches, overlap, a->use_bnb_optimizer,
+                        c, &micro_seconds);
         gpt_free_plan(&m);
         if (micro_seconds > L.slot_seconds) {
             double x = m.build.floatx_bytes;
@@ -549,12 +550,23 @@ static void print_plan_summary(const char* label, const LayoutPlan* L) {
 
 // The same layout with each other form of recomputation: none, the attention core of every
 // layer (Megatron-LM's --recompute-activations), every layer (Megatron-DeepSpeed's
-// --checkpoint-activations), so the plan shows what each would cost and save
+// --checkpoint-activations), so the plan shows what each would cost and save; or the reason the
+// trainer would refuse it (--pipeline-schedule zb-h1 with full recomputation)
 static void print_recomputation_alternative(const Config* a, const Hardware* hw, int method, int core, const char* label) {
     Config other = *a;
+    // the run flags as this form's own would leave them (pipeline_schedule_error reads them), and the model's fields
+    other.checkpoint_activations = other.recompute_activations = 0;
+    other.recompute_granularity = method != RECOMPUTE_NONE ? GRANULARITY_FULL : core ? GRANULARITY_SELECTIVE : GRANULARITY_NONE;
+    other.recompute_method = method;
+    other.recompute_num_layers = method != RECOMPUTE_NONE ? 1 : 0;
     other.model.recompute_method = method;
     other.model.recompute_num_layers = 1;
     other.model.recompute_attention_core = core;
+    char err[512];
+    if (layout_error(&other, err, sizeof err)) {
+        printf("%s: refused (%s)\n", label, err);
+        return;
+    }
     LayoutPlan L = plan_layout(&other, hw, NULL);
     print_plan_summary(label, &L);
 }
