@@ -809,14 +809,11 @@ static const char* planned_precision(const Config* a) {
     return a->fp16 ? "fp16 (fp32 master weights, fp32 grads)" : "bf16 (fp32 master weights, fp32 grads)";
 }
 
-// --dry-run: the layout of --world-size ranks (or the launched ones) planned stage by stage on
-// one rank: what each would allocate (the trainer's own numbers: plan_stage_memory), the model
-// FLOPs of a step, the bubble, what each group sends, the cost model's step on --hw, and a
-// last line in a fixed form. Every check of the flags has passed; nothing large is allocated,
-// no group built, no data read, no step run.
-static void dry_run_report(const Config* a) {
+// The dry run's first lines: the build and the layout planned, the model, the attention, and
+// which rank of each stage the memory lines describe
+static void print_dry_run_layout(const Config* a) {
     int TP = a->tensor_model_parallel_size, CP = a->context_parallel_size, PP = a->pipeline_model_parallel_size;
-    int DP = data_parallel_size(a), micro = a->global_batch_size / (a->micro_batch_size * DP);
+    int DP = data_parallel_size(a);
     char layout[96];
     char ep[48] = "";
     if (a->expert_model_parallel_size > 1) snprintf(ep, sizeof ep, ", EP %d of the DP x CP ranks", a->expert_model_parallel_size);
@@ -837,13 +834,32 @@ static void dry_run_report(const Config* a) {
         printf("each stage as its tensor rank 0, context rank 0, data rank 0 holds it (its other ranks hold the same sizes: "
                "another slice of the vocabulary, the matrices, the sequences' chunks (%d rows of each sequence's %d) and the "
                "ZeRO shard, over DP x CP = %d)\n", a->model.seq_length / CP, a->model.seq_length, DP * CP);
+}
+
+// The dry run's memory lines: each stage's bytes as the trainer would allocate them
+// (plan_stage_memory), the model state a parameter, one layer's activations
+static void print_dry_run_memory(const Config* a) {
+    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, DP = data_parallel_size(a);
     for (int p = 0; p < PP; p++) {
         StageMemory s = plan_stage_memory(a, p, TP, DP);
         if (p == 0) print_memory_header();
         print_memory_row("planned", &s, 1);
-        if (p == PP - 1 && a->expert_model_parallel_size == 1) print_model_state_bytes(&s, DP * CP);   // (EP's: below)
+        if (p == PP - 1 && a->expert_model_parallel_size == 1)   // (EP's: print_experts_plan)
+            print_model_state_bytes(&s, DP * a->context_parallel_size);
     }
     print_layer_activations(a);
+}
+
+// --dry-run: the layout of --world-size ranks (or the launched ones) planned stage by stage on
+// one rank: what each would allocate (the trainer's own numbers: plan_stage_memory), the model
+// FLOPs of a step, the bubble, what each group sends, the cost model's step on --hw, and a
+// last line in a fixed form. Every check of the flags has passed; nothing large is allocated,
+// no group built, no data read, no step run.
+static void dry_run_report(const Config* a) {
+    int CP = a->context_parallel_size, PP = a->pipeline_model_parallel_size;
+    int DP = data_parallel_size(a), micro = a->global_batch_size / (a->micro_batch_size * DP);
+    print_dry_run_layout(a);
+    print_dry_run_memory(a);
     double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a),
                                   recomputed_attention_cores(a, runs_flash_attention(a, plans_gpu_build(a))));
     Hardware hw = hardware_of(a);
