@@ -13,9 +13,9 @@ A checkpoint is a directory DIR/iter_0000100/ with
                 second moments; in each, every tensor whole, row-major, in the order of the
                 tensor table of a one-process model, the vocabulary without padding rows.
 8-bit moments (--use-bnb-optimizer) are saved dequantized, fp32 as any (metadata.txt's
-`optimizer_states 8bit` says so): their blocks follow each rank's ZeRO shard, so a file of
-codes and block scales would hold one layout's blocks, and every checkpoint here loads in any
-layout. So 32-bit AdamW loads them as they are, and 8-bit AdamW quantizes what it loads (fp32
+`optimizer_states 8bit` says so): their blocks follow each rank's flat buffer (the same under
+any DP, not under another TP or PP), so a file of codes and block scales would hold one layout's
+blocks, and every checkpoint here loads in any layout. So 32-bit AdamW loads them as they are, and 8-bit AdamW quantizes what it loads (fp32
 moments, or 8-bit ones under another layout's blocks) to its own blocks: each value off by at
 most half a gap of the dynamic map, 0.7% of its block's largest m, 0.35% of its largest v
 (kernels/quantize.cuh). Saved and loaded in the same layout, the blocks come back bit for bit
@@ -123,7 +123,7 @@ static GPT canonical_table(const GPTConfig* c) {
     whole.cfg = *c;
     whole.tp_size = 1;
     whole.ep = expert_slice(0, 1, c->num_experts, NULL, 1);   // every expert
-    whole.dense_pad_multiple = 1;
+    whole.dense_pad_multiple = whole.shard_multiple = 1;
     whole.num_local_layers = c->num_layers;
     whole.is_first_stage = whole.is_last_stage = 1;
     build_tensor_table(&whole);

@@ -1057,9 +1057,10 @@ static double overlapped_gather_seconds(const StageCost* c, const GPT* m, double
 }
 
 // the optimizer step of the stage's ranks: their shard of the flat buffers. overlap: the
-// buckets of the DP overlaps; t_forward, t_backward: layer_seconds
+// buckets of the DP overlaps; t_forward, t_backward: layer_seconds; states_8bit: Adam's moments
+// in 8 bits (--use-bnb-optimizer)
 static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, int pp_size, DPOverlap overlap,
-                           double t_forward, double t_backward) {
+                           double t_forward, double t_backward, int states_8bit) {
     // with EP > 1 the experts' parameters (1/EP of them here: the flat buffers' experts' region,
     // gpt.h) are sharded over the expert-data-parallel group, the others over DP x CP
     // (ExpertLayout); their buckets are not planned: at EP > 1 the overlaps are priced as one
@@ -1091,7 +1092,12 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
         charge_message(c, "ZeRO reduce-scatter, experts (expert-DP)", GROUP_EXPERT_DP, expert_dp - 1.0,
                        (expert_dp - 1.0) * expert_shard * 4.0);
     charge_kernel(c, "gradient norm", 2, shard * 4.0);   // the whole shard in one pass and a final sum
-    charge_kernel(c, "AdamW", 1, shard * (7.0 * 4.0 + x));   // master, m, v read and written; grad read; param written
+    // AdamW: the fp32 master weights read and written, the gradient read, the parameter written,
+    // and m and v read and written: 4 bytes each, or with 8-bit states a byte each and each
+    // block's two scales (fp32) read and written, 16 bytes a 2,048 (kernels/quantize.cuh; the
+    // shards are whole blocks: data_parallel.h zero_shard_multiple; the maps stay in cache)
+    double moments = states_8bit ? 2.0 * 2.0 + 4.0 * 4.0 / QUANT_BLOCK : 4.0 * 4.0;
+    charge_kernel(c, states_8bit ? "AdamW, 8-bit m and v" : "AdamW", 1, shard * (3.0 * 4.0 + moments + x));
     if (dp_size > 1 && overlap.gather_bucket > 0 && EP == 1) {
         double exposed = overlapped_gather_seconds(c, m, t_forward, dp_size, overlap.gather_bucket, x, &c->gather_total,
                                                    &messages);
@@ -1111,7 +1117,7 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
 // ZeRO group (GROUP_DP) is DP x CP; with experts, their layout (ExpertLayout: EP's group TP ranks
 // apart, the expert-data-parallel one TP x EP)
 static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int CP, int PP, int DP, ExpertLayout experts,
-                            int micro, DPOverlap overlap, StageCost* c, double* micro_seconds) {
+                            int micro, DPOverlap overlap, int states_8bit, StageCost* c, double* micro_seconds) {
     double x = m->build.floatx_bytes;
     int EP = experts.ep > 1 ? experts.ep : 1;
     memset(c, 0, sizeof(*c));
@@ -1127,7 +1133,8 @@ static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int CP, in
     c->calls = micro;
     cost_micro_batch(c, m, x, TP);
     *micro_seconds = c->seconds / micro;
-    cost_optimizer(c, m, x, DP * CP, PP, overlap, layer_seconds(c, m, x, TP, 0), layer_seconds(c, m, x, TP, 1));
+    cost_optimizer(c, m, x, DP * CP, PP, overlap, layer_seconds(c, m, x, TP, 0), layer_seconds(c, m, x, TP, 1),
+                   states_8bit);
 }
 
 // the GEMM-only part of a stage's step: its cuBLAS rows (what tests/fit_matmul_efficiency.sh fits

@@ -349,10 +349,13 @@ typedef struct GPT {
     size_t num_params;                               // elements of this rank's tensors
     size_t num_params_padded;                        // the flat buffers' length (each region padded: ZeRO shards)
     // The flat buffers hold two regions (data_parallel.h shards each over its own group): the
-    // dense parameters, padded to a multiple of DP x CP, then from expert_params_start the
-    // experts', padded to a multiple of their expert-data-parallel group (none: the two are equal)
+    // dense parameters, padded to a multiple of DP x CP shards, then from expert_params_start the
+    // experts', padded to a multiple of their expert-data-parallel group's (none: the two are
+    // equal); each shard a multiple of shard_multiple elements
     size_t expert_params_start, flat_length;         // (flat_length: where the next tensor goes)
     int dense_pad_multiple;                          // DP x CP
+    int shard_multiple;                              // 1, or with 8-bit Adam states a quantization block
+                                                     // (data_parallel.h zero_shard_multiple)
     BuildTarget build;                               // the build laid out: this_build(), or in a dry run's
                                                      // plan the other one (floatX of 2 or 4 bytes)
     floatX* params;                                  // what the kernels read
@@ -636,11 +639,12 @@ static void build_tensor_table(GPT* m) {
     }
     if (m->is_last_stage && tied) m->output = m->wte;
     // the experts last, a region of their own: summed over their expert-data-parallel group, not DP x CP
-    m->flat_length = CEIL_DIV(m->flat_length, (size_t)m->dense_pad_multiple) * m->dense_pad_multiple;
+    size_t dense_pad = (size_t)m->dense_pad_multiple * m->shard_multiple;
+    m->flat_length = CEIL_DIV(m->flat_length, dense_pad) * dense_pad;
     m->expert_params_start = m->flat_length;
     for (int i = 0; i < m->num_local_layers; i++)
         if (is_moe_layer(c, global_layer(m, i))) add_layer_experts(m, capacity, global_layer(m, i), &m->layer_tensors[i]);
-    size_t experts = m->flat_length - m->expert_params_start, pad = m->ep.data_parallel;
+    size_t experts = m->flat_length - m->expert_params_start, pad = (size_t)m->ep.data_parallel * m->shard_multiple;
     m->num_params_padded = m->expert_params_start + CEIL_DIV(experts, pad) * pad;
 }
 
@@ -984,7 +988,8 @@ static void layout_arena(GPT* m, Arena* a) {
 // build: the tensor table, the flat buffers and the arena of one rank
 // chunk_slots: micro-batches in flight per model chunk (what the schedule needs: pipeline.h's
 // schedule_slots); pad_multiple: the flat buffers are padded with zeros to a multiple of it (the
-// data-parallel size, for ZeRO).
+// data-parallel size, for ZeRO) times shard_multiple (each ZeRO shard a multiple of it: 1, or
+// data_parallel.h's zero_shard_multiple).
 
 // gpt_plan_model: the tensor table and the sizes of the flat buffers and the arena, nothing large
 // allocated (so the trainer can check the memory first); gpt_allocate: the buffers, the init.
@@ -1024,11 +1029,12 @@ static void plan_slots(GPT* m, const int* chunk_slots) {
 
 static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_rank, int tp_size, ContextSlice cp,
                            CpCommType cp_comm, ExpertSlice ep, PipelineStage stage, const int* chunk_slots,
-                           int pad_multiple, BuildTarget build) {
+                           int pad_multiple, int shard_multiple, BuildTarget build) {
     memset(m, 0, sizeof(*m));
     m->cfg = *cfg;
     m->ep = ep;
     m->dense_pad_multiple = pad_multiple;
+    m->shard_multiple = shard_multiple;
     m->build = build;
     m->B = B;
     m->seq_length = T;
@@ -1105,7 +1111,7 @@ static inline void gpt_build(GPT* m, const GPTConfig* cfg, int B, int T, int tp_
                              int pp_rank, int pp_size, int num_slots, int pad_multiple) {
     gpt_plan_model(m, cfg, B, T, tp_rank, tp_size, context_slice(0, 1, T), CP_COMM_P2P,
                    expert_slice(0, 1, cfg->num_experts, NULL, pad_multiple), even_stage(cfg->num_layers, pp_rank, pp_size),
-                   &num_slots, pad_multiple, this_build());
+                   &num_slots, pad_multiple, 1, this_build());
     gpt_allocate(m);
 }
 

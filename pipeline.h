@@ -208,16 +208,29 @@ static void forward_step(Schedule* s, Work w) {
 // the linear layers' weight gradients, run later from what B left in the slot (layers.h)
 static int defers_weights(const Schedule* s) { return s->kind == SCHEDULE_ZB_H1; }
 
+// What a backward and ZB-H1's weight pass of micro-batch w both begin with: the walk's event,
+// and with a model the watchdog's phase, the profile's span (closed by the caller's trace_end)
+// and the overlapped reduction armed if this pass adds the stage's gradients' last terms
+// (`last`). Returns w's slot, NULL on a walk without a model (--print-schedule).
+static MicroBatchActivations* begin_gradient_pass(Schedule* s, Work w, TraceEvent event, const char* phase,
+                                                  const char* span, int last) {
+    trace(s, event, w);
+    GPT* m = s->model;
+    if (!m) return NULL;
+    activity_phase(phase, activity.iteration, w.micro);
+    MicroBatchActivations* a = slot_of(s, w);
+    trace_begin_micro(span, w.micro, w.chunk, global_layer(m, a->first), a->end - a->first);
+    grad_reducer.armed = grad_reducer.enabled && last;
+    return a;
+}
+
 // micro-batch w.micro of M: the last one adds its chunk's gradients' last terms (the overlap's
 // cue), but with ZB-H1 its weight pass does (weight_step), which also frees the slot
 static void backward_step(Schedule* s, Work w, int M) {
-    trace(s, TRACE_BACKWARD, w);
     GPT* m = s->model;
-    if (m) {
-        activity_phase("backward", activity.iteration, w.micro);
-        MicroBatchActivations* a = slot_of(s, w);
-        trace_begin_micro("backward", w.micro, w.chunk, global_layer(m, a->first), a->end - a->first);
-        grad_reducer.armed = grad_reducer.enabled && w.micro == M - 1 && !defers_weights(s);
+    MicroBatchActivations* a =
+        begin_gradient_pass(s, w, TRACE_BACKWARD, "backward", "backward", w.micro == M - 1 && !defers_weights(s));
+    if (a) {
         pipeline_before_writing(m->dres);   // (in 1F1B an exchange that receives comes between)
         if (a->dout) dev_copy(m->dres, a->dout, residual_elems(m) * sizeof(floatX));   // the gradient that came ahead
         m->weights_deferred = defers_weights(s);
@@ -233,14 +246,9 @@ static void backward_step(Schedule* s, Work w, int M) {
 // micro-batch order as 1F1B adds them (the W passes run in order). The last one's make the
 // stage's gradients final, so it arms the overlapped reduction, which its backward did not.
 static void weight_step(Schedule* s, Work w, int M) {
-    trace(s, TRACE_WEIGHT, w);
-    GPT* m = s->model;
-    if (m) {
-        activity_phase("weight gradients", activity.iteration, w.micro);
-        MicroBatchActivations* a = slot_of(s, w);
-        trace_begin_micro("weights", w.micro, w.chunk, global_layer(m, a->first), a->end - a->first);
-        grad_reducer.armed = grad_reducer.enabled && w.micro == M - 1;
-        gpt_backward_weights(m, (int)(a - m->slots));
+    MicroBatchActivations* a = begin_gradient_pass(s, w, TRACE_WEIGHT, "weight gradients", "weights", w.micro == M - 1);
+    if (a) {
+        gpt_backward_weights(s->model, (int)(a - s->model->slots));
         trace_end();
     }
     release_slot(s, w);

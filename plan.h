@@ -327,7 +327,8 @@ static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp
     int dp_cp = dp_size * a->context_parallel_size, EP = a->expert_model_parallel_size;
     gpt_plan_model(m, &a->model, a->micro_batch_size, a->model.seq_length, 0, tp_size,
                    context_slice(0, a->context_parallel_size, a->model.seq_length), (CpCommType)a->cp_comm_type,
-                   expert_slice(0, EP, a->model.num_experts, NULL, dp_cp / EP), stage, slots, dp_cp, build);
+                   expert_slice(0, EP, a->model.num_experts, NULL, dp_cp / EP), stage, slots, dp_cp,
+                   zero_shard_multiple(a->use_bnb_optimizer), build);
     free(slots);
 }
 
@@ -401,7 +402,8 @@ static LayoutPlan plan_layout(const Config* a, const Hardware* hw, StageCost* sl
         double micro_seconds;
         DPOverlap overlap = {a->overlap_grad_reduce ? grad_bucket_size(a, zero) : 0,
                              a->overlap_param_gather ? grad_bucket_size(a, zero) : 0};
-        plan_stage_cost(&m, hw, L.tp, L.cp, L.pp, L.dp, expert_layout_of(a), L.micro_batches, overlap, c, &micro_seconds);
+        plan_stage_cost(&m, hw, L.tp, L.cp, L.pp, L.dp, expert_layout_of(a), L.micro_batches, overlap, a->use_bnb_optimizer,
+                        c, &micro_seconds);
         gpt_free_plan(&m);
         if (micro_seconds > L.slot_seconds) {
             double x = m.build.floatx_bytes;
@@ -548,12 +550,23 @@ static void print_plan_summary(const char* label, const LayoutPlan* L) {
 
 // The same layout with each other form of recomputation: none, the attention core of every
 // layer (Megatron-LM's --recompute-activations), every layer (Megatron-DeepSpeed's
-// --checkpoint-activations), so the plan shows what each would cost and save
+// --checkpoint-activations), so the plan shows what each would cost and save; or the reason the
+// trainer would refuse it (--pipeline-schedule zb-h1 with full recomputation)
 static void print_recomputation_alternative(const Config* a, const Hardware* hw, int method, int core, const char* label) {
     Config other = *a;
+    // the run flags as this form's own would leave them (pipeline_schedule_error reads them), and the model's fields
+    other.checkpoint_activations = other.recompute_activations = 0;
+    other.recompute_granularity = method != RECOMPUTE_NONE ? GRANULARITY_FULL : core ? GRANULARITY_SELECTIVE : GRANULARITY_NONE;
+    other.recompute_method = method;
+    other.recompute_num_layers = method != RECOMPUTE_NONE ? 1 : 0;
     other.model.recompute_method = method;
     other.model.recompute_num_layers = 1;
     other.model.recompute_attention_core = core;
+    char err[512];
+    if (layout_error(&other, err, sizeof err)) {
+        printf("%s: refused (%s)\n", label, err);
+        return;
+    }
     LayoutPlan L = plan_layout(&other, hw, NULL);
     print_plan_summary(label, &L);
 }
@@ -796,14 +809,11 @@ static const char* planned_precision(const Config* a) {
     return a->fp16 ? "fp16 (fp32 master weights, fp32 grads)" : "bf16 (fp32 master weights, fp32 grads)";
 }
 
-// --dry-run: the layout of --world-size ranks (or the launched ones) planned stage by stage on
-// one rank: what each would allocate (the trainer's own numbers: plan_stage_memory), the model
-// FLOPs of a step, the bubble, what each group sends, the cost model's step on --hw, and a
-// last line in a fixed form. Every check of the flags has passed; nothing large is allocated,
-// no group built, no data read, no step run.
-static void dry_run_report(const Config* a) {
+// The dry run's first lines: the build and the layout planned, the model, the attention, and
+// which rank of each stage the memory lines describe
+static void print_dry_run_layout(const Config* a) {
     int TP = a->tensor_model_parallel_size, CP = a->context_parallel_size, PP = a->pipeline_model_parallel_size;
-    int DP = data_parallel_size(a), micro = a->global_batch_size / (a->micro_batch_size * DP);
+    int DP = data_parallel_size(a);
     char layout[96];
     char ep[48] = "";
     if (a->expert_model_parallel_size > 1) snprintf(ep, sizeof ep, ", EP %d of the DP x CP ranks", a->expert_model_parallel_size);
@@ -824,13 +834,32 @@ static void dry_run_report(const Config* a) {
         printf("each stage as its tensor rank 0, context rank 0, data rank 0 holds it (its other ranks hold the same sizes: "
                "another slice of the vocabulary, the matrices, the sequences' chunks (%d rows of each sequence's %d) and the "
                "ZeRO shard, over DP x CP = %d)\n", a->model.seq_length / CP, a->model.seq_length, DP * CP);
+}
+
+// The dry run's memory lines: each stage's bytes as the trainer would allocate them
+// (plan_stage_memory), the model state a parameter, one layer's activations
+static void print_dry_run_memory(const Config* a) {
+    int TP = a->tensor_model_parallel_size, PP = a->pipeline_model_parallel_size, DP = data_parallel_size(a);
     for (int p = 0; p < PP; p++) {
         StageMemory s = plan_stage_memory(a, p, TP, DP);
         if (p == 0) print_memory_header();
         print_memory_row("planned", &s, 1);
-        if (p == PP - 1 && a->expert_model_parallel_size == 1) print_model_state_bytes(&s, DP * CP);   // (EP's: below)
+        if (p == PP - 1 && a->expert_model_parallel_size == 1)   // (EP's: print_experts_plan)
+            print_model_state_bytes(&s, DP * a->context_parallel_size);
     }
     print_layer_activations(a);
+}
+
+// --dry-run: the layout of --world-size ranks (or the launched ones) planned stage by stage on
+// one rank: what each would allocate (the trainer's own numbers: plan_stage_memory), the model
+// FLOPs of a step, the bubble, what each group sends, the cost model's step on --hw, and a
+// last line in a fixed form. Every check of the flags has passed; nothing large is allocated,
+// no group built, no data read, no step run.
+static void dry_run_report(const Config* a) {
+    int CP = a->context_parallel_size, PP = a->pipeline_model_parallel_size;
+    int DP = data_parallel_size(a), micro = a->global_batch_size / (a->micro_batch_size * DP);
+    print_dry_run_layout(a);
+    print_dry_run_memory(a);
     double flops = flops_per_step(&a->model, a->global_batch_size, recomputed_layers(a),
                                   recomputed_attention_cores(a, runs_flash_attention(a, plans_gpu_build(a))));
     Hardware hw = hardware_of(a);

@@ -641,7 +641,7 @@ static void plan_model(Trainer* t) {
     gpt_plan_model(&t->model, c, a->micro_batch_size, c->seq_length, grid.tp_rank, grid.tp_size,
                    context_slice(grid.cp_rank, grid.cp_size, c->seq_length), (CpCommType)a->cp_comm_type,
                    expert_slice(grid.ep_rank, grid.ep_size, c->num_experts, &grid.ep, grid.dp_cp.size / grid.ep_size),
-                   stage, slots, grid.dp_cp.size, build);
+                   stage, slots, grid.dp_cp.size, zero_shard_multiple(a->use_bnb_optimizer), build);
     free(slots);
     StageMemory planned = stage_memory(&t->model, stage, grid.dp_cp.size, a->use_bnb_optimizer);
     check_memory(&planned, table_flags);

@@ -109,9 +109,12 @@ static void dequantize_block_cpu(const uint8_t* codes, float scale, size_t n, co
 
 // A rank's shard of n values in blocks of QUANT_BLOCK from its start: block b holds
 // [b QUANT_BLOCK, (b + 1) QUANT_BLOCK), the last one the n % QUANT_BLOCK left (when not 0),
-// with a scale of its own like any other. The blocks follow the shard, not the tensors: a block
-// may hold the end of one tensor and the start of the next (bitsandbytes quantizes each tensor
-// alone), and the padding of a shard (zeros, never updated) is quantized with its block.
+// with a scale of its own like any other. The trainer's shards are whole blocks, each starting
+// on a block of its region's grid (data_parallel.h zero_shard_multiple), so the blocks are the
+// same whatever the data-parallel size (the functions here take any n: tests/test_kernels.c's
+// end in a shorter block). The blocks follow the flat buffer, not the tensors: a block may hold
+// the end of one tensor and the start of the next (bitsandbytes quantizes each tensor alone),
+// and the padding (zeros, never updated) is quantized with its block.
 static size_t quant_blocks(size_t n) { return CEIL_DIV(n, (size_t)QUANT_BLOCK); }
 
 static void quantize_blocks_cpu(const float* x, size_t n, const float* map, uint8_t* codes, float* scales) {

@@ -516,7 +516,7 @@ static size_t planned_arena(GPTConfig c, int B, int T, int method, int core) {
     GPT m;
     int one_slot = 1;
     gpt_plan_model(&m, &c, B, T, 0, 1, context_slice(0, 1, T), CP_COMM_P2P, expert_slice(0, 1, c.num_experts, NULL, 1),
-                   even_stage(c.num_layers, 0, 1), &one_slot, 1, this_build());
+                   even_stage(c.num_layers, 0, 1), &one_slot, 1, 1, this_build());
     size_t bytes = m.arena_bytes;
     gpt_free(&m);
     return bytes;

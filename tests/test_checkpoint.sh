@@ -149,7 +149,7 @@ if [ "$n1" -eq 10 ] && [ "$n2" -eq 10 ] && awk -v a="$w1" -v b="$w2" 'BEGIN { ex
 else bad "resumed the other way round from --sequence-parallel" "$n1 and $n2 steps compared, worst $w1, $w2"; fi
 
 # 8-bit Adam (--use-bnb-optimizer): checkpoints hold the moments dequantized, fp32 as any, and
-# metadata.txt says `optimizer_states 8bit` (`fp32` else). Their blocks follow the shard: saved
+# metadata.txt says `optimizer_states 8bit` (`fp32` else). Their blocks follow the flat buffer: saved
 # and loaded in the same layout they come back bit for bit (a block's scale is its value of
 # largest magnitude, stored exactly), so a resume is bit-identical to the uninterrupted run and
 # a load saved again with no step between gives the same bytes. A 32-bit checkpoint loads into

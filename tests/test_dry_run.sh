@@ -98,8 +98,8 @@ moe="--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24"
 compare moe-ep2 1 1 2 $moe --expert-model-parallel-size 2
 compare moe-ep2-dp4-recompute 1 1 4 $moe --expert-model-parallel-size 2 --recompute-activations --global-batch-size 8
 # 8-bit Adam (--use-bnb-optimizer): each shard's moments a byte a parameter and a 4-byte scale a
-# block of 2,048 (the last block shorter: DP 3's shard of the padded buffer is no multiple of
-# 2,048), the maps a workspace; with experts, each region's shard in blocks of its own
+# block of 2,048, the maps a workspace; each region padded to whole blocks a shard (DP 3: three
+# shards of whole blocks), with experts each region's shard over its own group
 compare dp3-bnb-8bit 1 1 3 --global-batch-size 6 --use-bnb-optimizer
 compare moe-ep2-bnb-8bit 1 1 2 $moe --expert-model-parallel-size 2 --use-bnb-optimizer
 # the start-up line and the dry run's name CP next to TP, as Megatron-LM orders the groups
@@ -232,13 +232,16 @@ if [ -n "${t4:-}" ] && [ -n "${r4:-}" ] && [ $((2 * o4)) -eq $g4 ] && [ $p4 -eq 
     ok "DP 4, the distributed optimizer's memory: the CPU run allocates 8 + 8/4 bytes a parameter of model state ($o4 of optimizer state against $g4 of gradients: no gradient shard), the GPU plan 6 + 12/4, each saying so"
 else bad "DP 4, the distributed optimizer's memory" "CPU run: $p4 $g4 $o4 $a4 $w4 $t4, allocated $allocated4; GPU plan: $q4 $h4 $r4; $(grep -h '^model state' $B/dp4-distributed-optimizer.run $B/gpu-dp4.plan | head -2)"; fi
 # with 8-bit Adam the GPU plan's shard keeps 4 + 1 + 1 bytes a parameter (the master weights, m
-# and v) and 8 a block of 2,048: 6/4, where 12/4 before
+# and v) and 8 a block of 2,048: 6/4, where 12/4 before; the flat buffers padded to 4 shards of
+# whole blocks (data_parallel.h zero_shard_multiple): 2-byte parameters a multiple of 4 x 2,048,
+# fewer than 4 x 2,048 more than 32-bit Adam's
 ./train_cpu --dry-run --world-size 4 $model --global-batch-size 8 --dry-run-build gpu --use-bnb-optimizer > $B/gpu-dp4-bnb.plan 2>&1
 read -r q8 h8 r8 _ <<< "$(bytes_by_stage $B/gpu-dp4-bnb.plan | sed -E 's/^0: //; s/\|//g')"
 shard8=$(( ${h8:-0} / 4 / 4 ))
-if [ -n "${r8:-}" ] && [ "$r8" -eq $(( 6 * shard8 + 8 * ((shard8 + 2047) / 2048) )) ] && [ "$q8" = "$q4" ] &&
+if [ -n "${r8:-}" ] && [ "$r8" -eq $(( 6 * shard8 + 8 * ((shard8 + 2047) / 2048) )) ] &&
+   [ $((q8 % (2 * 4 * 2048))) -eq 0 ] && [ "$q8" -ge "$q4" ] && [ "$q8" -lt $((q4 + 2 * 4 * 2048)) ] &&
    grep -qE 'model state: 7.5 bytes a parameter = 2 \(16-bit parameters\) .* \+ 6/4 \(the shard.s fp32 master weights, Adam.s m and v in 8 bits' $B/gpu-dp4-bnb.plan; then
-    ok "DP 4 with --use-bnb-optimizer: the GPU plan's optimizer state 6 bytes a parameter of the shard + 8 a 2,048-block ($r8 bytes, 12/4's: $r4), 6 + 6/4 bytes a parameter of model state, saying so"
+    ok "DP 4 with --use-bnb-optimizer: the GPU plan's optimizer state 6 bytes a parameter of the shard + 8 a 2,048-block ($r8 bytes, 12/4's: $r4), 6 + 6/4 bytes a parameter of model state, saying so; the buffers 4 shards of whole blocks ($q8 bytes of parameters, 32-bit Adam's $q4)"
 else bad "DP 4 with --use-bnb-optimizer, the GPU plan" "$q8 $h8 $r8 (shard $shard8); $(grep -h '^model state' $B/gpu-dp4-bnb.plan)"; fi
 
 # the GPU build's plan: 2-byte parameters, the fp32 master copy in the optimizer state (no

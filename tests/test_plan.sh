@@ -118,6 +118,21 @@ if [ "$(row 'linear layers forward (cuBLASLt epilogues)' 2)" = "$linear" ] &&
    [ "$(row 'logits (cuBLAS)' 2)" = "$logits" ]; then
     ok "124M: the matmuls' GFLOP per step = (1 + 2) x 2 N C (4C + 2F) L, 3 x 4 B H T^2 d L, 3 x 2 N C V ($linear + $linear_backward, $attention, $logits)"
 else bad "124M matmul FLOPs" "expected $linear $linear_backward $attention $logits: $(grep -F cuBLAS $B/gpt2.plan | tr '\n' ' ')"; fi
+# AdamW's bytes at DP 2 (a shard of S elements): the fp32 master weights read and written, the
+# gradient read, the bf16 parameter written, and m and v read and written, fp32: S (7 x 4 + 2);
+# with --use-bnb-optimizer m and v a byte each and a block's two fp32 scales read and written, 16
+# bytes a 2,048: S (3 x 4 + 4 + 2 + 16 / 2048), its shard of the buffers padded to whole blocks
+# (the planner once priced 8-bit moments as 32-bit ones)
+./train_cpu --dry-run --dry-run-build gpu --world-size 2 $gpt2 --global-batch-size 32 $hw > $B/gpt2-dp2.plan 2>&1
+./train_cpu --dry-run --dry-run-build gpu --world-size 2 $gpt2 --global-batch-size 32 $hw --use-bnb-optimizer > $B/gpt2-dp2-bnb.plan 2>&1
+shard() { sed -nE 's/.*\(stage 0\) in bytes: [0-9]+ \| ([0-9]+) \|.*/\1/p' "$1" | awk '{ printf "%d", $1 / 4 / 2 }'; }
+s32=$(shard $B/gpt2-dp2.plan) s8=$(shard $B/gpt2-dp2-bnb.plan)
+adam32=$(awk -v s="$s32" 'BEGIN { printf "%.4f", s * (7 * 4 + 2) / 1e9 }')
+adam8=$(awk -v s="$s8" 'BEGIN { printf "%.4f", s * (3 * 4 + 4 + 2 + 16 / 2048) / 1e9 }')
+if [ -n "$s8" ] && [ $((s8 % 2048)) -eq 0 ] && near "$(row AdamW 3 gpt2-dp2)" "$adam32" 1e-3 &&
+   near "$(row 'AdamW, 8-bit m and v' 3 gpt2-dp2-bnb)" "$adam8" 1e-3 && ! grep -qF '  AdamW ' $B/gpt2-dp2-bnb.plan; then
+    ok "124M at DP 2: AdamW moves S (7 x 4 + 2) bytes ($adam32 GB), with 8-bit m and v S (3 x 4 + 4 + 2 + 16/2048) ($adam8 GB: the shard whole blocks, $s8 elements)"
+else bad "124M AdamW's bytes at DP 2" "expected $adam32 and $adam8 GB (shards $s32, $s8): $(grep -h 'AdamW' $B/gpt2-dp2.plan $B/gpt2-dp2-bnb.plan | tr '\n' ' ')"; fi
 # the fused attention (head size 64; auto takes it, and --attention-backend flash plans the same),
 # per head of T = 1024: 136 (64-row query tile, 64-key tile) pairs at and left of the diagonal,
 # 2 products of 2 x 64 x 64 x 64 each; backward 272 (key tile, 32-row step) of FlashAttention-2's
@@ -379,6 +394,16 @@ if grep -qE '^GPipe bubble: \(p - 1\) / \(m \+ p - 1\) = 3 / 7 = 42\.9% ' $B/gpi
    [ "$cells" = 4 ] && grep -q 'bubble of each stage, drawn: 3 of 15 cells (20.0%), 3 of 15 cells (20.0%), 3 of 15 cells (20.0%), 3 of 15 cells (20.0%); (p - 1) / (3 m + p - 1) = 3 / 15' $B/zb4.plan; then
     ok "PP 4, 4 micro-batches: GPipe's bubble 3/7 (1F1B's); ZB-H1's walk with the cost model's W $walked%, Qi et al.'s form $closed%; drawn 3 of 15 cells (F, B, W one each)"
 else bad "GPipe's and ZB-H1's bubbles" "$(grep 'bubble' $B/gpipe4.plan $B/zb4.plan | head -5)"; fi
+# ZB-H1 refuses full recomputation (its W pass reads the layers' inputs): its dry run's recomputed
+# alternative says so with the trainer's own reason, where 1F1B's prices it (the line once priced
+# what zb-h1 refuses)
+./train_cpu --dry-run --dry-run-build gpu $pp4 --pipeline-schedule zb-h1 --checkpoint-activations > $B/zb4-full.out 2>&1
+refusal=$(sed -nE 's/^error: //p' $B/zb4-full.out)
+./train_cpu --dry-run --dry-run-build gpu $pp4 > $B/1f1b4.plan 2>&1
+if [ -n "$refusal" ] && grep -qxF "with every layer recomputed (--checkpoint-activations): refused ($refusal)" $B/zb4.plan &&
+   grep -q '^with every layer recomputed (--checkpoint-activations): peak memory per GPU ' $B/1f1b4.plan; then
+    ok "ZB-H1's dry run marks its recomputed alternative refused, with the trainer's reason; 1F1B's prices it"
+else bad "ZB-H1's recomputed alternative" "refusal '$refusal'; $(grep -h '^with every layer' $B/zb4.plan $B/1f1b4.plan | head -2)"; fi
 # --print-schedule draws the order pipeline.h runs: for each (P, v, M, G) below, every stage's
 # forwards and backwards (the drawing without its '.' cells) are Megatron-LM's order as
 # tests/interleaved_order.py states it from the schedule table, and each stage's drawn bubble
