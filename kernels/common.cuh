@@ -50,6 +50,7 @@ static cublasLtHandle_t cublaslt_handle;   // the linear layers' forward (epilog
 static void* cublaslt_workspace;           // CUBLASLT_WORKSPACE_BYTES, allocated once
 static double* sum_squares_partials;  // [SUM_SQUARES_MAX_BLOCKS], allocated once
 static unsigned int* column_counters; // [COLUMN_COUNTERS], zero between the launches that use them
+static float* decode_partials;        // the split decode's parts (kernels/attention.cuh), at its first call
 static size_t kernels_workspace_bytes = 0;   // what kernels_init handed out through dev_malloc
 
 static void kernels_init(int local_device) {

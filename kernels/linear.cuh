@@ -412,6 +412,7 @@ static void kernels_free(void) {
     dev_free(cublaslt_workspace);
     dev_free(sum_squares_partials);
     dev_free(column_counters);
+    if (decode_partials) dev_free(decode_partials);
 }
 #else
 #define matmul_forward matmul_forward_cpu

@@ -662,13 +662,15 @@ static cudaError_t cudaGetDevice(int* device) {
     return cudaSuccess;
 }
 static cudaError_t cudaGetLastError(void) { return cudaSuccess; }  // launch errors abort at once
-typedef enum { cudaDevAttrComputeCapabilityMajor = 75 } cudaDeviceAttr;
-// the emulated GPU is an sm_90 (H100): the architecture the fused attention is built for
+typedef enum { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrComputeCapabilityMajor = 75 } cudaDeviceAttr;
+// the emulated GPU is an sm_90 H100 SXM (132 SMs): the architecture the fused attention is built for
 static cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
     int count;
     cudaGetDeviceCount(&count);
-    if (attribute != cudaDevAttrComputeCapabilityMajor || device < 0 || device >= count) return cudaErrorInvalidValue;
-    *value = 9;
+    if (device < 0 || device >= count) return cudaErrorInvalidValue;
+    if (attribute == cudaDevAttrComputeCapabilityMajor) *value = 9;
+    else if (attribute == cudaDevAttrMultiProcessorCount) *value = 132;
+    else return cudaErrorInvalidValue;
     return cudaSuccess;
 }
 
