@@ -1416,6 +1416,51 @@ static void test_attention_decode_splits(void) {
     test_attention_decode_split(2, 2, 64, heads_2_to_4_of_5, 20, 5, 25);   // a split a key
 }
 
+// CUDA graphs (kernels/common.cuh's compute_graph_begin and compute_graph_end, on the emulation's
+// capture): one layer's decode step of one row (the cache's append, the split decode, and the
+// projection after it through cuBLASLt) at positions 0 .. 199, captured a position and launched as
+// a graph, against the same step as plain launches on buffers of their own: the same bits at every
+// position. The first capture is instantiated, and so is the one where the split count first
+// passes 1 (65 keys: the merge is a kernel more); the other 198 update the graph in place (the
+// position, the split count from 2 to 4). Inside a capture a copy from the host is refused.
+static void test_decode_graph(void) {
+    const int NH = 3, G = 3, HS = 64, C = NH * HS, T = 200, row = (NH + 2 * G) * HS;
+    Alibi alibi = {2, 5};
+    Vec qkv = random_vec((size_t)T * row, 1.5f, true), w = random_vec((size_t)C * C, 0.1f, true), zero((size_t)T * 2 * G * HS, 0.0f);
+    floatX *d_qkv = to_dev_x(qkv), *d_w = to_dev_x(w), *cache[2], *att[2], *proj[2];
+    for (int k = 0; k < 2; k++)
+        cache[k] = to_dev_x(zero), att[k] = to_dev_x(Vec(C, 0.0f)), proj[k] = to_dev_x(Vec(C, 0.0f));
+    ComputeGraph graph;
+    memset(&graph, 0, sizeof graph);
+    int wrong = 0, first_wrong = -1;
+    for (int pos = 0; pos < T; pos++) {
+        for (int k = 0; k < 2; k++) {   // k = 0 plain, 1 as a graph
+            if (k) compute_graph_begin(&graph);
+            kv_cache_append(cache[k], d_qkv + (size_t)pos * row, 1, pos, NH, G, HS);
+            attention_decode(att[k], cache[k], d_qkv + (size_t)pos * row, 1, pos, NH, G, HS, alibi);
+            matmul_forward(proj[k], att[k], d_w, NULL, 1, C, C);
+            if (k) compute_graph_end(&graph);
+        }
+        bool same = same_bits(from_dev_x(proj[0], C), from_dev_x(proj[1], C)) && same_bits(from_dev_x(att[0], C), from_dev_x(att[1], C));
+        if (!same && first_wrong < 0) first_wrong = pos;
+        wrong += !same;
+    }
+    wrong += !same_bits(from_dev_x(cache[0], zero.size()), from_dev_x(cache[1], zero.size()));
+    check(wrong == 0 && graph.launches == T && graph.instantiated == 2,
+          FLOATX_NAME " a decode step as a CUDA graph, captured and updated a position (200): the same bits as plain launches",
+          "%d positions differ (the first %d); %ld graphs launched, %ld instantiated (want 200, 2)", wrong, first_wrong,
+          graph.launches, graph.instantiated);
+    compute_graph_begin(&graph);
+    int ids[1] = {7};
+    cudaError_t refused = cudaMemcpy(d_qkv, ids, sizeof ids, cudaMemcpyHostToDevice);
+    compute_graph_end(&graph);
+    check(refused == cudaErrorStreamCaptureUnsupported, "a copy from the host inside a capture is refused, as CUDA refuses it",
+          "cudaMemcpy returned %d", (int)refused);
+    compute_graph_free(&graph);
+    for (int k = 0; k < 2; k++) dev_free(cache[k]), dev_free(att[k]), dev_free(proj[k]);
+    dev_free(d_qkv), dev_free(d_w);
+}
+
 // The hidden dropout's kernel zeroes exactly what the C reference zeroes (rows from global row 9
 // of samples of T = 7, as a sequence-parallel rank holds them; C = 70 and 13, a pack of 8 a
 // thread and one element a thread), and scales the rest by 1 / (1 - p), rounded once
@@ -1647,6 +1692,7 @@ int main(int argc, char** argv) {
     }
     if (argc > 1 && strcmp(argv[1], "decode") == 0) {
         test_attention_decode_splits();
+        test_decode_graph();
         return tests_summary();
     }
 #ifdef EMU_FLASH_ONLY   // tests/test_emu.sh's planted builds run the flash or decode tests alone: the rest is not compiled
@@ -1692,6 +1738,7 @@ int main(int argc, char** argv) {
     test_attention_decode(6, 2, 64, heads_1_to_6_of_7);
     test_attention_decode(4, 1, 80, none);
     test_attention_decode_splits();
+    test_decode_graph();
     test_ptx_layouts();
     test_flash_attention_shapes();
     test_attention_blocks(4, 4, 64, none, NO_DROPOUT);
