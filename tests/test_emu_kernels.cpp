@@ -1399,7 +1399,7 @@ static void test_decode_split_rule(void) {
     };
     int wrong = 0;
     for (auto& c : cases) wrong += decode_splits(c.keys, c.pairs, decode_sms) != c.want;
-    check(decode_sms == 132 && wrong == 0, "attention_decode's split rule: CEIL_DIV(2 x SMs, pairs), >= 64 keys a split, <= 64",
+    check(decode_sms == 132 && wrong == 0, FLOATX_NAME " attention_decode's split rule: CEIL_DIV(2 x SMs, pairs), >= 64 keys a split, <= 64",
           "%d of %zu cases differ (SMs %d)", wrong, sizeof cases / sizeof cases[0], decode_sms);
 }
 
@@ -1454,7 +1454,7 @@ static void test_decode_graph(void) {
     int ids[1] = {7};
     cudaError_t refused = cudaMemcpy(d_qkv, ids, sizeof ids, cudaMemcpyHostToDevice);
     compute_graph_end(&graph);
-    check(refused == cudaErrorStreamCaptureUnsupported, "a copy from the host inside a capture is refused, as CUDA refuses it",
+    check(refused == cudaErrorStreamCaptureUnsupported, FLOATX_NAME " a copy from the host inside a capture is refused, as CUDA refuses it",
           "cudaMemcpy returned %d", (int)refused);
     compute_graph_free(&graph);
     for (int k = 0; k < 2; k++) dev_free(cache[k]), dev_free(att[k]), dev_free(proj[k]);
