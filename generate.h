@@ -171,7 +171,7 @@ static int chunk_first_slot(const GPT* m, int c) {
 }
 
 // Can this rank's step of n rows run as a CUDA graph (kernels/common.cuh's compute_graph_begin)?
-// Launches dominate a step of one row: a few dozen kernels and GEMMs a layer, each a few
+// Launches dominate a step of one row: eight to ten kernels and GEMMs a layer, each a few
 // microseconds, so the GPU build captures the step (its kernels and cuBLASLt's) and launches it
 // as one graph, re-captured a token and updated in place (the position, the cache's length and
 // its split count change; the kernels stay). Not captured: the collectives and point-to-point of
