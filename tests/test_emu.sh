@@ -86,7 +86,7 @@ $B/test_emu_guard || status=1
 
 # plant NAME FILE SED_SCRIPT [CHECKS]: kernels.cuh and kernels/ copied into $B/planted_K/ (first on
 # the include path), SED_SCRIPT applied to the copy's FILE (one of kernels/); its CHECKS (flash:
-# the fused attention's, the default; decode: the split decode's) must fail. The plants are
+# the fused attention's, the default; decode: the split decode's and its graph's) must fail. The plants are
 # queued, then built (-O1: the quicker build and run) and run two at a time, each saying PASS or
 # FAIL in its turn.
 plants=()
@@ -151,5 +151,9 @@ plant "the split decode's merge drops a split's maximum: each split weighed 1, n
     's|float w = part\[0\] == -INFINITY ? 0.0f : expf(part\[0\] - M);|float w = part[0] == -INFINITY ? 0.0f : 1.0f;|' decode
 plant "the split decode's runs: a split stops one key before the next one starts" $attention \
     's|end = first + chunk < t + 1 ? first + chunk : t + 1;|end = first + chunk - 1 < t + 1 ? first + chunk - 1 : t + 1;|' decode
+plant "a decode step's graph captured with the compute stream left at 0: its kernels would run at once, outside the graph" \
+    kernels/common.cuh '/^static void compute_graph_begin/,/^}/{/    compute_stream = g->stream;/d}' decode
+plant "cuBLASLt's products queued on stream 0, not the compute stream: outside a captured graph" kernels/linear.cuh \
+    's|cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, compute_stream));|cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));|' decode
 run_plants
 exit $status
