@@ -138,6 +138,7 @@ flops_per_step.
     X(FLOAT, top_p, NULL, 0, "sample among the most likely tokens whose probabilities add up to P (0: all)")          \
     X(LONG, generate_seed, NULL, 0, "the sampler's seed (0: --seed)")                                                 \
     X(SWITCH, generate_ignore_eod, NULL, 0, "go on past the end-of-document token (default: stop there)")             \
+    X(SWITCH, no_cuda_graph, NULL, 0, "the GPU build's generation: each step of one token as plain launches, not a CUDA graph") \
     X(CHOICE, tokenizer_type, NULL, 0, "GPT2BPETokenizer (GPT-2's BPE encodes the prompt and decodes the sample)")     \
     X(STRING, vocab_file, NULL, 0, "VOCAB.json: GPT2BPETokenizer's vocabulary (GPT-2's encoder.json)")                 \
     X(STRING, merge_file, NULL, 0, "MERGES.txt: GPT2BPETokenizer's merges (GPT-2's vocab.bpe)")                        \

@@ -170,6 +170,13 @@ static inline void comm_waits_for_compute(StreamEvent* e) { (void)e; }
 static inline void compute_waits_for_comm(StreamEvent* e) { (void)e; }
 static inline void comm_mark(StreamEvent* e) { (void)e; }
 static inline void compute_waits_for_mark(StreamEvent* e) { (void)e; }
+// the GPU build's CUDA graphs (kernels/common.cuh); none here: plain calls
+typedef struct {
+    long launches, instantiated;
+} ComputeGraph;
+static inline void compute_graph_begin(ComputeGraph* g) { (void)g; }
+static inline void compute_graph_end(ComputeGraph* g) { (void)g; }
+static inline void compute_graph_free(ComputeGraph* g) { (void)g; }
 // float <-> floatX conversions between host float arrays and device floatX arrays
 static void floats_to_dev_floatX(floatX* dev_dst, const float* host_src, size_t n) { memcpy(dev_dst, host_src, n * sizeof(float)); }
 static void dev_floatX_to_floats(float* host_dst, const floatX* dev_src, size_t n) { memcpy(host_dst, dev_src, n * sizeof(float)); }
@@ -223,14 +230,19 @@ static void dev_to_host(void* host_dst, const void* dev_src, size_t bytes) {
 static void host_to_dev(void* dev_dst, const void* host_src, size_t bytes) {
     cudaCheck(cudaMemcpy(dev_dst, host_src, bytes, cudaMemcpyHostToDevice));
 }
+// The compute stream: the legacy default stream (0), where every kernel, cuBLAS call and copy
+// of the compute is queued, but while generation captures a decode step into a CUDA graph
+// (kernels/common.cuh's compute_graph_begin): a capture cannot be made on the legacy stream.
+static cudaStream_t compute_stream = 0;
+
 // device to device, queued on the compute stream
 static void dev_copy(void* dev_dst, const void* dev_src, size_t bytes) {
-    cudaCheck(cudaMemcpyAsync(dev_dst, dev_src, bytes, cudaMemcpyDeviceToDevice, 0));
+    cudaCheck(cudaMemcpyAsync(dev_dst, dev_src, bytes, cudaMemcpyDeviceToDevice, compute_stream));
 }
 // wait until the GPU has finished everything queued (kernels, cuBLAS and NCCL calls are asynchronous): for timing
 static inline void dev_synchronize(void) { cudaCheck(cudaDeviceSynchronize()); }
 // the compute stream's work only: what the communication stream runs beside it goes on
-static inline void compute_synchronize(void) { cudaCheck(cudaStreamSynchronize(0)); }
+static inline void compute_synchronize(void) { cudaCheck(cudaStreamSynchronize(compute_stream)); }
 
 // Copies of a micro-batch's tokens from pinned (page-locked) host memory, queued on the
 // compute stream: the host goes on at once, where a copy from pageable memory (cudaMemcpy)
@@ -247,9 +259,9 @@ static inline void host_free_pinned(void* p) { cudaCheck(cudaFreeHost(p)); }
 static inline void host_copy_create(HostCopy* done) { cudaCheck(cudaEventCreateWithFlags(done, cudaEventDisableTiming)); }
 static inline void host_copy_destroy(HostCopy* done) { cudaCheck(cudaEventDestroy(*done)); }
 static inline void host_to_dev_async(void* dev_dst, const void* host_src, size_t bytes) {
-    cudaCheck(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyHostToDevice, 0));
+    cudaCheck(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyHostToDevice, compute_stream));
 }
-static inline void host_copy_record(HostCopy* done) { cudaCheck(cudaEventRecord(*done, 0)); }
+static inline void host_copy_record(HostCopy* done) { cudaCheck(cudaEventRecord(*done, compute_stream)); }
 static inline void host_copy_wait(HostCopy* done) { cudaCheck(cudaEventSynchronize(*done)); }
 
 // The communication stream: communication that can overlap compute (parallel.h's bucketed
@@ -267,13 +279,13 @@ static cudaStream_t comm_stream;   // created by kernels_init
 static inline void stream_event_create(StreamEvent* e) { cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming)); }
 static inline void stream_event_destroy(StreamEvent* e) { cudaCheck(cudaEventDestroy(*e)); }
 static inline void comm_waits_for_compute(StreamEvent* e) {
-    cudaCheck(cudaEventRecord(*e, 0));
+    cudaCheck(cudaEventRecord(*e, compute_stream));
     cudaCheck(cudaStreamWaitEvent(comm_stream, *e, 0));
 }
 // compute_waits_for_comm in two halves: mark the communication stream's work so far now, wait
 // for it later (the compute stream waits for one gathered bucket, not for those queued after it)
 static inline void comm_mark(StreamEvent* e) { cudaCheck(cudaEventRecord(*e, comm_stream)); }
-static inline void compute_waits_for_mark(StreamEvent* e) { cudaCheck(cudaStreamWaitEvent(0, *e, 0)); }
+static inline void compute_waits_for_mark(StreamEvent* e) { cudaCheck(cudaStreamWaitEvent(compute_stream, *e, 0)); }
 static inline void compute_waits_for_comm(StreamEvent* e) {
     comm_mark(e);
     compute_waits_for_mark(e);

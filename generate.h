@@ -39,6 +39,7 @@ typedef struct {
     int show_text, show_ids;              // the sample as text (as it comes), as ids (at the end), or both
     const volatile sig_atomic_t* stop;    // a stop signal's number (0: none): generation ends cleanly
     const char* (*name_signal)(int sig);  // its name, for the line that says so
+    int cuda_graph;                       // the GPU build: a step of one row as a CUDA graph, where it can be
 } GenerateOptions;
 
 // ----------------------------------------------------------------------------
@@ -169,12 +170,40 @@ static int chunk_first_slot(const GPT* m, int c) {
     return slot;
 }
 
+// Can this rank's step of n rows run as a CUDA graph (kernels/common.cuh's compute_graph_begin)?
+// Launches dominate a step of one row: eight to ten kernels and GEMMs a layer, each a few
+// microseconds, so the GPU build captures the step (its kernels and cuBLASLt's) and launches it
+// as one graph, re-captured a token and updated in place (the position, the cache's length and
+// its split count change; the kernels stay). Not captured: the collectives and point-to-point of
+// tensor and pipeline parallelism (NCCL can be captured, but the ranks would have to agree on
+// every capture and update: not done here, so a graph runs only where a stage is the whole model
+// and its tensor rank alone: TP = PP = 1, any DP or CP, whose replicas decode alone), the MoE
+// layer (its routing's row offsets come back to the host, a wait a capture cannot hold), and
+// the first step of one row, which runs plainly to make what is made once (cuBLASLt's plans for
+// one row, the split decode's partials; and the overlapped parameter gather's last waits are
+// behind it: data_parallel.h's hook waits for nothing in the steps after).
+static int decode_graph_usable(const GPT* m, int n) {
+    const KVCache* kv = m->kv_cache;
+    return GPU_BUILD && kv->use_graph && kv->graph_warm && n == 1 && m->tp_size == 1 && grid.pp_size == 1 &&
+           m->num_chunks == 1 && m->cfg.num_experts == 0;
+}
+
 // The rows [pos0, pos0 + n) of ids through this rank's model chunks, in pipeline order: each
 // chunk takes its input from the embedding (the first stage's chunk 0) or the stage before it
 // on the ring (the last stage for a later chunk of the first stage), and sends its output on,
-// but for the head's chunk, whose forward leaves the last row's logits in m->logits.
+// but for the head's chunk, whose forward leaves the last row's logits in m->logits. One row on
+// a stage that is the whole model: as a CUDA graph, where decode_graph_usable says it can be.
 static void decode_forward(GPT* m, const int* ids, int pos0, int n) {
     gpt_decode_rows(m, pos0, n);
+    KVCache* kv = m->kv_cache;
+    if (decode_graph_usable(m, n)) {
+        host_to_dev(m->slots[0].tokens, ids + pos0, sizeof(int));   // (a copy from the host: before the capture)
+        compute_graph_begin(&kv->graph);
+        gpt_forward_stage(m, 0, 0.0f);
+        compute_graph_end(&kv->graph);
+        return;
+    }
+    kv->graph_warm |= n == 1;
     size_t elems = (size_t)n * m->cfg.hidden_size;
     for (int c = 0; c < m->num_chunks; c++) {
         int slot = chunk_first_slot(m, c);
@@ -257,6 +286,7 @@ static int generate_tokens(GPT* m, const GenerateOptions* o, const int* prompt, 
     KVCache kv;
     memset(&kv, 0, sizeof(kv));
     kv.layers = (floatX**)callocCheck(m->num_local_layers + 1, sizeof(floatX*));
+    kv.use_graph = o->cuda_graph;
     int* ids = NULL;
     kv_cache_resize(m, &kv, &ids, cap == INT_MAX && wanted > len + 1024 ? len + 1024 : (int)(wanted > len ? wanted : len), 0);
     memcpy(ids, prompt + first, len * sizeof(int));
@@ -307,8 +337,12 @@ static int generate_tokens(GPT* m, const GenerateOptions* o, const int* prompt, 
                    "%d tokens went on from position 0\n", cap, shifts, cap / 2 > 1 ? cap / 2 : 1);
         printf("generation: %d tokens after a prompt of %d tokens in %.3f s (prompt %.3f s): %.1f tokens/s\n", generated,
                len, seconds, prefill_seconds, seconds > 0 ? generated / seconds : 0.0);
+        if (kv.graph.launches)
+            printf("generation: %ld steps as a CUDA graph (%ld instantiated, %ld updated in place)\n", kv.graph.launches,
+                   kv.graph.instantiated, kv.graph.launches - kv.graph.instantiated);
         fflush(stdout);
     }
+    compute_graph_free(&kv.graph);
     for (int i = 0; i < m->num_local_layers; i++) dev_free(kv.layers[i]);
     free(kv.layers);
     if (whole_logits) dev_free(whole_logits);

@@ -289,12 +289,16 @@ typedef struct {
 // generation's KV cache (generate.h allocates it, outside the arena): per local layer i,
 // layers[i] is [max_len, 2 x hidden_local] floatX, each position's keys of this rank's heads,
 // then their values (kernels/attention.cuh's kv_cache_index). pos0: the first position of the rows the
-// next forward runs. The rest is the training shape gpt_decode_begin set aside, for gpt_decode_end.
+// next forward runs. B .. first_residual_row: the training shape gpt_decode_begin set aside, for
+// gpt_decode_end. The rest: the decode step's CUDA graph (generate.h).
 typedef struct {
     floatX** layers;
     int max_len, pos0;
     int max_rows;   // the most rows one forward may run: the arena's residual rows
     int B, T, sequence_parallel, residual_rows, first_residual_row;
+    int use_graph;        // may a step of one row run as a CUDA graph (the GPU build: generate.h's decode_forward)
+    int graph_warm;       // a step of one row has run plainly: what is made once for it is made
+    ComputeGraph graph;   // those steps' graph
 } KVCache;
 
 // dropout's step: train.c's train_step sets it for the step it runs (training 0, as in an

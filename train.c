@@ -1006,7 +1006,7 @@ static void generate(Trainer* t) {
                          (uint64_t)(a->generate_seed ? a->generate_seed : a->model.seed), eod_of(t),
                          a->generate_ignore_eod, tok ? tok->vocab_size : a->model.vocab_size, tok,
                          text && a->generate_prompt ? a->generate_prompt : "", text, a->generate_output != GENERATE_TEXT,
-                         &stop_requested, signal_name};
+                         &stop_requested, signal_name, !a->no_cuda_graph};
     on_stop_signals(request_stop);   // a signal ends generation after the token in hand (twice: at once)
     generate_tokens(&t->model, &o, t->prompt.ids, (int)t->prompt.n);
 }

@@ -551,16 +551,45 @@ __global__ void kv_cache_append_kernel(floatX* cache, const floatX* qkv, int n, 
     cache[(size_t)(pos0 + i) * row + r] = qkv[qkv_group_index(0, i, g, NH / G + which, n, NH, G, HS) + d];
 }
 
-// One block of DECODE_BLOCK threads per (query i, head h). Warp w takes the keys w, w + warps,
-// ...; its lanes split the head's dimensions (DECODE_DIMS each: HS <= 32 x DECODE_DIMS), sum the
-// score with a warp reduction, and keep an online softmax (Milakov and Gimelshein 2018): the
-// running maximum m, the sum l of exp(score - m) and the output o, rescaled by exp(m_old - m)
-// when m grows. The block then merges its warps' (m, l, o) with block reductions.
+// The keys split over blocks (flash-decoding's split-K, Dao, Haziza, Massa and Sizov 2023): one
+// new token has NH (query, head) pairs, a dozen blocks where an H100 has 132 SMs, so each pair's
+// keys are cut into `splits` runs of CEIL_DIV(pos0 + n, splits) keys (the longest row's keys;
+// a shorter row's last runs may be empty), one block each. Split s of pair p leaves its part in
+// partials[p * splits + s]: [m, l, o[0 .. HS)], m the largest score of its keys, l the sum of
+// exp(score - m) and o the sum of exp(score - m) v (not divided by l); an empty run m = -inf,
+// l = 0, o = 0. The merge (attention_decode_merge_kernel) is the log-sum-exp combination of
+// context parallelism's blocks (attention_blocks.cuh): with M = max_s m_s and w_s = exp(m_s - M),
+//   out = sum_s w_s o_s / sum_s w_s l_s,
+// in split order (the same bits every run). One split (a prompt's chunk of many rows fills the
+// GPU by itself) writes out directly: no partials, no merge.
+// The rule (decode_splits): blocks to fill the SMs twice, CEIL_DIV(2 x SMs, n x NH) splits, but
+// at least DECODE_SPLIT_KEYS keys a split (8 a warp: fewer and the block's fixed costs, the
+// query's load and the merges, outweigh its keys) and at most DECODE_MAX_SPLITS. Then a pair
+// has more than one split only when n x NH < 2 x SMs, so n x NH x splits < 4 x SMs: the
+// partials need at most 4 x SMs parts (DECODE_PARTS).
 #define DECODE_BLOCK 256
 #define DECODE_DIMS 8
-__global__ void attention_decode_kernel(floatX* out, const floatX* cache, const floatX* qkv, int n, int pos0, int NH,
-                                        int G, int HS, Alibi alibi) {
-    int i = blockIdx.x / NH, h = blockIdx.x % NH, t = pos0 + i, g = h / (NH / G);
+#define DECODE_SPLIT_KEYS 64
+#define DECODE_MAX_SPLITS 64
+#define DECODE_PARTS(sms) (4 * (size_t)(sms))
+#define DECODE_PART_FLOATS (32 * DECODE_DIMS + 2)   // a part: m, l, and o of the largest head size
+static int decode_splits(int keys, int pairs, int sms) {
+    int fill = CEIL_DIV(2 * sms, pairs), most = CEIL_DIV(keys, DECODE_SPLIT_KEYS);
+    int splits = fill < most ? fill : most;
+    return splits < 1 ? 1 : splits > DECODE_MAX_SPLITS ? DECODE_MAX_SPLITS : splits;
+}
+
+// One block of DECODE_BLOCK threads per (query i, head h, split s). Warp w takes the split's keys
+// first + w, first + w + warps, ...; its lanes split the head's dimensions (DECODE_DIMS each: HS
+// <= 32 x DECODE_DIMS), sum the score with a warp reduction, and keep an online softmax (Milakov
+// and Gimelshein 2018): the running maximum m, the sum l of exp(score - m) and the output o,
+// rescaled by exp(m_old - m) when m grows. The block then merges its warps' (m, l, o): each
+// warp's weighed by exp(m - the block's maximum), a warp without keys (m = -inf) by 0, o summed
+// over the warps in warp order, lane by lane (block_sum_over_warps).
+__global__ void attention_decode_kernel(floatX* out, float* partials, const floatX* cache, const floatX* qkv, int n,
+                                        int pos0, int NH, int G, int HS, Alibi alibi, int splits) {
+    int s = blockIdx.x % splits, pair = blockIdx.x / splits, i = pair / NH, h = pair % NH, t = pos0 + i, g = h / (NH / G);
+    int chunk = CEIL_DIV(pos0 + n, splits), first = s * chunk, end = first + chunk < t + 1 ? first + chunk : t + 1;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     const floatX* q = qkv + qkv_index(0, i, h, 0, n, NH, G, HS);
     float scale = 1.0f / sqrtf((float)HS), qr[DECODE_DIMS], o[DECODE_DIMS], m = -INFINITY, l = 0.0f;
@@ -569,28 +598,47 @@ __global__ void attention_decode_kernel(floatX* out, const floatX* cache, const 
         qr[k] = d < HS ? floatX_to_float(q[d]) : 0.0f;
         o[k] = 0.0f;
     }
-    for (int t2 = warp; t2 <= t; t2 += warps) {   // the same keys for every lane of the warp
+    for (int t2 = first + warp; t2 < end; t2 += warps) {   // the same keys for every lane of the warp
         const floatX* key = cache + kv_cache_index(t2, g, 0, G, HS);
         const floatX* value = cache + kv_cache_index(t2, g, 1, G, HS);
-        float s = 0.0f;
+        float score = 0.0f;
         for (int k = 0; k < DECODE_DIMS; k++)
-            if (lane + 32 * k < HS) s += qr[k] * floatX_to_float(key[lane + 32 * k]);
-        s = warp_reduce_sum(s) * scale + alibi_bias(alibi, h, t, t2);
-        float m_new = fmaxf(m, s), rescale = expf(m - m_new), w = expf(s - m_new);
+            if (lane + 32 * k < HS) score += qr[k] * floatX_to_float(key[lane + 32 * k]);
+        score = warp_reduce_sum(score) * scale + alibi_bias(alibi, h, t, t2);
+        float m_new = fmaxf(m, score), rescale = expf(m - m_new), w = expf(score - m_new);
         l = l * rescale + w;
         for (int k = 0; k < DECODE_DIMS; k++)
             if (lane + 32 * k < HS) o[k] = o[k] * rescale + w * floatX_to_float(value[lane + 32 * k]);
         m = m_new;
     }
-    // merge the warps: a warp's share is weighed by exp(m - the block's maximum); key 0 makes
-    // that maximum finite, and a warp without keys (m = -inf) weighs 0
-    float block_max = block_reduce_max(m), weight = expf(m - block_max);
+    float block_max = block_reduce_max(m), weight = m == -INFINITY ? 0.0f : expf(m - block_max);
     float sum = block_reduce_sum(lane == 0 ? l * weight : 0.0f);
-    for (int k = 0; k < DECODE_DIMS; k++)
-        for (int j = 0; j < 32 && j + 32 * k < HS; j++) {   // the same bounds in every thread
-            float v = block_reduce_sum(lane == j ? o[k] * weight : 0.0f);
-            if (threadIdx.x == 0) out[((size_t)i * NH + h) * HS + j + 32 * k] = to_floatX(v / sum);
-        }
+    float* part = partials + ((size_t)pair * splits + s) * (HS + 2);
+    if (splits > 1 && threadIdx.x == 0) part[0] = block_max, part[1] = sum;
+    for (int k = 0; k < DECODE_DIMS && 32 * k < HS; k++) {   // (the same trips in every thread)
+        float v = block_sum_over_warps(o[k] * weight);
+        int d = lane + 32 * k;
+        if (warp != 0 || d >= HS) continue;
+        if (splits > 1) part[2 + d] = v;
+        else out[(size_t)pair * HS + d] = to_floatX(v / sum);   // (key 0 is in the one split: sum > 0)
+    }
+}
+
+// one thread per element of out[n, NH, HS]: the pair's splits merged by their maxima (above)
+__global__ void attention_decode_merge_kernel(floatX* out, const float* partials, int pairs, int HS, int splits) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)pairs * HS) return;
+    int pair = (int)(idx / HS), d = (int)(idx % HS);
+    const float* parts = partials + (size_t)pair * splits * (HS + 2);
+    float M = -INFINITY, sum = 0.0f, o = 0.0f;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, parts[(size_t)s * (HS + 2)]);   // finite: split 0 holds key 0
+    for (int s = 0; s < splits; s++) {
+        const float* part = parts + (size_t)s * (HS + 2);
+        float w = part[0] == -INFINITY ? 0.0f : expf(part[0] - M);
+        sum += w * part[1];
+        o += w * part[2 + d];
+    }
+    out[idx] = to_floatX(o / sum);
 }
 
 static void kv_cache_append(floatX* cache, const floatX* qkv, int n, int pos0, int NH, int G, int HS) {
@@ -598,10 +646,35 @@ static void kv_cache_append(floatX* cache, const floatX* qkv, int n, int pos0, i
            cache, qkv, n, pos0, NH, G, HS);
 }
 
+// the SMs decode_splits fills; the partials (DECODE_PARTS of them), allocated at the first call
+// and kept (kernels_free frees them): not in the memory plan, as the KV cache is not
+static int decode_sms;
+static void decode_partials_init(void) {
+    if (decode_partials) return;
+    int device;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaDeviceGetAttribute(&decode_sms, cudaDevAttrMultiProcessorCount, device));
+    decode_partials = (float*)dev_malloc(DECODE_PARTS(decode_sms) * DECODE_PART_FLOATS * sizeof(float));
+}
+
+// attention_decode in `splits` splits a pair (tests may choose them; at most DECODE_PARTS in all)
+static void attention_decode_split(floatX* out, const floatX* cache, const floatX* qkv, int n, int pos0, int NH, int G,
+                                   int HS, Alibi alibi, int splits) {
+    if (HS > 32 * DECODE_DIMS) fail("attention_decode: head size %d, above %d", HS, 32 * DECODE_DIMS);
+    decode_partials_init();
+    if (splits > 1 && (size_t)n * NH * splits > DECODE_PARTS(decode_sms))
+        fail("attention_decode: %d x %d pairs in %d splits, more than the %zu parts", n, NH, splits, DECODE_PARTS(decode_sms));
+    LAUNCH(attention_decode_kernel, n * NH * splits, DECODE_BLOCK, 0, out, decode_partials, cache, qkv, n, pos0, NH, G,
+           HS, alibi, splits);
+    if (splits > 1)
+        LAUNCH(attention_decode_merge_kernel, CEIL_DIV((size_t)n * NH * HS, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, out,
+               decode_partials, n * NH, HS, splits);
+}
+
 static void attention_decode(floatX* out, const floatX* cache, const floatX* qkv, int n, int pos0, int NH, int G, int HS,
                              Alibi alibi) {
-    if (HS > 32 * DECODE_DIMS) fail("attention_decode: head size %d, above %d", HS, 32 * DECODE_DIMS);
-    LAUNCH(attention_decode_kernel, n * NH, DECODE_BLOCK, 0, out, cache, qkv, n, pos0, NH, G, HS, alibi);
+    decode_partials_init();
+    attention_decode_split(out, cache, qkv, n, pos0, NH, G, HS, alibi, decode_splits(pos0 + n, n * NH, decode_sms));
 }
 #else
 #define kv_cache_append kv_cache_append_cpu

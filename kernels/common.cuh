@@ -16,14 +16,15 @@ Included by kernels.cuh, the index of kernels/: the conventions every kernel kee
 // The one place a kernel is launched (a test build may define its own LAUNCH first). Grids
 // are 1-D (`blocks` of them); a launch over nothing (0 blocks, e.g. an empty tensor) is
 // skipped, not an error.
-// Every kernel runs on the default stream (0), as cuBLAS does; NCCL too, but for the
-// collectives queued on the communication stream (comm_stream, above).
+// Every kernel runs on the compute stream (device.cuh: the default stream 0 but while a CUDA
+// graph is captured), as cuBLAS does; NCCL too, but for the collectives queued on the
+// communication stream (comm_stream, above).
 #ifndef LAUNCH
 #define LAUNCH(kernel, blocks, block, shmem, ...)                             \
     do {                                                                      \
         unsigned int launch_grid_ = (unsigned int)(blocks);                   \
         if (launch_grid_ > 0) {                                               \
-            kernel<<<launch_grid_, (block), (shmem), 0>>>(__VA_ARGS__);       \
+            kernel<<<launch_grid_, (block), (shmem), compute_stream>>>(__VA_ARGS__); \
             cudaCheck(cudaGetLastError());                                    \
         }                                                                     \
     } while (0)
@@ -50,6 +51,7 @@ static cublasLtHandle_t cublaslt_handle;   // the linear layers' forward (epilog
 static void* cublaslt_workspace;           // CUBLASLT_WORKSPACE_BYTES, allocated once
 static double* sum_squares_partials;  // [SUM_SQUARES_MAX_BLOCKS], allocated once
 static unsigned int* column_counters; // [COLUMN_COUNTERS], zero between the launches that use them
+static float* decode_partials;        // the split decode's parts (kernels/attention.cuh), at its first call
 static size_t kernels_workspace_bytes = 0;   // what kernels_init handed out through dev_malloc
 
 static void kernels_init(int local_device) {
@@ -71,6 +73,54 @@ static void kernels_init(int local_device) {
     kernels_workspace_bytes = dev_bytes_allocated - before;
 }
 // (kernels_free, which undoes it at exit, follows the linear layers: it frees their cuBLASLt plans too)
+
+// CUDA graphs of the compute stream's work (generation's decode step: generate.h), by stream
+// capture. From compute_graph_begin, the compute stream is the graph's own stream (a capture
+// cannot be made on the legacy stream 0), cuBLAS's too, and what is queued on it is recorded with
+// its arguments, not run; compute_graph_end ends the capture, puts the capture into the graph's
+// executable form and launches that on stream 0, where it runs in order with the plain launches
+// around it. The first capture is instantiated (cudaGraphInstantiate); each later one updates the
+// executable graph in place (cudaGraphExecUpdate: the same kernels with other arguments, as
+// llama.cpp's decode does a token), or is instantiated anew where CUDA refuses the update (a
+// kernel more or fewer, e.g. when the split decode's merge appears). Between the two calls
+// nothing may wait for the device (a copy from pageable host memory, a synchronize, an
+// allocation): CUDA refuses those inside a capture.
+typedef struct {
+    cudaStream_t stream;    // the capture's stream, created at the first capture
+    cudaGraphExec_t exec;   // the executable graph, launched at the end of each capture
+    long launches, instantiated;   // graphs launched; of them, instantiated anew (the rest updated)
+} ComputeGraph;
+
+static void compute_graph_begin(ComputeGraph* g) {
+    if (!g->stream) cudaCheck(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
+    compute_stream = g->stream;
+    cublasCheck(cublasSetStream(cublas_handle, compute_stream));
+}
+
+static void compute_graph_end(ComputeGraph* g) {
+    cudaGraph_t graph = NULL;
+    cudaCheck(cudaStreamEndCapture(g->stream, &graph));
+    compute_stream = 0;
+    cublasCheck(cublasSetStream(cublas_handle, 0));
+    cudaGraphExecUpdateResultInfo result;
+    if (!g->exec || cudaGraphExecUpdate(g->exec, graph, &result) != cudaSuccess) {
+        (void)cudaGetLastError();   // a refused update's error, not sticky: cleared before the next check reads it
+        if (g->exec) cudaCheck(cudaGraphExecDestroy(g->exec));
+        cudaCheck(cudaGraphInstantiate(&g->exec, graph, 0));
+        g->instantiated++;
+    }
+    cudaCheck(cudaGraphDestroy(graph));
+    cudaCheck(cudaGraphLaunch(g->exec, 0));
+    g->launches++;
+}
+
+static void compute_graph_free(ComputeGraph* g) {
+    if (g->exec) cudaCheck(cudaGraphExecDestroy(g->exec));
+    if (g->stream) cudaCheck(cudaStreamDestroy(g->stream));
+    g->exec = NULL, g->stream = NULL;
+}
+
 
 // ----------------------------------------------------------------------------
 // reduction helpers: the only code that touches warp shuffles and shared memory

@@ -314,7 +314,7 @@ static bool gemm_lt(cublasOperation_t transa, cublasOperation_t transb, int m, i
         cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));
     const float alpha = 1.0f;
     cublasCheck(cublasLtMatmul(cublaslt_handle, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d,
-                               &p->heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));
+                               &p->heuristic.algo, cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, compute_stream));
     return true;
 }
 
@@ -419,6 +419,7 @@ static void kernels_free(void) {
     dev_free(cublaslt_workspace);
     dev_free(sum_squares_partials);
     dev_free(column_counters);
+    if (decode_partials) dev_free(decode_partials);
 }
 #else
 #define matmul_forward matmul_forward_cpu

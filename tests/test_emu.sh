@@ -14,9 +14,9 @@
 #                               cp.async, mma.sync) and of dynamic shared memory;
 #   planted bugs                kernels.cuh and kernels/ copied, one bug planted by sed in one
 #                               family file (no hooks in the source), test_emu_kernels built
-#                               against the copy and run on the fused attention's checks alone:
-#                               PASS when they catch the bug (a check FAILs, or the emulation
-#                               stops with an error).
+#                               against the copy and run on the fused attention's checks alone
+#                               (or the split decode's, for its bugs): PASS when they catch the
+#                               bug (a check FAILs, or the emulation stops with an error).
 # Prints one PASS/FAIL line per check; the exit status is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -84,14 +84,15 @@ else
 fi
 $B/test_emu_guard || status=1
 
-# plant NAME FILE SED_SCRIPT: kernels.cuh and kernels/ copied into $B/planted_K/ (first on the
-# include path), SED_SCRIPT applied to the copy's FILE (one of kernels/); its fused-attention
-# checks must fail. The plants are queued, then built (-O1: the quicker build and run) and run
-# two at a time, each saying PASS or FAIL in its turn.
+# plant NAME FILE SED_SCRIPT [CHECKS]: kernels.cuh and kernels/ copied into $B/planted_K/ (first on
+# the include path), SED_SCRIPT applied to the copy's FILE (one of kernels/); its CHECKS (flash:
+# the fused attention's, the default; decode: the split decode's and its graph's) must fail. The plants are
+# queued, then built (-O1: the quicker build and run) and run two at a time, each saying PASS or
+# FAIL in its turn.
 plants=()
-plant() { plants+=("$1" "$2" "$3"); }
-run_plant() {  # K NAME FILE SED_SCRIPT: one line into $B/planted_K/result
-    local k=$1 name=$2 file=$3 script=$4 dir=$B/planted_$1
+plant() { plants+=("$1" "$2" "$3" "${4:-flash}"); }
+run_plant() {  # K NAME FILE SED_SCRIPT CHECKS: one line into $B/planted_K/result
+    local k=$1 name=$2 file=$3 script=$4 checks=$5 dir=$B/planted_$1
     rm -rf $dir && mkdir -p $dir && cp -r kernels.cuh kernels $dir/
     sed "$script" $file > $dir/$file
     if cmp -s $file $dir/$file; then
@@ -99,7 +100,7 @@ run_plant() {  # K NAME FILE SED_SCRIPT: one line into $B/planted_K/result
     fi
     # (-DEMU_FLASH_ONLY: the flash tests alone compiled in, 6 s of compile a plant down to 3.5)
     if ! build test_emu_planted_$k tests/test_emu_kernels.cpp -O1 -g0 -DEMU_FLASH_ONLY -I$dir > $dir/result; then return; fi
-    $B/test_emu_planted_$k flash > $dir/planted.log 2>&1
+    $B/test_emu_planted_$k $checks > $dir/planted.log 2>&1
     local rc=$? caught
     caught=$(grep -m1 '^emu error' $dir/planted.log)
     [ -n "$caught" ] || caught="$(grep -c '^FAIL' $dir/planted.log) failed check(s), first: $(grep -m1 '^FAIL' $dir/planted.log | cut -c6- | cut -d: -f1)"
@@ -107,10 +108,10 @@ run_plant() {  # K NAME FILE SED_SCRIPT: one line into $B/planted_K/result
     else echo "FAIL planted bug ($name) went unnoticed: $(tail -1 $dir/planted.log)" > $dir/result; fi
 }
 run_plants() {
-    local n=$((${#plants[@]} / 3)) k
+    local n=$((${#plants[@]} / 4)) k
     for ((k = 0; k < n; k += 2)); do
-        run_plant $k "${plants[@]:3 * k:3}" &
-        if ((k + 1 < n)); then run_plant $((k + 1)) "${plants[@]:3 * k + 3:3}" & fi
+        run_plant $k "${plants[@]:4 * k:4}" &
+        if ((k + 1 < n)); then run_plant $((k + 1)) "${plants[@]:4 * k + 4:4}" & fi
         wait
     done
     for ((k = 0; k < n; k++)); do
@@ -154,5 +155,14 @@ plant "dropout: the backward draws the mask of (key, query), not (query, key)" $
     's|dropout_factor(head_key, query, key, \&dropout)|dropout_factor(head_key, key, query, \&dropout)|'
 plant "dropout: the forward's product weighs V by P without the mask" $flash \
     's|            if (DROPOUT)           // then P V weighs|            if (false)             // then P V weighs|'
+attention=kernels/attention.cuh   # where the split decode lives
+plant "the split decode's merge drops a split's maximum: each split weighed 1, not exp(m_s - M)" $attention \
+    's|float w = part\[0\] == -INFINITY ? 0.0f : expf(part\[0\] - M);|float w = part[0] == -INFINITY ? 0.0f : 1.0f;|' decode
+plant "the split decode's runs: a split stops one key before the next one starts" $attention \
+    's|end = first + chunk < t + 1 ? first + chunk : t + 1;|end = first + chunk - 1 < t + 1 ? first + chunk - 1 : t + 1;|' decode
+plant "a decode step's graph captured with the compute stream left at 0: its kernels would run at once, outside the graph" \
+    kernels/common.cuh '/^static void compute_graph_begin/,/^}/{/    compute_stream = g->stream;/d}' decode
+plant "cuBLASLt's products queued on stream 0, not the compute stream: outside a captured graph" kernels/linear.cuh \
+    's|cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, compute_stream));|cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));|' decode
 run_plants
 exit $status

@@ -1367,6 +1367,106 @@ static void test_attention_decode(int NH, int G, int HS, Alibi alibi) {
     compare(("attention_decode out" + with).c_str(), from_dev_x(d_out, n_out), out, X_OUT);
 }
 
+// The split decode (flash-decoding's split-K): n rows at positions [pos0, pos0 + n) over a cache
+// of random keys and values, against attention_decode_cpu, with the splits the rule gives
+// (splits 0) or forced; and twice: the same bits. The cases: a cache of one key (one split), 64
+// keys (one split, the rule's boundary) and 65 (two), a long cache (700 keys: 11 splits of 64),
+// prompt chunks of n > 1 rows whose first rows' last splits are empty, a split a key.
+static void test_attention_decode_split(int NH, int G, int HS, Alibi alibi, int pos0, int n, int splits) {
+    const int row = (NH + 2 * G) * HS, len = pos0 + n;
+    const size_t n_cache = (size_t)len * 2 * G * HS, n_out = (size_t)n * NH * HS;
+    Vec qkv = random_vec((size_t)n * row, 1.5f, true), cache = random_vec(n_cache, 1.5f, true), want(n_out, 0.0f);
+    floatX *d_qkv = to_dev_x(qkv), *d_cache = to_dev_x(cache), *d_out = to_dev_x(want);
+    kv_cache_append_cpu(cache.data(), qkv.data(), n, pos0, NH, G, HS);
+    attention_decode_cpu(want.data(), cache.data(), qkv.data(), n, pos0, NH, G, HS, alibi);
+    kv_cache_append(d_cache, d_qkv, n, pos0, NH, G, HS);
+    Vec got[2];
+    for (int k = 0; k < 2; k++) {
+        if (splits) attention_decode_split(d_out, d_cache, d_qkv, n, pos0, NH, G, HS, alibi, splits);
+        else attention_decode(d_out, d_cache, d_qkv, n, pos0, NH, G, HS, alibi);
+        got[k] = from_dev_x(d_out, n_out);
+    }
+    int used = splits ? splits : decode_splits(len, n * NH, decode_sms);
+    std::string with = " NH=" + std::to_string(NH) + " G=" + std::to_string(G) + " HS=" + std::to_string(HS) +
+                       (alibi.heads ? " (ALiBi)" : "") + " keys " + std::to_string(len) + ", " + std::to_string(n) +
+                       " row(s), " + std::to_string(used) + " split(s)" + (splits ? " (forced)" : "");
+    compare(("attention_decode split" + with).c_str(), got[0], want, X_OUT);
+    check(same_bits(got[0], got[1]), (FLOATX_NAME " attention_decode split twice: the same bits" + with).c_str(),
+          "the two runs differ");
+    dev_free(d_qkv), dev_free(d_cache), dev_free(d_out);
+}
+
+// the rule: the splits for a cache length and the (row, head) pairs, on the emulated H100's 132 SMs
+static void test_decode_split_rule(void) {
+    decode_partials_init();
+    struct { int keys, pairs, want; } cases[] = {
+        {1, 12, 1},      {64, 12, 1},      {65, 12, 2},  {1024, 12, 16}, {4096, 12, 22},   // GPT-2: 12 heads, 2 x 132 / 12
+        {100000, 1, 64}, {700, 3, 11},     {140, 80, 3}, {134, 128, 3},  {5000, 264, 1},   // at most 64; n x NH >= 2 x SMs: 1
+    };
+    int wrong = 0;
+    for (auto& c : cases) wrong += decode_splits(c.keys, c.pairs, decode_sms) != c.want;
+    check(decode_sms == 132 && wrong == 0, FLOATX_NAME " attention_decode's split rule: CEIL_DIV(2 x SMs, pairs), >= 64 keys a split, <= 64",
+          "%d of %zu cases differ (SMs %d)", wrong, sizeof cases / sizeof cases[0], decode_sms);
+}
+
+static void test_attention_decode_splits(void) {
+    Alibi none = {0, 0}, heads_2_to_4_of_5 = {2, 5}, heads_1_to_6_of_7 = {1, 7};
+    test_decode_split_rule();
+    test_attention_decode_split(3, 3, 64, none, 0, 1, 0);                  // one key
+    test_attention_decode_split(3, 3, 64, heads_2_to_4_of_5, 63, 1, 0);    // 64 keys: one split
+    test_attention_decode_split(3, 3, 64, heads_2_to_4_of_5, 64, 1, 0);    // 65: two
+    test_attention_decode_split(6, 2, 80, heads_1_to_6_of_7, 699, 1, 0);   // long, grouped-query
+    test_attention_decode_split(4, 1, 7, none, 699, 1, 0);                 // multi-query, a small head
+    test_attention_decode_split(2, 2, 64, heads_2_to_4_of_5, 100, 40, 0);  // a prompt chunk: 3 splits
+    test_attention_decode_split(2, 1, 64, none, 70, 64, 0);                // rows whose last split is empty
+    test_attention_decode_split(2, 2, 64, heads_2_to_4_of_5, 20, 5, 25);   // a split a key
+}
+
+// CUDA graphs (kernels/common.cuh's compute_graph_begin and compute_graph_end, on the emulation's
+// capture): one layer's decode step of one row (the cache's append, the split decode, and the
+// projection after it through cuBLASLt) at positions 0 .. 199, captured a position and launched as
+// a graph, against the same step as plain launches on buffers of their own: the same bits at every
+// position. The first capture is instantiated, and so is the one where the split count first
+// passes 1 (65 keys: the merge is a kernel more); the other 198 update the graph in place (the
+// position, the split count from 2 to 4). Inside a capture a copy from the host is refused.
+static void test_decode_graph(void) {
+    const int NH = 3, G = 3, HS = 64, C = NH * HS, T = 200, row = (NH + 2 * G) * HS;
+    Alibi alibi = {2, 5};
+    Vec qkv = random_vec((size_t)T * row, 1.5f, true), w = random_vec((size_t)C * C, 0.1f, true), zero((size_t)T * 2 * G * HS, 0.0f);
+    floatX *d_qkv = to_dev_x(qkv), *d_w = to_dev_x(w), *cache[2], *att[2], *proj[2];
+    for (int k = 0; k < 2; k++)
+        cache[k] = to_dev_x(zero), att[k] = to_dev_x(Vec(C, 0.0f)), proj[k] = to_dev_x(Vec(C, 0.0f));
+    ComputeGraph graph;
+    memset(&graph, 0, sizeof graph);
+    int wrong = 0, first_wrong = -1;
+    for (int pos = 0; pos < T; pos++) {
+        for (int k = 0; k < 2; k++) {   // k = 0 plain, 1 as a graph
+            if (k) compute_graph_begin(&graph);
+            kv_cache_append(cache[k], d_qkv + (size_t)pos * row, 1, pos, NH, G, HS);
+            attention_decode(att[k], cache[k], d_qkv + (size_t)pos * row, 1, pos, NH, G, HS, alibi);
+            matmul_forward(proj[k], att[k], d_w, NULL, 1, C, C);
+            if (k) compute_graph_end(&graph);
+        }
+        bool same = same_bits(from_dev_x(proj[0], C), from_dev_x(proj[1], C)) && same_bits(from_dev_x(att[0], C), from_dev_x(att[1], C));
+        if (!same && first_wrong < 0) first_wrong = pos;
+        wrong += !same;
+    }
+    wrong += !same_bits(from_dev_x(cache[0], zero.size()), from_dev_x(cache[1], zero.size()));
+    check(wrong == 0 && graph.launches == T && graph.instantiated == 2,
+          FLOATX_NAME " a decode step as a CUDA graph, captured and updated a position (200): the same bits as plain launches",
+          "%d positions differ (the first %d); %ld graphs launched, %ld instantiated (want 200, 2)", wrong, first_wrong,
+          graph.launches, graph.instantiated);
+    compute_graph_begin(&graph);
+    int ids[1] = {7};
+    cudaError_t refused = cudaMemcpy(d_qkv, ids, sizeof ids, cudaMemcpyHostToDevice);
+    compute_graph_end(&graph);
+    check(refused == cudaErrorStreamCaptureUnsupported, FLOATX_NAME " a copy from the host inside a capture is refused, as CUDA refuses it",
+          "cudaMemcpy returned %d", (int)refused);
+    compute_graph_free(&graph);
+    for (int k = 0; k < 2; k++) dev_free(cache[k]), dev_free(att[k]), dev_free(proj[k]);
+    dev_free(d_qkv), dev_free(d_w);
+}
+
 // The hidden dropout's kernel zeroes exactly what the C reference zeroes (rows from global row 9
 // of samples of T = 7, as a sequence-parallel rank holds them; C = 70 and 13, a pack of 8 a
 // thread and one element a thread), and scales the rest by 1 / (1 - p), rounded once
@@ -1590,7 +1690,7 @@ static void test_moe_shapes(void) {
     test_moe_limits();
 }
 
-// argument "flash": only the fused attention's checks; "moe": only the MoE layer's
+// argument "flash": only the fused attention's checks; "decode": only the split decode's; "moe": only the MoE layer's
 int main(int argc, char** argv) {
     kernels_init(0);
     if (argc > 1 && strcmp(argv[1], "flash") == 0) {
@@ -1598,7 +1698,12 @@ int main(int argc, char** argv) {
         test_flash_attention_shapes();
         return tests_summary();
     }
-#ifdef EMU_FLASH_ONLY   // tests/test_emu.sh's planted builds run the flash tests alone: the rest is not compiled
+    if (argc > 1 && strcmp(argv[1], "decode") == 0) {
+        test_attention_decode_splits();
+        test_decode_graph();
+        return tests_summary();
+    }
+#ifdef EMU_FLASH_ONLY   // tests/test_emu.sh's planted builds run the flash or decode tests alone: the rest is not compiled
     return 2;
 #else
     if (argc > 1 && strcmp(argv[1], "moe") == 0) {
@@ -1640,6 +1745,8 @@ int main(int argc, char** argv) {
     test_attention_decode(2, 2, 80, heads_2_to_4_of_5);
     test_attention_decode(6, 2, 64, heads_1_to_6_of_7);
     test_attention_decode(4, 1, 80, none);
+    test_attention_decode_splits();
+    test_decode_graph();
     test_ptx_layouts();
     test_flash_attention_shapes();
     test_attention_blocks(4, 4, 64, none, NO_DROPOUT);

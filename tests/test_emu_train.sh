@@ -28,6 +28,7 @@
 # held back) against the run without, the held-back run at (2,2,2) also writing --profile's
 # trace (its device spans on both streams checked by tests/trace_check.py), and the planted
 # stream-ordering bugs.
+# Also generation (the split decode, a step of one token as a CUDA graph) against plain launches.
 # Prints one PASS/FAIL line per check.
 #
 # Tolerance: |loss_emu - loss_cpu| <= u * loss_cpu at every step, u the unit roundoff of the
@@ -274,6 +275,40 @@ else bad "$name --use-bnb-optimizer at DP 2 against DP 1" "${report#* }; $(grep 
 report=$(within "$bf16_tol" "$tmp/q8-dp2" "$tmp/q8-cpu")
 if [ "${report%% *}" = ok ]; then ok "$name --use-bnb-optimizer at DP 2 matches train_cpu's: ${report#* }"
 else bad "$name --use-bnb-optimizer at DP 2 against train_cpu" "${report#* }; $(grep -m1 -i error "$tmp/q8-cpu")"; fi
+
+# Generation on the GPU path (generate.h): the KV cache, the split decode (kernels/attention.cuh)
+# and each step of one token as a CUDA graph (re-captured a token, updated in place), against the
+# same run's plain launches (--no-cuda-graph): the same sampled ids (temperature 1), which the
+# tokens' logits decide. BLOOM's positions (ALiBi: no cap) at (1,1,1), 150 tokens after 10 steps
+# of `run`: the cache passes 64 and 128 keys, where a step's decode goes from one split to two
+# (the merge, a kernel more: a graph instantiated anew) and three (updated in place); learned
+# positions at (TP,PP,DP) = (1,1,2), 40 tokens over a context of 16 (the context shifts: a prefill
+# of 8 rows, plain, between the graphs); and at (2,1,1) plain launches alone (the graph is for a
+# rank that holds the whole model and talks to no other during a step).
+generation() {  # NAME NP ARGS...: the run with the graph and without; PASS when the ids agree
+    local name=$1 np=$2
+    shift 2
+    local args="$run $* --generate-ignore-eod --temperature 1 --generate-seed 3 --generate-output ids"
+    $MPIRUN -np "$np" $BIN $args > "$tmp/gen_graph" 2>&1; local s1=$?
+    $MPIRUN -np "$np" $BIN $args --no-cuda-graph > "$tmp/gen_plain" 2>&1; local s2=$?
+    local ids1 ids2 graphs
+    ids1=$(grep -m1 '^sample ids:' "$tmp/gen_graph"); ids2=$(grep -m1 '^sample ids:' "$tmp/gen_plain")
+    graphs=$(grep -m1 'as a CUDA graph' "$tmp/gen_graph" | sed 's/^generation: //')
+    if [ $s1 -ne 0 ] || [ $s2 -ne 0 ] || [ -z "$ids1" ]; then
+        bad "$name" "exit status $s1 (graph), $s2 (plain): $(grep -m2 -i error "$tmp/gen_graph" "$tmp/gen_plain")"
+    elif [ "$ids1" != "$ids2" ]; then bad "$name" "the ids differ: ${ids1:0:80}... against ${ids2:0:80}..."
+    elif [ -n "${want_graphs:-}" ] && [ "$graphs" != "$want_graphs" ]; then bad "$name" "graphs: '$graphs', want '$want_graphs'"
+    else ok "$name: the same $(echo "${ids1#sample ids: }" | tr ',' '\n' | wc -l) ids as plain launches (${graphs:-no graph})"; fi
+}
+want_graphs="149 steps as a CUDA graph (2 instantiated, 147 updated in place)" \
+    generation "$name generates with ALiBi, a step of one token as a CUDA graph, at (1,1,1)" 1 \
+    --position-embedding-type alibi --generate-tokens 150
+want_graphs="36 steps as a CUDA graph (1 instantiated, 35 updated in place)" \
+    generation "$name generates with learned positions (context shifts), a CUDA graph a step, at (TP,PP,DP)=(1,1,2)" 2 \
+    --generate-tokens 40
+want_graphs="" generation "$name generates at (TP,PP,DP)=(2,1,1): plain launches (no graph with tensor parallelism)" 2 \
+    --tensor-model-parallel-size 2 --generate-tokens 20
+if grep -q 'as a CUDA graph' "$tmp/gen_graph"; then bad "$name at TP 2: no CUDA graph" "$(grep 'as a CUDA graph' "$tmp/gen_graph")"; fi
 
 # Resuming on the GPU path (resumed): BINARY's steps of `run`, once uninterrupted (--save) and
 # once stopped at step STOP (--exit-interval STOP --save D) then resumed (--load D --save D), as

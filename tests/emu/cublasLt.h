@@ -267,7 +267,7 @@ static cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc
                                      const void* A, cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
                                      const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc,
                                      void* D, cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo,
-                                     void* workspace, size_t workspace_bytes, cudaStream_t) {
+                                     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
     if (handle == NULL) return CUBLAS_STATUS_NOT_INITIALIZED;
     int m, n, k;
     cublasStatus_t s = emu_lt_problem(desc, Adesc, Bdesc, Cdesc, Ddesc, &m, &n, &k);
@@ -293,6 +293,14 @@ static cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc
         (emu_lt_has_aux(e) && !emu_matrix_in_device(desc->aux, Ddesc->type, m, n, (int)desc->aux_ld, 0, 1)) ||
         (workspace_bytes > 0 && !emu_is_device_range(workspace, workspace_bytes)))
         emu_fail("%s", "cuBLASLt matmul: a matrix, the bias, aux or the workspace reaches outside its device allocation");
+    // the product, on `stream`, with the descriptors as they are now (a plan's descriptor gets
+    // the next call's bias and aux pointers: cuBLASLt takes them at the call)
+    EmuMatmulDesc desc_now = *desc;
+    EmuMatrixLayout a_now = *Adesc, b_now = *Bdesc, c_now = *Cdesc, d_now = *Ddesc;
+    emu_on_stream(stream, [=] {
+    const EmuMatmulDesc* desc = &desc_now;
+    const EmuMatrixLayout *Adesc = &a_now, *Bdesc = &b_now, *Cdesc = &c_now, *Ddesc = &d_now;
+    (void)Cdesc;
     for (int j = 0; j < n; j++) {
         for (int i = 0; i < m; i++) {
             double acc = 0.0;
@@ -316,5 +324,6 @@ static cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc
             emu_store((void*)desc->bias, bias_type, (size_t)j, column_sum);
         }
     }
+    }, (const void*)&cublasLtMatmul);
     return CUBLAS_STATUS_SUCCESS;
 }

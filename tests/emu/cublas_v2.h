@@ -32,6 +32,7 @@ typedef enum { CUBLAS_DEFAULT_MATH = 0 } cublasMath_t;
 
 struct EmuCublas {
     int valid;
+    cudaStream_t stream;   // cublasSetStream's: the products are queued there (recorded where it is captured)
 };
 
 static const char* cublasGetStatusString(cublasStatus_t s) {
@@ -45,13 +46,17 @@ static const char* cublasGetStatusString(cublasStatus_t s) {
 }
 
 static cublasStatus_t cublasCreate(cublasHandle_t* handle) {
-    static EmuCublas the_handle = {1};
+    static EmuCublas the_handle = {1, NULL};
     *handle = &the_handle;
     return CUBLAS_STATUS_SUCCESS;
 }
 static cublasStatus_t cublasDestroy(cublasHandle_t h) { return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED; }
 static cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t) { return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED; }
-static cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t) { return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED; }
+static cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t stream) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->stream = stream;
+    return CUBLAS_STATUS_SUCCESS;
+}
 
 static size_t emu_type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 static double emu_load(const void* p, cudaDataType_t t, size_t i) {
@@ -94,6 +99,7 @@ static cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOp
         !emu_matrix_in_device(B, Btype, b_rows, b_cols, ldb, strideB, batch) ||
         !emu_matrix_in_device(C, Ctype, m, n, ldc, strideC, batch))
         emu_fail("%s", "cuBLAS GEMM: a matrix reaches outside its device allocation (check ld, stride, m, n, k)");
+    emu_on_stream(handle->stream, [=] {   // the product, on the handle's stream
     for (int b = 0; b < batch; b++) {
         size_t a0 = (size_t)b * strideA, b0 = (size_t)b * strideB, c0 = (size_t)b * strideC;
         for (int j = 0; j < n; j++) {
@@ -110,6 +116,7 @@ static cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOp
             }
         }
     }
+    }, (const void*)&cublasGemmStridedBatchedEx);
     return CUBLAS_STATUS_SUCCESS;
 }
 

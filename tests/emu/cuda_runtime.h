@@ -50,6 +50,17 @@ What it covers, and how:
     compute stream running ahead of the communication it should wait for (a missing
     compute_waits_for_comm) reads what is not written yet and gives wrong numbers too. A
     test runs both ways.
+  - CUDA graphs by stream capture (cudaStreamBeginCapture ... cudaStreamEndCapture,
+    cudaGraphInstantiate, cudaGraphExecUpdate, cudaGraphLaunch): what is queued on a capturing
+    stream (kernel launches, cuBLAS and cuBLASLt calls, cudaMemcpyAsync) is recorded with its
+    arguments as they are at the call, as CUDA copies a kernel's parameters at capture, and
+    not run; a launched graph runs its records in the order they were queued (a single
+    stream's capture is such a chain). An update takes a new capture's records where they are
+    the same kernels (or the same library calls) in the same order, and is refused otherwise
+    (cudaErrorGraphExecUpdateFailure), as CUDA refuses a changed topology. Inside a capture,
+    what CUDA refuses is refused (cudaErrorStreamCaptureUnsupported: a cudaMemcpy, a
+    cudaMalloc or cudaFree, a synchronize), and work queued on stream 0 is an emu error: on
+    the GPU it would run at once, outside the graph.
 What it cannot show: timing, races between blocks (they do not overlap), lost updates
 without atomics (one OS thread runs everything, so every read-modify-write is atomic),
 orders between streams other than those two extremes. Out-of-bounds accesses it misses (the slack): at the end
@@ -74,6 +85,7 @@ jumps past a guard page into other mapped memory (an ordinary segmentation fault
 #include <deque>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <vector>
 
 // ----------------------------------------------------------------------------
@@ -393,13 +405,24 @@ static void emu_launch(const char* name, const void* kernel, unsigned grid, unsi
 // what `extern __shared__` names in a kernel: the launch's dynamic shared memory
 static inline void* emu_dynamic_shared_memory(void) { return emu.dynamic_shared; }
 
-// The project's launch macro (kernels/common.cuh keeps its own unless one is defined first).
-// The arguments are evaluated by each emulated thread; the project passes plain values.
-#define LAUNCH(kernel, grid, block, shmem, ...)                                                      \
-    do {                                                                                             \
-        unsigned int launch_grid_ = (unsigned int)(grid);                                            \
-        if (launch_grid_ > 0)                                                                        \
-            emu_launch(#kernel, (const void*)&kernel, launch_grid_, (block), (shmem), [&]() { kernel(__VA_ARGS__); }); \
+// The project's launch macro (kernels/common.cuh keeps its own unless one is defined first). The
+// arguments are evaluated once, at the launch, into the kernel's parameter types (as CUDA copies
+// them), and the launch is queued on the project's compute stream (device.cuh's compute_stream):
+// run at once, or recorded while that stream is captured into a graph.
+template <class... P>
+std::tuple<P...> emu_params_of(void (*)(P...));   // (the types only: never called)
+#define LAUNCH(kernel, grid, block, shmem, ...)                                                          \
+    do {                                                                                                 \
+        unsigned int launch_grid_ = (unsigned int)(grid);                                                \
+        if (launch_grid_ > 0) {                                                                          \
+            auto launch_args_ = decltype(emu_params_of(kernel))(__VA_ARGS__);                            \
+            unsigned int launch_block_ = (block);                                                        \
+            size_t launch_shmem_ = (shmem);                                                              \
+            emu_on_stream(compute_stream, [=]() {                                                        \
+                emu_launch(#kernel, (const void*)&kernel, launch_grid_, launch_block_, launch_shmem_,    \
+                           [&]() { std::apply(kernel, launch_args_); });                                 \
+            }, (const void*)&kernel);                                                                    \
+        }                                                                                                \
     } while (0)
 
 // ----------------------------------------------------------------------------
@@ -441,12 +464,26 @@ typedef enum {
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
     cudaErrorIllegalAddress = 700,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorGraphExecUpdateFailure = 910,
 } cudaError_t;
 typedef enum { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault } cudaMemcpyKind;
-// a created stream: the work EMU_DEFER_STREAMS holds back, in the order it was queued
+// a graph: what a capture recorded, in order, each with what it runs (a kernel, or a library
+// call's name) for cudaGraphExecUpdate's comparison
+struct EmuGraphNode {
+    const void* what;
+    std::function<void()> op;
+};
+struct EmuGraph {
+    std::vector<EmuGraphNode> nodes;
+};
+// a created stream: the work EMU_DEFER_STREAMS holds back, in the order it was queued; the
+// graph it is being captured into (NULL: none)
 struct EmuStream {
     std::deque<std::function<void()>> queue;
+    EmuGraph* capture = NULL;
 };
+inline int emu_captures = 0;   // streams being captured now
 typedef struct EmuStream* cudaStream_t;
 #define cudaStreamNonBlocking 0x01
 inline std::vector<cudaStream_t> emu_streams;   // every live created stream
@@ -455,9 +492,14 @@ static bool emu_defer_streams(void) {
     if (defer < 0) defer = getenv("EMU_DEFER_STREAMS") && strcmp(getenv("EMU_DEFER_STREAMS"), "1") == 0;
     return defer == 1;
 }
-// run `op` now, or (EMU_DEFER_STREAMS=1, a created stream) when the stream is next flushed
-static void emu_on_stream(cudaStream_t stream, std::function<void()> op) {
-    if (stream && emu_defer_streams()) stream->queue.push_back(std::move(op));
+// run `op` now, or (EMU_DEFER_STREAMS=1, a created stream) when the stream is next flushed, or
+// record it (`what` it runs) in the graph the stream is being captured into
+static void emu_on_stream(cudaStream_t stream, std::function<void()> op, const void* what = NULL) {
+    if (stream && stream->capture) stream->capture->nodes.push_back({what, std::move(op)});
+    else if (!stream && emu_captures > 0)
+        emu_fail("%s", "work queued on stream 0 while a stream is captured into a CUDA graph: on the GPU it runs at once, "
+                       "outside the graph (queue it on the capturing stream)");
+    else if (stream && emu_defer_streams()) stream->queue.push_back(std::move(op));
     else op();
 }
 // run the stream's held work in order, until `done` says stop (NULL: all of it)
@@ -478,6 +520,8 @@ static const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered (emulated: range outside a device allocation)";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorGraphExecUpdateFailure: return "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update";
     }
     return "unknown error";
 }
@@ -617,6 +661,7 @@ static void emu_install_fault_handler(void) {
 }
 
 static cudaError_t cudaMalloc(void** p, size_t bytes) {
+    if (emu_captures > 0) return cudaErrorStreamCaptureUnsupported;
     size_t page = emu_page_bytes();
     if (bytes > SIZE_MAX - 3 * page) return cudaErrorMemoryAllocation;
     size_t data = (bytes + page - 1) / page * page, mapping_bytes = data + 2 * page;
@@ -637,6 +682,7 @@ template <class T>
 static cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }
 
 static cudaError_t cudaFree(void* p) {
+    if (emu_captures > 0) return cudaErrorStreamCaptureUnsupported;
     if (p == NULL) return cudaSuccess;
     auto it = emu_allocations.find((uintptr_t)p);
     if (it == emu_allocations.end()) return cudaErrorInvalidValue;
@@ -667,13 +713,15 @@ static cudaError_t cudaGetDevice(int* device) {
     return cudaSuccess;
 }
 static cudaError_t cudaGetLastError(void) { return cudaSuccess; }  // launch errors abort at once
-typedef enum { cudaDevAttrComputeCapabilityMajor = 75 } cudaDeviceAttr;
-// the emulated GPU is an sm_90 (H100): the architecture the fused attention is built for
+typedef enum { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrComputeCapabilityMajor = 75 } cudaDeviceAttr;
+// the emulated GPU is an sm_90 H100 SXM (132 SMs): the architecture the fused attention is built for
 static cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
     int count;
     cudaGetDeviceCount(&count);
-    if (attribute != cudaDevAttrComputeCapabilityMajor || device < 0 || device >= count) return cudaErrorInvalidValue;
-    *value = 9;
+    if (device < 0 || device >= count) return cudaErrorInvalidValue;
+    if (attribute == cudaDevAttrComputeCapabilityMajor) *value = 9;
+    else if (attribute == cudaDevAttrMultiProcessorCount) *value = 132;
+    else return cudaErrorInvalidValue;
     return cudaSuccess;
 }
 
@@ -688,6 +736,7 @@ static cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attrib
 }
 
 static cudaError_t cudaDeviceSynchronize(void) {
+    if (emu_captures > 0) return cudaErrorStreamCaptureUnsupported;
     for (cudaStream_t st : emu_streams) emu_stream_flush(st, nullptr);
     return cudaSuccess;
 }
@@ -698,6 +747,7 @@ static cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flag
     return cudaSuccess;
 }
 static cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    if (emu_captures > 0) return cudaErrorStreamCaptureUnsupported;
     emu_stream_flush(stream, nullptr);
     return cudaSuccess;
 }
@@ -716,6 +766,7 @@ static cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
     return cudaSuccess;
 }
 static cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+    if (emu_captures > 0) return cudaErrorStreamCaptureUnsupported;
     if (!emu_is_device_range(p, bytes)) return cudaErrorIllegalAddress;
     memset(p, value, bytes);
     return cudaSuccess;
@@ -797,19 +848,86 @@ static cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsig
     return cudaSuccess;
 }
 
-static cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+static cudaError_t emu_memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
     bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     if (kind == cudaMemcpyDefault) dst_dev = emu_is_device_range(dst, bytes), src_dev = emu_is_device_range(src, bytes);
     if ((dst_dev && !emu_is_device_range(dst, bytes)) || (src_dev && !emu_is_device_range(src, bytes))) return cudaErrorIllegalAddress;
     if ((!dst_dev && emu_is_device_range(dst, 1)) || (!src_dev && emu_is_device_range(src, 1))) return cudaErrorInvalidValue;
-    memmove(dst, src, bytes);
+    if (stream && stream->capture) emu_on_stream(stream, [=] { memmove(dst, src, bytes); }, (const void*)&emu_memcpy);
+    else memmove(dst, src, bytes);
     return cudaSuccess;
 }
-// queued on `stream` on a GPU; here done at once, with cudaMemcpy's checks
+static cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    if (emu_captures > 0) return cudaErrorStreamCaptureUnsupported;
+    return emu_memcpy(dst, src, bytes, kind, NULL);
+}
+// queued on `stream` on a GPU; here done at once (recorded where `stream` is captured), with
+// cudaMemcpy's checks
 static cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
-    (void)stream;
-    return cudaMemcpy(dst, src, bytes, kind);
+    if (!stream && emu_captures > 0) return cudaErrorStreamCaptureUnsupported;   // (the emulation's rule: see the header)
+    return emu_memcpy(dst, src, bytes, kind, stream);
+}
+
+// CUDA graphs by stream capture (the header says what is emulated)
+typedef EmuGraph* cudaGraph_t;
+typedef struct EmuGraphExec {
+    std::vector<EmuGraphNode> nodes;
+}* cudaGraphExec_t;
+typedef enum { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2 } cudaStreamCaptureMode;
+typedef enum { cudaGraphExecUpdateSuccess = 0, cudaGraphExecUpdateError = 1, cudaGraphExecUpdateErrorTopologyChanged = 2,
+               cudaGraphExecUpdateErrorFunctionChanged = 4 } cudaGraphExecUpdateResult;
+typedef struct {
+    cudaGraphExecUpdateResult result;
+    void* errorNode;
+    void* errorFromNode;
+} cudaGraphExecUpdateResultInfo;
+static cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+    (void)mode;
+    if (!stream) return cudaErrorStreamCaptureUnsupported;   // the legacy stream cannot be captured
+    if (stream->capture || !stream->queue.empty()) return cudaErrorInvalidValue;
+    stream->capture = new EmuGraph;
+    emu_captures++;
+    return cudaSuccess;
+}
+static cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+    if (!stream || !stream->capture) return cudaErrorInvalidValue;
+    *graph = stream->capture;
+    stream->capture = NULL;
+    emu_captures--;
+    return cudaSuccess;
+}
+static cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
+    if (!exec || !graph || flags) return cudaErrorInvalidValue;
+    *exec = new EmuGraphExec;
+    (*exec)->nodes = graph->nodes;
+    return cudaSuccess;
+}
+static cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo* info) {
+    if (!exec || !graph || !info) return cudaErrorInvalidValue;
+    info->errorNode = info->errorFromNode = NULL;
+    info->result = exec->nodes.size() == graph->nodes.size() ? cudaGraphExecUpdateSuccess : cudaGraphExecUpdateErrorTopologyChanged;
+    for (size_t i = 0; i < graph->nodes.size() && info->result == cudaGraphExecUpdateSuccess; i++)
+        if (exec->nodes[i].what != graph->nodes[i].what) info->result = cudaGraphExecUpdateErrorFunctionChanged;
+    if (info->result != cudaGraphExecUpdateSuccess) return cudaErrorGraphExecUpdateFailure;
+    exec->nodes = graph->nodes;
+    return cudaSuccess;
+}
+static cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+    if (!exec || (stream && stream->capture)) return cudaErrorInvalidValue;
+    std::vector<EmuGraphNode> nodes = exec->nodes;   // (its records as they are now: a later update changes exec's)
+    emu_on_stream(stream, [nodes] {
+        for (const EmuGraphNode& node : nodes) node.op();
+    });
+    return cudaSuccess;
+}
+static cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    delete graph;
+    return cudaSuccess;
+}
+static cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    delete exec;
+    return cudaSuccess;
 }
 
 // the PTX the fused attention writes as inline assembly: mma.sync, ldmatrix, cp.async

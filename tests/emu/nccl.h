@@ -199,6 +199,7 @@ static ncclResult_t emu_nccl_allreduce_inplace(void* buf, size_t count, ncclData
 
 // the call's data movement, now or held in the stream's queue (an error found then ends the run)
 static ncclResult_t emu_nccl_on_stream(cudaStream_t stream, std::function<ncclResult_t()> op) {
+    if (stream && stream->capture) emu_fail("%s", "an NCCL call inside a CUDA graph's capture: not emulated (gridgpt captures none)");
     if (!stream || !emu_defer_streams()) return op();
     emu_on_stream(stream, [op] {
         ncclResult_t r = op();
