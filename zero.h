@@ -32,7 +32,7 @@ docs/parallelism.md), what moves when, and that a window plus a mapping is all t
 
 Interface (what step.h, train.c, plan.h and checkpoint.h use): zero_plan_windows (the plan),
 zero_init / zero_free, zero_step_begin (gradients zeroed), zero_reduce_edges (the step's end),
-zero3_after_update (the parameters after AdamW), zero_stage_refusal (config.h's check).
+zero3_after_update (the parameters after AdamW); config.h refuses what they do not run (check_zero_stage).
 
 It sits above data_parallel.h (the shards) and below pipeline.h and step.h in the one include
 line, and talks through parallel.h's wrappers only.
