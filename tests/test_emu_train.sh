@@ -24,7 +24,7 @@
 # 128, 2 heads), a size the fused kernels are built for; the cuBLAS path (--attention-backend
 # unfused) and everything else take one of head size 16 (hidden 32), a quarter of the emulated
 # work. Both attentions are compared at (1,1,1) and (2,2,2), and planned by both binaries
-# alike. Last, --overlap-grad-reduce on the GPU path (its communication stream run at once and
+# alike. ZeRO-3 at DP 2 against train_cpu. Last, --overlap-grad-reduce on the GPU path (its communication stream run at once and
 # held back) against the run without, the held-back run at (2,2,2) also writing --profile's
 # trace (its device spans on both streams checked by tests/trace_check.py), and the planted
 # stream-ordering bugs.
@@ -172,6 +172,11 @@ compare "$name --attention-backend unfused matches train_cpu over 10 steps at (T
     "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" --attention-backend unfused
 compare "$name --attention-backend unfused matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" "$run" 8 2 2 start "$BIN" "$bf16_tol" \
     "--recompute-activations" --attention-backend unfused
+# ZeRO-3 (zero.h): each layer gathered from the shards on the communication stream before its forward
+# and its backward, the next one queued ahead; each layer's gradients reduced into the shards' fp32
+# accumulators in every micro-batch (4 of them at DP 2)
+compare "$name --zero-stage 3 matches train_cpu over 10 steps at (TP,PP,DP)=(1,1,2)" "$run" 2 1 1 start "$BIN" "$bf16_tol" \
+    "" --zero-stage 3 --attention-backend unfused
 # interleaved 1F1B (4 layers: 2 model chunks of 1 layer a stage; 2 micro-batches = PP): the
 # exchanges of both neighbours on the ring, the gradients that arrive ahead in a slot's dout
 compare "$name interleaved 1F1B (--num-layers-per-virtual-pipeline-stage 1) matches train_cpu over 10 steps at (TP,PP,DP)=(2,2,2)" \
