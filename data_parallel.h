@@ -24,7 +24,7 @@ Interface (what pipeline.h, step.h, train.c, checkpoint.h, plan.h and the tests 
 grad_reducer_init / _free, grad_reducer (a backward arms it), grad_reducer_finish,
 param_gatherer_init / _free, param_gather_launch, param_gather_finish,
 sequence_parallel_grads_all_reduce, AdamWConfig, LossScaler, loss_scaler_update, AdamWState,
-adamw_init / adamw_free, ShardRegion, zero_shard_sizes, planned_regions, adamw_state_bytes,
+adamw_init / adamw_init_stage / adamw_free, shard_master_from_params, ShardRegion, zero_shard_sizes, planned_regions, adamw_state_bytes,
 adamw_workspace_bytes. The model
 calls back into the overlapped reduction and gather through the two hooks these inits set in
 the GPT (on_gradients_final, on_parameters_needed); gpt.h knows nothing of this file.

@@ -10,7 +10,7 @@ backward over the stages), then step_loss, then optimizer_step; train.c runs the
   - the global gradient norm (each parameter once, over every rank) and clipping;
   - optimizer_step, what follows the last backward: the tied embedding's all-reduce over the
     embedding group, the gradient reduction over DP (data_parallel.h's buckets, or one
-    reduce-scatter), the norm of the unscaled gradients, the loss scaler's update (a step
+    reduce-scatter; with ZeRO-2/3 zero.h's, the layers' reduced in the backward), the norm of the unscaled gradients, the loss scaler's update (a step
     whose norm is not finite is skipped), clipping, AdamW on the shard, the parameters'
     all-gather.
 
@@ -20,8 +20,8 @@ the optimizer's state that carries them, in data_parallel.h.
 
 Interface (what train.c, loader.h and the tests use): step_loss, optimizer_step.
 
-It sits on data_parallel.h (the shard, the reducer and gatherer, the loss scaler) and
-pipeline.h (Schedule) in the one include line.
+It sits on data_parallel.h (the shard, the reducer and gatherer, the loss scaler), zero.h
+(ZeRO-2/3's edges and gathers) and pipeline.h (Schedule) in the one include line.
 */
 #pragma once
 
