@@ -1113,8 +1113,8 @@ static double zero_transfer_seconds(const StageCost* c, int dp_size, double elem
 }
 
 // ZeRO-2/3 (zero.h) over `micro` micro-batches. ZeRO-2: each layer's gradients reduced onto the
-// shards in every micro-batch's backward, exposed (the compute stream waits for each at once), the
-// edges' (embedding, head) once at the step's end. ZeRO-3: also each layer gathered before its forward
+// shards in every micro-batch's backward, beside the next layer's backward (two gradient places):
+// exposed what exceeds that layer's time; the edges' (embedding, head) once at the step's end. ZeRO-3: also each layer gathered before its forward
 // and again before its backward (once a step with --no-reshard-after-forward), each gather queued
 // while the layer before computes (the prefetch): exposed what exceeds that layer's time; the edges
 // gathered once after AdamW. The bytes are the reduce-scatter's and all-gather's, times the gathers.
@@ -1128,8 +1128,8 @@ static void cost_zero(StageCost* c, const GPT* m, double x, int dp_size, int mic
     }
     double n = m->num_local_layers > 0 ? m->num_local_layers : 1, per_layer = layers / n, sent = (dp_size - 1.0) / dp_size;
     c->calls = micro * n;
-    charge(c, "ZeRO-2 layer gradient reduce (each micro-batch)", dp_size, 0.0, sent * per_layer * 4.0,
-           zero_transfer_seconds(c, dp_size, per_layer, 4.0));
+    charge(c, "ZeRO-2 layer gradient reduce (each micro-batch): exposed", dp_size, 0.0, sent * per_layer * 4.0,
+           fmax(0.0, zero_transfer_seconds(c, dp_size, per_layer, 4.0) - t_backward));
     c->bytes_sent[GROUP_DP] += c->calls * sent * per_layer * 4.0;
     c->calls = 1.0;
     charge_message(c, "ZeRO-2 embedding and head gradient reduce", GROUP_DP, dp_size - 1.0, sent * edges * 4.0);

@@ -104,7 +104,7 @@ static void print_zero_state_bytes(const StageMemory* s, int dp_size) {
     printf("model state: %.3g bytes a parameter = %.3g (%s) + %.3g (%s) + %.3g (the shard's optimizer state), "
            "ZeRO-%d over DP %d\n", (s->params + s->grads + s->optimizer) / n, s->params / n,
            s->zero_stage >= 3 ? "the shard's parameters, the embedding, the head and the layers gathered" : "parameters",
-           s->grads / n, "the shard's fp32 gradient accumulator, the embedding's, the head's and one layer's gradients",
+           s->grads / n, "the shard's fp32 gradient accumulator, the embedding's, the head's and two layers' gradients",
            s->optimizer / n, s->zero_stage, dp_size);
 }
 

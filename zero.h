@@ -6,15 +6,17 @@ parameters sharded too, so that a rank keeps of them only its 1/DP plus the laye
   - the units: the embedding's tensors, each transformer layer's, the head's (the final norm, the
     output layer), each a run of the flat buffers; what is gathered and reduced together;
   - the windows: with ZeRO-2 the gradient buffer (m->grads) holds the embedding's and the head's
-    gradients and ONE layer's, every layer's tensors mapped onto the same place; with ZeRO-3 the
+    gradients and TWO layers' (layer i's tensors mapped onto place i mod 2: one written by the
+    backward while the other's reduce runs on the communication stream); with ZeRO-3 the
     parameter buffer (m->params) holds the embedding and the head and two layers' places (the one
     computing, the one gathered ahead), or with --no-reshard-after-forward every layer's. The model
     finds a tensor through param_of / grad_of, which read the tensor table's param_at / grad_at:
     this room moves those, gpt.h never calls it (zero_plan_windows, before anything is allocated);
   - ZeRO-2: after each layer's backward, in every micro-batch, its gradients summed over DP x CP
     onto the rank whose shard holds each part (a reduce per rank's part: the reduce-scatter's
-    bytes) and added into that rank's fp32 shard accumulator, the window zeroed for the next layer
-    (DeepSpeed's way with gradient accumulation: reduce each micro-batch, accumulate the shard, in
+    bytes), queued on the communication stream beside the next layer's backward; when that one
+    ends, the sums added into the rank's fp32 shard accumulator and the place zeroed for the layer
+    after it (DeepSpeed's way with gradient accumulation: reduce each micro-batch, accumulate the shard, in
     place of ZeRO-1's whole-buffer accumulation and one reduce-scatter a step). The embedding's and
     the head's gradients stay in the window the whole step (the tied embedding's all-reduce over
     the embedding group needs the step's sum), reduced once at the step's end;
@@ -68,6 +70,13 @@ static int zero_units(const GPT* m, ZeroUnit* out) {
     return n;
 }
 
+// the local index of global layer l (-1: not on this rank)
+static int local_layer_index(const GPT* m, int l) {
+    for (int i = 0; i < m->num_local_layers; i++)
+        if (global_layer(m, i) == l) return i;
+    return -1;
+}
+
 static int is_edge_unit(const GPT* m, const ZeroUnit* u) { return u->layer < 0 || u->layer >= m->cfg.num_layers; }
 
 // The windows' layout: the edges packed from 0, then `places` places of the largest layer's size.
@@ -96,7 +105,7 @@ static void map_unit(GPT* m, const ZeroUnit* u, size_t at, int grads) {
 }
 
 // --zero-stage's plan, before anything is allocated (the trainer's and the planner's model alike):
-// stage 2 makes the gradient buffer a window of the edges and one layer's place; stage 3 also the
+// stage 2 makes the gradient buffer a window of the edges and two layers' places; stage 3 also the
 // parameter buffer one of the edges and two places (every layer's with reshard 0). Stage 0 and 1:
 // nothing changes. The model keeps the stage for the planner (stage_memory).
 static void zero_plan_windows(GPT* m, int stage, int reshard_after_forward) {
@@ -106,8 +115,10 @@ static void zero_plan_windows(GPT* m, int stage, int reshard_after_forward) {
     ZeroUnit* units = (ZeroUnit*)mallocCheck((m->num_local_layers + 2) * sizeof(ZeroUnit));
     int n = zero_units(m, units);
     size_t largest, edges = zero_window_layout(m, units, n, &largest);
-    for (int k = 0; k < n; k++) map_unit(m, &units[k], is_edge_unit(m, &units[k]) ? units[k].window_at : edges, 1);
-    m->grads_length = edges + largest;
+    for (int k = 0; k < n; k++)   // (local layer i at place i mod 2)
+        map_unit(m, &units[k], is_edge_unit(m, &units[k]) ? units[k].window_at
+                                                         : edges + (size_t)(local_layer_index(m, units[k].layer) % 2) * largest, 1);
+    m->grads_length = edges + (size_t)(m->num_local_layers < 2 ? m->num_local_layers : 2) * largest;
     if (stage >= 3) {
         m->zero3_places = reshard_after_forward ? (m->num_local_layers < 2 ? m->num_local_layers : 2) : m->num_local_layers;
         for (int k = 0; k < n; k++) map_unit(m, &units[k], is_edge_unit(m, &units[k]) ? units[k].window_at : edges, 0);
@@ -131,15 +142,10 @@ typedef struct {
     int places, *held, last_place, last_layer, direction;
     StreamEvent* gathered;
     StreamEvent written, freed;   // compute -> communication: gradients written; a place's readers queued
+    int pending;             // ZeRO-2: the local layer whose reduce is in flight (-1: none)
+    StreamEvent reduced;     // ... marked on the communication stream after its reduces
 } ZeroState;
 static ZeroState zero;   // one per process, as the grid
-
-// the local index of global layer l (-1: not on this rank)
-static int local_layer_index(const GPT* m, int l) {
-    for (int i = 0; i < m->num_local_layers; i++)
-        if (global_layer(m, i) == l) return i;
-    return -1;
-}
 
 // [lo, hi): unit u's part in the group's rank q's shard; 0 when empty
 static int unit_part(const ZeroUnit* u, const ShardRegion* r, int q, size_t* lo, size_t* hi) {
@@ -151,8 +157,8 @@ static int unit_part(const ZeroUnit* u, const ShardRegion* r, int q, size_t* lo,
 // ZeRO-2: the gradients reduced layer by layer into the shard's accumulator
 
 // Unit u's gradients, at window place `at`, summed over the group: each rank's part onto that rank
-// (in place in the window), added into its accumulator, then the window's place zeroed.
-static void reduce_unit_into_shard(const ZeroUnit* u, size_t at) {
+// (in place in the window), queued on the communication stream after the kernels that wrote them
+static void reduce_unit_launch(const ZeroUnit* u, size_t at) {
     ShardRegion* r = zero.shard;
     float* window = zero.model->grads + at;
     comm_waits_for_compute(&zero.written);
@@ -160,31 +166,64 @@ static void reduce_unit_into_shard(const ZeroUnit* u, size_t at) {
         size_t lo, hi;
         if (unit_part(u, r, q, &lo, &hi)) reduce_to(r->group, window + (lo - u->start), window + (lo - u->start), hi - lo, q);
     }
-    compute_waits_for_comm(&zero.written);
+}
+
+// ... once the reduces have run (the compute stream waited for them): this rank's part added into its
+// accumulator, and the place zeroed for the next unit written there
+static void reduce_unit_finish(const ZeroUnit* u, size_t at) {
+    ShardRegion* r = zero.shard;
+    float* window = zero.model->grads + at;
     size_t lo, hi;
     if (unit_part(u, r, r->group->rank, &lo, &hi)) floats_add(r->grad + (lo - r->shard_start), window + (lo - u->start), hi - lo);
     dev_zero(window, (u->end - u->start) * sizeof(float));
 }
 
-// the backward has finished global `layer` of a micro-batch (the model's hook): its gradients, summed
-// over the tensor ranks where sequence parallelism left them partial, reduced into the shards. The
-// head's (num_layers) wait in the window for the step's end.
+// where local layer i's gradients are: place i mod 2 of the gradient window
+static size_t grad_place_of(int i) { return zero.edges + (size_t)(i % 2) * zero.largest; }
+
+// the layer whose reduce is in flight finished (its place written again next): wait, add, zero
+static void finish_pending_reduce(void) {
+    if (zero.pending < 0) return;
+    compute_waits_for_mark(&zero.reduced);
+    reduce_unit_finish(&zero.units[zero.unit_of_layer[zero.pending]], grad_place_of(zero.pending));
+    zero.pending = -1;
+}
+
+// the backward has finished global `layer` of a micro-batch (the model's hook): the layer before's
+// reduce finished, this one's (its sequence-parallel sums first) launched, to run beside the next
+// layer's backward. The head's (num_layers) wait in the window for the step's end.
 static void zero2_layer_gradients_final(int layer) {
     GPT* m = zero.model;
     int i = local_layer_index(m, layer);
     if (i < 0) return;
+    finish_pending_reduce();
     sequence_parallel_grads_all_reduce(m, layer, layer);
-    reduce_unit_into_shard(&zero.units[zero.unit_of_layer[i]], zero.edges);
+    reduce_unit_launch(&zero.units[zero.unit_of_layer[i]], grad_place_of(i));
+    comm_mark(&zero.reduced);
+    zero.pending = i;
 }
 
-// the step's end, after the tied embedding's all-reduce: the edges' gradients (the embedding's, the
-// head's), their sequence-parallel sums first, reduced into the shards
+// the model is about to read `layer`'s parameters (the hook; ZeRO-3's calls it too): before a layer
+// writes the place whose reduce is in flight, that reduce is finished (a backward's next layer has
+// the other place: it runs beside the reduce)
+static void zero2_parameters_needed(int layer) {
+    int i = local_layer_index(zero.model, layer);
+    if (i >= 0 && zero.pending >= 0 && i % 2 == zero.pending % 2) finish_pending_reduce();
+}
+
+// the step's end, after the tied embedding's all-reduce: the last layer's reduce finished, the edges'
+// gradients (the embedding's, the head's), their sequence-parallel sums first, reduced into the shards
 static void zero_reduce_edges(void) {
     GPT* m = zero.model;
+    finish_pending_reduce();
     sequence_parallel_grads_all_reduce(m, -1, -1);
     sequence_parallel_grads_all_reduce(m, m->cfg.num_layers, m->cfg.num_layers);
     for (int k = 0; k < zero.num_units; k++)
-        if (is_edge_unit(m, &zero.units[k])) reduce_unit_into_shard(&zero.units[k], zero.units[k].window_at);
+        if (is_edge_unit(m, &zero.units[k])) {
+            reduce_unit_launch(&zero.units[k], zero.units[k].window_at);
+            compute_waits_for_comm(&zero.written);
+            reduce_unit_finish(&zero.units[k], zero.units[k].window_at);
+        }
 }
 
 // ----------------------------------------------------------------------------
@@ -230,6 +269,7 @@ static int place_of(int i, int avoid) {
 // wrong value). The forward of layer i also reads layer i + 1's first norm (fused), so asks for it.
 static void zero3_parameters_needed(int layer) {
     GPT* m = zero.model;
+    zero2_parameters_needed(layer);
     if (layer != zero.last_layer) zero.direction = layer > zero.last_layer ? 1 : -1;
     zero.last_layer = layer;
     int i = local_layer_index(m, layer), p = zero.last_place;
@@ -290,7 +330,10 @@ static void zero_init(GPT* m, AdamWState* opt) {
     }
     stream_event_create(&zero.written);
     stream_event_create(&zero.freed);
+    stream_event_create(&zero.reduced);
+    zero.pending = -1;
     m->on_gradients_final = zero2_layer_gradients_final;
+    m->on_parameters_needed = zero2_parameters_needed;
     if (zero.stage < 3) return;
     zero.places = m->zero3_places;
     zero.held = (int*)mallocCheck((zero.places + 1) * sizeof(int));
@@ -320,6 +363,7 @@ static void zero_free(void) {
     for (int p = 0; p < zero.places; p++) stream_event_destroy(&zero.gathered[p]);
     stream_event_destroy(&zero.written);
     stream_event_destroy(&zero.freed);
+    stream_event_destroy(&zero.reduced);
     free(zero.units);
     free(zero.unit_of_layer);
     free(zero.held);
