@@ -84,7 +84,7 @@ else
   GPU_BINARIES := train_gpu train_gpu_fp16
 endif
 
-SOURCES := files.h tokenizer.h tokenizer_unicode.h train.c megatron_flags.h config.h print_schedule.h hardware.h cost.h plan.h data_setup.h stop_signals.h convert.h gpt.h layers.h parallel.h trace.h context_parallel.h moe.h fields.h data_parallel.h pipeline.h step.h loader.h generate.h cluster.h checkpoint.h json.h hf.h hf_import.h tensorboard.h kernels.cuh $(wildcard kernels/*.cuh) device.cuh blas_cores.h data.c
+SOURCES := files.h tokenizer.h tokenizer_unicode.h train.c megatron_flags.h config.h print_schedule.h hardware.h cost.h plan.h data_setup.h stop_signals.h convert.h gpt.h layers.h parallel.h trace.h context_parallel.h moe.h fields.h data_parallel.h zero.h pipeline.h step.h loader.h generate.h cluster.h checkpoint.h json.h hf.h hf_import.h tensorboard.h kernels.cuh $(wildcard kernels/*.cuh) device.cuh blas_cores.h data.c
 
 ifeq ($(HAVE_GPU),yes)
 default: gpu preprocess

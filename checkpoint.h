@@ -1287,7 +1287,7 @@ static void load_params(GPT* m, const CanonicalLayout* L, MPI_File f, const char
         float* host = (float*)callocCheck(d->numel, sizeof(float));   // padding rows stay zero
         RunIO io = {f, path, 0, host, d->offset, bounce, NULL, 0, 0, 1};   // read into this host array
         for_each_run(d, L->offset[canonical_index(L, d->name)], d->offset, d->offset + d->numel, run_io, &io);
-        floats_to_dev_floatX(m->params + d->offset, host, d->numel);
+        set_tensor_values(m, i, host);
         free(host);
     }
     free(bounce);

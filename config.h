@@ -58,6 +58,10 @@ flops_per_step.
       "cuBLASLt's BGRADB epilogue, or by a kernel after the weight-gradient GEMM, llm.c's way)")                     \
     X(SWITCH, overlap_grad_reduce, NULL, 0, "reduce the DP gradients in buckets during the last backward (DP > 1)")  \
     X(SWITCH, overlap_param_gather, NULL, 0, "all-gather the updated parameters in buckets beside the next forward (DP > 1)") \
+    X(INT, zero_stage, "1", 0, "ZeRO over DP x CP: 1 the optimizer state sharded (0: the same step), 2 the gradients " \
+      "too, 3 the parameters too (FSDP), each layer gathered before its forward and backward")                     \
+    X(SWITCH, no_reshard_after_forward, NULL, 0, "ZeRO-3: keep each layer gathered from its forward to the optimizer " \
+      "step (FSDP2's reshard_after_forward=False; default: freed after the forward, gathered again for the backward)") \
     X(LONG, ddp_bucket_size, NULL, 0, "elements per --overlap-grad-reduce/-param-gather bucket (0: max(40M, 1M x DP))") \
     X(SWITCH, no_overlap_p2p_communication, NULL, 0, "pipeline exchanges on the compute stream (GPU build; default: their own)") \
     X(INT, train_iters, NULL, 0, "steps to train (0 with --save: save the initial model)")                            \
@@ -1261,6 +1265,25 @@ static void check_generate(const Config* a) {
 #endif
 }
 
+// --zero-stage: 0 to 3, and the combinations ZeRO-2/3 do not run (yet) refused, the first in one line
+// (docs/parallelism.md lists them)
+static void check_zero_stage(const Config* a) {
+    if (a->zero_stage > 3) config_error("--zero-stage %d: ZeRO has stages 0 to 3", a->zero_stage);
+    if (a->no_reshard_after_forward && a->zero_stage < 3)
+        config_error("--no-reshard-after-forward goes with --zero-stage 3 (the parameters sharded)");
+    if (a->zero_stage < 2) return;
+    const char* with = a->pipeline_schedule == SCHEDULE_ZB_H1 ? "--pipeline-schedule zb-h1 (its deferred weight gradients)"
+                       : a->model.num_experts > 0         ? "--num-experts (the experts' region of the flat buffers)"
+                       : a->use_bnb_optimizer             ? "--use-bnb-optimizer"
+                       : a->overlap_grad_reduce           ? "--overlap-grad-reduce (ZeRO-2/3 reduce each layer as its backward ends)"
+                       : a->overlap_param_gather          ? "--overlap-param-gather (ZeRO-3 gathers each layer before it runs)"
+                       : a->zero_stage < 3                ? NULL
+                       : a->generate_tokens > 0           ? "--generate-tokens (generation reads the whole model)"
+                       : a->export_hf || a->import_hf     ? "--export-hf / --import-hf (they read the whole model)"
+                                                          : NULL;
+    if (with) config_error("--zero-stage %d does not run with %s yet: use --zero-stage 1", a->zero_stage, with);
+}
+
 static void check_run(Config* a) {
     // length of training: iterations or samples, not both (Megatron's rule); 0 iterations
     // with --save writes the initial model
@@ -1283,6 +1306,7 @@ static void check_run(Config* a) {
     if (a->adam_beta1 >= 1.0f || a->adam_beta2 >= 1.0f) config_error("--adam-beta1 and --adam-beta2 must be in [0, 1)");
     if (a->adam_eps <= 0.0f) config_error("--adam-eps must be positive");
     check_precision(a);
+    check_zero_stage(a);
     check_generate(a);
     check_recompute(a);
     check_tokenizer(a);

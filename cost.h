@@ -1079,7 +1079,8 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
     // output layer of its own (--untie-embeddings-and-output-weights) has no copy to sum
     if (pp_size > 1 && (m->is_first_stage || m->is_last_stage) && !m->cfg.untie_embeddings_and_output_weights)
         charge_all_reduce(c, "tied embedding all-reduce", GROUP_EMBEDDING, 2, (double)m->tensors[m->wte].numel * 4.0);
-    if (dp_size > 1 && overlap.reduce_bucket > 0 && EP == 1) {
+    if (m->zero_stage >= 2) {   // (reduced layer by layer in the backward: cost_zero)
+    } else if (dp_size > 1 && overlap.reduce_bucket > 0 && EP == 1) {
         double exposed = overlapped_reduce_seconds(c, m, t_backward, dp_size, overlap.reduce_bucket, &c->reduce_total,
                                                    &messages);
         c->reduce_hidden = fmax(0.0, c->reduce_total - exposed);   // (not -0.000 by rounding)
@@ -1098,7 +1099,8 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
     // shards are whole blocks: data_parallel.h zero_shard_multiple; the maps stay in cache)
     double moments = states_8bit ? 2.0 * 2.0 + 4.0 * 4.0 / QUANT_BLOCK : 4.0 * 4.0;
     charge_kernel(c, states_8bit ? "AdamW, 8-bit m and v" : "AdamW", 1, shard * (3.0 * 4.0 + moments + x));
-    if (dp_size > 1 && overlap.gather_bucket > 0 && EP == 1) {
+    if (m->zero_stage >= 3) {   // (gathered layer by layer as the model needs them: cost_zero)
+    } else if (dp_size > 1 && overlap.gather_bucket > 0 && EP == 1) {
         double exposed = overlapped_gather_seconds(c, m, t_forward, dp_size, overlap.gather_bucket, x, &c->gather_total,
                                                    &messages);
         c->gather_hidden = fmax(0.0, c->gather_total - exposed);   // (not -0.000 by rounding)
@@ -1111,6 +1113,48 @@ static void cost_optimizer(StageCost* c, const GPT* m, double x, int dp_size, in
         charge_message(c, "ZeRO all-gather, experts (expert-DP)", GROUP_EXPERT_DP, expert_dp - 1.0,
                        (expert_dp - 1.0) * expert_shard * x);
     charge_launch_gaps(c);
+}
+
+// one gather (or reduce) of `elems` elements of `bytes_each` over the DP group: a broadcast (a reduce)
+// from each rank's part, the all-gather's bytes; its seconds
+static double zero_transfer_seconds(const StageCost* c, int dp_size, double elems, double bytes_each) {
+    return (dp_size - 1.0) * 1e-6 * c->hw->latency_us + (dp_size - 1.0) / dp_size * elems * bytes_each / c->group_bandwidth[GROUP_DP];
+}
+
+// ZeRO-2/3 (zero.h) over `micro` micro-batches. ZeRO-2: each layer's gradients reduced onto the
+// shards in every micro-batch's backward, beside the next layer's backward (two gradient places):
+// exposed what exceeds that layer's time; the edges' (embedding, head) once at the step's end. ZeRO-3: also each layer gathered before its forward
+// and again before its backward (once a step with --no-reshard-after-forward), each gather queued
+// while the layer before computes (the prefetch): exposed what exceeds that layer's time; the edges
+// gathered once after AdamW. The bytes are the reduce-scatter's and all-gather's, times the gathers.
+static void cost_zero(StageCost* c, const GPT* m, double x, int dp_size, int micro, double t_forward, double t_backward) {
+    if (m->zero_stage < 2 || dp_size <= 1) return;
+    double layers = 0.0, edges = 0.0;
+    for (int i = 0; i < m->num_tensors; i++) {
+        const TensorDesc* t = &m->tensors[i];
+        if (t->layer >= 0 && t->layer < m->cfg.num_layers) layers += t->numel;
+        else edges += t->numel;
+    }
+    double n = m->num_local_layers > 0 ? m->num_local_layers : 1, per_layer = layers / n, sent = (dp_size - 1.0) / dp_size;
+    c->calls = micro * n;
+    charge(c, "ZeRO-2 layer gradient reduce (each micro-batch): exposed", dp_size, 0.0, sent * per_layer * 4.0,
+           fmax(0.0, zero_transfer_seconds(c, dp_size, per_layer, 4.0) - t_backward));
+    c->bytes_sent[GROUP_DP] += c->calls * sent * per_layer * 4.0;
+    c->calls = 1.0;
+    charge_message(c, "ZeRO-2 embedding and head gradient reduce", GROUP_DP, dp_size - 1.0, sent * edges * 4.0);
+    if (m->zero_stage < 3) return;
+    double g = zero_transfer_seconds(c, dp_size, per_layer, x);
+    int reshard = m->zero3_places < m->num_local_layers;
+    c->calls = (reshard ? micro : 1) * n;
+    charge(c, "ZeRO-3 layer gather before a forward: exposed", dp_size, 0.0, sent * per_layer * x, fmax(0.0, g - t_forward));
+    c->bytes_sent[GROUP_DP] += c->calls * sent * per_layer * x;
+    if (reshard) {
+        charge(c, "ZeRO-3 layer gather before a backward: exposed", dp_size, 0.0, sent * per_layer * x,
+               fmax(0.0, g - t_backward));
+        c->bytes_sent[GROUP_DP] += c->calls * sent * per_layer * x;
+    }
+    c->calls = 1.0;
+    charge_message(c, "ZeRO-3 embedding and head gather", GROUP_DP, dp_size - 1.0, sent * edges * x);
 }
 
 // a planned stage's costs over a step of `micro` micro-batches, in its build's precision; the
@@ -1135,6 +1179,7 @@ static void plan_stage_cost(const GPT* m, const Hardware* hw, int TP, int CP, in
     *micro_seconds = c->seconds / micro;
     cost_optimizer(c, m, x, DP * CP, PP, overlap, layer_seconds(c, m, x, TP, 0), layer_seconds(c, m, x, TP, 1),
                    states_8bit);
+    cost_zero(c, m, x, DP * CP, micro, layer_seconds(c, m, x, TP, 0), layer_seconds(c, m, x, TP, 1));
 }
 
 // the GEMM-only part of a stage's step: its cuBLAS rows (what tests/fit_matmul_efficiency.sh fits

@@ -17,13 +17,14 @@ keeps the optimizer's state for its 1/DP shard of the flat buffers alone.
 What a reader learns here: how ZeRO-1 cuts the flat buffer into shards; how the step's
 reduce-scatter becomes per-bucket reduces beside the backward and its all-gather per-bucket
 broadcasts beside the forward, the bytes sent unchanged; and which stream waits for which.
-ZeRO-2 and ZeRO-3 extend this room (the gradients, then the parameters, sharded too).
+ZeRO-2 and ZeRO-3 (the gradients, then the parameters, sharded too) are zero.h's, on the same
+shards: here only the shard's gradient accumulator and parameters they give a buffer of its own.
 
 Interface (what pipeline.h, step.h, train.c, checkpoint.h, plan.h and the tests use):
 grad_reducer_init / _free, grad_reducer (a backward arms it), grad_reducer_finish,
 param_gatherer_init / _free, param_gather_launch, param_gather_finish,
 sequence_parallel_grads_all_reduce, AdamWConfig, LossScaler, loss_scaler_update, AdamWState,
-adamw_init / adamw_free, ShardRegion, zero_shard_sizes, planned_regions, adamw_state_bytes,
+adamw_init / adamw_init_stage / adamw_free, shard_master_from_params, ShardRegion, zero_shard_sizes, planned_regions, adamw_state_bytes,
 adamw_workspace_bytes. The model
 calls back into the overlapped reduction and gather through the two hooks these inits set in
 the GPT (on_gradients_final, on_parameters_needed); gpt.h knows nothing of this file.
@@ -63,7 +64,7 @@ static void sequence_parallel_grads_all_reduce(const GPT* m, int lo, int hi) {
     for (int i = 0; i < m->num_tensors; i++) {
         const TensorDesc* t = &m->tensors[i];
         if (t->split_axis < 0 && t->layer >= lo && t->layer <= hi)
-            all_reduce(&grid.tp, m->grads + t->offset, t->numel, AS_FLOAT, REDUCE_SUM);
+            all_reduce(&grid.tp, grad_of(m, i), t->numel, AS_FLOAT, REDUCE_SUM);
     }
 }
 
@@ -81,7 +82,10 @@ typedef struct {
     size_t start, length;             // [start, start + length) of the flat buffers, a multiple of the group's size
     size_t shard_start, shard_size;   // this rank's shard (flat indices)
     float* master;       // fp32 master weights of the shard (on the CPU build: the params themselves)
-    float* grad;         // summed gradient of the shard: the gradient buffer's shard, reduced in place
+    floatX* params;      // the shard's parameters, which AdamW writes: model->params + shard_start, or with
+                         // ZeRO-3 a buffer of its own (the model's params are then a window: zero.h)
+    float* grad;         // summed gradient of the shard: the gradient buffer's shard, reduced in place (ZeRO-1),
+                         // or with ZeRO-2/3 an accumulator of its own, each micro-batch's sums added in (zero.h)
     float* m;            // first moment, fp32, shard (NULL with 8-bit states)
     float* v;            // second moment, fp32, shard (NULL with 8-bit states)
     Moments8bit moments8;   // with --use-bnb-optimizer: m and v in 8 bits, block-wise (kernels/quantize.cuh)
@@ -371,6 +375,7 @@ typedef struct {
     int states_8bit;     // --use-bnb-optimizer: Adam's moments in 8 bits (each region's moments8)
     float* quant_maps;   // with them: the signed and the unsigned dynamic map (dynamic_quant_maps), device
     int step;            // updates applied so far
+    int zero_stage;      // 1 (0 is the same step), 2: the gradients sharded too, 3: the parameters too (zero.h)
     LossScaler scaler;   // the gradients in model->grads are the loss's times scaler.scale
     double* norm_acc;    // device scalar for the gradient norm
 } AdamWState;
@@ -408,8 +413,20 @@ static Moments8bit moments8_alloc(size_t n, const float* maps) {
     return q;
 }
 
-// one region's shard: its place, its state, its ranges
-static void shard_region_init(ShardRegion* s, const GPT* model, const float* quant_maps) {
+// the fp32 master weights of the shard from its floatX parameters (the GPU build; on the CPU build
+// they are the same array), as Megatron: the fp32 main params start as copies of the bf16 params
+static void shard_master_from_params(ShardRegion* s) {
+    if (sizeof(floatX) == sizeof(float)) return;
+    size_t bytes = s->shard_size * sizeof(float);
+    float* host = (float*)mallocCheck(bytes);
+    dev_floatX_to_floats(host, s->params, s->shard_size);
+    host_to_dev(s->master, host, bytes);
+    free(host);
+}
+
+// one region's shard: its place, its state, its ranges; zero_stage 2 gives its gradient, 3 also its
+// parameters a buffer of its own (ZeRO-3's parameters are set by zero.h, the master copied after)
+static void shard_region_init(ShardRegion* s, const GPT* model, const float* quant_maps, int zero_stage) {
     s->shard_size = s->length / s->group->size;   // (DP x CP: Megatron-LM's distributed optimizer)
     s->shard_start = s->start + s->group->rank * s->shard_size;
     size_t bytes = s->shard_size * sizeof(float);
@@ -423,16 +440,16 @@ static void shard_region_init(ShardRegion* s, const GPT* model, const float* qua
         dev_zero(s->m, bytes);
         dev_zero(s->v, bytes);
     }
-    s->grad = model->grads + s->shard_start;   // the reduce-scatter sums into it in place
-    if (sizeof(floatX) == sizeof(float)) {
-        s->master = (float*)model->params + s->shard_start;
-    } else {   // as Megatron: the fp32 main params start as copies of the bf16 params
-        float* host = (float*)mallocCheck(bytes);
-        dev_floatX_to_floats(host, model->params + s->shard_start, s->shard_size);
-        s->master = (float*)dev_malloc(bytes);
-        host_to_dev(s->master, host, bytes);
-        free(host);
-    }
+    if (zero_stage >= 2) {
+        s->grad = (float*)dev_malloc(bytes);
+        dev_zero(s->grad, bytes);
+    } else s->grad = model->grads + s->shard_start;   // the reduce-scatter sums into it in place
+    if (zero_stage >= 3) {
+        s->params = (floatX*)dev_malloc(s->shard_size * sizeof(floatX));
+        dev_zero(s->params, s->shard_size * sizeof(floatX));
+    } else s->params = model->params + s->shard_start;
+    s->master = sizeof(floatX) == sizeof(float) ? (float*)s->params : (float*)dev_malloc(bytes);
+    shard_master_from_params(s);
     ShardRange* table = (ShardRange*)mallocCheck(model->num_tensors * sizeof(ShardRange));
     size_t room = shard_pieces_max(model->build, model->num_tensors, s->shard_size);   // the same on every rank
     ShardRange* pieces = (ShardRange*)mallocCheck(room * sizeof(ShardRange));
@@ -444,9 +461,10 @@ static void shard_region_init(ShardRegion* s, const GPT* model, const float* qua
     free(table);
 }
 
-// states_8bit: --use-bnb-optimizer's block-wise 8-bit moments, else fp32 ones
-static void adamw_init(AdamWState* s, const GPT* model, int states_8bit) {
+// states_8bit: --use-bnb-optimizer's block-wise 8-bit moments, else fp32 ones; zero_stage 1 (or 0), 2 or 3
+static void adamw_init_stage(AdamWState* s, const GPT* model, int states_8bit, int zero_stage) {
     memset(s, 0, sizeof(*s));
+    s->zero_stage = zero_stage < 1 ? 1 : zero_stage;
     s->num_regions = zero_regions(model, s->regions);
     s->states_8bit = states_8bit;
     if (states_8bit) {
@@ -455,10 +473,12 @@ static void adamw_init(AdamWState* s, const GPT* model, int states_8bit) {
         s->quant_maps = (float*)dev_malloc(sizeof(maps));
         host_to_dev(s->quant_maps, maps, sizeof(maps));
     }
-    for (int i = 0; i < s->num_regions; i++) shard_region_init(&s->regions[i], model, s->quant_maps);
+    for (int i = 0; i < s->num_regions; i++) shard_region_init(&s->regions[i], model, s->quant_maps, s->zero_stage);
     s->norm_acc = (double*)dev_malloc(sizeof(double));
     s->scaler.scale = 1.0f;
 }
+
+static inline void adamw_init(AdamWState* s, const GPT* model, int states_8bit) { adamw_init_stage(s, model, states_8bit, 1); }
 
 static void adamw_free(AdamWState* s) {
     for (int i = 0; i < s->num_regions; i++) {
@@ -473,6 +493,8 @@ static void adamw_free(AdamWState* s) {
             dev_free(r->v);
         }
         if (sizeof(floatX) != sizeof(float)) dev_free(r->master);
+        if (s->zero_stage >= 2) dev_free(r->grad);
+        if (s->zero_stage >= 3) dev_free(r->params);
         dev_free(r->ranges);
     }
     dev_free(s->norm_acc);

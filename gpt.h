@@ -235,6 +235,8 @@ typedef struct {
     int tied_copy;        // the last stage's copy of the word embedding (PP > 1)
     int row_start, local_rows, col_start, local_cols;   // this rank's slice (row_start: in the first row block)
     size_t offset, numel; // the slice in the rank's flat parameter / gradient buffers
+    size_t param_at, grad_at;   // where param_of and grad_of find it in m->params and m->grads: `offset`, unless
+                                // ZeRO-2/3 (zero.h) keep those buffers as windows onto the layers in flight
 } TensorDesc;
 
 // indices into the tensor table of one transformer layer's tensors
@@ -364,6 +366,11 @@ typedef struct GPT {
                                                      // plan the other one (floatX of 2 or 4 bytes)
     floatX* params;                                  // what the kernels read
     float* grads;                                    // fp32 gradients, accumulated over micro-batches
+    // the buffers' lengths: num_params_padded each (the whole flat buffers), or with ZeRO-2 (gradients)
+    // and ZeRO-3 (parameters) windows onto the layers in flight, which zero.h plans (zero_plan_windows)
+    // and moves the tensors' param_at / grad_at within
+    size_t params_length, grads_length;
+    int zero_stage, zero3_places;                    // --zero-stage (1: ZeRO-1), ZeRO-3's layer places (zero.h)
     // activation arena
     int num_slots;                                   // micro-batches in flight, over all chunks (the schedule's count)
     int* chunk_slots;                                // [num_chunks]: how many of them each chunk has, in chunk order
@@ -416,14 +423,17 @@ typedef struct GPT {
     // may still be bringing in
     void (*on_gradients_final)(int layer);
     void (*on_parameters_needed)(int layer);
+    // ZeRO-3 (zero.h sets it; NULL: into m->params at the tensor's offset): where a tensor's values go
+    // when they are set whole (gpt_init_params, a checkpoint's load), the parameters being sharded
+    void (*on_tensor_values)(struct GPT* m, int id, const float* host);
     // generation (NULL in training): the forward runs rows [pos0, pos0 + B x T) of one sequence
     // against this cache (gpt_decode_begin)
     KVCache* kv_cache;
     DropoutStep dropout;
 } GPT;
 
-static floatX* param_of(const GPT* m, int id) { return id < 0 ? NULL : m->params + m->tensors[id].offset; }
-static float* grad_of(const GPT* m, int id) { return id < 0 ? NULL : m->grads + m->tensors[id].offset; }
+static floatX* param_of(const GPT* m, int id) { return id < 0 ? NULL : m->params + m->tensors[id].param_at; }
+static float* grad_of(const GPT* m, int id) { return id < 0 ? NULL : m->grads + m->tensors[id].grad_at; }
 
 // a tensor's names: ours (Megatron's) and transformers' GPT-2 and Bloom ones, for the export
 typedef struct {
@@ -470,7 +480,7 @@ static int add_tensor(GPT* m, int capacity, TensorNames names, int layer, int ro
     t->col_start = split_axis == 1 ? m->tp_rank * (cols / m->tp_size) : 0;
     t->local_cols = split_axis == 1 ? cols / m->tp_size : cols;
     t->numel = (size_t)t->local_rows * t->local_cols;
-    t->offset = m->flat_length;
+    t->offset = t->param_at = t->grad_at = m->flat_length;
     m->flat_length += t->numel;
     m->num_params += t->numel;
     return m->num_tensors++;
@@ -650,6 +660,7 @@ static void build_tensor_table(GPT* m) {
         if (is_moe_layer(c, global_layer(m, i))) add_layer_experts(m, capacity, global_layer(m, i), &m->layer_tensors[i]);
     size_t experts = m->flat_length - m->expert_params_start, pad = (size_t)m->ep.data_parallel * m->shard_multiple;
     m->num_params_padded = m->expert_params_start + CEIL_DIV(experts, pad) * pad;
+    m->params_length = m->grads_length = m->num_params_padded;   // (ZeRO-2/3 may make them windows)
 }
 
 // ----------------------------------------------------------------------------
@@ -687,12 +698,19 @@ static void init_tensor_slice(const TensorDesc* t, uint64_t seed, float* out) {
     }
 }
 
+// tensor `id`'s values, host[numel], into the parameters (wherever ZeRO-3 keeps them)
+static void set_tensor_values(GPT* m, int id, const float* host) {
+    const TensorDesc* t = &m->tensors[id];
+    if (m->on_tensor_values) m->on_tensor_values(m, id, host);
+    else floats_to_dev_floatX(m->params + t->offset, host, t->numel);
+}
+
 static void gpt_init_params(GPT* m) {
     for (int i = 0; i < m->num_tensors; i++) {
         const TensorDesc* t = &m->tensors[i];
         float* host = (float*)mallocCheck(t->numel * sizeof(float));
         init_tensor_slice(t, m->cfg.seed, host);
-        floats_to_dev_floatX(m->params + t->offset, host, t->numel);
+        set_tensor_values(m, i, host);
         free(host);
     }
 }
@@ -1092,11 +1110,11 @@ static void gpt_plan_model(GPT* m, const GPTConfig* cfg, int B, int T, int tp_ra
 static void gpt_allocate(GPT* m) {
     if (m->build.gpu != this_build().gpu || m->build.floatx_bytes != this_build().floatx_bytes)
         fail("a plan for the other build cannot be allocated by this one");
-    m->params = (floatX*)dev_malloc(m->num_params_padded * sizeof(floatX));
-    m->grads = (float*)dev_malloc(m->num_params_padded * sizeof(float));
-    dev_zero(m->params, m->num_params_padded * sizeof(floatX));
-    dev_zero(m->grads, m->num_params_padded * sizeof(float));
-    gpt_init_params(m);
+    m->params = (floatX*)dev_malloc(m->params_length * sizeof(floatX));
+    m->grads = (float*)dev_malloc(m->grads_length * sizeof(float));
+    dev_zero(m->params, m->params_length * sizeof(floatX));
+    dev_zero(m->grads, m->grads_length * sizeof(float));
+    if (m->params_length == m->num_params_padded) gpt_init_params(m);   // (ZeRO-3: zero.h's, into the shards)
     if (m->context.slice.size > 1) context_attention_init(&m->context);
     m->arena = dev_malloc(m->arena_bytes);
     Arena real = {(char*)m->arena, 0, m->build.floatx_bytes};

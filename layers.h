@@ -190,6 +190,12 @@ static Alibi alibi_of(const GPT* m) {
     return m->cfg.position_embedding_type == POSITION_ALIBI ? heads : none;
 }
 
+// the model is about to read `layer`'s parameters (-1: the embedding's, num_layers: the head's): the
+// step's hook may have them still in flight (ZeRO-1's overlapped gather, ZeRO-3's layer gathers)
+static void before_reading_parameters(const GPT* m, int layer) {
+    if (m->on_parameters_needed) m->on_parameters_needed(layer);
+}
+
 // Does block i end with the next block's ln1, fused with its last residual add (res3 + the
 // LayerNorm of it, residual_layernorm_forward)? Only inside a model chunk, and only when both blocks
 // are recomputed in the same chunk or both not recomputed: a recomputed chunk restarts from
@@ -404,6 +410,7 @@ static void block_forward(GPT* m, MicroBatchActivations* s, int i) {
     // MLP: res3 = res2 + fcproj(act(fc(ln2))), or a mixture of experts
     mlp_forward(m, s, L, t, l);
     if (fuses_next_ln1(m, i)) {   // res3 += res2, and the next block's ln1 = norm(res3) in the same pass
+        before_reading_parameters(m, global_layer(m, i + 1));   // (the next layer's ln1: ZeRO gathers it)
         const LayerTensors* next_t = &m->layer_tensors[i + 1];
         LayerActivations* next = &s->layers[i + 1];
         residual_norm_forward(m, L->res3, next->ln1, next->ln1_mean, next->ln1_rstd, L->res3, L->res2, next_t->ln1_w,
@@ -459,9 +466,6 @@ static void head_forward(GPT* m, MicroBatchActivations* s, float dloss) {
 // input (received from the previous stage). The head's chunk leaves each token's loss in
 // m->losses, on the device. dloss: d(loss)/d(each token's loss) of the backward that follows
 // on the head's chunk (which its forward prepares), 0 if none.
-static void before_reading_parameters(const GPT* m, int layer) {
-    if (m->on_parameters_needed) m->on_parameters_needed(layer);
-}
 
 static void gpt_forward_stage(GPT* m, int slot, float dloss) {
     MicroBatchActivations* s = &m->slots[slot];
@@ -747,6 +751,7 @@ static void after_final_gradients(const GPT* m, int layer) {
 static void gpt_backward(GPT* m, int slot) {
     MicroBatchActivations* s = &m->slots[slot];
     if (chunk_holds_head(m, s->chunk)) {
+        before_reading_parameters(m, m->cfg.num_layers);
         head_backward(m, s);
         after_final_gradients(m, m->cfg.num_layers);
     }
@@ -754,13 +759,20 @@ static void gpt_backward(GPT* m, int slot) {
         int first, end;
         if (recompute_chunk(m, i, &first, &end) && i == end - 1) {
             m->recomputing = 1;
-            for (int k = first; k < end; k++) block_forward(m, s, k);
+            for (int k = first; k < end; k++) {
+                before_reading_parameters(m, global_layer(m, k));
+                block_forward(m, s, k);
+            }
             m->recomputing = 0;
         }
+        before_reading_parameters(m, global_layer(m, i));   // (ZeRO-3 gathers the layer again for its backward)
         block_backward(m, s, i);
         after_final_gradients(m, global_layer(m, i));
     }
-    if (chunk_holds_embedding(m, s->chunk)) embedding_backward(m, s);
+    if (chunk_holds_embedding(m, s->chunk)) {
+        before_reading_parameters(m, -1);
+        embedding_backward(m, s);
+    }
 }
 
 // ZB-H1's W pass of the micro-batch in `slot` (pipeline.h's weight_step), after its backward

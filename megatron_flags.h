@@ -48,13 +48,14 @@ static const MegatronFlag MEGATRON_FLAGS[] = {
            "group, gridgpt's")
     REFUSE("--num-distributed-optimizer-instances", VALUE, NULL, "several distributed-optimizer instances: Megatron-LM "
            "would shard the optimizer state within parts of the data-parallel group and replicate it across them")
-    ACCEPT("--zero-stage", VALUE, "0", "the same step as ZeRO-1: stage 0 keeps the whole optimizer state on every "
-           "data-parallel rank, gridgpt shards it over them (ZeRO-1), which changes the memory, not one number of the "
-           "training (BigScience's bf16 runs give 0: their bf16 optimizer shards the state itself, ZeRO-1's way)")
-    ACCEPT("--zero-stage", VALUE, "1", "ZeRO stage 1, gridgpt's only one (the optimizer state sharded over the "
-           "data-parallel ranks)")
-    REFUSE("--zero-stage", VALUE, NULL, "ZeRO stage 2 or 3: Megatron-DeepSpeed would shard the gradients too (2), or "
-           "the parameters too (3); gridgpt is ZeRO-1 (0 and 1 are accepted: the same step)")
+    ACCEPT_AS("--data-parallel-sharding-strategy", VALUE, "no_shard", "--zero-stage 0", "taken as --zero-stage 0, "
+              "the same step as ZeRO-1 (the optimizer state sharded, which changes the memory, not one number)")
+    ACCEPT_AS("--data-parallel-sharding-strategy", VALUE, "optim", "--zero-stage 1", "taken as --zero-stage 1 (ZeRO-1: "
+              "the optimizer state sharded over the data-parallel ranks)")
+    ACCEPT_AS("--data-parallel-sharding-strategy", VALUE, "optim_grads", "--zero-stage 2", "taken as --zero-stage 2 "
+              "(ZeRO-2: the gradients sharded too)")
+    ACCEPT_AS("--data-parallel-sharding-strategy", VALUE, "optim_grads_params", "--zero-stage 3", "taken as --zero-stage 3 "
+              "(ZeRO-3: the parameters sharded too)")
     ACCEPT("--distributed-backend", VALUE, "nccl", "the collectives are NCCL's in the GPU build (MPI only starts the "
            "ranks), MPI's in the CPU build")
     REFUSE("--distributed-backend", VALUE, NULL, "Gloo's collectives: Megatron-LM would communicate through Gloo "

@@ -60,6 +60,8 @@ typedef struct {
     int num_slots, longest_chunk;                                       // the arena's make-up, for the table's header
     size_t slot_bytes, recompute_bytes;
     int states_8bit;                                                    // Adam's moments in 8 bits (--use-bnb-optimizer)
+    int zero_stage;                                                     // 1 (0), 2 or 3 (zero.h)
+    size_t padded;                                                      // the flat buffers' elements (num_params_padded)
 } StageMemory;
 
 // --ddp-bucket-size, or Megatron-LM's default: max(40M, 1M x DP) elements
@@ -77,10 +79,14 @@ static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size, 
     zero_shard_sizes(m, dp_size, m->ep.data_parallel, shard);
     size_t workspaces = m->workspace_bytes + adamw_workspace_bytes(m->build, m->num_tensors, shard, states_8bit) +
                         (m->build.gpu ? GPU_KERNELS_WORKSPACE_BYTES : 0);
-    StageMemory s = {stage, m->num_params, m->num_params_padded * m->build.floatx_bytes,
-                     m->num_params_padded * sizeof(float), adamw_state_bytes(shard, master_copy, states_8bit),
+    // ZeRO-2: the gradient window and the shard's fp32 accumulator; ZeRO-3: also the parameter window and
+    // the shard's parameters (on the CPU build the master weights themselves: no copy in the state)
+    size_t accumulator = m->zero_stage >= 2 ? shard[0] * sizeof(float) : 0;
+    size_t param_shard = m->zero_stage >= 3 ? shard[0] * m->build.floatx_bytes : 0;
+    StageMemory s = {stage, m->num_params, m->params_length * m->build.floatx_bytes + param_shard,
+                     m->grads_length * sizeof(float) + accumulator, adamw_state_bytes(shard, master_copy, states_8bit),
                      m->arena_bytes - m->workspace_bytes, workspaces, 0, m->num_slots, m->longest_chunk, m->slot_bytes,
-                     m->recompute_bytes, states_8bit};
+                     m->recompute_bytes, states_8bit, m->zero_stage, m->num_params_padded};
     s.total = s.params + s.grads + s.optimizer + s.activations + s.workspaces;
     return s;
 }
@@ -92,9 +98,23 @@ static StageMemory stage_memory(const GPT* m, PipelineStage stage, int dp_size, 
 // of the gradient buffer in place, so the optimizer's shard holds no gradient copy. With 8-bit
 // moments (--use-bnb-optimizer) the shard's 12 or 8 bytes become 6 or 2 (and a scale of 4 bytes
 // for each moment's 2,048: 0.004 more).
+// ZeRO-2 and ZeRO-3 (zero.h): what each part costs a parameter, the windows onto the layers in flight included
+static void print_zero_state_bytes(const StageMemory* s, int dp_size) {
+    double n = (double)s->padded;
+    printf("model state: %.3g bytes a parameter = %.3g (%s) + %.3g (%s) + %.3g (the shard's optimizer state), "
+           "ZeRO-%d over DP %d\n", (s->params + s->grads + s->optimizer) / n, s->params / n,
+           s->zero_stage >= 3 ? "the shard's parameters, the embedding, the head and the layers gathered" : "parameters",
+           s->grads / n, "the shard's fp32 gradient accumulator, the embedding's, the head's and two layers' gradients",
+           s->optimizer / n, s->zero_stage, dp_size);
+}
+
 static void print_model_state_bytes(const StageMemory* s, int dp_size) {
-    size_t padded = s->grads / sizeof(float);
-    if (padded == 0) return;
+    if (s->padded == 0) return;
+    if (s->zero_stage >= 2) {
+        print_zero_state_bytes(s, dp_size);
+        return;
+    }
+    size_t padded = s->padded;
     int param_bytes = (int)(s->params / padded), shard_bytes = (int)(s->optimizer / (padded / dp_size));
     double per_param = (double)(s->params + s->grads + s->optimizer) / padded;
     const char* what = s->states_8bit ? (param_bytes == 4 ? "the shard's Adam m and v in 8 bits, with a scale a 2,048; the "
@@ -329,6 +349,7 @@ static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp
                    context_slice(0, a->context_parallel_size, a->model.seq_length), (CpCommType)a->cp_comm_type,
                    expert_slice(0, EP, a->model.num_experts, NULL, dp_cp / EP), stage, slots, dp_cp,
                    zero_shard_multiple(a->use_bnb_optimizer), build);
+    zero_plan_windows(m, a->zero_stage, !a->no_reshard_after_forward);
     free(slots);
 }
 

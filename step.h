@@ -10,7 +10,7 @@ backward over the stages), then step_loss, then optimizer_step; train.c runs the
   - the global gradient norm (each parameter once, over every rank) and clipping;
   - optimizer_step, what follows the last backward: the tied embedding's all-reduce over the
     embedding group, the gradient reduction over DP (data_parallel.h's buckets, or one
-    reduce-scatter), the norm of the unscaled gradients, the loss scaler's update (a step
+    reduce-scatter; with ZeRO-2/3 zero.h's, the layers' reduced in the backward), the norm of the unscaled gradients, the loss scaler's update (a step
     whose norm is not finite is skipped), clipping, AdamW on the shard, the parameters'
     all-gather.
 
@@ -20,8 +20,8 @@ the optimizer's state that carries them, in data_parallel.h.
 
 Interface (what train.c, loader.h and the tests use): step_loss, optimizer_step.
 
-It sits on data_parallel.h (the shard, the reducer and gatherer, the loss scaler) and
-pipeline.h (Schedule) in the one include line.
+It sits on data_parallel.h (the shard, the reducer and gatherer, the loss scaler), zero.h
+(ZeRO-2/3's edges and gathers) and pipeline.h (Schedule) in the one include line.
 */
 #pragma once
 
@@ -113,7 +113,23 @@ static float global_grad_norm(AdamWState* s) {
     return (float)sqrt(sq);
 }
 
-// Gradients of the whole step, times the loss scale, are in model->grads. Tied embedding,
+// Each shard's gradient summed over its group: ZeRO-1's reduce-scatter (or its buckets, reduced while
+// the backward ran); with ZeRO-2/3 the layers' were reduced in the backward, the edges' are now (zero.h)
+static void reduce_gradients_into_shards(GPT* model, AdamWState* s) {
+    if (s->zero_stage >= 2) {
+        zero_reduce_edges();
+        return;
+    }
+    if (!grad_reducer.enabled) sequence_parallel_grads_all_reduce(model, -1, INT_MAX);   // (else in the buckets' turn)
+    if (grad_reducer.enabled) grad_reducer_finish();
+    else for (int i = 0; i < s->num_regions; i++) {   // in place; each region over its own group
+        ShardRegion* r = &s->regions[i];
+        if (r->group->size > 1) reduce_scatter(r->group, model->grads + r->start, r->grad, r->shard_size, AS_FLOAT);
+    }
+}
+
+// Gradients of the whole step, times the loss scale, are in model->grads (ZeRO-2/3: in the shards and
+// the edges' window). Tied embedding,
 // reduce-scatter, norm (of the unscaled gradients), the loss scaler's update, clipping
 // (Megatron's clip_grad_norm: scale by clip / (norm + 1e-6) when below 1), AdamW on the
 // shard with each tensor's decay, all-gather. A step whose gradient norm is not finite is
@@ -122,15 +138,10 @@ static float global_grad_norm(AdamWState* s) {
 static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, float lr, int* skipped) {
     if (grid.embedding.size > 1 && !model->cfg.untie_embeddings_and_output_weights) {   // the tied copies get the sum
         const TensorDesc* wte = &model->tensors[model->wte];
-        all_reduce(&grid.embedding, model->grads + wte->offset, wte->numel, AS_FLOAT, REDUCE_SUM);
+        all_reduce(&grid.embedding, grad_of(model, model->wte), wte->numel, AS_FLOAT, REDUCE_SUM);
     }
     param_gather_finish();   // (the forward waited for every bucket; a stage without layers did not)
-    if (!grad_reducer.enabled) sequence_parallel_grads_all_reduce(model, -1, INT_MAX);   // (else in the buckets' turn)
-    if (grad_reducer.enabled) grad_reducer_finish();   // reduced while the backward ran
-    else for (int i = 0; i < s->num_regions; i++) {   // in place; each region over its own group
-        ShardRegion* r = &s->regions[i];
-        if (r->group->size > 1) reduce_scatter(r->group, model->grads + r->start, r->grad, r->shard_size, AS_FLOAT);
-    }
+    reduce_gradients_into_shards(model, s);
     float unscale = 1.0f / s->scaler.scale;
     trace_begin("gradient norm", "optimizer", ON_COMPUTE_STREAM);
     float norm = global_grad_norm(s) * unscale;
@@ -148,15 +159,16 @@ static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, f
     for (int i = 0; i < s->num_regions; i++) {
         ShardRegion* r = &s->regions[i];
         if (s->states_8bit)   // --use-bnb-optimizer: the moments dequantized, updated, requantized block by block
-            adamw8bit_update_ranges(r->master, model->params + r->shard_start, r->grad, r->moments8, r->shard_size,
+            adamw8bit_update_ranges(r->master, r->params, r->grad, r->moments8, r->shard_size,
                                     r->ranges, r->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay,
                                     scale, s->step);
         else
-            adamw_update_ranges(r->master, model->params + r->shard_start, r->grad, r->m, r->v, r->shard_size, r->ranges,
+            adamw_update_ranges(r->master, r->params, r->grad, r->m, r->v, r->shard_size, r->ranges,
                                 r->num_ranges, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, scale, s->step);
     }
     trace_end();
-    if (param_gatherer.enabled) param_gather_launch();   // waited for by the next forward
+    if (s->zero_stage >= 3) zero3_after_update();   // (the layers: gathered as each is needed)
+    else if (param_gatherer.enabled) param_gather_launch();   // waited for by the next forward
     else for (int i = 0; i < s->num_regions; i++) {
         ShardRegion* r = &s->regions[i];
         all_gather(r->group, model->params + r->shard_start, model->params + r->start, r->shard_size);

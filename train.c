@@ -26,6 +26,7 @@ main.
 #include "gpt.h"
 #include "layers.h"
 #include "data_parallel.h"
+#include "zero.h"
 #include "pipeline.h"
 #include "step.h"
 #include "loader.h"
@@ -217,7 +218,7 @@ static void print_memory(const Trainer* t) {
             const double* x = all + FIELDS * r;
             StageMemory row = {{(int)x[5], grid.pp_size, (int)x[6], (int)x[7], s.stage.chunks, s.stage.round_layers, 1},
                                (size_t)x[0], (size_t)x[1], (size_t)x[2], (size_t)x[3], (size_t)x[4], (size_t)x[9], 0,
-                               (int)x[10], (int)x[12], (size_t)x[11], (size_t)x[13], s.states_8bit};
+                               (int)x[10], (int)x[12], (size_t)x[11], (size_t)x[13], s.states_8bit, s.zero_stage, s.padded};
             row.total = row.params + row.grads + row.optimizer + row.activations + row.workspaces;
             char label[32];
             snprintf(label, sizeof(label), "rank %3d", r);
@@ -642,6 +643,7 @@ static void plan_model(Trainer* t) {
                    context_slice(grid.cp_rank, grid.cp_size, c->seq_length), (CpCommType)a->cp_comm_type,
                    expert_slice(grid.ep_rank, grid.ep_size, c->num_experts, &grid.ep, grid.dp_cp.size / grid.ep_size),
                    stage, slots, grid.dp_cp.size, zero_shard_multiple(a->use_bnb_optimizer), build);
+    zero_plan_windows(&t->model, a->zero_stage, !a->no_reshard_after_forward);
     free(slots);
     StageMemory planned = stage_memory(&t->model, stage, grid.dp_cp.size, a->use_bnb_optimizer);
     check_memory(&planned, table_flags);
@@ -657,7 +659,8 @@ static void build_model(Trainer* t) {
     gpt_allocate(&t->model);
     AdamWConfig adam = {a->adam_beta1, a->adam_beta2, a->adam_eps, a->weight_decay, a->clip_grad};
     t->adam = adam;
-    adamw_init(&t->opt, &t->model, a->use_bnb_optimizer);
+    adamw_init_stage(&t->opt, &t->model, a->use_bnb_optimizer, a->zero_stage);
+    zero_init(&t->model, &t->opt);   // ZeRO-2/3's hooks (ZeRO-3: the parameters initialized into the shards)
     grad_reducer_init(&t->model, t->opt.regions, a->overlap_grad_reduce, grad_bucket_size(a, grid.dp_cp.size));
     param_gatherer_init(&t->model, t->opt.regions, a->overlap_param_gather, grad_bucket_size(a, grid.dp_cp.size));
     pipeline_link_init(!a->no_overlap_p2p_communication, t->model.num_slots + 1);   // the slots' outputs and dres
@@ -840,6 +843,7 @@ static void trainer_free(Trainer* t) {
     free_loader(&t->valid);
     free_loader(&t->test);
     grad_reducer_free();
+    zero_free();
     param_gatherer_free();
     pipeline_link_free();
     trace_free();
@@ -874,7 +878,7 @@ static StepResult train_step(Trainer* t) {
     int num_micro = r.global_batch / t->batch.micro_batch_times_dp;
     trace_begin_step(t->progress.iteration + 1, num_micro);
     add_comm_counters(r.comm, -1.0);
-    dev_zero(m->grads, m->num_params_padded * sizeof(float));
+    zero_step_begin(m, &t->opt);
     t->train.consumed = t->progress.consumed_samples;
     activity_phase("forward and backward", t->progress.iteration + 1, -1);
     test_faults_in_step(t);

@@ -125,6 +125,28 @@ static void loss_mean_add(double* acc, const float* losses, int N) {
 #define loss_mean_add loss_mean_add_cpu
 #endif
 
+// acc[n] += x[n], fp32: ZeRO-2/3 add each micro-batch's summed gradients of a layer into the
+// shard's accumulator (zero.h), DeepSpeed's way
+static void floats_add_cpu(float* acc, const float* x, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
+#ifdef __CUDACC__
+#define FLOATS_ADD_BLOCK 256
+__global__ void floats_add_kernel(float* acc, const float* x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] += x[i];
+}
+
+static void floats_add(float* acc, const float* x, size_t n) {
+    if (n == 0) return;
+    LAUNCH(floats_add_kernel, (unsigned)CEIL_DIV(n, (size_t)FLOATS_ADD_BLOCK), FLOATS_ADD_BLOCK, 0, acc, x, n);
+}
+#else
+#define floats_add floats_add_cpu
+#endif
+
 #ifdef __CUDACC__
 // block b updates piece b of the shard (see shard_pieces), its threads striding through it
 __global__ void adamw_ranges_kernel(float* master, floatX* param, const float* grad, float* m, float* v,

@@ -6,7 +6,7 @@
 #   tests/run.sh NAME...      only the named tests (make check T="NAME..."); names below, in TESTS
 set -u
 cd "$(dirname "$0")/.."
-TESTS="rooms unicode_table fixtures kernels kernels_blas data hostile preprocess_gpt2 tokenizer model cli megatron_flags parallel context_parallel moe scale watchdog configs
+TESTS="rooms unicode_table fixtures kernels kernels_blas data hostile preprocess_gpt2 tokenizer model cli megatron_flags parallel zero context_parallel moe scale watchdog configs
        check_cluster hosts dry_run plan gpu_check checkpoint crash_points eval hf generate tensorboard trace emu_kernels emu_train sass recost"
 for name in "$@"; do
     case " $(echo $TESTS) " in
@@ -66,7 +66,7 @@ rm -f $B/*.build_failed
 } &
 {
     # test_parallel records every step's loss and norm in full precision, for several of the scripts
-    { wanted parallel || wanted context_parallel || wanted moe || wanted checkpoint || wanted scale || wanted hosts; } &&
+    { wanted parallel || wanted zero || wanted context_parallel || wanted moe || wanted checkpoint || wanted scale || wanted hosts; } &&
         build test_parallel mpicc $CFLAGS tests/test_parallel.c -o $B/test_parallel $BLAS -lz -lm
     wanted kernels_blas && build test_kernels_blas gcc $CFLAGS tests/test_kernels.c -o $B/test_kernels_blas $BLAS -lm
     wanted data && build test_data gcc $CFLAGS -O1 -g -fsanitize=address tests/test_data.c -o $B/test_data -lm

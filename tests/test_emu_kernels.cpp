@@ -1010,6 +1010,25 @@ static void test_loss_mean_add(void) {
     }
 }
 
+// ZeRO-2/3's accumulation of a layer's summed gradients into the shard (zero.h): exactly the
+// reference's sums, at lengths below, not at and past a multiple of the block
+static void test_floats_add(void) {
+    const int sizes[3] = {1, 256, 1000};
+    for (int n : sizes) {
+        Vec acc = random_vec(n, 11, false), x = random_vec(n, 12, false), want = acc, got(n);
+        floats_add_cpu(want.data(), x.data(), n);
+        float* d_acc = to_dev_f(acc);
+        float* d_x = to_dev_f(x);
+        floats_add(d_acc, d_x, n);
+        dev_to_host(got.data(), d_acc, n * sizeof(float));
+        char label[96];
+        snprintf(label, sizeof label, FLOATX_NAME " floats_add (+=) n=%d: the reference's bits", n);
+        check(got == want, label, "differs");
+        dev_free(d_acc);
+        dev_free(d_x);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // the mixture-of-experts layer (kernels/moe.cuh): each kernel against its reference on the same
 // inputs. Shapes: N not a multiple of the 8 rows of a block, E = 8 k = 2 (Mixtral), E = 60 k = 4
@@ -1773,6 +1792,7 @@ int main(int argc, char** argv) {
     test_adamw8bit_ranges(SHARD_PIECE);
     test_adamw8bit_ranges(100);
     test_loss_mean_add();
+    test_floats_add();
     test_moe_shapes();
 #ifdef EMU_MAX_BLOCK   // under the emulation (tests/emu); nvcc builds this file for make test-gpu too
     printf("(%ld emulated kernel launches, %ld 128-bit loads and stores)\n", emu.launches, emu_accesses_128);

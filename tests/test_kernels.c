@@ -1633,6 +1633,19 @@ static void test_sum_squares(void) {
     free_buffers();
 }
 
+// ZeRO-2/3's accumulation into the shard (zero.h): acc[i] + x[i], each element, in fp32
+static void test_floats_add(void) {
+    const size_t n = 1001;
+    float* acc = random_floats(n, -2, 2);
+    float* x = random_floats(n, -2, 2);
+    float* want = (float*)malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) want[i] = acc[i] + x[i];
+    floats_add_cpu(acc, x, n);
+    check(memcmp(acc, want, n * sizeof(float)) == 0, "floats_add adds x into acc element by element (fp32)", "differs");
+    free(want);
+    free_buffers();
+}
+
 // ----------------------------------------------------------------------------
 // "device" memory on the CPU build is host memory: a round trip keeps every bit
 
@@ -1932,6 +1945,7 @@ int main(int argc, char** argv) {
         test_adamw(0.1f, same);
     }
     test_sum_squares();
+    test_floats_add();
     test_dynamic_map();
     test_quantize_round_trip();
     test_adamw8bit();

@@ -267,14 +267,17 @@ accepted "a Megatron flag's number with underscores: --distributed-timeout-minut
 refused_with "a Megatron flag's malformed number refused" "--zero-stage 0_: an underscore in a number goes between two digits" \
     $small --zero-stage 0_
 
-# --zero-stage 0 is the same step as 1 (the optimizer state sharded, or not: memory alone); 2 and 3 refused
-accepted "--zero-stage 0 accepted: the same step as ZeRO-1" "note: Megatron's --zero-stage 0 accepted: the same step as ZeRO-1" --zero-stage 0
+# --zero-stage is gridgpt's own (0 the same step as 1; 2 and 3: zero.h); Megatron-Core's
+# --data-parallel-sharding-strategy names the same stages
+accepted "--data-parallel-sharding-strategy optim_grads_params taken as --zero-stage 3" \
+    "note: Megatron's --data-parallel-sharding-strategy optim_grads_params accepted: taken as --zero-stage 3" \
+    --data-parallel-sharding-strategy optim_grads_params
 accepted "--moe-token-dispatcher-type alltoall accepted: gridgpt's dispatcher" \
     "note: Megatron's --moe-token-dispatcher-type alltoall accepted: the experts' rows go to their ranks by an all-to-all" \
     --moe-token-dispatcher-type alltoall
 refused_with "--moe-token-dispatcher-type allgather refused" "--moe-token-dispatcher-type allgather: not in gridgpt: another token dispatcher" \
     $small --moe-token-dispatcher-type allgather
-refused_with "--zero-stage 2 refused: ZeRO-2 shards the gradients too" "--zero-stage 2: not in gridgpt: ZeRO stage 2 or 3" $small --zero-stage 2
+refused_with "--zero-stage 4 refused: ZeRO has stages 0 to 3" "--zero-stage 4: ZeRO has stages 0 to 3" $small --zero-stage 4
 
 # BigScience's and Megatron-DeepSpeed's flags that had no row, and rows checked against Megatron-LM HEAD
 accepted "--valid-num-workers accepted as --num-workers is" "note: Megatron's --valid-num-workers 2 accepted: the loader has no workers" \

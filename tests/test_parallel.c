@@ -34,9 +34,10 @@ static int replicated_tensors_differ(const GPT* m) {
     for (int i = 0; i < m->num_tensors; i++) {
         const TensorDesc* t = &m->tensors[i];
         if (t->split_axis >= 0 || grid.tp_size == 1) continue;
+        if (m->zero_stage >= 3 && t->layer >= 0 && t->layer < m->cfg.num_layers) continue;   // (ZeRO-3: a layer's is sharded)
         float* mine = (float*)mallocCheck(t->numel * sizeof(float));
         float* first = (float*)mallocCheck(t->numel * sizeof(float));
-        dev_floatX_to_floats(mine, m->params + t->offset, t->numel);
+        dev_floatX_to_floats(mine, param_of(m, i), t->numel);
         memcpy(first, mine, t->numel * sizeof(float));
         mpiCheck(MPI_Bcast(first, (int)t->numel, MPI_FLOAT, 0, grid.tp.mpi));
         differ += memcmp(mine, first, t->numel * sizeof(float)) != 0;
@@ -52,7 +53,7 @@ static int tied_copies_differ(const GPT* m) {
     const TensorDesc* t = &m->tensors[m->wte];
     float* mine = (float*)mallocCheck(t->numel * sizeof(float));
     float* first = (float*)mallocCheck(t->numel * sizeof(float));
-    dev_floatX_to_floats(mine, m->params + t->offset, t->numel);
+    dev_floatX_to_floats(mine, param_of(m, m->wte), t->numel);
     memcpy(first, mine, t->numel * sizeof(float));
     mpiCheck(MPI_Bcast(first, (int)t->numel, MPI_FLOAT, 0, grid.embedding.mpi));
     int differ = memcmp(mine, first, t->numel * sizeof(float)) != 0;
