@@ -60,14 +60,25 @@ LAUNCH_GAP_S = 0.9e-6          # device idle between two kernels of a full strea
 ISSUE_RATE = 651e9             # warp instructions a second in an issue-bound loop on an H100: docs/gpu-kernels.md's
                                # fit to FlashAttention-2's forward at 198 TFLOP/s (triton-lang/triton PR 2459)
 
-# GEMM EFFICIENCIES: the fraction of the peak cuBLAS reaches on these GEMMs, as FLOPs / (peak x
-# efficiency). Fitted by issue 39's independent reading to the one GPU run we have (docs/measured.md:
-# an H200, GPT-2 124M's shape, byte vocabulary, 4 x 1024 a micro-batch: forward 2.23 ms and backward
-# 6.44 ms a micro-batch; an H200 has an H100 SXM's SMs, clocks and 989 TFLOP/s).
-FORWARD_GEMM_EFFICIENCY = 0.47              # measured (fitted): the forward's cuBLASLt GEMMs
-BACKWARD_GEMM_EFFICIENCY_MEASURED = 0.39    # measured (fitted): the backward's GEMMs on the old path (cublasGemmEx)
-BACKWARD_GEMM_EFFICIENCY_ASSUMED = 0.47     # assumed: the backward on the forward's path (cuBLASLt, 32 MiB workspace)
+# GEMM EFFICIENCIES (issue 52 item 3): a GEMM's time by its shape, the model cost.h's gemm_seconds
+# prices (NVIDIA, "Matrix Multiplication Background User's Guide", DU-09799-001, ch. 3: tile and
+# wave quantization; split-K for an output of fewer tiles than SMs, as CUTLASS's efficient_gemm.md
+# describes it), its tile and split-K constants read from cost.h (GEMM_TILE, GEMM_SPLIT_K) so the
+# two cannot drift: FLOPs / (peak x a tile's efficiency x the shape's wave efficiency,
+# gemm_wave_efficiency). A tile's efficiency is one constant a direction, fitted through those
+# waves to the one GPU run we have (docs/measured.md: an H200, which has an H100 SXM's SMs, clocks
+# and 989 TFLOP/s; GPT-2 124M's shape with the byte vocabulary, 4 x 1024 a micro-batch: forward
+# 2.23 ms and backward 6.44 ms a micro-batch), from issue 39's reading of it: the forward's GEMMs
+# took their FLOPs at 0.47 of the peak, the backward's (the old cublasGemmEx path) at 0.39.
+# fitted_tile_efficiency gives the tile efficiency at which that run's GEMMs (MEASURED_RUN) take
+# the same time through the waves. The fits are the constants; the flat figures are their source.
+MEASURED_RUN_TOKENS, MEASURED_RUN_VOCAB = 4 * 1024, 256   # docs/measured.md's H200 run: 4 x 1024, byte vocabulary
+FORWARD_FLAT_EFFICIENCY = 0.47              # measured (issue 39's fit, flat): the forward's cuBLASLt GEMMs
+BACKWARD_FLAT_EFFICIENCY = 0.39             # measured (issue 39's fit, flat): the backward's, the old cublasGemmEx path
 CHECKED_BACKWARD = "measured"               # the one --check holds the planner to: the only one measured
+# tests/refit_planner.py refits the tile efficiency from tests/gpu_check.sh's nsys run: it is the
+# planner's --hw-matmul-efficiency (gemm_seconds' matmul efficiency is this same tile efficiency),
+# and the line it prints, "recost.py: --tile-efficiency E", is given here as that flag.
 
 # the model: GPT-2 124M (Radford et al. 2019), vocabulary padded to a multiple of 128 as the command below asks
 LAYERS, C, HEADS, FFN, T, VOCAB, VOCAB_PADDED = 12, 768, 12, 3072, 1024, 50257, 50304
@@ -83,6 +94,65 @@ def planner_command(batch):
             "--vocab-size", str(VOCAB), "--make-vocab-size-divisible-by", "128", "--micro-batch-size", str(batch),
             "--global-batch-size", str(batch), "--bf16", "--train-iters", "10", "--lr", "6e-4",
             "--attention-backend", "flash"]
+
+
+def cost_defines():
+    """cost.h's GEMM_TILE and GEMM_SPLIT_K: the planner's tile and least split-K slice, the shape model's"""
+    with open(os.path.join(ROOT, "cost.h")) as f:
+        text = f.read()
+    found = {m.group(1): int(m.group(2)) for m in re.finditer(r"^#define\s+(GEMM_TILE|GEMM_SPLIT_K)\s+(\d+)", text, flags=re.M)}
+    if len(found) != 2:
+        sys.exit("recost: cost.h's GEMM_TILE and GEMM_SPLIT_K not found (update tests/recost.py)")
+    return found["GEMM_TILE"], found["GEMM_SPLIT_K"]
+
+
+GEMM_TILE, GEMM_SPLIT_K = cost_defines()
+
+
+def gemm_waves(M, N, K, batch=1):
+    """(tiles, split-K slices, waves, the fraction of its waves' time the SMs are busy) of batch GEMMs
+    of (M x K) by (K x N): M and N padded to whole tiles, the tiles in waves of one an SM; an
+    output of fewer tiles than SMs split along K up to the SMs, each slice GEMM_SPLIT_K of K at least"""
+    tiles = math.ceil(M / GEMM_TILE) * math.ceil(N / GEMM_TILE) * batch
+    splits = max(1, min(SMS // tiles, K // GEMM_SPLIT_K)) if tiles < SMS else 1
+    waves = math.ceil(tiles * splits / SMS)
+    return tiles, splits, waves, M * N * batch * splits / (waves * SMS * GEMM_TILE * GEMM_TILE)
+
+
+def layer_gemms(tokens):
+    """one layer's GEMMs as cost.h charges them, (row, name, direction, M, N, K): its four linear
+    layers, forward tokens x out over in; backward dinp, tokens x in over out, and dW, out x in over
+    the tokens"""
+    found = []
+    for name, i, o in (("qkv", C, 3 * C), ("attention projection", C, C), ("fc", C, FFN), ("fc projection", FFN, C)):
+        found.append(("linear layers forward", name, "forward", tokens, o, i))
+        found.append(("linear layers backward", name + " dinp", "backward", tokens, i, o))
+        found.append(("linear layers backward", name + " dW", "backward", o, i, tokens))
+    return found
+
+
+def logits_gemms(tokens, vocab):
+    """the head's: logits, tokens x vocab over C; backward dx, tokens x C over vocab, and dW, vocab x C"""
+    return [("logits", "logits", "forward", tokens, vocab, C), ("logits", "logits dx", "backward", tokens, C, vocab),
+            ("logits", "logits dW", "backward", vocab, C, tokens)]
+
+
+def step_gemms(tokens, vocab):
+    return layer_gemms(tokens) * LAYERS + logits_gemms(tokens, vocab)
+
+
+def fitted_tile_efficiency(flat, direction):
+    """the tile efficiency at which the measured run's GEMMs of one direction take, through their
+    waves, the time they take at the flat efficiency fitted to it: flat x sum(FLOPs / wave
+    efficiency) / sum(FLOPs)"""
+    gemms = [g for g in step_gemms(MEASURED_RUN_TOKENS, MEASURED_RUN_VOCAB) if g[2] == direction]
+    flops = sum(m * n * k for _, _, _, m, n, k in gemms)
+    return flat * sum(m * n * k / gemm_waves(m, n, k)[3] for _, _, _, m, n, k in gemms) / flops
+
+
+FORWARD_TILE_EFFICIENCY = fitted_tile_efficiency(FORWARD_FLAT_EFFICIENCY, "forward")     # measured: fitted
+BACKWARD_TILE_EFFICIENCY = fitted_tile_efficiency(BACKWARD_FLAT_EFFICIENCY, "backward")  # measured: fitted
+BACKWARD_TILE_EFFICIENCY_ASSUMED = FORWARD_TILE_EFFICIENCY   # assumed: the backward on the forward's cuBLASLt path
 
 
 # ----------------------------------------------------------------------------
@@ -219,11 +289,12 @@ def chains_seconds(blocks, per_sm, trips, l2_trips=0.0):
 
 
 class Recost:
-    def __init__(self, kernels, defines, batch, backward_efficiency):
+    def __init__(self, kernels, defines, batch, efficiencies):
         self.k, self.d, self.B = kernels, defines, batch
         self.N = batch * T
-        self.backward_efficiency = backward_efficiency
+        self.efficiencies = efficiencies   # a tile's efficiency: {"forward": e, "backward": e}
         self.rows = {}   # planner row: [launches, seconds]
+        self.gemms = {}  # (row, name, M, N, K): [GEMMs, seconds, efficiency of the peak]
 
     def add(self, row, launches, seconds):
         r = self.rows.setdefault(row, [0, 0.0])
@@ -233,8 +304,17 @@ class Recost:
     def memory(self, row, launches, bytes_, chains=0.0):
         self.add(row, launches, max(bytes_ / STREAM, chains))
 
-    def gemm(self, row, flops, efficiency, launches=1):
-        self.add(row, launches, flops / (PEAK_FLOPS * efficiency))
+    # a GEMM (cuBLAS, cuBLASLt): its FLOPs at a tile's efficiency times its shape's wave efficiency,
+    # or both inputs read and the output written, whichever is longer (cost.h's gemm_seconds)
+    def gemm(self, row, name, direction, M, N, K):
+        waves = gemm_waves(M, N, K)[3]
+        efficiency = self.efficiencies[direction] * waves
+        seconds = max(2.0 * M * N * K / (PEAK_FLOPS * efficiency), (M * K + K * N + M * N) * X / STREAM)
+        self.add(row, 1, seconds)
+        g = self.gemms.setdefault((row, name, M, N, K), [0, 0.0, 0.0])
+        g[0] += 1
+        g[1] += seconds
+        g[2] = 2.0 * M * N * K / (PEAK_FLOPS * seconds)
 
     # the embedding: encoder_forward_kernel (a warp a row: the token's and the position's rows
     # read, the output written; a micro-batch's sequences share the T positions' rows, from L2
@@ -262,10 +342,6 @@ class Recost:
 
     def residual(self):
         self.memory("residual add", 1, 3 * self.N * C * X)
-
-    def linear_flops(self):
-        """one layer's four linear layers' forward FLOPs: qkv, the attention's projection, fc, fcproj"""
-        return 2.0 * self.N * C * (3 * C + C + FFN + FFN)
 
     # the fused attention forward: B x heads x 16 query tiles of 64 rows, each walking the key
     # tiles at and left of the diagonal (136 pairs a head at T 1024), 4 warps a block, each warp
@@ -350,14 +426,18 @@ class Recost:
         issue = N * warp_trips * per_pack / ISSUE_RATE
         self.add("cross-entropy", 1, max(2 * N * VOCAB_PADDED * X / STREAM, issue))
 
+    def gemms_of(self, gemms, direction):
+        for row, name, d, M, N, K in gemms:
+            if d == direction:
+                self.gemm(row, name, d, M, N, K)
+
     def micro_batch(self):
         N = self.N
-        fwd, bwd = FORWARD_GEMM_EFFICIENCY, self.backward_efficiency
-        linear_fwd, linear_bwd = "linear layers forward", "linear layers backward"
+        layer, logits = layer_gemms(N), logits_gemms(N, VOCAB_PADDED)
         self.embedding()
         self.layernorm_forward()                                  # layer 0's ln1
         for i in range(LAYERS):
-            self.gemm(linear_fwd, self.linear_flops(), fwd, 4)      # qkv, proj, fc (+GELU), fcproj
+            self.gemms_of(layer, "forward")                        # qkv, proj, fc (+GELU), fcproj
             self.attention_forward()
             self.residual_layernorm()                               # res2 and ln2
             if i + 1 < LAYERS:
@@ -365,14 +445,14 @@ class Recost:
             else:
                 self.residual()
         self.layernorm_forward()                                  # lnf
-        self.gemm("logits", 2.0 * N * C * VOCAB_PADDED, fwd)
+        self.gemms_of(logits, "forward")
         self.crossentropy()
         self.add("launches: loss_mean_add (not a planner row: its launch counted)", 1, 0.0)
-        self.gemm("logits", 2 * 2.0 * N * C * VOCAB_PADDED, bwd, 2)   # dx and dW
+        self.gemms_of(logits, "backward")                         # dx and dW
         self.memory("layernorm backward", 1, N * C * X)            # dres zeroed (cudaMemset)
         self.layernorm_backward()                                  # lnf's
         for _ in range(LAYERS):
-            self.gemm(linear_bwd, 2 * self.linear_flops(), bwd, 8)  # dinp and dW of each (fcproj's with DGELU)
+            self.gemms_of(layer, "backward")                      # dinp and dW of each (fcproj's with DGELU)
             for OC in (C, FFN, C, 3 * C):                           # fcproj, fc, proj, qkv
                 self.bias_grad(OC)
             self.layernorm_backward()                              # ln2's
@@ -452,8 +532,10 @@ def planner_row(rows, prefixes):
 
 def table(batch, kernels, defines):
     """the rows [(name, launches, re-cost ms, re-cost ms with the assumed backward, planner ms)] and totals"""
-    measured = Recost(kernels, defines, batch, BACKWARD_GEMM_EFFICIENCY_MEASURED).step()
-    assumed = Recost(kernels, defines, batch, BACKWARD_GEMM_EFFICIENCY_ASSUMED).step()
+    measured_recost = Recost(kernels, defines, batch, {"forward": FORWARD_TILE_EFFICIENCY, "backward": BACKWARD_TILE_EFFICIENCY})
+    measured = measured_recost.step()
+    assumed = Recost(kernels, defines, batch, {"forward": FORWARD_TILE_EFFICIENCY,
+                                              "backward": BACKWARD_TILE_EFFICIENCY_ASSUMED}).step()
     planner, planner_step = planner_rows(batch)
     rows, claimed = [], set()
     for name, prefixes in ROWS:
@@ -465,13 +547,35 @@ def table(batch, kernels, defines):
     if unclaimed:
         sys.exit(f"recost: the planner has rows the re-cost does not price: {', '.join(unclaimed)}")
     total = {k: 1e3 * sum(v[1] for v in r.values()) for k, r in (("measured", measured), ("assumed", assumed))}
-    return rows, total, planner_step
+    return rows, total, planner_step, measured_recost.gemms
+
+
+def print_gemms(batch, gemms, markdown):
+    """each GEMM's shape, waves and the share of the peak it reaches (the measured backward's)"""
+    head = ["GEMM", "M x N over K", "tiles", "split-K", "waves", "wave efficiency", "of the peak", "ms a step (all)"]
+    lines = []
+    for (row, name, M, N, K), (n, seconds, efficiency) in gemms.items():
+        tiles, splits, waves, wave = gemm_waves(M, N, K)
+        lines.append([name + (f" (x {n})" if n > 1 else ""), f"{M} x {N} over {K}", str(tiles), str(splits), str(waves),
+                      f"{wave:.3f}", f"{efficiency:.3f}", f"{1e3 * seconds:.3f}"])
+    print(f"\nthe GEMMs at {batch} x {T} (a tile's efficiency {FORWARD_TILE_EFFICIENCY:.3f} forward, "
+          f"{BACKWARD_TILE_EFFICIENCY:.3f} backward: the measured run's fit through the waves)")
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("| --- | --- |" + " ---: |" * (len(head) - 2))
+        for line in lines:
+            print("| " + " | ".join(line) + " |")
+        return
+    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
+    for line in [head] + lines:
+        print("  ".join(cell.ljust(widths[i]) if i < 2 else cell.rjust(widths[i]) for i, cell in enumerate(line)))
 
 
 def print_table(batch, rows, total, planner_step, markdown):
     tokens = batch * T
-    head = ["kernel (planner's row)", "launches", f"re-cost ms (bwd GEMMs {BACKWARD_GEMM_EFFICIENCY_MEASURED}, measured)",
-            f"re-cost ms (bwd GEMMs {BACKWARD_GEMM_EFFICIENCY_ASSUMED}, assumed)", "planner ms", "planner / re-cost"]
+    head = ["kernel (planner's row)", "launches", f"re-cost ms (bwd tiles at {BACKWARD_TILE_EFFICIENCY:.3f}, measured)",
+            f"re-cost ms (bwd tiles at {BACKWARD_TILE_EFFICIENCY_ASSUMED:.3f}, assumed)", "planner ms",
+            "planner / re-cost"]
     lines = []
     for name, launches, ms, ms_assumed, p_ms, _ in rows:
         ratio = p_ms / ms if ms > 0 else float("inf")
@@ -606,14 +710,17 @@ def main():
     kernels, defines = compiled_kernels(), source_defines()
     print("ESTIMATES: every re-cost figure below is computed from the code, the compiled SASS and the constants at "
           "the top of tests/recost.py; none is measured. The planner's are its own estimates (plan.h).")
-    print(f"GEMMs: forward at {FORWARD_GEMM_EFFICIENCY} of 989 TFLOP/s (measured: fitted to the H200 run); backward at "
-          f"{BACKWARD_GEMM_EFFICIENCY_MEASURED} (measured: fitted, the old cublasGemmEx path) or "
-          f"{BACKWARD_GEMM_EFFICIENCY_ASSUMED} (assumed: the forward's cuBLASLt path); --check holds the planner to "
-          f"the {CHECKED_BACKWARD} one")
+    print(f"GEMMs: FLOPs / (989 TFLOP/s x a tile's efficiency x the shape's wave efficiency, cost.h's {GEMM_TILE} x "
+          f"{GEMM_TILE} tiles over {SMS} SMs, split-K slices of {GEMM_SPLIT_K} at least); a tile's efficiency fitted "
+          f"through the waves to the H200 run at {MEASURED_RUN_TOKENS} tokens: forward {FORWARD_TILE_EFFICIENCY:.3f} "
+          f"(its flat {FORWARD_FLAT_EFFICIENCY}, measured), backward {BACKWARD_TILE_EFFICIENCY:.3f} (its flat "
+          f"{BACKWARD_FLAT_EFFICIENCY}, measured, the old cublasGemmEx path) or {BACKWARD_TILE_EFFICIENCY_ASSUMED:.3f} "
+          f"(assumed: the forward's, cuBLASLt's path); --check holds the planner to the {CHECKED_BACKWARD} one")
     failures = []
     for batch in SHAPES:
-        rows, total, planner_step = table(batch, kernels, defines)
+        rows, total, planner_step, gemms = table(batch, kernels, defines)
         print_table(batch, rows, total, planner_step, "--markdown" in args)
+        print_gemms(batch, gemms, "--markdown" in args)
         failures += check(batch, rows)
     windowed_64 = print_attention_backward_hbm(kernels, defines)
     hbm_ok = windowed_64 <= HBM_TARGET_64
