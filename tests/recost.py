@@ -4,13 +4,16 @@ the code (issue 39), beside the planner's estimate of each kernel.
 
 ESTIMATES, ALL OF THEM: no GPU has run these kernels. The re-cost prices what each kernel
 does, read from kernels/ and from the compiled code, not from plan.h's formulas:
-  - a GEMM (cuBLAS/cuBLASLt, not our code): its FLOPs / (989 TFLOP/s x an efficiency fitted to
-    the one GPU run we have; see GEMM EFFICIENCIES);
+  - a GEMM (cuBLAS/cuBLASLt, not our code): its FLOPs / (989 TFLOP/s x a tile's efficiency x its
+    shape's wave efficiency: tiles in waves over the SMs, split-K for small outputs, cost.h's
+    model), the tile's efficiency fitted through those waves to the one GPU run we have (see GEMM
+    EFFICIENCIES);
   - the fused attention: issue-bound (docs/gpu-kernels.md, "Issue 39, in the SASS"): the warp
     instructions of its inner loop, counted in the sm_90 SASS (tests/test_sass.py's functions),
     times the loop's trips, at 651 G warp instructions a second, or its L2 traffic if longer;
   - every other kernel: the bytes its code reads and writes in device memory at the streaming
-    bandwidth, or its dependent chains of loads (waves x trips x latency) if longer, or the
+    bandwidth (what it reads again counted where the L2 model says it is gone from the L2: the
+    working set of its blocks in flight against the L2's size, hbm_bytes), or its dependent chains of loads (waves x trips x latency) if longer, or the
     issue of its SASS loops where counted (the cross-entropy), whichever is longest;
   - each launch: the device's idle gap between two kernels.
 The planner's figures are parsed from `./train_cpu --dry-run --hw h100-80gb ...` (build it
@@ -24,6 +27,9 @@ Then, for both shapes, the attention backward's traffic with main memory for the
 tickets before issue 52 and the windowed one: a list schedule of its blocks with the dQ turns'
 waits, and a simple L2 model over it (print_attention_backward_hbm).
   python3 tests/recost.py --markdown the tables as markdown (docs/gpu-kernels.md's section)
+  python3 tests/recost.py --constants  the constants alone (nothing compiled)
+  --tile-efficiency E --stream-fraction F --memory-latency-us L --launch-gap-us G: the constants
+  tests/refit_planner.py refits from a GPU's measurement, given as its "recost.py:" line prints them
 The SASS comes from train.c compiled for sm_90 in bf16 (test_sass.compile_cubin), cached in
 tests/build/recost/ under a hash of the sources; nvcc and nvdisasm must be there.
 """
@@ -52,6 +58,9 @@ STREAM_FRACTION = 0.84         # a copy kernel's share of the datasheet bandwidt
 L2_BANDWIDTH = 5.5e12          # H100's L2 read bandwidth measured by Chips and Cheese ("Nvidia's H100: Funny L2,
                                # and Tons of Bandwidth", 2023, an H100 PCIe: a floor for the SXM5)
 SMS = 132                      # H100 SXM5's SMs (NVIDIA's Hopper whitepaper)
+L2_BYTES = 50e6                # H100 SXM5's L2 (NVIDIA, "NVIDIA Hopper Architecture In-Depth", 2022); the L2 model
+                               # (hbm_bytes) takes it whole, as LRU: it is two partitions and not LRU, which only a
+                               # GPU's DRAM counters (nsys, ncu) can weigh
 CLOCK_HZ = 1.755e9             # the clock docs/gpu-kernels.md's issue rate uses (Table 3 of the GPU table cited in hardware.h)
 MEMORY_LATENCY_S = 400 / CLOCK_HZ   # a load's round trip to device memory, 400 cycles, idle (the same Table 3)
 L2_LATENCY_S = 200 / CLOCK_HZ       # and to L2, 200 cycles (the same)
@@ -283,6 +292,15 @@ def blocks_per_sm(resources, threads, dynamic_shared=0):
 STREAM = HBM_BANDWIDTH * STREAM_FRACTION
 
 
+def hbm_bytes(first, again, working_set):
+    """The L2 model (issue 52 item 3): a kernel's bytes with HBM are what it reads first and writes
+    (`first`), and what it reads again (`again`) only where the working set of its blocks in flight
+    between the first read and the next does not fit in the L2 (L2_BYTES; LRU over a longer cycle
+    than the cache: every line is gone by the time it is read again). Where it fits, the re-reads
+    come from L2, priced apart by a kernel's L2 traffic where it has one."""
+    return first + (again if working_set > L2_BYTES else 0.0)
+
+
 def chains_seconds(blocks, per_sm, trips, l2_trips=0.0):
     """blocks in waves of per_sm an SM, each a chain of trips to memory (and to L2) in a row"""
     return math.ceil(blocks / (per_sm * SMS)) * (trips * MEMORY_LATENCY_S + l2_trips * L2_LATENCY_S)
@@ -295,6 +313,7 @@ class Recost:
         self.efficiencies = efficiencies   # a tile's efficiency: {"forward": e, "backward": e}
         self.rows = {}   # planner row: [launches, seconds]
         self.gemms = {}  # (row, name, M, N, K): [GEMMs, seconds, efficiency of the peak]
+        self.l2_notes = {}   # kernel: what the L2 model says of it (printed under the table)
 
     def add(self, row, launches, seconds):
         r = self.rows.setdefault(row, [0, 0.0])
@@ -318,13 +337,13 @@ class Recost:
 
     # the embedding: encoder_forward_kernel (a warp a row: the token's and the position's rows
     # read, the output written; a micro-batch's sequences share the T positions' rows, from L2
-    # after the first), encoder_backward_wte_kernel (a thread an element: dout read, an fp32
+    # after the first by the L2 model: 1.5 MB), encoder_backward_wte_kernel (a thread an element: dout read, an fp32
     # atomic add into the token's row of dwte, a read and a write in memory at most) and
     # encoder_backward_wpe_kernel (a thread an element of dwpe adding the B rows t, t + T, ...
     # one load after another: its loop holds one load)
     def embedding(self):
         N, B = self.N, self.B
-        self.memory("embedding", 1, 4 * N + N * C * X + T * C * X + N * C * X)
+        self.memory("embedding", 1, hbm_bytes(4 * N + N * C * X + T * C * X + N * C * X, (B - 1) * T * C * X, T * C * X))
         self.memory("embedding", 1, 4 * N + N * C * X + N * C * 8)
         res, sass = kernel(self.k, "encoder_backward_wpe_kernel")
         block = self.d["ELEMENTWISE_BLOCK"]
@@ -360,7 +379,10 @@ class Recost:
     # the backward: the D kernel (dout and out read, D written: memory), then one block per 64-key
     # tile stepping down the 32-row query steps at and below it (272 a head at T 1024), 4 warps
     # running the inner loop once a step; its L2 traffic a step: q and dO (16-bit), the rows' lse
-    # and D, and dQ's fp32 part read and written by every key tile after the first
+    # and D, and dQ's fp32 part read and written by every key tile after the first; its bytes with
+    # HBM by the L2 model over the list schedule of its windowed tickets (attention_backward_hbm,
+    # below: what a pair's blocks read again stays in L2 where the pairs touched between two tiles
+    # of one fit it: k, v, q, dO, lse and D read once, dq, dk, dv and dQ's sums written once)
     def attention_backward(self):
         rows, step = self.d["FLASH_ROWS"], self.d["FLASH_STEP"]
         steps = sum(math.ceil((T - r0) / step) for r0 in range(0, T, rows))
@@ -370,8 +392,12 @@ class Recost:
         loop = test_sass.inner_loop(sass)[2]
         issue = self.B * HEADS * steps * (rows // 16) * loop / ISSUE_RATE
         l2 = self.B * HEADS * (steps * (2 * step * HS * X + 2 * 4 * step) + (steps - first_parts) * 2 * step * HS * 4)
-        memory = self.B * HEADS * (8 * T * HS * X + 8 * T + 4 * T * HS)   # q k v dO read, dq dk dv written; sums
+        memory = windowed_backward_hbm(self.k, self.d, self.B) / LAYERS   # the L2 model over the windowed schedule
         self.add("attention, fused", 1, max(issue, l2 / L2_BANDWIDTH, memory / STREAM))
+        self.l2_notes["attention backward"] = (
+            f"{memory / 1e9:.3f} GB a layer with HBM by the L2 model over its windowed schedule, "
+            f"{1e3 * memory / STREAM:.3f} ms; its L2 traffic {1e3 * l2 / L2_BANDWIDTH:.3f} ms; its issue {1e3 * issue:.3f} ms "
+            f"(the longest prices it)")
 
     # a bias gradient (kernels/linear.cuh's matmul_backward_params): the weight gradient's GEMM sums
     # dout's columns in its BGRADB epilogue (inside the GEMMs' fitted efficiency: the GEMM reads
@@ -410,8 +436,9 @@ class Recost:
         self.add("layernorm backward", 1, max(partials / L2_BANDWIDTH, chains))
 
     # crossentropy_forward_fused_kernel: a block a row, the row's logits read from memory once
-    # (the second pass from L2, as its comment says: 2 blocks an SM hold 26 MB) and dlogits
-    # written; its pack loops (the statistics', the gradient's) issue-bound at the rate above
+    # and dlogits written; the second pass reads the row again, from L2 by the L2 model where
+    # the rows of the blocks in flight (ptxas's blocks an SM x the SMs) fit it (as its comment
+    # says: 2 blocks an SM hold 26 MB), else from memory; its pack loops (the statistics', the gradient's) issue-bound at the rate above
     # where they take longer than the bytes. Since issue 39 a 16-byte aligned row (GPT-2's
     # 50,304 columns) runs loops of 128-bit accesses alone, and the loops with 16-bit ones take
     # only the row's last pack; before, each loop chose per pack (whole_pack_path)
@@ -424,7 +451,14 @@ class Recost:
                     sum(whole_pack_path(l) for l in pack_loops))
         warp_trips = math.ceil(VOCAB_PADDED / self.d["X128"] / 32)   # a warp's trip: 32 packs of a row
         issue = N * warp_trips * per_pack / ISSUE_RATE
-        self.add("cross-entropy", 1, max(2 * N * VOCAB_PADDED * X / STREAM, issue))
+        row = VOCAB_PADDED * X
+        in_flight = blocks_per_sm(res, min(self.d["CROSSENTROPY_BLOCK"], math.ceil(VOCAB_PADDED / self.d["X128"] / 32) * 32)) * SMS
+        memory = hbm_bytes(2 * N * row, N * row, in_flight * row)   # read, written; the second pass's read again
+        self.add("cross-entropy", 1, max(memory / STREAM, issue))
+        self.l2_notes["cross-entropy"] = (
+            f"{in_flight} rows in flight x {row / 1e3:.1f} KB = {in_flight * row / 1e6:.1f} MB against {L2_BYTES / 1e6:.0f} MB: "
+            f"the second pass {'from L2' if in_flight * row <= L2_BYTES else 'from HBM'}; {memory / 1e9:.2f} GB with HBM, "
+            f"{1e3 * memory / STREAM:.3f} ms; its issue {1e3 * issue:.3f} ms")
 
     def gemms_of(self, gemms, direction):
         for row, name, d, M, N, K in gemms:
@@ -547,6 +581,8 @@ def table(batch, kernels, defines):
     if unclaimed:
         sys.exit(f"recost: the planner has rows the re-cost does not price: {', '.join(unclaimed)}")
     total = {k: 1e3 * sum(v[1] for v in r.values()) for k, r in (("measured", measured), ("assumed", assumed))}
+    for name, note in measured_recost.l2_notes.items():
+        print(f"L2 model at {batch} x {T}, {name}: {note}")
     return rows, total, planner_step, measured_recost.gemms
 
 
@@ -613,7 +649,6 @@ def check(batch, rows):
 # The attention backward's traffic with main memory by the order of its tickets (issue 52): a list
 # schedule of its blocks (as above, with the dQ turns: a tile's step waits for the tile before it
 # at that step) and a simple model of the L2 over it.
-L2_BYTES = 50e6                  # H100 SXM5's L2 (NVIDIA, "NVIDIA Hopper Architecture In-Depth", 2022)
 HBM_TARGET_64 = 15e9             # issue 52's target for the windowed order at 64 x 1024, bytes a step
 
 
@@ -680,17 +715,36 @@ def attention_backward_hbm(batch, touched):
     return LAYERS * batch * HEADS * per_pair, working_set
 
 
-def print_attention_backward_hbm(kernels, defines):
-    """the old order and the windowed one at both shapes; the windowed one's bytes at 64 x 1024"""
+def backward_slots(kernels, defines):
+    """the attention backward's blocks in flight on the GPU: blocks an SM (ptxas's registers and
+    flash_shared_bytes) x the SMs"""
     res, _ = kernel(kernels, f"attention_backward_flash_kernel<{HS}, false, false>")
     rows, step, pad = defines["FLASH_ROWS"], defines["FLASH_STEP"], defines["FLASH_PAD"]
     shared = (2 * rows + 4 * step) * (HS + pad) * X + rows * (step + pad) * X + 4 * step * 4 + 16   # flash_shared_bytes
-    slots = blocks_per_sm(res, 32 * (rows // 16), shared) * SMS
+    return blocks_per_sm(res, 32 * (rows // 16), shared) * SMS
+
+
+def backward_windows(batch, defines):
+    """kernels/flash_attention.cuh's flash_ticket_windows at this batch"""
     pair_bytes = T * (HS * (4 + 2 * X) + 2 * 4)
+    return math.ceil(batch * HEADS / max(1, defines["FLASH_WINDOW_L2_BYTES"] // pair_bytes))
+
+
+def windowed_backward_hbm(kernels, defines, batch):
+    """the windowed order's bytes a step with HBM by the L2 model over its list schedule (the rows'
+    figure for the attention backward's main kernel)"""
+    _, _, touched = backward_schedule(batch * HEADS, backward_windows(batch, defines), T // 64,
+                                      backward_slots(kernels, defines), True)
+    return attention_backward_hbm(batch, touched)[0]
+
+
+def print_attention_backward_hbm(kernels, defines):
+    """the old order and the windowed one at both shapes; the windowed one's bytes at 64 x 1024"""
+    slots = backward_slots(kernels, defines)
     found = {}
     for batch in SHAPES:
         pairs = batch * HEADS
-        windows = math.ceil(pairs / max(1, defines["FLASH_WINDOW_L2_BYTES"] // pair_bytes))   # flash_ticket_windows
+        windows = backward_windows(batch, defines)
         sizes = sorted(set(window_sizes(pairs, windows)))
         for name, w, down in (("tile by tile over all pairs (before issue 52)", 1, False),
                               (f"in {windows} windows of {' or '.join(map(str, sizes))} pairs, each tile walking down",
@@ -705,11 +759,67 @@ def print_attention_backward_hbm(kernels, defines):
     return found[64, True]
 
 
+# the constants tests/refit_planner.py refits from a GPU's measurement, each a flag here (its line
+# "recost.py: --tile-efficiency E ..." is given as it prints it): a tile's efficiency (the
+# planner's --hw-matmul-efficiency: the same shape model; both directions, the GPU's run being
+# on the cuBLASLt path both ways), the streaming share of the datasheet bandwidth (its
+# --hw-memory-efficiency), the idle latency to memory (its --hw-memory-latency-us) and the
+# device's gap between kernels (its launch_us)
+OVERRIDES = {"--tile-efficiency": "tile efficiency", "--stream-fraction": "STREAM_FRACTION",
+             "--memory-latency-us": "MEMORY_LATENCY_S", "--launch-gap-us": "LAUNCH_GAP_S"}
+
+
+def apply_overrides(args):
+    """set the constants the flags give (the rest of args returned)"""
+    global FORWARD_TILE_EFFICIENCY, BACKWARD_TILE_EFFICIENCY, BACKWARD_TILE_EFFICIENCY_ASSUMED
+    global STREAM_FRACTION, STREAM, MEMORY_LATENCY_S, L2_LATENCY_S, LAUNCH_GAP_S, CONSTANTS_SOURCE
+    rest, i = [], 0
+    while i < len(args):
+        if args[i] not in OVERRIDES:
+            rest.append(args[i])
+            i += 1
+            continue
+        if i + 1 >= len(args):
+            sys.exit(f"recost: {args[i]} takes a number")
+        try:
+            value = float(args[i + 1])
+        except ValueError:
+            sys.exit(f"recost: {args[i]} takes a number, not {args[i + 1]}")
+        if value <= 0 or (args[i] in ("--tile-efficiency", "--stream-fraction") and value > 1):
+            sys.exit(f"recost: {args[i]} {args[i + 1]} is outside its range")
+        if args[i] == "--tile-efficiency":
+            FORWARD_TILE_EFFICIENCY = BACKWARD_TILE_EFFICIENCY = BACKWARD_TILE_EFFICIENCY_ASSUMED = value
+        elif args[i] == "--stream-fraction":
+            STREAM_FRACTION = value
+            STREAM = HBM_BANDWIDTH * STREAM_FRACTION
+        elif args[i] == "--memory-latency-us":
+            MEMORY_LATENCY_S, L2_LATENCY_S = value * 1e-6, value * 1e-6 / 2   # L2 at half, as Table 3's 200 of 400
+        else:
+            LAUNCH_GAP_S = value * 1e-6
+        CONSTANTS_SOURCE = "refitted: given on the command line (tests/refit_planner.py's line)"
+        i += 2
+    return rest
+
+
+CONSTANTS_SOURCE = "the sources at the top of tests/recost.py"
+
+
+def print_constants():
+    print(f"recost constants ({CONSTANTS_SOURCE}): tile efficiency forward {FORWARD_TILE_EFFICIENCY:.4g}, backward "
+          f"{BACKWARD_TILE_EFFICIENCY:.4g} (assumed {BACKWARD_TILE_EFFICIENCY_ASSUMED:.4g}); stream fraction "
+          f"{STREAM_FRACTION:.4g}; memory latency {MEMORY_LATENCY_S * 1e6:.4g} us; launch gap {LAUNCH_GAP_S * 1e6:.4g} us; "
+          f"issue rate {ISSUE_RATE / 1e9:.0f} G; L2 {L2_BANDWIDTH / 1e12:.2f} TB/s, {L2_BYTES / 1e6:.0f} MB")
+
+
 def main():
-    args = sys.argv[1:]
+    args = apply_overrides(sys.argv[1:])
+    if "--constants" in args:   # the constants alone, nothing compiled (tests/test_gpu_check.sh)
+        print_constants()
+        return 0
     kernels, defines = compiled_kernels(), source_defines()
     print("ESTIMATES: every re-cost figure below is computed from the code, the compiled SASS and the constants at "
           "the top of tests/recost.py; none is measured. The planner's are its own estimates (plan.h).")
+    print_constants()
     print(f"GEMMs: FLOPs / (989 TFLOP/s x a tile's efficiency x the shape's wave efficiency, cost.h's {GEMM_TILE} x "
           f"{GEMM_TILE} tiles over {SMS} SMs, split-K slices of {GEMM_SPLIT_K} at least); a tile's efficiency fitted "
           f"through the waves to the H200 run at {MEASURED_RUN_TOKENS} tokens: forward {FORWARD_TILE_EFFICIENCY:.3f} "
