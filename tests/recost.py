@@ -730,12 +730,17 @@ def backward_windows(batch, defines):
     return math.ceil(batch * HEADS / max(1, defines["FLASH_WINDOW_L2_BYTES"] // pair_bytes))
 
 
+WINDOWED_HBM = {}   # batch: the windowed order's bytes a step (the schedule once a shape)
+
+
 def windowed_backward_hbm(kernels, defines, batch):
     """the windowed order's bytes a step with HBM by the L2 model over its list schedule (the rows'
     figure for the attention backward's main kernel)"""
-    _, _, touched = backward_schedule(batch * HEADS, backward_windows(batch, defines), T // 64,
-                                      backward_slots(kernels, defines), True)
-    return attention_backward_hbm(batch, touched)[0]
+    if batch not in WINDOWED_HBM:
+        _, _, touched = backward_schedule(batch * HEADS, backward_windows(batch, defines), T // 64,
+                                          backward_slots(kernels, defines), True)
+        WINDOWED_HBM[batch] = attention_backward_hbm(batch, touched)[0]
+    return WINDOWED_HBM[batch]
 
 
 def print_attention_backward_hbm(kernels, defines):
