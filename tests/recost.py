@@ -373,8 +373,19 @@ class Recost:
         warps = rows // 16
         issue = self.B * HEADS * pairs * warps * loop / ISSUE_RATE
         l2 = self.B * HEADS * pairs * 2 * keys * HS * X / L2_BANDWIDTH
-        memory = self.B * HEADS * (4 * T * HS * X + 4 * T) / STREAM   # q, k, v read once, out written; lse
-        self.add("attention, fused", 1, max(issue, l2, memory))
+        # its bytes with HBM by the L2 model: q, k, v read once, out and lse written; the K and V
+        # tiles read again by a head's other query tiles from L2 where the heads in flight hold
+        # less than it (a head's 16 blocks adjacent, flash_query_block: slots / 16 + 1 heads)
+        res, _ = kernel(self.k, f"attention_forward_flash_kernel<{HS}, false, false>")
+        shared = (rows + 4 * keys) * (HS + self.d["FLASH_PAD"]) * X   # q, and k's and v's two buffers
+        heads = math.ceil(blocks_per_sm(res, 32 * warps, shared) * SMS / (T // rows)) + 1
+        again = self.B * HEADS * (pairs * 2 * keys * HS * X - 2 * T * HS * X)
+        bytes_ = hbm_bytes(self.B * HEADS * (4 * T * HS * X + 4 * T), again, heads * 2 * T * HS * X)
+        self.add("attention, fused", 1, max(issue, l2, bytes_ / STREAM))
+        self.l2_notes["attention forward"] = (
+            f"{heads} heads in flight x {2 * T * HS * X / 1e3:.0f} KB of K and V = {heads * 2 * T * HS * X / 1e6:.1f} MB: "
+            f"{bytes_ / 1e9:.3f} GB a layer with HBM, {1e3 * bytes_ / STREAM:.3f} ms; its L2 traffic {1e3 * l2:.3f} ms; "
+            f"its issue {1e3 * issue:.3f} ms")
 
     # the backward: the D kernel (dout and out read, D written: memory), then one block per 64-key
     # tile stepping down the 32-row query steps at and below it (272 a head at T 1024), 4 warps
