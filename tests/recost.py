@@ -28,7 +28,7 @@ tickets before issue 52 and the windowed one: a list schedule of its blocks with
 waits, and a simple L2 model over it (print_attention_backward_hbm).
   python3 tests/recost.py --markdown the tables as markdown (docs/gpu-kernels.md's section)
   python3 tests/recost.py --constants  the constants alone (nothing compiled)
-  --tile-efficiency E --stream-fraction F --memory-latency-us L --launch-gap-us G: the constants
+  --tile-efficiency E --stream-fraction F --memory-latency-us L --launch-gap-us G --issue-rate-g I: the constants
   tests/refit_planner.py refits from a GPU's measurement, given as its "recost.py:" line prints them
 The SASS comes from train.c compiled for sm_90 in bf16 (test_sass.compile_cubin), cached in
 tests/build/recost/ under a hash of the sources; nvcc and nvdisasm must be there.
@@ -779,16 +779,18 @@ def print_attention_backward_hbm(kernels, defines):
 # "recost.py: --tile-efficiency E ..." is given as it prints it): a tile's efficiency (the
 # planner's --hw-matmul-efficiency: the same shape model; both directions, the GPU's run being
 # on the cuBLASLt path both ways), the streaming share of the datasheet bandwidth (its
-# --hw-memory-efficiency), the idle latency to memory (its --hw-memory-latency-us) and the
-# device's gap between kernels (its launch_us)
+# --hw-memory-efficiency), the idle latency to memory (its --hw-memory-latency-us), the
+# device's gap between kernels (its launch_us) and the warp instructions a second of an
+# issue-bound loop (in proportion to its --hw-attention-efficiency: the fused attention is priced
+# by its issue here, by its products there)
 OVERRIDES = {"--tile-efficiency": "tile efficiency", "--stream-fraction": "STREAM_FRACTION",
-             "--memory-latency-us": "MEMORY_LATENCY_S", "--launch-gap-us": "LAUNCH_GAP_S"}
+             "--memory-latency-us": "MEMORY_LATENCY_S", "--launch-gap-us": "LAUNCH_GAP_S", "--issue-rate-g": "ISSUE_RATE"}
 
 
 def apply_overrides(args):
     """set the constants the flags give (the rest of args returned)"""
     global FORWARD_TILE_EFFICIENCY, BACKWARD_TILE_EFFICIENCY, BACKWARD_TILE_EFFICIENCY_ASSUMED
-    global STREAM_FRACTION, STREAM, MEMORY_LATENCY_S, L2_LATENCY_S, LAUNCH_GAP_S, CONSTANTS_SOURCE
+    global STREAM_FRACTION, STREAM, MEMORY_LATENCY_S, L2_LATENCY_S, LAUNCH_GAP_S, ISSUE_RATE, CONSTANTS_SOURCE
     rest, i = [], 0
     while i < len(args):
         if args[i] not in OVERRIDES:
@@ -810,6 +812,8 @@ def apply_overrides(args):
             STREAM = HBM_BANDWIDTH * STREAM_FRACTION
         elif args[i] == "--memory-latency-us":
             MEMORY_LATENCY_S, L2_LATENCY_S = value * 1e-6, value * 1e-6 / 2   # L2 at half, as Table 3's 200 of 400
+        elif args[i] == "--issue-rate-g":
+            ISSUE_RATE = value * 1e9
         else:
             LAUNCH_GAP_S = value * 1e-6
         CONSTANTS_SOURCE = "refitted: given on the command line (tests/refit_planner.py's line)"

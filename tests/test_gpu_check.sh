@@ -106,7 +106,7 @@ matmul=$(echo "$flags" | sed -nE 's/.*--hw-matmul-efficiency ([0-9.e+-]+).*/\1/p
 tile=$(echo "$recost_flags" | sed -nE 's/.*--tile-efficiency ([0-9.e+-]+).*/\1/p')
 python3 tests/recost.py $recost_flags --constants > $B/recost_constants.out 2>&1
 rc_status=$?
-if [[ "$recost_flags" =~ ^--tile-efficiency\ [0-9.]+\ --stream-fraction\ [0-9.]+\ --memory-latency-us\ [0-9.]+\ --launch-gap-us\ [0-9.]+$ ]] &&
+if [[ "$recost_flags" =~ ^--tile-efficiency\ [0-9.]+\ --stream-fraction\ [0-9.]+\ --memory-latency-us\ [0-9.]+\ --launch-gap-us\ [0-9.]+\ --issue-rate-g\ [0-9.]+$ ]] &&
    [ $rc_status -eq 0 ] && grep -q "^recost constants (refitted: .*tile efficiency forward $tile, backward $tile" $B/recost_constants.out &&
    awk -v a="$matmul" -v b="$tile" 'BEGIN { d = a - b; exit !(d * d < 1e-6) }'; then
     ok "refit_planner.py's line for tests/recost.py ($recost_flags): recost.py takes it; a tile's efficiency is the matmul efficiency ($matmul)"
