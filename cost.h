@@ -361,8 +361,17 @@ static void cost_flash_forward(StageCost* c, double BH, double T, double HS, dou
 // FLOPs: K and V read and dK, dV written once a tile, Q and dO (and the rows' lse and D) read
 // once a step. A step's dQ is the sum of the parts of its key tiles, added in tile order (not
 // by atomics: the same bits every run) through fp32 sums in scratch: each part but the first
-// reads the sums, each but the last writes them, the last writes dQ itself. The sums live in
-// L2 (a few steps at a time are being added) and go to memory once, written back.
+// reads the sums, each but the last writes them, the last writes dQ itself. Its bytes with
+// memory follow the windowed order of its tickets (issue 52; kernels/flash_attention.cuh's
+// flash_ticket_windows): tile 0 of each pair of a window, then tile 1..., the windows of at
+// most FLASH_WINDOW_L2_BYTES of what a pair's blocks read again (q, dO, lse, D, the sums), so
+// the pairs touched between two tiles of one pair hold about three windows (tests/recost.py's
+// list schedule: 66-69 pairs, 35-37 MB at GPT-2's shapes), inside the L2 of every preset with
+// the fused kernels (A100 40 MB, H100 50 MB): every re-read comes from L2 and only the first
+// read of each reaches memory, the sums written back once: the bytes tests/recost.py's L2 model
+// gives that order (attention_backward_hbm, where they fit). Before the windows (tile 0 of
+// every pair, then tile 1...) the touched pairs were all B x G of them, every re-read from
+// memory at 64 x 1024 (63.5 GB a step by that model against 10.9).
 static void cost_flash_backward(StageCost* c, double BH, double T, double HS, double x) {
     FlashWork f = flash_work(T, HS);
     double tiles = ceil(T / FLASH_ROWS), steps = ceil(T / FLASH_STEP), tile = FLASH_ROWS * HS * x;

@@ -33,13 +33,15 @@ typedef struct {
 //  - matmul efficiency: gemm_seconds' large-GEMM asymptote, the one constant per GPU kind
 //    fitted to a published run with the whole cost model in place (docs/cluster.md, "Planning
 //    a layout"): V100's to BigScience's 104B at TP 4 x PP 32 (696 s per step), A100's to
-//    their 200B at TP 8 x PP 10 x DP 4, MBS 1 (221.21 s). H100's: 0.47, the forward GEMMs'
-//    share of the peak in the one GPU run we have (docs/measured.md: an H200, which has the
-//    H100 SXM's 132 SMs, clocks and 989 TFLOP/s; GPT-2 124M's shape at 4 x 1024), as issue 39's
-//    reading of that run fitted it, FLOPs over time (the backward's 0.39 there is close to what
-//    this model's waves give at 0.47). Fitted through gemm_seconds' waves instead, the run would
-//    give about 0.58 (tests/recost.py's section in docs/gpu-kernels.md says why 0.47 is kept);
-//    tests/refit_planner.py refits it from tests/gpu_check.sh's measurement on an H100.
+//    their 200B at TP 8 x PP 10 x DP 4, MBS 1 (221.21 s). H100's: 0.56, a tile's efficiency in
+//    the one GPU run we have (docs/measured.md: an H200, which has the H100 SXM's 132 SMs,
+//    clocks and 989 TFLOP/s; GPT-2 124M's shape with the byte vocabulary at 4 x 1024): issue 39's
+//    reading of that run gave its GEMMs 0.47 of the peak forward and 0.39 backward, FLOPs over
+//    time, and through gemm_seconds' waves those are 0.565 and 0.563 a tile
+//    (tests/recost.py's fitted_tile_efficiency, issue 52: the re-cost prices its GEMMs by the
+//    same shape model), 0.56 in two digits. It was 0.47, the flat figure, until the re-cost
+//    priced the GEMMs by shape too; tests/refit_planner.py refits it from tests/gpu_check.sh's
+//    measurement on an H100 (and prints the re-cost's constants with it).
 //  - attention efficiency: FlashAttention-2's published figures (ATTENTION EFFICIENCY below);
 //    V100 none: the fused kernels need sm_80 (cp.async, mma.sync.m16n8k16).
 //  - memory efficiency: a copy kernel's measured bandwidth over the datasheet's, from the
@@ -69,7 +71,7 @@ static const Hardware HARDWARE_PRESETS[] = {
     [HW_V100_32GB] = {125.0, 0.42, 0.0, 0.86, 80, 32.0, 900.0, 1920.0, 400 / 1530.0, 1.0, 150.0, 6.25, 8, 5.0, 2.0, 0},
     [HW_A100_40GB] = {312.0, 0.43, 0.50, 0.84, 108, 40.0, 1555.0, 4420.0, 400 / 1410.0, 1.0, 300.0, 25.0, 8, 5.0, 2.0, 0},
     [HW_A100_80GB] = {312.0, 0.43, 0.50, 0.84, 108, 80.0, 2039.0, 4420.0, 400 / 1410.0, 1.0, 300.0, 25.0, 8, 5.0, 2.0, 0},
-    [HW_H100_80GB] = {989.0, 0.47, 0.23, 0.84, 132, 80.0, 3350.0, 5500.0, 400 / 1755.0, 1.0, 450.0, 50.0, 8, 5.0, 2.0, 0},
+    [HW_H100_80GB] = {989.0, 0.56, 0.23, 0.84, 132, 80.0, 3350.0, 5500.0, 400 / 1755.0, 1.0, 450.0, 50.0, 8, 5.0, 2.0, 0},
 };
 
 // Each --hw-* number and the Hardware field it replaces when given (non-zero): config.h's run

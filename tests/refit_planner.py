@@ -5,8 +5,11 @@
 The planner (plan.h's cost model) refitted to what a GPU measured, in one command: reads the
 folder tests/gpu_check.sh wrote and prints the --hw-* flags that make the planner's table agree
 with the run NAME (default b16_flash: GPT-2 124M, 16 x 1024, the fused attention), a line for
-hardware.h's HARDWARE_PRESETS with them, and the step the planner then gives for every run in the
-folder next to its measured one.
+hardware.h's HARDWARE_PRESETS with them, the same fits as tests/recost.py's constants (its line
+"recost.py: --tile-efficiency ... --issue-rate-g ...", given to recost.py as flags: its GEMMs
+are the planner's shape model, so a tile's efficiency is the matmul efficiency; its issue rate
+scales as the attention efficiency), and the step the
+planner then gives for every run in the folder next to its measured one.
 
 What it reads from the folder: hw.txt (the --hw flags the GPU was planned as), run_NAME.flags
 (the run's model and batch flags), run_NAME.log (train_gpu's output: its last log line's time
@@ -329,6 +332,21 @@ def refit(folder, name, binary):
     line = dict(c, **fitted)
     print("preset line: [HW_%s] = {%s, 0}," % (preset.preset.upper().replace("-", "_"), ", ".join(
         "%.4g" % line[f] for f in PRESET_ORDER)))   # and cpu_threads 0: a GPU
+    # tests/recost.py's constants from the same fits (issue 52 item 3): its GEMMs are priced by the
+    # planner's shape model, so a tile's efficiency is the matmul efficiency; its streaming share,
+    # latency and launch gap are the planner's
+    # latency and launch gap are the planner's; its issue rate (651 G warp instructions a second, its
+    # fit to FlashAttention-2's forward) scales as the attention efficiency does: the fused attention
+    # is priced by its loops' issue there and by its products here, both in proportion to the time
+    recost = [("--tile-efficiency", "matmul_efficiency", 1.0), ("--stream-fraction", "memory_efficiency", 1.0),
+              ("--memory-latency-us", "memory_latency_us", 1.0), ("--launch-gap-us", "launch_us", 1.0)]
+    if c["attention_efficiency"] > 0:
+        recost.append(("--issue-rate-g", "attention_efficiency", 651.0 / c["attention_efficiency"]))
+    print("recost.py: " + " ".join("%s %.4g" % (flag, line[field] * scale) for flag, field, scale in recost
+                                   if field in fitted))
+    if abs(line["memory_bandwidth"] - 3350.0) > 1.0:
+        print("note: the folder's GPU was planned at %.0f GB/s, not an H100 SXM's 3350 (tests/recost.py's): the "
+              "stream fraction above is of %.0f GB/s" % (line["memory_bandwidth"], line["memory_bandwidth"]))
     # every timed run of the folder, planned with the refit
     for entry in sorted(os.listdir(folder)):
         m = re.match(r"run_(.+)\.flags$", entry)

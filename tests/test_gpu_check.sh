@@ -13,7 +13,8 @@
 # - tests/refit_planner.py on tests/data/gpu_check_sample (made-up numbers in the form
 #   gpu_check.sh writes): the kernels' sums by kind are the CSV's, summed here by name; the
 #   flags it prints plan (./train_cpu --dry-run takes them); its preset line has the 16 numbers
-#   of a Hardware; the refitted step is nearer the measured one than the preset's.
+#   of a Hardware; the refitted step is nearer the measured one than the preset's; its line of
+#   tests/recost.py's constants (issue 52) is taken by recost.py, the tile efficiency the matmul one.
 set -u
 cd "$(dirname "$0")/.."
 B=tests/build/gpu_check_test
@@ -98,6 +99,18 @@ if [ $status -eq 0 ] && [ "$got" = "$gemms $flash $reductions $other" ] && [ $pl
    awk -v m="$measured" -v p="$preset" -v r="$refitted" 'BEGIN { d = r - m; e = p - m; exit !(d * d < e * e) }'; then
     ok "refit_planner.py on the made-up folder: kinds' sums $got ms a step (summed here alike); flags that plan ($flags); a preset line of 16; the step $measured ms measured, $preset planned at the preset, $refitted refitted"
 else bad "refit_planner.py" "status $status, plan $plan_status; sums '$got' against '$gemms $flash $reductions $other'; flags '$flags'; $numbers numbers; step $measured / $preset / $refitted: $(tail -5 $B/refit.out)"; fi
+# issue 52 item 3: the same refit as tests/recost.py's constants, one line of its flags, which it takes
+# (--constants: its constants alone, nothing compiled) and echoes; the tile efficiency is the matmul one
+recost_flags=$(sed -n 's/^recost.py: //p' $B/refit.out)
+matmul=$(echo "$flags" | sed -nE 's/.*--hw-matmul-efficiency ([0-9.e+-]+).*/\1/p')
+tile=$(echo "$recost_flags" | sed -nE 's/.*--tile-efficiency ([0-9.e+-]+).*/\1/p')
+python3 tests/recost.py $recost_flags --constants > $B/recost_constants.out 2>&1
+rc_status=$?
+if [[ "$recost_flags" =~ ^--tile-efficiency\ [0-9.]+\ --stream-fraction\ [0-9.]+\ --memory-latency-us\ [0-9.]+\ --launch-gap-us\ [0-9.]+\ --issue-rate-g\ [0-9.]+$ ]] &&
+   [ $rc_status -eq 0 ] && grep -q "^recost constants (refitted: .*tile efficiency forward $tile, backward $tile" $B/recost_constants.out &&
+   awk -v a="$matmul" -v b="$tile" 'BEGIN { d = a - b; exit !(d * d < 1e-6) }'; then
+    ok "refit_planner.py's line for tests/recost.py ($recost_flags): recost.py takes it; a tile's efficiency is the matmul efficiency ($matmul)"
+else bad "refit_planner.py's recost.py line" "status $rc_status; '$recost_flags' (matmul '$matmul'): $(head -2 $B/recost_constants.out)"; fi
 # --kernels: the per-kernel table gpu_check.sh writes beside each nsys run
 python3 tests/refit_planner.py --kernels $sample/nsys_b16_flash.csv 10 > $B/kernels.out 2>&1
 first=$(head -1 $B/kernels.out)
