@@ -151,7 +151,8 @@ flops_per_step.
     X(INT, check_cluster_matmul_size, NULL, 0, "N of --check-cluster's N x N matmul (0: 8192 GPU, 1024 CPU)")          \
     X(SWITCH, dry_run, NULL, 0, "plan this layout: each stage's memory, the FLOPs, the bubble; allocate nothing")      \
     X(INT, world_size, NULL, 0, "N: the world size --dry-run plans for (0: the launched size)")                        \
-    X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, PP, DP, MBS; SP on and off at TP > 1) of the world, fastest first") \
+    X(SWITCH, sweep, NULL, 0, "with --dry-run: every (TP, CP, PP, DP, MBS; SP on and off at TP > 1; ZeRO 1-3) of the " \
+      "world, fastest first")                                                                                           \
     X(SWITCH, print_schedule, NULL, 0, "with --dry-run: draw one step's pipeline schedule, a line per stage ('.': the bubble)") \
     X(FLOAT, moe_imbalance, NULL, 0, "X, with --dry-run: the busiest expert's tokens over its layer's mean, as a run logs " \
       "them (\"expert tokens max/mean\"; 0: 1, balanced)")                                                        \
@@ -1265,22 +1266,27 @@ static void check_generate(const Config* a) {
 #endif
 }
 
+// what of the run ZeRO stage `stage` does not run with (yet), or NULL (docs/parallelism.md lists them;
+// --sweep leaves out the stages a run's flags rule out)
+static const char* zero_stage_conflict(const Config* a, int stage) {
+    if (stage < 2) return NULL;
+    return a->pipeline_schedule == SCHEDULE_ZB_H1 ? "--pipeline-schedule zb-h1 (its deferred weight gradients)"
+           : a->model.num_experts > 0         ? "--num-experts (the experts' region of the flat buffers)"
+           : a->use_bnb_optimizer             ? "--use-bnb-optimizer"
+           : a->overlap_grad_reduce           ? "--overlap-grad-reduce (ZeRO-2/3 reduce each layer as its backward ends)"
+           : a->overlap_param_gather          ? "--overlap-param-gather (ZeRO-3 gathers each layer before it runs)"
+           : stage < 3                        ? NULL
+           : a->generate_tokens > 0           ? "--generate-tokens (generation reads the whole model)"
+           : a->export_hf || a->import_hf     ? "--export-hf / --import-hf (they read the whole model)"
+                                              : NULL;
+}
+
 // --zero-stage: 0 to 3, and the combinations ZeRO-2/3 do not run (yet) refused, the first in one line
-// (docs/parallelism.md lists them)
 static void check_zero_stage(const Config* a) {
     if (a->zero_stage > 3) config_error("--zero-stage %d: ZeRO has stages 0 to 3", a->zero_stage);
     if (a->no_reshard_after_forward && a->zero_stage < 3)
         config_error("--no-reshard-after-forward goes with --zero-stage 3 (the parameters sharded)");
-    if (a->zero_stage < 2) return;
-    const char* with = a->pipeline_schedule == SCHEDULE_ZB_H1 ? "--pipeline-schedule zb-h1 (its deferred weight gradients)"
-                       : a->model.num_experts > 0         ? "--num-experts (the experts' region of the flat buffers)"
-                       : a->use_bnb_optimizer             ? "--use-bnb-optimizer"
-                       : a->overlap_grad_reduce           ? "--overlap-grad-reduce (ZeRO-2/3 reduce each layer as its backward ends)"
-                       : a->overlap_param_gather          ? "--overlap-param-gather (ZeRO-3 gathers each layer before it runs)"
-                       : a->zero_stage < 3                ? NULL
-                       : a->generate_tokens > 0           ? "--generate-tokens (generation reads the whole model)"
-                       : a->export_hf || a->import_hf     ? "--export-hf / --import-hf (they read the whole model)"
-                                                          : NULL;
+    const char* with = zero_stage_conflict(a, a->zero_stage);
     if (with) config_error("--zero-stage %d does not run with %s yet: use --zero-stage 1", a->zero_stage, with);
 }
 

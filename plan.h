@@ -467,23 +467,25 @@ static void print_layout_line(const Config* a, const LayoutPlan* L) {
     if (L->vp > 1) snprintf(vp, sizeof vp, " VPP %d", L->vp);
     if (L->cp > 1) snprintf(cp, sizeof cp, " CP %d%s", L->cp, a->cp_comm_type == CP_COMM_ALL_GATHER ? " all_gather" : "");
     if (L->ep > 1) snprintf(ep, sizeof ep, " EP %d", L->ep);   // (of the DP x CP ranks)
-    printf("dry-run: world %d TP %d%s PP %d DP %d%s MBS %d GBS %d%s%s: peak memory per GPU %.1f GiB (stage %d), step ",
+    char zero[24] = "";   // ZeRO-2 and -3 named (ZeRO-1 is the distributed optimizer every plan has)
+    if (a->zero_stage >= 2) snprintf(zero, sizeof zero, " ZeRO-%d", a->zero_stage);
+    printf("dry-run: world %d TP %d%s PP %d DP %d%s MBS %d GBS %d%s%s%s: peak memory per GPU %.1f GiB (stage %d), step ",
            L->tp * L->cp * L->pp * L->dp, L->tp, cp, L->pp, L->dp, ep, a->micro_batch_size, a->global_batch_size, vp,
-           a->model.sequence_parallel ? " SP" : "", L->peak_bytes / (1 << 30), L->peak_stage);
+           a->model.sequence_parallel ? " SP" : "", zero, L->peak_bytes / (1 << 30), L->peak_stage);
     print_seconds(L->step_seconds);
     printf(" s, %.1f TFLOPs per GPU, bubble %.1f%%%s\n", L->tflops_per_gpu, 100.0 * L->bubble,
            L->out_of_memory ? " OOM" : "");
 }
 
 // --sweep: every layout of the world (TP, CP, PP, the rest DP, MBS; with experts each EP of the
-// DP x CP ranks that divides them and the experts) the model's shape, the sequence and the batch
+// DP x CP ranks that divides them and the experts; the ZeRO stage) the model's shape, the sequence and the batch
 // allow, with sequence parallelism and without where TP > 1 (a --sequence-parallel given is not
 // read) and with each interleaving (v model chunks per stage) its layers and micro-batches allow,
 // one line each, those that fit first, each part fastest first; context parallelism by the
 // --cp-comm-type given
 typedef struct {
     LayoutPlan plan;
-    int micro_batch_size, sequence_parallel;
+    int micro_batch_size, sequence_parallel, zero_stage;
 } SweepRow;
 
 typedef struct {
@@ -497,8 +499,30 @@ static int compare_sweep_rows(const void* x, const void* y) {
     return (a->plan.step_seconds > b->plan.step_seconds) - (a->plan.step_seconds < b->plan.step_seconds);
 }
 
+// a layout's rows, one for each ZeRO stage: the stage given (--zero-stage), or with none given
+// each of 1, 2 and 3 that the run's flags allow (zero_stage_conflict) where DP x CP > 1 shards
+static void sweep_zero_stages(Sweep* s, Config* b, const Hardware* hw, int dp_cp, int mbs, int sp) {
+    int given = run_field_given(b, offsetof(Config, zero_stage));
+    for (int stage = 1; stage <= 3; stage++) {
+        if (given ? stage != (b->zero_stage < 1 ? 1 : b->zero_stage) : (stage > 1 && (dp_cp == 1 || zero_stage_conflict(b, stage))))
+            continue;
+        Config z = *b;
+        z.zero_stage = given ? b->zero_stage : stage;
+        if (s->count == s->capacity) {
+            s->capacity *= 2;
+            s->rows = (SweepRow*)reallocCheck(s->rows, s->capacity * sizeof(SweepRow));
+        }
+        SweepRow* row = &s->rows[s->count++];
+        row->plan = plan_layout(&z, hw, NULL);
+        row->micro_batch_size = mbs;
+        row->sequence_parallel = sp;
+        row->zero_stage = z.zero_stage;
+        s->oom += row->plan.out_of_memory;
+    }
+}
+
 // the layouts of one (TP, CP, PP, EP): each MBS that divides a pipeline's batch, without SP and
-// then with, each plain and interleaved
+// then with, each plain and interleaved, at each ZeRO stage
 static void sweep_micro_batches(Sweep* s, const Config* a, const Hardware* hw, int tp, int cp, int pp, int ep) {
     int dp = layout_world_size(a) / (tp * cp * pp);
     char err[512];
@@ -525,15 +549,7 @@ static void sweep_micro_batches(Sweep* s, const Config* a, const Hardware* hw, i
             b.num_virtual_stages_per_pipeline_rank = v > 1 ? v : 0;
             b.microbatch_group_size_per_virtual_pipeline_stage = v > 1 ? a->microbatch_group_size_per_virtual_pipeline_stage : 0;
             if (v > 1 && layout_error(&b, err, sizeof(err))) continue;
-            if (s->count == s->capacity) {
-                s->capacity *= 2;
-                s->rows = (SweepRow*)reallocCheck(s->rows, s->capacity * sizeof(SweepRow));
-            }
-            SweepRow* row = &s->rows[s->count++];
-            row->plan = plan_layout(&b, hw, NULL);
-            row->micro_batch_size = mbs;
-            row->sequence_parallel = sp;
-            s->oom += row->plan.out_of_memory;
+            sweep_zero_stages(s, &b, hw, dp * cp, mbs, sp);
         }
     }
 }
@@ -555,6 +571,7 @@ static void dry_run_sweep(const Config* a, const Hardware* hw) {
         Config b = *a;
         b.micro_batch_size = s.rows[k].micro_batch_size;
         b.model.sequence_parallel = s.rows[k].sequence_parallel;
+        b.zero_stage = s.rows[k].zero_stage;
         print_layout_line(&b, &s.rows[k].plan);
     }
     free(s.rows);

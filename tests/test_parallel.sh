@@ -211,6 +211,7 @@ schedule_run zb-tp1-pp2-dp1 1 2 1 tp1-pp2-dp1 --pipeline-schedule zb-h1
 schedule_run zb-tp2-pp2-dp2 2 2 2 tp2-pp2-dp2 --pipeline-schedule zb-h1
 schedule_run zb-tp2-pp2-dp2-overlap 2 2 2 tp2-pp2-dp2-overlap --pipeline-schedule zb-h1 $both --ddp-bucket-size 600
 schedule_run gpipe-tp1-pp4-dp1 1 4 1 tp1-pp4-dp1 --pipeline-schedule gpipe
+schedule_run zb-tp1-pp4-dp1 1 4 1 tp1-pp4-dp1 --pipeline-schedule zb-h1
 
 # Interleaved 1F1B (Megatron-LM's virtual pipeline stages): each stage holds v model chunks,
 # virtual stage c x PP + p holding the c-th round of the layers. The same kernels on the same

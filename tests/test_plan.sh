@@ -602,7 +602,8 @@ tuneup "104B V100" 696 39.17 tr8-104B --hw v100-32gb --hw-gpus-per-node 4 --worl
 
 # --- --sweep: world 8 of a model with 4 heads, FFN 128, 4 layers, global batch 8; where TP > 1
 # each layout with --sequence-parallel and without (the sequence of 16 splits over TP 2 and 4);
-# context parallelism CP 1, 2, 4, 8 (16 tokens cut into 2 CP chunks)
+# context parallelism CP 1, 2, 4, 8 (16 tokens cut into 2 CP chunks); ZeRO-1, 2 and 3 where
+# DP x CP > 1
 sweep_model="--vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --global-batch-size 8"
 ./train_cpu --dry-run --dry-run-build gpu --sweep --world-size 8 $sweep_model > $B/sweep.out 2>&1
 status=$?
@@ -621,11 +622,12 @@ for tp in 1 2 4 8; do for cp in 1 2 4 8; do for pp in 1 2 4 8; do
             [ $pp -gt 1 ] && [ $(((4 / pp) % v)) -eq 0 ] && [ $((8 / (mbs * dp) % pp)) -eq 0 ] && schedules=$((schedules + 1))
         done
         sp=$(( tp > 1 && (16 / cp) % tp == 0 ))
-        expected=$((expected + schedules * (1 + sp))) expected_sp=$((expected_sp + schedules * sp))
-        expected_cp=$((expected_cp + schedules * (1 + sp) * (cp > 1)))
+        stages=$(( dp * cp > 1 ? 3 : 1 ))   # ZeRO-1, 2 and 3 where DP x CP shards (no --zero-stage given)
+        expected=$((expected + schedules * (1 + sp) * stages)) expected_sp=$((expected_sp + schedules * sp * stages))
+        expected_cp=$((expected_cp + schedules * (1 + sp) * (cp > 1) * stages))
     done
 done; done; done
-lines=$(grep -c '^dry-run: ' $B/sweep.out) sp_lines=$(grep -c ' SP: ' $B/sweep.out) cp_lines=$(grep -c '^dry-run: world 8 TP [0-9]* CP ' $B/sweep.out)
+lines=$(grep -c '^dry-run: ' $B/sweep.out) sp_lines=$(grep -cE ' SP( ZeRO-[23])?: ' $B/sweep.out) cp_lines=$(grep -c '^dry-run: world 8 TP [0-9]* CP ' $B/sweep.out)
 # (-s: equal times printed to other digits, 0.00100 and 0.0010, are not then compared as text)
 sorted=$(grep '^dry-run: ' $B/sweep.out | sed -E 's/.*, step ([0-9.]+) s,.*/\1/' | sort -s -g -c 2>&1 && echo yes)
 if [ $status -eq 0 ] && [ "$lines" -eq "$expected" ] && [ "$sorted" = yes ] && grep -q "^sweep: $expected layout(s) of world 8" $B/sweep.out &&
@@ -647,6 +649,16 @@ cp_single=$(./train_cpu --dry-run --dry-run-build gpu --world-size 8 $sweep_mode
     --micro-batch-size 2 --sequence-parallel 2>&1 | tail -1)
 if [ -n "$cp_line" ] && [ "$cp_line" = "$cp_single" ]; then ok "a sweep's line = that layout's own dry run, with CP 2 (and SP)"
 else bad "a sweep's CP line" "sweep: $cp_line / single: $cp_single"; fi
+# a ZeRO-3 row is that layout's own dry run with --zero-stage 3; --zero-stage given: that stage's rows alone
+zero_line=$(grep -m1 'TP 2 PP 1 DP 4 MBS 1 GBS 8 ZeRO-3: ' $B/sweep.out)
+zero_single=$(./train_cpu --dry-run --dry-run-build gpu --world-size 8 $sweep_model --tensor-model-parallel-size 2 \
+    --micro-batch-size 1 --zero-stage 3 2>&1 | tail -1)
+./train_cpu --dry-run --dry-run-build gpu --sweep --world-size 8 $sweep_model --zero-stage 2 > $B/sweep-z2.out 2>&1
+z2_rows=$(grep -c '^dry-run: .* ZeRO-2: ' $B/sweep-z2.out) z2_all=$(grep -c '^dry-run: ' $B/sweep-z2.out)
+if [ -n "$zero_line" ] && [ "$zero_line" = "$zero_single" ] && [ "$(grep -c ' ZeRO-3: ' $B/sweep.out)" -ge 1 ] &&
+   [ "$z2_all" -gt 0 ] && ! grep '^dry-run: ' $B/sweep-z2.out | grep -q ' ZeRO-3: '; then
+    ok "--sweep plans ZeRO-2 and 3 beside ZeRO-1 (a ZeRO-3 row = that layout's own dry run); with --zero-stage 2 given, that stage alone ($z2_rows ZeRO-2 rows of $z2_all)"
+else bad "--sweep over ZeRO stages" "sweep: $zero_line / single: $zero_single; with --zero-stage 2: $z2_rows of $z2_all"; fi
 interleaved_line=$(grep -m1 'TP 2 PP 2 DP 2 MBS 2 GBS 8 VPP 2:' $B/sweep.out)
 interleaved_single=$(./train_cpu --dry-run --dry-run-build gpu --world-size 8 $sweep_model --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
     --micro-batch-size 2 --num-layers-per-virtual-pipeline-stage 1 2>&1 | tail -1)
