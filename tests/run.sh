@@ -119,12 +119,12 @@ run_quietly() {
 
 # Most tests leave the two cores half idle (process start-up, MPI's launch, waits for a
 # signal or a timeout), so they run in two lanes at once: the emulation (which keeps both cores
-# busy for minutes, at a lower priority: BACKGROUND_TESTS), the planner's, the crash points', the
-# MoE, the Megatron flags' and evaluation's tests in one, the others in the other, about half the
+# busy for minutes), the watchdog's, the planner's, the Hugging Face, generation's, the MoE, the Megatron
+# flags', the crash points', the profiler's and evaluation's tests in one, the others in the other, about half the
 # time each (the report's "seconds per test" line says where the time goes). The cluster check and the simulated hosts' test
 # compare ranks' speeds and run alone, last. Each lane runs its tests one at a time; each test
 # has its own folder under $B. The report comes afterwards, in the order of TESTS.
-LANE_A="emu_kernels emu_train plan crash_points moe megatron_flags eval"
+LANE_A="emu_kernels emu_train watchdog plan hf generate crash_points moe megatron_flags trace eval"
 rm -f $B/*.status $B/*.seconds $B/*.cpu
 ( for name in $LANE_A; do run_quietly $name; done ) &
 for name in $TESTS; do
