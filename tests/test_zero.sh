@@ -11,17 +11,8 @@
 set -u
 data=${1:?usage: test_zero.sh DATA_PREFIX}
 B=tests/build/zero
-rm -rf $B && mkdir -p $B
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN="mpirun --oversubscribe --bind-to none"
-REC=tests/build/test_parallel   # records every step's loss and norm in full precision (tests/run.sh builds it)
-ok() { echo "PASS $1"; }
-bad() { echo "FAIL $1: $2"; }
-
-flags="--data-path $data --vocab-size 257 --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-       --micro-batch-size 2 --global-batch-size 16 --rampup-batch-size 8 8 64 --train-samples 288
-       --lr 3e-3 --lr-warmup-samples 32 --lr-decay-style cosine --min-lr 3e-4 --weight-decay 0.1
-       --split 90,10,0 --eval-interval 10 --eval-iters 1 --log-interval 100 --seed 12 --log-comm"
+. tests/layouts_common.sh   # the launch, the recorder, PASS/FAIL, test_parallel.sh's tiny model
+flags="$flags --log-comm"
 
 record() {  # name tp pp dp [extra flags]
     local name=$1 tp=$2 pp=$3 dp=$4; shift 4
