@@ -972,7 +972,7 @@ static void test_shard_pieces(void) {
     const size_t n = 20000, piece = 4096;
     const ShardRange ranges[4] = {{0, 4096, 1, 1}, {4096, 4097, 0, 1}, {5000, 13193, 0, 0}, {13193, 19999, 1, 1}};
     std::vector<ShardRange> pieces(4 + n / piece);
-    BuildTarget gpu = {1, 2, 0};
+    BuildTarget gpu = {1, 2, 0, 0};
     bool ok = shard_pieces_max(gpu, 4, n) == pieces.size();
     int count = shard_pieces(ranges, 4, piece, pieces.data()), r = 0;
     size_t next = ranges[0].start;
