@@ -181,6 +181,7 @@ typedef enum { PARTITION_UNIFORM, PARTITION_TRANSFORMER, PARTITION_TRANSFORMER_E
 typedef enum { GRANULARITY_NONE, GRANULARITY_FULL, GRANULARITY_SELECTIVE } RecomputeGranularity;   // --recompute-granularity
 typedef enum { PLAN_GPU_BUILD, PLAN_CPU_BUILD } DryRunBuild;   // --dry-run-build (-1, not given: plans_gpu_build)
 typedef enum { ATTENTION_AUTO, ATTENTION_FLASH, ATTENTION_UNFUSED } AttentionBackend;   // --attention-backend
+typedef enum { BIAS_GRAD_EPILOGUE, BIAS_GRAD_KERNEL } BiasGradWay;                        // --bias-grad
 typedef enum { GENERATE_TEXT, GENERATE_IDS, GENERATE_BOTH } GenerateOutput;   // --generate-output
 typedef enum { TOKENIZER_GPT2_BPE } TokenizerType;   // --tokenizer-type (-1, not given: bytes, or ids printed as numbers)
 

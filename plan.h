@@ -340,7 +340,7 @@ static void check_index_memory(double index_bytes, double host_model_bytes) {
 // chunks and of the ZeRO shard, which is over DP x CP).
 static void plan_stage_model(GPT* m, const Config* a, int p, int tp_size, int dp_size) {
     BuildTarget build = {plans_gpu_build(a), plans_gpu_build(a) ? 2 : (int)sizeof(float),   // bf16 or fp16; fp32
-                         runs_flash_attention(a, plans_gpu_build(a)), a->bias_grad == 1};
+                         runs_flash_attention(a, plans_gpu_build(a)), a->bias_grad == BIAS_GRAD_KERNEL};
     PipelineStage stage = pipeline_stage(a, p);
     int* slots = (int*)mallocCheck(stage.chunks * sizeof(int));   // what the schedule needs, as the trainer's
     stage_slots(a, p, slots);

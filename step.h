@@ -10,9 +10,9 @@ backward over the stages), then step_loss, then optimizer_step; train.c runs the
   - the global gradient norm (each parameter once, over every rank) and clipping;
   - optimizer_step, what follows the last backward: the tied embedding's all-reduce over the
     embedding group, the gradient reduction over DP (data_parallel.h's buckets, or one
-    reduce-scatter; with ZeRO-2/3 zero.h's, the layers' reduced in the backward), the norm of the unscaled gradients, the loss scaler's update (a step
-    whose norm is not finite is skipped), clipping, AdamW on the shard, the parameters'
-    all-gather.
+    reduce-scatter; with ZeRO-2/3 zero.h's, the layers' reduced in the backward), the norm of
+    the unscaled gradients, the loss scaler's update (a step whose norm is not finite is
+    skipped), clipping, AdamW on the shard, the parameters' all-gather.
 
 What a reader learns here: the order of everything after the last backward, and over which
 group each part talks (embedding, TP, DP, world). The loss scaler's state and rule live with
@@ -128,11 +128,10 @@ static void reduce_gradients_into_shards(GPT* model, AdamWState* s) {
     }
 }
 
-// Gradients of the whole step, times the loss scale, are in model->grads (ZeRO-2/3: in the shards and
-// the edges' window). Tied embedding,
-// reduce-scatter, norm (of the unscaled gradients), the loss scaler's update, clipping
-// (Megatron's clip_grad_norm: scale by clip / (norm + 1e-6) when below 1), AdamW on the
-// shard with each tensor's decay, all-gather. A step whose gradient norm is not finite is
+// Gradients of the whole step, times the loss scale, are in model->grads (ZeRO-2/3: in the shards
+// and the edges' window). Tied embedding, reduce-scatter, norm (of the unscaled gradients), the
+// loss scaler's update, clipping (Megatron's clip_grad_norm: scale by clip / (norm + 1e-6) when
+// below 1), AdamW on the shard with each tensor's decay, all-gather. A step whose gradient norm is not finite is
 // skipped. Returns the norm before clipping. Unscaling is one more factor in the gradient
 // multiplier AdamW applies anyway; for a power-of-two scale it changes no bit.
 static float optimizer_step(GPT* model, AdamWState* s, const AdamWConfig* cfg, float lr, int* skipped) {

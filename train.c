@@ -568,9 +568,6 @@ static void start_grid(const Config* a) {
     config_error_anywhere(err);
 #endif
     kernels_init(grid.local_rank);   // ranks on one host take distinct GPUs
-#ifdef __CUDACC__
-    bias_grad_in_epilogue = a->bias_grad == 0;   // --bias-grad epilogue
-#endif
     grid_build(a->tensor_model_parallel_size, a->context_parallel_size, a->pipeline_model_parallel_size,
                a->expert_model_parallel_size);
     watchdog_start(a->watchdog_timeout, a->watchdog_io_timeout);
@@ -634,7 +631,10 @@ static void plan_model(Trainer* t) {
     config_error_anywhere(table_err);
     BuildTarget build = this_build();
     build.flash_attention = runs_flash_attention(a, GPU_BUILD);
-    build.bias_grad_kernel = a->bias_grad == 1;
+    build.bias_grad_kernel = a->bias_grad == BIAS_GRAD_KERNEL;
+#ifdef __CUDACC__
+    bias_grad_in_epilogue = !build.bias_grad_kernel;   // the kernels run what the plan prices
+#endif
     int* slots = (int*)mallocCheck(stage.chunks * sizeof(int));   // what the schedule needs
     stage_slots(a, grid.pp_rank, slots);
     microbatch_group_size_per_vp_stage = microbatch_group_size(a);   // the order the slots were counted in (pipeline.h)

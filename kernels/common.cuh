@@ -121,7 +121,6 @@ static void compute_graph_free(ComputeGraph* g) {
     g->exec = NULL, g->stream = NULL;
 }
 
-
 // ----------------------------------------------------------------------------
 // reduction helpers: the only code that touches warp shuffles and shared memory
 // (blocks are whole warps, at most 32 of them)

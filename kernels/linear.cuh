@@ -383,7 +383,7 @@ static void matmul_backward_dinp(floatX* dinp, const floatX* dout, const floatX*
 // to partials and are added to dbias there (it sums over micro-batches). Where cuBLASLt offers
 // no algorithm for that, or partials is not 16-byte aligned as the epilogue's vectors need (see
 // tests/emu/cublasLt.h), the product alone, then column_sums_add; then cuBLAS.
-// --bias-grad (train.c's start_grid sets it): 1, the bias gradient in the BGRADB epilogue; 0,
+// --bias-grad (train.c's plan_model sets it from the model's BuildTarget): 1, the bias gradient in the BGRADB epilogue; 0,
 // always the product alone, then column_sums_add (llm.c's way). The weight-gradient GEMMs have few
 // output tiles (GPT-2 124M: 36 to 144 of 128 x 128, against an H100's 132 SMs) and fill the GPU
 // only by splitting K, which cuBLASLt's heuristic may pass over with BGRADB: tests/gpu_dweight.cu
