@@ -16,12 +16,34 @@ and returns 1; its caller decides between an input error (exit 2) and a failure 
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <dirent.h>
 
-// Write the message into err (if given) and return 1, so callers can `return error_line(...)`.
+// A message's control characters as \xNN (in place, cut at cap bytes): a name a file gave us (a
+// tensor's, decoded from a JSON "\n") once split an error into two lines.
+static void escape_control_characters(char* s, size_t cap) {
+    size_t n = strlen(s), controls = 0;
+    for (size_t i = 0; i < n; i++) controls += (unsigned char)s[i] < 0x20 || s[i] == 0x7f;
+    if (controls == 0) return;
+    char* copy = (char*)malloc(n + 1);
+    if (copy == NULL) return;
+    memcpy(copy, s, n + 1);
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)copy[i];
+        int control = c < 0x20 || c == 0x7f;
+        if (out + (control ? 4 : 1) >= cap) break;
+        if (control) out += (size_t)snprintf(s + out, 5, "\\x%02x", c);
+        else s[out++] = (char)c;
+    }
+    s[out] = '\0';
+    free(copy);
+}
+
+// Write the message into err (if given), one line, and return 1, so callers can `return error_line(...)`.
 static int error_line(char* err, size_t errlen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 static int error_line(char* err, size_t errlen, const char* fmt, ...) {
     if (err == NULL || errlen == 0) return 1;
@@ -29,6 +51,7 @@ static int error_line(char* err, size_t errlen, const char* fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    escape_control_characters(err, errlen);
     return 1;
 }
 

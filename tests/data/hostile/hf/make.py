@@ -37,6 +37,7 @@ EXPECTED = {
     "zero_size_inside": (2, "holds no bytes (a zero-size tensor)"),
     "gap": (2, "belong to no tensor (a gap before"),
     "trailing_bytes": (2, "trailing bytes"),
+    "name_newline": (2, "tensor evil\\x0aname: expected {"),
     "nan_weights": (0, "note: 3 weights are NaN or infinite, in 1 tensor (the first: transformer.wpe.weight)"),
 }
 
@@ -136,6 +137,8 @@ def main():
         gap[name]["data_offsets"] = [b + 8, e + 8]
     write("gap", g, header_text(gap), gd[:b] + bytes(8) + gd[b:])
     write("trailing_bytes", g, header_text(gh), gd + bytes(8))
+    evil = {**gh, "evil\nname": {"shape": [1]}}   # a name with a newline in it (JSON's "\n"), in the error line
+    write("name_newline", g, header_text(evil), gd)
     nan = {"transformer.wpe.weight": [float("nan"), float("inf"), -float("inf")] + [0.5] * (P * C - 3)}
     nh, nd = tensors(gs, nan)
     write("nan_weights", g, header_text(nh), nd)
