@@ -52,6 +52,7 @@ static KernelStat kernel_stats[MAX_KERNEL_STATS];
 static int num_kernel_stats;
 static int profiling;               // time kernel calls (phase steps only)
 static int model_hidden, model_ffn; // to name a matmul by its role
+static const float* logits_weight;  // ... and the input gradient's of the logits (which has no bias)
 
 static double bench_clock(void) {
     struct timespec ts;
@@ -104,11 +105,19 @@ static void bench_matmul_forward(float* out, const float* inp, const float* weig
     TIMED(name, 2.0 * N * C * OC, matmul_forward_cpu(out, inp, weight, bias, N, C, OC));
 }
 
-static void bench_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, int N, int C, int OC) {
+// the backward in the two products the model calls apart (the split a zero-bubble schedule
+// defers): the input's gradient and the weight's (with the bias's column sums)
+static void bench_matmul_backward_dinp(float* dinp, const float* dout, const float* weight, int N, int C, int OC) {
     char name[64] = "";
-    if (profiling) matmul_name(name, sizeof(name), "matmul_backward", N, C, OC, dbias != NULL);
-    TIMED(name, 4.0 * N * C * OC, matmul_backward_cpu(dinp, dweight, dbias, dout, inp, weight, N, C, OC));
+    if (profiling) matmul_name(name, sizeof(name), "matmul_backward_dinp", N, C, OC, weight != logits_weight);
+    TIMED(name, 2.0 * N * C * OC, matmul_backward_dinp_cpu(dinp, dout, weight, N, C, OC));
+}
+
+static void bench_matmul_backward_params(float* dweight, float* dbias, const float* dout, const float* inp,
+                                         int N, int C, int OC) {
+    char name[64] = "";
+    if (profiling) matmul_name(name, sizeof(name), "matmul_backward_params", N, C, OC, dbias != NULL);
+    TIMED(name, 2.0 * N * C * OC, matmul_backward_params_cpu(dweight, dbias, dout, inp, N, C, OC));
 }
 
 // The other kernels keep the trainer's arguments untouched: NAME(...) becomes a timed
@@ -119,8 +128,9 @@ static double attention_flops;   // forward, per call
 
 #undef matmul_forward
 #undef matmul_gelu_forward
-#undef matmul_backward
-#undef gelu_matmul_backward
+#undef matmul_backward_dinp
+#undef matmul_backward_params
+#undef gelu_matmul_backward_dinp
 #undef attention_forward
 #undef attention_backward
 #undef attention_probabilities
@@ -146,11 +156,12 @@ static double attention_flops;   // forward, per call
         if ((form) == GELU_ERF) TIMED("gelu_erf_forward", 0.0, gelu_erf_forward_cpu(out, pre_gelu, (size_t)(N) * (OC))); \
         else gelu_forward(out, pre_gelu, (size_t)(N) * (OC));                                     \
     } while (0)
-#define matmul_backward(dinp, dweight, dbias, partials, ...) bench_matmul_backward(dinp, dweight, dbias, __VA_ARGS__)
-// the fcproj layer and the GELU before it, backward: the two calls they are on the CPU build
-#define gelu_matmul_backward(dpre, dweight, dbias, partials, dout, inp, weight, pre_gelu, N, C, OC, form) \
+#define matmul_backward_dinp bench_matmul_backward_dinp
+#define matmul_backward_params(dweight, dbias, partials, ...) bench_matmul_backward_params(dweight, dbias, __VA_ARGS__)
+// the fcproj layer's input gradient and the GELU before it: the two calls they are on the CPU build
+#define gelu_matmul_backward_dinp(dpre, dout, weight, pre_gelu, N, C, OC, form)                                 \
     do {                                                                                                  \
-        bench_matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC);                         \
+        bench_matmul_backward_dinp(dpre, dout, weight, N, C, OC);                                         \
         if ((form) == GELU_ERF) TIMED("gelu_erf_backward", 0.0, gelu_erf_backward_cpu(dpre, pre_gelu, dpre, (size_t)(N) * (C))); \
         else gelu_backward(dpre, pre_gelu, dpre, (size_t)(N) * (C));                                      \
     } while (0)
@@ -269,6 +280,7 @@ static void bench_setup(Bench* b, const Shape* s) {
     double t0 = bench_clock();
     gpt_build(&b->model, &b->cfg, s->micro_batch, s->seq, 0, 1, 0, 1, 1, 1);
     b->build_seconds = bench_clock() - t0;
+    logits_weight = param_of(&b->model, b->model.output);
     AdamWConfig adam = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};   // beta1, beta2, eps, weight decay, clip
     b->adam = adam;
     adamw_init(&b->opt, &b->model, 0);
@@ -576,17 +588,17 @@ static void print_kernels(const Bench* b, double step_seconds) {
     double sum = 0.0;
     qsort(kernel_stats, num_kernel_stats, sizeof(KernelStat), compare_stats);
     printf("kernels by time (mean per step over the same %d steps; %% of the mean step):\n", n);
-    printf("   %-46s %9s %7s %6s %9s\n", "kernel", "ms", "% step", "calls", "GFLOP/s");
+    printf("   %-58s %9s %7s %6s %9s\n", "kernel", "ms", "% step", "calls", "GFLOP/s");
     for (int i = 0; i < num_kernel_stats; i++) {
         const KernelStat* s = &kernel_stats[i];
         char rate[32] = "-";
         if (s->flops > 0.0) snprintf(rate, sizeof(rate), "%.1f", s->flops / s->seconds / 1e9);
-        printf("   %-46s %9.2f %6.1f%% %6ld %9s\n", s->name, 1e3 * s->seconds / n, 100.0 * s->seconds / n / step_seconds,
+        printf("   %-58s %9.2f %6.1f%% %6ld %9s\n", s->name, 1e3 * s->seconds / n, 100.0 * s->seconds / n / step_seconds,
                s->calls / n, rate);
         sum += s->seconds / n;
     }
-    printf("   %-46s %9.2f %6.1f%%\n", "all kernels", 1e3 * sum, 100.0 * sum / step_seconds);
-    printf("   %-46s %9.2f %6.1f%%\n", "outside kernels (memsets, copies, glue)", 1e3 * (step_seconds - sum),
+    printf("   %-58s %9.2f %6.1f%%\n", "all kernels", 1e3 * sum, 100.0 * sum / step_seconds);
+    printf("   %-58s %9.2f %6.1f%%\n", "outside kernels (memsets, copies, glue)", 1e3 * (step_seconds - sum),
            100.0 * (step_seconds - sum) / step_seconds);
 }
 
