@@ -301,14 +301,11 @@ static cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc
     const EmuMatmulDesc* desc = &desc_now;
     const EmuMatrixLayout *Adesc = &a_now, *Bdesc = &b_now, *Cdesc = &c_now, *Ddesc = &d_now;
     (void)Cdesc;
+    std::vector<double> a = emu_rows(A, Adesc->type, 0, lda, m, k, desc->transa != CUBLAS_OP_N);
+    std::vector<double> bt = emu_rows(B, Bdesc->type, 0, ldb, n, k, desc->transb == CUBLAS_OP_N);
     for (int j = 0; j < n; j++) {
         for (int i = 0; i < m; i++) {
-            double acc = 0.0;
-            for (int l = 0; l < k; l++) {
-                size_t ia = desc->transa == CUBLAS_OP_N ? (size_t)i + (size_t)l * lda : (size_t)l + (size_t)i * lda;
-                size_t ib = desc->transb == CUBLAS_OP_N ? (size_t)l + (size_t)j * ldb : (size_t)j + (size_t)l * ldb;
-                acc += emu_load(A, Adesc->type, ia) * emu_load(B, Bdesc->type, ib);
-            }
+            double acc = emu_dot(&a[(size_t)i * k], &bt[(size_t)j * k], k);
             double x = al * acc + (be != 0.0 ? be * emu_load(C, Cdesc->type, (size_t)i + (size_t)j * ldc) : 0.0);
             if (emu_lt_has_bias(e)) x += emu_load(desc->bias, bias_type, (size_t)i);
             size_t at_aux = (size_t)i + (size_t)j * desc->aux_ld;
@@ -319,8 +316,7 @@ static cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc
         }
         if (e == CUBLASLT_EPILOGUE_BGRADB) {
             double column_sum = 0.0;
-            for (int l = 0; l < k; l++)
-                column_sum += emu_load(B, Bdesc->type, desc->transb == CUBLAS_OP_N ? (size_t)l + (size_t)j * ldb : (size_t)j + (size_t)l * ldb);
+            for (int l = 0; l < k; l++) column_sum += bt[(size_t)j * k + l];
             emu_store((void*)desc->bias, bias_type, (size_t)j, column_sum);
         }
     }

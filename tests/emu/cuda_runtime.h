@@ -202,6 +202,7 @@ struct EmuScheduler {
     const std::function<void()>* body = NULL;
     uint64_t rng = 0x9E3779B97F4A7C15ull;  // shuffles the order of blocks and of resumed threads
     double exchange[2][EMU_MAX_BLOCK];     // warp shuffles: lane values, double-buffered
+    unsigned arrived[EMU_MAX_BLOCK / 32];  // each warp's lanes waiting at a warp barrier or exited
     long launches = 0;
     const char* kernel = NULL;  // the kernel being launched (for the fault report), NULL between launches
     struct { uint64_t name; long launches; } kernels[256];  // launches of each kernel so far, by name hash
@@ -261,7 +262,8 @@ static void emu_thread_main(void) {
 }
 
 // Opens the warp barrier of the warp starting at thread w0 when all its lanes have reached it
-// (and all at the same instruction); true when it opened.
+// (and all at the same instruction); true when it opened. Nothing to do (false, and no fault to
+// find) until each lane waits there or has exited: emu.arrived counts them.
 static bool emu_open_warp(unsigned w0) {
     unsigned n = emu.block, lanes = n - w0 < 32 ? n - w0 : 32, waiting = 0, exited = 0;
     for (unsigned i = w0; i < w0 + lanes; i++) {
@@ -279,6 +281,7 @@ static bool emu_open_warp(unsigned w0) {
             emu_fail("%s", line);
         }
     for (unsigned i = w0; i < w0 + 32; i++) emu.threads[i].state = EMU_RUNNABLE;
+    emu.arrived[w0 / 32] -= 32;
     return true;
 }
 
@@ -324,6 +327,7 @@ static void emu_run_block(unsigned b) {
     memset(__start_emu_shared, 0xFF, __stop_emu_shared - __start_emu_shared);
     if (emu.dynamic_shared) memset(emu.dynamic_shared, 0xFF, emu.dynamic_shared_bytes);
     for (unsigned i = 0; i < n; i++) emu_thread_start(i);
+    memset(emu.arrived, 0, sizeof emu.arrived);
     std::vector<unsigned> order(n);
     unsigned lanes[32];
     for (;;) {
@@ -336,8 +340,10 @@ static void emu_run_block(unsigned b) {
             threadIdx = {i, 0, 0};
             emu_switch(&emu.home, &emu.threads[i].ctx);
             emu.current = -1;
-            unsigned w0 = i - i % 32;
-            if (emu.threads[i].state == EMU_AT_WARP_SYNC && emu_open_warp(w0)) {
+            unsigned w0 = i - i % 32, lanes_in_warp = n - w0 < 32 ? n - w0 : 32;
+            EmuState now = emu.threads[i].state;
+            if (now == EMU_AT_WARP_SYNC || now == EMU_EXITED) emu.arrived[w0 / 32]++;
+            if (now == EMU_AT_WARP_SYNC && emu.arrived[w0 / 32] == lanes_in_warp && emu_open_warp(w0)) {
                 emu_shuffle_order(lanes, 32);   // next, before the rest of the round
                 for (unsigned& lane : lanes) lane += w0;
                 order.insert(order.begin() + (long)k + 1, lanes, lanes + 32);
