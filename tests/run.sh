@@ -118,18 +118,34 @@ run_quietly() {
 }
 
 # Most tests leave the two cores half idle (process start-up, MPI's launch, waits for a
-# signal or a timeout), so they run in two lanes at once: the emulation (which keeps both cores
-# busy for minutes), the watchdog's, the planner's, the Hugging Face, generation's, the MoE, the Megatron
-# flags', the crash points', the profiler's and evaluation's tests in one, the others in the other, about half the
-# time each (the report's "seconds per test" line says where the time goes). The cluster check and the simulated hosts' test
-# compare ranks' speeds and run alone, last. Each lane runs its tests one at a time; each test
-# has its own folder under $B. The report comes afterwards, in the order of TESTS.
-LANE_A="emu_kernels emu_train watchdog plan hf generate crash_points moe megatron_flags trace eval"
+# signal or a timeout), so two lanes run them at once. The emulation's two (which keep a core
+# busy for minutes) start in one lane; every other test waits in one queue, the longest first
+# (by the report's "seconds per test" of a whole run), and each lane takes the next one whenever
+# it is free: the other lane from the start, the emulation's once its two are done. So neither
+# core waits for the other lane's tail (two fixed lists once left one core idle for three
+# minutes). The cluster check and the simulated hosts' test compare ranks' speeds and run
+# alone, last. Each test has its own folder under $B; the report comes afterwards, in the
+# order of TESTS.
+EMULATION="emu_kernels emu_train"
+LONGEST_FIRST="parallel checkpoint hf context_parallel sass generate dry_run plan zero tokenizer cli hostile
+               watchdog trace configs scale moe megatron_flags crash_points preprocess_gpt2 gpu_check recost eval"
 rm -f $B/*.status $B/*.seconds $B/*.cpu
-( for name in $LANE_A; do run_quietly $name; done ) &
-for name in $TESTS; do
-    case " $LANE_A check_cluster hosts " in *" $name "*) ;; *) run_quietly $name ;; esac
+queue=$B/test_queue
+rm -f $queue.new
+for name in $LONGEST_FIRST $TESTS; do   # (then any test the list above has not placed)
+    case " $EMULATION check_cluster hosts " in *" $name "*) continue ;; esac
+    grep -qx "$name" $queue.new 2> /dev/null || echo $name >> $queue.new
 done
+mv $queue.new $queue
+next_test() {  # the queue's first name, taken off it (empty when none is left)
+    flock $queue.lock sh -c 'head -1 "$1"; sed -i 1d "$1"' sh $queue
+}
+take_tests() {
+    local name
+    while name=$(next_test) && [ -n "$name" ]; do run_quietly $name; done
+}
+( for name in $EMULATION; do run_quietly $name; done; take_tests ) &
+take_tests
 wait
 run_quietly check_cluster
 run_quietly hosts
