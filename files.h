@@ -24,20 +24,20 @@ and returns 1; its caller decides between an input error (exit 2) and a failure 
 
 // A message's control characters as \xNN (in place, cut at cap bytes): a name a file gave us (a
 // tensor's, decoded from a JSON "\n") once split an error into two lines.
+static int is_control_character(char c) { return (unsigned char)c < 0x20 || c == 0x7f; }
 static void escape_control_characters(char* s, size_t cap) {
     size_t n = strlen(s), controls = 0;
-    for (size_t i = 0; i < n; i++) controls += (unsigned char)s[i] < 0x20 || s[i] == 0x7f;
+    for (size_t i = 0; i < n; i++) controls += is_control_character(s[i]);
     if (controls == 0) return;
     char* copy = (char*)malloc(n + 1);
     if (copy == NULL) return;
     memcpy(copy, s, n + 1);
     size_t out = 0;
     for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)copy[i];
-        int control = c < 0x20 || c == 0x7f;
+        int control = is_control_character(copy[i]);
         if (out + (control ? 4 : 1) >= cap) break;
-        if (control) out += (size_t)snprintf(s + out, 5, "\\x%02x", c);
-        else s[out++] = (char)c;
+        if (control) out += (size_t)snprintf(s + out, 5, "\\x%02x", (unsigned char)copy[i]);
+        else s[out++] = copy[i];
     }
     s[out] = '\0';
     free(copy);

@@ -40,18 +40,24 @@
 // Compiled for sm_80 and up (mma.sync.m16n8k16 with bf16 needs sm_80).
 #include <cuda_bf16.h>
 
-// the 16 x 16 bf16 tile at `in` into shared memory (explicit shared stores), then one
-// m16n8k16 product: A = the tile, B = its first 8 rows read as a column-major 16 x 8 matrix
-__device__ void tile_product(float c[4], __nv_bfloat16* tile, const __nv_bfloat16* in) {
+// the 16 x 16 bf16 tile at `in` into shared memory (explicit shared stores), then its fragments
+// by ldmatrix: A = the tile, B = its first 8 rows read as a column-major 16 x 8 matrix
+__device__ void tile_fragments(unsigned a[4], unsigned b[2], __nv_bfloat16* tile, const __nv_bfloat16* in) {
     int lane = threadIdx.x % 32;
     for (int i = lane; i < 16 * 16; i += 32) tile[i] = in[i];
     __syncwarp();
     // lanes 0-15 address rows 0-15 at column 0, lanes 16-31 the same rows at column 8
     unsigned row = (unsigned)__cvta_generic_to_shared(&tile[(lane % 16) * 16 + (lane / 16) * 8]);
-    unsigned a0, a1, a2, a3, b0, b1;
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(row));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(b0), "=r"(b1) : "r"(row));
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(b[0]), "=r"(b[1]) : "r"(row));
+}
+
+// ... and one m16n8k16 product of them into c
+__device__ void tile_product(float c[4], __nv_bfloat16* tile, const __nv_bfloat16* in) {
+    unsigned a[4], b[2];
+    tile_fragments(a, b, tile, in);
+    unsigned a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], b0 = b[0], b1 = b[1];
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                  "{%0, %1, %2, %3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -187,14 +193,9 @@ __global__ void planted_flash_reload_kernel(float* out, const __nv_bfloat16* in,
 // with acquire and release (kernels/flash_ptx.cuh's turn), or with full fences (FENCE)
 __device__ void turn_loop(float* out, const __nv_bfloat16* in, unsigned* counter, float4* sums, int trips, bool fence) {
     __shared__ __align__(16) __nv_bfloat16 tile[16 * 16];
-    int lane = threadIdx.x % 32;
-    for (int i = lane; i < 16 * 16; i += 32) tile[i] = in[i];
-    __syncwarp();
-    unsigned row = (unsigned)__cvta_generic_to_shared(&tile[(lane % 16) * 16 + (lane / 16) * 8]);
-    unsigned a0, a1, a2, a3, b0, b1;
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(row));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(b0), "=r"(b1) : "r"(row));
+    unsigned a[4], b[2];
+    tile_fragments(a, b, tile, in);
+    unsigned a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], b0 = b[0], b1 = b[1];
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int s = 0; s < trips; s++) {
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
